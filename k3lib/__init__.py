@@ -1,0 +1,41 @@
+"""k3kit's library: drives requests, collects metrics and GPU data, checks contracts and decides."""
+
+from .decision import Decision, decide
+from .errors import (APIError, ArtifactError, BadInputError, EvidenceError, K3Error, MissingSeriesError,
+                     ProtocolError, TargetError, TargetUnreachable)
+from .evidence import EvidenceRecord, Finding
+from .params import Params, load_params
+from .probe import probe_record, run_probe
+from .session import AxisContext, open_axis, open_summary, read_records
+from .store import RunStore
+from .summary import decide_run, findings_table, records_table, show_decision, show_record
+
+__all__ = [
+    "APIError",
+    "ArtifactError",
+    "AxisContext",
+    "BadInputError",
+    "Decision",
+    "EvidenceError",
+    "EvidenceRecord",
+    "Finding",
+    "K3Error",
+    "MissingSeriesError",
+    "Params",
+    "ProtocolError",
+    "RunStore",
+    "TargetError",
+    "TargetUnreachable",
+    "decide",
+    "decide_run",
+    "findings_table",
+    "load_params",
+    "open_axis",
+    "open_summary",
+    "probe_record",
+    "read_records",
+    "records_table",
+    "run_probe",
+    "show_decision",
+    "show_record",
+]

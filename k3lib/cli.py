@@ -1,0 +1,241 @@
+"""The `k3` command line (also `python -m k3lib`).
+
+Exit codes: 0 production · 3 limited-observation · 4 capacity-extension · 5 environment-rebuild (validate, demo);
+2 bad input, always one line on stderr naming the input; 1 internal error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from .errors import BadInputError, K3Error
+
+# kind → (module, function taking the artifact's text and returning a JSON-ready dict)
+INSPECTORS: dict[str, tuple[str, str, str]] = {
+    "collect-env": ("k3lib.readers.collect_env", "inspect_collect_env", "a vLLM collect_env report"),
+    "nvidia-smi": ("k3lib.readers.nvidia_smi", "inspect_nvidia_smi", "nvidia-smi output (table or -q)"),
+    "log": ("k3lib.readers.vllm_log", "inspect_log", "a vLLM server log"),
+    "metrics": ("k3lib.metrics", "inspect_metrics", "a Prometheus exposition (file or /metrics URL)"),
+    "tool-reply": ("k3lib.readers.tool_reply", "inspect_tool_reply", "a chat-completion reply with tool calls"),
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line and exit 2 like every other bad input."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise BadInputError(f"{message} (see `{self.prog} --help`)", source=self.prog)
+
+
+def _add_target_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-p", "--params", action="append", default=[], metavar="FILE",
+                   help="parameters file (YAML); repeat to layer files left to right")
+    p.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE", dest="sets",
+                   help="override one parameter after the files, e.g. --set contract.planned_concurrency=8")
+    p.add_argument("--out", metavar="DIR", help="folder that receives the run folder (default: outputs/)")
+    p.add_argument("--fault", action="append", default=[], metavar="NAME[=VALUE]",
+                   help="for the embedded emulator: inject a fault (repeatable), e.g. kv-starved")
+    p.add_argument("--profile", metavar="NAME", help="for the embedded emulator: hardware/model profile")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="k3", description="k3kit: evidence-backed acceptance of a vLLM / OpenAI-compatible "
+                                            "deployment.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    v = sub.add_parser("validate", help="run the acceptance batch and decide",
+                       description="Run the acceptance notebooks against the target, write the evidence, the "
+                                   "rendered report and decision.json. Exit 0 production, 3 limited-observation, "
+                                   "4 capacity-extension, 5 environment-rebuild, 2 bad input, 1 internal error.")
+    _add_target_options(v)
+    v.set_defaults(func=cmd_validate)
+
+    d = sub.add_parser("demo", help="run the whole demo on the embedded emulator",
+                       description="Acceptance batch against the embedded vLLM-compatible emulator with "
+                                   "parameters/emulator.yaml; prints the decision and the report path.")
+    d.add_argument("--out", metavar="DIR", help="folder that receives the run folder (default: outputs/)")
+    d.set_defaults(func=cmd_demo)
+
+    e = sub.add_parser("emulator", help="serve the vLLM-compatible emulator",
+                       description="Serve the embedded vLLM-compatible emulator; prints its URL on the first "
+                                   "line and serves until interrupted.")
+    _emulator_arguments(e)
+    e.set_defaults(func=cmd_emulator)
+
+    i = sub.add_parser("inspect", help="read one artifact and print what the kit finds in it",
+                       description="Read an artifact (collect_env report, nvidia-smi output, vLLM log, /metrics "
+                                   "exposition, chat reply) and print the fields the kit uses.")
+    isub = i.add_subparsers(dest="kind", metavar="KIND", parser_class=_Parser)
+    for kind, (_, _, what) in INSPECTORS.items():
+        k = isub.add_parser(kind, help=f"read {what}", description=f"Read {what} and print its fields.")
+        k.add_argument("source", metavar="FILE" if kind != "metrics" else "FILE|URL",
+                       help="path to the artifact" + (", or a /metrics URL" if kind == "metrics" else "")
+                       + "; - for standard input")
+        k.add_argument("--json", action="store_true", help="print JSON instead of aligned text")
+        k.set_defaults(func=cmd_inspect, inspect_kind=kind)
+
+    ver = sub.add_parser("verify", help="check every file of a run against its manifest",
+                         description="Recompute the sha256 of every file listed in RUN/manifest.json; exit 0 when "
+                                     "all match, 1 naming each file that changed or is missing.")
+    ver.add_argument("run", metavar="RUN", help="a run folder under outputs/")
+    ver.set_defaults(func=cmd_verify)
+    return parser
+
+
+def _emulator_arguments(e: argparse.ArgumentParser) -> None:
+    try:
+        from .emulator.cli import add_arguments
+    except ImportError:  # the emulator package is optional at import time of the CLI
+        return
+    add_arguments(e)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _load(files: list[str], sets: list[str], faults: list[str], profile: str | None):
+    from .params import load_params
+
+    if not files:
+        raise BadInputError("no parameters file given; expected -p FILE (e.g. -p parameters/emulator.yaml)",
+                            source="k3 validate")
+    sets = list(sets)
+    if faults:
+        sets.append("target.emulator.faults=" + json.dumps(faults))
+    if profile:
+        sets.append(f"target.emulator.profile={profile}")
+    params = load_params(files, sets)
+    if (faults or profile) and not params.target.uses_emulator:
+        raise BadInputError("--fault and --profile apply to the embedded emulator only, but target.base_url is "
+                            f"set to {params.target.base_url}", source="--fault/--profile")
+    return params
+
+
+def _run_acceptance(params, out: str | None) -> int:
+    from .runner import run_acceptance
+    from .session import outputs_dir
+    from .store import RunStore
+
+    store = RunStore.create(Path(out) if out else outputs_dir(), label=params.run.label)
+    print(f"run: {store.root}", file=sys.stderr)
+    decision = run_acceptance(params, store, on_start=lambda url: print(f"target: {url}", file=sys.stderr))
+    print(f"decision: {decision.decision}")
+    for reason in decision.reasons:
+        print(f"  - {reason}")
+    print(f"report: {store.path('report/index.html')}")
+    print(f"run: {store.root}")
+    return decision.exit_code
+
+
+def cmd_validate(ns: argparse.Namespace) -> int:
+    params = _load(ns.params, ns.sets, ns.fault, ns.profile)
+    return _run_acceptance(params, ns.out)
+
+
+def cmd_demo(ns: argparse.Namespace) -> int:
+    from .session import PROJECT_ROOT
+
+    params = _load([str(PROJECT_ROOT / "parameters" / "emulator.yaml")], [], [], None)
+    return _run_acceptance(params, ns.out)
+
+
+def cmd_emulator(ns: argparse.Namespace) -> int:
+    from .emulator import serve_forever
+    from .emulator.cli import config_from_args
+
+    try:
+        cfg = config_from_args(ns)
+    except (KeyError, ValueError) as exc:
+        raise BadInputError(str(exc).strip("'\""), source="k3 emulator") from None
+    serve_forever(cfg, host=ns.host, port=ns.port)
+    return 0
+
+
+def _read_source(source: str, kind: str) -> str:
+    if source == "-":
+        return sys.stdin.read()
+    if kind == "metrics" and source.startswith(("http://", "https://")):
+        import httpx
+
+        try:
+            resp = httpx.get(source, timeout=10.0)
+        except httpx.HTTPError as exc:
+            raise BadInputError(f"cannot fetch: {exc}", source=source) from None
+        if resp.status_code != 200:
+            raise BadInputError(f"HTTP {resp.status_code}; expected 200 with a Prometheus exposition", source=source)
+        return resp.text
+    path = Path(source)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise BadInputError("file not found", source=source) from None
+    except OSError as exc:
+        raise BadInputError(f"cannot read: {exc.strerror}", source=source) from None
+    return data.decode("utf-8", errors="replace")
+
+
+def cmd_inspect(ns: argparse.Namespace) -> int:
+    module, func, what = INSPECTORS[ns.inspect_kind]
+    inspect: Callable[[str], dict[str, Any]] = getattr(importlib.import_module(module), func)
+    text = _read_source(ns.source, ns.inspect_kind)
+    try:
+        result = inspect(text)
+    except BadInputError as exc:
+        exc.source = exc.source or ns.source
+        raise
+    if ns.json:
+        print(json.dumps(result, indent=2, ensure_ascii=False, default=str))
+    else:
+        width = max((len(k) for k in result), default=0)
+        for key, value in result.items():
+            shown = json.dumps(value, ensure_ascii=False, default=str) if isinstance(value, (dict, list)) else value
+            print(f"{key:<{width}}  {shown}")
+    return 0
+
+
+def cmd_verify(ns: argparse.Namespace) -> int:
+    from .store import RunStore
+
+    store = RunStore.open(ns.run)
+    problems = store.verify()
+    if problems:
+        for line in problems:
+            print(f"CHANGED {line}")
+        return 1
+    print(f"OK {len(store.manifest()['files'])} files match {store.root / 'manifest.json'}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        ns = parser.parse_args(argv)
+        if not getattr(ns, "func", None):
+            parser.print_help()
+            return 2
+        return int(ns.func(ns) or 0)
+    except BadInputError as exc:
+        print(f"k3: {exc.one_line()}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("k3: interrupted", file=sys.stderr)
+        return 130
+    except K3Error as exc:
+        print(f"k3: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # noqa: BLE001
+        if os.environ.get("K3_DEBUG"):
+            raise
+        print(f"k3: internal error: {type(exc).__name__}: {exc} (set K3_DEBUG=1 for the traceback)",
+              file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

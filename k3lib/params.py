@@ -1,0 +1,321 @@
+"""Validated parameters: YAML files layered left to right, `--set key.path=value` last, then one pydantic model.
+
+Untrusted input lands here, so every model forbids unknown keys, and a validation failure becomes one
+`BadInputError` line naming the file that set the field, the field's path and what is expected.
+Secrets are referenced by environment-variable *name* only (`api_key_env`); no field holds a secret value.
+"""
+
+from __future__ import annotations
+
+import copy
+import ipaddress
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .errors import BadInputError
+
+PositiveSeconds = Annotated[float, Field(gt=0)]
+PositiveInt = Annotated[int, Field(gt=0)]
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+VERSION = re.compile(r"^\d+(\.\d+){0,3}([.+-]?[0-9A-Za-z.+-]*)?$")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _check_url(value: str | None) -> str | None:
+    if value is None:
+        return None
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"expected an http(s) URL such as http://127.0.0.1:8000, got {value!r}")
+    try:
+        parts.port
+    except ValueError:
+        raise ValueError(f"the port in {value!r} is not a number between 0 and 65535") from None
+    return value.rstrip("/")
+
+
+def is_loopback_url(url: str) -> bool:
+    """True when the URL's host is on this machine (127.0.0.0/8, ::1, localhost)."""
+    host = urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class EmulatorParams(_Model):
+    """The embedded vLLM-compatible emulator the kit starts when no `target.base_url` is given."""
+
+    profile: str = "demo"
+    faults: tuple[str, ...] = ()
+    vllm_version: str | None = None
+    time_scale: PositiveSeconds = 0.05  # modeled durations × this; 1.0 is real time
+
+
+class GpuMetricsParams(_Model):
+    """Where per-GPU memory comes from: local NVML, a dcgm-exporter endpoint, or Prometheus (multi-node)."""
+
+    source: Literal["none", "nvml", "dcgm", "prometheus"] = "none"
+    url: str | None = None  # dcgm-exporter /metrics URL, or the Prometheus base URL
+    selector: str = ""  # extra PromQL label matchers for the prometheus source, e.g. 'Hostname=~"gpu-node-.*"'
+
+    _url = field_validator("url")(classmethod(lambda cls, v: _check_url(v)))
+
+    @model_validator(mode="after")
+    def _url_needed(self) -> "GpuMetricsParams":
+        if self.source in ("dcgm", "prometheus") and not self.url:
+            raise ValueError(f"gpu_metrics.source {self.source!r} needs gpu_metrics.url")
+        return self
+
+
+class TargetParams(_Model):
+    """The deployment under test. `base_url: null` means: start the embedded emulator."""
+
+    base_url: str | None = None
+    metrics_urls: tuple[str, ...] = ()  # one per data-parallel rank or node; default: base_url + /metrics
+    gpu_metrics: GpuMetricsParams = GpuMetricsParams()
+    model: str | None = None  # served model name; null: the first card of /v1/models
+    api_key_env: str | None = None  # NAME of the environment variable holding the key, never the key
+    timeout_s: PositiveSeconds = 30.0
+    allow_remote_load: bool = False  # load phases refuse non-loopback targets unless this is true
+    emulator: EmulatorParams = EmulatorParams()
+
+    _urls = field_validator("base_url")(classmethod(lambda cls, v: _check_url(v)))
+
+    @field_validator("metrics_urls")
+    @classmethod
+    def _metrics_urls(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(_check_url(u) for u in v)  # type: ignore[misc]
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _env_name(cls, v: str | None) -> str | None:
+        if v is not None and not ENV_NAME.match(v):
+            raise ValueError("expected the NAME of an environment variable (e.g. VLLM_API_KEY), not a key value")
+        return v
+
+    @property
+    def uses_emulator(self) -> bool:
+        return self.base_url is None
+
+
+class RecipeParams(_Model):
+    """The recipe profile: what the deployment must be built from and started with."""
+
+    name: str = "generic"
+    vllm_min: str | None = None
+    vllm_max: str | None = None  # exclusive upper bound, if any
+    cuda_major: PositiveInt | None = None
+    driver_branch_min: PositiveInt | None = None
+    driver_branches_compatible: tuple[int, ...] = ()
+    required_flags: tuple[str, ...] = ()  # e.g. "--tool-call-parser kimi_k3"
+    prefix_caching: bool = True
+    build: Literal["official", "custom"] = "official"
+    image: str | None = None
+    image_digest: str | None = None
+    note: str = ""
+
+    @field_validator("vllm_min", "vllm_max")
+    @classmethod
+    def _version(cls, v: str | None) -> str | None:
+        if v is not None and not VERSION.match(str(v)):
+            raise ValueError(f"expected a version such as 0.27.1, got {v!r}")
+        return None if v is None else str(v)
+
+
+class ContractParams(_Model):
+    """The service contract the deployment is accepted against."""
+
+    max_context_tokens: PositiveInt = 32768
+    planned_concurrency: PositiveInt = 5
+    max_output_tokens: PositiveInt = 1024
+    ttft_p95_ms: PositiveSeconds | None = None
+    e2e_p95_ms: PositiveSeconds | None = None
+    queue_p95_ms: PositiveSeconds | None = None
+    images_served: bool = False
+
+
+class ProbeParams(_Model):
+    timeout_s: PositiveSeconds = 10.0
+
+
+class AxesParams(_Model):
+    """Per-axis knobs. Each later axis adds its own section here."""
+
+    probe: ProbeParams = ProbeParams()
+
+
+class RunParams(_Model):
+    label: str = ""
+    reviewer: str | None = None
+    notebook_timeout_s: PositiveSeconds = 900.0
+
+
+class Params(_Model):
+    """The whole, resolved parameter set of one run."""
+
+    target: TargetParams
+    recipe: RecipeParams = RecipeParams()
+    contract: ContractParams = ContractParams()
+    axes: AxesParams = AxesParams()
+    run: RunParams = RunParams()
+
+    def public_dict(self) -> dict[str, Any]:
+        """JSON-ready dict. Holds no secret by construction: keys are referenced by variable name."""
+        return self.model_dump(mode="json")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Loading: files layered left to right, then --set overrides, with provenance for error messages.
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise BadInputError("file not found; expected a YAML parameters file", source=str(path)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadInputError(f"cannot read: {exc}", source=str(path)) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark else "YAML"
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise BadInputError(f"{where}: not valid YAML ({problem})", source=str(path)) from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise BadInputError(f"expected a mapping of sections (target:, recipe:, …), got {type(data).__name__}",
+                            source=str(path))
+    return data
+
+
+def _merge(base: dict[str, Any], layer: dict[str, Any], origin: str, prov: dict[str, str],
+           prefix: str = "") -> None:
+    for key, value in layer.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _merge(base[key], value, origin, prov, path + ".")
+        else:
+            base[key] = copy.deepcopy(value)
+            prov[path] = origin
+
+
+def parse_set(expr: str) -> tuple[list[str], Any]:
+    """`a.b.c=value` → (["a","b","c"], YAML-typed value)."""
+    key, sep, raw = expr.partition("=")
+    if not sep or not key.strip() or any(not p for p in key.strip().split(".")):
+        raise BadInputError(f"expected key.path=value, got {expr!r}", source="--set")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError:
+        value = raw
+    return key.strip().split("."), value
+
+
+def _provenance(loc: tuple[Any, ...], prov: dict[str, str], default: str) -> str:
+    dotted = [str(p) for p in loc if not isinstance(p, int)]
+    for n in range(len(dotted), 0, -1):
+        hit = prov.get(".".join(dotted[:n]))
+        if hit:
+            return hit
+    # a child key set in a file makes that file the best guess for its parent's error (e.g. an unknown key)
+    for path, origin in sorted(prov.items(), reverse=True):
+        if dotted and path.startswith(".".join(dotted) + "."):
+            return origin
+    return default
+
+
+def _expected(err: dict[str, Any]) -> str:
+    kind, msg = err.get("type", ""), err.get("msg", "")
+    if kind == "extra_forbidden":
+        return "unknown key; check its spelling against parameters/production.example.yaml"
+    if kind == "missing":
+        return "required field is missing"
+    msg = msg.removeprefix("Value error, ")
+    given = err.get("input")
+    if kind not in ("missing",) and not isinstance(given, (dict, list)) and given is not None:
+        return f"{msg} (got {given!r})"
+    return msg
+
+
+def _layer(path: Path, merged: dict[str, Any], prov: dict[str, str], seen: tuple[Path, ...] = ()) -> None:
+    """One file, after the files it `extends:` (paths relative to it), so a target file can reuse a recipe."""
+    data = _read_yaml(path)
+    parents = data.pop("extends", None)
+    if parents is not None:
+        if isinstance(parents, str):
+            parents = [parents]
+        if not isinstance(parents, list) or not all(isinstance(x, str) for x in parents):
+            raise BadInputError("expected a file name or a list of file names", source=str(path), field="extends")
+        for parent in parents:
+            ppath = (path.parent / parent).resolve()
+            if ppath in seen:
+                raise BadInputError(f"extends itself through {parent}", source=str(path), field="extends")
+            _layer(ppath, merged, prov, seen + (ppath,))
+    _merge(merged, data, str(path), prov)
+
+
+def load_params(files: list[str | Path], sets: list[str] = (), *, base: dict[str, Any] | None = None) -> Params:
+    """Layer the YAML `files` left to right, apply `sets` last, validate. Raises BadInputError (one line)."""
+    merged: dict[str, Any] = copy.deepcopy(base) if base else {}
+    prov: dict[str, str] = {}
+    for f in files:
+        _layer(Path(f), merged, prov, (Path(f).resolve(),))
+    for expr in sets:
+        keys, value = parse_set(expr)
+        node = merged
+        for k in keys[:-1]:
+            if not isinstance(node.get(k), dict):
+                node[k] = {}
+            node = node[k]
+        node[keys[-1]] = value
+        prov[".".join(keys)] = f"--set {expr.partition('=')[0]}"
+    return validate_params(merged, prov, default_source=str(files[-1]) if files else "parameters")
+
+
+def validate_params(data: dict[str, Any], prov: dict[str, str] | None = None, *,
+                    default_source: str = "parameters") -> Params:
+    try:
+        return Params.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = tuple(err.get("loc", ()))
+        field = ".".join(str(p) for p in loc) or "(top level)"
+        source = _provenance(loc, prov or {}, default_source)
+        more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
+        raise BadInputError(_expected(err) + more, source=source, field=field) from None
+
+
+def load_params_json(path: str | Path) -> Params:
+    """Read back a run's resolved `params.json` (evidence read back from disk is untrusted too)."""
+    import json
+
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise BadInputError(f"cannot read resolved parameters: {exc}", source=str(p)) from None
+    return validate_params(data, default_source=str(p))
+
+
+def load_any(path: str | Path, sets: list[str] = ()) -> Params:
+    """A notebook's `params_file`: YAML parameters or a run's resolved params.json."""
+    p = Path(path)
+    if p.suffix == ".json":
+        params = load_params_json(p)
+        if sets:
+            return load_params([], sets, base=params.public_dict())
+        return params
+    return load_params([p], sets)

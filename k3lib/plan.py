@@ -1,0 +1,10 @@
+"""The batches: which notebooks run, in which order, and which axis each one records."""
+
+from __future__ import annotations
+
+# (notebook file in notebooks/, axis id written to evidence/<axis>.json)
+ACCEPTANCE: tuple[tuple[str, str], ...] = (
+    ("00_probe.ipynb", "probe"),
+)
+ACCEPTANCE_SUMMARY = "99_acceptance.ipynb"
+ACCEPTANCE_AXES: tuple[str, ...] = tuple(axis for _, axis in ACCEPTANCE)

@@ -1,0 +1,204 @@
+"""The evidence store: one folder per run, atomic writes, and a manifest of sha256 hashes kept up to date.
+
+Layout: `outputs/<UTC timestamp>-<short id>/` with `params.json`, `evidence/<axis>.json`, `notebooks/`,
+`report/`, `decision.json` and `manifest.json`. Every file is written to a temp file in the same folder,
+flushed, fsynced and `os.replace`d, then its hash goes into the manifest under a file lock (several notebook
+kernels may write to one run at once). A run killed at any point leaves each finished file listed with its hash.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import fcntl
+import hashlib
+import json
+import os
+import secrets
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+from .errors import BadInputError, EvidenceError
+
+MANIFEST = "manifest.json"
+_LOCK = ".manifest.lock"
+
+
+def utc_now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Temp file in the same folder, flush, fsync, replace, fsync the folder: all or nothing."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def to_json_bytes(obj: Any) -> bytes:
+    return (json.dumps(obj, indent=2, ensure_ascii=False, sort_keys=False, default=_json_default) + "\n").encode()
+
+
+def _json_default(obj: Any) -> Any:
+    if hasattr(obj, "to_dict"):
+        return obj.to_dict()
+    if hasattr(obj, "model_dump"):
+        return obj.model_dump(mode="json")
+    if isinstance(obj, (dt.datetime, dt.date)):
+        return obj.isoformat()
+    if isinstance(obj, Path):
+        return str(obj)
+    if isinstance(obj, (set, frozenset, tuple)):
+        return list(obj)
+    if hasattr(obj, "item"):  # numpy scalars
+        return obj.item()
+    raise TypeError(f"{type(obj).__name__} is not JSON serialisable")
+
+
+class RunStore:
+    """One run folder. Paths given to its methods are relative to the run root."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root).resolve()
+
+    # -- creation ---------------------------------------------------------------------------------------------
+    @classmethod
+    def create(cls, outputs_dir: str | Path, *, label: str = "") -> "RunStore":
+        stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        name = f"{stamp}-{secrets.token_hex(3)}"
+        if label:
+            safe = "".join(c if c.isalnum() or c in "-_" else "-" for c in label)[:40]
+            name = f"{name}-{safe}"
+        return cls.create_at(Path(outputs_dir) / name)
+
+    @classmethod
+    def create_at(cls, root: Path) -> "RunStore":
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            for sub in ("evidence", "notebooks", "report"):
+                (root / sub).mkdir(exist_ok=True)
+        except OSError as exc:
+            raise BadInputError(f"cannot create the run folder: {exc.strerror}", source=str(root)) from None
+        store = cls(root)
+        store._update_manifest({})
+        return store
+
+    @classmethod
+    def open(cls, path: str | Path) -> "RunStore":
+        root = Path(path)
+        if not (root / MANIFEST).is_file():
+            raise BadInputError("not a k3kit run folder (no manifest.json)", source=str(path))
+        return cls(root)
+
+    @property
+    def run_id(self) -> str:
+        return self.root.name
+
+    def path(self, rel: str) -> Path:
+        return self.root / rel
+
+    # -- writing ----------------------------------------------------------------------------------------------
+    def write_bytes(self, rel: str, data: bytes) -> Path:
+        target = self.root / rel
+        atomic_write_bytes(target, data)
+        self._update_manifest({rel: (hashlib.sha256(data).hexdigest(), len(data))})
+        return target
+
+    def write_text(self, rel: str, text: str) -> Path:
+        return self.write_bytes(rel, text.encode("utf-8"))
+
+    def write_json(self, rel: str, obj: Any) -> Path:
+        return self.write_bytes(rel, to_json_bytes(obj))
+
+    def adopt(self, rel: str) -> Path:
+        """Record the hash of a file written by someone else (papermill) once it is finished and in place."""
+        target = self.root / rel
+        self._update_manifest({rel: (sha256_file(target), target.stat().st_size)})
+        return target
+
+    def append_jsonl(self, rel: str, obj: Any) -> None:
+        """Append one record and fsync: streams of request records survive a kill line by line.
+
+        A JSONL stream is hashed when it is closed (`adopt`); until then a reader trusts whole lines only.
+        """
+        target = self.root / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        line = json.dumps(obj, ensure_ascii=False, default=_json_default) + "\n"
+        with open(target, "a", encoding="utf-8") as fh:
+            fh.write(line)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        with open(self.root / _LOCK, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _update_manifest(self, entries: dict[str, tuple[str, int]]) -> None:
+        with self._locked():
+            manifest = self.manifest()
+            for rel, (digest, size) in entries.items():
+                manifest["files"][rel] = {"sha256": digest, "bytes": size}
+            manifest["run_id"] = self.run_id
+            manifest["updated_at"] = utc_now()
+            atomic_write_bytes(self.root / MANIFEST, to_json_bytes(manifest))
+
+    # -- reading ----------------------------------------------------------------------------------------------
+    def manifest(self) -> dict[str, Any]:
+        try:
+            data = json.loads((self.root / MANIFEST).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return {"files": {}}
+        except ValueError as exc:
+            raise EvidenceError(f"{self.root / MANIFEST}: not valid JSON ({exc})") from None
+        data.setdefault("files", {})
+        return data
+
+    def read_json(self, rel: str) -> Any:
+        try:
+            return json.loads((self.root / rel).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except ValueError as exc:
+            raise EvidenceError(f"{self.root / rel}: not valid JSON ({exc})") from None
+
+    def verify(self) -> list[str]:
+        """Problems found, one line each (empty list: every listed file matches its hash)."""
+        problems = []
+        for rel, entry in sorted(self.manifest()["files"].items()):
+            target = self.root / rel
+            if not target.is_file():
+                problems.append(f"{rel}: missing")
+            elif sha256_file(target) != entry.get("sha256"):
+                problems.append(f"{rel}: changed (sha256 differs from the manifest)")
+        return problems
+
+    def manifest_sha256(self) -> str:
+        return sha256_file(self.root / MANIFEST)
