@@ -1,0 +1,496 @@
+"""Chat-completion reply reader for tool calls: structured `tool_calls` (streams reassembled from deltas),
+their arguments' JSON validity, and tool-call markup leaked into content, reasoning or a function name.
+Accepts a JSON body, an SSE capture, a list of chunks, a Python dict repr or an OpenAI SDK repr."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from k3lib.errors import ArtifactError
+
+__all__ = [
+    "MARKUP_FAMILIES",
+    "ToolCallRecord",
+    "ToolReplyClassification",
+    "classify_tool_reply",
+    "detect_markup",
+    "inspect_tool_reply",
+    "parse_sse_chunks",
+    "reassemble_stream",
+]
+
+# Tool-call markup by family: what a model emits when the server's tool parser did not (or could not) turn it
+# into `tool_calls`. Names follow vLLM's `--tool-call-parser` names where one exists.
+MARKUP_FAMILIES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("kimi_k2", re.compile(
+        r"<\|tool_calls_section_(?:begin|end)\|>|<\|tool_call_(?:begin|end|argument_begin)\|>"
+        # With skip_special_tokens the markers vanish and the call header is what is left.
+        r"|(?<![\w.])functions\.[A-Za-z_][\w.-]*:\d+\s*\{")),
+    ("kimi_k3", re.compile(r"<\|open\|>\s*(?:tools|call\b)|<\|close\|>\s*(?:tools|call)\b")),
+    ("harmony", re.compile(
+        r"<\|channel\|>|<\|call\|>|<\|constrain\|>|<\|message\|>"
+        r"|\b(?:analysis|commentary)\s+to=functions\.[\w.-]+")),
+    ("hermes", re.compile(r"</?tool_call>")),
+    ("mistral", re.compile(r"\[TOOL_CALLS\]")),
+    ("deepseek_v3", re.compile(r"<｜tool▁(?:calls?▁begin|call▁end|sep)｜>")),
+    ("llama3_json", re.compile(r"<\|python_tag\|>")),
+)
+
+# A reply this large is a misdirected file, not a chat completion; bound the work.
+_MAX_CHARS = 20_000_000
+
+
+@dataclass(frozen=True)
+class ToolCallRecord:
+    index: int
+    id: str | None
+    type: str | None
+    name: str | None
+    arguments: Any                       # as received: normally a str; an object breaks OpenAI's contract
+    arguments_valid_json: bool           # a str that json.loads accepts
+    parsed_arguments: Any                # json.loads(arguments) when valid, else None
+    error: str | None                    # why the arguments are not valid JSON
+
+
+@dataclass(frozen=True)
+class ToolReplyClassification:
+    has_tool_calls: bool
+    function_names: tuple[str, ...]
+    leaked_markup: str | None
+    arguments_valid_json: bool | None    # None when there are no structured calls
+    tool_calls: tuple[ToolCallRecord, ...]
+    content: str | None
+    reasoning: str | None
+    finish_reason: str | None
+    source_format: str                   # json | dict | sse | chunks | sdk_repr | python_repr
+    leak_location: str | None            # content | reasoning | function_name
+    offered_tools: tuple[str, ...] | None  # from the request, when the artifact includes it
+    unknown_function_names: tuple[str, ...]  # called but not offered (empty when the request is absent)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The `k3 inspect tool-reply --json` shape."""
+        return {
+            "has_tool_calls": self.has_tool_calls,
+            "leaked_markup": self.leaked_markup,
+            "arguments_valid_json": self.arguments_valid_json,
+            "function_names": list(self.function_names),
+        }
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Pure helpers reused on live replies
+
+
+def detect_markup(text: str | None) -> str | None:
+    """The family whose tool-call markup appears in `text` (the earliest one when several do), or None."""
+    if not text or not isinstance(text, str):
+        return None
+    best: tuple[int, str] | None = None
+    for family, pattern in MARKUP_FAMILIES:
+        m = pattern.search(text)
+        if m and (best is None or m.start() < best[0]):
+            best = (m.start(), family)
+    return best[1] if best else None
+
+
+def parse_sse_chunks(text: str) -> list[dict[str, Any]]:
+    """The JSON payloads of an SSE capture (`data: {...}` lines); `[DONE]`, comments and cut lines are skipped.
+
+    Also reads one-JSON-object-per-line captures. A line that is not JSON (a stream cut mid-chunk) is dropped."""
+    chunks: list[dict[str, Any]] = []
+    buffer: list[str] = []
+
+    def flush() -> None:
+        if buffer:
+            payload = "\n".join(buffer).strip()
+            buffer.clear()
+            if payload and payload != "[DONE]":
+                value = _json_or_none(payload)
+                if isinstance(value, dict):
+                    chunks.append(value)
+
+    for raw in text.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
+        line = raw.strip()
+        if not line:
+            flush()
+            continue
+        if line.startswith("data:"):
+            # Captures often drop the blank line between events: a new `data:` whose payload is a whole JSON
+            # object starts a new event.
+            payload = line[5:].strip()
+            if buffer and _json_or_none("\n".join(buffer)) is not None:
+                flush()
+            buffer.append(payload)
+        elif line.startswith(("event:", "id:", "retry:", ":")):
+            continue
+        elif line.startswith("{"):
+            flush()
+            value = _json_or_none(line)
+            if isinstance(value, dict):
+                chunks.append(value)
+    flush()
+    return chunks
+
+
+def reassemble_stream(chunks: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """A `chat.completion`-shaped dict from `chat.completion.chunk` dicts.
+
+    Tool-call deltas are keyed by `index`: the first delta of a call carries id/type/name, later ones carry
+    argument fragments to concatenate (some parsers send the whole string at once)."""
+    choices: dict[int, dict[str, Any]] = {}
+    head: dict[str, Any] = {}
+    for chunk in chunks:
+        if not isinstance(chunk, Mapping):
+            continue
+        for key in ("id", "model", "created", "system_fingerprint"):
+            if key not in head and chunk.get(key) is not None:
+                head[key] = chunk[key]
+        if chunk.get("usage"):
+            head["usage"] = chunk["usage"]
+        for pos, choice in enumerate(_as_list(chunk.get("choices"))):
+            if not isinstance(choice, Mapping):
+                continue
+            idx = choice.get("index") if isinstance(choice.get("index"), int) else pos
+            acc = choices.setdefault(idx, {"content": [], "reasoning": [], "calls": {}, "finish_reason": None,
+                                           "role": None})
+            delta = choice.get("delta")
+            if not isinstance(delta, Mapping):
+                # Some proxies send whole messages in chunks.
+                delta = choice.get("message") if isinstance(choice.get("message"), Mapping) else {}
+            if isinstance(delta.get("role"), str):
+                acc["role"] = delta["role"]
+            if isinstance(delta.get("content"), str):
+                acc["content"].append(delta["content"])
+            for key in ("reasoning", "reasoning_content"):
+                if isinstance(delta.get(key), str):
+                    # 0.12–0.14 send both fields with the same text; keep one copy.
+                    if key == "reasoning_content" and isinstance(delta.get("reasoning"), str):
+                        continue
+                    acc["reasoning"].append(delta[key])
+            for cpos, call in enumerate(_as_list(delta.get("tool_calls"))):
+                if isinstance(call, Mapping):
+                    _merge_call_delta(acc["calls"], call, cpos)
+            if choice.get("finish_reason") is not None:
+                acc["finish_reason"] = choice["finish_reason"]
+    out_choices = []
+    for idx in sorted(choices):
+        acc = choices[idx]
+        calls = [acc["calls"][k] for k in sorted(acc["calls"])]
+        message: dict[str, Any] = {
+            "role": acc["role"] or "assistant",
+            "content": "".join(acc["content"]) if acc["content"] else None,
+            "reasoning": "".join(acc["reasoning"]) if acc["reasoning"] else None,
+            "tool_calls": calls,
+        }
+        out_choices.append({"index": idx, "message": message, "finish_reason": acc["finish_reason"]})
+    return {**head, "object": "chat.completion", "choices": out_choices}
+
+
+def _merge_call_delta(calls: dict[int, dict[str, Any]], delta: Mapping[str, Any], position: int) -> None:
+    idx = delta.get("index") if isinstance(delta.get("index"), int) else position
+    call = calls.setdefault(idx, {"id": None, "type": None, "function": {"name": None, "arguments": None}})
+    if delta.get("id"):
+        call["id"] = delta["id"]
+    if delta.get("type"):
+        call["type"] = delta["type"]
+    fn = delta.get("function")
+    if not isinstance(fn, Mapping):
+        return
+    name = fn.get("name")
+    if isinstance(name, str) and name:
+        current = call["function"]["name"]
+        # vLLM sends the name once; some servers repeat it whole in every delta, others stream it in pieces.
+        if current is None:
+            call["function"]["name"] = name
+        elif name != current:
+            call["function"]["name"] = current + name
+    args = fn.get("arguments")
+    if isinstance(args, str):
+        current = call["function"]["arguments"]
+        call["function"]["arguments"] = args if not isinstance(current, str) else current + args
+    elif args is not None:
+        call["function"]["arguments"] = args
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Turning an artifact into plain data
+
+_FENCE = re.compile(r"^\s*```[\w-]*\s*$|^\s*~~~[\w-]*\s*$")
+_PROMPT = re.compile(r"^\s*(?:>>>|\.\.\.|In \[\d+\]:|Out\[\d+\]:|\$|#)\s?")
+_SDK_START = re.compile(r"\b(?:ChatCompletion(?:Chunk)?|ParsedChatCompletion(?:\[[\w\[\], ]*\])?)\(")
+
+
+def _json_or_none(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _as_list(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, (list, tuple)) else []
+
+
+def _strip_paste(text: str) -> str:
+    """Remove Markdown fences and interactive prompts that surround a pasted reply."""
+    out = []
+    for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
+        if _FENCE.match(line):
+            continue
+        out.append(_PROMPT.sub("", line, count=1) if _PROMPT.match(line) and not line.lstrip().startswith(
+            ("{", "[", "data:")) else line)
+    return "\n".join(out)
+
+
+def _ast_to_data(node: ast.AST) -> Any:
+    """An SDK or dict repr as plain data: `Foo(a=1, b=Bar(c='x'))` → {"a": 1, "b": {"c": "x"}}."""
+    if isinstance(node, ast.Call):
+        return {kw.arg: _ast_to_data(kw.value) for kw in node.keywords if kw.arg is not None}
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return [_ast_to_data(e) for e in node.elts]
+    if isinstance(node, ast.Dict):
+        return {(_ast_to_data(k) if k is not None else None): _ast_to_data(v) for k, v in zip(node.keys, node.values)}
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant):
+        return -node.operand.value  # type: ignore[operator]
+    if isinstance(node, ast.Name):
+        # Enum members and sentinels (NOT_GIVEN) carry no tool-call data.
+        return None
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    raise ValueError(f"unsupported node {type(node).__name__}")
+
+
+def _parse_repr(text: str) -> Any:
+    if len(text) > _MAX_CHARS:
+        return None
+    try:
+        return _ast_to_data(ast.parse(text.strip(), mode="eval").body)
+    except (SyntaxError, ValueError, TypeError, MemoryError, RecursionError):
+        return None
+
+
+def _load_text(text: str) -> tuple[Any, str]:
+    if len(text) > _MAX_CHARS:
+        raise ArtifactError(f"the reply is {len(text)} characters long: not a chat completion")
+    body = _strip_paste(text).strip()
+    if not body:
+        raise ArtifactError("the reply is empty")
+    if re.search(r"^\s*data:", body, re.M):
+        chunks = parse_sse_chunks(body)
+        if chunks:
+            return chunks, "sse"
+    value = _json_or_none(body)
+    if value is not None:
+        # One JSON object per line is a chunk log; a single object is a body.
+        return value, "json"
+    lines = [ln for ln in body.split("\n") if ln.strip().startswith("{")]
+    if len(lines) > 1:
+        chunks = [c for c in (_json_or_none(ln.strip()) for ln in lines) if isinstance(c, dict)]
+        if len(chunks) > 1 and _is_chunk_list(chunks):
+            return chunks, "chunks"
+    m = _SDK_START.search(body)
+    if m:
+        # One repr per line for SDK stream captures (ChatCompletionChunk(...)).
+        reprs = [ln[_SDK_START.search(ln).start():] for ln in body.split("\n")  # type: ignore[union-attr]
+                 if _SDK_START.search(ln)]
+        if len(reprs) > 1 and "ChatCompletionChunk(" in body:
+            parsed = [p for p in (_parse_repr(r) for r in reprs) if isinstance(p, dict)]
+            if parsed:
+                return parsed, "sdk_repr"
+        value = _parse_repr(body[m.start():])
+        if isinstance(value, dict):
+            return value, "sdk_repr"
+    value = _parse_repr(body)
+    if isinstance(value, (dict, list)):
+        return value, "python_repr"
+    # A body with a leading label ("response:") or trailing text: the first object that looks like a reply.
+    decoder = json.JSONDecoder()
+    for m in re.finditer(r"(?m)^\s*[\[{]|[:=]\s*[\[{]", body):
+        try:
+            value, _ = decoder.raw_decode(body, m.end() - 1)
+        except (ValueError, RecursionError):
+            continue
+        if _find_completion(value)[0] is not None or _is_chunk_list(value):
+            return value, "json"
+    raise ArtifactError("this is not a chat-completion reply: expected a JSON body, an SSE capture "
+                        "(`data: {...}` lines), a list of chunks or an OpenAI SDK repr")
+
+
+def _to_plain(obj: Any) -> Any:
+    # SDK objects (pydantic models) become dicts; anything else is taken as is.
+    dump = getattr(obj, "model_dump", None)
+    if callable(dump):
+        try:
+            return dump()
+        except Exception as exc:  # a foreign object's own failure  # noqa: BLE001
+            raise ArtifactError(f"could not read the reply object: {exc}") from exc
+    return obj
+
+
+def _find_completion(value: Any, depth: int = 0) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """(completion, request) from a reply, a {request, response} pair or a wrapper such as {"body": …}."""
+    if depth > 4 or not isinstance(value, dict):
+        return None, None
+    if "choices" in value or "delta" in value:
+        return value, None
+    request = value.get("request") if isinstance(value.get("request"), dict) else None
+    for key in ("response", "reply", "body", "result", "output", "data", "completion"):
+        inner = value.get(key)
+        if isinstance(inner, str):
+            parsed = _json_or_none(inner)
+            inner = parsed if parsed is not None else inner
+        if isinstance(inner, list) and inner and all(isinstance(c, dict) for c in inner):
+            return reassemble_stream(inner), request
+        found, inner_request = _find_completion(inner, depth + 1)
+        if found is not None:
+            return found, request or inner_request
+    if "role" in value and ("content" in value or "tool_calls" in value):
+        # A bare assistant message.
+        return {"choices": [{"index": 0, "message": value}]}, request
+    return None, request
+
+
+def _is_chunk_list(value: Any) -> bool:
+    return isinstance(value, list) and any(
+        isinstance(c, dict) and (c.get("object") == "chat.completion.chunk"
+                                 or any(isinstance(ch, dict) and "delta" in ch for ch in _as_list(c.get("choices"))))
+        for c in value)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Classification
+
+
+def _record(index: int, call: Any) -> ToolCallRecord | None:
+    if not isinstance(call, Mapping):
+        return None
+    fn = call.get("function") if isinstance(call.get("function"), Mapping) else {}
+    name = fn.get("name") if isinstance(fn.get("name"), str) else None
+    args = fn.get("arguments")
+    valid, parsed, error = False, None, None
+    if isinstance(args, str):
+        try:
+            parsed = json.loads(args)
+            valid = True
+        except (ValueError, RecursionError) as exc:
+            error = f"arguments are not valid JSON: {exc}"
+    elif args is None:
+        error = "arguments missing"
+    else:
+        # OpenAI's contract is a JSON *string*; an object means the client must guess a transformation.
+        error = f"arguments are a {type(args).__name__}, not a JSON string"
+    idx = call.get("index") if isinstance(call.get("index"), int) else index
+    return ToolCallRecord(index=idx, id=call.get("id") if isinstance(call.get("id"), str) else None,
+                          type=call.get("type") if isinstance(call.get("type"), str) else None,
+                          name=name, arguments=args, arguments_valid_json=valid, parsed_arguments=parsed,
+                          error=error)
+
+
+def _offered(request: dict[str, Any] | None) -> tuple[str, ...] | None:
+    if not request:
+        return None
+    names = []
+    for tool in _as_list(request.get("tools")):
+        if isinstance(tool, Mapping):
+            fn = tool.get("function") if isinstance(tool.get("function"), Mapping) else tool
+            if isinstance(fn.get("name"), str):
+                names.append(fn["name"])
+    return tuple(names) if names or "tools" in request else None
+
+
+def _classify_data(value: Any, source_format: str) -> ToolReplyClassification:
+    value = _to_plain(value)
+    request: dict[str, Any] | None = None
+    if _is_chunk_list(value):
+        completion: dict[str, Any] | None = reassemble_stream(value)
+        source_format = "sse" if source_format == "sse" else "chunks"
+    elif isinstance(value, list):
+        # A list holding one completion (e.g. a JSON array of one reply).
+        completion = next((_find_completion(v)[0] for v in value if _find_completion(v)[0] is not None), None)
+    else:
+        completion, request = _find_completion(value)
+        if completion is not None and "delta" in completion:
+            completion = reassemble_stream([completion])
+        elif completion is not None and any(isinstance(c, Mapping) and "delta" in c
+                                            for c in _as_list(completion.get("choices"))):
+            completion = reassemble_stream([completion])
+    if completion is None:
+        raise ArtifactError("no `choices` in this reply: it is not a chat completion (or a stream of chunks)")
+
+    contents: list[str] = []
+    reasonings: list[str] = []
+    calls: list[ToolCallRecord] = []
+    finish_reason = None
+    for choice in _as_list(completion.get("choices")):
+        if not isinstance(choice, Mapping):
+            continue
+        message = choice.get("message") if isinstance(choice.get("message"), Mapping) else {}
+        if finish_reason is None and isinstance(choice.get("finish_reason"), str):
+            finish_reason = choice["finish_reason"]
+        if isinstance(message.get("content"), str):
+            contents.append(message["content"])
+        elif isinstance(message.get("content"), list):
+            # Content parts: [{"type": "text", "text": "…"}].
+            contents.extend(p.get("text") for p in message["content"]
+                            if isinstance(p, Mapping) and isinstance(p.get("text"), str))
+        seen_reasoning = set()
+        for key in ("reasoning", "reasoning_content"):
+            text = message.get(key)
+            if isinstance(text, str) and text not in seen_reasoning:
+                seen_reasoning.add(text)
+                reasonings.append(text)
+        raw_calls = _as_list(message.get("tool_calls"))
+        if isinstance(message.get("function_call"), Mapping):
+            # The legacy single-call field is structured too.
+            raw_calls = raw_calls + [{"type": "function", "function": message["function_call"]}]
+        for i, call in enumerate(raw_calls):
+            rec = _record(i, call)
+            if rec is not None:
+                calls.append(rec)
+
+    content = "".join(contents) if contents else None
+    reasoning = "\n".join(reasonings) if reasonings else None
+    leak, where = None, None
+    for location, text in (("content", content), ("reasoning", reasoning)):
+        leak = detect_markup(text)
+        if leak:
+            where = location
+            break
+    if leak is None:
+        for rec in calls:
+            leak = detect_markup(rec.name)
+            if leak:
+                where = "function_name"
+                break
+    names = tuple(rec.name for rec in calls if rec.name)
+    offered = _offered(request)
+    unknown = tuple(n for n in names if offered is not None and n not in offered)
+    return ToolReplyClassification(
+        has_tool_calls=bool(calls), function_names=names, leaked_markup=leak,
+        arguments_valid_json=all(rec.arguments_valid_json for rec in calls) if calls else None,
+        tool_calls=tuple(calls), content=content, reasoning=reasoning, finish_reason=finish_reason,
+        source_format=source_format, leak_location=where, offered_tools=offered, unknown_function_names=unknown)
+
+
+def classify_tool_reply(obj_or_text: Any) -> ToolReplyClassification:
+    """Classify a reply given as text (JSON, SSE, SDK repr), bytes, a dict, a list of chunks or an SDK object."""
+    if isinstance(obj_or_text, (bytes, bytearray)):
+        obj_or_text = bytes(obj_or_text).decode("utf-8", errors="replace")
+    if isinstance(obj_or_text, str):
+        value, fmt = _load_text(obj_or_text)
+        return _classify_data(value, fmt)
+    if obj_or_text is None:
+        raise ArtifactError("no reply given")
+    return _classify_data(obj_or_text, "dict")
+
+
+def inspect_tool_reply(text: str | bytes) -> dict[str, Any]:
+    """`k3 inspect tool-reply FILE --json`."""
+    return classify_tool_reply(text).as_dict()
