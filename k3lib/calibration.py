@@ -1,0 +1,475 @@
+"""Self-calibration: how wrong is the client's own clock-work? A server with known timing answers that.
+
+`KnownTimingServer` streams chunks on a fixed schedule (TTFT, then one chunk per gap, 2 tokens per chunk)
+and stamps each chunk with its own `perf_counter_ns`; `calibrate` compares what the client measured against
+both, with the event-loop lag measured alongside, and `gate_phase` marks a load phase invalid past the bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from k3lib.client import ChatClient, ChatRecord
+
+#: Default bound on the client's p99 timing error; above it a phase's TTFT/ITL are not trusted.
+DEFAULT_MAX_ERROR_MS = 10.0
+
+# ---------------------------------------------------------------------------------------------------------
+# The known-timing server
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KnownTimingConfig:
+    """The schedule every reply follows. A request may override it with `k3_ttft_ms`, `k3_itl_ms`,
+    `k3_chunks` or `k3_stall_s` body fields (a test server's private knobs; vLLM would reject them)."""
+
+    ttft_ms: float = 50.0
+    itl_ms: float = 10.0
+    chunks: int = 20
+    #: tokens per chunk: 2 proves that a client counting chunks as tokens is wrong (vllm#27485)
+    tokens_per_chunk: int = 2
+    model: str = "known-timing"
+    #: SSE events sent per socket write once the schedule is due — >1 only to measure client parse throughput
+    events_per_write: int = 1
+    max_model_len: int = 1_048_576
+
+
+def _words(text: str) -> int:
+    return len(text.split())
+
+
+def _message_text(messages: Any) -> str:
+    parts: list[str] = []
+    for m in messages or ():
+        if isinstance(m, dict):
+            c = m.get("content")
+            if isinstance(c, str):
+                parts.append(c)
+            elif isinstance(c, list):
+                parts.extend(p.get("text", "") for p in c if isinstance(p, dict))
+    return " ".join(parts)
+
+
+def _chat_prompt_tokens(messages: Any) -> int:
+    # a toy tokenizer: one token per whitespace word plus 3 template tokens per message and 2 for the prompt
+    msgs = [m for m in messages or () if isinstance(m, dict)]
+    return sum(_words(_message_text([m])) + 3 for m in msgs) + 2
+
+
+def build_known_timing_app(config: KnownTimingConfig) -> Any:
+    """The Starlette app. Imported lazily so nothing heavy happens at `import k3lib.calibration`."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response, StreamingResponse
+    from starlette.routing import Route
+
+    def sse(obj: Any) -> bytes:
+        return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+    async def chat(request: Request) -> Response:
+        t0 = time.perf_counter_ns()
+        body = await request.json()
+        ttft_ns = int(float(body.get("k3_ttft_ms", config.ttft_ms)) * 1e6)
+        itl_ns = int(float(body.get("k3_itl_ms", config.itl_ms)) * 1e6)
+        chunks = int(body.get("k3_chunks", config.chunks))
+        stall_s = float(body.get("k3_stall_s", 0.0))
+        tpc = config.tokens_per_chunk
+        prompt_tokens = _chat_prompt_tokens(body.get("messages"))
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": chunks * tpc,
+                 "total_tokens": prompt_tokens + chunks * tpc, "prompt_tokens_details": {"cached_tokens": 0}}
+        base = {"id": "chatcmpl-known", "model": config.model, "system_fingerprint": "known-timing-1"}
+
+        async def sleep_until(target_ns: int) -> None:
+            delay = (target_ns - time.perf_counter_ns()) / 1e9
+            if delay > 0:
+                await asyncio.sleep(delay)
+
+        if not body.get("stream"):
+            await sleep_until(t0 + ttft_ns + max(0, chunks - 1) * itl_ns)
+            if stall_s:
+                await asyncio.sleep(stall_s)
+            text = " ".join(f"w{i}" for i in range(chunks * tpc))
+            return JSONResponse({**base, "object": "chat.completion", "usage": usage, "choices": [
+                {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}]})
+
+        async def events():
+            yield sse({**base, "object": "chat.completion.chunk",
+                       "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
+            k = 0
+            while k < chunks:
+                await sleep_until(t0 + ttft_ns + k * itl_ns)
+                n = min(config.events_per_write, chunks - k)
+                block = bytearray()
+                for j in range(k, k + n):
+                    text = "".join(f" w{j * tpc + i}" for i in range(tpc))
+                    block += sse({**base, "object": "chat.completion.chunk", "k3_sent_ns": time.perf_counter_ns(),
+                                  "choices": [{"index": 0, "delta": {"content": text}}]})
+                yield bytes(block)
+                k += n
+                if stall_s and k == 1:
+                    await asyncio.sleep(stall_s)
+            yield sse({**base, "object": "chat.completion.chunk",
+                       "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+            if (body.get("stream_options") or {}).get("include_usage"):
+                yield sse({**base, "object": "chat.completion.chunk", "choices": [], "usage": usage})
+            yield b"data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    async def tokenize(request: Request) -> Response:
+        body = await request.json()
+        if "messages" in body:
+            count = _chat_prompt_tokens(body["messages"])
+        else:
+            count = _words(body.get("prompt", ""))
+        return JSONResponse({"count": count, "max_model_len": config.max_model_len,
+                             "tokens": list(range(count)), "token_strs": None})
+
+    async def models(request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [
+            {"id": config.model, "object": "model", "owned_by": "k3kit", "root": config.model,
+             "max_model_len": config.max_model_len}]})
+
+    async def health(request: Request) -> Response:
+        return Response(status_code=200)
+
+    async def version(request: Request) -> Response:
+        return JSONResponse({"version": "known-timing"})
+
+    return Starlette(routes=[
+        Route("/v1/chat/completions", chat, methods=["POST"]),
+        Route("/tokenize", tokenize, methods=["POST"]),
+        Route("/v1/models", models),
+        Route("/health", health),
+        Route("/version", version),
+    ])
+
+
+def _bind_loopback() -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(4096)
+    return sock
+
+
+def _uvicorn_server(config: KnownTimingConfig) -> Any:
+    import uvicorn
+
+    cfg = uvicorn.Config(build_known_timing_app(config), log_level="warning", access_log=False,
+                         lifespan="off", timeout_graceful_shutdown=1, backlog=4096)
+    return uvicorn.Server(cfg)
+
+
+def serve_forever_from_argv(argv: Sequence[str]) -> None:
+    """Child-process entry: `argv[0]` is the config as JSON, `argv[1]` an optional CPU to pin to.
+
+    Prints the bound port on stdout, then serves until terminated.
+    """
+    import os
+    import sys
+
+    config = KnownTimingConfig(**json.loads(argv[0]))
+    if len(argv) > 1 and argv[1] != "" and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {int(argv[1])})
+    sock = _bind_loopback()
+    sys.stdout.write(f"{sock.getsockname()[1]}\n")
+    sys.stdout.flush()
+    _uvicorn_server(config).run(sockets=[sock])
+
+
+class KnownTimingServer:
+    """A running known-timing server on 127.0.0.1, port chosen by the OS. Use as a context manager.
+
+    `in_process=True` runs uvicorn in a thread (fast to start, fine for tests); `False` runs it in a child
+    process, optionally pinned to `cpu`, so its work does not steal the client's GIL — use that to calibrate.
+    """
+
+    def __init__(self, config: KnownTimingConfig | None = None, *, in_process: bool = True,
+                 cpu: int | None = None) -> None:
+        self.config = config or KnownTimingConfig()
+        self.in_process = in_process
+        self.cpu = cpu
+        self.url = ""
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+        self._process: Any = None
+
+    def start(self, timeout_s: float = 20.0) -> KnownTimingServer:
+        if self.in_process:
+            sock = _bind_loopback()
+            self._server = _uvicorn_server(self.config)
+            self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]},
+                                            name="k3lib-known-timing", daemon=True)
+            self._thread.start()
+            deadline = time.monotonic() + timeout_s
+            while not self._server.started:
+                if time.monotonic() > deadline or not self._thread.is_alive():
+                    raise RuntimeError("known-timing server did not start")
+                time.sleep(0.01)
+            port = sock.getsockname()[1]
+        else:
+            # a plain subprocess, not multiprocessing: spawn would re-import a notebook's or script's __main__
+            code = "import sys; from k3lib.calibration import serve_forever_from_argv as s; s(sys.argv[1:])"
+            args = [sys.executable, "-c", code, json.dumps(asdict(self.config)),
+                    "" if self.cpu is None else str(self.cpu)]
+            self._process = subprocess.Popen(args, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+            line = _read_line(self._process.stdout, timeout_s)
+            if not line.strip().isdigit():
+                self._process.kill()
+                raise RuntimeError("known-timing server process did not report its port")
+            port = int(line)
+            _wait_healthy(f"http://127.0.0.1:{port}", timeout_s)
+        self.url = f"http://127.0.0.1:{port}"
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+            if self._thread is not None:
+                self._thread.join(timeout=10)
+            self._server = None
+        if self._process is not None:
+            self._process.terminate()
+            try:
+                self._process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait(timeout=10)
+            if self._process.stdout is not None:
+                self._process.stdout.close()
+            self._process = None
+
+    def __enter__(self) -> KnownTimingServer:
+        return self.start() if not self.url else self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _read_line(stream: Any, timeout_s: float) -> str:
+    box: list[str] = []
+    reader = threading.Thread(target=lambda: box.append(stream.readline().decode()), daemon=True)
+    reader.start()
+    reader.join(timeout_s)
+    return box[0] if box else ""
+
+
+def _wait_healthy(url: str, timeout_s: float) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url + "/health", timeout=1.0, trust_env=False).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.05)
+    raise RuntimeError(f"known-timing server at {url} never became healthy")
+
+
+def start_known_timing_server(config: KnownTimingConfig | None = None, **kwargs: Any) -> KnownTimingServer:
+    return KnownTimingServer(config, **kwargs).start()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Event-loop lag
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LoopLagReport:
+    """How late the event loop woke up for a timer: the floor under every client timing taken on it."""
+
+    duration_s: float
+    interval_ms: float
+    samples: int
+    p50_ms: float | None
+    p99_ms: float | None
+    max_ms: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+async def measure_event_loop_lag(duration_s: float, *, interval_ms: float = 5.0,
+                                 stop: asyncio.Event | None = None) -> LoopLagReport:
+    """Sleep `interval_ms` repeatedly for `duration_s` (or until `stop` is set) and record each overshoot."""
+    lags: list[float] = []
+    end = time.perf_counter_ns() + int(duration_s * 1e9)
+    interval_ns = int(interval_ms * 1e6)
+    while time.perf_counter_ns() < end and not (stop is not None and stop.is_set()):
+        target = time.perf_counter_ns() + interval_ns
+        await asyncio.sleep(interval_ms / 1e3)
+        lags.append(max(0.0, (time.perf_counter_ns() - target) / 1e6))
+    return LoopLagReport(duration_s=duration_s, interval_ms=interval_ms, samples=len(lags),
+                         p50_ms=percentile(lags, 50), p99_ms=percentile(lags, 99), max_ms=max(lags, default=None))
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Linear-interpolated percentile (numpy's default method); None for no values."""
+    if not values:
+        return None
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Calibration
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CalibrationReport:
+    """The client's own timing error at one concurrency, against a server whose timing is known.
+
+    `ttft_error_ms` = measured TTFT − scheduled TTFT (includes upload, server wake-up and delivery: an upper
+    bound); `itl_error_ms` = measured gap − scheduled gap; `delivery_ms` = client receive mark − the server's
+    own send stamp of the same chunk (same monotonic clock, same host): the client-side part alone.
+    """
+
+    url: str
+    concurrency: int
+    requests: int
+    ok: int
+    known_ttft_ms: float
+    known_itl_ms: float
+    chunks_per_request: int
+    ttft_ms_p50: float | None
+    ttft_error_ms_p50: float | None
+    ttft_error_ms_p99: float | None
+    ttft_error_ms_max: float | None
+    itl_error_ms_p50: float | None
+    itl_error_ms_p99: float | None
+    delivery_ms_p50: float | None
+    delivery_ms_p99: float | None
+    delivery_ms_max: float | None
+    itl_count_ok: bool
+    tokens_from_usage_ok: bool
+    loop_lag: LoopLagReport
+    max_error_ms: float
+    valid: bool
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _server_stamps(rec: ChatRecord) -> list[int]:
+    stamps = []
+    for line in rec.raw_lines:
+        if '"k3_sent_ns"' in line:
+            try:
+                stamps.append(int(json.loads(line)["k3_sent_ns"]))
+            except (ValueError, KeyError, TypeError):
+                pass
+    return stamps
+
+
+def assess(records: Sequence[ChatRecord], *, url: str, concurrency: int, known_ttft_ms: float,
+           known_itl_ms: float, chunks: int, tokens_per_chunk: int, loop_lag: LoopLagReport,
+           max_error_ms: float = DEFAULT_MAX_ERROR_MS) -> CalibrationReport:
+    """Pure: turn calibration records into a report and a verdict."""
+    ok = [r for r in records if r.ok]
+    ttft = [r.ttft_ms for r in ok if r.ttft_ms is not None]
+    ttft_err = [t - known_ttft_ms for t in ttft]
+    itl_err = [g - known_itl_ms for r in ok for g in r.itl_ms]
+    delivery: list[float] = []
+    for r in ok:
+        stamps = _server_stamps(r)
+        if len(stamps) == len(r.output_chunk_ns):
+            delivery.extend((c - s) / 1e6 for c, s in zip(r.output_chunk_ns, stamps))
+    itl_count_ok = all(len(r.itl_ms) == chunks - 1 for r in ok) and bool(ok)
+    tokens_ok = all(r.completion_tokens == chunks * tokens_per_chunk for r in ok) and bool(ok)
+    reasons = []
+    if len(ok) < len(records) or not ok:
+        reasons.append(f"{len(records) - len(ok)} of {len(records)} calibration requests failed")
+    p99_ttft = percentile([abs(e) for e in ttft_err], 99)
+    p99_itl = percentile([abs(e) for e in itl_err], 99)
+    p99_delivery = percentile(delivery, 99)
+    for label, value in (("TTFT error p99", p99_ttft), ("ITL error p99", p99_itl),
+                         ("delivery delay p99", p99_delivery)):
+        if value is not None and value > max_error_ms:
+            reasons.append(f"{label} {value:.2f} ms > bound {max_error_ms:g} ms")
+    if not itl_count_ok:
+        reasons.append(f"not every stream showed {chunks - 1} inter-chunk gaps")
+    if not tokens_ok:
+        reasons.append("completion tokens from usage do not match the server's count")
+    return CalibrationReport(
+        url=url, concurrency=concurrency, requests=len(records), ok=len(ok), known_ttft_ms=known_ttft_ms,
+        known_itl_ms=known_itl_ms, chunks_per_request=chunks, ttft_ms_p50=percentile(ttft, 50),
+        ttft_error_ms_p50=percentile(ttft_err, 50), ttft_error_ms_p99=percentile(ttft_err, 99),
+        ttft_error_ms_max=max(ttft_err, default=None), itl_error_ms_p50=percentile(itl_err, 50),
+        itl_error_ms_p99=percentile(itl_err, 99), delivery_ms_p50=percentile(delivery, 50),
+        delivery_ms_p99=p99_delivery, delivery_ms_max=max(delivery, default=None), itl_count_ok=itl_count_ok,
+        tokens_from_usage_ok=tokens_ok, loop_lag=loop_lag, max_error_ms=max_error_ms, valid=not reasons,
+        reason="; ".join(reasons) or "client timing error within bound")
+
+
+async def calibrate(client: ChatClient | None, url: str | None = None, *, concurrency: int,
+                    known_ttft_ms: float, known_itl_ms: float, chunks: int = 20, tokens_per_chunk: int = 2,
+                    rounds: int = 1, max_error_ms: float = DEFAULT_MAX_ERROR_MS) -> CalibrationReport:
+    """Run `concurrency` simultaneous streams (× `rounds`) against a known-timing server at `url`.
+
+    The server must honour the `k3_ttft_ms`/`k3_itl_ms`/`k3_chunks` knobs (`KnownTimingServer` does) and send
+    `tokens_per_chunk` tokens per chunk. `client` lends its settings (timeouts, pool size); its target is
+    replaced by `url` when both are given.
+    """
+    if client is None:
+        if url is None:
+            raise ValueError("calibrate needs a client or a url")
+        client = ChatClient(url)
+        own = True
+    elif url is not None and client.base_url != ChatClient(url).base_url:
+        client = client.with_base_url(url)
+        own = True
+    else:
+        own = False
+    body = {"model": client.model or "known-timing", "stream": True, "max_tokens": chunks * tokens_per_chunk,
+            "messages": [{"role": "user", "content": "calibrate"}],
+            "k3_ttft_ms": known_ttft_ms, "k3_itl_ms": known_itl_ms, "k3_chunks": chunks}
+    timeout_s = 30.0 + (known_ttft_ms + chunks * known_itl_ms) / 1e3 * 4
+    stop = asyncio.Event()
+    records: list[ChatRecord] = []
+    try:
+        lag_task = asyncio.create_task(measure_event_loop_lag(timeout_s * rounds, stop=stop))
+        try:
+            for _ in range(rounds):
+                batch = await asyncio.gather(*(
+                    client.chat_body(body, strict=False, timeout_s=timeout_s, request_id=f"calib-{i}")
+                    for i in range(concurrency)))
+                records.extend(batch)
+        finally:
+            stop.set()
+            lag = await lag_task
+    finally:
+        if own:
+            await client.aclose()
+    return assess(records, url=client.base_url, concurrency=concurrency, known_ttft_ms=known_ttft_ms,
+                  known_itl_ms=known_itl_ms, chunks=chunks, tokens_per_chunk=tokens_per_chunk, loop_lag=lag,
+                  max_error_ms=max_error_ms)
+
+
+def gate_phase(summary: Any, report: CalibrationReport) -> Any:
+    """Mark a load-phase summary invalid when the calibration at its concurrency failed.
+
+    Works on any frozen dataclass with `valid` and `invalid_reason` fields (k3lib.load.PhaseSummary).
+    """
+    if report.valid:
+        return replace(summary, calibration=report.to_dict())
+    reason = f"client self-calibration failed at concurrency {report.concurrency}: {report.reason}"
+    return replace(summary, valid=False, invalid_reason=reason, calibration=report.to_dict())
