@@ -263,6 +263,9 @@ _CTX_CLIENT = ("openai.BadRequestError: Error code: 400 - {{'object': 'error', '
                  "of 8192\nWARNING 05-23 15:53:27 [scheduler.py:1] Input prompt (9100 tokens) is too long and "
                  "exceeds limit of 8192\n", 2, id="v0-input-prompt-too-long"),
     pytest.param(_CTX_ACCESS * 3, 0, id="bare-400s-are-not-attributed"),
+    pytest.param("(APIServer pid=1) INFO 01-01 00:00:00 [logger.py:39] Received request chatcmpl-1: prompt: "
+                 "'why does This model\'s maximum context length is 5 tokens appear?'\n", 0,
+                 id="prompt-echo-quoting-the-error"),
 ])
 def test_context_rejections_count_requests(text: str, count: int) -> None:
     assert inspect_log(text)["context_rejections"] == count

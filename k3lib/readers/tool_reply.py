@@ -410,7 +410,7 @@ def _classify_data(value: Any, source_format: str) -> ToolReplyClassification:
     request: dict[str, Any] | None = None
     if _is_chunk_list(value):
         completion: dict[str, Any] | None = reassemble_stream(value)
-        source_format = "sse" if source_format == "sse" else "chunks"
+        source_format = source_format if source_format in ("sse", "sdk_repr") else "chunks"
     elif isinstance(value, list):
         # A list holding one completion (e.g. a JSON array of one reply).
         completion = next((_find_completion(v)[0] for v in value if _find_completion(v)[0] is not None), None)

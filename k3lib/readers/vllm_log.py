@@ -275,6 +275,7 @@ _REJECTION = re.compile(
     r"|(?P<max_tokens>'max_tokens'[^\n]{0,80}?is too large|Please request fewer output tokens)"
     r"|(?P<prompt_too_long>Input prompt \(\d+ tokens\) is too long)"
     r"|(?P<decoder_prompt>The decoder prompt \(length \d+\)[^\n]{0,80}?longer than the maximum model length)")
+_REQUEST_ECHO = re.compile(r"\s*(?:Received request|Added request|Request \S+ details)\b")
 _CLIENT_SIDE = re.compile(r"BadRequestError|Error code: 400|[\"']code[\"']:\s*400|\bstatus(?:_code)?[=:]\s*400")
 _NUMBER = re.compile(r"\d[\d,]*")
 
@@ -492,7 +493,9 @@ def parse_vllm_log(text: str | bytes) -> VllmLogReport:
                                 collected_at=cursor.collected_at)
 
         # --- context-length rejections
-        m = _REJECTION.search(msg)
+        # The request logger echoes prompts ("Received request …: prompt: …"); a prompt quoting an error is
+        # not a rejection.
+        m = None if _REQUEST_ECHO.match(msg) else _REJECTION.search(msg)
         if m:
             kind = m.lastgroup or "context_length"
             key = _rejection_key(kind, msg, m.start())
