@@ -9,6 +9,7 @@ import socket
 import threading
 import time
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from typing import Any, Iterable, Mapping, Protocol, Sequence
 
 import httpx
@@ -294,6 +295,21 @@ class PrometheusGpuSource:
         t_wall = time.time()
         samples = [s for name in DCGM_SERIES for s in self._query(name)]
         return gpu_samples_from_dcgm(samples, t_wall=t_wall)
+
+    def sample_range(self, start: datetime, end: datetime, step: str = "5s") -> list[GpuSample]:
+        """The series over a past window (a load phase), one GpuSample per GPU per Prometheus step."""
+        by_time: dict[float, list[Sample]] = {}
+        for name in DCGM_SERIES:
+            query = f"{name}{{{self.selector}}}" if self.selector else name
+            try:
+                result = self._client().custom_query_range(query, start_time=start, end_time=end, step=step)
+            except Exception as exc:
+                raise TargetUnreachable(f"Prometheus range query {query!r} at {self.url} failed: {exc}") from exc
+            for item in result:
+                for point in item.get("values", ()):
+                    (sample,) = _vector_samples([{"metric": item["metric"], "value": point}], name)
+                    by_time.setdefault(float(point[0]), []).append(sample)
+        return [g for t in sorted(by_time) for g in gpu_samples_from_dcgm(by_time[t], t_wall=t)]
 
     def describe(self) -> GpuSourceInfo:
         return GpuSourceInfo("prometheus", True, endpoint=self.url)

@@ -240,3 +240,18 @@ def test_unavailable_nvml_sampler_yields_empty_frame(monkeypatch):
     sampler = gpu_sampler(NvmlSource(), interval_s=0.05, max_duration_s=0.15).start()
     sampler.join(timeout_s=5)
     assert list(sampler.frame().columns) == ["t_wall", "t_rel_s"] and not sampler.errors
+
+
+def test_prometheus_range_query_gives_samples_per_step():
+    from datetime import datetime, timezone
+
+    class RangeFake:
+        def custom_query_range(self, query, start_time, end_time, step):
+            name = query.split("{")[0]
+            return [{"metric": {"__name__": name, "gpu": "0", "Hostname": "node-1", "UUID": "GPU-aaaa"},
+                     "values": [[100.0, "10"], [105.0, "20"]]}]
+
+    start = datetime(2025, 1, 1, tzinfo=timezone.utc)
+    gpus = PrometheusGpuSource(connect=RangeFake()).sample_range(start, start, "5s")
+    assert [(g.t_wall, g.fb_used_bytes, g.fb_total_bytes, g.util_pct) for g in gpus] == [
+        (100.0, 10 * MIB, 30 * MIB, 10.0), (105.0, 20 * MIB, 60 * MIB, 20.0)]

@@ -81,3 +81,23 @@ def test_empty_text_gives_no_samples_and_null_values():
     snap = Snapshot.from_text("")
     assert snap.value("prompt_tokens_total") is None
     assert snap.model_name() is None
+
+
+def test_help_text_ending_in_a_number_is_not_a_sample():
+    text = "2025-06-01T10:00:00Z # HELP vllm:x Buckets up to 5\n2025-06-01T10:00:00Z vllm:x 1\n```\n"
+    assert values(text) == {"vllm:x": 1.0}
+
+
+def test_inspect_refuses_text_without_samples():
+    from k3lib.errors import ArtifactError
+    from k3lib.metrics import inspect_metrics
+
+    with pytest.raises(ArtifactError, match="line 1 reads 'INFO 06-01 server started'"):
+        inspect_metrics("INFO 06-01 server started\n\n")
+
+
+def test_package_all_is_sorted_and_importable():
+    import k3lib.metrics as metrics
+
+    assert metrics.__all__ == sorted(metrics.__all__)
+    assert all(hasattr(metrics, name) for name in metrics.__all__)

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+from k3lib.errors import ArtifactError
 from k3lib.metrics.names import INSPECT_SERIES
+from k3lib.metrics.parse import parse_exposition
 from k3lib.metrics.snapshot import Snapshot
 
 
 def inspect_metrics(text: str) -> dict[str, object]:
     """Exactly {"model_name", "engines", "values": {canonical: number | None}}. Usage is the max over engines,
     counters and running/waiting gauges the sum (request_success_total also over finished_reason); a value is
-    None when no series carries it."""
-    snapshot = Snapshot.from_text(text)
-    return inspect_snapshot(snapshot)
+    None when no series carries it. ArtifactError when the text holds no sample line at all."""
+    exposition = parse_exposition(text)
+    if not exposition.samples:
+        first = exposition.skipped[0] if exposition.skipped else None
+        seen = f"; line {first.line_no} reads {first.line.strip()[:80]!r}" if first else ""
+        raise ArtifactError(f"not a Prometheus exposition: no `name{{labels}} value` sample line{seen}")
+    return inspect_snapshot(Snapshot.from_expositions({"<text>": exposition}))
 
 
 def inspect_snapshot(snapshot: Snapshot) -> dict[str, object]:

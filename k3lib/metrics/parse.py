@@ -24,6 +24,7 @@ _SAMPLE_AT_END = re.compile(
     r"(?:[ \t]+(?P<ts>-?[0-9]+(?:\.[0-9]+)?))?"
     r"[ \t]*$"
 )
+_HELP_LINE = re.compile(r"#\s*HELP\s")
 _TYPE_LINE = re.compile(r"#\s*TYPE\s+(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)\s+(?P<type>[a-z]+)\s*$")
 
 
@@ -99,8 +100,8 @@ def _parse_lines(text: str) -> Exposition:
         if "#" in line and (m := _TYPE_LINE.search(line)):
             types[m["name"]] = m["type"]
             continue
-        if line.startswith("#"):
-            continue  # HELP, comments, '# EOF'
+        if line.startswith("#") or _HELP_LINE.search(line):
+            continue  # HELP (its text may end in a number), comments, '# EOF'
         m = _SAMPLE_AT_END.search(line)
         if m is None or m["name"].endswith(":"):
             # A name ending in ':' is prose ("throughput: 5.0"), not a metric.
