@@ -4,7 +4,6 @@ kubectl timestamps, log-collector prefixes); every line it could not read is kep
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -115,7 +114,3 @@ def _parse_lines(text: str) -> Exposition:
             continue
         samples.extend(_sample(s.name, s.labels, s.value) for f in fams for s in f.samples)
     return Exposition(samples=_dedupe(samples), types=MappingProxyType(types), skipped=tuple(skipped), strict=False)
-
-
-def is_number(value: float | None) -> bool:
-    return value is not None and not math.isnan(value)

@@ -27,7 +27,7 @@ def _as_list(urls: str | Iterable[str]) -> list[str]:
     return [metrics_url(urls)] if isinstance(urls, str) else [metrics_url(u) for u in urls]
 
 
-def _failure(url: str, exc: Exception) -> str:
+def _failure(exc: Exception) -> str:
     if isinstance(exc, httpx.HTTPStatusError):
         return f"HTTP {exc.response.status_code}"
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
@@ -36,7 +36,7 @@ def _failure(url: str, exc: Exception) -> str:
 def _scrape_result(url: str, response: httpx.Response | None, exc: Exception | None) -> EndpointScrape:
     wall, mono = time.time(), time.perf_counter_ns()
     if exc is not None:
-        return EndpointScrape(url, (), wall, mono, error=_failure(url, exc))
+        return EndpointScrape(url, (), wall, mono, error=_failure(exc))
     assert response is not None
     if response.status_code != 200:
         return EndpointScrape(url, (), wall, mono, error=f"HTTP {response.status_code}")
