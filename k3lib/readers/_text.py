@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterable, Sequence
 
 # CSI sequences (colours, cursor moves) and OSC sequences (terminal titles, hyperlinks).
-_ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+_ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]{0,512}(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
 # When a paste loses the ESC byte, "[32mINFO[0m" or "^[[32m" is left behind; a digit is required so that
 # ordinary bracketed text such as "[m]" survives.
 _ORPHAN_SGR_RE = re.compile(r"(?:\^\[)?\[[0-9]{1,3}(?:;[0-9]{1,3})*m")

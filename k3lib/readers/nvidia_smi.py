@@ -26,7 +26,8 @@ _PROCESS_ROW_RE = re.compile(
     r"(?P<name>.*?)\s*(?:(?P<mem>[0-9]{1,9})\s*MiB|(?:[0-9]{1,9}\.\.\.)|N/A)?$")
 _QUERY_GPU_RE = re.compile(r"^GPU\s+(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s*$")
 _QUERY_KV_RE = re.compile(r"^(?P<key>[^:]{1,80}?)\s*:\s?(?P<value>.*)$")
-_LIST_RE = re.compile(r"^GPU\s+(?P<index>[0-9]{1,3}):\s+(?P<name>.+?)\s*(?:\(UUID:\s*(?P<uuid>[^)\s]+)\s*\))?$")
+_LIST_RE = re.compile(r"^GPU\s+(?P<index>[0-9]{1,3}):\s+(?P<rest>\S.*)$")
+_UUID_RE = re.compile(r"\(UUID:\s*(?P<uuid>[^)\s]{1,100})\s*\)$")
 _MIB_RE = re.compile(r"^(?P<n>[0-9]{1,9})(?:\.[0-9]+)?\s*MiB$", re.IGNORECASE)
 _FAILURE_RE = re.compile(
     r"NVIDIA-SMI has failed|No devices were found|couldn't communicate with the NVIDIA driver|"
@@ -161,6 +162,8 @@ def _read_table(lines: list[str]) -> tuple[list[NvidiaSmiGpu], tuple[NvidiaSmiPr
     row_in_block = 0
     section = "gpus"
     for line in lines:
+        if len(line) > 1000:  # no nvidia-smi row is this wide; keeps the row patterns linear on junk
+            continue
         low = line.lower()
         if "mig devices:" in low:
             section, current = "mig", None
@@ -288,9 +291,12 @@ def _mib(value: str | None) -> int | None:
 def _read_list(lines: list[str]) -> list[NvidiaSmiGpu]:
     gpus: dict[int, NvidiaSmiGpu] = {}
     for line in lines:
-        if m := _LIST_RE.match(line.strip()):
-            index = int(m.group("index"))
-            gpus.setdefault(index, NvidiaSmiGpu(index=index, name=m.group("name"), uuid=m.group("uuid")))
+        if len(line) < 1000 and (m := _LIST_RE.match(line.strip())):
+            index, rest = int(m.group("index")), m.group("rest")
+            uuid = _UUID_RE.search(rest)
+            name = rest[: uuid.start()].strip() if uuid else rest.strip()
+            gpus.setdefault(index, NvidiaSmiGpu(index=index, name=name or None,
+                                                uuid=uuid.group("uuid") if uuid else None))
     return [gpus[i] for i in sorted(gpus)]
 
 
@@ -303,7 +309,9 @@ _CSV_COLUMNS = {
 
 
 def _csv_header(line: str) -> list[str] | None:
-    names = [re.sub(r"\s*\[.*?\]\s*$", "", c.strip()).lower() for c in line.split(",")]
+    if len(line) > 2000 or "," not in line:
+        return None
+    names = [c.split("[", 1)[0].strip().lower() for c in line.split(",")]  # "memory.total [MiB]" -> memory.total
     if len(names) < 2 or not {"name", "gpu_name", "memory.total", "driver_version"} & set(names):
         return None
     return names
@@ -315,7 +323,7 @@ def _read_csv(lines: list[str]) -> list[NvidiaSmiGpu] | None:
         header = _csv_header(line)
         if header is None:
             continue
-        gpus: list[NvidiaSmiGpu] = []
+        gpus: dict[int, NvidiaSmiGpu] = {}
         for row in lines[at + 1:]:
             values = [v.strip() for v in row.split(",")]
             if len(values) != len(header):
@@ -335,8 +343,8 @@ def _read_csv(lines: list[str]) -> list[NvidiaSmiGpu] | None:
             if record.get("index") is None:
                 record["index"] = len(gpus)
             record.setdefault("name", None)
-            gpus.append(NvidiaSmiGpu(**record))
-        return gpus or None
+            gpus.setdefault(record["index"], NvidiaSmiGpu(**record))
+        return [gpus[i] for i in sorted(gpus)] or None
     return None
 
 
