@@ -8,7 +8,7 @@ from .params import Params, load_params
 from .probe import probe_record, run_probe
 from .session import AxisContext, open_axis, open_summary, read_records
 from .store import RunStore
-from .summary import decide_run, findings_table, records_table, show_decision, show_record
+from .summary import decide_run, findings_table, records_table
 
 __all__ = [
     "APIError",
@@ -36,6 +36,4 @@ __all__ = [
     "read_records",
     "records_table",
     "run_probe",
-    "show_decision",
-    "show_record",
 ]

@@ -54,6 +54,11 @@ class EvidenceRecord(BaseModel):
     def by_rule(self, rule: str) -> Finding | None:
         return next((f for f in self.findings if f.rule == rule), None)
 
+    def _repr_html_(self) -> str:
+        from .summary import record_html
+
+        return record_html(self)
+
 
 def axis_status(findings: list[Finding]) -> AxisStatus:
     """fail if any finding fails; warn if any warns or cannot be observed; pass otherwise."""

@@ -73,6 +73,19 @@ class ProbeResult:
         return pd.DataFrame([{"endpoint": p.name, "url": p.url, "status": p.status, "latency_ms": p.latency_ms,
                               "bytes": len(p.body), "error": p.error} for p in self.endpoints.values()])
 
+    def figure(self) -> "Any":
+        """Latency per endpoint, coloured by outcome."""
+        import plotly.graph_objects as go
+
+        names = list(self.endpoints)
+        probes = list(self.endpoints.values())
+        colours = ["#1a7f37" if p.ok else "#cf222e" for p in probes]
+        fig = go.Figure(go.Bar(x=names, y=[p.latency_ms or 0 for p in probes], marker_color=colours,
+                               text=[str(p.status or p.error or "") for p in probes], textposition="outside"))
+        fig.update_layout(title="Probe latency per endpoint (label: HTTP status)", yaxis_title="latency (ms)",
+                          height=320, margin=dict(t=50, b=40, l=60, r=20))
+        return fig
+
 
 def run_probe(ctx: AxisContext) -> ProbeResult:
     """Call the four endpoints once, with the axis timeout. Never raises for what the target answers."""

@@ -18,6 +18,8 @@ from .store import RunStore, utc_now
 from .target import Target, pin_target, resolve_target
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
+# The parameters cell of every notebook: literals only, the same four names (checked by the tests).
+NOTEBOOK_PARAMETERS = ("params_file", "overrides", "run_dir", "interactive")
 
 
 def find_path(path: str | Path) -> Path:

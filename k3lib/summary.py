@@ -65,21 +65,9 @@ def decision_html(decision: Decision) -> str:
     return "".join(parts)
 
 
-def show_decision(decision: Decision) -> Any:
-    from IPython.display import HTML
-
-    return HTML(decision_html(decision))
-
-
 def record_html(record: EvidenceRecord) -> str:
     rows = "".join(f"<tr><td>{html.escape(f.rule)}</td><td>{badge(f.status)}</td><td>{html.escape(f.message)}</td></tr>"
                    for f in record.findings)
     return (f"<h3>{html.escape(record.title)}: {badge(record.status)}</h3><p>{html.escape(record.summary)}</p>"
             f"<table><thead><tr><th>rule</th><th>status</th><th>finding</th></tr></thead><tbody>{rows}</tbody></table>"
             f"<p>Evidence: <code>evidence/{html.escape(record.axis)}.json</code></p>")
-
-
-def show_record(record: EvidenceRecord) -> Any:
-    from IPython.display import HTML
-
-    return HTML(record_html(record))

@@ -67,6 +67,9 @@ def start_embedded(params: Params) -> Any:
 def resolve_target(params: Params, *, start: bool = True) -> Target:
     """Point at `target.base_url`, or start the embedded emulator when none is given."""
     tp = params.target
+    if tp.api_key_env and not os.environ.get(tp.api_key_env):
+        raise BadInputError(f"environment variable {tp.api_key_env} is not set; it must hold the API key",
+                            source="target.api_key_env")
     handle = None
     base = tp.base_url
     if base is None:

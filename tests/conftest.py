@@ -1,0 +1,37 @@
+"""Shared fixtures: where the real-world artifacts live, and one emulator per test session on a real socket."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+REAL_WORLD = ROOT.parent / "shared" / "real-world"
+
+
+@pytest.fixture(scope="session")
+def real_world() -> Path:
+    if not REAL_WORLD.is_dir():
+        pytest.fail(f"{REAL_WORLD} is missing: CI keeps ../shared beside the checkout")
+    return REAL_WORLD
+
+
+@pytest.fixture(scope="session")
+def emulator():
+    """A healthy demo emulator on 127.0.0.1:<free port>, shared by the whole session (read-mostly tests)."""
+    from k3lib.emulator import EmulatorConfig, start_emulator
+
+    handle = start_emulator(EmulatorConfig.from_profile("demo", time_scale=0.02), host="127.0.0.1", port=0)
+    yield handle
+    handle.stop()
+
+
+@pytest.fixture()
+def clean_env(monkeypatch):
+    """No inherited K3_* or API-key variables leak into a test."""
+    for name in list(os.environ):
+        if name.startswith("K3_"):
+            monkeypatch.delenv(name)
+    return monkeypatch

@@ -1,0 +1,89 @@
+"""The acceptance batch end to end through the CLI, against the embedded emulator on a real socket."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from k3lib.cli import main
+from k3lib.store import RunStore
+
+ROOT = Path(__file__).resolve().parents[1]
+EMULATOR_YAML = str(ROOT / "parameters" / "emulator.yaml")
+
+
+def _only_run(out: Path) -> RunStore:
+    runs = [p for p in out.iterdir() if p.is_dir()]
+    assert len(runs) == 1
+    return RunStore(runs[0])
+
+
+@pytest.fixture(scope="module")
+def healthy_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("healthy")
+    code = main(["validate", "-p", EMULATOR_YAML, "--out", str(out)])
+    return code, _only_run(out)
+
+
+def test_healthy_batch_decides_production(healthy_run, capsys):
+    code, store = healthy_run
+    decision = json.loads(store.path("decision.json").read_text())
+    assert code == 0, decision
+    assert decision["decision"] == "production"
+    assert [i["id"] for i in decision["checklist"]][0] == "probe"
+
+
+def test_run_folder_is_complete_and_verifies(healthy_run):
+    _, store = healthy_run
+    for rel in ("params.json", "evidence/probe.json", "notebooks/00_probe.ipynb", "notebooks/99_acceptance.ipynb",
+                "report/00_probe.html", "report/99_acceptance.html", "report/index.html", "decision.json"):
+        assert store.path(rel).is_file(), rel
+        assert rel in store.manifest()["files"], rel
+    assert store.verify() == []
+    assert not list(store.path("notebooks").glob(".*partial*"))
+    params = json.loads(store.path("params.json").read_text())
+    assert params["target"]["base_url"].startswith("http://127.0.0.1:")
+
+
+def test_report_is_self_contained(healthy_run):
+    _, store = healthy_run
+    index = store.path("report/index.html").read_text()
+    assert "production" in index and "00_probe.html" in index
+    page = store.path("report/99_acceptance.html").read_text()
+    assert "<script src=" not in page.replace("<script src=\"data:", "")
+    assert "cdn." not in page.lower().replace("cdn.plot.ly/plotly", "")  # plotly.js mentions its CDN in comments
+    assert "k3-hide-code" in page  # code hidden by default, shown on request
+
+
+def test_fault_that_prevents_readiness_is_environment_rebuild(tmp_path, capsys):
+    code = main(["validate", "-p", EMULATOR_YAML, "--fault", "oom-startup", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 5, out
+    assert "decision: environment-rebuild" in out
+    record = json.loads(_only_run(tmp_path).path("evidence/probe.json").read_text())
+    assert record["status"] == "fail"
+
+
+def test_api_key_value_never_reaches_an_output(tmp_path, monkeypatch):
+    secret = "k3-test-secret-6f1c2a9e4b7d"
+    monkeypatch.setenv("K3_TEST_API_KEY", secret)
+    code = main(["validate", "-p", EMULATOR_YAML, "--set", "target.api_key_env=K3_TEST_API_KEY",
+                 "--out", str(tmp_path)])
+    store = _only_run(tmp_path)
+    assert code == 0, store.read_json("decision.json")
+    files = [p for p in store.root.rglob("*") if p.is_file()]
+    assert len(files) > 8
+    for path in files:
+        assert secret.encode() not in path.read_bytes(), f"the key leaked into {path}"
+    params = json.loads(store.path("params.json").read_text())
+    assert params["target"]["api_key_env"] == "K3_TEST_API_KEY"
+
+
+def test_missing_api_key_variable_is_bad_input(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("K3_ABSENT_KEY", raising=False)
+    code = main(["validate", "-p", EMULATOR_YAML, "--set", "target.api_key_env=K3_ABSENT_KEY",
+                 "--out", str(tmp_path)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "K3_ABSENT_KEY" in err[0]

@@ -1,0 +1,70 @@
+"""The command line: every command has help and is named in the README; bad input is one line, exit 2."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import k3lib
+from k3lib.cli import build_parser, main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _commands() -> list[list[str]]:
+    out = []
+    parser = build_parser()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                out.append([name])
+                for a in sub._actions:
+                    if isinstance(a, argparse._SubParsersAction):
+                        out += [[name, k] for k in a.choices]
+    return out
+
+
+COMMANDS = _commands()
+
+
+def test_the_command_list_is_not_empty():
+    assert ["validate"] in COMMANDS and ["demo"] in COMMANDS and ["inspect", "metrics"] in COMMANDS
+
+
+@pytest.mark.parametrize("cmd", COMMANDS, ids=[" ".join(c) for c in COMMANDS])
+def test_every_command_has_help_and_is_in_the_readme(cmd, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(cmd + ["--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: k3 " + " ".join(cmd))
+    assert len(out.splitlines()) > 3
+    readme = (ROOT / "README.md").read_text()
+    assert f"k3 {' '.join(cmd)}" in readme, f"`k3 {' '.join(cmd)}` is not named in README.md"
+
+
+def test_python_dash_m_is_the_same_command():
+    proc = subprocess.run([sys.executable, "-m", "k3lib", "--help"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "validate" in proc.stdout
+
+
+def test_unknown_option_is_one_line_exit_2(capsys):
+    assert main(["validate", "--no-such-option"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--no-such-option" in err[0]
+
+
+def test_inspect_missing_file_is_one_line_exit_2(capsys, tmp_path):
+    assert main(["inspect", "log", str(tmp_path / "nope.txt")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "nope.txt" in err[0] and "not found" in err[0]
+
+
+def test_init_all_is_sorted_and_complete():
+    assert k3lib.__all__ == sorted(k3lib.__all__)
+    for name in k3lib.__all__:
+        assert hasattr(k3lib, name)
