@@ -102,6 +102,8 @@ DECORATIONS = [
     pytest.param({"decorate": lambda s: "[1;36m" + s.replace(") ", ")[0;0m ", 1)}, id="ansi-esc-lost"),
     pytest.param({"decorate": lambda s: "    " + s}, id="markdown-indent"),
     pytest.param({"decorate": lambda s: "vllm-7c9f 12345 " + s}, id="unknown-collector-prefix"),
+    pytest.param({"decorate": lambda s: "> " + s}, id="markdown-blockquote"),
+    pytest.param({"decorate": lambda s: s.replace(" pid=7)", " pid=7, ip=10.0.0.2)", 1)}, id="ray-worker-prefix"),
 ]
 
 
@@ -119,6 +121,11 @@ def test_prefix_formats_and_paste_mess_read_the_same(options: dict) -> None:
     assert (stats.running, stats.waiting, stats.preemptions) == (3, 2, 4)
     assert stats.kv_cache_usage_pct == pytest.approx(50.5)
     assert stats.prefix_cache_hit_rate_pct == pytest.approx(12.5)
+
+
+def test_cr_only_line_ends() -> None:
+    report = parse_vllm_log(_compose(eol="\r"))
+    assert report.vllm_version == "0.10.2" and report.ready is True and report.kv_cache_tokens == 303616
 
 
 def test_kubectl_timestamps_are_kept_per_line() -> None:
@@ -152,8 +159,8 @@ def test_kv_capacity_wordings(line: str, tokens: int | None, concurrency: float)
 @pytest.mark.parametrize(("text", "version"), [
     pytest.param("(APIServer pid=1) INFO 02-22 14:16:01 [utils.py:287]  ▄▄ ▄█ █     █     █ ▀▄▀ █  version 0.16.0\r",
                  "0.16.0", id="ascii-logo"),
-    pytest.param("(APIServer pid=1) INFO 08-28 00:29:25 [api_utils.py:333] vLLM server version 0.28.0, serving model m",
-                 "0.28.0", id="plain-server-line-0.16+"),
+    pytest.param("(APIServer pid=1) INFO 08-28 00:29:25 [api_utils.py:333] "
+                 "vLLM server version 0.28.0, serving model m", "0.28.0", id="plain-server-line-0.16+"),
     pytest.param("INFO 10-05 16:36:42 api_server.py:589] vLLM API server version 0.6.3.post1", "0.6.3.post1",
                  id="api-server-line-v0"),
     pytest.param("(EngineCore_DP0 pid=3) INFO 01-01 00:00:00 [core.py:76] Initializing a V1 LLM engine (v0.9.2) "
@@ -252,6 +259,8 @@ _CTX_CLIENT = ("openai.BadRequestError: Error code: 400 - {{'object': 'error', '
                  + _CTX_ACCESS, 1, id="chained-traceback-one-request"),
     pytest.param(_CTX_SERVER.format(n=40000) + _CTX_ACCESS + _CTX_SERVER.format(n=40000) + _CTX_ACCESS, 2,
                  id="same-prompt-retried"),
+    pytest.param(_CTX_SERVER.format(n=40000) + _CTX_SERVER.format(n=40000).replace("14:14:44", "14:14:52"), 2,
+                 id="same-prompt-retried-no-access-log"),
     pytest.param("(APIServer pid=1) DEBUG 08-28 00:31:14 [error_response.py:27] create_error_response called with "
                  "VLLMValidationError: This model's maximum context length is 16384 tokens. However, you requested "
                  "1024 output tokens and your prompt contains 37440 input tokens, for a total of 38464 tokens.\n", 1,

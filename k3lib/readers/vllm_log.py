@@ -155,7 +155,9 @@ _ISO_TS = re.compile(
 _KUBECTL_PREFIX = re.compile(r"\[(?:pod|deployment|statefulset|job)/[^\]\s]+\]\s+")
 _COMPOSE_PREFIX = re.compile(r"[\w][\w.-]*\s*\|\s")
 _SYSLOG_PREFIX = re.compile(r"[A-Z][a-z]{2}\s+\d{1,2}\s\d{2}:\d{2}:\d{2}\s\S+\s[\w./-]+(?:\[\d+\])?:\s")
-_PROCESS = re.compile(r"\((?P<proc>[A-Za-z][\w.-]*) pid=(?P<pid>\d+)\)\s?")
+# vLLM's own "(APIServer pid=1)" and Ray's "(RayWorkerWrapper pid=123, ip=10.0.0.2)" / "(pid=123)".
+_PROCESS = re.compile(r"\((?:(?P<proc>[A-Za-z][\w.-]*) )?pid=(?P<pid>\d+)(?:,\s*ip=[\w.:-]+)?\)\s?")
+_BLOCKQUOTE = re.compile(r">\s?")
 _LEVELS = "DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL"
 # vLLM's formatter: "INFO 10-05 16:36:42 api_server.py:589] msg" (≤0.7) and "… [file.py:LINE] msg" (0.7+).
 _VLLM_PREFIX = re.compile(
@@ -164,7 +166,7 @@ _VLLM_PREFIX = re.compile(
 _UVICORN_PREFIX = re.compile(rf"(?P<level>{_LEVELS}):\s+")
 # Where a vLLM record starts inside a line whose collector prefix we do not know.
 _ANYWHERE = re.compile(
-    rf"\((?:[A-Za-z][\w.-]*) pid=\d+\)|(?:{_LEVELS})\s+\d{{2}}-\d{{2}} \d{{2}}:\d{{2}}:\d{{2}}")
+    rf"\((?:[A-Za-z][\w.-]* )?pid=\d+(?:,\s*ip=[\w.:-]+)?\)|(?:{_LEVELS})\s+\d{{2}}-\d{{2}} \d{{2}}:\d{{2}}:\d{{2}}")
 
 
 def _clean(raw: str) -> str:
@@ -200,7 +202,7 @@ def _split_line(number: int, raw: str) -> LogLine:
             collected_at = collected_at or _parse_iso(m.group("ts"))
             rest = rest[m.end():]
             continue
-        m = _KUBECTL_PREFIX.match(rest) or _SYSLOG_PREFIX.match(rest)
+        m = _KUBECTL_PREFIX.match(rest) or _SYSLOG_PREFIX.match(rest) or _BLOCKQUOTE.match(rest)
         if m:
             rest = rest[m.end():]
             continue
@@ -381,6 +383,9 @@ def parse_vllm_log(text: str | bytes) -> VllmLogReport:
     if not text.strip():
         raise ArtifactError("the log is empty: paste the server's stdout/stderr (`kubectl logs`, `docker logs`)")
     text = text.replace("\x00", "")
+    if "\n" not in text and "\r" in text:
+        # Old-Mac line ends (or a capture that turned every newline into CR).
+        text = text.replace("\r", "\n")
     truncated = not text.endswith(("\n", "\r"))
     raw_lines = text.split("\n")
     if raw_lines and raw_lines[-1] == "":
@@ -399,7 +404,7 @@ def parse_vllm_log(text: str | bytes) -> VllmLogReport:
     errors: list[LogErrorRecord] = []
     stats: list[StatsRecord] = []
     preempt: list[int] = []
-    server_rej: list[tuple[str, tuple[int, ...], list[int], str]] = []
+    server_rej: list[tuple[str, tuple[int, ...], list[int], str, str | None]] = []
     client_rej: list[tuple[str, tuple[int, ...], int, str]] = []
     last_access_line = 0
     exception_tail: tuple[Any, ...] | None = None
@@ -503,13 +508,13 @@ def parse_vllm_log(text: str | bytes) -> VllmLogReport:
                 client_rej.append((key[0], key[1], ln.number, ln.text))
             else:
                 prev = server_rej[-1] if server_rej else None
-                # A chained traceback repeats the same message; with no request finished in between it is
-                # the same request.
+                # A chained traceback repeats the same message inside one log record (same timestamp); with no
+                # request finished in between it is the same request, not a retry.
                 if (prev and prev[0] == key[0] and prev[1] == key[1] and prev[2][-1] > last_access_line
-                        and ln.number - prev[2][-1] <= 60):
+                        and prev[4] == cursor.logged_at and ln.number - prev[2][-1] <= 60):
                     prev[2].append(ln.number)
                 else:
-                    server_rej.append((key[0], key[1], [ln.number], ln.text))
+                    server_rej.append((key[0], key[1], [ln.number], ln.text, cursor.logged_at))
 
         # --- errors
         stripped = msg.strip()
@@ -567,10 +572,10 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def _merge_rejections(server: list[tuple[str, tuple[int, ...], list[int], str]],
+def _merge_rejections(server: list[tuple[str, tuple[int, ...], list[int], str, str | None]],
                       client: list[tuple[str, tuple[int, ...], int, str]]) -> tuple[ContextRejection, ...]:
     """Count requests: a client `BadRequestError` line that repeats a server line is the same request."""
-    out = [ContextRejection(kind=k, lines=tuple(nums), text=t) for k, _, nums, t in server]
+    out = [ContextRejection(kind=k, lines=tuple(nums), text=t) for k, _, nums, t, _ in server]
     unmatched = list(range(len(server)))
     for kind, key, number, text in client:
         hit = next((i for i in unmatched if server[i][0] == kind and _compatible(server[i][1], key)), None)
