@@ -35,3 +35,15 @@ def clean_env(monkeypatch):
         if name.startswith("K3_"):
             monkeypatch.delenv(name)
     return monkeypatch
+
+
+@pytest.fixture(scope="session")
+def healthy_run(tmp_path_factory):
+    """`k3 validate -p parameters/emulator.yaml` once per session: (exit code, RunStore)."""
+    from k3lib.cli import main
+    from k3lib.store import RunStore
+
+    out = tmp_path_factory.mktemp("healthy")
+    code = main(["validate", "-p", str(ROOT / "parameters" / "emulator.yaml"), "--out", str(out)])
+    (run,) = [p for p in out.iterdir() if p.is_dir()]
+    return code, RunStore(run)

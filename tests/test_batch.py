@@ -20,13 +20,6 @@ def _only_run(out: Path) -> RunStore:
     return RunStore(runs[0])
 
 
-@pytest.fixture(scope="module")
-def healthy_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("healthy")
-    code = main(["validate", "-p", EMULATOR_YAML, "--out", str(out)])
-    return code, _only_run(out)
-
-
 def test_healthy_batch_decides_production(healthy_run, capsys):
     code, store = healthy_run
     decision = json.loads(store.path("decision.json").read_text())

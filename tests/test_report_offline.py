@@ -1,0 +1,75 @@
+"""The rendered report in a real headless Chromium with the network cut: nothing leaves, figures draw."""
+
+from __future__ import annotations
+
+import http.server
+import re
+import shutil
+import subprocess
+import threading
+
+import pytest
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is installed by .ci/run")
+
+
+class _Recorder(http.server.BaseHTTPRequestHandler):
+    """Stands in as the browser's proxy: any request that tries to leave the file is recorded here."""
+
+    seen: list[str] = []
+
+    def _any(self) -> None:
+        _Recorder.seen.append(f"{self.command} {self.path}")
+        self.send_response(502)
+        self.end_headers()
+
+    do_GET = do_POST = do_CONNECT = do_HEAD = _any
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def proxy():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server
+    server.shutdown()
+
+
+def render(path, proxy) -> tuple[str, str]:
+    proc = subprocess.run(
+        [CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
+         f"--proxy-server=http://127.0.0.1:{proxy.server_address[1]}", "--proxy-bypass-list=<-loopback>",
+         "--enable-logging=stderr", "--v=0", "--virtual-time-budget=8000", "--dump-dom", path.as_uri()],
+        capture_output=True, text=True, timeout=120)
+    return proc.stdout, proc.stderr
+
+
+def test_the_recorder_sees_a_page_that_reaches_out(tmp_path, proxy):
+    """The check can fail: a page that fetches a CDN script is caught."""
+    page = tmp_path / "leaky.html"
+    page.write_text('<html><body><script src="http://cdn.example.invalid/x.js"></script></body></html>')
+    _Recorder.seen.clear()
+    render(page, proxy)
+    assert any("cdn.example.invalid" in s for s in _Recorder.seen)
+
+
+def test_report_pages_open_offline_and_every_figure_draws(healthy_run, proxy):
+    _, store = healthy_run
+    pages = sorted(store.path("report").glob("*.html"))
+    assert store.path("report/index.html") in pages and len(pages) >= 3
+    figures_total = 0
+    for page in pages:
+        _Recorder.seen.clear()
+        dom, log = render(page, proxy)
+        assert _Recorder.seen == [], f"{page.name} tried to reach the network: {_Recorder.seen}"
+        console = [line for line in log.splitlines() if ":CONSOLE" in line]
+        errors = [line for line in console if re.search(r"error|uncaught|failed", line, re.I)]
+        assert errors == [], f"{page.name}: console errors {errors}"
+        source = page.read_text()
+        figures = source.count('class="plotly-graph-div"')
+        figures_total += figures
+        assert dom.count('class="main-svg"') >= figures, f"{page.name}: a plotly figure did not draw"
+    assert figures_total >= 1, "the probe notebook draws at least one figure"
