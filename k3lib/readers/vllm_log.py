@@ -240,11 +240,9 @@ def _split_line(number: int, raw: str) -> LogLine:
 # ---------------------------------------------------------------------------------------------------------------
 # What the lines say
 
-_VERSION_PATTERNS = (
-    re.compile(r"vLLM API server version\s+v?(?P<v>[0-9][\w.+-]*)"),
-    re.compile(r"vLLM server version\s+v?(?P<v>[0-9][\w.+-]*?),?(?:\s+serving model\s+(?P<model>\S+))?\s*$"),
-    re.compile(r"vLLM server version\s+v?(?P<v>[0-9][\w.+-]*)"),
-)
+# "vLLM API server version X" (≤0.14) and "vLLM server version X, serving model Y" (0.16+).
+_SERVER_VERSION = re.compile(
+    r"vLLM (?:API )?server version\s+v?(?P<v>[0-9][\w.+-]*)(?:,?\s*serving model\s+(?P<model>\S+))?")
 # The ASCII logo (0.16+) prints "version X" and "model Y" beside block characters.
 _LOGO_CHARS = re.compile(r"[\u2580-\u259f]")
 _LOGO_VERSION = re.compile(r"(?:^|\s)version\s+v?(?P<v>\d+\.\d+[\w.+-]*)\s*$")
@@ -260,7 +258,6 @@ _READY = re.compile(r"Application startup complete|Uvicorn running on")
 _ACCESS = re.compile(r'"(?:GET|POST|PUT|DELETE|HEAD|OPTIONS|PATCH) \S+ HTTP/[\d.]+"\s+(?P<status>\d{3})\b')
 # Lines that prove requests were being served even when the startup part of the log was not pasted.
 _SERVING_HINT = re.compile(r"\bAdded request\b|\bReceived request\b|\bFinished request\b")
-_STARTUP_MARK = tuple(_VERSION_PATTERNS)
 
 _OOM = re.compile(
     r"(?i:\bout of memory\b)|OutOfMemoryError|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation"
@@ -290,7 +287,7 @@ _STATS_FIELDS = {
     "waiting": (re.compile(r"(?:Waiting|Pending):\s*(\d+)"), int),
     "swapped": (re.compile(r"Swapped:\s*(\d+)"), int),
     "preemptions": (re.compile(r"Preemptions:\s*(\d+)"), int),
-    "kv_cache_usage_pct": (re.compile(r"GPU KV cache usage:\s*([\d.]+)\s*%"), float),
+    "kv_cache_usage_pct": (re.compile(r"(?:GPU )?KV cache usage:\s*([\d.]+)\s*%"), float),
     "prefix_cache_hit_rate_pct": (re.compile(r"Prefix cache hit rate:\s*(?:GPU:\s*)?([\d.]+)\s*%"), float),
 }
 _STATS_ENGINE = re.compile(r"(?P<e>Engine \d+|\d+ Engines Aggregated):")
@@ -418,15 +415,13 @@ def parse_vllm_log(text: str | bytes) -> VllmLogReport:
             recognised += 1
 
         # --- version and model; a version line also marks a (re)start of the server
-        for pat in _STARTUP_MARK:
-            m = pat.search(msg)
-            if m:
-                if version is None:
-                    version = m.group("v").rstrip(",")
-                    model = model or (m.groupdict().get("model"))
-                serving = False
-                recognised += 1
-                break
+        m = _SERVER_VERSION.search(msg)
+        if m:
+            if version is None:
+                version = m.group("v").rstrip(".,")
+                model = model or m.group("model")
+            serving = False
+            recognised += 1
         else:
             if _LOGO_CHARS.search(msg):
                 m = _LOGO_VERSION.search(msg)
