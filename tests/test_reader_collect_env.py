@@ -242,6 +242,31 @@ CASES = [
     pytest.param("PyTorch version: 2.6.0+cpu\nIs debug build: False\nCUDA used to build PyTorch: None\n"
                  "Is CUDA available: False\nvLLM Version: 0.8.0+cpu\n", {"platform": "cpu", "gpu_count": 0},
                  id="cpu-build"),
+    pytest.param("PyTorch version: 2.6.0\nIs debug build: False\nCUDA used to build PyTorch: None\n"
+                 "ROCM used to build PyTorch: N/A\nvLLM Version: 0.8.5.dev12+g1a2b3c4d\n",
+                 {"platform": "cpu", "vllm_version": "0.8.5.dev12+g1a2b3c4d"}, id="cpu-plain-torch-dev-vllm"),
+    pytest.param("(APIServer pid=7) INFO 05-17 17:40:18 [__init__.py:248] Automatically detected platform rocm.\n"
+                 "PyTorch version: 2.7.0\nIs debug build: False\n", {"platform": "rocm"},
+                 id="detected-platform-behind-process-prefix"),
+    pytest.param(SECTIONED.replace("2.9.0+cu130", "2.7.1+rocm6.3").replace("CUDA used to build PyTorch   : 13.0",
+                                                                           "CUDA used to build PyTorch   : N/A")
+                 .replace("ROCM used to build PyTorch   : N/A", "ROCM used to build PyTorch   : 6.3.42134-a9a80e791")
+                 .replace("Nvidia driver version        : 580.95.05", "Nvidia driver version        : Could not collect")
+                 .replace("CUDA runtime version         : 13.0.88", "CUDA runtime version         : Could not collect")
+                 .replace("GPU models and configuration :\n" + "".join(f"GPU {i}: NVIDIA B200\n" for i in range(4)),
+                          "GPU models and configuration : AMD Instinct MI325X (gfx942:sramecc+:xnack-)\n")
+                 .replace("GPU Topology:\n  Could not collect\n",
+                          "GPU Topology:\n============ ROCm System Management Interface ============\n"
+                          "============ Weight between two GPUs ============\n"
+                          "       GPU0   GPU1   GPU2   GPU3   GPU4   GPU5\n"
+                          + "".join(f"GPU{i}   0   15   15   15   15   15\n" for i in range(6))
+                          + "\n============ Link Type between two GPUs ============\n"
+                          "       GPU0   GPU1   GPU2   GPU3   GPU4   GPU5\n"
+                          + "".join(f"GPU{i}   0   XGMI   XGMI   XGMI   XGMI   XGMI\n" for i in range(6))
+                          + "============ End of ROCm SMI Log ============\n"),
+                 {"platform": "rocm", "gpu_count": 6, "driver_version": None, "cuda_runtime": None,
+                  "torch_cuda_build": None, "rocm_build": "6.3.42134-a9a80e791",
+                  "gpus": ["AMD Instinct MI325X (gfx942:sramecc+:xnack-)"]}, id="rocm-sectioned-topology"),
 ]
 
 

@@ -237,7 +237,8 @@ def test_driver_failure_is_a_report_with_an_error():
 @pytest.mark.parametrize("text", [
     pytest.param("", id="empty"),
     pytest.param("bash: nvidia-smi: command not found\n", id="command-not-found"),
-    pytest.param("PyTorch version: 2.5.1\nvLLM Version: 0.7.3\n", id="collect-env"),
+    pytest.param("PyTorch version: 2.5.1\nvLLM Version: 0.7.3\nNvidia driver version: 580.65.06\n"
+                 "GPU models and configuration:\nGPU 0: NVIDIA H200\n", id="collect-env"),
     pytest.param("| a | b |\n| 1 | 2 |\n", id="markdown-table"),
 ])
 def test_not_nvidia_smi_raises_artifact_error(text):

@@ -73,14 +73,15 @@ _GPU_LINE_RE = re.compile(r"^GPU\s?(?P<index>[0-9]{1,3})\s*:\s*(?P<name>.*\S)\s*
 _ENV_RE = re.compile(r"^(?P<name>[A-Z][A-Z0-9_]{1,80})=(?P<value>.*)$")
 _PACKAGE_RE = re.compile(r"^\[(?P<manager>pip3?|conda|uv)\]\s+(?P<name>[A-Za-z0-9][\w.\-\[\]]*)"
                          r"(?:\s*==\s*|\s+)(?P<version>\S+)")
-_LOG_LINE_RE = re.compile(r"^(?:INFO|WARNING|WARN|DEBUG|ERROR)\b")
+# vLLM's own log lines, bare or behind a process prefix ("(APIServer pid=7) INFO 05-17 …").
+_LOG_LINE_RE = re.compile(r"^(?:\([\w.-]{1,60} pid=[0-9]{1,10}\)\s*)?(?:INFO|WARNING|WARN|DEBUG|ERROR)\b")
 _DETECTED_RE = re.compile(r"(?:Automatically detected platform|Platform plugin)\s+(?P<name>\w+)", re.IGNORECASE)
 _SECTION_RULE_RE = re.compile(r"^={10,}\s*$")
 _TOPO_GPU_TOKEN_RE = re.compile(r"(?<![\w\[])GPU(?P<index>[0-9]{1,3})(?![\w\]])")
 _NVLINK_TOKEN_RE = re.compile(r"(?<!\w)NV(?P<links>[0-9]{1,2})(?!\w)")
 _DRIVER_RE = re.compile(r"^(?P<major>[0-9]{2,4})\.[0-9]{1,4}(?:\.[0-9]{1,4})?$")
 _CUDA_LIB_RE = re.compile(r"^nvidia-[\w.-]+-cu(?P<major>[0-9]{2})$", re.IGNORECASE)
-_LOCAL_SUFFIX_RE = re.compile(r"\+(?P<local>[A-Za-z]+)")
+_GIT_HASH_RE = re.compile(r"^g[0-9a-f]{6,40}$")
 _TRACEBACK_RE = re.compile(r"^Traceback \(most recent call last\)")
 _EXCEPTION_LINE_RE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception)\b:?.*$")
 
@@ -378,9 +379,20 @@ def _norm_package(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def _local_suffix(version: str | None) -> str | None:
-    m = _LOCAL_SUFFIX_RE.search(version or "")
-    return m.group("local").lower() if m else None
+def _local_tags(version: str | None) -> set[str]:
+    """The alphabetic heads of a PEP 440 local version: `+g3f8e2d1.cu129` -> {"cu"}, `+rocm6.2` -> {"rocm"}.
+
+    Git hashes of dev builds (`+g5b8a1fde`) say nothing about the platform and are skipped.
+    """
+    _, plus, local = (version or "").partition("+")
+    tags = set()
+    for part in local.split(".") if plus else ():
+        if _GIT_HASH_RE.match(part.lower()):
+            continue
+        head = re.match(r"[A-Za-z]+", part)
+        if head:
+            tags.add(head.group(0).lower())
+    return tags
 
 
 def _read_topology(rows: list[str]) -> tuple[int | None, tuple[int, ...], tuple[str, ...]]:
@@ -408,7 +420,7 @@ def _platform(fields: dict[str, str], torch_version: str | None, vllm_version: s
               gpu_lines: dict[int, str], links: tuple[str, ...], npu_smi: bool) -> str:
     """Decide the build's platform from the most specific evidence first (plugins, then GPU vendors)."""
     names = {_norm_package(p.name) for p in packages}
-    suffixes = {s for s in (_local_suffix(torch_version), _local_suffix(vllm_version)) if s}
+    suffixes = _local_tags(torch_version) | _local_tags(vllm_version)
     flags = (fields.get("cuda_archs") or "").lower()
     detected = {"ascend": "npu", "npu": "npu", "hpu": "hpu"}.get(detected or "", detected)
     gpu_text = " ".join(gpu_lines.values()) + " " + (fields.get("gpu_models") or "")
@@ -431,7 +443,7 @@ def _platform(fields: dict[str, str], torch_version: str | None, vllm_version: s
             or "rocm: enabled" in flags or _value(fields, "hip_runtime") or "XGMI" in links
             or re.search(r"\bAMD (?:Instinct|Radeon)|\bgfx[0-9]{3,4}", gpu_text)):
         return "rocm"
-    if detected in ("hpu",) or "hpu" in suffixes or "habana" in " ".join(names):
+    if detected == "hpu" or {"hpu", "gaudi", "habana"} & suffixes or "habana" in " ".join(names):
         return "unknown"  # Gaudi and other plugins the kit has no name for
     if detected in PLATFORMS:
         return detected

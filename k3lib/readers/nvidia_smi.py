@@ -13,9 +13,11 @@ from typing import Any
 from k3lib.errors import ArtifactError
 from k3lib.readers._text import clean_lines, is_shell_prompt
 
-_DRIVER_RE = re.compile(r"Driver\s+Version\s*:\s*(?P<v>[0-9]{2,4}\.[0-9]{1,4}(?:\.[0-9]{1,4})?)", re.IGNORECASE)
-_CUDA_RE = re.compile(r"CUDA\s+(?:Driver\s+)?Version\s*:\s*(?P<v>[0-9]{1,3}\.[0-9]{1,3}(?:\.[0-9]{1,4})?)",
-                      re.IGNORECASE)
+# Case matters: collect_env prints "Nvidia driver version:", which is not nvidia-smi's own line.
+_DRIVER_RE = re.compile(r"Driver\s+Version\s*:\s*(?P<v>[0-9]{2,4}\.[0-9]{1,4}(?:\.[0-9]{1,4})?)")
+_CUDA_RE = re.compile(r"CUDA\s+(?:Driver\s+)?Version\s*:\s*(?P<v>[0-9]{1,3}\.[0-9]{1,3}(?:\.[0-9]{1,4})?)")
+_COLLECT_ENV_RE = re.compile(r"^\s*(?:PyTorch version|CUDA used to build PyTorch|vLLM Version|Is CUDA available)\s*:",
+                             re.MULTILINE)
 _SMI_HEADER_RE = re.compile(r"NVIDIA-SMI\s+(?P<v>[0-9]{2,4}\.[0-9]{1,4}(?:\.[0-9]{1,4})?)")
 _BUS_ID_RE = re.compile(r"(?<![0-9A-Fa-f])(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])")
 _MEMORY_CELL_RE = re.compile(r"(?P<used>[0-9]{1,9})\s*MiB\s*/\s*(?P<total>[0-9]{1,9})\s*MiB", re.IGNORECASE)
@@ -107,6 +109,9 @@ def parse_nvidia_smi(text: str | bytes, *, source: str | None = None) -> NvidiaS
     driver = _search(_DRIVER_RE, joined) or _search(_SMI_HEADER_RE, joined)
     cuda = _search(_CUDA_RE, joined)
     failure = next((ln.strip() for ln in lines if _FAILURE_RE.search(ln)), None)
+    if "NVIDIA-SMI" not in joined and "NVSMI LOG" not in joined and len(set(_COLLECT_ENV_RE.findall(joined))) >= 2:
+        raise ArtifactError("input is not nvidia-smi output but a vLLM collect_env report: read it with "
+                            "`k3 inspect collect-env`", source=source)
 
     layout = "table"
     attached: int | None = None
