@@ -9,7 +9,7 @@ from k3lib.metrics.snapshot import Snapshot
 
 
 def inspect_metrics(text: str) -> dict[str, object]:
-    """Exactly {"model_name", "engines", "values": {canonical: number | None}}. Usage is the max over engines,
+    """{"engine" (vllm|sglang|None), "model_name", "engines", "values": {canonical: number | None}}. Usage is the max over engines,
     counters and running/waiting gauges the sum (request_success_total also over finished_reason); a value is
     None when no series carries it. ArtifactError when the text holds no sample line at all."""
     exposition = parse_exposition(text)
@@ -20,9 +20,19 @@ def inspect_metrics(text: str) -> dict[str, object]:
     return inspect_snapshot(Snapshot.from_expositions({"<text>": exposition}))
 
 
+def engine_family(snapshot: Snapshot) -> str | None:
+    """Which server wrote the exposition, from its metric namespace: vllm, sglang, or None."""
+    names = {s.name for ep in snapshot.endpoints for s in ep.samples}
+    for family in ("vllm", "sglang"):
+        if any(n.startswith(family + ":") for n in names):
+            return family
+    return None
+
+
 def inspect_snapshot(snapshot: Snapshot) -> dict[str, object]:
     """The same report for a live snapshot of one or many endpoints."""
     return {
+        "engine": engine_family(snapshot),
         "model_name": snapshot.model_name(),
         "engines": snapshot.engines(),
         "values": snapshot.values(INSPECT_SERIES),
