@@ -455,8 +455,9 @@ class _EnvBearerAuth(httpx.Auth):
 def root_url(base_url: str) -> str:
     """`http://h:8000/v1/` → `http://h:8000`: vLLM serves `/health`, `/tokenize` beside `/v1`, not under it."""
     url = base_url.strip().rstrip("/")
-    if not urlsplit(url).scheme:
-        raise BadInputError(f"target URL {base_url!r} has no scheme; expected e.g. http://127.0.0.1:8000",
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise BadInputError(f"target URL {base_url!r} is not an http(s) URL; expected e.g. http://127.0.0.1:8000",
                             field="base_url")
     if url.endswith("/v1"):
         url = url[: -len("/v1")]
