@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from k3lib.errors import ArtifactError
+from k3lib.readers._text import clean_lines, is_shell_prompt
 from k3lib.readers.collect_env import CollectEnvReport, inspect_collect_env, parse_collect_env
 
 REAL_WORLD = Path(__file__).resolve().parents[1].parent / "shared" / "real-world"
@@ -324,3 +325,35 @@ def test_arbitrary_text_raises_only_artifact_error(text):
     assert got["driver_branch"] is None or isinstance(got["driver_branch"], int)
     assert got["gpu_count"] is None or got["gpu_count"] >= 0
     json.dumps(got)
+
+
+# --- the shared paste-cleaning helpers the readers start from ---------------------------------------------
+
+
+@pytest.mark.parametrize(("raw", "expected"), [
+    pytest.param("a\r\nb\rc", ["a", "b", "c"], id="line-ends"),
+    pytest.param("\x1b[32mINFO\x1b[0m x\n[1;31mERR[0m y", ["INFO x", "ERR y"], id="ansi-and-orphan-sgr"),
+    pytest.param("    a\n      b\n\n    c", ["a", "  b", "", "c"], id="dedent-keeps-inner-indent"),
+    pytest.param("```text\na\n```", ["a"], id="fence"),
+    pytest.param("2026-01-01T00:00:00.1Z a\n2026-01-01T00:00:01Z   b", ["a", "  b"], id="kubectl-timestamp"),
+    pytest.param("2026-01-01T00:00:00Z (task, pid=3) a\n2026-01-01T00:00:00Z (task, pid=3) b", ["a", "b"],
+                 id="stacked-prefixes"),
+    pytest.param("vllm-1  | a\nvllm-1  | b", ["a", "b"], id="compose-prefix"),
+    pytest.param("[pod/vllm-0/vllm] a\n[pod/vllm-0/vllm] b", ["a", "b"], id="kubectl-pod-prefix"),
+    pytest.param("[pip3] torch==2.5.1\nGPU 0: x", ["[pip3] torch==2.5.1", "GPU 0: x"], id="no-false-prefix"),
+])
+def test_clean_lines(raw, expected):
+    assert clean_lines(raw) == expected
+
+
+@pytest.mark.parametrize(("line", "expected"), [
+    pytest.param("$ python collect_env.py", True, id="dollar"),
+    pytest.param("ubuntu@gpu-3:~$ nvidia-smi", True, id="user-host"),
+    pytest.param("root@5332b313b76a:/vllm-workspace# vllm collect-env", True, id="root"),
+    pytest.param("(venv) $ vllm collect-env", True, id="venv"),
+    pytest.param("PS C:\\Users\\me> nvidia-smi", True, id="powershell"),
+    pytest.param("PyTorch version: 2.5.1", False, id="report-line"),
+    pytest.param("GPU0\t X \tNV18", False, id="topology-row"),
+])
+def test_is_shell_prompt(line, expected):
+    assert is_shell_prompt(line) is expected

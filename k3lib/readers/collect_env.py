@@ -226,8 +226,11 @@ def parse_collect_env(text: str | bytes, *, source: str | None = None) -> Collec
             if stripped.lower().startswith(("legend", "nic legend")):
                 in_topology = False
                 continue
-            topology.append(stripped)
-            continue
+            known = _KEY_RE.match(stripped)
+            if not (known and " ".join(known.group("key").split()).lower() in _LABELS):
+                topology.append(stripped)
+                continue
+            in_topology = False  # a labelled line: the matrix is over (reordered or trimmed pastes)
         if in_neuron:
             neuron_block.append(stripped)
             continue
