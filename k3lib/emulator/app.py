@@ -1,0 +1,509 @@
+"""The HTTP routes: vLLM's OpenAI-compatible API plus the emulator-only `/_emulator/*` admin paths."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from http import HTTPStatus
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from . import protocol
+from .config import EmulatorConfig
+from .faults import FAULTS, FaultSet
+from .metrics import CONTENT_TYPE
+from .replies import OutToken, ReplyPlan, assemble, filler_text, plan_chat, plan_completion
+from .runtime import Runtime
+from .scheduler import EngineRequest
+from .tokenizer import render_chat
+
+# Faults that only take effect when the engine starts; changing them at run time restarts it.
+STARTUP_FAULTS = frozenset({"cuda12-image", "old-driver", "old-vllm", "no-tool-parser", "no-prefix-caching",
+                            "kv-starved", "oom-startup"})
+
+
+class EmulatorState:
+    """What the routes share: the current Runtime (swapped on restart) and the public URL."""
+
+    def __init__(self, cfg: EmulatorConfig) -> None:
+        self.base_cfg = cfg
+        self.runtime = Runtime(cfg)
+        self.url = ""
+        self.created = int(time.time())
+
+    async def restart(self, cfg: EmulatorConfig) -> None:
+        old = self.runtime
+        await old.stop()
+        self.base_cfg = cfg
+        self.runtime = Runtime(cfg)
+        await self.runtime.start(self.url)
+
+
+class _AccessLog:
+    """Pure ASGI wrapper that writes uvicorn's access line into the emulated log (cheap on streams)."""
+
+    def __init__(self, app, state: EmulatorState) -> None:
+        self.app = app
+        self.state = state
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["path"].startswith("/_emulator"):
+            return await self.app(scope, receive, send)
+        status = {}
+
+        async def capture(message):
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, capture)
+        finally:
+            code = status.get("code", 500)
+            client = scope.get("client") or ("127.0.0.1", 0)
+            try:
+                phrase = HTTPStatus(code).phrase
+            except ValueError:
+                phrase = ""
+            self.state.runtime.log.access(f"{client[0]}:{client[1]}", scope["method"], scope["path"], code, phrase)
+
+
+def _err(rt: Runtime, status: int, message: str, **kw: Any) -> JSONResponse:
+    return JSONResponse(protocol.error_body(rt.cfg, status, message, **kw), status_code=status)
+
+
+async def _json_body(request: Request, rt: Runtime) -> dict | JSONResponse:
+    try:
+        body = json.loads(await request.body() or b"{}")
+    except json.JSONDecodeError as exc:
+        return _err(rt, 400, f"JSON decode error: {exc.msg}")
+    if not isinstance(body, dict):
+        return _err(rt, 400, "Input should be a valid dictionary")
+    return body
+
+
+def _gate(request: Request, rt: Runtime, body: dict | None, *, api: bool) -> JSONResponse | None:
+    """Auth, readiness, dead engine, unknown model and flaky-5xx, in the order a real server meets them."""
+    key = rt.cfg.api_key
+    if key and request.url.path.startswith("/v1") and request.headers.get("authorization") != f"Bearer {key}":
+        return JSONResponse({"error": "Unauthorized"}, status_code=401)
+    if not rt.ready:
+        return _err(rt, 503, "Engine core initialization failed. See root cause above. "
+                              "Failed core proc(s): {'EngineCore_DP0': 1}")
+    if body is not None:
+        model = body.get("model")
+        if model is not None and model not in (rt.cfg.served_model_name,):
+            return _err(rt, 404, f"The model `{model}` does not exist.", param="model")
+    if api and rt.dead:
+        return _err(rt, 500, protocol.DEAD_ENGINE_MESSAGE)
+    if api:
+        rt.api_requests += 1
+        if rt.faults.share_hit("flaky-5xx", rt.api_requests):
+            if rt.faults.draw("flaky-5xx-kind", rt.api_requests) < 0.5:
+                return _err(rt, 500, protocol.DEAD_ENGINE_MESSAGE)
+            return _err(rt, 503, "Service Unavailable")
+    return None
+
+
+# -- plain endpoints -----------------------------------------------------------------------------------
+async def health(request: Request) -> Response:
+    rt = request.app.state.emu.runtime
+    if not rt.ready or rt.dead:
+        return Response(status_code=500 if not rt.cfg.at_least("0.11") and rt.dead else 503)
+    return Response(status_code=200)
+
+
+async def version(request: Request) -> Response:
+    rt = request.app.state.emu.runtime
+    return _gate(request, rt, None, api=False) or JSONResponse({"version": rt.cfg.vllm_version})
+
+
+async def models(request: Request) -> Response:
+    emu = request.app.state.emu
+    rt = emu.runtime
+    return _gate(request, rt, None, api=False) or JSONResponse(
+        {"object": "list", "data": [protocol.model_card(rt.cfg, emu.created)]})
+
+
+async def metrics(request: Request) -> Response:
+    rt = request.app.state.emu.runtime
+    if not rt.ready:
+        return _gate(request, rt, None, api=False)
+    return Response(rt.metrics.exposition(), media_type=None, headers={"content-type": CONTENT_TYPE})
+
+
+def _prompt_ids(rt: Runtime, body: dict) -> list[int]:
+    if "messages" in body:
+        text = render_chat(body.get("messages") or [], body.get("tools"),
+                           add_generation_prompt=body.get("add_generation_prompt", True) is not False,
+                           image_tokens=rt.cfg.image_tokens)
+        return rt.tokenizer.encode(text)
+    prompt = body.get("prompt", "")
+    if isinstance(prompt, list):
+        if prompt and all(isinstance(t, int) for t in prompt):
+            return list(prompt)
+        prompt = prompt[0] if prompt else ""
+    return rt.tokenizer.encode(str(prompt))
+
+
+async def tokenize(request: Request) -> Response:
+    rt = request.app.state.emu.runtime
+    body = await _json_body(request, rt)
+    if isinstance(body, Response):
+        return body
+    gate = _gate(request, rt, body, api=False)
+    if gate:
+        return gate
+    ids = _prompt_ids(rt, body)
+    strs = [rt.tokenizer.piece_of(i) for i in ids] if body.get("return_token_strs") else None
+    return JSONResponse({"count": len(ids), "max_model_len": rt.cfg.max_model_len, "tokens": ids, "token_strs": strs})
+
+
+async def detokenize(request: Request) -> Response:
+    rt = request.app.state.emu.runtime
+    body = await _json_body(request, rt)
+    if isinstance(body, Response):
+        return body
+    gate = _gate(request, rt, body, api=False)
+    if gate:
+        return gate
+    tokens = body.get("tokens")
+    if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
+        return _err(rt, 400, "tokens: Input should be a valid list of integers", param="tokens")
+    return JSONResponse({"prompt": rt.tokenizer.decode(tokens)})
+
+
+# -- generation ----------------------------------------------------------------------------------------
+def _max_tokens(rt: Runtime, body: dict, n_prompt: int) -> tuple[int, JSONResponse | None]:
+    raw = body.get("max_completion_tokens", body.get("max_tokens"))
+    if raw is not None and (not isinstance(raw, int) or raw < 1):
+        return 0, _err(rt, 400, "max_tokens must be at least 1, got {}.".format(raw), param="max_tokens")
+    message = protocol.context_error(rt.cfg, n_prompt, raw)
+    if message:
+        return 0, _err(rt, 400, message, param="input_tokens" if rt.cfg.at_least("0.18") else None)
+    room = rt.cfg.max_model_len - n_prompt
+    # 0.33 clamps an over-long max_tokens to what is left of the context instead of rejecting it.
+    return (room if raw is None else min(raw, room)), None
+
+
+def _extend_for_ignore_eos(rt: Runtime, plan: ReplyPlan, body: dict, max_tokens: int) -> ReplyPlan:
+    want = max_tokens if body.get("ignore_eos") else min(int(body.get("min_tokens") or 0), max_tokens)
+    if len(plan.tokens) >= want:
+        return plan
+    extra: list[OutToken] = []
+    k = 0
+    while len(plan.tokens) + len(extra) < want:
+        text = " " + filler_text(rt.cfg.seed, f"pad{k}", 64)
+        extra += [OutToken(t, rt.tokenizer.piece_of(t), "content") for t in rt.tokenizer.encode(text)]
+        k += 1
+    return ReplyPlan(plan.tokens + tuple(extra[: want - len(plan.tokens)]), plan.calls, plan.named_choice)
+
+
+def _tool_choice_error(rt: Runtime, body: dict) -> JSONResponse | None:
+    if not body.get("tools"):
+        return None
+    choice = body.get("tool_choice")
+    cfg = rt.cfg
+    if choice == "auto" and not (cfg.enable_auto_tool_choice and cfg.tool_call_parser):
+        return _err(rt, 400, protocol.AUTO_TOOL_MESSAGE)
+    if cfg.tool_call_parser is None and cfg.at_least("0.14"):
+        if choice == "required":
+            return _err(rt, 400, 'tool_choice="required" requires --tool-call-parser to be set')
+        if isinstance(choice, dict) and cfg.at_least("0.33"):
+            name = (choice.get("function") or {}).get("name")
+            return _err(rt, 400, f'tool_choice=function "{name}" requires --tool-call-parser to be set')
+    return None
+
+
+async def _run(rt: Runtime, req: EngineRequest):
+    """Submit and yield engine events until the request finishes (aborting it if the caller goes away)."""
+    engine = rt.submit(req)
+    done = False
+    try:
+        while True:
+            kind, value = await req.events.get()
+            batch = [(kind, value)]
+            while not req.events.empty():
+                batch.append(req.events.get_nowait())
+            for item in batch:
+                if item[0] == "finish":
+                    done = True
+            yield batch
+            if done:
+                return
+    finally:
+        if not done:
+            engine.abort(req)
+
+
+async def chat_completions(request: Request) -> Response:
+    rt: Runtime = request.app.state.emu.runtime
+    body = await _json_body(request, rt)
+    if isinstance(body, Response):
+        return body
+    gate = _gate(request, rt, body, api=True) or _tool_choice_error(rt, body)
+    if gate:
+        return gate
+    if not isinstance(body.get("messages"), list) or not body["messages"]:
+        return _err(rt, 400, "messages: Field required", param="messages")
+    prompt_ids = _prompt_ids(rt, body)
+    max_tokens, err = _max_tokens(rt, body, len(prompt_ids))
+    if err:
+        return err
+    rt.replies += 1
+    auto = rt.cfg.enable_auto_tool_choice and rt.cfg.tool_call_parser is not None
+    plan = plan_chat(body, cfg=rt.cfg, tok=rt.tokenizer, faults=rt.faults, reply_no=rt.replies, auto_tools=auto)
+    plan = _extend_for_ignore_eos(rt, plan, body, max_tokens)
+    req = EngineRequest(protocol.request_id("chatcmpl", rt.cfg.seed, rt.replies), prompt_ids, plan.ids, max_tokens,
+                        cache_salt=body.get("cache_salt"),
+                        params_max_tokens=body.get("max_completion_tokens", body.get("max_tokens")))
+    req.events = asyncio.Queue()
+    created = int(time.time())
+    fp = protocol.system_fingerprint(rt.cfg)
+    model = rt.cfg.served_model_name
+    if body.get("stream"):
+        opts = body.get("stream_options") or {}
+        return StreamingResponse(_chat_stream(rt, req, plan, created, fp, model, bool(opts.get("include_usage"))),
+                                 media_type="text/event-stream")
+    async for _ in _run(rt, req):
+        pass
+    if req.finish_reason == "error":
+        return _err(rt, 500, protocol.DEAD_ENGINE_MESSAGE)
+    msg = assemble(plan, req.num_output)
+    reasoning_tokens = sum(1 for t in plan.tokens[:req.num_output] if t.kind == "reasoning")
+    return JSONResponse({
+        "id": req.request_id, "object": "chat.completion", "created": created, "model": model,
+        "choices": [{"index": 0, "message": protocol.chat_message(rt.cfg, msg), "logprobs": None,
+                     "finish_reason": protocol.finish_reason(req.finish_reason, bool(msg.calls), plan.named_choice),
+                     "stop_reason": None, "token_ids": None}],
+        "service_tier": None, "system_fingerprint": fp,
+        "usage": protocol.usage(rt.cfg, len(req.prompt_ids), req.num_output, req.num_cached_tokens, reasoning_tokens),
+        "prompt_logprobs": None, "prompt_token_ids": None, "kv_transfer_params": None})
+
+
+def _sse(obj: dict) -> str:
+    return "data: " + json.dumps(obj, ensure_ascii=False) + "\n\n"
+
+
+async def _chat_stream(rt: Runtime, req: EngineRequest, plan: ReplyPlan, created: int, fp: str | None, model: str,
+                       include_usage: bool):
+    def chunk(delta: dict | None, finish: str | None = None) -> str:
+        choice = {"index": 0, "delta": delta or {}, "logprobs": None, "finish_reason": finish}
+        if finish is not None:
+            choice["stop_reason"] = None
+        return _sse({"id": req.request_id, "object": "chat.completion.chunk", "created": created, "model": model,
+                     "system_fingerprint": fp, "choices": [choice]})
+
+    yield chunk({"role": "assistant", "content": ""})
+    reasoning_key = "reasoning" if rt.cfg.at_least("0.12") else "reasoning_content"
+    started: set[int] = set()
+    call_by_index = list(plan.calls)
+    async for batch in _run(rt, req):
+        out = []
+        for kind, value in batch:
+            if kind == "token":
+                tok = plan.tokens[value - 1]
+                delta = None
+                if tok.kind == "reasoning":
+                    delta = {reasoning_key: tok.piece}
+                    if rt.cfg.at_least("0.12") and not rt.cfg.at_least("0.16"):
+                        delta["reasoning_content"] = tok.piece
+                elif tok.kind == "content":
+                    delta = {"content": tok.piece}
+                elif tok.kind == "call" and tok.call not in started and tok.call < len(call_by_index):
+                    started.add(tok.call)
+                    c = call_by_index[tok.call]
+                    delta = {"tool_calls": [{"index": tok.call, "id": c.id, "type": "function",
+                                             "function": {"name": c.name, "arguments": ""}}]}
+                elif tok.kind == "args" and tok.call in started:
+                    delta = {"tool_calls": [{"index": tok.call, "function": {"arguments": tok.piece}}]}
+                if delta:
+                    out.append(chunk(delta))
+            elif kind == "finish":
+                if value == "error":
+                    out.append(_sse(protocol.error_body(rt.cfg, 500, protocol.DEAD_ENGINE_MESSAGE)))
+                else:
+                    done = assemble(plan, req.num_output)
+                    out.append(chunk({}, protocol.finish_reason(value, bool(done.calls), plan.named_choice)))
+                    if include_usage:
+                        rtoks = sum(1 for t in plan.tokens[:req.num_output] if t.kind == "reasoning")
+                        out.append(_sse({"id": req.request_id, "object": "chat.completion.chunk", "created": created,
+                                         "model": model, "system_fingerprint": fp, "choices": [],
+                                         "usage": protocol.usage(rt.cfg, len(req.prompt_ids), req.num_output,
+                                                                 req.num_cached_tokens, rtoks)}))
+                out.append("data: [DONE]\n\n")
+        if out:
+            yield "".join(out)
+
+
+async def completions(request: Request) -> Response:
+    rt: Runtime = request.app.state.emu.runtime
+    body = await _json_body(request, rt)
+    if isinstance(body, Response):
+        return body
+    gate = _gate(request, rt, body, api=True)
+    if gate:
+        return gate
+    prompt_ids = _prompt_ids(rt, body)
+    if "max_tokens" not in body:
+        body = {**body, "max_tokens": 16}   # the OpenAI completions default vLLM keeps
+    max_tokens, err = _max_tokens(rt, body, len(prompt_ids))
+    if err:
+        return err
+    rt.replies += 1
+    plan = _extend_for_ignore_eos(rt, plan_completion(str(prompt_ids[-64:]), cfg=rt.cfg, tok=rt.tokenizer), body,
+                                  max_tokens)
+    req = EngineRequest(protocol.request_id("cmpl", rt.cfg.seed, rt.replies), prompt_ids, plan.ids, max_tokens,
+                        cache_salt=body.get("cache_salt"), params_max_tokens=body.get("max_tokens"))
+    req.events = asyncio.Queue()
+    created = int(time.time())
+    fp = protocol.system_fingerprint(rt.cfg)
+    model = rt.cfg.served_model_name
+    if body.get("stream"):
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        return StreamingResponse(_completion_stream(rt, req, plan, created, fp, model, include_usage),
+                                 media_type="text/event-stream")
+    async for _ in _run(rt, req):
+        pass
+    if req.finish_reason == "error":
+        return _err(rt, 500, protocol.DEAD_ENGINE_MESSAGE)
+    text = "".join(t.piece for t in plan.tokens[:req.num_output])
+    return JSONResponse({
+        "id": req.request_id, "object": "text_completion", "created": created, "model": model,
+        "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": req.finish_reason,
+                     "stop_reason": None, "prompt_logprobs": None}],
+        "service_tier": None, "system_fingerprint": fp,
+        "usage": protocol.usage(rt.cfg, len(req.prompt_ids), req.num_output, req.num_cached_tokens, 0),
+        "kv_transfer_params": None})
+
+
+async def _completion_stream(rt: Runtime, req: EngineRequest, plan: ReplyPlan, created: int, fp: str | None,
+                             model: str, include_usage: bool):
+    def chunk(text: str, finish: str | None = None) -> str:
+        return _sse({"id": req.request_id, "object": "text_completion", "created": created, "model": model,
+                     "system_fingerprint": fp,
+                     "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish,
+                                  "stop_reason": None}]})
+
+    async for batch in _run(rt, req):
+        out = []
+        for kind, value in batch:
+            if kind == "token":
+                out.append(chunk(plan.tokens[value - 1].piece))
+            elif value == "error":
+                out.append(_sse(protocol.error_body(rt.cfg, 500, protocol.DEAD_ENGINE_MESSAGE)))
+                out.append("data: [DONE]\n\n")
+            else:
+                out.append(chunk("", value))
+                if include_usage:
+                    out.append(_sse({"id": req.request_id, "object": "text_completion", "created": created,
+                                     "model": model, "system_fingerprint": fp, "choices": [],
+                                     "usage": protocol.usage(rt.cfg, len(req.prompt_ids), req.num_output,
+                                                             req.num_cached_tokens, 0)}))
+                out.append("data: [DONE]\n\n")
+        if out:
+            yield "".join(out)
+
+
+# -- emulator-only admin paths -------------------------------------------------------------------------
+async def admin_faults(request: Request) -> Response:
+    emu: EmulatorState = request.app.state.emu
+    rt = emu.runtime
+    if request.method == "POST":
+        body = await _json_body(request, rt)
+        if isinstance(body, Response):
+            return body
+        faults = body.get("faults")
+        if not isinstance(faults, list) or not all(isinstance(f, str) for f in faults):
+            return JSONResponse({"error": 'expected {"faults": ["name[=value]", ...]}'}, status_code=400)
+        try:
+            new = FaultSet.parse(faults, rt.cfg.seed)
+        except Exception as exc:  # BadInputError: an unknown fault or a bad value
+            return JSONResponse({"error": str(exc)}, status_code=400)
+        changed_startup = {n for n in set(new.values) ^ set(rt.faults.values) if n in STARTUP_FAULTS}
+        cfg = emu.base_cfg.replace(faults=new.canonical())
+        if changed_startup:
+            await emu.restart(cfg)
+        else:
+            emu.base_cfg = cfg
+            rt.requested = cfg
+            rt.faults = new
+            slow = new.value("slow") if "slow" in new else 1.0
+            rt.step_model = rt.step_model.__class__(**{**rt.step_model.__dict__, "decode_slowdown": slow or 1.0})
+            for e in rt.engines:
+                e.step_model = rt.step_model
+        return JSONResponse({"faults": list(emu.runtime.faults.canonical()), "restarted": bool(changed_startup)})
+    return JSONResponse({"faults": list(rt.faults.canonical()),
+                         "known": {name: spec.summary for name, spec in FAULTS.items()}})
+
+
+async def admin_log(request: Request) -> Response:
+    return PlainTextResponse(request.app.state.emu.runtime.log.text())
+
+
+async def admin_collect_env(request: Request) -> Response:
+    return PlainTextResponse(request.app.state.emu.runtime.collect_env)
+
+
+async def admin_dcgm(request: Request) -> Response:
+    return Response(request.app.state.emu.runtime.gpu.exposition(), headers={"content-type": CONTENT_TYPE})
+
+
+async def admin_state(request: Request) -> Response:
+    return JSONResponse(request.app.state.emu.runtime.state())
+
+
+async def admin_restart(request: Request) -> Response:
+    emu: EmulatorState = request.app.state.emu
+    body = await _json_body(request, emu.runtime)
+    if isinstance(body, Response):
+        return body
+    base = emu.base_cfg
+    try:
+        cfg = EmulatorConfig.from_profile(
+            body.get("profile", base.profile), faults=tuple(body.get("faults", base.faults)),
+            vllm_version=body.get("vllm_version", base.vllm_version), time_scale=base.time_scale, seed=base.seed,
+            api_key=base.api_key, log_dir=base.log_dir)
+    except Exception as exc:  # BadInputError: unknown profile or fault
+        return JSONResponse({"error": str(exc)}, status_code=400)
+    await emu.restart(cfg)
+    return JSONResponse(emu.runtime.state())
+
+
+def build_app(cfg: EmulatorConfig) -> tuple[Any, EmulatorState]:
+    """The ASGI app for `cfg` and its shared state; the engine starts with the app's lifespan."""
+    emu = EmulatorState(cfg)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        await emu.runtime.start(emu.url)
+        try:
+            yield
+        finally:
+            await emu.runtime.stop()
+
+    routes = [
+        Route("/health", health, methods=["GET"]),
+        Route("/version", version, methods=["GET"]),
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+        Route("/tokenize", tokenize, methods=["POST"]),
+        Route("/detokenize", detokenize, methods=["POST"]),
+        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/completions", completions, methods=["POST"]),
+        Route("/_emulator/faults", admin_faults, methods=["GET", "POST"]),
+        Route("/_emulator/log", admin_log, methods=["GET"]),
+        Route("/_emulator/collect_env", admin_collect_env, methods=["GET"]),
+        Route("/_emulator/dcgm/metrics", admin_dcgm, methods=["GET"]),
+        Route("/_emulator/state", admin_state, methods=["GET"]),
+        Route("/_emulator/restart", admin_restart, methods=["POST"]),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.emu = emu
+    return _AccessLog(app, emu), emu

@@ -1,0 +1,42 @@
+"""The `k3 emulator` options and their translation into an EmulatorConfig (wired into the main CLI elsewhere)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from ..errors import BadInputError
+from .config import EmulatorConfig
+from .faults import FAULTS
+from .profiles import PROFILES
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=0, help="port to bind; 0 picks a free one (default 0)")
+    parser.add_argument("--profile", default="demo", choices=sorted(PROFILES),
+                        help="deployment to impersonate (default demo)")
+    parser.add_argument("--fault", action="append", default=[], metavar="NAME[=VALUE]",
+                        help="inject a fault; repeatable. Known: " + ", ".join(sorted(FAULTS)))
+    parser.add_argument("--vllm-version", default=None, help="vLLM version to report and imitate (default 0.33.0)")
+    parser.add_argument("--time-scale", type=float, default=None,
+                        help="multiply every modelled duration by this (e.g. 0.05 runs 20x faster)")
+    parser.add_argument("--log-dir", default=None, help="also write the server log and collect_env report here")
+    parser.add_argument("--api-key-env", default=None, metavar="VAR",
+                        help="require `Authorization: Bearer $VAR` on /v1/* (the key is read from that variable)")
+
+
+def config_from_args(ns: argparse.Namespace) -> EmulatorConfig:
+    overrides: dict = {"faults": tuple(ns.fault or ())}
+    if ns.vllm_version:
+        overrides["vllm_version"] = ns.vllm_version
+    if ns.time_scale is not None:
+        overrides["time_scale"] = ns.time_scale
+    if ns.log_dir:
+        overrides["log_dir"] = ns.log_dir
+    if ns.api_key_env:
+        key = os.environ.get(ns.api_key_env)
+        if not key:
+            raise BadInputError(f"environment variable {ns.api_key_env} is empty or unset", field="--api-key-env")
+        overrides["api_key"] = key
+    return EmulatorConfig.from_profile(ns.profile, **overrides)

@@ -1,0 +1,139 @@
+"""EmulatorConfig: everything that decides what the emulated vLLM server is and says.
+
+`resolved()` folds the active faults into the flags they stand for (an old version, a lower memory
+utilization, no tool parser …), so the rest of the emulator reads one plain config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from ..errors import BadInputError
+from .faults import FaultSet
+from .profiles import PROFILES
+
+DEFAULT_VLLM_VERSION = "0.33.0"
+OLD_VLLM_VERSION = "0.27.0"  # below the seed's 0.27.1 minimum (the newer recipe asks 0.29.0)
+
+
+def parse_version(text: str) -> tuple[int, ...]:
+    """`"0.10.1.1"` → (0, 10, 1, 1); a suffix such as `+cu130` or `rc1` is ignored."""
+    parts = []
+    for piece in re.split(r"[.+]", text.strip().lstrip("v")):
+        m = re.match(r"\d+", piece)
+        if not m:
+            break
+        parts.append(int(m.group()))
+    if not parts:
+        raise BadInputError(f"not a vLLM version: {text!r} (expected e.g. 0.33.0)", field="vllm_version")
+    return tuple(parts)
+
+
+@dataclass(frozen=True)
+class EmulatorConfig:
+    profile: str = "demo"
+    vllm_version: str = DEFAULT_VLLM_VERSION
+    model: str = "moonshotai/Kimi-K3"
+    served_model_name: str = "kimi-k3"
+    faults: tuple[str, ...] = ()
+    time_scale: float = 1.0
+    seed: int = 0
+    api_key: str | None = None
+    log_dir: str | None = None
+    # server flags
+    enable_auto_tool_choice: bool = True
+    tool_call_parser: str | None = "kimi_k3"
+    reasoning_parser: str | None = "kimi_k3"
+    enable_prefix_caching: bool = True
+    enable_prompt_tokens_details: bool = True
+    block_size: int = 16
+    max_num_seqs: int = 8
+    max_num_batched_tokens: int = 512
+    max_model_len: int = 4096
+    gpu_memory_utilization: float = 0.9
+    num_gpu_blocks_override: int | None = None
+    tensor_parallel_size: int = 1
+    data_parallel_size: int = 1
+    extra_args: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    # hardware and image
+    gpu_count: int = 1
+    gpus_per_node: int = 1
+    gpu_name: str = "NVIDIA H200"
+    gpu_memory_mib: int = 143_771
+    driver_version: str = "580.95.05"
+    cuda_build: str = "13.0"
+    cuda_runtime: str = "13.0.88"
+    torch_version: str = "2.9.0+cu130"
+    image: str = ""
+    hostname_prefix: str = "k3-node-"
+    # memory and timing model
+    weights_bytes: int = 0
+    activation_reserve_mib: int = 2_048
+    cudagraph_mib: int = 512
+    kv_bytes_per_token: int = 16_384
+    prefill_tokens_per_s: float = 20_000.0
+    decode_step_base_ms: float = 20.0
+    decode_step_per_seq_ms: float = 1.0
+    image_tokens: int = 64
+    log_stats_interval_s: float = 10.0
+
+    @classmethod
+    def from_profile(cls, name: str = "demo", **overrides: Any) -> "EmulatorConfig":
+        """The named profile's values, then `overrides` (any field) on top."""
+        if name not in PROFILES:
+            raise BadInputError(f"unknown emulator profile {name!r}; known: {', '.join(sorted(PROFILES))}",
+                                field="profile")
+        known = {f.name for f in dataclasses.fields(cls)}
+        bad = sorted(set(overrides) - known)
+        if bad:
+            raise BadInputError(f"unknown emulator setting(s): {', '.join(bad)}", field="emulator")
+        values = dict(PROFILES[name])
+        values.update(overrides)
+        if "faults" in values:
+            values["faults"] = tuple(values["faults"])
+        cfg = cls(profile=name, **values)
+        cfg.fault_set()  # validate fault names now, not at the first request
+        if cfg.time_scale <= 0:
+            raise BadInputError("time_scale must be > 0", field="time_scale")
+        parse_version(cfg.vllm_version)
+        return cfg
+
+    def replace(self, **changes: Any) -> "EmulatorConfig":
+        return dataclasses.replace(self, **changes)
+
+    def fault_set(self) -> FaultSet:
+        return FaultSet.parse(self.faults, self.seed)
+
+    def version(self) -> tuple[int, ...]:
+        return parse_version(self.vllm_version)
+
+    def at_least(self, text: str) -> bool:
+        return self.version() >= parse_version(text)
+
+    def resolved(self) -> "EmulatorConfig":
+        """The config the emulated server actually runs with, once the faults are applied."""
+        from .gpu import starved_utilization  # local: gpu reads config values, config only calls it here
+
+        fs = self.fault_set()
+        cfg = self
+        if "old-vllm" in fs and cfg.version() >= parse_version(OLD_VLLM_VERSION):
+            cfg = cfg.replace(vllm_version=OLD_VLLM_VERSION)
+        if "cuda12-image" in fs:
+            cfg = cfg.replace(cuda_build="12.9", cuda_runtime="12.9.86",
+                              torch_version=cfg.torch_version.split("+")[0] + "+cu129")
+        if "old-driver" in fs:
+            cfg = cfg.replace(driver_version="570.172.08")
+        if "no-tool-parser" in fs:
+            cfg = cfg.replace(enable_auto_tool_choice=False, tool_call_parser=None)
+        if "no-prefix-caching" in fs:
+            cfg = cfg.replace(enable_prefix_caching=False)
+        if "kv-starved" in fs:
+            cfg = cfg.replace(gpu_memory_utilization=starved_utilization(cfg))
+        if not cfg.image:
+            tag = f"v{cfg.vllm_version}" + ("-cu129" if cfg.cuda_build.startswith("12") else "")
+            cfg = cfg.replace(image=f"vllm/vllm-openai:{tag}")
+        return cfg

@@ -1,0 +1,86 @@
+"""A `vllm collect-env` report in the sectioned (≥0.9) layout, from the emulated image and host."""
+
+from __future__ import annotations
+
+
+def _section(title: str) -> str:
+    bar = "=" * 30
+    return f"{bar}\n{title.center(30).rstrip()}\n{bar}"
+
+
+def collect_env_report(cfg) -> str:
+    """The text `python collect_env.py` prints on one node of the emulated deployment."""
+    cuda_tag = "cu" + cfg.cuda_build.replace(".", "")
+    gpus = "\n".join(f"GPU {i}: {cfg.gpu_name}" for i in range(min(cfg.gpus_per_node, cfg.gpu_count)))
+    n = min(cfg.gpus_per_node, cfg.gpu_count)
+    header = "\t" + "\t".join(f"GPU{i}" for i in range(n)) + "\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID"
+    topo = [header] + [
+        f"GPU{i}\t" + "\t".join(" X " if i == j else f"NV18" for j in range(n))
+        + f"\t{0 if i < n / 2 else 48}-{47 if i < n / 2 else 95}\t{0 if i < n / 2 else 1}\t\tN/A"
+        for i in range(n)]
+    major = cfg.cuda_build.split(".")[0]
+    return "\n".join([
+        "Collecting environment information...",
+        _section("System Info"),
+        "OS                           : Ubuntu 22.04.5 LTS (x86_64)",
+        "GCC version                  : (Ubuntu 11.4.0-1ubuntu1~22.04.2) 11.4.0",
+        "Clang version                : Could not collect",
+        "CMake version                : version 4.1.2",
+        "Libc version                 : glibc-2.35",
+        "",
+        _section("PyTorch Info"),
+        f"PyTorch version              : {cfg.torch_version}",
+        "Is debug build               : False",
+        f"CUDA used to build PyTorch   : {cfg.cuda_build}",
+        "ROCM used to build PyTorch   : N/A",
+        "",
+        _section("Python Environment"),
+        "Python version               : 3.12.11 (main, Jun  4 2025, 08:56:18) [GCC 11.4.0] (64-bit runtime)",
+        "Python platform              : Linux-6.8.0-60-generic-x86_64-with-glibc2.35",
+        "",
+        _section("CUDA / GPU Info"),
+        "Is CUDA available            : True",
+        f"CUDA runtime version         : {cfg.cuda_runtime}",
+        "CUDA_MODULE_LOADING set to   : LAZY",
+        "GPU models and configuration : ",
+        gpus,
+        "",
+        f"Nvidia driver version        : {cfg.driver_version}",
+        "cuDNN version                : Could not collect",
+        "HIP runtime version          : N/A",
+        "MIOpen runtime version       : N/A",
+        "Is XNNPACK available         : True",
+        "",
+        _section("CPU Info"),
+        "Architecture:                         x86_64",
+        "CPU(s):                               96",
+        "Model name:                           Intel(R) Xeon(R) Platinum 8468",
+        "",
+        _section("Versions of relevant libraries"),
+        "[pip3] numpy==2.2.6",
+        f"[pip3] nvidia-cuda-runtime-cu{major}=={cfg.cuda_runtime}",
+        "[pip3] pyzmq==27.0.2",
+        f"[pip3] torch=={cfg.torch_version}",
+        f"[pip3] torchvision==0.24.0+{cuda_tag}",
+        "[pip3] transformers==4.57.1",
+        "[pip3] triton==3.5.0",
+        "[conda] Could not collect",
+        "",
+        _section("vLLM Info"),
+        "ROCM Version                 : Could not collect",
+        f"vLLM Version                 : {cfg.vllm_version}",
+        "vLLM Build Flags:",
+        "  CUDA Archs: Not Set; ROCm: Disabled",
+        "GPU Topology:",
+        *("  " + row if k == 0 else row for k, row in enumerate(topo)),
+        "",
+        _section("Environment Variables"),
+        f"NVIDIA_REQUIRE_CUDA=cuda>={cfg.cuda_build}",
+        f"CUDA_VERSION={cfg.cuda_runtime.rsplit('.', 1)[0]}.1",
+        "NVIDIA_VISIBLE_DEVICES=all",
+        "NVIDIA_DRIVER_CAPABILITIES=compute,utility",
+        "VLLM_USAGE_SOURCE=production-docker-image",
+        "PYTORCH_NVML_BASED_CUDA_CHECK=1",
+        "TORCHINDUCTOR_COMPILE_THREADS=1",
+        "",
+    ])

@@ -1,0 +1,106 @@
+"""Fault switches: the defects the emulator can be told to reproduce, parsed from `NAME[=VALUE]`.
+
+A fault changes what the server *says* the way the real defect would (a CUDA 12 build shows up in the
+collect_env report, a missing tool parser turns `tool_choice: "auto"` into a 400, …). Shares are drawn
+from a seeded hash, so the same seed and request order give the same faulty replies.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Mapping
+
+from ..errors import BadInputError
+
+
+@dataclass(frozen=True)
+class FaultSpec:
+    """One known fault: its name, what it does, and the default of its `=VALUE` (None: takes no value)."""
+
+    name: str
+    summary: str
+    default: float | None = None
+    value_kind: str = "none"  # "none" | "share" (0..1) | "count" (int ≥ 1) | "factor" (> 0)
+
+
+_SPECS = (
+    FaultSpec("cuda12-image", "the image is a CUDA 12.9 (cu129) build: collect_env and image name say so"),
+    FaultSpec("old-driver", "the host driver is branch 570 (below the R580 a CUDA 13 build needs)"),
+    FaultSpec("old-vllm", "vLLM 0.27.0 (below the recipe minimum) is reported everywhere"),
+    FaultSpec("no-tool-parser", "started without --enable-auto-tool-choice/--tool-call-parser"),
+    FaultSpec("tool-markup-leak", "a share of tool calls come back as raw kimi_k3 markup in content", 0.3, "share"),
+    FaultSpec("bad-tool-args", "a share of tool calls carry invalid JSON or schema-invalid arguments", 0.3, "share"),
+    FaultSpec("no-prefix-caching", "started with --no-enable-prefix-caching"),
+    FaultSpec("kv-starved", "gpu_memory_utilization so low the KV pool holds ~1.25 max-length requests"),
+    FaultSpec("oom-long-context", "the engine dies with a CUDA OOM on prompts above N tokens "
+                                  "(default: half of max_model_len)", 0.0, "count"),
+    FaultSpec("oom-startup", "the engine never starts: CUDA OOM while profiling, /health never 200"),
+    FaultSpec("slow", "decode steps are N times slower", 5.0, "factor"),
+    FaultSpec("flaky-5xx", "a share of API requests fail with 500 or 503", 0.2, "share"),
+    FaultSpec("memory-leak", "reported GPU memory grows by N MiB per finished request", 48.0, "factor"),
+    FaultSpec("crash", "the engine dies after N requests", 20.0, "count"),
+)
+
+FAULTS: Mapping[str, FaultSpec] = MappingProxyType({s.name: s for s in _SPECS})
+
+
+def parse_fault(text: str) -> tuple[str, float | None]:
+    """`"bad-tool-args=0.5"` → `("bad-tool-args", 0.5)`; `"slow"` → `("slow", 5.0)` (the default)."""
+    name, sep, raw = text.strip().partition("=")
+    name = name.strip()
+    spec = FAULTS.get(name)
+    if spec is None:
+        raise BadInputError(f"unknown fault {name!r}; known faults: {', '.join(sorted(FAULTS))}", field="fault")
+    if not sep:
+        return name, spec.default
+    if spec.value_kind == "none":
+        raise BadInputError(f"fault {name!r} takes no value (got {raw!r})", field="fault")
+    try:
+        value = float(raw)
+    except ValueError as exc:
+        raise BadInputError(f"fault {name!r} needs a number after '=' (got {raw!r})", field="fault") from exc
+    if spec.value_kind == "share" and not 0.0 <= value <= 1.0:
+        raise BadInputError(f"fault {name!r}: a share is between 0 and 1 (got {value})", field="fault")
+    if spec.value_kind in ("count", "factor") and value <= 0:
+        raise BadInputError(f"fault {name!r}: the value must be positive (got {value})", field="fault")
+    return name, value
+
+
+@dataclass(frozen=True)
+class FaultSet:
+    """The active faults with their values; `share_hit` draws reproducibly from (seed, fault, n)."""
+
+    values: Mapping[str, float | None]
+    seed: int = 0
+
+    @classmethod
+    def parse(cls, faults: tuple[str, ...] | list[str], seed: int = 0) -> "FaultSet":
+        return cls(MappingProxyType(dict(parse_fault(f) for f in faults)), seed)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.values
+
+    def value(self, name: str) -> float | None:
+        return self.values.get(name)
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(sorted(self.values))
+
+    def canonical(self) -> tuple[str, ...]:
+        """Back to `NAME[=VALUE]` strings, a value only where it differs from the default."""
+        out = []
+        for name in sorted(self.values):
+            v = self.values[name]
+            out.append(name if v == FAULTS[name].default else f"{name}={v:g}")
+        return tuple(out)
+
+    def draw(self, name: str, n: int) -> float:
+        """A uniform number in [0, 1) fixed by (seed, fault name, n): stable across runs and platforms."""
+        digest = hashlib.blake2b(f"{self.seed}:{name}:{n}".encode(), digest_size=8).digest()
+        return int.from_bytes(digest, "big") / 2**64
+
+    def share_hit(self, name: str, n: int) -> bool:
+        share = self.values.get(name)
+        return name in self.values and share is not None and self.draw(name, n) < share

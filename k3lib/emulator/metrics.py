@@ -1,0 +1,259 @@
+"""The `/metrics` exposition: vLLM v1's metric names, types, labels and buckets for the reported version.
+
+One CollectorRegistry per emulated server (a restart starts from zero, like a real restart resets the
+counters). Labels are `model_name` (the first served name) and `engine` (the DP index as a string).
+Names that came and went across releases follow `vllm_version` (research notes §1.1, §2).
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from .scheduler import EngineRequest
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+_TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+_ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+                40.0, 80.0)
+_LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
+                    240.0, 480.0, 960.0, 1920.0, 7680.0)
+_ITERATION_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+
+
+def buckets_1_2_5(limit: int) -> tuple[float, ...]:
+    out, mag = [], 1
+    while True:
+        for m in (1, 2, 5):
+            if m * mag > limit:
+                return tuple(out)
+            out.append(float(m * mag))
+        mag *= 10
+
+
+class ServerMetrics:
+    """vLLM's Prometheus families, fed by the runtime's engine observer."""
+
+    def __init__(self, cfg, *, num_gpu_blocks: int, kv_cache_size_tokens: int, max_concurrency: float) -> None:
+        self.cfg = cfg
+        self.registry = CollectorRegistry()
+        v = cfg.version()
+        r = self.registry
+        self.model = cfg.served_model_name
+        labels = ["model_name", "engine"]
+        self.old_names = v < (0, 12)   # deprecated aliases exported (0.10) or hidden-but-listed (0.11)
+        self.running = Gauge("vllm:num_requests_running", "Number of requests in model execution batches.",
+                             labels, registry=r)
+        self.waiting = Gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
+                             labels, registry=r)
+        self.waiting_by_reason = (Gauge("vllm:num_requests_waiting_by_reason",
+                                        "Number of waiting requests by reason.", labels + ["reason"], registry=r)
+                                  if v >= (0, 20) else None)
+        self.kv_usage = Gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", labels,
+                              registry=r)
+        self.gpu_usage = (Gauge("vllm:gpu_cache_usage_perc",
+                                "GPU KV-cache usage. 1 means 100 percent usage.", labels, registry=r)
+                          if self.old_names else None)
+        self.queries = Counter("vllm:prefix_cache_queries",
+                               "Prefix cache queries, in terms of number of queried tokens.", labels, registry=r)
+        self.hits = Counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
+                            labels, registry=r)
+        self.gpu_queries = self.gpu_hits = None
+        if self.old_names:
+            self.gpu_queries = Counter("vllm:gpu_prefix_cache_queries",
+                                       "GPU prefix cache queries, in terms of number of queried tokens.", labels,
+                                       registry=r)
+            self.gpu_hits = Counter("vllm:gpu_prefix_cache_hits",
+                                    "GPU prefix cache hits, in terms of number of cached tokens.", labels, registry=r)
+        self.preemptions = Counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.",
+                                   labels, registry=r)
+        self.prompt_tokens = Counter("vllm:prompt_tokens", "Number of prefill tokens processed.", labels, registry=r)
+        self.generation_tokens = Counter("vllm:generation_tokens", "Number of generation tokens processed.", labels,
+                                         registry=r)
+        self.by_source = self.cached = None
+        if v >= (0, 16):
+            self.by_source = Counter("vllm:prompt_tokens_by_source", "Number of prompt tokens by source.",
+                                     labels + ["source"], registry=r)
+            self.cached = Counter("vllm:prompt_tokens_cached", "Number of cached prompt tokens (local + external).",
+                                  labels, registry=r)
+        self.success = Counter("vllm:request_success", "Count of successfully processed requests.",
+                               labels + ["finished_reason"], registry=r)
+        self.reasons = ["stop", "length", "abort"] + (["error"] if v >= (0, 13) else []) \
+            + (["repetition"] if v >= (0, 18) else [])
+        self.admission = (Counter("vllm:admission_rejections", "Number of requests rejected at admission.",
+                                  ["model_name", "reason"], registry=r) if v >= (0, 33) else None)
+
+        def hist(name: str, help_: str, buckets, since: tuple = (0,), until: tuple | None = None):
+            if v < since or (until is not None and v >= until):
+                return None
+            return Histogram(name, help_, labels, buckets=buckets, registry=r)
+
+        tok_buckets = buckets_1_2_5(cfg.max_model_len)
+        self.iteration = hist("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.",
+                              _ITERATION_BUCKETS)
+        self.req_prompt = hist("vllm:request_prompt_tokens", "Number of prefill tokens processed.", tok_buckets)
+        self.req_gen = hist("vllm:request_generation_tokens", "Number of generation tokens processed.", tok_buckets)
+        self.req_max_gen = hist("vllm:request_max_num_generation_tokens",
+                                "Histogram of maximum number of requested generation tokens.", tok_buckets)
+        self.req_n = hist("vllm:request_params_n", "Histogram of the n request parameter.", (1, 2, 5, 10, 20))
+        self.req_max_tokens = hist("vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.",
+                                   tok_buckets)
+        self.req_kv_computed = hist("vllm:request_prefill_kv_computed_tokens",
+                                    "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
+                                    tok_buckets, since=(0, 13))
+        self.req_preemptions = hist("vllm:request_num_preemptions", "Number of preemptions per request.",
+                                    (0, 1, 2, 5, 10, 20), since=(0, 31))
+        self.ttft = hist("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+                         _TTFT_BUCKETS)
+        self.tpot_old = hist("vllm:time_per_output_token_seconds", "Histogram of time per output token in seconds.",
+                             _ITL_BUCKETS, until=(0, 12))
+        self.itl = hist("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
+                        _ITL_BUCKETS, since=(0, 10, 2))
+        self.req_tpot = hist("vllm:request_time_per_output_token_seconds",
+                             "Histogram of time_per_output_token_seconds per request.", _ITL_BUCKETS, since=(0, 11))
+        self.e2e = hist("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
+                        _LATENCY_BUCKETS)
+        self.queue = hist("vllm:request_queue_time_seconds",
+                          "Histogram of time spent in WAITING phase for request.", _LATENCY_BUCKETS)
+        self.inference = hist("vllm:request_inference_time_seconds",
+                              "Histogram of time spent in RUNNING phase for request.", _LATENCY_BUCKETS)
+        self.prefill = hist("vllm:request_prefill_time_seconds",
+                            "Histogram of time spent in PREFILL phase for request.", _LATENCY_BUCKETS)
+        self.decode = hist("vllm:request_decode_time_seconds",
+                           "Histogram of time spent in DECODE phase for request.", _LATENCY_BUCKETS)
+        info = cache_config_labels(cfg, num_gpu_blocks, kv_cache_size_tokens, max_concurrency)
+        self.cache_info = Gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
+                                list(info) + ["engine"], registry=r)
+        for e in range(max(cfg.data_parallel_size, 1)):
+            self.cache_info.labels(**info, engine=str(e)).set(1.0)
+            # Pre-create every labelled series, as vLLM does, so a fresh server exposes zeros.
+            for reason in self.reasons:
+                self.success.labels(self.model, str(e), reason)
+            if self.by_source is not None:
+                for source in ("local_compute", "local_cache_hit", "external_kv_transfer"):
+                    self.by_source.labels(self.model, str(e), source)
+            self.set_gauges(e, 0, 0, 0.0)
+            for c in (self.queries, self.hits, self.gpu_queries, self.gpu_hits, self.preemptions, self.prompt_tokens,
+                      self.generation_tokens, self.cached):
+                if c is not None:
+                    c.labels(self.model, str(e))
+            for h in self._histograms():
+                h.labels(self.model, str(e))
+        if self.admission is not None:
+            for reason in ("max_num_queued_reqs", "max_num_queued_tokens"):
+                self.admission.labels(self.model, reason)
+
+    def _histograms(self):
+        return [h for h in (self.iteration, self.req_prompt, self.req_gen, self.req_max_gen, self.req_n,
+                            self.req_max_tokens, self.req_kv_computed, self.req_preemptions, self.ttft, self.tpot_old,
+                            self.itl, self.req_tpot, self.e2e, self.queue, self.inference, self.prefill, self.decode)
+                if h is not None]
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+    # -- fed by the runtime ------------------------------------------------------------------------
+    def set_gauges(self, engine: int, running: int, waiting: int, usage: float) -> None:
+        e = str(engine)
+        self.running.labels(self.model, e).set(running)
+        self.waiting.labels(self.model, e).set(waiting)
+        if self.waiting_by_reason is not None:
+            self.waiting_by_reason.labels(self.model, e, "capacity").set(waiting)
+            self.waiting_by_reason.labels(self.model, e, "deferred").set(0)
+        self.kv_usage.labels(self.model, e).set(usage)
+        if self.gpu_usage is not None:
+            self.gpu_usage.labels(self.model, e).set(usage)
+
+    def on_admit(self, engine: int, queried: int, hit: int, resumed: bool) -> None:
+        # 0.12+ keeps re-admissions after preemption out of the exported counters (issue #25780).
+        if resumed and not self.old_names:
+            return
+        e = str(engine)
+        self.queries.labels(self.model, e).inc(queried)
+        self.hits.labels(self.model, e).inc(hit)
+        if self.gpu_queries is not None:
+            self.gpu_queries.labels(self.model, e).inc(queried)
+            self.gpu_hits.labels(self.model, e).inc(hit)
+
+    def on_preempt(self, engine: int) -> None:
+        self.preemptions.labels(self.model, str(engine)).inc()
+
+    def on_step(self, engine: int, computed_prompt: int, all_prompt: int, generated: int) -> None:
+        e = str(engine)
+        if generated:
+            self.generation_tokens.labels(self.model, e).inc(generated)
+        if all_prompt:
+            self.prompt_tokens.labels(self.model, e).inc(all_prompt)
+        # 0.24+ counts only computed prompt tokens per step; before, the full prompt of finished prefills.
+        step_tokens = (computed_prompt if self.cfg.at_least("0.24") else all_prompt) + generated
+        if step_tokens and self.iteration is not None:
+            self.iteration.labels(self.model, e).observe(step_tokens)
+
+    def on_first_token(self, engine: int, req: EngineRequest) -> None:
+        e = str(engine)
+        self.ttft.labels(self.model, e).observe(req.first_token_s - req.arrival_s)
+        cached = req.num_cached_tokens or 0
+        if self.by_source is not None:
+            self.by_source.labels(self.model, e, "local_compute").inc(len(req.prompt_ids) - cached)
+            self.by_source.labels(self.model, e, "local_cache_hit").inc(cached)
+            self.cached.labels(self.model, e).inc(cached)
+
+    def on_token(self, engine: int, gap_s: float) -> None:
+        e = str(engine)
+        for h in (self.itl, self.tpot_old):
+            if h is not None:
+                h.labels(self.model, e).observe(gap_s)
+
+    def on_finish(self, engine: int, req: EngineRequest) -> None:
+        e = str(engine)
+        reason = req.finish_reason if req.finish_reason in self.reasons else "abort"
+        self.success.labels(self.model, e, reason).inc()
+        if req.first_token_s is None:
+            return
+        end = req.finished_s or req.last_token_s
+        sched = req.first_scheduled_s or req.arrival_s
+        gen = req.num_output
+        for h, value in ((self.e2e, end - req.arrival_s), (self.queue, sched - req.queued_s),
+                         (self.inference, end - sched), (self.prefill, req.first_token_s - sched),
+                         (self.decode, (req.last_token_s or end) - req.first_token_s),
+                         (self.req_prompt, len(req.prompt_ids)), (self.req_gen, gen), (self.req_n, 1),
+                         (self.req_max_gen, req.max_tokens),
+                         (self.req_max_tokens, req.params_max_tokens or req.max_tokens),
+                         (self.req_kv_computed, len(req.prompt_ids) - (req.num_cached_tokens or 0)),
+                         (self.req_preemptions, req.num_preemptions),
+                         (self.req_tpot, ((req.last_token_s or end) - req.first_token_s) / (gen - 1) if gen > 1 else 0)):
+            if h is not None:
+                h.labels(self.model, e).observe(max(value, 0))
+
+
+def cache_config_labels(cfg, num_gpu_blocks: int, kv_tokens: int, max_concurrency: float) -> dict[str, str]:
+    """CacheConfig fields as `str()` values; the field set follows the reported version (notes §1.2)."""
+    v = cfg.version()
+    d: dict[str, object] = {
+        "block_size": cfg.block_size,
+        "gpu_memory_utilization": cfg.gpu_memory_utilization,
+        "cache_dtype": "auto",
+        "is_attention_free": False,
+        "num_gpu_blocks_override": cfg.num_gpu_blocks_override,
+        "sliding_window": None,
+        "enable_prefix_caching": cfg.enable_prefix_caching,
+        "prefix_caching_hash_algo": "builtin" if v < (0, 11) else "sha256",
+        "calculate_kv_scales": False,
+        "cpu_kvcache_space_bytes": None,
+        "mamba_page_size_padded": None,
+        "num_gpu_blocks": num_gpu_blocks,
+        "num_cpu_blocks": None,
+    }
+    if v < (0, 24):
+        d.update(swap_space=4, cpu_offload_gb=0, swap_space_bytes=4 * 2**30)
+    else:
+        d.update(user_specified_block_size=cfg.block_size, user_specified_mamba_block_size=None,
+                 hash_block_size=cfg.block_size, kv_cache_dtype_skip_layers=[], kv_cache_size_tokens=kv_tokens,
+                 kv_cache_max_concurrency=round(max_concurrency, 2), kv_sharing_fast_prefill=False,
+                 kv_cache_memory_bytes=None, kv_offloading_size=None, kv_offloading_backend="native")
+    if v >= (0, 33):
+        d.update(kv_cache_layout=None, prefix_match_unit=None, prefix_cache_retention_interval=None,
+                 effective_attention_block_size=cfg.block_size, cache_hit_alignment_tokens=cfg.block_size,
+                 simple_cpu_offload_num_blocks=None)
+    return {k: str(val) for k, val in d.items()}

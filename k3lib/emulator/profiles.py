@@ -1,0 +1,83 @@
+"""Named deployments the emulator can impersonate: hardware, memory and server flags per profile.
+
+`kimi-k3-h200x16` is the recipe's Hopper layout at real scale; `demo` is small enough that prefix hits,
+preemption, queueing and OOM all show within seconds.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import Any, Mapping
+
+# H200 as nvidia-smi/dcgm report it: 143771 MiB of framebuffer (the "141 GB" on the box).
+_H200_MIB = 143_771
+
+_KIMI_K3: dict[str, Any] = dict(
+    model="moonshotai/Kimi-K3",
+    served_model_name="kimi-k3",
+    # Recipe Hopper overrides: util 0.97, 5 seqs, 32k context, 4096 batched tokens, FLASHMLA → block 64.
+    gpu_memory_utilization=0.97,
+    max_num_seqs=5,
+    max_model_len=32_768,
+    max_num_batched_tokens=4096,
+    block_size=64,
+    tensor_parallel_size=8,
+    data_parallel_size=2,
+    gpu_count=16,
+    gpus_per_node=8,
+    gpu_name="NVIDIA H200",
+    gpu_memory_mib=_H200_MIB,
+    # 2.8T params in MXFP4 ≈ 1.68 TB, spread over all 16 GPUs by expert parallelism.
+    weights_bytes=1_680_000_000_000,
+    activation_reserve_mib=6_144,
+    cudagraph_mib=1_536,
+    # MLA latent (512 + 64 rope) in bf16 on the 16 full-attention layers; KDA layers keep a fixed state.
+    kv_bytes_per_token=576 * 2 * 16,
+    prefill_tokens_per_s=9_000.0,
+    decode_step_base_ms=45.0,
+    decode_step_per_seq_ms=4.0,
+    image_tokens=256,
+    enable_auto_tool_choice=True,
+    tool_call_parser="kimi_k3",
+    reasoning_parser="kimi_k3",
+    enable_prefix_caching=True,
+    enable_prompt_tokens_details=True,
+    extra_args=MappingProxyType({"trust_remote_code": True, "attention_backend": "FLASHMLA",
+                                 "moe_backend": "marlin", "disable_custom_all_reduce": True}),
+)
+
+_DEMO: dict[str, Any] = dict(
+    model="moonshotai/Kimi-K3",
+    served_model_name="kimi-k3",
+    gpu_memory_utilization=0.9,
+    max_num_seqs=8,
+    max_model_len=4096,
+    max_num_batched_tokens=512,
+    block_size=16,
+    tensor_parallel_size=1,
+    data_parallel_size=1,
+    gpu_count=1,
+    gpus_per_node=1,
+    gpu_name="NVIDIA H200",
+    gpu_memory_mib=_H200_MIB,
+    # Sized so the pool holds 16,384 tokens (4 × max_model_len): a few long prompts fill it.
+    weights_bytes=int(_H200_MIB * 0.9 - 2_048 - 512 - 256) * 2**20,
+    activation_reserve_mib=2_048,
+    cudagraph_mib=512,
+    kv_bytes_per_token=16_384,
+    prefill_tokens_per_s=20_000.0,
+    decode_step_base_ms=20.0,
+    decode_step_per_seq_ms=1.0,
+    image_tokens=64,
+    enable_auto_tool_choice=True,
+    tool_call_parser="kimi_k3",
+    reasoning_parser="kimi_k3",
+    enable_prefix_caching=True,
+    enable_prompt_tokens_details=True,
+    extra_args=MappingProxyType({"trust_remote_code": True}),
+)
+
+PROFILES: Mapping[str, Mapping[str, Any]] = MappingProxyType({
+    "kimi-k3-h200x16": MappingProxyType(_KIMI_K3),
+    "demo": MappingProxyType(_DEMO),
+})

@@ -1,0 +1,213 @@
+"""One emulated vLLM server instance: engines, KV pools, metrics, GPU board and log, built from a config.
+
+The HTTP app holds a reference to the current Runtime; `/_emulator/restart` swaps in a new one (fresh
+counters and an empty cache, as a real restart gives). Everything here runs on the server's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from pathlib import Path
+
+from .config import EmulatorConfig
+from .envreport import collect_env_report
+from .gpu import GpuBoard, plan_memory
+from .kvcache import KVCache
+from .logs import LogBook
+from .metrics import ServerMetrics
+from .scheduler import Engine, EngineRequest, StepModel
+from .tokenizer import Tokenizer
+
+
+def capacity_error(cfg, plan) -> str | None:
+    """vLLM's startup refusal when the KV pool cannot hold one max-length request (notes §6.3)."""
+    if plan.kv_mib <= 0 or plan.num_blocks == 0:
+        tail = (" (this flag also controls CPU memory reservation on the CPU backend, despite its name). See "
+                "https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details.") \
+            if cfg.at_least("0.33") else "."
+        return ("No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
+                "initializing the engine" + tail)
+    if plan.kv_tokens < cfg.max_model_len:
+        need = cfg.max_model_len * cfg.kv_bytes_per_token / 2**30
+        return (f"To serve at least one request with the model's max seq len ({cfg.max_model_len}), "
+                f"({need:.2f} GiB KV cache is needed, which is larger than the available KV cache memory "
+                f"({plan.kv_gib:.2f} GiB). Based on the available memory, the estimated maximum model length is "
+                f"{plan.kv_tokens}. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when "
+                "initializing the engine.")
+    return None
+
+
+class Runtime:
+    def __init__(self, requested: EmulatorConfig) -> None:
+        self.requested = requested
+        cfg = self.cfg = requested.resolved()
+        self.faults = cfg.fault_set()
+        self.plan = plan_memory(cfg)
+        self.tokenizer = Tokenizer()
+        self.capacity_error = capacity_error(cfg, self.plan)
+        self.startup_oom = "oom-startup" in self.faults
+        self.ready = not (self.startup_oom or self.capacity_error)
+        self.dead = False
+        self.death_cause: str | None = None
+        log_dir = Path(cfg.log_dir) if cfg.log_dir else None
+        self.log = LogBook(cfg, log_dir / "vllm-server.log" if log_dir else None)
+        self.collect_env = collect_env_report(cfg)
+        if log_dir:
+            (log_dir / "collect_env.txt").write_text(self.collect_env, encoding="utf-8")
+        dp = max(cfg.data_parallel_size, 1)
+        self.metrics = ServerMetrics(cfg, num_gpu_blocks=self.plan.num_blocks, kv_cache_size_tokens=self.plan.kv_tokens,
+                                     max_concurrency=self.plan.kv_tokens / cfg.max_model_len)
+        self.gpu = GpuBoard(cfg, self.plan)
+        self.gpu.process_alive = self.ready
+        slow = self.faults.value("slow") if "slow" in self.faults else 1.0
+        self.step_model = StepModel(cfg.prefill_tokens_per_s, cfg.decode_step_base_ms / 1000,
+                                    cfg.decode_step_per_seq_ms / 1000, slow or 1.0, cfg.time_scale)
+        self.lag_s: deque[float] = deque(maxlen=50_000)
+        self.engines = [Engine(i, KVCache(self.plan.num_blocks, cfg.block_size,
+                                          enable_prefix_caching=cfg.enable_prefix_caching),
+                               max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=cfg.max_num_batched_tokens,
+                               step_model=self.step_model, observer=self, lag_samples=self.lag_s)
+                        for i in range(dp)]
+        self.admitted = 0
+        self.replies = 0
+        self.api_requests = 0
+        self.finished = 0
+        self._interval = [dict(prompt=0, gen=0, preempt=0) for _ in range(dp)]
+        self._recent_hits: list[deque] = [deque(maxlen=1000) for _ in range(dp)]
+        self._tasks: list[asyncio.Task] = []
+        self.started_wall = time.time()
+
+    # -- lifecycle --------------------------------------------------------------------------------
+    async def start(self, url: str) -> None:
+        self.log.startup(self.plan, url=url, startup_oom=self.startup_oom, capacity_error=self.capacity_error)
+        if not self.ready:
+            return
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(e.run(), name=f"k3-emulator-engine-{e.index}") for e in self.engines]
+        self._tasks.append(loop.create_task(self._stats_loop(), name="k3-emulator-stats"))
+
+    async def stop(self) -> None:
+        for engine in self.engines:
+            for req in list(engine.running) + list(engine.waiting):
+                engine.abort(req)
+            engine.alive = False
+            engine._wake.set()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+
+    def submit(self, req: EngineRequest) -> Engine:
+        """Hand a request to the least-loaded DP engine (ties: the lowest index)."""
+        engine = min(self.engines, key=lambda e: (e.load(), e.index))
+        engine.add(req)
+        return engine
+
+    def kill(self, engine: int, cause: str) -> None:
+        if self.dead:
+            return
+        self.dead = True
+        self.death_cause = cause
+        self.log.engine_death(engine, cause, self.plan)
+        self.gpu.process_alive = False
+        for e in self.engines:
+            e.kill("EngineCore encountered an issue. See stack trace (above) for the root cause.")
+
+    # -- EngineObserver ---------------------------------------------------------------------------
+    def check_fatal(self, engine: int, req: EngineRequest) -> bool:
+        if "oom-long-context" in self.faults:
+            threshold = int(self.faults.value("oom-long-context") or 0) or self.cfg.max_model_len // 2
+            if len(req.prompt_ids) > threshold:
+                self.kill(engine, "oom")
+                return True
+        self.admitted += 1
+        if "crash" in self.faults and self.admitted > int(self.faults.value("crash") or 20):
+            self.kill(engine, "crash")
+            return True
+        return False
+
+    def on_admit(self, engine: int, req: EngineRequest, queried: int, hit: int, resumed: bool) -> None:
+        self.metrics.on_admit(engine, queried, hit, resumed)
+        if not resumed:
+            self._recent_hits[engine].append((queried, hit))
+
+    def on_preempt(self, engine: int, req: EngineRequest) -> None:
+        self.metrics.on_preempt(engine)
+        self._interval[engine]["preempt"] += 1
+
+    def on_step(self, engine: int, computed_prompt: int, all_prompt: int, generated: int, running: int,
+                waiting: int, usage: float) -> None:
+        self.metrics.on_step(engine, computed_prompt, all_prompt, generated)
+        self.metrics.set_gauges(engine, running, waiting, usage)
+        self.gpu.busy[engine] = 1.0 if running else 0.0
+        iv = self._interval[engine]
+        iv["prompt"] += computed_prompt
+        iv["gen"] += generated
+
+    def on_first_token(self, engine: int, req: EngineRequest) -> None:
+        self.metrics.on_first_token(engine, req)
+
+    def on_token(self, engine: int, req: EngineRequest, gap_s: float) -> None:
+        self.metrics.on_token(engine, gap_s)
+
+    def on_finish(self, engine: int, req: EngineRequest) -> None:
+        self.metrics.on_finish(engine, req)
+        self.finished += 1
+        if "memory-leak" in self.faults and req.finish_reason in ("stop", "length"):
+            self.gpu.leak_mib += float(self.faults.value("memory-leak") or 48.0)
+        e = self.engines[engine]
+        self.metrics.set_gauges(engine, len(e.running), len(e.waiting), e.kv.usage())
+
+    # -- periodic stats line ----------------------------------------------------------------------
+    async def _stats_loop(self) -> None:
+        interval = max(self.cfg.log_stats_interval_s * self.cfg.time_scale, 0.2)
+        while not self.dead:
+            await asyncio.sleep(interval)
+            for e in self.engines:
+                iv = self._interval[e.index]
+                if not (iv["prompt"] or iv["gen"] or e.running or e.waiting):
+                    continue   # vLLM demotes the idle line to DEBUG
+                recent = self._recent_hits[e.index]
+                q = sum(x for x, _ in recent)
+                self.log.stats(e.index, prompt_tps=iv["prompt"] / interval, gen_tps=iv["gen"] / interval,
+                               running=len(e.running), waiting=len(e.waiting), usage=e.kv.usage(),
+                               hit_rate=(sum(h for _, h in recent) / q) if q else 0.0, preemptions=iv["preempt"])
+                self._interval[e.index] = dict(prompt=0, gen=0, preempt=0)
+
+    # -- introspection ----------------------------------------------------------------------------
+    def state(self) -> dict:
+        lags = sorted(self.lag_s)
+
+        def pct(p: float) -> float:
+            return round(lags[min(int(p * len(lags)), len(lags) - 1)] * 1000, 3) if lags else 0.0
+
+        return {
+            "profile": self.cfg.profile,
+            "vllm_version": self.cfg.vllm_version,
+            "model": self.cfg.model,
+            "served_model_name": self.cfg.served_model_name,
+            "image": self.cfg.image,
+            "faults": list(self.faults.canonical()),
+            "ready": self.ready,
+            "engine_alive": self.ready and not self.dead,
+            "death_cause": self.death_cause,
+            "running": sum(len(e.running) for e in self.engines),
+            "waiting": sum(len(e.waiting) for e in self.engines),
+            "free_blocks": sum(e.kv.num_free for e in self.engines),
+            "total_blocks": sum(e.kv.num_blocks for e in self.engines),
+            "block_size": self.cfg.block_size,
+            "kv_cache_size_tokens": self.plan.kv_tokens,
+            "gpu_memory_utilization": self.cfg.gpu_memory_utilization,
+            "gpu_memory_used_mib": self.gpu.used_mib(),
+            "engines": [{"engine": e.index, "running": len(e.running), "waiting": len(e.waiting),
+                         "free_blocks": e.kv.num_free, "total_blocks": e.kv.num_blocks,
+                         "kv_cache_usage_perc": e.kv.usage(), "steps": e.steps} for e in self.engines],
+            "requests_admitted": self.admitted,
+            "requests_finished": self.finished,
+            "step_lag_ms_p50": pct(0.50),
+            "step_lag_ms_p99": pct(0.99),
+            "step_lag_ms_max": round(lags[-1] * 1000, 3) if lags else 0.0,
+            "step_lag_samples": len(lags),
+        }

@@ -1,0 +1,109 @@
+"""Start and stop the emulator on a real socket: in a background thread (tests, the kit) or in the
+foreground until SIGINT/SIGTERM (`k3 emulator`, `python -m k3lib.emulator`)."""
+
+from __future__ import annotations
+
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+from ..errors import TargetUnreachable
+from .config import EmulatorConfig
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def _url(host: str, port: int) -> str:
+    shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
+    return f"http://[{shown}]:{port}" if ":" in shown else f"http://{shown}:{port}"
+
+
+def _server(cfg: EmulatorConfig, url: str):
+    import uvicorn  # the app is only built when a server is actually started
+
+    from .app import build_app
+
+    app, emu = build_app(cfg)
+    emu.url = url
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", loop="asyncio",
+                            http="h11", ws="none", timeout_graceful_shutdown=2, backlog=2048)
+    return uvicorn.Server(config), emu
+
+
+@dataclass
+class EmulatorHandle:
+    """A running emulator; `stop()` shuts it down cleanly. Also a context manager."""
+
+    url: str
+    port: int
+    config: EmulatorConfig
+    _server: object
+    _thread: threading.Thread
+    _sock: socket.socket
+
+    @property
+    def metrics_url(self) -> str:
+        return self.url + "/metrics"
+
+    @property
+    def dcgm_url(self) -> str:
+        return self.url + "/_emulator/dcgm/metrics"
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout_s)
+        try:
+            self._sock.close()
+        except OSError:
+            pass
+
+    def __enter__(self) -> "EmulatorHandle":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def start_emulator(cfg: EmulatorConfig | None = None, host: str = "127.0.0.1", port: int = 0,
+                   *, ready_timeout_s: float = 15.0) -> EmulatorHandle:
+    """Serve `cfg` on a real socket from a daemon thread; returns once the server accepts requests."""
+    cfg = cfg or EmulatorConfig.from_profile("demo")
+    sock = _bind(host, port)
+    real_port = sock.getsockname()[1]
+    url = _url(host, real_port)
+    server, _ = _server(cfg, url)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name=f"k3-emulator-{real_port}",
+                              daemon=True)
+    thread.start()
+    deadline = time.monotonic() + ready_timeout_s
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            server.should_exit = True
+            sock.close()
+            raise TargetUnreachable(f"the emulator did not start serving on {url} within {ready_timeout_s:.0f} s")
+        time.sleep(0.01)
+    return EmulatorHandle(url, real_port, cfg, server, thread, sock)
+
+
+def serve_forever(cfg: EmulatorConfig | None = None, host: str = "127.0.0.1", port: int = 0) -> None:
+    """Print the URL alone on the first stdout line, then serve until SIGINT/SIGTERM."""
+    cfg = cfg or EmulatorConfig.from_profile("demo")
+    sock = _bind(host, port)
+    url = _url(host, sock.getsockname()[1])
+    server, _ = _server(cfg, url)
+    print(url, flush=True)
+    sys.stdout.flush()
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
