@@ -149,10 +149,24 @@ class ProbeParams(_Model):
     timeout_s: PositiveSeconds = 10.0
 
 
+class EnvironmentParams(_Model):
+    """Where the compatibility chain's proofs come from. Each source is a file path or an http(s) URL;
+    `{base_url}` in a value is replaced by the target's base URL. A source left null is "not observable"."""
+
+    collect_env: str | None = None  # `vllm collect-env` / `python collect_env.py` output, run in the container
+    nvidia_smi: str | None = None  # `nvidia-smi` and/or `nvidia-smi -q` output from the host
+    server_log: str | None = None  # the vLLM server log from its start
+    image_inspect: str | None = None  # `docker inspect` / `crictl inspect` JSON of the running container
+    gpus_required: PositiveInt | None = None  # null: tensor × pipeline × data parallel sizes from the log
+    nvswitch: bool | None = None  # null: inferred from the GPU model (HGX H100/H200/B200 boards have NVSwitch)
+    timeout_s: PositiveSeconds = 15.0
+
+
 class AxesParams(_Model):
     """Per-axis knobs. Each later axis adds its own section here."""
 
     probe: ProbeParams = ProbeParams()
+    environment: EnvironmentParams = EnvironmentParams()
 
 
 class RunParams(_Model):
