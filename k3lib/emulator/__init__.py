@@ -6,4 +6,4 @@ from .faults import FAULTS
 from .profiles import PROFILES
 from .server import EmulatorHandle, serve_forever, start_emulator
 
-__all__ = ["FAULTS", "PROFILES", "EmulatorConfig", "EmulatorHandle", "serve_forever", "start_emulator"]
+__all__ = ["EmulatorConfig", "EmulatorHandle", "FAULTS", "PROFILES", "serve_forever", "start_emulator"]

@@ -131,7 +131,7 @@ def plan_chat(body: dict, *, cfg, tok: Tokenizer, faults: FaultSet, reply_no: in
         for i, tool in enumerate(chosen):
             name = toolcalls.tool_name(tool)
             schema = toolcalls.tool_schema(tool)
-            args = toolcalls.instance_for(schema, hints)
+            args = toolcalls.instance_for(schema, hints, context=user_text)
             if not isinstance(args, dict):
                 args = {}
             n = reply_no * 16 + i
@@ -154,7 +154,7 @@ def plan_chat(body: dict, *, cfg, tok: Tokenizer, faults: FaultSet, reply_no: in
     else:
         mode, schema = _structured_schema(body)
         if mode == "json_schema":
-            value = toolcalls.instance_for(schema or {}, toolcalls.string_hints(user_text))
+            value = toolcalls.instance_for(schema or {}, toolcalls.string_hints(user_text), context=user_text)
             out += _tokens(tok, json.dumps(value, ensure_ascii=False), "content")
         elif mode == "json_object":
             out += _tokens(tok, json.dumps({"answer": filler_text(cfg.seed, key, 8)}), "content")

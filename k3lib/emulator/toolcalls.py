@@ -72,7 +72,7 @@ def _resolve(schema: dict, root: dict) -> dict:
 
 
 def instance_for(schema: Any, hints: list[str], root: dict | None = None, *, depth: int = 0,
-                 key: str = "") -> Any:
+                 key: str = "", context: str = "") -> Any:
     """A value valid against `schema` (the common JSON Schema keywords), deterministic in its inputs."""
     root = root if root is not None else (schema if isinstance(schema, dict) else {})
     if not isinstance(schema, dict) or depth > 8:
@@ -81,7 +81,7 @@ def instance_for(schema: Any, hints: list[str], root: dict | None = None, *, dep
     if "const" in schema:
         return schema["const"]
     if schema.get("enum"):
-        low = " ".join(hints).lower()
+        low = (context or " ".join(hints)).lower()
         for option in schema["enum"]:
             if isinstance(option, str) and option.lower() in low:
                 return option
@@ -89,7 +89,7 @@ def instance_for(schema: Any, hints: list[str], root: dict | None = None, *, dep
     for combo in ("anyOf", "oneOf"):
         if schema.get(combo):
             options = [s for s in schema[combo] if _resolve(s, root).get("type") != "null"] or schema[combo]
-            return instance_for(options[0], hints, root, depth=depth + 1, key=key)
+            return instance_for(options[0], hints, root, depth=depth + 1, key=key, context=context)
     if schema.get("allOf"):
         merged: dict = {}
         for part in schema["allOf"]:
@@ -97,7 +97,7 @@ def instance_for(schema: Any, hints: list[str], root: dict | None = None, *, dep
             merged.setdefault("properties", {}).update(part.get("properties", {}))
             merged.setdefault("required", []).extend(part.get("required", []))
             merged.setdefault("type", part.get("type", "object"))
-        return instance_for(merged, hints, root, depth=depth + 1, key=key)
+        return instance_for(merged, hints, root, depth=depth + 1, key=key, context=context)
     kind = schema.get("type")
     if isinstance(kind, list):
         kind = next((k for k in kind if k != "null"), "null")
@@ -112,7 +112,7 @@ def instance_for(schema: Any, hints: list[str], root: dict | None = None, *, dep
         for i, name in enumerate(order):
             sub = props.get(name, {"type": "string"})
             out[name] = instance_for(sub, hints[i % len(hints):] + hints[:i % len(hints)], root,
-                                     depth=depth + 1, key=name)
+                                     depth=depth + 1, key=name, context=context)
         return out
     if kind == "array":
         n = max(int(schema.get("minItems", 1)), 1)
@@ -120,7 +120,7 @@ def instance_for(schema: Any, hints: list[str], root: dict | None = None, *, dep
             n = min(n, int(schema["maxItems"]))
         items = schema.get("items", {"type": "string"})
         values = [instance_for(items, hints[i % len(hints):] + hints[:i % len(hints)], root, depth=depth + 1,
-                               key=key) for i in range(n)]
+                               key=key, context=context) for i in range(n)]
         if schema.get("uniqueItems"):
             values = values[:1]
         return values
