@@ -156,7 +156,9 @@ def build_known_timing_app(config: KnownTimingConfig) -> Any:
 
 
 def _bind_loopback() -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # proto=IPPROTO_TCP matters: asyncio only sets TCP_NODELAY on accepted sockets whose proto says TCP, and
+    # without it Nagle + delayed ACK hold each small SSE event ~40 ms — a fake TTFT floor
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     sock.listen(4096)

@@ -8,6 +8,7 @@ keeps what it measured.
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -182,9 +183,11 @@ def summarize(stats: Sequence[RequestStat], *, name: str, kind: str, target_url:
     windows: tuple[WindowSummary, ...] = ()
     if window_s and window_s > 0 and duration_s > 0:
         out = []
-        n = max(1, int(-(-duration_s // window_s)))
+        # windows tile the planned span; requests cancelled just after the deadline fall in the last one
+        span_s = min(duration_s, max_duration_s)
+        n = max(1, math.ceil(span_s / window_s - 1e-9))
         for k in range(n):
-            lo, hi = k * window_s, min((k + 1) * window_s, duration_s)
+            lo, hi = k * window_s, min((k + 1) * window_s, span_s)
             inside = [s for s in stats if lo <= s.done_s < hi or (k == n - 1 and s.done_s >= hi)]
             win_ok = [s for s in inside if s.ok]
             ttfts = [s.ttft_ms for s in win_ok if s.ttft_ms is not None]
