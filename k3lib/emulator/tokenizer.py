@@ -2,7 +2,7 @@
 
 Text splits into word/punctuation/space pieces; each piece's id is a blake2b hash into the vocabulary, so
 the same text gives the same ids on every run and platform, and the pieces concatenate back to the text
-exactly. Special tokens (`<|im_user|>` …) have fixed low ids. The chat template renders tools and messages
+exactly. Special tokens (`<|im_user|>` …) have fixed ids at the top of the vocabulary. The chat template renders tools and messages
 in a fixed order with canonical JSON, so an unchanged system prompt + tools + history gives the same
 leading ids byte for byte — which is what makes prefix caching measurable.
 """
@@ -98,9 +98,9 @@ def _content_text(content: Any, image_tokens: int) -> str:
             ref = part.get("image_url") or part.get("image") or {}
             url = ref.get("url", "") if isinstance(ref, dict) else str(ref)
             # The media hash keeps two different images from sharing cached blocks (vLLM mixes mm hashes
-            # into the block keys); the pad run makes the image cost a fixed number of prompt tokens.
+            # into the block keys); markers + pads + tag make the image cost exactly `image_tokens`.
             tag = hashlib.blake2b(url.encode(), digest_size=4).hexdigest()
-            out.append("<|media_start|>image<|media_content|>" + "<|media_pad|>" * max(image_tokens - 2, 0)
+            out.append("<|media_start|>image<|media_content|>" + "<|media_pad|>" * max(image_tokens - 5, 0)
                        + tag + "<|media_end|>")
         else:
             out.append(str(part.get("text", "")))

@@ -15,6 +15,7 @@ Policy (deterministic, so tests and the agent axis can rely on it):
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any, Sequence
 
@@ -149,7 +150,7 @@ def _number(schema: dict, default: float, *, integer: bool) -> float | int:
         value = min(value, hi)
     mult = schema.get("multipleOf")
     if mult:
-        value = mult * max(round(value / mult), 1 if lo is None or lo > 0 else round(value / mult))
+        value = mult * math.ceil(value / mult - 1e-9)   # the smallest multiple not below the lower bound
     return int(value) if integer else float(value)
 
 
