@@ -255,3 +255,16 @@ def test_kimi_profile_realistic_scale():
     assert cfg.tensor_parallel_size * cfg.data_parallel_size == cfg.gpu_count == 16
     assert 90_000 < plan.weights_mib < 110_000      # 1.68 TB over 16 cards
     assert plan.kv_tokens > 5 * cfg.max_model_len  # the recipe's 5 × 32k fit comfortably
+
+
+def test_small_replies_are_not_delayed_by_nagle(client):
+    """A JSON reply is two writes (head, body); without TCP_NODELAY the body waits ~40 ms for an ACK."""
+    import statistics
+    import time
+
+    times = []
+    for _ in range(7):
+        t = time.perf_counter()
+        client.get("/version")
+        times.append(time.perf_counter() - t)
+    assert statistics.median(times) < 0.02

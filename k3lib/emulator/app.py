@@ -468,7 +468,8 @@ async def admin_restart(request: Request) -> Response:
     try:
         cfg = EmulatorConfig.from_profile(
             body.get("profile", base.profile), faults=tuple(body.get("faults", base.faults)),
-            vllm_version=body.get("vllm_version", base.vllm_version), time_scale=base.time_scale, seed=base.seed,
+            vllm_version=body.get("vllm_version", base.vllm_version),
+            time_scale=float(body.get("time_scale", base.time_scale)), seed=base.seed,
             api_key=base.api_key, log_dir=base.log_dir)
     except Exception as exc:  # BadInputError: unknown profile or fault
         return JSONResponse({"error": str(exc)}, status_code=400)

@@ -1,0 +1,222 @@
+"""Every fault changes what the server says, the way the real defect would."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import httpx
+import jsonschema
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from k3lib.emulator import FAULTS, EmulatorConfig, start_emulator
+from k3lib.errors import BadInputError
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "required": ["city"], "properties": {"city": {"type": "string"}}}}}
+TOOL_BODY = {"messages": [{"role": "user", "content": "What is the weather in Oslo?"}], "tools": [WEATHER],
+             "tool_choice": "auto"}
+
+
+@pytest.fixture(scope="module")
+def server():
+    with start_emulator(EmulatorConfig.from_profile("demo", time_scale=0.02)) as h:
+        yield h
+
+
+@pytest.fixture()
+def c(server):
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        yield client
+        client.post("/_emulator/restart", json={"faults": [], "time_scale": 0.02})
+
+
+def restart(c, *faults: str, time_scale: float = 0.02) -> None:
+    r = c.post("/_emulator/restart", json={"faults": list(faults), "time_scale": time_scale})
+    assert r.status_code == 200, r.text
+
+
+def scrape(c, path="/metrics") -> dict:
+    out: dict = {}
+    for fam in text_string_to_metric_families(c.get(path).text):
+        for s in fam.samples:
+            out[s.name] = out.get(s.name, 0.0) + s.value
+    return out
+
+
+def sample_labels(c, family: str) -> dict:
+    fams = {f.name: f for f in text_string_to_metric_families(c.get("/metrics").text)}
+    return fams[family].samples[0].labels
+
+
+# -- one probe per fault: what it says with the fault minus what it says without ------------------------
+def probe_cuda12(c):
+    env = c.get("/_emulator/collect_env").text
+    return ("12.9" if "CUDA used to build PyTorch   : 12.9" in env and "+cu129" in env else "13.0",
+            c.get("/_emulator/state").json()["image"])
+
+
+def probe_driver(c):
+    env = c.get("/_emulator/collect_env").text
+    return env.split("Nvidia driver version        : ")[1].split(".")[0], \
+        "570." in c.get("/_emulator/dcgm/metrics").text
+
+
+def probe_version(c):
+    return c.get("/version").json()["version"], "vLLM server version 0.27.0" in c.get("/_emulator/log").text
+
+
+def probe_tool_parser(c):
+    r = c.post("/v1/chat/completions", json=TOOL_BODY)
+    return r.status_code, r.json().get("error", {}).get("message"), \
+        '"auto" tool choice has been enabled.' in c.get("/_emulator/log").text
+
+
+def probe_markup_leak(c):
+    out = []
+    for _ in range(3):
+        msg = c.post("/v1/chat/completions", json=TOOL_BODY).json()["choices"][0]["message"]
+        out.append((bool(msg["tool_calls"]), "<|open|>tools" in (msg["content"] or "")))
+    return out
+
+
+def probe_bad_args(c):
+    out = []
+    for _ in range(4):
+        call = c.post("/v1/chat/completions", json=TOOL_BODY).json()["choices"][0]["message"]["tool_calls"][0]
+        try:
+            jsonschema.validate(json.loads(call["function"]["arguments"]), WEATHER["function"]["parameters"])
+            out.append("valid")
+        except (json.JSONDecodeError, jsonschema.ValidationError):
+            out.append("invalid")
+    return out
+
+
+def probe_prefix(c):
+    prompt = " ".join(f"pc{i}" for i in range(100))
+    for _ in range(2):
+        r = c.post("/v1/completions", json={"prompt": prompt, "max_tokens": 1}).json()
+    return r["usage"]["prompt_tokens_details"]["cached_tokens"], \
+        sample_labels(c, "vllm:cache_config_info")["enable_prefix_caching"]
+
+
+def probe_starved(c):
+    labels = sample_labels(c, "vllm:cache_config_info")
+    return int(labels["num_gpu_blocks"]) * 16 < 2 * 4096, labels["gpu_memory_utilization"]
+
+
+def probe_oom_long(c):
+    short = c.post("/v1/completions", json={"prompt": "short one", "max_tokens": 2}).status_code
+    long_ = c.post("/v1/completions", json={"prompt": " ".join(f"l{i}" for i in range(3000)), "max_tokens": 2})
+    log = c.get("/_emulator/log").text
+    return (short, long_.status_code, c.get("/health").status_code,
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate" in log and "EngineDeadError" in log)
+
+
+def probe_oom_startup(c):
+    log = c.get("/_emulator/log").text
+    return (c.get("/health").status_code, c.get("/v1/models").status_code,
+            "Application startup complete." in log, "CUDA out of memory" in log)
+
+
+def probe_slow(c):
+    t = time.perf_counter()
+    c.post("/v1/completions", json={"prompt": "slow?", "max_tokens": 60, "ignore_eos": True})
+    return time.perf_counter() - t
+
+
+def probe_flaky(c):
+    return [c.post("/v1/completions", json={"prompt": "x", "max_tokens": 1}).status_code for _ in range(12)]
+
+
+def probe_leak(c):
+    before = scrape(c, "/_emulator/dcgm/metrics")["DCGM_FI_DEV_FB_USED"]
+    for i in range(5):
+        c.post("/v1/completions", json={"prompt": f"leak {i}", "max_tokens": 2})
+    return scrape(c, "/_emulator/dcgm/metrics")["DCGM_FI_DEV_FB_USED"] - before
+
+
+def probe_crash(c):
+    codes = [c.post("/v1/completions", json={"prompt": f"n{i}", "max_tokens": 2}).status_code for i in range(4)]
+    return codes, c.get("/health").status_code, "EngineDeadError" in c.get("/_emulator/log").text
+
+
+CASES = [
+    pytest.param("cuda12-image", probe_cuda12, lambda base, f: f[0] == "12.9" and f[1].endswith("-cu129")
+                 and base[0] == "13.0", id="cuda12-image"),
+    pytest.param("old-driver", probe_driver, lambda base, f: f == ("570", True) and base[0] == "580", id="old-driver"),
+    pytest.param("old-vllm", probe_version, lambda base, f: f == ("0.27.0", True) and base[0] == "0.33.0",
+                 id="old-vllm"),
+    pytest.param("no-tool-parser", probe_tool_parser, lambda base, f: base[0] == 200 and f == (
+        400, '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set', False),
+                 id="no-tool-parser"),
+    pytest.param("tool-markup-leak=1", probe_markup_leak, lambda base, f: base == [(True, False)] * 3
+                 and f == [(False, True)] * 3, id="tool-markup-leak"),
+    pytest.param("bad-tool-args=1", probe_bad_args, lambda base, f: base == ["valid"] * 4 and f == ["invalid"] * 4,
+                 id="bad-tool-args"),
+    pytest.param("no-prefix-caching", probe_prefix, lambda base, f: base == (96, "True") and f == (0, "False"),
+                 id="no-prefix-caching"),
+    pytest.param("kv-starved", probe_starved, lambda base, f: f[0] and not base[0] and float(f[1]) < float(base[1]),
+                 id="kv-starved"),
+    pytest.param("oom-long-context", probe_oom_long, lambda base, f: base == (200, 200, 200, False)
+                 and f == (200, 500, 503, True), id="oom-long-context"),
+    pytest.param("oom-startup", probe_oom_startup, lambda base, f: base == (200, 200, True, False)
+                 and f == (503, 503, False, True), id="oom-startup"),
+    pytest.param("slow", probe_slow, lambda base, f: f > 2.5 * base, id="slow"),
+    pytest.param("flaky-5xx=0.5", probe_flaky, lambda base, f: set(base) == {200} and {500, 503} & set(f)
+                 and 200 in f, id="flaky-5xx"),
+    pytest.param("memory-leak", probe_leak, lambda base, f: base == 0 and f >= 5 * 48, id="memory-leak"),
+    pytest.param("crash=2", probe_crash, lambda base, f: base == ([200] * 4, 200, False)
+                 and f == ([200, 200, 500, 500], 503, True), id="crash"),
+]
+
+
+@pytest.mark.parametrize("fault, probe, changed", CASES)
+def test_fault_changes_what_the_server_says(c, fault, probe, changed):
+    ts = 0.1 if fault == "slow" else 0.02   # long enough steps that HTTP overhead does not hide the slowdown
+    restart(c, time_scale=ts)
+    base = probe(c)
+    restart(c, fault, time_scale=ts)
+    assert c.get("/_emulator/faults").json()["faults"] == [fault.replace("=1", "")] or "=" in fault
+    faulty = probe(c)
+    assert changed(base, faulty), (base, faulty)
+
+
+def test_every_fault_has_a_case():
+    assert {p.values[0].split("=")[0] for p in CASES} == set(FAULTS)
+
+
+def test_shares_are_reproducible(c):
+    restart(c, "flaky-5xx=0.5")
+    first = probe_flaky(c)
+    restart(c, "flaky-5xx=0.5")
+    assert probe_flaky(c) == first
+
+
+def test_runtime_fault_switch_without_restart(c):
+    restart(c)
+    r = c.post("/_emulator/faults", json={"faults": ["tool-markup-leak=1"]}).json()
+    assert r == {"faults": ["tool-markup-leak=1"], "restarted": False}
+    assert probe_markup_leak(c)[0] == (False, True)
+    r = c.post("/_emulator/faults", json={"faults": ["no-tool-parser"]}).json()
+    assert r["restarted"] is True
+    assert c.post("/v1/chat/completions", json=TOOL_BODY).status_code == 400
+    assert c.post("/_emulator/faults", json={"faults": ["nope"]}).status_code == 400
+
+
+def test_dead_engine_answers_500_with_vllm_text(c):
+    restart(c, "crash=1")
+    c.post("/v1/completions", json={"prompt": "a", "max_tokens": 1})
+    r = c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}]})
+    assert r.status_code == 500
+    assert r.json()["error"]["message"] == "The server had an error while processing your request."
+    assert scrape(c, "/_emulator/dcgm/metrics")["DCGM_FI_DEV_FB_USED"] == 0   # the engine's memory is released
+
+
+@pytest.mark.parametrize("text", [pytest.param("nope", id="unknown"), pytest.param("slow=-1", id="negative"),
+                                  pytest.param("bad-tool-args=2", id="share-above-1"),
+                                  pytest.param("kv-starved=3", id="no-value-expected")])
+def test_bad_fault_specs_are_rejected(text):
+    with pytest.raises(BadInputError):
+        EmulatorConfig.from_profile("demo", faults=(text,))
