@@ -121,7 +121,9 @@ def _run_acceptance(params, out: str | None) -> int:
     from .runner import run_acceptance
     from .session import outputs_dir
     from .store import RunStore
+    from .target import require_api_key
 
+    require_api_key(params)
     store = RunStore.create(Path(out) if out else outputs_dir(), label=params.run.label)
     print(f"run: {store.root}", file=sys.stderr)
     decision = run_acceptance(params, store, on_start=lambda url: print(f"target: {url}", file=sys.stderr))

@@ -51,6 +51,10 @@ class Progress:
 def execute_notebook(name: str, store: RunStore, *, timeout_s: float) -> NotebookOutcome:
     import papermill as pm
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
+    from traitlets.config import Config
+
+    config = Config()
+    config.KernelManager.transport = "ipc"  # local sockets: no "kernel over TCP without encryption" warning
 
     src = NOTEBOOKS / name
     final = store.path(f"notebooks/{name}")
@@ -63,7 +67,7 @@ def execute_notebook(name: str, store: RunStore, *, timeout_s: float) -> Noteboo
             parameters={"params_file": str(store.path("params.json")), "overrides": [], "run_dir": str(store.root),
                         "interactive": False},
             execution_timeout=timeout_s, interrupt_on_timeout=True, shutdown_kernel="immediate",
-            log_output=False, report_mode=False)
+            log_output=False, report_mode=False, config=config)
     except pm.PapermillExecutionError as exc:
         status = "timeout" if "CellTimeoutError" in exc.ename or "Interrupt" in exc.ename else "failed"
         error = f"cell {exc.exec_count}: {exc.ename}: {exc.evalue}"

@@ -42,6 +42,14 @@ class Target:
         return f"Target(base_url={self.base_url!r}, metrics_urls={self.metrics_urls!r})"
 
 
+def require_api_key(params: Params) -> None:
+    """Fail before anything starts when the key's variable is named but empty."""
+    name = params.target.api_key_env
+    if name and not os.environ.get(name):
+        raise BadInputError(f"environment variable {name} is not set; it must hold the API key",
+                            source="target.api_key_env")
+
+
 def emulator_config(params: Params) -> Any:
     """The EmulatorConfig the parameters describe (contract and recipe shape the emulator like the target)."""
     from .emulator import EmulatorConfig
@@ -50,8 +58,8 @@ def emulator_config(params: Params) -> Any:
     kwargs: dict[str, Any] = {"faults": tuple(em.faults), "time_scale": em.time_scale}
     if em.vllm_version:
         kwargs["vllm_version"] = em.vllm_version
-    if params.target.api_key_env:
-        kwargs["api_key_env"] = params.target.api_key_env
+    if params.target.api_key_env:  # the emulator then guards /v1 with the same key, as `vllm serve --api-key`
+        kwargs["api_key"] = os.environ.get(params.target.api_key_env)
     try:
         return EmulatorConfig.from_profile(em.profile, **kwargs)
     except (KeyError, ValueError) as exc:
@@ -67,9 +75,7 @@ def start_embedded(params: Params) -> Any:
 def resolve_target(params: Params, *, start: bool = True) -> Target:
     """Point at `target.base_url`, or start the embedded emulator when none is given."""
     tp = params.target
-    if tp.api_key_env and not os.environ.get(tp.api_key_env):
-        raise BadInputError(f"environment variable {tp.api_key_env} is not set; it must hold the API key",
-                            source="target.api_key_env")
+    require_api_key(params)
     handle = None
     base = tp.base_url
     if base is None:
