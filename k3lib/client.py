@@ -11,6 +11,7 @@ import concurrent.futures
 import ipaddress
 import json
 import os
+import ssl
 import threading
 import time
 from collections.abc import Awaitable, Coroutine, Mapping, Sequence
@@ -479,8 +480,14 @@ def is_loopback_url(url: str) -> bool:
 # ---------------------------------------------------------------------------------------------------------
 
 
-class _Deadline(Exception):
-    """Internal: the request's own timeout or the phase deadline fired."""
+#: Connections per httpx pool; a client opens more pools as concurrency grows (see `ChatClient._pick_pool`).
+POOL_CONNECTIONS = 16
+
+
+@dataclass
+class _Pool:
+    http: httpx.AsyncClient
+    in_flight: int = 0
 
 
 class ChatClient:
@@ -506,8 +513,9 @@ class ChatClient:
         if api_key_env is not None and not os.environ.get(api_key_env):
             raise BadInputError(f"environment variable {api_key_env} is not set or empty; export the API key "
                                 f"there (the kit only reads keys from the environment)", field="api_key_env")
-        self._http: httpx.AsyncClient | None = None
-        self._http_loop: asyncio.AbstractEventLoop | None = None
+        self._pool_list: list[_Pool] = []
+        self._pool_loop: asyncio.AbstractEventLoop | None = None
+        self._ssl_context: Any = None
         self._counter = 0
 
     def __repr__(self) -> str:
@@ -521,23 +529,53 @@ class ChatClient:
                           keep_raw=self.keep_raw, transport=self._transport)
 
     def _client(self) -> httpx.AsyncClient:
+        """The first pool of this loop (probes and look-ups use it)."""
+        return self._pools()[0].http
+
+    def _pools(self) -> list[_Pool]:
         loop = asyncio.get_running_loop()
-        if self._http is None or self._http_loop is not loop or self._http.is_closed:
-            # pool=None: waiting for a pooled connection is client queueing, measured, not an error;
-            # read=None: stalls are bounded by our own per-request deadline, which knows the phase deadline.
-            timeout = httpx.Timeout(connect=self.connect_timeout_s, read=None, write=None, pool=None)
-            limits = httpx.Limits(max_connections=self.max_connections,
-                                  max_keepalive_connections=self.max_connections)
-            self._http = httpx.AsyncClient(timeout=timeout, limits=limits, transport=self._transport,
-                                           auth=self._auth, trust_env=False)
-            self._http_loop = loop
-        return self._http
+        if self._pool_loop is not loop or not self._pool_list or self._pool_list[0].http.is_closed:
+            self._pool_list = []
+            self._pool_loop = loop
+            self._add_pool()
+        return self._pool_list
+
+    def _add_pool(self) -> _Pool:
+        # pool=None: waiting for a pooled connection is client queueing, measured, not an error;
+        # read=None: stalls are bounded by our own per-request deadline, which knows the phase deadline.
+        timeout = httpx.Timeout(connect=self.connect_timeout_s, read=None, write=None, pool=None)
+        size = min(POOL_CONNECTIONS, self.max_connections)
+        limits = httpx.Limits(max_connections=size, max_keepalive_connections=size)
+        if self._ssl_context is None and self._transport is None:
+            # one TLS context for every pool: building one costs ~20 ms of blocked event loop
+            self._ssl_context = httpx.create_ssl_context() if hasattr(httpx, "create_ssl_context") \
+                else ssl.create_default_context()
+        kwargs: dict[str, Any] = {"verify": self._ssl_context} if self._transport is None else {}
+        http = httpx.AsyncClient(timeout=timeout, limits=limits, transport=self._transport, auth=self._auth,
+                                 trust_env=False, **kwargs)
+        pool = _Pool(http)
+        self._pool_list.append(pool)
+        return pool
+
+    def _pick_pool(self) -> _Pool:
+        """The least busy pool, or a new one while all are full and `max_connections` allows.
+
+        httpcore's pool scans all its connections for every request it assigns (quadratic or worse in the
+        number of idle connections); at 256 streams one pool blocked the loop for ~0.6 s. Small pools keep
+        that scan short.
+        """
+        pools = self._pools()
+        best = min(pools, key=lambda p: p.in_flight)
+        if best.in_flight >= POOL_CONNECTIONS and (len(pools) + 1) * POOL_CONNECTIONS <= self.max_connections:
+            best = self._add_pool()
+        return best
 
     async def aclose(self) -> None:
-        if self._http is not None and self._http_loop is asyncio.get_running_loop():
-            await self._http.aclose()
-        self._http = None
-        self._http_loop = None
+        if self._pool_list and self._pool_loop is asyncio.get_running_loop():
+            for pool in self._pool_list:
+                await pool.http.aclose()
+        self._pool_list = []
+        self._pool_loop = None
 
     async def __aenter__(self) -> ChatClient:
         return self
@@ -639,8 +677,8 @@ class ChatClient:
         recorded as cancelled. `semaphore`, when given, is acquired inside the measured client-queue window.
         With `strict=True` a raised TargetError carries the partial record (`record_of(exc)`).
         """
-        # build the pool (and its SSL context, ~20 ms) before the anchor: it is set-up, not queueing
-        self._client()
+        # build the first pool (and the TLS context, ~20 ms) before the anchor: it is set-up, not queueing
+        self._pools()
         wall_anchor = time.time_ns()
         perf_anchor = time.perf_counter_ns()
         enqueued = perf_anchor if enqueued_ns is None else enqueued_ns
@@ -705,7 +743,14 @@ class ChatClient:
         raise error
 
     async def _exchange(self, body: dict[str, Any], state: _Attempt) -> None:
-        http = self._client()
+        pool = self._pick_pool()
+        pool.in_flight += 1
+        try:
+            await self._exchange_on(pool.http, body, state)
+        finally:
+            pool.in_flight -= 1
+
+    async def _exchange_on(self, http: httpx.AsyncClient, body: dict[str, Any], state: _Attempt) -> None:
 
         async def trace(event: str, info: Mapping[str, Any]) -> None:
             t = time.perf_counter_ns()
@@ -773,29 +818,50 @@ class ChatClient:
         asm = state.assembler
         data: list[str] = []
         t_event: int | None = None
-        # aiter_lines has no line-length cap: a multi-MB event (1M-token prompt echo, huge tool arguments)
-        # is assembled whole instead of hitting a fixed read buffer (vllm#39963)
-        async for line in response.aiter_lines():
+        buf = bytearray()
+        scan = 0
+
+        def dispatch() -> None:
+            nonlocal data, t_event
+            if data:
+                asm.feed("\n".join(data), t_event or time.perf_counter_ns(), url=state.url,
+                         status=response.status_code)
+                data, t_event = [], None
+                if asm.stream_error is not None:
+                    state.done_ns = time.perf_counter_ns()
+                    raise asm.stream_error
+
+        def take_line(raw: bytes, t_read: int) -> None:
+            nonlocal t_event
+            line = raw.decode("utf-8", "replace")
+            if line.endswith("\r"):
+                line = line[:-1]
             if line == "":
-                if data:
-                    asm.feed("\n".join(data), t_event or time.perf_counter_ns(), url=state.url,
-                             status=response.status_code)
-                    data, t_event = [], None
-                    if asm.stream_error is not None:
-                        state.done_ns = time.perf_counter_ns()
-                        raise asm.stream_error
-                continue
-            if line.startswith("data:"):
+                dispatch()
+            elif line.startswith("data:"):
                 if t_event is None:
-                    t_event = time.perf_counter_ns()
+                    t_event = t_read
                 value = line[5:]
                 data.append(value[1:] if value.startswith(" ") else value)
             # comments (":"), event:, id:, retry: lines carry nothing for chat completions
-        if data:
-            asm.feed("\n".join(data), t_event or time.perf_counter_ns(), url=state.url, status=response.status_code)
-            if asm.stream_error is not None:
-                state.done_ns = time.perf_counter_ns()
-                raise asm.stream_error
+
+        # Our own line splitter over the decoded byte stream: no line-length cap, so a multi-MB event
+        # (1M-token prompt echo, huge tool arguments) is assembled whole instead of hitting a fixed read
+        # buffer (vllm#39963); and every event is stamped with the time its bytes came off the socket,
+        # not the time the parser got to it, so parsing a burst does not inflate the later events' marks.
+        async for piece in response.aiter_bytes():
+            t_read = time.perf_counter_ns()
+            buf += piece
+            start = 0
+            while (nl := buf.find(b"\n", scan)) >= 0:
+                take_line(bytes(buf[start:nl]), t_read)
+                start = scan = nl + 1
+            if start:
+                del buf[:start]
+            scan = len(buf)
+        if buf:
+            take_line(bytes(buf), time.perf_counter_ns())
+        dispatch()
         state.done_ns = time.perf_counter_ns()
         if not asm.done:
             raise ProtocolError(f"stream from {state.url} ended without `data: [DONE]` after "
