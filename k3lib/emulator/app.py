@@ -300,6 +300,12 @@ async def _chat_stream(rt: Runtime, req: EngineRequest, plan: ReplyPlan, created
         return _sse({"id": req.request_id, "object": "chat.completion.chunk", "created": created, "model": model,
                      "system_fingerprint": fp, "choices": [choice]})
 
+    # Hot path (one chunk per token per stream): a pre-serialised frame with only the piece escaped per token.
+    head, _, tail = chunk({"\u0000": 0}).partition('{"\\u0000": 0}')
+
+    def fast(key: str, piece: str) -> str:
+        return head + "{" + json.dumps(key) + ": " + json.dumps(piece, ensure_ascii=False) + "}" + tail
+
     yield chunk({"role": "assistant", "content": ""})
     reasoning_key = "reasoning" if rt.cfg.at_least("0.12") else "reasoning_content"
     started: set[int] = set()
@@ -314,8 +320,12 @@ async def _chat_stream(rt: Runtime, req: EngineRequest, plan: ReplyPlan, created
                     delta = {reasoning_key: tok.piece}
                     if rt.cfg.at_least("0.12") and not rt.cfg.at_least("0.16"):
                         delta["reasoning_content"] = tok.piece
+                    else:
+                        out.append(fast(reasoning_key, tok.piece))
+                        continue
                 elif tok.kind == "content":
-                    delta = {"content": tok.piece}
+                    out.append(fast("content", tok.piece))
+                    continue
                 elif tok.kind == "call" and tok.call not in started and tok.call < len(call_by_index):
                     started.add(tok.call)
                     c = call_by_index[tok.call]
@@ -391,11 +401,12 @@ async def _completion_stream(rt: Runtime, req: EngineRequest, plan: ReplyPlan, c
                      "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish,
                                   "stop_reason": None}]})
 
+    head, _, tail = chunk("\u0000").partition('"\\u0000"')
     async for batch in _run(rt, req):
         out = []
         for kind, value in batch:
             if kind == "token":
-                out.append(chunk(plan.tokens[value - 1].piece))
+                out.append(head + json.dumps(plan.tokens[value - 1].piece, ensure_ascii=False) + tail)
             elif value == "error":
                 out.append(_sse(protocol.error_body(rt.cfg, 500, protocol.DEAD_ENGINE_MESSAGE)))
                 out.append("data: [DONE]\n\n")
