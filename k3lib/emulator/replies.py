@@ -186,4 +186,4 @@ def assemble(plan: ReplyPlan, emitted: int) -> Assembled:
     reasoning = "".join(t.piece for t in toks if t.kind == "reasoning")
     content = "".join(t.piece for t in toks if t.kind == "content")
     calls = [c for c in plan.calls if c.end <= emitted]
-    return Assembled(reasoning or None, content if content or not calls else None, calls)
+    return Assembled(reasoning or None, content or None, calls)

@@ -2,9 +2,9 @@
 
 Text splits into word/punctuation/space pieces; each piece's id is a blake2b hash into the vocabulary, so
 the same text gives the same ids on every run and platform, and the pieces concatenate back to the text
-exactly. Special tokens (`<|im_user|>` …) have fixed ids at the top of the vocabulary. The chat template renders tools and messages
-in a fixed order with canonical JSON, so an unchanged system prompt + tools + history gives the same
-leading ids byte for byte — which is what makes prefix caching measurable.
+exactly. Special tokens (`<|im_user|>` …) have fixed ids at the top of the vocabulary. The chat template
+renders tools and messages in a fixed order with canonical JSON, so an unchanged system prompt + tools +
+history gives the same leading ids byte for byte — which is what makes prefix caching measurable.
 """
 
 from __future__ import annotations
