@@ -1,0 +1,113 @@
+"""Client vs server over the same window: what the client measured against what the server counted.
+
+Token counts must agree exactly on an isolated instance (the client reads them from `usage`, the server counts
+them itself); latency quantiles agree only to a histogram bucket, and the client's TTFT includes the network and
+HTTP framing that the server's `time_to_first_token_seconds` (measured from frontend arrival) does not. A gap
+beyond those is recorded as a disagreement: another client is loading the target, or one side is wrong.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from typing import Any, Iterable, Sequence
+
+from .metrics import Snapshot, delta, window_histogram
+
+
+@dataclasses.dataclass(frozen=True)
+class CrossCheckItem:
+    quantity: str
+    client: float | None
+    server: float | None
+    tolerance: float  # absolute, in the quantity's unit
+    unit: str
+    note: str = ""
+
+    @property
+    def diff(self) -> float | None:
+        if self.client is None or self.server is None:
+            return None
+        return self.client - self.server
+
+    @property
+    def agrees(self) -> bool | None:
+        d = self.diff
+        return None if d is None else abs(d) <= self.tolerance
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d.update(diff=self.diff, agrees=self.agrees)
+        return d
+
+
+@dataclasses.dataclass(frozen=True)
+class CrossCheck:
+    items: tuple[CrossCheckItem, ...]
+
+    @property
+    def disagreements(self) -> list[CrossCheckItem]:
+        return [i for i in self.items if i.agrees is False]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"items": [i.to_dict() for i in self.items],
+                "disagreements": [i.quantity for i in self.disagreements]}
+
+    def table(self) -> Any:
+        import pandas as pd
+
+        return pd.DataFrame([i.to_dict() for i in self.items])
+
+
+def _quantile(values: Iterable[float], q: float) -> float | None:
+    vals = sorted(v for v in values if v is not None)
+    if not vals:
+        return None
+    if len(vals) == 1:
+        return vals[0]
+    return statistics.quantiles(vals, n=100, method="inclusive")[max(0, min(98, round(q * 100) - 1))]
+
+
+def _bucket_width_at(before: Snapshot, after: Snapshot, canonical: str, value_s: float | None) -> float:
+    """Width of the histogram bucket holding `value_s`: the resolution the server side can be trusted to."""
+    window = window_histogram(before, after, canonical)
+    if window is None or value_s is None:
+        return 0.0
+    lower = 0.0
+    for upper, _ in window.buckets:
+        if value_s <= upper:
+            return (upper - lower) if upper != float("inf") else value_s
+        lower = upper
+    return value_s
+
+
+def cross_check(records: Sequence[Any], before: Snapshot, after: Snapshot, *,
+                network_allowance_ms: float = 50.0) -> CrossCheck:
+    """Compare finished requests (ChatRecords) with the server's counters and histograms between two scrapes."""
+    ok = [r for r in records if getattr(r, "ok", False)]
+    items: list[CrossCheckItem] = []
+
+    def counter(canonical: str) -> float | None:
+        d = delta(before, after, canonical)
+        return None if d is None else d.value
+
+    items.append(CrossCheckItem("requests finished", float(len(ok)), counter("request_success_total"), 0.0,
+                                "requests", "server: request_success_total, all finished reasons"))
+    prompt = [r.prompt_tokens for r in ok if r.prompt_tokens is not None]
+    gen = [r.completion_tokens for r in ok if r.completion_tokens is not None]
+    items.append(CrossCheckItem("prompt tokens", float(sum(prompt)) if prompt else None,
+                                counter("prompt_tokens_total"), 0.0, "tokens", "client: usage.prompt_tokens"))
+    items.append(CrossCheckItem("generation tokens", float(sum(gen)) if gen else None,
+                                counter("generation_tokens_total"), 0.0, "tokens", "client: usage.completion_tokens"))
+    for q in (0.5, 0.9):
+        for label, attr, canonical in (("TTFT", "ttft_ms", "time_to_first_token_seconds"),
+                                       ("e2e", "e2e_ms", "e2e_request_latency_seconds")):
+            client = _quantile((getattr(r, attr) for r in ok), q)
+            window = window_histogram(before, after, canonical)
+            server_s = window.quantile(q) if window is not None and window.count else None
+            server = None if server_s is None else server_s * 1000.0
+            width_ms = _bucket_width_at(before, after, canonical, server_s) * 1000.0
+            items.append(CrossCheckItem(
+                f"{label} p{int(q * 100)}", client, server, width_ms + network_allowance_ms, "ms",
+                "server quantile interpolated inside its histogram bucket; tolerance = bucket width + network"))
+    return CrossCheck(tuple(items))
