@@ -102,6 +102,9 @@ def build_known_timing_app(config: KnownTimingConfig) -> Any:
             return JSONResponse({**base, "object": "chat.completion", "usage": usage, "choices": [
                 {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}]})
 
+        burst = b"".join(sse({**base, "object": "chat.completion.chunk", "choices": [
+            {"index": 0, "delta": {"content": " w0 w1"[: 3 * tpc]}}]}) for _ in range(config.events_per_write))
+
         async def events():
             yield sse({**base, "object": "chat.completion.chunk",
                        "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
@@ -109,6 +112,12 @@ def build_known_timing_app(config: KnownTimingConfig) -> Any:
             while k < chunks:
                 await sleep_until(t0 + ttft_ns + k * itl_ns)
                 n = min(config.events_per_write, chunks - k)
+                if itl_ns == 0 and n == config.events_per_write > 1:
+                    # throughput mode: one pre-serialized block, so the server's cost per event stays far
+                    # below the client's and the client is what gets measured
+                    yield burst
+                    k += n
+                    continue
                 block = bytearray()
                 for j in range(k, k + n):
                     text = "".join(f" w{j * tpc + i}" for i in range(tpc))
