@@ -1,0 +1,252 @@
+"""The review's input files — task log, costs, incidents, operations hours — read and validated row by row.
+
+Each bad value raises one `BadInputError` line naming the file, the line, the column and what is expected.
+A blank cost stays `None` everywhere downstream: an unknown amount is never replaced by a guess.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ..errors import BadInputError
+
+LoadCategory = Literal["batch", "agent", "peak", "test", "maintenance"]
+TaskPath = Literal["self-hosted", "api"]
+IncidentCategory = Literal["node/accelerator", "vllm-engine", "memory-cache", "tool-call-format",
+                           "business-connector", "network-timeout", "version-dependency", "human-upgrade"]
+HoursCategory = Literal["install", "vllm-tuning", "monitoring", "upgrades", "failed-task-diagnosis",
+                        "documentation", "product-communication", "out-of-hours", "api-comparison"]
+NonNegInt = Annotated[int, Field(ge=0)]
+NonNegFloat = Annotated[float, Field(ge=0)]
+Money = Annotated[float, Field(ge=0)] | None
+
+TASK_COLUMNS = ("task_id", "category", "path", "submitted_at", "started_at", "finished_at", "accepted", "retries",
+                "tool_call_errors", "timed_out", "manual_correction", "routed_to_api", "wait_s")
+INCIDENT_COLUMNS = ("id", "started_at", "category", "detected_automatically", "previous_version_restored",
+                    "in_flight_resumed_or_cancelled", "api_failover_without_contract_change", "fields_preserved",
+                    "minutes_to_recover")
+FIVE_QUESTIONS = INCIDENT_COLUMNS[3:8]
+HOURS_COLUMNS = ("week", "category", "hours")
+COST_ITEMS = ("capacity", "storage", "network", "monitoring", "install_upgrade_rollback_hours", "on_call",
+              "failed_requests", "tasks_transferred_to_api", "teams_waiting_time", "api_bill_same_tasks",
+              "delivered_tasks_value", "hourly_rate")
+
+_TRUE, _FALSE = frozenset({"true"}), frozenset({"false"})
+
+
+def _bool(v: Any) -> Any:
+    if isinstance(v, str):
+        low = v.strip().lower()
+        if low in _TRUE:
+            return True
+        if low in _FALSE:
+            return False
+        raise ValueError("expected true or false")
+    return v
+
+
+def _blank_none(v: Any) -> Any:
+    return None if isinstance(v, str) and not v.strip() else v
+
+
+def _utc(v: Any) -> Any:
+    """ISO 8601; a time without offset is read as UTC (logs exported from Prometheus-fed tools usually are)."""
+    if isinstance(v, str):
+        try:
+            v = dt.datetime.fromisoformat(v.strip().replace("Z", "+00:00"))
+        except ValueError:
+            raise ValueError("expected an ISO 8601 time such as 2026-07-24T09:30:00Z") from None
+    if isinstance(v, dt.datetime) and v.tzinfo is None:
+        v = v.replace(tzinfo=dt.timezone.utc)
+    return v
+
+
+class _Row(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TaskRecord(_Row):
+    task_id: Annotated[str, Field(min_length=1)]
+    category: LoadCategory
+    path: TaskPath
+    submitted_at: dt.datetime
+    started_at: dt.datetime | None = None  # blank: never started (cancelled in the queue)
+    finished_at: dt.datetime | None = None
+    accepted: bool
+    retries: NonNegInt
+    tool_call_errors: NonNegInt
+    timed_out: bool
+    manual_correction: bool
+    routed_to_api: bool
+    wait_s: NonNegFloat
+
+    _b = field_validator("accepted", "timed_out", "manual_correction", "routed_to_api", mode="before")(
+        classmethod(lambda cls, v: _bool(v)))
+    _t = field_validator("submitted_at", mode="before")(classmethod(lambda cls, v: _utc(v)))
+    _to = field_validator("started_at", "finished_at", mode="before")(
+        classmethod(lambda cls, v: _utc(_blank_none(v))))
+
+
+class IncidentRecord(_Row):
+    id: Annotated[str, Field(min_length=1)]
+    started_at: dt.datetime
+    category: IncidentCategory
+    # blank: not established for this incident (shown as unknown, never counted as yes)
+    detected_automatically: bool | None = None
+    previous_version_restored: bool | None = None
+    in_flight_resumed_or_cancelled: bool | None = None
+    api_failover_without_contract_change: bool | None = None
+    fields_preserved: bool | None = None
+    minutes_to_recover: NonNegFloat | None = None  # blank: not recovered, or not measured
+
+    _b = field_validator(*FIVE_QUESTIONS, mode="before")(classmethod(lambda cls, v: _bool(_blank_none(v))))
+    _t = field_validator("started_at", mode="before")(classmethod(lambda cls, v: _utc(v)))
+    _m = field_validator("minutes_to_recover", mode="before")(classmethod(lambda cls, v: _blank_none(v)))
+
+
+class HoursRecord(_Row):
+    week: Annotated[str, Field(min_length=1)]  # e.g. 2026-W31 or 1
+    category: HoursCategory
+    hours: NonNegFloat
+
+
+class CostsInput(BaseModel):
+    """Amounts for the three weeks, one currency; every item may be blank (None) and stays blank."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    currency: str = "EUR"
+    capacity: Money = None  # rental or reservation of the capacity
+    storage: Money = None  # weights and logs
+    network: Money = None
+    monitoring: Money = None  # supervision and metric collection
+    install_upgrade_rollback_hours: Money = None  # hours, priced with hourly_rate
+    on_call: Money = None
+    failed_requests: Money = None
+    tasks_transferred_to_api: Money = None
+    teams_waiting_time: Money = None
+    api_bill_same_tasks: Money = None  # the API bill for the same task set
+    delivered_tasks_value: Money = None
+    hourly_rate: Money = None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+def _read_text(path: Path, what: str) -> str:
+    try:
+        return path.read_bytes().decode("utf-8-sig")
+    except FileNotFoundError:
+        raise BadInputError(f"file not found; expected {what}", source=str(path)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadInputError(f"cannot read ({exc}); expected {what}", source=str(path)) from None
+
+
+def _expected(err: dict[str, Any]) -> str:
+    msg = str(err.get("msg", "")).removeprefix("Value error, ")
+    given = err.get("input")
+    if err.get("type") == "literal_error":
+        return msg.replace("Input should be", "expected one of")
+    return f"{msg} (got {given!r})" if isinstance(given, (str, int, float)) else msg
+
+
+def read_csv_rows(path: str | Path, columns: tuple[str, ...], model: type[_Row], what: str) -> list[tuple[int, Any]]:
+    """(line number, row) of a CSV with exactly `columns` (any order, whitespace tolerated) validated by `model`."""
+    p = Path(path)
+    text = _read_text(p, what)
+    reader = csv.reader(io.StringIO(text))
+    header = next(reader, None)
+    if header is None:
+        raise BadInputError(f"line 1: empty file; expected a header with {', '.join(columns)}", source=str(p))
+    names = [h.strip() for h in header]
+    missing = [c for c in columns if c not in names]
+    unknown = [c for c in names if c not in columns]
+    if missing or unknown:
+        problem = f"missing column {missing[0]!r}" if missing else f"unknown column {unknown[0]!r}"
+        raise BadInputError(f"line 1 (header): {problem}; expected the columns {', '.join(columns)}",
+                            source=str(p))
+    rows = []
+    for cells in reader:
+        line = reader.line_num
+        if not cells or all(not c.strip() for c in cells):
+            continue
+        if len(cells) != len(names):
+            raise BadInputError(f"line {line}: {len(cells)} cells, expected {len(names)} ({', '.join(names)})",
+                                source=str(p))
+        data = {n: c.strip() for n, c in zip(names, cells)}
+        try:
+            rows.append((line, model.model_validate(data)))
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            column = str(err["loc"][0]) if err.get("loc") else "(row)"
+            raise BadInputError(f"line {line}, column {column}: {_expected(err)}", source=str(p)) from None
+    return rows
+
+
+def read_tasks(path: str | Path) -> list[TaskRecord]:
+    rows = read_csv_rows(path, TASK_COLUMNS, TaskRecord, "a task log CSV")
+    seen: set[tuple[str, str]] = set()
+    for line, t in rows:
+        if (t.task_id, t.path) in seen:
+            # the same task may run once per path (the API comparison); twice on one path is a duplicated export
+            raise BadInputError(f"line {line}, column task_id: {t.task_id!r} appears twice on path {t.path}; "
+                                "expected one row per task and path", source=str(path))
+        seen.add((t.task_id, t.path))
+        for a, b in (("submitted_at", "started_at"), ("started_at", "finished_at")):
+            va, vb = getattr(t, a), getattr(t, b)
+            if va is not None and vb is not None and vb < va:
+                raise BadInputError(f"line {line}, column {b}: earlier than {a}; expected {a} ≤ {b}",
+                                    source=str(path))
+    return [t for _, t in rows]
+
+
+def read_incidents(path: str | Path) -> list[IncidentRecord]:
+    return [r for _, r in read_csv_rows(path, INCIDENT_COLUMNS, IncidentRecord, "an incidents CSV")]
+
+
+def read_hours(path: str | Path) -> list[HoursRecord]:
+    return [r for _, r in read_csv_rows(path, HOURS_COLUMNS, HoursRecord, "an operations hours CSV")]
+
+
+def _key_lines(text: str) -> dict[str, int]:
+    try:
+        node = yaml.compose(text)
+    except yaml.YAMLError:
+        return {}
+    if not isinstance(node, yaml.MappingNode):
+        return {}
+    return {k.value: k.start_mark.line + 1 for k, _ in node.value if isinstance(k, yaml.ScalarNode)}
+
+
+def read_costs(path: str | Path) -> CostsInput:
+    p = Path(path)
+    text = _read_text(p, "a costs YAML file")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark else "YAML"
+        raise BadInputError(f"{where}: not valid YAML ({getattr(exc, 'problem', None) or exc})", source=str(p)) from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise BadInputError(f"line 1: expected a mapping of cost items ({', '.join(COST_ITEMS)}), got "
+                            f"{type(data).__name__}", source=str(p))
+    try:
+        return CostsInput.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = str(err["loc"][0]) if err.get("loc") else "(top level)"
+        line = _key_lines(text).get(key)
+        where = f"line {line}, " if line else ""
+        if err.get("type") == "extra_forbidden":
+            msg = f"unknown cost item; expected one of currency, {', '.join(COST_ITEMS)}"
+        else:
+            msg = f"{_expected(err)}; expected an amount ≥ 0 or blank"
+        raise BadInputError(f"{where}key {key}: {msg}", source=str(p)) from None

@@ -1,0 +1,171 @@
+"""The review's parameters: input files (relative to the file that names them), the series source, the rules,
+the declared benefits, the incident drill and the drill's target — one pydantic model, unknown keys refused.
+
+Layering, `extends:` and `--set` work as for the acceptance parameters (the same loader helpers).
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from ..errors import BadInputError
+from ..params import RunParams, TargetParams, _check_url, _expected, _layer, _provenance, parse_set
+from .rules import DeclaredBenefits, RenewalRules
+
+INPUT_KEYS = ("tasks", "costs", "incidents", "hours")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class InputFiles(_Model):
+    tasks: str
+    costs: str
+    incidents: str
+    hours: str
+
+
+class SeriesSource(_Model):
+    """A history file (OpenMetrics with timestamps) or a Prometheus server, over one window."""
+
+    history_file: str | None = None
+    prometheus_url: str | None = None
+    selector: str = ""  # extra PromQL label matchers, e.g. job="vllm"
+    start: dt.datetime
+    end: dt.datetime
+    step_s: Annotated[float, Field(gt=0)] = 300.0
+
+    _url = field_validator("prometheus_url")(classmethod(lambda cls, v: _check_url(v)))
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "SeriesSource":
+        if (self.history_file is None) == (self.prometheus_url is None):
+            raise ValueError("expected exactly one of history_file or prometheus_url")
+        if self.start.tzinfo is None or self.end.tzinfo is None:
+            raise ValueError("expected start and end with a UTC offset, e.g. 2026-07-24T00:00:00Z")
+        if self.end <= self.start:
+            raise ValueError("expected end after start")
+        return self
+
+
+class HttpStep(_Model):
+    method: Literal["GET", "POST", "PUT", "DELETE"] = "POST"
+    path: str  # relative to the target's base URL (or an absolute http URL)
+    json_body: Any = Field(default=None, alias="json")
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class CommandStep(_Model):
+    """One step of a kill or restore command: an HTTP call or a shell command (argv, no shell expansion)."""
+
+    http: HttpStep | None = None
+    argv: tuple[str, ...] | None = None
+    wait_s: Annotated[float, Field(ge=0)] = 0.0  # pause after the step
+
+    @model_validator(mode="after")
+    def _one(self) -> "CommandStep":
+        if (self.http is None) == (self.argv is None):
+            raise ValueError("expected exactly one of http or argv in a command step")
+        return self
+
+
+class DrillParams(_Model):
+    enabled: bool = True
+    kill: tuple[CommandStep, ...] = ()
+    restore: tuple[CommandStep, ...] = ()
+    api_base_url: str | None = None  # the API path for the fail-over question; null: not configured
+    recovery_timeout_s: Annotated[float, Field(gt=0)] = 60.0
+    request_timeout_s: Annotated[float, Field(gt=0)] = 30.0
+    artifacts_manifest: str | None = None  # a creative pipeline's manifest.json, checked when given
+
+    _url = field_validator("api_base_url")(classmethod(lambda cls, v: _check_url(v)))
+
+
+class ReviewParams(_Model):
+    inputs: InputFiles
+    series: SeriesSource
+    rules: RenewalRules = RenewalRules()
+    benefits: DeclaredBenefits = DeclaredBenefits()
+    drill: DrillParams = DrillParams()
+    demo: str | None = None  # the demo scenario these inputs were generated for, if any
+
+
+class RenewalParams(_Model):
+    """The whole, resolved parameter set of one review."""
+
+    review: ReviewParams
+    target: TargetParams = TargetParams()  # the drill's target; base_url null: the embedded emulator
+    run: RunParams = RunParams()
+
+    def public_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True)
+
+
+def _resolve_paths(merged: dict[str, Any], prov: dict[str, str]) -> None:
+    """Input paths are relative to the file that set them (or to the current folder for --set)."""
+    review = merged.get("review")
+    if not isinstance(review, dict):
+        return
+    slots = [("inputs", k) for k in INPUT_KEYS] + [("series", "history_file"), ("drill", "artifacts_manifest")]
+    for section, key in slots:
+        node = review.get(section)
+        if not isinstance(node, dict) or not isinstance(node.get(key), str):
+            continue
+        p = Path(node[key]).expanduser()
+        if not p.is_absolute():
+            origin = _provenance(("review", section, key), prov, "")
+            base = Path(origin).parent if origin and not origin.startswith("--set") else Path.cwd()
+            p = base / p
+        node[key] = str(p.resolve())
+
+
+def validate_review(data: dict[str, Any], prov: dict[str, str] | None = None, *,
+                    default_source: str = "parameters") -> RenewalParams:
+    try:
+        return RenewalParams.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = tuple(err.get("loc", ()))
+        field = ".".join(str(p) for p in loc) or "(top level)"
+        source = _provenance(loc, prov or {}, default_source)
+        more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
+        raise BadInputError(_expected(err) + more, source=source, field=field) from None
+
+
+def load_review_params(files: list[str | Path], sets: list[str] = (), *,
+                       base: dict[str, Any] | None = None) -> RenewalParams:
+    """Layer YAML `files`, apply `sets`, resolve input paths, validate. Raises BadInputError (one line)."""
+    merged: dict[str, Any] = copy.deepcopy(base) if base else {}
+    prov: dict[str, str] = {}
+    for f in files:
+        _layer(Path(f), merged, prov, (Path(f).resolve(),))
+    for expr in sets:
+        keys, value = parse_set(expr)
+        node = merged
+        for k in keys[:-1]:
+            if not isinstance(node.get(k), dict):
+                node[k] = {}
+            node = node[k]
+        node[keys[-1]] = value
+        prov[".".join(keys)] = f"--set {expr.partition('=')[0]}"
+    _resolve_paths(merged, prov)
+    return validate_review(merged, prov, default_source=str(files[-1]) if files else "parameters")
+
+
+def load_any_review(path: str | Path, sets: list[str] = ()) -> RenewalParams:
+    """A notebook's `params_file`: review YAML, or a review run's resolved params.json."""
+    p = Path(path)
+    if p.suffix == ".json":
+        try:
+            data = json.loads(p.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise BadInputError(f"cannot read resolved parameters: {exc}", source=str(p)) from None
+        return load_review_params([], list(sets), base=data) if sets else validate_review(data, default_source=str(p))
+    return load_review_params([p], list(sets))

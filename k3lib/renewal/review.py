@@ -1,0 +1,82 @@
+"""One review's data, loaded once from the parameters: inputs read, series on the grid, the six axes computed.
+
+The notebooks and the batch call the same two functions, so a re-run from files or from Prometheus gives the
+same figures as the report shows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from .analysis import (analyse_load, analyse_operations, analyse_production, analyse_stability, benefits_summary,
+                       compare_paths, full_cost)
+from .decision import RenewalDecision, decide_renewal
+from .inputs import CostsInput, HoursRecord, IncidentRecord, TaskRecord, read_costs, read_hours, read_incidents, read_tasks
+from .params import RenewalParams
+from .series import Grid, RawSeries, gpu_count, load_frame, series_from_file, series_from_prometheus
+
+
+@dataclasses.dataclass(frozen=True)
+class ReviewData:
+    params: RenewalParams
+    grid: Grid
+    raw: dict[str, RawSeries]
+    frame: Any  # pandas DataFrame on the grid (series.FRAME_COLUMNS)
+    tasks: tuple[TaskRecord, ...]
+    costs: CostsInput
+    incidents: tuple[IncidentRecord, ...]
+    hours: tuple[HoursRecord, ...]
+
+    @property
+    def gpus(self) -> int:
+        return gpu_count(self.raw)
+
+    @property
+    def source(self) -> str:
+        s = self.params.review.series
+        return s.history_file or s.prometheus_url or ""
+
+    def __repr__(self) -> str:
+        return (f"ReviewData(source={self.source!r}, slots={len(self.frame)}, step_s={self.grid.step_s:g}, "
+                f"gpus={self.gpus}, tasks={len(self.tasks)}, incidents={len(self.incidents)})")
+
+
+def load_series(params: RenewalParams) -> tuple[Grid, dict[str, RawSeries]]:
+    s = params.review.series
+    grid = Grid.for_window(s.start, s.end, s.step_s)
+    if s.history_file:
+        return grid, series_from_file(s.history_file, grid)
+    return grid, series_from_prometheus(s.prometheus_url or "", grid, selector=s.selector)
+
+
+def load_review(params: RenewalParams) -> ReviewData:
+    """Read every input (each bad value: one BadInputError line) and the series for the window."""
+    inp = params.review.inputs
+    tasks, costs = tuple(read_tasks(inp.tasks)), read_costs(inp.costs)
+    incidents, hours = tuple(read_incidents(inp.incidents)), tuple(read_hours(inp.hours))
+    grid, raw = load_series(params)
+    return ReviewData(params, grid, raw, load_frame(raw, grid), tasks, costs, incidents, hours)
+
+
+def analyse(data: ReviewData, drill: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+    """The six axes as JSON-ready dicts, keyed by axis id."""
+    rules = data.params.review.rules
+    load = analyse_load(data.frame, data.tasks, rules, data.grid, data.gpus)
+    production = analyse_production(data.frame, data.tasks, rules, data.grid)
+    comparison = compare_paths(data.tasks, data.hours)
+    return {
+        "load": load,
+        "production": production,
+        "comparison": comparison,
+        "cost": full_cost(data.costs, production, comparison),
+        "stability": analyse_stability(data.incidents, rules, drill),
+        "operations": analyse_operations(data.hours, comparison, production, rules),
+        "benefits": benefits_summary(data.params.review.benefits),
+    }
+
+
+def decide_from_axes(params: RenewalParams, axes: dict[str, Any], statuses: dict[str, str] | None = None,
+                     today=None) -> RenewalDecision:
+    return decide_renewal(axes, params.review.rules, params.review.benefits.declared(), statuses=statuses,
+                          today=today)

@@ -1,0 +1,54 @@
+"""The renewal rules and declared benefits: fixed before any result is read, printed on top of the report.
+
+Every threshold a decision uses lives here with its unit in its name, so a reader can check each reason against
+the figure it cites. Defaults are illustrative, not recommendations: a team writes its own before the review.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Fraction = Annotated[float, Field(ge=0, le=1)]
+NonNegative = Annotated[float, Field(ge=0)]
+
+
+class RenewalRules(BaseModel):
+    """What counts as regular load, a large idle period, acceptable acceptance, retries and effort."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    timezone: str = "UTC"  # business hours, nights and weekends are read in this zone
+    business_hours: tuple[int, int] = (9, 18)  # [start, end) local hours, Monday to Friday
+    idle_util_max: Fraction = 0.10  # a 5-minute slot under this mean GPU utilisation is idle
+    peak_util_min: Fraction = 0.80  # a slot at or above this is a peak slot
+    large_idle_min_h: NonNegative = 4.0  # an idle stretch at least this long is a "large idle period"
+    large_idle_share_max: Fraction = 0.40  # more of the window than this in large idle periods → capacity too big
+    regular_busy_share_min: Fraction = 0.50  # regular load: business-hour slots busy at least this share …
+    regular_daily_cv_max: NonNegative = 0.50  # … and weekday GPU-hours vary (coefficient of variation) at most this
+    peak_to_mean_min: NonNegative = 8.0  # hourly arrivals p99 / mean at or above this → spiky, unpredictable
+    min_acceptance_rate: Fraction = 0.80  # self-hosted accepted / finished tasks
+    max_retries_per_task: NonNegative = 0.50
+    max_tool_error_rate: Fraction = 0.10  # share of tasks with at least one malformed tool call
+    max_recovery_min: NonNegative = 60.0  # an incident recovered later than this is not "recoverable"
+    max_ops_hours_per_week: NonNegative = 20.0  # operations effort considered contained
+    queue_wait_p95_max_s: NonNegative = 600.0  # business threshold on the queue (reduce/dual exit condition)
+    business_deadline_s: NonNegative = 3600.0  # a task delivered later than this missed its business deadline
+    reexamine_after_days: Annotated[int, Field(gt=0)] = 21  # the next billing cycle
+
+
+class DeclaredBenefits(BaseModel):
+    """Benefits that are not costs; they decide whether rare extreme tasks still justify a capacity."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    data_control: bool = False
+    residency_requirement: bool = False
+    internal_latency: bool = False
+    deep_customisation: bool = False
+    note: str = ""
+
+    def declared(self) -> list[str]:
+        return [name for name in ("data_control", "residency_requirement", "internal_latency", "deep_customisation")
+                if getattr(self, name)]
