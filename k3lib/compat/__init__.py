@@ -1,0 +1,31 @@
+"""Axis 1, the compatibility chain: CUDA build, host driver branch, vLLM version, image, GPUs and flags, read from
+every proof at hand and compared with the recipe at three levels (host, container, engine)."""
+
+from .rules import RULES, RuleSpec, in_range, iter_findings, parse_flag, parse_version
+from .sources import (CompatSources, ImageRef, SourceText, ToolChoiceProbe, classify_tool_probe, gather_sources,
+                      parse_image_inspect, read_sources, sources_from_texts)
+from .sheet import CompatResult, check_environment, environment_record, environment_table, evaluate, table_rows
+
+__all__ = [
+    "CompatResult",
+    "CompatSources",
+    "ImageRef",
+    "RULES",
+    "RuleSpec",
+    "SourceText",
+    "ToolChoiceProbe",
+    "check_environment",
+    "classify_tool_probe",
+    "environment_record",
+    "environment_table",
+    "evaluate",
+    "gather_sources",
+    "in_range",
+    "iter_findings",
+    "parse_flag",
+    "parse_image_inspect",
+    "parse_version",
+    "read_sources",
+    "sources_from_texts",
+    "table_rows",
+]
