@@ -42,7 +42,7 @@ class EmulatorConfig:
     faults: tuple[str, ...] = ()
     time_scale: float = 1.0
     seed: int = 0
-    api_key: str | None = None
+    api_key: str | None = field(default=None, repr=False)  # a secret: never in a repr or a log
     log_dir: str | None = None
     # server flags
     enable_auto_tool_choice: bool = True
