@@ -60,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Acceptance batch against the embedded vLLM-compatible emulator with "
                                    "parameters/emulator.yaml; prints the decision and the report path.")
     d.add_argument("--out", metavar="DIR", help="folder that receives the run folder (default: outputs/)")
+    d.add_argument("--fault", action="append", default=[], metavar="NAME[=VALUE]",
+                   help="inject an emulator fault (repeatable), e.g. --fault tool-markup-leak=0.5")
+    d.add_argument("--profile", metavar="NAME", help="emulator profile (demo, kimi-k3-h200x16)")
     d.set_defaults(func=cmd_demo)
 
     e = sub.add_parser("emulator", help="serve the vLLM-compatible emulator",
@@ -100,12 +103,19 @@ def _emulator_arguments(e: argparse.ArgumentParser) -> None:
 
 
 def _load(files: list[str], sets: list[str], faults: list[str], profile: str | None):
+    from .emulator.faults import parse_fault
+    from .emulator.profiles import PROFILES
     from .params import load_params
 
     if not files:
         raise BadInputError("no parameters file given; expected -p FILE (e.g. -p parameters/emulator.yaml)",
                             source="k3 validate")
     sets = list(sets)
+    for fault in faults:
+        parse_fault(fault)  # an unknown fault or a bad value is bad input, named before anything starts
+    if profile and profile not in PROFILES:
+        raise BadInputError(f"unknown emulator profile {profile!r}; expected one of {sorted(PROFILES)}",
+                            source="--profile")
     if faults:
         sets.append("target.emulator.faults=" + json.dumps(faults))
     if profile:
@@ -143,7 +153,7 @@ def cmd_validate(ns: argparse.Namespace) -> int:
 def cmd_demo(ns: argparse.Namespace) -> int:
     from .session import PROJECT_ROOT
 
-    params = _load([str(PROJECT_ROOT / "parameters" / "emulator.yaml")], [], [], None)
+    params = _load([str(PROJECT_ROOT / "parameters" / "emulator.yaml")], [], ns.fault, ns.profile)
     return _run_acceptance(params, ns.out)
 
 

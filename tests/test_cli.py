@@ -68,3 +68,30 @@ def test_init_all_is_sorted_and_complete():
     assert k3lib.__all__ == sorted(k3lib.__all__)
     for name in k3lib.__all__:
         assert hasattr(k3lib, name)
+
+
+def test_k3_emulator_prints_its_url_first_and_serves(tmp_path):
+    import httpx
+
+    proc = subprocess.Popen([sys.executable, "-m", "k3lib", "emulator", "--port", "0", "--time-scale", "0.05"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        url = proc.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:")
+        assert httpx.get(f"{url}/version", timeout=10).json()["version"]
+        assert httpx.get(f"{url}/health", timeout=10).status_code == 200
+    finally:
+        proc.terminate()
+        proc.wait(15)
+
+
+@pytest.mark.parametrize("argv, needle", [
+    pytest.param(["validate", "-p", str(ROOT / "parameters/emulator.yaml"), "--fault", "no-such-fault"],
+                 "unknown fault", id="unknown-fault"),
+    pytest.param(["demo", "--fault", "tool-markup-leak=2.5"], "tool-markup-leak", id="share-out-of-range"),
+    pytest.param(["demo", "--profile", "h100x1"], "unknown emulator profile", id="unknown-profile"),
+])
+def test_bad_emulator_options_are_one_line_exit_2(argv, needle, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0], err
