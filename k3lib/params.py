@@ -162,11 +162,27 @@ class EnvironmentParams(_Model):
     timeout_s: PositiveSeconds = 15.0
 
 
+class AgentParams(_Model):
+    """Axis 2, the reference agent scenario: how often and how hard the tool-call contract is exercised."""
+
+    sample: str | None = None  # a YAML/JSON sample file replacing the packaged reference sample
+    repetitions: PositiveInt = 10  # the whole scenario N times at each concurrency level
+    concurrency_levels: tuple[PositiveInt, ...] | None = None  # null: [1, contract.planned_concurrency]
+    stream: bool = False  # send the scenario streamed (tool-call deltas reassembled) instead of whole replies
+    max_requests: PositiveInt = 2000  # per concurrency level; the level stops by itself beyond it
+    max_duration_s: PositiveSeconds = 900.0  # per concurrency level
+    request_timeout_s: PositiveSeconds = 300.0
+    max_tool_rounds: PositiveInt = 4  # tool-call round trips allowed in one turn before the client gives up
+    long_context_fraction: Annotated[float, Field(gt=0, le=0.9)] = 0.5  # the long exchange grows to this share
+    min_pass_rate: Annotated[float, Field(ge=0, le=1)] = 1.0  # a check passes at a level at or above this rate
+
+
 class AxesParams(_Model):
     """Per-axis knobs. Each later axis adds its own section here."""
 
     probe: ProbeParams = ProbeParams()
     environment: EnvironmentParams = EnvironmentParams()
+    agent: AgentParams = AgentParams()
 
 
 class RunParams(_Model):
