@@ -4,7 +4,8 @@ every proof at hand and compared with the recipe at three levels (host, containe
 from .rules import RULES, RuleSpec, in_range, iter_findings, parse_flag, parse_version
 from .sources import (CompatSources, ImageRef, SourceText, ToolChoiceProbe, classify_tool_probe, gather_sources,
                       parse_image_inspect, read_sources, sources_from_texts)
-from .sheet import CompatResult, check_environment, environment_record, environment_table, evaluate, table_rows
+from .sheet import (CompatResult, check_environment, environment_record, environment_table, evaluate,
+                    findings_table, table_rows)
 
 __all__ = [
     "CompatResult",
@@ -19,6 +20,7 @@ __all__ = [
     "environment_record",
     "environment_table",
     "evaluate",
+    "findings_table",
     "gather_sources",
     "in_range",
     "iter_findings",

@@ -434,9 +434,9 @@ def check_cuda_build(s: CompatSources, recipe: RecipeParams) -> Finding:
                         "the collect_env report names no CUDA build (no 'CUDA used to build PyTorch', no cuNN wheels)"
                         + (f"; nvidia-smi's CUDA {driver_cuda} is only what the driver can run" if driver_cuda else ""),
                         proofs, observed=observed, expected=expected)
-    disagree = {k: v for k, v in majors.items() if v != build}
+    disagree: dict[str, Any] = {k: v for k, v in majors.items() if v != build}
     if libs and build not in libs:
-        disagree["nvidia-*-cuNN wheels"] = sorted(libs)
+        disagree["nvidia-*-cuNN wheels"] = "/".join(map(str, sorted(libs)))
     story = ""
     host_branch = s.nvidia_smi.driver_branch if s.nvidia_smi else (ce.driver_branch or None)
     if driver_cuda and host_branch:

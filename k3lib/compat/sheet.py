@@ -119,6 +119,15 @@ def environment_table(result: CompatResult) -> "pd.DataFrame":
     return frame.set_index("item")
 
 
+def findings_table(result: CompatResult) -> "pd.DataFrame":
+    """Every finding with its level, the sources it used and the decision on mismatch."""
+    import pandas as pd
+
+    rows = [{"rule": f.rule, "level": RULES[f.rule].level, "status": f.status, "message": f.message,
+             "sources": _proof_cell(f), "decision on mismatch": RULES[f.rule].decision} for f in result.findings]
+    return pd.DataFrame(rows, columns=["rule", "level", "status", "message", "sources", "decision on mismatch"])
+
+
 def environment_record(result: CompatResult, ctx: "AxisContext") -> EvidenceRecord:
     """The `environment` evidence record: findings, the table rows, `mismatch`, `build`, raw sources attached."""
     findings = list(result.findings)
