@@ -1,28 +1,49 @@
 """The acceptance decision: evidence records in, one of four decisions out, with the reasons that produced it.
 
 Pure functions over records, strongest rule first: a compatibility-chain mismatch → environment-rebuild;
-saturation at nominal load → capacity-extension; a controlled non-critical defect or missing evidence →
-limited-observation (never a pass); everything passing → production.
+saturation, OOM or queueing beyond the contract at nominal load → capacity-extension; a controlled non-critical
+defect (no measured prefix reuse: the gain is not counted; unstable tool calls: the agents concerned are blocked)
+or missing evidence → limited-observation, with a traffic cap and a re-examination date; all pass → production.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import fnmatch
 from typing import Any, Iterable
 
-from .evidence import EvidenceRecord
+from .evidence import EvidenceRecord, Finding
 
 DECISIONS = ("production", "limited-observation", "capacity-extension", "environment-rebuild")
 STRENGTH = {"production": 0, "limited-observation": 1, "capacity-extension": 2, "environment-rebuild": 3}
 EXIT_CODES = {"production": 0, "limited-observation": 3, "capacity-extension": 4, "environment-rebuild": 5}
-
-# What a failing axis means for the decision. An axis not listed here is treated as non-critical.
-AXIS_ON_FAIL = {
-    "probe": "environment-rebuild",  # no healthy server, or a contract beyond the server's own limits
-}
-AXIS_TITLES = {"probe": "Target probe"}
 REEXAMINE_AFTER_DAYS = 14
+
+# A failing finding → the decision it forces, first matching pattern wins. The seed's rules: CUDA/driver/image
+# or a required recipe flag out of scope → rebuild; memory saturating on nominal traffic → extension; tool calls
+# unstable → agents blocked; no cache reuse → gain not counted (both limited observation).
+FAIL_RULES: tuple[tuple[str, str, str], ...] = (
+    ("probe.health", "environment-rebuild", "the server is not healthy"),
+    ("probe.context_limit", "capacity-extension", "the contract promises more than the server's limits"),
+    ("compat.*", "environment-rebuild", "compatibility chain out of the recipe's scope"),
+    ("agent.auto_tool_choice", "environment-rebuild", "a required recipe flag is missing"),
+    ("agent.server_flags", "environment-rebuild", "a required recipe flag is missing"),
+    ("agent.*", "limited-observation", "unstable tool calls: block the agents concerned, plain text may go live"),
+    ("capacity.oom_startup", "environment-rebuild", "OOM at startup: topology or image"),
+    ("capacity.context_refusal", "limited-observation", "an out-of-contract request is not refused cleanly"),
+    ("capacity.*", "capacity-extension", "memory or queue saturates at nominal load"),
+    ("prefix_cache.*", "limited-observation", "no measured cache reuse: the expected gain is not counted"),
+    ("operations.*", "limited-observation", "an operational prerequisite is not proven"),
+    ("*", "limited-observation", "a non-critical check failed"),
+)
+
+
+def level_for(finding: Finding) -> tuple[str, str]:
+    for pattern, level, why in FAIL_RULES:
+        if fnmatch.fnmatchcase(finding.rule, pattern):
+            return level, why
+    return "limited-observation", "a check failed"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,6 +54,8 @@ class Decision:
     traffic_cap: dict[str, Any] | None = None
     reexamine_on: str | None = None
     build: str = "official"
+    agents_blocked: bool = False
+    cache_gain_counted: bool = True
 
     @property
     def exit_code(self) -> int:
@@ -45,28 +68,48 @@ class Decision:
 
     def to_dict(self) -> dict[str, Any]:
         return {"decision": self.decision, "reasons": list(self.reasons), "checklist": list(self.checklist),
-                "traffic_cap": self.traffic_cap, "reexamine_on": self.reexamine_on, "build": self.build}
+                "traffic_cap": self.traffic_cap, "reexamine_on": self.reexamine_on, "build": self.build,
+                "agents_blocked": self.agents_blocked, "cache_gain_counted": self.cache_gain_counted}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Decision":
+        return cls(d["decision"], tuple(d.get("reasons", ())), tuple(d.get("checklist", ())), d.get("traffic_cap"),
+                   d.get("reexamine_on"), d.get("build", "official"), bool(d.get("agents_blocked", False)),
+                   bool(d.get("cache_gain_counted", True)))
 
 
-def checklist(records: dict[str, EvidenceRecord], planned: Iterable[str]) -> list[dict[str, Any]]:
+def axis_checklist(records: dict[str, EvidenceRecord], planned: Iterable[str]) -> list[dict[str, Any]]:
+    """One row per planned axis (used when no sheet is given)."""
     items = []
     for axis in planned:
         rec = records.get(axis)
-        items.append({
-            "id": axis,
-            "title": rec.title if rec else AXIS_TITLES.get(axis, axis),
-            "status": rec.status if rec else "not-run",
-            "observed": rec.summary if rec else "no evidence record",
-            "evidence": f"evidence/{axis}.json" if rec else None,
-        })
+        items.append({"id": axis, "title": rec.title if rec else axis,
+                      "status": rec.status if rec else "open",
+                      "observed": rec.summary if rec else "no evidence record",
+                      "evidence": f"evidence/{axis}.json" if rec else None})
     return items
 
 
+def traffic_cap_from(records: dict[str, EvidenceRecord]) -> dict[str, Any]:
+    """The highest load step that passed, from the capacity axis (`data.saturation`), else no cap derivable."""
+    cap = None
+    rec = records.get("capacity")
+    if rec is not None:
+        sat = rec.data.get("saturation") or {}
+        cap = sat.get("max_ok_concurrency") if isinstance(sat, dict) else None
+    if cap:
+        return {"max_concurrency": cap, "basis": "highest concurrency step that held without saturation"}
+    return {"max_concurrency": 1, "basis": "no load step was accepted: one request at a time until re-examined"}
+
+
 def decide(records: dict[str, EvidenceRecord], planned: Iterable[str], *, build: str = "official",
-           today: dt.date | None = None) -> Decision:
+           checklist: list[dict[str, Any]] | None = None, today: dt.date | None = None) -> Decision:
+    """Strongest rule first. `checklist` (the sheet's rows) adds: an item still open is never a pass."""
     planned = list(planned)
     verdict = "production"
     reasons: list[str] = []
+    agents_blocked = False
+    cache_gain = True
 
     def raise_to(level: str, reason: str) -> None:
         nonlocal verdict
@@ -81,22 +124,26 @@ def decide(records: dict[str, EvidenceRecord], planned: Iterable[str], *, build:
             continue
         if rec.error:
             raise_to("limited-observation", f"{axis}: the axis did not complete ({rec.error.splitlines()[0]})")
-        if rec.status == "fail":
-            level = AXIS_ON_FAIL.get(axis, "limited-observation")
-            for f in rec.failed() or []:
-                raise_to(level, f"{axis}: {f.message}")
-            if not rec.failed():
-                raise_to(level, f"{axis}: {rec.summary or 'failed'}")
-        elif rec.status == "warn":
-            for f in rec.findings:
-                if f.status in ("warn", "not-observable"):
-                    raise_to("limited-observation", f"{axis}: {f.message}")
+        for f in rec.findings:
+            if f.status == "fail":
+                level, why = level_for(f)
+                raise_to(level, f"{f.rule}: {f.message} ({why})")
+                agents_blocked |= f.rule.startswith("agent.") and level == "limited-observation"
+                cache_gain &= not f.rule.startswith("prefix_cache.")
+            elif f.status in ("warn", "not-observable"):
+                raise_to("limited-observation", f"{f.rule}: {f.message}")
+                cache_gain &= not (f.rule.startswith("prefix_cache.") and f.status == "warn")
+    for item in checklist or []:
+        if item["status"] == "open":
+            raise_to("limited-observation", f"{item['id']} {item['title']}: still open (no finding proves it)")
     today = today or dt.date.today()
-    reexamine = None
-    cap = None
+    reexamine = cap = None
     if verdict == "limited-observation":
         reexamine = (today + dt.timedelta(days=REEXAMINE_AFTER_DAYS)).isoformat()
-        cap = {"max_concurrency": None, "basis": "no load step was accepted yet"}
+        cap = traffic_cap_from(records)
+        if agents_blocked:
+            cap["agents_blocked"] = True
     if verdict == "production":
-        reasons.append("every planned axis passed")
-    return Decision(verdict, tuple(reasons), tuple(checklist(records, planned)), cap, reexamine, build)
+        reasons.append("every planned axis and every checklist item passed")
+    rows = checklist if checklist is not None else axis_checklist(records, planned)
+    return Decision(verdict, tuple(reasons), tuple(rows), cap, reexamine, build, agents_blocked, cache_gain)

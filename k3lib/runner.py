@@ -14,12 +14,13 @@ import time
 from pathlib import Path
 from typing import Callable, TextIO
 
-from .decision import Decision, decide
+from .decision import Decision
 from .evidence import EvidenceRecord, Finding
 from .params import Params
-from .plan import ACCEPTANCE, ACCEPTANCE_AXES, ACCEPTANCE_SUMMARY
+from .plan import ACCEPTANCE, ACCEPTANCE_SUMMARY
 from .report import index_html, render_notebook
 from .session import PROJECT_ROOT, read_records
+from .summary import decide_run
 from .store import RunStore
 from .target import pin_target, resolve_target
 
@@ -124,12 +125,9 @@ def run_acceptance(params: Params, store: RunStore, *,
     records = read_records(store)
     decision_data = store.read_json("decision.json")
     if decision_data is None:  # the summary notebook failed: decide from the same records, same rules
-        decision = decide(records, ACCEPTANCE_AXES, build=params.recipe.build)
-        store.write_json("decision.json", decision.to_dict())
+        decision = decide_run(params, store, records)
     else:
-        decision = Decision(decision_data["decision"], tuple(decision_data["reasons"]),
-                            tuple(decision_data["checklist"]), decision_data.get("traffic_cap"),
-                            decision_data.get("reexamine_on"), decision_data.get("build", "official"))
+        decision = Decision.from_dict(decision_data)
     for nb in plan:
         if store.path(f"notebooks/{nb}").exists():
             rel = render_notebook(store, f"notebooks/{nb}")

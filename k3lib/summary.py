@@ -9,6 +9,7 @@ from .decision import Decision, decide
 from .evidence import EvidenceRecord
 from .params import Params
 from .plan import ACCEPTANCE_AXES
+from .sheet import ITEMS, sheet_rows
 from .store import RunStore
 
 _BADGE = {"pass": "#1a7f37", "fail": "#cf222e", "warn": "#9a6700", "not-run": "#57606a",
@@ -17,10 +18,14 @@ _BADGE = {"pass": "#1a7f37", "fail": "#cf222e", "warn": "#9a6700", "not-run": "#
 
 
 def decide_run(params: Params, store: RunStore, records: dict[str, EvidenceRecord]) -> Decision:
-    """Decide from the records alone and write `decision.json` atomically."""
-    decision = decide(records, ACCEPTANCE_AXES, build=params.recipe.build)
+    """Decide from the records alone (the sheet's items of the planned axes) and write `decision.json`."""
+    planned = set(ACCEPTANCE_AXES)
+    rows = [r for r in sheet_rows(records, params.public_dict(), params.run.reviewer)
+            if next(i for i in ITEMS if i.id == r["id"]).axis in planned]
+    decision = decide(records, ACCEPTANCE_AXES, build=params.recipe.build, checklist=rows or None)
     store.write_json("decision.json", decision.to_dict())
     return decision
+
 
 
 def records_table(records: dict[str, EvidenceRecord]) -> Any:

@@ -1,4 +1,4 @@
-"""Decision rules: strongest first, missing evidence never a pass."""
+"""Decision rules: strongest first, missing evidence and open items never a pass."""
 
 from __future__ import annotations
 
@@ -6,26 +6,39 @@ import datetime as dt
 
 import pytest
 
-from k3lib.decision import EXIT_CODES, decide
+from k3lib.decision import EXIT_CODES, decide, level_for
 from k3lib.evidence import EvidenceRecord, Finding, axis_status
+from k3lib.sheet import ITEMS, item_status, sheet_rows
 
 
-def rec(axis: str, *statuses: str, error: str | None = None) -> EvidenceRecord:
-    findings = [Finding(rule=f"{axis}.r{i}", status=s, message=f"{axis} finding {i} is {s}")
-                for i, s in enumerate(statuses)]
-    return EvidenceRecord(axis=axis, title=axis, status=axis_status(findings), findings=findings, error=error)
+def rec(axis: str, **rules: str) -> EvidenceRecord:
+    findings = [Finding(rule=rule.replace("__", "."), status=status, message=f"{rule} is {status}")
+                for rule, status in rules.items()]
+    return EvidenceRecord(axis=axis, title=axis, status=axis_status(findings), findings=findings)
 
+
+OK_PROBE = rec("probe", probe__health="pass", probe__models="pass")
 
 CASES = [
-    pytest.param({"probe": rec("probe", "pass", "pass")}, ["probe"], "production", id="all-pass"),
+    pytest.param({"probe": OK_PROBE}, ["probe"], "production", id="all-pass"),
     pytest.param({}, ["probe"], "limited-observation", id="missing-evidence"),
-    pytest.param({"probe": rec("probe", "pass", "fail")}, ["probe"], "environment-rebuild", id="probe-fails"),
-    pytest.param({"probe": rec("probe", "pass", "not-observable")}, ["probe"], "limited-observation",
-                 id="not-observable-is-not-a-pass"),
-    pytest.param({"probe": rec("probe", "pass"), "other": rec("other", "fail")}, ["probe", "other"],
-                 "limited-observation", id="unknown-axis-fail-is-non-critical"),
-    pytest.param({"probe": rec("probe", "fail"), "x": rec("x", "fail")}, ["probe", "x"],
-                 "environment-rebuild", id="strongest-wins"),
+    pytest.param({"probe": rec("probe", probe__health="fail")}, ["probe"], "environment-rebuild", id="unhealthy"),
+    pytest.param({"probe": rec("probe", probe__health="pass", probe__metrics="not-observable")}, ["probe"],
+                 "limited-observation", id="not-observable-is-not-a-pass"),
+    pytest.param({"environment": rec("environment", compat__cuda_build="fail")}, ["environment"],
+                 "environment-rebuild", id="cuda12-image"),
+    pytest.param({"agent": rec("agent", agent__arguments_valid="fail")}, ["agent"], "limited-observation",
+                 id="bad-tool-args-blocks-agents"),
+    pytest.param({"capacity": rec("capacity", capacity__concurrency="fail")}, ["capacity"], "capacity-extension",
+                 id="kv-starved"),
+    pytest.param({"prefix_cache": rec("prefix_cache", prefix_cache__reuse="fail")}, ["prefix_cache"],
+                 "limited-observation", id="no-prefix-caching"),
+    pytest.param({"capacity": rec("capacity", capacity__concurrency="fail"),
+                  "environment": rec("environment", compat__driver_branch="fail")}, ["environment", "capacity"],
+                 "environment-rebuild", id="two-faults-strongest-wins"),
+    pytest.param({"capacity": rec("capacity", capacity__oom="fail"),
+                  "agent": rec("agent", agent__markup_leak="fail")}, ["agent", "capacity"],
+                 "capacity-extension", id="capacity-beats-agents"),
 ]
 
 
@@ -34,17 +47,66 @@ def test_decide(records, planned, expected):
     d = decide(records, planned, today=dt.date(2026, 11, 30))
     assert d.decision == expected
     assert d.exit_code == EXIT_CODES[expected]
-    assert [i["id"] for i in d.checklist] == planned
     assert d.reasons
     if expected == "limited-observation":
         assert d.reexamine_on == "2026-12-14"
-        assert d.traffic_cap is not None
+        assert d.traffic_cap and d.traffic_cap["max_concurrency"] >= 1
     else:
-        assert d.reexamine_on is None
+        assert d.reexamine_on is None and d.traffic_cap is None
+
+
+def test_agents_blocked_and_cache_gain_flags():
+    d = decide({"agent": rec("agent", agent__markup_leak="fail"),
+                "prefix_cache": rec("prefix_cache", prefix_cache__reuse="fail")}, ["agent", "prefix_cache"])
+    assert d.agents_blocked and not d.cache_gain_counted
+    assert d.traffic_cap["agents_blocked"] is True
+
+
+def test_traffic_cap_comes_from_the_highest_step_that_held():
+    cap = rec("capacity", capacity__concurrency="pass")
+    cap = cap.model_copy(update={"data": {"saturation": {"max_ok_concurrency": 3}}})
+    d = decide({"capacity": cap, "prefix_cache": rec("prefix_cache", prefix_cache__reuse="fail")},
+               ["capacity", "prefix_cache"])
+    assert d.decision == "limited-observation"
+    assert d.traffic_cap["max_concurrency"] == 3
+
+
+@pytest.mark.parametrize("rule, level", [
+    ("compat.driver_branch", "environment-rebuild"),
+    ("agent.auto_tool_choice", "environment-rebuild"),
+    ("agent.arguments_valid", "limited-observation"),
+    ("capacity.oom_startup", "environment-rebuild"),
+    ("capacity.oom", "capacity-extension"),
+    ("prefix_cache.reuse", "limited-observation"),
+    ("something.else", "limited-observation"),
+])
+def test_rule_levels(rule, level):
+    assert level_for(Finding(rule=rule, status="fail", message="x"))[0] == level
+
+
+def test_the_sheet_has_the_sixteen_items_of_the_source_document():
+    assert [i.id for i in ITEMS] == [f"C{n:02d}" for n in range(1, 17)]
+    assert len({i.title for i in ITEMS}) == 16
+
+
+def test_an_item_without_a_proving_finding_stays_open_and_blocks_production():
+    records = {"probe": OK_PROBE}
+    rows = sheet_rows(records)
+    assert all(r["status"] == "open" for r in rows)
+    d = decide(records, ["probe"], checklist=rows[:1])
+    assert d.decision == "limited-observation"
+    assert any("C01" in r and "still open" in r for r in d.reasons)
+
+
+def test_item_status_reads_matching_findings():
+    env = rec("environment", compat__image="pass", compat__vllm_version="pass", compat__cuda_build="fail")
+    assert item_status(ITEMS[0], {"environment": env})[0] == "pass"
+    assert item_status(ITEMS[1], {"environment": env})[0] == "fail"
+    assert item_status(ITEMS[2], {"environment": env})[0] == "open"
 
 
 def test_decision_json_shape():
-    d = decide({"probe": rec("probe", "pass")}, ["probe"]).to_dict()
-    assert set(d) == {"decision", "reasons", "checklist", "traffic_cap", "reexamine_on", "build"}
+    d = decide({"probe": OK_PROBE}, ["probe"]).to_dict()
+    assert set(d) >= {"decision", "reasons", "checklist", "traffic_cap", "reexamine_on", "build"}
     assert set(d["checklist"][0]) >= {"id", "title", "status", "evidence"}
     assert d["build"] == "official"
