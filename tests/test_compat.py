@@ -464,3 +464,22 @@ def test_custom_build_is_not_a_mismatch_but_never_passes():
     result = evaluate(s, K3, ENV)
     assert result.experimental and result.by_rule("compat.build_method").status == "warn"
     assert not any(f.rule == "compat.build_method" and f.status == "fail" for f in result.findings)
+
+
+def _all(kind: str) -> list[str]:
+    return sorted(str(p.relative_to(REAL)) for p in (REAL / kind).glob("*.txt"))
+
+
+@pytest.mark.parametrize("i", range(14), ids=lambda i: f"combo-{i + 1:02d}")
+def test_every_real_world_artifact_combination_evaluates_without_crashing(i):
+    """Each collect_env, nvidia-smi and log file, paired round-robin: findings with known rules, a table, no raise."""
+    ce, smi, logs = _all("collect_env"), _all("nvidia_smi"), _all("logs")
+    s = sources_from_texts(collect_env=real(ce[i % len(ce)]), nvidia_smi=real(smi[i % len(smi)]),
+                           server_log=real(logs[i % len(logs)]), version="0.33.0")
+    result = evaluate(s, K3, ENV)
+    assert {f.rule for f in result.findings} <= set(RULES)
+    assert {"compat.driver_branch", "compat.cuda_build", "compat.vllm_version", "compat.flags", "compat.startup",
+            "compat.gpus_visible", "compat.fabric_manager", "compat.image", "compat.build_method"} <= \
+        {f.rule for f in result.findings}
+    assert len(environment_table(result)) >= 9
+    json.dumps([f.model_dump(mode="json") for f in result.findings])  # the record must serialise

@@ -270,6 +270,11 @@ def gpu_count_proofs(s: CompatSources) -> list[Proof]:
 # Host level
 
 
+def _branch(version: Any) -> int | None:
+    m = re.match(r"\s*(\d{2,4})\.", str(version))
+    return int(m.group(1)) if m else None
+
+
 def check_driver(s: CompatSources, recipe: RecipeParams) -> Finding:
     proofs = []
     if s.nvidia_smi is not None and s.nvidia_smi.driver_version:
@@ -285,7 +290,10 @@ def check_driver(s: CompatSources, recipe: RecipeParams) -> Finding:
         return _finding("compat.driver_branch", "not-observable",
                         "host driver version not observable: " + _missing(s, "nvidia_smi", "collect_env", "nvml"),
                         expected=expected)
-    branches = {int(str(p.value).split(".")[0]) for p in proofs}
+    branches = {b for p in proofs if (b := _branch(p.value)) is not None}
+    if not branches:
+        return _finding("compat.driver_branch", "warn", f"driver version {proofs[0].value!r} has no readable branch",
+                        proofs, observed=proofs[0].value, expected=expected)
     observed = proofs[0].value
     if len({p.value for p in proofs}) > 1:
         said = ", ".join(f"{p.source} says {p.value}" for p in proofs)
@@ -293,7 +301,7 @@ def check_driver(s: CompatSources, recipe: RecipeParams) -> Finding:
         return _finding("compat.driver_branch", status,
                         f"driver sources disagree: {said} — they were not taken on the same host or at the same time",
                         proofs, observed={p.source: p.value for p in proofs}, expected=expected)
-    branch = branches.pop()
+    branch = next(iter(branches))
     if expected is None:
         return _finding("compat.driver_branch", "info", f"host driver {observed} (R{branch}); the recipe sets no branch",
                         proofs, observed=observed)
