@@ -177,11 +177,49 @@ class AgentParams(_Model):
     min_pass_rate: Annotated[float, Field(ge=0, le=1)] = 1.0  # a check passes at a level at or above this rate
 
 
+class CapacityParams(_Model):
+    """Axis 3, memory capacity: cold load, long context, progressive concurrency and soak, each bounded in
+    requests and seconds. Empty lengths/steps are derived from the contract; defaults suit a real deployment."""
+
+    sample_interval_s: PositiveSeconds = 1.0  # /metrics and GPU memory sampling period, one clock for all phases
+    request_timeout_s: PositiveSeconds = 600.0
+    # cold load: poll /health from "not ready" to ready (a real model load takes minutes)
+    ready_timeout_s: PositiveSeconds = 1800.0
+    health_interval_s: PositiveSeconds = 2.0
+    # long context: one request at a time; empty = 25/50/75/100 % of (contract context − output)
+    context_lengths_tokens: tuple[PositiveInt, ...] = ()
+    long_context_output_tokens: PositiveInt = 64
+    long_context_repeats: PositiveInt = 1
+    out_of_contract_extra_tokens: PositiveInt = 256  # the refused probe: contract context + this many tokens
+    # progressive concurrency: empty = 1, 2, 4, … up to contract.planned_concurrency, plus one step beyond
+    concurrency_steps: tuple[PositiveInt, ...] = ()
+    prompt_tokens: PositiveInt | None = None  # null: half of contract.max_context_tokens
+    output_tokens: PositiveInt | None = None  # null: contract.max_output_tokens
+    step_duration_s: PositiveSeconds = 120.0  # each step is held this long so running/waiting settle
+    step_max_requests: PositiveInt = 5000
+    settle_fraction: Annotated[float, Field(ge=0, lt=1)] = 0.3  # the head of a step not judged (ramp-up)
+    waiting_tolerance: Annotated[float, Field(ge=0)] = 0.5  # mean settled waiting above this = queueing
+    # sustained operation at the planned concurrency
+    soak_duration_s: PositiveSeconds = 1800.0
+    soak_max_requests: PositiveInt = 200_000
+    memory_growth_min_mib: PositiveSeconds = 1024.0  # fitted growth over the soak, per GPU, that is a finding
+    kv_trend_max: Annotated[float, Field(gt=0, le=1)] = 0.15  # rise of settled KV usage, first → last third
+    hit_rate_drop_max: Annotated[float, Field(gt=0, le=1)] = 0.2  # fall of the prefix hit rate, first → last third
+    fragmentation_share_max: Annotated[float, Field(gt=0, le=1)] = 0.2  # share of samples: usage ≥ 0.9, few running
+    # the OOM explorer's headless burst (notebooks/explore/oom_explorer.ipynb)
+    explore_context_tokens: PositiveInt | None = None  # null: the long-context phase's largest length
+    explore_concurrency: PositiveInt | None = None  # null: contract.planned_concurrency
+    explore_output_tokens: PositiveInt | None = None  # null: contract.max_output_tokens
+    explore_max_requests: PositiveInt = 64
+    explore_duration_s: PositiveSeconds = 60.0
+
+
 class AxesParams(_Model):
     """Per-axis knobs. Each later axis adds its own section here."""
 
     probe: ProbeParams = ProbeParams()
     environment: EnvironmentParams = EnvironmentParams()
+    capacity: CapacityParams = CapacityParams()
     agent: AgentParams = AgentParams()
 
 
