@@ -177,6 +177,23 @@ class AgentParams(_Model):
     min_pass_rate: Annotated[float, Field(ge=0, le=1)] = 1.0  # a check passes at a level at or above this rate
 
 
+class PrefixCacheParams(_Model):
+    """Axis 4, prefix caching: cold then warm requests per session and prefix length, counters scraped around each."""
+
+    sessions: PositiveInt = 3  # repeat the cold/warm pair this many times per prefix length (rules out luck)
+    prefix_tokens: tuple[PositiveInt, ...] = (2048, 8192)  # whole cold prompt sizes, measured with /tokenize
+    max_tokens: PositiveInt = 16  # only TTFT matters; a short answer keeps each window short
+    # a unique cache_salt per session (vLLM mixes it into block 0) and/or a never-sent nonce heading the prompt
+    isolation: Literal["salt+fresh-prefix", "salt", "fresh-prefix"] = "salt+fresh-prefix"
+    # "early-token" changes one word at the head of the system prompt: a negative control for the diagnosis
+    warm_change: Literal["last-turn", "early-token"] = "last-turn"
+    block_size_tokens: PositiveInt | None = None  # null: from vllm:cache_config_info (prefix_match_unit, block_size)
+    min_ttft_gain_pct: Annotated[float, Field(ge=0, lt=100)] = 10.0  # warm TTFT this much below cold (median)
+    request_timeout_s: PositiveSeconds = 120.0
+    settle_s: PositiveSeconds = 2.0  # wait at most this long for counters to take a finished request
+    max_duration_s: PositiveSeconds = 900.0  # the whole protocol stops by itself after this
+
+
 class CapacityParams(_Model):
     """Axis 3, memory capacity: cold load, long context, progressive concurrency and soak, each bounded in
     requests and seconds. Empty lengths/steps are derived from the contract; defaults suit a real deployment."""
@@ -221,6 +238,7 @@ class AxesParams(_Model):
     environment: EnvironmentParams = EnvironmentParams()
     capacity: CapacityParams = CapacityParams()
     agent: AgentParams = AgentParams()
+    prefix_cache: PrefixCacheParams = PrefixCacheParams()
 
 
 class RunParams(_Model):
