@@ -304,8 +304,13 @@ def _write_params(scenario: str, sc: Scenario, start: dt.datetime, path: Path) -
             "series": {"history_file": FILES["history"], "start": _iso(start.timestamp()),
                        "end": _iso(ANCHOR_END.timestamp()), "step_s": STEP_S},
             "benefits": dict(sc.benefits),
+            # the emulator's kill: arm its crash fault, then one request makes the engine die under load;
+            # against a real server this is e.g. {argv: [kubectl, delete, pod, vllm-0]}
             "drill": {"kill": [{"http": {"method": "POST", "path": "/_emulator/faults",
-                                         "json": {"faults": ["crash=1"]}}}],
+                                         "json": {"faults": ["crash=1"]}}},
+                               {"http": {"method": "POST", "path": "/v1/chat/completions",
+                                         "json": {"messages": [{"role": "user", "content": "ping"}],
+                                                  "max_tokens": 4}}}],
                       "restore": [{"http": {"method": "POST", "path": "/_emulator/restart",
                                             "json": {"profile": "demo", "faults": []}}}]},
         },

@@ -136,6 +136,8 @@ class CostsInput(BaseModel):
     delivered_tasks_value: Money = None
     hourly_rate: Money = None
 
+    _blank = field_validator(*COST_ITEMS, mode="before")(classmethod(lambda cls, v: _blank_none(v)))
+
 
 # ---------------------------------------------------------------------------------------------------------------
 
