@@ -1,0 +1,358 @@
+"""What a finished run accepted: the levels later checks derive from its evidence records and `params.json`.
+
+The ONE place that knows the keys the axes write into `evidence/<axis>.json` `data`. Each level is a function
+returning a `Level` whose value is None with a reason when the evidence does not hold it; never a guess.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+from .errors import BadInputError, EvidenceError
+from .evidence import EvidenceRecord, parse_record
+from .store import MANIFEST
+
+# Where each level may be written, tried in order: (axis or "params", dotted path in `data`, scale to the level's
+# unit). The axes' `data` keys are not final: align them HERE and nowhere else. Paths assumed so far:
+#   environment.data.observed.{vllm, driver, image_digest, gpus_visible}  (k3lib.compat.sheet, as written today)
+#   environment.data.topology.{gpu_count, tensor_parallel_size, pipeline_parallel_size, data_parallel_size}
+#   environment.data.{build, max_model_len}                                  probe.data.{vllm_version, served_models}
+#   capacity.data.planned.{queue_time_p95_s | queue_p95_ms, kv_cache_usage_max, preemptions_per_s | preemptions +
+#     duration_s, error_ratio | errors + requests}; or capacity.data.steps[] with `concurrency` and the same keys
+#   prefix_cache.data.{warm_hit_rate | hit_rate}      agent.data.{tool_call_validity | valid_rate | pass_rate}
+Candidate = tuple[str, str, float]
+CANDIDATES: dict[str, tuple[Candidate, ...]] = {
+    "vllm_version": (("probe", "vllm_version", 1), ("environment", "observed.vllm", 1),
+                     ("environment", "vllm_version", 1)),
+    "driver_version": (("environment", "observed.driver", 1), ("environment", "driver_version", 1)),
+    "image_digest": (("environment", "observed.image_digest", 1), ("environment", "image_digest", 1),
+                     ("params", "recipe.image_digest", 1)),
+    "gpu_count": (("environment", "topology.gpu_count", 1), ("environment", "observed.gpus_visible", 1),
+                  ("environment", "gpu_count", 1), ("capacity", "gpu_count", 1),
+                  ("params", "axes.environment.gpus_required", 1)),
+    "tensor_parallel_size": (("environment", "topology.tensor_parallel_size", 1),
+                             ("environment", "observed.tensor_parallel_size", 1),
+                             ("capacity", "parallelism.tensor_parallel_size", 1)),
+    "pipeline_parallel_size": (("environment", "topology.pipeline_parallel_size", 1),
+                               ("environment", "observed.pipeline_parallel_size", 1),
+                               ("capacity", "parallelism.pipeline_parallel_size", 1)),
+    "data_parallel_size": (("environment", "topology.data_parallel_size", 1),
+                           ("environment", "observed.data_parallel_size", 1),
+                           ("capacity", "parallelism.data_parallel_size", 1)),
+    # The server's limit (max_model_len), not the contract's: both reopen the sheet when they change.
+    "context_limit_tokens": (("probe", "served_models.0.max_model_len", 1), ("environment", "max_model_len", 1),
+                             ("environment", "observed.max_model_len", 1), ("capacity", "max_model_len", 1)),
+    "contract_context_tokens": (("params", "contract.max_context_tokens", 1),),
+    "planned_concurrency": (("params", "contract.planned_concurrency", 1),),
+    "build": (("environment", "build", 1), ("params", "recipe.build", 1)),
+    "queue_time_p95_s": (("capacity", "planned.queue_time_p95_s", 1), ("capacity", "planned.queue_p95_ms", 1e-3),
+                         ("capacity", "queue_time_p95_s", 1), ("capacity", "queue_p95_ms", 1e-3)),
+    "kv_usage_at_planned": (("capacity", "planned.kv_cache_usage_max", 1), ("capacity", "planned.kv_usage_max", 1),
+                            ("capacity", "kv_cache_usage_max", 1), ("capacity", "kv_usage_at_planned", 1)),
+    "preemptions_per_s": (("capacity", "planned.preemptions_per_s", 1), ("capacity", "preemptions_per_s", 1)),
+    "error_ratio": (("capacity", "planned.error_ratio", 1), ("capacity", "error_ratio", 1)),
+    "prefix_hit_rate": (("prefix_cache", "warm_hit_rate", 1), ("prefix_cache", "hit_rate", 1),
+                        ("prefix_cache", "summary.hit_rate", 1)),
+    "tool_call_validity": (("agent", "tool_call_validity", 1), ("agent", "valid_rate", 1), ("agent", "pass_rate", 1)),
+}
+# Per-load-step keys when the capacity axis keeps a list of steps instead of a `planned` summary.
+STEP_KEYS: dict[str, tuple[tuple[str, float], ...]] = {
+    "queue_time_p95_s": (("queue_time_p95_s", 1), ("queue_p95_ms", 1e-3)),
+    "kv_usage_at_planned": (("kv_cache_usage_max", 1), ("kv_usage_max", 1)),
+    "preemptions_per_s": (("preemptions_per_s", 1),),
+    "error_ratio": (("error_ratio", 1),),
+}
+FRACTIONS = ("kv_usage_at_planned", "prefix_hit_rate", "tool_call_validity", "error_ratio")
+ACCEPTING_STATUSES = ("pass", "warn")  # an axis that failed or did not run accepted nothing
+
+
+@dataclasses.dataclass(frozen=True)
+class Level:
+    """One derived value, where it came from, or why it is unknown."""
+
+    name: str
+    value: Any
+    source: str | None = None  # e.g. "evidence/capacity.json: data.planned.queue_p95_ms"
+    reason: str | None = None  # set when value is None
+    axis_status: str | None = None  # status of the axis record it came from (None for params)
+
+    @property
+    def known(self) -> bool:
+        return self.value is not None
+
+    @property
+    def accepted(self) -> bool:
+        """Known, and from an axis that passed (or from the run's own parameters)."""
+        return self.known and (self.axis_status is None or self.axis_status in ACCEPTING_STATUSES)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunEvidence:
+    """A run folder read back: raw params, the axis records that parse, and why the others did not."""
+
+    root: Path
+    params: Mapping[str, Any]
+    records: Mapping[str, EvidenceRecord]
+    unreadable: Mapping[str, str]
+    decision: Mapping[str, Any] | None
+
+    @property
+    def run_id(self) -> str:
+        return self.root.name
+
+
+def read_run(run_dir: str | Path) -> RunEvidence:
+    """Read a run folder without judging it. Not a run folder → BadInputError; a broken record is kept aside."""
+    root = Path(run_dir).resolve()
+    if not (root / MANIFEST).is_file():
+        raise BadInputError("not a k3kit run folder (no manifest.json)", source=str(run_dir))
+    records: dict[str, EvidenceRecord] = {}
+    unreadable: dict[str, str] = {}
+    for path in sorted((root / "evidence").glob("*.json")):
+        try:
+            records[path.stem] = parse_record(_load_json(path), f"evidence/{path.name}")
+        except EvidenceError as exc:
+            unreadable[path.stem] = str(exc)
+    params = _load_json_or_none(root / "params.json")
+    decision = _load_json_or_none(root / "decision.json")
+    return RunEvidence(root, params if isinstance(params, dict) else {}, records, unreadable,
+                       decision if isinstance(decision, dict) else None)
+
+
+def _load_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise EvidenceError(f"{path.name}: not readable JSON ({exc})") from None
+
+
+def _load_json_or_none(path: Path) -> Any:
+    try:
+        return _load_json(path)
+    except EvidenceError:
+        return None
+
+
+def _dig(data: Any, dotted: str) -> Any:
+    node = data
+    for part in dotted.split("."):
+        if isinstance(node, Mapping):
+            node = node.get(part)
+        elif isinstance(node, (list, tuple)) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+        if node is None:
+            return None
+    return node
+
+
+def _scaled(value: Any, scale: float) -> Any:
+    if scale == 1 or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return value
+    return value * scale
+
+
+def _lookup(run: RunEvidence, name: str) -> Level:
+    tried: list[str] = []
+    for where, dotted, scale in CANDIDATES[name]:
+        if where == "params":
+            value = _dig(run.params, dotted)
+            if value is not None:
+                return Level(name, _scaled(value, scale), f"params.json: {dotted}")
+            tried.append(f"params.json {dotted}")
+            continue
+        rec = run.records.get(where)
+        if rec is None:
+            tried.append(f"evidence/{where}.json ({run.unreadable.get(where, 'absent')})")
+            continue
+        value = _dig(rec.data, dotted)
+        if value is not None:
+            return Level(name, _scaled(value, scale), f"evidence/{where}.json: data.{dotted}", axis_status=rec.status)
+        tried.append(f"evidence/{where}.json data.{dotted}")
+    return Level(name, None, reason="not recorded; looked in " + ", ".join(dict.fromkeys(tried)))
+
+
+def _from_steps(run: RunEvidence, name: str) -> Level | None:
+    """The capacity step run at the planned concurrency, when the axis keeps per-step results."""
+    rec = run.records.get("capacity")
+    steps = _dig(rec.data, "steps") if rec else None
+    planned = _dig(run.params, "contract.planned_concurrency")
+    if not isinstance(steps, list) or planned is None:
+        return None
+    at_planned = [s for s in steps if isinstance(s, Mapping) and s.get("concurrency") == planned]
+    if not at_planned:
+        return None
+    step = at_planned[-1]
+    for key, scale in STEP_KEYS.get(name, ()):
+        if step.get(key) is not None:
+            idx = steps.index(step)
+            return Level(name, _scaled(step[key], scale), f"evidence/capacity.json: data.steps.{idx}.{key}",
+                         axis_status=rec.status)
+    return None
+
+
+def _number(level: Level, *, fraction: bool = False) -> Level:
+    """Numbers only; a percentage (0–100) written where a fraction is expected is brought back to 0–1."""
+    if not level.known:
+        return level
+    value = level.value
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        try:
+            value = float(str(value).strip().rstrip("%"))
+        except ValueError:
+            return dataclasses.replace(level, value=None, reason=f"{level.source} holds {level.value!r}, not a number")
+    if fraction and 1 < value <= 100:
+        value = value / 100
+    if value < 0 or (fraction and value > 1):
+        return dataclasses.replace(level, value=None, reason=f"{level.source} holds {level.value!r}, out of range")
+    return dataclasses.replace(level, value=value)
+
+
+def _text(level: Level) -> Level:
+    if level.known:
+        return dataclasses.replace(level, value=str(level.value).strip() or None,
+                                   reason=None if str(level.value).strip() else f"{level.source} is empty")
+    return level
+
+
+def _measured(run: RunEvidence, name: str) -> Level:
+    level = _lookup(run, name)
+    if not level.known:
+        level = _from_steps(run, name) or level
+    return _number(level, fraction=name in FRACTIONS)
+
+
+# -- identity of the deployment: a change reopens the acceptance sheet ---------------------------------------------
+
+def vllm_version(run: RunEvidence) -> Level:
+    return _text(_lookup(run, "vllm_version"))
+
+
+def driver_version(run: RunEvidence) -> Level:
+    return _text(_lookup(run, "driver_version"))
+
+
+def image_digest(run: RunEvidence) -> Level:
+    return _text(_lookup(run, "image_digest"))
+
+
+def gpu_count(run: RunEvidence) -> Level:
+    return _number(_lookup(run, "gpu_count"))
+
+
+def parallelism(run: RunEvidence) -> Level:
+    """TP/PP/DP sizes as a dict; a size not recorded is left out (1 is never assumed)."""
+    parts = {key: _number(_lookup(run, key)) for key in
+             ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")}
+    known = {k: int(v.value) for k, v in parts.items() if v.known}
+    if not known:
+        return Level("parallelism", None, reason="no parallel sizes recorded (environment topology)")
+    sources = ", ".join(dict.fromkeys(v.source for v in parts.values() if v.known and v.source))
+    return Level("parallelism", known, sources)
+
+
+def context_limit_tokens(run: RunEvidence) -> Level:
+    return _number(_lookup(run, "context_limit_tokens"))
+
+
+def contract_context_tokens(run: RunEvidence) -> Level:
+    return _number(_lookup(run, "contract_context_tokens"))
+
+
+def planned_concurrency(run: RunEvidence) -> Level:
+    return _number(_lookup(run, "planned_concurrency"))
+
+
+def build(run: RunEvidence) -> Level:
+    """official | custom: the environment record first, then the recipe, then the decision."""
+    level = _text(_lookup(run, "build"))
+    if not level.known and run.decision and run.decision.get("build"):
+        level = Level("build", str(run.decision["build"]), "decision.json: build")
+    return level
+
+
+# -- accepted behaviour at planned load: alert thresholds and drift bands -----------------------------------------
+
+def queue_time_p95_s(run: RunEvidence) -> Level:
+    return _measured(run, "queue_time_p95_s")
+
+
+def kv_usage_at_planned(run: RunEvidence) -> Level:
+    """Peak KV-cache usage (fraction 0–1) at the planned concurrency."""
+    return _measured(run, "kv_usage_at_planned")
+
+
+def preemptions_per_s(run: RunEvidence) -> Level:
+    level = _measured(run, "preemptions_per_s")
+    if level.known:
+        return level
+    rec = run.records.get("capacity")
+    count, duration = (_dig(rec.data, "planned.preemptions"), _dig(rec.data, "planned.duration_s")) if rec else (None, None)
+    if isinstance(count, (int, float)) and isinstance(duration, (int, float)) and duration > 0:
+        return Level("preemptions_per_s", float(count) / float(duration),
+                     "evidence/capacity.json: data.planned.preemptions / data.planned.duration_s",
+                     axis_status=rec.status)
+    return level
+
+
+def error_ratio(run: RunEvidence) -> Level:
+    """Errored + aborted requests over all finished requests at planned load."""
+    level = _measured(run, "error_ratio")
+    if level.known:
+        return level
+    rec = run.records.get("capacity")
+    errors, total = (_dig(rec.data, "planned.errors"), _dig(rec.data, "planned.requests")) if rec else (None, None)
+    if isinstance(errors, (int, float)) and isinstance(total, (int, float)) and total > 0:
+        return Level("error_ratio", float(errors) / float(total),
+                     "evidence/capacity.json: data.planned.errors / data.planned.requests", axis_status=rec.status)
+    return level
+
+
+def prefix_hit_rate(run: RunEvidence) -> Level:
+    """Token hit rate (hits / queries deltas) of the controlled warm requests."""
+    return _measured(run, "prefix_hit_rate")
+
+
+def tool_call_validity(run: RunEvidence) -> Level:
+    """Share of tool calls that were valid (name, JSON, schema) over the reference agent scenario."""
+    return _measured(run, "tool_call_validity")
+
+
+_METRIC_NAME = re.compile(r"^\s*([A-Za-z_:][A-Za-z0-9_:]*)(?:\{|\s)")
+
+
+def observed_metric_names(run: RunEvidence) -> Level:
+    """Sample names in the exposition the probe kept (`evidence/probe/metrics.txt` or an attachment ending so)."""
+    rec = run.records.get("probe")
+    candidates = [a for a in (rec.attachments if rec else []) if a.endswith("metrics.txt")] or ["evidence/probe/metrics.txt"]
+    for rel in candidates:
+        path = run.root / rel
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        names = frozenset(m.group(1) for line in text.splitlines() if not line.lstrip().startswith("#")
+                          for m in [_METRIC_NAME.match(line)] if m)
+        if names:
+            return Level("observed_metric_names", names, rel, axis_status=rec.status if rec else None)
+    return Level("observed_metric_names", None, reason="no metrics exposition kept by the probe")
+
+
+IDENTITY: tuple[tuple[str, str, Callable[[RunEvidence], Level]], ...] = (
+    ("image_digest", "image digest", image_digest),
+    ("driver_version", "host driver", driver_version),
+    ("vllm_version", "vLLM version", vllm_version),
+    ("gpu_count", "GPU count", gpu_count),
+    ("parallelism", "parallelism (TP/PP/DP)", parallelism),
+    ("context_limit_tokens", "server context limit (max_model_len)", context_limit_tokens),
+    ("contract_context_tokens", "contract context limit", contract_context_tokens),
+)
+
+
+def levels(run: RunEvidence, funcs: Iterable[Callable[[RunEvidence], Level]]) -> dict[str, Level]:
+    return {lv.name: lv for lv in (f(run) for f in funcs)}
