@@ -23,3 +23,11 @@ test: $(STAMP)
 
 clean:
 	rm -rf $(VENV) outputs/*/ .pytest_cache
+
+# Opt-in real engine on CPU (llama.cpp + Gemma 3 270M) in .venv-llama/ and models/: built once (~5 min), cached.
+.PHONY: realengine realengine-serve
+realengine:
+	bash scripts/realengine.sh build
+
+realengine-serve: realengine
+	bash scripts/realengine.sh serve
