@@ -1,0 +1,183 @@
+"""Re-validation against a baseline run: identity changes reopen the sheet, metrics outside the band are drift.
+
+The synthetic runs below write the `data` keys `k3lib.accepted` assumes today (see CANDIDATES there):
+environment.data.observed.{vllm, driver, image_digest, gpus_visible}, environment.data.topology.*_parallel_size,
+environment.data.build, probe.data.{vllm_version, served_models[0].max_model_len},
+capacity.data.planned.{queue_p95_ms, kv_cache_usage_max, preemptions_per_s, error_ratio},
+prefix_cache.data.warm_hit_rate, agent.data.tool_call_validity.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from k3lib import accepted as acc
+from k3lib.baseline import Band, compare_with_baseline
+from k3lib.store import RunStore
+
+DIGEST_A = "sha256:" + "a" * 64
+DIGEST_B = "sha256:" + "b" * 64
+
+BASE: dict[str, Any] = {
+    "params": {"recipe": {"build": "official"}, "contract": {"max_context_tokens": 32768, "planned_concurrency": 8}},
+    "probe": {"vllm_version": "0.27.1", "served_models": [{"id": "kimi-k3", "max_model_len": 65536}]},
+    "environment": {"build": "official",
+                    "observed": {"vllm": "0.27.1", "driver": "580.65.06", "image_digest": DIGEST_A,
+                                 "gpus_visible": 8},
+                    "topology": {"tensor_parallel_size": 8, "pipeline_parallel_size": 1, "data_parallel_size": 1}},
+    "capacity": {"planned": {"queue_p95_ms": 400.0, "kv_cache_usage_max": 0.62, "preemptions_per_s": 0.0,
+                             "error_ratio": 0.0}},
+    "prefix_cache": {"warm_hit_rate": 0.9},
+    "agent": {"tool_call_validity": 1.0},
+    "decision": "production",
+}
+
+
+def record(axis: str, data: dict[str, Any], status: str = "pass") -> dict[str, Any]:
+    return {"axis": axis, "title": axis, "status": status, "data": data}
+
+
+def write_run(tmp_path, name: str, spec: dict[str, Any], statuses: dict[str, str] | None = None) -> RunStore:
+    store = RunStore.create_at(tmp_path / name)
+    store.write_json("params.json", spec["params"])
+    for axis in ("probe", "environment", "capacity", "prefix_cache", "agent"):
+        if spec.get(axis) is not None:
+            store.write_json(f"evidence/{axis}.json", record(axis, spec[axis], (statuses or {}).get(axis, "pass")))
+    store.write_json("decision.json", {"decision": spec["decision"], "reasons": [], "build": "official"})
+    return store
+
+
+def changed(**paths: Any) -> dict[str, Any]:
+    """BASE with `section__key__sub=value` replaced (None deletes)."""
+    spec = copy.deepcopy(BASE)
+    for dotted, value in paths.items():
+        *parents, last = dotted.split("__")
+        node = spec
+        for p in parents:
+            node = node[int(p)] if isinstance(node, list) else node[p]
+        if value is None:
+            node.pop(last, None)
+        else:
+            node[last] = value
+    return spec
+
+
+@pytest.fixture()
+def baseline(tmp_path):
+    return write_run(tmp_path, "baseline", BASE)
+
+
+def test_same_deployment_same_levels(tmp_path, baseline):
+    run = write_run(tmp_path, "run", BASE)
+    cmp = compare_with_baseline(run.root, baseline.root)
+    assert not cmp.reopens and not cmp.drift and not cmp.unverified and cmp.refused is None
+    assert cmp.headline().startswith("same deployment as baseline")
+    assert {f.rule for f in cmp.checks} >= {"baseline.identity.image_digest", "baseline.drift.prefix_hit_rate"}
+
+
+@pytest.mark.parametrize("change, item", [
+    pytest.param({"environment__observed__image_digest": DIGEST_B}, "image digest", id="image-digest"),
+    pytest.param({"environment__observed__driver": "580.82.07"}, "host driver", id="driver"),
+    pytest.param({"probe__vllm_version": "0.28.0"}, "vLLM version", id="vllm-version"),
+    pytest.param({"environment__observed__gpus_visible": 16}, "GPU count", id="gpu-count"),
+    pytest.param({"environment__topology__tensor_parallel_size": 4,
+                  "environment__topology__data_parallel_size": 2}, "parallelism (TP/PP/DP)", id="parallelism"),
+    pytest.param({"probe__served_models__0__max_model_len": 131072}, "server context limit (max_model_len)",
+                 id="server-context-limit"),
+    pytest.param({"params__contract__max_context_tokens": 65536}, "contract context limit", id="contract-context"),
+])
+def test_an_identity_change_reopens_the_sheet_stated_on_top(tmp_path, baseline, change, item):
+    run = write_run(tmp_path, "run", changed(**change))
+    cmp = compare_with_baseline(run.root, baseline.root)
+    assert cmp.reopens
+    assert [f.observed["item"] for f in cmp.reopen] == [item]
+    lines = cmp.lines()
+    assert lines[0].startswith("THE ACCEPTANCE SHEET REOPENS") and item in lines[0]
+    assert lines[1].startswith("REOPEN ") and "reopens" in lines[1]
+
+
+@pytest.mark.parametrize("change, drifted", [
+    pytest.param({"capacity__planned__queue_p95_ms": 900.0}, ["queue_time_p95_s"], id="queue-time-up"),
+    pytest.param({"capacity__planned__queue_p95_ms": 520.0}, [], id="queue-time-inside-band"),
+    pytest.param({"capacity__planned__queue_p95_ms": 50.0}, [], id="queue-time-better"),
+    pytest.param({"capacity__planned__kv_cache_usage_max": 0.80}, ["kv_usage_at_planned"], id="kv-usage-up"),
+    pytest.param({"capacity__planned__kv_cache_usage_max": 80}, ["kv_usage_at_planned"], id="kv-usage-as-percent"),
+    pytest.param({"prefix_cache__warm_hit_rate": 0.5}, ["prefix_hit_rate"], id="hit-rate-down"),
+    pytest.param({"prefix_cache__warm_hit_rate": 0.95}, [], id="hit-rate-up"),
+    pytest.param({"agent__tool_call_validity": 0.97}, ["tool_call_validity"], id="tool-validity-down"),
+])
+def test_metrics_outside_the_accepted_band_are_drift(tmp_path, baseline, change, drifted):
+    run = write_run(tmp_path, "run", changed(**change))
+    cmp = compare_with_baseline(run.root, baseline.root)
+    assert not cmp.reopens
+    assert [f.rule.removeprefix("baseline.drift.") for f in cmp.drift] == drifted
+    for f in cmp.drift:
+        assert "outside the accepted band" in f.message and f.status == "warn"
+
+
+def test_official_and_custom_builds_are_never_compared(tmp_path, baseline):
+    spec = changed(environment__build="custom", params__recipe__build="custom",
+                   environment__observed__driver="575.0")
+    run = write_run(tmp_path, "run", spec)
+    cmp = compare_with_baseline(run.root, baseline.root)
+    assert cmp.refused is not None and cmp.refused.status == "fail"
+    assert "never compared as one" in cmp.refused.message and "custom" in cmp.refused.message
+    assert cmp.checks == () and not cmp.reopen and not cmp.drift  # no finding that would pass as a comparison
+    assert cmp.headline().startswith("NOT COMPARED")
+
+
+def test_missing_evidence_is_unverified_never_unchanged(tmp_path, baseline):
+    spec = changed(environment__observed__driver=None, capacity=None)
+    run = write_run(tmp_path, "run", spec)
+    cmp = compare_with_baseline(run.root, baseline.root)
+    assert not cmp.reopens
+    assert [f.observed["item"] for f in cmp.unverified] == ["host driver"]
+    assert "cannot confirm it is unchanged" in cmp.unverified[0].message
+    assert "evidence/environment.json data.observed.driver" in cmp.unverified[0].message
+    queue = next(f for f in cmp.checks if f.rule == "baseline.drift.queue_time_p95_s")
+    assert queue.status == "not-observable" and "not measured in this run" in queue.message
+    assert cmp.headline().startswith("sheet not reopened")
+
+
+def test_a_baseline_axis_that_failed_gives_no_band(tmp_path):
+    base = write_run(tmp_path, "baseline", BASE, statuses={"prefix_cache": "fail"})
+    run = write_run(tmp_path, "run", changed(prefix_cache__warm_hit_rate=0.0))
+    cmp = compare_with_baseline(run.root, base.root)
+    hit = next(f for f in cmp.checks if f.rule == "baseline.drift.prefix_hit_rate")
+    assert hit.status == "not-observable" and "no accepted baseline value" in hit.message
+    assert not cmp.drift
+
+
+def test_tampered_or_unaccepted_baseline_is_flagged(tmp_path):
+    base = write_run(tmp_path, "baseline", changed(decision="capacity-extension"))
+    path = base.path("evidence/capacity.json")
+    path.write_text(path.read_text().replace("400.0", "900.0"))
+    run = write_run(tmp_path, "run", BASE)
+    cmp = compare_with_baseline(run.root, base.root)
+    rules = {f.rule: f for f in cmp.checks}
+    assert rules["baseline.integrity"].status == "fail" and "evidence/capacity.json" in rules["baseline.integrity"].message
+    assert rules["baseline.accepted"].status == "warn"
+
+
+def test_capacity_steps_and_custom_bands(tmp_path):
+    steps = {"steps": [{"concurrency": 4, "queue_p95_ms": 100.0}, {"concurrency": 8, "queue_p95_ms": 450.0}]}
+    base = write_run(tmp_path, "baseline", BASE)
+    run = write_run(tmp_path, "run", changed(capacity=steps))
+    level = acc.queue_time_p95_s(acc.read_run(run.root))
+    assert level.value == pytest.approx(0.45) and level.source == "evidence/capacity.json: data.steps.1.queue_p95_ms"
+    assert not compare_with_baseline(run.root, base.root).drift  # 0.45 ≤ 0.4 × 1.25 + 0.05
+    tight = {"queue_time_p95_s": Band("queue time p95", "higher", relative=0.0, unit="s")}
+    cmp = compare_with_baseline(run.root, base.root, bands=tight)
+    assert [f.rule for f in cmp.drift] == ["baseline.drift.queue_time_p95_s"]
+
+
+def test_to_dict_is_json_ready(tmp_path, baseline):
+    import json
+
+    run = write_run(tmp_path, "run", changed(probe__vllm_version="0.28.0"))
+    data = compare_with_baseline(run.root, baseline.root).to_dict()
+    json.dumps(data)
+    assert data["reopens"] is True and data["headline"].startswith("THE ACCEPTANCE SHEET REOPENS")
