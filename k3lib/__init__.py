@@ -1,5 +1,6 @@
 """k3kit's library: drives requests, collects metrics and GPU data, checks contracts and decides."""
 
+from . import compat
 from .decision import Decision, decide
 from .errors import (APIError, ArtifactError, BadInputError, EvidenceError, K3Error, MissingSeriesError,
                      ProtocolError, TargetError, TargetUnreachable)
@@ -26,6 +27,7 @@ __all__ = [
     "RunStore",
     "TargetError",
     "TargetUnreachable",
+    "compat",
     "decide",
     "decide_run",
     "findings_table",

@@ -5,6 +5,7 @@ from __future__ import annotations
 # (notebook file in notebooks/, axis id written to evidence/<axis>.json)
 ACCEPTANCE: tuple[tuple[str, str], ...] = (
     ("00_probe.ipynb", "probe"),
+    ("01_environment.ipynb", "environment"),
 )
 ACCEPTANCE_SUMMARY = "99_acceptance.ipynb"
 ACCEPTANCE_AXES: tuple[str, ...] = tuple(axis for _, axis in ACCEPTANCE)

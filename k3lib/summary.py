@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+from pathlib import Path
 from typing import Any
 
 from .decision import Decision, decide
@@ -61,12 +62,24 @@ def decision_html(decision: Decision) -> str:
     if decision.reexamine_on:
         parts.append(f"<p>Re-examine on: {html.escape(decision.reexamine_on)}</p>")
     parts.append(f"<p>Build: {html.escape(decision.build)}</p>")
-    rows = "".join(
-        f"<tr><td>{html.escape(str(i['id']))}</td><td>{html.escape(str(i['title']))}</td><td>{badge(i['status'])}"
-        f"</td><td>{html.escape(str(i.get('observed') or ''))}</td><td>{html.escape(str(i['evidence'] or '—'))}"
-        "</td></tr>" for i in decision.checklist)
-    parts.append("<table><thead><tr><th>id</th><th>check</th><th>status</th><th>observed</th><th>evidence</th>"
-                 f"</tr></thead><tbody>{rows}</tbody></table>")
+    cols = ("id", "title", "status", "test", "configuration", "observed", "evidence", "reviewer")
+    head = "".join(f"<th>{c}</th>" for c in ("id", "check", "status", "test", "configuration", "observed",
+                                              "evidence", "reviewer"))
+    body = []
+    for item in decision.checklist:
+        cells = []
+        for c in cols:
+            value = item.get(c)
+            if c == "status":
+                cells.append(f"<td>{badge(str(value))}</td>")
+            elif c == "evidence" and value:
+                page = item.get("notebook")
+                link = f' (<a href="{html.escape(Path(page).name)}">notebook</a>)' if page else ""
+                cells.append(f"<td><code>{html.escape(str(value))}</code>{link}</td>")
+            else:
+                cells.append(f'<td style="text-align:left">{html.escape("" if value is None else str(value))}</td>')
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    parts.append(f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>")
     return "".join(parts)
 
 

@@ -25,7 +25,9 @@ def test_healthy_batch_decides_production(healthy_run, capsys):
     decision = json.loads(store.path("decision.json").read_text())
     assert code == 0, decision
     assert decision["decision"] == "production"
-    assert [i["id"] for i in decision["checklist"]][0] == "probe"
+    ids = [i["id"] for i in decision["checklist"]]
+    assert ids[:5] == ["C01", "C02", "C03", "C04", "C05"]
+    assert all(i["status"] == "pass" for i in decision["checklist"])
 
 
 def test_run_folder_is_complete_and_verifies(healthy_run):
@@ -50,13 +52,32 @@ def test_report_is_self_contained(healthy_run):
     assert "k3-hide-code" in page  # code hidden by default, shown on request
 
 
-def test_fault_that_prevents_readiness_is_environment_rebuild(tmp_path, capsys):
-    code = main(["validate", "-p", EMULATOR_YAML, "--fault", "oom-startup", "--out", str(tmp_path)])
+# fault → (decision, exit code, the axis whose finding names the cause)
+MATRIX = [
+    pytest.param(["oom-startup"], "environment-rebuild", "probe", id="oom-startup"),
+    pytest.param(["cuda12-image"], "environment-rebuild", "environment", id="cuda12-image"),
+    pytest.param(["old-driver"], "environment-rebuild", "environment", id="old-driver"),
+    pytest.param(["old-vllm"], "environment-rebuild", "environment", id="old-vllm"),
+    pytest.param(["no-tool-parser"], "environment-rebuild", "environment", id="no-tool-parser"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("faults, expected, axis", MATRIX)
+def test_fault_matrix(tmp_path, capsys, faults, expected, axis):
+    argv = ["validate", "-p", EMULATOR_YAML, "--out", str(tmp_path)]
+    for fault in faults:
+        argv += ["--fault", fault]
+    code = main(argv)
     out = capsys.readouterr().out
-    assert code == 5, out
-    assert "decision: environment-rebuild" in out
-    record = json.loads(_only_run(tmp_path).path("evidence/probe.json").read_text())
+    store = _only_run(tmp_path)
+    decision = json.loads(store.path("decision.json").read_text())
+    assert decision["decision"] == expected, decision["reasons"]
+    assert code == {"environment-rebuild": 5, "capacity-extension": 4, "limited-observation": 3}[expected]
+    assert f"decision: {expected}" in out
+    record = json.loads(store.path(f"evidence/{axis}.json").read_text())
     assert record["status"] == "fail"
+    assert store.verify() == []
 
 
 def test_api_key_value_never_reaches_an_output(tmp_path, monkeypatch):
