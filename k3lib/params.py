@@ -173,7 +173,7 @@ class AgentParams(_Model):
     max_duration_s: PositiveSeconds = 900.0  # per concurrency level
     request_timeout_s: PositiveSeconds = 300.0
     max_tool_rounds: PositiveInt = 4  # tool-call round trips allowed in one turn before the client gives up
-    long_context_fraction: Annotated[float, Field(gt=0, le=0.9)] = 0.5  # the long exchange grows to this share
+    long_context_fraction: Annotated[float, Field(gt=0, le=0.8)] = 0.5  # the long exchange grows to this share
     min_pass_rate: Annotated[float, Field(ge=0, le=1)] = 1.0  # a check passes at a level at or above this rate
 
 

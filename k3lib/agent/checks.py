@@ -1,0 +1,300 @@
+"""The tool-call contract as pure checks: one reply (or one repetition) in, `Outcome` values out, never raises.
+
+Each check answers one question of the seed's pass list; `rates` folds outcomes into pass rates per check and
+per concurrency level, with their counts.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import jsonschema
+
+from ..readers.tool_reply import detect_markup
+from .sample import FallbackSpec, FinalSpec
+
+# Check ids, in the order the seed lists the pass conditions; the rule id of a finding is `agent.<id>`.
+CHECKS: Mapping[str, str] = {
+    "requests_ok": "the request is answered (HTTP 200, a complete reply)",
+    "tool_calls_present": "`tool_calls` present when the turn requires a call",
+    "function_name": "the function name is exactly one of the offered tools",
+    "arguments_valid": "arguments are a JSON string valid against the tool's schema",
+    "executable": "the client can execute the call with no transformation",
+    "final_answer": "the final answer meets its contract",
+    "tool_error_fallback": "a tool error triggers the planned fallback (retry or acknowledgement)",
+    "structure_stable": "repetitions give a compatible structure (same tools, same argument keys)",
+    "no_markup_leak": "no tool-call markup leaked into content or reasoning",
+}
+
+# vLLM's exact 400 texts when the server was started without the tool flags (every version 0.10–0.33).
+AUTO_TOOL_CHOICE_TEXT = '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
+PARSER_REQUIRED_TEXT = "requires --tool-call-parser to be set"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    check: str
+    passed: bool
+    detail: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ParsedCall:
+    """One tool call as received, plus its arguments parsed once."""
+
+    index: int
+    id: Any
+    type: Any
+    name: Any
+    arguments: Any  # as received: a JSON string by contract; an object here breaks it
+    parsed: Any  # json.loads(arguments) when it is a valid JSON string, else None
+    json_error: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def parse_call(index: int, raw: Mapping[str, Any]) -> ParsedCall:
+    """A `{"id", "type", "function": {"name", "arguments"}}` dict → ParsedCall."""
+    fn = raw.get("function") if isinstance(raw.get("function"), Mapping) else {}
+    args = fn.get("arguments")
+    parsed, error = None, None
+    if isinstance(args, str):
+        try:
+            parsed = json.loads(args)
+        except ValueError as exc:
+            error = f"invalid JSON: {exc}"
+    else:
+        error = f"arguments are a JSON {type(args).__name__}, not a string"
+    return ParsedCall(index, raw.get("id"), raw.get("type"), fn.get("name"), args, parsed, error)
+
+
+def calls_of_message(message: Mapping[str, Any] | None) -> list[ParsedCall]:
+    calls = (message or {}).get("tool_calls") or []
+    return [parse_call(i, c) for i, c in enumerate(calls) if isinstance(c, Mapping)]
+
+
+def environment_refusal(status: int | None, message: str | None) -> str | None:
+    """'auto-tool-choice' / 'tool-parser' when a 400 says the server lacks its tool flags, else None."""
+    if status != 400 or not message:
+        return None
+    if AUTO_TOOL_CHOICE_TEXT in message:
+        return "auto-tool-choice"
+    if PARSER_REQUIRED_TEXT in message:
+        return "tool-parser"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Per-reply checks
+
+
+def check_request(ok: bool, status: int | None, error: str | None) -> Outcome:
+    if ok:
+        return Outcome("requests_ok", True, f"HTTP {status}")
+    return Outcome("requests_ok", False, (error or f"HTTP {status}")[:300])
+
+
+def check_required_call(calls: Sequence[ParsedCall], expect_tool: str, leaked: str | None) -> Outcome:
+    names = [c.name for c in calls]
+    if expect_tool in names:
+        return Outcome("tool_calls_present", True, f"{expect_tool} called")
+    if not calls:
+        why = f"; {leaked} tool markup in the text instead" if leaked else ""
+        return Outcome("tool_calls_present", False, f"no tool_calls; {expect_tool} was required{why}")
+    return Outcome("tool_calls_present", False, f"called {names}, not the required {expect_tool}")
+
+
+def check_name(call: ParsedCall, offered: Sequence[str]) -> Outcome:
+    if isinstance(call.name, str) and call.name in offered:
+        return Outcome("function_name", True, call.name)
+    near = ""
+    if isinstance(call.name, str):
+        stripped = call.name.strip().removeprefix("functions.").split(":")[0]
+        if stripped in offered:
+            near = f" (would need rewriting to {stripped!r})"
+    return Outcome("function_name", False, f"{call.name!r} is not one of {list(offered)}{near}")
+
+
+def schema_errors(instance: Any, schema: Mapping[str, Any]) -> list[str]:
+    """jsonschema's messages with their paths, best match first; empty when valid (formats are checked)."""
+    cls = jsonschema.validators.validator_for(schema)
+    validator = cls(schema, format_checker=cls.FORMAT_CHECKER)
+    errors = sorted(validator.iter_errors(instance), key=jsonschema.exceptions.relevance)
+    return [f"{'/'.join(str(p) for p in e.absolute_path) or '(root)'}: {e.message}" for e in errors]
+
+
+def check_arguments(call: ParsedCall, schema: Mapping[str, Any] | None) -> Outcome:
+    if call.json_error:
+        return Outcome("arguments_valid", False, call.json_error[:300])
+    if schema is None:
+        return Outcome("arguments_valid", False, f"no schema: {call.name!r} was not offered")
+    errors = schema_errors(call.parsed, schema)
+    if errors:
+        return Outcome("arguments_valid", False, "schema: " + "; ".join(errors[:3])[:300])
+    return Outcome("arguments_valid", True, "valid JSON, valid against the schema")
+
+
+def check_executable(call: ParsedCall, schemas: Mapping[str, Mapping[str, Any]], other_ids: Sequence[Any]) -> Outcome:
+    """What an agent framework needs to run the call as is: no renaming, no re-parsing, no guessing."""
+    problems = []
+    if call.type != "function":
+        problems.append(f"type is {call.type!r}, not 'function'")
+    if not isinstance(call.id, str) or not call.id.strip():
+        problems.append("no call id to answer with a tool message")
+    elif call.id in other_ids:
+        problems.append(f"call id {call.id!r} repeats within the message")
+    if not (isinstance(call.name, str) and call.name in schemas):
+        problems.append(f"function {call.name!r} is not offered as named")
+    if call.json_error:
+        problems.append("arguments do not parse")
+    elif isinstance(call.parsed, str):
+        problems.append("arguments are JSON-encoded twice (a string holding JSON)")
+    elif not isinstance(call.parsed, dict):
+        problems.append(f"arguments are a JSON {type(call.parsed).__name__}, not an object")
+    elif isinstance(call.name, str) and call.name in schemas and schema_errors(call.parsed, schemas[call.name]):
+        problems.append("arguments break the schema")
+    if problems:
+        return Outcome("executable", False, "; ".join(problems))
+    return Outcome("executable", True, f"{call.name}(**arguments) runs as received")
+
+
+def check_markup(content: str | None, reasoning: str | None, calls: Sequence[ParsedCall]) -> Outcome:
+    for where, text in (("content", content), ("reasoning", reasoning),
+                        *(("function name", c.name) for c in calls if isinstance(c.name, str))):
+        family = detect_markup(text)
+        if family:
+            return Outcome("no_markup_leak", False, f"{family} tool-call markup in {where}")
+    return Outcome("no_markup_leak", True, "none")
+
+
+def leaked_family(content: str | None, reasoning: str | None) -> str | None:
+    return detect_markup(content) or detect_markup(reasoning)
+
+
+def _mentions(text: str, needle: str) -> bool:
+    return needle.lower() in text.lower()
+
+
+def check_final(content: str | None, finish_reason: str | None, final: FinalSpec,
+                schema: Mapping[str, Any] | None, result: Any) -> Outcome:
+    """The answer that ends a turn: present, complete, valid against the response schema, using the result."""
+    text = content or ""
+    if detect_markup(text):
+        return Outcome("final_answer", False, f"{detect_markup(text)} tool-call markup instead of an answer")
+    if final.non_empty and not text.strip():
+        return Outcome("final_answer", False, "empty answer")
+    if finish_reason == "length":
+        return Outcome("final_answer", False, "answer cut by max_tokens (finish_reason length)")
+    if schema is not None:
+        try:
+            value = json.loads(text)
+        except ValueError as exc:
+            return Outcome("final_answer", False, f"structured answer is not JSON: {exc}")
+        errors = schema_errors(value, schema)
+        if errors:
+            return Outcome("final_answer", False, "structured answer breaks its schema: " + "; ".join(errors[:3]))
+    if final.contains_any and not any(_mentions(text, s) for s in final.contains_any):
+        return Outcome("final_answer", False, f"mentions none of {list(final.contains_any)}")
+    for key in final.uses_result:
+        value = result.get(key) if isinstance(result, Mapping) else None
+        if value is None:
+            return Outcome("final_answer", False, f"no tool result with {key!r} to use")
+        if not _mentions(text, str(value)):
+            return Outcome("final_answer", False, f"does not use the tool result: {key}={value!r} is missing")
+    return Outcome("final_answer", True, "meets its contract" + (" (schema-valid)" if schema is not None else ""))
+
+
+def check_fallback(calls: Sequence[ParsedCall], content: str | None, tool: str, fallback: FallbackSpec,
+                   retries_done: int) -> Outcome:
+    """The reply right after the tool returned its planned error."""
+    if calls:
+        names = [c.name for c in calls]
+        if tool in names and retries_done < fallback.max_retries:
+            return Outcome("tool_error_fallback", True, f"retried {tool} ({retries_done + 1}/{fallback.max_retries})")
+        if tool in names:
+            return Outcome("tool_error_fallback", False,
+                           f"called {tool} again beyond the {fallback.max_retries} planned retries")
+        return Outcome("tool_error_fallback", False, f"called {names} instead of retrying or acknowledging")
+    text = content or ""
+    invented = [s for s in fallback.must_not_contain if _mentions(text, s)]
+    if invented:
+        return Outcome("tool_error_fallback", False, f"answer states {invented} although the tool failed")
+    if not any(_mentions(text, s) for s in fallback.acknowledge_any):
+        return Outcome("tool_error_fallback", False,
+                       f"answer does not acknowledge the failure (none of {list(fallback.acknowledge_any)})")
+    return Outcome("tool_error_fallback", True, "answer acknowledges the tool failure")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Across repetitions and levels
+
+
+def step_signature(step: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The structure of one reply, blind to its text: which tools, which argument keys — or text, or an error."""
+    where = (step.get("case"), step.get("turn"), step.get("round"))
+    if not (step.get("reply") or {}).get("ok"):
+        return (*where, "error", (step.get("reply") or {}).get("http_status"))
+    calls = (step.get("parsed") or {}).get("tool_calls") or []
+    if calls:
+        shape = sorted((str(c.get("name")), tuple(sorted(c["parsed"])) if isinstance(c.get("parsed"), dict)
+                        else ("<unparsable>",)) for c in calls)
+        return (*where, "calls", tuple(shape))
+    return (*where, "markup" if (step.get("parsed") or {}).get("leaked_markup") else "text")
+
+
+def stability_outcomes(steps: Iterable[Mapping[str, Any]]) -> list[tuple[int, int, Outcome]]:
+    """(level, repetition, outcome): each repetition compared with the most common structure at its level."""
+    by_rep: dict[tuple[int, int], list[Mapping[str, Any]]] = {}
+    for s in steps:
+        by_rep.setdefault((int(s["level"]), int(s["repetition"])), []).append(s)
+    signatures = {key: tuple(step_signature(s) for s in sorted(group, key=lambda s: s["seq"]))
+                  for key, group in by_rep.items()}
+    out = []
+    for level in sorted({k[0] for k in signatures}):
+        sigs = {k: v for k, v in signatures.items() if k[0] == level}
+        modal, count = Counter(sigs.values()).most_common(1)[0]
+        for (lvl, rep), sig in sorted(sigs.items()):
+            if sig == modal:
+                out.append((lvl, rep, Outcome("structure_stable", True,
+                                              f"same structure as {count} of {len(sigs)} repetitions")))
+            else:
+                first = next((a for a, b in zip(sig, modal) if a != b), sig[len(modal)] if len(sig) > len(modal)
+                             else modal[len(sig)])
+                out.append((lvl, rep, Outcome("structure_stable", False,
+                                              f"differs from the usual structure at {first[:3]}: {first[3:]}")))
+    return out
+
+
+@dataclass(frozen=True)
+class RateRow:
+    level: int
+    check: str
+    passed: int
+    total: int
+
+    @property
+    def rate(self) -> float | None:
+        return self.passed / self.total if self.total else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"level": self.level, "check": self.check, "passed": self.passed, "failed": self.total - self.passed,
+                "total": self.total, "rate": None if self.rate is None else round(self.rate, 4)}
+
+
+def rates(outcomes: Iterable[tuple[int, Outcome]], levels: Sequence[int]) -> list[RateRow]:
+    """Pass counts per (level, check) for every check and level, zero-count rows included."""
+    passed: Counter[tuple[int, str]] = Counter()
+    total: Counter[tuple[int, str]] = Counter()
+    for level, o in outcomes:
+        total[(level, o.check)] += 1
+        passed[(level, o.check)] += int(o.passed)
+    return [RateRow(level, check, passed[(level, check)], total[(level, check)])
+            for level in levels for check in CHECKS]
