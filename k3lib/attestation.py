@@ -1,0 +1,314 @@
+"""What the kit cannot observe: an operator's attestation (who, when, how, a link) and the rollback drill.
+
+Two checklist items depend on them: the operator knows the context limit, the concurrency limit and the rollback
+signal; the rollback to the previous image was rehearsed. Without an attestation or a drill they stay open.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import shlex
+import subprocess
+import time
+from pathlib import Path
+from typing import Annotated, Any, Mapping, Sequence
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
+
+from .errors import BadInputError
+from .evidence import Finding
+
+Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
+PositiveInt = Annotated[int, Field(gt=0)]
+RULE_LIMITS = "attestation.operator_knows_limits"
+RULE_ROLLBACK = "attestation.rollback_rehearsed"
+HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LimitsKnownItem(_Model):
+    """The limits the operator states they run the service under, compared with the accepted contract."""
+
+    context_limit_tokens: PositiveInt
+    concurrency_limit: PositiveInt
+    rollback_signal: Text  # e.g. "K3QueueTimeAboveAccepted firing, or an OOM line in the server log"
+
+
+class RollbackRehearsedItem(_Model):
+    previous_image: Text  # the image (ideally by digest) the rehearsal rolled back to
+    result: Text  # what was seen once rolled back, e.g. "/health 200 and a chat completion in 4 min"
+    duration_s: Annotated[float, Field(gt=0)] | None = None
+
+
+class AttestedItems(_Model):
+    operator_knows_limits: LimitsKnownItem | None = None
+    rollback_rehearsed: RollbackRehearsedItem | None = None
+
+    @model_validator(mode="after")
+    def _one_at_least(self) -> "AttestedItems":
+        if self.operator_knows_limits is None and self.rollback_rehearsed is None:
+            raise ValueError("attest at least one item: operator_knows_limits or rollback_rehearsed")
+        return self
+
+
+class AttestationRecord(_Model):
+    who: Text
+    when: dt.date  # ISO date, e.g. 2026-11-28
+    how: Text
+    link: Text  # ticket, wiki page or recording where the attestation can be checked
+    items: AttestedItems
+
+
+def parse_attestation(data: Any, source: str) -> AttestationRecord:
+    if not isinstance(data, Mapping):
+        raise BadInputError(f"expected a mapping with who, when, how, link, items; got {type(data).__name__}",
+                            source=source)
+    try:
+        return AttestationRecord.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err.get("loc", ())) or "(top level)"
+        msg = err.get("msg", "").removeprefix("Value error, ")
+        if err.get("type") == "extra_forbidden":
+            msg = "unknown key; check its spelling against parameters/attestation.example.yaml"
+        elif field == "when":
+            msg = f"expected an ISO date such as 2026-11-28 (got {err.get('input')!r})"
+        raise BadInputError(msg, source=source, field=field) from None
+
+
+def read_attestation(path: str | Path) -> AttestationRecord:
+    """Read an attestation YAML file; anything wrong is one BadInputError line naming the file and the field."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise BadInputError("file not found; expected an attestation YAML file", source=str(p)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadInputError(f"cannot read: {exc}", source=str(p)) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark else "YAML"
+        raise BadInputError(f"{where}: not valid YAML ({getattr(exc, 'problem', None) or exc})", source=str(p)) from None
+    return parse_attestation(data, str(p))
+
+
+# -- the rollback drill ---------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class HttpAction:
+    """`http:METHOD:URL[:JSON]` — e.g. `http:POST:{base_url}/_emulator/restart:{"profile": "demo"}`."""
+
+    method: str
+    url: str
+    body: Any = None
+
+    def __str__(self) -> str:
+        return f"{self.method} {self.url}" + (f" {json.dumps(self.body)}" if self.body is not None else "")
+
+
+DrillCommand = HttpAction | tuple[str, ...]
+
+
+def parse_drill_command(command: Sequence[str] | str, base_url: str = "") -> DrillCommand:
+    """An argv list, an `http:METHOD:URL[:JSON]` string, or a command line split like a shell (never run by one).
+
+    `{base_url}` anywhere is replaced by the URL the drill checks.
+    """
+    if isinstance(command, str):
+        text = command.strip().replace("{base_url}", base_url.rstrip("/"))
+        if text.lower().startswith("http:"):
+            method, sep, rest = text[5:].partition(":")
+            if not sep or method.upper() not in HTTP_METHODS:
+                raise BadInputError(f"expected http:METHOD:URL[:JSON] with METHOD one of {', '.join(HTTP_METHODS)}, "
+                                    f"got {command!r}", source="rollback drill")
+            # The URL has colons of its own (scheme, port): the JSON body starts at the first ":{" or ":[".
+            cut = min((i for i in (rest.find(":{"), rest.find(":[")) if i >= 0), default=-1)
+            url, raw = (rest[:cut], rest[cut + 1:]) if cut >= 0 else (rest, "")
+            if not url.startswith(("http://", "https://")):
+                raise BadInputError(f"expected an http(s) URL after http:{method}:, got {url!r}",
+                                    source="rollback drill")
+            try:
+                body = json.loads(raw) if raw else None
+            except ValueError as exc:
+                raise BadInputError(f"the body after the URL is not JSON ({exc})", source="rollback drill") from None
+            return HttpAction(method.upper(), url, body)
+        try:
+            argv = shlex.split(text)
+        except ValueError as exc:
+            raise BadInputError(f"cannot split the command: {exc}", source="rollback drill") from None
+    else:
+        argv = [str(a).replace("{base_url}", base_url.rstrip("/")) for a in command]
+    if not argv:
+        raise BadInputError("the rollback drill command is empty", source="rollback drill")
+    return tuple(argv)
+
+
+@dataclasses.dataclass(frozen=True)
+class DrillResult:
+    command: str
+    check_url: str
+    command_ok: bool
+    command_detail: str  # exit status or HTTP status, with the start of the output
+    health_status: int | None
+    chat_ok: bool
+    error: str | None
+    duration_s: float
+
+    @property
+    def ok(self) -> bool:
+        return self.command_ok and self.health_status == 200 and self.chat_ok
+
+    def finding(self) -> Finding:
+        evidence = dataclasses.asdict(self)
+        if self.ok:
+            return Finding(rule=RULE_ROLLBACK, status="pass",
+                           message=f"rollback drill: `{self.command}` ({self.command_detail}), then {self.check_url} "
+                                   f"served /health 200 and a chat completion ({self.duration_s:.1f} s)",
+                           observed="served", expected="served", evidence=evidence)
+        return Finding(rule=RULE_ROLLBACK, status="fail",
+                       message=f"rollback drill failed: `{self.command}`: {self.error or self.command_detail}",
+                       observed="not served", expected="served", evidence=evidence)
+
+
+def _short(text: str, limit: int = 200) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def _run_command(cmd: DrillCommand, timeout_s: float, headers: dict[str, str]) -> tuple[bool, str]:
+    import httpx
+
+    if isinstance(cmd, HttpAction):
+        try:
+            resp = httpx.request(cmd.method, cmd.url, json=cmd.body, headers=headers, timeout=timeout_s)
+        except httpx.HTTPError as exc:
+            return False, f"{type(exc).__name__}: {exc}"
+        return resp.is_success, f"HTTP {resp.status_code} {_short(resp.text)}".strip()
+    try:
+        proc = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout_s, check=False)
+    except FileNotFoundError:
+        return False, f"command not found: {cmd[0]}"
+    except subprocess.TimeoutExpired:
+        return False, f"did not finish within {timeout_s:.0f} s"
+    out = _short(proc.stdout or proc.stderr or "")
+    return proc.returncode == 0, f"exit status {proc.returncode}" + (f": {out}" if out else "")
+
+
+def rollback_drill(command: Sequence[str] | str, check_url: str, timeout_s: float = 120.0, *,
+                   model: str | None = None, api_key: str | None = None, poll_s: float = 0.25) -> DrillResult:
+    """Run the operator's rollback command, then check the target serves: /health 200, then one chat completion."""
+    import httpx
+
+    base = check_url.rstrip("/")
+    cmd = parse_drill_command(command, base)
+    shown = str(cmd) if isinstance(cmd, HttpAction) else shlex.join(cmd)
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    t0 = time.monotonic()
+    deadline = t0 + timeout_s
+
+    def result(command_ok: bool, detail: str, health: int | None, chat_ok: bool, error: str | None) -> DrillResult:
+        return DrillResult(shown, base, command_ok, detail, health, chat_ok, error, round(time.monotonic() - t0, 3))
+
+    command_ok, detail = _run_command(cmd, timeout_s, headers)
+    if not command_ok:
+        return result(False, detail, None, False, f"the rollback command failed ({detail})")
+    health: int | None = None
+    last_error = "no answer"
+    with httpx.Client(base_url=base, headers=headers, timeout=max(1.0, min(10.0, timeout_s))) as http:
+        # A restarted server refuses connections, then answers 503 while loading: poll until 200 or the deadline.
+        while True:
+            try:
+                health = http.get("/health").status_code
+                last_error = f"/health answered {health}"
+            except httpx.HTTPError as exc:
+                health, last_error = None, f"/health: {type(exc).__name__}"
+            if health == 200 or time.monotonic() + poll_s > deadline:
+                break
+            time.sleep(poll_s)
+        if health != 200:
+            return result(True, detail, health, False, f"{base} did not serve within {timeout_s:.0f} s ({last_error})")
+        try:
+            if model is None:
+                cards = http.get("/v1/models").json().get("data") or []
+                model = cards[0]["id"] if cards else None
+            if model is None:
+                return result(True, detail, health, False, "/v1/models lists no model to send a chat completion to")
+            resp = http.post("/v1/chat/completions", json={
+                "model": model, "messages": [{"role": "user", "content": "Reply with OK."}],
+                "max_tokens": 8, "temperature": 0})
+            body = resp.json() if resp.status_code == 200 else None
+        except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            return result(True, detail, health, False, f"chat completion: {type(exc).__name__}: {exc}")
+    choices = (body or {}).get("choices") if isinstance(body, dict) else None
+    chat_ok = bool(choices) and isinstance(choices[0], dict) and isinstance(choices[0].get("message"), dict)
+    error = None if chat_ok else f"chat completion answered HTTP {resp.status_code} without a message"
+    return result(True, detail, health, chat_ok, error)
+
+
+# -- findings -----------------------------------------------------------------------------------------------------
+
+def _by(att: AttestationRecord) -> str:
+    return f"attested by {att.who} on {att.when.isoformat()} ({att.how}; {att.link})"
+
+
+def attestation_findings(attestation: AttestationRecord | None, *, drill: DrillResult | None = None,
+                         contract_context_tokens: int | None = None, planned_concurrency: int | None = None,
+                         today: dt.date | None = None) -> list[Finding]:
+    """One finding per item. An item with neither attestation nor drill is `not-observable`: open, never a pass."""
+    today = today or dt.date.today()
+    items = attestation.items if attestation else None
+    future = attestation is not None and attestation.when > today
+    out: list[Finding] = []
+
+    limits = items.operator_knows_limits if items else None
+    if limits is None:
+        out.append(Finding(rule=RULE_LIMITS, status="not-observable",
+                           message="open: no attestation that the operator knows the context limit, the concurrency "
+                                   "limit and the rollback signal (see parameters/attestation.example.yaml)"))
+    else:
+        problems = []
+        if future:
+            problems.append(f"dated {attestation.when} which is after today {today}")
+        if contract_context_tokens is not None and limits.context_limit_tokens != contract_context_tokens:
+            problems.append(f"the operator's context limit {limits.context_limit_tokens} tokens is not the accepted "
+                            f"contract's {contract_context_tokens}")
+        if planned_concurrency is not None and limits.concurrency_limit > planned_concurrency:
+            problems.append(f"the operator's concurrency limit {limits.concurrency_limit} is above the accepted "
+                            f"planned concurrency {planned_concurrency}")
+        observed = limits.model_dump()
+        expected = {"context_limit_tokens": contract_context_tokens, "concurrency_limit": planned_concurrency}
+        if problems:
+            out.append(Finding(rule=RULE_LIMITS, status="fail", message="; ".join(problems) + f" — {_by(attestation)}",
+                               observed=observed, expected=expected))
+        else:
+            out.append(Finding(rule=RULE_LIMITS, status="pass",
+                               message=f"operator knows context {limits.context_limit_tokens} tokens, concurrency "
+                                       f"{limits.concurrency_limit}, rollback signal \"{limits.rollback_signal}\" — "
+                                       + _by(attestation), observed=observed, expected=expected))
+
+    rehearsed = items.rollback_rehearsed if items else None
+    if drill is not None:
+        # A drill just run is stronger evidence than a statement: a failed drill fails the item whatever was attested.
+        out.append(drill.finding())
+    elif rehearsed is not None:
+        if future:
+            out.append(Finding(rule=RULE_ROLLBACK, status="fail",
+                               message=f"rollback rehearsal dated {attestation.when}, after today {today}",
+                               observed=rehearsed.model_dump()))
+        else:
+            out.append(Finding(rule=RULE_ROLLBACK, status="pass",
+                               message=f"rollback to {rehearsed.previous_image} rehearsed: {rehearsed.result} — "
+                                       + _by(attestation), observed=rehearsed.model_dump()))
+    else:
+        out.append(Finding(rule=RULE_ROLLBACK, status="not-observable",
+                           message="open: the rollback to the previous image was neither rehearsed by a drill nor "
+                                   "attested"))
+    return out
