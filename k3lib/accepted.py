@@ -292,7 +292,8 @@ def preemptions_per_s(run: RunEvidence) -> Level:
     if level.known:
         return level
     rec = run.records.get("capacity")
-    count, duration = (_dig(rec.data, "planned.preemptions"), _dig(rec.data, "planned.duration_s")) if rec else (None, None)
+    data = rec.data if rec else {}
+    count, duration = _dig(data, "planned.preemptions"), _dig(data, "planned.duration_s")
     if isinstance(count, (int, float)) and isinstance(duration, (int, float)) and duration > 0:
         return Level("preemptions_per_s", float(count) / float(duration),
                      "evidence/capacity.json: data.planned.preemptions / data.planned.duration_s",
@@ -306,7 +307,8 @@ def error_ratio(run: RunEvidence) -> Level:
     if level.known:
         return level
     rec = run.records.get("capacity")
-    errors, total = (_dig(rec.data, "planned.errors"), _dig(rec.data, "planned.requests")) if rec else (None, None)
+    data = rec.data if rec else {}
+    errors, total = _dig(data, "planned.errors"), _dig(data, "planned.requests")
     if isinstance(errors, (int, float)) and isinstance(total, (int, float)) and total > 0:
         return Level("error_ratio", float(errors) / float(total),
                      "evidence/capacity.json: data.planned.errors / data.planned.requests", axis_status=rec.status)
@@ -329,7 +331,8 @@ _METRIC_NAME = re.compile(r"^\s*([A-Za-z_:][A-Za-z0-9_:]*)(?:\{|\s)")
 def observed_metric_names(run: RunEvidence) -> Level:
     """Sample names in the exposition the probe kept (`evidence/probe/metrics.txt` or an attachment ending so)."""
     rec = run.records.get("probe")
-    candidates = [a for a in (rec.attachments if rec else []) if a.endswith("metrics.txt")] or ["evidence/probe/metrics.txt"]
+    kept = [a for a in (rec.attachments if rec else []) if a.endswith("metrics.txt")]
+    candidates = kept or ["evidence/probe/metrics.txt"]
     for rel in candidates:
         path = run.root / rel
         try:

@@ -96,7 +96,8 @@ def read_attestation(path: str | Path) -> AttestationRecord:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else "YAML"
-        raise BadInputError(f"{where}: not valid YAML ({getattr(exc, 'problem', None) or exc})", source=str(p)) from None
+        problem = getattr(exc, "problem", None) or exc
+        raise BadInputError(f"{where}: not valid YAML ({problem})", source=str(p)) from None
     return parse_attestation(data, str(p))
 
 
@@ -286,7 +287,8 @@ def attestation_findings(attestation: AttestationRecord | None, *, drill: DrillR
         observed = limits.model_dump()
         expected = {"context_limit_tokens": contract_context_tokens, "concurrency_limit": planned_concurrency}
         if problems:
-            out.append(Finding(rule=RULE_LIMITS, status="fail", message="; ".join(problems) + f" — {_by(attestation)}",
+            out.append(Finding(rule=RULE_LIMITS, status="fail",
+                               message="; ".join(problems) + f" — {_by(attestation)}",
                                observed=observed, expected=expected))
         else:
             out.append(Finding(rule=RULE_LIMITS, status="pass",

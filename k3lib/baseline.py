@@ -6,11 +6,13 @@ outside the accepted band is drift. An official and a custom build are never com
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 from pathlib import Path
 from typing import Any, Callable
 
 from . import accepted as acc
+from .errors import BadInputError
 from .evidence import Finding
 from .store import RunStore
 
@@ -209,3 +211,23 @@ def compare_with_baseline(run_dir: str | Path, baseline_dir: str | Path, *,
     base_store = RunStore.open(baseline_dir)
     return compare_runs(acc.read_run(run_dir), acc.read_run(baseline_dir), bands=bands,
                         baseline_problems=base_store.verify())
+
+
+def precheck_baseline(baseline_dir: str | Path, build: str) -> None:
+    """Before a long validation: the baseline is a run folder of the same build, or BadInputError (exit 2)."""
+    base = acc.read_run(baseline_dir)
+    base_build = acc.build(base)
+    if base_build.known and base_build.value != build:
+        raise BadInputError(f"official and custom builds are never compared as one: this run is {build}, the "
+                            f"baseline is {base_build.value}", source=str(baseline_dir))
+
+
+def compare_main(ns: argparse.Namespace) -> int:
+    """`k3 compare RUN --baseline RUN`: 0 same deployment and no drift, 1 the sheet reopens or a metric drifted,
+    2 the runs cannot be compared (official vs custom build, or not run folders)."""
+    cmp = compare_with_baseline(ns.run, ns.baseline)
+    for line in cmp.lines():
+        print(line)
+    if cmp.refused:
+        raise BadInputError(cmp.refused.message, source=str(ns.baseline))
+    return 1 if cmp.reopens or cmp.drift else 0

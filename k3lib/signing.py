@@ -135,8 +135,9 @@ def sign_run(run_dir: str | Path, reviewer: str, *, key: str | Path | None = Non
     if (store.root / MANIFEST).read_bytes() != manifest_bytes:
         raise EvidenceError(f"{store.root / MANIFEST} changed while signing: the run is still being written")
     when = (now or dt.datetime.now(dt.timezone.utc)).astimezone(dt.timezone.utc)
-    record = SignatureRecord(store.run_id, reviewer, identity, when.isoformat(timespec="seconds").replace("+00:00", "Z"),
-                             decision, digest, NAMESPACE if sig_bytes else None, fingerprint)
+    stamp = when.isoformat(timespec="seconds").replace("+00:00", "Z")
+    record = SignatureRecord(store.run_id, reviewer, identity, stamp, decision, digest,
+                             NAMESPACE if sig_bytes else None, fingerprint)
     # Written beside the manifest, never through RunStore.write_*: that would add them to the manifest just signed.
     if sig_bytes is not None:
         atomic_write_bytes(store.root / SSH_SIG, sig_bytes)
@@ -184,7 +185,8 @@ def verify_run(run_dir: str | Path, *, allowed_signers: str | Path | None = None
         return VerifyResult(store.run_id, tuple(changed), tuple(notes), "unreadable")
     actual = store.manifest_sha256()
     if actual != expected:
-        changed.append(f"{MANIFEST}: changed after signing (sha256 {actual[:12]}… ≠ signed {str(expected)[:12]}…)")
+        changed.append(f"{MANIFEST}: changed after signing (sha256 {actual[:12]}… ≠ signed "
+                       f"{str(expected)[:12]}…)")
     decision = (store.read_json("decision.json") or {}).get("decision")
     if sig.get("decision") != decision:
         changed.append(f"{SIGNATURE}: records decision {sig.get('decision')!r} but decision.json holds {decision!r}")

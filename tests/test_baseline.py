@@ -158,7 +158,8 @@ def test_tampered_or_unaccepted_baseline_is_flagged(tmp_path):
     run = write_run(tmp_path, "run", BASE)
     cmp = compare_with_baseline(run.root, base.root)
     rules = {f.rule: f for f in cmp.checks}
-    assert rules["baseline.integrity"].status == "fail" and "evidence/capacity.json" in rules["baseline.integrity"].message
+    integrity = rules["baseline.integrity"]
+    assert integrity.status == "fail" and "evidence/capacity.json" in integrity.message
     assert rules["baseline.accepted"].status == "warn"
 
 
@@ -181,3 +182,40 @@ def test_to_dict_is_json_ready(tmp_path, baseline):
     data = compare_with_baseline(run.root, baseline.root).to_dict()
     json.dumps(data)
     assert data["reopens"] is True and data["headline"].startswith("THE ACCEPTANCE SHEET REOPENS")
+
+
+def test_levels_are_derived_tolerantly(tmp_path):
+    spec = changed(capacity={"planned": {"preemptions": 6, "duration_s": 120.0, "errors": 1, "requests": 50,
+                                         "kv_cache_usage_max": "62%"}})
+    store = write_run(tmp_path, "run", spec)
+    store.write_text("evidence/agent.json", "{not json")
+    run = acc.read_run(store.root)
+    assert acc.preemptions_per_s(run).value == pytest.approx(0.05)
+    assert acc.error_ratio(run).value == pytest.approx(0.02)
+    assert acc.kv_usage_at_planned(run).value == pytest.approx(0.62)
+    validity = acc.tool_call_validity(run)
+    assert validity.value is None and "evidence/agent.json" in validity.reason and "not readable JSON" in validity.reason
+    assert "agent" in run.unreadable
+    assert acc.parallelism(run).value == {"tensor_parallel_size": 8, "pipeline_parallel_size": 1,
+                                          "data_parallel_size": 1}
+
+
+def test_compare_main_exit_codes_and_precheck(tmp_path, baseline, capsys):
+    import argparse
+
+    from k3lib.baseline import compare_main, precheck_baseline
+    from k3lib.errors import BadInputError
+
+    same = write_run(tmp_path, "same", BASE)
+    assert compare_main(argparse.Namespace(run=str(same.root), baseline=str(baseline.root))) == 0
+    moved = write_run(tmp_path, "moved", changed(environment__observed__driver="590.1"))
+    assert compare_main(argparse.Namespace(run=str(moved.root), baseline=str(baseline.root))) == 1
+    assert capsys.readouterr().out.splitlines()[-2].startswith("THE ACCEPTANCE SHEET REOPENS")
+    custom = write_run(tmp_path, "custom", changed(environment__build="custom"))
+    with pytest.raises(BadInputError, match="never compared as one"):
+        compare_main(argparse.Namespace(run=str(custom.root), baseline=str(baseline.root)))
+    precheck_baseline(baseline.root, "official")
+    with pytest.raises(BadInputError, match="never compared as one"):
+        precheck_baseline(baseline.root, "custom")
+    with pytest.raises(BadInputError, match="not a k3kit run folder"):
+        precheck_baseline(tmp_path, "official")

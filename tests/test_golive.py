@@ -238,6 +238,7 @@ def test_promtool_unit_test_fast_queue_does_not_fire(tmp_path):
     proc = promtool("test", "rules", "t.yml", cwd=out)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     broken = copy.deepcopy(test)
-    broken["tests"][0]["alert_rule_test"][0]["exp_alerts"] = [{"exp_labels": dict(rules["K3QueueTimeAboveAccepted"]["labels"])}]
+    labels = dict(rules["K3QueueTimeAboveAccepted"]["labels"])
+    broken["tests"][0]["alert_rule_test"][0]["exp_alerts"] = [{"exp_labels": labels}]
     (out / "t2.yml").write_text(yaml.safe_dump(broken, sort_keys=False))
     assert promtool("test", "rules", "t2.yml", cwd=out).returncode != 0
