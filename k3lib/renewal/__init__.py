@@ -2,9 +2,13 @@
 drill, operations, and the renew / reduce / dual-circuit / exit-to-api decision."""
 
 from .decision import DECISIONS, EXIT_CODES, Indicators, RenewalDecision, choose, decide_renewal
+from .figures import rules_table
+from .notebook import axis_figure, axis_result, axis_table, drill_table, record_axis, review_drill
 from .params import RenewalParams, load_any_review, load_review_params
+from .records import decide_review
 from .review import ReviewData, analyse, decide_from_axes, load_review
 from .rules import DeclaredBenefits, RenewalRules
+from .session import ReviewContext, open_review, open_review_summary
 
 __all__ = [
     "DECISIONS",
@@ -14,12 +18,23 @@ __all__ = [
     "RenewalDecision",
     "RenewalParams",
     "RenewalRules",
+    "ReviewContext",
     "ReviewData",
     "analyse",
+    "axis_figure",
+    "axis_result",
+    "axis_table",
     "choose",
     "decide_from_axes",
     "decide_renewal",
+    "decide_review",
+    "drill_table",
     "load_any_review",
     "load_review",
     "load_review_params",
+    "open_review",
+    "open_review_summary",
+    "record_axis",
+    "review_drill",
+    "rules_table",
 ]

@@ -340,3 +340,22 @@ def generate(scenario: str, out_dir: str | Path, *, seed: int = 7) -> dict[str, 
     _write_costs(sim["scenario"], paths["costs"])
     _write_params(scenario, sim["scenario"], sim["start"], paths["params"])
     return paths
+
+
+def materialise(params, folder: str | Path):
+    """Parameters whose `review.demo` names a scenario but no inputs: generate them into `folder` and return the
+    generated parameters, keeping what the user set explicitly (rules, benefits, drill, target, run)."""
+    from .params import load_review_params
+
+    if params.review.inputs is not None and params.review.series is not None:
+        return params
+    paths = generate(params.review.demo, folder)
+    generated = load_review_params([paths["params"]])
+    user = params.review
+    keep = {f: getattr(user, f) for f in user.model_fields_set if f not in ("inputs", "series", "demo")}
+    review = generated.review.model_copy(update=keep)
+    update = {"review": review}
+    for section in ("target", "run"):
+        if section in params.model_fields_set:
+            update[section] = getattr(params, section)
+    return generated.model_copy(update=update)

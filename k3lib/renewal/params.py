@@ -89,12 +89,18 @@ class DrillParams(_Model):
 
 
 class ReviewParams(_Model):
-    inputs: InputFiles
-    series: SeriesSource
+    inputs: InputFiles | None = None  # None only with `demo`: generated into the run folder
+    series: SeriesSource | None = None
     rules: RenewalRules = RenewalRules()
     benefits: DeclaredBenefits = DeclaredBenefits()
     drill: DrillParams = DrillParams()
-    demo: str | None = None  # the demo scenario these inputs were generated for, if any
+    demo: Literal["steady", "idle-heavy", "spiky", "poor"] | None = None  # a generated demo scenario
+
+    @model_validator(mode="after")
+    def _inputs_or_demo(self) -> "ReviewParams":
+        if self.demo is None and (self.inputs is None or self.series is None):
+            raise ValueError("expected review.inputs and review.series (or review.demo: steady|idle-heavy|spiky|poor)")
+        return self
 
 
 class RenewalParams(_Model):

@@ -44,6 +44,7 @@ class ReviewData:
 
 def load_series(params: RenewalParams) -> tuple[Grid, dict[str, RawSeries]]:
     s = params.review.series
+    assert s is not None, "demo parameters are materialised before the series are read"
     grid = Grid.for_window(s.start, s.end, s.step_s)
     if s.history_file:
         return grid, series_from_file(s.history_file, grid)
@@ -53,6 +54,7 @@ def load_series(params: RenewalParams) -> tuple[Grid, dict[str, RawSeries]]:
 def load_review(params: RenewalParams) -> ReviewData:
     """Read every input (each bad value: one BadInputError line) and the series for the window."""
     inp = params.review.inputs
+    assert inp is not None, "demo parameters are materialised before the inputs are read"
     tasks, costs = tuple(read_tasks(inp.tasks)), read_costs(inp.costs)
     incidents, hours = tuple(read_incidents(inp.incidents)), tuple(read_hours(inp.hours))
     grid, raw = load_series(params)

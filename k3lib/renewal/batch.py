@@ -1,0 +1,109 @@
+"""The review batch: the six axis notebooks then the summary, each rendered to offline HTML, and the decision.
+
+It mirrors the acceptance batch (`k3lib.runner`) and reuses its notebook execution, progress lines, failure
+records and report rendering. A failing axis notebook is recorded as a failing axis, and the decision is then
+taken without that axis' evidence (never counted as favourable).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Callable
+
+from ..errors import BadInputError
+from ..report import index_html, render_notebook
+from ..runner import Progress, execute_notebook, record_failure
+from ..session import PROJECT_ROOT, outputs_dir, read_records
+from ..store import RunStore
+from .decision import RenewalDecision
+from .params import RenewalParams, load_review_params
+from .records import decide_review
+
+# (notebook file in notebooks/, axis id written to evidence/<axis>.json)
+REVIEW: tuple[tuple[str, str], ...] = (
+    ("11_load.ipynb", "load"),
+    ("12_useful_production.ipynb", "production"),
+    ("13_api_comparison.ipynb", "comparison"),
+    ("14_cost.ipynb", "cost"),
+    ("15_stability.ipynb", "stability"),
+    ("16_operations.ipynb", "operations"),
+)
+REVIEW_SUMMARY = "19_renewal.ipynb"
+DEMO_PARAMS = PROJECT_ROOT / "parameters" / "renewal-demo.yaml"
+
+
+def run_review(params: RenewalParams, store: RunStore, *, progress: Progress | None = None,
+               on_start: Callable[[str], None] | None = None) -> RenewalDecision:
+    """Run every review notebook on the run's inputs, then decide from the evidence records."""
+    if params.review.demo is not None and params.review.inputs is None:
+        from .demo import materialise
+
+        params = materialise(params, store.path("inputs"))
+    if on_start:
+        s = params.review.series
+        on_start(s.history_file or s.prometheus_url or "")  # type: ignore[union-attr]
+    plan = [nb for nb, _ in REVIEW] + [REVIEW_SUMMARY]
+    progress = progress or Progress(len(plan))
+    store.write_json("params.json", params.public_dict())
+    outcomes = {}
+    for nb, axis in REVIEW:
+        progress.start(nb)
+        outcome = execute_notebook(nb, store, timeout_s=params.run.notebook_timeout_s)
+        if outcome.status != "ok":
+            record_failure(store, axis, outcome)
+        progress.done(outcome)
+        outcomes[nb] = outcome
+    progress.start(REVIEW_SUMMARY)
+    outcome = execute_notebook(REVIEW_SUMMARY, store, timeout_s=params.run.notebook_timeout_s)
+    progress.done(outcome)
+    outcomes[REVIEW_SUMMARY] = outcome
+    records = read_records(store)
+    data = store.read_json("decision.json")
+    if data is None or outcome.status != "ok":  # the summary failed: the same rules over the same records
+        decision = decide_review(params, store, records)
+    else:
+        decision = RenewalDecision(data["decision"], tuple(data["reasons"]), tuple(data["checklist"]),
+                                   data["condition"], data.get("routing"), data.get("reexamine_on"))
+    pages = []
+    for nb in plan:
+        if store.path(f"notebooks/{nb}").exists():
+            rel = render_notebook(store, f"notebooks/{nb}")
+            axis = dict(REVIEW).get(nb)
+            rec = records.get(axis) if axis else None
+            status = rec.status if rec else ("pass" if outcomes[nb].status == "ok" else "fail")
+            pages.append((nb, Path(rel).name, status))
+    shown = {"decision": decision.decision,
+             "reasons": [f"condition: {decision.condition}", *decision.reasons]
+             + [f"transfer trigger — {t['trigger']}: {t['when']}" for t in (decision.routing or {}).get(
+                 "transfer_triggers", [])]}
+    store.write_text("report/index.html", index_html("k3kit renewal review", shown, pages, store.run_id))
+    return decision
+
+
+def review_main(files: list[str], sets: list[str], out: str | None, demo: str | None) -> int:
+    """`k3 review -p FILE … [--set K=V] [--out DIR] [--demo SCENARIO]`: run the review, print the decision, return
+    its exit code (0 renew, 3 reduce, 4 dual-circuit, 5 exit-to-api). Bad input raises BadInputError."""
+    from .demo import SCENARIOS
+
+    if demo is not None and demo not in SCENARIOS:
+        raise BadInputError(f"unknown demo scenario {demo!r}; expected one of {', '.join(SCENARIOS)}",
+                            source="--demo")
+    if not files and demo is None:
+        raise BadInputError("no parameters file given; expected -p FILE (e.g. -p parameters/renewal-demo.yaml) or "
+                            "--demo steady|idle-heavy|spiky|poor", source="k3 review")
+    if demo is not None:
+        files = files or [str(DEMO_PARAMS)]
+        # the scenario's own inputs replace any given in the files
+        sets = [*sets, f"review.demo={demo}", "review.inputs=null", "review.series=null"]
+    params = load_review_params(files, sets)
+    store = RunStore.create(Path(out) if out else outputs_dir(), label=params.run.label or "review")
+    print(f"run: {store.root}", file=sys.stderr)
+    decision = run_review(params, store, on_start=lambda src: print(f"series: {src}", file=sys.stderr))
+    print(f"decision: {decision.decision}")
+    for reason in decision.reasons:
+        print(f"  - {reason}")
+    print(f"condition: {decision.condition}")
+    print(f"report: {store.path('report/index.html')}")
+    print(f"run: {store.root}")
+    return decision.exit_code

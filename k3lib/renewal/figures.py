@@ -1,0 +1,105 @@
+"""What the review notebooks show: one table and one plotly figure per axis, the rules, the decision."""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from .decision import RenewalDecision
+from .params import RenewalParams
+
+
+def rules_table(params: RenewalParams) -> Any:
+    """The rules fixed before the results were read, and the declared benefits: printed on top of the report."""
+    import pandas as pd
+
+    rows = [{"rule": k, "value": v} for k, v in params.review.rules.model_dump(mode="json").items()]
+    rows += [{"rule": f"benefit.{k}", "value": v} for k, v in params.review.benefits.model_dump(mode="json").items()]
+    return pd.DataFrame(rows, columns=["rule", "value"])
+
+
+def axis_table(axis: str, result: dict[str, Any]) -> Any:
+    """The axis' main table, blanks shown as blanks (None → empty cell, never 0)."""
+    import pandas as pd
+
+    if axis == "load":
+        return pd.concat([pd.DataFrame(result["by_period"]), pd.DataFrame(result["by_category"])],
+                         ignore_index=True).astype(object).where(lambda d: d.notna(), "")
+    if axis == "production":
+        return pd.DataFrame([{"figure": k, "value": v} for k, v in
+                             {**{k: v for k, v in result.items() if k != "losses"}, **result["losses"]}.items()])
+    if axis == "comparison":
+        return pd.DataFrame({p: result[p] for p in ("self-hosted", "api")})
+    if axis == "cost":
+        sh = result["self_hosted"]
+        rows = [{"item": i["item"], "self-hosted": i["amount"]} for i in sh["items"]]
+        rows += [{"item": "total (blank if any item is blank)", "self-hosted": sh["total"]},
+                 {"item": "known subtotal (partial)", "self-hosted": sh["known_subtotal"]},
+                 {"item": "per accepted task", "self-hosted": sh["per_accepted_task"],
+                  "api": result["api"]["per_accepted_task"]},
+                 {"item": "API bill for the same tasks", "api": result["api"]["bill_same_tasks"]},
+                 {"item": "value of delivered tasks", "self-hosted": result["delivered_tasks_value"]}]
+        return pd.DataFrame(rows, columns=["item", "self-hosted", "api"]).astype(object).where(
+            lambda d: d.notna(), "")
+    if axis == "stability":
+        return pd.DataFrame(result["by_category"])
+    if axis == "operations":
+        return pd.DataFrame(result["by_category"])
+    raise KeyError(axis)
+
+
+def axis_figure(axis: str, result: dict[str, Any], frame: Any = None) -> Any:
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    if axis == "load" and frame is not None:
+        hourly = frame[["gpu_util", "waiting", "running"]].resample("1h").mean()
+        fig.add_scatter(x=hourly.index, y=hourly["gpu_util"], name="mean GPU utilisation (0–1)")
+        fig.add_scatter(x=hourly.index, y=hourly["waiting"], name="waiting requests", yaxis="y2")
+        fig.update_layout(title="Used capacity and queue, hourly means over the window",
+                          yaxis={"range": [0, 1]}, yaxis2={"overlaying": "y", "side": "right", "title": "waiting"})
+    elif axis == "load":
+        fig.add_bar(x=[p["period"] for p in result["by_period"]], y=[p["busy_share"] for p in result["by_period"]])
+    elif axis == "production":
+        losses = {k: v for k, v in result["losses"].items() if k in ("retries", "tasks_with_malformed_tool_calls",
+                                                                     "timeouts", "manual_corrections", "routed_to_api")}
+        fig.add_bar(x=list(losses), y=list(losses.values()))
+        fig.update_layout(title=f"Losses ({result['accepted']} accepted of {result['tasks']} self-hosted tasks)")
+    elif axis == "comparison":
+        keys = ("acceptance_rate", "retries_per_task", "tool_error_share", "manual_correction_share")
+        for p in ("self-hosted", "api"):
+            fig.add_bar(x=list(keys), y=[result[p][k] for k in keys], name=p)
+        fig.update_layout(title=f"The same {result['paired_tasks']} tasks on both paths", barmode="group")
+    elif axis == "cost":
+        items = [i for i in result["self_hosted"]["items"] if i["amount"] is not None]
+        fig.add_bar(x=[i["item"] for i in items], y=[i["amount"] for i in items])
+        blanks = result["self_hosted"]["blank_items"]
+        fig.update_layout(title="Known self-hosted cost items" + (f" (blank: {', '.join(blanks)})" if blanks else ""))
+    elif axis == "stability":
+        rows = result["by_category"]
+        fig.add_bar(x=[r["category"] for r in rows], y=[r["max_minutes_to_recover"] for r in rows],
+                    name="max minutes to recover")
+        fig.update_layout(title="Time to recover by incident class")
+    elif axis == "operations":
+        rows = result["by_category"]
+        fig.add_bar(x=[r["category"] for r in rows], y=[r["hours"] for r in rows])
+        fig.update_layout(title=f"{result['total_h']} h of operations vs a delivery gain of "
+                                f"{result['delivery_gain_h']} h")
+    return fig
+
+
+def decision_html(decision: RenewalDecision) -> str:
+    from ..summary import badge
+
+    esc = html.escape
+    parts = [f'<h2 style="margin:0.2em 0">Decision: {badge(decision.decision)}</h2>',
+             f"<p><b>Condition:</b> {esc(decision.condition)}</p><ul>"]
+    parts += [f"<li>{esc(r)}</li>" for r in decision.reasons]
+    parts.append("</ul>")
+    if decision.routing:
+        parts.append("<h3>Routing (fixed in advance)</h3><ul>")
+        parts += [f"<li><b>{esc(t['trigger'])}</b>: {esc(t['when'])}</li>" for t in decision.routing["transfer_triggers"]]
+        parts.append("</ul><p>Exit rules:</p><ul>")
+        parts += [f"<li>{esc(r)}</li>" for r in decision.routing["exit_rules"]]
+        parts.append("</ul>")
+    return "".join(parts)

@@ -1,0 +1,70 @@
+"""The review notebooks' calls, one per cell: the axis result, its table and figure, the drill, the record."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..evidence import EvidenceRecord
+from . import figures
+from .records import axis_record
+from .session import ReviewContext
+
+
+def axis_result(ctx: ReviewContext, drill: dict[str, Any] | None = None) -> dict[str, Any]:
+    """This notebook's axis, computed from the run's inputs and series."""
+    return ctx.axes(drill)[ctx.axis]
+
+
+def axis_table(ctx: ReviewContext, result: dict[str, Any]) -> Any:
+    return figures.axis_table(ctx.axis, result)
+
+
+def axis_figure(ctx: ReviewContext, result: dict[str, Any]) -> Any:
+    return figures.axis_figure(ctx.axis, result, ctx.data.frame if ctx.axis == "load" else None)
+
+
+def record_axis(ctx: ReviewContext, result: dict[str, Any]) -> EvidenceRecord:
+    return ctx.record(axis_record(ctx, result))
+
+
+def review_drill(ctx: ReviewContext) -> dict[str, Any] | None:
+    """The live incident drill on the review's target (the embedded emulator when no base_url is given, with a
+    second emulator standing in for the API), plus the pipeline artifact check when a manifest is named."""
+    from ..target import resolve_target
+    from .artifacts import check_pipeline
+    from .drill import run_drill
+
+    drill = ctx.params.review.drill
+    if not drill.enabled:
+        return None
+    target = resolve_target(ctx.params)  # duck-typed: it reads params.target only
+    stand_in = None
+    api = drill.api_base_url
+    try:
+        if api is None and target.emulator is not None:
+            from ..emulator import start_emulator
+            from ..target import emulator_config
+
+            stand_in = start_emulator(emulator_config(ctx.params), host="127.0.0.1", port=0)
+            api = stand_in.url
+        result = run_drill(target.base_url, drill, api_base_url=api, headers=target.headers(),
+                           model=ctx.params.target.model)
+        if stand_in is not None:
+            result["api_note"] = "the API path is a second embedded emulator standing in for the provider's API"
+    finally:
+        if stand_in is not None:
+            stand_in.stop()
+        target.stop()
+    if drill.artifacts_manifest:
+        result["pipeline"] = check_pipeline(drill.artifacts_manifest)
+    ctx.store.write_json("drill/drill.json", result)  # raw steps; evidence/ holds records only
+    return result
+
+
+def drill_table(result: dict[str, Any] | None) -> Any:
+    import pandas as pd
+
+    if not result:
+        return pd.DataFrame(columns=["question", "answer", "evidence"])
+    return pd.DataFrame([{"question": a["question"], "answer": a["answer"], "evidence": a["evidence"]}
+                         for a in result["answers"].values()])

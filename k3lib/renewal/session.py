@@ -1,0 +1,93 @@
+"""What a review notebook opens first: the review parameters, its run folder and the review data — alone under
+papermill, cell by cell in JupyterLab, or inside `run_review` (which passes the run's resolved params.json)."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any
+
+from ..errors import BadInputError
+from ..evidence import EvidenceRecord
+from ..session import find_path, outputs_dir
+from ..store import RunStore, utc_now
+from .params import RenewalParams, load_any_review
+from .review import ReviewData, analyse, load_review
+
+
+@dataclasses.dataclass
+class ReviewContext:
+    axis: str
+    params: RenewalParams
+    store: RunStore
+    interactive: bool = False
+    started_at: str = dataclasses.field(default_factory=utc_now)
+    _t0: float = dataclasses.field(default_factory=time.monotonic)
+    _data: ReviewData | None = None
+
+    @property
+    def data(self) -> ReviewData:
+        """Inputs and series, read on first use (the drill notebook may not need them before its drill)."""
+        if self._data is None:
+            self._data = load_review(self.params)
+        return self._data
+
+    def axes(self, drill: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+        return analyse(self.data, drill)
+
+    def record(self, record: EvidenceRecord) -> EvidenceRecord:
+        """Stamp timing and source onto the axis record and write `evidence/<axis>.json` atomically."""
+        record = record.model_copy(update={
+            "started_at": record.started_at or self.started_at, "finished_at": utc_now(),
+            "duration_s": round(time.monotonic() - self._t0, 3),
+            "target": record.target or self.params.review.series.history_file
+            or self.params.review.series.prometheus_url})
+        self.store.write_json(f"evidence/{record.axis}.json", record.model_dump(mode="json"))
+        return record
+
+    def __repr__(self) -> str:
+        s = self.params.review.series
+        return (f"ReviewContext(axis={self.axis!r}, run={str(self.store.root)!r}, "
+                f"series={s.history_file or s.prometheus_url!r}, window={s.start.isoformat()}…{s.end.isoformat()})")
+
+
+def open_review_run(params_file: str, overrides: list[str] | None = None, run_dir: str = ""
+                    ) -> tuple[RenewalParams, RunStore]:
+    params = load_any_review(find_path(params_file), list(overrides or []))
+    if run_dir:
+        root = Path(run_dir)
+        if (root / "manifest.json").exists():
+            store = RunStore.open(root)
+        elif root.exists() and any(root.iterdir()):
+            raise BadInputError("exists and is not a k3kit run folder (no manifest.json)", source=str(root))
+        else:
+            store = RunStore.create_at(root)
+    else:
+        store = RunStore.create(outputs_dir(), label=params.run.label)
+    if params.review.demo is not None and params.review.inputs is None:
+        from .demo import materialise
+
+        params = materialise(params, store.path("inputs"))
+    if not store.path("params.json").exists():
+        store.write_json("params.json", params.public_dict())
+    return params, store
+
+
+def open_review(axis: str, params_file: str, overrides: list[str] | None = None, run_dir: str = "",
+                interactive: bool = False) -> ReviewContext:
+    """The first call of every review axis notebook."""
+    from .. import plotting
+
+    plotting.use_offline_renderer()
+    params, store = open_review_run(params_file, overrides, run_dir)
+    return ReviewContext(axis=axis, params=params, store=store, interactive=interactive)
+
+
+def open_review_summary(params_file: str, overrides: list[str] | None = None, run_dir: str = ""
+                        ) -> tuple[RenewalParams, RunStore]:
+    """The summary reads evidence records only; it never reads the inputs or calls a target."""
+    from .. import plotting
+
+    plotting.use_offline_renderer()
+    return open_review_run(params_file, overrides, run_dir)
