@@ -1,8 +1,7 @@
-"""The signed sheet: a reviewer's signature over a run's manifest, and the check that nothing changed since.
+"""The signed sheet: `signature.json` (reviewer, time, decision, manifest sha256) and an SSH signature of the manifest.
 
-`signature.json` (reviewer, time, decision, sha256 of manifest.json) and `manifest.json.sig` (an SSH signature of
-manifest.json, namespace `k3kit-manifest`) sit beside the manifest and are not listed in it: the manifest is
-closed when signed, so any later write to the run changes it and the signature no longer matches.
+Both sit beside manifest.json, unlisted: signing closes the manifest, so any later write to the run changes it and
+`verify_run` names what changed.
 """
 
 from __future__ import annotations
