@@ -1,0 +1,149 @@
+"""The protocol against the real emulator over a socket: reuse proven, cache off, an early prefix change,
+concurrent load; and the notebook under papermill."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+import k3lib
+import k3lib.prefix as prefix
+from k3lib.decision import decide
+from k3lib.emulator import EmulatorConfig, start_emulator
+from k3lib.store import RunStore
+
+ROOT = Path(__file__).resolve().parents[1]
+PARAMS = str(ROOT / "parameters" / "emulator.yaml")
+# small and quick, yet long enough that a cold prefill is well above loopback noise
+SMALL = ["axes.prefix_cache.sessions=2", "axes.prefix_cache.prefix_tokens=[400, 1200]",
+         "axes.prefix_cache.max_tokens=4", "axes.prefix_cache.max_duration_s=30"]
+
+
+def _emulator(*faults: str, time_scale: float = 0.2):
+    return start_emulator(EmulatorConfig.from_profile("demo", faults=faults, time_scale=time_scale),
+                          host="127.0.0.1", port=0)
+
+
+@pytest.fixture(scope="module")
+def healthy():
+    h = _emulator()
+    yield h
+    h.stop()
+
+
+def _run(h, tmp_path, *extra: str):
+    ctx = k3lib.open_axis("prefix_cache", PARAMS, [f"target.base_url={h.url}", *SMALL, *extra], str(tmp_path / "run"))
+    result = prefix.run_prefix_cache(ctx)
+    return ctx, result, ctx.record(prefix.prefix_cache_record(result, ctx))
+
+
+def _why(record):
+    return [(f.rule, f.status, f.message) for f in record.findings]
+
+
+def test_healthy_server_reuse_is_proven_with_observed_hits_equal_to_designed(healthy, tmp_path):
+    ctx, result, record = _run(healthy, tmp_path)
+    assert record.status == "pass", _why(record)
+    pairs = prefix.reconcile(result)
+    assert len(pairs) == 4 and all(p.cause == "match" for p in pairs)
+    for p in pairs:
+        assert p.observed_hits == p.designed_hits == p.cached_tokens > 0
+        assert p.designed_hits % 16 == 0 and p.designed_hits <= p.warm_prompt_tokens - 1
+        assert p.cold_observed_hits == 0  # the salt and the nonce made every cold request cold
+    cold = [s for s in result.samples if s.kind == "cold"]
+    assert [s.prompt_tokens for s in cold] == [400, 400, 1200, 1200]  # sized exactly with /tokenize
+    assert all(s.queries_delta == s.prompt_tokens for s in result.samples)
+    assert len({s.salt for s in result.samples}) == 4
+    assert record.data["gain_counted"] is True
+    # evidence kept, hashed, and enough to re-render without the target
+    assert RunStore(ctx.store.root).verify() == []
+    again = prefix.PrefixCacheResult.load(ctx.store)
+    assert prefix.hits_table(again).equals(prefix.hits_table(result))
+    lines = ctx.store.path("evidence/prefix_cache/requests.jsonl").read_text().splitlines()
+    assert len(lines) == 8 and json.loads(lines[0])["request_id"].endswith("cold")
+
+
+def test_an_early_one_token_change_is_explained_not_blamed_on_the_cache(healthy, tmp_path):
+    _, result, record = _run(healthy, tmp_path, "axes.prefix_cache.warm_change=early-token")
+    pairs = prefix.reconcile(result)
+    assert {p.cause for p in pairs} == {"prefix-changed"}
+    for p in pairs:
+        assert p.observed_hits == p.designed_hits < p.intended_hits
+        assert f"token {p.divergence_at}" in p.explanation
+    reuse = record.by_rule("prefix_cache.reuse")
+    assert reuse.status == "warn" and "not identical" in reuse.message
+    assert record.data["gain_counted"] is False
+
+
+@pytest.mark.slow
+def test_no_prefix_caching_fails_with_no_reuse_and_the_gain_is_not_counted(tmp_path):
+    h = _emulator("no-prefix-caching")
+    try:
+        _, result, record = _run(h, tmp_path)
+    finally:
+        h.stop()
+    assert record.status == "fail"
+    reuse = record.by_rule("prefix_cache.reuse")
+    assert reuse.status == "fail" and reuse.message.startswith(prefix.NO_REUSE)
+    assert record.by_rule("prefix_cache.flag").status == "fail"
+    assert {p.cause for p in prefix.reconcile(result)} == {"cache-disabled"}
+    assert record.data["gain_counted"] is False
+    assert decide({"prefix_cache": record}, ["prefix_cache"]).decision == "limited-observation"
+
+
+@pytest.mark.slow
+def test_concurrent_load_on_the_target_is_detected(tmp_path):
+    h = _emulator(time_scale=0.05)
+    stop = threading.Event()
+
+    def background() -> None:  # bounded: 400 requests or 20 s, whichever first
+        body = {"model": "kimi-k3", "messages": [{"role": "user", "content": "noise " * 200}], "max_tokens": 2}
+        deadline = time.monotonic() + 20
+        with httpx.Client(timeout=5) as c:
+            for _ in range(400):
+                if stop.is_set() or time.monotonic() > deadline:
+                    return
+                c.post(f"{h.url}/v1/chat/completions", json=body)
+
+    workers = [threading.Thread(target=background, daemon=True) for _ in range(2)]
+    try:
+        for w in workers:
+            w.start()
+        time.sleep(0.2)
+        _, result, record = _run(h, tmp_path)
+    finally:
+        stop.set()
+        for w in workers:
+            w.join(timeout=10)
+        h.stop()
+    assert any(s.contaminated for s in result.samples)
+    counters = record.by_rule("prefix_cache.counters")
+    assert counters.status == "warn" and "concurrent load" in counters.message
+
+
+@pytest.mark.slow
+def test_notebook_runs_under_papermill_and_writes_its_record(healthy, tmp_path, monkeypatch):
+    import papermill as pm
+
+    if "prefix" not in (ROOT / "k3lib" / "__init__.py").read_text():
+        # until k3lib/__init__.py re-exports the module, a kernel startup file imports it (IPython reads
+        # $IPYTHONDIR/profile_default/startup/ at kernel start)
+        startup = tmp_path / "ipython" / "profile_default" / "startup"
+        startup.mkdir(parents=True)
+        (startup / "00-k3lib-prefix.py").write_text("import k3lib.prefix\n")
+        monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
+    run = tmp_path / "run"
+    pm.execute_notebook(
+        str(ROOT / "notebooks/04_prefix_cache.ipynb"), str(tmp_path / "out.ipynb"), kernel_name="python3",
+        progress_bar=False, cwd=str(ROOT),
+        parameters={"params_file": "parameters/emulator.yaml", "run_dir": str(run),
+                    "overrides": [f"target.base_url={healthy.url}", *SMALL]})
+    record = json.loads((run / "evidence/prefix_cache.json").read_text())
+    assert record["axis"] == "prefix_cache" and record["status"] == "pass", record["findings"]
+    assert (run / "evidence/prefix_cache/result.json").exists()
+    assert RunStore(run).verify() == []
