@@ -23,7 +23,8 @@ from .store import MANIFEST
 #   environment.data.{build, max_model_len}                                  probe.data.{vllm_version, served_models}
 #   capacity.data.planned.{queue_time_p95_s | queue_p95_ms, kv_cache_usage_max, preemptions_per_s | preemptions +
 #     duration_s, error_ratio | errors + requests}; or capacity.data.steps[] with `concurrency` and the same keys
-#   prefix_cache.data.{warm_hit_rate | hit_rate}      agent.data.{tool_call_validity | valid_rate | pass_rate}
+#   prefix_cache.data.{warm_hit_rate | hit_rate}      agent.data.{tool_call_validity | valid_rate | pass_rate}, else
+#   agent.data.rates[] rows {level, check, passed, total} with check == AGENT_VALIDITY_CHECK (k3lib.agent, committed)
 Candidate = tuple[str, str, float]
 CANDIDATES: dict[str, tuple[Candidate, ...]] = {
     "vllm_version": (("probe", "vllm_version", 1), ("environment", "observed.vllm", 1),
@@ -66,6 +67,8 @@ STEP_KEYS: dict[str, tuple[tuple[str, float], ...]] = {
     "preemptions_per_s": (("preemptions_per_s", 1),),
     "error_ratio": (("error_ratio", 1),),
 }
+# The agent check that says "this tool call's arguments are valid JSON, valid against the tool's schema".
+AGENT_VALIDITY_CHECK = "arguments_valid"
 FRACTIONS = ("kv_usage_at_planned", "prefix_hit_rate", "tool_call_validity", "error_ratio")
 ACCEPTING_STATUSES = ("pass", "warn")  # an axis that failed or did not run accepted nothing
 
@@ -321,8 +324,22 @@ def prefix_hit_rate(run: RunEvidence) -> Level:
 
 
 def tool_call_validity(run: RunEvidence) -> Level:
-    """Share of tool calls that were valid (name, JSON, schema) over the reference agent scenario."""
-    return _measured(run, "tool_call_validity")
+    """Share of tool calls whose arguments were valid JSON valid against the tool's schema, over every level of the
+    reference agent scenario (k3lib.agent writes per-level, per-check counts in `data.rates`)."""
+    level = _measured(run, "tool_call_validity")
+    if level.known:
+        return level
+    rec = run.records.get("agent")
+    rows = _dig(rec.data, "rates") if rec else None
+    mine = [r for r in rows if isinstance(r, Mapping) and r.get("check") == AGENT_VALIDITY_CHECK] \
+        if isinstance(rows, list) else []
+    passed = sum(r.get("passed") or 0 for r in mine if isinstance(r.get("passed"), int))
+    total = sum(r.get("total") or 0 for r in mine if isinstance(r.get("total"), int))
+    if total > 0:
+        return Level("tool_call_validity", passed / total,
+                     f"evidence/agent.json: data.rates[check={AGENT_VALIDITY_CHECK}] (sum passed / sum total)",
+                     axis_status=rec.status)
+    return level
 
 
 _METRIC_NAME = re.compile(r"^\s*([A-Za-z_:][A-Za-z0-9_:]*)(?:\{|\s)")

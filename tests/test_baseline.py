@@ -219,3 +219,12 @@ def test_compare_main_exit_codes_and_precheck(tmp_path, baseline, capsys):
         precheck_baseline(baseline.root, "custom")
     with pytest.raises(BadInputError, match="not a k3kit run folder"):
         precheck_baseline(tmp_path, "official")
+
+
+def test_tool_call_validity_from_the_agent_rates_table(tmp_path):
+    rates = [{"level": 1, "check": "arguments_valid", "passed": 10, "failed": 0, "total": 10, "rate": 1.0},
+             {"level": 8, "check": "arguments_valid", "passed": 28, "failed": 2, "total": 30, "rate": 0.9333},
+             {"level": 8, "check": "function_name", "passed": 0, "failed": 30, "total": 30, "rate": 0.0}]
+    store = write_run(tmp_path, "run", changed(agent={"rates": rates, "levels": []}))
+    level = acc.tool_call_validity(acc.read_run(store.root))
+    assert level.value == pytest.approx(38 / 40) and "check=arguments_valid" in level.source
