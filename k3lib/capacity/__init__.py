@@ -1,0 +1,47 @@
+"""Axis 3, memory capacity: four bounded phases (cold load, long context, progressive concurrency, soak) on one
+wall clock, an OOM turned into a class and a decision, and the saturation point that caps limited traffic."""
+
+from .analysis import judge_step, memory_growth, saturation_point, settled_stats, soak_analysis
+from .classify import LogVerdict, OomClassification, classify_log, classify_oom
+from .config import server_config
+from .figures import (configuration_table, decision_table, long_context_table, oom_figure, oom_lines, phase_figure,
+                      phases_table, steps_table)
+from .findings import capacity_record, implied_decision, iter_findings, traffic_cap
+from .result import CapacityResult, oom_event, read_capacity
+from .run import CapacityRunner, Timeline, failure_kind, run_capacity
+from .shape import PHASES, CapacityPlan, plan_capacity
+
+__all__ = [
+    "CapacityPlan",
+    "CapacityResult",
+    "CapacityRunner",
+    "LogVerdict",
+    "OomClassification",
+    "PHASES",
+    "Timeline",
+    "capacity_record",
+    "classify_log",
+    "classify_oom",
+    "configuration_table",
+    "decision_table",
+    "failure_kind",
+    "implied_decision",
+    "iter_findings",
+    "judge_step",
+    "long_context_table",
+    "memory_growth",
+    "oom_event",
+    "oom_figure",
+    "oom_lines",
+    "phase_figure",
+    "phases_table",
+    "plan_capacity",
+    "read_capacity",
+    "run_capacity",
+    "saturation_point",
+    "server_config",
+    "settled_stats",
+    "soak_analysis",
+    "steps_table",
+    "traffic_cap",
+]

@@ -1,0 +1,236 @@
+"""Reading the sampled series of a capacity run: settled step statistics, whether a step held, the saturation
+point, and the soak's accumulation, eviction, fragmentation and preemption signals. Pure, over plain rows.
+
+Rows are what the samplers produce: metrics rows carry `t_wall` and the canonical series (KV usage, running,
+waiting, cumulative counters); GPU rows carry `t_wall`, `host`, `gpu`, `fb_used_bytes`, `fb_total_bytes`.
+vLLM reserves its memory at start, so a flat GPU curve is normal; KV usage, waiting and preemptions carry the
+pressure signal, and usage counts evictable prefix blocks as free (notes §1.1), so it falls back when idle.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+MIB = 1024 * 1024
+Row = Mapping[str, Any]
+
+
+def _num(value: Any) -> float | None:
+    if value is None:
+        return None
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(v) or math.isinf(v) else v
+
+
+def window(rows: Iterable[Row], start: float, end: float) -> list[Row]:
+    """Rows with start ≤ t_wall ≤ end, in time order."""
+    return sorted((r for r in rows if _num(r.get("t_wall")) is not None and start <= float(r["t_wall"]) <= end),
+                  key=lambda r: float(r["t_wall"]))
+
+
+def series(rows: Sequence[Row], column: str) -> list[tuple[float, float]]:
+    return [(float(r["t_wall"]), v) for r in rows if (v := _num(r.get(column))) is not None]
+
+
+def increase(values: Sequence[float]) -> float:
+    """A cumulative counter's increase over consecutive samples; a drop is a reset and counts its new value."""
+    total = 0.0
+    for a, b in zip(values, values[1:]):
+        total += b - a if b >= a else b
+    return total
+
+
+def linear_fit(points: Sequence[tuple[float, float]]) -> tuple[float, float, float] | None:
+    """Least squares (slope, intercept, r²); None with fewer than 3 points or no spread in x."""
+    if len(points) < 3:
+        return None
+    n = len(points)
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    if sxx <= 0:
+        return None
+    sxy = sum((x - mx) * (y - my) for x, y in points)
+    syy = sum((y - my) ** 2 for _, y in points)
+    slope = sxy / sxx
+    r2 = 1.0 if syy == 0 else (sxy * sxy) / (sxx * syy)
+    return slope, my - slope * mx, r2
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+# -----------------------------------------------------------------------------------------------------------
+# Steps
+
+
+def settled_stats(metric_rows: Sequence[Row], start: float, end: float, settle_fraction: float) -> dict[str, Any]:
+    """Server gauges over the settled part of a window (its head is the ramp-up) and counters over all of it."""
+    whole = window(metric_rows, start, end)
+    settled = window(metric_rows, start + (end - start) * settle_fraction, end)
+    waiting = [v for _, v in series(settled, "num_requests_waiting")]
+    running = [v for _, v in series(settled, "num_requests_running")]
+    usage = [v for _, v in series(settled, "kv_cache_usage_perc")]
+    pre = [v for _, v in series(whole, "num_preemptions_total")]
+    return {
+        "samples": len(settled),
+        "waiting_mean": _mean(waiting), "waiting_max": max(waiting, default=None),
+        "running_mean": _mean(running), "running_max": max(running, default=None),
+        "kv_usage_mean": _mean(usage), "kv_usage_max": max(usage, default=None),
+        "preemptions_sampled": increase(pre) if len(pre) >= 2 else None,
+    }
+
+
+def judge_step(step: Mapping[str, Any], *, queue_objective_ms: float | None,
+               waiting_tolerance: float) -> tuple[bool, list[str]]:
+    """Did a concurrency step hold? Not when requests failed on the server, were preempted, or queued beyond the
+    objective (the contract's queue p95 when set, else a settled waiting queue above the tolerance)."""
+    why: list[str] = []
+    if (step.get("server_errors") or 0) > 0:
+        why.append(f"{step['server_errors']} request(s) failed on the server side")
+    if not step.get("ok"):
+        why.append("no request completed")
+    preempted = step.get("preemptions")
+    if preempted is None:
+        preempted = step.get("preemptions_sampled")
+    if preempted:
+        why.append(f"{preempted:g} preemption(s)")
+    q95 = step.get("queue_p95_ms")
+    if queue_objective_ms is not None and q95 is not None and q95 > queue_objective_ms:
+        why.append(f"queue time p95 {q95:.0f} ms above the objective {queue_objective_ms:.0f} ms")
+    waiting = step.get("waiting_mean")
+    if waiting is not None and waiting > waiting_tolerance:
+        why.append(f"{waiting:.2f} requests waiting on average once settled")
+    return not why, why
+
+
+def saturation_point(steps: Sequence[Mapping[str, Any]]) -> int | None:
+    """The highest concurrency such that it and every lower step held; None if the first step did not."""
+    point = None
+    for step in sorted(steps, key=lambda s: s["concurrency"]):
+        if not step.get("held"):
+            break
+        point = step["concurrency"]
+    return point
+
+
+# -----------------------------------------------------------------------------------------------------------
+# Memory
+
+
+def gpu_keys(gpu_rows: Iterable[Row]) -> list[tuple[str, int]]:
+    return sorted({(str(r.get("host")), int(r["gpu"])) for r in gpu_rows if r.get("gpu") is not None})
+
+
+def gpu_label(key: tuple[str, int]) -> str:
+    return f"{key[0]}/gpu{key[1]}"
+
+
+def memory_at(gpu_rows: Sequence[Row], t_wall: float) -> list[dict[str, Any]]:
+    """Each GPU's memory at `t_wall`: its last sample at or before, else its first after."""
+    out = []
+    for key in gpu_keys(gpu_rows):
+        rows = [r for r in gpu_rows if (str(r.get("host")), r.get("gpu")) == key and _num(r.get("t_wall"))]
+        before = [r for r in rows if float(r["t_wall"]) <= t_wall]
+        pick = max(before, key=lambda r: r["t_wall"]) if before else min(rows, key=lambda r: r["t_wall"], default=None)
+        if pick is None:
+            continue
+        used, total = _num(pick.get("fb_used_bytes")), _num(pick.get("fb_total_bytes"))
+        out.append({"gpu": gpu_label(key), "name": pick.get("name"), "t_wall": pick["t_wall"],
+                    "used_mib": None if used is None else round(used / MIB, 1),
+                    "total_mib": None if total is None else round(total / MIB, 1),
+                    "used_frac": None if used is None or not total else round(used / total, 4)})
+    return out
+
+
+def memory_around(gpu_rows: Sequence[Row], t_wall: float, before_s: float, after_s: float) -> list[dict[str, Any]]:
+    """The memory curve of every GPU around a moment (an OOM): t relative to it, used MiB."""
+    out = []
+    for r in window(gpu_rows, t_wall - before_s, t_wall + after_s):
+        used = _num(r.get("fb_used_bytes"))
+        out.append({"gpu": gpu_label((str(r.get("host")), int(r["gpu"]))), "t_rel_s": round(float(r["t_wall"]) - t_wall, 3),
+                    "used_mib": None if used is None else round(used / MIB, 1)})
+    return out
+
+
+def memory_growth(gpu_rows: Sequence[Row], start: float, end: float) -> list[dict[str, Any]]:
+    """Per GPU: the fitted growth over the window (MiB), its slope per minute and r², first and last values."""
+    out = []
+    rows = window(gpu_rows, start, end)
+    for key in gpu_keys(rows):
+        pts = [(float(r["t_wall"]), used / MIB) for r in rows
+               if (str(r.get("host")), r.get("gpu")) == key and (used := _num(r.get("fb_used_bytes"))) is not None]
+        fit = linear_fit(pts)
+        span = (pts[-1][0] - pts[0][0]) if pts else 0.0
+        out.append({"gpu": gpu_label(key), "samples": len(pts),
+                    "first_mib": round(pts[0][1], 1) if pts else None, "last_mib": round(pts[-1][1], 1) if pts else None,
+                    "growth_mib": round(fit[0] * span, 1) if fit else None,
+                    "slope_mib_per_min": round(fit[0] * 60, 2) if fit else None,
+                    "r2": round(fit[2], 3) if fit else None})
+    return out
+
+
+# -----------------------------------------------------------------------------------------------------------
+# Soak
+
+
+def _thirds(rows: Sequence[Row], start: float, end: float) -> tuple[list[Row], list[Row]]:
+    third = (end - start) / 3
+    return window(rows, start, start + third), window(rows, end - third, end)
+
+
+def _hit_rate(rows: Sequence[Row]) -> float | None:
+    q = [v for _, v in series(rows, "prefix_cache_queries_total")]
+    h = [v for _, v in series(rows, "prefix_cache_hits_total")]
+    if len(q) < 2 or len(h) < 2:
+        return None
+    dq = increase(q)
+    return increase(h) / dq if dq > 0 else None
+
+
+def soak_analysis(metric_rows: Sequence[Row], gpu_rows: Sequence[Row], start: float, end: float, *,
+                  concurrency: int, memory_growth_min_mib: float, kv_trend_max: float, hit_rate_drop_max: float,
+                  fragmentation_share_max: float, waiting_tolerance: float) -> dict[str, Any]:
+    """Accumulation (memory slope, KV usage first → last third), eviction (prefix hit rate first → last third),
+    fragmentation (usage high while few run) and preemption rate over a soak window."""
+    rows = window(metric_rows, start, end)
+    duration = max(end - start, 1e-9)
+    growth = memory_growth(gpu_rows, start, end)
+    growing = [g for g in growth if g["growth_mib"] is not None and g["growth_mib"] >= memory_growth_min_mib
+               and (g["r2"] or 0) >= 0.5]
+    first, last = _thirds(metric_rows, start, end)
+    kv_first = _mean([v for _, v in series(first, "kv_cache_usage_perc")])
+    kv_last = _mean([v for _, v in series(last, "kv_cache_usage_perc")])
+    kv_rise = None if kv_first is None or kv_last is None else kv_last - kv_first
+    hr_first, hr_last = _hit_rate(first), _hit_rate(last)
+    hr_drop = None if hr_first is None or hr_last is None else hr_first - hr_last
+    # Fragmentation: the pool looks full while few sequences run (blocks held by something other than the load).
+    few = max(1.0, concurrency / 2)
+    pairs = [(_num(r.get("kv_cache_usage_perc")), _num(r.get("num_requests_running"))) for r in rows]
+    pairs = [(u, n) for u, n in pairs if u is not None and n is not None]
+    frag = sum(1 for u, n in pairs if u >= 0.9 and n < few)
+    frag_share = frag / len(pairs) if pairs else None
+    pre = [v for _, v in series(rows, "num_preemptions_total")]
+    preemptions = increase(pre) if len(pre) >= 2 else None
+    waiting = [v for _, v in series(rows, "num_requests_waiting")]
+    waiting_mean = _mean(waiting)
+    return {
+        "duration_s": round(duration, 3), "samples": len(rows),
+        "memory": growth, "memory_growing": [g["gpu"] for g in growing],
+        "kv_usage_first": kv_first, "kv_usage_last": kv_last, "kv_rise": kv_rise,
+        "kv_accumulating": kv_rise is not None and kv_rise > kv_trend_max,
+        "hit_rate_first": hr_first, "hit_rate_last": hr_last, "hit_rate_drop": hr_drop,
+        "evicting": hr_drop is not None and hr_drop > hit_rate_drop_max,
+        "fragmentation_share": frag_share,
+        "fragmented": frag_share is not None and frag_share > fragmentation_share_max,
+        "preemptions": preemptions,
+        "preemptions_per_min": None if preemptions is None else round(preemptions / duration * 60, 3),
+        "waiting_mean": waiting_mean,
+        "queueing": waiting_mean is not None and waiting_mean > waiting_tolerance,
+    }

@@ -1,0 +1,371 @@
+"""The capacity axis' findings and evidence record: OOM and saturation turned into a decision. Pure over a
+`CapacityResult` and the parameters; every finding that fails or warns names the decision it implies in
+`evidence["decision"]`, and the record carries the saturation point and the traffic cap it justifies."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..evidence import EvidenceRecord, Finding, axis_status
+from ..params import Params
+from .result import CapacityResult
+
+if TYPE_CHECKING:
+    from ..session import AxisContext
+
+STRENGTH = {"production": 0, "limited-observation": 1, "capacity-extension": 2, "environment-rebuild": 3}
+
+
+def _f(rule: str, status: str, message: str, *, decision: str | None = None, observed: Any = None,
+       expected: Any = None, **evidence: Any) -> Finding:
+    if decision is not None:
+        evidence["decision"] = decision
+    return Finding(rule=f"capacity.{rule}", status=status, message=message, observed=observed, expected=expected,
+                   evidence=evidence)
+
+
+def _ms(value: Any) -> str:
+    return "n/a" if value is None else f"{value:.0f} ms"
+
+
+def traffic_cap(result: CapacityResult, params: Params) -> dict[str, Any]:
+    """The concurrency this run can justify: the saturation point, never above the planned concurrency."""
+    planned = params.contract.planned_concurrency
+    point = result.saturation_point
+    if point is None:
+        return {"max_concurrency": None, "basis": "no concurrency step held (or none ran)"}
+    cap = min(point, planned)
+    return {"max_concurrency": cap, "saturation_point": point, "planned_concurrency": planned,
+            "basis": f"the highest concurrency step that held without preemption or queueing beyond the objective "
+                     f"was {point}" + (f" (capped at the contract's {planned})" if point > planned else "")}
+
+
+def _cold_load(result: CapacityResult) -> Finding:
+    phase = result.phase("cold-load")
+    ready = result.run.get("ready") or {}
+    if phase is None or not ready:
+        return _f("cold_load", "not-observable", "the cold-load phase did not run")
+    memory = ready.get("memory_at_ready") or []
+    mem_text = ", ".join(f"{m['gpu']} {m['used_mib']:.0f}/{m['total_mib']:.0f} MiB" for m in memory
+                         if m.get("used_mib") is not None and m.get("total_mib")) or "GPU memory not observable"
+    log = result.log
+    if not ready.get("ready"):
+        startup_oom = log is not None and log.oom is not None and log.oom.phase == "startup"
+        why = f"startup OOM in the log (line {log.oom.line}): {log.oom.text.strip()[:200]}" if startup_oom else \
+            "no memory error in the log" if log is not None else "no server log to say why"
+        return _f("cold_load", "fail", f"the server never became ready ({ready.get('polls')} health polls over "
+                                       f"{ready.get('waited_s')} s, last {ready.get('last_status') or ready.get('last_error')}); "
+                                       f"{why}: rework the topology or the image",
+                  decision="environment-rebuild", observed=ready.get("last_status"), expected=200)
+    if ready.get("observed_transition"):
+        return _f("cold_load", "pass", f"ready after {ready['waited_s']:.1f} s of loading; memory at ready: {mem_text}",
+                  observed=ready, memory_at_ready=memory)
+    if log is not None and log.ready and (log.oom is None or log.oom.phase != "startup"):
+        return _f("cold_load", "pass", f"already running: the startup log shows a clean start to ready "
+                                       f"(line {log.ready_line}); memory now: {mem_text}",
+                  observed=ready, memory_at_ready=memory)
+    if memory:
+        return _f("cold_load", "info", f"already running, its start not observed (set axes.environment.server_log "
+                                       f"to read it); memory at ready: {mem_text}", observed=ready,
+                  memory_at_ready=memory)
+    return _f("cold_load", "not-observable", "already running, and neither the startup log nor GPU memory is "
+                                             "available: the cold load is not observable",
+              decision="limited-observation", observed=ready)
+
+
+def _observability(result: CapacityResult) -> list[Finding]:
+    out = []
+    if result.gpu:
+        gpus = sorted({f"{r.get('host')}/gpu{r.get('gpu')}" for r in result.gpu})
+        out.append(_f("gpu_memory", "pass", f"per-GPU memory sampled on {len(gpus)} GPU(s), {len(result.gpu)} samples "
+                                            f"({result.run.get('gpu_source')})", observed=len(gpus)))
+    else:
+        out.append(_f("gpu_memory", "not-observable", "no per-GPU memory curve: set target.gpu_metrics (dcgm, nvml "
+                                                      "or prometheus) — the seed requires the curves before, during "
+                                                      "and after any error", decision="limited-observation"))
+    usage = [r for r in result.metrics if r.get("kv_cache_usage_perc") is not None]
+    if usage:
+        out.append(_f("server_metrics", "pass", f"KV usage, running, waiting and preemptions sampled "
+                                                f"({len(usage)} samples)", observed=len(usage)))
+    else:
+        out.append(_f("server_metrics", "not-observable", "no vllm:kv_cache_usage_perc in the sampled /metrics: "
+                                                          "saturation cannot be read from the server",
+                      decision="limited-observation"))
+    return out
+
+
+def _oom(result: CapacityResult, params: Params) -> list[Finding]:
+    ev = result.oom
+    planned = params.contract.planned_concurrency
+    log_note = "" if result.log is not None else " (server log not configured: only client-visible failures checked)"
+    if ev is None:
+        return [_f("oom", "pass", "no OOM, engine death or server error during the run" + log_note)]
+    if ev["kind"] == "not-ready":
+        return []  # the cold-load finding carries it
+    where = f"in the {ev.get('phase')} phase" + (f" (step {ev['step']})" if ev.get("step") else "")
+    when = f" at {_clock(ev.get('at_wall'))}" if ev.get("at_wall") else ""
+    lines = ev.get("lines_before") or []
+    common = dict(at_wall=ev.get("at_wall"), log_time=ev.get("log_time"), log_line=ev.get("log_line"),
+                  log_text=ev.get("log_text"), lines_before=lines, memory_around=ev.get("memory_around"),
+                  in_flight=ev.get("in_flight"), classification=ev.get("classification"))
+    if ev["kind"] == "engine-death":
+        return [_f("engine_death", "fail", f"the engine died {where}{when} with a fatal error that is not a memory "
+                                           f"error ({(ev.get('log_text') or '').strip()[:160]}): image, driver or "
+                                           "topology", decision="environment-rebuild", observed=ev.get("phase"),
+                   **common)]
+    if ev["kind"] == "server-errors":
+        return [_f("server_errors", "fail", f"requests failed on the server side {where}{when} while the engine stayed "
+                                            f"up: {(ev.get('first_error') or '')[:160]}",
+                   decision="limited-observation", observed=ev.get("phase"), **common)]
+    cls = ev.get("classification") or {}
+    confirmed = "OOM" if ev["kind"] == "oom" else "engine failure (no log to confirm an OOM; treated as one)"
+    message = (f"{confirmed} {where}{when}, classified '{cls.get('oom_class')}': {cls.get('basis')}. "
+               f"Next: {cls.get('remedy')}")
+    step_c = _step_concurrency(ev.get("step"))
+    beyond_only = ev.get("phase") == "concurrency" and step_c is not None and step_c > planned
+    if cls.get("oom_class") == "startup":
+        return [_f("oom", "fail", message, decision="environment-rebuild", observed=cls.get("oom_class"), **common)]
+    if beyond_only:
+        return [_f("oom", "warn", message + f" — only beyond the contract (planned concurrency {planned}): the server "
+                                            "does not protect itself from overload; cap the traffic and control the "
+                                            "queue", decision="limited-observation", observed=cls.get("oom_class"),
+                   **common)]
+    return [_f("oom", "fail", message + " — an OOM on nominal traffic: no production",
+               decision=cls.get("decision") or "capacity-extension", observed=cls.get("oom_class"), **common)]
+
+
+def _step_concurrency(label: Any) -> int | None:
+    if isinstance(label, str) and label.startswith("c") and label[1:].isdigit():
+        return int(label[1:])
+    return None
+
+
+def _clock(t: float | None) -> str:
+    import datetime as dt
+
+    if t is None:
+        return "?"
+    return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%H:%M:%S.%f")[:-3] + " UTC"
+
+
+def _refusal(result: CapacityResult) -> Finding:
+    r = result.run.get("refusal") or {}
+    outcome = r.get("outcome")
+    limit = r.get("contract_limit_tokens")
+    n = r.get("prompt_tokens")
+    if outcome == "refused" and r.get("engine_alive_after"):
+        wording = "vLLM's context-length message" if r.get("context_message") else \
+            f"an unfamiliar message ({(r.get('message') or '')[:120]!r})"
+        return _f("context_refusal", "pass", f"the acceptable case: a {n}-token prompt beyond the contract's {limit} "
+                                             f"tokens was refused with 400 ({wording}) before any GPU was exhausted",
+                  observed=r.get("http_status"), expected=400, refusal=r)
+    if outcome == "served":
+        return _f("context_refusal", "warn", f"a {n}-token prompt beyond the contract's {limit} tokens was served: the "
+                                             "server's context limit is above the contract, so nothing refuses an "
+                                             "out-of-contract request (set --max-model-len to the contract)",
+                  decision="limited-observation", observed=200, expected=400, refusal=r)
+    if outcome in ("failed", "refused"):
+        return _f("context_refusal", "fail", f"a {n}-token prompt beyond the contract's {limit} tokens was not "
+                                             "refused cleanly: the engine failed "
+                                             f"({(r.get('message') or '')[:160]}); an out-of-contract request must be "
+                                             "refused before it exhausts the GPUs", decision="environment-rebuild",
+                  observed=r.get("http_status"), expected=400, refusal=r)
+    return _f("context_refusal", "not-observable", f"the out-of-contract probe did not complete ({outcome}: "
+                                                   f"{r.get('reason') or r.get('message') or ''})"[:300],
+              decision="limited-observation", refusal=r)
+
+
+def _long_context(result: CapacityResult) -> Finding:
+    rows = result.run.get("long_context") or []
+    if not rows:
+        return _f("long_context", "not-observable", "no long-context request ran", decision="limited-observation")
+    bad = [r for r in rows if r.get("status") not in ("ok", "skipped")]
+    table = [{k: r.get(k) for k in ("target_tokens", "prompt_tokens", "status", "ttft_p95_ms", "e2e_p95_ms")}
+             for r in rows]
+    if bad:
+        first = bad[0]
+        return _f("long_context", "fail", f"{len(bad)} of {len(rows)} planned context lengths failed, first at "
+                                          f"{first.get('prompt_tokens') or first.get('target_tokens')} tokens "
+                                          f"({(first.get('error') or first.get('status') or '')[:160]})",
+                  decision="capacity-extension", observed=table)
+    if any(r.get("status") == "skipped" for r in rows):
+        return _f("long_context", "not-observable", "some context lengths were skipped (engine dead)",
+                  decision="limited-observation", observed=table)
+    top = max(rows, key=lambda r: r.get("prompt_tokens") or 0)
+    return _f("long_context", "pass", f"every planned context length served one at a time, up to "
+                                      f"{top.get('prompt_tokens')} tokens (TTFT p95 {_ms(top.get('ttft_p95_ms'))})",
+              observed=table)
+
+
+def _saturation(result: CapacityResult, params: Params) -> list[Finding]:
+    planned = params.contract.planned_concurrency
+    steps = result.steps
+    point = result.saturation_point
+    table = [{k: s.get(k) for k in ("concurrency", "held", "preemptions", "waiting_mean", "queue_p95_ms",
+                                    "ttft_p95_ms", "kv_usage_max", "server_errors", "out_of_contract")}
+             for s in steps]
+    nominal = result.step(planned)
+    out = []
+    if nominal is None or nominal.get("status") == "skipped":
+        out.append(_f("saturation", "not-observable", f"the planned concurrency ({planned}) was not reached "
+                                                      "(the engine died or the phase did not run)",
+                      decision="limited-observation", observed=point, steps=table))
+    else:
+        below = [s for s in steps if s["concurrency"] <= planned and not s.get("held")]
+        if below:
+            first = below[0]
+            out.append(_f("saturation", "fail", f"saturation at nominal load: the step at concurrency "
+                                                f"{first['concurrency']} did not hold ({'; '.join(first.get('why') or [])}); "
+                                                f"saturation point {point if point is not None else 'none'} for a "
+                                                f"planned {planned}", decision="capacity-extension",
+                          observed=point, expected=f">= {planned}", steps=table))
+        else:
+            out.append(_f("saturation", "pass", f"every step up to the planned concurrency {planned} held without "
+                                                f"preemption or queueing; saturation point {point}",
+                          observed=point, expected=f">= {planned}", steps=table))
+        objective = params.contract.queue_p95_ms
+        q95 = nominal.get("queue_p95_ms")
+        if objective is None:
+            out.append(_f("queue_time", "info", f"the contract sets no queue-time objective; queue p95 at the planned "
+                                                f"concurrency: {_ms(q95)}", observed=q95))
+        elif q95 is None:
+            out.append(_f("queue_time", "not-observable", "no vllm:request_queue_time_seconds window at the planned "
+                                                          "concurrency", decision="limited-observation",
+                          expected=objective))
+        else:
+            ok = q95 <= objective
+            out.append(_f("queue_time", "pass" if ok else "fail",
+                          f"queue time p95 at the planned concurrency {planned}: {_ms(q95)} "
+                          f"({'within' if ok else 'above'} the objective {_ms(objective)})",
+                          decision=None if ok else "capacity-extension", observed=q95, expected=objective))
+    beyond = [s for s in steps if s.get("out_of_contract") and s.get("status") != "skipped"]
+    for s in beyond:
+        held = s.get("held")
+        out.append(_f("beyond_contract", "info",
+                      f"beyond the contract, concurrency {s['concurrency']} " +
+                      ("also held: headroom above the plan" if held else
+                       f"did not hold ({'; '.join(s.get('why') or [])}): the cap is the planned concurrency"),
+                      observed=held))
+    return out
+
+
+def _soak(result: CapacityResult) -> list[Finding]:
+    soak = result.run.get("soak")
+    if not soak:
+        return [_f("soak", "not-observable", "the sustained-operation phase did not run",
+                   decision="limited-observation")]
+    out = []
+    dur = soak.get("duration_s")
+    growing = soak.get("memory_growing") or []
+    mem = soak.get("memory") or []
+    if not mem:
+        out.append(_f("memory_growth", "not-observable", "no GPU memory samples during the soak",
+                      decision="limited-observation"))
+    elif growing:
+        g = next(m for m in mem if m["gpu"] == growing[0])
+        out.append(_f("memory_growth", "fail", f"steady memory growth during the soak on {len(growing)} GPU(s): "
+                                               f"{g['gpu']} +{g['growth_mib']:.0f} MiB over {dur:.0f} s "
+                                               f"({g['slope_mib_per_min']:.1f} MiB/min, r² {g['r2']}): not stable, no "
+                                               "production", decision="limited-observation", observed=growing,
+                      memory=mem))
+    else:
+        worst = max(mem, key=lambda m: m.get("growth_mib") or 0)
+        out.append(_f("memory_growth", "pass", f"no steady memory growth over {dur:.0f} s (largest fitted change "
+                                               f"{worst.get('growth_mib')} MiB on {worst['gpu']})", memory=mem))
+    pre, waiting = soak.get("preemptions"), soak.get("waiting_mean")
+    if soak.get("server_errors"):
+        out.append(_f("soak_saturation", "fail", f"{soak['server_errors']} request(s) failed on the server during "
+                                                 "the soak", decision="capacity-extension",
+                      observed=soak["server_errors"]))
+    elif pre or soak.get("queueing"):
+        out.append(_f("soak_saturation", "fail", f"saturation at the planned concurrency during the soak: "
+                                                 f"{pre or 0:g} preemption(s) ({soak.get('preemptions_per_min')}/min), "
+                                                 f"{waiting or 0:.2f} waiting on average", decision="capacity-extension",
+                      observed={"preemptions": pre, "waiting_mean": waiting}))
+    elif pre is None:
+        out.append(_f("soak_saturation", "not-observable", "no preemption counter sampled during the soak",
+                      decision="limited-observation"))
+    else:
+        out.append(_f("soak_saturation", "pass", f"no preemption and no lasting queue at the planned concurrency "
+                                                 f"over {dur:.0f} s", observed={"preemptions": pre,
+                                                                                 "waiting_mean": waiting}))
+    if soak.get("kv_accumulating"):
+        out.append(_f("kv_accumulation", "warn", f"KV usage climbed from {soak['kv_usage_first']:.2f} to "
+                                                 f"{soak['kv_usage_last']:.2f} under constant load (accumulation)",
+                      decision="limited-observation", observed=soak.get("kv_rise")))
+    if soak.get("evicting"):
+        out.append(_f("prefix_eviction", "warn", f"the prefix hit rate fell from {soak['hit_rate_first']:.2f} to "
+                                                 f"{soak['hit_rate_last']:.2f} during the soak (eviction)",
+                      decision="limited-observation", observed=soak.get("hit_rate_drop")))
+    if soak.get("fragmented"):
+        out.append(_f("fragmentation", "warn", f"KV usage ≥ 90 % while few requests ran in "
+                                               f"{soak['fragmentation_share']:.0%} of the soak samples (fragmentation)",
+                      decision="limited-observation", observed=soak.get("fragmentation_share")))
+    return out
+
+
+def _phases(result: CapacityResult) -> list[Finding]:
+    out = []
+    for p in result.run.get("phases") or []:
+        if p["status"] in ("cut", "failed"):
+            out.append(_f("phase_bounds", "warn", f"the {p['phase']} phase {p['status']}: {p['note']}",
+                          decision="limited-observation", observed=p))
+    return out
+
+
+def iter_findings(result: CapacityResult, params: Params) -> list[Finding]:
+    out = [_cold_load(result), *_observability(result), *_oom(result, params), _refusal(result)]
+    if result.phase("long-context") and result.phase("long-context")["status"] != "skipped":
+        out.append(_long_context(result))
+    if result.phase("concurrency") and result.phase("concurrency")["status"] != "skipped":
+        out.extend(_saturation(result, params))
+    if result.phase("soak") and result.phase("soak")["status"] != "skipped":
+        out.extend(_soak(result))
+    out.extend(_phases(result))
+    return out
+
+
+def implied_decision(findings: list[Finding]) -> str:
+    """The strongest decision named by a failing or warning finding ("production" when none)."""
+    decision = "production"
+    for f in findings:
+        d = f.evidence.get("decision") if f.status in ("fail", "warn", "not-observable") else None
+        if d in STRENGTH and STRENGTH[d] > STRENGTH[decision]:
+            decision = d
+    return decision
+
+
+def capacity_record(result: CapacityResult, ctx: "AxisContext") -> EvidenceRecord:
+    findings = iter_findings(result, ctx.params)
+    status = axis_status(findings)
+    decision = implied_decision(findings)
+    cap = traffic_cap(result, ctx.params)
+    point = result.saturation_point
+    oom = result.oom
+    cls = (oom or {}).get("classification") or {}
+    failed = [f.rule for f in findings if f.status == "fail"]
+    summary = (f"saturation point {point if point is not None else 'none'} (planned "
+               f"{ctx.params.contract.planned_concurrency})"
+               + (f"; {oom['kind']} in {oom.get('phase')} → {cls.get('oom_class')}" if oom else "; no OOM")
+               + (f"; failing: {', '.join(failed)}" if failed else "")
+               + f"; implies {decision}")
+    files = result.run.get("files") or {}
+    attachments = [v for v in files.values() if v] + ["evidence/capacity/run.json"]
+    return EvidenceRecord(
+        axis="capacity", title="Memory capacity", status=status, summary=summary, findings=findings,
+        data={"saturation_point": point, "traffic_cap": cap, "implied_decision": decision,
+              "planned_concurrency": ctx.params.contract.planned_concurrency,
+              "oom": _oom_data(oom), "configuration": (result.run.get("config") or {}),
+              "plan": result.plan, "phases": result.run.get("phases"),
+              "steps": [{k: v for k, v in s.items() if k != "why"} | {"why": s.get("why")} for s in result.steps],
+              "long_context": result.run.get("long_context"), "refusal": result.run.get("refusal"),
+              "ready": result.run.get("ready"), "soak": result.run.get("soak")},
+        attachments=sorted(set(attachments)))
+
+
+def _oom_data(oom: dict[str, Any] | None) -> dict[str, Any] | None:
+    if oom is None:
+        return None
+    return {k: oom.get(k) for k in ("kind", "phase", "step", "in_flight", "at_wall", "via", "classification",
+                                    "log_line", "log_text", "log_time", "log_time_wall", "lines_before",
+                                    "memory_around")}

@@ -1,0 +1,611 @@
+"""Running the four capacity phases against the target, each bounded in requests and seconds, on one wall clock
+shared by the /metrics sampler, the GPU sampler and the client records; everything lands in the run folder.
+
+I/O lives here and only here. Request records are appended to `evidence/capacity/requests.jsonl` as they
+finish; the sampled series, health polls and phase windows are rewritten after every phase, so a killed run
+keeps what it measured. A dead engine (health not 200) ends the run early: the later phases are recorded as
+skipped, with the reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from ..client import ChatClient, ChatRecord, run_sync
+from ..errors import APIError, K3Error, TargetError
+from ..gpu import DcgmExporterSource, GpuSource, NvmlSource, PrometheusGpuSource, gpu_sampler
+from ..load import run_closed_loop, run_soak
+from ..metrics import MetricsSampler, Snapshot, delta, scrape_async, window_quantile
+from ..params import GpuMetricsParams, Params
+from ..prompts import BuiltPrompt, EstimateCounter, build_prompts
+from ..readers.vllm_log import VllmLogReport, parse_vllm_log
+from .analysis import judge_step, memory_at, settled_stats, soak_analysis
+from .config import server_config
+from .shape import PHASES, CapacityPlan, plan_capacity
+
+if TYPE_CHECKING:
+    from ..session import AxisContext
+
+DIR = "evidence/capacity"
+REQUESTS = f"{DIR}/requests.jsonl"
+RUN_JSON = f"{DIR}/run.json"
+METRICS_JSON = f"{DIR}/metrics.json"
+GPU_JSON = f"{DIR}/gpu.json"
+LOG_TXT = f"{DIR}/server_log.txt"
+HEALTH_TIMEOUT_S = 5.0
+SCRAPE_TIMEOUT_S = 3.0
+_CONTEXT_REFUSAL = re.compile(r"maximum context length|is too long|too large|longer than the maximum model length",
+                              re.IGNORECASE)
+
+
+class _EngineGone(Exception):
+    """Raised by a phase's sink to stop a load window once more server failures than its concurrency came in a
+    row: the engine is gone, and hammering a dead server for the rest of the window only adds noise. The load
+    generator re-raises it once the window has stopped; the records delivered so far are kept."""
+
+
+def failure_kind(rec: Mapping[str, Any]) -> str | None:
+    """How a request record failed: None (ok), "cancelled", "refused" (4xx), "server-error" (5xx, or an error
+    event inside a 200 stream), "timeout" or "unreachable"."""
+    if rec.get("ok"):
+        return None
+    if rec.get("cancelled"):
+        return "cancelled"
+    status = rec.get("http_status")
+    kind = rec.get("error_kind")
+    if isinstance(status, int) and 400 <= status < 500:
+        return "refused"
+    if isinstance(status, int) and status >= 500:
+        return "server-error"
+    if kind == "Timeout":
+        return "timeout"
+    if kind == "TargetUnreachable" and status is None:
+        return "unreachable"
+    return "server-error"
+
+
+def gpu_source(gpu: GpuMetricsParams, timeout_s: float, http: httpx.Client | None = None) -> GpuSource | None:
+    """The GPU memory source the parameters name (the kit pins the emulator's dcgm path when it started one).
+    `http` is reused by the dcgm source: a client per scrape would rebuild a TLS context every tick."""
+    if gpu.source == "dcgm" and gpu.url:
+        return DcgmExporterSource(gpu.url, http, timeout_s=timeout_s)
+    if gpu.source == "prometheus" and gpu.url:
+        return PrometheusGpuSource(gpu.url, selector=gpu.selector)
+    if gpu.source == "nvml":
+        return NvmlSource()
+    return None
+
+
+def pinned_params(ctx: "AxisContext") -> Params:
+    from ..target import pin_target
+
+    return pin_target(ctx.params, ctx.target)
+
+
+# -----------------------------------------------------------------------------------------------------------
+# The shared clock: one metrics sampler and one GPU sampler for the whole axis
+
+
+class Timeline:
+    """The /metrics and GPU samplers of one run (or one explorer burst), started together, stopped together."""
+
+    def __init__(self, metrics_urls: Sequence[str], gpu: GpuMetricsParams, *, interval_s: float,
+                 max_duration_s: float) -> None:
+        timeout = max(min(interval_s, SCRAPE_TIMEOUT_S), 0.5)
+        self.metrics = MetricsSampler(list(metrics_urls), interval_s=interval_s, max_duration_s=max_duration_s,
+                                      timeout_s=timeout)
+        self._http = httpx.Client(timeout=timeout) if gpu.source == "dcgm" else None
+        self.gpu_source = gpu_source(gpu, timeout, self._http)
+        self.gpu_kind = gpu.source
+        self.gpu = (gpu_sampler(self.gpu_source, interval_s=interval_s, max_duration_s=max_duration_s)
+                    if self.gpu_source is not None else None)
+
+    def start(self) -> Timeline:
+        self.metrics.start()
+        if self.gpu is not None:
+            self.gpu.start()
+        return self
+
+    def stop(self) -> None:
+        # a sampler blocked in a scrape of a stalled endpoint is a daemon thread: do not wait for it long
+        self.metrics.stop(timeout_s=2 * SCRAPE_TIMEOUT_S)
+        if self.gpu is not None:
+            self.gpu.stop(timeout_s=2 * SCRAPE_TIMEOUT_S)
+        if self._http is not None and not (self.gpu is not None and self.gpu.running):
+            self._http.close()
+
+    def metric_rows(self) -> list[dict[str, Any]]:
+        return self.metrics._sampler.rows()  # noqa: SLF001 — MetricsSampler exposes frame() only
+
+    def gpu_rows(self) -> list[dict[str, Any]]:
+        return self.gpu.rows() if self.gpu is not None else []
+
+    def errors(self) -> dict[str, list[str]]:
+        out = {"metrics": [e.error for e in self.metrics.errors][:20]}
+        if self.gpu is not None:
+            out["gpu"] = [e.error for e in self.gpu.errors][:20]
+        return out
+
+
+async def boundary_snapshot(urls: Sequence[str]) -> Snapshot:
+    return await scrape_async(list(urls), timeout_s=SCRAPE_TIMEOUT_S, strict=False)
+
+
+def window_numbers(before: Snapshot | None, after: Snapshot | None) -> dict[str, Any]:
+    """Counter and histogram deltas between two boundary scrapes (None where a scrape failed)."""
+    if before is None or after is None:
+        return {"preemptions": None, "queue_p95_ms": None, "server_ttft_p95_ms": None}
+    pre = delta(before, after, "num_preemptions_total").value
+    q95 = window_quantile(before, after, "request_queue_time_seconds", 0.95)
+    t95 = window_quantile(before, after, "time_to_first_token_seconds", 0.95)
+    return {"preemptions": pre, "queue_p95_ms": None if q95 is None else round(q95 * 1000, 3),
+            "server_ttft_p95_ms": None if t95 is None else round(t95 * 1000, 3)}
+
+
+def _pct(values: Sequence[float], q: float) -> float | None:
+    from ..calibration import percentile
+
+    got = percentile([v for v in values if v is not None], q)
+    return None if got is None else round(got, 3)
+
+
+def record_stats(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Client-side numbers of a set of request records."""
+    kinds = [failure_kind(r) for r in records]
+    ok = [r for r, k in zip(records, kinds) if k is None]
+    ttft = [r["ttft_ms"] for r in ok if r.get("ttft_ms") is not None]
+    e2e = [r["e2e_ms"] for r in ok if r.get("e2e_ms") is not None]
+    return {"sent": len(records), "ok": len(ok), "server_errors": kinds.count("server-error"),
+            "refused": kinds.count("refused"), "timeouts": kinds.count("timeout"),
+            "unreachable": kinds.count("unreachable"), "cancelled": kinds.count("cancelled"),
+            "ttft_p50_ms": _pct(ttft, 50), "ttft_p95_ms": _pct(ttft, 95), "e2e_p95_ms": _pct(e2e, 95),
+            "prompt_tokens_mean": (round(sum(r.get("prompt_tokens") or 0 for r in ok) / len(ok), 1) if ok else None),
+            "completion_tokens_mean": (round(sum(r.get("completion_tokens") or 0 for r in ok) / len(ok), 1)
+                                       if ok else None)}
+
+
+# -----------------------------------------------------------------------------------------------------------
+# One run
+
+
+class CapacityRunner:
+    """Mutable state of one run; `run()` drives the phases in order and writes the run folder."""
+
+    def __init__(self, ctx: "AxisContext", plan: CapacityPlan | None = None) -> None:
+        self.ctx = ctx
+        self.params = ctx.params
+        self.cap = ctx.params.axes.capacity
+        self.plan = plan or plan_capacity(ctx.params)
+        self.store = ctx.store
+        self.urls = tuple(ctx.target.metrics_urls)
+        self.phases: list[dict[str, Any]] = []
+        self.steps: list[dict[str, Any]] = []
+        self.long_context: list[dict[str, Any]] = []
+        self.health: list[dict[str, Any]] = []
+        self.refusal: dict[str, Any] = {"outcome": "not-run", "reason": "the long-context phase did not run"}
+        self.ready: dict[str, Any] = {}
+        self.failure: dict[str, Any] | None = None
+        self.dead = False
+        self.notes: list[str] = []
+        self.model_card: dict[str, Any] | None = None
+        self.cache_info: dict[str, str] = {}
+        self.log_report: VllmLogReport | None = None
+        self.log_error: str | None = None
+        self.soak: dict[str, Any] | None = None
+        self.soak_window: tuple[float, float] | None = None
+        self._phase: str = ""
+        self._in_flight = 0
+        self.timeline: Timeline | None = None
+
+    # -- clients ---------------------------------------------------------------------------------------------
+    def _client(self, timeout_s: float) -> ChatClient:
+        return ChatClient(self.ctx.target.base_url, model=self.params.target.model,
+                          api_key_env=self.params.target.api_key_env, timeout_s=timeout_s,
+                          connect_timeout_s=min(10.0, timeout_s))
+
+    # -- recording -------------------------------------------------------------------------------------------
+    def _sink(self, phase: str, step: str, bucket: list[dict[str, Any]], concurrency: int,
+              stop_on_death: bool = True) -> Callable[[ChatRecord], None]:
+        streak = {"n": 0}
+
+        def sink(rec: ChatRecord) -> None:
+            d = rec.to_dict(include_raw=False)
+            d["raw_json"] = None
+            d.update(phase=phase, step=step, done_wall_ns=rec.wall_ns(rec.done_ns))
+            self.store.append_jsonl(REQUESTS, d)
+            bucket.append(d)
+            kind = failure_kind(d)
+            if kind in ("server-error", "unreachable"):
+                self._note_failure(d, phase, step, concurrency, kind)
+                streak["n"] += 1
+                if stop_on_death and streak["n"] > concurrency:
+                    raise _EngineGone(f"{streak['n']} server failures in a row")
+            elif kind is None:
+                streak["n"] = 0
+
+        return sink
+
+    def _note_failure(self, rec: Mapping[str, Any], phase: str, step: str, in_flight: int, kind: str) -> None:
+        if self.failure is not None:
+            return
+        ns = rec.get("done_wall_ns") or rec.get("sent_wall_ns")
+        self.failure = {"via": f"request ({kind})", "t_wall": ns / 1e9 if ns else time.time(), "phase": phase,
+                        "step": step, "in_flight": in_flight, "request_id": rec.get("request_id"),
+                        "http_status": rec.get("http_status"), "error": (rec.get("error") or "")[:500]}
+
+    async def _health(self, client: ChatClient, phase: str, timeout_s: float = HEALTH_TIMEOUT_S) -> dict[str, Any]:
+        p = await client.probe("/health", timeout_s=max(timeout_s, 0.2))
+        row = {"t_wall": p.wall_ns / 1e9, "phase": phase, "status": p.status, "latency_ms": p.latency_ms,
+               "error": p.error if p.status is None else None}
+        self.health.append(row)
+        return row
+
+    async def _check_alive(self, client: ChatClient, phase: str, in_flight: int) -> bool:
+        row = await self._health(client, phase)
+        if row["status"] == 200:
+            return True
+        self.dead = True
+        if self.failure is None:
+            self.failure = {"via": f"health {row['status'] or row['error']}", "t_wall": row["t_wall"],
+                            "phase": phase, "step": None, "in_flight": in_flight, "request_id": None,
+                            "http_status": row["status"], "error": row["error"]}
+        return False
+
+    def _flush(self) -> None:
+        """Rewrite the series and the run description; called after every phase."""
+        if self.timeline is not None:
+            self.store.write_json(METRICS_JSON, self.timeline.metric_rows())
+            self.store.write_json(GPU_JSON, self.timeline.gpu_rows())
+        self.store.write_json(RUN_JSON, self.describe())
+        if self.store.path(REQUESTS).exists():
+            self.store.adopt(REQUESTS)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "plan": self.plan.to_dict(),
+            "target": self.ctx.target.base_url,
+            "gpu_source": self.params.target.gpu_metrics.source if self.timeline is None else self.timeline.gpu_kind,
+            "phases": self.phases, "steps": self.steps, "long_context": self.long_context,
+            "refusal": self.refusal, "ready": self.ready, "health": self.health, "failure": self.failure,
+            "dead": self.dead, "soak": self.soak, "notes": self.notes,
+            "model_card": self.model_card, "cache_config_info": self.cache_info,
+            "config": server_config(self.log_report, self.cache_info, self.model_card),
+            "log_error": self.log_error,
+            "sampler_errors": self.timeline.errors() if self.timeline is not None else {},
+            "files": {"requests": REQUESTS, "metrics": METRICS_JSON, "gpu": GPU_JSON,
+                      "server_log": LOG_TXT if self.log_report is not None else None},
+        }
+
+    # -- phases ----------------------------------------------------------------------------------------------
+    async def _phase_run(self, name: str, work: Callable[[], Any]) -> None:
+        entry = {"phase": name, "start_wall": time.time(), "end_wall": None, "status": "running", "note": ""}
+        self.phases.append(entry)
+        self._phase = name
+        try:
+            async with asyncio.timeout(self.plan.phase_budget_s(name)):
+                note = await work()
+            entry["status"] = "done"
+            entry["note"] = note or ""
+        except TimeoutError:
+            entry["status"] = "cut"
+            entry["note"] = f"stopped at its bound of {self.plan.phase_budget_s(name):.0f} s"
+        except (TargetError, httpx.HTTPError) as exc:
+            entry["status"] = "failed"
+            entry["note"] = f"{type(exc).__name__}: {exc}"[:500]
+        entry["end_wall"] = time.time()
+        self._flush()
+
+    def _skip(self, name: str, reason: str) -> None:
+        now = time.time()
+        self.phases.append({"phase": name, "start_wall": now, "end_wall": now, "status": "skipped", "note": reason})
+
+    async def _cold_load(self) -> str:
+        cap = self.cap
+        client = self._client(HEALTH_TIMEOUT_S)
+        start = time.perf_counter()
+        deadline = start + cap.ready_timeout_s
+        not_ready = 0
+        try:
+            while True:
+                remaining = deadline - time.perf_counter()
+                row = await self._health(client, "cold-load", min(HEALTH_TIMEOUT_S, max(remaining, 0.2)))
+                if row["status"] == 200:
+                    break
+                not_ready += 1
+                remaining = deadline - time.perf_counter()
+                if remaining <= 0:
+                    break
+                await asyncio.sleep(min(cap.health_interval_s, remaining))
+            ready = row["status"] == 200
+            self.ready = {"ready": ready, "observed_transition": ready and not_ready > 0,
+                          "polls": not_ready + 1, "ready_at_wall": row["t_wall"] if ready else None,
+                          "waited_s": round(time.perf_counter() - start, 3), "last_status": row["status"],
+                          "last_error": row["error"]}
+            if ready:
+                await self._read_server_facts(client)
+        finally:
+            await client.aclose()
+        if not ready:
+            self.dead = True
+            return f"not ready after {self.ready['waited_s']:.1f} s (last: {row['status'] or row['error']})"
+        self.ready["memory_at_ready"] = memory_at(self.timeline.gpu_rows(), self.ready["ready_at_wall"]) \
+            if self.timeline and self.timeline.gpu is not None else []
+        return "ready" + (" (was already running)" if not self.ready["observed_transition"] else "")
+
+    async def _read_server_facts(self, client: ChatClient) -> None:
+        try:
+            body = await client.get_json("/v1/models", timeout_s=HEALTH_TIMEOUT_S)
+            cards = [c for c in (body or {}).get("data", []) if isinstance(c, dict)] if isinstance(body, dict) else []
+            wanted = self.params.target.model
+            self.model_card = next((c for c in cards if c.get("id") == wanted), cards[0] if cards else None)
+            if self.model_card and client.model is None:
+                client.model = str(self.model_card.get("id"))
+        except TargetError as exc:
+            self.notes.append(f"/v1/models: {exc}")
+        snap = await boundary_snapshot(self.urls)
+        self.cache_info = snap.cache_config_info()
+
+    def _read_log(self) -> None:
+        """The server log, when axes.environment.server_log names it (a file or a URL)."""
+        from ..compat.sources import fetch_text
+
+        value = self.params.axes.environment.server_log
+        if not value:
+            self.log_error = "not configured (set axes.environment.server_log to read OOM lines and startup)"
+            return
+        with httpx.Client(timeout=self.params.axes.environment.timeout_s) as http:
+            src = fetch_text("server_log", value, self.ctx.target.base_url, http)
+        if not src.ok:
+            self.log_error = src.error
+            return
+        self.store.write_text(LOG_TXT, src.text or "")
+        try:
+            self.log_report = parse_vllm_log(src.text or "")
+            self.log_error = None
+        except K3Error as exc:
+            self.log_error = str(exc)
+
+    async def _prompts(self, sizing: ChatClient, *, count: int, tokens: int | Sequence[int], seed: int,
+                       shared_prefix_tokens: int = 0) -> list[BuiltPrompt]:
+        try:
+            return await build_prompts(sizing, count=count, target_tokens=tokens, seed=seed,
+                                       shared_prefix_tokens=shared_prefix_tokens)
+        except (APIError, TargetError) as exc:
+            # a /tokenize that refuses an over-long prompt or does not answer: estimate, and say so
+            self.notes.append(f"prompt sizing fell back to a chars/token estimate: {exc}"[:300])
+            return await build_prompts(EstimateCounter(), count=count, target_tokens=tokens, seed=seed,
+                                       shared_prefix_tokens=shared_prefix_tokens)
+
+    def _body(self, prompt: BuiltPrompt, max_tokens: int, *, stream: bool = True,
+              salt: str | None = None) -> dict[str, Any]:
+        # ignore_eos: the output length is part of the test condition, not left to the model's mood
+        extra: dict[str, Any] = {"ignore_eos": True, "temperature": 0}
+        if salt:
+            extra["cache_salt"] = salt  # a cold prefix cache for every request: nothing shared, full KV cost
+        return prompt.body(max_tokens=max_tokens, model=self.params.target.model, stream=stream, **extra)
+
+    async def _long_context(self) -> str:
+        plan = self.plan
+        sizing = self._client(self.params.target.timeout_s)
+        client = self._client(plan.request_timeout_s)
+        try:
+            # The refusal costs the GPUs nothing when the server does its job, so it goes first; if it is not
+            # refused and kills the engine, that is the finding.
+            await self._refusal_probe(sizing, client)
+            if self.dead:
+                return "the out-of-contract probe left the engine dead"
+            prompts = await self._prompts(sizing, count=len(plan.context_lengths_tokens),
+                                          tokens=list(plan.context_lengths_tokens), seed=31)
+            for prompt in prompts:
+                if self.dead:
+                    self.long_context.append({"target_tokens": prompt.target_tokens, "status": "skipped",
+                                              "note": "engine dead"})
+                    continue
+                await self._one_length(client, prompt)
+        finally:
+            await sizing.aclose()
+            await client.aclose()
+        served = sum(1 for r in self.long_context if r["status"] == "ok")
+        return f"{served}/{len(self.long_context)} lengths served"
+
+    async def _one_length(self, client: ChatClient, prompt: BuiltPrompt) -> None:
+        plan = self.plan
+        bucket: list[dict[str, Any]] = []
+        label = f"{prompt.target_tokens}"
+        body = self._body(prompt, plan.long_context_output_tokens, salt=f"k3cap-{self.store.run_id}-lc-{label}")
+        before = await boundary_snapshot(self.urls)
+        t0 = time.time()
+        self._in_flight = 1
+        try:
+            await run_closed_loop(client, [body], concurrency=1, max_requests=plan.long_context_repeats,
+                                  max_duration_s=plan.request_timeout_s * plan.long_context_repeats,
+                                  request_timeout_s=plan.request_timeout_s,
+                                  sink=self._sink("long-context", label, bucket, 1, stop_on_death=False),
+                                  name=f"long-{label}", allow_remote_load=self.params.target.allow_remote_load)
+        finally:
+            self._in_flight = 0
+        t1 = time.time()
+        after = await boundary_snapshot(self.urls)
+        stats = record_stats(bucket)
+        status = "ok" if stats["ok"] == stats["sent"] and stats["sent"] else \
+            ("failed" if stats["server_errors"] or stats["unreachable"] else "incomplete")
+        alive = await self._check_alive(client, "long-context", 1)
+        self.long_context.append({"target_tokens": prompt.target_tokens, "prompt_tokens": prompt.prompt_tokens,
+                                  "sized_by": prompt.sized_by, "output_tokens": plan.long_context_output_tokens,
+                                  "status": status if alive or status != "ok" else "ok",
+                                  "start_wall": t0, "end_wall": t1, "engine_alive_after": alive,
+                                  **stats, **window_numbers(before, after),
+                                  "error": next((r.get("error") for r in bucket if r.get("error")), None)})
+
+    async def _refusal_probe(self, sizing: ChatClient, client: ChatClient) -> None:
+        plan = self.plan
+        (prompt,) = await self._prompts(sizing, count=1, tokens=plan.out_of_contract_tokens, seed=97)
+        body = self._body(prompt, plan.long_context_output_tokens, stream=False,
+                          salt=f"k3cap-{self.store.run_id}-oc")
+        bucket: list[dict[str, Any]] = []
+        sink = self._sink("long-context", "out-of-contract", bucket, 1, stop_on_death=False)
+        t0 = time.time()
+        self._in_flight = 1
+        try:
+            rec = await client.chat_body(body, strict=False, request_id="out-of-contract",
+                                         timeout_s=plan.request_timeout_s)
+        finally:
+            self._in_flight = 0
+        sink(rec)
+        t1 = time.time()
+        alive = await self._check_alive(client, "long-context", 1)
+        d = bucket[0]
+        kind = failure_kind(d)
+        message = d.get("error") or ""
+        if d.get("http_status") == 400:
+            outcome = "refused"
+        elif kind is None:
+            outcome = "served"
+        elif kind in ("server-error", "unreachable") or not alive:
+            outcome = "failed"
+        else:
+            outcome = kind
+        self.refusal = {"outcome": outcome, "prompt_tokens": prompt.prompt_tokens, "sized_by": prompt.sized_by,
+                        "contract_limit_tokens": plan.context_limit_tokens, "http_status": d.get("http_status"),
+                        "message": message[:500], "context_message": bool(_CONTEXT_REFUSAL.search(message)),
+                        "engine_alive_after": alive, "start_wall": t0, "end_wall": t1,
+                        "e2e_ms": d.get("e2e_ms")}
+
+    async def _closed(self, client: ChatClient, bodies: Callable[[int], Mapping[str, Any]], *, phase: str,
+                      label: str, concurrency: int, max_requests: int, duration_s: float,
+                      bucket: list[dict[str, Any]], soak: bool = False) -> str | None:
+        """One closed-loop load window; returns why it stopped early, if it did."""
+        sink = self._sink(phase, label, bucket, concurrency)
+        self._in_flight = concurrency
+        try:
+            if soak:
+                await run_soak(client, bodies, concurrency=concurrency, duration_s=duration_s,
+                               max_requests=max_requests, window_s=max(duration_s / 6, 1.0),
+                               request_timeout_s=self.plan.request_timeout_s, sink=sink, name=label,
+                               allow_remote_load=self.params.target.allow_remote_load)
+            else:
+                await run_closed_loop(client, bodies, concurrency=concurrency, max_requests=max_requests,
+                                      max_duration_s=duration_s, request_timeout_s=self.plan.request_timeout_s,
+                                      sink=sink, name=label, allow_remote_load=self.params.target.allow_remote_load)
+        except _EngineGone as exc:
+            return f"stopped early: {exc}"
+        finally:
+            self._in_flight = 0
+        return None
+
+    async def _concurrency(self) -> str:
+        plan = self.plan
+        sizing = self._client(self.params.target.timeout_s)
+        client = self._client(plan.request_timeout_s)
+        try:
+            prompts = await self._prompts(sizing, count=4, tokens=plan.prompt_tokens, seed=53)
+            for c in plan.steps:
+                label = f"c{c}"
+                if self.dead:
+                    self.steps.append({"concurrency": c, "label": label, "status": "skipped", "held": False,
+                                       "out_of_contract": c > plan.planned_concurrency, "note": "engine dead"})
+                    continue
+                bodies = self._salted(prompts, plan.output_tokens, f"{label}")
+                bucket: list[dict[str, Any]] = []
+                before = await boundary_snapshot(self.urls)
+                t0 = time.time()
+                early = await self._closed(client, bodies, phase="concurrency", label=label, concurrency=c,
+                                           max_requests=plan.step_max_requests, duration_s=plan.step_duration_s,
+                                           bucket=bucket)
+                t1 = time.time()
+                after = await boundary_snapshot(self.urls)
+                alive = await self._check_alive(client, "concurrency", c)
+                step = {"concurrency": c, "label": label, "status": "done" if early is None else "stopped",
+                        "note": early or "", "out_of_contract": c > plan.planned_concurrency,
+                        "prompt_tokens": prompts[0].prompt_tokens, "sized_by": prompts[0].sized_by,
+                        "output_tokens": plan.output_tokens, "start_wall": t0, "end_wall": t1,
+                        "engine_alive_after": alive, **record_stats(bucket), **window_numbers(before, after),
+                        **settled_stats(self.timeline.metric_rows(), t0, t1, self.cap.settle_fraction)}
+                held, why = judge_step(step, queue_objective_ms=self.params.contract.queue_p95_ms,
+                                       waiting_tolerance=self.cap.waiting_tolerance)
+                step.update(held=held and alive, why=why + ([] if alive else ["the engine died"]))
+                self.steps.append(step)
+        finally:
+            await sizing.aclose()
+            await client.aclose()
+        return f"{sum(1 for s in self.steps if s.get('held'))}/{len(plan.steps)} steps held"
+
+    def _salted(self, prompts: Sequence[BuiltPrompt], max_tokens: int, label: str) -> Callable[[int], dict[str, Any]]:
+        bodies = [self._body(p, max_tokens) for p in prompts]
+        run_id = self.store.run_id
+
+        def body(i: int) -> dict[str, Any]:
+            return {**bodies[i % len(bodies)], "cache_salt": f"k3cap-{run_id}-{label}-{i}"}
+
+        return body
+
+    async def _soak(self) -> str:
+        plan = self.plan
+        sizing = self._client(self.params.target.timeout_s)
+        client = self._client(plan.request_timeout_s)
+        try:
+            n = min(4 * plan.planned_concurrency, 32)
+            prompts = await self._prompts(sizing, count=n, tokens=plan.prompt_tokens, seed=71,
+                                          shared_prefix_tokens=plan.shared_prefix_tokens)
+            bodies = [self._body(p, plan.output_tokens) for p in prompts]
+            bucket: list[dict[str, Any]] = []
+            t0 = time.time()
+            early = await self._closed(client, lambda i: bodies[i % len(bodies)], phase="soak", label="soak",
+                                       concurrency=plan.planned_concurrency, max_requests=plan.soak_max_requests,
+                                       duration_s=plan.soak_duration_s, bucket=bucket, soak=True)
+            t1 = time.time()
+            alive = await self._check_alive(client, "soak", plan.planned_concurrency)
+        finally:
+            await sizing.aclose()
+            await client.aclose()
+        cap = self.cap
+        self.soak_window = (t0, t1)
+        self.soak = {"start_wall": t0, "end_wall": t1, "concurrency": plan.planned_concurrency,
+                     "prompt_tokens": prompts[0].prompt_tokens, "shared_prefix_tokens": prompts[0].shared_prefix_tokens,
+                     "output_tokens": plan.output_tokens, "distinct_prompts": len(prompts),
+                     "note": early or "", "engine_alive_after": alive, **record_stats(bucket),
+                     **soak_analysis(self.timeline.metric_rows(), self.timeline.gpu_rows(), t0, t1,
+                                     concurrency=plan.planned_concurrency,
+                                     memory_growth_min_mib=cap.memory_growth_min_mib, kv_trend_max=cap.kv_trend_max,
+                                     hit_rate_drop_max=cap.hit_rate_drop_max,
+                                     fragmentation_share_max=cap.fragmentation_share_max,
+                                     waiting_tolerance=cap.waiting_tolerance)}
+        return early or f"{self.soak['ok']} requests over {t1 - t0:.1f} s"
+
+    async def run(self) -> None:
+        pinned = pinned_params(self.ctx)
+        self.timeline = Timeline(self.urls, pinned.target.gpu_metrics, interval_s=self.cap.sample_interval_s,
+                                 max_duration_s=self.plan.budget_s + 60).start()
+        try:
+            works = {"cold-load": self._cold_load, "long-context": self._long_context,
+                     "concurrency": self._concurrency, "soak": self._soak}
+            for name in PHASES:
+                if self.dead:
+                    why = "the server never became ready" if not self.ready.get("ready") else \
+                        f"the engine stopped answering (health) during {self._phase}"
+                    self._skip(name, why)
+                    continue
+                await self._phase_run(name, works[name])
+        finally:
+            self.timeline.stop()
+            await asyncio.to_thread(self._read_log)
+            self._flush()
+
+
+def run_capacity(ctx: "AxisContext") -> "CapacityResult":
+    """Run the four phases (bounded, whatever the target does) and return what was written to the run folder."""
+    from .result import read_capacity
+
+    runner = CapacityRunner(ctx)
+    run_sync(runner.run())
+    return read_capacity(ctx.store)
+
+
+if TYPE_CHECKING:
+    from .result import CapacityResult
