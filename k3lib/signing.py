@@ -47,7 +47,9 @@ class VerifyResult:
     run_id: str
     changed: tuple[str, ...]  # one line per problem, each naming the file
     notes: tuple[str, ...]  # what was and was not checked
-    signature_mode: str  # allowed-signers | check-novalidate | unsigned-key | not-signed
+    signature_mode: str  # allowed-signers | check-novalidate | unsigned-key | not-signed | unreadable
+    files_checked: int = 0
+    manifest_path: str = MANIFEST
 
     @property
     def ok(self) -> bool:
@@ -58,10 +60,12 @@ class VerifyResult:
         return 0 if self.ok else 1
 
     def lines(self) -> list[str]:
-        out = [f"CHANGED {line}" for line in self.changed]
-        out += [f"NOTE {line}" for line in self.notes]
-        out.append(f"{'OK' if self.ok else 'FAILED'} {self.run_id} (signature: {self.signature_mode})")
-        return out
+        """The verdict first (`OK n files match …` keeps the unsigned output of `k3 verify`), then each change."""
+        if self.ok:
+            head = f"OK {self.files_checked} files match {self.manifest_path} (signature: {self.signature_mode})"
+        else:
+            head = f"FAILED {len(self.changed)} problem(s) in {self.run_id} (signature: {self.signature_mode})"
+        return [head] + [f"CHANGED {line}" for line in self.changed] + [f"NOTE {line}" for line in self.notes]
 
 
 def _ssh_keygen() -> str:
@@ -162,6 +166,7 @@ def verify_run(run_dir: str | Path, *, allowed_signers: str | Path | None = None
     changed = list(store.verify())
     notes: list[str] = []
     listed = set(store.manifest()["files"])
+    counts = {"files_checked": len(listed), "manifest_path": str(store.root / MANIFEST)}
     sig_path, ssh_path = store.root / SIGNATURE, store.root / SSH_SIG
     unlisted = _unlisted(store, listed)
     if not sig_path.exists():
@@ -172,7 +177,7 @@ def verify_run(run_dir: str | Path, *, allowed_signers: str | Path | None = None
                            f"{allowed_signers}")
         notes.append("not signed: file hashes checked against manifest.json only")
         notes += [f"{rel}: not in the manifest (a run still being written?)" for rel in unlisted]
-        return VerifyResult(store.run_id, tuple(changed), tuple(notes), "not-signed")
+        return VerifyResult(store.run_id, tuple(changed), tuple(notes), "not-signed", **counts)
     # Once signed, the manifest is closed: a file it does not list was added afterwards.
     changed += [f"{rel}: added after signing (not in the manifest)" for rel in unlisted]
     try:
@@ -181,7 +186,7 @@ def verify_run(run_dir: str | Path, *, allowed_signers: str | Path | None = None
         identity = sig.get("identity") or sig["reviewer"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         changed.append(f"{SIGNATURE}: unreadable ({type(exc).__name__}: {exc})")
-        return VerifyResult(store.run_id, tuple(changed), tuple(notes), "unreadable")
+        return VerifyResult(store.run_id, tuple(changed), tuple(notes), "unreadable", **counts)
     actual = store.manifest_sha256()
     if actual != expected:
         changed.append(f"{MANIFEST}: changed after signing (sha256 {actual[:12]}… ≠ signed "
@@ -195,7 +200,7 @@ def verify_run(run_dir: str | Path, *, allowed_signers: str | Path | None = None
         if allowed_signers is not None:
             changed.append(f"{SSH_SIG}: missing; signed without a key, so {allowed_signers} cannot vouch for it")
         notes.append("no SSH signature: the reviewer's name is recorded, not proven")
-        return VerifyResult(store.run_id, tuple(changed), tuple(notes), "unsigned-key")
+        return VerifyResult(store.run_id, tuple(changed), tuple(notes), "unsigned-key", **counts)
     manifest_bytes = (store.root / MANIFEST).read_bytes()
     if allowed_signers is not None:
         if not Path(allowed_signers).is_file():
@@ -213,7 +218,7 @@ def verify_run(run_dir: str | Path, *, allowed_signers: str | Path | None = None
         notes.append(f"SSH signature verified for {identity!r} against {allowed_signers}: {said}")
     else:
         notes.append(f"SSH signature is intact but the signer is NOT authenticated (no --allowed-signers): {said}")
-    return VerifyResult(store.run_id, tuple(changed), tuple(notes), mode)
+    return VerifyResult(store.run_id, tuple(changed), tuple(notes), mode, **counts)
 
 
 # -- CLI-ready entry points: `k3 sign RUN --reviewer NAME [--key FILE] [--identity ID] [--force]` and

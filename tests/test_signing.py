@@ -196,3 +196,13 @@ def test_missing_key_is_bad_input(tmp_path):
     with pytest.raises(BadInputError, match="SSH key not found"):
         sign_run(store.root, "alice", key=tmp_path / "nope")
     assert not store.path(SIGNATURE).exists()
+
+
+def test_verify_main_output_starts_with_the_verdict(tmp_path, capsys):
+    store = make_run(tmp_path)
+    assert verify_main(argparse.Namespace(run=str(store.root), allowed_signers=None)) == 0
+    assert capsys.readouterr().out.startswith("OK 5 files match ")  # same first words as the unsigned `k3 verify`
+    flip_one_byte(store.path("params.json"))
+    assert verify_main(argparse.Namespace(run=str(store.root), allowed_signers=None)) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("FAILED 1 problem(s)") and out[1].startswith("CHANGED params.json")
