@@ -22,7 +22,9 @@ from .store import MANIFEST
 #   environment.data.topology.{gpu_count, tensor_parallel_size, pipeline_parallel_size, data_parallel_size}
 #   environment.data.{build, max_model_len}                                  probe.data.{vllm_version, served_models}
 #   capacity.data.planned.{queue_time_p95_s | queue_p95_ms, kv_cache_usage_max, preemptions_per_s | preemptions +
-#     duration_s, error_ratio | errors + requests}; or capacity.data.steps[] with `concurrency` and the same keys
+#     duration_s, error_ratio | errors + requests}; else the k3lib.capacity step at the planned concurrency:
+#     capacity.data.steps[] {concurrency, queue_p95_ms, kv_usage_max, preemptions, start_wall, end_wall,
+#     server_errors, sent}
 #   prefix_cache.data.{warm_hit_rate | hit_rate}      agent.data.{tool_call_validity | valid_rate | pass_rate}, else
 #   agent.data.rates[] rows {level, check, passed, total} with check == AGENT_VALIDITY_CHECK (k3lib.agent, committed)
 Candidate = tuple[str, str, float]
@@ -180,23 +182,50 @@ def _lookup(run: RunEvidence, name: str) -> Level:
     return Level(name, None, reason="not recorded; looked in " + ", ".join(dict.fromkeys(tried)))
 
 
-def _from_steps(run: RunEvidence, name: str) -> Level | None:
-    """The capacity step run at the planned concurrency, when the axis keeps per-step results."""
+def _planned_step(run: RunEvidence) -> tuple[int, Mapping[str, Any], EvidenceRecord] | None:
+    """The capacity step run at the planned concurrency (k3lib.capacity keeps `data.steps[]`), if any."""
     rec = run.records.get("capacity")
     steps = _dig(rec.data, "steps") if rec else None
     planned = _dig(run.params, "contract.planned_concurrency")
+    if planned is None and rec is not None:
+        planned = _dig(rec.data, "planned_concurrency")
     if not isinstance(steps, list) or planned is None:
         return None
-    at_planned = [s for s in steps if isinstance(s, Mapping) and s.get("concurrency") == planned]
-    if not at_planned:
+    at_planned = [i for i, s in enumerate(steps) if isinstance(s, Mapping) and s.get("concurrency") == planned]
+    return (at_planned[-1], steps[at_planned[-1]], rec) if at_planned else None
+
+
+def _from_steps(run: RunEvidence, name: str) -> Level | None:
+    found = _planned_step(run)
+    if found is None:
         return None
-    step = at_planned[-1]
+    idx, step, rec = found
     for key, scale in STEP_KEYS.get(name, ()):
         if step.get(key) is not None:
-            idx = steps.index(step)
             return Level(name, _scaled(step[key], scale), f"evidence/capacity.json: data.steps.{idx}.{key}",
                          axis_status=rec.status)
     return None
+
+
+def _step_ratio(run: RunEvidence, name: str, num_keys: tuple[str, ...], den: str | tuple[str, str]) -> Level | None:
+    """A rate or share computed from the planned step: a count over its duration (end − start) or over `sent`."""
+    found = _planned_step(run)
+    if found is None:
+        return None
+    idx, step, rec = found
+    num_key = next((k for k in num_keys if isinstance(step.get(k), (int, float))), None)
+    if num_key is None:
+        return None
+    if isinstance(den, tuple):
+        start, end = step.get(den[0]), step.get(den[1])
+        value = (end - start) if isinstance(start, (int, float)) and isinstance(end, (int, float)) else None
+        den_text = f"({den[1]} − {den[0]})"
+    else:
+        value, den_text = step.get(den), den
+    if not isinstance(value, (int, float)) or value <= 0:
+        return None
+    return Level(name, float(step[num_key]) / float(value),
+                 f"evidence/capacity.json: data.steps.{idx}.{num_key} / {den_text}", axis_status=rec.status)
 
 
 def _number(level: Level, *, fraction: bool = False) -> Level:
@@ -301,7 +330,8 @@ def preemptions_per_s(run: RunEvidence) -> Level:
         return Level("preemptions_per_s", float(count) / float(duration),
                      "evidence/capacity.json: data.planned.preemptions / data.planned.duration_s",
                      axis_status=rec.status)
-    return level
+    return _step_ratio(run, "preemptions_per_s", ("preemptions", "preemptions_sampled"),
+                       ("start_wall", "end_wall")) or level
 
 
 def error_ratio(run: RunEvidence) -> Level:
@@ -315,7 +345,7 @@ def error_ratio(run: RunEvidence) -> Level:
     if isinstance(errors, (int, float)) and isinstance(total, (int, float)) and total > 0:
         return Level("error_ratio", float(errors) / float(total),
                      "evidence/capacity.json: data.planned.errors / data.planned.requests", axis_status=rec.status)
-    return level
+    return _step_ratio(run, "error_ratio", ("server_errors",), "sent") or level
 
 
 def prefix_hit_rate(run: RunEvidence) -> Level:

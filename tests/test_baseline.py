@@ -194,7 +194,8 @@ def test_levels_are_derived_tolerantly(tmp_path):
     assert acc.error_ratio(run).value == pytest.approx(0.02)
     assert acc.kv_usage_at_planned(run).value == pytest.approx(0.62)
     validity = acc.tool_call_validity(run)
-    assert validity.value is None and "evidence/agent.json" in validity.reason and "not readable JSON" in validity.reason
+    assert validity.value is None
+    assert "evidence/agent.json" in validity.reason and "not readable JSON" in validity.reason
     assert "agent" in run.unreadable
     assert acc.parallelism(run).value == {"tensor_parallel_size": 8, "pipeline_parallel_size": 1,
                                           "data_parallel_size": 1}
@@ -228,3 +229,18 @@ def test_tool_call_validity_from_the_agent_rates_table(tmp_path):
     store = write_run(tmp_path, "run", changed(agent={"rates": rates, "levels": []}))
     level = acc.tool_call_validity(acc.read_run(store.root))
     assert level.value == pytest.approx(38 / 40) and "check=arguments_valid" in level.source
+
+
+def test_levels_from_the_capacity_steps_as_k3lib_capacity_writes_them(tmp_path):
+    steps = [{"concurrency": 4, "queue_p95_ms": 10.0, "kv_usage_max": 0.2, "preemptions": 0, "start_wall": 0.0,
+              "end_wall": 60.0, "sent": 40, "server_errors": 0},
+             {"concurrency": 8, "queue_p95_ms": 350.0, "kv_usage_max": 0.58, "preemptions": 3, "start_wall": 100.0,
+              "end_wall": 160.0, "sent": 80, "server_errors": 2},
+             {"concurrency": 16, "queue_p95_ms": 2000.0, "kv_usage_max": 0.99, "preemptions": 40}]
+    store = write_run(tmp_path, "run", changed(capacity={"steps": steps, "planned_concurrency": 8}))
+    run = acc.read_run(store.root)
+    assert acc.queue_time_p95_s(run).value == pytest.approx(0.35)
+    assert acc.kv_usage_at_planned(run).value == pytest.approx(0.58)
+    pre = acc.preemptions_per_s(run)
+    assert pre.value == pytest.approx(0.05) and pre.source.startswith("evidence/capacity.json: data.steps.1.")
+    assert acc.error_ratio(run).value == pytest.approx(0.025)
