@@ -40,6 +40,8 @@ def run_review(params: RenewalParams, store: RunStore, *, progress: Progress | N
         from .demo import materialise
 
         params = materialise(params, store.path("inputs"))
+        for f in sorted(store.path("inputs").iterdir()):
+            store.adopt(f"inputs/{f.name}")  # the generated inputs are evidence too
     if on_start:
         s = params.review.series
         on_start(s.history_file or s.prometheus_url or "")  # type: ignore[union-attr]

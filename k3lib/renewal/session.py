@@ -69,6 +69,8 @@ def open_review_run(params_file: str, overrides: list[str] | None = None, run_di
         from .demo import materialise
 
         params = materialise(params, store.path("inputs"))
+        for f in sorted(store.path("inputs").iterdir()):
+            store.adopt(f"inputs/{f.name}")
     if not store.path("params.json").exists():
         store.write_json("params.json", params.public_dict())
     return params, store

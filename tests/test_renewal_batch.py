@@ -1,0 +1,131 @@
+"""The review session helper, evidence records, the decision from records, the notebooks' calls and the batch."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+import k3lib.renewal as renewal
+from k3lib.errors import BadInputError
+from k3lib.renewal.batch import REVIEW, REVIEW_SUMMARY, review_main
+from k3lib.renewal.decision import AXES
+from k3lib.session import read_records
+from k3lib.store import RunStore
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = "parameters/renewal-demo.yaml"
+
+
+def test_all_is_sorted_and_complete():
+    assert renewal.__all__ == sorted(renewal.__all__)
+    assert all(hasattr(renewal, n) for n in renewal.__all__)
+
+
+@pytest.mark.parametrize("nb", [nb for nb, _ in REVIEW] + [REVIEW_SUMMARY])
+def test_notebook_calls_exist(nb):
+    """Every `k3lib.renewal.X` a review notebook calls is exported; the axis it opens is the batch's axis."""
+    book = nbformat.read(ROOT / "notebooks" / nb, as_version=4)
+    called = set()
+    for cell in book.cells:
+        if cell.cell_type != "code":
+            continue
+        for node in ast.walk(ast.parse(cell.source)):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) \
+                    and getattr(node.value.value, "id", None) == "k3lib" and node.value.attr == "renewal":
+                called.add(node.attr)
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "open_review":
+                assert node.args[0].value == dict(REVIEW)[nb]
+    assert called and called <= set(renewal.__all__)
+    assert DEMO in book.cells[1].source or any(DEMO in c.source for c in book.cells)
+
+
+@pytest.fixture(scope="module")
+def steady_run(tmp_path_factory):
+    run = tmp_path_factory.mktemp("run")
+    ctx = renewal.open_review("load", DEMO, [], str(run / "r"))
+    return ctx
+
+
+def test_open_review_materialises_the_demo_into_the_run(steady_run):
+    ctx = steady_run
+    assert ctx.params.review.demo == "steady" and ctx.params.review.inputs is not None
+    assert Path(ctx.params.review.inputs.tasks).parent == ctx.store.path("inputs")
+    assert ctx.params.review.rules.max_ops_hours_per_week == 20  # the rules written in the file are kept
+    assert ctx.params.run.label == "renewal-demo"
+    saved = json.loads(ctx.store.path("params.json").read_text())
+    assert saved["review"]["inputs"]["tasks"] == ctx.params.review.inputs.tasks
+    assert ctx.store.verify() == [] and "inputs/history.om" in ctx.store.manifest()["files"]
+    # params.json reopens the same run without regenerating
+    again = renewal.open_review("cost", str(ctx.store.path("params.json")), [], str(ctx.store.root))
+    assert again.params.review.inputs == ctx.params.review.inputs
+
+
+def test_records_then_decision_from_records_only(steady_run):
+    ctx = steady_run
+    axes = ctx.axes()
+    for axis in AXES:
+        ctx.axis = axis
+        rec = renewal.record_axis(ctx, axes[axis])
+        assert rec.findings and rec.status in ("pass", "warn", "fail")
+    records = read_records(ctx.store)
+    assert set(records) == set(AXES)
+    decision = renewal.decide_review(ctx.params, ctx.store, records)
+    assert decision.decision == "renew"
+    direct = renewal.decide_from_axes(ctx.params, axes)
+    assert decision.reasons == direct.reasons
+    saved = json.loads(ctx.store.path("decision.json").read_text())
+    assert saved["decision"] == "renew" and saved["condition"] and "routing" not in saved
+    assert ctx.store.verify() == []
+
+
+def test_a_failed_axis_counts_as_no_evidence(steady_run):
+    ctx = steady_run
+    from k3lib.evidence import EvidenceRecord
+
+    ctx.store.write_json("evidence/stability.json", EvidenceRecord(
+        axis="stability", title="x", status="fail", error="cell 3: boom").model_dump(mode="json"))
+    decision = renewal.decide_review(ctx.params, ctx.store, read_records(ctx.store))
+    assert decision.decision != "renew"
+    assert any("no evidence for: stability" in r for r in decision.reasons)
+
+
+@pytest.mark.parametrize("files, sets, demo, needle", [
+    pytest.param([], [], "bursty", "unknown demo scenario", id="unknown-scenario"),
+    pytest.param([], [], None, "no parameters file", id="nothing-given"),
+    pytest.param([DEMO], ["review.rules.min_acceptance_rate=2"], None, "review.rules.min_acceptance_rate",
+                 id="bad-rule"),
+    pytest.param(["parameters/nope.yaml"], [], None, "file not found", id="missing-file"),
+])
+def test_review_main_bad_input(files, sets, demo, needle, tmp_path):
+    with pytest.raises(BadInputError) as ei:
+        review_main([str(ROOT / f) for f in files], sets, str(tmp_path), demo)
+    assert needle in ei.value.one_line()
+
+
+def _kernel_sees_renewal() -> bool:
+    code = "import k3lib, sys; sys.exit(0 if hasattr(k3lib, 'renewal') else 1)"
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _kernel_sees_renewal(),
+                    reason="notebooks call k3lib.renewal after `import k3lib`: k3lib/__init__.py must "
+                           "`from . import renewal` (pending in the lead's wiring)")
+def test_review_batch_on_a_demo(tmp_path, capsys):
+    rc = review_main([], [], str(tmp_path), "idle-heavy")
+    out = capsys.readouterr().out
+    assert rc == 3 and "decision: reduce" in out and "condition: restore the previous capacity" in out
+    run = Path(out.strip().splitlines()[-1].removeprefix("run: "))
+    store = RunStore.open(run)
+    assert store.verify() == []
+    assert (run / "report" / "index.html").exists() and (run / "report" / "19_renewal.html").exists()
+    records = read_records(store)
+    assert set(records) >= set(AXES) and all(not r.error for r in records.values())
+    drill = records["stability"].data["result"]["drill"]
+    assert drill["summary"].startswith("5/5")
