@@ -212,7 +212,15 @@ def _saturation(result: CapacityResult, params: Params) -> list[Finding]:
                       decision="limited-observation", observed=point, steps=table))
     else:
         below = [s for s in steps if s["concurrency"] <= planned and not s.get("held")]
-        if below:
+        crash = (result.oom or {}).get("kind") in ("engine-death", "server-errors")
+        if below and crash and all((s.get("server_errors") or 0) > 0 or not s.get("engine_alive_after", True)
+                                   for s in below):
+            # the steps broke on a failure the OOM/engine finding already carries, not on memory pressure
+            out.append(_f("saturation", "not-observable", f"the step at concurrency {below[0]['concurrency']} broke on "
+                                                          f"a server failure that is not a memory error; saturation "
+                                                          f"point so far {point}", decision="limited-observation",
+                          observed=point, steps=table))
+        elif below:
             first = below[0]
             out.append(_f("saturation", "fail", f"saturation at nominal load: the step at concurrency "
                                                 f"{first['concurrency']} did not hold ({'; '.join(first.get('why') or [])}); "

@@ -404,8 +404,9 @@ class CapacityRunner:
                                           tokens=list(plan.context_lengths_tokens), seed=31)
             for prompt in prompts:
                 if self.dead:
-                    self.long_context.append({"target_tokens": prompt.target_tokens, "status": "skipped",
-                                              "note": "engine dead"})
+                    self.long_context.append({"target_tokens": prompt.target_tokens,
+                                              "prompt_tokens": prompt.prompt_tokens, "sized_by": prompt.sized_by,
+                                              "status": "skipped", "note": "engine dead"})
                     continue
                 await self._one_length(client, prompt)
         finally:

@@ -1,0 +1,259 @@
+"""Capacity axis, pure parts: OOM classes, real-world logs classified, the run's shape, step and soak reading."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from k3lib.capacity import (classify_log, classify_oom, failure_kind, judge_step, memory_growth, plan_capacity,
+                            saturation_point, server_config, settled_stats, soak_analysis)
+from k3lib.capacity.analysis import increase, linear_fit
+from k3lib.capacity.shape import default_lengths, default_steps
+from k3lib.params import load_params
+from k3lib.readers.vllm_log import parse_vllm_log
+
+ROOT = Path(__file__).resolve().parents[1]
+REAL_WORLD = ROOT.parent / "shared" / "real-world"
+
+MIB = 1024 * 1024
+
+
+# --- OOM classes ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("phase, in_flight, ready, cls, decision", [
+    pytest.param("cold-load", 0, False, "startup", "environment-rebuild", id="never-ready"),
+    pytest.param("long-context", 1, True, "long-context", "capacity-extension", id="long-context-alone"),
+    pytest.param("concurrency", 4, True, "concurrency", "capacity-extension", id="overlapping-step"),
+    pytest.param("soak", 5, True, "concurrency", "capacity-extension", id="overlapping-soak"),
+    pytest.param("concurrency", 1, True, "long-context", "capacity-extension", id="single-in-flight-step"),
+    pytest.param("other", None, True, "serving", "capacity-extension", id="unknown-load"),
+])
+def test_classify_oom_by_phase_and_overlap(phase, in_flight, ready, cls, decision):
+    got = classify_oom(phase, in_flight=in_flight, ready=ready)
+    assert (got.oom_class, got.decision) == (cls, decision)
+    assert got.remedy and got.basis
+
+
+def _labels(real_world):
+    return {k: v for k, v in json.loads((real_world / "labels.json").read_text()).items() if k.startswith("logs/")}
+
+
+def _log_cases():
+    labels = json.loads((REAL_WORLD / "labels.json").read_text()) if (REAL_WORLD / "labels.json").exists() else {}
+    return [pytest.param(name, lab, id=name) for name, lab in sorted(labels.items()) if name.startswith("logs/")]
+
+
+@pytest.mark.parametrize("name, label", _log_cases())
+def test_real_world_logs_are_classified_to_their_labels(real_world, name, label):
+    verdict = classify_log(parse_vllm_log((real_world / name).read_text(encoding="utf-8", errors="replace")))
+    if label["oom_phase"] == "startup":
+        assert (verdict.kind, verdict.oom_class, verdict.decision) == ("startup-oom", "startup", "environment-rebuild")
+    elif label["oom_phase"] == "serving":
+        assert verdict.kind == "serving-oom"
+        assert verdict.decision == "capacity-extension"
+        # requests running just before the OOM decide between one long prompt and overlapping requests
+        expected = {None: "serving", 0: "long-context", 1: "long-context"}.get(verdict.running_before, "concurrency")
+        assert verdict.oom_class == expected
+    elif label["engine_dead"]:
+        assert (verdict.kind, verdict.oom_class) == ("engine-death", None)
+    elif label["context_rejections"]:
+        assert verdict.kind == "context-rejection"
+        assert verdict.context_rejections == label["context_rejections"]
+    else:
+        assert verdict.kind == "clean"
+
+
+def test_real_world_serving_ooms_happened_with_overlapping_requests(real_world):
+    """The two serving OOMs in the corpus both follow a stats line with many requests running."""
+    serving = [n for n, lab in _labels(real_world).items() if lab["oom_phase"] == "serving"]
+    assert serving
+    for name in serving:
+        verdict = classify_log(parse_vllm_log((real_world / name).read_text(encoding="utf-8", errors="replace")))
+        assert verdict.running_before and verdict.running_before > 1
+        assert verdict.oom_class == "concurrency"
+
+
+_STATS = ("INFO 05-01 10:00:0{s} [loggers.py:1] Engine 000: Avg prompt throughput: 1.0 tokens/s, Avg generation "
+          "throughput: 1.0 tokens/s, Running: {n} reqs, Waiting: 0 reqs, GPU KV cache usage: 50.0%, Prefix cache hit "
+          "rate: 0.0%")
+_START = ("INFO 05-01 09:59:00 [api_server.py:1] vLLM API server version 0.11.0\n"
+          "INFO:     Application startup complete.\n")
+_OOM = ("ERROR 05-01 10:00:09 [core.py:1] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n")
+
+
+@pytest.mark.parametrize("body, kind, cls", [
+    pytest.param(_START + _STATS.format(s=1, n=1) + "\n" + _OOM, "serving-oom", "long-context", id="one-running"),
+    pytest.param(_START + _STATS.format(s=1, n=6) + "\n" + _OOM, "serving-oom", "concurrency", id="six-running"),
+    pytest.param(_START + _OOM, "serving-oom", "serving", id="no-stats-line"),
+    pytest.param("INFO 05-01 09:59:00 [api_server.py:1] vLLM API server version 0.11.0\n" + _OOM,
+                 "startup-oom", "startup", id="before-ready"),
+])
+def test_classify_log_reads_the_load_before_the_oom(body, kind, cls):
+    verdict = classify_log(parse_vllm_log(body))
+    assert (verdict.kind, verdict.oom_class) == (kind, cls)
+
+
+# --- the shape of a run -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("planned, steps", [
+    pytest.param(1, (1, 2), id="1"),
+    pytest.param(4, (1, 2, 4, 5), id="4"),
+    pytest.param(5, (1, 2, 4, 5, 6), id="5-kimi-recipe"),
+    pytest.param(16, (1, 2, 4, 8, 16, 20), id="16"),
+])
+def test_default_steps_climb_to_the_plan_and_one_beyond(planned, steps):
+    assert default_steps(planned) == steps
+
+
+def test_default_lengths_reserve_the_answer():
+    assert default_lengths(4096, 64) == (1008, 2016, 3024, 4032)
+
+
+def test_plan_from_the_demo_parameters_and_explicit_steps():
+    params = load_params([ROOT / "parameters/emulator.yaml"], ["axes.capacity.concurrency_steps=[3, 9]"])
+    plan = plan_capacity(params)
+    assert plan.steps == (3, 4, 9) and plan.beyond_contract == 9 and plan.planned_concurrency == 4
+    assert plan.out_of_contract_tokens > params.contract.max_context_tokens
+    assert max(plan.context_lengths_tokens) <= params.contract.max_context_tokens
+    assert plan.budget_s == sum(plan.to_dict()["budget_s"].values())
+
+
+def test_real_defaults_are_sized_for_a_real_deployment():
+    from k3lib.params import CapacityParams
+
+    cap = CapacityParams()
+    assert cap.step_duration_s >= 60 and cap.soak_duration_s >= 600 and cap.ready_timeout_s >= 600
+
+
+# --- steps and saturation -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("step, objective, held, reason", [
+    pytest.param({"ok": 10, "preemptions": 0, "waiting_mean": 0.0}, None, True, None, id="clean"),
+    pytest.param({"ok": 10, "preemptions": 3, "waiting_mean": 0.0}, None, False, "preemption", id="preempted"),
+    pytest.param({"ok": 10, "preemptions": 0, "waiting_mean": 1.2}, None, False, "waiting", id="queueing"),
+    pytest.param({"ok": 10, "preemptions": 0, "waiting_mean": 0.1, "queue_p95_ms": 900.0}, 500.0, False,
+                 "objective", id="queue-above-objective"),
+    pytest.param({"ok": 10, "preemptions": 0, "waiting_mean": 0.1, "queue_p95_ms": 200.0}, 500.0, True, None,
+                 id="queue-within-objective"),
+    pytest.param({"ok": 3, "preemptions": 0, "server_errors": 2}, None, False, "server side", id="5xx"),
+    pytest.param({"ok": 0, "preemptions": None, "preemptions_sampled": 0.0}, None, False, "no request", id="nothing"),
+])
+def test_judge_step(step, objective, held, reason):
+    ok, why = judge_step(step, queue_objective_ms=objective, waiting_tolerance=0.5)
+    assert ok is held
+    if reason:
+        assert any(reason in w for w in why), why
+
+
+@pytest.mark.parametrize("held, point", [
+    pytest.param([True, True, True, True], 5, id="all"),
+    pytest.param([True, True, False, False], 2, id="breaks-at-4"),
+    pytest.param([False, True, True, True], None, id="first-fails"),
+    pytest.param([True, False, True, True], 1, id="a-hole-stops-it"),
+])
+def test_saturation_point_is_the_highest_unbroken_step(held, point):
+    steps = [{"concurrency": c, "held": h} for c, h in zip((1, 2, 4, 5), held)]
+    assert saturation_point(steps) == point
+
+
+def test_settled_stats_skip_the_ramp_and_count_preemptions():
+    rows = [{"t_wall": t, "num_requests_waiting": 5 if t < 3 else 0, "num_requests_running": 4,
+             "kv_cache_usage_perc": 0.5, "num_preemptions_total": 10 + t} for t in range(10)]
+    got = settled_stats(rows, 0, 9, 0.34)
+    assert got["waiting_mean"] == 0 and got["running_mean"] == 4 and got["preemptions_sampled"] == 9
+
+
+# --- counters, fits, soak -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("values, expected", [
+    pytest.param([1, 2, 5], 4, id="monotonic"),
+    pytest.param([10, 12, 3, 5], 2 + 3 + 2, id="reset-counts-the-new-value"),
+    pytest.param([7], 0, id="single"),
+])
+def test_increase(values, expected):
+    assert increase(values) == expected
+
+
+def test_linear_fit():
+    slope, intercept, r2 = linear_fit([(0, 1), (1, 3), (2, 5)])
+    assert (round(slope, 6), round(intercept, 6), round(r2, 6)) == (2, 1, 1)
+    assert linear_fit([(0, 1), (0, 2), (0, 3)]) is None
+
+
+def _gpu(values_mib, t0=0.0):
+    return [{"t_wall": t0 + i, "host": "n0", "gpu": 0, "fb_used_bytes": v * MIB, "fb_total_bytes": 143771 * MIB}
+            for i, v in enumerate(values_mib)]
+
+
+def test_memory_growth_tells_a_leak_from_a_flat_reservation():
+    leak = memory_growth(_gpu([1000 + 50 * i for i in range(21)]), 0, 20)[0]
+    flat = memory_growth(_gpu([1000] * 21), 0, 20)[0]
+    assert leak["growth_mib"] == pytest.approx(1000, rel=0.01) and leak["r2"] > 0.99
+    assert flat["growth_mib"] == 0
+
+
+def _soak_rows(n=30, *, usage=lambda i: 0.5, running=lambda i: 4, hits=lambda i: 0.8, preempt=lambda i: 0):
+    rows, q, h = [], 0.0, 0.0
+    for i in range(n):
+        q += 100
+        h += 100 * hits(i)
+        rows.append({"t_wall": float(i), "kv_cache_usage_perc": usage(i), "num_requests_running": running(i),
+                     "num_requests_waiting": 0, "num_preemptions_total": preempt(i),
+                     "prefix_cache_queries_total": q, "prefix_cache_hits_total": h})
+    return rows
+
+
+@pytest.mark.parametrize("rows, gpu, flag", [
+    pytest.param(_soak_rows(), _gpu([1000] * 30), None, id="steady"),
+    pytest.param(_soak_rows(), _gpu([1000 + 40 * i for i in range(30)]), "memory_growing", id="leak"),
+    pytest.param(_soak_rows(usage=lambda i: 0.3 + i / 60), _gpu([1000] * 30), "kv_accumulating", id="kv-climbs"),
+    pytest.param(_soak_rows(hits=lambda i: 0.9 if i < 10 else 0.3), _gpu([1000] * 30), "evicting", id="eviction"),
+    pytest.param(_soak_rows(usage=lambda i: 0.95, running=lambda i: 1), _gpu([1000] * 30), "fragmented",
+                 id="fragmentation"),
+    pytest.param(_soak_rows(preempt=lambda i: i), _gpu([1000] * 30), "preemptions", id="preemptions"),
+])
+def test_soak_analysis_flags(rows, gpu, flag):
+    got = soak_analysis(rows, gpu, 0, 29, concurrency=4, memory_growth_min_mib=256, kv_trend_max=0.15,
+                        hit_rate_drop_max=0.2, fragmentation_share_max=0.2, waiting_tolerance=0.5)
+    flags = {"memory_growing": bool(got["memory_growing"]), "kv_accumulating": got["kv_accumulating"],
+             "evicting": got["evicting"], "fragmented": got["fragmented"], "preemptions": bool(got["preemptions"])}
+    assert {k for k, v in flags.items() if v} == ({flag} if flag else set())
+
+
+# --- request outcomes and configuration ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rec, kind", [
+    pytest.param({"ok": True, "http_status": 200}, None, id="ok"),
+    pytest.param({"ok": False, "http_status": 400, "error_kind": "APIError"}, "refused", id="400"),
+    pytest.param({"ok": False, "http_status": 500, "error_kind": "APIError"}, "server-error", id="500"),
+    pytest.param({"ok": False, "http_status": 200, "error_kind": "APIError"}, "server-error", id="error-in-stream"),
+    pytest.param({"ok": False, "http_status": None, "error_kind": "Timeout"}, "timeout", id="timeout"),
+    pytest.param({"ok": False, "http_status": None, "error_kind": "TargetUnreachable"}, "unreachable", id="refused-tcp"),
+    pytest.param({"ok": False, "cancelled": True, "error_kind": "Cancelled"}, "cancelled", id="deadline"),
+])
+def test_failure_kind(rec, kind):
+    assert failure_kind(rec) == kind
+
+
+def test_server_config_reads_args_cache_info_and_models():
+    log = parse_vllm_log(
+        "(APIServer pid=1) INFO 05-01 09:59:00 [api_server.py:1] vLLM API server version 0.11.0\n"
+        "(APIServer pid=1) INFO 05-01 09:59:00 [utils.py:1] non-default args: {'model': 'm', 'max_model_len': 32768, "
+        "'tensor_parallel_size': 8, 'gpu_memory_utilization': 0.97, 'max_num_seqs': 5}\n"
+        "(APIServer pid=1) INFO 05-01 09:59:01 [scheduler.py:1] Chunked prefill is enabled with "
+        "max_num_batched_tokens=4096.\n")
+    cfg = server_config(log, {"block_size": "64", "num_gpu_blocks": "9000", "enable_prefix_caching": "True"},
+                        {"id": "m", "max_model_len": 32768})
+    v, src = cfg["values"], cfg["sources"]
+    assert (v["max_model_len"], v["tensor_parallel_size"], v["data_parallel_size"]) == (32768, 8, 1)
+    assert (v["gpu_memory_utilization"], v["max_num_seqs"], v["max_num_batched_tokens"]) == (0.97, 5, 4096)
+    assert (v["block_size"], v["num_gpu_blocks"], v["enable_prefix_caching"]) == (64, 9000, True)
+    assert src["max_num_batched_tokens"] == "log: chunked prefill line"
+    assert server_config(None)["values"]["tensor_parallel_size"] is None
