@@ -147,3 +147,15 @@ def test_notebook_runs_under_papermill_and_writes_its_record(healthy, tmp_path, 
     assert record["axis"] == "prefix_cache" and record["status"] == "pass", record["findings"]
     assert (run / "evidence/prefix_cache/result.json").exists()
     assert RunStore(run).verify() == []
+
+
+def test_without_a_salt_the_shared_tool_block_is_designed_into_later_cold_requests(healthy, tmp_path):
+    """Fresh-prefix isolation only: the tool definitions (rendered before the nonce) are shared across
+    sessions, and the designed hits of a cold request account for what this run sent before it."""
+    _, result, record = _run(healthy, tmp_path, "axes.prefix_cache.isolation=fresh-prefix")
+    pairs = prefix.reconcile(result)
+    assert all(p.cold_observed_hits == p.cold_designed_hits for p in pairs)
+    assert pairs[0].cold_designed_hits == 0 and pairs[1].cold_designed_hits > 0
+    assert all(s.salt is None for s in result.samples)
+    assert record.by_rule("prefix_cache.isolation").status == "info"
+    assert record.status == "pass", _why(record)

@@ -169,3 +169,15 @@ def test_result_round_trips_through_json():
     res = result()
     again = PrefixCacheResult.from_dict(json.loads(json.dumps(res.to_dict())))
     assert again == dataclasses.replace(res)
+
+
+def test_reading_back_a_folder_without_the_axis_says_so(tmp_path):
+    from k3lib.errors import EvidenceError
+    from k3lib.store import RunStore
+
+    store = RunStore.create_at(tmp_path / "run")
+    with pytest.raises(EvidenceError, match="has not run"):
+        PrefixCacheResult.load(store)
+    store.write_json("evidence/prefix_cache/result.json", {"samples": [], "bogus": 1})
+    with pytest.raises(EvidenceError, match="not a prefix-cache result"):
+        PrefixCacheResult.load(store)

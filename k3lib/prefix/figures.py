@@ -31,8 +31,8 @@ def hits_table(result: PrefixCacheResult) -> Any:
 
     rows = [{"session": p.session, "prefix_tokens": p.prefix_target, "intended_hits": p.intended_hits,
              "designed_hits": p.designed_hits, "observed_hits": p.observed_hits, "cached_tokens": p.cached_tokens,
-             "cold_hits": p.cold_observed_hits, "diverges_at": p.divergence_at, "cause": p.cause,
-             "explanation": p.explanation} for p in reconcile(result)]
+             "cold_designed_hits": p.cold_designed_hits, "cold_hits": p.cold_observed_hits,
+             "diverges_at": p.divergence_at, "cause": p.cause, "explanation": p.explanation} for p in reconcile(result)]
     return pd.DataFrame(rows)
 
 

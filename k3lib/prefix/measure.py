@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 
 from ..client import ChatRecord, SyncChatClient
-from ..errors import APIError
+from ..errors import APIError, EvidenceError
 from ..metrics import Snapshot, delta, scrape
 from ..prompts import EstimateCounter, ServerTokenCounter, TokenCounter, filler_text, fit_count
 from .blocks import common_prefix_len, designed_hits, expected_hits, first_divergence, hit_unit
@@ -143,8 +143,12 @@ class PrefixCacheResult:
         """Read back a run's result (`evidence/prefix_cache/result.json`) to re-render without re-running."""
         data = store.read_json(RESULT_JSON)
         if data is None:
-            raise FileNotFoundError(f"{store.path(RESULT_JSON)}: the prefix-cache axis has not run in this folder")
-        return cls.from_dict(data)
+            raise EvidenceError(f"{store.path(RESULT_JSON)} is missing: the prefix-cache axis has not run in this "
+                                "folder")
+        try:
+            return cls.from_dict(data)
+        except (TypeError, ValueError) as exc:
+            raise EvidenceError(f"{store.path(RESULT_JSON)}: not a prefix-cache result ({exc})") from None
 
 
 # ---------------------------------------------------------------------------------------------------------

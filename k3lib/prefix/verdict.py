@@ -202,6 +202,13 @@ def iter_findings(result: PrefixCacheResult, pairs: list[PairReconciliation] | N
                                message=f"prefix-cache queries rose by exactly each request's prompt tokens in all "
                                        f"{len(counted)} windows: the deltas are tied to the content sent"))
 
+    cold = {s.prefix_target: s.prompt_tokens for s in result.samples if s.kind == "cold" and s.prompt_tokens}
+    out.append(Finding(rule=rule + "sizing", status="info", observed=cold, expected=list(cold),
+                       message=f"cold prompts sized by {result.sized_by}: "
+                               + ", ".join(f"{t} → {n} tokens" for t, n in cold.items())
+                               + ("" if all(n == t for t, n in cold.items()) else
+                                  " (a target below the tools + history size, or no exact fit, gives a larger "
+                                  "prompt)")))
     out.append(_reuse_finding(result, pairs))
     out.append(_reconcile_finding(pairs))
     out.append(_cached_tokens_finding(result, clean))
@@ -280,7 +287,8 @@ def _reconcile_finding(pairs: list[PairReconciliation]) -> Finding:
                        message=f"observed hits equal the designed ones on all {len(judged)} pair(s)")
     causes = sorted({p.cause for p in gaps})
     return Finding(rule=rule, status="warn", evidence={"pairs": table},
-                   observed=sum(p.observed_hits or 0 for p in judged), expected=sum(p.designed_hits or 0 for p in judged),
+                   observed=sum(p.observed_hits or 0 for p in judged),
+                   expected=sum(p.designed_hits or 0 for p in judged),
                    message=f"{len(gaps)} of {len(judged)} pair(s) differ from the design ({', '.join(causes)}): "
                            f"{gaps[0].explanation}")
 
