@@ -25,7 +25,8 @@ from .store import MANIFEST
 #     duration_s, error_ratio | errors + requests}; else the k3lib.capacity step at the planned concurrency:
 #     capacity.data.steps[] {concurrency, queue_p95_ms, kv_usage_max, preemptions, start_wall, end_wall,
 #     server_errors, sent}
-#   prefix_cache.data.{warm_hit_rate | hit_rate}      agent.data.{tool_call_validity | valid_rate | pass_rate}, else
+#   prefix_cache.data.{warm_hit_rate | hit_rate | observed_hit_tokens / warm_prompt_tokens (k3lib.prefix)}
+#   agent.data.{tool_call_validity | valid_rate | pass_rate}, else
 #   agent.data.rates[] rows {level, check, passed, total} with check == AGENT_VALIDITY_CHECK (k3lib.agent, committed)
 Candidate = tuple[str, str, float]
 CANDIDATES: dict[str, tuple[Candidate, ...]] = {
@@ -349,8 +350,19 @@ def error_ratio(run: RunEvidence) -> Level:
 
 
 def prefix_hit_rate(run: RunEvidence) -> Level:
-    """Token hit rate (hits / queries deltas) of the controlled warm requests."""
-    return _measured(run, "prefix_hit_rate")
+    """Token hit rate of the controlled warm requests: hit tokens over warm prompt tokens (k3lib.prefix writes both
+    sums, over clean pairs, as `observed_hit_tokens` and `warm_prompt_tokens`)."""
+    level = _measured(run, "prefix_hit_rate")
+    if level.known:
+        return level
+    rec = run.records.get("prefix_cache")
+    data = rec.data if rec else {}
+    hits, prompts = data.get("observed_hit_tokens"), data.get("warm_prompt_tokens")
+    if isinstance(hits, (int, float)) and isinstance(prompts, (int, float)) and prompts > 0:
+        return Level("prefix_hit_rate", float(hits) / float(prompts),
+                     "evidence/prefix_cache.json: data.observed_hit_tokens / data.warm_prompt_tokens",
+                     axis_status=rec.status)
+    return level
 
 
 def tool_call_validity(run: RunEvidence) -> Level:

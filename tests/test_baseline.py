@@ -244,3 +244,10 @@ def test_levels_from_the_capacity_steps_as_k3lib_capacity_writes_them(tmp_path):
     pre = acc.preemptions_per_s(run)
     assert pre.value == pytest.approx(0.05) and pre.source.startswith("evidence/capacity.json: data.steps.1.")
     assert acc.error_ratio(run).value == pytest.approx(0.025)
+
+
+def test_hit_rate_from_the_prefix_axis_token_sums(tmp_path):
+    store = write_run(tmp_path, "run", changed(prefix_cache={"gain_counted": True, "observed_hit_tokens": 1536,
+                                                             "warm_prompt_tokens": 2048, "designed_hit_tokens": 1536}))
+    level = acc.prefix_hit_rate(acc.read_run(store.root))
+    assert level.value == pytest.approx(0.75) and "observed_hit_tokens / data.warm_prompt_tokens" in level.source
