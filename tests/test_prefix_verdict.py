@@ -54,6 +54,8 @@ def finding(res: PrefixCacheResult, rule: str):
     pytest.param(dict(replica_queries={A0: 600.0}), dict(hits_delta=0.0, cached_tokens=0, queries_delta=0.0,
                                                          settled=False, replica_queries={A0: 0.0}),
                  "True", "routed-elsewhere", "not in target.metrics_urls", id="replica-not-scraped"),
+    pytest.param({}, dict(hits_delta=592.0, cached_tokens=592), "True", "not-isolated", "cached before",
+                 id="whole-warm-prompt-cached-before"),
     pytest.param({}, dict(designed_hits=0, hits_delta=576.0), "True", "not-isolated", "cached before",
                  id="cached-before-the-cold-request"),
     pytest.param({}, dict(hits_delta=512.0, cached_tokens=512), "True", "block-size", "128-token",
@@ -71,6 +73,13 @@ def test_every_gap_between_designed_and_observed_hits_is_named(cold_kw, warm_kw,
     rec = reconcile_pair(cold, warm, result([(cold, warm)], flag=flag))
     assert rec.cause == cause, rec.explanation
     assert words in rec.explanation
+
+
+def test_a_wrong_assumed_unit_is_named_not_mistaken_for_a_pre_cached_prefix():
+    # block_size_tokens=128 set by hand on a server hashing 16-token blocks: more hits than designed
+    cold, warm = sample("cold"), sample("warm", designed_hits=512, intended_hits=512)
+    rec = reconcile_pair(cold, warm, result([(cold, warm)], unit=128))
+    assert rec.cause == "block-size" and "16-token" in rec.explanation, rec.explanation
 
 
 def test_healthy_reuse_passes_and_counts_the_gain():

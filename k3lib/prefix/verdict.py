@@ -12,7 +12,7 @@ import statistics
 from typing import Any
 
 from ..evidence import EvidenceRecord, Finding, axis_status
-from .blocks import units_reproducing
+from .blocks import hits_for, units_reproducing
 from .measure import AXIS, COUNTERS_JSON, RESULT_JSON, SAMPLES_JSONL, TOKEN_IDS_JSONL, PrefixCacheResult, \
     RequestSample
 
@@ -115,18 +115,21 @@ def reconcile_pair(cold: RequestSample, warm: RequestSample, result: PrefixCache
                                        f"{', '.join(result.metrics_urls)} took only {warm.queries_delta} of its "
                                        f"{warm.prompt_tokens} prompt tokens: another replica, whose /metrics is "
                                        "not in target.metrics_urls, served it")
-    if observed > designed:
-        return out("not-isolated", f"{observed} tokens hit, {observed - designed} more than this run's own prompts "
-                                   "explain: the prefix was cached before the cold request (use a unique "
-                                   "cache_salt or a fresh prefix per session)")
-    units = tuple(u for u in units_reproducing(observed, warm.common_prefix_tokens or 0,
-                                               cold.tokenized_tokens or 0, warm.tokenized_tokens or 0)
-                  if u != result.unit) if observed > 0 and warm.common_prefix_tokens is not None else ()
+    # another hit unit reproducing the observation exactly comes first: a wrong unit makes observed > designed too
+    # (only where the design is the cold/warm pair alone, so the lengths below are the whole story)
+    units: tuple[int, ...] = ()
+    lengths = (warm.common_prefix_tokens, cold.tokenized_tokens, warm.tokenized_tokens)
+    if observed > 0 and result.unit and None not in lengths and hits_for(*lengths, result.unit) == designed:
+        units = tuple(u for u in units_reproducing(observed, *lengths) if u != result.unit)
     if units:
         return out("block-size", f"{observed} of {designed} designed tokens hit: that is what a {units[0]}-token "
                                  f"hit unit gives, not {result.unit} ({result.unit_source}); set "
                                  "axes.prefix_cache.block_size_tokens or check the effective block size "
                                  "(hybrid models inflate it, vllm#42966)")
+    if observed > designed:
+        return out("not-isolated", f"{observed} tokens hit, {observed - designed} more than this run's own prompts "
+                                   "explain: the prefix was cached before the cold request (use a unique "
+                                   "cache_salt or a fresh prefix per session)")
     if observed == 0:
         return out("evicted", f"0 of {designed} designed tokens hit although the prefix is identical up to token "
                               f"{warm.common_prefix_tokens}: the cold blocks were evicted before the warm request "
