@@ -266,11 +266,17 @@ def stability_outcomes(steps: Iterable[Mapping[str, Any]]) -> list[tuple[int, in
                 out.append((lvl, rep, Outcome("structure_stable", True,
                                               f"same structure as {count} of {len(sigs)} repetitions")))
             else:
-                first = next((a for a, b in zip(sig, modal) if a != b), sig[len(modal)] if len(sig) > len(modal)
-                             else modal[len(sig)])
-                out.append((lvl, rep, Outcome("structure_stable", False,
-                                              f"differs from the usual structure at {first[:3]}: {first[3:]}")))
+                out.append((lvl, rep, Outcome("structure_stable", False, _difference(sig, modal))))
     return out
+
+
+def _difference(sig: tuple[Any, ...], modal: tuple[Any, ...]) -> str:
+    for a, b in zip(sig, modal):
+        if a != b:
+            return f"differs from the usual structure at (case, turn, round) {a[:3]}: {a[3:]} instead of {b[3:]}"
+    if len(sig) < len(modal):
+        return f"stops before {modal[len(sig)][:3]}, where the usual run goes on"
+    return f"goes on to {sig[len(modal)][:3]}: {sig[len(modal)][3:]}, where the usual run stops"
 
 
 @dataclass(frozen=True)
