@@ -253,16 +253,8 @@ def _panel(ctx: "AxisContext", settings: BurstSettings) -> Any:
     duration = w.BoundedFloatText(value=settings.duration_s, min=0.5, max=3600, description="max seconds")
     fire = w.Button(description="Fire burst", button_style="warning", icon="bolt")
     status = w.HTML(value="<i>pick a shape and fire a bounded burst</i>")
-    empty = BurstResult(settings, "", time.time(), time.time(), [], [], [], {}, None)
-    fig = burst_figure(empty, widget=True)
-
-    def redraw(result: BurstResult) -> None:
-        fresh = burst_figure(result)
-        with fig.batch_update():
-            for i, trace in enumerate(fresh.data):
-                if i < len(fig.data):
-                    fig.data[i].x, fig.data[i].y = trace.x, trace.y
-            fig.layout.title = fresh.layout.title
+    live = _LivePlot(BurstResult(settings, "", time.time(), time.time(), [], [], [], {}, None))
+    redraw = live.update
 
     def on_fire(_: Any) -> None:
         chosen = dataclasses.replace(settings, context_tokens=context.value, concurrency=conc.value,
@@ -286,4 +278,35 @@ def _panel(ctx: "AxisContext", settings: BurstSettings) -> Any:
             fire.disabled = False
 
     fire.on_click(on_fire)
-    return w.VBox([w.HBox([context, conc, out_tok]), w.HBox([requests, duration, fire]), status, fig])
+    return w.VBox([w.HBox([context, conc, out_tok]), w.HBox([requests, duration, fire]), status, live.widget])
+
+
+class _LivePlot:
+    """A plotly FigureWidget updated in place; plotly ≥ 6 needs anywidget for it, so without anywidget the
+    static figure is redrawn inside an ipywidgets Output (still live, a little more flicker)."""
+
+    def __init__(self, first: BurstResult) -> None:
+        import ipywidgets as w
+
+        self.last = burst_figure(first)
+        try:
+            self.figure: Any = burst_figure(first, widget=True)
+            self.widget: Any = self.figure
+        except ImportError:
+            self.figure = None
+            self.widget = w.Output()
+
+    def update(self, result: BurstResult) -> None:
+        fresh = self.last = burst_figure(result)
+        if self.figure is not None:
+            with self.figure.batch_update():
+                for i, trace in enumerate(fresh.data):
+                    if i < len(self.figure.data):
+                        self.figure.data[i].x, self.figure.data[i].y = trace.x, trace.y
+                self.figure.layout.title = fresh.layout.title
+            return
+        from IPython.display import display
+
+        with self.widget:
+            self.widget.clear_output(wait=True)
+            display(fresh)
