@@ -1,6 +1,6 @@
 """k3kit's library: drives requests, collects metrics and GPU data, checks contracts and decides."""
 
-from . import compat
+from . import compat, operations, prefix
 from .decision import Decision, decide
 from .errors import (APIError, ArtifactError, BadInputError, EvidenceError, K3Error, MissingSeriesError,
                      ProtocolError, TargetError, TargetUnreachable)
@@ -34,6 +34,8 @@ __all__ = [
     "load_params",
     "open_axis",
     "open_summary",
+    "operations",
+    "prefix",
     "probe_record",
     "read_records",
     "records_table",

@@ -34,7 +34,7 @@ FAIL_RULES: tuple[tuple[str, str, str], ...] = (
     ("capacity.context_refusal", "limited-observation", "an out-of-contract request is not refused cleanly"),
     ("capacity.*", "capacity-extension", "memory or queue saturates at nominal load"),
     ("prefix_cache.*", "limited-observation", "no measured cache reuse: the expected gain is not counted"),
-    ("operations.*", "limited-observation", "an operational prerequisite is not proven"),
+    ("attestation.*", "limited-observation", "an operational prerequisite is not proven"),
     ("*", "limited-observation", "a non-critical check failed"),
 )
 

@@ -231,6 +231,15 @@ class CapacityParams(_Model):
     explore_duration_s: PositiveSeconds = 60.0
 
 
+class OperationsParams(_Model):
+    """What the kit cannot observe: an attestation file (who, when, how, link) and a rollback drill it runs.
+    Without either, checklist items C15/C16 stay open: never a pass."""
+
+    attestation: str | None = None  # YAML, see parameters/attestation.example.yaml
+    rollback_drill: str | list[str] | None = None  # argv, a command line, or 'http:METHOD:URL[:JSON]'; {base_url}
+    drill_timeout_s: PositiveSeconds = 300.0
+
+
 class AxesParams(_Model):
     """Per-axis knobs. Each later axis adds its own section here."""
 
@@ -239,6 +248,7 @@ class AxesParams(_Model):
     capacity: CapacityParams = CapacityParams()
     agent: AgentParams = AgentParams()
     prefix_cache: PrefixCacheParams = PrefixCacheParams()
+    operations: OperationsParams = OperationsParams()
 
 
 class RunParams(_Model):

@@ -1,0 +1,60 @@
+"""What the kit cannot observe, made evidence: the operator's attestation and a rollback drill the kit runs.
+
+The operator knowing the context limit, the concurrency limit and the rollback signal, and a rehearsed restore
+to the previous image, are checklist items C15 and C16. They come from an attestation file (who, when, how, a
+link) or, for the rollback, from a drill run with the command in parameters; without either they stay open.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from .attestation import AttestationRecord, DrillResult, attestation_findings, read_attestation, rollback_drill
+from .evidence import EvidenceRecord, Finding, axis_status
+from .session import AxisContext, find_path
+
+
+@dataclasses.dataclass(frozen=True)
+class OperationsResult:
+    attestation: AttestationRecord | None
+    attestation_file: str | None
+    drill: DrillResult | None
+    findings: tuple[Finding, ...]
+
+    def table(self) -> Any:
+        import pandas as pd
+
+        return pd.DataFrame([{"item": f.rule, "status": f.status, "finding": f.message} for f in self.findings])
+
+
+def run_operations(ctx: AxisContext) -> OperationsResult:
+    """Read the attestation (if any), run the drill (if any) against the target, and judge both."""
+    ops = ctx.params.axes.operations
+    att = path = None
+    if ops.attestation:
+        path = str(find_path(ops.attestation))
+        att = read_attestation(path)
+        ctx.store.write_text("evidence/operations/attestation.yaml", open(path, encoding="utf-8").read())
+    drill = None
+    if ops.rollback_drill:
+        key = ctx.target.headers().get("Authorization", "").removeprefix("Bearer ") or None
+        drill = rollback_drill(ops.rollback_drill, ctx.target.base_url, ops.drill_timeout_s,
+                               model=ctx.params.target.model, api_key=key)
+    findings = attestation_findings(att, drill=drill, contract_context_tokens=ctx.params.contract.max_context_tokens,
+                                    planned_concurrency=ctx.params.contract.planned_concurrency)
+    return OperationsResult(att, path, drill, tuple(findings))
+
+
+def operations_record(result: OperationsResult, ctx: AxisContext) -> EvidenceRecord:
+    status = axis_status(list(result.findings))
+    open_items = [f.rule for f in result.findings if f.status == "not-observable"]
+    summary = ("attested and rehearsed" if status == "pass" else
+               f"open: {', '.join(open_items)}" if open_items else "a prerequisite failed")
+    return EvidenceRecord(
+        axis="operations", title="Operator readiness and rollback", status=status, summary=summary,
+        findings=list(result.findings),
+        data={"attestation_file": result.attestation_file,
+              "attestation": result.attestation.model_dump(mode="json") if result.attestation else None,
+              "drill": dataclasses.asdict(result.drill) if result.drill else None},
+        attachments=["evidence/operations/attestation.yaml"] if result.attestation else [])
