@@ -54,6 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "rendered report and decision.json. Exit 0 production, 3 limited-observation, "
                                    "4 capacity-extension, 5 environment-rebuild, 2 bad input, 1 internal error.")
     _add_target_options(v)
+    v.add_argument("--baseline", metavar="RUN",
+                   help="an accepted run to compare with: a changed image, driver, vLLM, topology or context limit "
+                        "reopens the sheet; metrics outside the accepted band are listed as drift")
     v.set_defaults(func=cmd_validate)
 
     d = sub.add_parser("demo", help="run the whole demo on the embedded emulator",
@@ -83,11 +86,44 @@ def build_parser() -> argparse.ArgumentParser:
         k.add_argument("--json", action="store_true", help="print JSON instead of aligned text")
         k.set_defaults(func=cmd_inspect, inspect_kind=kind)
 
-    ver = sub.add_parser("verify", help="check every file of a run against its manifest",
-                         description="Recompute the sha256 of every file listed in RUN/manifest.json; exit 0 when "
-                                     "all match, 1 naming each file that changed or is missing.")
+    sg = sub.add_parser("sign", help="sign a run's decision as its reviewer",
+                        description="Write signature.json (reviewer, time, decision, the manifest's sha256); with "
+                                    "--key, also sign manifest.json with `ssh-keygen -Y sign` (manifest.json.sig), "
+                                    "verifiable by anyone with an allowed-signers file.")
+    sg.add_argument("run", metavar="RUN", help="a run folder under outputs/")
+    sg.add_argument("--reviewer", required=True, metavar="NAME", help="who reviewed and signs the sheet")
+    sg.add_argument("--key", metavar="SSH_KEY", help="private SSH key to sign manifest.json with")
+    sg.add_argument("--identity", metavar="PRINCIPAL",
+                    help="signer identity for the allowed-signers file (default: the reviewer)")
+    sg.add_argument("--force", action="store_true", help="replace an existing signature")
+    sg.set_defaults(func=cmd_sign)
+
+    ver = sub.add_parser("verify", help="check every file of a run against its manifest and signature",
+                         description="Recompute the sha256 of every file listed in RUN/manifest.json and check the "
+                                     "signature; exit 0 when all match, 1 naming each file that changed or is "
+                                     "missing.")
     ver.add_argument("run", metavar="RUN", help="a run folder under outputs/")
+    ver.add_argument("--allowed-signers", metavar="FILE",
+                     help="ssh allowed-signers file to verify manifest.json.sig against")
     ver.set_defaults(func=cmd_verify)
+
+    gl = sub.add_parser("golive", help="write alert rules, dashboard and rollback triggers from an accepted run",
+                        description="From an accepted run: Prometheus alerting rules whose thresholds come from the "
+                                    "run, a Grafana dashboard and ROLLBACK.md. A threshold that cannot be derived "
+                                    "is omitted and said so, never invented.")
+    gl.add_argument("run", metavar="RUN", help="an accepted run folder")
+    gl.add_argument("--out", required=True, metavar="DIR", help="folder for alerts.yml, dashboard.json, ROLLBACK.md")
+    gl.add_argument("--job", metavar="NAME", help="Prometheus job label of the vLLM scrape (default: vllm)")
+    gl.add_argument("--for", dest="sustained_for", metavar="DURATION",
+                    help="how long a breach must last before an alert fires (default: 10m)")
+    gl.set_defaults(func=cmd_golive)
+
+    cp = sub.add_parser("compare", help="compare a run with an accepted baseline",
+                        description="Exit 0 when the deployment is the same and no metric drifted, 1 when the sheet "
+                                    "reopens or a metric drifted, 2 when the runs cannot be compared.")
+    cp.add_argument("run", metavar="RUN", help="the new run folder")
+    cp.add_argument("--baseline", required=True, metavar="RUN", help="the accepted run folder")
+    cp.set_defaults(func=cmd_compare)
     return parser
 
 
@@ -127,16 +163,27 @@ def _load(files: list[str], sets: list[str], faults: list[str], profile: str | N
     return params
 
 
-def _run_acceptance(params, out: str | None) -> int:
+def _run_acceptance(params, out: str | None, baseline: str | None = None) -> int:
     from .runner import run_acceptance
     from .session import outputs_dir
     from .store import RunStore
     from .target import require_api_key
 
     require_api_key(params)
+    if baseline:
+        from .baseline import precheck_baseline
+
+        precheck_baseline(baseline, params.recipe.build)
     store = RunStore.create(Path(out) if out else outputs_dir(), label=params.run.label)
     print(f"run: {store.root}", file=sys.stderr)
     decision = run_acceptance(params, store, on_start=lambda url: print(f"target: {url}", file=sys.stderr))
+    if baseline:
+        from .baseline import compare_with_baseline
+
+        comparison = compare_with_baseline(store.root, baseline)
+        store.write_json("baseline.json", comparison.to_dict())
+        for line in comparison.lines():
+            print(line)
     print(f"decision: {decision.decision}")
     for reason in decision.reasons:
         print(f"  - {reason}")
@@ -147,7 +194,7 @@ def _run_acceptance(params, out: str | None) -> int:
 
 def cmd_validate(ns: argparse.Namespace) -> int:
     params = _load(ns.params, ns.sets, ns.fault, ns.profile)
-    return _run_acceptance(params, ns.out)
+    return _run_acceptance(params, ns.out, ns.baseline)
 
 
 def cmd_demo(ns: argparse.Namespace) -> int:
@@ -212,16 +259,27 @@ def cmd_inspect(ns: argparse.Namespace) -> int:
 
 
 def cmd_verify(ns: argparse.Namespace) -> int:
-    from .store import RunStore
+    from .signing import verify_main
 
-    store = RunStore.open(ns.run)
-    problems = store.verify()
-    if problems:
-        for line in problems:
-            print(f"CHANGED {line}")
-        return 1
-    print(f"OK {len(store.manifest()['files'])} files match {store.root / 'manifest.json'}")
-    return 0
+    return verify_main(ns)
+
+
+def cmd_sign(ns: argparse.Namespace) -> int:
+    from .signing import sign_main
+
+    return sign_main(ns)
+
+
+def cmd_golive(ns: argparse.Namespace) -> int:
+    from .golive import golive_main
+
+    return golive_main(ns)
+
+
+def cmd_compare(ns: argparse.Namespace) -> int:
+    from .baseline import compare_main
+
+    return compare_main(ns)
 
 
 def main(argv: list[str] | None = None) -> int:
