@@ -11,6 +11,7 @@ import papermill as pm
 import pytest
 
 from k3lib.params import load_params, parse_set
+from k3lib.renewal.params import is_review_file, load_review_params
 from k3lib.session import NOTEBOOK_PARAMETERS
 from k3lib.store import RunStore
 
@@ -35,8 +36,11 @@ def test_parameters_cell_matches_the_parameter_model(path):
     for stmt in ast.parse(cell.source).body:
         assert isinstance(stmt, ast.Assign), f"{path.name}: the parameters cell holds assignments only"
         values[stmt.targets[0].id] = ast.literal_eval(stmt.value)  # literals only: raises otherwise
-    params = load_params([ROOT / values["params_file"]], [*values["overrides"]])
-    assert params.target is not None
+    params_path = ROOT / values["params_file"]
+    if is_review_file(params_path):  # a renewal notebook: the review's own parameter model
+        assert load_review_params([params_path], [*values["overrides"]]) is not None
+    else:
+        assert load_params([params_path], [*values["overrides"]]).target is not None
     for expr in values["overrides"]:
         parse_set(expr)
     assert values["interactive"] is False and values["run_dir"] == ""
