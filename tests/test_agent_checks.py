@@ -8,7 +8,7 @@ import re
 import pytest
 import yaml
 
-import k3lib.agent  # noqa: F401  (until k3lib/__init__.py imports it)
+import k3lib.agent  # until k3lib/__init__.py imports it
 from k3lib.agent import checks as C
 from k3lib.agent.report import AgentResult, FailingReply, iter_findings
 from k3lib.agent.runner import assistant_message, filler_lines, parsed_reply
@@ -337,7 +337,7 @@ def test_findings_fail_a_check_with_its_counts_and_block_agents():
 def test_environment_refusal_is_an_environment_finding():
     step = _step(1, 0, 1, ok=False) | {"environment": "auto-tool-choice", "tools": ["get_weather"]}
     f = {x.rule: x for x in iter_findings(_result([step]))}
-    env = f["agent.server_tool_flags"]
+    env = f["agent.auto_tool_choice"]
     assert env.status == "fail" and "auto tool choice not enabled on the server" in env.message
     assert env.evidence["category"] == "environment" and env.evidence["decision"] == "environment-rebuild"
 
@@ -353,3 +353,18 @@ def test_failing_reply_is_escaped():
     assert "&lt;script&gt;" in html and "&lt;|open|&gt;tools" in html
     assert "No reply failed" in FailingReply(None, [])._repr_html_()
     assert "<script>" not in _result([step]).cases_table().to_html()
+
+
+def test_public_names_are_sorted_and_exist():
+    assert k3lib.agent.__all__ == sorted(k3lib.agent.__all__)
+    assert all(hasattr(k3lib.agent, n) for n in k3lib.agent.__all__)
+
+
+def test_max_clean_concurrency_is_the_agents_traffic_cap():
+    ok = {"check": "arguments_valid", "passed": True, "detail": ""}
+    bad = {"check": "arguments_valid", "passed": False, "detail": ""}
+    steps = [_step(1, 0, 1, checks=[ok]), _step(2, 0, 1, checks=[ok]), _step(4, 0, 1, checks=[bad])]
+    assert _result(steps, (1, 2, 4)).max_clean_concurrency() == 2
+    assert _result([_step(1, 0, 1, checks=[bad])], (1, 2)).max_clean_concurrency() is None
+    refused = _step(1, 0, 1, ok=False) | {"environment": "auto-tool-choice"}
+    assert _result([refused], (1,)).max_clean_concurrency() is None

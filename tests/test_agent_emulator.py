@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 import k3lib.agent as agent  # noqa: F401  (until k3lib/__init__.py imports it)
+from k3lib.decision import decide
 from k3lib.emulator import EmulatorConfig, start_emulator
 from k3lib.session import open_axis
 
@@ -50,12 +51,13 @@ def test_healthy_every_check_passes_at_every_level(server, tmp_path):
     ctx, result, record = run(server, tmp_path, "axes.agent.repetitions=2", "axes.agent.concurrency_levels=[1,3]",
                               "contract.images_served=true")
     assert record.status == "pass", [f.message for f in record.failed()]
+    assert decide({"agent": record}, ["agent"]).decision == "production"
     for check in TOOL_CHECKS:
         finding = record.by_rule(f"agent.{check}")
         assert finding.status == "pass", finding.message
         for level in ("1", "3"):
             assert finding.observed[level]["total"] > 0 and finding.observed[level]["rate"] == 1.0, (check, level)
-    assert record.by_rule("agent.server_tool_flags").status == "pass"
+    assert record.by_rule("agent.auto_tool_choice").status == "pass"
     assert [lv["level"] for lv in result.levels] == [1, 3] and result.levels[1]["repetitions_planned"] == 3
     assert not result.skipped and {s["case"] for s in result.steps} >= {"multimodal", "structured", "long-exchange"}
 
@@ -96,6 +98,8 @@ def test_tool_faults_fail_the_matching_checks_near_the_injected_share(server, tm
         row = finding.observed["8"]
         assert row["total"] >= 60, row
         assert abs((1 - row["rate"]) - share) <= 0.15, (check, row)
+    verdict = decide({"agent": record}, ["agent"])
+    assert verdict.decision == "limited-observation" and verdict.agents_blocked
     untouched = ("function_name", "requests_ok") + (("arguments_valid",) if "leak" in fault else ("no_markup_leak",))
     for check in untouched:
         assert record.by_rule(f"agent.{check}").status == "pass", check
@@ -109,13 +113,14 @@ def test_tool_faults_fail_the_matching_checks_near_the_injected_share(server, tm
 def test_no_tool_parser_is_an_environment_finding(server, tmp_path):
     restart(server, "no-tool-parser")
     _ctx, result, record = run(server, tmp_path, "axes.agent.repetitions=1", "axes.agent.concurrency_levels=[1,2]")
-    env = record.by_rule("agent.server_tool_flags")
+    env = record.by_rule("agent.auto_tool_choice")
     assert record.status == "fail" and env.status == "fail"
     assert "auto tool choice not enabled on the server" in env.message
     assert env.evidence["category"] == "environment" and env.evidence["decision"] == "environment-rebuild"
     assert record.by_rule("agent.requests_ok").status == "pass"  # the refusal is not counted twice
     assert record.by_rule("agent.arguments_valid").status == "not-observable"
     assert any("flags missing" in s["decision"] for s in result.steps)
+    assert decide({"agent": record}, ["agent"]).decision == "environment-rebuild"
 
 
 @pytest.mark.slow
@@ -161,5 +166,5 @@ def test_notebook_under_papermill_against_the_emulator(server, tmp_path):
                                                   "axes.agent.concurrency_levels=[2]"]})
     record = json.loads((run_dir / "evidence/agent.json").read_text())
     assert record["axis"] == "agent" and record["status"] == "fail"
-    assert {"agent.arguments_valid", "agent.server_tool_flags"} <= {f["rule"] for f in record["findings"]}
+    assert {"agent.arguments_valid", "agent.auto_tool_choice"} <= {f["rule"] for f in record["findings"]}
     assert (run_dir / "evidence/agent/requests.jsonl").exists()

@@ -15,16 +15,16 @@ from .sample import AgentSample, load_sample, packaged_sample_path, parse_sample
 from .tools import BUILTIN_TOOLS
 
 __all__ = [
-    "BUILTIN_TOOLS",
-    "CHECKS",
-    "RUN_FILE",
-    "STEPS_FILE",
     "AgentResult",
     "AgentSample",
+    "BUILTIN_TOOLS",
+    "CHECKS",
     "FailingReply",
     "Outcome",
     "ParsedCall",
+    "RUN_FILE",
     "RunSettings",
+    "STEPS_FILE",
     "ScenarioRunner",
     "agent_record",
     "assistant_message",

@@ -113,6 +113,20 @@ class AgentResult:
                           margin=dict(t=60, b=120, l=60, r=20), legend_title_text="level")
         return fig
 
+    def max_clean_concurrency(self) -> int | None:
+        """The highest level at which, like every level below it, every check held: the agents' traffic cap.
+        None when the first level already failed (agents blocked) or a server flag is missing."""
+        if self.environment_refusals():
+            return None
+        threshold = float(self.settings.get("min_pass_rate", 1.0))
+        clean = None
+        rows = self.rate_rows()
+        for level in sorted({r.level for r in rows}):
+            if any(r.total and (r.rate or 0) < threshold for r in rows if r.level == level):
+                break
+            clean = level
+        return clean
+
     def failing_example(self) -> FailingReply:
         """The first reply that failed a tool-call check (else any failing reply), raw next to its parse."""
         order = ["arguments_valid", "no_markup_leak", "tool_calls_present", "function_name", "executable",
@@ -180,7 +194,7 @@ def iter_findings(result: AgentResult) -> list[Finding]:
                 "tool-parser": "no tool-call parser configured on the server"}
         names = sorted(refusals)
         out.append(Finding(
-            rule="agent.server_tool_flags", status="fail",
+            rule="agent.auto_tool_choice", status="fail",
             message="; ".join(what[n] for n in names) + " — restart vLLM with --enable-auto-tool-choice "
                     "--tool-call-parser <parser> (Kimi K3: kimi_k3); agents cannot be accepted until then",
             observed={n: refusals[n] for n in names},
@@ -188,7 +202,7 @@ def iter_findings(result: AgentResult) -> list[Finding]:
             evidence={**ENVIRONMENT, "server_text": C.AUTO_TOOL_CHOICE_TEXT}))
     else:
         tooled = sum(1 for s in result.steps if s.get("tools") and s["reply"].get("ok"))
-        out.append(Finding(rule="agent.server_tool_flags", status="pass" if tooled else "not-observable",
+        out.append(Finding(rule="agent.auto_tool_choice", status="pass" if tooled else "not-observable",
                            message=(f"the server accepted {tooled} requests offering tools with tool_choice "
                                     f"{_choices(result)}" if tooled else "no request offering tools was answered"),
                            observed=tooled))
@@ -278,10 +292,14 @@ def agent_record(result: AgentResult, ctx: Any) -> EvidenceRecord:
     summary = (f"{n} requests over {len(result.levels)} concurrency levels "
                f"({', '.join(str(lv['level']) for lv in result.levels)})"
                + (f"; failing: {', '.join(failed)}" if failed else "; tool-call contract held at every level"))
+    cap = result.max_clean_concurrency()
+    if failed:
+        summary += (f"; agents: contract held up to concurrency {cap}" if cap else "; agents blocked")
     attachments = [p for p in (STEPS_FILE, RUN_FILE) if ctx.store.path(p).exists()]
     return EvidenceRecord(
         axis="agent", title="Agent scenario and tool-call contract", status=status, summary=summary,
         findings=findings, attachments=attachments,
         data={"settings": result.settings, "sample": result.sample, "levels": result.levels,
               "skipped": result.skipped, "rates": [r.to_dict() for r in result.rate_rows()],
+              "max_clean_concurrency": result.max_clean_concurrency(),
               "cases": result.cases_table().to_dict(orient="records")})
