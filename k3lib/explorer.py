@@ -206,7 +206,8 @@ def burst_figure(result: BurstResult, *, widget: bool = False) -> Any:
                              mode="markers", marker=dict(size=5), name="TTFT"), row=4, col=1)
     pre = [r.get("num_preemptions_total") for r in met if r.get("num_preemptions_total") is not None]
     failed = sum(1 for r in result.requests if failure_kind(r) in ("server-error", "unreachable"))
-    fig.update_layout(title=f"Burst: {s.context_tokens} tokens × {s.concurrency} concurrent, {s.output_tokens} out — "
+    fig.update_layout(title=f"Burst: {s.context_tokens} tokens × {s.concurrency} concurrent, "
+                            f"{s.output_tokens} out — "
                             f"{result.stats.get('ok', 0)} ok, {failed} failed, "
                             f"{increase(pre) if len(pre) > 1 else 0:g} preemptions"
                             + ("" if result.engine_alive_after in (None, True) else " — ENGINE DEAD"),

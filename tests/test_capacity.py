@@ -235,7 +235,8 @@ def test_soak_analysis_flags(rows, gpu, flag):
     pytest.param({"ok": False, "http_status": 500, "error_kind": "APIError"}, "server-error", id="500"),
     pytest.param({"ok": False, "http_status": 200, "error_kind": "APIError"}, "server-error", id="error-in-stream"),
     pytest.param({"ok": False, "http_status": None, "error_kind": "Timeout"}, "timeout", id="timeout"),
-    pytest.param({"ok": False, "http_status": None, "error_kind": "TargetUnreachable"}, "unreachable", id="refused-tcp"),
+    pytest.param({"ok": False, "http_status": None, "error_kind": "TargetUnreachable"}, "unreachable",
+                 id="refused-tcp"),
     pytest.param({"ok": False, "cancelled": True, "error_kind": "Cancelled"}, "cancelled", id="deadline"),
 ])
 def test_failure_kind(rec, kind):

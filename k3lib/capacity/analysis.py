@@ -154,7 +154,8 @@ def memory_around(gpu_rows: Sequence[Row], t_wall: float, before_s: float, after
     out = []
     for r in window(gpu_rows, t_wall - before_s, t_wall + after_s):
         used = _num(r.get("fb_used_bytes"))
-        out.append({"gpu": gpu_label((str(r.get("host")), int(r["gpu"]))), "t_rel_s": round(float(r["t_wall"]) - t_wall, 3),
+        out.append({"gpu": gpu_label((str(r.get("host")), int(r["gpu"]))),
+                    "t_rel_s": round(float(r["t_wall"]) - t_wall, 3),
                     "used_mib": None if used is None else round(used / MIB, 1)})
     return out
 
@@ -169,7 +170,8 @@ def memory_growth(gpu_rows: Sequence[Row], start: float, end: float) -> list[dic
         fit = linear_fit(pts)
         span = (pts[-1][0] - pts[0][0]) if pts else 0.0
         out.append({"gpu": gpu_label(key), "samples": len(pts),
-                    "first_mib": round(pts[0][1], 1) if pts else None, "last_mib": round(pts[-1][1], 1) if pts else None,
+                    "first_mib": round(pts[0][1], 1) if pts else None,
+                    "last_mib": round(pts[-1][1], 1) if pts else None,
                     "growth_mib": round(fit[0] * span, 1) if fit else None,
                     "slope_mib_per_min": round(fit[0] * 60, 2) if fit else None,
                     "r2": round(fit[2], 3) if fit else None})

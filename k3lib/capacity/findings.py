@@ -53,9 +53,10 @@ def _cold_load(result: CapacityResult) -> Finding:
         startup_oom = log is not None and log.oom is not None and log.oom.phase == "startup"
         why = f"startup OOM in the log (line {log.oom.line}): {log.oom.text.strip()[:200]}" if startup_oom else \
             "no memory error in the log" if log is not None else "no server log to say why"
+        last = ready.get("last_status") or ready.get("last_error")
         return _f("cold_load", "fail", f"the server never became ready ({ready.get('polls')} health polls over "
-                                       f"{ready.get('waited_s')} s, last {ready.get('last_status') or ready.get('last_error')}); "
-                                       f"{why}: rework the topology or the image",
+                                       f"{ready.get('waited_s')} s, last {last}); {why}: rework the topology or the "
+                                       "image",
                   decision="environment-rebuild", observed=ready.get("last_status"), expected=200)
     if ready.get("observed_transition"):
         return _f("cold_load", "pass", f"ready after {ready['waited_s']:.1f} s of loading; memory at ready: {mem_text}",
@@ -126,10 +127,10 @@ def _oom(result: CapacityResult, params: Params) -> list[Finding]:
     if cls.get("oom_class") == "startup":
         return [_f("oom", "fail", message, decision="environment-rebuild", observed=cls.get("oom_class"), **common)]
     if beyond_only:
-        return [_f("oom", "warn", message + f" — only beyond the contract (planned concurrency {planned}): the server "
-                                            "does not protect itself from overload; cap the traffic and control the "
-                                            "queue", decision="limited-observation", observed=cls.get("oom_class"),
-                   **common)]
+        return [_f("oom", "warn", message + f" — only beyond the contract (planned concurrency {planned}): the "
+                                            "server does not protect itself from overload; cap the traffic and "
+                                            "control the queue", decision="limited-observation",
+                   observed=cls.get("oom_class"), **common)]
     return [_f("oom", "fail", message + " — an OOM on nominal traffic: no production",
                decision=cls.get("decision") or "capacity-extension", observed=cls.get("oom_class"), **common)]
 
@@ -222,10 +223,11 @@ def _saturation(result: CapacityResult, params: Params) -> list[Finding]:
                           observed=point, steps=table))
         elif below:
             first = below[0]
+            why = "; ".join(first.get("why") or [])
             out.append(_f("saturation", "fail", f"saturation at nominal load: the step at concurrency "
-                                                f"{first['concurrency']} did not hold ({'; '.join(first.get('why') or [])}); "
-                                                f"saturation point {point if point is not None else 'none'} for a "
-                                                f"planned {planned}", decision="capacity-extension",
+                                                f"{first['concurrency']} did not hold ({why}); saturation point "
+                                                f"{point if point is not None else 'none'} for a planned {planned}",
+                          decision="capacity-extension",
                           observed=point, expected=f">= {planned}", steps=table))
         else:
             out.append(_f("saturation", "pass", f"every step up to the planned concurrency {planned} held without "
@@ -288,7 +290,8 @@ def _soak(result: CapacityResult) -> list[Finding]:
     elif pre or soak.get("queueing"):
         out.append(_f("soak_saturation", "fail", f"saturation at the planned concurrency during the soak: "
                                                  f"{pre or 0:g} preemption(s) ({soak.get('preemptions_per_min')}/min), "
-                                                 f"{waiting or 0:.2f} waiting on average", decision="capacity-extension",
+                                                 f"{waiting or 0:.2f} waiting on average",
+                      decision="capacity-extension",
                       observed={"preemptions": pre, "waiting_mean": waiting}))
     elif pre is None:
         out.append(_f("soak_saturation", "not-observable", "no preemption counter sampled during the soak",
@@ -365,7 +368,7 @@ def capacity_record(result: CapacityResult, ctx: "AxisContext") -> EvidenceRecor
               "planned_concurrency": ctx.params.contract.planned_concurrency,
               "oom": _oom_data(oom), "configuration": (result.run.get("config") or {}),
               "plan": result.plan, "phases": result.run.get("phases"),
-              "steps": [{k: v for k, v in s.items() if k != "why"} | {"why": s.get("why")} for s in result.steps],
+              "steps": result.steps,
               "long_context": result.run.get("long_context"), "refusal": result.run.get("refusal"),
               "ready": result.run.get("ready"), "soak": result.run.get("soak")},
         attachments=sorted(set(attachments)))
