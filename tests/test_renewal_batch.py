@@ -129,3 +129,14 @@ def test_review_batch_on_a_demo(tmp_path, capsys):
     assert set(records) >= set(AXES) and all(not r.error for r in records.values())
     drill = records["stability"].data["result"]["drill"]
     assert drill["summary"].startswith("5/5")
+
+
+@pytest.mark.parametrize("path, expected", [
+    pytest.param(DEMO, True, id="review-file"),
+    pytest.param("parameters/emulator.yaml", False, id="acceptance-file"),
+    pytest.param("parameters/nope.yaml", False, id="missing"),
+])
+def test_is_review_file(path, expected):
+    from k3lib.renewal.params import is_review_file
+
+    assert is_review_file(ROOT / path) is expected

@@ -159,6 +159,8 @@ def test_history_reads_labels_with_escapes(tmp_path):
     pytest.param(["review.series.end=2026-07-01T00:00:00Z"], ["end after start"], id="window-backwards"),
     pytest.param(["review.drill.kill=[{argv: [kill, '1'], http: {path: /x}}]"], ["exactly one of http or argv"],
                  id="kill-step-both"),
+    pytest.param(["review.rules.timezone=Mars/Olympus"], ["review.rules.timezone", "IANA"], id="bad-timezone"),
+    pytest.param(["review.rules.business_hours=[18, 9]"], ["review.rules.business_hours"], id="hours-backwards"),
 ])
 def test_review_parameter_errors(tmp_path, sets, needles):
     p = _write(tmp_path, "review.yaml",

@@ -96,7 +96,11 @@ class _InFlight(threading.Thread):
                             self.outcome = "cut"
                             self.detail = "[DONE] without a finish_reason"
                         return
-                    event = json.loads(data)
+                    try:
+                        event = json.loads(data)
+                    except ValueError:
+                        self.outcome, self.detail = "cut", f"unreadable event {data[:60]!r}"
+                        return
                     if "error" in event or event.get("object") == "error":
                         err = event.get("error", event)
                         self.outcome = "error"

@@ -175,3 +175,14 @@ def load_any_review(path: str | Path, sets: list[str] = ()) -> RenewalParams:
             raise BadInputError(f"cannot read resolved parameters: {exc}", source=str(p)) from None
         return load_review_params([], list(sets), base=data) if sets else validate_review(data, default_source=str(p))
     return load_review_params([p], list(sets))
+
+
+def is_review_file(path: str | Path) -> bool:
+    """True when a YAML parameters file (or a resolved params.json) is a review's: it has a top-level `review:`."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return False
+    return isinstance(data, dict) and "review" in data

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 Fraction = Annotated[float, Field(ge=0, le=1)]
 NonNegative = Annotated[float, Field(ge=0)]
@@ -36,6 +36,24 @@ class RenewalRules(BaseModel):
     queue_wait_p95_max_s: NonNegative = 600.0  # business threshold on the queue (reduce/dual exit condition)
     business_deadline_s: NonNegative = 3600.0  # a task delivered later than this missed its business deadline
     reexamine_after_days: Annotated[int, Field(gt=0)] = 21  # the next billing cycle
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, v: str) -> str:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(v)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"expected an IANA time zone such as UTC or Europe/Paris, got {v!r}") from None
+        return v
+
+    @field_validator("business_hours")
+    @classmethod
+    def _hours(cls, v: tuple[int, int]) -> tuple[int, int]:
+        if not 0 <= v[0] < v[1] <= 24:
+            raise ValueError(f"expected [start, end) hours with 0 ≤ start < end ≤ 24, got {list(v)}")
+        return v
 
 
 class DeclaredBenefits(BaseModel):
