@@ -1,6 +1,6 @@
 """k3kit's library: drives requests, collects metrics and GPU data, checks contracts and decides."""
 
-from . import compat, operations, prefix
+from . import agent, capacity, compat, explorer, operations, prefix, renewal
 from .decision import Decision, decide
 from .errors import (APIError, ArtifactError, BadInputError, EvidenceError, K3Error, MissingSeriesError,
                      ProtocolError, TargetError, TargetUnreachable)
@@ -27,9 +27,12 @@ __all__ = [
     "RunStore",
     "TargetError",
     "TargetUnreachable",
+    "agent",
+    "capacity",
     "compat",
     "decide",
     "decide_run",
+    "explorer",
     "findings_table",
     "load_params",
     "open_axis",
@@ -39,5 +42,6 @@ __all__ = [
     "probe_record",
     "read_records",
     "records_table",
+    "renewal",
     "run_probe",
 ]

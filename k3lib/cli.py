@@ -1,6 +1,7 @@
 """The `k3` command line (also `python -m k3lib`).
 
 Exit codes: 0 production · 3 limited-observation · 4 capacity-extension · 5 environment-rebuild (validate, demo);
+0 renew · 3 reduce · 4 dual-circuit · 5 exit-to-api (review);
 2 bad input, always one line on stderr naming the input; 1 internal error.
 """
 
@@ -66,7 +67,27 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--fault", action="append", default=[], metavar="NAME[=VALUE]",
                    help="inject an emulator fault (repeatable), e.g. --fault tool-markup-leak=0.5")
     d.add_argument("--profile", metavar="NAME", help="emulator profile (demo, kimi-k3-h200x16)")
+    d.add_argument("--review", metavar="SCENARIO", default="steady",
+                   help="renewal demo scenario reviewed after the acceptance batch: steady (default), idle-heavy, "
+                        "spiky, poor")
+    d.add_argument("--no-review", action="store_true", help="run the acceptance batch only")
     d.set_defaults(func=cmd_demo)
+
+    r = sub.add_parser("review", help="run the three-week renewal review and decide",
+                       description="Read three weeks of operation (series from Prometheus or a history file, task "
+                                   "log, costs, incidents, hours), run the incident drill, and decide: exit 0 renew, "
+                                   "3 reduce, 4 dual-circuit, 5 exit-to-api, 2 bad input, 1 internal error.")
+    r.add_argument("-p", "--params", action="append", default=[], metavar="FILE",
+                   help="review parameters (YAML); repeat to layer files left to right")
+    r.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE", dest="sets",
+                   help="override one parameter after the files")
+    r.add_argument("--out", metavar="DIR", help="folder that receives the run folder (default: outputs/)")
+    r.add_argument("--demo", metavar="SCENARIO", choices=None,
+                   help="generate and review a deterministic three-week history: steady, idle-heavy, spiky, poor")
+    r.add_argument("--fault", action="append", default=[], metavar="NAME[=VALUE]",
+                   help="for the drill's embedded emulator: inject a fault (repeatable)")
+    r.add_argument("--profile", metavar="NAME", help="for the drill's embedded emulator: profile")
+    r.set_defaults(func=cmd_review)
 
     e = sub.add_parser("emulator", help="serve the vLLM-compatible emulator",
                        description="Serve the embedded vLLM-compatible emulator; prints its URL on the first "
@@ -138,15 +159,12 @@ def _emulator_arguments(e: argparse.ArgumentParser) -> None:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _load(files: list[str], sets: list[str], faults: list[str], profile: str | None):
+def _emulator_sets(faults: list[str], profile: str | None) -> list[str]:
+    """--fault/--profile as parameter overrides, each checked before anything starts."""
     from .emulator.faults import parse_fault
     from .emulator.profiles import PROFILES
-    from .params import load_params
 
-    if not files:
-        raise BadInputError("no parameters file given; expected -p FILE (e.g. -p parameters/emulator.yaml)",
-                            source="k3 validate")
-    sets = list(sets)
+    sets = []
     for fault in faults:
         parse_fault(fault)  # an unknown fault or a bad value is bad input, named before anything starts
     if profile and profile not in PROFILES:
@@ -156,7 +174,16 @@ def _load(files: list[str], sets: list[str], faults: list[str], profile: str | N
         sets.append("target.emulator.faults=" + json.dumps(faults))
     if profile:
         sets.append(f"target.emulator.profile={profile}")
-    params = load_params(files, sets)
+    return sets
+
+
+def _load(files: list[str], sets: list[str], faults: list[str], profile: str | None):
+    from .params import load_params
+
+    if not files:
+        raise BadInputError("no parameters file given; expected -p FILE (e.g. -p parameters/emulator.yaml)",
+                            source="k3 validate")
+    params = load_params(files, [*sets, *_emulator_sets(faults, profile)])
     if (faults or profile) and not params.target.uses_emulator:
         raise BadInputError("--fault and --profile apply to the embedded emulator only, but target.base_url is "
                             f"set to {params.target.base_url}", source="--fault/--profile")
@@ -201,7 +228,19 @@ def cmd_demo(ns: argparse.Namespace) -> int:
     from .session import PROJECT_ROOT
 
     params = _load([str(PROJECT_ROOT / "parameters" / "emulator.yaml")], [], ns.fault, ns.profile)
-    return _run_acceptance(params, ns.out)
+    code = _run_acceptance(params, ns.out)
+    if not ns.no_review:
+        from .renewal.batch import review_main
+
+        print("", flush=True)
+        review_main([], _emulator_sets(ns.fault, ns.profile), ns.out, ns.review)
+    return code
+
+
+def cmd_review(ns: argparse.Namespace) -> int:
+    from .renewal.batch import review_main
+
+    return review_main(ns.params, [*ns.sets, *_emulator_sets(ns.fault, ns.profile)], ns.out, ns.demo)
 
 
 def cmd_emulator(ns: argparse.Namespace) -> int:

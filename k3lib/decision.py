@@ -26,12 +26,14 @@ REEXAMINE_AFTER_DAYS = 14
 FAIL_RULES: tuple[tuple[str, str, str], ...] = (
     ("probe.health", "environment-rebuild", "the server is not healthy"),
     ("probe.context_limit", "capacity-extension", "the contract promises more than the server's limits"),
+    ("compat.build_method", "limited-observation", "not the declared build: re-run as recipe.build custom, on "
+                                                   "its own sheet"),
     ("compat.*", "environment-rebuild", "compatibility chain out of the recipe's scope"),
     ("agent.auto_tool_choice", "environment-rebuild", "a required recipe flag is missing"),
     ("agent.server_flags", "environment-rebuild", "a required recipe flag is missing"),
     ("agent.*", "limited-observation", "unstable tool calls: block the agents concerned, plain text may go live"),
-    ("capacity.oom_startup", "environment-rebuild", "OOM at startup: topology or image"),
-    ("capacity.context_refusal", "limited-observation", "an out-of-contract request is not refused cleanly"),
+    ("capacity.memory_growth", "limited-observation", "memory grows steadily: not stable, more GPUs won't fix it"),
+    ("capacity.server_errors", "limited-observation", "5xx while the engine stayed up"),
     ("capacity.*", "capacity-extension", "memory or queue saturates at nominal load"),
     ("prefix_cache.*", "limited-observation", "no measured cache reuse: the expected gain is not counted"),
     ("attestation.*", "limited-observation", "an operational prerequisite is not proven"),
@@ -40,6 +42,13 @@ FAIL_RULES: tuple[tuple[str, str, str], ...] = (
 
 
 def level_for(finding: Finding) -> tuple[str, str]:
+    """The decision a failing finding forces. An axis that knows better (an OOM at startup is the image's or
+    the topology's, not capacity) says so in `evidence["decision"]`; otherwise the first matching rule."""
+    hinted = finding.evidence.get("decision") if isinstance(finding.evidence, dict) else None
+    if hinted in STRENGTH:
+        why = next((w for p, lvl, w in FAIL_RULES if lvl == hinted and fnmatch.fnmatchcase(finding.rule, p)),
+                   f"the {finding.rule.split('.')[0]} axis ties this failure to {hinted}")
+        return hinted, why
     for pattern, level, why in FAIL_RULES:
         if fnmatch.fnmatchcase(finding.rule, pattern):
             return level, why
@@ -91,15 +100,19 @@ def axis_checklist(records: dict[str, EvidenceRecord], planned: Iterable[str]) -
 
 
 def traffic_cap_from(records: dict[str, EvidenceRecord]) -> dict[str, Any]:
-    """The highest load step that passed, from the capacity axis (`data.saturation`), else no cap derivable."""
+    """The highest load step that passed, from the capacity axis (`data.saturation`), else no cap derivable;
+    the agents' own cap is the highest concurrency at which every tool-call check held (`agent` axis)."""
     cap = None
     rec = records.get("capacity")
     if rec is not None:
         sat = rec.data.get("saturation") or {}
         cap = sat.get("max_ok_concurrency") if isinstance(sat, dict) else None
-    if cap:
-        return {"max_concurrency": cap, "basis": "highest concurrency step that held without saturation"}
-    return {"max_concurrency": 1, "basis": "no load step was accepted: one request at a time until re-examined"}
+    out = ({"max_concurrency": cap, "basis": "highest concurrency step that held without saturation"} if cap else
+           {"max_concurrency": 1, "basis": "no load step was accepted: one request at a time until re-examined"})
+    agent = records.get("agent")
+    if agent is not None and "max_clean_concurrency" in agent.data:
+        out["agents_max_concurrency"] = agent.data["max_clean_concurrency"]
+    return out
 
 
 def decide(records: dict[str, EvidenceRecord], planned: Iterable[str], *, build: str = "official",

@@ -6,6 +6,8 @@ from __future__ import annotations
 ACCEPTANCE: tuple[tuple[str, str], ...] = (
     ("00_probe.ipynb", "probe"),
     ("01_environment.ipynb", "environment"),
+    ("02_agent_tools.ipynb", "agent"),
+    ("03_capacity.ipynb", "capacity"),
     ("04_prefix_cache.ipynb", "prefix_cache"),
     ("05_operations.ipynb", "operations"),  # last: its rollback drill restarts the target
 )

@@ -75,7 +75,7 @@ def test_traffic_cap_comes_from_the_highest_step_that_held():
     ("compat.driver_branch", "environment-rebuild"),
     ("agent.auto_tool_choice", "environment-rebuild"),
     ("agent.arguments_valid", "limited-observation"),
-    ("capacity.oom_startup", "environment-rebuild"),
+    ("capacity.cold_load", "capacity-extension"),
     ("capacity.oom", "capacity-extension"),
     ("prefix_cache.reuse", "limited-observation"),
     ("something.else", "limited-observation"),
@@ -110,3 +110,11 @@ def test_decision_json_shape():
     assert set(d) >= {"decision", "reasons", "checklist", "traffic_cap", "reexamine_on", "build"}
     assert set(d["checklist"][0]) >= {"id", "title", "status", "evidence"}
     assert d["build"] == "official"
+
+
+def test_an_axis_hint_overrides_the_rule_table():
+    oom = Finding(rule="capacity.oom", status="fail", message="OOM at startup",
+                  evidence={"decision": "environment-rebuild"})
+    assert level_for(oom)[0] == "environment-rebuild"
+    bogus = Finding(rule="capacity.oom", status="fail", message="x", evidence={"decision": "go-live-anyway"})
+    assert level_for(bogus)[0] == "capacity-extension"
