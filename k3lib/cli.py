@@ -55,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "rendered report and decision.json. Exit 0 production, 3 limited-observation, "
                                    "4 capacity-extension, 5 environment-rebuild, 2 bad input, 1 internal error.")
     _add_target_options(v)
+    v.add_argument("--resume", metavar="RUN",
+                   help="finish an interrupted run in place: the axes whose notebook and evidence are intact are kept, "
+                        "the others re-run against a target started from the run's request.json")
     v.add_argument("--baseline", metavar="RUN",
                    help="an accepted run to compare with: a changed image, driver, vLLM, topology or context limit "
                         "reopens the sheet; metrics outside the accepted band are listed as drift")
@@ -190,7 +193,7 @@ def _load(files: list[str], sets: list[str], faults: list[str], profile: str | N
     return params
 
 
-def _run_acceptance(params, out: str | None, baseline: str | None = None) -> int:
+def _run_acceptance(params, out: str | None, baseline: str | None = None, resume: str | None = None) -> int:
     from .runner import run_acceptance
     from .session import outputs_dir
     from .store import RunStore
@@ -201,9 +204,11 @@ def _run_acceptance(params, out: str | None, baseline: str | None = None) -> int
         from .baseline import precheck_baseline
 
         precheck_baseline(baseline, params.recipe.build)
-    store = RunStore.create(Path(out) if out else outputs_dir(), label=params.run.label)
+    store = RunStore.open(resume) if resume else RunStore.create(Path(out) if out else outputs_dir(),
+                                                                 label=params.run.label)
     print(f"run: {store.root}", file=sys.stderr)
-    decision = run_acceptance(params, store, on_start=lambda url: print(f"target: {url}", file=sys.stderr))
+    decision = run_acceptance(params, store, on_start=lambda url: print(f"target: {url}", file=sys.stderr),
+                              resume=bool(resume))
     if baseline:
         from .baseline import compare_with_baseline
 
@@ -220,6 +225,16 @@ def _run_acceptance(params, out: str | None, baseline: str | None = None) -> int
 
 
 def cmd_validate(ns: argparse.Namespace) -> int:
+    if ns.resume:
+        from .params import load_params_json
+
+        if ns.params or ns.sets or ns.fault or ns.profile or ns.out:
+            raise BadInputError("--resume takes the run's own request.json; give no -p, --set, --fault, --profile "
+                                "or --out with it", source="--resume")
+        request = Path(ns.resume) / "request.json"
+        if not request.is_file():
+            raise BadInputError("not an acceptance run folder (no request.json)", source=ns.resume)
+        return _run_acceptance(load_params_json(request), None, ns.baseline, ns.resume)
     params = _load(ns.params, ns.sets, ns.fault, ns.profile)
     return _run_acceptance(params, ns.out, ns.baseline)
 

@@ -1,4 +1,4 @@
-"""The batch: papermill runs the axis notebooks in order, then the summary; each is rendered to offline HTML.
+"""The batch: papermill runs the axis notebooks stage by stage, then the summary; each is rendered to offline HTML.
 
 A failing notebook is kept (papermill writes it) and recorded as that axis' evidence with status `fail` and the
 error; the batch goes on. Papermill writes its output repeatedly while a notebook runs, so it writes to a
@@ -9,15 +9,19 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import sys
+import tempfile
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
-from typing import Callable, TextIO
+from typing import Any, Callable, Sequence, TextIO
 
 from .decision import Decision
 from .evidence import EvidenceRecord, Finding
 from .params import Params
-from .plan import ACCEPTANCE, ACCEPTANCE_SUMMARY
+from .plan import ACCEPTANCE, ACCEPTANCE_STAGES, ACCEPTANCE_SUMMARY
 from .report import index_html, render_notebook
 from .session import PROJECT_ROOT, read_records
 from .summary import decide_run
@@ -36,17 +40,17 @@ class NotebookOutcome:
 
 
 class Progress:
-    """One line per notebook on stderr: `[2/5] 01_environment   ok    3.1s`."""
+    """One line per finished notebook on stderr: `[2/7] 01_environment.ipynb   ok    3.1s`."""
 
     def __init__(self, total: int, stream: TextIO | None = None) -> None:
         self.total, self.n, self.stream = total, 0, stream or sys.stderr
-
-    def start(self, name: str) -> None:
-        self.n += 1
-        print(f"[{self.n}/{self.total}] {name:<28}", end="", file=self.stream, flush=True)
+        self._lock = threading.Lock()
 
     def done(self, outcome: NotebookOutcome) -> None:
-        print(f" {outcome.status:<11} {outcome.duration_s:6.1f}s", file=self.stream, flush=True)
+        with self._lock:
+            self.n += 1
+            print(f"[{self.n}/{self.total}] {outcome.notebook:<28} {outcome.status:<11} {outcome.duration_s:6.1f}s",
+                  file=self.stream, flush=True)
 
 
 def execute_notebook(name: str, store: RunStore, *, timeout_s: float) -> NotebookOutcome:
@@ -55,7 +59,11 @@ def execute_notebook(name: str, store: RunStore, *, timeout_s: float) -> Noteboo
     from traitlets.config import Config
 
     config = Config()
-    config.KernelManager.transport = "ipc"  # local sockets: no "kernel over TCP without encryption" warning
+    # Local sockets, no "kernel over TCP without encryption" warning; each kernel gets its own socket folder,
+    # since two kernels starting at once in one folder would race for the same socket names.
+    sockets = tempfile.mkdtemp(prefix="k3-kernel-")
+    config.KernelManager.transport = "ipc"
+    config.KernelManager.ip = os.path.join(sockets, "kernel")
 
     src = NOTEBOOKS / name
     final = store.path(f"notebooks/{name}")
@@ -78,6 +86,8 @@ def execute_notebook(name: str, store: RunStore, *, timeout_s: float) -> Noteboo
         status, error = "timeout", f"cell timed out after {timeout_s}s: {exc}"
     except Exception as exc:  # noqa: BLE001 - one notebook's failure must not stop the batch
         status, error = "failed", f"{type(exc).__name__}: {exc}"
+    finally:
+        shutil.rmtree(sockets, ignore_errors=True)
     if partial.exists():
         os.replace(partial, final)
         store.adopt(f"notebooks/{name}")
@@ -97,43 +107,80 @@ def record_failure(store: RunStore, axis: str, outcome: NotebookOutcome) -> None
     store.write_json(f"evidence/{axis}.json", rec.model_dump(mode="json"))
 
 
-def run_acceptance(params: Params, store: RunStore, *,
-                   progress: Progress | None = None, on_start: Callable[[str], None] | None = None) -> Decision:
-    """Run every acceptance notebook against the target (starting the emulator if needed), then decide."""
+def _finished(store: RunStore, nb: str, axis: str | None, manifest: dict[str, Any]) -> bool:
+    """An axis whose executed notebook and evidence record are both in the manifest and intact."""
+    if axis is None:
+        return False
+    rels = (f"notebooks/{nb}", f"evidence/{axis}.json")
+    return all(rel in manifest for rel in rels) and not any(p.split(":")[0] in rels for p in store.verify())
+
+
+def run_notebooks(store: RunStore, stages: Sequence[Sequence[tuple[str, str | None]]], *, timeout_s: float,
+                  progress: Progress, resume: bool = False) -> dict[str, NotebookOutcome]:
+    """Each stage's notebooks run at the same time (two at most), stages in order. A failing axis notebook is
+    recorded as a failing axis and the batch goes on. With `resume`, finished axes are kept, not re-run."""
+    outcomes: dict[str, NotebookOutcome] = {}
+    manifest = store.manifest()["files"] if resume else {}
+    for stage in stages:
+        todo = []
+        for nb, axis in stage:
+            if resume and _finished(store, nb, axis, manifest):
+                outcomes[nb] = NotebookOutcome(nb, "kept", 0.0, None)
+                progress.done(outcomes[nb])
+            else:
+                todo.append((nb, axis))
+        if not todo:
+            continue
+        with ThreadPoolExecutor(max_workers=min(2, len(todo)), thread_name_prefix="k3-notebook") as pool:
+            futures = {pool.submit(execute_notebook, nb, store, timeout_s=timeout_s): axis for nb, axis in todo}
+            for future in as_completed(futures):
+                outcome = future.result()
+                if outcome.status != "ok" and futures[future]:
+                    record_failure(store, futures[future], outcome)
+                outcomes[outcome.notebook] = outcome
+                progress.done(outcome)
+    return outcomes
+
+
+def render_pages(store: RunStore, notebooks: Sequence[str], axis_of: dict[str, str], records: dict[str, Any],
+                 outcomes: dict[str, NotebookOutcome]) -> list[tuple[str, str, str]]:
+    """Every executed notebook to offline HTML: (label, page, status) rows for the index."""
+    pages = []
+    for nb in notebooks:
+        if store.path(f"notebooks/{nb}").exists():
+            rel = render_notebook(store, f"notebooks/{nb}")
+            rec = records.get(axis_of.get(nb, ""))
+            ok = outcomes.get(nb) is None or outcomes[nb].status in ("ok", "kept")
+            pages.append((nb, Path(rel).name, rec.status if rec else ("pass" if ok else "fail")))
+    return pages
+
+
+def run_acceptance(params: Params, store: RunStore, *, progress: Progress | None = None,
+                   on_start: Callable[[str], None] | None = None, resume: bool = False) -> Decision:
+    """Run every acceptance notebook against the target (starting the emulator if needed), then decide.
+
+    The parameters as requested go to `request.json`, so that `--resume` can start the same kind of target
+    again; `params.json` holds them with the running target pinned, which is what the notebooks read.
+    """
+    if not resume:
+        store.write_json("request.json", params.public_dict())
     target = resolve_target(params)
     if on_start:
         on_start(target.base_url)
-    plan = [nb for nb, _ in ACCEPTANCE] + [ACCEPTANCE_SUMMARY]
-    progress = progress or Progress(len(plan))
-    pages: list[tuple[str, str, str]] = []
+    stages = [*ACCEPTANCE_STAGES, ((ACCEPTANCE_SUMMARY, None),)]
+    progress = progress or Progress(sum(len(s) for s in stages))
     try:
         store.write_json("params.json", pin_target(params, target).public_dict())
-        outcomes = {}
-        for nb, axis in ACCEPTANCE:
-            progress.start(nb)
-            outcome = execute_notebook(nb, store, timeout_s=params.run.notebook_timeout_s)
-            if outcome.status != "ok":
-                record_failure(store, axis, outcome)
-            progress.done(outcome)
-            outcomes[nb] = outcome
-        progress.start(ACCEPTANCE_SUMMARY)
-        outcome = execute_notebook(ACCEPTANCE_SUMMARY, store, timeout_s=params.run.notebook_timeout_s)
-        progress.done(outcome)
-        outcomes[ACCEPTANCE_SUMMARY] = outcome
+        outcomes = run_notebooks(store, stages, timeout_s=params.run.notebook_timeout_s, progress=progress,
+                                 resume=resume)
     finally:
         target.stop()
     records = read_records(store)
     decision_data = store.read_json("decision.json")
-    if decision_data is None:  # the summary notebook failed: decide from the same records, same rules
-        decision = decide_run(params, store, records)
+    if decision_data is None or outcomes[ACCEPTANCE_SUMMARY].status != "ok":
+        decision = decide_run(params, store, records)  # the summary failed: same rules over the same records
     else:
         decision = Decision.from_dict(decision_data)
-    for nb in plan:
-        if store.path(f"notebooks/{nb}").exists():
-            rel = render_notebook(store, f"notebooks/{nb}")
-            axis = dict(ACCEPTANCE).get(nb)
-            rec = records.get(axis) if axis else None
-            status = rec.status if rec else ("pass" if outcomes[nb].status == "ok" else "fail")
-            pages.append((nb, Path(rel).name, status))
+    pages = render_pages(store, [nb for stage in stages for nb, _ in stage], dict(ACCEPTANCE), records, outcomes)
     store.write_text("report/index.html", index_html("k3kit acceptance", decision.to_dict(), pages, store.run_id))
     return decision

@@ -59,6 +59,14 @@ MATRIX = [
     pytest.param(["old-driver"], "environment-rebuild", "environment", id="old-driver"),
     pytest.param(["old-vllm"], "environment-rebuild", "environment", id="old-vllm"),
     pytest.param(["no-tool-parser"], "environment-rebuild", "environment", id="no-tool-parser"),
+    pytest.param(["kv-starved"], "capacity-extension", "capacity", id="kv-starved"),
+    pytest.param(["oom-long-context"], "capacity-extension", "capacity", id="oom-long-context"),
+    pytest.param(["tool-markup-leak"], "limited-observation", "agent", id="tool-markup-leak"),
+    pytest.param(["bad-tool-args"], "limited-observation", "agent", id="bad-tool-args"),
+    pytest.param(["no-prefix-caching"], "limited-observation", "prefix_cache", id="no-prefix-caching"),
+    pytest.param(["bad-tool-args", "kv-starved"], "capacity-extension", "capacity", id="two-faults-stronger-wins"),
+    pytest.param(["no-prefix-caching", "old-driver"], "environment-rebuild", "environment",
+                 id="two-faults-rebuild-wins"),
 ]
 
 

@@ -12,23 +12,22 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import BadInputError
-from ..report import index_html, render_notebook
-from ..runner import Progress, execute_notebook, record_failure
+from ..report import index_html
+from ..runner import Progress, render_pages, run_notebooks
 from ..session import PROJECT_ROOT, outputs_dir, read_records
 from ..store import RunStore
 from .decision import RenewalDecision
 from .params import RenewalParams, load_review_params
 from .records import decide_review
 
-# (notebook file in notebooks/, axis id written to evidence/<axis>.json)
-REVIEW: tuple[tuple[str, str], ...] = (
-    ("11_load.ipynb", "load"),
-    ("12_useful_production.ipynb", "production"),
-    ("13_api_comparison.ipynb", "comparison"),
-    ("14_cost.ipynb", "cost"),
-    ("15_stability.ipynb", "stability"),
-    ("16_operations.ipynb", "operations"),
+# (notebook file in notebooks/, axis id written to evidence/<axis>.json), by stage: the analyses only read the
+# run's inputs, so they run two at a time; the drill (15) is the only one that touches a target.
+REVIEW_STAGES: tuple[tuple[tuple[str, str], ...], ...] = (
+    (("11_load.ipynb", "load"), ("12_useful_production.ipynb", "production")),
+    (("13_api_comparison.ipynb", "comparison"), ("14_cost.ipynb", "cost")),
+    (("15_stability.ipynb", "stability"), ("16_operations.ipynb", "operations")),
 )
+REVIEW: tuple[tuple[str, str], ...] = tuple(pair for stage in REVIEW_STAGES for pair in stage)
 REVIEW_SUMMARY = "19_renewal.ipynb"
 DEMO_PARAMS = PROJECT_ROOT / "parameters" / "renewal-demo.yaml"
 
@@ -45,36 +44,18 @@ def run_review(params: RenewalParams, store: RunStore, *, progress: Progress | N
     if on_start:
         s = params.review.series
         on_start(s.history_file or s.prometheus_url or "")  # type: ignore[union-attr]
-    plan = [nb for nb, _ in REVIEW] + [REVIEW_SUMMARY]
-    progress = progress or Progress(len(plan))
+    stages = [*REVIEW_STAGES, ((REVIEW_SUMMARY, None),)]
+    progress = progress or Progress(sum(len(stage) for stage in stages))
     store.write_json("params.json", params.public_dict())
-    outcomes = {}
-    for nb, axis in REVIEW:
-        progress.start(nb)
-        outcome = execute_notebook(nb, store, timeout_s=params.run.notebook_timeout_s)
-        if outcome.status != "ok":
-            record_failure(store, axis, outcome)
-        progress.done(outcome)
-        outcomes[nb] = outcome
-    progress.start(REVIEW_SUMMARY)
-    outcome = execute_notebook(REVIEW_SUMMARY, store, timeout_s=params.run.notebook_timeout_s)
-    progress.done(outcome)
-    outcomes[REVIEW_SUMMARY] = outcome
+    outcomes = run_notebooks(store, stages, timeout_s=params.run.notebook_timeout_s, progress=progress)
     records = read_records(store)
     data = store.read_json("decision.json")
-    if data is None or outcome.status != "ok":  # the summary failed: the same rules over the same records
+    if data is None or outcomes[REVIEW_SUMMARY].status != "ok":  # the summary failed: same rules, same records
         decision = decide_review(params, store, records)
     else:
         decision = RenewalDecision(data["decision"], tuple(data["reasons"]), tuple(data["checklist"]),
                                    data["condition"], data.get("routing"), data.get("reexamine_on"))
-    pages = []
-    for nb in plan:
-        if store.path(f"notebooks/{nb}").exists():
-            rel = render_notebook(store, f"notebooks/{nb}")
-            axis = dict(REVIEW).get(nb)
-            rec = records.get(axis) if axis else None
-            status = rec.status if rec else ("pass" if outcomes[nb].status == "ok" else "fail")
-            pages.append((nb, Path(rel).name, status))
+    pages = render_pages(store, [nb for stage in stages for nb, _ in stage], dict(REVIEW), records, outcomes)
     shown = {"decision": decision.decision,
              "reasons": [f"condition: {decision.condition}", *decision.reasons]
              + [f"transfer trigger — {t['trigger']}: {t['when']}" for t in (decision.routing or {}).get(

@@ -1,0 +1,70 @@
+"""A batch killed with SIGKILL keeps every finished file verifiable, and --resume ends with the same decision."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from k3lib.cli import main
+from k3lib.store import RunStore
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _kill_when(out: Path, rel: str, timeout_s: float = 240) -> RunStore:
+    proc = subprocess.Popen([sys.executable, "-m", "k3lib", "validate", "-p", str(ROOT / "parameters/emulator.yaml"),
+                             "--out", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)  # its own process group: the kernels die with it
+    deadline = time.monotonic() + timeout_s
+    store = None
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            runs = [p for p in out.iterdir() if p.is_dir()]
+            if runs and (runs[0] / "manifest.json").exists():
+                store = RunStore(runs[0])
+                if rel in store.manifest()["files"]:
+                    break
+            time.sleep(0.1)
+        assert proc.poll() is None, "the batch ended before the kill point"
+        assert store is not None and rel in store.manifest()["files"], f"{rel} never finished"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    return store
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kill_after", ["notebooks/01_environment.ipynb", "notebooks/03_capacity.ipynb"],
+                         ids=["after-environment", "after-capacity"])
+def test_sigkill_then_resume(tmp_path, capsys, kill_after):
+    store = _kill_when(tmp_path, kill_after)
+    before = dict(store.manifest()["files"])
+    assert store.verify() == [], "every file finished before the kill verifies"
+    assert main(["verify", str(store.root)]) == 0
+    assert not store.path("decision.json").exists()
+    capsys.readouterr()
+
+    code = main(["validate", "--resume", str(store.root)])
+    captured = capsys.readouterr()
+    decision = json.loads(store.path("decision.json").read_text())
+    assert code == 0 and decision["decision"] == "production", decision["reasons"]
+    assert "kept" in captured.err, "finished axes are kept, not re-run"
+    after = store.manifest()["files"]
+    kept = [rel for rel in before if rel.startswith("evidence/") and rel.endswith(".json")]
+    assert kept and all(after[rel] == before[rel] for rel in kept), "kept evidence is untouched"
+    assert store.verify() == []
+    assert store.path("report/index.html").exists()
+
+
+def test_resume_refuses_other_options_and_non_runs(tmp_path, capsys):
+    assert main(["validate", "--resume", str(tmp_path), "-p", "x.yaml"]) == 2
+    assert main(["validate", "--resume", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "request.json" in err[1]
