@@ -203,6 +203,12 @@ def _run_command(cmd: DrillCommand, timeout_s: float, headers: dict[str, str]) -
     return proc.returncode == 0, f"exit status {proc.returncode}" + (f": {out}" if out else "")
 
 
+def run_operator_command(command: Sequence[str] | str, base_url: str, timeout_s: float,
+                         headers: dict[str, str] | None = None) -> tuple[bool, str]:
+    """Run an operator command given in parameters (argv, a command line, or `http:METHOD:URL[:JSON]`)."""
+    return _run_command(parse_drill_command(command, base_url.rstrip("/")), timeout_s, headers or {})
+
+
 def rollback_drill(command: Sequence[str] | str, check_url: str, timeout_s: float = 120.0, *,
                    model: str | None = None, api_key: str | None = None, poll_s: float = 0.25) -> DrillResult:
     """Run the operator's rollback command, then check the target serves: /health 200, then one chat completion."""

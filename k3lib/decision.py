@@ -28,6 +28,7 @@ FAIL_RULES: tuple[tuple[str, str, str], ...] = (
     ("probe.context_limit", "capacity-extension", "the contract promises more than the server's limits"),
     ("compat.build_method", "limited-observation", "not the declared build: re-run as recipe.build custom, on "
                                                    "its own sheet"),
+    ("compat.prefix_caching", "limited-observation", "prefix caching off: the expected cache gain is not counted"),
     ("compat.*", "environment-rebuild", "compatibility chain out of the recipe's scope"),
     ("agent.auto_tool_choice", "environment-rebuild", "a required recipe flag is missing"),
     ("agent.server_flags", "environment-rebuild", "a required recipe flag is missing"),

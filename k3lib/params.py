@@ -88,6 +88,11 @@ class TargetParams(_Model):
     api_key_env: str | None = None  # NAME of the environment variable holding the key, never the key
     timeout_s: PositiveSeconds = 30.0
     allow_remote_load: bool = False  # load phases refuse non-loopback targets unless this is true
+    # How the operator restarts the SAME deployment (argv, a command line, or 'http:METHOD:URL[:JSON]' with
+    # {base_url}). Between batch stages, an engine found dead (an axis OOMed it) is restarted with it, so the
+    # next axis starts from a serving target; without it, the next axes meet the dead engine.
+    restart: str | list[str] | None = None
+    restart_timeout_s: PositiveSeconds = 600.0
     emulator: EmulatorParams = EmulatorParams()
 
     _urls = field_validator("base_url")(classmethod(lambda cls, v: _check_url(v)))

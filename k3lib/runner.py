@@ -26,7 +26,7 @@ from .report import index_html, render_notebook
 from .session import PROJECT_ROOT, read_records
 from .summary import decide_run
 from .store import RunStore
-from .target import pin_target, resolve_target
+from .target import pin_target, recover, resolve_target
 
 NOTEBOOKS = PROJECT_ROOT / "notebooks"
 
@@ -116,12 +116,16 @@ def _finished(store: RunStore, nb: str, axis: str | None, manifest: dict[str, An
 
 
 def run_notebooks(store: RunStore, stages: Sequence[Sequence[tuple[str, str | None]]], *, timeout_s: float,
-                  progress: Progress, resume: bool = False) -> dict[str, NotebookOutcome]:
+                  progress: Progress, resume: bool = False,
+                  between: Callable[[str], None] | None = None) -> dict[str, NotebookOutcome]:
     """Each stage's notebooks run at the same time (two at most), stages in order. A failing axis notebook is
-    recorded as a failing axis and the batch goes on. With `resume`, finished axes are kept, not re-run."""
+    recorded as a failing axis and the batch goes on. With `resume`, finished axes are kept, not re-run.
+    `between(last_notebook)` runs after each stage (the acceptance batch checks the target there)."""
     outcomes: dict[str, NotebookOutcome] = {}
     manifest = store.manifest()["files"] if resume else {}
-    for stage in stages:
+    for n, stage in enumerate(stages):
+        if between and n:
+            between(stages[n - 1][-1][0])
         todo = []
         for nb, axis in stage:
             if resume and _finished(store, nb, axis, manifest):
@@ -169,10 +173,23 @@ def run_acceptance(params: Params, store: RunStore, *, progress: Progress | None
         on_start(target.base_url)
     stages = [*ACCEPTANCE_STAGES, ((ACCEPTANCE_SUMMARY, None),)]
     progress = progress or Progress(sum(len(s) for s in stages))
+    events: list[dict[str, Any]] = []
+
+    def between(last: str) -> None:
+        if any(e.get("restarted") is False and "command" in e for e in events):
+            return  # a restart already failed to bring the target back: do not hammer it
+        event = recover(target, after=last)
+        if event:
+            events.append(event)
+            store.write_json("events.json", events)
+            print(f"      target unhealthy after {last} (health {event['health_before']}): "
+                  + ("restarted" if event["restarted"] else "NOT restarted") + f" — {event['detail'][:100]}",
+                  file=progress.stream, flush=True)
+
     try:
         store.write_json("params.json", pin_target(params, target).public_dict())
         outcomes = run_notebooks(store, stages, timeout_s=params.run.notebook_timeout_s, progress=progress,
-                                 resume=resume)
+                                 resume=resume, between=between)
     finally:
         target.stop()
     records = read_records(store)

@@ -96,3 +96,38 @@ def pin_target(params: Params, target: Target) -> Params:
     if target.emulator is not None and params.target.gpu_metrics.source == "none":
         data["target"]["gpu_metrics"] = {"source": "dcgm", "url": target.emulator.dcgm_url, "selector": ""}
     return Params.model_validate(data)
+
+
+def recover(target: Target, *, after: str) -> dict[str, Any] | None:
+    """Between batch stages: when /health is not 200 and `target.restart` is set, restart and wait for 200.
+    Returns what happened (for the run's events), or None when the target was healthy."""
+    import time
+
+    import httpx
+
+    def health() -> int | None:
+        try:
+            return httpx.get(f"{target.base_url}/health", timeout=5.0).status_code
+        except httpx.HTTPError:
+            return None
+
+    before = health()
+    if before == 200:
+        return None
+    event: dict[str, Any] = {"after": after, "health_before": before, "restarted": False}
+    command = target.params.restart
+    if not command:
+        event["detail"] = "no target.restart command: the next axes meet the target as it is"
+        return event
+    from .attestation import run_operator_command
+
+    event["command"] = command if isinstance(command, str) else " ".join(command)
+    t0 = time.monotonic()
+    ok, detail = run_operator_command(command, target.base_url, target.params.restart_timeout_s, target.headers())
+    status = health()
+    while ok and status != 200 and time.monotonic() - t0 < target.params.restart_timeout_s:
+        time.sleep(0.25)
+        status = health()
+    event.update(restarted=ok and status == 200, detail=detail, health_after=status,
+                 duration_s=round(time.monotonic() - t0, 2))
+    return event
