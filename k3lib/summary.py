@@ -79,7 +79,8 @@ def decision_html(decision: Decision) -> str:
             else:
                 cells.append(f'<td style="text-align:left">{html.escape("" if value is None else str(value))}</td>')
         body.append("<tr>" + "".join(cells) + "</tr>")
-    parts.append(f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>")
+    parts.append(f'<div style="overflow-x:auto"><table><thead><tr>{head}</tr></thead>'
+                 f"<tbody>{''.join(body)}</tbody></table></div>")
     return "".join(parts)
 
 
