@@ -1,0 +1,243 @@
+"""Benchmark: the whole `make demo` batch (acceptance on the emulator, then the steady renewal review) and where
+its time goes — per notebook, kernel start/shutdown, HTML rendering, and running independent notebooks two at a time.
+
+    .venv/bin/python benchmarks/demo_batch.py                 # table on stdout (about 3-4 minutes on 2 cores)
+    .venv/bin/python benchmarks/demo_batch.py --json          # one JSON object
+    .venv/bin/python benchmarks/demo_batch.py --modes staged  # only the batch as `make demo` runs it
+
+Each mode runs the same code as `k3 demo`: `k3lib.runner.run_acceptance` on `parameters/emulator.yaml`, then
+`k3lib.renewal.batch.run_review` on the steady scenario. "staged" is the batch as shipped (the read-only notebooks
+of a stage two at a time); "sequential" replaces the stages with one-notebook stages in this process only, so the
+difference is what running two at a time saves. The kit's functions are wrapped (never edited) to time each
+notebook, each HTML rendering and the emulator's start. The kernel's own cost is a parameters-only notebook run
+through the same `execute_notebook` (papermill, IPC sockets, `shutdown_kernel="immediate"`), and again with
+papermill's graceful shutdown for comparison. Not a test: figures depend on the host and its load (printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import k3lib.runner as runner  # noqa: E402
+import k3lib.renewal.batch as review_batch  # noqa: E402
+from k3lib.session import PROJECT_ROOT  # noqa: E402
+from k3lib.store import RunStore  # noqa: E402
+
+
+def load_avg() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else []
+
+
+class Timings:
+    """What the wrapped kit functions saw during one batch: (name, start, end) per notebook and per rendering."""
+
+    def __init__(self) -> None:
+        self.notebooks: list[dict[str, Any]] = []
+        self.renders: list[dict[str, Any]] = []
+        self.target_start_s = 0.0
+        self._lock = threading.Lock()
+
+    def add(self, kind: str, **row: Any) -> None:
+        with self._lock:
+            getattr(self, kind).append(row)
+
+
+@contextmanager
+def patched(name: str, owner: Any, replacement: Any) -> Iterator[None]:
+    old = getattr(owner, name)
+    setattr(owner, name, replacement)
+    try:
+        yield
+    finally:
+        setattr(owner, name, old)
+
+
+@contextmanager
+def instrumented(t: Timings, t0: float, sequential: bool) -> Iterator[None]:
+    """Wrap the runner's notebook execution, rendering and target start; optionally make every stage a singleton."""
+    execute, render, resolve = runner.execute_notebook, runner.render_notebook, runner.resolve_target
+
+    def timed_execute(name: str, store: RunStore, *, timeout_s: float) -> runner.NotebookOutcome:
+        start = time.perf_counter()
+        out = execute(name, store, timeout_s=timeout_s)
+        t.add("notebooks", notebook=name, status=out.status, start_s=start - t0, end_s=time.perf_counter() - t0,
+              duration_s=time.perf_counter() - start, error=out.error)
+        return out
+
+    def timed_render(store: RunStore, nb_rel: str) -> str:
+        start = time.perf_counter()
+        out = render(store, nb_rel)
+        t.add("renders", notebook=Path(nb_rel).name, duration_s=time.perf_counter() - start)
+        return out
+
+    def timed_resolve(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        out = resolve(*args, **kwargs)
+        t.target_start_s += time.perf_counter() - start
+        return out
+
+    singles = lambda stages: tuple((pair,) for stage in stages for pair in stage)  # noqa: E731
+    with (patched("execute_notebook", runner, timed_execute), patched("render_notebook", runner, timed_render),
+          patched("resolve_target", runner, timed_resolve),
+          patched("ACCEPTANCE_STAGES", runner, singles(runner.ACCEPTANCE_STAGES) if sequential
+                  else runner.ACCEPTANCE_STAGES),
+          patched("REVIEW_STAGES", review_batch, singles(review_batch.REVIEW_STAGES) if sequential
+                  else review_batch.REVIEW_STAGES)):
+        yield
+
+
+def run_batch(out_dir: Path, *, sequential: bool, review: bool) -> dict[str, Any]:
+    """One `k3 demo`-equivalent batch; returns its timings."""
+    from k3lib.params import load_params
+    from k3lib.renewal.params import load_review_params
+
+    result: dict[str, Any] = {"mode": "sequential" if sequential else "staged", "load_before": load_avg()}
+    for part in ("acceptance", "review") if review else ("acceptance",):
+        t = Timings()
+        progress = runner.Progress(0, stream=open(os.devnull, "w"))
+        progress.total = 99
+        t0 = time.perf_counter()
+        with instrumented(t, t0, sequential):
+            if part == "acceptance":
+                params = load_params([str(PROJECT_ROOT / "parameters" / "emulator.yaml")], [])
+                store = RunStore.create(out_dir, label=f"bench-{result['mode']}")
+                decision = runner.run_acceptance(params, store, progress=progress).decision
+            else:
+                params = load_review_params([str(review_batch.DEMO_PARAMS)], [
+                    "review.demo=steady", "review.inputs=null", "review.series=null"])
+                store = RunStore.create(out_dir, label=f"bench-review-{result['mode']}")
+                decision = review_batch.run_review(params, store, progress=progress).decision
+        total = time.perf_counter() - t0
+        progress.stream.close()
+        nb_span = (max(r["end_s"] for r in t.notebooks) - min(r["start_s"] for r in t.notebooks)
+                   if t.notebooks else 0.0)
+        render_s = sum(r["duration_s"] for r in t.renders)
+        result[part] = {
+            "decision": decision, "total_s": total, "target_start_s": t.target_start_s,
+            "notebooks": sorted(t.notebooks, key=lambda r: r["start_s"]),
+            "notebook_sum_s": sum(r["duration_s"] for r in t.notebooks), "notebook_span_s": nb_span,
+            "renders": t.renders, "render_s": render_s,
+            "other_s": total - nb_span - render_s - t.target_start_s,
+        }
+    result["total_s"] = sum(result[p]["total_s"] for p in ("acceptance", "review") if p in result)
+    result["load_after"] = load_avg()
+    return result
+
+
+EMPTY_NOTEBOOK = {
+    "cells": [{"cell_type": "code", "execution_count": None, "id": "params", "metadata": {"tags": ["parameters"]},
+               "outputs": [], "source": 'params_file = ""\noverrides = []\nrun_dir = ""\ninteractive = True'}],
+    "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+                 "language_info": {"name": "python"}},
+    "nbformat": 4, "nbformat_minor": 5,
+}
+
+
+def kernel_overhead(out_dir: Path, repeat: int) -> dict[str, Any]:
+    """A parameters-only notebook through the runner's own `execute_notebook`: papermill + kernel start + the
+    immediate shutdown; then the same with papermill's graceful shutdown, which is what "immediate" saves."""
+    import papermill as pm
+
+    nb_dir = out_dir / "empty-nb"
+    nb_dir.mkdir(parents=True, exist_ok=True)
+    (nb_dir / "empty.ipynb").write_text(json.dumps(EMPTY_NOTEBOOK))
+    store = RunStore.create(out_dir, label="bench-empty")
+    store.write_json("params.json", {})
+    real_pm_execute = pm.execute_notebook
+    res: dict[str, Any] = {"load_before": load_avg()}
+    for shutdown in ("immediate", "graceful"):
+        def execute(*args: Any, **kwargs: Any) -> Any:
+            kwargs["shutdown_kernel"] = shutdown
+            return real_pm_execute(*args, **kwargs)
+
+        times, render_times = [], []
+        with patched("NOTEBOOKS", runner, nb_dir), patched("execute_notebook", pm, execute):
+            runner.execute_notebook("empty.ipynb", store, timeout_s=60)  # warm the imports and the kernelspec
+            for _ in range(repeat):
+                t0 = time.perf_counter()
+                out = runner.execute_notebook("empty.ipynb", store, timeout_s=60)
+                times.append(time.perf_counter() - t0)
+                if out.status != "ok":
+                    raise RuntimeError(f"empty notebook failed: {out.error}")
+                if shutdown == "immediate":
+                    t0 = time.perf_counter()
+                    runner.render_notebook(store, "notebooks/empty.ipynb")
+                    render_times.append(time.perf_counter() - t0)
+        res[shutdown] = {"median_s": statistics.median(times), "min_s": min(times), "max_s": max(times),
+                         "runs": len(times)}
+        if render_times:
+            res["render_empty_median_s"] = statistics.median(render_times)
+    res["load_after"] = load_avg()
+    return res
+
+
+def print_table(out: dict[str, Any]) -> None:
+    print(f"host: {out['host']}")
+    k = out.get("kernel")
+    if k:
+        print(f"\nkernel overhead (parameters-only notebook, runner.execute_notebook, median of "
+              f"{k['immediate']['runs']}; load {k['load_before']} -> {k['load_after']})")
+        for mode in ("immediate", "graceful"):
+            r = k[mode]
+            print(f"  shutdown_kernel={mode:<10} {r['median_s']:6.2f} s  (min {r['min_s']:.2f}, max {r['max_s']:.2f})")
+        print(f"  HTML of that notebook      {k['render_empty_median_s']:6.2f} s")
+    for b in out["batches"]:
+        print(f"\nmode {b['mode']}: total {b['total_s']:.1f} s; load {b['load_before']} -> {b['load_after']}")
+        for part in ("acceptance", "review"):
+            if part not in b:
+                continue
+            p = b[part]
+            print(f"  {part}: {p['total_s']:.1f} s, decision {p['decision']} = notebooks {p['notebook_span_s']:.1f} s "
+                  f"wall (sum {p['notebook_sum_s']:.1f} s) + HTML {p['render_s']:.1f} s + target start "
+                  f"{p['target_start_s']:.1f} s + other {p['other_s']:.1f} s")
+            print(f"    {'notebook':<28} {'status':<8} {'start s':>8} {'time s':>7} {'HTML s':>7}")
+            renders = {r["notebook"]: r["duration_s"] for r in p["renders"]}
+            for r in p["notebooks"]:
+                print(f"    {r['notebook']:<28} {r['status']:<8} {r['start_s']:8.1f} {r['duration_s']:7.1f} "
+                      f"{renders.get(r['notebook'], 0.0):7.2f}")
+    modes = {b["mode"]: b for b in out["batches"]}
+    if {"staged", "sequential"} <= modes.keys():
+        s, q = modes["staged"], modes["sequential"]
+        print(f"\ntwo at a time saves {q['total_s'] - s['total_s']:.1f} s of {q['total_s']:.1f} s "
+              f"({(q['total_s'] - s['total_s']) / q['total_s']:.0%})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    ap.add_argument("--modes", nargs="+", choices=("staged", "sequential"), default=["staged", "sequential"])
+    ap.add_argument("--no-review", action="store_true", help="the acceptance batch only")
+    ap.add_argument("--kernel-repeat", type=int, default=5, help="empty-notebook runs per shutdown mode (0: skip)")
+    ap.add_argument("--keep", metavar="DIR", help="write the runs under DIR instead of a temporary folder")
+    args = ap.parse_args(argv)
+
+    out: dict[str, Any] = {"host": {"cpu": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
+                                    "python": platform.python_version(), "load": load_avg()}, "batches": []}
+    with tempfile.TemporaryDirectory(prefix="k3-bench-") as tmp:
+        root = Path(args.keep) if args.keep else Path(tmp)
+        if args.kernel_repeat:
+            out["kernel"] = kernel_overhead(root, args.kernel_repeat)
+        for mode in args.modes:
+            out["batches"].append(run_batch(root, sequential=mode == "sequential", review=not args.no_review))
+    if args.json:
+        print(json.dumps(out, indent=2, default=str))
+    else:
+        print_table(out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
