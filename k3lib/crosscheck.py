@@ -4,6 +4,8 @@ Token counts must agree exactly on an isolated instance (the client reads them f
 them itself); latency quantiles agree only to a histogram bucket, and the client's TTFT includes the network and
 HTTP framing that the server's `time_to_first_token_seconds` (measured from frontend arrival) does not. A gap
 beyond those is recorded as a disagreement: another client is loading the target, or one side is wrong.
+A load window cut at its deadline leaves requests the client gave up on: the server may still have finished them,
+or counted their prompt and some output before the abort, so those few widen the count bounds on one side only.
 """
 
 from __future__ import annotations
@@ -23,6 +25,10 @@ class CrossCheckItem:
     tolerance: float  # absolute, in the quantity's unit
     unit: str
     note: str = ""
+    #: one-sided slack: how far the server may count above (`server_extra`) or below (`server_short`) the client
+    #: beyond `tolerance` — what requests the client cut at a deadline may or may not have left on the server
+    server_extra: float = 0.0
+    server_short: float = 0.0
 
     @property
     def diff(self) -> float | None:
@@ -33,7 +39,9 @@ class CrossCheckItem:
     @property
     def agrees(self) -> bool | None:
         d = self.diff
-        return None if d is None else abs(d) <= self.tolerance
+        if d is None:
+            return None
+        return -(self.tolerance + self.server_extra) <= d <= self.tolerance + self.server_short
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -81,24 +89,61 @@ def _bucket_width_at(before: Snapshot, after: Snapshot, canonical: str, value_s:
     return value_s
 
 
+# vLLM's finished_reason values for a request that did not end on its own (notes: request_success_total)
+_CUT_REASONS = frozenset({"abort", "error"})
+
+
+def _counter_by_reason(before: Snapshot, after: Snapshot) -> tuple[float | None, float | None]:
+    """`request_success_total` increase split into (finished normally, aborted or errored), by `finished_reason`."""
+    if delta(before, after, "request_success_total").value is None:
+        return None, None
+    done = cut = 0.0
+    old = {(e, s.label_key()): s.value for e, s in before.samples("request_success_total")}
+    for endpoint, sample in after.samples("request_success_total"):
+        prev = old.get((endpoint, sample.label_key()), 0.0)
+        inc = sample.value - prev if sample.value >= prev else sample.value  # a reset counts its new value
+        if sample.labels.get("finished_reason") in _CUT_REASONS:
+            cut += inc
+        else:
+            done += inc
+    return done, cut
+
+
+
+def _sent(rec: Any) -> bool:
+    return getattr(rec, "sent_ns", 1) is not None
+
+
 def cross_check(records: Sequence[Any], before: Snapshot, after: Snapshot, *,
                 network_allowance_ms: float = 50.0) -> CrossCheck:
-    """Compare finished requests (ChatRecords) with the server's counters and histograms between two scrapes."""
+    """Compare finished requests (ChatRecords, or objects with the same attributes) with the server's counters
+    and histograms between two scrapes. `records` should hold every request of the window, the failed and
+    cancelled ones too: a request that left the client but did not finish ok widens the count bounds by what
+    the server may have counted for it (one request; the largest prompt and output of a finished one)."""
     ok = [r for r in records if getattr(r, "ok", False)]
+    unfinished = [r for r in records if not getattr(r, "ok", False) and _sent(r)]
     items: list[CrossCheckItem] = []
 
     def counter(canonical: str) -> float | None:
         d = delta(before, after, canonical)
         return None if d is None else d.value
 
-    items.append(CrossCheckItem("requests finished", float(len(ok)), counter("request_success_total"), 0.0,
-                                "requests", "server: request_success_total, all finished reasons"))
+    done, cut = _counter_by_reason(before, after)
+    n_cut = float(len(unfinished))
+    items.append(CrossCheckItem("requests finished", float(len(ok)), done, 0.0, "requests",
+                                "server: request_success_total, finished_reason other than abort/error; it may "
+                                "count the requests the client cut as they finished", server_extra=n_cut))
+    items.append(CrossCheckItem("requests cut", n_cut, cut, 0.0, "requests",
+                                "client: sent, not finished ok; server: finished_reason abort/error (a disconnect "
+                                "may register after the window)", server_short=n_cut))
     prompt = [r.prompt_tokens for r in ok if r.prompt_tokens is not None]
     gen = [r.completion_tokens for r in ok if r.completion_tokens is not None]
     items.append(CrossCheckItem("prompt tokens", float(sum(prompt)) if prompt else None,
-                                counter("prompt_tokens_total"), 0.0, "tokens", "client: usage.prompt_tokens"))
+                                counter("prompt_tokens_total"), 0.0, "tokens", "client: usage.prompt_tokens",
+                                server_extra=n_cut * max(prompt, default=0)))
     items.append(CrossCheckItem("generation tokens", float(sum(gen)) if gen else None,
-                                counter("generation_tokens_total"), 0.0, "tokens", "client: usage.completion_tokens"))
+                                counter("generation_tokens_total"), 0.0, "tokens", "client: usage.completion_tokens",
+                                server_extra=n_cut * max(gen, default=0)))
     for q in (0.5, 0.9):
         for label, attr, canonical in (("TTFT", "ttft_ms", "time_to_first_token_seconds"),
                                        ("e2e", "e2e_ms", "e2e_request_latency_seconds")):

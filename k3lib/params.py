@@ -221,6 +221,11 @@ class CapacityParams(_Model):
     step_max_requests: PositiveInt = 5000
     settle_fraction: Annotated[float, Field(ge=0, lt=1)] = 0.3  # the head of a step not judged (ramp-up)
     waiting_tolerance: Annotated[float, Field(ge=0)] = 0.5  # mean settled waiting above this = queueing
+    # client self-calibration before the steps, at the planned and the highest concurrency, against a local
+    # known-timing server ("process": its own interpreter, so it does not steal the client's GIL; "thread": fast)
+    calibrate: bool = True
+    calibration_max_error_ms: PositiveSeconds = 10.0  # client TTFT/ITL/delivery error p99 above this: not trusted
+    calibration_server: Literal["process", "thread"] = "process"
     # sustained operation at the planned concurrency
     soak_duration_s: PositiveSeconds = 1800.0
     soak_max_requests: PositiveInt = 200_000
