@@ -106,14 +106,22 @@ def test_not_observable_is_counted_as_missing_evidence(validated):
             f"{rule} is not observable but the decision does not count it: {decision['reasons']}"
 
 
+_NO_HEALTH = ("llama-cpp-python serves no /health (404) while /v1/models answers 200; issue 12 wants what the "
+              "engine does not expose to be not observable, not a failure")
+
+
 @pytest.mark.timeout(BATCH_TIMEOUT_S)
-@pytest.mark.xfail(strict=True, reason="k3lib/probe.py fails a /health 404 (llama-cpp-python serves no /health) and "
-                   "decision.py maps probe.health to environment-rebuild; issue 12 wants it not observable when "
-                   "/v1/models answers")
-def test_missing_health_endpoint_is_not_a_failure(validated):
+@pytest.mark.parametrize("rule", [
+    pytest.param("probe.health", id="probe", marks=pytest.mark.xfail(
+        strict=True, reason="k3lib/probe.py: " + _NO_HEALTH + " (decision.py maps it to environment-rebuild)")),
+    pytest.param("capacity.cold_load", id="capacity", marks=pytest.mark.xfail(
+        strict=True, reason="k3lib/capacity: " + _NO_HEALTH + " (cold load waits for /health, then no phase runs)")),
+])
+def test_missing_health_endpoint_is_not_a_failure(validated, rule):
     _, _, records, _ = validated
-    health = records["probe"].by_rule("probe.health")
-    assert health is not None and health.status != "fail", health
+    found = [f for _, f in _findings(records) if f.rule == rule]
+    assert found, f"no {rule} finding"
+    assert all(f.status != "fail" for f in found), [f.message for f in found]
 
 
 def _replies(node: Any) -> Iterator[dict[str, Any]]:
