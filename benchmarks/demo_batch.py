@@ -122,6 +122,8 @@ def run_batch(out_dir: Path, *, sequential: bool, review: bool) -> dict[str, Any
                 decision = review_batch.run_review(params, store, progress=progress).decision
         total = time.perf_counter() - t0
         progress.stream.close()
+        for r in t.notebooks:  # papermill's own per-cell clock: the rest of a notebook's time is kernel + papermill
+            r["cells_s"] = cells_s(store.path(f"notebooks/{r['notebook']}"))
         nb_span = (max(r["end_s"] for r in t.notebooks) - min(r["start_s"] for r in t.notebooks)
                    if t.notebooks else 0.0)
         render_s = sum(r["duration_s"] for r in t.renders)
@@ -135,6 +137,14 @@ def run_batch(out_dir: Path, *, sequential: bool, review: bool) -> dict[str, Any
     result["total_s"] = sum(result[p]["total_s"] for p in ("acceptance", "review") if p in result)
     result["load_after"] = load_avg()
     return result
+
+
+def cells_s(nb_path: Path) -> float | None:
+    try:
+        nb = json.loads(nb_path.read_text())
+    except (OSError, ValueError):
+        return None
+    return sum(float(c.get("metadata", {}).get("papermill", {}).get("duration") or 0.0) for c in nb["cells"])
 
 
 EMPTY_NOTEBOOK = {
@@ -166,6 +176,7 @@ def kernel_overhead(out_dir: Path, repeat: int) -> dict[str, Any]:
         times, render_times = [], []
         with patched("NOTEBOOKS", runner, nb_dir), patched("execute_notebook", pm, execute):
             runner.execute_notebook("empty.ipynb", store, timeout_s=60)  # warm the imports and the kernelspec
+            runner.render_notebook(store, "notebooks/empty.ipynb")  # and nbconvert's templates
             for _ in range(repeat):
                 t0 = time.perf_counter()
                 out = runner.execute_notebook("empty.ipynb", store, timeout_s=60)
@@ -203,11 +214,18 @@ def print_table(out: dict[str, Any]) -> None:
             print(f"  {part}: {p['total_s']:.1f} s, decision {p['decision']} = notebooks {p['notebook_span_s']:.1f} s "
                   f"wall (sum {p['notebook_sum_s']:.1f} s) + HTML {p['render_s']:.1f} s + target start "
                   f"{p['target_start_s']:.1f} s + other {p['other_s']:.1f} s")
-            print(f"    {'notebook':<28} {'status':<8} {'start s':>8} {'time s':>7} {'HTML s':>7}")
+            print(f"    {'notebook':<28} {'status':<8} {'start s':>8} {'time s':>7} {'cells s':>8} {'kernel+pm s':>12} "
+                  f"{'HTML s':>7}")
             renders = {r["notebook"]: r["duration_s"] for r in p["renders"]}
             for r in p["notebooks"]:
+                cells = r.get("cells_s")
                 print(f"    {r['notebook']:<28} {r['status']:<8} {r['start_s']:8.1f} {r['duration_s']:7.1f} "
-                      f"{renders.get(r['notebook'], 0.0):7.2f}")
+                      + (f"{cells:8.1f} {r['duration_s'] - cells:12.1f}" if cells is not None else f"{'-':>8} {'-':>12}")
+                      + f" {renders.get(r['notebook'], 0.0):7.2f}")
+            over = [r["duration_s"] - r["cells_s"] for r in p["notebooks"] if r.get("cells_s") is not None]
+            if over:
+                print(f"    kernel + papermill outside the cells: {sum(over):.1f} s in all, "
+                      f"{statistics.median(over):.2f} s median per notebook")
     modes = {b["mode"]: b for b in out["batches"]}
     if {"staged", "sequential"} <= modes.keys():
         s, q = modes["staged"], modes["sequential"]
