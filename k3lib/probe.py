@@ -111,6 +111,12 @@ def iter_findings(result: ProbeResult, ctx: AxisContext) -> list[Finding]:
     if h.ok:
         out.append(Finding(rule="probe.health", status="pass", message=f"/health answered {h.status}",
                            observed=h.status, expected=200))
+    elif h.status == 404 and result.endpoints["models"].ok:
+        # Not every OpenAI-compatible engine has vLLM's /health (llama.cpp's Python server has not): readiness
+        # is then only what /v1/models shows, and engine death cannot be told apart from a missing route.
+        out.append(Finding(rule="probe.health", status="not-observable",
+                           message="no /health endpoint (404): readiness read from /v1/models (200) instead; an "
+                                   "engine death will not show as a 503", observed=h.status, expected=200))
     else:
         why = h.error or f"status {h.status}" + (" (engine dead or not ready)" if h.status in (500, 503) else "")
         out.append(Finding(rule="probe.health", status="fail", message=f"/health is not healthy: {why}",
