@@ -136,6 +136,10 @@ def cross_check(records: Sequence[Any], before: Snapshot, after: Snapshot, *,
     items.append(CrossCheckItem("requests cut", n_cut, cut, 0.0, "requests",
                                 "client: sent, not finished ok; server: finished_reason abort/error (a disconnect "
                                 "may register after the window)", server_short=n_cut))
+    # the sum is exact whichever way a cut request ended on the server: only a late disconnect makes it short
+    items.append(CrossCheckItem("requests sent", float(len(ok)) + n_cut,
+                                None if done is None or cut is None else done + cut, 0.0, "requests",
+                                "client: finished ok + cut; server: every finished_reason", server_short=n_cut))
     prompt = [r.prompt_tokens for r in ok if r.prompt_tokens is not None]
     gen = [r.completion_tokens for r in ok if r.completion_tokens is not None]
     items.append(CrossCheckItem("prompt tokens", float(sum(prompt)) if prompt else None,

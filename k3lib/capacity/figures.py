@@ -125,7 +125,8 @@ def _mark(fig: Any, result: "CapacityResult", phase: dict[str, Any], phase_name:
         _vline(fig, phase["end_wall"], "end", "#0969da", "solid")
     for unit in _units(result, phase_name):
         if phase_name == "concurrency":
-            text = f"c={unit['concurrency']}" + (" (beyond contract)" if unit.get("out_of_contract") else "")
+            text = f"c={unit['concurrency']}" + (" (beyond contract)" if unit.get("out_of_contract") else "") \
+                + (" latency not trusted" if unit.get("latency_valid") is False else "")
         elif phase_name == "long-context":
             text = f"{unit.get('prompt_tokens') or unit.get('target_tokens')} tok"
         else:
@@ -177,10 +178,17 @@ def phases_table(result: "CapacityResult") -> Any:
 def steps_table(result: "CapacityResult") -> Any:
     import pandas as pd
 
+    from .trust import cross_check_label
+
     cols = ("concurrency", "out_of_contract", "status", "held", "sent", "ok", "server_errors", "preemptions",
             "waiting_mean", "running_mean", "kv_usage_max", "queue_p95_ms", "ttft_p50_ms", "ttft_p95_ms",
-            "server_ttft_p95_ms", "prompt_tokens", "output_tokens")
-    frame = pd.DataFrame([{c: s.get(c) for c in cols} | {"why": "; ".join(s.get("why") or [])}
+            "server_ttft_p95_ms", "latency_valid", "prompt_tokens", "output_tokens")
+    # latency_valid: the client's self-calibration at this concurrency held (None: not calibrated); a False step
+    # keeps its counts and preemptions, its client TTFT figures are not trusted (latency_note says why)
+    frame = pd.DataFrame([{c: s.get(c) for c in cols}
+                          | {"cross_check": cross_check_label(s.get("cross_check")) if s.get("status") != "skipped"
+                             else None,
+                             "latency_note": s.get("invalid_reason"), "why": "; ".join(s.get("why") or [])}
                           for s in result.steps])
     return frame
 

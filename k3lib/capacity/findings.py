@@ -203,7 +203,8 @@ def _saturation(result: CapacityResult, params: Params) -> list[Finding]:
     steps = result.steps
     point = result.saturation_point
     table = [{k: s.get(k) for k in ("concurrency", "held", "preemptions", "waiting_mean", "queue_p95_ms",
-                                    "ttft_p95_ms", "kv_usage_max", "server_errors", "out_of_contract")}
+                                    "ttft_p95_ms", "latency_valid", "kv_usage_max", "server_errors",
+                                    "out_of_contract")}
              for s in steps]
     nominal = result.step(planned)
     out = []
@@ -315,6 +316,74 @@ def _soak(result: CapacityResult) -> list[Finding]:
     return out
 
 
+def _calibration(result: CapacityResult) -> Finding | None:
+    cal = result.run.get("calibration") or {}
+    if not cal.get("enabled"):
+        return _f("client_calibration", "info", "the client's own timing error was not calibrated "
+                                                "(axes.capacity.calibrate is false): its latency figures carry an "
+                                                "unknown error")
+    if not cal.get("ran"):
+        return None  # the steps did not run: nothing to vouch for
+    summary = cal.get("summary") or []
+    failed = sorted((r for r in summary if not r.get("valid")), key=lambda r: r["concurrency"])
+    invalid = [s["concurrency"] for s in result.steps if s.get("latency_valid") is False]
+    common = dict(observed=summary, expected=f"p99 error <= {cal.get('max_error_ms')} ms",
+                  known_ttft_ms=cal.get("known_ttft_ms"), known_itl_ms=cal.get("known_itl_ms"),
+                  basis=cal.get("basis"), invalid_steps=invalid)
+    if failed:
+        n = failed[0]["concurrency"]
+        return _f("client_calibration", "warn",
+                  f"the client's own timing error at concurrency {n} exceeds its bound ({failed[0]['reason']}): "
+                  f"the latency figures of the steps at or above {n} are marked invalid, not trusted; the "
+                  "saturation point rests on the server's counters and is unaffected", decision="limited-observation",
+                  **common)
+    worst = max(summary, key=lambda r: r["concurrency"], default={})
+    return _f("client_calibration", "pass",
+              f"the client's own timing error stays within {cal.get('max_error_ms')} ms up to concurrency "
+              f"{worst.get('concurrency')} (TTFT error p99 {_ms(worst.get('ttft_error_ms_p99'))}, ITL error p99 "
+              f"{_ms(worst.get('itl_error_ms_p99'))}, event-loop lag p99 {_ms(worst.get('loop_lag_ms_p99'))})",
+              **common)
+
+
+def _windows(result: CapacityResult) -> list[tuple[str, dict[str, Any]]]:
+    out = [(f"concurrency {s['concurrency']}", s) for s in result.steps if s.get("status") != "skipped"]
+    if result.run.get("soak"):
+        out.append(("the soak", result.run["soak"]))
+    return out
+
+
+def _cross_check(result: CapacityResult) -> Finding | None:
+    windows = [(name, w, w.get("cross_check") or {}) for name, w in _windows(result)]
+    if not windows:
+        return None
+    table = {name: {"counts_agree": c.get("counts_agree"), "agrees": c.get("agrees"),
+                    "disagreements": c.get("disagreements") or []} for name, _, c in windows}
+    compared = [(name, c) for name, _, c in windows if c.get("agrees") is not None]
+    if not compared:
+        return _f("cross_check", "info", "client and server were not compared: no server counters around the load "
+                                         "windows (see capacity.server_metrics)", observed=table)
+    counts = [(name, c) for name, c in compared if c.get("counts_agree") is False]
+    if counts:
+        def detail(c: dict[str, Any]) -> str:
+            by = {i["quantity"]: i for i in c.get("items") or []}
+            return ", ".join(f"{q}: client {by[q]['client']:g}, server {by[q]['server']:g}"
+                             for q in c.get("disagreements") or [] if q in by and by[q].get("diff") is not None
+                             and by[q]["unit"] != "ms")
+        where = "; ".join(f"{name} ({detail(c)})" for name, c in counts)
+        return _f("cross_check", "warn", f"client and server counts disagree in {len(counts)} of {len(compared)} "
+                                         f"load window(s): {where}"[:600] + " — another client was loading the "
+                                         "target, or one side counts wrong: those windows did not measure the load "
+                                         "the kit sent", decision="limited-observation", observed=table)
+    latency = [(name, c) for name, c in compared if c.get("agrees") is False]
+    if latency:
+        return _f("cross_check", "info", "client and server counts agree in every window; latency quantiles differ "
+                                         "beyond a histogram bucket and the network allowance in "
+                                         + ", ".join(f"{name} ({', '.join(c['disagreements'])})"
+                                                     for name, c in latency), observed=table)
+    return _f("cross_check", "pass", f"client and server agree on requests, tokens and TTFT/e2e quantiles in every "
+                                     f"load window ({len(compared)} compared)", observed=table)
+
+
 def _phases(result: CapacityResult) -> list[Finding]:
     out = []
     for p in result.run.get("phases") or []:
@@ -330,8 +399,10 @@ def iter_findings(result: CapacityResult, params: Params) -> list[Finding]:
         out.append(_long_context(result))
     if result.phase("concurrency") and result.phase("concurrency")["status"] != "skipped":
         out.extend(_saturation(result, params))
+        out.extend(f for f in (_calibration(result),) if f is not None)
     if result.phase("soak") and result.phase("soak")["status"] != "skipped":
         out.extend(_soak(result))
+    out.extend(f for f in (_cross_check(result),) if f is not None)
     out.extend(_phases(result))
     return out
 
@@ -368,7 +439,8 @@ def capacity_record(result: CapacityResult, ctx: "AxisContext") -> EvidenceRecor
               "planned_concurrency": ctx.params.contract.planned_concurrency,
               "oom": _oom_data(oom), "configuration": (result.run.get("config") or {}),
               "plan": result.plan, "phases": result.run.get("phases"),
-              "steps": result.steps,
+              "steps": result.steps, "calibration": result.run.get("calibration"),
+              "cross_check": {name: w.get("cross_check") for name, w in _windows(result)},
               "long_context": result.run.get("long_context"), "refusal": result.run.get("refusal"),
               "ready": result.run.get("ready"), "soak": result.run.get("soak")},
         attachments=sorted(set(attachments)))

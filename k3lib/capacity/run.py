@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from ..calibration import CalibrationReport, KnownTimingServer, calibrate
 from ..client import ChatClient, ChatRecord, run_sync
+from ..crosscheck import cross_check
 from ..errors import APIError, K3Error, TargetError
 from ..gpu import DcgmExporterSource, GpuSource, NvmlSource, PrometheusGpuSource, gpu_sampler
 from ..load import run_closed_loop, run_soak
@@ -27,7 +29,9 @@ from ..prompts import BuiltPrompt, EstimateCounter, build_prompts
 from ..readers.vllm_log import VllmLogReport, parse_vllm_log
 from .analysis import judge_step, memory_at, settled_stats, soak_analysis
 from .config import server_config
-from .shape import PHASES, CapacityPlan, plan_capacity
+from .shape import CALIBRATION_BOUND_S, PHASES, CapacityPlan, plan_capacity
+from .trust import (calibration_rounds, calibration_summary, cross_check_data, failed_report, gate_step,
+                    known_timing, record_view)
 
 if TYPE_CHECKING:
     from ..session import AxisContext
@@ -202,6 +206,10 @@ class CapacityRunner:
         self._phase: str = ""
         self._in_flight = 0
         self.timeline: Timeline | None = None
+        # the client's self-calibration: what it ran against, and its reports (see trust.py)
+        self.calibration: dict[str, Any] = {"enabled": bool(self.plan.calibration_concurrencies), "ran": False}
+        self._reports: list[CalibrationReport] = []
+        self._measured: list[dict[str, Any]] = []  # long-context records: the timing the calibration imitates
 
     # -- clients ---------------------------------------------------------------------------------------------
     def _client(self, timeout_s: float) -> ChatClient:
@@ -273,7 +281,7 @@ class CapacityRunner:
             "gpu_source": self.params.target.gpu_metrics.source if self.timeline is None else self.timeline.gpu_kind,
             "phases": self.phases, "steps": self.steps, "long_context": self.long_context,
             "refusal": self.refusal, "ready": self.ready, "health": self.health, "failure": self.failure,
-            "dead": self.dead, "soak": self.soak, "notes": self.notes,
+            "dead": self.dead, "soak": self.soak, "notes": self.notes, "calibration": self.calibration,
             "model_card": self.model_card, "cache_config_info": self.cache_info,
             "config": server_config(self.log_report, self.cache_info, self.model_card),
             "log_error": self.log_error,
@@ -433,6 +441,7 @@ class CapacityRunner:
             self._in_flight = 0
         t1 = time.time()
         after = await boundary_snapshot(self.urls)
+        self._measured.extend(bucket)
         stats = record_stats(bucket)
         status = "ok" if stats["ok"] == stats["sent"] and stats["sent"] else \
             ("failed" if stats["server_errors"] or stats["unreachable"] else "incomplete")
@@ -480,25 +489,86 @@ class CapacityRunner:
 
     async def _closed(self, client: ChatClient, bodies: Callable[[int], Mapping[str, Any]], *, phase: str,
                       label: str, concurrency: int, max_requests: int, duration_s: float,
-                      bucket: list[dict[str, Any]], soak: bool = False) -> str | None:
-        """One closed-loop load window; returns why it stopped early, if it did."""
+                      bucket: list[dict[str, Any]], soak: bool = False) -> tuple[Any, str | None]:
+        """One closed-loop load window; returns its PhaseSummary (None when it was stopped early) and why it
+        stopped early, if it did."""
         sink = self._sink(phase, label, bucket, concurrency)
         self._in_flight = concurrency
         try:
             if soak:
-                await run_soak(client, bodies, concurrency=concurrency, duration_s=duration_s,
+                summary = await run_soak(client, bodies, concurrency=concurrency, duration_s=duration_s,
                                max_requests=max_requests, window_s=max(duration_s / 6, 1.0),
                                request_timeout_s=self.plan.request_timeout_s, sink=sink, name=label,
                                allow_remote_load=self.params.target.allow_remote_load)
             else:
-                await run_closed_loop(client, bodies, concurrency=concurrency, max_requests=max_requests,
-                                      max_duration_s=duration_s, request_timeout_s=self.plan.request_timeout_s,
-                                      sink=sink, name=label, allow_remote_load=self.params.target.allow_remote_load)
+                summary = await run_closed_loop(client, bodies, concurrency=concurrency, max_requests=max_requests,
+                                                max_duration_s=duration_s,
+                                                request_timeout_s=self.plan.request_timeout_s, sink=sink, name=label,
+                                                allow_remote_load=self.params.target.allow_remote_load)
         except _EngineGone as exc:
-            return f"stopped early: {exc}"
+            return None, f"stopped early: {exc}"
         finally:
             self._in_flight = 0
-        return None
+        return summary, None
+
+    async def _calibrate(self) -> None:
+        """The client's own timing error at the calibrated concurrencies, against a known-timing server on this
+        machine (a real socket on 127.0.0.1), bounded whatever that server does. A calibration that cannot
+        complete counts as failed: the steps it would have vouched for are not trusted."""
+        plan = self.plan
+        if not plan.calibration_concurrencies:
+            self.calibration = {"enabled": False, "ran": False, "reports": [], "summary": [],
+                                "note": "axes.capacity.calibrate is false: the client's timing error is not known"}
+            return
+        timing = known_timing(self._measured)
+        server = KnownTimingServer(in_process=plan.calibration_server == "thread")
+        reports: list[CalibrationReport] = []
+        error = None
+        t0 = time.time()
+        try:
+            async with asyncio.timeout(CALIBRATION_BOUND_S):
+                await asyncio.to_thread(server.start, CALIBRATION_BOUND_S / 2)
+                client = ChatClient(server.url, timeout_s=CALIBRATION_BOUND_S, connect_timeout_s=5.0)
+                try:
+                    # a fresh server and a fresh connection pool pay one-off costs on their first requests (imports,
+                    # connects): warm both up at the lowest calibrated concurrency, and keep that round out of it
+                    await calibrate(client, concurrency=plan.calibration_concurrencies[0],
+                                    known_ttft_ms=timing["known_ttft_ms"], known_itl_ms=timing["known_itl_ms"],
+                                    chunks=2, max_error_ms=plan.calibration_max_error_ms)
+                    for c in plan.calibration_concurrencies:
+                        reports.append(await calibrate(
+                            client, concurrency=c, known_ttft_ms=timing["known_ttft_ms"],
+                            known_itl_ms=timing["known_itl_ms"], chunks=timing["chunks"],
+                            rounds=calibration_rounds(c, timing), max_error_ms=plan.calibration_max_error_ms))
+                finally:
+                    await client.aclose()
+        except TimeoutError:
+            error = f"it ran past its bound of {CALIBRATION_BOUND_S:.0f} s"
+        except (RuntimeError, OSError, httpx.HTTPError, TargetError) as exc:
+            error = f"{type(exc).__name__}: {exc}"[:300]
+        finally:
+            await asyncio.to_thread(server.stop)
+        done = {r.concurrency for r in reports}
+        reports += [failed_report(c, timing, plan.calibration_max_error_ms, error or "no report")
+                    for c in plan.calibration_concurrencies if c not in done]
+        self._reports = reports
+        self.calibration = {"enabled": True, "ran": True, "server": plan.calibration_server,
+                            "start_wall": t0, "end_wall": time.time(), **timing,
+                            "max_error_ms": plan.calibration_max_error_ms, "error": error,
+                            "summary": calibration_summary(reports), "reports": [r.to_dict() for r in reports]}
+        self._flush()
+
+    def _trust(self, summary: Any, bucket: Sequence[Mapping[str, Any]], concurrency: int,
+               before: Snapshot | None, after: Snapshot | None) -> dict[str, Any]:
+        """A window's calibration gate and its client/server cross-check, as step fields."""
+        check = None
+        error = None
+        if before is not None and after is not None:
+            try:
+                check = cross_check([record_view(r) for r in bucket], before, after)
+            except (ValueError, KeyError) as exc:
+                error = f"{type(exc).__name__}: {exc}"[:300]
+        return {**gate_step(summary, self._reports, concurrency), "cross_check": cross_check_data(check, error)}
 
     async def _concurrency(self) -> str:
         plan = self.plan
@@ -506,6 +576,7 @@ class CapacityRunner:
         client = self._client(plan.request_timeout_s)
         try:
             prompts = await self._prompts(sizing, count=4, tokens=plan.prompt_tokens, seed=53)
+            await self._calibrate()
             for c in plan.steps:
                 label = f"c{c}"
                 if self.dead:
@@ -516,9 +587,9 @@ class CapacityRunner:
                 bucket: list[dict[str, Any]] = []
                 before = await boundary_snapshot(self.urls)
                 t0 = time.time()
-                early = await self._closed(client, bodies, phase="concurrency", label=label, concurrency=c,
-                                           max_requests=plan.step_max_requests, duration_s=plan.step_duration_s,
-                                           bucket=bucket)
+                summary, early = await self._closed(client, bodies, phase="concurrency", label=label,
+                                                    concurrency=c, max_requests=plan.step_max_requests,
+                                                    duration_s=plan.step_duration_s, bucket=bucket)
                 t1 = time.time()
                 after = await boundary_snapshot(self.urls)
                 alive = await self._check_alive(client, "concurrency", c)
@@ -527,7 +598,8 @@ class CapacityRunner:
                         "prompt_tokens": prompts[0].prompt_tokens, "sized_by": prompts[0].sized_by,
                         "output_tokens": plan.output_tokens, "start_wall": t0, "end_wall": t1,
                         "engine_alive_after": alive, **record_stats(bucket), **window_numbers(before, after),
-                        **settled_stats(self.timeline.metric_rows(), t0, t1, self.cap.settle_fraction)}
+                        **settled_stats(self.timeline.metric_rows(), t0, t1, self.cap.settle_fraction),
+                        **self._trust(summary, bucket, c, before, after)}
                 held, why = judge_step(step, queue_objective_ms=self.params.contract.queue_p95_ms,
                                        waiting_tolerance=self.cap.waiting_tolerance)
                 step.update(held=held and alive, why=why + ([] if alive else ["the engine died"]))
@@ -556,11 +628,14 @@ class CapacityRunner:
                                           shared_prefix_tokens=plan.shared_prefix_tokens)
             bodies = [self._body(p, plan.output_tokens) for p in prompts]
             bucket: list[dict[str, Any]] = []
+            before = await boundary_snapshot(self.urls)
             t0 = time.time()
-            early = await self._closed(client, lambda i: bodies[i % len(bodies)], phase="soak", label="soak",
-                                       concurrency=plan.planned_concurrency, max_requests=plan.soak_max_requests,
-                                       duration_s=plan.soak_duration_s, bucket=bucket, soak=True)
+            summary, early = await self._closed(client, lambda i: bodies[i % len(bodies)], phase="soak",
+                                                label="soak", concurrency=plan.planned_concurrency,
+                                                max_requests=plan.soak_max_requests,
+                                                duration_s=plan.soak_duration_s, bucket=bucket, soak=True)
             t1 = time.time()
+            after = await boundary_snapshot(self.urls)
             alive = await self._check_alive(client, "soak", plan.planned_concurrency)
         finally:
             await sizing.aclose()
@@ -571,6 +646,7 @@ class CapacityRunner:
                      "prompt_tokens": prompts[0].prompt_tokens, "shared_prefix_tokens": prompts[0].shared_prefix_tokens,
                      "output_tokens": plan.output_tokens, "distinct_prompts": len(prompts),
                      "note": early or "", "engine_alive_after": alive, **record_stats(bucket),
+                     **self._trust(summary, bucket, plan.planned_concurrency, before, after),
                      **soak_analysis(self.timeline.metric_rows(), self.timeline.gpu_rows(), t0, t1,
                                      concurrency=plan.planned_concurrency,
                                      memory_growth_min_mib=cap.memory_growth_min_mib, kv_trend_max=cap.kv_trend_max,

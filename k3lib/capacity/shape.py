@@ -7,11 +7,15 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..params import Params
+from .trust import calibration_concurrencies
 
 PHASES = ("cold-load", "long-context", "concurrency", "soak")
 # Headroom each phase is granted on top of its load bounds: prompt sizing with /tokenize, boundary scrapes,
 # health checks, and the load generator's grace for cancelled requests (load.CANCEL_GRACE_S).
 PHASE_OVERHEAD_S = 10.0
+# The client self-calibration before the steps, whatever the local server does: its start, a warm-up and one round
+# per calibrated concurrency (each at most 0.5 s + 19 × 50 ms of schedule, see trust.py), then its stop.
+CALIBRATION_BOUND_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,9 @@ class CapacityPlan:
     soak_max_requests: int
     ready_timeout_s: float
     request_timeout_s: float
+    calibration_concurrencies: tuple[int, ...] = ()  # empty: the client's timing error is not calibrated
+    calibration_max_error_ms: float = 10.0
+    calibration_server: str = "process"
 
     def phase_budget_s(self, phase: str) -> float:
         """The most a phase may last, whatever the target does (the tests hold the axis to the sum)."""
@@ -43,7 +50,8 @@ class CapacityPlan:
             n = len(self.context_lengths_tokens) * self.long_context_repeats + 1
             return n * self.request_timeout_s + PHASE_OVERHEAD_S
         if phase == "concurrency":
-            return len(self.steps) * (self.step_duration_s + PHASE_OVERHEAD_S)
+            calibration = CALIBRATION_BOUND_S + PHASE_OVERHEAD_S if self.calibration_concurrencies else 0.0
+            return len(self.steps) * (self.step_duration_s + PHASE_OVERHEAD_S) + calibration
         if phase == "soak":
             return self.soak_duration_s + PHASE_OVERHEAD_S
         raise KeyError(f"unknown phase {phase!r}; phases: {', '.join(PHASES)}")
@@ -101,4 +109,6 @@ def plan_capacity(params: Params) -> CapacityPlan:
         shared_prefix_tokens=prompt // 2, step_duration_s=cap.step_duration_s,
         step_max_requests=cap.step_max_requests, soak_duration_s=cap.soak_duration_s,
         soak_max_requests=cap.soak_max_requests, ready_timeout_s=cap.ready_timeout_s,
-        request_timeout_s=cap.request_timeout_s)
+        request_timeout_s=cap.request_timeout_s,
+        calibration_concurrencies=calibration_concurrencies(planned, steps) if cap.calibrate else (),
+        calibration_max_error_ms=cap.calibration_max_error_ms, calibration_server=cap.calibration_server)
