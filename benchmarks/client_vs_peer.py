@@ -175,73 +175,14 @@ def kit_throughput(url: str, streams: int, chunks_per_stream: int) -> dict[str, 
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 64, 256])
-    ap.add_argument("--ttft-ms", type=float, default=100.0)
-    ap.add_argument("--itl-ms", type=float, default=20.0)
-    ap.add_argument("--chunks", type=int, default=50)
-    ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--throughput-chunks", type=int, default=200_000, help="total chunks per chunks/s run "
-                    "(a quarter of it with one event per write)")
-    ap.add_argument("--no-isolation", action="store_true", help="stay in the host's network namespace")
-    args = ap.parse_args(argv)
-    if not AIPERF.exists() or not (TOKENIZER / "tokenizer.json").exists():
-        print("the peer is not installed: run `bash benchmarks/setup_peer.sh` first", file=sys.stderr)
-        return 2
-    if not args.no_isolation:
-        rc = reexec_isolated(argv)
-        if rc is not None:
-            return rc
-
-    ncpu = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    server_cpu = 1 if ncpu >= 2 else None
-    version = subprocess.run([str(AIPERF), "--version"], capture_output=True, text=True).stdout.strip()
-    out: dict[str, Any] = {
-        "host": {"cpu": platform.processor() or platform.machine(), "cpus": ncpu, "python": platform.python_version(),
-                 "clients_pinned_cpu0": pin(0), "server_cpu": server_cpu, "load_before": load_avg(),
-                 "network": "own namespace, loopback only" if os.environ.get(ISOLATED_ENV) else "host"},
-        "peer": f"aiperf {version.splitlines()[-1] if version else '?'}",
-        "schedule": {"ttft_ms": args.ttft_ms, "itl_ms": args.itl_ms, "chunks": args.chunks, "tokens_per_chunk": 2},
-        "timing": [], "throughput": []}
-    with tempfile.TemporaryDirectory(prefix="k3-peer-") as tmp:
-        tmpd = Path(tmp)
-        cfg = KnownTimingConfig(ttft_ms=args.ttft_ms, itl_ms=args.itl_ms, chunks=args.chunks)
-        with KnownTimingServer(cfg, in_process=False, cpu=server_cpu) as srv:
-            for c in args.concurrency:
-                out["timing"].append(asyncio.run(kit_timing(srv.url, c, ttft_ms=args.ttft_ms, itl_ms=args.itl_ms,
-                                                            chunks=args.chunks, rounds=args.rounds)))
-                out["timing"].append(peer_timing(srv.url, tmpd / f"timing-{c}", c, ttft_ms=args.ttft_ms,
-                                                 itl_ms=args.itl_ms, chunks=args.chunks, rounds=args.rounds))
-        # batched: 64 pre-serialized events per write, so the client's parsing is the limit; unbatched: one event
-        # per write, as a decode step spread over many streams arrives
-        for per_write, stream_counts in ((64, (1, 64)), (1, (64, 256))):
-            total = args.throughput_chunks if per_write > 1 else args.throughput_chunks // 4
-            for streams in stream_counts:
-                per_stream = total // streams
-                tag = f"{per_write}-{streams}"
-                # the same run with 2 chunks a stream: AIPerf's fixed cost at this concurrency, subtracted below
-                cfg = KnownTimingConfig(ttft_ms=0, itl_ms=0, chunks=2, events_per_write=per_write)
-                with KnownTimingServer(cfg, in_process=False, cpu=server_cpu) as srv:
-                    base = peer_throughput(srv.url, tmpd / f"base-{tag}", streams, 2)
-                cfg = KnownTimingConfig(ttft_ms=0, itl_ms=0, chunks=per_stream, events_per_write=per_write)
-                with KnownTimingServer(cfg, in_process=False, cpu=server_cpu) as srv:
-                    kit = kit_throughput(srv.url, streams, per_stream)
-                    peer = peer_throughput(srv.url, tmpd / f"tput-{tag}", streams, per_stream, base)
-                out["throughput"].append({"events_per_write": per_write, "streams": streams,
-                                          "k3kit": kit, "aiperf": peer})
-    out["host"]["load_after"] = load_avg()
-    if args.json:
-        print(json.dumps(out, indent=2))
-        return 0
+def print_table(out: dict[str, Any]) -> None:
+    sch = out["schedule"]
     h = out["host"]
     print(f"host: {h['cpu']}, {h['cpus']} CPUs, Python {h['python']}; clients on CPU 0, server on CPU "
           f"{h['server_cpu']}; network: {h['network']}; load {h['load_before']} -> {h['load_after']}")
     print(f"peer: {out['peer']} (.venv-peer)")
-    print(f"known schedule: TTFT {args.ttft_ms:g} ms, gap {args.itl_ms:g} ms, {args.chunks} chunks x 2 tokens; "
-          f"{args.rounds} rounds after one warm-up round")
+    print(f"known schedule: TTFT {sch['ttft_ms']:g} ms, gap {sch['itl_ms']:g} ms, {sch['chunks']} chunks x 2 tokens; "
+          f"{sch['rounds']} rounds after one warm-up round")
     print(f"{'client':>7} {'streams':>8} {'ok':>5} {'TTFT err p50/p99 ms':>20} {'gap err p50/p99 ms':>19} "
           f"{'all gaps':>9}")
     f = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
@@ -264,6 +205,71 @@ def main(argv: list[str] | None = None) -> int:
                       for t in out["throughput"]) + ")")
     start = [t["process_wall_s"] for t in out["timing"] if "process_wall_s" in t]
     print(f"\naiperf whole-process wall per run (start-up included): {min(start):.1f}-{max(start):.1f} s")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 64, 256])
+    ap.add_argument("--ttft-ms", type=float, default=100.0)
+    ap.add_argument("--itl-ms", type=float, default=20.0)
+    ap.add_argument("--chunks", type=int, default=50)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--throughput-chunks", type=int, default=200_000, help="total chunks per chunks/s run "
+                    "(half of it with one event per write)")
+    ap.add_argument("--no-isolation", action="store_true", help="stay in the host's network namespace")
+    args = ap.parse_args(argv)
+    if not AIPERF.exists() or not (TOKENIZER / "tokenizer.json").exists():
+        print("the peer is not installed: run `bash benchmarks/setup_peer.sh` first", file=sys.stderr)
+        return 2
+    if not args.no_isolation:
+        rc = reexec_isolated(argv)
+        if rc is not None:
+            return rc
+
+    ncpu = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    server_cpu = 1 if ncpu >= 2 else None
+    version = subprocess.run([str(AIPERF), "--version"], capture_output=True, text=True).stdout.strip()
+    out: dict[str, Any] = {
+        "host": {"cpu": platform.processor() or platform.machine(), "cpus": ncpu, "python": platform.python_version(),
+                 "clients_pinned_cpu0": pin(0), "server_cpu": server_cpu, "load_before": load_avg(),
+                 "network": "own namespace, loopback only" if os.environ.get(ISOLATED_ENV) else "host"},
+        "peer": f"aiperf {version.splitlines()[-1] if version else '?'}",
+        "schedule": {"ttft_ms": args.ttft_ms, "itl_ms": args.itl_ms, "chunks": args.chunks, "tokens_per_chunk": 2,
+                     "rounds": args.rounds},
+        "timing": [], "throughput": []}
+    with tempfile.TemporaryDirectory(prefix="k3-peer-") as tmp:
+        tmpd = Path(tmp)
+        cfg = KnownTimingConfig(ttft_ms=args.ttft_ms, itl_ms=args.itl_ms, chunks=args.chunks)
+        with KnownTimingServer(cfg, in_process=False, cpu=server_cpu) as srv:
+            for c in args.concurrency:
+                out["timing"].append(asyncio.run(kit_timing(srv.url, c, ttft_ms=args.ttft_ms, itl_ms=args.itl_ms,
+                                                            chunks=args.chunks, rounds=args.rounds)))
+                out["timing"].append(peer_timing(srv.url, tmpd / f"timing-{c}", c, ttft_ms=args.ttft_ms,
+                                                 itl_ms=args.itl_ms, chunks=args.chunks, rounds=args.rounds))
+        # batched: 64 pre-serialized events per write, so the client's parsing is the limit; unbatched: one event
+        # per write, as a decode step spread over many streams arrives
+        for per_write, stream_counts in ((64, (1, 64)), (1, (64, 256))):
+            total = args.throughput_chunks if per_write > 1 else args.throughput_chunks // 2
+            for streams in stream_counts:
+                per_stream = total // streams
+                tag = f"{per_write}-{streams}"
+                # the same run with 2 chunks a stream: AIPerf's fixed cost at this concurrency, subtracted below
+                cfg = KnownTimingConfig(ttft_ms=0, itl_ms=0, chunks=2, events_per_write=per_write)
+                with KnownTimingServer(cfg, in_process=False, cpu=server_cpu) as srv:
+                    base = peer_throughput(srv.url, tmpd / f"base-{tag}", streams, 2)
+                cfg = KnownTimingConfig(ttft_ms=0, itl_ms=0, chunks=per_stream, events_per_write=per_write)
+                with KnownTimingServer(cfg, in_process=False, cpu=server_cpu) as srv:
+                    kit = kit_throughput(srv.url, streams, per_stream)
+                    peer = peer_throughput(srv.url, tmpd / f"tput-{tag}", streams, per_stream, base)
+                out["throughput"].append({"events_per_write": per_write, "streams": streams,
+                                          "k3kit": kit, "aiperf": peer})
+    out["host"]["load_after"] = load_avg()
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    print_table(out)
     return 0
 
 
