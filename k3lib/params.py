@@ -387,7 +387,8 @@ def load_params(files: list[str | Path], sets: list[str] = (), *, base: dict[str
                 node[k] = {}
             node = node[k]
         node[keys[-1]] = value
-        prov[".".join(keys)] = f"--set {expr.partition('=')[0]}"
+        key = expr.partition("=")[0]
+        prov[".".join(keys)] = f"--set {key if key.isprintable() else repr(key)}"
     return validate_params(merged, prov, default_source=str(files[-1]) if files else "parameters")
 
 
@@ -398,7 +399,9 @@ def validate_params(data: dict[str, Any], prov: dict[str, str] | None = None, *,
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = tuple(err.get("loc", ()))
-        field = ".".join(str(p) for p in loc) or "(top level)"
+        # a key is untrusted text: one with a newline or a control character is shown quoted, so the error
+        # stays on the one line the CLI prints
+        field = ".".join(str(p) if str(p).isprintable() else repr(p) for p in loc) or "(top level)"
         source = _provenance(loc, prov or {}, default_source)
         more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
         raise BadInputError(_expected(err) + more, source=source, field=field) from None

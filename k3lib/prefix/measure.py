@@ -16,7 +16,8 @@ from typing import Any
 import httpx
 
 from ..client import ChatRecord, SyncChatClient
-from ..errors import APIError, EvidenceError
+from ..errors import APIError, EvidenceError, TargetError
+from ..load import check_load_target
 from ..metrics import Snapshot, delta, scrape
 from ..prompts import EstimateCounter, ServerTokenCounter, TokenCounter, filler_text, fit_count
 from .blocks import common_prefix_len, designed_hits, expected_hits, first_divergence, hit_unit
@@ -252,6 +253,8 @@ def run_prefix_cache(ctx: Any) -> PrefixCacheResult:
     """
     p = ctx.params.axes.prefix_cache
     target = ctx.target
+    # before the first scrape or request: a mistyped URL must not send the protocol to a remote deployment
+    check_load_target(target.base_url, ctx.params.target.allow_remote_load)
     urls = tuple(target.metrics_urls)
     run_tag = secrets.token_hex(4)
     use_salt = p.isolation in ("salt", "salt+fresh-prefix")
@@ -278,7 +281,11 @@ def run_prefix_cache(ctx: Any) -> PrefixCacheResult:
             # Without a fresh nonce the prefix is the same in every session: only the salt isolates them.
             nonce = f"{run_tag}-{size}-{session}" if fresh else f"k3kit-{size}"
             salt = f"k3kit-{run_tag}-{size}-{session}" if use_salt else None
-            words, pads, _ = client.run(_size_session(counter, nonce, size))
+            try:
+                words, pads, _ = client.run(_size_session(counter, nonce, size))
+            except TargetError as exc:  # /tokenize broke mid-run: estimate from here on, and say so
+                counter, sized_by = EstimateCounter(), f"estimate (/tokenize failed: {str(exc)[:200]})"
+                words, pads, _ = client.run(_size_session(counter, nonce, size))
             cold_msgs = session_messages(nonce, words, pads, 1)
             warm_msgs = session_messages(nonce, words, pads, 2, early_change=p.warm_change == "early-token")
             intended_msgs = session_messages(nonce, words, pads, 2)
@@ -337,11 +344,13 @@ def _token_counter(client: SyncChatClient) -> tuple[TokenCounter, str]:
     counter = ServerTokenCounter(client.client)
     try:
         client.run(counter.count_text("k3kit"))
-    except APIError as exc:
-        if exc.status not in (404, 405, 501):
-            raise
+    except TargetError as exc:
         estimate = EstimateCounter()
-        return estimate, estimate.sized_by
+        if isinstance(exc, APIError) and exc.status in (404, 405, 501):
+            return estimate, estimate.sized_by
+        # /tokenize exists but fails (5xx, no reply, a broken body): the requests that follow show the target's
+        # state as findings; sizing by estimate keeps the protocol going and says why
+        return estimate, f"{estimate.sized_by} (/tokenize failed: {str(exc)[:200]})"
     return counter, counter.sized_by
 
 
@@ -349,7 +358,7 @@ def _ids(client: SyncChatClient, messages: list[dict[str, Any]]) -> tuple[int, .
     """The prompt's token ids as the server's chat template makes them; None when /tokenize gives none."""
     try:
         res = client.tokenize(messages=messages, tools=list(TOOLS))
-    except APIError:
+    except TargetError:
         return None
     return res.tokens if res.tokens and len(res.tokens) == res.count else None
 

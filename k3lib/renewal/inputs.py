@@ -10,7 +10,7 @@ import csv
 import datetime as dt
 import io
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Iterator, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -158,12 +158,22 @@ def _expected(err: dict[str, Any]) -> str:
     return f"{msg} (got {given!r})" if isinstance(given, (str, int, float)) else msg
 
 
+def _csv_lines(reader: Any, p: Path, what: str) -> Iterator[list[str]]:
+    """The reader's rows, with what the csv module cannot read (a bare CR, a field over its size limit) as one
+    BadInputError line instead of a traceback."""
+    try:
+        yield from reader
+    except csv.Error as exc:
+        raise BadInputError(f"line {reader.line_num}: not readable as {what} ({exc})", source=str(p)) from None
+
+
 def read_csv_rows(path: str | Path, columns: tuple[str, ...], model: type[_Row], what: str) -> list[tuple[int, Any]]:
     """(line number, row) of a CSV with exactly `columns` (any order, whitespace tolerated) validated by `model`."""
     p = Path(path)
     text = _read_text(p, what)
     reader = csv.reader(io.StringIO(text))
-    header = next(reader, None)
+    lines = _csv_lines(reader, p, what)
+    header = next(lines, None)
     if header is None:
         raise BadInputError(f"line 1: empty file; expected a header with {', '.join(columns)}", source=str(p))
     names = [h.strip() for h in header]
@@ -174,7 +184,7 @@ def read_csv_rows(path: str | Path, columns: tuple[str, ...], model: type[_Row],
         raise BadInputError(f"line 1 (header): {problem}; expected the columns {', '.join(columns)}",
                             source=str(p))
     rows = []
-    for cells in reader:
+    for cells in lines:
         line = reader.line_num
         if not cells or all(not c.strip() for c in cells):
             continue

@@ -81,6 +81,17 @@ def _labels(text: str, line_no: int, source: str) -> LabelKey:
     return tuple(sorted(pairs))
 
 
+def _numbered_lines(fh: Iterable[str], source: str) -> Iterable[tuple[int, str]]:
+    """(line number, line), streamed; a byte that is not UTF-8 is one ArtifactError line, not a traceback."""
+    n = 0
+    try:
+        for n, line in enumerate(fh, start=1):
+            yield n, line
+    except UnicodeDecodeError:
+        raise ArtifactError(f"not UTF-8 text after line {n}; expected an OpenMetrics history file",
+                            source=source) from None
+
+
 def read_history(path: str | Path, names: Iterable[str] | None = None
                  ) -> dict[str, dict[LabelKey, list[tuple[float, float]]]]:
     """OpenMetrics text with a timestamp on every sample (what `promtool tsdb create-blocks-from openmetrics`
@@ -94,9 +105,12 @@ def read_history(path: str | Path, names: Iterable[str] | None = None
         fh = open(p, encoding="utf-8")
     except FileNotFoundError:
         raise BadInputError("file not found; expected an OpenMetrics history file", source=source) from None
+    except OSError as exc:
+        raise BadInputError(f"cannot read ({exc.strerror}); expected an OpenMetrics history file",
+                            source=source) from None
     seen_sample = False
     with fh:
-        for line_no, line in enumerate(fh, start=1):
+        for line_no, line in _numbered_lines(fh, source):
             line = line.strip()
             if not line or line.startswith("#"):
                 continue
