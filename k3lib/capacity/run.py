@@ -22,7 +22,7 @@ from ..client import ChatClient, ChatRecord, run_sync
 from ..crosscheck import cross_check
 from ..errors import APIError, K3Error, TargetError
 from ..gpu import DcgmExporterSource, GpuSource, NvmlSource, PrometheusGpuSource, gpu_sampler
-from ..load import run_closed_loop, run_soak
+from ..load import check_load_target, run_closed_loop, run_soak
 from ..metrics import MetricsSampler, Snapshot, delta, scrape_async, window_quantile
 from ..params import GpuMetricsParams, Params
 from ..prompts import BuiltPrompt, EstimateCounter, build_prompts
@@ -679,6 +679,8 @@ def run_capacity(ctx: "AxisContext") -> "CapacityResult":
     """Run the four phases (bounded, whatever the target does) and return what was written to the run folder."""
     from .result import read_capacity
 
+    # before the samplers and the health polls touch the target: a mistyped URL must not load a remote deployment
+    check_load_target(ctx.target.base_url, ctx.params.target.allow_remote_load)
     runner = CapacityRunner(ctx)
     run_sync(runner.run())
     return read_capacity(ctx.store)
