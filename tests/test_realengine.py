@@ -112,8 +112,7 @@ _NO_HEALTH = ("llama-cpp-python serves no /health (404) while /v1/models answers
 
 @pytest.mark.timeout(BATCH_TIMEOUT_S)
 @pytest.mark.parametrize("rule", [
-    pytest.param("probe.health", id="probe", marks=pytest.mark.xfail(
-        strict=True, reason="k3lib/probe.py: " + _NO_HEALTH + " (decision.py maps it to environment-rebuild)")),
+    pytest.param("probe.health", id="probe"),
     pytest.param("capacity.cold_load", id="capacity", marks=pytest.mark.xfail(
         strict=True, reason="k3lib/capacity: " + _NO_HEALTH + " (cold load waits for /health, then no phase runs)")),
 ])
