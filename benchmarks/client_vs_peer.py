@@ -186,7 +186,7 @@ def print_table(out: dict[str, Any]) -> None:
     print(f"{'client':>7} {'streams':>8} {'ok':>5} {'TTFT err p50/p99 ms':>20} {'gap err p50/p99 ms':>19} "
           f"{'all gaps':>9}")
     f = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
-    for t in out["timing"]:
+    for t in sorted(out["timing"], key=lambda t: (t["concurrency"], t["client"] != "k3kit")):
         print(f"{t['client']:>7} {t['concurrency']:>8} {t['ok']:>5} {f(t['ttft_error_ms_p50']):>9}/"
               f"{f(t['ttft_error_ms_p99']):<10} {f(t['itl_error_ms_p50']):>8}/{f(t['itl_error_ms_p99']):<10}"
               f"{str(t['gaps_complete']):>9}")
@@ -243,9 +243,11 @@ def main(argv: list[str] | None = None) -> int:
         tmpd = Path(tmp)
         cfg = KnownTimingConfig(ttft_ms=args.ttft_ms, itl_ms=args.itl_ms, chunks=args.chunks)
         with KnownTimingServer(cfg, in_process=False, cpu=server_cpu) as srv:
+            # the kit's runs first: an AIPerf run's services may still be winding down on CPU 0 when it returns
             for c in args.concurrency:
                 out["timing"].append(asyncio.run(kit_timing(srv.url, c, ttft_ms=args.ttft_ms, itl_ms=args.itl_ms,
                                                             chunks=args.chunks, rounds=args.rounds)))
+            for c in args.concurrency:
                 out["timing"].append(peer_timing(srv.url, tmpd / f"timing-{c}", c, ttft_ms=args.ttft_ms,
                                                  itl_ms=args.itl_ms, chunks=args.chunks, rounds=args.rounds))
         # batched: 64 pre-serialized events per write, so the client's parsing is the limit; unbatched: one event
@@ -260,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
                 with KnownTimingServer(cfg, in_process=False, cpu=server_cpu) as srv:
                     base = peer_throughput(srv.url, tmpd / f"base-{tag}", streams, 2)
                 cfg = KnownTimingConfig(ttft_ms=0, itl_ms=0, chunks=per_stream, events_per_write=per_write)
+                time.sleep(2.0)  # let the baseline run's services finish before the kit is measured
                 with KnownTimingServer(cfg, in_process=False, cpu=server_cpu) as srv:
                     kit = kit_throughput(srv.url, streams, per_stream)
                     peer = peer_throughput(srv.url, tmpd / f"tput-{tag}", streams, per_stream, base)

@@ -1,7 +1,7 @@
 """Benchmark: the whole `make demo` batch (acceptance on the emulator, then the steady renewal review) and where
 its time goes — per notebook, kernel start/shutdown, HTML rendering, and running independent notebooks two at a time.
 
-    .venv/bin/python benchmarks/demo_batch.py                 # table on stdout (about 3-4 minutes on 2 cores)
+    .venv/bin/python benchmarks/demo_batch.py                 # table on stdout (about 4 minutes on 2 cores)
     .venv/bin/python benchmarks/demo_batch.py --json          # one JSON object
     .venv/bin/python benchmarks/demo_batch.py --modes staged  # only the batch as `make demo` runs it
 
@@ -11,7 +11,8 @@ of a stage two at a time); "sequential" replaces the stages with one-notebook st
 difference is what running two at a time saves. The kit's functions are wrapped (never edited) to time each
 notebook, each HTML rendering and the emulator's start. The kernel's own cost is a parameters-only notebook run
 through the same `execute_notebook` (papermill, IPC sockets, `shutdown_kernel="immediate"`), and again with
-papermill's graceful shutdown for comparison. Not a test: figures depend on the host and its load (printed).
+papermill's graceful shutdown for comparison. Last, `k3 demo` itself runs once in a fresh process, its exit code
+(the acceptance decision's) shown. Not a test: figures depend on the host and its load (printed).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -195,6 +197,19 @@ def kernel_overhead(out_dir: Path, repeat: int) -> dict[str, Any]:
     return res
 
 
+def cli_demo(out_dir: Path) -> dict[str, Any]:
+    """`k3 demo` exactly as `make demo` runs it (a fresh process: interpreter start and imports included)."""
+    k3 = Path(sys.executable).with_name("k3")
+    cmd = [str(k3) if k3.exists() else sys.executable, *([] if k3.exists() else ["-m", "k3lib.cli"]),
+           "demo", "--out", str(out_dir / "cli")]
+    before = load_avg()
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    return {"command": "k3 demo", "exit_code": proc.returncode, "total_s": time.perf_counter() - t0,
+            "progress": [ln for ln in proc.stderr.splitlines() if ln.startswith("[")],
+            "load_before": before, "load_after": load_avg()}
+
+
 def print_table(out: dict[str, Any]) -> None:
     print(f"host: {out['host']}")
     k = out.get("kernel")
@@ -226,11 +241,22 @@ def print_table(out: dict[str, Any]) -> None:
             if over:
                 print(f"    kernel + papermill outside the cells: {sum(over):.1f} s in all, "
                       f"{statistics.median(over):.2f} s median per notebook")
-    modes = {b["mode"]: b for b in out["batches"]}
-    if {"staged", "sequential"} <= modes.keys():
-        s, q = modes["staged"], modes["sequential"]
-        print(f"\ntwo at a time saves {q['total_s'] - s['total_s']:.1f} s of {q['total_s']:.1f} s "
-              f"({(q['total_s'] - s['total_s']) / q['total_s']:.0%})")
+    if out.get("cli"):
+        c = out["cli"]
+        print(f"\n`k3 demo` in a fresh process (acceptance + steady review): {c['total_s']:.1f} s, exit "
+              f"{c['exit_code']}; load {c['load_before']} -> {c['load_after']}")
+    totals: dict[str, dict[str, list[float]]] = {}
+    for b in out["batches"]:
+        for part in ("acceptance", "review"):
+            if part in b:
+                totals.setdefault(b["mode"], {}).setdefault(part, []).append(b[part]["total_s"])
+    if {"staged", "sequential"} <= totals.keys():
+        print("\ntwo at a time vs one at a time (median of each mode's runs):")
+        for part in totals["staged"]:
+            s_, q_ = statistics.median(totals["staged"][part]), statistics.median(totals["sequential"][part])
+            print(f"  {part:<10} staged {s_:6.1f} s, sequential {q_:6.1f} s: saves {q_ - s_:5.1f} s ({(q_ - s_) / q_:.0%})"
+                  f"  [runs: {', '.join(f'{x:.1f}' for x in totals['staged'][part])} vs "
+                  f"{', '.join(f'{x:.1f}' for x in totals['sequential'][part])}]")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -239,6 +265,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--modes", nargs="+", choices=("staged", "sequential"), default=["staged", "sequential"])
     ap.add_argument("--no-review", action="store_true", help="the acceptance batch only")
     ap.add_argument("--kernel-repeat", type=int, default=5, help="empty-notebook runs per shutdown mode (0: skip)")
+    ap.add_argument("--repeat", type=int, default=1, help="run each mode this many times, alternating")
+    ap.add_argument("--no-cli", action="store_true", help="skip timing `k3 demo` itself in a fresh process")
     ap.add_argument("--keep", metavar="DIR", help="write the runs under DIR instead of a temporary folder")
     args = ap.parse_args(argv)
 
@@ -248,8 +276,11 @@ def main(argv: list[str] | None = None) -> int:
         root = Path(args.keep) if args.keep else Path(tmp)
         if args.kernel_repeat:
             out["kernel"] = kernel_overhead(root, args.kernel_repeat)
-        for mode in args.modes:
-            out["batches"].append(run_batch(root, sequential=mode == "sequential", review=not args.no_review))
+        for _ in range(args.repeat):  # modes alternate, so a change in the host's load falls on both
+            for mode in args.modes:
+                out["batches"].append(run_batch(root, sequential=mode == "sequential", review=not args.no_review))
+        if not args.no_cli and not args.no_review:
+            out["cli"] = cli_demo(root)
     if args.json:
         print(json.dumps(out, indent=2, default=str))
     else:
