@@ -90,7 +90,9 @@ def settled_stats(metric_rows: Sequence[Row], start: float, end: float, settle_f
 def judge_step(step: Mapping[str, Any], *, queue_objective_ms: float | None,
                waiting_tolerance: float) -> tuple[bool, list[str]]:
     """Did a concurrency step hold? Not when requests failed on the server, were preempted, or queued beyond the
-    objective (the contract's queue p95 when set, else a settled waiting queue above the tolerance)."""
+    objective (the contract's queue p95 when set, else a settled waiting queue above the tolerance). Only the
+    server's counters, gauges and histograms are read: a step whose client latency failed the self-calibration gate
+    (`latency_valid` False) is judged exactly as if it had passed, its counts and preemptions still count."""
     why: list[str] = []
     if (step.get("server_errors") or 0) > 0:
         why.append(f"{step['server_errors']} request(s) failed on the server side")
