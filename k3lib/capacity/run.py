@@ -249,8 +249,12 @@ class CapacityRunner:
 
     async def _health(self, client: ChatClient, phase: str, timeout_s: float = HEALTH_TIMEOUT_S) -> dict[str, Any]:
         p = await client.probe("/health", timeout_s=max(timeout_s, 0.2))
+        endpoint = "/health"
+        if p.status == 404:  # an engine without vLLM's /health route (llama.cpp): readiness from /v1/models
+            p = await client.probe("/v1/models", timeout_s=max(timeout_s, 0.2))
+            endpoint = "/v1/models"
         row = {"t_wall": p.wall_ns / 1e9, "phase": phase, "status": p.status, "latency_ms": p.latency_ms,
-               "error": p.error if p.status is None else None}
+               "error": p.error if p.status is None else None, "endpoint": endpoint}
         self.health.append(row)
         return row
 
