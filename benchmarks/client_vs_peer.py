@@ -29,6 +29,7 @@ import os
 import platform
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -182,14 +183,21 @@ def print_table(out: dict[str, Any]) -> None:
           f"{h['server_cpu']}; network: {h['network']}; load {h['load_before']} -> {h['load_after']}")
     print(f"peer: {out['peer']} (.venv-peer)")
     print(f"known schedule: TTFT {sch['ttft_ms']:g} ms, gap {sch['itl_ms']:g} ms, {sch['chunks']} chunks x 2 tokens; "
-          f"{sch['rounds']} rounds after one warm-up round")
-    print(f"{'client':>7} {'streams':>8} {'ok':>5} {'TTFT err p50/p99 ms':>20} {'gap err p50/p99 ms':>19} "
-          f"{'all gaps':>9}")
+          f"{sch['rounds']} rounds after one warm-up round, {sch.get('repeat', 1)} repetitions (medians)")
+    print(f"{'client':>7} {'streams':>8} {'ok':>9} {'TTFT err p50/p99 ms':>20} {'gap err p50/p99 ms':>19} "
+          f"{'TTFT err p99 range':>19} {'all gaps':>9}")
     f = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
-    for t in sorted(out["timing"], key=lambda t: (t["concurrency"], t["client"] != "k3kit")):
-        print(f"{t['client']:>7} {t['concurrency']:>8} {t['ok']:>5} {f(t['ttft_error_ms_p50']):>9}/"
-              f"{f(t['ttft_error_ms_p99']):<10} {f(t['itl_error_ms_p50']):>8}/{f(t['itl_error_ms_p99']):<10}"
-              f"{str(t['gaps_complete']):>9}")
+    med = lambda rows, k: statistics.median(r[k] for r in rows) if all(r[k] is not None for r in rows) else None  # noqa: E731
+    groups: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    for t in out["timing"]:
+        groups.setdefault((t["concurrency"], t["client"] != "k3kit"), []).append(t)
+    for (c, _), rows in sorted(groups.items()):
+        p99s = [r["ttft_error_ms_p99"] for r in rows if r["ttft_error_ms_p99"] is not None]
+        print(f"{rows[0]['client']:>7} {c:>8} {sum(r['ok'] for r in rows):>4}/{sum(r['requests'] for r in rows):<4} "
+              f"{f(med(rows, 'ttft_error_ms_p50')):>9}/{f(med(rows, 'ttft_error_ms_p99')):<10} "
+              f"{f(med(rows, 'itl_error_ms_p50')):>8}/{f(med(rows, 'itl_error_ms_p99')):<10}"
+              f"{f(min(p99s, default=None)):>9}-{f(max(p99s, default=None)):<9}"
+              f"{str(all(r['gaps_complete'] for r in rows)):>9}")
     print("\nstreamed content chunks per second on one core: over each client's measured phase / until its results"
           " are parsed / per CPU-second")
     print(f"{'events/write':>12} {'streams':>8} {'chunks':>8} {'k3kit phase':>12} {'results':>8} {'per CPU-s':>10} "
@@ -216,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--itl-ms", type=float, default=20.0)
     ap.add_argument("--chunks", type=int, default=50)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=3, help="timing runs per client and concurrency (medians shown)")
     ap.add_argument("--throughput-chunks", type=int, default=200_000, help="total chunks per chunks/s run "
                     "(half of it with one event per write)")
     ap.add_argument("--no-isolation", action="store_true", help="stay in the host's network namespace")
@@ -237,19 +246,23 @@ def main(argv: list[str] | None = None) -> int:
                  "network": "own namespace, loopback only" if os.environ.get(ISOLATED_ENV) else "host"},
         "peer": f"aiperf {version.splitlines()[-1] if version else '?'}",
         "schedule": {"ttft_ms": args.ttft_ms, "itl_ms": args.itl_ms, "chunks": args.chunks, "tokens_per_chunk": 2,
-                     "rounds": args.rounds},
+                     "rounds": args.rounds, "repeat": args.repeat},
         "timing": [], "throughput": []}
     with tempfile.TemporaryDirectory(prefix="k3-peer-") as tmp:
         tmpd = Path(tmp)
         cfg = KnownTimingConfig(ttft_ms=args.ttft_ms, itl_ms=args.itl_ms, chunks=args.chunks)
         with KnownTimingServer(cfg, in_process=False, cpu=server_cpu) as srv:
-            # the kit's runs first: an AIPerf run's services may still be winding down on CPU 0 when it returns
-            for c in args.concurrency:
-                out["timing"].append(asyncio.run(kit_timing(srv.url, c, ttft_ms=args.ttft_ms, itl_ms=args.itl_ms,
-                                                            chunks=args.chunks, rounds=args.rounds)))
-            for c in args.concurrency:
-                out["timing"].append(peer_timing(srv.url, tmpd / f"timing-{c}", c, ttft_ms=args.ttft_ms,
-                                                 itl_ms=args.itl_ms, chunks=args.chunks, rounds=args.rounds))
+            # repeated, the two clients alternating, so that a burst of load on the host falls on both; the kit's
+            # runs first in each repetition (an AIPerf run's services may still be winding down when it returns)
+            for rep in range(args.repeat):
+                for c in args.concurrency:
+                    out["timing"].append({"repetition": rep, **asyncio.run(kit_timing(
+                        srv.url, c, ttft_ms=args.ttft_ms, itl_ms=args.itl_ms, chunks=args.chunks, rounds=args.rounds))})
+                for c in args.concurrency:
+                    out["timing"].append({"repetition": rep, **peer_timing(
+                        srv.url, tmpd / f"timing-{c}-{rep}", c, ttft_ms=args.ttft_ms, itl_ms=args.itl_ms,
+                        chunks=args.chunks, rounds=args.rounds)})
+                    time.sleep(1.0)
         # batched: 64 pre-serialized events per write, so the client's parsing is the limit; unbatched: one event
         # per write, as a decode step spread over many streams arrives
         for per_write, stream_counts in ((64, (1, 64)), (1, (64, 256))):
