@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import re
 import socket
 import struct
 import threading
@@ -24,7 +25,8 @@ MODES = {
     "truncated-sse": "forwards two events, then ends the body cleanly without `data: [DONE]`",
     "invalid-sse": "every event's JSON is cut in half (then a proper `data: [DONE]`)",
     "unknown-shape": "a 200 JSON body that is not a chat completion (no `choices`), streamed or not",
-    "inject": "forwards, with HTML/JS markup prepended to every reply's content/reasoning and to the server log",
+    "inject": "forwards, with HTML/JS markup prepended to every reply's content/reasoning, to the server log's "
+              "OOM lines, and in an error line at the log's end",
 }
 
 # Markup a reviewer's browser must never run. Both would add a <k3-pwned> element and retitle the page; neither
@@ -32,6 +34,7 @@ MODES = {
 SCRIPT_PAYLOAD = "<script>document.title='K3PWNED';document.body.appendChild(document.createElement('k3-pwned'))</script>"
 IMG_PAYLOAD = "<img src=x onerror=document.title='K3PWNED';document.body.appendChild(document.createElement('k3-pwned'))>"
 PAYLOAD = SCRIPT_PAYLOAD + IMG_PAYLOAD
+LOG_PAYLOAD = "<img src=x onerror=document.title='K3PWNED'>"  # short: it heads a log line, like a collector prefix
 
 
 def closed_port() -> int:
@@ -101,7 +104,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return
         data = r.content
         if self.server.mode == "inject" and self.path.startswith("/_emulator/log"):
-            data += f"INFO 08-13 10:00:00 [api_server.py:1] injected {PAYLOAD}\n".encode()
+            # the markup rides on the lines a report quotes: the OOM lines, and an error line at the end
+            # (at the head of the OOM lines: a report's table may cut a long line after 50 characters)
+            lines = [(f"{LOG_PAYLOAD} " if re.search(r"out of memory|OutOfMemory", line, re.I) else "") + line
+                     for line in r.text.splitlines()]
+            lines.append(f"ERROR 08-13 10:00:00 [api_server.py:1] injected {PAYLOAD}")
+            data = ("\n".join(lines) + "\n").encode()
         self._send(r.status_code, data, r.headers.get("content-type", "application/octet-stream"))
 
     # -- verbs ---------------------------------------------------------------------------------------------------
@@ -296,6 +304,7 @@ def test_inject_mode_carries_the_markup_in_an_otherwise_valid_reply(emulator, st
     assert rec.ok, rec.error
     assert PAYLOAD in (rec.content or "") + (rec.reasoning or "")
     assert PAYLOAD in log
+    assert all(line.startswith(LOG_PAYLOAD) for line in log.splitlines() if "out of memory" in line.lower())
 
 
 def test_closed_port_refuses():
