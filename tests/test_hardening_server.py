@@ -31,8 +31,9 @@ MODES = {
 
 # Markup a reviewer's browser must never run. Both would add a <k3-pwned> element and retitle the page; neither
 # contains a double quote or a backslash, so they survive JSON, Prometheus labels and log lines unchanged.
-SCRIPT_PAYLOAD = "<script>document.title='K3PWNED';document.body.appendChild(document.createElement('k3-pwned'))</script>"
-IMG_PAYLOAD = "<img src=x onerror=document.title='K3PWNED';document.body.appendChild(document.createElement('k3-pwned'))>"
+_RUN = "document.title='K3PWNED';document.body.appendChild(document.createElement('k3-pwned'))"
+SCRIPT_PAYLOAD = f"<script>{_RUN}</script>"
+IMG_PAYLOAD = f"<img src=x onerror={_RUN}>"
 PAYLOAD = SCRIPT_PAYLOAD + IMG_PAYLOAD
 LOG_PAYLOAD = "<img src=x onerror=document.title='K3PWNED'>"  # short: it heads a log line, like a collector prefix
 

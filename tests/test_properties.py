@@ -29,7 +29,8 @@ from k3lib.renewal import inputs as renewal_inputs
 from k3lib.renewal.series import Grid, read_history, series_from_file
 
 # K3_PROPERTY_EXAMPLES=2000 for a deep search; the default keeps `make test` quick
-SETTINGS = settings(max_examples=int(os.environ.get("K3_PROPERTY_EXAMPLES", "80")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=int(os.environ.get("K3_PROPERTY_EXAMPLES", "80")), deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow])
 
 TEXT = st.characters(blacklist_categories=("Cs",))  # no lone surrogates: they cannot be written as UTF-8
 
