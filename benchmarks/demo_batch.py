@@ -116,12 +116,14 @@ def run_batch(out_dir: Path, *, sequential: bool, review: bool) -> dict[str, Any
             if part == "acceptance":
                 params = load_params([str(PROJECT_ROOT / "parameters" / "emulator.yaml")], [])
                 store = RunStore.create(out_dir, label=f"bench-{result['mode']}")
-                decision = runner.run_acceptance(params, store, progress=progress).decision
+                dec = runner.run_acceptance(params, store, progress=progress)
+                decision, reasons = dec.decision, list(dec.reasons)
             else:
                 params = load_review_params([str(review_batch.DEMO_PARAMS)], [
                     "review.demo=steady", "review.inputs=null", "review.series=null"])
                 store = RunStore.create(out_dir, label=f"bench-review-{result['mode']}")
-                decision = review_batch.run_review(params, store, progress=progress).decision
+                rdec = review_batch.run_review(params, store, progress=progress)
+                decision, reasons = rdec.decision, list(rdec.reasons)
         total = time.perf_counter() - t0
         progress.stream.close()
         for r in t.notebooks:  # papermill's own per-cell clock: the rest of a notebook's time is kernel + papermill
@@ -130,7 +132,7 @@ def run_batch(out_dir: Path, *, sequential: bool, review: bool) -> dict[str, Any
                    if t.notebooks else 0.0)
         render_s = sum(r["duration_s"] for r in t.renders)
         result[part] = {
-            "decision": decision, "total_s": total, "target_start_s": t.target_start_s,
+            "decision": decision, "reasons": reasons, "total_s": total, "target_start_s": t.target_start_s,
             "notebooks": sorted(t.notebooks, key=lambda r: r["start_s"]),
             "notebook_sum_s": sum(r["duration_s"] for r in t.notebooks), "notebook_span_s": nb_span,
             "renders": t.renders, "render_s": render_s,
@@ -231,6 +233,8 @@ def print_table(out: dict[str, Any]) -> None:
                   f"{p['target_start_s']:.1f} s + other {p['other_s']:.1f} s")
             print(f"    {'notebook':<28} {'status':<8} {'start s':>8} {'time s':>7} {'cells s':>8} {'kernel+pm s':>12} "
                   f"{'HTML s':>7}")
+            if part == "acceptance" and p["decision"] != "production" and p.get("reasons"):
+                print(f"    (not production: {'; '.join(p['reasons'])[:300]})")
             renders = {r["notebook"]: r["duration_s"] for r in p["renders"]}
             for r in p["notebooks"]:
                 cells = r.get("cells_s")
