@@ -632,7 +632,7 @@ class ChatClient:
         if self.model is None:
             body = await self.get_json("/v1/models")
             data = body.get("data") if isinstance(body, dict) else None
-            if not data or not isinstance(data[0], dict) or "id" not in data[0]:
+            if not isinstance(data, list) or not data or not isinstance(data[0], dict) or "id" not in data[0]:
                 raise ProtocolError(f"{self.base_url}/v1/models lists no model")
             self.model = str(data[0]["id"])
         return self.model

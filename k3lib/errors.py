@@ -31,7 +31,7 @@ class BadInputError(K3Error):
 
     def one_line(self) -> str:
         """The single line the CLI prints: which input, which field, what is wrong and what is expected."""
-        where = ": ".join(p for p in (self.source, self.field) if p)
+        where = ": ".join(" ".join(str(p).split()) for p in (self.source, self.field) if p)
         text = " ".join(str(self).split())
         return f"{where}: {text}" if where else text
 

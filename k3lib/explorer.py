@@ -90,6 +90,10 @@ class Burst:
         self._thread = threading.Thread(target=self._main, name="k3-explorer-burst", daemon=True)
 
     def start(self) -> Burst:
+        from .load import check_load_target
+
+        # before any request, /tokenize included, and before the samplers touch the target
+        check_load_target(self.ctx.target.base_url, self.ctx.params.target.allow_remote_load)
         self.ctx.store.path(self.folder).mkdir(parents=True, exist_ok=True)
         self.timeline.start()
         self.start_wall = time.time()

@@ -43,6 +43,9 @@ def phase_figure(result: "CapacityResult", phase_name: str) -> Any:
 
     phase = result.phase(phase_name)
     fig = make_subplots(rows=5, cols=1, shared_xaxes=True, vertical_spacing=0.035, subplot_titles=_ROWS)
+    # every row on one wall-clock axis, data or not: a phase marker drawn on a row left numeric (no samples)
+    # becomes an SVG path of NaNs, which the browser reports as an error
+    fig.update_xaxes(type="date")
     title = PHASE_TITLES.get(phase_name, phase_name)
     if phase is None:
         fig.update_layout(title=f"{title}: did not run", height=300)
@@ -222,7 +225,9 @@ def oom_lines(result: "CapacityResult") -> Any:
     lines = list(oom.get("lines_before") or [])
     if oom.get("log_text"):
         lines.append(oom["log_text"])
-    return pd.DataFrame({"log line": lines})
+    # a Styler shows whole lines (a DataFrame's repr cuts them at 50 characters); escaped: they are server text
+    return (pd.DataFrame({"log line": lines}).style.format(escape="html")
+            .set_properties(**{"text-align": "left", "font-family": "monospace", "white-space": "pre-wrap"}))
 
 
 def decision_table(result: "CapacityResult", params: "Params") -> Any:
