@@ -15,11 +15,11 @@ import time
 from pathlib import Path
 from typing import Annotated, Any, Mapping, Sequence
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from .errors import BadInputError
 from .evidence import Finding
+from .params import read_yaml, validate_model
 
 Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
 PositiveInt = Annotated[int, Field(gt=0)]
@@ -69,36 +69,13 @@ def parse_attestation(data: Any, source: str) -> AttestationRecord:
     if not isinstance(data, Mapping):
         raise BadInputError(f"expected a mapping with who, when, how, link, items; got {type(data).__name__}",
                             source=source)
-    try:
-        return AttestationRecord.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err.get("loc", ())) or "(top level)"
-        msg = err.get("msg", "").removeprefix("Value error, ")
-        if err.get("type") == "extra_forbidden":
-            msg = "unknown key; check its spelling against parameters/attestation.example.yaml"
-        elif field == "when":
-            msg = f"expected an ISO date such as 2026-11-28 (got {err.get('input')!r})"
-        raise BadInputError(msg, source=source, field=field) from None
+    return validate_model(AttestationRecord, data, source=source, reference="parameters/attestation.example.yaml")
 
 
 def read_attestation(path: str | Path) -> AttestationRecord:
     """Read an attestation YAML file; anything wrong is one BadInputError line naming the file and the field."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise BadInputError("file not found; expected an attestation YAML file", source=str(p)) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadInputError(f"cannot read: {exc}", source=str(p)) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark else "YAML"
-        problem = getattr(exc, "problem", None) or exc
-        raise BadInputError(f"{where}: not valid YAML ({problem})", source=str(p)) from None
-    return parse_attestation(data, str(p))
+    return parse_attestation(read_yaml(p, "an attestation YAML file"), str(p))
 
 
 # -- the rollback drill ---------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import copy
 import ipaddress
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
 import yaml
@@ -285,20 +285,25 @@ class Params(_Model):
 # Loading: files layered left to right, then --set overrides, with provenance for error messages.
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
+def read_yaml(path: Path, what: str) -> Any:
+    """A YAML (or JSON) file's data; unreadable or invalid text is one BadInputError line naming the file."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise BadInputError("file not found; expected a YAML parameters file", source=str(path)) from None
+        raise BadInputError(f"file not found; expected {what}", source=str(path)) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise BadInputError(f"cannot read: {exc}", source=str(path)) from None
     try:
-        data = yaml.safe_load(text)
+        return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else "YAML"
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise BadInputError(f"{where}: not valid YAML ({problem})", source=str(path)) from None
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    data = read_yaml(path, "a YAML parameters file")
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -343,12 +348,14 @@ def _provenance(loc: tuple[Any, ...], prov: dict[str, str], default: str) -> str
     return default
 
 
-def _expected(err: dict[str, Any]) -> str:
+def _expected(err: dict[str, Any], reference: str = "parameters/production.example.yaml") -> str:
     kind, msg = err.get("type", ""), err.get("msg", "")
     if kind == "extra_forbidden":
-        return "unknown key; check its spelling against parameters/production.example.yaml"
+        return f"unknown key; check its spelling against {reference}"
     if kind == "missing":
         return "required field is missing"
+    if kind.startswith(("date_", "datetime_")):
+        return f"expected an ISO date such as 2026-11-28 (got {err.get('input')!r})"
     msg = msg.removeprefix("Value error, ")
     given = err.get("input")
     if kind not in ("missing",) and not isinstance(given, (dict, list)) and given is not None:
@@ -373,8 +380,10 @@ def _layer(path: Path, merged: dict[str, Any], prov: dict[str, str], seen: tuple
     _merge(merged, data, str(path), prov)
 
 
-def load_params(files: list[str | Path], sets: list[str] = (), *, base: dict[str, Any] | None = None) -> Params:
-    """Layer the YAML `files` left to right, apply `sets` last, validate. Raises BadInputError (one line)."""
+def layer(files: list[str | Path], sets: list[str] = (), *,
+          base: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, str]]:
+    """The YAML `files` merged left to right (each after what it `extends:`), `sets` applied last; with the
+    provenance of every key path (which file or override set it), for error messages."""
     merged: dict[str, Any] = copy.deepcopy(base) if base else {}
     prov: dict[str, str] = {}
     for f in files:
@@ -389,22 +398,38 @@ def load_params(files: list[str | Path], sets: list[str] = (), *, base: dict[str
         node[keys[-1]] = value
         key = expr.partition("=")[0]
         prov[".".join(keys)] = f"--set {key if key.isprintable() else repr(key)}"
+    return merged, prov
+
+
+def load_params(files: list[str | Path], sets: list[str] = (), *, base: dict[str, Any] | None = None) -> Params:
+    """Layer the YAML `files` left to right, apply `sets` last, validate. Raises BadInputError (one line)."""
+    merged, prov = layer(files, sets, base=base)
     return validate_params(merged, prov, default_source=str(files[-1]) if files else "parameters")
 
 
-def validate_params(data: dict[str, Any], prov: dict[str, str] | None = None, *,
-                    default_source: str = "parameters") -> Params:
+M = TypeVar("M", bound=BaseModel)
+
+
+def validate_model(model: type[M], data: Any, *, source: str, prov: dict[str, str] | None = None,
+                   reference: str = "parameters/production.example.yaml") -> M:
+    """Untrusted data through a pydantic model; the first error as one BadInputError line naming the input
+    (the file or override that set the field, when `prov` knows it), the field and what is expected."""
     try:
-        return Params.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = tuple(err.get("loc", ()))
         # a key is untrusted text: one with a newline or a control character is shown quoted, so the error
         # stays on the one line the CLI prints
         field = ".".join(str(p) if str(p).isprintable() else repr(p) for p in loc) or "(top level)"
-        source = _provenance(loc, prov or {}, default_source)
+        where = _provenance(loc, prov or {}, source)
         more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
-        raise BadInputError(_expected(err) + more, source=source, field=field) from None
+        raise BadInputError(_expected(err, reference) + more, source=where, field=field) from None
+
+
+def validate_params(data: dict[str, Any], prov: dict[str, str] | None = None, *,
+                    default_source: str = "parameters") -> Params:
+    return validate_model(Params, data, source=default_source, prov=prov)
 
 
 def load_params_json(path: str | Path) -> Params:

@@ -13,9 +13,10 @@ from typing import Annotated, Any, Literal
 
 import jsonschema
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..errors import BadInputError
+from ..params import validate_model
 from .tools import BUILTIN_TOOLS
 
 PACKAGED_SAMPLE = "agent_sample.yaml"
@@ -197,16 +198,7 @@ def parse_sample(data: Any, source: str) -> AgentSample:
     if not isinstance(data, dict):
         raise BadInputError(f"expected a mapping (name:, system_prompt:, tools:, cases:), got {type(data).__name__}",
                             source=source)
-    try:
-        return AgentSample.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err.get("loc", ())) or "(top level)"
-        msg = str(err.get("msg", "")).removeprefix("Value error, ")
-        if err.get("type") == "extra_forbidden":
-            msg = "unknown key; compare with k3lib/data/agent_sample.yaml"
-        more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
-        raise BadInputError(msg + more, source=source, field=field) from None
+    return validate_model(AgentSample, data, source=source, reference="k3lib/data/agent_sample.yaml")
 
 
 def load_sample(path: str | Path | None = None) -> AgentSample:

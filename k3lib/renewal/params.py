@@ -6,16 +6,15 @@ Layering, `extends:` and `--set` work as for the acceptance parameters (the same
 
 from __future__ import annotations
 
-import copy
 import datetime as dt
 import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..errors import BadInputError
-from ..params import RunParams, TargetParams, _check_url, _expected, _layer, _provenance, parse_set
+from ..params import RunParams, TargetParams, _check_url, _provenance, layer, validate_model
 from .rules import DeclaredBenefits, RenewalRules
 
 INPUT_KEYS = ("tasks", "costs", "incidents", "hours")
@@ -134,33 +133,14 @@ def _resolve_paths(merged: dict[str, Any], prov: dict[str, str]) -> None:
 
 def validate_review(data: dict[str, Any], prov: dict[str, str] | None = None, *,
                     default_source: str = "parameters") -> RenewalParams:
-    try:
-        return RenewalParams.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = tuple(err.get("loc", ()))
-        field = ".".join(str(p) for p in loc) or "(top level)"
-        source = _provenance(loc, prov or {}, default_source)
-        more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
-        raise BadInputError(_expected(err) + more, source=source, field=field) from None
+    return validate_model(RenewalParams, data, source=default_source, prov=prov,
+                          reference="parameters/renewal-demo.yaml")
 
 
 def load_review_params(files: list[str | Path], sets: list[str] = (), *,
                        base: dict[str, Any] | None = None) -> RenewalParams:
     """Layer YAML `files`, apply `sets`, resolve input paths, validate. Raises BadInputError (one line)."""
-    merged: dict[str, Any] = copy.deepcopy(base) if base else {}
-    prov: dict[str, str] = {}
-    for f in files:
-        _layer(Path(f), merged, prov, (Path(f).resolve(),))
-    for expr in sets:
-        keys, value = parse_set(expr)
-        node = merged
-        for k in keys[:-1]:
-            if not isinstance(node.get(k), dict):
-                node[k] = {}
-            node = node[k]
-        node[keys[-1]] = value
-        prov[".".join(keys)] = f"--set {expr.partition('=')[0]}"
+    merged, prov = layer(files, sets, base=base)
     _resolve_paths(merged, prov)
     return validate_review(merged, prov, default_source=str(files[-1]) if files else "parameters")
 
