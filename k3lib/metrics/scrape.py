@@ -10,6 +10,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from k3lib.errors import APIError, TargetUnreachable
+from k3lib.metrics.names import INSPECT_SERIES
 from k3lib.metrics.parse import parse_exposition
 from k3lib.metrics.snapshot import EndpointScrape, Snapshot
 
@@ -103,18 +104,9 @@ def scrape(urls: str | Iterable[str], client: httpx.Client | None = None, *,
     return snapshot
 
 
-# Series a load phase records by default: the gauges that show pressure and the counters whose deltas matter.
-SAMPLED_SERIES: tuple[str, ...] = (
-    "kv_cache_usage_perc",
-    "num_requests_running",
-    "num_requests_waiting",
-    "num_preemptions_total",
-    "prefix_cache_queries_total",
-    "prefix_cache_hits_total",
-    "prompt_tokens_total",
-    "generation_tokens_total",
-    "request_success_total",
-)
+# Series a load phase records by default: the gauges that show pressure and the counters whose deltas matter —
+# the same headline set `k3 inspect metrics` prints.
+SAMPLED_SERIES: tuple[str, ...] = INSPECT_SERIES
 
 
 class MetricsSampler:
