@@ -41,9 +41,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from client_timing import max_chunks_per_s, pin  # noqa: E402
-from k3lib.calibration import KnownTimingConfig, KnownTimingServer, calibrate, percentile  # noqa: E402
-from k3lib.client import ChatClient  # noqa: E402
+from client_timing import max_chunks_per_s, pin
+
+from k3lib.calibration import KnownTimingConfig, KnownTimingServer, calibrate, percentile
+from k3lib.client import ChatClient
 
 PEER_VENV = ROOT / ".venv-peer"
 AIPERF = PEER_VENV / "bin" / "aiperf"
@@ -61,10 +62,10 @@ def reexec_isolated(argv: list[str]) -> int | None:
     if os.environ.get(ISOLATED_ENV) or os.geteuid() != 0 or not (shutil.which("unshare") and shutil.which("ip")):
         return None
     cmd = ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$@"', "sh", sys.executable, __file__, *argv]
-    probe = subprocess.run(["unshare", "-n", "true"], capture_output=True)
+    probe = subprocess.run(["unshare", "-n", "true"], check=False, capture_output=True)
     if probe.returncode != 0:
         return None
-    return subprocess.run(cmd, env={**os.environ, ISOLATED_ENV: "1"}).returncode
+    return subprocess.run(cmd, check=False, env={**os.environ, ISOLATED_ENV: "1"}).returncode
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -75,7 +76,7 @@ def reexec_isolated(argv: list[str]) -> int | None:
 async def kit_timing(url: str, concurrency: int, *, ttft_ms: float, itl_ms: float, chunks: int,
                      rounds: int) -> dict[str, Any]:
     client = ChatClient(url, keep_raw=True)
-    kw = dict(concurrency=concurrency, known_ttft_ms=ttft_ms, known_itl_ms=itl_ms, chunks=chunks)
+    kw = {"concurrency": concurrency, "known_ttft_ms": ttft_ms, "known_itl_ms": itl_ms, "chunks": chunks}
     try:
         await calibrate(client, **kw, rounds=1)  # warm-up: open the pool's connections
         rep = await calibrate(client, **kw, rounds=rounds)
@@ -109,7 +110,7 @@ def run_aiperf(url: str, art: Path, *, concurrency: int, requests: int, warmup: 
            "--no-gpu-telemetry", "--random-seed", "7"]
     env = {**os.environ, "HF_HUB_DISABLE_TELEMETRY": "1", "DO_NOT_TRACK": "1"}
     t0, cpu0 = time.perf_counter(), _children_cpu_s()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env,
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=timeout_s, env=env,
                           stdin=subprocess.DEVNULL)
     wall, cpu = time.perf_counter() - t0, _children_cpu_s() - cpu0
     if proc.returncode != 0:
@@ -186,8 +187,11 @@ def print_table(out: dict[str, Any]) -> None:
           f"{sch['rounds']} rounds after one warm-up round, {sch.get('repeat', 1)} repetitions (medians)")
     print(f"{'client':>7} {'streams':>8} {'ok':>9} {'TTFT err p50/p99 ms':>20} {'gap err p50/p99 ms':>19} "
           f"{'TTFT err p99 range':>19} {'all gaps':>9}")
-    f = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
-    med = lambda rows, k: statistics.median(r[k] for r in rows) if all(r[k] is not None for r in rows) else None  # noqa: E731
+    f = lambda v: "-" if v is None else f"{v:.2f}"
+    def med(rows: list[dict[str, Any]], k: str) -> float | None:
+        vals = [r[k] for r in rows]
+        return statistics.median(vals) if None not in vals else None
+
     groups: dict[tuple[int, str], list[dict[str, Any]]] = {}
     for t in out["timing"]:
         groups.setdefault((t["concurrency"], t["client"] != "k3kit"), []).append(t)
@@ -197,12 +201,12 @@ def print_table(out: dict[str, Any]) -> None:
               f"{f(med(rows, 'ttft_error_ms_p50')):>9}/{f(med(rows, 'ttft_error_ms_p99')):<10} "
               f"{f(med(rows, 'itl_error_ms_p50')):>8}/{f(med(rows, 'itl_error_ms_p99')):<10}"
               f"{f(min(p99s, default=None)):>9}-{f(max(p99s, default=None)):<9}"
-              f"{str(all(r['gaps_complete'] for r in rows)):>9}")
+              f"{all(r['gaps_complete'] for r in rows)!s:>9}")
     print("\nstreamed content chunks per second on one core: over each client's measured phase / until its results"
           " are parsed / per CPU-second")
     print(f"{'events/write':>12} {'streams':>8} {'chunks':>8} {'k3kit phase':>12} {'results':>8} {'per CPU-s':>10} "
           f"{'aiperf phase':>13} {'results':>8} {'per CPU-s':>10} {'failed':>7}")
-    g = lambda v: "n/a" if v is None else f"{v:.0f}"  # noqa: E731
+    g = lambda v: "n/a" if v is None else f"{v:.0f}"
     for t in out["throughput"]:
         k, a = t["k3kit"], t["aiperf"]
         print(f"{t['events_per_write']:>12} {t['streams']:>8} {a['events']:>8} {k['events_per_s']:>12.0f} "
@@ -239,7 +243,8 @@ def main(argv: list[str] | None = None) -> int:
 
     ncpu = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     server_cpu = 1 if ncpu >= 2 else None
-    version = subprocess.run([str(AIPERF), "--version"], capture_output=True, text=True).stdout.strip()
+    version = subprocess.run([str(AIPERF), "--version"], check=False, capture_output=True,
+                             text=True).stdout.strip()
     out: dict[str, Any] = {
         "host": {"cpu": platform.processor() or platform.machine(), "cpus": ncpu, "python": platform.python_version(),
                  "clients_pinned_cpu0": pin(0), "server_cpu": server_cpu, "load_before": load_avg(),

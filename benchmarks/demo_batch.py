@@ -27,16 +27,17 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import k3lib.runner as runner  # noqa: E402
-import k3lib.renewal.batch as review_batch  # noqa: E402
-from k3lib.session import PROJECT_ROOT  # noqa: E402
-from k3lib.store import RunStore  # noqa: E402
+import k3lib.renewal.batch as review_batch
+from k3lib import runner
+from k3lib.session import PROJECT_ROOT
+from k3lib.store import RunStore
 
 
 def load_avg() -> list[float]:
@@ -91,7 +92,7 @@ def instrumented(t: Timings, t0: float, sequential: bool) -> Iterator[None]:
         t.target_start_s += time.perf_counter() - start
         return out
 
-    singles = lambda stages: tuple((pair,) for stage in stages for pair in stage)  # noqa: E731
+    singles = lambda stages: tuple((pair,) for stage in stages for pair in stage)
     with (patched("execute_notebook", runner, timed_execute), patched("render_notebook", runner, timed_render),
           patched("resolve_target", runner, timed_resolve),
           patched("ACCEPTANCE_STAGES", runner, singles(runner.ACCEPTANCE_STAGES) if sequential
@@ -109,8 +110,10 @@ def run_batch(out_dir: Path, *, sequential: bool, review: bool) -> dict[str, Any
     result: dict[str, Any] = {"mode": "sequential" if sequential else "staged", "load_before": load_avg()}
     for part in ("acceptance", "review") if review else ("acceptance",):
         t = Timings()
-        progress = runner.Progress(0, stream=open(os.devnull, "w"))
-        progress.total = 99
+        # the runner's own `[i/N] notebook status time` lines, on stderr
+        count = len(runner.ACCEPTANCE) if part == "acceptance" else len(review_batch.REVIEW)
+        progress = runner.Progress(count + 1)
+        print(f"{result['mode']} {part}:", file=sys.stderr, flush=True)
         t0 = time.perf_counter()
         with instrumented(t, t0, sequential):
             if part == "acceptance":
@@ -125,7 +128,6 @@ def run_batch(out_dir: Path, *, sequential: bool, review: bool) -> dict[str, Any
                 rdec = review_batch.run_review(params, store, progress=progress)
                 decision, reasons = rdec.decision, list(rdec.reasons)
         total = time.perf_counter() - t0
-        progress.stream.close()
         for r in t.notebooks:  # papermill's own per-cell clock: the rest of a notebook's time is kernel + papermill
             r["cells_s"] = cells_s(store.path(f"notebooks/{r['notebook']}"))
         nb_span = (max(r["end_s"] for r in t.notebooks) - min(r["start_s"] for r in t.notebooks)
@@ -173,7 +175,7 @@ def kernel_overhead(out_dir: Path, repeat: int) -> dict[str, Any]:
     real_pm_execute = pm.execute_notebook
     res: dict[str, Any] = {"load_before": load_avg()}
     for shutdown in ("immediate", "graceful"):
-        def execute(*args: Any, **kwargs: Any) -> Any:
+        def execute(*args: Any, shutdown: str = shutdown, **kwargs: Any) -> Any:
             kwargs["shutdown_kernel"] = shutdown
             return real_pm_execute(*args, **kwargs)
 
@@ -206,7 +208,7 @@ def cli_demo(out_dir: Path) -> dict[str, Any]:
            "demo", "--out", str(out_dir / "cli")]
     before = load_avg()
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, stdin=subprocess.DEVNULL)
     return {"command": "k3 demo", "exit_code": proc.returncode, "total_s": time.perf_counter() - t0,
             "progress": [ln for ln in proc.stderr.splitlines() if ln.startswith("[")],
             "load_before": before, "load_after": load_avg()}
@@ -239,7 +241,8 @@ def print_table(out: dict[str, Any]) -> None:
             for r in p["notebooks"]:
                 cells = r.get("cells_s")
                 print(f"    {r['notebook']:<28} {r['status']:<8} {r['start_s']:8.1f} {r['duration_s']:7.1f} "
-                      + (f"{cells:8.1f} {r['duration_s'] - cells:12.1f}" if cells is not None else f"{'-':>8} {'-':>12}")
+                      + (f"{cells:8.1f} {r['duration_s'] - cells:12.1f}" if cells is not None
+                         else f"{'-':>8} {'-':>12}")
                       + f" {renders.get(r['notebook'], 0.0):7.2f}")
             over = [r["duration_s"] - r["cells_s"] for r in p["notebooks"] if r.get("cells_s") is not None]
             if over:
@@ -258,7 +261,8 @@ def print_table(out: dict[str, Any]) -> None:
         print("\ntwo at a time vs one at a time (median of each mode's runs):")
         for part in totals["staged"]:
             s_, q_ = statistics.median(totals["staged"][part]), statistics.median(totals["sequential"][part])
-            print(f"  {part:<10} staged {s_:6.1f} s, sequential {q_:6.1f} s: saves {q_ - s_:5.1f} s ({(q_ - s_) / q_:.0%})"
+            print(f"  {part:<10} staged {s_:6.1f} s, sequential {q_:6.1f} s: saves {q_ - s_:5.1f} s "
+                  f"({(q_ - s_) / q_:.0%})"
                   f"  [runs: {', '.join(f'{x:.1f}' for x in totals['staged'][part])} vs "
                   f"{', '.join(f'{x:.1f}' for x in totals['sequential'][part])}]")
 
