@@ -95,7 +95,8 @@ def test_memory_leak_is_seen_as_growth_in_the_soak(tmp_path):
     growth = _rule(record, "memory_growth")
     assert growth.status == "fail"
     assert result.run["soak"]["memory_growing"]
-    assert _rule(record, "saturation").status == "pass"
+    # the growth is named as such, not mistaken for an OOM (whether the step also queued depends on the machine)
+    assert _rule(record, "oom").status == "pass"
 
 
 @pytest.mark.slow
