@@ -110,3 +110,15 @@ def test_environment_notebook_under_papermill(tmp_path):
     record = json.loads((run / "evidence/environment.json").read_text())
     assert record["axis"] == "environment" and record["status"] == "pass", record["findings"]
     assert RunStore(run).verify() == []
+
+
+def test_the_record_keeps_the_topology_a_revalidation_compares(tmp_path):
+    from k3lib import accepted
+
+    ctx, _, record = _run(tmp_path, ())
+    topo = record.data["topology"]
+    assert {k: topo[k] for k in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")} == \
+        {"tensor_parallel_size": 1, "pipeline_parallel_size": 1, "data_parallel_size": 1}
+    assert topo["gpu_count"] >= 1
+    level = accepted.parallelism(accepted.read_run(ctx.store.root))
+    assert level.known and level.value["tensor_parallel_size"] == 1

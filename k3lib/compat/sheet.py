@@ -9,7 +9,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from ..evidence import EvidenceRecord, Finding, axis_status
-from .rules import RULES, ROW_ORDER, iter_findings
+from .rules import ROW_ORDER, RULES, engine_args, iter_findings
 from .sources import CompatSources, attachments, gather_sources
 
 if TYPE_CHECKING:
@@ -149,8 +149,23 @@ def environment_record(result: CompatResult, ctx: "AxisContext") -> EvidenceReco
         axis="environment", title=title, status=status, summary=summary, findings=findings,
         data={"rows": [{k: v for k, v in r.items()} for r in table_rows(result)], "mismatch": result.mismatch,
               "build": result.build, "experimental": result.experimental, "sheet": sheet, "observed": observed,
-              "sources": src_info},
+              "topology": topology(result.sources), "sources": src_info},
         attachments=attachments(result.sources))
+
+
+def topology(s: CompatSources) -> dict[str, Any]:
+    """GPU count and parallel sizes as the server was started: what a re-validation compares (a change of
+    topology reopens the sheet). Sizes the log does not print are vLLM's default, 1; no log: all unknown."""
+    args = engine_args(s)
+    sizes: dict[str, Any] = {}
+    for key in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
+        try:
+            sizes[key] = None if args is None else max(int(args.get(key) or 1), 1)
+        except (TypeError, ValueError):
+            sizes[key] = None
+    ce = s.collect_env
+    sizes["gpu_count"] = ce.gpu_count if ce else (s.nvidia_smi.gpu_count if s.nvidia_smi else None)
+    return sizes
 
 
 def _summary_values(s: CompatSources) -> dict[str, Any]:
