@@ -152,27 +152,30 @@ def _prompt_ids(rt: Runtime, body: dict) -> list[int]:
     return rt.tokenizer.encode(str(prompt))
 
 
-async def tokenize(request: Request) -> Response:
-    rt = request.app.state.emu.runtime
+async def _admit(request: Request, *, api: bool) -> tuple[Runtime, dict[str, Any]] | Response:
+    """The runtime and the JSON body of a request the server accepts, or the error reply that refuses it."""
+    rt: Runtime = request.app.state.emu.runtime
     body = await _json_body(request, rt)
     if isinstance(body, Response):
         return body
-    gate = _gate(request, rt, body, api=False)
-    if gate:
-        return gate
+    return _gate(request, rt, body, api=api) or (rt, body)
+
+
+async def tokenize(request: Request) -> Response:
+    admitted = await _admit(request, api=False)
+    if isinstance(admitted, Response):
+        return admitted
+    rt, body = admitted
     ids = _prompt_ids(rt, body)
     strs = [rt.tokenizer.piece_of(i) for i in ids] if body.get("return_token_strs") else None
     return JSONResponse({"count": len(ids), "max_model_len": rt.cfg.max_model_len, "tokens": ids, "token_strs": strs})
 
 
 async def detokenize(request: Request) -> Response:
-    rt = request.app.state.emu.runtime
-    body = await _json_body(request, rt)
-    if isinstance(body, Response):
-        return body
-    gate = _gate(request, rt, body, api=False)
-    if gate:
-        return gate
+    admitted = await _admit(request, api=False)
+    if isinstance(admitted, Response):
+        return admitted
+    rt, body = admitted
     tokens = body.get("tokens")
     if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
         return _err(rt, 400, "tokens: Input should be a valid list of integers", param="tokens")
@@ -243,13 +246,13 @@ async def _run(rt: Runtime, req: EngineRequest):
 
 
 async def chat_completions(request: Request) -> Response:
-    rt: Runtime = request.app.state.emu.runtime
-    body = await _json_body(request, rt)
-    if isinstance(body, Response):
-        return body
-    gate = _gate(request, rt, body, api=True) or _tool_choice_error(rt, body)
-    if gate:
-        return gate
+    admitted = await _admit(request, api=True)
+    if isinstance(admitted, Response):
+        return admitted
+    rt, body = admitted
+    refused = _tool_choice_error(rt, body)
+    if refused:
+        return refused
     if not isinstance(body.get("messages"), list) or not body["messages"]:
         return _err(rt, 400, "messages: Field required", param="messages")
     prompt_ids = _prompt_ids(rt, body)
@@ -353,13 +356,10 @@ async def _chat_stream(rt: Runtime, req: EngineRequest, plan: ReplyPlan, created
 
 
 async def completions(request: Request) -> Response:
-    rt: Runtime = request.app.state.emu.runtime
-    body = await _json_body(request, rt)
-    if isinstance(body, Response):
-        return body
-    gate = _gate(request, rt, body, api=True)
-    if gate:
-        return gate
+    admitted = await _admit(request, api=True)
+    if isinstance(admitted, Response):
+        return admitted
+    rt, body = admitted
     prompt_ids = _prompt_ids(rt, body)
     if "max_tokens" not in body:
         body = {**body, "max_tokens": 16}   # the OpenAI completions default vLLM keeps
