@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import httpx
 import pytest
+import yaml
 
 import k3lib
 import k3lib.capacity as capacity
@@ -105,7 +106,9 @@ def test_plan_calibrates_planned_and_highest_step_and_budgets_it():
     assert on.calibration_concurrencies == calibration_concurrencies(4, on.steps) == (4, 5)
     assert off.calibration_concurrencies == ()
     assert on.phase_budget_s("concurrency") > off.phase_budget_s("concurrency")
-    assert on.calibration_server == "thread" and on.calibration_max_error_ms == 100
+    demo = yaml.safe_load(Path(PARAMS).read_text())["axes"]["capacity"]
+    assert on.calibration_server == demo["calibration_server"] == "thread"
+    assert on.calibration_max_error_ms == demo["calibration_max_error_ms"] > 10  # lenient on the shared demo cores
     from k3lib.params import CapacityParams
 
     real = CapacityParams()  # a real deployment: calibrated, 10 ms, a server that does not share the client's GIL
