@@ -312,7 +312,9 @@ def test_healthy_run_is_calibrated_and_client_and_server_agree(tmp_path):
         cc = w["cross_check"]
         assert cc["counts_agree"] is True, cc
         by = {i["quantity"]: i for i in cc["items"]}
-        assert by["requests finished"]["client"] == by["requests finished"]["server"] == w["ok"]
+        # requests cut at the window's deadline may still finish on the server: it can count more, never fewer
+        assert by["requests finished"]["client"] == w["ok"] <= by["requests finished"]["server"]
+        assert by["requests sent"]["agrees"] is True, by["requests sent"]
         assert by["requests sent"]["client"] == by["requests sent"]["server"] > 0
     assert record.by_rule("capacity.cross_check").status in ("pass", "info")  # info: latency only, never counts
     assert set(record.data["cross_check"]) >= {"concurrency 4", "the soak"}
