@@ -80,16 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Read three weeks of operation (series from Prometheus or a history file, task "
                                    "log, costs, incidents, hours), run the incident drill, and decide: exit 0 renew, "
                                    "3 reduce, 4 dual-circuit, 5 exit-to-api, 2 bad input, 1 internal error.")
-    r.add_argument("-p", "--params", action="append", default=[], metavar="FILE",
-                   help="review parameters (YAML); repeat to layer files left to right")
-    r.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE", dest="sets",
-                   help="override one parameter after the files")
-    r.add_argument("--out", metavar="DIR", help="folder that receives the run folder (default: outputs/)")
-    r.add_argument("--demo", metavar="SCENARIO", choices=None,
+    _add_target_options(r)  # the embedded emulator there is the incident drill's target
+    r.add_argument("--demo", metavar="SCENARIO",
                    help="generate and review a deterministic three-week history: steady, idle-heavy, spiky, poor")
-    r.add_argument("--fault", action="append", default=[], metavar="NAME[=VALUE]",
-                   help="for the drill's embedded emulator: inject a fault (repeatable)")
-    r.add_argument("--profile", metavar="NAME", help="for the drill's embedded emulator: profile")
     r.set_defaults(func=cmd_review)
 
     e = sub.add_parser("emulator", help="serve the vLLM-compatible emulator",
