@@ -192,52 +192,38 @@ def build_alerts(ctx: _Context) -> tuple[list[dict[str, Any]], dict[str, str]]:
         "death under contract load (OOM) is a rollback trigger: check the server log for out-of-memory lines.",
         run_id))
 
-    queue = lv["queue_time_p95_s"]
-    why = _refuse_level(queue, "capacity")
-    if why:
-        omitted["K3QueueTimeAboveAccepted"] = why
-    else:
-        rules.append(_rule(
-            "K3QueueTimeAboveAccepted", f"{q.quantile(0.95, 'request_queue_time_seconds')}\n  > {_fmt(queue.value)}",
-            o.sustained_for, "critical", True,
-            f"p95 queue time above the accepted {_fmt(queue.value)} s for {o.sustained_for}",
-            f"Accepted p95 queue time {_fmt(queue.value)} s {at_planned} ({queue.source}). Above it for a "
-            "continuous period is a rollback trigger.", run_id))
-
-    kv = lv["kv_usage_at_planned"]
-    why = _refuse_level(kv, "capacity")
-    if why:
-        omitted["K3KvCacheUsageAboveAccepted"] = why
-    else:
-        rules.append(_rule(
-            "K3KvCacheUsageAboveAccepted", f"max({q.series('kv_cache_usage_perc')}) > {_fmt(kv.value)}",
-            o.sustained_for, "warning", False,
-            f"KV-cache usage above the accepted peak {kv.value:.0%}",
-            f"Accepted peak KV-cache usage {_fmt(kv.value)} {at_planned} ({kv.source}): traffic beyond the "
-            "accepted load or longer contexts than tested.", run_id))
-
-    pre = lv["preemptions_per_s"]
-    why = _refuse_level(pre, "capacity")
-    if why:
-        omitted["K3PreemptionsAboveAccepted"] = why
-    else:
-        rules.append(_rule(
-            "K3PreemptionsAboveAccepted", f"sum({q.rate('num_preemptions_total')}) > {_fmt(pre.value)}",
-            o.sustained_for, "warning", False,
-            f"preemption rate above the accepted {_fmt(pre.value)}/s",
-            f"Accepted preemption rate {_fmt(pre.value)}/s {at_planned} ({pre.source}): the KV cache runs out "
-            "more often than in the accepted test.", run_id))
-
-    err = lv["error_ratio"]
-    why = _refuse_level(err, "capacity")
-    if why:
-        omitted["K3ErrorRatioAboveAccepted"] = why
-    else:
-        rules.append(_rule(
-            "K3ErrorRatioAboveAccepted", f"{q.error_ratio()}\n  > {_fmt(err.value)}", o.sustained_for, "warning",
-            False, f"share of errored/aborted requests above the accepted {_fmt(err.value)}",
-            f"Accepted error ratio {_fmt(err.value)} {at_planned} ({err.source}); finished_reason "
-            f"{q.errors} counted as failures (aborts include client disconnects).", run_id))
+    # The capacity axis' levels at planned load, each armed only from a level that axis accepted:
+    # (alert, level, expression over the accepted value, severity, rollback trigger, summary, description)
+    measured: tuple[tuple[str, str, Any, str, bool, Any, Any], ...] = (
+        ("K3QueueTimeAboveAccepted", "queue_time_p95_s",
+         lambda v: f"{q.quantile(0.95, 'request_queue_time_seconds')}\n  > {_fmt(v)}", "critical", True,
+         lambda v: f"p95 queue time above the accepted {_fmt(v)} s for {o.sustained_for}",
+         lambda lvl: f"Accepted p95 queue time {_fmt(lvl.value)} s {at_planned} ({lvl.source}). Above it for a "
+                     "continuous period is a rollback trigger."),
+        ("K3KvCacheUsageAboveAccepted", "kv_usage_at_planned",
+         lambda v: f"max({q.series('kv_cache_usage_perc')}) > {_fmt(v)}", "warning", False,
+         lambda v: f"KV-cache usage above the accepted peak {v:.0%}",
+         lambda lvl: f"Accepted peak KV-cache usage {_fmt(lvl.value)} {at_planned} ({lvl.source}): traffic beyond "
+                     "the accepted load or longer contexts than tested."),
+        ("K3PreemptionsAboveAccepted", "preemptions_per_s",
+         lambda v: f"sum({q.rate('num_preemptions_total')}) > {_fmt(v)}", "warning", False,
+         lambda v: f"preemption rate above the accepted {_fmt(v)}/s",
+         lambda lvl: f"Accepted preemption rate {_fmt(lvl.value)}/s {at_planned} ({lvl.source}): the KV cache runs "
+                     "out more often than in the accepted test."),
+        ("K3ErrorRatioAboveAccepted", "error_ratio",
+         lambda v: f"{q.error_ratio()}\n  > {_fmt(v)}", "warning", False,
+         lambda v: f"share of errored/aborted requests above the accepted {_fmt(v)}",
+         lambda lvl: f"Accepted error ratio {_fmt(lvl.value)} {at_planned} ({lvl.source}); finished_reason "
+                     f"{q.errors} counted as failures (aborts include client disconnects)."),
+    )
+    for name, key, expr, severity, rollback, summary, description in measured:
+        level = lv[key]
+        why = _refuse_level(level, "capacity")
+        if why:
+            omitted[name] = why
+        else:
+            rules.append(_rule(name, expr(level.value), o.sustained_for, severity, rollback, summary(level.value),
+                               description(level), run_id))
 
     hit = lv["prefix_hit_rate"]
     why = _refuse_level(hit, "prefix_cache")
