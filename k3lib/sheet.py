@@ -69,10 +69,10 @@ ITEMS: tuple[SheetItem, ...] = (
               ("agent.tool_error_fallback",), "02_agent_tools"),
     SheetItem("C15", "The operator knows the context limit, the concurrency limit and the rollback signal",
               "attestation file (who, when, how, link)", "operations",
-              ("attestation.operator_knows_limits",), "99_acceptance"),
+              ("attestation.operator_knows_limits",), "05_operations"),
     SheetItem("C16", "A restore to the previous image was rehearsed",
               "attestation, or a rollback drill run by the kit with the command in parameters", "operations",
-              ("attestation.rollback_rehearsed",), "99_acceptance"),
+              ("attestation.rollback_rehearsed",), "05_operations"),
 )
 
 
