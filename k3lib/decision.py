@@ -101,17 +101,24 @@ def axis_checklist(records: dict[str, EvidenceRecord], planned: Iterable[str]) -
 
 
 def traffic_cap_from(records: dict[str, EvidenceRecord]) -> dict[str, Any]:
-    """The highest load step that passed, from the capacity axis (`data.saturation`), else no cap derivable;
-    the agents' own cap is the highest concurrency at which every tool-call check held (`agent` axis)."""
-    cap = None
+    """The traffic cap the capacity axis measured (`data.traffic_cap`: the saturation point, never above the
+    planned concurrency), else one request at a time; the agents' own cap is the highest concurrency at which
+    every tool-call check held (`agent` axis)."""
     rec = records.get("capacity")
-    if rec is not None:
-        sat = rec.data.get("saturation") or {}
-        cap = sat.get("max_ok_concurrency") if isinstance(sat, dict) else None
-    out = ({"max_concurrency": cap, "basis": "highest concurrency step that held without saturation"} if cap else
-           {"max_concurrency": 1, "basis": "no load step was accepted: one request at a time until re-examined"})
+    measured = rec.data.get("traffic_cap") if rec is not None else None
+    cap = measured.get("max_concurrency") if isinstance(measured, dict) else None
+    if isinstance(cap, int) and not isinstance(cap, bool) and cap >= 1:
+        out = {"max_concurrency": cap, "saturation_point": measured.get("saturation_point"),
+               "planned_concurrency": measured.get("planned_concurrency"),
+               "basis": f"measured by the capacity axis: {measured.get('basis')}",
+               "source": "evidence/capacity.json: data.traffic_cap"}
+    else:
+        why = ("the capacity axis did not run" if rec is None else
+               f"the capacity axis accepted no load step ({measured.get('basis')})" if isinstance(measured, dict) else
+               "the capacity record holds no traffic_cap")
+        out = {"max_concurrency": 1, "basis": f"{why}: one request at a time until re-examined", "source": None}
     agent = records.get("agent")
-    if agent is not None and "max_clean_concurrency" in agent.data:
+    if agent is not None and agent.data.get("max_clean_concurrency") is not None:
         out["agents_max_concurrency"] = agent.data["max_clean_concurrency"]
     return out
 
@@ -157,6 +164,7 @@ def decide(records: dict[str, EvidenceRecord], planned: Iterable[str], *, build:
         cap = traffic_cap_from(records)
         if agents_blocked:
             cap["agents_blocked"] = True
+        reasons.append(f"traffic cap: {cap['max_concurrency']} concurrent request(s) — {cap['basis']}")
     if verdict == "production":
         reasons.append("every planned axis and every checklist item passed")
     rows = checklist if checklist is not None else axis_checklist(records, planned)

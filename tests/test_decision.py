@@ -6,7 +6,9 @@ import datetime as dt
 
 import pytest
 
-from k3lib.decision import EXIT_CODES, decide, level_for
+from conftest import ROOT
+
+from k3lib.decision import EXIT_CODES, decide, level_for, traffic_cap_from
 from k3lib.evidence import EvidenceRecord, Finding, axis_status
 from k3lib.sheet import ITEMS, item_status, sheet_rows
 
@@ -62,13 +64,49 @@ def test_agents_blocked_and_cache_gain_flags():
     assert d.traffic_cap["agents_blocked"] is True
 
 
-def test_traffic_cap_comes_from_the_highest_step_that_held():
-    cap = rec("capacity", capacity__concurrency="pass")
-    cap = cap.model_copy(update={"data": {"saturation": {"max_ok_concurrency": 3}}})
-    d = decide({"capacity": cap, "prefix_cache": rec("prefix_cache", prefix_cache__reuse="fail")},
+def _capacity_record(held: list[bool], planned: int = 4) -> EvidenceRecord:
+    """A capacity record built by the axis's own record builder from a run's steps (no hand-built data)."""
+    import types
+
+    from k3lib.capacity import capacity_record
+    from k3lib.capacity.result import CapacityResult
+    from k3lib.params import load_params
+
+    params = load_params([ROOT / "parameters" / "emulator.yaml"], [f"contract.planned_concurrency={planned}"])
+    steps = [{"concurrency": c, "status": "done", "held": ok, "why": [] if ok else ["preempted"], "preemptions": 0,
+              "out_of_contract": c > planned} for c, ok in enumerate(held, start=1)]
+    phases = [{"phase": "concurrency", "status": "done", "start_wall": 0.0, "end_wall": 1.0, "note": ""}]
+    result = CapacityResult({"plan": {}, "phases": phases, "steps": steps}, [], [], [], None, None)
+    return capacity_record(result, types.SimpleNamespace(params=params))
+
+
+@pytest.mark.parametrize("held, planned, cap", [
+    pytest.param([True] * 5, 4, 4, id="beyond-the-plan-capped-at-the-plan"),
+    pytest.param([True, True, True, False, False], 4, 3, id="saturates-at-4"),
+])
+def test_traffic_cap_is_the_one_the_capacity_axis_measured(held, planned, cap):
+    record = _capacity_record(held, planned)
+    d = decide({"capacity": record, "prefix_cache": rec("prefix_cache", prefix_cache__reuse="fail")},
                ["capacity", "prefix_cache"])
+    assert d.decision in ("limited-observation", "capacity-extension")
+    if d.decision == "limited-observation":
+        assert d.traffic_cap["max_concurrency"] == cap
+        assert d.traffic_cap["source"] == "evidence/capacity.json: data.traffic_cap"
+        assert any(r.startswith(f"traffic cap: {cap} ") for r in d.reasons)
+
+
+def test_traffic_cap_on_the_demo_shape_states_the_measured_cap():
+    """The demo's shape: saturation point 5, planned 4 → cap 4, never the fallback of one request at a time."""
+    record = _capacity_record([True] * 5, 4)
+    assert record.data["saturation_point"] == 5
+    d = decide({"capacity": record}, ["capacity", "prefix_cache"])
     assert d.decision == "limited-observation"
-    assert d.traffic_cap["max_concurrency"] == 3
+    assert d.traffic_cap["max_concurrency"] == 4 and d.traffic_cap["saturation_point"] == 5
+
+
+def test_no_step_held_caps_at_one_request_with_the_reason():
+    cap = traffic_cap_from({"capacity": _capacity_record([False, False], 2)})
+    assert cap["max_concurrency"] == 1 and "accepted no load step" in cap["basis"] and cap["source"] is None
 
 
 @pytest.mark.parametrize("rule, level", [
