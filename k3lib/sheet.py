@@ -25,7 +25,7 @@ class SheetItem:
 
 ITEMS: tuple[SheetItem, ...] = (
     SheetItem("C01", "Image, digest and vLLM version are archived",
-              "image reference and digest from parameters or inspect JSON; /version, log, collect_env, fingerprint",
+              "image reference and digest from the container's inspect JSON; /version, log, collect_env, fingerprint",
               "environment", ("compat.image", "compat.vllm_version"), "01_environment"),
     SheetItem("C02", "The CUDA 13 build is identified in the image or its build process",
               "torch's CUDA build and the nvidia-*-cuNN libraries from collect_env (never nvidia-smi's CUDA line)",
@@ -34,8 +34,8 @@ ITEMS: tuple[SheetItem, ...] = (
               "driver version and branch from nvidia-smi, collect_env or NVML", "environment",
               ("compat.driver_branch",), "01_environment"),
     SheetItem("C04", "The versions seen by the host and by the container were compared",
-              "host driver/CUDA vs container build; disagreements named", "environment",
-              ("compat.host_container", "compat.driver_branch", "compat.cuda_build"), "01_environment"),
+              "host nvidia-smi/NVML (driver, CUDA it runs, GPUs) vs the container's collect_env; disagreements named", "environment",
+              ("compat.host_container",), "01_environment"),
     SheetItem("C05", "Startup logs hold no unhandled loading or compatibility error",
               "the startup log read for OOM, load errors and compatibility warnings; required flags in its args",
               "environment", ("compat.startup", "compat.flags"), "01_environment"),
