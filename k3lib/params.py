@@ -247,6 +247,10 @@ class OperationsParams(_Model):
 
     attestation: str | None = None  # YAML, see parameters/attestation.example.yaml
     rollback_drill: str | list[str] | None = None  # argv, a command line, or 'http:METHOD:URL[:JSON]'; {base_url}
+    # the previous release the drill must restore: a vLLM version, an image reference or a sha256 digest; unset,
+    # the drill must at least show a different version/image served after the command than before it
+    rollback_to: str | None = None
+    roll_forward: str | list[str] | None = None  # back to the accepted release; checked to serve it again
     drill_timeout_s: PositiveSeconds = 300.0
 
 
