@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from k3lib.compat import check_environment, environment_record, environment_table
+from k3lib.decision import level_for
 from k3lib.evidence import parse_record
 from k3lib.session import open_axis
 from k3lib.store import RunStore
@@ -64,7 +65,7 @@ def test_each_environment_fault_fails_with_a_finding_naming_its_cause(tmp_path, 
     assert record.data["mismatch"] is True
     finding = record.by_rule(rule)
     assert finding is not None and finding.status == "fail" and says in finding.message, finding
-    assert finding.evidence["decision_on_mismatch"] == "environment-rebuild"
+    assert level_for(finding)[0] == "environment-rebuild"
     assert finding.evidence["proofs"], "a failing finding names the proofs it used"
 
 

@@ -11,12 +11,11 @@ from typing import Any, Iterable
 
 from packaging.version import InvalidVersion, Version
 
+from ..decision import rule_for
 from ..evidence import Finding
 from ..params import EnvironmentParams, RecipeParams
 from .sources import CompatSources
 
-REBUILD = "environment-rebuild"
-SEPARATE_SHEET = "separate-sheet"
 OFFICIAL_REPOS = ("vllm/vllm-openai",)  # Docker Hub's official vLLM server image (any registry mirror)
 # HGX boards whose 8 GPUs talk through NVSwitch: the fabric manager must be up before CUDA can use them.
 _NVSWITCH_GPU_RE = re.compile(r"\b(?:A100-SXM|A800-SXM|H100|H800|H200|H20|B200|B300|GB200|GB300)\b", re.IGNORECASE)
@@ -33,7 +32,11 @@ class RuleSpec:
     item: str
     level: str  # host | container | engine
     on_mismatch: str
-    decision: str = REBUILD
+
+    @property
+    def decision(self) -> str:
+        """What a failing finding of this rule decides: read from the one table (k3lib.decision.RULES)."""
+        return rule_for(self.rule).level.value
 
 
 RULES = {r.rule: r for r in (
@@ -53,8 +56,7 @@ RULES = {r.rule: r for r in (
     RuleSpec("compat.fabric_manager", "Fabric manager", "host",
              "start nvidia-fabricmanager (same branch as the driver) before any test"),
     RuleSpec("compat.build_method", "Build method", "container",
-             "keep this result apart from the official image's acceptance (its own sheet and rollback)",
-             SEPARATE_SHEET),
+             "keep this result apart from the official image's acceptance (its own sheet and rollback)"),
     RuleSpec("compat.flags", "Server flags", "engine", "restart the server with the recipe's flags"),
     RuleSpec("compat.prefix_caching", "Server flags", "engine", "restart the server without --no-enable-prefix-caching"),
     RuleSpec("compat.startup", "Startup", "engine", "the engine never became ready: fix the topology or the image"),
@@ -177,7 +179,7 @@ def _finding(rule: str, status: str, message: str, proofs: Iterable[Proof] = (),
              expected: Any = None, **extra: Any) -> Finding:
     spec = RULES[rule]
     evidence = {"item": spec.item, "level": spec.level, "on_mismatch": spec.on_mismatch,
-                "decision_on_mismatch": spec.decision, "proofs": [p.to_dict() for p in proofs], **extra}
+                "proofs": [p.to_dict() for p in proofs], **extra}
     return Finding(rule=rule, status=status, message=message, observed=observed, expected=expected,
                    evidence=evidence)
 
