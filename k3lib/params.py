@@ -194,6 +194,8 @@ class PrefixCacheParams(_Model):
     warm_change: Literal["last-turn", "early-token"] = "last-turn"
     block_size_tokens: PositiveInt | None = None  # null: from vllm:cache_config_info (prefix_match_unit, block_size)
     min_ttft_gain_pct: Annotated[float, Field(ge=0, lt=100)] = 10.0  # warm TTFT this much below cold (median)
+    # while the gain's 95 % interval straddles min_ttft_gain_pct, up to this many more cold/warm pairs are measured
+    max_extra_sessions: Annotated[int, Field(ge=0)] = 12
     request_timeout_s: PositiveSeconds = 120.0
     settle_s: PositiveSeconds = 2.0  # wait at most this long for counters to take a finished request
     max_duration_s: PositiveSeconds = 900.0  # the whole protocol stops by itself after this
