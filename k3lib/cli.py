@@ -136,8 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
     gl.set_defaults(func=cmd_golive)
 
     cp = sub.add_parser("compare", help="compare a run with an accepted baseline",
-                        description="Exit 0 when the deployment is the same and no metric drifted, 1 when the sheet "
-                                    "reopens or a metric drifted, 2 when the runs cannot be compared.")
+                        description="Exit 0 when the deployment is proven the same and no metric drifted, 1 when "
+                                    "the sheet reopens, a metric drifted or an identity item (the image digest…) "
+                                    "could not be verified, 2 when the runs cannot be compared.")
     cp.add_argument("run", metavar="RUN", help="the new run folder")
     cp.add_argument("--baseline", required=True, metavar="RUN", help="the accepted run folder")
     cp.set_defaults(func=cmd_compare)

@@ -51,7 +51,7 @@ ITEMS: tuple[SheetItem, ...] = (
               ("capacity.cold_load", "capacity.long_context"), "03_capacity"),
     SheetItem("C09", "Concurrency was raised step by step with the GPU curves kept",
               "progressive concurrency up to the contract (+1 step beyond), per-GPU memory sampled", "capacity",
-              ("capacity.saturation", "capacity.gpu_memory"), "03_capacity"),
+              ("capacity.saturation", "capacity.gpu_memory", "capacity.admission"), "03_capacity"),
     SheetItem("C10", "Any OOM is tied to a precise condition and a corrective decision",
               "OOMs detected, timed and classified (startup / long context / overlap)", "capacity",
               ("capacity.oom", "capacity.startup_oom", "capacity.context_refusal"), "03_capacity"),

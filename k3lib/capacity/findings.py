@@ -54,20 +54,37 @@ def _cold_load(result: CapacityResult) -> Finding:
                                        f"{ready.get('waited_s')} s, last {last}); {why}: rework the topology or the "
                                        "image",
                   observed=ready.get("last_status"), expected=200)
+    restart = ready.get("restart") or {}
+    if restart.get("command") and not restart.get("ok"):
+        return _f("cold_load", "not-observable", f"target.restart failed ({restart.get('detail')}): the cold load was "
+                                                 f"not observed; memory now: {mem_text}", observed=ready)
     if ready.get("observed_transition"):
-        return _f("cold_load", "pass", f"ready after {ready['waited_s']:.1f} s of loading; memory at ready: {mem_text}",
-                  observed=ready, memory_at_ready=memory)
-    if log is not None and log.ready and (log.oom is None or log.oom.phase != "startup"):
-        return _f("cold_load", "pass", f"already running: the startup log shows a clean start to ready "
-                                       f"(line {log.ready_line}); memory now: {mem_text}",
-                  observed=ready, memory_at_ready=memory)
-    if memory:
-        return _f("cold_load", "info", f"already running, its start not observed (set axes.environment.server_log "
-                                       f"to read it); memory at ready: {mem_text}", observed=ready,
-                  memory_at_ready=memory)
-    return _f("cold_load", "not-observable", "already running, and neither the startup log nor GPU memory is "
-                                             "available: the cold load is not observable",
-              observed=ready)
+        how = "restarted with target.restart, " if restart.get("ok") else ""
+        return _f("cold_load", "pass", f"{how}not ready → ready in {ready['waited_s']:.1f} s of loading; memory at "
+                                       f"ready: {mem_text}", observed=ready, memory_at_ready=memory)
+    seen = (f"; the startup log shows a clean start to ready (line {log.ready_line})"
+            if log is not None and log.ready and (log.oom is None or log.oom.phase != "startup") else "")
+    return _f("cold_load", "not-observable", f"not observed: the server was already running and no target.restart "
+                                             f"command restarts it{seen}; memory now: {mem_text}", observed=ready,
+              memory_at_ready=memory)
+
+
+def _admission(result: CapacityResult, params: Params) -> Finding:
+    """A planned concurrency above what the server admits at once (max_num_seqs per engine × DP engines) queues by
+    design, whatever memory is left."""
+    values = (result.run.get("config") or {}).get("values") or {}
+    seqs, dp = values.get("max_num_seqs"), values.get("data_parallel_size") or 1
+    planned = params.contract.planned_concurrency
+    if not isinstance(seqs, int) or not isinstance(dp, int):
+        return _f("admission", "info", "max_num_seqs not stated by the server (startup log, /v1/models): the planned "
+                                       f"concurrency {planned} was not compared with what the server admits")
+    limit = seqs * dp
+    if planned > limit:
+        return _f("admission", "fail", f"the planned concurrency {planned} is above what the server admits at once "
+                                       f"(max_num_seqs {seqs} × DP {dp} = {limit}): requests beyond {limit} queue by "
+                                       "design", observed=limit, expected=f">= {planned}")
+    return _f("admission", "pass", f"the server admits {limit} sequences at once (max_num_seqs {seqs} × DP {dp}) ≥ "
+                                   f"the planned concurrency {planned}", observed=limit, expected=f">= {planned}")
 
 
 def _observability(result: CapacityResult) -> list[Finding]:
@@ -384,7 +401,8 @@ def _phases(result: CapacityResult) -> list[Finding]:
 
 
 def iter_findings(result: CapacityResult, params: Params) -> list[Finding]:
-    out = [_cold_load(result), *_observability(result), *_oom(result, params), _refusal(result)]
+    out = [_cold_load(result), _admission(result, params), *_observability(result), *_oom(result, params),
+           _refusal(result)]
     if result.phase("long-context") and result.phase("long-context")["status"] != "skipped":
         out.append(_long_context(result))
     if result.phase("concurrency") and result.phase("concurrency")["status"] != "skipped":

@@ -318,10 +318,21 @@ class CapacityRunner:
         self.phases.append({"phase": name, "start_wall": now, "end_wall": now, "status": "skipped", "note": reason})
 
     async def _cold_load(self) -> str:
+        """Restart the engine with `target.restart` (when set) and time not ready → ready, with memory at ready.
+        Without a restart command a running server's load is not observed: the phase only checks it is up."""
+        from ..attestation import run_operator_command
+
         cap = self.cap
         client = self._client(HEALTH_TIMEOUT_S)
         start = time.perf_counter()
-        deadline = start + cap.ready_timeout_s
+        restart = {"command": None, "ok": None, "detail": "no target.restart: the cold load is not observed"}
+        command = self.params.target.restart
+        if command:
+            ok, detail = await asyncio.to_thread(run_operator_command, command, self.ctx.target.base_url,
+                                                 self.params.target.restart_timeout_s, self.ctx.target.headers())
+            restart = {"command": "target.restart", "ok": ok, "detail": detail,
+                       "returned_after_s": round(time.perf_counter() - start, 3)}
+        deadline = time.perf_counter() + cap.ready_timeout_s
         not_ready = 0
         try:
             while True:
@@ -335,8 +346,10 @@ class CapacityRunner:
                     break
                 await asyncio.sleep(min(cap.health_interval_s, remaining))
             ready = row["status"] == 200
-            self.ready = {"ready": ready, "observed_transition": ready and not_ready > 0,
-                          "polls": not_ready + 1, "ready_at_wall": row["t_wall"] if ready else None,
+            restarted = bool(restart["ok"])
+            self.ready = {"ready": ready, "observed_transition": ready and (not_ready > 0 or restarted),
+                          "restart": restart, "polls": not_ready + 1,
+                          "ready_at_wall": row["t_wall"] if ready else None,
                           "waited_s": round(time.perf_counter() - start, 3), "last_status": row["status"],
                           "last_error": row["error"]}
             if ready:
