@@ -319,3 +319,25 @@ def test_a_planned_concurrency_above_max_num_seqs_times_dp_is_a_finding(config, 
     f = _finding(_cold_result({**READY, "observed_transition": True}, config), "admission",
                  f"contract.planned_concurrency={planned}")
     assert f.status == status, f.message
+
+
+def _gauges(n=10, *, waiting=2.0, running=3.0, usage=0.4):
+    return [{"t_wall": float(i), "num_requests_waiting": waiting, "num_requests_running": running,
+             "kv_cache_usage_perc": usage, "num_preemptions_total": 0.0} for i in range(n)]
+
+
+@pytest.mark.parametrize("rows, admit_limit, held", [
+    # a busy client machine: requests wait for the engine's next step while it has room — not saturation
+    pytest.param(_gauges(), 8, True, id="waiting-with-room"),
+    pytest.param(_gauges(usage=0.95), 8, False, id="waiting-with-the-kv-pool-full"),
+    pytest.param(_gauges(running=8.0), 8, False, id="waiting-at-max-num-seqs"),
+    pytest.param(_gauges(), None, False, id="admission-limit-unknown-counts-every-waiting-request"),
+])
+def test_a_queue_counts_only_while_the_engine_is_full(rows, admit_limit, held):
+    step = {"ok": 10, "preemptions": 0, **settled_stats(rows, 0, 9, 0.3, admit_limit)}
+    ok, why = judge_step(step, queue_objective_ms=None, waiting_tolerance=0.5)
+    assert ok is held, why
+    soak = soak_analysis(rows, _gpu([1000] * 10), 0, 9, concurrency=4, memory_growth_min_mib=256, kv_trend_max=0.15,
+                         hit_rate_drop_max=0.2, fragmentation_share_max=1.0, waiting_tolerance=0.5,
+                         settle_fraction=0.3, admit_limit=admit_limit)
+    assert soak["queueing"] is not held

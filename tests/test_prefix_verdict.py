@@ -147,6 +147,15 @@ def test_the_gain_is_judged_on_its_interval_never_on_one_median(warm_ms, status,
     assert interval is None or interval["low"] <= interval["median"] <= interval["high"]
 
 
+def test_the_gain_is_judged_at_the_longest_prefix_where_it_is_largest():
+    short = [(sample("cold", s, ttft_ms=15.0), sample("warm", s, ttft_ms=w)) for s, w in enumerate((14, 16, 15))]
+    long = [(sample("cold", s, prefix_target=2000, ttft_ms=40.0), sample("warm", s, prefix_target=2000, ttft_ms=w))
+            for s, w in enumerate((20, 25, 22))]
+    reuse = finding(result(short + long), "reuse")
+    assert reuse.status == "pass" and "longest prefix (2000 tokens)" in reuse.message, reuse.message
+    assert reuse.observed["gain_judged_at_prefix_tokens"] == 2000
+
+
 def test_more_pairs_are_measured_only_while_the_gain_is_undecided():
     from k3lib.prefix.measure import gain_undecided
 

@@ -279,13 +279,15 @@ def run_prefix_cache(ctx: Any) -> PrefixCacheResult:
     planned = [(size, s) for size in p.prefix_tokens for s in range(p.sessions)]
 
     def sessions() -> Any:
-        """The planned sessions, then more (round robin over the prefix lengths) while the warm-vs-cold gain
-        measured so far straddles its threshold: repeated measurements decide it, not one noisy median."""
+        """The planned sessions, then more at the longest prefix (where the verdict judges the gain) while the
+        warm-vs-cold gain measured so far straddles its threshold: repeated measurements decide it, not one noisy
+        median."""
         yield from planned
+        longest = max(p.prefix_tokens)
         for extra in range(p.max_extra_sessions):
-            if not gain_undecided(samples, p.min_ttft_gain_pct):
+            if not gain_undecided([s for s in samples if s.prefix_target == longest], p.min_ttft_gain_pct):
                 return
-            yield p.prefix_tokens[extra % len(p.prefix_tokens)], p.sessions + extra // len(p.prefix_tokens)
+            yield longest, p.sessions + extra
 
     client = SyncChatClient(target.base_url, model=ctx.params.target.model, api_key_env=target.api_key_env,
                             timeout_s=p.request_timeout_s)

@@ -269,11 +269,20 @@ def _reuse_finding(result: PrefixCacheResult, pairs: list[PairReconciliation]) -
         return Finding(rule=rule, status="warn", observed=obs,
                        message=f"inconclusive: reuse on {len(hit)} of {len(identical)} identical-prefix pairs only "
                                f"({next(p for p in identical if not p.observed_hits).explanation})")
-    interval = ttft_gain_interval(identical)
+    # The gain grows with the cached length: the longest prefix is the decisive measurement; on short prefixes a
+    # few milliseconds of saved prefill drown in the client machine's jitter.
+    longest = max(p.prefix_target for p in identical)
+    decisive = [p for p in identical if p.prefix_target == longest]
+    interval = ttft_gain_interval(decisive)
     side = interval.versus(min_gain) if interval is not None else "inconclusive"
+    obs["gain_judged_at_prefix_tokens"] = longest
+    obs["ttft_gain_pct_by_prefix"] = {str(t): None if (g := ttft_gain_pct([p for p in identical
+                                                                            if p.prefix_target == t])) is None
+                                      else round(g, 1) for t in sorted({p.prefix_target for p in identical})}
     expected = {"ttft_gain_pct": f">= {min_gain:g}", "confidence": interval.confidence if interval else None}
     obs["ttft_gain_interval"] = interval.to_dict() if interval else None
-    shown = interval.text("%") if interval else f"unmeasured on fewer than {MIN_SAMPLES} pairs"
+    shown = (interval.text("%") if interval else f"unmeasured on fewer than {MIN_SAMPLES} pairs") + \
+        f" at the longest prefix ({longest} tokens)"
     if side == "below":
         return Finding(rule=rule, status="warn", observed=obs, expected=expected,
                        message=f"counters show {observed} hit tokens but the warm TTFT gain is {shown}, below "
