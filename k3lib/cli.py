@@ -247,8 +247,10 @@ def cmd_demo(ns: argparse.Namespace) -> int:
 
 
 def cmd_review(ns: argparse.Namespace) -> int:
+    from .params import check_command
     from .renewal.batch import review_main
 
+    check_command(list(ns.params or []), "k3 review")
     return review_main(ns.params, [*ns.sets, *_emulator_sets(ns.fault, ns.profile)], ns.out, ns.demo)
 
 

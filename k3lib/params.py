@@ -407,8 +407,31 @@ def layer(files: list[str | Path], sets: list[str] = (), *,
     return merged, prov
 
 
+# Top-level sections that say which command a parameters file is for.
+COMMAND_SECTIONS = {"k3 validate": ("recipe", "contract", "axes"), "k3 review": ("review",)}
+
+
+def check_command(files: list[str | Path], command: str) -> None:
+    """A parameters file written for the other command is named as such (one line), before any field error."""
+    for f in files:
+        try:
+            top = yaml.safe_load(Path(f).read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError):
+            continue  # the loader itself says what is wrong with it
+        if not isinstance(top, dict):
+            continue
+        mine = any(k in top for k in COMMAND_SECTIONS[command])
+        other = next((c for c, keys in COMMAND_SECTIONS.items() if c != command and any(k in top for k in keys)),
+                     None)
+        if other and not mine:
+            keys = ", ".join(k for k in COMMAND_SECTIONS[other] if k in top)
+            raise BadInputError(f"this is a parameters file for `{other}` (top-level {keys}), not for `{command}`",
+                                source=str(f))
+
+
 def load_params(files: list[str | Path], sets: list[str] = (), *, base: dict[str, Any] | None = None) -> Params:
     """Layer the YAML `files` left to right, apply `sets` last, validate. Raises BadInputError (one line)."""
+    check_command(list(files), "k3 validate")
     merged, prov = layer(files, sets, base=base)
     return validate_params(merged, prov, default_source=str(files[-1]) if files else "parameters")
 
