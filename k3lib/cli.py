@@ -131,6 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     gl.add_argument("run", metavar="RUN", help="an accepted run folder")
     gl.add_argument("--out", required=True, metavar="DIR", help="folder for alerts.yml, dashboard.json, ROLLBACK.md")
     gl.add_argument("--job", metavar="NAME", help="Prometheus job label of the vLLM scrape (default: vllm)")
+    gl.add_argument("--traffic-hit-rate", type=float, metavar="RATE",
+                    help="prefix-cache hit rate (0-1) your ordinary traffic reaches: arms the hit-rate alert")
     gl.add_argument("--for", dest="sustained_for", metavar="DURATION",
                     help="how long a breach must last before an alert fires (default: 10m)")
     gl.set_defaults(func=cmd_golive)
