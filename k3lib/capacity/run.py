@@ -334,11 +334,13 @@ class CapacityRunner:
         restart = {"command": None, "ok": None, "detail": "no target.restart: the cold load is not observed"}
         command = self.params.target.restart
         if command:
+            # the restart counts in the cold load: command and polls together stay within ready_timeout_s
             ok, detail = await asyncio.to_thread(run_operator_command, command, self.ctx.target.base_url,
-                                                 self.params.target.restart_timeout_s, self.ctx.target.headers())
+                                                 min(cap.ready_timeout_s, self.params.target.restart_timeout_s),
+                                                 self.ctx.target.headers())
             restart = {"command": "target.restart", "ok": ok, "detail": detail,
                        "returned_after_s": round(time.perf_counter() - start, 3)}
-        deadline = time.perf_counter() + cap.ready_timeout_s
+        deadline = start + cap.ready_timeout_s
         not_ready = 0
         try:
             while True:
@@ -360,6 +362,8 @@ class CapacityRunner:
                           "last_error": row["error"]}
             if ready:
                 await self._read_server_facts(client)
+                # the startup log states max_num_seqs and DP: the steps judge a queue against them
+                await asyncio.to_thread(self._read_log)
         finally:
             await client.aclose()
         if not ready:
