@@ -1,6 +1,6 @@
 """What a finished run accepted: the levels later checks derive from its evidence records and `params.json`.
 
-The ONE place that knows the keys the axes write into `evidence/<axis>.json` `data`. Each level is a function
+The ONE place that reads the keys the axes write into `evidence/<axis>.json` `data`. Each level is a function
 returning a `Level` whose value is None with a reason when the evidence does not hold it; never a guess.
 """
 
@@ -16,59 +16,31 @@ from .errors import BadInputError, EvidenceError
 from .evidence import EvidenceRecord, parse_record
 from .store import MANIFEST
 
-# Where each level may be written, tried in order: (axis or "params", dotted path in `data`, scale to the level's
-# unit). The axes' `data` keys are not final: align them HERE and nowhere else. Paths assumed so far:
-#   environment.data.observed.{vllm, driver, image_digest, gpus_visible}  (k3lib.compat.sheet, as written today)
-#   environment.data.topology.{gpu_count, tensor_parallel_size, pipeline_parallel_size, data_parallel_size}
-#   environment.data.{build, max_model_len}                                  probe.data.{vllm_version, served_models}
-#   capacity.data.planned.{queue_time_p95_s | queue_p95_ms, kv_cache_usage_max, preemptions_per_s | preemptions +
-#     duration_s, error_ratio | errors + requests}; else the k3lib.capacity step at the planned concurrency:
-#     capacity.data.steps[] {concurrency, queue_p95_ms, kv_usage_max, preemptions, start_wall, end_wall,
-#     server_errors, sent}
-#   prefix_cache.data.{warm_hit_rate | hit_rate | observed_hit_tokens / warm_prompt_tokens (k3lib.prefix)}
-#   agent.data.{tool_call_validity | valid_rate | pass_rate}, else
-#   agent.data.rates[] rows {level, check, passed, total} with check == AGENT_VALIDITY_CHECK (k3lib.agent, committed)
+# Where each level is written, tried in order: (axis or "params", dotted path in `data`, scale to the level's
+# unit). These are the keys the axes write today — k3lib.probe (`vllm_version`, `served_models`), k3lib.compat.sheet
+# (`observed`, `topology`, `build`) — and the run's own params.json; a level with no key here is computed from the
+# axis' own tables below (capacity steps, prefix token sums, agent rates). Nothing is guessed: a key an axis does
+# not write is never looked for.
 Candidate = tuple[str, str, float]
 CANDIDATES: dict[str, tuple[Candidate, ...]] = {
-    "vllm_version": (("probe", "vllm_version", 1), ("environment", "observed.vllm", 1),
-                     ("environment", "vllm_version", 1)),
-    "driver_version": (("environment", "observed.driver", 1), ("environment", "driver_version", 1)),
-    "image_digest": (("environment", "observed.image_digest", 1), ("environment", "image_digest", 1),
-                     ("params", "recipe.image_digest", 1)),
-    "gpu_count": (("environment", "topology.gpu_count", 1), ("environment", "observed.gpus_visible", 1),
-                  ("environment", "gpu_count", 1), ("capacity", "gpu_count", 1),
-                  ("params", "axes.environment.gpus_required", 1)),
-    "tensor_parallel_size": (("environment", "topology.tensor_parallel_size", 1),
-                             ("environment", "observed.tensor_parallel_size", 1),
-                             ("capacity", "parallelism.tensor_parallel_size", 1)),
-    "pipeline_parallel_size": (("environment", "topology.pipeline_parallel_size", 1),
-                               ("environment", "observed.pipeline_parallel_size", 1),
-                               ("capacity", "parallelism.pipeline_parallel_size", 1)),
-    "data_parallel_size": (("environment", "topology.data_parallel_size", 1),
-                           ("environment", "observed.data_parallel_size", 1),
-                           ("capacity", "parallelism.data_parallel_size", 1)),
+    "vllm_version": (("probe", "vllm_version", 1), ("environment", "observed.vllm", 1)),
+    "driver_version": (("environment", "observed.driver", 1),),
+    # inspected only: a digest typed into the parameters proves nothing about the running image
+    "image_digest": (("environment", "observed.image_digest", 1),),
+    "gpu_count": (("environment", "topology.gpu_count", 1), ("environment", "observed.gpus_visible", 1)),
+    "tensor_parallel_size": (("environment", "topology.tensor_parallel_size", 1),),
+    "pipeline_parallel_size": (("environment", "topology.pipeline_parallel_size", 1),),
+    "data_parallel_size": (("environment", "topology.data_parallel_size", 1),),
     # The server's limit (max_model_len), not the contract's: both reopen the sheet when they change.
-    "context_limit_tokens": (("probe", "served_models.0.max_model_len", 1), ("environment", "max_model_len", 1),
-                             ("environment", "observed.max_model_len", 1), ("capacity", "max_model_len", 1)),
+    "context_limit_tokens": (("probe", "served_models.0.max_model_len", 1),),
     "contract_context_tokens": (("params", "contract.max_context_tokens", 1),),
     "planned_concurrency": (("params", "contract.planned_concurrency", 1),),
     "build": (("environment", "build", 1), ("params", "recipe.build", 1)),
-    "queue_time_p95_s": (("capacity", "planned.queue_time_p95_s", 1), ("capacity", "planned.queue_p95_ms", 1e-3),
-                         ("capacity", "queue_time_p95_s", 1), ("capacity", "queue_p95_ms", 1e-3)),
-    "kv_usage_at_planned": (("capacity", "planned.kv_cache_usage_max", 1), ("capacity", "planned.kv_usage_max", 1),
-                            ("capacity", "kv_cache_usage_max", 1), ("capacity", "kv_usage_at_planned", 1)),
-    "preemptions_per_s": (("capacity", "planned.preemptions_per_s", 1), ("capacity", "preemptions_per_s", 1)),
-    "error_ratio": (("capacity", "planned.error_ratio", 1), ("capacity", "error_ratio", 1)),
-    "prefix_hit_rate": (("prefix_cache", "warm_hit_rate", 1), ("prefix_cache", "hit_rate", 1),
-                        ("prefix_cache", "summary.hit_rate", 1)),
-    "tool_call_validity": (("agent", "tool_call_validity", 1), ("agent", "valid_rate", 1), ("agent", "pass_rate", 1)),
 }
-# Per-load-step keys when the capacity axis keeps a list of steps instead of a `planned` summary.
+# Per-load-step keys of k3lib.capacity's `data.steps[]`, at the planned concurrency.
 STEP_KEYS: dict[str, tuple[tuple[str, float], ...]] = {
-    "queue_time_p95_s": (("queue_time_p95_s", 1), ("queue_p95_ms", 1e-3)),
-    "kv_usage_at_planned": (("kv_cache_usage_max", 1), ("kv_usage_max", 1)),
-    "preemptions_per_s": (("preemptions_per_s", 1),),
-    "error_ratio": (("error_ratio", 1),),
+    "queue_time_p95_s": (("queue_p95_ms", 1e-3),),
+    "kv_usage_at_planned": (("kv_usage_max", 1),),
 }
 # The agent check that says "this tool call's arguments are valid JSON, valid against the tool's schema".
 AGENT_VALIDITY_CHECK = "arguments_valid"
@@ -165,7 +137,7 @@ def _scaled(value: Any, scale: float) -> Any:
 
 def _lookup(run: RunEvidence, name: str) -> Level:
     tried: list[str] = []
-    for where, dotted, scale in CANDIDATES[name]:
+    for where, dotted, scale in CANDIDATES.get(name, ()):
         if where == "params":
             value = _dig(run.params, dotted)
             if value is not None:
@@ -253,10 +225,14 @@ def _text(level: Level) -> Level:
     return level
 
 
+def _not_measured(run: RunEvidence, name: str, where: str) -> Level:
+    axis = where.split(".")[0]
+    why = run.unreadable.get(axis) or ("absent" if axis not in run.records else f"no {where}")
+    return Level(name, None, reason=f"not recorded; looked in evidence/{axis}.json ({why})")
+
+
 def _measured(run: RunEvidence, name: str) -> Level:
-    level = _lookup(run, name)
-    if not level.known:
-        level = _from_steps(run, name) or level
+    level = _from_steps(run, name) or _not_measured(run, name, "capacity.steps at the planned concurrency")
     return _number(level, fraction=name in FRACTIONS)
 
 
@@ -321,56 +297,34 @@ def kv_usage_at_planned(run: RunEvidence) -> Level:
 
 
 def preemptions_per_s(run: RunEvidence) -> Level:
-    level = _measured(run, "preemptions_per_s")
-    if level.known:
-        return level
-    rec = run.records.get("capacity")
-    data = rec.data if rec else {}
-    count, duration = _dig(data, "planned.preemptions"), _dig(data, "planned.duration_s")
-    if isinstance(count, (int, float)) and isinstance(duration, (int, float)) and duration > 0:
-        return Level("preemptions_per_s", float(count) / float(duration),
-                     "evidence/capacity.json: data.planned.preemptions / data.planned.duration_s",
-                     axis_status=rec.status)
-    return _step_ratio(run, "preemptions_per_s", ("preemptions", "preemptions_sampled"),
-                       ("start_wall", "end_wall")) or level
+    """Preemptions over the planned step's duration (end − start)."""
+    level = _step_ratio(run, "preemptions_per_s", ("preemptions", "preemptions_sampled"), ("start_wall", "end_wall"))
+    return _number(level or _not_measured(run, "preemptions_per_s", "capacity.steps at the planned concurrency"))
 
 
 def error_ratio(run: RunEvidence) -> Level:
-    """Errored + aborted requests over all finished requests at planned load."""
-    level = _measured(run, "error_ratio")
-    if level.known:
-        return level
-    rec = run.records.get("capacity")
-    data = rec.data if rec else {}
-    errors, total = _dig(data, "planned.errors"), _dig(data, "planned.requests")
-    if isinstance(errors, (int, float)) and isinstance(total, (int, float)) and total > 0:
-        return Level("error_ratio", float(errors) / float(total),
-                     "evidence/capacity.json: data.planned.errors / data.planned.requests", axis_status=rec.status)
-    return _step_ratio(run, "error_ratio", ("server_errors",), "sent") or level
+    """Requests that failed on the server (5xx) over the requests sent at planned load: client aborts not counted."""
+    level = _step_ratio(run, "error_ratio", ("server_errors",), "sent")
+    return _number(level or _not_measured(run, "error_ratio", "capacity.steps at the planned concurrency"),
+                   fraction=True)
 
 
 def prefix_hit_rate(run: RunEvidence) -> Level:
     """Token hit rate of the controlled warm requests: hit tokens over warm prompt tokens (k3lib.prefix writes both
     sums, over clean pairs, as `observed_hit_tokens` and `warm_prompt_tokens`)."""
-    level = _measured(run, "prefix_hit_rate")
-    if level.known:
-        return level
     rec = run.records.get("prefix_cache")
     data = rec.data if rec else {}
     hits, prompts = data.get("observed_hit_tokens"), data.get("warm_prompt_tokens")
     if isinstance(hits, (int, float)) and isinstance(prompts, (int, float)) and prompts > 0:
-        return Level("prefix_hit_rate", float(hits) / float(prompts),
-                     "evidence/prefix_cache.json: data.observed_hit_tokens / data.warm_prompt_tokens",
-                     axis_status=rec.status)
-    return level
+        return _number(Level("prefix_hit_rate", float(hits) / float(prompts),
+                             "evidence/prefix_cache.json: data.observed_hit_tokens / data.warm_prompt_tokens",
+                             axis_status=rec.status), fraction=True)
+    return _not_measured(run, "prefix_hit_rate", "prefix_cache.observed_hit_tokens / warm_prompt_tokens")
 
 
 def tool_call_validity(run: RunEvidence) -> Level:
     """Share of tool calls whose arguments were valid JSON valid against the tool's schema, over every level of the
     reference agent scenario (k3lib.agent writes per-level, per-check counts in `data.rates`)."""
-    level = _measured(run, "tool_call_validity")
-    if level.known:
-        return level
     rec = run.records.get("agent")
     rows = _dig(rec.data, "rates") if rec else None
     mine = [r for r in rows if isinstance(r, Mapping) and r.get("check") == AGENT_VALIDITY_CHECK] \
@@ -381,7 +335,7 @@ def tool_call_validity(run: RunEvidence) -> Level:
         return Level("tool_call_validity", passed / total,
                      f"evidence/agent.json: data.rates[check={AGENT_VALIDITY_CHECK}] (sum passed / sum total)",
                      axis_status=rec.status)
-    return level
+    return _not_measured(run, "tool_call_validity", f"agent.rates[check={AGENT_VALIDITY_CHECK}]")
 
 
 _METRIC_NAME = re.compile(r"^\s*([A-Za-z_:][A-Za-z0-9_:]*)(?:\{|\s)")

@@ -1,10 +1,9 @@
 """Re-validation against a baseline run: identity changes reopen the sheet, metrics outside the band are drift.
 
-The synthetic runs below write the `data` keys `k3lib.accepted` assumes today (see CANDIDATES there):
+The synthetic runs below write the `data` keys the axes write (see CANDIDATES in k3lib.accepted):
 environment.data.observed.{vllm, driver, image_digest, gpus_visible}, environment.data.topology.*_parallel_size,
-environment.data.build, probe.data.{vllm_version, served_models[0].max_model_len},
-capacity.data.planned.{queue_p95_ms, kv_cache_usage_max, preemptions_per_s, error_ratio},
-prefix_cache.data.warm_hit_rate, agent.data.tool_call_validity.
+environment.data.build, probe.data.{vllm_version, served_models[0].max_model_len}, the capacity axis'
+steps[] at the planned concurrency, the prefix axis' token sums, the agent axis' rates table.
 """
 
 from __future__ import annotations
@@ -28,10 +27,11 @@ BASE: dict[str, Any] = {
                     "observed": {"vllm": "0.27.1", "driver": "580.65.06", "image_digest": DIGEST_A,
                                  "gpus_visible": 8},
                     "topology": {"tensor_parallel_size": 8, "pipeline_parallel_size": 1, "data_parallel_size": 1}},
-    "capacity": {"planned": {"queue_p95_ms": 400.0, "kv_cache_usage_max": 0.62, "preemptions_per_s": 0.0,
-                             "error_ratio": 0.0}},
-    "prefix_cache": {"warm_hit_rate": 0.9},
-    "agent": {"tool_call_validity": 1.0},
+    "capacity": {"planned_concurrency": 8,
+                 "steps": [{"concurrency": 8, "queue_p95_ms": 400.0, "kv_usage_max": 0.62, "preemptions": 0,
+                            "start_wall": 0.0, "end_wall": 60.0, "sent": 100, "server_errors": 0}]},
+    "prefix_cache": {"observed_hit_tokens": 900, "warm_prompt_tokens": 1000},
+    "agent": {"rates": [{"level": 8, "check": "arguments_valid", "passed": 100, "total": 100}]},
     "decision": "production",
 }
 
@@ -100,14 +100,14 @@ def test_an_identity_change_reopens_the_sheet_stated_on_top(tmp_path, baseline, 
 
 
 @pytest.mark.parametrize("change, drifted", [
-    pytest.param({"capacity__planned__queue_p95_ms": 900.0}, ["queue_time_p95_s"], id="queue-time-up"),
-    pytest.param({"capacity__planned__queue_p95_ms": 520.0}, [], id="queue-time-inside-band"),
-    pytest.param({"capacity__planned__queue_p95_ms": 50.0}, [], id="queue-time-better"),
-    pytest.param({"capacity__planned__kv_cache_usage_max": 0.80}, ["kv_usage_at_planned"], id="kv-usage-up"),
-    pytest.param({"capacity__planned__kv_cache_usage_max": 80}, ["kv_usage_at_planned"], id="kv-usage-as-percent"),
-    pytest.param({"prefix_cache__warm_hit_rate": 0.5}, ["prefix_hit_rate"], id="hit-rate-down"),
-    pytest.param({"prefix_cache__warm_hit_rate": 0.95}, [], id="hit-rate-up"),
-    pytest.param({"agent__tool_call_validity": 0.97}, ["tool_call_validity"], id="tool-validity-down"),
+    pytest.param({"capacity__steps__0__queue_p95_ms": 900.0}, ["queue_time_p95_s"], id="queue-time-up"),
+    pytest.param({"capacity__steps__0__queue_p95_ms": 520.0}, [], id="queue-time-inside-band"),
+    pytest.param({"capacity__steps__0__queue_p95_ms": 50.0}, [], id="queue-time-better"),
+    pytest.param({"capacity__steps__0__kv_usage_max": 0.80}, ["kv_usage_at_planned"], id="kv-usage-up"),
+    pytest.param({"capacity__steps__0__kv_usage_max": 80}, ["kv_usage_at_planned"], id="kv-usage-as-percent"),
+    pytest.param({"prefix_cache__observed_hit_tokens": 500}, ["prefix_hit_rate"], id="hit-rate-down"),
+    pytest.param({"prefix_cache__observed_hit_tokens": 950}, [], id="hit-rate-up"),
+    pytest.param({"agent__rates__0__passed": 97}, ["tool_call_validity"], id="tool-validity-down"),
 ])
 def test_metrics_outside_the_accepted_band_are_drift(tmp_path, baseline, change, drifted):
     run = write_run(tmp_path, "run", changed(**change))
@@ -144,7 +144,7 @@ def test_missing_evidence_is_unverified_never_unchanged(tmp_path, baseline):
 
 def test_a_baseline_axis_that_failed_gives_no_band(tmp_path):
     base = write_run(tmp_path, "baseline", BASE, statuses={"prefix_cache": "fail"})
-    run = write_run(tmp_path, "run", changed(prefix_cache__warm_hit_rate=0.0))
+    run = write_run(tmp_path, "run", changed(prefix_cache__observed_hit_tokens=0))
     cmp = compare_with_baseline(run.root, base.root)
     hit = next(f for f in cmp.checks if f.rule == "baseline.drift.prefix_hit_rate")
     assert hit.status == "not-observable" and "no accepted baseline value" in hit.message
@@ -185,8 +185,9 @@ def test_to_dict_is_json_ready(tmp_path, baseline):
 
 
 def test_levels_are_derived_tolerantly(tmp_path):
-    spec = changed(capacity={"planned": {"preemptions": 6, "duration_s": 120.0, "errors": 1, "requests": 50,
-                                         "kv_cache_usage_max": "62%"}})
+    spec = changed(capacity={"planned_concurrency": 8,
+                             "steps": [{"concurrency": 8, "preemptions": 6, "start_wall": 0.0, "end_wall": 120.0,
+                                        "server_errors": 1, "sent": 50, "kv_usage_max": "62%"}]})
     store = write_run(tmp_path, "run", spec)
     store.write_text("evidence/agent.json", "{not json")
     run = acc.read_run(store.root)
@@ -256,3 +257,29 @@ def test_hit_rate_from_the_prefix_axis_token_sums(tmp_path):
                                                              "warm_prompt_tokens": 2048, "designed_hit_tokens": 1536}))
     level = acc.prefix_hit_rate(acc.read_run(store.root))
     assert level.value == pytest.approx(0.75) and "observed_hit_tokens / data.warm_prompt_tokens" in level.source
+
+
+def test_levels_read_a_capacity_record_built_by_the_capacity_axis(tmp_path):
+    """No hand-written data: the capacity axis' own record builder writes it, the accepted levels read it back."""
+    import types
+    from pathlib import Path
+
+    from k3lib.capacity import capacity_record
+    from k3lib.capacity.result import CapacityResult
+    from k3lib.params import load_params
+
+    params = load_params([Path(__file__).resolve().parents[1] / "parameters" / "emulator.yaml"],
+                         ["contract.planned_concurrency=8"])
+    steps = [{"concurrency": 8, "status": "done", "held": True, "why": [], "queue_p95_ms": 350.0,
+              "kv_usage_max": 0.58, "preemptions": 3, "start_wall": 100.0, "end_wall": 160.0, "sent": 80,
+              "server_errors": 2}]
+    phases = [{"phase": "concurrency", "status": "done", "start_wall": 100.0, "end_wall": 160.0, "note": ""}]
+    record = capacity_record(CapacityResult({"plan": {}, "phases": phases, "steps": steps}, [], [], [], None, None),
+                             types.SimpleNamespace(params=params))
+    store = write_run(tmp_path, "run", changed(capacity=None))
+    store.write_json("evidence/capacity.json", record.model_dump(mode="json"))
+    run = acc.read_run(store.root)
+    assert acc.queue_time_p95_s(run).value == pytest.approx(0.35)
+    assert acc.kv_usage_at_planned(run).value == pytest.approx(0.58)
+    assert acc.preemptions_per_s(run).value == pytest.approx(0.05)
+    assert acc.error_ratio(run).value == pytest.approx(0.025)

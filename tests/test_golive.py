@@ -75,7 +75,7 @@ def test_the_hit_rate_alert_needs_the_rate_ordinary_traffic_reaches(tmp_path):
 
 
 def test_zero_validated_hit_rate_arms_no_hit_rate_alert(tmp_path):
-    kit, rules, _ = kit_for(tmp_path, changed(prefix_cache__warm_hit_rate=0.0), traffic_hit_rate=0.6)
+    kit, rules, _ = kit_for(tmp_path, changed(prefix_cache__observed_hit_tokens=0), traffic_hit_rate=0.6)
     assert "K3PrefixHitRateFarBelowValidated" not in rules
     assert "gain is not counted" in kit.omitted["K3PrefixHitRateFarBelowValidated"]
 
