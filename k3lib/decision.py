@@ -149,21 +149,21 @@ def traffic_cap_from(records: dict[str, EvidenceRecord]) -> dict[str, Any]:
     planned concurrency), else one request at a time; the agents' own cap is the highest concurrency at which
     every tool-call check held (`agent` axis)."""
     rec = records.get("capacity")
-    measured = rec.data.get("traffic_cap") if rec is not None else None
-    cap = measured.get("max_concurrency") if isinstance(measured, dict) else None
-    if isinstance(cap, int) and not isinstance(cap, bool) and cap >= 1:
-        out = {"max_concurrency": cap, "saturation_point": measured.get("saturation_point"),
-               "planned_concurrency": measured.get("planned_concurrency"),
-               "basis": f"measured by the capacity axis: {measured.get('basis')}",
+    measured = rec.typed().traffic_cap if rec is not None else None  # CapacityData: typed, checked on read
+    cap = measured.max_concurrency if measured is not None else None
+    if cap is not None and cap >= 1:
+        out = {"max_concurrency": cap, "saturation_point": measured.saturation_point,
+               "planned_concurrency": measured.planned_concurrency,
+               "basis": f"measured by the capacity axis: {measured.basis}",
                "source": "evidence/capacity.json: data.traffic_cap"}
     else:
         why = ("the capacity axis did not run" if rec is None else
-               f"the capacity axis accepted no load step ({measured.get('basis')})" if isinstance(measured, dict) else
+               f"the capacity axis accepted no load step ({measured.basis})" if measured is not None else
                "the capacity record holds no traffic_cap")
         out = {"max_concurrency": 1, "basis": f"{why}: one request at a time until re-examined", "source": None}
     agent = records.get("agent")
-    if agent is not None and agent.data.get("max_clean_concurrency") is not None:
-        out["agents_max_concurrency"] = agent.data["max_clean_concurrency"]
+    if agent is not None and agent.typed().max_clean_concurrency is not None:
+        out["agents_max_concurrency"] = agent.typed().max_clean_concurrency
     return out
 
 

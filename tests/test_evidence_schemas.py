@@ -1,0 +1,54 @@
+"""Typed evidence: each acceptance axis' data checked on write and on read back, its JSON Schema in schemas/, and a
+record from another kit version refused in one line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from pydantic import ValidationError
+
+from conftest import ROOT
+from k3lib.errors import EvidenceError
+from k3lib.evidence import DATA_MODELS, SCHEMA_VERSION, CapacityData, EvidenceRecord, json_schemas, parse_record
+
+
+def test_the_schemas_in_the_repository_are_the_ones_the_models_give():
+    for name, schema in json_schemas().items():
+        path = ROOT / "schemas" / name
+        assert path.is_file(), f"{name} missing: run python -m k3lib.evidence"
+        assert json.loads(path.read_text(encoding="utf-8")) == schema, f"{name} is stale: python -m k3lib.evidence"
+    assert set(DATA_MODELS) == {"capacity", "environment", "probe", "prefix_cache", "agent"}
+
+
+def test_a_record_from_another_kit_version_is_refused_in_one_line():
+    old = {"schema_version": 1, "axis": "capacity", "title": "x", "status": "pass",
+           "data": {"saturation": {"max_ok_concurrency": 3}}}
+    with pytest.raises(EvidenceError) as exc:
+        parse_record(old, "evidence/capacity.json")
+    message = str(exc.value)
+    assert "\n" not in message and "evidence schema 1" in message and f"reads {SCHEMA_VERSION}" in message
+
+
+@pytest.mark.parametrize("axis, data", [
+    pytest.param("capacity", {"traffic_cap": {"max_concurrency": "four", "basis": "x"}}, id="cap-not-a-number"),
+    pytest.param("capacity", {"implied_decision": "go-live-anyway"}, id="unknown-decision"),
+    pytest.param("agent", {"rates": [{"level": 1, "check": "arguments_valid", "passed": "all", "total": 3}]},
+                 id="rate-not-a-count"),
+    pytest.param("environment", {"build": "nightly"}, id="unknown-build"),
+])
+def test_mistyped_data_is_refused_when_written_and_when_read_back(axis, data):
+    with pytest.raises(ValidationError):
+        EvidenceRecord(axis=axis, title=axis, status="pass", data=data)
+    with pytest.raises(EvidenceError, match=f"evidence/{axis}.json: not an evidence record"):
+        parse_record({"axis": axis, "title": axis, "status": "pass", "data": data}, f"evidence/{axis}.json")
+
+
+def test_typed_data_is_frozen_and_read_by_field():
+    rec = EvidenceRecord(axis="capacity", title="c", status="pass",
+                         data={"traffic_cap": {"max_concurrency": 4, "saturation_point": 5, "basis": "b"},
+                               "steps": [{"concurrency": 4}]})
+    typed = rec.typed()
+    assert isinstance(typed, CapacityData) and typed.traffic_cap.max_concurrency == 4
+    with pytest.raises(ValidationError):
+        typed.traffic_cap.max_concurrency = 9
