@@ -190,8 +190,8 @@ class DrillResult:
             return "not-observable", (f"open: the drill ran `{self.command}` and the target serves, but which release "
                                       f"it serves could not be shown (before: {before}; after: {after})")
         if before.same_as(after):
-            return "not-observable", (f"open: `{self.command}` changed nothing — the target serves {after} as before: "
-                                      "no rollback to a previous release was shown")
+            return "not-observable", (f"open: `{self.command}` changed nothing — the target serves {after} as "
+                                      "before: no rollback to a previous release was shown")
         if self.rollback_to and not after.matches(self.rollback_to):
             return "fail", (f"after `{self.command}` the target serves {after}, not the previous release "
                             f"{self.rollback_to} (before: {before})")

@@ -27,7 +27,8 @@ class Outcome(str, enum.Enum):
 
     @property
     def exit_code(self) -> int:
-        return {"production": 0, "limited-observation": 3, "capacity-extension": 4, "environment-rebuild": 5}[self.value]
+        codes = {"production": 0, "limited-observation": 3, "capacity-extension": 4, "environment-rebuild": 5}
+        return codes[self.value]
 
     @property
     def strength(self) -> int:
