@@ -299,8 +299,13 @@ def analyse_stability(incidents: Sequence[IncidentRecord], rules: RenewalRules,
                      "no": sum(1 for i in incidents if getattr(i, q) is False),
                      "unknown": sum(1 for i in incidents if getattr(i, q) is None)} for q in FIVE_QUESTIONS}
     slow = [i.id for i in incidents if i.minutes_to_recover is None or i.minutes_to_recover > rules.max_recovery_min]
-    drill_no = [q for q, a in (drill or {}).get("answers", {}).items() if a.get("answer") == "no"]
+    drill_answers = {q: a.get("answer") for q, a in ((drill or {}).get("answers") or {}).items()}
+    drill_no = [q for q, a in drill_answers.items() if a == "no"]
     log_no = [q for q, c in questions.items() if c["no"] > 0]
+    # a question is shown when the drill or a logged incident answered it yes; a blank or "not shown" never is
+    unshown = [q for q in FIVE_QUESTIONS if q not in drill_no and q not in log_no
+               and drill_answers.get(q) != "yes" and questions[q]["yes"] == 0]
+    failed = bool(slow or drill_no or log_no)
     return {
         "incidents": len(incidents),
         "by_category": rows,
@@ -308,11 +313,14 @@ def analyse_stability(incidents: Sequence[IncidentRecord], rules: RenewalRules,
         "slow_or_unrecovered": slow,
         "recovered_within_rule_share": _r((len(incidents) - len(slow)) / len(incidents) if incidents else None),
         "drill": drill,
-        "recoverable": not slow and not drill_no and not log_no,
+        "not_shown": unshown,
+        # False: a failure was seen; None: nothing failed but some question was never shown (never counted as yes)
+        "recoverable": False if failed else None if unshown else True,
         "not_recoverable_because": ([f"{len(slow)} incident(s) recovered later than {rules.max_recovery_min:g} min "
                                      f"or never: {', '.join(slow)}"] if slow else [])
         + ([f"the incident log answers no to: {', '.join(log_no)}"] if log_no else [])
-        + ([f"the drill answers no to: {', '.join(drill_no)}"] if drill_no else []),
+        + ([f"the drill answers no to: {', '.join(drill_no)}"] if drill_no else [])
+        + ([f"neither the drill nor the incident log shows: {', '.join(unshown)}"] if unshown else []),
     }
 
 

@@ -96,10 +96,11 @@ def indicators(axes: Mapping[str, Mapping[str, Any] | None], rules: RenewalRules
     else:
         why.append("useful production: no evidence")
     if stab:
-        recoverable = bool(stab.get("recoverable"))
+        recoverable = stab.get("recoverable")
         drill = stab.get("drill")
-        drill_text = "" if not drill else f"; drill: {drill.get('summary', '')}"
-        why.append(f"incidents {'recoverable' if recoverable else 'not recoverable'}: {stab.get('incidents')} in the "
+        drill_text = "; no live drill run" if not drill else f"; drill: {drill.get('summary', '')}"
+        verdict = {True: "recoverable", False: "not recoverable", None: "recovery not shown"}[recoverable]
+        why.append(f"incidents {verdict}: {stab.get('incidents')} in the "
                    f"log, {_p(stab.get('recovered_within_rule_share'))} recovered within "
                    f"{rules.max_recovery_min:g} min"
                    + ("" if recoverable else " — " + "; ".join(stab.get("not_recoverable_because", []))) + drill_text)

@@ -24,6 +24,7 @@ STEP_S = 300
 CAPACITY = 16  # concurrent tasks the reserved capacity serves (max_num_seqs x engines)
 GPUS = 4
 GPU_MIB = 143_771
+PREVIOUS_VERSION = "0.32.0"  # the release the demo drill rolls back to (the emulator serves 0.33.0 by default)
 FILES = {"history": "history.om", "tasks": "tasks.csv", "costs": "costs.yaml", "incidents": "incidents.csv",
          "hours": "hours.csv", "params": "review.yaml"}
 
@@ -311,8 +312,12 @@ def _write_params(scenario: str, sc: Scenario, start: dt.datetime, path: Path) -
                                {"http": {"method": "POST", "path": "/v1/chat/completions",
                                          "json": {"messages": [{"role": "user", "content": "ping"}],
                                                   "max_tokens": 4}}}],
+                      # a rollback, not a restart: the previous release comes back (against a real server e.g.
+                      # {argv: [helm, rollback, vllm]}); the drill shows it from GET /version before and after
                       "restore": [{"http": {"method": "POST", "path": "/_emulator/restart",
-                                            "json": {"profile": "demo", "faults": []}}}]},
+                                            "json": {"profile": "demo", "faults": [],
+                                                     "vllm_version": PREVIOUS_VERSION}}}],
+                      "previous_version": PREVIOUS_VERSION},
         },
         "target": {"base_url": None, "emulator": {"profile": "demo", "time_scale": 0.05}},
         "run": {"label": f"review-{scenario}", "notebook_timeout_s": 300},

@@ -79,6 +79,9 @@ class DrillParams(_Model):
     enabled: bool = True
     kill: tuple[CommandStep, ...] = ()
     restore: tuple[CommandStep, ...] = ()
+    # the version the restore rolls back to, as GET /version reports it; null: any older release than the one
+    # served before the drill counts as the previous version (the same version back is a restart, not a rollback)
+    previous_version: str | None = None
     api_base_url: str | None = None  # the API path for the fail-over question; null: not configured
     recovery_timeout_s: Annotated[float, Field(gt=0)] = 60.0
     request_timeout_s: Annotated[float, Field(gt=0)] = 30.0

@@ -13,7 +13,7 @@ from .review import decide_from_axes
 TITLES = {"load": "Load: used vs reserved capacity", "production": "Useful production",
           "comparison": "Self-hosted vs API on the same tasks", "cost": "Full cost per accepted task",
           "stability": "Stability and the incident drill", "operations": "Operations effort"}
-_ANSWER_STATUS = {"yes": "pass", "no": "fail", "unknown": "not-observable"}
+_ANSWER_STATUS = {"yes": "pass", "no": "fail", "not shown": "not-observable"}
 
 
 def _findings(axis: str, result: dict[str, Any], params: RenewalParams) -> list[Finding]:
@@ -42,7 +42,7 @@ def _findings(axis: str, result: dict[str, Any], params: RenewalParams) -> list[
                            message=f"blank cost items (left blank, never estimated): {', '.join(blanks)}" if blanks
                            else "every self-hosted cost item is known", observed=blanks))
     elif axis == "stability":
-        out.append(Finding(rule="renewal.stability.recoverable", status="pass" if ind.recoverable else "fail",
+        out.append(Finding(rule="renewal.stability.recoverable", status={True: "pass", False: "fail", None: "not-observable"}[ind.recoverable],
                            message=next(w for w in why if w.startswith("incidents"))))
         for q, a in ((result.get("drill") or {}).get("answers") or {}).items():
             out.append(Finding(rule=f"renewal.drill.{q}", status=_ANSWER_STATUS[a["answer"]],  # type: ignore[arg-type]
