@@ -6,12 +6,15 @@ import datetime as dt
 
 import pytest
 
-from k3lib.renewal.decision import (DECISIONS, EXIT_CODES, TRANSFER_TRIGGERS, Indicators, choose, decide_renewal)
+from k3lib.renewal.decision import (AXES, DECISIONS, EXIT_CODES, RULES, TRANSFER_TRIGGERS, Decision, Indicators,
+                                    choose, decide_renewal)
 from k3lib.renewal.rules import RenewalRules
 
 
-def ind(regular=True, large_idle=False, spiky=False, quality=True, recoverable=True, effort=True, control=False):
-    return Indicators(regular, large_idle, spiky, quality, recoverable, effort, control)
+def ind(regular=True, large_idle=False, spiky=False, quality=True, recoverable=True, effort=True, control=False,
+        api_equivalent=False, cheaper=True, within_value=None):
+    return Indicators(regular, large_idle, spiky, quality, recoverable, effort, control, api_equivalent, cheaper,
+                      within_value)
 
 
 @pytest.mark.parametrize("indicators, expected", [
@@ -31,6 +34,16 @@ def ind(regular=True, large_idle=False, spiky=False, quality=True, recoverable=T
     pytest.param(ind(recoverable=None), "dual-circuit", id="no-stability-evidence-never-renews"),
     pytest.param(ind(regular=None, large_idle=None), "reduce", id="no-load-evidence-never-renews"),
     pytest.param(ind(quality=None, large_idle=True), "exit-to-api", id="no-production-evidence-counts-against"),
+    # the cost sheet and the API comparison weigh in
+    pytest.param(ind(cheaper=None), "dual-circuit", id="blank-cost-item-never-renews"),
+    pytest.param(ind(cheaper=False), "dual-circuit", id="api-cheaper-but-not-equivalent-dual"),
+    pytest.param(ind(cheaper=False, api_equivalent=True), "exit-to-api", id="api-equivalent-and-cheaper-exit"),
+    pytest.param(ind(cheaper=False, api_equivalent=True, control=True), "dual-circuit",
+                 id="control-need-keeps-a-controlled-path"),
+    pytest.param(ind(api_equivalent=True), "renew", id="api-equivalent-but-self-hosted-cheaper-renew"),
+    pytest.param(ind(within_value=False), "dual-circuit", id="cost-above-the-delivered-value"),
+    pytest.param(ind(cheaper=None, large_idle=True), "reduce", id="idle-with-blank-cost-reduce"),
+    pytest.param(ind(effort=None), "dual-circuit", id="effort-not-shown-contained"),
 ])
 def test_choose(indicators, expected):
     decision, rule = choose(indicators)
@@ -39,7 +52,30 @@ def test_choose(indicators, expected):
 
 def test_exit_codes_cover_every_decision():
     assert EXIT_CODES == {"renew": 0, "reduce": 3, "dual-circuit": 4, "exit-to-api": 5}
-    assert set(DECISIONS) == set(EXIT_CODES)
+    assert DECISIONS == tuple(Decision) and set(DECISIONS) == set(EXIT_CODES)
+    assert {r.decision for r in RULES} == set(Decision)
+
+
+def test_every_analysis_weighs_in_and_the_last_row_always_holds():
+    """All six analyses (and the declared benefits) feed some row of the one precedence table."""
+    read = {a for r in RULES for a in r.analyses}
+    assert read >= set(AXES) | {"benefits"}
+    assert len({r.id for r in RULES}) == len(RULES)
+    assert RULES[-1].holds(Indicators()) and RULES[-1].decision is Decision.RENEW
+    # with no evidence at all, the table never reaches renew
+    assert choose(Indicators())[0] != "renew"
+
+
+def test_readme_documents_the_table_in_its_order():
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### The renewal decision table", 1)[1].split("\n#", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    ids = [line.split("`")[1] for line in rows]
+    assert ids == [r.id for r in RULES]
+    for line, rule in zip(rows, RULES):
+        assert f"`{rule.decision.value}`" in line and all(a in line for a in rule.analyses), line
 
 
 def _axes(**over):
@@ -48,9 +84,14 @@ def _axes(**over):
                  "idle_demand_share": 0.1, "idle_scheduling_share": 0.0, "peak_to_mean": 2.0},
         "production": {"acceptance_rate": 0.9, "accepted_per_operating_h": 10.0,
                        "losses": {"retries_per_task": 0.1, "tool_error_share": 0.02}},
-        "comparison": {}, "cost": {},
+        "comparison": {"paired_tasks": 100, "api_equivalent": False,
+                       "self-hosted": {"acceptance_rate": 0.9, "tool_error_share": 0.02, "delivery_median_s": 800.0},
+                       "api": {"acceptance_rate": 0.8, "tool_error_share": 0.02, "delivery_median_s": 900.0}},
+        "cost": {"currency": "EUR", "self_hosted": {"per_accepted_task": 2.5, "total": 25000.0, "blank_items": []},
+                 "api": {"per_accepted_task": 9.0}, "delivered_tasks_value": None,
+                 "self_hosted_cheaper_per_task": True, "total_within_delivered_value": None},
         "stability": {"recoverable": True, "incidents": 1, "recovered_within_rule_share": 1.0},
-        "operations": {"per_week_h": 10.0, "total_h": 30.0, "delivery_gain_h": 50.0},
+        "operations": {"per_week_h": 10.0, "total_h": 30.0, "delivery_gain_h": 50.0, "effort_exceeds_gain": False},
     }
     axes.update(over)
     return axes
@@ -65,6 +106,16 @@ def _axes(**over):
     pytest.param(_axes(production={"acceptance_rate": 0.5, "losses": {"retries_per_task": 1.5}},
                        operations={"per_week_h": 40.0}), [], "exit-to-api", id="exit"),
     pytest.param(_axes(stability=None), [], "dual-circuit", id="missing-stability-axis"),
+    pytest.param(_axes(operations={"per_week_h": 10.0, "total_h": 30.0, "delivery_gain_h": 12.0,
+                                   "effort_exceeds_gain": True}), [], "dual-circuit", id="effort-exceeds-the-gain"),
+    pytest.param(_axes(cost={**_axes()["cost"], "self_hosted_cheaper_per_task": None,
+                             "self_hosted": {"per_accepted_task": None, "total": None, "blank_items": ["network"]}}),
+                 [], "dual-circuit", id="blank-cost-item"),
+    pytest.param(_axes(cost={**_axes()["cost"], "self_hosted_cheaper_per_task": False},
+                       comparison={**_axes()["comparison"], "api_equivalent": True}), [], "exit-to-api",
+                 id="api-equivalent-and-cheaper"),
+    pytest.param(_axes(cost=None), [], "dual-circuit", id="missing-cost-axis"),
+    pytest.param(_axes(comparison=None, cost=None), [], "dual-circuit", id="missing-comparison-axis"),
 ])
 def test_decide_renewal_from_axis_figures(axes, benefits, expected):
     d = decide_renewal(axes, RenewalRules(), benefits, today=dt.date(2026, 8, 14))
@@ -86,7 +137,27 @@ def test_reasons_quote_the_figures_and_the_rules():
     text = "\n".join(d.reasons)
     assert "10 h/week (rule ≤ 5)" in text  # the figure and the rule it was judged by
     assert "acceptance 90% (≥ 80%)" in text
-    assert d.decision == "dual-circuit"
+    assert "2.50 EUR self-hosted, at most the API's 9.00 EUR" in text  # every amount with its currency
+    assert "acceptance 90% self-hosted vs 80% API" in text
+    assert d.decision == "dual-circuit" and d.rule == "dual.recovery-or-effort"
+
+
+def test_a_blank_cost_item_is_named_in_the_reasons():
+    axes = _axes(cost={**_axes()["cost"], "self_hosted_cheaper_per_task": None,
+                       "self_hosted": {"per_accepted_task": None, "total": None, "blank_items": ["network"]}})
+    d = decide_renewal(axes, RenewalRules(), [], today=dt.date(2026, 8, 14))
+    assert d.rule == "dual.gain-not-shown"
+    assert any("blank: network — a blank item leaves the total blank" in r for r in d.reasons), d.reasons
+
+
+def test_a_review_on_built_in_defaults_says_so():
+    d = decide_renewal(_axes(), RenewalRules(), [], today=dt.date(2026, 8, 14),
+                       defaulted=["review.rules.min_acceptance_rate", "review.fixed.quality_rule"])
+    assert d.decision == "renew"
+    assert "built-in defaults" in d.reasons[1] and "rules.min_acceptance_rate" in d.reasons[1]
+    assert "built-in defaults" in d.condition and "before signing" in d.condition
+    plain = decide_renewal(_axes(), RenewalRules(), [], today=dt.date(2026, 8, 14))
+    assert not any("built-in defaults" in r for r in plain.reasons) and "built-in" not in plain.condition
 
 
 def test_dual_circuit_routing_has_every_trigger_and_exit_rules():

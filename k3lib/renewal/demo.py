@@ -350,14 +350,18 @@ def generate(scenario: str, out_dir: str | Path, *, seed: int = 7) -> dict[str, 
 def materialise(params, folder: str | Path):
     """Parameters whose `review.demo` names a scenario but no inputs: generate them into `folder` and return the
     generated parameters, keeping what the user set explicitly (rules, benefits, drill, target, run)."""
-    from .params import load_review_params
+    from .params import load_review_params, tracked_keys
+    from .rules import DEFAULT
 
     if params.review.inputs is not None and params.review.series is not None:
         return params
     paths = generate(params.review.demo, folder)
     generated = load_review_params([paths["params"]])
     user = params.review
-    keep = {f: getattr(user, f) for f in user.model_fields_set if f not in ("inputs", "series", "demo")}
+    keep = {f: getattr(user, f) for f in user.model_fields_set if f not in ("inputs", "series", "demo", "origins")}
+    # what the user's files set keeps their origin; the rest comes from the generated file (or the default)
+    keep["origins"] = {k: user.origin(k) if user.origin(k) != DEFAULT else generated.review.origin(k)
+                       for k in tracked_keys()}
     review = generated.review.model_copy(update=keep)
     update = {"review": review}
     for section in ("target", "run"):
