@@ -16,7 +16,7 @@ from ..report import index_html
 from ..runner import Progress, render_pages, run_notebooks
 from ..session import PROJECT_ROOT, outputs_dir, read_records
 from ..store import RunStore
-from .decision import RenewalDecision
+from .decision import DECISIONS, Decision, RenewalDecision
 from .params import RenewalParams, load_review_params
 from .records import decide_review
 
@@ -50,11 +50,11 @@ def run_review(params: RenewalParams, store: RunStore, *, progress: Progress | N
     outcomes = run_notebooks(store, stages, timeout_s=params.run.notebook_timeout_s, progress=progress)
     records = read_records(store)
     data = store.read_json("decision.json")
-    if data is None or outcomes[REVIEW_SUMMARY].status != "ok":  # the summary failed: same rules, same records
-        decision = decide_review(params, store, records)
+    if data is None or outcomes[REVIEW_SUMMARY].status != "ok" or data.get("decision") not in DECISIONS:
+        decision = decide_review(params, store, records)  # the summary failed: same rules, same records
     else:
         decision = RenewalDecision(data["decision"], tuple(data["reasons"]), tuple(data["checklist"]),
-                                   data["condition"], data.get("routing"), data.get("reexamine_on"))
+                                   data["condition"], data.get("routing"), data.get("reexamine_on"), data.get("rule"))
     pages = render_pages(store, [nb for stage in stages for nb, _ in stage], dict(REVIEW), records, outcomes)
     shown = {"decision": decision.decision,
              "reasons": [f"condition: {decision.condition}", *decision.reasons]
@@ -66,7 +66,8 @@ def run_review(params: RenewalParams, store: RunStore, *, progress: Progress | N
 
 def review_main(files: list[str], sets: list[str], out: str | None, demo: str | None) -> int:
     """`k3 review -p FILE … [--set K=V] [--out DIR] [--demo SCENARIO]`: run the review, print the decision, return
-    its exit code (0 renew, 3 reduce, 4 dual-circuit, 5 exit-to-api). Bad input raises BadInputError."""
+    its exit code (`Decision.exit_code`: 0 renew, 3 reduce, 4 dual-circuit, 5 exit-to-api). Bad input raises
+    BadInputError."""
     from .demo import SCENARIOS
 
     if demo is not None and demo not in SCENARIOS:
@@ -84,9 +85,10 @@ def review_main(files: list[str], sets: list[str], out: str | None, demo: str | 
     print(f"run: {store.root}", file=sys.stderr)
     decision = run_review(params, store, on_start=lambda src: print(f"series: {src}", file=sys.stderr))
     print(f"decision: {decision.decision}")
+    print(f"rule: {decision.rule}")
     for reason in decision.reasons:
         print(f"  - {reason}")
     print(f"condition: {decision.condition}")
     print(f"report: {store.path('report/index.html')}")
     print(f"run: {store.root}")
-    return decision.exit_code
+    return Decision(decision.decision).exit_code

@@ -111,7 +111,8 @@ class ReviewParams(_Model):
 
     def defaulted(self) -> list[str]:
         """The thresholds and fixed elements this review would decide on built-in defaults."""
-        return [k for k in tracked_keys() if not k.startswith("review.benefits.") and self.origin(k) == DEFAULT]
+        return [k for k in tracked_keys() if k.startswith(("review.fixed.", "review.rules."))
+                and self.origin(k) == DEFAULT]
 
     @model_validator(mode="after")
     def _inputs_or_demo(self) -> "ReviewParams":

@@ -6,7 +6,7 @@ from typing import Any
 
 from ..evidence import EvidenceRecord, Finding, axis_status
 from ..store import RunStore
-from .decision import AXES, RenewalDecision, indicators
+from .decision import AXES, RenewalDecision, indicators, money
 from .params import RenewalParams
 from .review import decide_from_axes
 
@@ -14,6 +14,7 @@ TITLES = {"load": "Load: used vs reserved capacity", "production": "Useful produ
           "comparison": "Self-hosted vs API on the same tasks", "cost": "Full cost per accepted task",
           "stability": "Stability and the incident drill", "operations": "Operations effort"}
 _ANSWER_STATUS = {"yes": "pass", "no": "fail", "not shown": "not-observable"}
+_SHOWN = {True: "pass", False: "fail", None: "not-observable"}  # an indicator the evidence did not show is open
 
 
 def _findings(axis: str, result: dict[str, Any], params: RenewalParams) -> list[Finding]:
@@ -30,25 +31,36 @@ def _findings(axis: str, result: dict[str, Any], params: RenewalParams) -> list[
         out.append(Finding(rule="renewal.production.quality", status="pass" if ind.quality_ok else "fail",
                            message=next(w for w in why if w.startswith("useful production")),
                            observed=result.get("acceptance_rate"), expected=f"≥ {rules.min_acceptance_rate}"))
+        over = result.get("over_retry_policy")
+        if over:
+            out.append(Finding(rule="renewal.production.retry_policy", status="warn",
+                               message=f"{over} self-hosted task(s) retried more than the fixed retry policy's "
+                                       f"{result.get('retry_policy_max_retries')}: not run under the same policy as "
+                                       "the API path", observed=over,
+                               expected=f"≤ {result.get('retry_policy_max_retries')} retries per task"))
     elif axis == "comparison":
-        sh, api = result.get("self-hosted", {}), result.get("api", {})
-        out.append(Finding(rule="renewal.comparison.acceptance", status="info",
-                           message=f"on {result.get('paired_tasks')} paired tasks: acceptance self-hosted "
-                                   f"{sh.get('acceptance_rate')} vs API {api.get('acceptance_rate')}, median delivery "
-                                   f"{sh.get('delivery_median_s')} s vs {api.get('delivery_median_s')} s"))
+        out.append(Finding(rule="renewal.comparison.api_equivalent",
+                           status={True: "warn", False: "pass", None: "not-observable"}[ind.api_equivalent],
+                           message=next(w for w in why if w.startswith("the API")),
+                           observed=ind.api_equivalent, expected=f"gap ≤ {rules.api_equivalent_gap_max}"))
     elif axis == "cost":
+        cur = result.get("currency")
         blanks = result["self_hosted"]["blank_items"]
+        out.append(Finding(rule="renewal.cost.per_accepted_task", status=_SHOWN[ind.cheaper_than_api],
+                           message=next(w for w in why if w.startswith("full cost")),
+                           observed=money(result["self_hosted"]["per_accepted_task"], cur),
+                           expected=f"≤ {money(result['api']['per_accepted_task'], cur)} (the API's)"))
         out.append(Finding(rule="renewal.cost.blanks", status="info",
                            message=f"blank cost items (left blank, never estimated): {', '.join(blanks)}" if blanks
                            else "every self-hosted cost item is known", observed=blanks))
     elif axis == "stability":
-        out.append(Finding(rule="renewal.stability.recoverable", status={True: "pass", False: "fail", None: "not-observable"}[ind.recoverable],
+        out.append(Finding(rule="renewal.stability.recoverable", status=_SHOWN[ind.recoverable],
                            message=next(w for w in why if w.startswith("incidents"))))
         for q, a in ((result.get("drill") or {}).get("answers") or {}).items():
             out.append(Finding(rule=f"renewal.drill.{q}", status=_ANSWER_STATUS[a["answer"]],  # type: ignore[arg-type]
                                message=f"{a['question']} {a['answer']}: {a['evidence']}", observed=a["answer"]))
     elif axis == "operations":
-        out.append(Finding(rule="renewal.operations.effort", status="pass" if ind.effort_ok else "fail",
+        out.append(Finding(rule="renewal.operations.effort", status=_SHOWN[ind.effort_ok],
                            message=next(w for w in why if w.startswith("operations"))))
     return out
 
