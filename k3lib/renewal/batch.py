@@ -57,11 +57,24 @@ def run_review(params: RenewalParams, store: RunStore, *, progress: Progress | N
                                    data["condition"], data.get("routing"), data.get("reexamine_on"), data.get("rule"))
     pages = render_pages(store, [nb for stage in stages for nb, _ in stage], dict(REVIEW), records, outcomes)
     shown = {"decision": decision.decision,
-             "reasons": [f"condition: {decision.condition}", *decision.reasons]
+             "reasons": [f"rule: {decision.rule}", f"condition: {decision.condition}", parameters_line(params),
+                         *decision.reasons]
              + [f"transfer trigger — {t['trigger']}: {t['when']}" for t in (decision.routing or {}).get(
                  "transfer_triggers", [])]}
     store.write_text("report/index.html", index_html("k3kit renewal review", shown, pages, store.run_id))
     return decision
+
+
+def parameters_line(params: RenewalParams) -> str:
+    """Where the fixed elements and thresholds came from, in one line (19_renewal shows each with its origin)."""
+    from collections import Counter
+
+    from .params import tracked_keys
+
+    keys = [k for k in tracked_keys() if k.startswith(("review.fixed.", "review.rules."))]
+    by_origin = Counter(params.review.origin(k) for k in keys)
+    return ("fixed elements and thresholds (each with its origin on top of 19_renewal): "
+            + ", ".join(f"{n} from {origin}" for origin, n in by_origin.most_common()))
 
 
 def review_main(files: list[str], sets: list[str], out: str | None, demo: str | None) -> int:
