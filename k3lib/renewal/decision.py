@@ -140,86 +140,86 @@ def indicators(axes: Mapping[str, Mapping[str, Any] | None], rules: RenewalRules
                declared_benefits: list[str]) -> tuple[Indicators, list[str]]:
     """Indicators and, for each, the sentence with the figure and the rule it came from."""
     why: list[str] = []
-    load, prod, comp, cost, stab, ops = (axes.get(a) for a in AXES)
+    load, prod, comp, cost, stab, ops = typed_axes(axes)
     regular = large_idle = spiky = quality = recoverable = effort = None
     api_equivalent = cheaper = within_value = None
-    if load:
-        bb, cv = load.get("business_busy_share"), load.get("weekday_gpu_h_cv")
+    if load is not None:
+        bb, cv = load.business_busy_share, load.weekday_gpu_h_cv
         regular = bb is not None and cv is not None and bb >= rules.regular_busy_share_min \
             and cv <= rules.regular_daily_cv_max
         why.append(f"load {'regular' if regular else 'not regular'}: business-hour slots busy {bb:.0%} "
                    f"(rule ≥ {rules.regular_busy_share_min:.0%}), weekday GPU-hours CV {_f(cv)} "
                    f"(rule ≤ {rules.regular_daily_cv_max:g})" if bb is not None else "load: no business-hour slots")
-        li = load.get("large_idle_share")
+        li = load.large_idle_share
         large_idle = None if li is None else li > rules.large_idle_share_max
         why.append(f"{_p(li)} of the window in idle stretches ≥ {rules.large_idle_min_h:g} h "
-                   f"(rule: large idle above {rules.large_idle_share_max:.0%}); utilisation {_p(load.get('utilisation'))}"
-                   f", idle for lack of demand {_p(load.get('idle_demand_share'))}, idle while tasks wait "
-                   f"{_p(load.get('idle_scheduling_share'))}")
-        ptm = load.get("peak_to_mean")
+                   f"(rule: large idle above {rules.large_idle_share_max:.0%}); utilisation {_p(load.utilisation)}"
+                   f", idle for lack of demand {_p(load.idle_demand_share)}, idle while tasks wait "
+                   f"{_p(load.idle_scheduling_share)}")
+        ptm = load.peak_to_mean
         spiky = ptm is not None and ptm >= rules.peak_to_mean_min
         why.append(f"demand {'spiky' if spiky else 'not spiky'}: hourly arrivals p99/mean {_f(ptm)} "
                    f"(rule: spiky from {rules.peak_to_mean_min:g})")
     else:
         why.append("load: no evidence")
-    if prod:
-        acc, rpt, tes = prod.get("acceptance_rate"), prod["losses"].get("retries_per_task"), \
-            prod["losses"].get("tool_error_share")
+    if prod is not None:
+        acc, rpt, tes = prod.acceptance_rate, prod.losses.retries_per_task, \
+            prod.losses.tool_error_share
         quality = acc is not None and acc >= rules.min_acceptance_rate and (rpt or 0) <= rules.max_retries_per_task \
             and (tes or 0) <= rules.max_tool_error_rate
-        over = prod.get("over_retry_policy")
+        over = prod.over_retry_policy
         why.append(f"useful production {'meets' if quality else 'misses'} the rule: acceptance {_p(acc)} "
                    f"(≥ {rules.min_acceptance_rate:.0%}), retries/task {_f(rpt)} (≤ {rules.max_retries_per_task:g}), "
                    f"tasks with malformed tool calls {_p(tes)} (≤ {rules.max_tool_error_rate:.0%}); "
-                   f"{_f(prod.get('accepted_per_operating_h'))} accepted tasks per operating hour"
+                   f"{_f(prod.accepted_per_operating_h)} accepted tasks per operating hour"
                    + (f"; {over} task(s) retried more than the fixed retry policy's "
-                      f"{prod.get('retry_policy_max_retries')}" if over else ""))
+                      f"{prod.retry_policy_max_retries}" if over else ""))
     else:
         why.append("useful production: no evidence")
-    if comp:
-        sh, api = comp.get("self-hosted") or {}, comp.get("api") or {}
-        api_equivalent = comp.get("api_equivalent")
+    if comp is not None:
+        sh, api = comp.self_hosted, comp.api
+        api_equivalent = comp.api_equivalent
         verdict = {True: "reaches", False: "does not reach", None: "is not shown to reach"}[api_equivalent]
-        why.append(f"the API {verdict} equivalent quality on {comp.get('paired_tasks')} tasks run on both paths: "
-                   f"acceptance {_p(sh.get('acceptance_rate'))} self-hosted vs {_p(api.get('acceptance_rate'))} API, "
-                   f"malformed tool calls {_p(sh.get('tool_error_share'))} vs {_p(api.get('tool_error_share'))} "
+        why.append(f"the API {verdict} equivalent quality on {comp.paired_tasks} tasks run on both paths: "
+                   f"acceptance {_p(sh.acceptance_rate)} self-hosted vs {_p(api.acceptance_rate)} API, "
+                   f"malformed tool calls {_p(sh.tool_error_share)} vs {_p(api.tool_error_share)} "
                    f"(equivalent within {rules.api_equivalent_gap_max:.0%}), median delivery "
-                   f"{_f(sh.get('delivery_median_s'))} s vs {_f(api.get('delivery_median_s'))} s")
+                   f"{_f(sh.delivery_median_s)} s vs {_f(api.delivery_median_s)} s")
     else:
         why.append("self-hosted vs API: no evidence")
-    if cost:
-        cur = cost.get("currency")
-        sh_c, api_c = cost.get("self_hosted") or {}, cost.get("api") or {}
-        cheaper, within_value = cost.get("self_hosted_cheaper_per_task"), cost.get("total_within_delivered_value")
-        blanks = sh_c.get("blank_items") or []
+    if cost is not None:
+        cur = cost.currency
+        sh_c, api_c = cost.self_hosted, cost.api
+        cheaper, within_value = cost.self_hosted_cheaper_per_task, cost.total_within_delivered_value
+        blanks = sh_c.blank_items
         verdict = {True: "at most", False: "above", None: "not comparable with"}[cheaper]
-        why.append(f"full cost per accepted task {money(sh_c.get('per_accepted_task'), cur)} self-hosted, {verdict} "
-                   f"the API's {money(api_c.get('per_accepted_task'), cur)} on the same tasks; self-hosted total "
-                   f"{money(sh_c.get('total'), cur)}"
+        why.append(f"full cost per accepted task {money(sh_c.per_accepted_task, cur)} self-hosted, {verdict} "
+                   f"the API's {money(api_c.per_accepted_task, cur)} on the same tasks; self-hosted total "
+                   f"{money(sh_c.total, cur)}"
                    + (f" (blank: {', '.join(blanks)} — a blank item leaves the total blank, never estimated)"
                       if blanks else "")
-                   + ("" if cost.get("delivered_tasks_value") is None else
-                      f"; value of the delivered tasks {money(cost.get('delivered_tasks_value'), cur)}"))
+                   + ("" if cost.delivered_tasks_value is None else
+                      f"; value of the delivered tasks {money(cost.delivered_tasks_value, cur)}"))
     else:
         why.append("full cost: no evidence")
-    if stab:
-        recoverable = stab.get("recoverable")
-        drill = stab.get("drill")
-        drill_text = "; no live drill run" if not drill else f"; drill: {drill.get('summary', '')}"
+    if stab is not None:
+        recoverable = stab.recoverable
+        drill = stab.drill
+        drill_text = "; no live drill run" if drill is None else f"; drill: {drill.summary}"
         verdict = {True: "recoverable", False: "not recoverable", None: "recovery not shown"}[recoverable]
-        why.append(f"incidents {verdict}: {stab.get('incidents')} in the log, "
-                   f"{_p(stab.get('recovered_within_rule_share'))} recovered within {rules.max_recovery_min:g} min"
-                   + ("" if recoverable else " — " + "; ".join(stab.get("not_recoverable_because", []))) + drill_text)
+        why.append(f"incidents {verdict}: {stab.incidents} in the log, "
+                   f"{_p(stab.recovered_within_rule_share)} recovered within {rules.max_recovery_min:g} min"
+                   + ("" if recoverable else " — " + "; ".join(stab.not_recoverable_because)) + drill_text)
     else:
         why.append("stability: no evidence")
-    if ops:
-        per_week, exceeds = ops.get("per_week_h"), ops.get("effort_exceeds_gain")
+    if ops is not None:
+        per_week, exceeds = ops.per_week_h, ops.effort_exceeds_gain
         within_rule = per_week is not None and per_week <= rules.max_ops_hours_per_week
         # contained: within the weekly rule AND not above the delivery gain; an unknown gain is not shown
         effort = False if not within_rule or exceeds is True else None if exceeds is None else True
         verdict = {True: "contained", False: "heavy", None: "not shown contained"}[effort]
         why.append(f"operations effort {verdict}: {_f(per_week)} h/week (rule ≤ {rules.max_ops_hours_per_week:g}); "
-                   f"delivery gain {_f(ops.get('delivery_gain_h'))} h against {_f(ops.get('total_h'))} h spent"
+                   f"delivery gain {_f(ops.delivery_gain_h)} h against {_f(ops.total_h)} h spent"
                    + {True: " (effort exceeds the gain)", False: "", None: " (gain unknown)"}[exceeds])
     else:
         why.append("operations: no evidence")
@@ -227,6 +227,13 @@ def indicators(axes: Mapping[str, Mapping[str, Any] | None], rules: RenewalRules
     why.append(f"declared benefits: {', '.join(declared_benefits) if control else 'none'}")
     return Indicators(regular, large_idle, spiky, quality, recoverable, effort, control, api_equivalent, cheaper,
                       within_value), why
+
+
+def typed_axes(axes: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The six results as their typed models (None: no evidence); a dict that does not fit is refused."""
+    from .results import typed
+
+    return tuple(None if axes.get(a) is None else typed(a, axes[a]) for a in AXES)
 
 
 def money(x: Any, currency: str | None) -> str:

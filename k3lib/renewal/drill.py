@@ -18,13 +18,13 @@ import json
 import subprocess
 import threading
 import time
-from typing import Any, Callable, Literal
+from typing import Any, Callable
 
 import httpx
 
 from .params import CommandStep, DrillParams
+from .results import Answer, DrillAnswer
 
-Answer = Literal["yes", "no", "not shown"]
 NOT_SHOWN: Answer = "not shown"
 QUESTIONS = {
     "detected_automatically": "Is the failure detected automatically?",
@@ -37,13 +37,6 @@ _TOOL = {"type": "function", "function": {
     "name": "get_weather", "description": "Current weather for a city",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
 _USER = {"role": "user", "content": "What is the weather in Lyon? Use the tool."}
-
-
-@dataclasses.dataclass(frozen=True)
-class DrillAnswer:
-    question: str
-    answer: Answer
-    evidence: str
 
 
 def _reasoning(msg: dict[str, Any]) -> str | None:
@@ -213,7 +206,10 @@ def run_drill(base_url: str, drill: DrillParams, *, api_base_url: str | None = N
         detected, detect_s, health = _wait_health(client, base_url, False, drill.recovery_timeout_s)
         steps.append(f"health after kill: {health} after {detect_s:.1f} s")
         task.join(drill.recovery_timeout_s)
-        steps.append(f"in-flight task: {task.outcome} ({task.detail})")
+        # what the task showed in the failure window, read now: closing the client later cuts a stream still open
+        task_outcome, task_detail = (task.outcome, task.detail) if not task.is_alive() else \
+            ("hanging", f"still open {drill.recovery_timeout_s:g} s after the kill")
+        steps.append(f"in-flight task: {task_outcome} ({task_detail})")
         t0 = time.monotonic()
         steps += [f"restore: {run_step(s, base_url, client, t_req)}" for s in drill.restore]
         restored, _, health_after = _wait_health(client, base_url, True, drill.recovery_timeout_s)
@@ -242,14 +238,14 @@ def run_drill(base_url: str, drill: DrillParams, *, api_base_url: str | None = N
             steps.append(f"fail-over to {api_base_url}: tool call HTTP {api_first[0]}, tool answer HTTP {api_turn[0]}")
 
     seen = Observed(
-        detected=detected, detect_s=detect_s, health_after_kill=health, task_outcome=task.outcome,
-        task_detail=task.detail, restore_steps=len(drill.restore), restored=restored, recovery_s=recovery_s,
+        detected=detected, detect_s=detect_s, health_after_kill=health, task_outcome=task_outcome,
+        task_detail=task_detail, restore_steps=len(drill.restore), restored=restored, recovery_s=recovery_s,
         version_before=version_before, version_after=version_after, previous_version=drill.previous_version,
         first_after_status=status3, resumed_status=status5, before_fields=before_fields, after_fields=after_fields,
         failover=failover, timeout_s=drill.recovery_timeout_s)
     answers = answer_questions(seen)
     n_yes = sum(a.answer == "yes" for a in answers.values())
-    return {"target": base_url, "api": api_base_url, "answers": {k: dataclasses.asdict(a) for k, a in answers.items()},
+    return {"target": base_url, "api": api_base_url, "answers": {k: a.model_dump() for k, a in answers.items()},
             "steps": steps, "recovery_s": round(recovery_s, 2), "went_down": seen.went_down,
             "versions": {"before": version_before, "after_restore": version_after,
                          "expected_previous": drill.previous_version},
@@ -360,7 +356,7 @@ def answer_questions(seen: Observed) -> dict[str, DrillAnswer]:
     found = {"detected_automatically": detected, "previous_version_restored": _rollback(seen),
              "in_flight_resumed_or_cancelled": in_flight, "api_failover_without_contract_change": failover,
              "fields_preserved": fields}
-    return {q: DrillAnswer(QUESTIONS[q], *found[q]) for q in QUESTIONS}
+    return {q: DrillAnswer(question=QUESTIONS[q], answer=found[q][0], evidence=found[q][1]) for q in QUESTIONS}
 
 
 def _version(client: httpx.Client, base_url: str, timeout_s: float) -> str | None:
