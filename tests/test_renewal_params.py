@@ -103,8 +103,11 @@ def test_origins_are_never_taken_from_a_file(tmp_path, steady):
 
 def test_the_report_prints_each_parameter_with_its_origin(tmp_path, steady):
     f = _file(tmp_path, steady, {"rules": {"min_acceptance_rate": 0.7}, "currency": "EUR"})
-    table = figures.rules_table(load_review_params([f]))
+    shown = figures.rules_table(load_review_params([f]))
+    table = shown.data
     assert list(table.columns) == ["parameter", "value", "origin"]
+    page = shown.to_html()
+    assert str(f) in page and "manual_correction_is_accepted: True" in page  # whole, never cut at 50 characters
     rows = {r["parameter"]: r for r in table.to_dict("records")}
     assert set(rows) == {k.removeprefix("review.") for k in tracked_keys()}
     assert rows["rules.min_acceptance_rate"]["origin"] == str(f) and rows["rules.min_acceptance_rate"]["value"] == 0.7
@@ -194,3 +197,9 @@ def test_the_task_set_and_retry_policy_shape_the_comparison(tmp_path, steady):
     assert b["production"]["over_retry_policy"] > a["production"]["over_retry_policy"] >= 0
     assert b["production"]["over_retry_policy"] == sum(1 for line in steady["tasks"].read_text().splitlines()[1:]
                                                       if ",self-hosted," in line and int(line.split(",")[7]) > 0)
+
+
+def test_operator_text_in_the_parameters_table_is_escaped():
+    params = load_review_params([DEMO], ["review.fixed.request_format=<script>alert(1)</script>"])
+    page = figures.rules_table(params).to_html()
+    assert "<script>" not in page and "&lt;script&gt;" in page

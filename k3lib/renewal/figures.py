@@ -12,7 +12,7 @@ from .params import RenewalParams
 def rules_table(params: RenewalParams) -> Any:
     """The four fixed elements, every threshold, the currency and the declared benefits — fixed before the results
     were read — each with its origin (the file or override that set it, or the built-in default): printed on top
-    of the report."""
+    of the report, whole (a pandas Styler; `.data` is the table)."""
     import pandas as pd
 
     from .params import tracked_keys
@@ -27,7 +27,18 @@ def rules_table(params: RenewalParams) -> Any:
             value, origin = "as stated in the costs file", (params.review.inputs.costs if params.review.inputs
                                                             else "the costs file")
         rows.append({"parameter": key.removeprefix("review."), "value": value, "origin": origin})
-    return pd.DataFrame(rows, columns=["parameter", "value", "origin"])
+    table = pd.DataFrame(rows, columns=["parameter", "value", "origin"])
+    # a Styler shows whole values and paths (a DataFrame's repr cuts them at 50 characters); escaped: operator text
+    return (table.style.format(_compact, subset=["value"], escape="html")
+            .format(escape="html", subset=["parameter", "origin"]).hide(axis="index")
+            .set_properties(**{"text-align": "left", "white-space": "pre-wrap"}))
+
+
+def _compact(value: Any) -> str:
+    """A fixed element's fields one per line (`key: value`), a scalar as itself."""
+    if isinstance(value, dict):
+        return "\n".join(f"{k}: {', '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in value.items())
+    return ", ".join(map(str, value)) if isinstance(value, list) else str(value)
 
 
 def axis_table(axis: str, result: dict[str, Any]) -> Any:
