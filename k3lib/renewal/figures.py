@@ -66,7 +66,7 @@ def axis_table(axis: str, result: dict[str, Any]) -> Any:
         # every amount carries its currency; a blank stays an empty cell, never 0
         shown = [{"item": r["item"], **{k: money(r.get(k), cur) if r.get(k) is not None else ""
                                         for k in ("self-hosted", "api")}} for r in rows]
-        shown.append({"item": "hourly rate (prices install_upgrade_rollback hours)",
+        shown.append({"item": "hourly rate (prices the install hours)",
                       "self-hosted": money(result.get("hourly_rate"), cur) + " per hour", "api": ""})
         return pd.DataFrame(shown, columns=["item", "self-hosted", "api"])
     if axis == "stability":
