@@ -155,7 +155,7 @@ def test_currency_errors(tmp_path, steady, costs, extra, needle):
 def test_a_bad_currency_parameter_is_refused(tmp_path, steady):
     with pytest.raises(BadInputError) as ei:
         load_review_params([_file(tmp_path, steady, {"currency": "eur"})])
-    assert "review.currency" in ei.value.one_line()
+    assert "review.currency" in ei.value.one_line() and "ISO 4217" in ei.value.one_line()
 
 
 def test_every_amount_carries_the_currency(tmp_path, steady):

@@ -100,7 +100,7 @@ class ReviewParams(_Model):
     fixed: FixedElements = FixedElements()  # task set, request format, retry policy, quality rule
     rules: RenewalRules = RenewalRules()
     # ISO 4217 code of every amount in the costs file (which may state it too; the two must agree)
-    currency: Annotated[str, Field(pattern=r"^[A-Z]{3}$")] | None = None
+    currency: str | None = None
     benefits: DeclaredBenefits = DeclaredBenefits()
     drill: DrillParams = DrillParams()
     demo: Literal["steady", "idle-heavy", "spiky", "poor"] | None = None  # a generated demo scenario
@@ -113,6 +113,13 @@ class ReviewParams(_Model):
         """The thresholds and fixed elements this review would decide on built-in defaults."""
         return [k for k in tracked_keys() if k.startswith(("review.fixed.", "review.rules."))
                 and self.origin(k) == DEFAULT]
+
+    @field_validator("currency")
+    @classmethod
+    def _iso_4217(cls, v: str | None) -> str | None:
+        if v is not None and not (len(v) == 3 and v.isascii() and v.isalpha() and v.isupper()):
+            raise ValueError("expected an ISO 4217 currency code such as EUR or USD")
+        return v
 
     @model_validator(mode="after")
     def _inputs_or_demo(self) -> "ReviewParams":
