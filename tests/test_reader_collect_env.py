@@ -331,7 +331,9 @@ def test_arbitrary_text_raises_only_artifact_error(text):
 
 
 @pytest.mark.parametrize(("raw", "expected"), [
-    pytest.param("a\r\nb\rc", ["a", "b", "c"], id="line-ends"),
+    # Only LF ends a line (as `grep -n` and an editor number them); after a lone CR the terminal shows "c".
+    pytest.param("a\r\nb\rc", ["a", "c"], id="line-ends"),
+    pytest.param("a\rb\rc", ["a", "b", "c"], id="old-mac-line-ends"),
     pytest.param("\x1b[32mINFO\x1b[0m x\n[1;31mERR[0m y", ["INFO x", "ERR y"], id="ansi-and-orphan-sgr"),
     pytest.param("    a\n      b\n\n    c", ["a", "  b", "", "c"], id="dedent-keeps-inner-indent"),
     pytest.param("```text\na\n```", ["a"], id="fence"),

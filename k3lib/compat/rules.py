@@ -13,6 +13,7 @@ from packaging.version import InvalidVersion, Version
 
 from ..evidence import Finding
 from ..params import EnvironmentParams, RecipeParams
+from ..readers._text import numbered_lines
 from .sources import CompatSources
 
 REBUILD = "environment-rebuild"
@@ -162,7 +163,7 @@ def line_of(text: str | None, pattern: str) -> str | None:
     if not text:
         return None
     rx = re.compile(pattern, re.IGNORECASE)
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in numbered_lines(text):
         if m := rx.search(line):
             if len(line) > 240:  # a long config line: keep the part around the match
                 start = max(m.start() - 100, 0)

@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from k3lib.errors import ArtifactError
+from k3lib.readers._text import numbered_lines, terminal_view
 
 __all__ = [
     "ContextRejection",
@@ -170,13 +171,8 @@ _ANYWHERE = re.compile(
 
 
 def _clean(raw: str) -> str:
-    text = _ANSI.sub("", raw)
     # A CR inside a line is a tqdm redraw or a Windows line end; the last segment is what the terminal showed.
-    text = text.rstrip("\r")
-    if "\r" in text:
-        parts = [p for p in text.split("\r") if p.strip()]
-        text = parts[-1] if parts else ""
-    return text
+    return _ANSI.sub("", terminal_view(raw))
 
 
 def _parse_iso(ts: str) -> datetime | None:
@@ -380,14 +376,8 @@ def parse_vllm_log(text: str | bytes) -> VllmLogReport:
     if not text.strip():
         raise ArtifactError("the log is empty: paste the server's stdout/stderr (`kubectl logs`, `docker logs`)")
     text = text.replace("\x00", "")
-    if "\n" not in text and "\r" in text:
-        # Old-Mac line ends (or a capture that turned every newline into CR).
-        text = text.replace("\r", "\n")
     truncated = not text.endswith(("\n", "\r"))
-    raw_lines = text.split("\n")
-    if raw_lines and raw_lines[-1] == "":
-        raw_lines.pop()
-    lines = tuple(_split_line(i, raw) for i, raw in enumerate(raw_lines, start=1))
+    lines = tuple(_split_line(number, raw) for number, raw in numbered_lines(text))
 
     version = version_engine = model = None
     non_default: dict[str, Any] | str | None = None
