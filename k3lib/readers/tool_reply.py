@@ -292,6 +292,7 @@ def _parse_repr(text: str) -> Any:
         return None
 
 
+_DONE_CUT = "response.function_call_arguments.done(cut)"
 _RESPONSES_START = re.compile(r"\bResponse[A-Za-z]*Event\(|\bResponse\((?=.*\boutput=)")
 
 
@@ -327,6 +328,9 @@ def _load_text(text: str) -> _Loaded:
         reprs = [ln[m.start():] for ln in body.split("\n") if (m := _RESPONSES_START.search(ln))]
         parsed = [_parse_repr(r) for r in reprs]
         events = [p for p in parsed if isinstance(p, dict)]
+        if parsed and parsed[-1] is None and reprs[-1].startswith("ResponseFunctionCallArgumentsDoneEvent("):
+            # Cut inside the "arguments done" event: every delta came before it.
+            events.append({"type": _DONE_CUT})
         if events:
             return _Loaded(events if len(reprs) > 1 or "Event(" in reprs[0] else events[0], "sdk_repr",
                            truncated=len(events) < len(parsed))
@@ -447,6 +451,8 @@ def _from_responses(value: Any, truncated: bool) -> dict[str, Any] | None:
             call["arguments"] = event.get("arguments")
             call["name"] = event.get("name") or call["name"]
             done.add(id(call))
+        elif kind == _DONE_CUT and calls:
+            done.add(id(calls[list(calls)[-1]]))
         elif kind == "response.output_text.delta" and isinstance(event.get("delta"), str):
             content.append(event["delta"])
         elif kind in ("response.reasoning_text.delta", "response.reasoning_summary_text.delta") and isinstance(
@@ -596,7 +602,7 @@ def _classify_data(value: Any, source_format: str, loaded: _Loaded | None = None
     reasonings: list[str] = []
     calls: list[ToolCallRecord] = []
     finish_reason = None
-    for choice in _as_list(completion.get("choices")):
+    for cpos, choice in enumerate(_as_list(completion.get("choices"))):
         if not isinstance(choice, Mapping):
             continue
         message = choice.get("message") if isinstance(choice.get("message"), Mapping) else {}
@@ -615,6 +621,9 @@ def _classify_data(value: Any, source_format: str, loaded: _Loaded | None = None
                 seen_reasoning.add(text)
                 reasonings.append(text)
         raw_calls = _as_list(message.get("tool_calls"))
+        if cut is not None:
+            raw_calls = [_mark_unseen(call, cut, ("choices", cpos, "message", "tool_calls", i))
+                         for i, call in enumerate(raw_calls)]
         if isinstance(message.get("function_call"), Mapping):
             # The legacy single-call field is structured too.
             raw_calls = raw_calls + [{"type": "function", "function": message["function_call"]}]
@@ -647,6 +656,21 @@ def _classify_data(value: Any, source_format: str, loaded: _Loaded | None = None
         arguments_valid_json=valid, tool_calls=tuple(calls), content=content, reasoning=reasoning,
         finish_reason=finish_reason, source_format=source_format, leak_location=where, offered_tools=offered,
         unknown_function_names=unknown, truncated=truncated)
+
+
+def _open_in(cut: CutJson, rel: tuple[Any, ...]) -> bool:
+    """Whether the container at `rel` (a path from `choices`) was still open where the text ends."""
+    return any("choices" in p and p[p.index("choices"):][:len(rel)] == rel for p in cut.open_paths)
+
+
+def _mark_unseen(call: Any, cut: CutJson, rel: tuple[Any, ...]) -> Any:
+    # A call the text ends inside: its missing arguments were not received, which is not the same as absent.
+    if not isinstance(call, Mapping) or not _open_in(cut, rel):
+        return call
+    fn = call.get("function") if isinstance(call.get("function"), Mapping) else {}
+    if "arguments" in fn:
+        return call
+    return {**call, "function": {**fn, "arguments": CutText("")}}
 
 
 def _message_unseen(completion: dict[str, Any], cut: CutJson | None) -> bool:
