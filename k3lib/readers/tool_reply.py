@@ -328,12 +328,13 @@ def _load_text(text: str) -> _Loaded:
         reprs = [ln[m.start():] for ln in body.split("\n") if (m := _RESPONSES_START.search(ln))]
         parsed = [_parse_repr(r) for r in reprs]
         events = [p for p in parsed if isinstance(p, dict)]
+        cut_events = len(events) < len(parsed)
         if parsed and parsed[-1] is None and reprs[-1].startswith("ResponseFunctionCallArgumentsDoneEvent("):
             # Cut inside the "arguments done" event: every delta came before it.
             events.append({"type": _DONE_CUT})
         if events:
             return _Loaded(events if len(reprs) > 1 or "Event(" in reprs[0] else events[0], "sdk_repr",
-                           truncated=len(events) < len(parsed))
+                           truncated=cut_events)
     m = _SDK_START.search(body)
     if m:
         # One repr per line for SDK stream captures (ChatCompletionChunk(...)).
