@@ -11,6 +11,7 @@ from typing import Any
 __all__ = ["CutJson", "CutText", "read_cut_json"]
 
 _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
+_NUMBER_CHARS = re.compile(r"-?[0-9][0-9.eE+-]*|-$")
 _WS = re.compile(r"[ \t\n\r]*")
 _LITERALS = {"true": True, "false": False, "null": None}
 # Deeper than any reply; a hostile paste must not exhaust memory with open brackets.
@@ -153,11 +154,13 @@ class _Reader:
                 return self.cut()
             self.attach(text)
             return None
-        m = _NUMBER.match(self.s, self.i)
+        m = _NUMBER_CHARS.match(self.s, self.i)
         if m:
             if m.end() >= self.n:
-                return self.cut()  # the digits may go on past the cut
+                return self.cut()  # the number may go on past the cut ("1." of "1.5")
             token = m.group(0)
+            if not _NUMBER.fullmatch(token):
+                raise _Garbage
             self.attach(float(token) if any(ch in token for ch in ".eE") else int(token))
             self.i = m.end()
             return None

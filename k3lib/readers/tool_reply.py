@@ -594,9 +594,9 @@ def _classify_data(value: Any, source_format: str, loaded: _Loaded | None = None
         shown = "null" if choices is None else type(choices).__name__ if not isinstance(choices, list) else \
             "a list without choice objects"
         raise ArtifactError(f"`choices` is {shown}: a chat completion's `choices` is a list of objects with a "
-                            "`message` (or `delta`)")
+                            f"`message` (or `delta`); tried {FORMATS_TRIED}")
     if not choices and not truncated:
-        raise ArtifactError("`choices` is empty: the reply holds no message to read")
+        raise ArtifactError(f"`choices` is empty: the reply holds no message to read; tried {FORMATS_TRIED}")
     unseen = truncated and _message_unseen(completion, cut)
 
     contents: list[str] = []
