@@ -334,3 +334,35 @@ _JSONISH = st.recursive(
 def test_arbitrary_json_values_never_raise_anything_but_artifact_error(value) -> None:
     _never_crashes(value)
     _never_crashes(json.dumps(value))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Responses API (issue 18): a whole reply as JSON, and streaming events as SSE
+
+_RESPONSE_EVENTS = [
+    {"type": "response.output_item.added", "output_index": 0,
+     "item": {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "get_weather", "arguments": ""}},
+    {"type": "response.function_call_arguments.delta", "item_id": "fc_1", "output_index": 0, "delta": "{\"city\":"},
+    {"type": "response.function_call_arguments.delta", "item_id": "fc_1", "output_index": 0, "delta": " \"Oslo\"}"},
+]
+
+
+def test_responses_reply_as_json() -> None:
+    body = {"id": "resp_1", "object": "response", "status": "completed", "output": [
+        {"type": "reasoning", "id": "rs_1", "summary": []},
+        {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "get_weather",
+         "arguments": "{\"city\": \"Oslo\"}", "status": "completed"}]}
+    got = inspect_tool_reply(json.dumps(body))
+    assert _core(got) == {"has_tool_calls": True, "leaked_markup": None, "arguments_valid_json": True,
+                          "function_names": ["get_weather"]}
+    assert got["truncated"] is False
+
+
+def test_responses_events_as_sse_whole_and_cut() -> None:
+    sse = "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in _RESPONSE_EVENTS)
+    whole = inspect_tool_reply(sse)
+    assert (whole["arguments_valid_json"], whole["truncated"], whole["function_names"]) == (True, False,
+                                                                                           ["get_weather"])
+    cut = inspect_tool_reply(sse + 'event: response.function_call_arguments.delta\ndata: {"type": "response.fu')
+    # The stream ends inside an event: the arguments so far cannot be judged, the call and its name are known.
+    assert (cut["has_tool_calls"], cut["arguments_valid_json"], cut["truncated"]) == (True, None, True)
