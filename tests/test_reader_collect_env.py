@@ -206,7 +206,8 @@ CASES = [
     # A paste that ends on a GPU line may have been cut inside the list: the count is unknown, not 2.
     pytest.param(_cut(FLAT, "Nvidia driver"), {"vllm_version": None, "driver_version": None, "gpu_count": None,
                                                "platform": "cuda", "truncated": True}, id="cut-after-gpus"),
-    pytest.param(_cut(FLAT, "GPU 1:") + "GPU 1: NVIDIA H1", {"gpu_count": None, "vllm_version": None, "truncated": True},
+    pytest.param(_cut(FLAT, "GPU 1:") + "GPU 1: NVIDIA H1",
+                 {"gpu_count": None, "vllm_version": None, "truncated": True},
                  id="cut-mid-line"),
     pytest.param(_cut(SECTIONED, "==============================\n       CUDA"),
                  {"torch_cuda_build": "13.0", "gpu_count": None, "gpus": [], "platform": "cuda"}, id="cut-before-gpu"),

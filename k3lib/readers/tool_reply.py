@@ -43,7 +43,8 @@ MARKUP_FAMILIES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("deepseek_v3", re.compile(r"<｜tool▁(?:calls?▁begin|call▁end|sep)｜>")),
     ("llama3_json", re.compile(r"<\|python_tag\|>")),
     # Llama 4 wraps a call (JSON or pythonic) in its own special tokens.
-    ("llama4_json", re.compile(r"<\|python_start\|>|<\|python_end\|>|<\|header_start\|>\s*assistant\s*<\|header_end\|>")),
+    ("llama4_json", re.compile(
+        r"<\|python_start\|>|<\|python_end\|>|<\|header_start\|>\s*assistant\s*<\|header_end\|>")),
 )
 
 # What `inspect_tool_reply` tried, for the one line a refused text gets.
