@@ -61,6 +61,18 @@ def test_auto_picks_the_labelled_kind(name):
     assert (kind, bool(reason)) == (label["kind"], True)
 
 
+def _real_world_reports() -> list:
+    if not (REAL_WORLD / "labels.json").exists():
+        return [pytest.param(None, marks=pytest.mark.skip(reason=f"{REAL_WORLD} is not beside the checkout"))]
+    labels = json.loads((REAL_WORLD / "labels.json").read_text(encoding="utf-8"))
+    return [pytest.param(key, id=key) for key, label in sorted(labels.items()) if "not_a_report" not in label]
+
+
+@pytest.mark.parametrize("key", _real_world_reports())
+def test_auto_picks_the_folder_kind_of_every_real_world_artifact(key):
+    assert guess_kind(_text(REAL_WORLD / key))[0] == FOLDER_KINDS[key.split("/")[0]]
+
+
 def test_a_log_that_quotes_tool_markup_is_a_log_not_a_reply():
     text = _text(PASTED / "log_with_tool_markup.txt")
     assert "<tool_call>" in text
