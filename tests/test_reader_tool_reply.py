@@ -366,3 +366,21 @@ def test_responses_events_as_sse_whole_and_cut() -> None:
     cut = inspect_tool_reply(sse + 'event: response.function_call_arguments.delta\ndata: {"type": "response.fu')
     # The stream ends inside an event: the arguments so far cannot be judged, the call and its name are known.
     assert (cut["has_tool_calls"], cut["arguments_valid_json"], cut["truncated"]) == (True, None, True)
+
+
+@pytest.mark.parametrize(("artifact", "expected"), [
+    pytest.param("ResponseCompletedEvent(response=Response(id='resp_1', created_at=1.0, model='m', object='response', "
+                 "output=[ResponseFunctionToolCall(arguments='{\"q\": 1}', call_id='call_1', name='search', "
+                 "type='function_call', id='fc_1', status='completed')], status='completed'), sequence_number=9, "
+                 "type='response.completed')",
+                 {"has_tool_calls": True, "leaked_markup": None, "arguments_valid_json": True,
+                  "function_names": ["search"]}, id="completed-event-alone"),
+    pytest.param("Response(id='resp_1', created_at=1.0, model='m', object='response', output=[ResponseOutputMessage("
+                 "id='msg_1', content=[ResponseOutputText(annotations=[], text='<tool_call>{\"name\": \"x\"}"
+                 "</tool_call>', type='output_text')], role='assistant', status='completed', type='message')], "
+                 "status='completed')",
+                 {"has_tool_calls": False, "leaked_markup": "hermes", "arguments_valid_json": None,
+                  "function_names": []}, id="response-repr-with-markup-in-text"),
+])
+def test_responses_sdk_reprs(artifact: str, expected: dict) -> None:
+    assert _core(inspect_tool_reply(artifact)) == expected

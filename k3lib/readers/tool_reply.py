@@ -428,7 +428,15 @@ def _from_responses(value: Any, truncated: bool) -> dict[str, Any] | None:
         return calls.setdefault(by_id if by_id is not None else key, {
             "item_id": event.get("item_id"), "id": None, "name": None, "arguments": ""})
 
+    # A final `response.completed` event carries the whole reply: its items count as finished ones.
+    expanded: list[Any] = []
     for event in events:
+        expanded.append(event)
+        inner = event.get("response") if isinstance(event, dict) else None
+        if isinstance(inner, dict) and isinstance(inner.get("output"), list):
+            expanded += [{"type": "response.output_item.done", "output_index": n, "item": item}
+                         for n, item in enumerate(inner["output"])]
+    for event in expanded:
         kind = event.get("type")
         item = event.get("item") if isinstance(event.get("item"), dict) else None
         if item is not None and item.get("type") == "function_call":
