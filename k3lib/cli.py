@@ -129,13 +129,16 @@ def build_parser() -> argparse.ArgumentParser:
     gl.add_argument("run", metavar="RUN", help="an accepted run folder")
     gl.add_argument("--out", required=True, metavar="DIR", help="folder for alerts.yml, dashboard.json, ROLLBACK.md")
     gl.add_argument("--job", metavar="NAME", help="Prometheus job label of the vLLM scrape (default: vllm)")
+    gl.add_argument("--traffic-hit-rate", type=float, metavar="RATE",
+                    help="prefix-cache hit rate (0-1) your ordinary traffic reaches: arms the hit-rate alert")
     gl.add_argument("--for", dest="sustained_for", metavar="DURATION",
                     help="how long a breach must last before an alert fires (default: 10m)")
     gl.set_defaults(func=cmd_golive)
 
     cp = sub.add_parser("compare", help="compare a run with an accepted baseline",
-                        description="Exit 0 when the deployment is the same and no metric drifted, 1 when the sheet "
-                                    "reopens or a metric drifted, 2 when the runs cannot be compared.")
+                        description="Exit 0 when the deployment is proven the same and no metric drifted, 1 when "
+                                    "the sheet reopens, a metric drifted or an identity item (the image digest…) "
+                                    "could not be verified, 2 when the runs cannot be compared.")
     cp.add_argument("run", metavar="RUN", help="the new run folder")
     cp.add_argument("--baseline", required=True, metavar="RUN", help="the accepted run folder")
     cp.set_defaults(func=cmd_compare)
@@ -244,8 +247,10 @@ def cmd_demo(ns: argparse.Namespace) -> int:
 
 
 def cmd_review(ns: argparse.Namespace) -> int:
+    from .params import check_command
     from .renewal.batch import review_main
 
+    check_command(list(ns.params or []), "k3 review")
     return review_main(ns.params, [*ns.sets, *_emulator_sets(ns.fault, ns.profile)], ns.out, ns.demo)
 
 

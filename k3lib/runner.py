@@ -103,8 +103,7 @@ def record_failure(store: RunStore, axis: str, outcome: NotebookOutcome) -> None
         error=outcome.error,
         # missing evidence, not a measured defect: limited observation at most, whatever the axis
         findings=[Finding(rule=f"{axis}.notebook", status="fail",
-                          message=f"the notebook {outcome.notebook} did not complete: {outcome.error}",
-                          evidence={"decision": "limited-observation"})],
+                          message=f"the notebook {outcome.notebook} did not complete: {outcome.error}")],
         attachments=[f"notebooks/{outcome.notebook}"])
     store.write_json(f"evidence/{axis}.json", rec.model_dump(mode="json"))
 

@@ -70,7 +70,28 @@ def _mean(values: Sequence[float]) -> float | None:
 # Steps
 
 
-def settled_stats(metric_rows: Sequence[Row], start: float, end: float, settle_fraction: float) -> dict[str, Any]:
+KV_FULL = 0.9  # KV usage at or above this: the engine cannot admit a new request without evicting
+
+
+def waiting_while_full(rows: Sequence[Row], admit_limit: int | None, kv_full: float = KV_FULL) -> float | None:
+    """Mean waiting requests, a sample's waiting counted only when the engine could not admit them: running at its
+    admission limit (max_num_seqs × DP) or the KV pool full. Requests waiting while the engine had room only wait
+    for its next step — scheduling latency that a busy machine stretches, not saturation. Without the admission
+    limit nothing can be ruled out: every waiting request counts."""
+    values = []
+    for r in rows:
+        waiting = _num(r.get("num_requests_waiting"))
+        if waiting is None:
+            continue
+        running, usage = _num(r.get("num_requests_running")), _num(r.get("kv_cache_usage_perc"))
+        full = (admit_limit is None or running is None or running >= admit_limit
+                or (usage is not None and usage >= kv_full))
+        values.append(waiting if full else 0.0)
+    return _mean(values)
+
+
+def settled_stats(metric_rows: Sequence[Row], start: float, end: float, settle_fraction: float,
+                  admit_limit: int | None = None) -> dict[str, Any]:
     """Server gauges over the settled part of a window (its head is the ramp-up) and counters over all of it."""
     whole = window(metric_rows, start, end)
     settled = window(metric_rows, start + (end - start) * settle_fraction, end)
@@ -84,6 +105,7 @@ def settled_stats(metric_rows: Sequence[Row], start: float, end: float, settle_f
         "running_mean": _mean(running), "running_max": max(running, default=None),
         "kv_usage_mean": _mean(usage), "kv_usage_max": max(usage, default=None),
         "preemptions_sampled": increase(pre) if len(pre) >= 2 else None,
+        "admit_limit": admit_limit, "waiting_full_mean": waiting_while_full(settled, admit_limit),
     }
 
 
@@ -106,8 +128,13 @@ def judge_step(step: Mapping[str, Any], *, queue_objective_ms: float | None,
     q95 = step.get("queue_p95_ms")
     if queue_objective_ms is not None and q95 is not None and q95 > queue_objective_ms:
         why.append(f"queue time p95 {q95:.0f} ms above the objective {queue_objective_ms:.0f} ms")
-    waiting = step.get("waiting_mean")
-    if waiting is not None and waiting > waiting_tolerance:
+    if "waiting_full_mean" in step:
+        waiting = step.get("waiting_full_mean")
+        if waiting is not None and waiting > waiting_tolerance:
+            why.append(f"{waiting:.2f} requests waiting on average once settled, while the engine was full "
+                       f"(running at its admission limit {step.get('admit_limit') or 'unknown'} or KV ≥ "
+                       f"{KV_FULL:.0%})")
+    elif (waiting := step.get("waiting_mean")) is not None and waiting > waiting_tolerance:
         why.append(f"{waiting:.2f} requests waiting on average once settled")
     return not why, why
 
@@ -201,7 +228,7 @@ def _hit_rate(rows: Sequence[Row]) -> float | None:
 def soak_analysis(metric_rows: Sequence[Row], gpu_rows: Sequence[Row], start: float, end: float, *,
                   concurrency: int, memory_growth_min_mib: float, kv_trend_max: float, hit_rate_drop_max: float,
                   fragmentation_share_max: float, waiting_tolerance: float,
-                  settle_fraction: float = 0.0) -> dict[str, Any]:
+                  settle_fraction: float = 0.0, admit_limit: int | None = None) -> dict[str, Any]:
     """Accumulation (memory slope, KV usage first → last third), eviction (prefix hit rate first → last third),
     fragmentation (usage high while few run) and preemption rate over a soak window. A lasting queue is judged, as
     in the steps, on the settled part only: the head of the window is the ramp-up, where every request of the
@@ -228,6 +255,7 @@ def soak_analysis(metric_rows: Sequence[Row], gpu_rows: Sequence[Row], start: fl
     settled = window(metric_rows, start + (end - start) * settle_fraction, end)
     waiting = [v for _, v in series(settled, "num_requests_waiting")]
     waiting_mean = _mean(waiting)
+    waiting_full = waiting_while_full(settled, admit_limit)
     return {
         "duration_s": round(duration, 3), "samples": len(rows),
         "memory": growth, "memory_growing": [g["gpu"] for g in growing],
@@ -239,6 +267,6 @@ def soak_analysis(metric_rows: Sequence[Row], gpu_rows: Sequence[Row], start: fl
         "fragmented": frag_share is not None and frag_share > fragmentation_share_max,
         "preemptions": preemptions,
         "preemptions_per_min": None if preemptions is None else round(preemptions / duration * 60, 3),
-        "waiting_mean": waiting_mean,
-        "queueing": waiting_mean is not None and waiting_mean > waiting_tolerance,
+        "waiting_mean": waiting_mean, "waiting_full_mean": waiting_full, "admit_limit": admit_limit,
+        "queueing": waiting_full is not None and waiting_full > waiting_tolerance,
     }

@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from . import protocol
+from . import envreport, protocol
 from .config import EmulatorConfig
 from .faults import FAULTS, FaultSet
 from .metrics import CONTENT_TYPE
@@ -462,6 +462,17 @@ async def admin_collect_env(request: Request) -> Response:
     return PlainTextResponse(request.app.state.emu.runtime.collect_env)
 
 
+async def admin_inspect(request: Request) -> Response:
+    rt = request.app.state.emu.runtime
+    return JSONResponse(envreport.image_inspect(rt.cfg, rt.started_at))
+
+
+async def admin_nvidia_smi(request: Request) -> Response:
+    rt = request.app.state.emu.runtime
+    when = time.strftime("%a %b %d %H:%M:%S %Y")
+    return PlainTextResponse(envreport.nvidia_smi_report(rt.cfg, rt.gpu.used_mib(), when))
+
+
 async def admin_dcgm(request: Request) -> Response:
     return Response(request.app.state.emu.runtime.gpu.exposition(), headers={"content-type": CONTENT_TYPE})
 
@@ -513,6 +524,8 @@ def build_app(cfg: EmulatorConfig) -> tuple[Any, EmulatorState]:
         Route("/_emulator/log", admin_log, methods=["GET"]),
         Route("/_emulator/collect_env", admin_collect_env, methods=["GET"]),
         Route("/_emulator/dcgm/metrics", admin_dcgm, methods=["GET"]),
+        Route("/_emulator/inspect", admin_inspect, methods=["GET"]),
+        Route("/_emulator/nvidia-smi", admin_nvidia_smi, methods=["GET"]),
         Route("/_emulator/state", admin_state, methods=["GET"]),
         Route("/_emulator/restart", admin_restart, methods=["POST"]),
     ]
