@@ -159,6 +159,8 @@ def build_parser() -> argparse.ArgumentParser:
                                     "text format for node_exporter's textfile collector.")
     hi.add_argument("dir", metavar="DIR", help="folder holding run folders (e.g. outputs/)")
     hi.add_argument("--out", metavar="FILE", help="trend page to write (default: DIR/history.html)")
+    hi.add_argument("--baseline", metavar="RUN", help="the accepted run to compare with (default: the latest earlier "
+                                                      "acceptance run that was accepted and signed, else accepted)")
     hi.add_argument("--textfile", metavar="FILE", help="write the last run's metrics here (e.g. "
                                                        "/var/lib/node_exporter/textfile/k3kit.prom)")
     hi.set_defaults(func=cmd_history)

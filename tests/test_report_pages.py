@@ -21,14 +21,6 @@ LEAKS = ("PosixPath(", "AxisContext(", "object at 0x")
 REPORT_LIMIT_BYTES = 6 * 1024 * 1024
 
 
-@pytest.fixture(scope="module")
-def renewal_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("renewal")
-    assert main(["review", "--demo", "steady", "--out", str(out)]) in (0, 3, 4, 5)
-    (run,) = [p for p in out.iterdir() if p.is_dir()]
-    return RunStore(run)
-
-
 # -- pure parts ---------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("text, bare", [
