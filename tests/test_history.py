@@ -3,6 +3,7 @@ by promtool, with the README's alert rule exercised by `promtool test rules` on 
 
 from __future__ import annotations
 
+import html
 import shutil
 import subprocess
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from k3lib.baseline import compare_with_baseline
 from k3lib.cli import main
 from k3lib.store import RunStore
 
@@ -66,7 +68,8 @@ def test_history_page_and_textfile_of_three_nights(runs, tmp_path, capsys):
     assert str(runs) not in page and (runs / "plotly.min.js").is_file() and "plotly.js v" not in page
     assert page.count('class="plotly-graph-div"') >= 4
     # tonight is compared with the signed, accepted run: same evidence, so nothing drifted
-    assert f"<td>{ACCEPTED}</td>" in page and "same deployment as" in page
+    headline = compare_with_baseline(runs / TONIGHT, runs / ACCEPTED).headline()
+    assert f"<td>{ACCEPTED}</td>" in page and html.escape(headline) in page and "DRIFT" not in page
 
     samples = _samples(prom.read_text(encoding="utf-8"))
     tonight = {"kind": "acceptance", "run": TONIGHT, "label": "nightly"}
