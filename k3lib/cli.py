@@ -142,6 +142,29 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("run", metavar="RUN", help="the new run folder")
     cp.add_argument("--baseline", required=True, metavar="RUN", help="the accepted run folder")
     cp.set_defaults(func=cmd_compare)
+
+    rp = sub.add_parser("report", help="re-render a run's report; --pdf prints the archive copy",
+                        description="Render every executed notebook of RUN and the index that argues the decision "
+                                    "(offline, one plotly.js per report folder). With --pdf FILE, print the index and "
+                                    "the sheet with its figures to one PDF with headless Chromium and record its "
+                                    "sha256 in RUN/report.json, which `k3 verify` checks. Before `k3 sign`: both "
+                                    "change the manifest.")
+    rp.add_argument("run", metavar="RUN", help="a run folder under outputs/")
+    rp.add_argument("--pdf", metavar="FILE", help="write the PDF here (inside RUN, it is listed in the manifest)")
+    rp.set_defaults(func=cmd_report)
+
+    hi = sub.add_parser("history", help="trend page over every run under DIR; --textfile for node_exporter",
+                        description="Read every run folder under DIR (acceptance and renewal), write DIR/history.html "
+                                    "(decision per run, headline figures over time, drift against the accepted "
+                                    "baseline) and with --textfile FILE the last run's results in the Prometheus "
+                                    "text format for node_exporter's textfile collector.")
+    hi.add_argument("dir", metavar="DIR", help="folder holding run folders (e.g. outputs/)")
+    hi.add_argument("--out", metavar="FILE", help="trend page to write (default: DIR/history.html)")
+    hi.add_argument("--baseline", metavar="RUN", help="the accepted run to compare with (default: the latest earlier "
+                                                      "acceptance run that was accepted and signed, else accepted)")
+    hi.add_argument("--textfile", metavar="FILE", help="write the last run's metrics here (e.g. "
+                                                       "/var/lib/node_exporter/textfile/k3kit.prom)")
+    hi.set_defaults(func=cmd_history)
     return parser
 
 
@@ -364,6 +387,18 @@ def cmd_golive(ns: argparse.Namespace) -> int:
     from .golive import golive_main
 
     return golive_main(ns)
+
+
+def cmd_report(ns: argparse.Namespace) -> int:
+    from .report import report_main
+
+    return report_main(ns)
+
+
+def cmd_history(ns: argparse.Namespace) -> int:
+    from .history import history_main
+
+    return history_main(ns)
 
 
 def cmd_compare(ns: argparse.Namespace) -> int:
