@@ -81,7 +81,7 @@ class QuantileBounds:
     markov_bound: bool = False  # True when `high` came from the mean rather than a bucket edge
 
     def describe(self, scale: float = 1.0, unit: str = "") -> str:
-        f = lambda v: f"{v * scale:.3g}{unit}"  # noqa: E731
+        f = lambda v: f"{v * scale:.0f}{unit}" if abs(v * scale) >= 100 else f"{v * scale:.3g}{unit}"  # noqa: E731
         mean = f"; mean {f(self.mean)} from sum/count" if self.mean is not None else ""
         if self.basis == "below-first-bucket":
             how = f"mean/(1-{self.q:g}) from sum/count" if self.markov_bound else "the first bucket's edge"
