@@ -27,7 +27,6 @@ from k3lib.readers.collect_env import parse_collect_env
 from k3lib.readers.vllm_log import parse_vllm_log
 from realvllm import SERVED_NAME, VLLM_VERSION, RealVllm, real_vllm  # noqa: F401 - the fixture is used by name
 
-pytestmark = [pytest.mark.realvllm, pytest.mark.slow]
 
 ALLOWLIST = Path(__file__).parent / "data" / "conformance-allowlist.yaml"
 BLOCK_SIZE = 128  # vLLM's CPU backend block size (cache_config_info), given to the emulator too
@@ -309,6 +308,9 @@ def differences(both: dict[str, Any]) -> Iterator[str]:
             yield f"collect_env {key}: {rc[key]} in vLLM, {ec[key]} in the emulator"
 
 
+@pytest.mark.realvllm
+@pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_vllm_is_what_the_suite_assumes(both):
     """The real side is the server the allow-list was written against: 0.32.0, block 128, reuse by full blocks."""
     real = both["vllm"]
@@ -318,6 +320,9 @@ def test_vllm_is_what_the_suite_assumes(both):
     assert "vllm:prefix_cache_hits_total" in real["metrics"] or "vllm:prefix_cache_hits" in real["metrics"]
 
 
+@pytest.mark.realvllm
+@pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_emulator_conforms_to_vllm_or_the_difference_is_allowed(both):
     found = sorted(set(differences(both)))
     left, stale = unexplained(found, load_allowlist())

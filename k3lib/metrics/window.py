@@ -84,8 +84,10 @@ class QuantileBounds:
         f = lambda v: f"{v * scale:.0f}{unit}" if abs(v * scale) >= 100 else f"{v * scale:.3g}{unit}"  # noqa: E731
         mean = f"; mean {f(self.mean)} from sum/count" if self.mean is not None else ""
         if self.basis == "below-first-bucket":
-            how = f"mean/(1-{self.q:g}) from sum/count" if self.markov_bound else "the first bucket's edge"
-            return f"≤ {f(self.high)} (below the first bucket edge {f(self.first_edge)}; bound from {how}{mean})"
+            if self.markov_bound:
+                return (f"≤ {f(self.high)} (below the first bucket edge {f(self.first_edge)}; the mean {f(self.mean)} "
+                        f"from sum/count bounds it: p{self.q * 100:g} ≤ mean/(1-{self.q:g}))")
+            return f"≤ {f(self.high)} (below the first bucket edge, which is all the buckets say{mean})"
         if self.basis == "above-last-bucket":
             return f"> {f(self.low)} (above the last finite bucket edge{mean})"
         est = f"≈ {f(self.estimate)}, " if self.estimate is not None else ""
