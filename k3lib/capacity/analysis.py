@@ -222,9 +222,12 @@ def _hit_rate(rows: Sequence[Row]) -> float | None:
 
 def soak_analysis(metric_rows: Sequence[Row], gpu_rows: Sequence[Row], start: float, end: float, *,
                   concurrency: int, memory_growth_min_mib: float, kv_trend_max: float, hit_rate_drop_max: float,
-                  fragmentation_share_max: float, waiting_tolerance: float) -> dict[str, Any]:
+                  fragmentation_share_max: float, waiting_tolerance: float,
+                  settle_fraction: float = 0.0) -> dict[str, Any]:
     """Accumulation (memory slope, KV usage first → last third), eviction (prefix hit rate first → last third),
-    fragmentation (usage high while few run) and preemption rate over a soak window."""
+    fragmentation (usage high while few run) and preemption rate over a soak window. A lasting queue is judged, as
+    in the steps, on the settled part only: the head of the window is the ramp-up, where every request of the
+    first wave arrives at once and waits for the engine's next step."""
     rows = window(metric_rows, start, end)
     duration = max(end - start, 1e-9)
     growth = memory_growth(gpu_rows, start, end)
@@ -244,7 +247,8 @@ def soak_analysis(metric_rows: Sequence[Row], gpu_rows: Sequence[Row], start: fl
     frag_share = frag / len(pairs) if pairs else None
     pre = [v for _, v in series(rows, "num_preemptions_total")]
     preemptions = increase(pre) if len(pre) >= 2 else None
-    waiting = [v for _, v in series(rows, "num_requests_waiting")]
+    settled = window(metric_rows, start + (end - start) * settle_fraction, end)
+    waiting = [v for _, v in series(settled, "num_requests_waiting")]
     waiting_mean = _mean(waiting)
     return {
         "duration_s": round(duration, 3), "samples": len(rows),

@@ -673,7 +673,7 @@ class CapacityRunner:
                                      memory_growth_min_mib=cap.memory_growth_min_mib, kv_trend_max=cap.kv_trend_max,
                                      hit_rate_drop_max=cap.hit_rate_drop_max,
                                      fragmentation_share_max=cap.fragmentation_share_max,
-                                     waiting_tolerance=cap.waiting_tolerance)}
+                                     waiting_tolerance=cap.waiting_tolerance, settle_fraction=cap.settle_fraction)}
         return early or f"{self.soak['ok']} requests over {t1 - t0:.1f} s"
 
     async def run(self) -> None:
