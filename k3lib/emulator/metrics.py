@@ -174,6 +174,9 @@ class ServerMetrics:
                 for outcome in ("tool_call", "no_tool_call"):
                     for kind in ("chat_completions", "responses", "other"):
                         self.tool_parser_calls.labels(mode, self.model, outcome, kind)
+        # the per-token series, looked up once: `labels()` on every token of 256 streams was engine-step lag
+        self._token_series = {e: tuple(h.labels(self.model, str(e)) for h in (self.itl, self.tpot_old) if h is not None)
+                              for e in range(max(cfg.data_parallel_size, 1))}
 
     def _histograms(self):
         return [h for h in (self.iteration, self.req_prompt, self.req_gen, self.req_max_gen, self.req_n,
@@ -233,10 +236,8 @@ class ServerMetrics:
             self.cached_by_source.labels(self.model, e, "device").inc(cached)
 
     def on_token(self, engine: int, gap_s: float) -> None:
-        e = str(engine)
-        for h in (self.itl, self.tpot_old):
-            if h is not None:
-                h.labels(self.model, e).observe(gap_s)
+        for series in self._token_series[engine]:
+            series.observe(gap_s)
 
     def on_finish(self, engine: int, req: EngineRequest) -> None:
         e = str(engine)
