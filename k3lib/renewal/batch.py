@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import BadInputError
-from ..report import index_html
+from ..report import write_index
 from ..runner import Progress, render_pages, run_notebooks
 from ..session import PROJECT_ROOT, outputs_dir, read_records
 from ..store import RunStore
@@ -61,7 +61,7 @@ def run_review(params: RenewalParams, store: RunStore, *, progress: Progress | N
                          *decision.reasons]
              + [f"transfer trigger — {t['trigger']}: {t['when']}" for t in (decision.routing or {}).get(
                  "transfer_triggers", [])]}
-    store.write_text("report/index.html", index_html("k3kit renewal review", shown, pages, store.run_id))
+    write_index(store, "k3kit renewal review", shown, pages, kind="renewal")
     return decision
 
 
