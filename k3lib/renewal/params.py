@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..errors import BadInputError
-from ..params import RunParams, TargetParams, _check_url, _provenance, layer, validate_model
+from ..params import COMMAND_SECTIONS, RunParams, TargetParams, _check_url, _provenance, layer, validate_model
 from .rules import DEFAULT, DeclaredBenefits, FixedElements, RenewalRules
 
 INPUT_KEYS = ("tasks", "costs", "incidents", "hours")
@@ -174,7 +174,7 @@ def _record_origins(merged: dict[str, Any], prov: dict[str, str]) -> None:
     review["origins"] = {k: _origin(k, merged, prov, before) for k in tracked_keys()}
 
 
-ACCEPTANCE_SECTIONS = ("recipe", "contract", "axes")
+ACCEPTANCE_SECTIONS = COMMAND_SECTIONS["k3 validate"]  # the sections that make a file the acceptance command's
 
 
 def _refuse_other_command(merged: dict[str, Any], source: str) -> None:
