@@ -306,7 +306,8 @@ def _rollback(seen: Observed) -> tuple[Answer, str]:
         return "no", f"{trail}: expected the named previous version {want}"
     v_before, v_after = parse_version(before), parse_version(after)
     if v_before is None or v_after is None:
-        return NOT_SHOWN, f"{trail}: the versions are not comparable; name the previous one (review.drill.previous_version)"
+        return NOT_SHOWN, (f"{trail}: the versions are not comparable; name the previous one "
+                           "(review.drill.previous_version)")
     if v_after < v_before:
         return "yes", f"{trail}: an older release than the one before is served again"
     return "no", f"{trail}: a newer release, not the previous version"
