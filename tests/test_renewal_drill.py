@@ -180,3 +180,17 @@ def test_pipeline_manifest_that_is_not_one(tmp_path):
     with pytest.raises(BadInputError) as ei:
         check_pipeline(p)
     assert str(p) in ei.value.one_line()
+
+
+def test_a_no_op_drill_never_makes_incidents_recoverable(servers):
+    """Through the stability analysis and its typed record: nothing shown is 'recovery not shown', never yes."""
+    from k3lib.renewal.analysis import analyse_stability
+    from k3lib.renewal.results import typed
+    from k3lib.renewal.rules import RenewalRules
+
+    target, api = servers
+    result = run_drill(target.url, _drill(kill=NOOP, restore=NOOP, recovery_timeout_s=2), api_base_url=api.url)
+    stability = typed("stability", analyse_stability([], RenewalRules(), result))
+    assert stability.recoverable is None and stability.drill.went_down is False
+    assert {"detected_automatically", "previous_version_restored", "fields_preserved"} <= set(stability.not_shown)
+    assert any("neither the drill nor the incident log shows" in r for r in stability.not_recoverable_because)
