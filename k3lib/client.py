@@ -14,12 +14,14 @@ import os
 import ssl
 import threading
 import time
-from collections.abc import Awaitable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
+import aiohttp
 import httpx
+import msgspec
 
 from k3lib.errors import APIError, BadInputError, ProtocolError, TargetUnreachable
 
@@ -251,6 +253,22 @@ def parse_error_body(status: int, text: str, *, url: str | None = None) -> APIEr
                     param=None if param is None else str(param), url=url)
 
 
+_decode_json = msgspec.json.Decoder().decode
+
+
+def loads_json(text: str) -> Any:
+    """`json.loads`, with msgspec (about 2× faster on a chunk) where it can.
+
+    msgspec refuses what the standard library alone reads (NaN, Infinity, 1e400, lone surrogate escapes);
+    those go to `json.loads`, so every reply decodes to exactly what it did before. (orjson was not used: it
+    turns integers past 64 bits into floats without a word.)
+    """
+    try:
+        return _decode_json(text)
+    except msgspec.MsgspecError:
+        return json.loads(text)
+
+
 def _usage_fields(usage: Any) -> dict[str, Any]:
     if not isinstance(usage, dict):
         return {}
@@ -317,7 +335,16 @@ class ToolCallAssembler:
 
 
 class StreamAssembler:
-    """Accumulates the SSE `data:` payloads of one streamed chat completion (choice 0) with their perf marks."""
+    """Accumulates the SSE `data:` payloads of one streamed chat completion (choice 0) with their perf marks.
+
+    The read loop only calls `arrived` (keep the bytes and the mark of their arrival); framing, JSON decoding,
+    tool-call assembly and token accounting wait for `drain`, so a burst of events costs the timing path a
+    clock read each. An event is stamped with the arrival of the read that completed its first `data:` line,
+    whenever it is decoded, so deferral changes no mark.
+    """
+
+    #: undecoded reads kept before `arrived` asks for a drain (bounds memory on a very long stream)
+    MAX_PENDING_READS = 4096
 
     def __init__(self) -> None:
         self.raw_lines: list[str] = []
@@ -333,6 +360,87 @@ class StreamAssembler:
         self.tools = ToolCallAssembler()
         self.fields: dict[str, Any] = {}
         self.stream_error: APIError | None = None
+        #: (bytes of one read, its arrival mark), not yet framed
+        self.pending: list[tuple[bytes, int]] = []
+        self._buf = bytearray()
+        self._scan = 0
+        self._data: list[str] = []
+        self._t_event: int | None = None
+        self._eager = False
+        self._edge = b""
+
+    # -- the hot path and the deferred framing ----------------------------------------------------------
+
+    def arrived(self, piece: bytes, t_ns: int) -> bool:
+        """Keep one read and its arrival mark. True when it should be decoded now: the backlog is long, or the
+        stream may carry an error event (vLLM's failure after the 200 header ends the request as it arrives).
+        From the first read that may, even cut across two reads, every read is decoded on arrival."""
+        pending = self.pending
+        pending.append((piece, t_ns))
+        if not self._eager:
+            seam = self._edge + piece[:4]
+            self._eager = b"error" in piece or b"error" in seam
+            self._edge = piece[-4:] if len(piece) >= 4 else seam[-4:]
+        return self._eager or len(pending) >= self.MAX_PENDING_READS
+
+    def drain(self, *, url: str | None = None, status: int = 200) -> None:
+        """Frame and decode every pending read. Raises ProtocolError on a payload that is not JSON, and the
+        stream's APIError on an error event (what follows it is dropped, as the reader stops there)."""
+        pending, self.pending = self.pending, []
+        buf = self._buf
+        for piece, t_read in pending:
+            if not buf:
+                lines = piece.split(b"\n")
+                tail = lines.pop()
+                for raw in lines:
+                    self._line(raw, t_read, url, status)
+                if tail:
+                    buf += tail
+                    self._scan = len(buf)
+                continue
+            # an event spread over many reads (a multi-MB tool argument): scan only the new bytes (vllm#39963)
+            buf += piece
+            start = 0
+            while (nl := buf.find(b"\n", self._scan)) >= 0:
+                self._line(bytes(buf[start:nl]), t_read, url, status)
+                start = self._scan = nl + 1
+            if start:
+                del buf[:start]
+            self._scan = len(buf)
+
+    def finish(self, end_ns: int, *, url: str | None = None, status: int = 200) -> None:
+        """The body ended: decode what is left, including a last line without its newline."""
+        self.drain(url=url, status=status)
+        if self._buf:
+            raw, self._buf = bytes(self._buf), bytearray()
+            self._scan = 0
+            self._line(raw, end_ns, url, status)
+        self._dispatch(end_ns, url, status)
+
+    def _line(self, raw: bytes, t_read: int, url: str | None, status: int) -> None:
+        line = raw.decode("utf-8", "replace")
+        if line.endswith("\r"):
+            line = line[:-1]
+        if line == "":
+            self._dispatch(t_read, url, status)
+        elif line.startswith("data:"):
+            if self._t_event is None:
+                self._t_event = t_read
+            value = line[5:]
+            self._data.append(value[1:] if value.startswith(" ") else value)
+        # comments (":"), event:, id:, retry: lines carry nothing for chat completions
+
+    def _dispatch(self, t_now: int, url: str | None, status: int) -> None:
+        if self._data:
+            payload = "\n".join(self._data)
+            t_event = self._t_event if self._t_event is not None else t_now
+            self._data, self._t_event = [], None
+            self.feed(payload, t_event, url=url, status=status)
+            if self.stream_error is not None:
+                self.pending = []
+                raise self.stream_error
+
+    # -- one event ----------------------------------------------------------------------------------------
 
     def feed(self, payload: str, t_ns: int, *, url: str | None = None, status: int = 200) -> None:
         """One `data:` payload. Raises ProtocolError on a payload that is not JSON."""
@@ -341,7 +449,7 @@ class StreamAssembler:
             self.done = True
             return
         try:
-            chunk = json.loads(payload)
+            chunk = loads_json(payload)
         except ValueError as exc:
             raise ProtocolError(f"invalid JSON in SSE event #{self.chunk_count + 1} from {url}: "
                                 f"{payload[:200]!r}") from exc
@@ -490,12 +598,28 @@ class _Pool:
     in_flight: int = 0
 
 
+async def _on_connect_start(session: Any, ctx: Any, params: Any) -> None:
+    ctx.trace_request_ctx.connect_start_ns = time.perf_counter_ns()
+
+
+async def _on_connection(session: Any, ctx: Any, params: Any) -> None:
+    # a new or reused connection is in hand: the request headers go onto the wire now
+    t = time.perf_counter_ns()
+    state = ctx.trace_request_ctx
+    if state.connect_start_ns is not None and state.connect_ms is None:
+        state.connect_ms = (t - state.connect_start_ns) / 1e6
+    if state.sent_ns is None:
+        state.sent_ns = t
+
+
 class ChatClient:
     """Async chat client for one target. Cheap to share between thousands of concurrent requests.
 
     The API key is read from the environment variable *named* `api_key_env` at each send; the value is never
     stored, logged or put in a record. The httpx client is created per event loop, so one `ChatClient` can be
     driven by a notebook's loop and by `run_sync`'s private loop without sharing connections across loops.
+    Chat requests go over aiohttp (its C parser is what keeps a streamed event cheap); probes and look-ups,
+    and chat too when an httpx `transport` is given (tests' MockTransport), over httpx.
     """
 
     def __init__(self, base_url: str, *, model: str | None = None, api_key_env: str | None = None,
@@ -516,6 +640,9 @@ class ChatClient:
         self._pool_list: list[_Pool] = []
         self._pool_loop: asyncio.AbstractEventLoop | None = None
         self._ssl_context: Any = None
+        self._aio: aiohttp.ClientSession | None = None
+        self._aio_loop: asyncio.AbstractEventLoop | None = None
+        self._closing: set[asyncio.Task[None]] = set()
         self._counter = 0
 
     def __repr__(self) -> str:
@@ -546,10 +673,7 @@ class ChatClient:
         timeout = httpx.Timeout(connect=self.connect_timeout_s, read=None, write=None, pool=None)
         size = min(POOL_CONNECTIONS, self.max_connections)
         limits = httpx.Limits(max_connections=size, max_keepalive_connections=size)
-        if self._ssl_context is None and self._transport is None:
-            # one TLS context for every pool: building one costs ~20 ms of blocked event loop
-            self._ssl_context = httpx.create_ssl_context() if hasattr(httpx, "create_ssl_context") \
-                else ssl.create_default_context()
+        self._ssl()
         kwargs: dict[str, Any] = {"verify": self._ssl_context} if self._transport is None else {}
         http = httpx.AsyncClient(timeout=timeout, limits=limits, transport=self._transport, auth=self._auth,
                                  trust_env=False, **kwargs)
@@ -570,12 +694,47 @@ class ChatClient:
             best = self._add_pool()
         return best
 
+    def _session(self) -> aiohttp.ClientSession:
+        """The aiohttp session of this loop (chat requests go through it unless an httpx transport was given)."""
+        loop = asyncio.get_running_loop()
+        old = self._aio
+        if old is not None and not old.closed and self._aio_loop is loop:
+            return old
+        if old is not None and not old.closed and self._aio_loop is not None and self._aio_loop.is_closed():
+            # its loop is gone (a finished asyncio.run): closing it touches nothing of that loop
+            task = loop.create_task(old.close())
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+        self._ssl()
+        trace = aiohttp.TraceConfig()
+        trace.on_connection_create_start.append(_on_connect_start)
+        trace.on_connection_create_end.append(_on_connection)
+        trace.on_connection_reuseconn.append(_on_connection)
+        # sock_connect only: waiting for a pooled connection is client queueing (measured, not an error), and a
+        # stalled read is bounded by our own per-request deadline, which knows the phase deadline
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout_s)
+        connector = aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=0, ssl=self._ssl_context)
+        self._aio = aiohttp.ClientSession(connector=connector, timeout=timeout, trace_configs=[trace],
+                                          trust_env=False)
+        self._aio_loop = loop
+        return self._aio
+
+    def _ssl(self) -> None:
+        if self._ssl_context is None and self._transport is None:
+            # one TLS context for every pool: building one costs ~20 ms of blocked event loop
+            self._ssl_context = httpx.create_ssl_context() if hasattr(httpx, "create_ssl_context") \
+                else ssl.create_default_context()
+
     async def aclose(self) -> None:
         if self._pool_list and self._pool_loop is asyncio.get_running_loop():
             for pool in self._pool_list:
                 await pool.http.aclose()
+        if self._aio is not None and self._aio_loop is asyncio.get_running_loop():
+            await self._aio.close()
         self._pool_list = []
         self._pool_loop = None
+        self._aio = None
+        self._aio_loop = None
 
     async def __aenter__(self) -> ChatClient:
         return self
@@ -679,6 +838,8 @@ class ChatClient:
         """
         # build the first pool (and the TLS context, ~20 ms) before the anchor: it is set-up, not queueing
         self._pools()
+        if self._transport is None:
+            self._session()
         wall_anchor = time.time_ns()
         perf_anchor = time.perf_counter_ns()
         enqueued = perf_anchor if enqueued_ns is None else enqueued_ns
@@ -743,14 +904,51 @@ class ChatClient:
         raise error
 
     async def _exchange(self, body: dict[str, Any], state: _Attempt) -> None:
+        payload = json.dumps(body, ensure_ascii=False).encode()
+        headers = {"content-type": "application/json",
+                   "accept": "text/event-stream" if state.stream else "application/json"}
+        if self._transport is None:
+            await self._exchange_aiohttp(payload, headers, state)
+            return
         pool = self._pick_pool()
         pool.in_flight += 1
         try:
-            await self._exchange_on(pool.http, body, state)
+            await self._exchange_httpx(pool.http, payload, headers, state)
         finally:
             pool.in_flight -= 1
 
-    async def _exchange_on(self, http: httpx.AsyncClient, body: dict[str, Any], state: _Attempt) -> None:
+    async def _exchange_aiohttp(self, payload: bytes, headers: dict[str, str], state: _Attempt) -> None:
+        """Chat over aiohttp: its C HTTP parser and stream reader cost a streamed event about a third of
+        what httpcore's pure-Python path does (benchmarks/client_vs_peer.py)."""
+        session = self._session()
+        key = os.environ.get(self.api_key_env) if self.api_key_env else None
+        if key:
+            headers["authorization"] = f"Bearer {key}"
+        pre_send_ns = time.perf_counter_ns()
+        try:
+            response = await session.post(state.url, data=payload, headers=headers,
+                                          trace_request_ctx=state)  # type: ignore[arg-type]
+        except aiohttp.ServerTimeoutError as exc:  # the connect timeout; the request deadline is ours
+            raise TargetUnreachable(f"timed out connecting to {state.url}: {exc}") from exc
+        except aiohttp.ClientConnectorError as exc:
+            raise TargetUnreachable(f"cannot connect to {state.url}: {exc} — is the server up?") from exc
+        except aiohttp.ClientError as exc:
+            if state.first_byte_ns is None:
+                raise TargetUnreachable(f"no reply from {state.url}: {type(exc).__name__}: {exc}") from exc
+            raise ProtocolError(f"broken reply from {state.url}: {type(exc).__name__}: {exc}") from exc
+        _mark_reply(state, pre_send_ns, response.status)
+        try:
+            await self._take_reply(state, response.headers.get("content-type", ""), response.read,
+                                   response.content.readany)
+        except aiohttp.ClientError as exc:
+            raise _broken(state, exc) from exc
+        finally:
+            # back to the pool when the body was read to its end; a cut-off body closes its connection
+            response.release()
+
+    async def _exchange_httpx(self, http: httpx.AsyncClient, payload: bytes, headers: dict[str, str],
+                              state: _Attempt) -> None:
+        """Chat over httpx: used when the client was given an httpx transport (tests' MockTransport)."""
 
         async def trace(event: str, info: Mapping[str, Any]) -> None:
             t = time.perf_counter_ns()
@@ -763,10 +961,7 @@ class ChatClient:
             elif event.endswith("receive_response_headers.complete") and state.first_byte_ns is None:
                 state.first_byte_ns = t
 
-        payload = json.dumps(body, ensure_ascii=False).encode()
-        request = http.build_request("POST", state.url, content=payload,
-                                     headers={"content-type": "application/json",
-                                              "accept": "text/event-stream" if state.stream else "application/json"},
+        request = http.build_request("POST", state.url, content=payload, headers=headers,
                                      extensions={"trace": trace})
         pre_send_ns = time.perf_counter_ns()
         try:
@@ -779,93 +974,99 @@ class ChatClient:
             if state.first_byte_ns is None:
                 raise TargetUnreachable(f"no reply from {state.url}: {type(exc).__name__}: {exc}") from exc
             raise ProtocolError(f"broken reply from {state.url}: {type(exc).__name__}: {exc}") from exc
-        # a transport without tracing (MockTransport) still needs marks
-        now = time.perf_counter_ns()
-        if state.sent_ns is None:
-            state.sent_ns = pre_send_ns
-        if state.first_byte_ns is None:
-            state.first_byte_ns = now
-        state.http_status = response.status_code
+        _mark_reply(state, pre_send_ns, response.status_code)
+        pieces = response.aiter_bytes()
+
+        async def read_piece() -> bytes:
+            try:
+                return await pieces.__anext__()
+            except StopAsyncIteration:
+                return b""
+
         try:
-            ctype = response.headers.get("content-type", "")
-            if response.status_code >= 400:
-                text = (await response.aread()).decode("utf-8", "replace")
-                state.raw_json = _try_json(text) if self.keep_raw else None
-                state.done_ns = time.perf_counter_ns()
-                raise parse_error_body(response.status_code, text, url=state.url)
-            if state.stream and "text/event-stream" in ctype:
-                await self._read_stream(response, state)
-            else:
-                raw = await response.aread()
-                state.done_ns = time.perf_counter_ns()
-                try:
-                    reply = json.loads(raw)
-                except ValueError as exc:
-                    raise ProtocolError(f"{state.url} replied {response.status_code} with a body that is not "
-                                        f"JSON: {raw[:200]!r}") from exc
-                state.raw_json = reply
-                if isinstance(reply, dict) and ("error" in reply or reply.get("object") == "error"):
-                    raise parse_error_body(response.status_code, raw.decode("utf-8", "replace"), url=state.url)
-                state.fields.update(completion_fields(reply))
+            await self._take_reply(state, response.headers.get("content-type", ""), response.aread, read_piece)
         except httpx.HTTPError as exc:
-            state.done_ns = time.perf_counter_ns()
-            raise ProtocolError(f"connection to {state.url} broke mid-reply after "
-                                f"{state.assembler.chunk_count} events: {type(exc).__name__}: {exc}") from exc
+            raise _broken(state, exc) from exc
         finally:
             await response.aclose()
 
-    async def _read_stream(self, response: httpx.Response, state: _Attempt) -> None:
-        asm = state.assembler
-        data: list[str] = []
-        t_event: int | None = None
-        buf = bytearray()
-        scan = 0
-
-        def dispatch() -> None:
-            nonlocal data, t_event
-            if data:
-                asm.feed("\n".join(data), t_event or time.perf_counter_ns(), url=state.url,
-                         status=response.status_code)
-                data, t_event = [], None
-                if asm.stream_error is not None:
-                    state.done_ns = time.perf_counter_ns()
-                    raise asm.stream_error
-
-        def take_line(raw: bytes, t_read: int) -> None:
-            nonlocal t_event
-            line = raw.decode("utf-8", "replace")
-            if line.endswith("\r"):
-                line = line[:-1]
-            if line == "":
-                dispatch()
-            elif line.startswith("data:"):
-                if t_event is None:
-                    t_event = t_read
-                value = line[5:]
-                data.append(value[1:] if value.startswith(" ") else value)
-            # comments (":"), event:, id:, retry: lines carry nothing for chat completions
-
-        # Our own line splitter over the decoded byte stream: no line-length cap, so a multi-MB event
-        # (1M-token prompt echo, huge tool arguments) is assembled whole instead of hitting a fixed read
-        # buffer (vllm#39963); and every event is stamped with the time its bytes came off the socket,
-        # not the time the parser got to it, so parsing a burst does not inflate the later events' marks.
-        async for piece in response.aiter_bytes():
-            t_read = time.perf_counter_ns()
-            buf += piece
-            start = 0
-            while (nl := buf.find(b"\n", scan)) >= 0:
-                take_line(bytes(buf[start:nl]), t_read)
-                start = scan = nl + 1
-            if start:
-                del buf[:start]
-            scan = len(buf)
-        if buf:
-            take_line(bytes(buf), time.perf_counter_ns())
-        dispatch()
+    async def _take_reply(self, state: _Attempt, ctype: str, read_all: Callable[[], Awaitable[bytes]],
+                          read_piece: Callable[[], Awaitable[bytes]]) -> None:
+        """The reply after its headers, whichever HTTP stack brought it."""
+        status = state.http_status or 0
+        if status >= 400:
+            text = (await read_all()).decode("utf-8", "replace")
+            state.raw_json = _try_json(text) if self.keep_raw else None
+            state.done_ns = time.perf_counter_ns()
+            raise parse_error_body(status, text, url=state.url)
+        if state.stream and "text/event-stream" in ctype:
+            await _read_stream(read_piece, state, status)
+            return
+        raw = await read_all()
         state.done_ns = time.perf_counter_ns()
-        if not asm.done:
-            raise ProtocolError(f"stream from {state.url} ended without `data: [DONE]` after "
-                                f"{asm.chunk_count} events — truncated reply or server crash")
+        try:
+            reply = json.loads(raw)
+        except ValueError as exc:
+            raise ProtocolError(f"{state.url} replied {status} with a body that is not "
+                                f"JSON: {raw[:200]!r}") from exc
+        state.raw_json = reply
+        if isinstance(reply, dict) and ("error" in reply or reply.get("object") == "error"):
+            raise parse_error_body(status, raw.decode("utf-8", "replace"), url=state.url)
+        state.fields.update(completion_fields(reply))
+
+
+def _mark_reply(state: _Attempt, pre_send_ns: int, status: int) -> None:
+    # a transport without tracing (MockTransport) still needs marks
+    now = time.perf_counter_ns()
+    if state.sent_ns is None:
+        state.sent_ns = pre_send_ns
+    if state.first_byte_ns is None:
+        state.first_byte_ns = now
+    state.http_status = status
+
+
+def _broken(state: _Attempt, exc: BaseException) -> ProtocolError:
+    state.done_ns = time.perf_counter_ns()
+    return ProtocolError(f"connection to {state.url} broke mid-reply after {state.assembler.chunk_count} "
+                         f"events: {type(exc).__name__}: {exc}")
+
+
+async def _read_stream(read_piece: Callable[[], Awaitable[bytes]], state: _Attempt, status: int, *,
+                       clock: Callable[[], int] = time.perf_counter_ns) -> None:
+    """The timing path: each read gets its arrival mark and waits, undecoded, for the end of the body.
+
+    Our own SSE framing (StreamAssembler) has no line-length cap, so a multi-MB event (1M-token prompt echo,
+    huge tool arguments) is assembled whole instead of hitting a fixed read buffer (vllm#39963).
+    """
+    asm = state.assembler
+    arrived = asm.arrived
+    url = state.url
+    try:
+        while piece := await read_piece():
+            if arrived(piece, clock()):
+                asm.drain(url=url, status=status)
+    except (ProtocolError, APIError):
+        state.done_ns = clock()
+        raise
+    except BaseException as exc:
+        # a broken connection, the deadline or a cancel: decode what arrived before it, for the partial record;
+        # a bad event among that was the first failure, as it was when events were decoded on arrival
+        try:
+            asm.drain(url=url, status=status)
+        except (ProtocolError, APIError) as first:
+            state.done_ns = clock()
+            if isinstance(exc, Exception):
+                raise first from exc
+            state.fail(type(first).__name__, str(first), api_error=first if isinstance(first, APIError) else None)
+        raise
+    end_ns = clock()
+    try:
+        asm.finish(end_ns, url=url, status=status)
+    finally:
+        state.done_ns = end_ns
+    if not asm.done:
+        raise ProtocolError(f"stream from {url} ended without `data: [DONE]` after "
+                            f"{asm.chunk_count} events — truncated reply or server crash")
 
 
 def _try_json(text: str) -> Any:
@@ -908,6 +1109,11 @@ class _Attempt:
     def build(self, keep_raw: bool) -> ChatRecord:
         fields = dict(self.fields)
         if self.stream:
+            if self.assembler.pending:  # reads not decoded yet (the request ended outside the read loop)
+                try:
+                    self.assembler.drain(url=self.url, status=self.http_status or 0)
+                except (ProtocolError, APIError):
+                    pass  # the record keeps the events before it; the request's own failure is recorded
             fields.update(self.assembler.record_fields())
         if not keep_raw:
             fields["raw_lines"] = ()

@@ -22,7 +22,7 @@ from .decision import Decision
 from .evidence import EvidenceRecord, Finding
 from .params import Params
 from .plan import ACCEPTANCE, ACCEPTANCE_STAGES, ACCEPTANCE_SUMMARY
-from .report import index_html, render_notebook
+from .report import render_notebook, write_index
 from .session import PROJECT_ROOT, read_records
 from .summary import decide_run
 from .store import RunStore
@@ -200,5 +200,5 @@ def run_acceptance(params: Params, store: RunStore, *, progress: Progress | None
     else:
         decision = Decision.from_dict(decision_data)
     pages = render_pages(store, [nb for stage in stages for nb, _ in stage], dict(ACCEPTANCE), records, outcomes)
-    store.write_text("report/index.html", index_html("k3kit acceptance", decision.to_dict(), pages, store.run_id))
+    write_index(store, "k3kit acceptance", decision.to_dict(), pages)
     return decision

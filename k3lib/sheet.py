@@ -117,14 +117,27 @@ def sheet_rows(records: dict[str, EvidenceRecord], params: dict[str, Any] | None
     return rows
 
 
+def _recipe_requirements(recipe: dict[str, Any]) -> list[str]:
+    """What the recipe asks of the environment, in words; a requirement it leaves unset is said to be unset."""
+    vmin, vmax = recipe.get("vllm_min"), recipe.get("vllm_max")
+    if vmin and vmax:
+        vllm = f"vLLM ≥ {vmin}, < {vmax}"
+    elif vmin or vmax:
+        vllm = f"vLLM ≥ {vmin}" if vmin else f"vLLM < {vmax}"
+    else:
+        vllm = "no vLLM version set"
+    cuda = f"CUDA {recipe['cuda_major']}" if recipe.get("cuda_major") else "no CUDA version set"
+    driver = f"driver ≥ R{recipe['driver_branch_min']}" if recipe.get("driver_branch_min") else "no driver set"
+    return [vllm, cuda, driver, f"build {recipe.get('build')}"]
+
+
 def _configuration(axis: str, params: dict[str, Any] | None) -> str:
     if not params:
         return ""
     contract = params.get("contract", {})
     recipe = params.get("recipe", {})
     if axis == "environment":
-        return f"recipe {recipe.get('name')}: vLLM ≥ {recipe.get('vllm_min')}, CUDA {recipe.get('cuda_major')}, " \
-               f"driver ≥ R{recipe.get('driver_branch_min')}, build {recipe.get('build')}"
+        return f"recipe {recipe.get('name')}: " + ", ".join(_recipe_requirements(recipe))
     if axis in ("agent", "capacity", "prefix_cache"):
         return f"context {contract.get('max_context_tokens')} tokens, planned concurrency " \
                f"{contract.get('planned_concurrency')}, max output {contract.get('max_output_tokens')}"

@@ -125,9 +125,9 @@ def judge_step(step: Mapping[str, Any], *, queue_objective_ms: float | None,
         preempted = step.get("preemptions_sampled")
     if preempted:
         why.append(f"{preempted:g} preemption(s)")
-    q95 = step.get("queue_p95_ms")
-    if queue_objective_ms is not None and q95 is not None and q95 > queue_objective_ms:
-        why.append(f"queue time p95 {q95:.0f} ms above the objective {queue_objective_ms:.0f} ms")
+    status, text = queue_verdict(step, queue_objective_ms)
+    if status == "fail":
+        why.append(text)
     if "waiting_full_mean" in step:
         waiting = step.get("waiting_full_mean")
         if waiting is not None and waiting > waiting_tolerance:
@@ -137,6 +137,28 @@ def judge_step(step: Mapping[str, Any], *, queue_objective_ms: float | None,
     elif (waiting := step.get("waiting_mean")) is not None and waiting > waiting_tolerance:
         why.append(f"{waiting:.2f} requests waiting on average once settled")
     return not why, why
+
+
+def queue_verdict(step: Mapping[str, Any], objective_ms: float | None) -> tuple[str | None, str]:
+    """Whether a window's queue-time p95 meets the objective, as far as its histogram can tell:
+    ("pass" | "fail" | "undecided" | None, the sentence). None: no objective or no queue data. A fail needs the
+    p95's lower bound above the objective and a pass its upper bound at or below it; in between the buckets
+    cannot decide, and an objective the data cannot decide is never failed."""
+    low, high = step.get("queue_p95_low_ms"), step.get("queue_p95_high_ms")
+    point = step.get("queue_p95_ms")
+    if low is None and point is None:
+        return None, "no queue-time histogram in the window"
+    if low is None:  # a step recorded before bounds were kept: its figure is all there is
+        low = high = point
+    said = step.get("queue_p95_text") or f"{point:.0f} ms"
+    if objective_ms is None:
+        return None, f"queue time p95 {said}"
+    if low > objective_ms:
+        return "fail", f"queue time p95 {said} above the objective {objective_ms:g} ms"
+    if high is not None and high <= objective_ms:
+        return "pass", f"queue time p95 {said}, within the objective {objective_ms:g} ms"
+    return "undecided", (f"queue time p95 {said}: the histogram cannot tell whether it is within the objective "
+                         f"{objective_ms:g} ms")
 
 
 def saturation_point(steps: Sequence[Mapping[str, Any]]) -> int | None:

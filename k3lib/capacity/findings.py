@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from ..decision import strongest
 from ..evidence import EvidenceRecord, Finding, axis_status
 from ..params import Params
+from .analysis import queue_verdict
 from .result import CapacityResult
 
 if TYPE_CHECKING:
@@ -215,7 +216,7 @@ def _saturation(result: CapacityResult, params: Params) -> list[Finding]:
     steps = result.steps
     point = result.saturation_point
     table = [{k: s.get(k) for k in ("concurrency", "held", "preemptions", "waiting_mean", "queue_p95_ms",
-                                    "ttft_p95_ms", "latency_valid", "kv_usage_max", "server_errors",
+                                    "queue_p95_high_ms", "ttft_p95_ms", "latency_valid", "kv_usage_max", "server_errors",
                                     "out_of_contract")}
              for s in steps]
     nominal = result.step(planned)
@@ -247,19 +248,21 @@ def _saturation(result: CapacityResult, params: Params) -> list[Finding]:
                           observed=point, expected=f">= {planned}", steps=table))
         objective = params.contract.queue_p95_ms
         q95 = nominal.get("queue_p95_ms")
+        bounds = {k: nominal.get(k) for k in ("queue_p95_low_ms", "queue_p95_high_ms", "queue_p95_basis",
+                                               "queue_mean_ms") if nominal.get(k) is not None}
+        status, text = queue_verdict(nominal, objective)
+        at = f"at the planned concurrency {planned}"
         if objective is None:
-            out.append(_f("queue_time", "info", f"the contract sets no queue-time objective; queue p95 at the planned "
-                                                f"concurrency: {_ms(q95)}", observed=q95))
-        elif q95 is None:
+            out.append(_f("queue_time", "info", f"the contract sets no queue-time objective; {text} {at}",
+                          observed=q95, **bounds))
+        elif status is None:
             out.append(_f("queue_time", "not-observable", "no vllm:request_queue_time_seconds window at the planned "
                                                           "concurrency",
                           expected=objective))
+        elif status == "undecided":
+            out.append(_f("queue_time", "warn", f"inconclusive {at}: {text}", observed=q95, expected=objective, **bounds))
         else:
-            ok = q95 <= objective
-            out.append(_f("queue_time", "pass" if ok else "fail",
-                          f"queue time p95 at the planned concurrency {planned}: {_ms(q95)} "
-                          f"({'within' if ok else 'above'} the objective {_ms(objective)})", observed=q95,
-                          expected=objective))
+            out.append(_f("queue_time", status, f"{text} {at}", observed=q95, expected=objective, **bounds))
     beyond = [s for s in steps if s.get("out_of_contract") and s.get("status") != "skipped"]
     for s in beyond:
         held = s.get("held")

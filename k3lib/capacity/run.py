@@ -10,6 +10,7 @@ skipped, with the reason.
 from __future__ import annotations
 
 import asyncio
+import math
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -23,7 +24,7 @@ from ..crosscheck import cross_check
 from ..errors import APIError, K3Error, TargetError
 from ..gpu import DcgmExporterSource, GpuSource, NvmlSource, PrometheusGpuSource, gpu_sampler
 from ..load import check_load_target, run_closed_loop, run_soak
-from ..metrics import MetricsSampler, Snapshot, delta, scrape_async, window_quantile
+from ..metrics import HistogramWindow, MetricsSampler, Snapshot, delta, scrape_async, window_histogram, window_quantile
 from ..params import GpuMetricsParams, Params
 from ..prompts import BuiltPrompt, EstimateCounter, build_prompts
 from ..readers.vllm_log import VllmLogReport, parse_vllm_log
@@ -142,14 +143,30 @@ async def boundary_snapshot(urls: Sequence[str]) -> Snapshot:
 
 
 def window_numbers(before: Snapshot | None, after: Snapshot | None) -> dict[str, Any]:
-    """Counter and histogram deltas between two boundary scrapes (None where a scrape failed)."""
+    """Counter and histogram deltas between two boundary scrapes (None where a scrape failed).
+
+    The queue p95 is kept as what the histogram can prove: `queue_p95_low_ms` ≤ p95 ≤ `queue_p95_high_ms`
+    (`queue_p95_basis` says why), and `queue_p95_ms` is a figure only where the buckets allow one (never an
+    interpolation inside vLLM's first bucket, [0, 0.3 s], which would turn 0.1 ms waits into ~285 ms)."""
     if before is None or after is None:
         return {"preemptions": None, "queue_p95_ms": None, "server_ttft_p95_ms": None}
     pre = delta(before, after, "num_preemptions_total").value
-    q95 = window_quantile(before, after, "request_queue_time_seconds", 0.95)
+    queue = window_histogram(before, after, "request_queue_time_seconds")
     t95 = window_quantile(before, after, "time_to_first_token_seconds", 0.95)
-    return {"preemptions": pre, "queue_p95_ms": None if q95 is None else round(q95 * 1000, 3),
+    return {"preemptions": pre, **queue_numbers(queue),
             "server_ttft_p95_ms": None if t95 is None else round(t95 * 1000, 3)}
+
+
+def queue_numbers(queue: HistogramWindow | None) -> dict[str, Any]:
+    """The queue-time p95 of one window in ms: a figure where decided, else its bounds (see window_numbers)."""
+    bounds = None if queue is None or not queue.count else queue.quantile_bounds(0.95)
+    if bounds is None:
+        return {"queue_p95_ms": None}
+    ms = lambda v: None if v is None or math.isinf(v) else round(v * 1000, 3)  # noqa: E731
+    point = {"bucket": bounds.estimate, "above-last-bucket": bounds.low}.get(bounds.basis)
+    return {"queue_p95_ms": ms(point), "queue_p95_low_ms": ms(bounds.low), "queue_p95_high_ms": ms(bounds.high),
+            "queue_p95_basis": bounds.basis, "queue_p95_text": bounds.describe(1000, " ms"),
+            "queue_mean_ms": ms(queue.mean), "queue_count": queue.count}
 
 
 def _pct(values: Sequence[float], q: float) -> float | None:

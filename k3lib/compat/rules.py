@@ -14,6 +14,7 @@ from packaging.version import InvalidVersion, Version
 from ..decision import rule_for
 from ..evidence import Finding
 from ..params import EnvironmentParams, RecipeParams
+from ..readers._text import numbered_lines
 from .sources import CompatSources
 
 OFFICIAL_REPOS = ("vllm/vllm-openai",)  # Docker Hub's official vLLM server image (any registry mirror)
@@ -166,7 +167,7 @@ def line_of(text: str | None, pattern: str) -> str | None:
     if not text:
         return None
     rx = re.compile(pattern, re.IGNORECASE)
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in numbered_lines(text):
         if m := rx.search(line):
             if len(line) > 240:  # a long config line: keep the part around the match
                 start = max(m.start() - 100, 0)
@@ -274,6 +275,21 @@ def gpu_count_proofs(s: CompatSources) -> list[Proof]:
 # Host level
 
 
+def cpu_build_without_gpu_need(s: CompatSources, recipe: RecipeParams | None) -> str | None:
+    """Why GPU requirements do not apply here, or None: collect_env shows a CPU build and the recipe asks for no
+    CUDA version. (A recipe that does require CUDA keeps them: a CPU build is then an environment rebuild.)"""
+    ce = s.collect_env
+    if recipe is None or recipe.cuda_major is not None or ce is None or ce.platform != "cpu":
+        return None
+    return (f"a CPU build (collect_env: platform cpu, PyTorch {ce.torch_version or 'version unknown'}) and the "
+            "recipe requires no CUDA version")
+
+
+def _cpu_proof(s: CompatSources) -> list[Proof]:
+    return [Proof("collect_env", "cpu", line_of(s.texts["collect_env"].text, r"PyTorch version\s*:"),
+                  s.attachment("collect_env"))]
+
+
 def _branch(version: Any) -> int | None:
     m = re.match(r"\s*(\d{2,4})\.", str(version))
     return int(m.group(1)) if m else None
@@ -290,6 +306,8 @@ def check_driver(s: CompatSources, recipe: RecipeParams) -> Finding:
         proofs.append(Proof("collect_env (container)", s.collect_env.driver_version,
                             line_of(s.texts["collect_env"].text, r"driver version\s*:"), s.attachment("collect_env")))
     expected = expected_driver(recipe)
+    if not proofs and expected is None and (why := cpu_build_without_gpu_need(s, recipe)):
+        return _finding("compat.driver_branch", "info", f"no GPU driver needed: {why}", _cpu_proof(s))
     if not proofs:
         return _finding("compat.driver_branch", "not-observable",
                         "host driver version not observable: " + _missing(s, "nvidia_smi", "collect_env", "nvml"),
@@ -375,10 +393,14 @@ def check_host_container(s: CompatSources) -> Finding:
                     expected="the same driver, a CUDA the driver can run")
 
 
-def check_gpus(s: CompatSources, env: EnvironmentParams) -> Finding:
+def check_gpus(s: CompatSources, env: EnvironmentParams, recipe: RecipeParams | None = None) -> Finding:
     required, basis = gpus_required(s, env)
     proofs = gpu_count_proofs(s)
     ce = s.collect_env
+    if not env.gpus_required and (why := cpu_build_without_gpu_need(s, recipe)):
+        # TP × PP × DP counts engine processes; on a CPU build none of them is a GPU
+        return _finding("compat.gpus_visible", "info", f"no GPU needed: {why} ({basis} are CPU processes)",
+                        _cpu_proof(s), observed=0)
     expected = f">= {required} ({basis})" if required else None
     if ce is not None and ce.cuda_available is False:
         return _finding("compat.gpus_visible", "fail",
@@ -472,6 +494,12 @@ def check_cuda_build(s: CompatSources, recipe: RecipeParams) -> Finding:
     att = s.attachment("collect_env")
     if ce.platform != "cuda":
         detail = ce.rocm_build and f"ROCm {ce.rocm_build}" or ce.torch_version or ce.platform
+        if want is None:
+            return _finding("compat.cuda_build", "info",
+                            f"not a CUDA build: platform {ce.platform} ({detail}); the recipe requires no CUDA "
+                            "version, so none is checked",
+                            [Proof("collect_env", ce.platform, line_of(text, r"PyTorch version\s*:"), att)],
+                            observed=ce.platform)
         return _finding("compat.cuda_build", "fail", f"not a CUDA build: platform {ce.platform} ({detail})",
                         [Proof("collect_env", ce.platform, line_of(text, r"PyTorch version\s*:"), att)],
                         observed=ce.platform, expected=expected)
@@ -850,7 +878,7 @@ def check_source_reads(s: CompatSources) -> list[Finding]:
 def iter_findings(s: CompatSources, recipe: RecipeParams, env: EnvironmentParams) -> list[Finding]:
     """Every rule of the chain, host → container → engine."""
     return [
-        check_driver(s, recipe), check_host_container(s), check_gpus(s, env), check_fabric(s, env),
+        check_driver(s, recipe), check_host_container(s), check_gpus(s, env, recipe), check_fabric(s, env),
         check_cuda_build(s, recipe), check_image(s, recipe), check_build_method(s),
         *check_version(s, recipe), check_flags(s, recipe), check_prefix_caching(s, recipe), check_startup(s),
         *check_source_reads(s),

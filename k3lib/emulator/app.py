@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import time
 from http import HTTPStatus
@@ -99,7 +100,11 @@ def _gate(request: Request, rt: Runtime, body: dict | None, *, api: bool) -> JSO
     if body is not None:
         model = body.get("model")
         if model is not None and model not in (rt.cfg.served_model_name,):
-            return _err(rt, 404, f"The model `{model}` does not exist.", param="model")
+            message = f"The model `{model}` does not exist."
+            # vLLM logs the refusal as an ERROR line of its own (seen on 0.32.0), which the log reader counts
+            rt.log.log(f"Error with model error=ErrorInfo(message={message!r}, type='NotFoundError', param='model', "
+                       "code=404)", level="ERROR", where="serving.py:274")
+            return _err(rt, 404, message, param="model")
     if api and rt.dead:
         return _err(rt, 500, protocol.DEAD_ENGINE_MESSAGE)
     if api:
@@ -195,6 +200,14 @@ def _max_tokens(rt: Runtime, body: dict, n_prompt: int) -> tuple[int, JSONRespon
     return (room if raw is None else min(raw, room)), None
 
 
+@functools.lru_cache(maxsize=1024)
+def _pad_tokens(tokenizer: Any, seed: int, k: int) -> tuple[OutToken, ...]:
+    # the same filler for every ignore_eos request: encoding it each time cost ~2 ms of the server's loop per
+    # request, all of it engine-step lag when 256 requests arrive together
+    text = " " + filler_text(seed, f"pad{k}", 64)
+    return tuple(OutToken(t, tokenizer.piece_of(t), "content") for t in tokenizer.encode(text))
+
+
 def _extend_for_ignore_eos(rt: Runtime, plan: ReplyPlan, body: dict, max_tokens: int) -> ReplyPlan:
     want = max_tokens if body.get("ignore_eos") else min(int(body.get("min_tokens") or 0), max_tokens)
     if len(plan.tokens) >= want:
@@ -202,8 +215,7 @@ def _extend_for_ignore_eos(rt: Runtime, plan: ReplyPlan, body: dict, max_tokens:
     extra: list[OutToken] = []
     k = 0
     while len(plan.tokens) + len(extra) < want:
-        text = " " + filler_text(rt.cfg.seed, f"pad{k}", 64)
-        extra += [OutToken(t, rt.tokenizer.piece_of(t), "content") for t in rt.tokenizer.encode(text)]
+        extra += _pad_tokens(rt.tokenizer, rt.cfg.seed, k)
         k += 1
     return ReplyPlan(plan.tokens + tuple(extra[: want - len(plan.tokens)]), plan.calls, plan.named_choice)
 
@@ -284,10 +296,11 @@ async def chat_completions(request: Request) -> Response:
         "id": req.request_id, "object": "chat.completion", "created": created, "model": model,
         "choices": [{"index": 0, "message": protocol.chat_message(rt.cfg, msg), "logprobs": None,
                      "finish_reason": protocol.finish_reason(req.finish_reason, bool(msg.calls), plan.named_choice),
-                     "stop_reason": None, "token_ids": None}],
+                     "stop_reason": None, "token_ids": None, **protocol.reply_extras(rt.cfg, choice=True)}],
         "service_tier": None, "system_fingerprint": fp,
         "usage": protocol.usage(rt.cfg, len(req.prompt_ids), req.num_output, req.num_cached_tokens, reasoning_tokens),
-        "prompt_logprobs": None, "prompt_token_ids": None, "kv_transfer_params": None})
+        "prompt_logprobs": None, "prompt_token_ids": None, "kv_transfer_params": None,
+        **protocol.reply_extras(rt.cfg, choice=False)})
 
 
 def _sse(obj: dict) -> str:
@@ -296,12 +309,17 @@ def _sse(obj: dict) -> str:
 
 async def _chat_stream(rt: Runtime, req: EngineRequest, plan: ReplyPlan, created: int, fp: str | None, model: str,
                        include_usage: bool):
-    def chunk(delta: dict | None, finish: str | None = None) -> str:
+    v032 = rt.cfg.at_least("0.32")
+
+    def chunk(delta: dict | None, finish: str | None = None, first: bool = False) -> str:
         choice = {"index": 0, "delta": delta or {}, "logprobs": None, "finish_reason": finish}
         if finish is not None:
             choice["stop_reason"] = None
+        if v032 and not first:
+            choice["token_ids"] = None
+        head = {"prompt_token_ids": None, "prompt_text": None} if v032 and first else {}
         return _sse({"id": req.request_id, "object": "chat.completion.chunk", "created": created, "model": model,
-                     "system_fingerprint": fp, "choices": [choice]})
+                     **protocol.stream_fingerprint(rt.cfg, fp), "choices": [choice], **head})
 
     # Hot path (one chunk per token per stream): a pre-serialised frame with only the piece escaped per token.
     head, _, tail = chunk({"\u0000": 0}).partition('{"\\u0000": 0}')
@@ -309,7 +327,7 @@ async def _chat_stream(rt: Runtime, req: EngineRequest, plan: ReplyPlan, created
     def fast(key: str, piece: str) -> str:
         return head + "{" + json.dumps(key) + ": " + json.dumps(piece, ensure_ascii=False) + "}" + tail
 
-    yield chunk({"role": "assistant", "content": ""})
+    yield chunk({"role": "assistant", "content": ""}, first=True)
     reasoning_key = "reasoning" if rt.cfg.at_least("0.12") else "reasoning_content"
     started: set[int] = set()
     call_by_index = list(plan.calls)
@@ -349,7 +367,7 @@ async def _chat_stream(rt: Runtime, req: EngineRequest, plan: ReplyPlan, created
                         out.append(_sse({"id": req.request_id, "object": "chat.completion.chunk", "created": created,
                                          "model": model, "system_fingerprint": fp, "choices": [],
                                          "usage": protocol.usage(rt.cfg, len(req.prompt_ids), req.num_output,
-                                                                 req.num_cached_tokens, rtoks)}))
+                                                                 req.num_cached_tokens, rtoks, stream=True)}))
                 out.append("data: [DONE]\n\n")
         if out:
             yield "".join(out)
@@ -387,19 +405,23 @@ async def completions(request: Request) -> Response:
     return JSONResponse({
         "id": req.request_id, "object": "text_completion", "created": created, "model": model,
         "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": req.finish_reason,
-                     "stop_reason": None, "prompt_logprobs": None}],
+                     "stop_reason": None, "prompt_logprobs": None,
+                     **({"prompt_token_ids": None} if rt.cfg.at_least("0.32") else {}),
+                     **protocol.reply_extras(rt.cfg, choice=True)}],
         "service_tier": None, "system_fingerprint": fp,
-        "usage": protocol.usage(rt.cfg, len(req.prompt_ids), req.num_output, req.num_cached_tokens, 0),
-        "kv_transfer_params": None})
+        "usage": protocol.usage(rt.cfg, len(req.prompt_ids), req.num_output, req.num_cached_tokens, 0, chat=False),
+        "kv_transfer_params": None, **{k: v for k, v in protocol.reply_extras(rt.cfg, choice=False).items()
+                                       if k != "prompt_text"}})
 
 
 async def _completion_stream(rt: Runtime, req: EngineRequest, plan: ReplyPlan, created: int, fp: str | None,
                              model: str, include_usage: bool):
     def chunk(text: str, finish: str | None = None) -> str:
+        extras = {"prompt_token_ids": None, "token_ids": None} if rt.cfg.at_least("0.32") else {}
         return _sse({"id": req.request_id, "object": "text_completion", "created": created, "model": model,
-                     "system_fingerprint": fp,
+                     **protocol.stream_fingerprint(rt.cfg, fp),
                      "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish,
-                                  "stop_reason": None}]})
+                                  "stop_reason": None, **extras}]})
 
     head, _, tail = chunk("\u0000").partition('"\\u0000"')
     async for batch in _run(rt, req):
@@ -416,7 +438,7 @@ async def _completion_stream(rt: Runtime, req: EngineRequest, plan: ReplyPlan, c
                     out.append(_sse({"id": req.request_id, "object": "text_completion", "created": created,
                                      "model": model, "system_fingerprint": fp, "choices": [],
                                      "usage": protocol.usage(rt.cfg, len(req.prompt_ids), req.num_output,
-                                                             req.num_cached_tokens, 0)}))
+                                                             req.num_cached_tokens, 0, stream=True, chat=False)}))
                 out.append("data: [DONE]\n\n")
         if out:
             yield "".join(out)

@@ -7,6 +7,7 @@ utilization, no tool parser …), so the rest of the emulator reads one plain co
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -20,6 +21,7 @@ DEFAULT_VLLM_VERSION = "0.33.0"
 OLD_VLLM_VERSION = "0.27.0"  # below the seed's 0.27.1 minimum (the newer recipe asks 0.29.0)
 
 
+@functools.lru_cache(maxsize=256)
 def parse_version(text: str) -> tuple[int, ...]:
     """`"0.10.1.1"` → (0, 10, 1, 1); a suffix such as `+cu130` or `rc1` is ignored."""
     parts = []

@@ -1,7 +1,7 @@
 """The three-week renewal review (seed 004): load, useful production, API comparison, full cost, stability
 drill, operations, and the renew / reduce / dual-circuit / exit-to-api decision."""
 
-from .decision import DECISIONS, EXIT_CODES, Indicators, RenewalDecision, choose, decide_renewal
+from .decision import DECISIONS, EXIT_CODES, RULES, Decision, Indicators, RenewalDecision, choose, decide_renewal
 from .figures import rules_table
 from .notebook import axis_figure, axis_result, axis_table, drill_table, record_axis, review_drill
 from .params import RenewalParams, load_any_review, load_review_params
@@ -12,9 +12,11 @@ from .session import ReviewContext, open_review, open_review_summary
 
 __all__ = [
     "DECISIONS",
+    "Decision",
     "DeclaredBenefits",
     "EXIT_CODES",
     "Indicators",
+    "RULES",
     "RenewalDecision",
     "RenewalParams",
     "RenewalRules",
