@@ -96,14 +96,20 @@ def lab(tmp_path):
            "JUPYTER_DATA_DIR": str(Path(sys.prefix) / "share" / "jupyter")}
     log = open(tmp_path / "lab.log", "w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
+        [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", "--ServerApp.terminals_enabled=False",
+         "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
          "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={work}",
          "--LabApp.expose_app_in_browser=True", "--LabApp.news_url=None",
          f"--LabApp.workspaces_dir={tmp_path / 'ws'}", "--LabServerApp.check_for_updates_class="
          "jupyterlab.NeverCheckForUpdate"], cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
-        _wait("jupyter lab answers", lambda: _status(f"{base}/api/status?token={token}") == 200, 120)
+        try:
+            _wait("jupyter lab answers", lambda: proc.poll() is not None
+                  or _status(f"{base}/api/status?token={token}") == 200, 120)
+        except AssertionError:
+            proc.poll()
+        assert proc.returncode is None, "jupyter lab exited: " + (tmp_path / "lab.log").read_text()[-2000:]
         assert _status(f"{base}/api/contents") == 403, "the server must refuse requests without the token"
         yield base, token, work
     finally:
@@ -129,7 +135,8 @@ def browser(tmp_path):
     proc = subprocess.Popen(
         [CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", *QUIET,
          f"--user-data-dir={tmp_path / 'chromium'}", f"--remote-debugging-port={port}", "--remote-allow-origins=*",
-         "--proxy-server=http://127.0.0.1:9", "--proxy-bypass-list=<-loopback>", "--window-size=1400,1600",
+         # everything but loopback (which Chromium never proxies) goes to a closed port: nothing leaves the machine
+         "--proxy-server=http://127.0.0.1:9", "--window-size=1400,1600",
          "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         pages = _wait("chromium's DevTools endpoint", lambda: _pages(port), 60)
