@@ -158,6 +158,15 @@ def _pages(port: int):
         return None
 
 
+def _state(b: DevTools) -> str:
+    return b.js("JSON.stringify({dialog: Array.from(document.querySelectorAll('.jp-Dialog')).map(e => e.innerText),"
+                " widget: String(window.k3panel() && window.k3panel().title.label),"
+                " kernel: (() => { const w = window.k3panel(); const c = w && w.sessionContext; return c ? [c.kernelDisplayName, c.kernelDisplayStatus,"
+                " c.session && c.session.kernel && c.session.kernel.status] : null; })()})")
+
+
+# the notebook panel in the main area (shell.currentWidget follows focus, which a headless window may not have)
+PANEL = "Array.from(window.jupyterapp.shell.widgets('main')).find(w => w.sessionContext)"
 TITLES = "Array.from(document.querySelectorAll('.jp-OutputArea .js-plotly-plot .gtitle')).map(e => e.textContent)"
 
 
@@ -168,11 +177,17 @@ def test_oom_explorer_runs_in_jupyterlab_and_its_widgets_redraw(lab, browser, tm
     b.call("Page.navigate", url=f"{base}/lab/tree/{NOTEBOOK.name}?token={token}")
     _wait("JupyterLab opened the notebook",
           lambda: b.js("!!(window.jupyterapp && document.querySelector('.jp-Notebook .jp-Cell'))"), 180)
-    _wait("the kernel is ready",
-          lambda: b.js("(() => { const w = window.jupyterapp.shell.currentWidget; const k = w && w.sessionContext"
-                       " && w.sessionContext.session && w.sessionContext.session.kernel;"
-                       " return !!k && k.status === 'idle'; })()"), 180)
-    b.js("void window.jupyterapp.commands.execute('notebook:run-all-cells')")
+    b.js(f"window.k3panel = () => {PANEL}; true")
+    try:
+        _wait("the kernel is ready",
+              lambda: b.js("(() => { const w = window.k3panel(); const k = w && w.sessionContext"
+                           " && w.sessionContext.session && w.sessionContext.session.kernel;"
+                           " return !!k && k.status === 'idle'; })()"), 180)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; page state: {_state(b)}; server log: "
+                             + (tmp_path / "lab.log").read_text()[-1500:]) from None
+    b.js("(() => { window.jupyterapp.shell.activateById(window.k3panel().id);"
+         " void window.jupyterapp.commands.execute('notebook:run-all-cells'); })()")
 
     # the widget panel: three sliders, the numeric fields and the fire button, drawn by the widget manager
     _wait("the widgets render", lambda: b.js(
