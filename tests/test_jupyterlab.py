@@ -161,7 +161,8 @@ def _pages(port: int):
 def _state(b: DevTools) -> str:
     return b.js("JSON.stringify({dialog: Array.from(document.querySelectorAll('.jp-Dialog')).map(e => e.innerText),"
                 " widget: String(window.k3panel() && window.k3panel().title.label),"
-                " kernel: (() => { const w = window.k3panel(); const c = w && w.sessionContext; return c ? [c.kernelDisplayName, c.kernelDisplayStatus,"
+                " kernel: (() => { const w = window.k3panel(); const c = w && w.sessionContext;"
+                " return c ? [c.kernelDisplayName, c.kernelDisplayStatus,"
                 " c.session && c.session.kernel && c.session.kernel.status] : null; })()})")
 
 
