@@ -472,7 +472,7 @@ def integrity_block(store: RunStore) -> str:
     files = len(store.manifest()["files"])
     sig = store.read_json("signature.json") if store.path("signature.json").is_file() else None
     lines = [f"<p><b>Manifest:</b> {files} files listed with their sha256; "
-             + (f"all matched when this page was written." if not problems else
+             + ("all matched when this page was written." if not problems else
                 f"{len(problems)} did NOT match when this page was written: " + esc("; ".join(problems[:5])))
              + "</p>"]
     if sig:
@@ -534,21 +534,31 @@ def renewal_index(store: RunStore, title: str, decision: dict[str, Any] | None,
 
 
 def cost_block(records: dict[str, Any]) -> str:
-    """The cost sheet as the cost axis recorded it: a blank stays blank (never a zero)."""
+    """The cost sheet as the cost axis recorded it: an item nobody priced stays blank (never a zero)."""
     rec = records.get("cost")
-    sheet = None
-    if rec is not None:
-        for key in ("sheet", "cost_sheet", "rows", "lines"):
-            if isinstance(rec.data.get(key), list) and rec.data[key] and isinstance(rec.data[key][0], dict):
-                sheet = rec.data[key]
-                break
-    if not sheet:
+    result = rec.data.get("result") if rec is not None else None
+    own = result.get("self_hosted") if isinstance(result, dict) else None
+    if not isinstance(own, dict) or not isinstance(own.get("items"), list):
         return ("<section><h2>Cost sheet</h2><p>" + ("no cost evidence recorded" if rec is None else
                                                       esc(rec.summary or "no cost sheet in the evidence"))
                 + "</p></section>")
-    cols = list(dict.fromkeys(k for row in sheet for k in row))
-    rows = [[esc("" if row.get(c) is None else str(row.get(c))) for c in cols] for row in sheet]
-    return "<section><h2>Cost sheet</h2>" + _table(cols, rows, "k3-cost") + "</section>"
+    cur = esc(str(result.get("currency") or ""))
+
+    def money(value: Any) -> str:
+        return "" if value is None else f"{value:,.2f} {cur}" if isinstance(value, (int, float)) else esc(str(value))
+
+    rows = [[esc(str(i.get("item"))), money(i.get("amount"))] for i in own["items"] if isinstance(i, dict)]
+    rows += [[esc(str(b.get("item") if isinstance(b, dict) else b)), ""] for b in own.get("blank_items") or []]
+    rows += [[f"<b>{esc(label)}</b>", money(value)] for label, value in (
+        ("known subtotal", own.get("known_subtotal")), ("total (blank while an item is blank)", own.get("total")),
+        ("per accepted task", own.get("per_accepted_task")))]
+    api = result.get("api") if isinstance(result.get("api"), dict) else {}
+    rows += [[esc(label), money(value)] for label, value in (
+        ("API bill for the same tasks", api.get("bill_same_tasks")), ("API per accepted task",
+                                                                      api.get("per_accepted_task")))]
+    note = f"<p>{esc(rec.summary)}</p>" if rec.summary else ""
+    return ("<section><h2>Cost sheet</h2>" + note + _table(("item", "amount"), rows, "k3-cost")
+            + f"<p>Evidence: <code>evidence/cost.json</code> ({_badge(rec.status)})</p></section>")
 
 
 def write_index(store: RunStore, title: str, decision: dict[str, Any] | None,

@@ -96,14 +96,20 @@ def lab(tmp_path):
            "JUPYTER_DATA_DIR": str(Path(sys.prefix) / "share" / "jupyter")}
     log = open(tmp_path / "lab.log", "w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
+        [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", "--ServerApp.terminals_enabled=False",
+         "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
          "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={work}",
          "--LabApp.expose_app_in_browser=True", "--LabApp.news_url=None",
          f"--LabApp.workspaces_dir={tmp_path / 'ws'}", "--LabServerApp.check_for_updates_class="
          "jupyterlab.NeverCheckForUpdate"], cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
-        _wait("jupyter lab answers", lambda: _status(f"{base}/api/status?token={token}") == 200, 120)
+        try:
+            _wait("jupyter lab answers", lambda: proc.poll() is not None
+                  or _status(f"{base}/api/status?token={token}") == 200, 120)
+        except AssertionError:
+            proc.poll()
+        assert proc.returncode is None, "jupyter lab exited: " + (tmp_path / "lab.log").read_text()[-2000:]
         assert _status(f"{base}/api/contents") == 403, "the server must refuse requests without the token"
         yield base, token, work
     finally:
@@ -129,7 +135,8 @@ def browser(tmp_path):
     proc = subprocess.Popen(
         [CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", *QUIET,
          f"--user-data-dir={tmp_path / 'chromium'}", f"--remote-debugging-port={port}", "--remote-allow-origins=*",
-         "--proxy-server=http://127.0.0.1:9", "--proxy-bypass-list=<-loopback>", "--window-size=1400,1600",
+         # everything but loopback (which Chromium never proxies) goes to a closed port: nothing leaves the machine
+         "--proxy-server=http://127.0.0.1:9", "--window-size=1400,1600",
          "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         pages = _wait("chromium's DevTools endpoint", lambda: _pages(port), 60)
@@ -151,6 +158,16 @@ def _pages(port: int):
         return None
 
 
+def _state(b: DevTools) -> str:
+    return b.js("JSON.stringify({dialog: Array.from(document.querySelectorAll('.jp-Dialog')).map(e => e.innerText),"
+                " widget: String(window.k3panel() && window.k3panel().title.label),"
+                " kernel: (() => { const w = window.k3panel(); const c = w && w.sessionContext;"
+                " return c ? [c.kernelDisplayName, c.kernelDisplayStatus,"
+                " c.session && c.session.kernel && c.session.kernel.status] : null; })()})")
+
+
+# the notebook panel in the main area (shell.currentWidget follows focus, which a headless window may not have)
+PANEL = "Array.from(window.jupyterapp.shell.widgets('main')).find(w => w.sessionContext)"
 TITLES = "Array.from(document.querySelectorAll('.jp-OutputArea .js-plotly-plot .gtitle')).map(e => e.textContent)"
 
 
@@ -161,11 +178,17 @@ def test_oom_explorer_runs_in_jupyterlab_and_its_widgets_redraw(lab, browser, tm
     b.call("Page.navigate", url=f"{base}/lab/tree/{NOTEBOOK.name}?token={token}")
     _wait("JupyterLab opened the notebook",
           lambda: b.js("!!(window.jupyterapp && document.querySelector('.jp-Notebook .jp-Cell'))"), 180)
-    _wait("the kernel is ready",
-          lambda: b.js("(() => { const w = window.jupyterapp.shell.currentWidget; const k = w && w.sessionContext"
-                       " && w.sessionContext.session && w.sessionContext.session.kernel;"
-                       " return !!k && k.status === 'idle'; })()"), 180)
-    b.js("void window.jupyterapp.commands.execute('notebook:run-all-cells')")
+    b.js(f"window.k3panel = () => {PANEL}; true")
+    try:
+        _wait("the kernel is ready",
+              lambda: b.js("(() => { const w = window.k3panel(); const k = w && w.sessionContext"
+                           " && w.sessionContext.session && w.sessionContext.session.kernel;"
+                           " return !!k && k.status === 'idle'; })()"), 180)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; page state: {_state(b)}; server log: "
+                             + (tmp_path / "lab.log").read_text()[-1500:]) from None
+    b.js("(() => { window.jupyterapp.shell.activateById(window.k3panel().id);"
+         " void window.jupyterapp.commands.execute('notebook:run-all-cells'); })()")
 
     # the widget panel: three sliders, the numeric fields and the fire button, drawn by the widget manager
     _wait("the widgets render", lambda: b.js(

@@ -106,7 +106,7 @@ def test_renewal_pages_are_clean_and_the_index_argues_the_renewal(renewal_run):
     assert f">{decision['decision']}<" in index and "condition:" in index
     for axis in ("load", "production", "comparison", "cost", "stability", "operations"):
         assert f"evidence/{axis}.json" in index
-    assert "Cost sheet" in index
+    assert "Cost sheet" in index and "per accepted task" in index
 
 
 def test_the_index_argues_the_decision(healthy_run):
