@@ -321,7 +321,8 @@ def run_paths(params: PathsParams, store: RunStore, tasks: TaskSet | None = None
     if store.path(REQUESTS_FILE).exists():
         store.adopt(REQUESTS_FILE)
     names = list(params.paths.endpoints)
-    pairs = tuple(paired(names[0], other, rows) for other in names[1:])
+    ref = "self_hosted" if "self_hosted" in names else names[0]  # every other path is paired with this one
+    pairs = tuple(paired(ref, other, rows) for other in names if other != ref)
     result = PathsResult(started=started, finished=_now(), currency=params.paths.currency,
                          task_set=f"{tasks.name} v{tasks.version} ({tasks.source})", fixed=fixed,
                          endpoints=tuple(endpoints), paths=tuple(summaries), pairs=pairs, tasks=tuple(rows))
