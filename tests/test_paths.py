@@ -303,3 +303,26 @@ def test_custom_task_set_runs_and_hashes_change_with_the_quality_rule(tmp_path, 
     assert "CHANGED quality_rule changed" in out.out and "CHANGED task_set" not in out.out
     last = read_paths_record([r for r in runs2 if r != runs[-1]][-1])
     assert not last.tasks[0].accepted and "does not match" in last.tasks[0].reasons[-1]
+
+
+def test_review_live_section_shows_and_keeps_a_paths_run(tmp_path, capsys):
+    from types import SimpleNamespace
+
+    from k3lib.paths import live_figure, live_section
+    from k3lib.renewal import load_review_params
+
+    params = _params(tmp_path, {"down": _ep(_closed_port_url())}, retry={**FAST_RETRY, "max_retries": 0})
+    rc, out, runs = _run(tmp_path, capsys, params)
+    assert rc == 0, out.err
+    review_file = Path(__file__).resolve().parents[1] / "parameters" / "renewal-demo.yaml"
+    review = load_review_params([review_file], [f"review.live_paths={runs[-1]}"])
+    assert review.review.live_paths == str(runs[-1].resolve())
+    store = RunStore.create(tmp_path / "review")
+    section = live_section(SimpleNamespace(params=review, store=store))
+    assert "fixed before any result was read" in str(section) and "path down: accepted 0/" in str(section)
+    kept = json.loads(store.path("evidence/paths.json").read_text())
+    assert kept == json.loads((runs[-1] / "evidence" / "paths.json").read_text())
+    assert store.verify() == []
+    assert len(live_figure(section).data) == 0  # no task answered on a down path: no latency to show
+    none = live_section(SimpleNamespace(params=load_review_params([review_file]), store=store))
+    assert none.result is None and str(none).startswith("open: ")
