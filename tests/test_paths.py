@@ -326,3 +326,22 @@ def test_review_live_section_shows_and_keeps_a_paths_run(tmp_path, capsys):
     assert len(live_figure(section).data) == 0  # no task answered on a down path: no latency to show
     none = live_section(SimpleNamespace(params=load_review_params([review_file]), store=store))
     assert none.result is None and str(none).startswith("open: ")
+
+
+def test_duration_bound_cuts_a_slow_path_and_says_so(tmp_path, capsys):
+    with _emulator("slow=400") as slow:
+        params = _params(tmp_path, {"slow": _ep(slow.url, concurrency=1)}, max_duration_s=0.3)
+        rc, out, runs = _run(tmp_path, capsys, params)
+    assert rc == 0, out.err
+    r = read_paths_record(runs[-1])
+    s = _by(r, "slow")
+    assert s.stopped_by == "max_duration_s" and s.tasks_run < s.tasks_planned
+    cut = [t for t in r.tasks if t.status == "not-run"]
+    assert cut and all("max_duration_s" in t.reasons[0] for t in cut)
+    assert "stopped by max_duration_s" in out.out
+
+
+def test_paths_exports_are_sorted_and_exist():
+    import k3lib.paths as paths
+
+    assert paths.__all__ == sorted(paths.__all__) and all(hasattr(paths, n) for n in paths.__all__)

@@ -11,7 +11,29 @@ from .report import paths_lines, paths_main
 from .runner import check_endpoints, fixed_elements, run_paths
 from .tasks import QualityRule, Task, TaskSet, builtin_task_set, load_task_set
 
-__all__ = ["Endpoint", "LiveSection", "live_figure", "live_section", "PairedDifference", "PathSummary", "PathsParams", "PathsResult", "QualityRule",
-           "RequestFormat", "Task", "TaskOutcome", "TaskSet", "builtin_task_set", "check_endpoints",
-           "compare_fixed", "fixed_elements", "load_paths_params", "load_task_set", "paths_lines", "paths_main",
-           "read_paths_record", "run_paths", "write_schema"]
+__all__ = [
+    "Endpoint",
+    "LiveSection",
+    "PairedDifference",
+    "PathSummary",
+    "PathsParams",
+    "PathsResult",
+    "QualityRule",
+    "RequestFormat",
+    "Task",
+    "TaskOutcome",
+    "TaskSet",
+    "builtin_task_set",
+    "check_endpoints",
+    "compare_fixed",
+    "fixed_elements",
+    "live_figure",
+    "live_section",
+    "load_paths_params",
+    "load_task_set",
+    "paths_lines",
+    "paths_main",
+    "read_paths_record",
+    "run_paths",
+    "write_schema",
+]

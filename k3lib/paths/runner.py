@@ -227,6 +227,8 @@ class PathRunner:
                     return self._not_run(task, f"not sent: the path's {self.budget.stopped_by} was reached")
                 reasons.append(f"stopped by the path's {self.budget.stopped_by}")
                 break
+            if rec.cancelled:  # the path's bound cut it: not evidence about the task either way
+                return self._not_run(task, f"cut by the path's {self.budget.stopped_by or 'max_duration_s'}")
             if not rec.ok:
                 tally.errors.append(f"{rec.error_kind or 'HTTP'} {rec.http_status or ''}: {(rec.error or '')[:160]}"
                                     .replace("  ", " "))
