@@ -345,3 +345,26 @@ def test_paths_exports_are_sorted_and_exist():
     import k3lib.paths as paths
 
     assert paths.__all__ == sorted(paths.__all__) and all(hasattr(paths, n) for n in paths.__all__)
+
+
+def test_review_comparison_record_reads_the_live_run(tmp_path, capsys):
+    from k3lib import renewal
+    from k3lib.paths import live_section
+
+    with _emulator() as good, _emulator("tool-markup-leak=1.0") as leaky:
+        params = _params(tmp_path, {"self_hosted": _ep(good.url), "api": _ep(leaky.url)})
+        rc, out, runs = _run(tmp_path, capsys, params)
+    assert rc == 0, out.err
+    pair = read_paths_record(runs[-1]).pairs[0]
+    ctx = renewal.open_review("comparison", "parameters/renewal-demo.yaml", [f"review.live_paths={runs[-1]}"],
+                              str(tmp_path / "review"))
+    comparison = renewal.axis_result(ctx)
+    live_section(ctx)
+    record = renewal.record_axis(ctx, comparison)
+    live = record.by_rule("renewal.comparison.live.api")
+    assert live is not None and live.observed == pair.difference
+    gap = ctx.params.review.rules.api_equivalent_gap_max
+    expected = "pass" if pair.low > gap else "warn" if pair.high <= gap else "not-observable"
+    assert live.status == expected
+    fixed = record.by_rule("renewal.comparison.live_fixed")
+    assert fixed.observed == {f.name: f.sha256 for f in read_paths_record(runs[-1]).fixed}
