@@ -36,6 +36,7 @@ _EXPORTS: dict[str, str] = {
     "open_axis": ".session",
     "open_summary": ".session",
     "operations": ".operations",
+    "paths": ".paths",
     "prefix": ".prefix",
     "probe_record": ".probe",
     "read_records": ".session",
@@ -62,7 +63,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
-    from . import agent, capacity, compat, explorer, operations, prefix, renewal
+    from . import agent, capacity, compat, explorer, operations, paths, prefix, renewal
     from .decision import Decision, decide
     from .errors import (APIError, ArtifactError, BadInputError, EvidenceError, K3Error, MissingSeriesError,
                          ProtocolError, TargetError, TargetUnreachable)

@@ -78,6 +78,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="generate and review a deterministic three-week history: steady, idle-heavy, spiky, poor")
     r.set_defaults(func=cmd_review)
 
+    pa = sub.add_parser("paths", help="run the same task set on each path (self-hosted vs API), live",
+                        description="Send one fixed task set to each named endpoint with one request format, one "
+                                    "retry policy and one quality rule; print per-path acceptance, paired "
+                                    "differences and cost per accepted task. Exit 0 done, 2 bad input.")
+    pa.add_argument("-p", "--params", action="append", default=[], metavar="FILE",
+                    help="parameters file with a paths: section (see parameters/paths.example.yaml); repeatable")
+    pa.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE", dest="sets",
+                    help="override one parameter after the files, e.g. --set paths.retry.max_retries=1")
+    pa.add_argument("--out", metavar="DIR", help="folder that receives the run folder (default: outputs/)")
+    pa.add_argument("--compare", metavar="RUN", help="an earlier `k3 paths` run: flag any fixed element that changed")
+    pa.set_defaults(func=cmd_paths)
+
     e = sub.add_parser("emulator", help="serve the vLLM-compatible emulator",
                        description="Serve the embedded vLLM-compatible emulator; prints its URL on the first "
                                    "line and serves until interrupted.")
@@ -275,6 +287,12 @@ def cmd_review(ns: argparse.Namespace) -> int:
 
     check_command(list(ns.params or []), "k3 review")
     return review_main(ns.params, [*ns.sets, *_emulator_sets(ns.fault, ns.profile)], ns.out, ns.demo)
+
+
+def cmd_paths(ns: argparse.Namespace) -> int:
+    from .paths import paths_main
+
+    return paths_main(ns.params, ns.sets, ns.out, ns.compare)
 
 
 def cmd_emulator(ns: argparse.Namespace) -> int:

@@ -54,3 +54,38 @@ def median_interval(values: Sequence[float], *, confidence: float = CONFIDENCE, 
     alpha = (1.0 - confidence) / 2
     low, high = np.quantile(medians, [alpha, 1.0 - alpha])
     return Interval(float(np.median(data)), float(low), float(high), int(data.size), confidence)
+
+
+Z95 = 1.959963984540054  # the two-sided 95 % normal quantile
+
+
+def wilson_interval(successes: int, n: int, *, z: float = Z95) -> tuple[float, float] | None:
+    """Wilson score interval of a proportion (well-behaved at 0 and n successes); None with no trials."""
+    import math
+
+    if n <= 0:
+        return None
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def paired_difference_interval(both: int, a_only: int, b_only: int, neither: int, *,
+                               z: float = Z95) -> tuple[float, float, float] | None:
+    """Difference of two paired proportions (A's rate − B's rate over the same items) with Newcombe's hybrid score
+    interval (his method 10, built from the two Wilson intervals and the phi correlation); None with no pairs."""
+    import math
+
+    n = both + a_only + b_only + neither
+    if n == 0:
+        return None
+    p1, p2 = (both + a_only) / n, (both + b_only) / n
+    l1, u1 = wilson_interval(both + a_only, n, z=z)  # type: ignore[misc]
+    l2, u2 = wilson_interval(both + b_only, n, z=z)  # type: ignore[misc]
+    denom = (both + a_only) * (b_only + neither) * (both + b_only) * (a_only + neither)
+    phi = 0.0 if denom == 0 else (both * neither - a_only * b_only) / math.sqrt(denom)
+    d = p1 - p2
+    delta = math.sqrt(max(0.0, (p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2))
+    eps = math.sqrt(max(0.0, (u1 - p1) ** 2 - 2 * phi * (u1 - p1) * (p2 - l2) + (p2 - l2) ** 2))
+    return d, max(-1.0, d - delta), min(1.0, d + eps)

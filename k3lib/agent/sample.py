@@ -35,6 +35,20 @@ def _check_schema(schema: dict[str, Any], what: str) -> dict[str, Any]:
     return schema
 
 
+def check_response_format(v: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A request's `response_format` (the agent sample's and the paths task set's rule)."""
+    if v is None:
+        return v
+    if v.get("type") not in ("json_schema", "json_object", "text"):
+        raise ValueError("response_format.type is json_schema, json_object or text")
+    if v["type"] == "json_schema":
+        schema = (v.get("json_schema") or {}).get("schema")
+        if not isinstance(schema, dict):
+            raise ValueError("response_format json_schema needs json_schema.schema (an object)")
+        _check_schema(schema, "response_format json_schema.schema")
+    return v
+
+
 class ToolFunction(_Strict):
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]  # OpenAI's function-name rule
     description: str = ""
@@ -101,16 +115,7 @@ class TurnSpec(_Strict):
     @field_validator("response_format")
     @classmethod
     def _response_format(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
-        if v is None:
-            return v
-        if v.get("type") not in ("json_schema", "json_object", "text"):
-            raise ValueError("response_format.type is json_schema, json_object or text")
-        if v["type"] == "json_schema":
-            schema = (v.get("json_schema") or {}).get("schema")
-            if not isinstance(schema, dict):
-                raise ValueError("response_format json_schema needs json_schema.schema (an object)")
-            _check_schema(schema, "response_format json_schema.schema")
-        return v
+        return check_response_format(v)
 
     @model_validator(mode="after")
     def _error_needs_plan(self) -> "TurnSpec":

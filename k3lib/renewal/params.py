@@ -104,6 +104,9 @@ class ReviewParams(_Model):
     benefits: DeclaredBenefits = DeclaredBenefits()
     drill: DrillParams = DrillParams()
     demo: Literal["steady", "idle-heavy", "spiky", "poor"] | None = None  # a generated demo scenario
+    # a `k3 paths` run folder (the same task set live on both paths), shown in 13_api_comparison's live section;
+    # relative to the file that names it; null: that section is open
+    live_paths: str | None = None
     origins: dict[str, str] = {}  # written by the loader: "review.rules.x" → the file that set it, or the default
 
     def origin(self, key: str) -> str:
@@ -189,13 +192,13 @@ def _resolve_paths(merged: dict[str, Any], prov: dict[str, str]) -> None:
     if not isinstance(review, dict):
         return
     slots = [("inputs", k) for k in INPUT_KEYS] + [("series", "history_file"), ("drill", "artifacts_manifest")]
-    for section, key in slots:
-        node = review.get(section)
+    for section, key in [*slots, ("", "live_paths")]:
+        node = review.get(section) if section else review
         if not isinstance(node, dict) or not isinstance(node.get(key), str):
             continue
         p = Path(node[key]).expanduser()
         if not p.is_absolute():
-            origin = _provenance(("review", section, key), prov, "")
+            origin = _provenance(("review", *([section] if section else []), key), prov, "")
             base = Path(origin).parent if origin and not origin.startswith("--set") else Path.cwd()
             p = base / p
         node[key] = str(p.resolve())

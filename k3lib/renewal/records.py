@@ -72,6 +72,10 @@ def axis_record(ctx: Any, result: dict[str, Any]) -> EvidenceRecord:
     """The evidence record of `ctx.axis` from its result, validated against the axis' typed model."""
     data = record_data(ctx.axis, result)
     findings = _findings(ctx.axis, data["result"], ctx.params)
+    if ctx.axis == "comparison":  # the live run of the same tasks on both paths, when the notebook kept one
+        from ..paths.notebook import live_findings
+
+        findings += live_findings(ctx.store, ctx.params.review.rules)
     return EvidenceRecord(axis=ctx.axis, title=TITLES[ctx.axis], status=axis_status(findings),
                           summary="; ".join(f.message for f in findings)[:400],
                           findings=findings, data=data)

@@ -105,6 +105,13 @@ class RetryPolicy(BaseModel):
     max_retries: Annotated[int, Field(ge=0)] = 2
     timeout_s: Annotated[float, Field(gt=0)] = 3600.0  # a request not answered within this is a timeout
     description: str = ""
+    # how the live comparison (`k3 paths`) retries one request, identically on every path: wait backoff_s, then
+    # backoff_s × backoff_factor, … before each retry; only these HTTP statuses (and, when set, a refused
+    # connection or a timeout) are retried — any other error is final
+    backoff_s: Annotated[float, Field(ge=0)] = 1.0
+    backoff_factor: Annotated[float, Field(ge=1)] = 2.0
+    retry_statuses: tuple[Annotated[int, Field(ge=400, le=599)], ...] = (408, 429, 500, 502, 503, 504)
+    retry_unreachable: bool = True  # a refused connection or a request timeout counts as retryable
 
 
 class QualityRule(BaseModel):
