@@ -21,6 +21,11 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# ruff (pyflakes, pycodestyle, bugbear) over the code and mypy over k3lib/, both configured in pyproject.toml
+lint: $(STAMP)
+	$(BIN)/ruff check k3lib tests benchmarks scripts
+	$(BIN)/mypy
+
 clean:
 	rm -rf $(VENV) outputs/*/ .pytest_cache
 

@@ -8,12 +8,11 @@ Exit codes: 0 production · 3 limited-observation · 4 capacity-extension · 5 e
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .errors import BadInputError, K3Error
 

@@ -389,14 +389,14 @@ def rollback_md(ctx: _Context, rules: list[dict[str, Any]], omitted: dict[str, s
         f"1. **OOM under contract load.** The engine dies or logs CUDA out of memory while traffic stays within the "
         f"contract (≤ {_val(planned, '{:g}')} concurrent requests, prompts ≤ {_val(contract_ctx, '{:g}')} tokens). "
         f"{trigger('K3EngineDown', f'An engine down for {o.down_for} fires it; confirm OOM in the server log.')}",
-        f"2. **Queue time above the accepted level for a continuous period.** "
+        "2. **Queue time above the accepted level for a continuous period.** "
         + trigger("K3QueueTimeAboveAccepted",
                   f"p95 queue time above {_val(queue, '{:.4g}')} s (from {queue.source}) for {o.sustained_for}."),
         f"3. **Tool calls produce invalid JSON.** The accepted tool-call validity is "
         f"{_val(validity, '{:.1%}')}" + (f" ({validity.source})" if validity.known else "")
         + ". vLLM exports no metric for it: watch the agents' clients or gateway; any invalid tool-call JSON in "
         "production is a trigger.",
-        f"4. **Cache counters far from the validated behaviour.** "
+        "4. **Cache counters far from the validated behaviour.** "
         + trigger("K3PrefixHitRateFarBelowValidated",
                   f"Hit rate (hits/queries tokens over {o.hit_rate_window}) below {o.hit_rate_fraction:.0%} of the "
                   f"{_val(traffic, '{:.1%}')} ordinary traffic reaches "
@@ -423,7 +423,7 @@ def rollback_md(ctx: _Context, rules: list[dict[str, Any]], omitted: dict[str, s
         f"{run.run_id}` states it on top):",
         "",
     ]
-    for key, label, read in acc.IDENTITY:
+    for _key, label, read in acc.IDENTITY:
         level = read(run)
         shown = level.value if level.known else f"not recorded in this run ({level.reason})"
         if isinstance(shown, dict):

@@ -174,7 +174,7 @@ def _decision_fig(points: Sequence[RunPoint]) -> str:
     import plotly.graph_objects as go
 
     fig = go.Figure()
-    for kind, order in (("acceptance", ACCEPTANCE_DECISIONS), ("renewal", RENEWAL_DECISIONS)):
+    for kind, _order in (("acceptance", ACCEPTANCE_DECISIONS), ("renewal", RENEWAL_DECISIONS)):
         pts = [p for p in points if p.kind == kind and p.decision]
         if pts:
             fig.add_trace(go.Scatter(x=[p.started for p in pts], y=[p.decision for p in pts], mode="markers+lines",

@@ -36,7 +36,7 @@ def _check_url(value: str | None) -> str | None:
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"expected an http(s) URL such as http://127.0.0.1:8000, got {value!r}")
     try:
-        parts.port
+        parts.port  # noqa: B018 - reading the port validates it
     except ValueError:
         raise ValueError(f"the port in {value!r} is not a number between 0 and 65535") from None
     return value.rstrip("/")

@@ -85,7 +85,8 @@ def decision_html(decision: Decision) -> str:
 
 
 def record_html(record: EvidenceRecord) -> str:
-    rows = "".join(f"<tr><td>{html.escape(f.rule)}</td><td>{badge(f.status)}</td><td style=\"text-align:left\">{html.escape(f.message)}</td></tr>"
+    left = 'style="text-align:left"'
+    rows = "".join(f"<tr><td>{html.escape(f.rule)}</td><td>{badge(f.status)}</td><td {left}>{html.escape(f.message)}</td></tr>"
                    for f in record.findings)
     return (f"<h3>{html.escape(record.title)}: {badge(record.status)}</h3><p>{html.escape(record.summary)}</p>"
             f"<table><thead><tr><th>rule</th><th>status</th><th>finding</th></tr></thead><tbody>{rows}</tbody></table>"

@@ -16,7 +16,7 @@ import yaml
 
 import k3lib
 import k3lib.capacity as capacity
-from k3lib.calibration import CalibrationReport, LoopLagReport, assess
+from k3lib.calibration import CalibrationReport, LoopLagReport
 from k3lib.capacity.analysis import judge_step, saturation_point
 from k3lib.capacity.result import CapacityResult
 from k3lib.capacity.run import CapacityRunner

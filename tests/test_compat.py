@@ -11,7 +11,8 @@ import pytest
 from k3lib.compat import (RULES, SourceText, ToolChoiceProbe, classify_tool_probe, environment_table, evaluate,
                           in_range, parse_flag, parse_image_inspect, parse_version, read_sources, sources_from_texts,
                           table_rows)
-from k3lib.compat.rules import (check_build_method, check_host_container, check_cuda_build, check_driver, check_fabric, check_flags,
+from k3lib.compat.rules import (check_build_method, check_host_container, check_cuda_build, check_driver, check_fabric,
+                                check_flags,
                                 check_gpus, check_image, check_prefix_caching, check_startup, check_version,
                                 cuda_major_of_tag)
 from k3lib.compat.sources import AUTO_TOOL_CHOICE_400
@@ -334,7 +335,8 @@ def test_fingerprint_names_the_version():
     assert check_version(s, K3)[0].status == "fail"
 
 
-def _flags(log: str | None, probe: ToolChoiceProbe = ToolChoiceProbe("not-run"), reasoning: bool | None = None):
+def _flags(log: str | None, probe: ToolChoiceProbe = ToolChoiceProbe("not-run"),  # noqa: B008 - frozen
+           reasoning: bool | None = None):
     texts = {"server_log": SourceText("server_log", "<log>", log)} if log is not None else {}
     return check_flags(read_sources(texts, tool_probe=probe, chat_reasoning=reasoning), K3)
 

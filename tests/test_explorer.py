@@ -67,7 +67,7 @@ def test_the_widget_panel_fires_a_burst_and_redraws(tmp_path):
                    interactive=True)
         panel = explorer.explorer(ctx)
         assert isinstance(panel, ipywidgets.VBox)
-        (context, conc, out_tok), (requests, duration, fire), status, fig = \
+        (context, conc, out_tok), (_requests, _duration, fire), status, fig = \
             panel.children[0].children, panel.children[1].children, panel.children[2], panel.children[3]
         context.value, conc.value, out_tok.value = 400, 2, 8
         fire.click()  # runs the burst and redraws from this thread, as the kernel would on a click

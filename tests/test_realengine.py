@@ -8,7 +8,6 @@ and the agent evidence (when that axis runs) keeps the model's real replies.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any, Iterator
 
 import pytest

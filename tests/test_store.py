@@ -10,7 +10,6 @@ import subprocess
 import sys
 import time
 
-import pytest
 
 from k3lib.cli import main
 from k3lib.store import RunStore, sha256_file

@@ -348,7 +348,7 @@ class CapacityRunner:
         cap = self.cap
         client = self._client(HEALTH_TIMEOUT_S)
         start = time.perf_counter()
-        restart = {"command": None, "ok": None, "detail": "no target.restart: the cold load is not observed"}
+        restart: dict[str, Any] = {"command": None, "ok": None, "detail": "no target.restart: the cold load is not observed"}
         command = self.params.target.restart
         if command:
             # the restart counts in the cold load: command and polls together stay within ready_timeout_s

@@ -15,7 +15,7 @@ def collect_env_report(cfg) -> str:
     n = min(cfg.gpus_per_node, cfg.gpu_count)
     header = "\t" + "\t".join(f"GPU{i}" for i in range(n)) + "\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID"
     topo = [header] + [
-        f"GPU{i}\t" + "\t".join(" X " if i == j else f"NV18" for j in range(n))
+        f"GPU{i}\t" + "\t".join(" X " if i == j else "NV18" for j in range(n))
         + f"\t{0 if i < n / 2 else 48}-{47 if i < n / 2 else 95}\t{0 if i < n / 2 else 1}\t\tN/A"
         for i in range(n)]
     major = cfg.cuda_build.split(".")[0]

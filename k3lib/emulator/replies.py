@@ -55,7 +55,7 @@ def _digest(*parts: object) -> int:
 def filler_text(seed: int, key: str, n_words: int) -> str:
     h = _digest(seed, key)
     words = []
-    for i in range(n_words):
+    for _ in range(n_words):
         h = (h * 6364136223846793005 + 1442695040888963407) % 2**64
         words.append(_LEXICON[(h >> 33) % len(_LEXICON)])
     text = " ".join(words)

@@ -240,7 +240,7 @@ def histogram_quantile(q: float, buckets: tuple[tuple[float, float], ...] | list
     if total <= 0:
         return None
     rank = q * total
-    for i, (le, c) in enumerate(fixed):
+    for i, (le, c) in enumerate(fixed):  # noqa: B007 - the bucket the loop stops on is used below
         if c >= rank:
             break
     if math.isinf(le):

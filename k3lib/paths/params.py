@@ -5,7 +5,7 @@ bounds and the currency — one pydantic model under a top-level `paths:` key, u
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 

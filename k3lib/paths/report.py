@@ -28,7 +28,8 @@ def paths_lines(r: PathsResult) -> list[str]:
     out += [f"  {f.name}: sha256 {f.sha256}  [{f.origin}]  {f.summary}" for f in r.fixed]
     out.append(f"task set: {r.task_set}")
     for s in r.paths:
-        out.append(f"path {s.path}: accepted {_rate(s.accepted, s.tasks_run, s.acceptance_rate, s.acceptance_low, s.acceptance_high)}"
+        rate = _rate(s.accepted, s.tasks_run, s.acceptance_rate, s.acceptance_low, s.acceptance_high)
+        out.append(f"path {s.path}: accepted {rate}"
                    f"; answered {s.answered}, failed {s.tasks_run - s.answered}, not run {s.tasks_planned - s.tasks_run}"
                    + (f" (stopped by {s.stopped_by})" if s.stopped_by else ""))
         out.append(f"  retries {s.retries} (accepted only after a retry: {s.accepted_after_retry}), timeouts "

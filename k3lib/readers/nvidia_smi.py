@@ -253,7 +253,7 @@ def _read_query(lines: list[str]) -> tuple[list[NvidiaSmiGpu], tuple[NvidiaSmiPr
             first.setdefault(path, value)
 
         def get(*path: str) -> str | None:
-            value = first.get(path)
+            value = first.get(path)  # noqa: B023 - called only within this iteration
             return None if value is None or value.strip().lower() in _NULL_WORDS else value.strip()
 
         gpus.append(NvidiaSmiGpu(

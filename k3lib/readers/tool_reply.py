@@ -677,7 +677,7 @@ def _mark_unseen(call: Any, cut: CutJson, rel: tuple[Any, ...]) -> Any:
     # A call the text ends inside: its missing arguments were not received, which is not the same as absent.
     if not isinstance(call, Mapping) or not _open_in(cut, rel):
         return call
-    fn = call.get("function") if isinstance(call.get("function"), Mapping) else {}
+    fn: Mapping[str, Any] = call["function"] if isinstance(call.get("function"), Mapping) else {}
     if "arguments" in fn:
         return call
     return {**call, "function": {**fn, "arguments": CutText("")}}
