@@ -46,7 +46,7 @@ def test_saturation_is_named_from_vllms_counters(small_pool_run):
     result, record = small_pool_run
     sat = record.by_rule("capacity.saturation")
     assert sat is not None and sat.status == "fail", sat and sat.message
-    assert sat.evidence["decision"] == "capacity-extension"
+    assert capacity.implied_decision([sat]) == "capacity-extension"
     assert "preemption" in sat.message or "waiting" in sat.message, sat.message
     assert result.saturation_point is None or result.saturation_point < 8
     # the first step (one stream, 5 blocks) fits the pool: nothing waited there, and it held
