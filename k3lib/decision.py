@@ -10,50 +10,94 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import enum
 import fnmatch
 from typing import Any, Iterable
 
 from .evidence import EvidenceRecord, Finding
 
-DECISIONS = ("production", "limited-observation", "capacity-extension", "environment-rebuild")
-STRENGTH = {"production": 0, "limited-observation": 1, "capacity-extension": 2, "environment-rebuild": 3}
-EXIT_CODES = {"production": 0, "limited-observation": 3, "capacity-extension": 4, "environment-rebuild": 5}
+
+class Outcome(str, enum.Enum):
+    """The four acceptance decisions, weakest first, each with the exit code `k3 validate` ends with."""
+
+    PRODUCTION = "production"
+    LIMITED = "limited-observation"
+    EXTENSION = "capacity-extension"
+    REBUILD = "environment-rebuild"
+
+    @property
+    def exit_code(self) -> int:
+        return {"production": 0, "limited-observation": 3, "capacity-extension": 4, "environment-rebuild": 5}[self.value]
+
+    @property
+    def strength(self) -> int:
+        return list(Outcome).index(self)
+
+
+DECISIONS = tuple(o.value for o in Outcome)
+STRENGTH = {o.value: o.strength for o in Outcome}
+EXIT_CODES = {o.value: o.exit_code for o in Outcome}
 REEXAMINE_AFTER_DAYS = 14
 
-# A failing finding → the decision it forces, first matching pattern wins. The seed's rules: CUDA/driver/image
-# or a required recipe flag out of scope → rebuild; memory saturating on nominal traffic → extension; tool calls
-# unstable → agents blocked; no cache reuse → gain not counted (both limited observation).
-FAIL_RULES: tuple[tuple[str, str, str], ...] = (
-    ("probe.health", "environment-rebuild", "the server is not healthy"),
-    ("probe.context_limit", "capacity-extension", "the contract promises more than the server's limits"),
-    ("compat.build_method", "limited-observation", "not the declared build: re-run as recipe.build custom, on "
-                                                   "its own sheet"),
-    ("compat.prefix_caching", "limited-observation", "prefix caching off: the expected cache gain is not counted"),
-    ("compat.*", "environment-rebuild", "compatibility chain out of the recipe's scope"),
-    ("agent.auto_tool_choice", "environment-rebuild", "a required recipe flag is missing"),
-    ("agent.server_flags", "environment-rebuild", "a required recipe flag is missing"),
-    ("agent.*", "limited-observation", "unstable tool calls: block the agents concerned, plain text may go live"),
-    ("capacity.memory_growth", "limited-observation", "memory grows steadily: not stable, more GPUs won't fix it"),
-    ("capacity.server_errors", "limited-observation", "5xx while the engine stayed up"),
-    ("capacity.*", "capacity-extension", "memory or queue saturates at nominal load"),
-    ("prefix_cache.*", "limited-observation", "no measured cache reuse: the expected gain is not counted"),
-    ("attestation.*", "limited-observation", "an operational prerequisite is not proven"),
-    ("*", "limited-observation", "a non-critical check failed"),
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """A failing finding whose rule id matches `pattern` (fnmatch) forces `level`, for the reason `why`."""
+
+    pattern: str
+    level: Outcome
+    why: str
+
+
+# THE finding → decision table, first matching pattern wins. Only a failing finding reads it: a warning or a
+# finding that could not be observed is limited observation whatever its rule (missing evidence is never a pass,
+# never more than limited). The seed's rules: CUDA/driver/image or a required recipe flag out of scope → rebuild;
+# memory saturating on nominal traffic → extension; tool calls unstable → agents blocked; no cache reuse → gain
+# not counted (both limited observation).
+RULES: tuple[Rule, ...] = (
+    Rule("*.notebook", Outcome.LIMITED, "the axis did not complete: missing evidence, not a measured defect"),
+    Rule("probe.health", Outcome.REBUILD, "the server is not healthy"),
+    Rule("probe.context_limit", Outcome.EXTENSION, "the contract promises more than the server's limits"),
+    Rule("compat.build_method", Outcome.LIMITED, "not the declared build: re-run as recipe.build custom, on its own "
+                                                 "sheet"),
+    Rule("compat.prefix_caching", Outcome.LIMITED, "prefix caching off: the expected cache gain is not counted"),
+    Rule("compat.*", Outcome.REBUILD, "compatibility chain out of the recipe's scope"),
+    Rule("agent.auto_tool_choice", Outcome.REBUILD, "a required recipe flag is missing"),
+    Rule("agent.*", Outcome.LIMITED, "unstable tool calls: block the agents concerned, plain text may go live"),
+    Rule("capacity.cold_load", Outcome.REBUILD, "the server never became ready: rework the topology or the image"),
+    Rule("capacity.startup_oom", Outcome.REBUILD, "an OOM at startup: the weights, activations and KV pool do not "
+                                                  "fit the cards as started"),
+    Rule("capacity.engine_death", Outcome.REBUILD, "a fatal engine error that is not a memory error: image, driver "
+                                                   "or topology"),
+    Rule("capacity.context_refusal", Outcome.REBUILD, "an out-of-contract request broke the engine instead of being "
+                                                      "refused"),
+    Rule("capacity.memory_growth", Outcome.LIMITED, "memory grows steadily: not stable, more GPUs won't fix it"),
+    Rule("capacity.server_errors", Outcome.LIMITED, "5xx while the engine stayed up"),
+    Rule("capacity.*", Outcome.EXTENSION, "memory or queue saturates at nominal load"),
+    Rule("prefix_cache.*", Outcome.LIMITED, "no measured cache reuse: the expected gain is not counted"),
+    Rule("attestation.*", Outcome.LIMITED, "an operational prerequisite is not proven"),
+    Rule("*", Outcome.LIMITED, "a non-critical check failed"),
 )
+NOT_PROVEN = "not proven: limited observation until the evidence exists"
+
+
+def rule_for(rule_id: str) -> Rule:
+    return next(r for r in RULES if fnmatch.fnmatchcase(rule_id, r.pattern))
 
 
 def level_for(finding: Finding) -> tuple[str, str]:
-    """The decision a failing finding forces. An axis that knows better (an OOM at startup is the image's or
-    the topology's, not capacity) says so in `evidence["decision"]`; otherwise the first matching rule."""
-    hinted = finding.evidence.get("decision") if isinstance(finding.evidence, dict) else None
-    if hinted in STRENGTH:
-        why = next((w for p, lvl, w in FAIL_RULES if lvl == hinted and fnmatch.fnmatchcase(finding.rule, p)),
-                   f"the {finding.rule.split('.')[0]} axis ties this failure to {hinted}")
-        return hinted, why
-    for pattern, level, why in FAIL_RULES:
-        if fnmatch.fnmatchcase(finding.rule, pattern):
-            return level, why
-    return "limited-observation", "a check failed"
+    """The decision a finding forces (production for a pass or an info) and why, from the one table."""
+    if finding.status in ("pass", "info"):
+        return Outcome.PRODUCTION.value, "passed"
+    if finding.status != "fail":
+        return Outcome.LIMITED.value, NOT_PROVEN
+    rule = rule_for(finding.rule)
+    return rule.level.value, rule.why
+
+
+def strongest(findings: Iterable[Finding]) -> str:
+    """The strongest decision the findings force ("production" when none fails, warns or stays unobserved)."""
+    return max((level_for(f)[0] for f in findings), key=STRENGTH.__getitem__, default=Outcome.PRODUCTION.value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,17 +145,24 @@ def axis_checklist(records: dict[str, EvidenceRecord], planned: Iterable[str]) -
 
 
 def traffic_cap_from(records: dict[str, EvidenceRecord]) -> dict[str, Any]:
-    """The highest load step that passed, from the capacity axis (`data.saturation`), else no cap derivable;
-    the agents' own cap is the highest concurrency at which every tool-call check held (`agent` axis)."""
-    cap = None
+    """The traffic cap the capacity axis measured (`data.traffic_cap`: the saturation point, never above the
+    planned concurrency), else one request at a time; the agents' own cap is the highest concurrency at which
+    every tool-call check held (`agent` axis)."""
     rec = records.get("capacity")
-    if rec is not None:
-        sat = rec.data.get("saturation") or {}
-        cap = sat.get("max_ok_concurrency") if isinstance(sat, dict) else None
-    out = ({"max_concurrency": cap, "basis": "highest concurrency step that held without saturation"} if cap else
-           {"max_concurrency": 1, "basis": "no load step was accepted: one request at a time until re-examined"})
+    measured = rec.data.get("traffic_cap") if rec is not None else None
+    cap = measured.get("max_concurrency") if isinstance(measured, dict) else None
+    if isinstance(cap, int) and not isinstance(cap, bool) and cap >= 1:
+        out = {"max_concurrency": cap, "saturation_point": measured.get("saturation_point"),
+               "planned_concurrency": measured.get("planned_concurrency"),
+               "basis": f"measured by the capacity axis: {measured.get('basis')}",
+               "source": "evidence/capacity.json: data.traffic_cap"}
+    else:
+        why = ("the capacity axis did not run" if rec is None else
+               f"the capacity axis accepted no load step ({measured.get('basis')})" if isinstance(measured, dict) else
+               "the capacity record holds no traffic_cap")
+        out = {"max_concurrency": 1, "basis": f"{why}: one request at a time until re-examined", "source": None}
     agent = records.get("agent")
-    if agent is not None and "max_clean_concurrency" in agent.data:
+    if agent is not None and agent.data.get("max_clean_concurrency") is not None:
         out["agents_max_concurrency"] = agent.data["max_clean_concurrency"]
     return out
 
@@ -157,6 +208,7 @@ def decide(records: dict[str, EvidenceRecord], planned: Iterable[str], *, build:
         cap = traffic_cap_from(records)
         if agents_blocked:
             cap["agents_blocked"] = True
+        reasons.append(f"traffic cap: {cap['max_concurrency']} concurrent request(s) — {cap['basis']}")
     if verdict == "production":
         reasons.append("every planned axis and every checklist item passed")
     rows = checklist if checklist is not None else axis_checklist(records, planned)

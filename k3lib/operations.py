@@ -40,7 +40,9 @@ def run_operations(ctx: AxisContext) -> OperationsResult:
     if ops.rollback_drill:
         key = ctx.target.headers().get("Authorization", "").removeprefix("Bearer ") or None
         drill = rollback_drill(ops.rollback_drill, ctx.target.base_url, ops.drill_timeout_s,
-                               model=ctx.params.target.model, api_key=key)
+                               model=ctx.params.target.model, api_key=key,
+                               inspect=ctx.params.axes.environment.image_inspect, rollback_to=ops.rollback_to,
+                               roll_forward=ops.roll_forward)
     findings = attestation_findings(att, drill=drill, contract_context_tokens=ctx.params.contract.max_context_tokens,
                                     planned_concurrency=ctx.params.contract.planned_concurrency)
     return OperationsResult(att, path, drill, tuple(findings))

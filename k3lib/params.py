@@ -194,6 +194,8 @@ class PrefixCacheParams(_Model):
     warm_change: Literal["last-turn", "early-token"] = "last-turn"
     block_size_tokens: PositiveInt | None = None  # null: from vllm:cache_config_info (prefix_match_unit, block_size)
     min_ttft_gain_pct: Annotated[float, Field(ge=0, lt=100)] = 10.0  # warm TTFT this much below cold (median)
+    # while the gain's 95 % interval straddles min_ttft_gain_pct, up to this many more cold/warm pairs are measured
+    max_extra_sessions: Annotated[int, Field(ge=0)] = 12
     request_timeout_s: PositiveSeconds = 120.0
     settle_s: PositiveSeconds = 2.0  # wait at most this long for counters to take a finished request
     max_duration_s: PositiveSeconds = 900.0  # the whole protocol stops by itself after this
@@ -247,6 +249,10 @@ class OperationsParams(_Model):
 
     attestation: str | None = None  # YAML, see parameters/attestation.example.yaml
     rollback_drill: str | list[str] | None = None  # argv, a command line, or 'http:METHOD:URL[:JSON]'; {base_url}
+    # the previous release the drill must restore: a vLLM version, an image reference or a sha256 digest; unset,
+    # the drill must at least show a different version/image served after the command than before it
+    rollback_to: str | None = None
+    roll_forward: str | list[str] | None = None  # back to the accepted release; checked to serve it again
     drill_timeout_s: PositiveSeconds = 300.0
 
 
@@ -401,8 +407,31 @@ def layer(files: list[str | Path], sets: list[str] = (), *,
     return merged, prov
 
 
+# Top-level sections that say which command a parameters file is for.
+COMMAND_SECTIONS = {"k3 validate": ("recipe", "contract", "axes"), "k3 review": ("review",)}
+
+
+def check_command(files: list[str | Path], command: str) -> None:
+    """A parameters file written for the other command is named as such (one line), before any field error."""
+    for f in files:
+        try:
+            top = yaml.safe_load(Path(f).read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError):
+            continue  # the loader itself says what is wrong with it
+        if not isinstance(top, dict):
+            continue
+        mine = any(k in top for k in COMMAND_SECTIONS[command])
+        other = next((c for c, keys in COMMAND_SECTIONS.items() if c != command and any(k in top for k in keys)),
+                     None)
+        if other and not mine:
+            keys = ", ".join(k for k in COMMAND_SECTIONS[other] if k in top)
+            raise BadInputError(f"this is a parameters file for `{other}` (top-level {keys}), not for `{command}`",
+                                source=str(f))
+
+
 def load_params(files: list[str | Path], sets: list[str] = (), *, base: dict[str, Any] | None = None) -> Params:
     """Layer the YAML `files` left to right, apply `sets` last, validate. Raises BadInputError (one line)."""
+    check_command(list(files), "k3 validate")
     merged, prov = layer(files, sets, base=base)
     return validate_params(merged, prov, default_source=str(files[-1]) if files else "parameters")
 

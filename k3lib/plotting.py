@@ -1,14 +1,14 @@
-"""Plotly figures that survive offline HTML export: plotly.js inlined once per kernel, no CDN, no MathJax.
+"""Plotly figures that survive offline HTML export: no plotly.js in the notebook, no CDN, no MathJax.
 
 Inside a kernel plotly defaults to `plotly_mimetype`, which nbconvert drops (figures vanish from the HTML);
 `notebook_connected` loads plotly.js from a CDN (blank offline). This renderer emits the JSON mimetype for
-JupyterLab plus self-contained HTML for nbconvert. plotly copies renderer objects on every `show()`, so the
-"plotly.js already emitted" flag lives on the class, not the instance.
+JupyterLab plus HTML for nbconvert that calls the page's `Plotly`: every report page loads the report folder's one
+`plotly.min.js` (k3lib.report), so no notebook carries its own 4.8 MB copy.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 RENDERER = "k3_offline"
 
@@ -18,12 +18,8 @@ def _renderer_class() -> type:
     from plotly.io._base_renderers import MimetypeRenderer
 
     class OfflineHtmlRenderer(MimetypeRenderer):
-        emitted: ClassVar[dict[str, bool]] = {"plotlyjs": False}
-
         def to_mimebundle(self, fig_dict: dict[str, Any]) -> dict[str, str]:
-            first = not OfflineHtmlRenderer.emitted["plotlyjs"]
-            OfflineHtmlRenderer.emitted["plotlyjs"] = True
-            html = pio.to_html(fig_dict, full_html=False, include_plotlyjs=first, include_mathjax=False,
+            html = pio.to_html(fig_dict, full_html=False, include_plotlyjs=False, include_mathjax=False,
                                validate=False, config={"displaylogo": False})
             return {"text/html": html}
 

@@ -22,7 +22,7 @@ from .decision import Decision
 from .evidence import EvidenceRecord, Finding
 from .params import Params
 from .plan import ACCEPTANCE, ACCEPTANCE_STAGES, ACCEPTANCE_SUMMARY
-from .report import index_html, render_notebook
+from .report import render_notebook, write_index
 from .session import PROJECT_ROOT, read_records
 from .summary import decide_run
 from .store import RunStore
@@ -103,8 +103,7 @@ def record_failure(store: RunStore, axis: str, outcome: NotebookOutcome) -> None
         error=outcome.error,
         # missing evidence, not a measured defect: limited observation at most, whatever the axis
         findings=[Finding(rule=f"{axis}.notebook", status="fail",
-                          message=f"the notebook {outcome.notebook} did not complete: {outcome.error}",
-                          evidence={"decision": "limited-observation"})],
+                          message=f"the notebook {outcome.notebook} did not complete: {outcome.error}")],
         attachments=[f"notebooks/{outcome.notebook}"])
     store.write_json(f"evidence/{axis}.json", rec.model_dump(mode="json"))
 
@@ -201,5 +200,5 @@ def run_acceptance(params: Params, store: RunStore, *, progress: Progress | None
     else:
         decision = Decision.from_dict(decision_data)
     pages = render_pages(store, [nb for stage in stages for nb, _ in stage], dict(ACCEPTANCE), records, outcomes)
-    store.write_text("report/index.html", index_html("k3kit acceptance", decision.to_dict(), pages, store.run_id))
+    write_index(store, "k3kit acceptance", decision.to_dict(), pages)
     return decision

@@ -25,7 +25,7 @@ class SheetItem:
 
 ITEMS: tuple[SheetItem, ...] = (
     SheetItem("C01", "Image, digest and vLLM version are archived",
-              "image reference and digest from parameters or inspect JSON; /version, log, collect_env, fingerprint",
+              "image reference and digest from the container's inspect JSON; /version, log, collect_env, fingerprint",
               "environment", ("compat.image", "compat.vllm_version"), "01_environment"),
     SheetItem("C02", "The CUDA 13 build is identified in the image or its build process",
               "torch's CUDA build and the nvidia-*-cuNN libraries from collect_env (never nvidia-smi's CUDA line)",
@@ -34,8 +34,8 @@ ITEMS: tuple[SheetItem, ...] = (
               "driver version and branch from nvidia-smi, collect_env or NVML", "environment",
               ("compat.driver_branch",), "01_environment"),
     SheetItem("C04", "The versions seen by the host and by the container were compared",
-              "host driver/CUDA vs container build; disagreements named", "environment",
-              ("compat.host_container", "compat.driver_branch", "compat.cuda_build"), "01_environment"),
+              "host nvidia-smi/NVML (driver, CUDA it runs, GPUs) vs the container's collect_env; disagreements named", "environment",
+              ("compat.host_container",), "01_environment"),
     SheetItem("C05", "Startup logs hold no unhandled loading or compatibility error",
               "the startup log read for OOM, load errors and compatibility warnings; required flags in its args",
               "environment", ("compat.startup", "compat.flags"), "01_environment"),
@@ -51,16 +51,16 @@ ITEMS: tuple[SheetItem, ...] = (
               ("capacity.cold_load", "capacity.long_context"), "03_capacity"),
     SheetItem("C09", "Concurrency was raised step by step with the GPU curves kept",
               "progressive concurrency up to the contract (+1 step beyond), per-GPU memory sampled", "capacity",
-              ("capacity.saturation", "capacity.gpu_memory"), "03_capacity"),
+              ("capacity.saturation", "capacity.gpu_memory", "capacity.admission"), "03_capacity"),
     SheetItem("C10", "Any OOM is tied to a precise condition and a corrective decision",
               "OOMs detected, timed and classified (startup / long context / overlap)", "capacity",
-              ("capacity.oom", "capacity.context_refusal"), "03_capacity"),
+              ("capacity.oom", "capacity.startup_oom", "capacity.context_refusal"), "03_capacity"),
     SheetItem("C11", "vllm:kv_cache_usage_perc, waiting requests and preemptions were recorded",
               "server series sampled through every phase", "capacity",
               ("capacity.server_metrics", "capacity.soak_saturation", "capacity.memory_growth"), "03_capacity"),
     SheetItem("C12", "The prefix-cache cold test and the controlled warm test are kept",
               "cold then warm request per session, TTFT and tokens recorded", "prefix_cache",
-              ("prefix_cache.protocol", "prefix_cache.reuse"), "04_prefix_cache"),
+              ("prefix_cache.reuse",), "04_prefix_cache"),
     SheetItem("C13", "Request, hit and cached-token counters are consistent",
               "counter deltas vs designed hits vs cached_tokens", "prefix_cache",
               ("prefix_cache.counters", "prefix_cache.designed_vs_observed"), "04_prefix_cache"),
@@ -117,14 +117,27 @@ def sheet_rows(records: dict[str, EvidenceRecord], params: dict[str, Any] | None
     return rows
 
 
+def _recipe_requirements(recipe: dict[str, Any]) -> list[str]:
+    """What the recipe asks of the environment, in words; a requirement it leaves unset is said to be unset."""
+    vmin, vmax = recipe.get("vllm_min"), recipe.get("vllm_max")
+    if vmin and vmax:
+        vllm = f"vLLM ≥ {vmin}, < {vmax}"
+    elif vmin or vmax:
+        vllm = f"vLLM ≥ {vmin}" if vmin else f"vLLM < {vmax}"
+    else:
+        vllm = "no vLLM version set"
+    cuda = f"CUDA {recipe['cuda_major']}" if recipe.get("cuda_major") else "no CUDA version set"
+    driver = f"driver ≥ R{recipe['driver_branch_min']}" if recipe.get("driver_branch_min") else "no driver set"
+    return [vllm, cuda, driver, f"build {recipe.get('build')}"]
+
+
 def _configuration(axis: str, params: dict[str, Any] | None) -> str:
     if not params:
         return ""
     contract = params.get("contract", {})
     recipe = params.get("recipe", {})
     if axis == "environment":
-        return f"recipe {recipe.get('name')}: vLLM ≥ {recipe.get('vllm_min')}, CUDA {recipe.get('cuda_major')}, " \
-               f"driver ≥ R{recipe.get('driver_branch_min')}, build {recipe.get('build')}"
+        return f"recipe {recipe.get('name')}: " + ", ".join(_recipe_requirements(recipe))
     if axis in ("agent", "capacity", "prefix_cache"):
         return f"context {contract.get('max_context_tokens')} tokens, planned concurrency " \
                f"{contract.get('planned_concurrency')}, max output {contract.get('max_output_tokens')}"

@@ -162,9 +162,13 @@ def _unlisted(store: RunStore, listed: set[str]) -> list[str]:
 
 def verify_run(run_dir: str | Path, *, allowed_signers: str | Path | None = None) -> VerifyResult:
     """Every hash, then signature.json against the manifest, then the SSH signature when there is one."""
+    from .report import pdf_problems
+
     store = RunStore.open(run_dir)
     changed = list(store.verify())
     notes: list[str] = []
+    pdf_changed, notes = pdf_problems(store)  # the archived PDF against the sha256 report.json recorded
+    changed += pdf_changed
     listed = set(store.manifest()["files"])
     counts = {"files_checked": len(listed), "manifest_path": str(store.root / MANIFEST)}
     sig_path, ssh_path = store.root / SIGNATURE, store.root / SSH_SIG

@@ -37,11 +37,30 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+def _umask() -> int:
+    """The process umask, read without changing it where Linux shows it (setting it races other threads)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)  # elsewhere the only way to read it is to set it, then put it straight back
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Temp file in the same folder, flush, fsync, replace, fsync the folder: all or nothing."""
+    """Temp file in the same folder, flush, fsync, replace, fsync the folder: all or nothing.
+
+    mkstemp creates the temp file 0600; the finished file gets the mode an ordinary `open()` would give it
+    (0666 less the process umask, 0644 by default), so a report folder can be served or shared with a group.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()

@@ -51,9 +51,10 @@ QUIET = ["--disable-background-networking", "--disable-component-update", "--dis
          "--metrics-recording-only", "--disable-features=OptimizationHints,MediaRouter,Translate"]
 
 
-# What Chromium itself still asks for despite the switches (network time, component updater, account check):
-# requests of the browser, not of the page under test.
-BROWSER_OWN = re.compile(r"(clients\d*\.google\.com|update\.googleapis\.com|accounts\.google\.com|"
+# What Chromium itself still asks for despite the switches (network time, component updater, account check;
+# Debian's Chromium 150 also CONNECTs to www.google.com:443 for a blank page): requests of the browser, not of the
+# page under test.
+BROWSER_OWN = re.compile(r"(clients\d*\.google\.com|www\.google\.com|update\.googleapis\.com|accounts\.google\.com|"
                          r"[a-z0-9-]+\.gvt1\.com|optimizationguide-pa\.googleapis\.com)(:443)?[/ ]?")
 
 

@@ -47,3 +47,15 @@ def healthy_run(tmp_path_factory):
     code = main(["validate", "-p", str(ROOT / "parameters" / "emulator.yaml"), "--out", str(out)])
     (run,) = [p for p in out.iterdir() if p.is_dir()]
     return code, RunStore(run)
+
+
+@pytest.fixture(scope="session")
+def renewal_run(tmp_path_factory):
+    """`k3 review --demo steady` once per session: its RunStore."""
+    from k3lib.cli import main
+    from k3lib.store import RunStore
+
+    out = tmp_path_factory.mktemp("renewal")
+    assert main(["review", "--demo", "steady", "--out", str(out)]) in (0, 3, 4, 5)
+    (run,) = [p for p in out.iterdir() if p.is_dir()]
+    return RunStore(run)

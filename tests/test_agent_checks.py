@@ -8,13 +8,14 @@ import re
 import pytest
 import yaml
 
-import k3lib.agent  # until k3lib/__init__.py imports it
+import k3lib.agent
 from k3lib.agent import checks as C
 from k3lib.agent.report import AgentResult, FailingReply, iter_findings
 from k3lib.agent.runner import assistant_message, filler_lines, parsed_reply
 from k3lib.agent.sample import FallbackSpec, FinalSpec, load_sample, packaged_sample_path
 from k3lib.agent.tools import BUILTIN_TOOLS, execute
 from k3lib.client import ChatRecord, ToolCall
+from k3lib.decision import level_for
 from k3lib.errors import BadInputError
 
 WEATHER_SCHEMA = {"type": "object", "required": ["location", "unit"], "additionalProperties": False,
@@ -329,7 +330,7 @@ def test_findings_fail_a_check_with_its_counts_and_block_agents():
     f = {x.rule: x for x in iter_findings(_result(steps))}
     assert f["agent.arguments_valid"].status == "fail"
     assert "fails 1 of 3" in f["agent.arguments_valid"].message
-    assert f["agent.arguments_valid"].evidence["decision"] == "limited-observation"
+    assert level_for(f["agent.arguments_valid"])[0] == "limited-observation"
     assert f["agent.arguments_valid"].observed["1"]["total"] == 3
     assert f["agent.final_answer"].status == "not-observable"
 
@@ -339,7 +340,7 @@ def test_environment_refusal_is_an_environment_finding():
     f = {x.rule: x for x in iter_findings(_result([step]))}
     env = f["agent.auto_tool_choice"]
     assert env.status == "fail" and "auto tool choice not enabled on the server" in env.message
-    assert env.evidence["category"] == "environment" and env.evidence["decision"] == "environment-rebuild"
+    assert env.evidence["category"] == "environment" and level_for(env)[0] == "environment-rebuild"
 
 
 def test_failing_reply_is_escaped():

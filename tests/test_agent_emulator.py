@@ -4,15 +4,13 @@ bounds, streaming, re-rendering from the run folder, and the notebook under pape
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx
 import pytest
 
 import k3lib.agent as agent  # noqa: F401  (until k3lib/__init__.py imports it)
-from k3lib.decision import decide
+from k3lib.decision import decide, level_for
 from k3lib.emulator import EmulatorConfig, start_emulator
 from k3lib.session import open_axis
 
@@ -94,7 +92,7 @@ def test_tool_faults_fail_the_matching_checks_near_the_injected_share(server, tm
     assert record.status == "fail"
     for check in failing:
         finding = record.by_rule(f"agent.{check}")
-        assert finding.status == "fail" and finding.evidence["decision"] == "limited-observation"
+        assert finding.status == "fail" and level_for(finding)[0] == "limited-observation"
         row = finding.observed["8"]
         assert row["total"] >= 60, row
         assert abs((1 - row["rate"]) - share) <= 0.15, (check, row)
@@ -116,7 +114,7 @@ def test_no_tool_parser_is_an_environment_finding(server, tmp_path):
     env = record.by_rule("agent.auto_tool_choice")
     assert record.status == "fail" and env.status == "fail"
     assert "auto tool choice not enabled on the server" in env.message
-    assert env.evidence["category"] == "environment" and env.evidence["decision"] == "environment-rebuild"
+    assert env.evidence["category"] == "environment" and level_for(env)[0] == "environment-rebuild"
     assert record.by_rule("agent.requests_ok").status == "pass"  # the refusal is not counted twice
     assert record.by_rule("agent.arguments_valid").status == "not-observable"
     assert any("flags missing" in s["decision"] for s in result.steps)
@@ -146,15 +144,8 @@ def test_time_bound_stops_the_level(server, tmp_path):
     assert level["repetitions_completed"] < 50
 
 
-def _kernel_sees_agent() -> bool:
-    probe = subprocess.run([sys.executable, "-c", "import k3lib; k3lib.agent"], capture_output=True, cwd=ROOT)
-    return probe.returncode == 0
-
-
 @pytest.mark.slow
 def test_notebook_under_papermill_against_the_emulator(server, tmp_path):
-    if not _kernel_sees_agent():
-        pytest.skip("k3lib/__init__.py does not import k3lib.agent yet: the notebook's `import k3lib` cannot reach it")
     import papermill as pm
 
     restart(server, "bad-tool-args")

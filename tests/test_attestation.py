@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from k3lib.attestation import (RULE_LIMITS, RULE_ROLLBACK, DrillResult, HttpAction, attestation_findings,
+from k3lib.attestation import (RULE_LIMITS, RULE_ROLLBACK, DrillResult, HttpAction, Served, attestation_findings,
                                parse_attestation, parse_drill_command, read_attestation, rollback_drill)
 from k3lib.errors import BadInputError
 
@@ -115,7 +115,8 @@ def test_attested_items(change, contract, planned, expected):
 
 def _drill(ok: bool) -> DrillResult:
     return DrillResult("cmd", "http://127.0.0.1:1", ok, "exit status 0" if ok else "exit status 3",
-                       200 if ok else None, ok, None if ok else "the rollback command failed", 1.0)
+                       200 if ok else None, ok, None if ok else "the rollback command failed", 1.0,
+                       Served("0.33.0"), Served("0.32.1") if ok else None, "0.32.1")
 
 
 def test_a_failed_drill_fails_the_item_whatever_was_attested():
@@ -152,17 +153,46 @@ def test_bad_drill_commands_are_bad_input(command, match):
         parse_drill_command(command, "http://h:8")
 
 
-def test_drill_restarts_the_emulator_and_checks_it_serves(emulator_url):
-    result = rollback_drill('http:POST:{base_url}/_emulator/restart:{"profile": "demo"}', emulator_url, 30)
-    assert result.ok, result
-    assert result.command_detail.startswith("HTTP 200") and result.health_status == 200 and result.chat_ok
+RESTART = 'http:POST:{base_url}/_emulator/restart:{"profile": "demo", "vllm_version": "%s"}'
+INSPECT = "{base_url}/_emulator/inspect"
+
+
+def test_drill_rolls_the_emulator_back_shows_the_previous_release_and_rolls_forward(emulator_url):
+    result = rollback_drill(RESTART % "0.32.1", emulator_url, 30, inspect=INSPECT, rollback_to="0.32.1",
+                            roll_forward=RESTART % "0.33.0")
+    assert result.before.vllm_version == "0.33.0" and result.before.image == "vllm/vllm-openai:v0.33.0"
+    assert result.after.vllm_version == "0.32.1" and result.after.image == "vllm/vllm-openai:v0.32.1"
+    assert result.before.digest.startswith("sha256:") and result.after.digest != result.before.digest
+    assert result.forward["served"].same_as(result.before)
     finding = result.finding()
-    assert finding.rule == RULE_ROLLBACK and finding.status == "pass" and "/_emulator/restart" in finding.message
+    assert finding.rule == RULE_ROLLBACK and finding.status == "pass", finding.message
+    assert "vLLM 0.33.0" in finding.message and "previous release vLLM 0.32.1" in finding.message
 
 
-def test_drill_with_an_argv_command(emulator_url):
-    result = rollback_drill([sys.executable, "-c", "print('rolled back')"], emulator_url, 30)
-    assert result.ok and "rolled back" in result.command_detail
+@pytest.mark.parametrize("command", [
+    pytest.param(["true"], id="true"),
+    pytest.param([sys.executable, "-c", "print('rolled back')"], id="prints-but-does-nothing"),
+    pytest.param('http:POST:{base_url}/_emulator/restart:{"profile": "demo"}', id="restarts-the-same-release"),
+])
+def test_a_drill_that_restores_nothing_leaves_c16_open(emulator_url, command):
+    result = rollback_drill(command, emulator_url, 30, inspect=INSPECT)
+    assert result.serving and not result.ok
+    finding = result.finding()
+    assert finding.status == "not-observable" and "changed nothing" in finding.message
+
+
+def test_a_drill_to_the_wrong_release_fails(emulator_url):
+    result = rollback_drill(RESTART % "0.31.0", emulator_url, 30, inspect=INSPECT, rollback_to="0.32.1",
+                            roll_forward=RESTART % "0.33.0")
+    finding = result.finding()
+    assert finding.status == "fail" and "not the previous release 0.32.1" in finding.message
+
+
+def test_a_roll_forward_that_does_not_return_fails(emulator_url):
+    result = rollback_drill(RESTART % "0.32.1", emulator_url, 30, inspect=INSPECT, roll_forward=RESTART % "0.32.1")
+    finding = result.finding()
+    assert finding.status == "fail" and "not the accepted" in finding.message
+    rollback_drill(RESTART % "0.33.0", emulator_url, 30)  # leave the module's emulator as it was
 
 
 @pytest.mark.parametrize("command, url_kind, error", [

@@ -139,7 +139,7 @@ def test_missing_evidence_is_unverified_never_unchanged(tmp_path, baseline):
     assert "evidence/environment.json data.observed.driver" in cmp.unverified[0].message
     queue = next(f for f in cmp.checks if f.rule == "baseline.drift.queue_time_p95_s")
     assert queue.status == "not-observable" and "not measured in this run" in queue.message
-    assert cmp.headline().startswith("sheet not reopened")
+    assert cmp.headline().startswith("SAME DEPLOYMENT NOT PROVEN: host driver")
 
 
 def test_a_baseline_axis_that_failed_gives_no_band(tmp_path):
@@ -212,6 +212,11 @@ def test_compare_main_exit_codes_and_precheck(tmp_path, baseline, capsys):
     moved = write_run(tmp_path, "moved", changed(environment__observed__driver="590.1"))
     assert compare_main(argparse.Namespace(run=str(moved.root), baseline=str(baseline.root))) == 1
     assert capsys.readouterr().out.splitlines()[-2].startswith("THE ACCEPTANCE SHEET REOPENS")
+    # the digest missing from the run: nothing changed that the kit saw, but the same image is not proven
+    undigested = write_run(tmp_path, "undigested", changed(environment__observed__image_digest=None))
+    assert compare_main(argparse.Namespace(run=str(undigested.root), baseline=str(baseline.root))) == 1
+    out = capsys.readouterr().out
+    assert "SAME DEPLOYMENT NOT PROVEN: image digest" in out and "UNVERIFIED image digest" in out
     custom = write_run(tmp_path, "custom", changed(environment__build="custom"))
     with pytest.raises(BadInputError, match="never compared as one"):
         compare_main(argparse.Namespace(run=str(custom.root), baseline=str(baseline.root)))

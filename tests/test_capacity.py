@@ -198,13 +198,14 @@ def test_memory_growth_tells_a_leak_from_a_flat_reservation():
     assert flat["growth_mib"] == 0
 
 
-def _soak_rows(n=30, *, usage=lambda i: 0.5, running=lambda i: 4, hits=lambda i: 0.8, preempt=lambda i: 0):
+def _soak_rows(n=30, *, usage=lambda i: 0.5, running=lambda i: 4, hits=lambda i: 0.8, preempt=lambda i: 0,
+               waiting=lambda i: 0):
     rows, q, h = [], 0.0, 0.0
     for i in range(n):
         q += 100
         h += 100 * hits(i)
         rows.append({"t_wall": float(i), "kv_cache_usage_perc": usage(i), "num_requests_running": running(i),
-                     "num_requests_waiting": 0, "num_preemptions_total": preempt(i),
+                     "num_requests_waiting": waiting(i), "num_preemptions_total": preempt(i),
                      "prefix_cache_queries_total": q, "prefix_cache_hits_total": h})
     return rows
 
@@ -224,6 +225,18 @@ def test_soak_analysis_flags(rows, gpu, flag):
     flags = {"memory_growing": bool(got["memory_growing"]), "kv_accumulating": got["kv_accumulating"],
              "evicting": got["evicting"], "fragmented": got["fragmented"], "preemptions": bool(got["preemptions"])}
     assert {k for k, v in flags.items() if v} == ({flag} if flag else set())
+
+
+@pytest.mark.parametrize("waiting, queueing", [
+    pytest.param(lambda i: 4 if i < 8 else 0, False, id="ramp-up-head-only"),
+    pytest.param(lambda i: 2, True, id="lasting-queue"),
+    pytest.param(lambda i: 0 if i < 8 else 2, True, id="queue-builds-later"),
+])
+def test_soak_queueing_is_judged_after_the_ramp_up(waiting, queueing):
+    got = soak_analysis(_soak_rows(waiting=waiting), _gpu([1000] * 30), 0, 29, concurrency=4,
+                        memory_growth_min_mib=256, kv_trend_max=0.15, hit_rate_drop_max=0.2,
+                        fragmentation_share_max=0.2, waiting_tolerance=0.5, settle_fraction=0.3)
+    assert got["queueing"] is queueing
 
 
 # --- request outcomes and configuration ---------------------------------------------------------------------
@@ -258,3 +271,73 @@ def test_server_config_reads_args_cache_info_and_models():
     assert (v["block_size"], v["num_gpu_blocks"], v["enable_prefix_caching"]) == (64, 9000, True)
     assert src["max_num_batched_tokens"] == "log: chunked prefill line"
     assert server_config(None)["values"]["tensor_parallel_size"] is None
+
+
+# --- cold load and admission, judged by the axis's own findings over a run's content --------------------------
+
+
+def _cold_result(ready: dict, config: dict | None = None):
+    from k3lib.capacity.result import CapacityResult
+
+    phases = [{"phase": "cold-load", "status": "done", "start_wall": 0.0, "end_wall": 1.0, "note": ""}]
+    run = {"plan": {}, "phases": phases, "steps": [], "ready": ready, "config": {"values": config or {}}}
+    return CapacityResult(run, [], [], [], None, None)
+
+
+def _finding(result, rule, *overrides):
+    from k3lib.capacity import iter_findings
+
+    params = load_params([str(ROOT / "parameters" / "emulator.yaml")], list(overrides))
+    return next(f for f in iter_findings(result, params) if f.rule == f"capacity.{rule}")
+
+
+READY = {"ready": True, "polls": 1, "waited_s": 0.4, "ready_at_wall": 1.0, "last_status": 200,
+         "memory_at_ready": [{"gpu": "h/gpu0", "used_mib": 1000.0, "total_mib": 2000.0}]}
+
+
+@pytest.mark.parametrize("ready, status, words", [
+    pytest.param({**READY, "observed_transition": True, "restart": {"command": "target.restart", "ok": True}},
+                 "pass", "restarted with target.restart, not ready → ready", id="restarted"),
+    pytest.param({**READY, "observed_transition": False, "restart": {"command": None, "ok": None}},
+                 "not-observable", "not observed: the server was already running", id="already-running"),
+    pytest.param({**READY, "observed_transition": False, "restart": {"command": "target.restart", "ok": False,
+                                                                      "detail": "exit status 1"}},
+                 "not-observable", "target.restart failed (exit status 1)", id="restart-failed"),
+])
+def test_cold_load_is_measured_only_across_a_restart(ready, status, words):
+    f = _finding(_cold_result(ready), "cold_load")
+    assert f.status == status and words in f.message, f.message
+
+
+@pytest.mark.parametrize("config, planned, status", [
+    pytest.param({"max_num_seqs": 8, "data_parallel_size": 1}, 4, "pass", id="within"),
+    pytest.param({"max_num_seqs": 4, "data_parallel_size": 2}, 9, "fail", id="above-seqs-times-dp"),
+    pytest.param({"max_num_seqs": 5, "data_parallel_size": 2}, 10, "pass", id="exactly-at-the-limit"),
+    pytest.param({}, 4, "info", id="not-stated"),
+])
+def test_a_planned_concurrency_above_max_num_seqs_times_dp_is_a_finding(config, planned, status):
+    f = _finding(_cold_result({**READY, "observed_transition": True}, config), "admission",
+                 f"contract.planned_concurrency={planned}")
+    assert f.status == status, f.message
+
+
+def _gauges(n=10, *, waiting=2.0, running=3.0, usage=0.4):
+    return [{"t_wall": float(i), "num_requests_waiting": waiting, "num_requests_running": running,
+             "kv_cache_usage_perc": usage, "num_preemptions_total": 0.0} for i in range(n)]
+
+
+@pytest.mark.parametrize("rows, admit_limit, held", [
+    # a busy client machine: requests wait for the engine's next step while it has room — not saturation
+    pytest.param(_gauges(), 8, True, id="waiting-with-room"),
+    pytest.param(_gauges(usage=0.95), 8, False, id="waiting-with-the-kv-pool-full"),
+    pytest.param(_gauges(running=8.0), 8, False, id="waiting-at-max-num-seqs"),
+    pytest.param(_gauges(), None, False, id="admission-limit-unknown-counts-every-waiting-request"),
+])
+def test_a_queue_counts_only_while_the_engine_is_full(rows, admit_limit, held):
+    step = {"ok": 10, "preemptions": 0, **settled_stats(rows, 0, 9, 0.3, admit_limit)}
+    ok, why = judge_step(step, queue_objective_ms=None, waiting_tolerance=0.5)
+    assert ok is held, why
+    soak = soak_analysis(rows, _gpu([1000] * 10), 0, 9, concurrency=4, memory_growth_min_mib=256, kv_trend_max=0.15,
+                         hit_rate_drop_max=0.2, fragmentation_share_max=1.0, waiting_tolerance=0.5,
+                         settle_fraction=0.3, admit_limit=admit_limit)
+    assert soak["queueing"] is not held

@@ -25,6 +25,7 @@ from k3lib.capacity.trust import (calibration_concurrencies, calibration_rounds,
                                   cross_check_label, failed_report, gate_step, governing_report, known_timing)
 from k3lib.client import run_sync
 from k3lib.crosscheck import CrossCheckItem, cross_check
+from k3lib.decision import level_for
 from k3lib.emulator import EmulatorConfig, start_emulator
 from k3lib.load import summarize
 from k3lib.metrics import Snapshot
@@ -221,7 +222,7 @@ def test_calibration_finding(calibration, steps, status, needle):
              if f.rule == "capacity.client_calibration")
     assert f.status == status and needle in f.message
     if status == "warn":
-        assert f.evidence["decision"] == "limited-observation" and f.evidence["invalid_steps"] == [5]
+        assert level_for(f)[0] == "limited-observation" and f.evidence["invalid_steps"] == [5]
         assert capacity.implied_decision([f]) == "limited-observation"
 
 
@@ -230,7 +231,7 @@ def test_cross_check_finding_names_the_disagreeing_window():
     result = _result({"enabled": False}, [_step(1, None), _step(4, None, counts_agree=False)],
                      soak={"cross_check": _step(4, None)["cross_check"]})
     f = next(f for f in capacity.iter_findings(result, params) if f.rule == "capacity.cross_check")
-    assert f.status == "warn" and f.evidence["decision"] == "limited-observation"
+    assert f.status == "warn" and level_for(f)[0] == "limited-observation"
     assert "1 of 3 load window(s): concurrency 4 (requests sent: client 10, server 25)" in f.message
     table = capacity.steps_table(result)
     assert list(table["cross_check"]) == ["agrees", "counts disagree: requests sent (client 10, server 25)"]
@@ -327,7 +328,7 @@ def test_an_absurd_calibration_bound_marks_the_steps_invalid_but_keeps_the_count
     with _emulator() as h:
         ctx, result, record = _run(tmp_path, h.url, h.dcgm_url, "axes.capacity.calibration_max_error_ms=0.001")
     cal = record.by_rule("capacity.client_calibration")
-    assert cal.status == "warn" and cal.evidence["decision"] == "limited-observation"
+    assert cal.status == "warn" and level_for(cal)[0] == "limited-observation"
     assert "at concurrency 4 exceeds its bound" in cal.message and "marked invalid, not trusted" in cal.message
     by_c = {s["concurrency"]: s for s in result.steps}
     assert [by_c[c]["latency_valid"] for c in (1, 2, 4, 5)] == [True, True, False, False]
@@ -385,6 +386,6 @@ def test_foreign_load_during_the_steps_is_recorded_as_a_disagreement(tmp_path):
         by = {i["quantity"]: i for i in s["cross_check"]["items"]}
         assert by["requests sent"]["server"] > by["requests sent"]["client"]  # more than the kit sent
     f = record.by_rule("capacity.cross_check")
-    assert f.status == "warn" and f.evidence["decision"] == "limited-observation"
+    assert f.status == "warn" and level_for(f)[0] == "limited-observation"
     assert "another client was loading the target" in f.message
     assert any(cell.startswith("counts disagree") for cell in capacity.steps_table(result)["cross_check"])

@@ -14,6 +14,7 @@ import pytest
 
 import k3lib
 import k3lib.capacity as capacity
+from k3lib.decision import level_for
 from k3lib.emulator import EmulatorConfig, start_emulator
 from k3lib.store import RunStore
 
@@ -57,11 +58,14 @@ def test_kv_starved_preempts_and_queues_at_nominal_load(tmp_path):
     ctx, result, record, elapsed = _run(tmp_path, "kv-starved")
     assert record.status == "fail"
     sat = _rule(record, "saturation")
-    assert sat.status == "fail" and sat.evidence["decision"] == "capacity-extension"
+    assert sat.status == "fail" and level_for(sat)[0] == "capacity-extension"
     planned = result.step(ctx.params.contract.planned_concurrency)
     assert planned["held"] is False
-    assert (planned["preemptions"] or 0) > 0 and planned["waiting_mean"] > 0
-    assert record.data["saturation_point"] < ctx.params.contract.planned_concurrency
+    # preemption is read from the server's counter over the window; how many sampled gauges caught a waiting queue
+    # depends on how often the sampler ran on a loaded machine, so the queue is not asserted here
+    assert (planned["preemptions"] or 0) > 0 and any("preemption" in w for w in planned["why"])
+    point = record.data["saturation_point"]  # None: not even the first step held
+    assert point is None or point < ctx.params.contract.planned_concurrency
     assert record.data["traffic_cap"]["max_concurrency"] == record.data["saturation_point"]
     assert record.data["implied_decision"] == "capacity-extension"
     assert _rule(record, "context_refusal").status == "pass"
@@ -73,7 +77,7 @@ def test_oom_on_long_context_is_found_timed_and_classified(tmp_path):
     ctx, result, record, elapsed = _run(tmp_path, "oom-long-context")
     oom = _rule(record, "oom")
     assert oom.status == "fail" and oom.observed == "long-context"
-    assert oom.evidence["decision"] == "capacity-extension"
+    assert level_for(oom)[0] == "capacity-extension"
     event = record.data["oom"]
     assert event["kind"] == "oom" and event["phase"] == "long-context" and event["in_flight"] == 1
     # timed from the client (the failing request) and from the log, with the lines before it and the curve
@@ -91,7 +95,9 @@ def test_oom_on_long_context_is_found_timed_and_classified(tmp_path):
 
 @pytest.mark.slow
 def test_memory_leak_is_seen_as_growth_in_the_soak(tmp_path):
-    ctx, result, record, _ = _run(tmp_path, "memory-leak", extra=("axes.capacity.concurrency_steps=[4]",))
+    # 200 MiB per finished request: a loaded machine finishes few requests in the 1.5 s soak, and the growth must
+    # still clear the 256 MiB threshold from a handful of them
+    ctx, result, record, _ = _run(tmp_path, "memory-leak=200", extra=("axes.capacity.concurrency_steps=[4]",))
     growth = _rule(record, "memory_growth")
     assert growth.status == "fail"
     assert result.run["soak"]["memory_growing"]
@@ -169,7 +175,7 @@ def test_a_target_that_never_answers_ends_in_the_cold_load_bound(tmp_path):
     assert elapsed < 1.5 + 2 * 5 + 3 + 5, elapsed  # ready bound + a health timeout + log fetch + sampler join
     assert [p["status"] for p in result.run["phases"]] == ["done", "skipped", "skipped", "skipped"]
     cold = _rule(record, "cold_load")
-    assert cold.status == "fail" and cold.evidence["decision"] == "environment-rebuild"
+    assert cold.status == "fail" and level_for(cold)[0] == "environment-rebuild"
     assert record.status == "fail"
 
 

@@ -90,6 +90,15 @@ def test_k3_emulator_prints_its_url_first_and_serves(tmp_path):
                  "unknown fault", id="unknown-fault"),
     pytest.param(["demo", "--fault", "tool-markup-leak=2.5"], "tool-markup-leak", id="share-out-of-range"),
     pytest.param(["demo", "--profile", "h100x1"], "unknown emulator profile", id="unknown-profile"),
+    pytest.param(["emulator", "--port", "99999"], "expected a TCP port number 0-65535, got 99999", id="port-too-big"),
+    pytest.param(["emulator", "--port", "http"], "expected a TCP port number", id="port-not-a-number"),
+    pytest.param(["emulator", "--time-scale", "0"], "expected a positive number", id="time-scale-zero"),
+    pytest.param(["review", "-p", str(ROOT / "parameters/emulator.yaml")],
+                 "a parameters file for `k3 validate` (top-level contract, axes), not for `k3 review`",
+                 id="acceptance-file-given-to-review"),
+    pytest.param(["validate", "-p", str(ROOT / "parameters/renewal-demo.yaml")],
+                 "a parameters file for `k3 review` (top-level review), not for `k3 validate`",
+                 id="renewal-file-given-to-validate"),
 ])
 def test_bad_emulator_options_are_one_line_exit_2(argv, needle, capsys):
     assert main(argv) == 2

@@ -11,7 +11,7 @@ import pytest
 from k3lib.compat import (RULES, SourceText, ToolChoiceProbe, classify_tool_probe, environment_table, evaluate,
                           in_range, parse_flag, parse_image_inspect, parse_version, read_sources, sources_from_texts,
                           table_rows)
-from k3lib.compat.rules import (check_build_method, check_cuda_build, check_driver, check_fabric, check_flags,
+from k3lib.compat.rules import (check_build_method, check_host_container, check_cuda_build, check_driver, check_fabric, check_flags,
                                 check_gpus, check_image, check_prefix_caching, check_startup, check_version,
                                 cuda_major_of_tag)
 from k3lib.compat.sources import AUTO_TOOL_CHOICE_400
@@ -249,10 +249,40 @@ def test_image_check(inspect, recipe, status, says):
     assert finding.status == status and says in finding.message, finding.message
 
 
-def test_image_declared_in_parameters_only():
+def test_an_image_only_typed_into_the_parameters_is_open_not_a_pass():
     s = read_sources({}, declared_image="vllm/vllm-openai:v0.33.0", declared_digest="sha256:" + "4" * 64)
     finding = check_image(s, K3)
-    assert finding.status == "pass" and "declared in parameters" in finding.message
+    assert finding.status == "not-observable" and "only declared in the parameters" in finding.message
+
+
+def test_an_inspected_image_without_a_digest_is_open_not_a_pass():
+    s = sources_from_texts(image_inspect='{"image": "vllm/vllm-openai:v0.33.0"}', version="0.33.0")
+    finding = check_image(s, K3)
+    assert finding.status == "not-observable" and "no digest" in finding.message
+
+
+def _emulated_texts(**host_overrides):
+    """collect_env (container) and nvidia-smi (host) as the emulator writes them; `host_overrides` change the
+    host's side only (another driver than the one the container saw)."""
+    from k3lib.emulator import EmulatorConfig
+    from k3lib.emulator.envreport import collect_env_report, nvidia_smi_report
+
+    cfg = EmulatorConfig.from_profile("demo").resolved()
+    host = cfg.replace(**host_overrides) if host_overrides else cfg
+    return collect_env_report(cfg), nvidia_smi_report(host, 1000, "Tue Dec  1 00:00:00 2026")
+
+
+@pytest.mark.parametrize("host, use_smi, status, says", [
+    pytest.param({}, True, "pass", "driver 580.95.05 = 580.95.05", id="agree"),
+    pytest.param({"driver_version": "580.65.06"}, True, "fail", "the host's driver is 580.65.06", id="driver-differs"),
+    pytest.param({"driver_version": "570.172.08"}, True, "fail", "host driver runs only CUDA 12.8", id="driver-too-old"),
+    pytest.param({}, False, "not-observable", "no host-side source", id="container-only"),
+])
+def test_c04_compares_the_host_with_the_container(host, use_smi, status, says):
+    collect_env, smi = _emulated_texts(**host)
+    s = sources_from_texts(collect_env=collect_env, nvidia_smi=smi if use_smi else None)
+    finding = check_host_container(s)
+    assert finding.status == status and says in finding.message, finding.message
 
 
 @pytest.mark.parametrize("kw, build, status", [
@@ -268,7 +298,7 @@ def test_build_method(kw, build, status):
     kw = {k: (real(v) if k == "collect_env" else v) for k, v in kw.items()}
     finding = check_build_method(sources_from_texts(build=build, **kw))
     assert finding.status == status, finding.message
-    assert RULES[finding.rule].decision == "separate-sheet"
+    assert RULES[finding.rule].decision == "limited-observation"  # its own sheet, never a rebuild
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -4,21 +4,18 @@ fault fails with a finding naming its cause; sources are kept in the run folder;
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from k3lib.compat import check_environment, environment_record, environment_table
+from k3lib.decision import level_for
 from k3lib.evidence import parse_record
 from k3lib.session import open_axis
 from k3lib.store import RunStore
 
-emulator_mod = pytest.importorskip("k3lib.emulator")
+import k3lib.emulator as emulator_mod
 ROOT = Path(__file__).resolve().parents[1]
-# The emulator's state JSON carries the image reference, as `docker inspect` would on a real host.
-IMAGE_FROM_STATE = "axes.environment.image_inspect={base_url}/_emulator/state"
 
 
 def _run(tmp_path: Path, faults: tuple[str, ...], *extra: str):
@@ -26,7 +23,7 @@ def _run(tmp_path: Path, faults: tuple[str, ...], *extra: str):
         emulator_mod.EmulatorConfig.from_profile("demo", faults=faults, time_scale=0.05), host="127.0.0.1", port=0)
     try:
         ctx = open_axis("environment", str(ROOT / "parameters/emulator.yaml"),
-                        [f"target.base_url={handle.url}", IMAGE_FROM_STATE, *extra], str(tmp_path / "run"))
+                        [f"target.base_url={handle.url}", *extra], str(tmp_path / "run"))
         result = check_environment(ctx)
         record = ctx.record(environment_record(result, ctx))
     finally:
@@ -39,7 +36,7 @@ def test_healthy_emulator_passes_with_every_proof_kept(tmp_path):
     assert record.status == "pass", [(f.rule, f.status, f.message) for f in record.findings if f.status != "pass"]
     assert record.data["mismatch"] is False and record.data["build"] == "official"
     for name in ("collect_env", "server_log", "version", "models", "chat", "tool_choice", "cache_config_info",
-                 "image_inspect"):
+                 "image_inspect", "nvidia_smi"):
         rel = f"evidence/environment/{name}.txt"
         assert rel in record.attachments and ctx.store.path(rel).stat().st_size > 0, name
     back = parse_record(json.loads(ctx.store.path("evidence/environment.json").read_text()), "environment.json")
@@ -48,6 +45,11 @@ def test_healthy_emulator_passes_with_every_proof_kept(tmp_path):
     table = environment_table(result)
     assert (table["status"].isin(["pass", "info"])).all()
     assert table.loc["vLLM version", "observed"] == "0.33.0"
+    # C01 rests on the inspected digest, C04 on the host's nvidia-smi compared with the container's collect_env
+    image = record.by_rule("compat.image")
+    assert image.status == "pass" and "@sha256:" in image.message and image.observed["digest"].startswith("sha256:")
+    host = record.by_rule("compat.host_container")
+    assert host.status == "pass" and "nvidia_smi (host)" in host.message
 
 
 @pytest.mark.parametrize("fault, rule, says", [
@@ -63,7 +65,7 @@ def test_each_environment_fault_fails_with_a_finding_naming_its_cause(tmp_path, 
     assert record.data["mismatch"] is True
     finding = record.by_rule(rule)
     assert finding is not None and finding.status == "fail" and says in finding.message, finding
-    assert finding.evidence["decision_on_mismatch"] == "environment-rebuild"
+    assert level_for(finding)[0] == "environment-rebuild"
     assert finding.evidence["proofs"], "a failing finding names the proofs it used"
 
 
@@ -75,7 +77,7 @@ def test_no_tool_parser_is_proven_by_behaviour_too(tmp_path):
 
 def test_unconfigured_and_unreachable_sources_are_not_observable_never_raised(tmp_path):
     _, result, record = _run(tmp_path, (), "axes.environment.image_inspect=null",
-                             "axes.environment.nvidia_smi={base_url}/_emulator/nvidia-smi",
+                             "axes.environment.nvidia_smi={base_url}/_emulator/no-such-artifact",
                              f"axes.environment.collect_env={tmp_path}/missing.txt")
     findings = {(f.rule, f.evidence.get("source")): f for f in record.findings}
     assert findings[("compat.image", None)].status == "not-observable"
@@ -86,14 +88,7 @@ def test_unconfigured_and_unreachable_sources_are_not_observable_never_raised(tm
     assert record.status == "warn"
 
 
-def _compat_reachable_from_import_k3lib() -> bool:
-    code = "import k3lib, sys; sys.exit(0 if hasattr(k3lib, 'compat') else 1)"
-    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, timeout=60).returncode == 0
-
-
 def test_environment_notebook_under_papermill(tmp_path):
-    if not _compat_reachable_from_import_k3lib():
-        pytest.skip("k3lib/__init__.py does not import k3lib.compat yet (the notebook calls k3lib.compat.…)")
     import papermill as pm
 
     handle = emulator_mod.start_emulator(emulator_mod.EmulatorConfig.from_profile("demo", time_scale=0.05),
@@ -104,7 +99,7 @@ def test_environment_notebook_under_papermill(tmp_path):
             str(ROOT / "notebooks/01_environment.ipynb"), str(tmp_path / "env.ipynb"), kernel_name="python3",
             progress_bar=False, cwd=str(ROOT),
             parameters={"params_file": "parameters/emulator.yaml", "run_dir": str(run),
-                        "overrides": [f"target.base_url={handle.url}", IMAGE_FROM_STATE]})
+                        "overrides": [f"target.base_url={handle.url}"]})
     finally:
         handle.stop()
     record = json.loads((run / "evidence/environment.json").read_text())

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import ast
 import datetime as dt
+import fnmatch
+import re
 
 import pytest
 
-from k3lib.decision import EXIT_CODES, decide, level_for
+from conftest import ROOT
+
+from k3lib.decision import DECISIONS, EXIT_CODES, RULES, Outcome, decide, level_for, traffic_cap_from
 from k3lib.evidence import EvidenceRecord, Finding, axis_status
 from k3lib.sheet import ITEMS, item_status, sheet_rows
 
@@ -62,21 +67,61 @@ def test_agents_blocked_and_cache_gain_flags():
     assert d.traffic_cap["agents_blocked"] is True
 
 
-def test_traffic_cap_comes_from_the_highest_step_that_held():
-    cap = rec("capacity", capacity__concurrency="pass")
-    cap = cap.model_copy(update={"data": {"saturation": {"max_ok_concurrency": 3}}})
-    d = decide({"capacity": cap, "prefix_cache": rec("prefix_cache", prefix_cache__reuse="fail")},
+def _capacity_record(held: list[bool], planned: int = 4) -> EvidenceRecord:
+    """A capacity record built by the axis's own record builder from a run's steps (no hand-built data)."""
+    import types
+
+    from k3lib.capacity import capacity_record
+    from k3lib.capacity.result import CapacityResult
+    from k3lib.params import load_params
+
+    params = load_params([ROOT / "parameters" / "emulator.yaml"], [f"contract.planned_concurrency={planned}"])
+    steps = [{"concurrency": c, "status": "done", "held": ok, "why": [] if ok else ["preempted"], "preemptions": 0,
+              "out_of_contract": c > planned} for c, ok in enumerate(held, start=1)]
+    phases = [{"phase": "concurrency", "status": "done", "start_wall": 0.0, "end_wall": 1.0, "note": ""}]
+    result = CapacityResult({"plan": {}, "phases": phases, "steps": steps}, [], [], [], None, None)
+    return capacity_record(result, types.SimpleNamespace(params=params))
+
+
+@pytest.mark.parametrize("held, planned, cap", [
+    pytest.param([True] * 5, 4, 4, id="beyond-the-plan-capped-at-the-plan"),
+    pytest.param([True, True, True, False, False], 4, 3, id="saturates-at-4"),
+])
+def test_traffic_cap_is_the_one_the_capacity_axis_measured(held, planned, cap):
+    record = _capacity_record(held, planned)
+    d = decide({"capacity": record, "prefix_cache": rec("prefix_cache", prefix_cache__reuse="fail")},
                ["capacity", "prefix_cache"])
+    assert d.decision in ("limited-observation", "capacity-extension")
+    if d.decision == "limited-observation":
+        assert d.traffic_cap["max_concurrency"] == cap
+        assert d.traffic_cap["source"] == "evidence/capacity.json: data.traffic_cap"
+        assert any(r.startswith(f"traffic cap: {cap} ") for r in d.reasons)
+
+
+def test_traffic_cap_on_the_demo_shape_states_the_measured_cap():
+    """The demo's shape: saturation point 5, planned 4 → cap 4, never the fallback of one request at a time."""
+    record = _capacity_record([True] * 5, 4)
+    assert record.data["saturation_point"] == 5
+    d = decide({"capacity": record}, ["capacity", "prefix_cache"])
     assert d.decision == "limited-observation"
-    assert d.traffic_cap["max_concurrency"] == 3
+    assert d.traffic_cap["max_concurrency"] == 4 and d.traffic_cap["saturation_point"] == 5
+
+
+def test_no_step_held_caps_at_one_request_with_the_reason():
+    cap = traffic_cap_from({"capacity": _capacity_record([False, False], 2)})
+    assert cap["max_concurrency"] == 1 and "accepted no load step" in cap["basis"] and cap["source"] is None
 
 
 @pytest.mark.parametrize("rule, level", [
     ("compat.driver_branch", "environment-rebuild"),
     ("agent.auto_tool_choice", "environment-rebuild"),
     ("agent.arguments_valid", "limited-observation"),
-    ("capacity.cold_load", "capacity-extension"),
+    ("capacity.cold_load", "environment-rebuild"),
+    ("capacity.startup_oom", "environment-rebuild"),
     ("capacity.oom", "capacity-extension"),
+    ("capacity.memory_growth", "limited-observation"),
+    ("capacity.notebook", "limited-observation"),
+    ("compat.build_method", "limited-observation"),
     ("prefix_cache.reuse", "limited-observation"),
     ("something.else", "limited-observation"),
 ])
@@ -112,9 +157,56 @@ def test_decision_json_shape():
     assert d["build"] == "official"
 
 
-def test_an_axis_hint_overrides_the_rule_table():
-    oom = Finding(rule="capacity.oom", status="fail", message="OOM at startup",
-                  evidence={"decision": "environment-rebuild"})
-    assert level_for(oom)[0] == "environment-rebuild"
-    bogus = Finding(rule="capacity.oom", status="fail", message="x", evidence={"decision": "go-live-anyway"})
-    assert level_for(bogus)[0] == "capacity-extension"
+def test_the_one_table_decides_whatever_a_finding_carries():
+    """No hint inside a finding changes the decision: the rule id and the status decide, through RULES only."""
+    hinted = Finding(rule="capacity.oom", status="fail", message="x", evidence={"decision": "production"})
+    assert level_for(hinted) == level_for(Finding(rule="capacity.oom", status="fail", message="x"))
+    assert level_for(Finding(rule="compat.cuda_build", status="warn", message="x"))[0] == "limited-observation"
+    assert level_for(Finding(rule="compat.cuda_build", status="pass", message="x"))[0] == "production"
+
+
+def test_the_four_decisions_and_their_exit_codes_are_defined_once():
+    assert [o.value for o in Outcome] == list(DECISIONS) == ["production", "limited-observation",
+                                                             "capacity-extension", "environment-rebuild"]
+    assert EXIT_CODES == {o.value: o.exit_code for o in Outcome} and len(set(EXIT_CODES.values())) == 4
+    assert all(rule.level in Outcome for rule in RULES) and RULES[-1].pattern == "*"
+
+
+# -- every rule id the sheet or the decision cites is emitted by some axis ------------------------------------------
+
+AXES = ("probe", "compat", "agent", "capacity", "prefix_cache", "attestation")
+_ID = re.compile(rf"^(?:{'|'.join(AXES)})\.[a-z_]+$")
+
+
+def _emitted_rule_ids() -> set[str]:
+    """Rule ids the axes' code can emit: full-id literals, capacity's `_f("name", …)`, the prefix axis'
+    `rule + "name"`, the agent's checks, and the runner's `{axis}.notebook` for an axis notebook that failed."""
+    from k3lib.agent.checks import CHECKS
+
+    out = {f"agent.{c}" for c in CHECKS} | {f"{a}.notebook" for a in AXES}
+    for path in (ROOT / "k3lib").rglob("*.py"):
+        if path.name in ("decision.py", "sheet.py") or "renewal" in path.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and _ID.match(node.value):
+                out.add(node.value)
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "_f"
+                  and path.parent.name == "capacity" and node.args and isinstance(node.args[0], ast.Constant)):
+                out.add(f"capacity.{node.args[0].value}")
+            elif (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and path.parent.name == "prefix"
+                  and isinstance(node.left, ast.Name) and node.left.id == "rule"
+                  and isinstance(node.right, ast.Constant) and isinstance(node.right.value, str)):
+                out.add(f"prefix_cache.{node.right.value}")
+            elif (isinstance(node, ast.JoinedStr) and path.parent.name == "prefix" and len(node.values) == 2
+                  and isinstance(node.values[0], ast.FormattedValue) and isinstance(node.values[0].value, ast.Name)
+                  and node.values[0].value.id == "AXIS" and isinstance(node.values[1], ast.Constant)):
+                out.add(f"prefix_cache{node.values[1].value}")
+    return out
+
+
+def test_every_rule_the_sheet_or_the_decision_cites_is_emitted_by_some_axis():
+    emitted = _emitted_rule_ids()
+    cited = {p for item in ITEMS for p in item.rules} | {r.pattern for r in RULES if r.pattern != "*"}
+    orphans = sorted(p for p in cited if not any(fnmatch.fnmatchcase(e, p) for e in emitted))
+    assert not orphans, f"cited but emitted by no axis: {orphans}"
+    assert {"compat.host_container", "capacity.startup_oom", "attestation.rollback_rehearsed"} <= emitted

@@ -72,7 +72,8 @@ def test_named_tool_choice_reports_stop(client):
 def test_no_matching_tool_gives_text(client):
     body = {"messages": [user("Say hello")], "tools": [WEATHER]}
     msg = client.post("/v1/chat/completions", json=body).json()["choices"][0]["message"]
-    assert msg["tool_calls"] == [] and msg["content"]
+    # vLLM 0.32+ leaves `tool_calls` out of a reply without calls (seen on a real server)
+    assert "tool_calls" not in msg and msg["content"]
 
 
 def test_parallel_calls_and_global_kimi_ids(client):
@@ -97,7 +98,7 @@ def test_final_answer_uses_tool_result(client):
                  "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}}]},
             {"role": "tool", "tool_call_id": "functions.get_weather:0", "content": "{\"temp_c\": -3, \"sky\": \"snow\"}"}]
     choice = client.post("/v1/chat/completions", json={"messages": msgs, "tools": [WEATHER]}).json()["choices"][0]
-    assert choice["finish_reason"] == "stop" and choice["message"]["tool_calls"] == []
+    assert choice["finish_reason"] == "stop" and "tool_calls" not in choice["message"]
     assert '"temp_c": -3' in choice["message"]["content"]
 
 

@@ -22,7 +22,8 @@ def test_real_world_metrics_are_present():
 def test_inspect_metrics_matches_label(key):
     expected = LABELS[key]
     got = inspect_metrics((REAL_WORLD / key).read_text())
-    assert set(got) == {"engine", "model_name", "engines", "values"}
+    assert set(got) == {"engine", "model_name", "engines", "values", "out_of_domain"}
+    assert got["out_of_domain"] == []
     assert got["engine"] == expected["engine"]
     assert got["model_name"] == expected["model_name"]
     assert got["engines"] == expected["engines"]

@@ -125,6 +125,46 @@ def test_counter_growth_without_latency_gain_is_inconclusive_never_a_pass():
     assert decide({"prefix_cache": rec}, ["prefix_cache"]).decision == "limited-observation"
 
 
+def _gains(*warm_ms: float, cold_ms: float = 15.0):
+    return [(sample("cold", s, ttft_ms=cold_ms), sample("warm", s, ttft_ms=w)) for s, w in enumerate(warm_ms)]
+
+
+@pytest.mark.parametrize("warm_ms, status, words", [
+    # one pair slowed by a busy machine does not flip a median whose interval clears the threshold
+    pytest.param((5, 5, 5, 5, 5, 14.9), "pass", "above 10% over the whole interval", id="one-noisy-pair"),
+    pytest.param((5, 14.5, 5, 14.5), "not-observable", "straddles 10%", id="straddles"),
+    pytest.param((14.5, 14, 14.9, 14.2), "warn", "below 10% over the whole interval", id="no-gain"),
+    pytest.param((5, 5), "not-observable", "fewer than 3 pairs", id="too-few-pairs"),
+])
+def test_the_gain_is_judged_on_its_interval_never_on_one_median(warm_ms, status, words):
+    rec = prefix_cache_record(result(_gains(*warm_ms)))
+    reuse = rec.by_rule("prefix_cache.reuse")
+    assert reuse.status == status and words in reuse.message, reuse.message
+    assert rec.data["gain_counted"] is (status == "pass")
+    if status != "pass":
+        assert decide({"prefix_cache": rec}, ["prefix_cache"]).decision == "limited-observation"
+    interval = reuse.observed["ttft_gain_interval"]
+    assert interval is None or interval["low"] <= interval["median"] <= interval["high"]
+
+
+def test_the_gain_is_judged_at_the_longest_prefix_where_it_is_largest():
+    short = [(sample("cold", s, ttft_ms=15.0), sample("warm", s, ttft_ms=w)) for s, w in enumerate((14, 16, 15))]
+    long = [(sample("cold", s, prefix_target=2000, ttft_ms=40.0), sample("warm", s, prefix_target=2000, ttft_ms=w))
+            for s, w in enumerate((20, 25, 22))]
+    reuse = finding(result(short + long), "reuse")
+    assert reuse.status == "pass" and "longest prefix (2000 tokens)" in reuse.message, reuse.message
+    assert reuse.observed["gain_judged_at_prefix_tokens"] == 2000
+
+
+def test_more_pairs_are_measured_only_while_the_gain_is_undecided():
+    from k3lib.prefix.measure import gain_undecided
+
+    decided = [x for pair in _gains(5, 5, 5) for x in pair]
+    assert not gain_undecided(decided, 10.0)
+    assert gain_undecided([x for pair in _gains(5, 14.5, 5, 14.5) for x in pair], 10.0)
+    assert gain_undecided(decided[:4], 10.0)  # two pairs: no interval yet
+
+
 def test_a_prefix_changed_before_the_last_turn_is_a_protocol_defect_not_a_cache_verdict():
     pairs = [(sample("cold", s), sample("warm", s, designed_hits=0, hits_delta=0.0, cached_tokens=0, divergence_at=7,
                                           common_prefix_tokens=7)) for s in range(2)]
@@ -142,11 +182,11 @@ def test_reuse_on_some_identical_pairs_only_is_inconclusive():
 
 def test_concurrent_load_is_flagged_and_its_pairs_left_out():
     pairs = [(sample("cold", 0), sample("warm", 0, contaminated="queries rose by 1200 tokens", hits_delta=0.0)),
-             (sample("cold", 1), sample("warm", 1))]
+             *((sample("cold", s), sample("warm", s)) for s in (1, 2, 3))]
     res = result(pairs)
     counters = finding(res, "counters")
     assert counters.status == "warn" and "concurrent load" in counters.message
-    assert [p.clean for p in reconcile(res)] == [False, True]
+    assert [p.clean for p in reconcile(res)] == [False, True, True, True]
     assert finding(res, "reuse").status == "pass"
 
 

@@ -454,3 +454,63 @@ def test_inspect_metrics_cli_keeps_unreadable_values_null(tmp_path, capsys):
     assert report["values"]["num_requests_running"] == 3
     assert report["values"]["kv_cache_usage_perc"] is None
     assert not any(isinstance(v, float) and math.isnan(v) for v in report["values"].values() if v is not None)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The readers issue 18 added: cut JSON, Responses events, bare assistant text, `k3 inspect auto`, line numbering
+
+_PASTED = Path(__file__).resolve().parent / "data" / "pasted"
+_SAMPLES = sorted(p for p in _PASTED.iterdir() if p.name not in ("labels.json", "README.md"))
+
+
+@st.composite
+def mangled_samples(draw) -> str:
+    """A pasted sample cut anywhere, with CRs, prefixes or random characters spliced in."""
+    text = _SAMPLES[draw(st.integers(0, len(_SAMPLES) - 1))].read_bytes().decode("utf-8", errors="replace")
+    cut = draw(st.integers(0, len(text)))
+    text = text[:cut]
+    at = draw(st.integers(0, len(text)))
+    splice = draw(st.one_of(st.text(TEXT, max_size=12), st.sampled_from(["\r", "\r\n", "# ", "> ", "{", "\"", "'",
+                                                                         "<tool_call>", "data: ", ")"])))
+    return text[:at] + splice + text[at:]
+
+
+@SETTINGS
+@given(text=st.one_of(mangled_samples(), st.text(TEXT, max_size=200)))
+def test_every_kind_and_auto_read_or_refuse_in_one_line(text):
+    from k3lib.readers.kinds import KINDS, guess_kind, inspect_as
+
+    for kind in KINDS:
+        try:
+            reading = inspect_as(kind, text)
+        except BadInputError as exc:
+            refused_in_one_line(exc, "")
+            continue
+        assert isinstance(reading, dict)
+    try:
+        kind, reason = guess_kind(text)
+    except BadInputError as exc:
+        refused_in_one_line(exc, "kind", "empty")
+        return
+    assert kind in KINDS and reason
+
+
+@SETTINGS
+@given(text=st.one_of(st.text(st.sampled_from('{}[]",: \n0123456789.-eEtrufalsn\\u'), max_size=60),
+                      st.text(TEXT, max_size=60)))
+def test_cut_json_never_raises(text):
+    from k3lib.readers._cutjson import read_cut_json
+
+    cut = read_cut_json(text)
+    assert cut is None or cut.complete in (True, False)
+
+
+@SETTINGS
+@given(text=st.text(st.sampled_from("ab\r\n\x1b[0m"), max_size=40))
+def test_line_numbers_are_those_of_grep_n(text):
+    from k3lib.readers._text import numbered_lines
+
+    numbers = [n for n, _ in numbered_lines(text)]
+    assert numbers == list(range(1, len(numbers) + 1))
+    if "\n" in text:
+        assert len(numbers) == text.count("\n") + (0 if text.endswith("\n") else 1)

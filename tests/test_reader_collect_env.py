@@ -16,7 +16,7 @@ from k3lib.readers.collect_env import CollectEnvReport, inspect_collect_env, par
 REAL_WORLD = Path(__file__).resolve().parents[1].parent / "shared" / "real-world"
 FILES = sorted((REAL_WORLD / "collect_env").glob("*.txt")) if REAL_WORLD.is_dir() else []
 INSPECT_KEYS = {"vllm_version", "torch_version", "torch_cuda_build", "rocm_build", "cuda_runtime", "driver_version",
-                "driver_branch", "gpus", "gpu_count", "platform"}
+                "driver_branch", "gpus", "gpu_count", "platform", "truncated"}
 
 
 def _labels() -> dict:
@@ -130,11 +130,12 @@ GPU Topology:
 
 EXPECTED_FLAT = {"vllm_version": "0.7.3", "torch_version": "2.5.1+cu124", "torch_cuda_build": "12.4",
                  "rocm_build": None, "cuda_runtime": "12.4.131", "driver_version": "580.65.06",
-                 "driver_branch": 580, "gpus": ["NVIDIA H100 80GB HBM3"] * 2, "gpu_count": 2, "platform": "cuda"}
+                 "driver_branch": 580, "gpus": ["NVIDIA H100 80GB HBM3"] * 2, "gpu_count": 2, "platform": "cuda",
+                 "truncated": False}
 EXPECTED_SECTIONED = {"vllm_version": "0.12.0rc1.dev7+gabc1234", "torch_version": "2.9.0+cu130",
                       "torch_cuda_build": "13.0", "rocm_build": None, "cuda_runtime": "13.0.88",
                       "driver_version": "580.95.05", "driver_branch": 580, "gpus": ["NVIDIA B200"] * 4,
-                      "gpu_count": 4, "platform": "cuda"}
+                      "gpu_count": 4, "platform": "cuda", "truncated": False}
 
 
 def _indent(text: str, pad: str = "    ") -> str:
@@ -202,9 +203,11 @@ def _cut(text: str, marker: str) -> str:
 
 
 CASES = [
-    pytest.param(_cut(FLAT, "Nvidia driver"), {"vllm_version": None, "driver_version": None, "gpu_count": 2,
-                                               "platform": "cuda"}, id="cut-after-gpus"),
-    pytest.param(_cut(FLAT, "GPU 1:") + "GPU 1: NVIDIA H1", {"gpu_count": 2, "vllm_version": None},
+    # A paste that ends on a GPU line may have been cut inside the list: the count is unknown, not 2.
+    pytest.param(_cut(FLAT, "Nvidia driver"), {"vllm_version": None, "driver_version": None, "gpu_count": None,
+                                               "platform": "cuda", "truncated": True}, id="cut-after-gpus"),
+    pytest.param(_cut(FLAT, "GPU 1:") + "GPU 1: NVIDIA H1",
+                 {"gpu_count": None, "vllm_version": None, "truncated": True},
                  id="cut-mid-line"),
     pytest.param(_cut(SECTIONED, "==============================\n       CUDA"),
                  {"torch_cuda_build": "13.0", "gpu_count": None, "gpus": [], "platform": "cuda"}, id="cut-before-gpu"),
@@ -331,7 +334,9 @@ def test_arbitrary_text_raises_only_artifact_error(text):
 
 
 @pytest.mark.parametrize(("raw", "expected"), [
-    pytest.param("a\r\nb\rc", ["a", "b", "c"], id="line-ends"),
+    # Only LF ends a line (as `grep -n` and an editor number them); after a lone CR the terminal shows "c".
+    pytest.param("a\r\nb\rc", ["a", "c"], id="line-ends"),
+    pytest.param("a\rb\rc", ["a", "b", "c"], id="old-mac-line-ends"),
     pytest.param("\x1b[32mINFO\x1b[0m x\n[1;31mERR[0m y", ["INFO x", "ERR y"], id="ansi-and-orphan-sgr"),
     pytest.param("    a\n      b\n\n    c", ["a", "  b", "", "c"], id="dedent-keeps-inner-indent"),
     pytest.param("```text\na\n```", ["a"], id="fence"),

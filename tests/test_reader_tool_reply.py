@@ -20,7 +20,8 @@ from k3lib.readers.tool_reply import (
 
 REAL_WORLD = Path(__file__).resolve().parents[1].parent / "shared" / "real-world"
 LABELS_FILE = REAL_WORLD / "labels.json"
-INSPECT_KEYS = {"has_tool_calls", "leaked_markup", "arguments_valid_json", "function_names"}
+INSPECT_KEYS = {"has_tool_calls", "leaked_markup", "arguments_valid_json", "function_names", "finish_reason",
+                "source_format", "truncated", "error"}
 
 
 def _real_world_cases() -> list:
@@ -32,11 +33,17 @@ def _real_world_cases() -> list:
             for key, value in sorted(labels.items()) if key.startswith("toolcalls/")]
 
 
+def _core(got: dict) -> dict:
+    """The four fields the real-world labels carry."""
+    return {k: got[k] for k in ("has_tool_calls", "leaked_markup", "arguments_valid_json", "function_names")}
+
+
 @pytest.mark.parametrize(("key", "label"), _real_world_cases())
 def test_real_world_reply_matches_labels(key: str, label: dict) -> None:
     got = inspect_tool_reply((REAL_WORLD / key).read_text(encoding="utf-8"))
-    assert got == label
+    assert {k: got[k] for k in label} == label
     assert set(got) == INSPECT_KEYS
+    assert got["truncated"] is False and got["error"] is None
 
 
 def test_request_included_names_unknown_functions() -> None:
@@ -127,8 +134,8 @@ def _call(name: str, arguments, idx: int = 0) -> dict:
 ])
 def test_message_shapes(message: dict, expected: dict) -> None:
     body = _completion(message)
-    assert classify_tool_reply(body).as_dict() == expected
-    assert inspect_tool_reply(json.dumps(body)) == expected
+    assert _core(classify_tool_reply(body).as_dict()) == expected
+    assert _core(inspect_tool_reply(json.dumps(body))) == expected
 
 
 def _chunk(delta: dict, finish: str | None = None, index: int = 0) -> dict:
@@ -191,7 +198,7 @@ EXPECTED_STREAM = {"has_tool_calls": True, "leaked_markup": None, "arguments_val
 ])
 def test_stream_shapes(artifact) -> None:
     result = classify_tool_reply(artifact)
-    assert result.as_dict() == EXPECTED_STREAM
+    assert _core(result.as_dict()) == EXPECTED_STREAM
     assert result.finish_reason == "tool_calls"
 
 
@@ -199,7 +206,7 @@ def test_stream_with_leaked_markup_in_content_deltas() -> None:
     chunks = [_chunk({"role": "assistant", "content": "<|tool_calls_"}),
               _chunk({"content": "section_begin|><|tool_call_begin|>functions.f:0"}),
               _chunk({}, finish="stop")]
-    assert classify_tool_reply(_sse(chunks)).as_dict() == {
+    assert _core(classify_tool_reply(_sse(chunks)).as_dict()) == {
         "has_tool_calls": False, "leaked_markup": "kimi_k2", "arguments_valid_json": None, "function_names": []}
 
 
@@ -235,7 +242,7 @@ SDK_REPR = (
         id="crlf-json"),
 ])
 def test_other_text_shapes(artifact: str) -> None:
-    assert inspect_tool_reply(artifact) == {"has_tool_calls": True, "leaked_markup": None,
+    assert _core(inspect_tool_reply(artifact)) == {"has_tool_calls": True, "leaked_markup": None,
                                             "arguments_valid_json": True, "function_names": ["get_weather"]}
 
 
@@ -252,7 +259,7 @@ def test_sdk_chunk_reprs_one_per_line_are_a_stream() -> None:
     ]
     result = classify_tool_reply("\n".join(lines))
     assert result.source_format == "sdk_repr"
-    assert result.as_dict() == {"has_tool_calls": True, "leaked_markup": None, "arguments_valid_json": True,
+    assert _core(result.as_dict()) == {"has_tool_calls": True, "leaked_markup": None, "arguments_valid_json": True,
                                 "function_names": ["f"]}
     assert result.tool_calls[0].parsed_arguments == {"a": 1}
 
@@ -297,9 +304,12 @@ def _never_crashes(value) -> None:
     except ArtifactError:
         return
     assert set(got) == INSPECT_KEYS
-    assert isinstance(got["has_tool_calls"], bool)
+    assert got["has_tool_calls"] in (True, False, None)
     assert got["arguments_valid_json"] in (True, False, None)
-    assert (got["arguments_valid_json"] is None) == (not got["has_tool_calls"])
+    if not got["has_tool_calls"]:
+        assert got["arguments_valid_json"] is None and got["function_names"] == []
+    if got["has_tool_calls"] is None:
+        assert got["truncated"] is True
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -324,3 +334,53 @@ _JSONISH = st.recursive(
 def test_arbitrary_json_values_never_raise_anything_but_artifact_error(value) -> None:
     _never_crashes(value)
     _never_crashes(json.dumps(value))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Responses API (issue 18): a whole reply as JSON, and streaming events as SSE
+
+_RESPONSE_EVENTS = [
+    {"type": "response.output_item.added", "output_index": 0,
+     "item": {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "get_weather", "arguments": ""}},
+    {"type": "response.function_call_arguments.delta", "item_id": "fc_1", "output_index": 0, "delta": "{\"city\":"},
+    {"type": "response.function_call_arguments.delta", "item_id": "fc_1", "output_index": 0, "delta": " \"Oslo\"}"},
+]
+
+
+def test_responses_reply_as_json() -> None:
+    body = {"id": "resp_1", "object": "response", "status": "completed", "output": [
+        {"type": "reasoning", "id": "rs_1", "summary": []},
+        {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "get_weather",
+         "arguments": "{\"city\": \"Oslo\"}", "status": "completed"}]}
+    got = inspect_tool_reply(json.dumps(body))
+    assert _core(got) == {"has_tool_calls": True, "leaked_markup": None, "arguments_valid_json": True,
+                          "function_names": ["get_weather"]}
+    assert got["truncated"] is False
+
+
+def test_responses_events_as_sse_whole_and_cut() -> None:
+    sse = "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in _RESPONSE_EVENTS)
+    whole = inspect_tool_reply(sse)
+    assert (whole["arguments_valid_json"], whole["truncated"], whole["function_names"]) == (True, False,
+                                                                                           ["get_weather"])
+    cut = inspect_tool_reply(sse + 'event: response.function_call_arguments.delta\ndata: {"type": "response.fu')
+    # The stream ends inside an event: the arguments so far cannot be judged, the call and its name are known.
+    assert (cut["has_tool_calls"], cut["arguments_valid_json"], cut["truncated"]) == (True, None, True)
+
+
+@pytest.mark.parametrize(("artifact", "expected"), [
+    pytest.param("ResponseCompletedEvent(response=Response(id='resp_1', created_at=1.0, model='m', object='response', "
+                 "output=[ResponseFunctionToolCall(arguments='{\"q\": 1}', call_id='call_1', name='search', "
+                 "type='function_call', id='fc_1', status='completed')], status='completed'), sequence_number=9, "
+                 "type='response.completed')",
+                 {"has_tool_calls": True, "leaked_markup": None, "arguments_valid_json": True,
+                  "function_names": ["search"]}, id="completed-event-alone"),
+    pytest.param("Response(id='resp_1', created_at=1.0, model='m', object='response', output=[ResponseOutputMessage("
+                 "id='msg_1', content=[ResponseOutputText(annotations=[], text='<tool_call>{\"name\": \"x\"}"
+                 "</tool_call>', type='output_text')], role='assistant', status='completed', type='message')], "
+                 "status='completed')",
+                 {"has_tool_calls": False, "leaked_markup": "hermes", "arguments_valid_json": None,
+                  "function_names": []}, id="response-repr-with-markup-in-text"),
+])
+def test_responses_sdk_reprs(artifact: str, expected: dict) -> None:
+    assert _core(inspect_tool_reply(artifact)) == expected

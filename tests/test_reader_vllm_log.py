@@ -17,7 +17,7 @@ from k3lib.readers.vllm_log import inspect_log, parse_vllm_log
 REAL_WORLD = Path(__file__).resolve().parents[1].parent / "shared" / "real-world"
 LABELS_FILE = REAL_WORLD / "labels.json"
 INSPECT_KEYS = {"vllm_version", "non_default_args", "kv_cache_tokens", "max_concurrency", "ready", "engine_dead",
-                "oom", "context_rejections", "errors"}
+                "oom", "context_rejections", "errors", "ready_line", "startups", "truncated"}
 
 
 def _real_world_cases() -> list:

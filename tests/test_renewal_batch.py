@@ -13,7 +13,8 @@ import pytest
 
 import k3lib.renewal as renewal
 from k3lib.errors import BadInputError
-from k3lib.renewal.batch import REVIEW, REVIEW_SUMMARY, review_main
+from k3lib.renewal.batch import DEMO_PARAMS, REVIEW, REVIEW_SUMMARY, review_main
+from k3lib.renewal.demo import PREVIOUS_VERSION
 from k3lib.renewal.decision import AXES
 from k3lib.session import read_records
 from k3lib.store import RunStore
@@ -108,15 +109,13 @@ def test_review_main_bad_input(files, sets, demo, needle, tmp_path):
     assert needle in ei.value.one_line()
 
 
-def _kernel_sees_renewal() -> bool:
+def test_the_kernel_sees_renewal():
+    """The notebooks call k3lib.renewal after `import k3lib`."""
     code = "import k3lib, sys; sys.exit(0 if hasattr(k3lib, 'renewal') else 1)"
-    return subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0
+    assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not _kernel_sees_renewal(),
-                    reason="notebooks call k3lib.renewal after `import k3lib`: k3lib/__init__.py must "
-                           "`from . import renewal` (pending in the lead's wiring)")
 def test_review_batch_on_a_demo(tmp_path, capsys):
     rc = review_main([], [], str(tmp_path), "idle-heavy")
     out = capsys.readouterr().out
@@ -129,6 +128,13 @@ def test_review_batch_on_a_demo(tmp_path, capsys):
     assert set(records) >= set(AXES) and all(not r.error for r in records.values())
     drill = records["stability"].data["result"]["drill"]
     assert drill["summary"].startswith("5/5")
+    # the demo's restore is a rollback: the previous release is served again, shown from GET /version
+    assert drill["versions"] == {"before": "0.33.0", "after_restore": PREVIOUS_VERSION,
+                                 "expected_previous": PREVIOUS_VERSION}
+    assert "rule: reduce.idle-or-irregular" in out
+    index = (run / "report" / "index.html").read_text()
+    assert "rule: reduce.idle-or-irregular" in index and "from built-in default" not in index
+    assert f"from {DEMO_PARAMS}" in index or "from parameters/renewal-demo.yaml" in index
 
 
 @pytest.mark.parametrize("path, expected", [

@@ -6,12 +6,19 @@ import datetime as dt
 
 import pytest
 
-from k3lib.renewal.decision import (DECISIONS, EXIT_CODES, TRANSFER_TRIGGERS, Indicators, choose, decide_renewal)
+from k3lib.renewal.decision import (AXES, DECISIONS, EXIT_CODES, RULES, TRANSFER_TRIGGERS, Decision, Indicators,
+                                    choose, decide_renewal)
+from k3lib.errors import BadInputError
+from k3lib.renewal.analysis import compare_paths, full_cost
+from k3lib.renewal.results import typed
+from k3lib.renewal.review import analyse
 from k3lib.renewal.rules import RenewalRules
 
 
-def ind(regular=True, large_idle=False, spiky=False, quality=True, recoverable=True, effort=True, control=False):
-    return Indicators(regular, large_idle, spiky, quality, recoverable, effort, control)
+def ind(regular=True, large_idle=False, spiky=False, quality=True, recoverable=True, effort=True, control=False,
+        api_equivalent=False, cheaper=True, within_value=None):
+    return Indicators(regular, large_idle, spiky, quality, recoverable, effort, control, api_equivalent, cheaper,
+                      within_value)
 
 
 @pytest.mark.parametrize("indicators, expected", [
@@ -31,6 +38,16 @@ def ind(regular=True, large_idle=False, spiky=False, quality=True, recoverable=T
     pytest.param(ind(recoverable=None), "dual-circuit", id="no-stability-evidence-never-renews"),
     pytest.param(ind(regular=None, large_idle=None), "reduce", id="no-load-evidence-never-renews"),
     pytest.param(ind(quality=None, large_idle=True), "exit-to-api", id="no-production-evidence-counts-against"),
+    # the cost sheet and the API comparison weigh in
+    pytest.param(ind(cheaper=None), "dual-circuit", id="blank-cost-item-never-renews"),
+    pytest.param(ind(cheaper=False), "dual-circuit", id="api-cheaper-but-not-equivalent-dual"),
+    pytest.param(ind(cheaper=False, api_equivalent=True), "exit-to-api", id="api-equivalent-and-cheaper-exit"),
+    pytest.param(ind(cheaper=False, api_equivalent=True, control=True), "dual-circuit",
+                 id="control-need-keeps-a-controlled-path"),
+    pytest.param(ind(api_equivalent=True), "renew", id="api-equivalent-but-self-hosted-cheaper-renew"),
+    pytest.param(ind(within_value=False), "dual-circuit", id="cost-above-the-delivered-value"),
+    pytest.param(ind(cheaper=None, large_idle=True), "reduce", id="idle-with-blank-cost-reduce"),
+    pytest.param(ind(effort=None), "dual-circuit", id="effort-not-shown-contained"),
 ])
 def test_choose(indicators, expected):
     decision, rule = choose(indicators)
@@ -39,58 +56,180 @@ def test_choose(indicators, expected):
 
 def test_exit_codes_cover_every_decision():
     assert EXIT_CODES == {"renew": 0, "reduce": 3, "dual-circuit": 4, "exit-to-api": 5}
-    assert set(DECISIONS) == set(EXIT_CODES)
+    assert DECISIONS == tuple(Decision) and set(DECISIONS) == set(EXIT_CODES)
+    assert {r.decision for r in RULES} == set(Decision)
 
 
-def _axes(**over):
-    axes = {
-        "load": {"business_busy_share": 0.9, "weekday_gpu_h_cv": 0.2, "large_idle_share": 0.05, "utilisation": 0.5,
-                 "idle_demand_share": 0.1, "idle_scheduling_share": 0.0, "peak_to_mean": 2.0},
-        "production": {"acceptance_rate": 0.9, "accepted_per_operating_h": 10.0,
-                       "losses": {"retries_per_task": 0.1, "tool_error_share": 0.02}},
-        "comparison": {}, "cost": {},
-        "stability": {"recoverable": True, "incidents": 1, "recovered_within_rule_share": 1.0},
-        "operations": {"per_week_h": 10.0, "total_h": 30.0, "delivery_gain_h": 50.0},
-    }
-    axes.update(over)
-    return axes
+def test_every_analysis_weighs_in_and_the_last_row_always_holds():
+    """All six analyses (and the declared benefits) feed some row of the one precedence table."""
+    read = {a for r in RULES for a in r.analyses}
+    assert read >= set(AXES) | {"benefits"}
+    assert len({r.id for r in RULES}) == len(RULES)
+    assert RULES[-1].holds(Indicators()) and RULES[-1].decision is Decision.RENEW
+    # with no evidence at all, the table never reaches renew
+    assert choose(Indicators())[0] != "renew"
 
 
-@pytest.mark.parametrize("axes, benefits, expected", [
-    pytest.param(_axes(), [], "renew", id="renew"),
-    pytest.param(_axes(load={**_axes()["load"], "large_idle_share": 0.7, "business_busy_share": 0.3}), [], "reduce",
-                 id="reduce"),
-    pytest.param(_axes(load={**_axes()["load"], "peak_to_mean": 20.0, "business_busy_share": 0.2}),
-                 ["data_control"], "dual-circuit", id="dual"),
-    pytest.param(_axes(production={"acceptance_rate": 0.5, "losses": {"retries_per_task": 1.5}},
-                       operations={"per_week_h": 40.0}), [], "exit-to-api", id="exit"),
-    pytest.param(_axes(stability=None), [], "dual-circuit", id="missing-stability-axis"),
+def test_readme_documents_the_table_in_its_order():
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### The renewal decision table", 1)[1].split("\n#", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    ids = [line.split("`")[1] for line in rows]
+    assert ids == [r.id for r in RULES]
+    for line, rule in zip(rows, RULES):
+        assert f"`{rule.decision.value}`" in line and all(a in line for a in rule.analyses), line
+
+
+# --- decisions from the analyses' own results ---------------------------------------------------------------------
+# Every axis below comes from the steady demo through the review's own code path (inputs read, six analyses,
+# typed results); a variation either re-runs an analysis on changed inputs or changes one typed field of a real
+# result — never a hand-built dict the decision would have to guess keys from.
+
+@pytest.fixture(scope="module")
+def steady(tmp_path_factory):
+    from k3lib.renewal import demo
+    from k3lib.renewal.params import load_review_params
+    from k3lib.renewal.review import load_review
+
+    params = load_review_params([demo.generate("steady", tmp_path_factory.mktemp("steady"))["params"]])
+    data = load_review(params)
+    return data, {a: typed(a, r) for a, r in analyse(data).items() if a in AXES}
+
+
+def _set(model, dotted, value):
+    head, _, rest = dotted.partition(".")
+    return model.model_copy(update={head: _set(getattr(model, head), rest, value) if rest else value})
+
+
+def vary(axes, **changes):
+    """`axis={"field.sub": value}` changes fields of a real typed result; `axis=None` drops the axis."""
+    out = dict(axes)
+    for axis, fields in changes.items():
+        if fields is None:
+            out[axis] = None
+            continue
+        for dotted, value in fields.items():
+            out[axis] = _set(out[axis], dotted, value)
+    return out
+
+
+def recost(data, axes, **costs):
+    """The cost axis re-run through full_cost on the review's costs with `costs` changed."""
+    c = full_cost(data.costs.model_copy(update=costs), axes["production"].model_dump(by_alias=True),
+                  axes["comparison"].model_dump(by_alias=True))
+    return {**axes, "cost": typed("cost", c)}
+
+
+def recompare(data, axes, rules):
+    comparison = compare_paths(data.tasks, data.hours, data.params.review.fixed, rules)
+    return {**axes, "comparison": typed("comparison", comparison)}
+
+
+IDLE = {"load": {"large_idle_share": 0.7, "business_busy_share": 0.3}}
+PEAKS = {"load": {"peak_to_mean": 20.0, "business_busy_share": 0.2}}
+POOR = {"production": {"acceptance_rate": 0.5, "losses.retries_per_task": 1.5}, "operations": {"per_week_h": 40.0}}
+
+
+@pytest.mark.parametrize("changes, benefits, expected", [
+    pytest.param({}, [], "renew", id="renew"),
+    pytest.param(IDLE, [], "reduce", id="reduce"),
+    pytest.param(PEAKS, ["data_control"], "dual-circuit", id="dual"),
+    pytest.param(POOR, [], "exit-to-api", id="exit"),
+    pytest.param({"stability": None}, [], "dual-circuit", id="missing-stability-axis"),
+    pytest.param({"operations": {"effort_exceeds_gain": True}}, [], "dual-circuit", id="effort-exceeds-the-gain"),
+    pytest.param({"operations": {"effort_exceeds_gain": None}}, [], "dual-circuit", id="delivery-gain-unknown"),
+    pytest.param({"stability": {"recoverable": None}}, [], "dual-circuit", id="recovery-not-shown"),
+    pytest.param({"cost": None}, [], "dual-circuit", id="missing-cost-axis"),
+    pytest.param({"comparison": None, "cost": None}, [], "dual-circuit", id="missing-comparison-axis"),
 ])
-def test_decide_renewal_from_axis_figures(axes, benefits, expected):
-    d = decide_renewal(axes, RenewalRules(), benefits, today=dt.date(2026, 8, 14))
-    assert d.decision == expected
+def test_decide_renewal_from_axis_figures(steady, changes, benefits, expected):
+    _, real = steady
+    d = decide_renewal(vary(real, **changes), RenewalRules(), benefits, today=dt.date(2026, 8, 14))
+    assert d.decision == expected, d.reasons
     assert d.exit_code == EXIT_CODES[expected]
     assert d.reasons[0].startswith(expected)
     assert d.condition
     out = d.to_dict()
-    assert set(out) >= {"decision", "reasons", "checklist", "condition"}
+    assert set(out) >= {"decision", "rule", "reasons", "checklist", "condition"}
     assert ("routing" in out) == (expected == "dual-circuit")
-    if axes.get("stability") is None:
+    if changes.get("stability", {}) is None:
         assert any("no evidence for: stability" in r for r in d.reasons)
         assert next(c for c in d.checklist if c["id"] == "stability")["status"] == "not-run"
 
 
-def test_reasons_quote_the_figures_and_the_rules():
+@pytest.mark.parametrize("costs, rule, needle", [
+    pytest.param({"network": None}, "dual.gain-not-shown", "blank: network — a blank item leaves the total blank",
+                 id="a-blank-item-never-renews"),
+    pytest.param({"api_bill_same_tasks": None}, "dual.gain-not-shown", "not comparable with the API's blank",
+                 id="a-blank-api-bill-never-renews"),
+    pytest.param({"delivered_tasks_value": 1_000}, "dual.gain-not-shown", "value of the delivered tasks 1,000.00 EUR",
+                 id="cost-above-the-delivered-value"),
+    pytest.param({"delivered_tasks_value": 1_000_000}, "renew.converge", "value of the delivered tasks",
+                 id="cost-within-the-delivered-value"),
+])
+def test_the_cost_sheet_weighs_in(steady, costs, rule, needle):
+    data, real = steady
+    d = decide_renewal(recost(data, real, **costs), RenewalRules(), [], today=dt.date(2026, 8, 14))
+    assert d.rule == rule, d.reasons
+    assert any(needle in r for r in d.reasons), d.reasons
+
+
+def test_an_equivalent_and_cheaper_api_exits_unless_control_is_declared(steady):
+    data, real = steady
+    rules = RenewalRules(api_equivalent_gap_max=1.0)  # any API result counts as equivalent
+    axes = recost(data, recompare(data, real, rules), capacity=900_000)
+    assert axes["comparison"].api_equivalent is True and axes["cost"].self_hosted_cheaper_per_task is False
+    d = decide_renewal(axes, rules, [], today=dt.date(2026, 8, 14))
+    assert d.rule == "exit.api-equivalent-and-cheaper" and d.decision == "exit-to-api"
+    kept = decide_renewal(axes, rules, ["data_control"], today=dt.date(2026, 8, 14))
+    assert kept.decision == "dual-circuit"
+    # the same bill against an API that misses equivalence: the gain is not shown, the API is kept beside
+    strict_rules = RenewalRules(api_equivalent_gap_max=0.0)
+    strict = recost(data, recompare(data, real, strict_rules), capacity=900_000)
+    sh, api = strict["comparison"].self_hosted, strict["comparison"].api
+    assert api.acceptance_rate < sh.acceptance_rate and strict["comparison"].api_equivalent is False
+    d = decide_renewal(strict, strict_rules, [], today=dt.date(2026, 8, 14))
+    assert d.rule == "dual.gain-not-shown" and any("above the API's" in r for r in d.reasons), d.reasons
+
+
+def test_a_hand_built_axis_is_refused(steady):
+    """The decision reads typed fields: a dict missing them is refused with one line, never guessed."""
+    _, real = steady
+    with pytest.raises(BadInputError) as ei:
+        decide_renewal({**real, "load": {"business_busy_share": 0.9}}, RenewalRules(), [])
+    assert "not this kit's load result" in ei.value.one_line()
+
+
+def test_reasons_quote_the_figures_and_the_rules(steady):
+    _, real = steady
+    ops, prod, cost = real["operations"], real["production"], real["cost"]
     rules = RenewalRules(max_ops_hours_per_week=5)
-    d = decide_renewal(_axes(), rules, [], today=dt.date(2026, 8, 14))
+    d = decide_renewal(real, rules, [], today=dt.date(2026, 8, 14))
     text = "\n".join(d.reasons)
-    assert "10 h/week (rule ≤ 5)" in text  # the figure and the rule it was judged by
-    assert "acceptance 90% (≥ 80%)" in text
-    assert d.decision == "dual-circuit"
+    assert f"{ops.per_week_h:g} h/week (rule ≤ 5)" in text  # the figure and the rule it was judged by
+    assert f"acceptance {prod.acceptance_rate:.0%} (≥ 80%)" in text
+    # every amount with its currency
+    assert f"{cost.self_hosted.per_accepted_task:,.2f} EUR self-hosted, at most the API's " \
+           f"{cost.api.per_accepted_task:,.2f} EUR" in text
+    assert d.decision == "dual-circuit" and d.rule == "dual.recovery-or-effort"
 
 
-def test_dual_circuit_routing_has_every_trigger_and_exit_rules():
-    d = decide_renewal(_axes(load={**_axes()["load"], "peak_to_mean": 30.0}), RenewalRules(), ["data_control"],
+def test_a_review_on_built_in_defaults_says_so(steady):
+    _, real = steady
+    d = decide_renewal(real, RenewalRules(), [], today=dt.date(2026, 8, 14),
+                       defaulted=["review.rules.min_acceptance_rate", "review.fixed.quality_rule"])
+    assert d.decision == "renew"
+    assert "built-in defaults" in d.reasons[1] and "rules.min_acceptance_rate" in d.reasons[1]
+    assert "built-in defaults" in d.condition and "before signing" in d.condition
+    plain = decide_renewal(real, RenewalRules(), [], today=dt.date(2026, 8, 14))
+    assert not any("built-in defaults" in r for r in plain.reasons) and "built-in" not in plain.condition
+
+
+def test_dual_circuit_routing_has_every_trigger_and_exit_rules(steady):
+    _, real = steady
+    d = decide_renewal(vary(real, load={"peak_to_mean": 30.0}), RenewalRules(), ["data_control"],
                        today=dt.date(2026, 8, 14))
     assert d.decision == "dual-circuit"
     triggers = [t["trigger"] for t in d.routing["transfer_triggers"]]
@@ -98,13 +237,12 @@ def test_dual_circuit_routing_has_every_trigger_and_exit_rules():
     assert len(d.routing["exit_rules"]) == 5
 
 
-@pytest.mark.parametrize("decision_axes, benefits, needle", [
-    pytest.param(_axes(), [], "next billing cycle (2026-09-04)", id="renew-reexamine-at-billing"),
-    pytest.param(_axes(load={**_axes()["load"], "large_idle_share": 0.9}), [], "restore the previous capacity",
-                 id="reduce-restore-if-queue"),
-    pytest.param(_axes(production={"acceptance_rate": 0.3, "losses": {}}, operations={"per_week_h": 50.0}), [],
-                 "keep the logs", id="exit-keep-logs"),
+@pytest.mark.parametrize("changes, needle", [
+    pytest.param({}, "next billing cycle (2026-09-04)", id="renew-reexamine-at-billing"),
+    pytest.param({"load": {"large_idle_share": 0.9}}, "restore the previous capacity", id="reduce-restore-if-queue"),
+    pytest.param(POOR, "keep the logs", id="exit-keep-logs"),
 ])
-def test_each_decision_carries_its_condition(decision_axes, benefits, needle):
-    d = decide_renewal(decision_axes, RenewalRules(), benefits, today=dt.date(2026, 8, 14))
+def test_each_decision_carries_its_condition(steady, changes, needle):
+    _, real = steady
+    d = decide_renewal(vary(real, **changes), RenewalRules(), [], today=dt.date(2026, 8, 14))
     assert needle in d.condition

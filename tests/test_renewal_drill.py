@@ -12,12 +12,22 @@ from k3lib.renewal.artifacts import check_pipeline
 from k3lib.renewal.drill import QUESTIONS, run_drill
 from k3lib.renewal.params import DrillParams
 
-emulator = pytest.importorskip("k3lib.emulator", reason="the embedded emulator is not importable yet")
+from k3lib import emulator
+from k3lib.renewal.drill import Observed, answer_questions
+from k3lib.renewal.demo import PREVIOUS_VERSION
 
 KILL = [{"http": {"path": "/_emulator/faults", "json": {"faults": ["crash=1"]}}},
         {"http": {"path": "/v1/chat/completions", "json": {"messages": [{"role": "user", "content": "hi"}],
                                                            "max_tokens": 4}}}]
-RESTORE = [{"http": {"path": "/_emulator/restart", "json": {"profile": "demo", "faults": []}}}]
+
+
+def _restart(version=None):
+    body = {"profile": "demo", "faults": []} | ({"vllm_version": version} if version else {})
+    return [{"http": {"path": "/_emulator/restart", "json": body}}]
+
+
+ROLLBACK = _restart(PREVIOUS_VERSION)
+NOOP = [{"argv": ["true"]}]
 
 
 @pytest.fixture()
@@ -32,35 +42,86 @@ def servers():
 
 
 def _drill(**kw):
-    return DrillParams.model_validate({"kill": KILL, "restore": RESTORE, "recovery_timeout_s": 10,
+    return DrillParams.model_validate({"kill": KILL, "restore": ROLLBACK, "recovery_timeout_s": 10,
                                        "request_timeout_s": 10, **kw})
 
 
 def test_drill_answers_all_five_questions(servers):
     target, api = servers
-    result = run_drill(target.url, _drill(), api_base_url=api.url)
+    result = run_drill(target.url, _drill(previous_version=PREVIOUS_VERSION), api_base_url=api.url)
     answers = {k: v["answer"] for k, v in result["answers"].items()}
     assert answers == dict.fromkeys(QUESTIONS, "yes"), result["steps"]
     assert "error event" in result["answers"]["in_flight_resumed_or_cancelled"]["evidence"]
+    assert result["versions"] == {"before": "0.33.0", "after_restore": PREVIOUS_VERSION,
+                                  "expected_previous": PREVIOUS_VERSION}
+    assert f"0.33.0 before the drill → {PREVIOUS_VERSION} after the restore" in \
+        result["answers"]["previous_version_restored"]["evidence"]
     assert result["summary"].startswith("5/5")
     json.dumps(result)  # evidence-ready
 
 
+def test_rollback_to_any_older_release_is_the_previous_version(servers):
+    """No version named: an older release than the one served before the drill is the previous version."""
+    target, _ = servers
+    result = run_drill(target.url, _drill(restore=_restart("0.30.1")))
+    assert result["answers"]["previous_version_restored"]["answer"] == "yes", result["steps"]
+
+
 @pytest.mark.parametrize("drill, api, expected", [
-    pytest.param({"restore": [], "recovery_timeout_s": 2}, True, {"previous_version_restored": "unknown"},
+    pytest.param({"restore": [], "recovery_timeout_s": 2}, True, {"previous_version_restored": "not shown"},
                  id="no-restore-command"),
-    pytest.param({"restore": [{"http": {"path": "/_emulator/restart",
-                                        "json": {"profile": "demo", "faults": [], "vllm_version": "0.10.0"}}}]},
-                 True, {"previous_version_restored": "no"}, id="restored-a-different-version"),
-    pytest.param({}, False, {"api_failover_without_contract_change": "unknown"}, id="no-api-configured"),
+    pytest.param({"restore": _restart()}, True, {"previous_version_restored": "not shown"},
+                 id="restart-of-the-same-version-is-no-rollback"),
+    pytest.param({"restore": _restart("0.10.0"), "previous_version": PREVIOUS_VERSION}, True,
+                 {"previous_version_restored": "no"}, id="restored-another-version-than-the-named-one"),
+    pytest.param({"restore": _restart("0.34.0")}, True, {"previous_version_restored": "no"},
+                 id="restored-a-newer-version"),
+    pytest.param({}, False, {"api_failover_without_contract_change": "not shown"}, id="no-api-configured"),
     pytest.param({"kill": [], "restore": [], "recovery_timeout_s": 1}, True,
-                 {"detected_automatically": "no", "in_flight_resumed_or_cancelled": "unknown"}, id="kill-did-nothing"),
+                 {"detected_automatically": "not shown", "in_flight_resumed_or_cancelled": "not shown"},
+                 id="kill-did-nothing"),
+    pytest.param({"kill": NOOP, "restore": NOOP, "recovery_timeout_s": 2}, True,
+                 {"detected_automatically": "not shown", "previous_version_restored": "not shown",
+                  "in_flight_resumed_or_cancelled": "not shown", "fields_preserved": "not shown"},
+                 id="no-op-kill-and-restore-show-nothing"),
 ])
-def test_drill_answers_no_or_unknown_when_the_evidence_says_so(servers, drill, api, expected):
+def test_drill_answers_no_or_not_shown_when_the_evidence_says_so(servers, drill, api, expected):
     target, api_server = servers
     result = run_drill(target.url, _drill(**drill), api_base_url=api_server.url if api else None)
     for q, a in expected.items():
         assert result["answers"][q]["answer"] == a, (q, result["answers"][q], result["steps"])
+
+
+def _seen(**over):
+    fields = {"call": {"reasoning": True, "content": False, "tool_calls": True},
+              "answer": {"reasoning": True, "content": True, "tool_calls": False}}
+    base = dict(detected=True, detect_s=0.2, health_after_kill="HTTP 503", task_outcome="error",
+                task_detail="error event: engine dead", restore_steps=1, restored=True, recovery_s=1.0,
+                version_before="0.33.0", version_after="0.32.0", previous_version=None, first_after_status=200,
+                resumed_status=200, before_fields=fields, after_fields=fields, failover=None, timeout_s=10.0)
+    return Observed(**(base | over))
+
+
+@pytest.mark.parametrize("over, question, answer", [
+    pytest.param({}, "previous_version_restored", "yes", id="older-version-back"),
+    pytest.param({"version_after": "0.33.0"}, "previous_version_restored", "not shown", id="same-version-back"),
+    pytest.param({"version_after": None}, "previous_version_restored", "not shown", id="no-version-reported"),
+    pytest.param({"first_after_status": 503}, "previous_version_restored", "no", id="not-serving-after-restore"),
+    pytest.param({"detected": False, "health_after_kill": "HTTP 200", "task_outcome": "cut",
+                  "task_detail": "connection dropped"}, "detected_automatically", "no",
+                 id="task-broke-but-health-stayed-200"),
+    pytest.param({"detected": False, "health_after_kill": "HTTP 200", "task_outcome": "finished"},
+                 "fields_preserved", "not shown", id="nothing-went-down-nothing-recovered"),
+    pytest.param({"before_fields": {"call": {"reasoning": False, "content": True, "tool_calls": False},
+                                    "answer": {"reasoning": False, "content": True, "tool_calls": False}}},
+                 "fields_preserved", "not shown", id="no-reasoning-or-tool-call-to-keep"),
+    pytest.param({"after_fields": {"call": {"reasoning": False, "content": True, "tool_calls": True},
+                                   "answer": {"reasoning": False, "content": True, "tool_calls": False}}},
+                 "fields_preserved", "no", id="reasoning-lost-after-recovery"),
+])
+def test_answers_come_from_what_was_observed(over, question, answer):
+    got = answer_questions(_seen(**over))[question]
+    assert got.answer == answer, got
 
 
 def test_drill_kill_by_argv_runs_the_command(servers, tmp_path):

@@ -18,9 +18,9 @@ from . import checks as C
 STEPS_FILE = "evidence/agent/requests.jsonl"
 RUN_FILE = "evidence/agent/run.json"
 
-# What a failing check means for the acceptance decision (the summary's rule, kept beside the evidence).
-ENVIRONMENT = {"category": "environment", "decision": "environment-rebuild"}
-AGENTS_BLOCKED = {"category": "tool-calls", "decision": "limited-observation", "blocks": "agents"}
+# What a failing check is about; the decision it forces comes from the one table (k3lib.decision.RULES).
+ENVIRONMENT = {"category": "environment"}
+AGENTS_BLOCKED = {"category": "tool-calls", "blocks": "agents"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -226,8 +226,7 @@ def iter_findings(result: AgentResult) -> list[Finding]:
                 message=f"{description}: fails {worst.total - worst.passed} of {worst.total} at concurrency "
                         f"{worst.level} ({rates_txt}) — {example}",
                 observed=observed, expected=f"pass rate >= {threshold:g} at every level",
-                evidence={**(AGENTS_BLOCKED if check != "requests_ok" else {"category": "requests",
-                                                                             "decision": "limited-observation"}),
+                evidence={**(AGENTS_BLOCKED if check != "requests_ok" else {"category": "requests"}),
                           "example": example}))
         else:
             out.append(Finding(rule=f"agent.{check}", status="pass", message=f"{description} ({rates_txt})",

@@ -70,7 +70,28 @@ def _mean(values: Sequence[float]) -> float | None:
 # Steps
 
 
-def settled_stats(metric_rows: Sequence[Row], start: float, end: float, settle_fraction: float) -> dict[str, Any]:
+KV_FULL = 0.9  # KV usage at or above this: the engine cannot admit a new request without evicting
+
+
+def waiting_while_full(rows: Sequence[Row], admit_limit: int | None, kv_full: float = KV_FULL) -> float | None:
+    """Mean waiting requests, a sample's waiting counted only when the engine could not admit them: running at its
+    admission limit (max_num_seqs × DP) or the KV pool full. Requests waiting while the engine had room only wait
+    for its next step — scheduling latency that a busy machine stretches, not saturation. Without the admission
+    limit nothing can be ruled out: every waiting request counts."""
+    values = []
+    for r in rows:
+        waiting = _num(r.get("num_requests_waiting"))
+        if waiting is None:
+            continue
+        running, usage = _num(r.get("num_requests_running")), _num(r.get("kv_cache_usage_perc"))
+        full = (admit_limit is None or running is None or running >= admit_limit
+                or (usage is not None and usage >= kv_full))
+        values.append(waiting if full else 0.0)
+    return _mean(values)
+
+
+def settled_stats(metric_rows: Sequence[Row], start: float, end: float, settle_fraction: float,
+                  admit_limit: int | None = None) -> dict[str, Any]:
     """Server gauges over the settled part of a window (its head is the ramp-up) and counters over all of it."""
     whole = window(metric_rows, start, end)
     settled = window(metric_rows, start + (end - start) * settle_fraction, end)
@@ -84,6 +105,7 @@ def settled_stats(metric_rows: Sequence[Row], start: float, end: float, settle_f
         "running_mean": _mean(running), "running_max": max(running, default=None),
         "kv_usage_mean": _mean(usage), "kv_usage_max": max(usage, default=None),
         "preemptions_sampled": increase(pre) if len(pre) >= 2 else None,
+        "admit_limit": admit_limit, "waiting_full_mean": waiting_while_full(settled, admit_limit),
     }
 
 
@@ -103,13 +125,40 @@ def judge_step(step: Mapping[str, Any], *, queue_objective_ms: float | None,
         preempted = step.get("preemptions_sampled")
     if preempted:
         why.append(f"{preempted:g} preemption(s)")
-    q95 = step.get("queue_p95_ms")
-    if queue_objective_ms is not None and q95 is not None and q95 > queue_objective_ms:
-        why.append(f"queue time p95 {q95:.0f} ms above the objective {queue_objective_ms:.0f} ms")
-    waiting = step.get("waiting_mean")
-    if waiting is not None and waiting > waiting_tolerance:
+    status, text = queue_verdict(step, queue_objective_ms)
+    if status == "fail":
+        why.append(text)
+    if "waiting_full_mean" in step:
+        waiting = step.get("waiting_full_mean")
+        if waiting is not None and waiting > waiting_tolerance:
+            why.append(f"{waiting:.2f} requests waiting on average once settled, while the engine was full "
+                       f"(running at its admission limit {step.get('admit_limit') or 'unknown'} or KV ≥ "
+                       f"{KV_FULL:.0%})")
+    elif (waiting := step.get("waiting_mean")) is not None and waiting > waiting_tolerance:
         why.append(f"{waiting:.2f} requests waiting on average once settled")
     return not why, why
+
+
+def queue_verdict(step: Mapping[str, Any], objective_ms: float | None) -> tuple[str | None, str]:
+    """Whether a window's queue-time p95 meets the objective, as far as its histogram can tell:
+    ("pass" | "fail" | "undecided" | None, the sentence). None: no objective or no queue data. A fail needs the
+    p95's lower bound above the objective and a pass its upper bound at or below it; in between the buckets
+    cannot decide, and an objective the data cannot decide is never failed."""
+    low, high = step.get("queue_p95_low_ms"), step.get("queue_p95_high_ms")
+    point = step.get("queue_p95_ms")
+    if low is None and point is None:
+        return None, "no queue-time histogram in the window"
+    if low is None:  # a step recorded before bounds were kept: its figure is all there is
+        low = high = point
+    said = step.get("queue_p95_text") or f"{point:.0f} ms"
+    if objective_ms is None:
+        return None, f"queue time p95 {said}"
+    if low > objective_ms:
+        return "fail", f"queue time p95 {said} above the objective {objective_ms:g} ms"
+    if high is not None and high <= objective_ms:
+        return "pass", f"queue time p95 {said}, within the objective {objective_ms:g} ms"
+    return "undecided", (f"queue time p95 {said}: the histogram cannot tell whether it is within the objective "
+                         f"{objective_ms:g} ms")
 
 
 def saturation_point(steps: Sequence[Mapping[str, Any]]) -> int | None:
@@ -200,9 +249,12 @@ def _hit_rate(rows: Sequence[Row]) -> float | None:
 
 def soak_analysis(metric_rows: Sequence[Row], gpu_rows: Sequence[Row], start: float, end: float, *,
                   concurrency: int, memory_growth_min_mib: float, kv_trend_max: float, hit_rate_drop_max: float,
-                  fragmentation_share_max: float, waiting_tolerance: float) -> dict[str, Any]:
+                  fragmentation_share_max: float, waiting_tolerance: float,
+                  settle_fraction: float = 0.0, admit_limit: int | None = None) -> dict[str, Any]:
     """Accumulation (memory slope, KV usage first → last third), eviction (prefix hit rate first → last third),
-    fragmentation (usage high while few run) and preemption rate over a soak window."""
+    fragmentation (usage high while few run) and preemption rate over a soak window. A lasting queue is judged, as
+    in the steps, on the settled part only: the head of the window is the ramp-up, where every request of the
+    first wave arrives at once and waits for the engine's next step."""
     rows = window(metric_rows, start, end)
     duration = max(end - start, 1e-9)
     growth = memory_growth(gpu_rows, start, end)
@@ -222,8 +274,10 @@ def soak_analysis(metric_rows: Sequence[Row], gpu_rows: Sequence[Row], start: fl
     frag_share = frag / len(pairs) if pairs else None
     pre = [v for _, v in series(rows, "num_preemptions_total")]
     preemptions = increase(pre) if len(pre) >= 2 else None
-    waiting = [v for _, v in series(rows, "num_requests_waiting")]
+    settled = window(metric_rows, start + (end - start) * settle_fraction, end)
+    waiting = [v for _, v in series(settled, "num_requests_waiting")]
     waiting_mean = _mean(waiting)
+    waiting_full = waiting_while_full(settled, admit_limit)
     return {
         "duration_s": round(duration, 3), "samples": len(rows),
         "memory": growth, "memory_growing": [g["gpu"] for g in growing],
@@ -235,6 +289,6 @@ def soak_analysis(metric_rows: Sequence[Row], gpu_rows: Sequence[Row], start: fl
         "fragmented": frag_share is not None and frag_share > fragmentation_share_max,
         "preemptions": preemptions,
         "preemptions_per_min": None if preemptions is None else round(preemptions / duration * 60, 3),
-        "waiting_mean": waiting_mean,
-        "queueing": waiting_mean is not None and waiting_mean > waiting_tolerance,
+        "waiting_mean": waiting_mean, "waiting_full_mean": waiting_full, "admit_limit": admit_limit,
+        "queueing": waiting_full is not None and waiting_full > waiting_tolerance,
     }

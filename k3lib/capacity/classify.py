@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from ..decision import rule_for
 from ..readers.vllm_log import VllmLogReport
 
 OomClass = Literal["startup", "long-context", "concurrency", "serving"]
@@ -26,12 +27,10 @@ REMEDIES: dict[str, str] = {
     "serving": "the OOM happened while serving but the load at that moment is unknown: rerun the capacity axis "
                "to tell long context from overlapping requests",
 }
-DECISIONS: dict[str, str] = {
-    "startup": "environment-rebuild",
-    "long-context": "capacity-extension",
-    "concurrency": "capacity-extension",
-    "serving": "capacity-extension",
-}
+#: The capacity finding each class is reported under; its decision comes from the one table (k3lib.decision).
+OOM_RULES: dict[str, str] = {"startup": "capacity.startup_oom", "long-context": "capacity.oom",
+                             "concurrency": "capacity.oom", "serving": "capacity.oom"}
+DECISIONS: dict[str, str] = {cls: rule_for(rule).level.value for cls, rule in OOM_RULES.items()}
 
 
 @dataclass(frozen=True)

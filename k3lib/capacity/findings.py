@@ -1,25 +1,22 @@
-"""The capacity axis' findings and evidence record: OOM and saturation turned into a decision. Pure over a
-`CapacityResult` and the parameters; every finding that fails or warns names the decision it implies in
-`evidence["decision"]`, and the record carries the saturation point and the traffic cap it justifies."""
+"""The capacity axis' findings and evidence record: OOM and saturation turned into findings whose rule ids the
+one decision table (k3lib.decision.RULES) maps to a decision. Pure over a `CapacityResult` and the parameters;
+the record carries the saturation point and the traffic cap it justifies."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..decision import strongest
 from ..evidence import EvidenceRecord, Finding, axis_status
 from ..params import Params
+from .analysis import queue_verdict
 from .result import CapacityResult
 
 if TYPE_CHECKING:
     from ..session import AxisContext
 
-STRENGTH = {"production": 0, "limited-observation": 1, "capacity-extension": 2, "environment-rebuild": 3}
-
-
-def _f(rule: str, status: str, message: str, *, decision: str | None = None, observed: Any = None,
-       expected: Any = None, **evidence: Any) -> Finding:
-    if decision is not None:
-        evidence["decision"] = decision
+def _f(rule: str, status: str, message: str, *, observed: Any = None, expected: Any = None,
+       **evidence: Any) -> Finding:
     return Finding(rule=f"capacity.{rule}", status=status, message=message, observed=observed, expected=expected,
                    evidence=evidence)
 
@@ -57,21 +54,38 @@ def _cold_load(result: CapacityResult) -> Finding:
         return _f("cold_load", "fail", f"the server never became ready ({ready.get('polls')} health polls over "
                                        f"{ready.get('waited_s')} s, last {last}); {why}: rework the topology or the "
                                        "image",
-                  decision="environment-rebuild", observed=ready.get("last_status"), expected=200)
+                  observed=ready.get("last_status"), expected=200)
+    restart = ready.get("restart") or {}
+    if restart.get("command") and not restart.get("ok"):
+        return _f("cold_load", "not-observable", f"target.restart failed ({restart.get('detail')}): the cold load was "
+                                                 f"not observed; memory now: {mem_text}", observed=ready)
     if ready.get("observed_transition"):
-        return _f("cold_load", "pass", f"ready after {ready['waited_s']:.1f} s of loading; memory at ready: {mem_text}",
-                  observed=ready, memory_at_ready=memory)
-    if log is not None and log.ready and (log.oom is None or log.oom.phase != "startup"):
-        return _f("cold_load", "pass", f"already running: the startup log shows a clean start to ready "
-                                       f"(line {log.ready_line}); memory now: {mem_text}",
-                  observed=ready, memory_at_ready=memory)
-    if memory:
-        return _f("cold_load", "info", f"already running, its start not observed (set axes.environment.server_log "
-                                       f"to read it); memory at ready: {mem_text}", observed=ready,
-                  memory_at_ready=memory)
-    return _f("cold_load", "not-observable", "already running, and neither the startup log nor GPU memory is "
-                                             "available: the cold load is not observable",
-              decision="limited-observation", observed=ready)
+        how = "restarted with target.restart, " if restart.get("ok") else ""
+        return _f("cold_load", "pass", f"{how}not ready → ready in {ready['waited_s']:.1f} s of loading; memory at "
+                                       f"ready: {mem_text}", observed=ready, memory_at_ready=memory)
+    seen = (f"; the startup log shows a clean start to ready (line {log.ready_line})"
+            if log is not None and log.ready and (log.oom is None or log.oom.phase != "startup") else "")
+    return _f("cold_load", "not-observable", f"not observed: the server was already running and no target.restart "
+                                             f"command restarts it{seen}; memory now: {mem_text}", observed=ready,
+              memory_at_ready=memory)
+
+
+def _admission(result: CapacityResult, params: Params) -> Finding:
+    """A planned concurrency above what the server admits at once (max_num_seqs per engine × DP engines) queues by
+    design, whatever memory is left."""
+    values = (result.run.get("config") or {}).get("values") or {}
+    seqs, dp = values.get("max_num_seqs"), values.get("data_parallel_size") or 1
+    planned = params.contract.planned_concurrency
+    if not isinstance(seqs, int) or not isinstance(dp, int):
+        return _f("admission", "info", "max_num_seqs not stated by the server (startup log, /v1/models): the planned "
+                                       f"concurrency {planned} was not compared with what the server admits")
+    limit = seqs * dp
+    if planned > limit:
+        return _f("admission", "fail", f"the planned concurrency {planned} is above what the server admits at once "
+                                       f"(max_num_seqs {seqs} × DP {dp} = {limit}): requests beyond {limit} queue by "
+                                       "design", observed=limit, expected=f">= {planned}")
+    return _f("admission", "pass", f"the server admits {limit} sequences at once (max_num_seqs {seqs} × DP {dp}) ≥ "
+                                   f"the planned concurrency {planned}", observed=limit, expected=f">= {planned}")
 
 
 def _observability(result: CapacityResult) -> list[Finding]:
@@ -83,15 +97,14 @@ def _observability(result: CapacityResult) -> list[Finding]:
     else:
         out.append(_f("gpu_memory", "not-observable", "no per-GPU memory curve: set target.gpu_metrics (dcgm, nvml "
                                                       "or prometheus) — the seed requires the curves before, during "
-                                                      "and after any error", decision="limited-observation"))
+                                                      "and after any error"))
     usage = [r for r in result.metrics if r.get("kv_cache_usage_perc") is not None]
     if usage:
         out.append(_f("server_metrics", "pass", f"KV usage, running, waiting and preemptions sampled "
                                                 f"({len(usage)} samples)", observed=len(usage)))
     else:
         out.append(_f("server_metrics", "not-observable", "no vllm:kv_cache_usage_perc in the sampled /metrics: "
-                                                          "saturation cannot be read from the server",
-                      decision="limited-observation"))
+                                                          "saturation cannot be read from the server"))
     return out
 
 
@@ -112,12 +125,12 @@ def _oom(result: CapacityResult, params: Params) -> list[Finding]:
     if ev["kind"] == "engine-death":
         return [_f("engine_death", "fail", f"the engine died {where}{when} with a fatal error that is not a memory "
                                            f"error ({(ev.get('log_text') or '').strip()[:160]}): image, driver or "
-                                           "topology", decision="environment-rebuild", observed=ev.get("phase"),
+                                           "topology", observed=ev.get("phase"),
                    **common)]
     if ev["kind"] == "server-errors":
         return [_f("server_errors", "fail", f"requests failed on the server side {where}{when} while the engine stayed "
                                             f"up: {(ev.get('first_error') or '')[:160]}",
-                   decision="limited-observation", observed=ev.get("phase"), **common)]
+                   observed=ev.get("phase"), **common)]
     cls = ev.get("classification") or {}
     confirmed = "OOM" if ev["kind"] == "oom" else "engine failure (no log to confirm an OOM; treated as one)"
     message = (f"{confirmed} {where}{when}, classified '{cls.get('oom_class')}': {cls.get('basis')}. "
@@ -125,14 +138,14 @@ def _oom(result: CapacityResult, params: Params) -> list[Finding]:
     step_c = _step_concurrency(ev.get("step"))
     beyond_only = ev.get("phase") == "concurrency" and step_c is not None and step_c > planned
     if cls.get("oom_class") == "startup":
-        return [_f("oom", "fail", message, decision="environment-rebuild", observed=cls.get("oom_class"), **common)]
+        return [_f("startup_oom", "fail", message, observed=cls.get("oom_class"), **common)]
     if beyond_only:
         return [_f("oom", "warn", message + f" — only beyond the contract (planned concurrency {planned}): the "
                                             "server does not protect itself from overload; cap the traffic and "
-                                            "control the queue", decision="limited-observation",
+                                            "control the queue",
                    observed=cls.get("oom_class"), **common)]
-    return [_f("oom", "fail", message + " — an OOM on nominal traffic: no production",
-               decision=cls.get("decision") or "capacity-extension", observed=cls.get("oom_class"), **common)]
+    return [_f("oom", "fail", message + " — an OOM on nominal traffic: no production", observed=cls.get("oom_class"),
+               **common)]
 
 
 def _step_concurrency(label: Any) -> int | None:
@@ -164,22 +177,22 @@ def _refusal(result: CapacityResult) -> Finding:
         return _f("context_refusal", "warn", f"a {n}-token prompt beyond the contract's {limit} tokens was served: the "
                                              "server's context limit is above the contract, so nothing refuses an "
                                              "out-of-contract request (set --max-model-len to the contract)",
-                  decision="limited-observation", observed=200, expected=400, refusal=r)
+                  observed=200, expected=400, refusal=r)
     if outcome in ("failed", "refused"):
         return _f("context_refusal", "fail", f"a {n}-token prompt beyond the contract's {limit} tokens was not "
                                              "refused cleanly: the engine failed "
                                              f"({(r.get('message') or '')[:160]}); an out-of-contract request must be "
-                                             "refused before it exhausts the GPUs", decision="environment-rebuild",
+                                             "refused before it exhausts the GPUs",
                   observed=r.get("http_status"), expected=400, refusal=r)
     return _f("context_refusal", "not-observable", f"the out-of-contract probe did not complete ({outcome}: "
                                                    f"{r.get('reason') or r.get('message') or ''})"[:300],
-              decision="limited-observation", refusal=r)
+              refusal=r)
 
 
 def _long_context(result: CapacityResult) -> Finding:
     rows = result.run.get("long_context") or []
     if not rows:
-        return _f("long_context", "not-observable", "no long-context request ran", decision="limited-observation")
+        return _f("long_context", "not-observable", "no long-context request ran")
     bad = [r for r in rows if r.get("status") not in ("ok", "skipped")]
     table = [{k: r.get(k) for k in ("target_tokens", "prompt_tokens", "status", "ttft_p95_ms", "e2e_p95_ms")}
              for r in rows]
@@ -188,10 +201,10 @@ def _long_context(result: CapacityResult) -> Finding:
         return _f("long_context", "fail", f"{len(bad)} of {len(rows)} planned context lengths failed, first at "
                                           f"{first.get('prompt_tokens') or first.get('target_tokens')} tokens "
                                           f"({(first.get('error') or first.get('status') or '')[:160]})",
-                  decision="capacity-extension", observed=table)
+                  observed=table)
     if any(r.get("status") == "skipped" for r in rows):
         return _f("long_context", "not-observable", "some context lengths were skipped (engine dead)",
-                  decision="limited-observation", observed=table)
+                  observed=table)
     top = max(rows, key=lambda r: r.get("prompt_tokens") or 0)
     return _f("long_context", "pass", f"every planned context length served one at a time, up to "
                                       f"{top.get('prompt_tokens')} tokens (TTFT p95 {_ms(top.get('ttft_p95_ms'))})",
@@ -203,7 +216,7 @@ def _saturation(result: CapacityResult, params: Params) -> list[Finding]:
     steps = result.steps
     point = result.saturation_point
     table = [{k: s.get(k) for k in ("concurrency", "held", "preemptions", "waiting_mean", "queue_p95_ms",
-                                    "ttft_p95_ms", "latency_valid", "kv_usage_max", "server_errors",
+                                    "queue_p95_high_ms", "ttft_p95_ms", "latency_valid", "kv_usage_max", "server_errors",
                                     "out_of_contract")}
              for s in steps]
     nominal = result.step(planned)
@@ -211,7 +224,7 @@ def _saturation(result: CapacityResult, params: Params) -> list[Finding]:
     if nominal is None or nominal.get("status") == "skipped":
         out.append(_f("saturation", "not-observable", f"the planned concurrency ({planned}) was not reached "
                                                       "(the engine died or the phase did not run)",
-                      decision="limited-observation", observed=point, steps=table))
+                      observed=point, steps=table))
     else:
         below = [s for s in steps if s["concurrency"] <= planned and not s.get("held")]
         crash = (result.oom or {}).get("kind") in ("engine-death", "server-errors")
@@ -220,7 +233,7 @@ def _saturation(result: CapacityResult, params: Params) -> list[Finding]:
             # the steps broke on a failure the OOM/engine finding already carries, not on memory pressure
             out.append(_f("saturation", "not-observable", f"the step at concurrency {below[0]['concurrency']} broke on "
                                                           f"a server failure that is not a memory error; saturation "
-                                                          f"point so far {point}", decision="limited-observation",
+                                                          f"point so far {point}",
                           observed=point, steps=table))
         elif below:
             first = below[0]
@@ -228,7 +241,6 @@ def _saturation(result: CapacityResult, params: Params) -> list[Finding]:
             out.append(_f("saturation", "fail", f"saturation at nominal load: the step at concurrency "
                                                 f"{first['concurrency']} did not hold ({why}); saturation point "
                                                 f"{point if point is not None else 'none'} for a planned {planned}",
-                          decision="capacity-extension",
                           observed=point, expected=f">= {planned}", steps=table))
         else:
             out.append(_f("saturation", "pass", f"every step up to the planned concurrency {planned} held without "
@@ -236,19 +248,21 @@ def _saturation(result: CapacityResult, params: Params) -> list[Finding]:
                           observed=point, expected=f">= {planned}", steps=table))
         objective = params.contract.queue_p95_ms
         q95 = nominal.get("queue_p95_ms")
+        bounds = {k: nominal.get(k) for k in ("queue_p95_low_ms", "queue_p95_high_ms", "queue_p95_basis",
+                                               "queue_mean_ms") if nominal.get(k) is not None}
+        status, text = queue_verdict(nominal, objective)
+        at = f"at the planned concurrency {planned}"
         if objective is None:
-            out.append(_f("queue_time", "info", f"the contract sets no queue-time objective; queue p95 at the planned "
-                                                f"concurrency: {_ms(q95)}", observed=q95))
-        elif q95 is None:
+            out.append(_f("queue_time", "info", f"the contract sets no queue-time objective; {text} {at}",
+                          observed=q95, **bounds))
+        elif status is None:
             out.append(_f("queue_time", "not-observable", "no vllm:request_queue_time_seconds window at the planned "
-                                                          "concurrency", decision="limited-observation",
+                                                          "concurrency",
                           expected=objective))
+        elif status == "undecided":
+            out.append(_f("queue_time", "warn", f"inconclusive {at}: {text}", observed=q95, expected=objective, **bounds))
         else:
-            ok = q95 <= objective
-            out.append(_f("queue_time", "pass" if ok else "fail",
-                          f"queue time p95 at the planned concurrency {planned}: {_ms(q95)} "
-                          f"({'within' if ok else 'above'} the objective {_ms(objective)})",
-                          decision=None if ok else "capacity-extension", observed=q95, expected=objective))
+            out.append(_f("queue_time", status, f"{text} {at}", observed=q95, expected=objective, **bounds))
     beyond = [s for s in steps if s.get("out_of_contract") and s.get("status") != "skipped"]
     for s in beyond:
         held = s.get("held")
@@ -263,21 +277,19 @@ def _saturation(result: CapacityResult, params: Params) -> list[Finding]:
 def _soak(result: CapacityResult) -> list[Finding]:
     soak = result.run.get("soak")
     if not soak:
-        return [_f("soak", "not-observable", "the sustained-operation phase did not run",
-                   decision="limited-observation")]
+        return [_f("soak", "not-observable", "the sustained-operation phase did not run")]
     out = []
     dur = soak.get("duration_s")
     growing = soak.get("memory_growing") or []
     mem = soak.get("memory") or []
     if not mem:
-        out.append(_f("memory_growth", "not-observable", "no GPU memory samples during the soak",
-                      decision="limited-observation"))
+        out.append(_f("memory_growth", "not-observable", "no GPU memory samples during the soak"))
     elif growing:
         g = next(m for m in mem if m["gpu"] == growing[0])
         out.append(_f("memory_growth", "fail", f"steady memory growth during the soak on {len(growing)} GPU(s): "
                                                f"{g['gpu']} +{g['growth_mib']:.0f} MiB over {dur:.0f} s "
                                                f"({g['slope_mib_per_min']:.1f} MiB/min, r² {g['r2']}): not stable, no "
-                                               "production", decision="limited-observation", observed=growing,
+                                               "production", observed=growing,
                       memory=mem))
     else:
         worst = max(mem, key=lambda m: m.get("growth_mib") or 0)
@@ -286,17 +298,15 @@ def _soak(result: CapacityResult) -> list[Finding]:
     pre, waiting = soak.get("preemptions"), soak.get("waiting_mean")
     if soak.get("server_errors"):
         out.append(_f("soak_saturation", "fail", f"{soak['server_errors']} request(s) failed on the server during "
-                                                 "the soak", decision="capacity-extension",
+                                                 "the soak",
                       observed=soak["server_errors"]))
     elif pre or soak.get("queueing"):
         out.append(_f("soak_saturation", "fail", f"saturation at the planned concurrency during the soak: "
                                                  f"{pre or 0:g} preemption(s) ({soak.get('preemptions_per_min')}/min), "
                                                  f"{waiting or 0:.2f} waiting on average",
-                      decision="capacity-extension",
                       observed={"preemptions": pre, "waiting_mean": waiting}))
     elif pre is None:
-        out.append(_f("soak_saturation", "not-observable", "no preemption counter sampled during the soak",
-                      decision="limited-observation"))
+        out.append(_f("soak_saturation", "not-observable", "no preemption counter sampled during the soak"))
     else:
         out.append(_f("soak_saturation", "pass", f"no preemption and no lasting queue at the planned concurrency "
                                                  f"over {dur:.0f} s", observed={"preemptions": pre,
@@ -304,15 +314,15 @@ def _soak(result: CapacityResult) -> list[Finding]:
     if soak.get("kv_accumulating"):
         out.append(_f("kv_accumulation", "warn", f"KV usage climbed from {soak['kv_usage_first']:.2f} to "
                                                  f"{soak['kv_usage_last']:.2f} under constant load (accumulation)",
-                      decision="limited-observation", observed=soak.get("kv_rise")))
+                      observed=soak.get("kv_rise")))
     if soak.get("evicting"):
         out.append(_f("prefix_eviction", "warn", f"the prefix hit rate fell from {soak['hit_rate_first']:.2f} to "
                                                  f"{soak['hit_rate_last']:.2f} during the soak (eviction)",
-                      decision="limited-observation", observed=soak.get("hit_rate_drop")))
+                      observed=soak.get("hit_rate_drop")))
     if soak.get("fragmented"):
         out.append(_f("fragmentation", "warn", f"KV usage ≥ 90 % while few requests ran in "
                                                f"{soak['fragmentation_share']:.0%} of the soak samples (fragmentation)",
-                      decision="limited-observation", observed=soak.get("fragmentation_share")))
+                      observed=soak.get("fragmentation_share")))
     return out
 
 
@@ -335,7 +345,7 @@ def _calibration(result: CapacityResult) -> Finding | None:
         return _f("client_calibration", "warn",
                   f"the client's own timing error at concurrency {n} exceeds its bound ({failed[0]['reason']}): "
                   f"the latency figures of the steps at or above {n} are marked invalid, not trusted; the "
-                  "saturation point rests on the server's counters and is unaffected", decision="limited-observation",
+                  "saturation point rests on the server's counters and is unaffected",
                   **common)
     worst = max(summary, key=lambda r: r["concurrency"], default={})
     return _f("client_calibration", "pass",
@@ -373,7 +383,7 @@ def _cross_check(result: CapacityResult) -> Finding | None:
         return _f("cross_check", "warn", f"client and server counts disagree in {len(counts)} of {len(compared)} "
                                          f"load window(s): {where}"[:600] + " — another client was loading the "
                                          "target, or one side counts wrong: those windows did not measure the load "
-                                         "the kit sent", decision="limited-observation", observed=table)
+                                         "the kit sent", observed=table)
     latency = [(name, c) for name, c in compared if c.get("agrees") is False]
     if latency:
         return _f("cross_check", "info", "client and server counts agree in every window; latency quantiles differ "
@@ -389,12 +399,13 @@ def _phases(result: CapacityResult) -> list[Finding]:
     for p in result.run.get("phases") or []:
         if p["status"] in ("cut", "failed"):
             out.append(_f("phase_bounds", "warn", f"the {p['phase']} phase {p['status']}: {p['note']}",
-                          decision="limited-observation", observed=p))
+                          observed=p))
     return out
 
 
 def iter_findings(result: CapacityResult, params: Params) -> list[Finding]:
-    out = [_cold_load(result), *_observability(result), *_oom(result, params), _refusal(result)]
+    out = [_cold_load(result), _admission(result, params), *_observability(result), *_oom(result, params),
+           _refusal(result)]
     if result.phase("long-context") and result.phase("long-context")["status"] != "skipped":
         out.append(_long_context(result))
     if result.phase("concurrency") and result.phase("concurrency")["status"] != "skipped":
@@ -408,13 +419,8 @@ def iter_findings(result: CapacityResult, params: Params) -> list[Finding]:
 
 
 def implied_decision(findings: list[Finding]) -> str:
-    """The strongest decision named by a failing or warning finding ("production" when none)."""
-    decision = "production"
-    for f in findings:
-        d = f.evidence.get("decision") if f.status in ("fail", "warn", "not-observable") else None
-        if d in STRENGTH and STRENGTH[d] > STRENGTH[decision]:
-            decision = d
-    return decision
+    """The strongest decision the one decision table gives these findings ("production" when none)."""
+    return strongest(findings)
 
 
 def capacity_record(result: CapacityResult, ctx: "AxisContext") -> EvidenceRecord:

@@ -78,7 +78,9 @@ def read_capacity(store: RunStore) -> CapacityResult:
     log_path = store.path(LOG_TXT)
     if log_path.exists():
         try:
-            log = parse_vllm_log(log_path.read_text(encoding="utf-8", errors="replace"))
+            # bytes, not text mode: universal newlines would make every progress-bar CR a line of its own and
+            # number the lines differently from the environment axis, which reads the same log as bytes
+            log = parse_vllm_log(log_path.read_bytes())
         except ArtifactError:
             log = None
     return CapacityResult(run, metrics, gpu, requests, log, oom_event(run, log, gpu))

@@ -10,6 +10,7 @@ skipped, with the reason.
 from __future__ import annotations
 
 import asyncio
+import math
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -23,7 +24,7 @@ from ..crosscheck import cross_check
 from ..errors import APIError, K3Error, TargetError
 from ..gpu import DcgmExporterSource, GpuSource, NvmlSource, PrometheusGpuSource, gpu_sampler
 from ..load import check_load_target, run_closed_loop, run_soak
-from ..metrics import MetricsSampler, Snapshot, delta, scrape_async, window_quantile
+from ..metrics import HistogramWindow, MetricsSampler, Snapshot, delta, scrape_async, window_histogram, window_quantile
 from ..params import GpuMetricsParams, Params
 from ..prompts import BuiltPrompt, EstimateCounter, build_prompts
 from ..readers.vllm_log import VllmLogReport, parse_vllm_log
@@ -142,14 +143,30 @@ async def boundary_snapshot(urls: Sequence[str]) -> Snapshot:
 
 
 def window_numbers(before: Snapshot | None, after: Snapshot | None) -> dict[str, Any]:
-    """Counter and histogram deltas between two boundary scrapes (None where a scrape failed)."""
+    """Counter and histogram deltas between two boundary scrapes (None where a scrape failed).
+
+    The queue p95 is kept as what the histogram can prove: `queue_p95_low_ms` ≤ p95 ≤ `queue_p95_high_ms`
+    (`queue_p95_basis` says why), and `queue_p95_ms` is a figure only where the buckets allow one (never an
+    interpolation inside vLLM's first bucket, [0, 0.3 s], which would turn 0.1 ms waits into ~285 ms)."""
     if before is None or after is None:
         return {"preemptions": None, "queue_p95_ms": None, "server_ttft_p95_ms": None}
     pre = delta(before, after, "num_preemptions_total").value
-    q95 = window_quantile(before, after, "request_queue_time_seconds", 0.95)
+    queue = window_histogram(before, after, "request_queue_time_seconds")
     t95 = window_quantile(before, after, "time_to_first_token_seconds", 0.95)
-    return {"preemptions": pre, "queue_p95_ms": None if q95 is None else round(q95 * 1000, 3),
+    return {"preemptions": pre, **queue_numbers(queue),
             "server_ttft_p95_ms": None if t95 is None else round(t95 * 1000, 3)}
+
+
+def queue_numbers(queue: HistogramWindow | None) -> dict[str, Any]:
+    """The queue-time p95 of one window in ms: a figure where decided, else its bounds (see window_numbers)."""
+    bounds = None if queue is None or not queue.count else queue.quantile_bounds(0.95)
+    if bounds is None:
+        return {"queue_p95_ms": None}
+    ms = lambda v: None if v is None or math.isinf(v) else round(v * 1000, 3)  # noqa: E731
+    point = {"bucket": bounds.estimate, "above-last-bucket": bounds.low}.get(bounds.basis)
+    return {"queue_p95_ms": ms(point), "queue_p95_low_ms": ms(bounds.low), "queue_p95_high_ms": ms(bounds.high),
+            "queue_p95_basis": bounds.basis, "queue_p95_text": bounds.describe(1000, " ms"),
+            "queue_mean_ms": ms(queue.mean), "queue_count": queue.count}
 
 
 def _pct(values: Sequence[float], q: float) -> float | None:
@@ -317,10 +334,29 @@ class CapacityRunner:
         now = time.time()
         self.phases.append({"phase": name, "start_wall": now, "end_wall": now, "status": "skipped", "note": reason})
 
+    def _admit_limit(self) -> int | None:
+        """How many sequences the server runs at once (max_num_seqs × DP), when its configuration states it."""
+        values = server_config(self.log_report, self.cache_info, self.model_card)["values"]
+        seqs, dp = values.get("max_num_seqs"), values.get("data_parallel_size") or 1
+        return seqs * dp if isinstance(seqs, int) and isinstance(dp, int) else None
+
     async def _cold_load(self) -> str:
+        """Restart the engine with `target.restart` (when set) and time not ready → ready, with memory at ready.
+        Without a restart command a running server's load is not observed: the phase only checks it is up."""
+        from ..attestation import run_operator_command
+
         cap = self.cap
         client = self._client(HEALTH_TIMEOUT_S)
         start = time.perf_counter()
+        restart = {"command": None, "ok": None, "detail": "no target.restart: the cold load is not observed"}
+        command = self.params.target.restart
+        if command:
+            # the restart counts in the cold load: command and polls together stay within ready_timeout_s
+            ok, detail = await asyncio.to_thread(run_operator_command, command, self.ctx.target.base_url,
+                                                 min(cap.ready_timeout_s, self.params.target.restart_timeout_s),
+                                                 self.ctx.target.headers())
+            restart = {"command": "target.restart", "ok": ok, "detail": detail,
+                       "returned_after_s": round(time.perf_counter() - start, 3)}
         deadline = start + cap.ready_timeout_s
         not_ready = 0
         try:
@@ -335,12 +371,16 @@ class CapacityRunner:
                     break
                 await asyncio.sleep(min(cap.health_interval_s, remaining))
             ready = row["status"] == 200
-            self.ready = {"ready": ready, "observed_transition": ready and not_ready > 0,
-                          "polls": not_ready + 1, "ready_at_wall": row["t_wall"] if ready else None,
+            restarted = bool(restart["ok"])
+            self.ready = {"ready": ready, "observed_transition": ready and (not_ready > 0 or restarted),
+                          "restart": restart, "polls": not_ready + 1,
+                          "ready_at_wall": row["t_wall"] if ready else None,
                           "waited_s": round(time.perf_counter() - start, 3), "last_status": row["status"],
                           "last_error": row["error"]}
             if ready:
                 await self._read_server_facts(client)
+                # the startup log states max_num_seqs and DP: the steps judge a queue against them
+                await asyncio.to_thread(self._read_log)
         finally:
             await client.aclose()
         if not ready:
@@ -602,7 +642,8 @@ class CapacityRunner:
                         "prompt_tokens": prompts[0].prompt_tokens, "sized_by": prompts[0].sized_by,
                         "output_tokens": plan.output_tokens, "start_wall": t0, "end_wall": t1,
                         "engine_alive_after": alive, **record_stats(bucket), **window_numbers(before, after),
-                        **settled_stats(self.timeline.metric_rows(), t0, t1, self.cap.settle_fraction),
+                        **settled_stats(self.timeline.metric_rows(), t0, t1, self.cap.settle_fraction,
+                                        self._admit_limit()),
                         **self._trust(summary, bucket, c, before, after)}
                 held, why = judge_step(step, queue_objective_ms=self.params.contract.queue_p95_ms,
                                        waiting_tolerance=self.cap.waiting_tolerance)
@@ -656,7 +697,8 @@ class CapacityRunner:
                                      memory_growth_min_mib=cap.memory_growth_min_mib, kv_trend_max=cap.kv_trend_max,
                                      hit_rate_drop_max=cap.hit_rate_drop_max,
                                      fragmentation_share_max=cap.fragmentation_share_max,
-                                     waiting_tolerance=cap.waiting_tolerance)}
+                                     waiting_tolerance=cap.waiting_tolerance, settle_fraction=cap.settle_fraction,
+                                     admit_limit=self._admit_limit())}
         return early or f"{self.soak['ok']} requests over {t1 - t0:.1f} s"
 
     async def run(self) -> None:

@@ -11,12 +11,12 @@ from typing import Any, Iterable
 
 from packaging.version import InvalidVersion, Version
 
+from ..decision import rule_for
 from ..evidence import Finding
 from ..params import EnvironmentParams, RecipeParams
+from ..readers._text import numbered_lines
 from .sources import CompatSources
 
-REBUILD = "environment-rebuild"
-SEPARATE_SHEET = "separate-sheet"
 OFFICIAL_REPOS = ("vllm/vllm-openai",)  # Docker Hub's official vLLM server image (any registry mirror)
 # HGX boards whose 8 GPUs talk through NVSwitch: the fabric manager must be up before CUDA can use them.
 _NVSWITCH_GPU_RE = re.compile(r"\b(?:A100-SXM|A800-SXM|H100|H800|H200|H20|B200|B300|GB200|GB300)\b", re.IGNORECASE)
@@ -33,7 +33,11 @@ class RuleSpec:
     item: str
     level: str  # host | container | engine
     on_mismatch: str
-    decision: str = REBUILD
+
+    @property
+    def decision(self) -> str:
+        """What a failing finding of this rule decides: read from the one table (k3lib.decision.RULES)."""
+        return rule_for(self.rule).level.value
 
 
 RULES = {r.rule: r for r in (
@@ -46,20 +50,21 @@ RULES = {r.rule: r for r in (
     RuleSpec("compat.cuda_build", "CUDA build", "container",
              "rebuild the image for the recipe's CUDA, or document an independent (experimental) build"),
     RuleSpec("compat.driver_branch", "Host driver", "host", "upgrade the host driver before any functional test"),
+    RuleSpec("compat.host_container", "Host vs container", "host",
+             "collect the host's nvidia-smi and the container's collect_env from the same node, same moment"),
     RuleSpec("compat.gpus_visible", "GPU visibility", "host",
              "fix the container runtime (devices, NVIDIA_VISIBLE_DEVICES) before measuring performance"),
     RuleSpec("compat.fabric_manager", "Fabric manager", "host",
              "start nvidia-fabricmanager (same branch as the driver) before any test"),
     RuleSpec("compat.build_method", "Build method", "container",
-             "keep this result apart from the official image's acceptance (its own sheet and rollback)",
-             SEPARATE_SHEET),
+             "keep this result apart from the official image's acceptance (its own sheet and rollback)"),
     RuleSpec("compat.flags", "Server flags", "engine", "restart the server with the recipe's flags"),
     RuleSpec("compat.prefix_caching", "Server flags", "engine", "restart the server without --no-enable-prefix-caching"),
     RuleSpec("compat.startup", "Startup", "engine", "the engine never became ready: fix the topology or the image"),
     RuleSpec("compat.source", "Sources", "—", "provide the artifact again: the file given is not what it claims to be"),
 )}
 ROW_ORDER = ("Image and tag", "vLLM version", "CUDA build", "Host driver", "GPU visibility", "Build method",
-             "Server flags", "Fabric manager", "Startup", "Sources")
+             "Host vs container", "Server flags", "Fabric manager", "Startup", "Sources")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -162,7 +167,7 @@ def line_of(text: str | None, pattern: str) -> str | None:
     if not text:
         return None
     rx = re.compile(pattern, re.IGNORECASE)
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in numbered_lines(text):
         if m := rx.search(line):
             if len(line) > 240:  # a long config line: keep the part around the match
                 start = max(m.start() - 100, 0)
@@ -175,7 +180,7 @@ def _finding(rule: str, status: str, message: str, proofs: Iterable[Proof] = (),
              expected: Any = None, **extra: Any) -> Finding:
     spec = RULES[rule]
     evidence = {"item": spec.item, "level": spec.level, "on_mismatch": spec.on_mismatch,
-                "decision_on_mismatch": spec.decision, "proofs": [p.to_dict() for p in proofs], **extra}
+                "proofs": [p.to_dict() for p in proofs], **extra}
     return Finding(rule=rule, status=status, message=message, observed=observed, expected=expected,
                    evidence=evidence)
 
@@ -270,6 +275,21 @@ def gpu_count_proofs(s: CompatSources) -> list[Proof]:
 # Host level
 
 
+def cpu_build_without_gpu_need(s: CompatSources, recipe: RecipeParams | None) -> str | None:
+    """Why GPU requirements do not apply here, or None: collect_env shows a CPU build and the recipe asks for no
+    CUDA version. (A recipe that does require CUDA keeps them: a CPU build is then an environment rebuild.)"""
+    ce = s.collect_env
+    if recipe is None or recipe.cuda_major is not None or ce is None or ce.platform != "cpu":
+        return None
+    return (f"a CPU build (collect_env: platform cpu, PyTorch {ce.torch_version or 'version unknown'}) and the "
+            "recipe requires no CUDA version")
+
+
+def _cpu_proof(s: CompatSources) -> list[Proof]:
+    return [Proof("collect_env", "cpu", line_of(s.texts["collect_env"].text, r"PyTorch version\s*:"),
+                  s.attachment("collect_env"))]
+
+
 def _branch(version: Any) -> int | None:
     m = re.match(r"\s*(\d{2,4})\.", str(version))
     return int(m.group(1)) if m else None
@@ -286,6 +306,8 @@ def check_driver(s: CompatSources, recipe: RecipeParams) -> Finding:
         proofs.append(Proof("collect_env (container)", s.collect_env.driver_version,
                             line_of(s.texts["collect_env"].text, r"driver version\s*:"), s.attachment("collect_env")))
     expected = expected_driver(recipe)
+    if not proofs and expected is None and (why := cpu_build_without_gpu_need(s, recipe)):
+        return _finding("compat.driver_branch", "info", f"no GPU driver needed: {why}", _cpu_proof(s))
     if not proofs:
         return _finding("compat.driver_branch", "not-observable",
                         "host driver version not observable: " + _missing(s, "nvidia_smi", "collect_env", "nvml"),
@@ -314,10 +336,71 @@ def check_driver(s: CompatSources, recipe: RecipeParams) -> Finding:
                     proofs, observed=observed, expected=expected)
 
 
-def check_gpus(s: CompatSources, env: EnvironmentParams) -> Finding:
+def check_host_container(s: CompatSources) -> Finding:
+    """C04: what the host says (nvidia-smi or NVML, taken on the host) against what the container reports
+    (collect_env): the kernel driver both see, the GPUs, and whether the driver can run the container's CUDA build.
+    Without a host-side source nothing was compared: open, never a pass."""
+    host: list[tuple[str, Any, Any, Any]] = []  # (source, driver, can-run CUDA, GPU count)
+    if s.nvidia_smi is not None and (s.nvidia_smi.driver_version or s.nvidia_smi.gpus):
+        host.append(("nvidia_smi (host)", s.nvidia_smi.driver_version, s.nvidia_smi.cuda_version,
+                     s.nvidia_smi.gpu_count or None))
+    if s.nvml is not None and s.nvml.available and s.nvml.driver_version:
+        host.append(("nvml (host)", s.nvml.driver_version, s.nvml.cuda_driver_version, None))
+    ce = s.collect_env
+    if not host:
+        return _finding("compat.host_container", "not-observable",
+                        "nothing compared: no host-side source (set axes.environment.nvidia_smi to the host's "
+                        "nvidia-smi output, or run the kit on the host with target.gpu_metrics.source nvml) — "
+                        + _missing(s, "nvidia_smi", "nvml"))
+    if ce is None:
+        return _finding("compat.host_container", "not-observable",
+                        "nothing compared: no container-side report (set axes.environment.collect_env) — "
+                        + _missing(s, "collect_env"))
+    name, driver, can_run, gpus = host[0]
+    proofs = [Proof(src, {"driver": d, "driver can run CUDA": c, "GPUs": g}, None,
+                    s.attachment("nvidia_smi" if src.startswith("nvidia_smi") else "nvml")) for src, d, c, g in host]
+    proofs.append(Proof("collect_env (container)", {"driver": ce.driver_version, "CUDA build": ce.torch_cuda_build,
+                                                    "GPUs": ce.gpu_count},
+                        line_of(s.texts["collect_env"].text, r"driver version\s*:"), s.attachment("collect_env")))
+    compared: list[str] = []
+    problems: list[str] = []
+    if driver and ce.driver_version:
+        compared.append(f"driver {driver} = {ce.driver_version}" if driver == ce.driver_version else "driver")
+        if driver != ce.driver_version:
+            problems.append(f"the host's driver is {driver} ({name}) but the container sees {ce.driver_version}")
+    build = cuda_major(ce.torch_cuda_build) if ce.torch_cuda_build else None
+    if can_run and build is not None:
+        runs = cuda_major(can_run)
+        compared.append(f"host driver runs CUDA {can_run} ≥ container build CUDA {ce.torch_cuda_build}")
+        if runs is not None and runs < build:
+            problems.append(f"the container is a CUDA {ce.torch_cuda_build} build but the host driver runs only CUDA "
+                            f"{can_run}")
+    if gpus and ce.gpu_count:
+        compared.append(f"{gpus} GPU(s) on the host, {ce.gpu_count} visible in the container")
+        if ce.gpu_count > gpus:
+            problems.append(f"the container reports {ce.gpu_count} GPUs, the host shows {gpus}")
+    observed = {"host": {"source": name, "driver": driver, "driver_can_run_cuda": can_run, "gpus": gpus},
+                "container": {"driver": ce.driver_version, "cuda_build": ce.torch_cuda_build, "gpus": ce.gpu_count}}
+    if problems:
+        return _finding("compat.host_container", "fail", "host and container disagree: " + "; ".join(problems),
+                        proofs, observed=observed, expected="the same driver, a CUDA the driver can run")
+    if not compared:
+        return _finding("compat.host_container", "not-observable",
+                        f"{name} and collect_env share no figure to compare (driver, CUDA, GPUs)", proofs,
+                        observed=observed)
+    return _finding("compat.host_container", "pass", f"host ({name}) and container (collect_env) agree: "
+                    + "; ".join(compared), proofs, observed=observed,
+                    expected="the same driver, a CUDA the driver can run")
+
+
+def check_gpus(s: CompatSources, env: EnvironmentParams, recipe: RecipeParams | None = None) -> Finding:
     required, basis = gpus_required(s, env)
     proofs = gpu_count_proofs(s)
     ce = s.collect_env
+    if not env.gpus_required and (why := cpu_build_without_gpu_need(s, recipe)):
+        # TP × PP × DP counts engine processes; on a CPU build none of them is a GPU
+        return _finding("compat.gpus_visible", "info", f"no GPU needed: {why} ({basis} are CPU processes)",
+                        _cpu_proof(s), observed=0)
     expected = f">= {required} ({basis})" if required else None
     if ce is not None and ce.cuda_available is False:
         return _finding("compat.gpus_visible", "fail",
@@ -411,6 +494,12 @@ def check_cuda_build(s: CompatSources, recipe: RecipeParams) -> Finding:
     att = s.attachment("collect_env")
     if ce.platform != "cuda":
         detail = ce.rocm_build and f"ROCm {ce.rocm_build}" or ce.torch_version or ce.platform
+        if want is None:
+            return _finding("compat.cuda_build", "info",
+                            f"not a CUDA build: platform {ce.platform} ({detail}); the recipe requires no CUDA "
+                            "version, so none is checked",
+                            [Proof("collect_env", ce.platform, line_of(text, r"PyTorch version\s*:"), att)],
+                            observed=ce.platform)
         return _finding("compat.cuda_build", "fail", f"not a CUDA build: platform {ce.platform} ({detail})",
                         [Proof("collect_env", ce.platform, line_of(text, r"PyTorch version\s*:"), att)],
                         observed=ce.platform, expected=expected)
@@ -514,10 +603,18 @@ def check_image(s: CompatSources, recipe: RecipeParams) -> Finding:
             problems.append(f"tag {tag} is a CUDA {m} image, the recipe needs CUDA {recipe.cuda_major}")
     if problems:
         return _finding("compat.image", "fail", "; ".join(problems), proofs, observed=observed, expected=expected)
-    digest = f"@{img.digest[:19]}…" if img.digest else " (no digest recorded: pin one in recipe.image_digest)"
-    how = "declared in parameters, not inspected" if img.source == "parameters" else "from the container's inspect JSON"
-    return _finding("compat.image", "pass", f"image {img.reference}{digest}, {how}", proofs, observed=observed,
-                    expected=expected)
+    if img.source != "image_inspect":
+        return _finding("compat.image", "not-observable",
+                        f"image {img.reference} is only declared in the parameters, never inspected: set "
+                        "axes.environment.image_inspect (docker/crictl inspect JSON of the running container) "
+                        f"({_missing(s, 'image_inspect')})", proofs, observed=observed, expected=expected)
+    if not img.digest:
+        return _finding("compat.image", "not-observable",
+                        f"image {img.reference} inspected, but the inspect JSON carries no digest (RepoDigests, "
+                        "imageRef): the exact image cannot be archived", proofs, observed=observed,
+                        expected=expected)
+    return _finding("compat.image", "pass", f"image {img.reference}@{img.digest[:19]}… from the container's inspect "
+                                            "JSON", proofs, observed=observed, expected=expected)
 
 
 def _norm_ref(ref: str) -> str:
@@ -781,7 +878,7 @@ def check_source_reads(s: CompatSources) -> list[Finding]:
 def iter_findings(s: CompatSources, recipe: RecipeParams, env: EnvironmentParams) -> list[Finding]:
     """Every rule of the chain, host → container → engine."""
     return [
-        check_driver(s, recipe), check_gpus(s, env), check_fabric(s, env),
+        check_driver(s, recipe), check_host_container(s), check_gpus(s, env, recipe), check_fabric(s, env),
         check_cuda_build(s, recipe), check_image(s, recipe), check_build_method(s),
         *check_version(s, recipe), check_flags(s, recipe), check_prefix_caching(s, recipe), check_startup(s),
         *check_source_reads(s),

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
+from ..decision import Outcome, level_for
 from ..evidence import EvidenceRecord, Finding, axis_status
 from .rules import ROW_ORDER, RULES, engine_args, iter_findings
 from .sources import CompatSources, attachments, gather_sources
@@ -36,8 +37,7 @@ class CompatResult:
     @property
     def mismatch(self) -> bool:
         """A failing rule whose decision is an environment rebuild (the build method only separates the sheet)."""
-        return any(f.status == "fail" and f.evidence.get("decision_on_mismatch") == "environment-rebuild"
-                   for f in self.findings)
+        return any(level_for(f)[0] == Outcome.REBUILD.value for f in self.findings)
 
     @property
     def experimental(self) -> bool:

@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from . import protocol
+from . import envreport, protocol
 from .config import EmulatorConfig
 from .faults import FAULTS, FaultSet
 from .metrics import CONTENT_TYPE
@@ -103,7 +103,11 @@ def _gate(request: Request, rt: Runtime, body: dict | None, *, api: bool) -> JSO
     if body is not None:
         model = body.get("model")
         if model is not None and model not in (rt.cfg.served_model_name,):
-            return _err(rt, 404, f"The model `{model}` does not exist.", param="model")
+            message = f"The model `{model}` does not exist."
+            # vLLM logs the refusal as an ERROR line of its own (seen on 0.32.0), which the log reader counts
+            rt.log.log(f"Error with model error=ErrorInfo(message={message!r}, type='NotFoundError', param='model', "
+                       "code=404)", level="ERROR", where="serving.py:274")
+            return _err(rt, 404, message, param="model")
     if api and rt.dead:
         return _err(rt, 500, protocol.DEAD_ENGINE_MESSAGE)
     if api:
@@ -295,10 +299,11 @@ async def chat_completions(request: Request) -> Response:
         "id": req.request_id, "object": "chat.completion", "created": created, "model": model,
         "choices": [{"index": 0, "message": protocol.chat_message(rt.cfg, msg), "logprobs": None,
                      "finish_reason": protocol.finish_reason(req.finish_reason, bool(msg.calls), plan.named_choice),
-                     "stop_reason": None, "token_ids": None}],
+                     "stop_reason": None, "token_ids": None, **protocol.reply_extras(rt.cfg, choice=True)}],
         "service_tier": None, "system_fingerprint": fp,
         "usage": protocol.usage(rt.cfg, len(req.prompt_ids), req.num_output, req.num_cached_tokens, reasoning_tokens),
-        "prompt_logprobs": None, "prompt_token_ids": None, "kv_transfer_params": None})
+        "prompt_logprobs": None, "prompt_token_ids": None, "kv_transfer_params": None,
+        **protocol.reply_extras(rt.cfg, choice=False)})
 
 
 def _sse(obj: dict) -> str:
@@ -307,12 +312,17 @@ def _sse(obj: dict) -> str:
 
 async def _chat_stream(rt: Runtime, req: EngineRequest, plan: ReplyPlan, created: int, fp: str | None, model: str,
                        include_usage: bool):
-    def chunk(delta: dict | None, finish: str | None = None) -> str:
+    v032 = rt.cfg.at_least("0.32")
+
+    def chunk(delta: dict | None, finish: str | None = None, first: bool = False) -> str:
         choice = {"index": 0, "delta": delta or {}, "logprobs": None, "finish_reason": finish}
         if finish is not None:
             choice["stop_reason"] = None
+        if v032 and not first:
+            choice["token_ids"] = None
+        head = {"prompt_token_ids": None, "prompt_text": None} if v032 and first else {}
         return _sse({"id": req.request_id, "object": "chat.completion.chunk", "created": created, "model": model,
-                     "system_fingerprint": fp, "choices": [choice]})
+                     **protocol.stream_fingerprint(rt.cfg, fp), "choices": [choice], **head})
 
     # Hot path (one chunk per token per stream): a pre-serialised frame with only the piece escaped per token.
     head, _, tail = chunk({"\u0000": 0}).partition('{"\\u0000": 0}')
@@ -320,7 +330,7 @@ async def _chat_stream(rt: Runtime, req: EngineRequest, plan: ReplyPlan, created
     def fast(key: str, piece: str) -> str:
         return head + "{" + json.dumps(key) + ": " + json.dumps(piece, ensure_ascii=False) + "}" + tail
 
-    yield chunk({"role": "assistant", "content": ""})
+    yield chunk({"role": "assistant", "content": ""}, first=True)
     reasoning_key = "reasoning" if rt.cfg.at_least("0.12") else "reasoning_content"
     started: set[int] = set()
     call_by_index = list(plan.calls)
@@ -360,7 +370,7 @@ async def _chat_stream(rt: Runtime, req: EngineRequest, plan: ReplyPlan, created
                         out.append(_sse({"id": req.request_id, "object": "chat.completion.chunk", "created": created,
                                          "model": model, "system_fingerprint": fp, "choices": [],
                                          "usage": protocol.usage(rt.cfg, len(req.prompt_ids), req.num_output,
-                                                                 req.num_cached_tokens, rtoks)}))
+                                                                 req.num_cached_tokens, rtoks, stream=True)}))
                 out.append("data: [DONE]\n\n")
         if out:
             yield "".join(out)
@@ -398,19 +408,23 @@ async def completions(request: Request) -> Response:
     return JSONResponse({
         "id": req.request_id, "object": "text_completion", "created": created, "model": model,
         "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": req.finish_reason,
-                     "stop_reason": None, "prompt_logprobs": None}],
+                     "stop_reason": None, "prompt_logprobs": None,
+                     **({"prompt_token_ids": None} if rt.cfg.at_least("0.32") else {}),
+                     **protocol.reply_extras(rt.cfg, choice=True)}],
         "service_tier": None, "system_fingerprint": fp,
-        "usage": protocol.usage(rt.cfg, len(req.prompt_ids), req.num_output, req.num_cached_tokens, 0),
-        "kv_transfer_params": None})
+        "usage": protocol.usage(rt.cfg, len(req.prompt_ids), req.num_output, req.num_cached_tokens, 0, chat=False),
+        "kv_transfer_params": None, **{k: v for k, v in protocol.reply_extras(rt.cfg, choice=False).items()
+                                       if k != "prompt_text"}})
 
 
 async def _completion_stream(rt: Runtime, req: EngineRequest, plan: ReplyPlan, created: int, fp: str | None,
                              model: str, include_usage: bool):
     def chunk(text: str, finish: str | None = None) -> str:
+        extras = {"prompt_token_ids": None, "token_ids": None} if rt.cfg.at_least("0.32") else {}
         return _sse({"id": req.request_id, "object": "text_completion", "created": created, "model": model,
-                     "system_fingerprint": fp,
+                     **protocol.stream_fingerprint(rt.cfg, fp),
                      "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish,
-                                  "stop_reason": None}]})
+                                  "stop_reason": None, **extras}]})
 
     head, _, tail = chunk("\u0000").partition('"\\u0000"')
     async for batch in _run(rt, req):
@@ -427,7 +441,7 @@ async def _completion_stream(rt: Runtime, req: EngineRequest, plan: ReplyPlan, c
                     out.append(_sse({"id": req.request_id, "object": "text_completion", "created": created,
                                      "model": model, "system_fingerprint": fp, "choices": [],
                                      "usage": protocol.usage(rt.cfg, len(req.prompt_ids), req.num_output,
-                                                             req.num_cached_tokens, 0)}))
+                                                             req.num_cached_tokens, 0, stream=True, chat=False)}))
                 out.append("data: [DONE]\n\n")
         if out:
             yield "".join(out)
@@ -471,6 +485,17 @@ async def admin_log(request: Request) -> Response:
 
 async def admin_collect_env(request: Request) -> Response:
     return PlainTextResponse(request.app.state.emu.runtime.collect_env)
+
+
+async def admin_inspect(request: Request) -> Response:
+    rt = request.app.state.emu.runtime
+    return JSONResponse(envreport.image_inspect(rt.cfg, rt.started_at))
+
+
+async def admin_nvidia_smi(request: Request) -> Response:
+    rt = request.app.state.emu.runtime
+    when = time.strftime("%a %b %d %H:%M:%S %Y")
+    return PlainTextResponse(envreport.nvidia_smi_report(rt.cfg, rt.gpu.used_mib(), when))
 
 
 async def admin_dcgm(request: Request) -> Response:
@@ -524,6 +549,8 @@ def build_app(cfg: EmulatorConfig) -> tuple[Any, EmulatorState]:
         Route("/_emulator/log", admin_log, methods=["GET"]),
         Route("/_emulator/collect_env", admin_collect_env, methods=["GET"]),
         Route("/_emulator/dcgm/metrics", admin_dcgm, methods=["GET"]),
+        Route("/_emulator/inspect", admin_inspect, methods=["GET"]),
+        Route("/_emulator/nvidia-smi", admin_nvidia_smi, methods=["GET"]),
         Route("/_emulator/state", admin_state, methods=["GET"]),
         Route("/_emulator/restart", admin_restart, methods=["POST"]),
     ]

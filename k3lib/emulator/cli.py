@@ -11,15 +11,36 @@ from .faults import FAULTS
 from .profiles import PROFILES
 
 
+def _port(text: str) -> int:
+    """A TCP port, 0–65535, checked before anything binds (argparse turns the error into one line, exit 2)."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a TCP port number 0-65535, got {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a TCP port number 0-65535, got {port}")
+    return port
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=0, help="port to bind; 0 picks a free one (default 0)")
+    parser.add_argument("--port", type=_port, default=0, help="port to bind; 0 picks a free one (default 0)")
     parser.add_argument("--profile", default="demo", choices=sorted(PROFILES),
                         help="deployment to impersonate (default demo)")
     parser.add_argument("--fault", action="append", default=[], metavar="NAME[=VALUE]",
                         help="inject a fault; repeatable. Known: " + ", ".join(sorted(FAULTS)))
     parser.add_argument("--vllm-version", default=None, help="vLLM version to report and imitate (default 0.33.0)")
-    parser.add_argument("--time-scale", type=float, default=None,
+    parser.add_argument("--time-scale", type=_positive, default=None,
                         help="multiply every modelled duration by this (e.g. 0.05 runs 20x faster)")
     parser.add_argument("--log-dir", default=None, help="also write the server log and collect_env report here")
     parser.add_argument("--api-key-env", default=None, metavar="VAR",

@@ -84,3 +84,48 @@ def collect_env_report(cfg) -> str:
         "TORCHINDUCTOR_COMPILE_THREADS=1",
         "",
     ])
+
+
+def image_digest(cfg) -> str:
+    """A stable content digest for the emulated image: one per image reference, as a registry gives."""
+    import hashlib
+
+    return "sha256:" + hashlib.sha256(f"k3kit-emulated-image:{cfg.image}".encode()).hexdigest()
+
+
+def image_inspect(cfg, started_at: str) -> list[dict]:
+    """The running container as `docker container inspect` shows it: Config.Image as started, the image's
+    RepoDigests (the digest a reviewer archives), the container's creation date."""
+    repo = cfg.image.rsplit(":", 1)[0] if ":" in cfg.image.rsplit("/", 1)[-1] else cfg.image
+    digest = image_digest(cfg)
+    return [{"Id": digest, "Created": started_at, "Config": {"Image": cfg.image},
+             "Image": digest, "RepoTags": [cfg.image], "RepoDigests": [f"{repo}@{digest}"]}]
+
+
+def nvidia_smi_report(cfg, used_mib: int, when: str) -> str:
+    """The `nvidia-smi` table the host prints for this node: the kernel driver, the newest CUDA it can run, and
+    one row pair per GPU (the host's view, independent of what the container was built with)."""
+    branch = int(cfg.driver_version.split(".")[0])
+    can_run = "13.0" if branch >= 580 else "12.8" if branch >= 570 else "12.4"
+    width = 89
+    edge = "+" + "-" * (width - 2) + "+"
+    cols = "+" + "-" * 41 + "+" + "-" * 24 + "+" + "-" * 22 + "+"
+
+    def row(a: str, b: str, c: str) -> str:
+        return f"|{a:<41}|{b:>24}|{c:>22}|"
+
+    lines = [when, edge,
+             f"| NVIDIA-SMI {cfg.driver_version:<22} Driver Version: {cfg.driver_version:<14} "
+             f"CUDA Version: {can_run:<8}|",
+             cols.replace("+", "|", 1)[:-1] + "+",
+             row(" GPU  Name                 Persistence-M ", " Bus-Id          Disp.A ", " Volatile Uncorr. ECC "),
+             row(" Fan  Temp   Perf          Pwr:Usage/Cap ", "           Memory-Usage ", " GPU-Util  Compute M. "),
+             row("", "", "               MIG M. "),
+             "|" + "=" * 41 + "+" + "=" * 24 + "+" + "=" * 22 + "|"]
+    for i in range(min(cfg.gpus_per_node, cfg.gpu_count)):
+        lines += [row(f" {i:>3}  {cfg.gpu_name:<27}On  ", f" 00000000:{0x18 + 0x10 * i:02X}:00.0 Off ",
+                      "                   0 "),
+                  row(" N/A   41C    P0            120W /  700W ",
+                      f" {used_mib:>6}MiB / {cfg.gpu_memory_mib:>6}MiB ", "      0%      Default "),
+                  row("", "", "             Disabled "), cols]
+    return "\n".join(lines) + "\n"

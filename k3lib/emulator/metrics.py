@@ -81,8 +81,28 @@ class ServerMetrics:
                                labels + ["finished_reason"], registry=r)
         self.reasons = ["stop", "length", "abort"] + (["error"] if v >= (0, 13) else []) \
             + (["repetition"] if v >= (0, 18) else [])
+        # seen on a real 0.32.0 server (tests/test_conformance.py); the notes had read 0.33 for the first two
         self.admission = (Counter("vllm:admission_rejections", "Number of requests rejected at admission.",
-                                  ["model_name", "reason"], registry=r) if v >= (0, 33) else None)
+                                  ["model_name", "reason"], registry=r) if v >= (0, 32) else None)
+        self.cached_by_source = (Counter("vllm:prompt_tokens_cached_by_source",
+                                         "Number of cached prompt tokens by cache tier.", labels + ["source"],
+                                         registry=r) if v >= (0, 32) else None)
+        self.tool_parser_calls = (Counter("vllm:tool_call_parser_invocations",
+                                          "Number of tool call parser invocations.",
+                                          ["mode", "model_name", "outcome", "request_type"], registry=r)
+                                  if v >= (0, 32) and cfg.tool_call_parser else None)
+        # exported whether or not the feature is in use (a real 0.32.0 text-only server shows them all at zero)
+        self.zero_counters = [Counter(name, help_, labels, registry=r) for name, help_, since in (
+            ("vllm:external_prefix_cache_queries", "External prefix cache queries, in tokens.", (0, 12)),
+            ("vllm:external_prefix_cache_hits", "External prefix cache hits, in tokens.", (0, 12)),
+            ("vllm:mm_cache_queries", "Multi-modal cache queries, in items.", (0, 12)),
+            ("vllm:mm_cache_hits", "Multi-modal cache hits, in items.", (0, 12)),
+            ("vllm:estimated_flops_per_gpu", "Estimated number of floating point operations per GPU.", (0, 32)),
+            ("vllm:estimated_read_bytes_per_gpu", "Estimated bytes read from memory per GPU.", (0, 32)),
+            ("vllm:estimated_write_bytes_per_gpu", "Estimated bytes written to memory per GPU.", (0, 32)),
+        ) if v >= since]
+        self.sleep_state = (Gauge("vllm:engine_sleep_state", "Engine sleep state; awake = 1 when not sleeping.",
+                                  labels + ["sleep_state"], registry=r) if v >= (0, 12) else None)
 
         def hist(name: str, help_: str, buckets, since: tuple = (0,), until: tuple | None = None):
             if v < since or (until is not None and v >= until):
@@ -103,7 +123,7 @@ class ServerMetrics:
                                     "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
                                     tok_buckets, since=(0, 13))
         self.req_preemptions = hist("vllm:request_num_preemptions", "Number of preemptions per request.",
-                                    (0, 1, 2, 5, 10, 20), since=(0, 31))
+                                    (1, 2, 3, 4, 5, 10, 20), since=(0, 31))
         self.ttft = hist("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
                          _TTFT_BUCKETS)
         self.tpot_old = hist("vllm:time_per_output_token_seconds", "Histogram of time per output token in seconds.",
@@ -135,14 +155,25 @@ class ServerMetrics:
                     self.by_source.labels(self.model, str(e), source)
             self.set_gauges(e, 0, 0, 0.0)
             for c in (self.queries, self.hits, self.gpu_queries, self.gpu_hits, self.preemptions, self.prompt_tokens,
-                      self.generation_tokens, self.cached):
+                      self.generation_tokens, self.cached, *self.zero_counters):
                 if c is not None:
                     c.labels(self.model, str(e))
+            if self.cached_by_source is not None:
+                for source in ("device", "host", "p2p", "disk", "external_unspecified"):
+                    self.cached_by_source.labels(self.model, str(e), source)
+            if self.sleep_state is not None:
+                for state, value in (("awake", 1), ("weights_offloaded", 0), ("discard_all", 0)):
+                    self.sleep_state.labels(self.model, str(e), state).set(value)
             for h in self._histograms():
                 h.labels(self.model, str(e))
         if self.admission is not None:
             for reason in ("max_num_queued_reqs", "max_num_queued_tokens"):
                 self.admission.labels(self.model, reason)
+        if self.tool_parser_calls is not None:
+            for mode in ("streaming", "non_streaming"):
+                for outcome in ("tool_call", "no_tool_call"):
+                    for kind in ("chat_completions", "responses", "other"):
+                        self.tool_parser_calls.labels(mode, self.model, outcome, kind)
         # the per-token series, looked up once: `labels()` on every token of 256 streams was engine-step lag
         self._token_series = {e: tuple(h.labels(self.model, str(e)) for h in (self.itl, self.tpot_old) if h is not None)
                               for e in range(max(cfg.data_parallel_size, 1))}
@@ -201,6 +232,8 @@ class ServerMetrics:
             self.by_source.labels(self.model, e, "local_compute").inc(len(req.prompt_ids) - cached)
             self.by_source.labels(self.model, e, "local_cache_hit").inc(cached)
             self.cached.labels(self.model, e).inc(cached)
+        if self.cached_by_source is not None:
+            self.cached_by_source.labels(self.model, e, "device").inc(cached)
 
     def on_token(self, engine: int, gap_s: float) -> None:
         for series in self._token_series[engine]:
@@ -246,6 +279,23 @@ def cache_config_labels(cfg, num_gpu_blocks: int, kv_tokens: int, max_concurrenc
         "num_gpu_blocks": num_gpu_blocks,
         "num_cpu_blocks": None,
     }
+    if v >= (0, 32):
+        # the field set of a real 0.32.0 server's cache_config_info (tests/test_conformance.py)
+        for gone in ("calculate_kv_scales", "cpu_kvcache_space_bytes"):
+            d.pop(gone)
+        d.update(_block_size_resolved=True, user_specified_block_size=False, hash_block_size=None,
+                 kv_cache_dtype_skip_layers=[], kv_cache_size_tokens=kv_tokens,
+                 kv_cache_max_concurrency=round(max_concurrency, 2), kv_sharing_fast_prefill=False,
+                 kv_cache_memory_bytes=None, kv_offloading_size=None, kv_offloading_backend="native",
+                 kv_cache_layout=None, prefix_match_unit=None, prefix_cache_retention_interval=0,
+                 effective_attention_block_size=cfg.block_size, cache_hit_alignment_tokens=None,
+                 mamba_block_size=None, mamba_cache_dtype="auto", mamba_cache_mode="none",
+                 mamba_ssm_cache_dtype="float32", enable_mamba_shared_prefix_checkpoint=False,
+                 replayssm_buffer_len=16, skip_page_size_padded=None, swa_bounded_replay=True,
+                 use_kda_recoverssm=False, use_replayssm=False)
+        if v >= (0, 33):
+            d.update(simple_cpu_offload_num_blocks=None)
+        return {k: str(val) for k, val in sorted(d.items())}
     if v < (0, 24):
         d.update(swap_space=4, cpu_offload_gb=0, swap_space_bytes=4 * 2**30)
     else:

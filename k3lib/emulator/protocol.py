@@ -83,18 +83,42 @@ def reasoning_fields(cfg, reasoning: str | None) -> dict:
     return {"reasoning": reasoning}
 
 
-def usage(cfg, prompt: int, completion: int, cached: int | None, reasoning_tokens: int) -> dict:
+def usage(cfg, prompt: int, completion: int, cached: int | None, reasoning_tokens: int, *,
+          stream: bool = False, chat: bool = True) -> dict:
     out: dict = {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion,
                  "prompt_tokens_details": None}
     if cfg.enable_prompt_tokens_details:
         # Up to 0.22 the details are only set when something hit; from 0.24 a zero is reported (notes §5.5).
-        if cfg.at_least("0.24"):
+        if cfg.at_least("0.32"):  # seen on a real 0.32.0 server (completions leave created_cache_tokens null)
+            out["prompt_tokens_details"] = {"cached_tokens": cached or 0, "created_cache_tokens": 0 if chat else None,
+                                            "multimodal_tokens": None}
+        elif cfg.at_least("0.24"):
             out["prompt_tokens_details"] = {"cached_tokens": cached or 0}
         elif cached:
             out["prompt_tokens_details"] = {"cached_tokens": cached}
     if cfg.at_least("0.24"):
         out["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
+    if cfg.at_least("0.32") and not reasoning_tokens:
+        out["completion_tokens_details"] = None  # null without reasoning, as a real 0.32.0 server says
+    if cfg.at_least("0.32") and stream:
+        # a real 0.32.0 server leaves the null fields out of a streamed usage chunk
+        out = {k: ({dk: dv for dk, dv in v.items() if dv is not None} if isinstance(v, dict) else v)
+               for k, v in out.items() if v is not None}
     return out
+
+
+def stream_fingerprint(cfg, fp: str | None) -> dict:
+    """Where a stream's chunks carry system_fingerprint: every chunk, or (0.32, seen) only the usage chunk."""
+    return {} if cfg.at_least("0.32") else {"system_fingerprint": fp}
+
+
+def reply_extras(cfg, *, choice: bool) -> dict:
+    """The always-null fields a real 0.32.0 server adds to every whole reply (`choice`: inside each choice)."""
+    if not cfg.at_least("0.32"):
+        return {}
+    if choice:
+        return {"token_ids": None, "routed_experts": None}
+    return {"prompt_text": None, "ec_transfer_params": None, "metrics": None}
 
 
 def tool_call_json(call) -> dict:
@@ -104,6 +128,8 @@ def tool_call_json(call) -> dict:
 def chat_message(cfg, msg: Assembled) -> dict:
     out = {"role": "assistant", "content": msg.content, "refusal": None, "annotations": None, "audio": None,
            "function_call": None, "tool_calls": [tool_call_json(c) for c in msg.calls]}
+    if not msg.calls and cfg.at_least("0.32"):
+        del out["tool_calls"]  # a real 0.32.0 server leaves the key out of a reply without tool calls
     out.update(reasoning_fields(cfg, msg.reasoning))
     return out
 

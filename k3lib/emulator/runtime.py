@@ -12,7 +12,7 @@ from collections import deque
 from pathlib import Path
 
 from .config import EmulatorConfig
-from .envreport import collect_env_report
+from .envreport import collect_env_report, image_digest
 from .gpu import GpuBoard, plan_memory
 from .kvcache import KVCache
 from .logs import LogBook
@@ -89,6 +89,7 @@ class Runtime:
         log_dir = Path(cfg.log_dir) if cfg.log_dir else None
         self.log = LogBook(cfg, log_dir / "vllm-server.log" if log_dir else None)
         self.collect_env = collect_env_report(cfg)
+        self.started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         if log_dir:
             (log_dir / "collect_env.txt").write_text(self.collect_env, encoding="utf-8")
         dp = max(cfg.data_parallel_size, 1)
@@ -224,6 +225,7 @@ class Runtime:
             "model": self.cfg.model,
             "served_model_name": self.cfg.served_model_name,
             "image": self.cfg.image,
+            "image_digest": image_digest(self.cfg),
             "faults": list(self.faults.canonical()),
             "ready": self.ready,
             "engine_alive": self.ready and not self.dead,

@@ -10,8 +10,10 @@ from k3lib.metrics.snapshot import EndpointScrape, Snapshot, require
 from k3lib.metrics.window import (
     CounterDelta,
     HistogramWindow,
+    QuantileBounds,
     delta,
     histogram_quantile,
+    quantile_bounds,
     window_histogram,
     window_quantile,
 )
@@ -23,6 +25,7 @@ __all__ = [
     "Exposition",
     "HistogramWindow",
     "INSPECT_SERIES",
+    "QuantileBounds",
     "IntervalSampler",
     "MetricsSampler",
     "SAMPLED_SERIES",
@@ -38,6 +41,7 @@ __all__ = [
     "inspect_snapshot",
     "metrics_url",
     "parse_exposition",
+    "quantile_bounds",
     "require",
     "scrape",
     "scrape_async",

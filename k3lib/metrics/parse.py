@@ -11,6 +11,8 @@ from typing import Mapping
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from k3lib.readers._text import numbered_lines
+
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 # A sample at the END of a line, after whatever prefix a paste added. Label values may hold spaces, braces and
 # escaped quotes, hence the quoted-string alternative. The name must start after start-of-line or a separator.
@@ -57,14 +59,56 @@ class Exposition:
     strict: bool = True
 
 
+# Characters a paste may put before every line (a shell comment, a quote, a C comment); never a character a metric
+# name or a `# HELP` line starts with once the prefix is gone.
+_SHARED_PREFIX = re.compile(r"^(?:#+|>+|//+|;+|--)[ \t]*")
+
+
 def clean_text(text: str) -> str:
-    """Drop ANSI colour codes and carriage returns (CRLF dumps), which the strict parser rejects."""
-    return _ANSI.sub("", text).replace("\r\n", "\n").replace("\r", "\n")
+    """Drop ANSI colour codes and carriage returns (CRLF dumps, progress bars), which the strict parser rejects;
+    lines numbered as every reader numbers them (`numbered_lines`)."""
+    return "\n".join(_ANSI.sub("", line) for _, line in numbered_lines(text))
+
+
+def shared_prefix(text: str) -> str | None:
+    """The comment-like prefix (`# `, `> `, `// `) that every non-blank line carries, or None."""
+    lines = [ln for ln in text.split("\n") if ln.strip()]
+    if len(lines) < 2:
+        return None
+    found = [m.group(0) if (m := _SHARED_PREFIX.match(ln.lstrip())) else None for ln in lines]
+    if None in found:
+        return None
+    # `# HELP` lines keep their own `#` after the shared one, so the shortest match is the shared part.
+    prefix = min(found, key=len)  # type: ignore[arg-type]
+    return prefix.rstrip() or None
 
 
 def parse_exposition(text: str) -> Exposition:
-    """Parse exposition text; fall back to line-by-line reading when the strict parser rejects the whole."""
+    """Parse exposition text; fall back to line-by-line reading when the strict parser rejects the whole.
+
+    A dump saved with a prefix on every line (`# ` as a shell comment, `> ` as a quote) is read without it when
+    the text as given holds no sample."""
     cleaned = clean_text(text)
+    exposition = _parse_clean(cleaned)
+    if exposition.samples:
+        return exposition
+    prefix = shared_prefix(cleaned)
+    if prefix is None:
+        return exposition
+    unprefixed = "\n".join(_strip_one(ln, prefix) for ln in cleaned.split("\n"))
+    retried = _parse_clean(unprefixed)
+    return retried if retried.samples or len(retried.types) > len(exposition.types) else exposition
+
+
+def _strip_one(line: str, prefix: str) -> str:
+    body = line.lstrip()
+    if not body.startswith(prefix):
+        return line
+    body = body[len(prefix):]
+    return body[1:] if body.startswith(" ") else body
+
+
+def _parse_clean(cleaned: str) -> Exposition:
     try:
         families = list(text_string_to_metric_families(cleaned))
     except (ValueError, TypeError, IndexError, KeyError):

@@ -51,9 +51,79 @@ class HistogramWindow:
     def quantile(self, q: float) -> float | None:
         return histogram_quantile(q, self.buckets)
 
+    def quantile_bounds(self, q: float) -> QuantileBounds | None:
+        """What the buckets (and sum/count) prove about the q-quantile; None when the window is empty."""
+        return quantile_bounds(q, self.buckets, self.mean)
+
     @property
     def mean(self) -> float | None:
         return self.sum / self.count if self.count > 0 else None
+
+
+@dataclass(frozen=True)
+class QuantileBounds:
+    """The q-quantile as far as a histogram can tell: `low` ≤ quantile ≤ `high`, and `estimate` (PromQL's
+    interpolation inside the bucket) only where that bucket has a lower edge worth interpolating from.
+
+    `basis` says where the rank fell: "bucket" (between two finite edges), "below-first-bucket" (at or under the
+    first edge: the histogram only says "≤ first edge"; interpolating inside [0, edge] invents a figure such as
+    285 ms for requests that waited 0.1 ms) or "above-last-bucket" (beyond the last finite edge). `high` is
+    tightened by Markov's inequality where the mean is known: observations are non-negative, so at most a share
+    mean/t of them exceed t, and the q-quantile is at most mean / (1 - q)."""
+
+    q: float
+    low: float
+    high: float
+    estimate: float | None
+    basis: str
+    first_edge: float
+    mean: float | None = None
+    markov_bound: bool = False  # True when `high` came from the mean rather than a bucket edge
+
+    def describe(self, scale: float = 1.0, unit: str = "") -> str:
+        f = lambda v: f"{v * scale:.0f}{unit}" if abs(v * scale) >= 100 else f"{v * scale:.3g}{unit}"  # noqa: E731
+        mean = f"; mean {f(self.mean)} from sum/count" if self.mean is not None else ""
+        if self.basis == "below-first-bucket":
+            if self.markov_bound:
+                return (f"≤ {f(self.high)} (below the first bucket edge {f(self.first_edge)}; the mean {f(self.mean)} "
+                        f"from sum/count bounds it: p{self.q * 100:g} ≤ mean/(1-{self.q:g}))")
+            return f"≤ {f(self.high)} (below the first bucket edge, which is all the buckets say{mean})"
+        if self.basis == "above-last-bucket":
+            return f"> {f(self.low)} (above the last finite bucket edge{mean})"
+        est = f"≈ {f(self.estimate)}, " if self.estimate is not None else ""
+        return f"{est}between {f(self.low)} and {f(self.high)} (the bucket holding the rank{mean})"
+
+
+def quantile_bounds(q: float, buckets: tuple[tuple[float, float], ...] | list[tuple[float, float]],
+                    mean: float | None = None) -> QuantileBounds | None:
+    """The interval the q-quantile of cumulative (upper bound, count) buckets lies in; see QuantileBounds."""
+    if not 0.0 <= q <= 1.0 or math.isnan(q):
+        raise ValueError(f"quantile must be within [0, 1], got {q}")
+    ordered = sorted(buckets)
+    if len(ordered) < 2 or not math.isinf(ordered[-1][0]):
+        return None
+    running, fixed = 0.0, []
+    for le, c in ordered:
+        running = max(running, c)
+        fixed.append((le, running))
+    total = fixed[-1][1]
+    if total <= 0:
+        return None
+    rank = q * total
+    i = next(i for i, (_, c) in enumerate(fixed) if c >= rank)
+    first_edge = fixed[0][0]
+    markov = mean / (1.0 - q) if mean is not None and mean >= 0 and q < 1.0 else math.inf
+    if math.isinf(fixed[i][0]):
+        return QuantileBounds(q, fixed[-2][0], markov, None, "above-last-bucket", first_edge, mean,
+                              markov < math.inf)
+    upper = fixed[i][0]
+    lower = 0.0 if i == 0 else fixed[i - 1][0]
+    high = min(upper, markov)
+    if i == 0:
+        return QuantileBounds(q, 0.0, high, None, "below-first-bucket", first_edge, mean, markov < upper)
+    estimate = histogram_quantile(q, fixed)
+    return QuantileBounds(q, lower, high, None if estimate is None else min(estimate, high), "bucket",
+                          first_edge, mean, markov < upper)
 
 
 def _series_name(key: SeriesKey) -> str:

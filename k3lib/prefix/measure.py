@@ -245,6 +245,18 @@ def measure_request(client: SyncChatClient, http: httpx.Client, metrics_urls: Se
 # ---------------------------------------------------------------------------------------------------------
 
 
+def gain_undecided(samples: Sequence[RequestSample], min_gain_pct: float) -> bool:
+    """True while the warm-vs-cold TTFT gain of the pairs answered so far has no interval, or one that straddles
+    `min_gain_pct` (the verdict judges the same way on the pairs it finds clean)."""
+    from ..stats import median_interval
+
+    cold = {(s.session, s.prefix_target): s.ttft_ms for s in samples if s.kind == "cold" and s.ok and s.ttft_ms}
+    gains = [100.0 * (cold[k] - s.ttft_ms) / cold[k] for s in samples if s.kind == "warm" and s.ok
+             and s.ttft_ms is not None and (k := (s.session, s.prefix_target)) in cold]
+    interval = median_interval(gains)
+    return interval is None or interval.versus(min_gain_pct) == "inconclusive"
+
+
 def run_prefix_cache(ctx: Any) -> PrefixCacheResult:
     """Cold then warm, for each prefix length and session, within the axis' request and time bounds.
 
@@ -266,6 +278,17 @@ def run_prefix_cache(ctx: Any) -> PrefixCacheResult:
     t_end = time.monotonic() + p.max_duration_s
     planned = [(size, s) for size in p.prefix_tokens for s in range(p.sessions)]
 
+    def sessions() -> Any:
+        """The planned sessions, then more at the longest prefix (where the verdict judges the gain) while the
+        warm-vs-cold gain measured so far straddles its threshold: repeated measurements decide it, not one noisy
+        median."""
+        yield from planned
+        longest = max(p.prefix_tokens)
+        for extra in range(p.max_extra_sessions):
+            if not gain_undecided([s for s in samples if s.prefix_target == longest], p.min_ttft_gain_pct):
+                return
+            yield longest, p.sessions + extra
+
     client = SyncChatClient(target.base_url, model=ctx.params.target.model, api_key_env=target.api_key_env,
                             timeout_s=p.request_timeout_s)
     http = httpx.Client(timeout=min(10.0, p.request_timeout_s), headers=target.headers())
@@ -274,7 +297,7 @@ def run_prefix_cache(ctx: Any) -> PrefixCacheResult:
         cache_config = {k: v for k, v in first.cache_config_info().items() if k in CONFIG_LABELS}
         unit, unit_source = hit_unit(cache_config, p.block_size_tokens)
         counter, sized_by = _token_counter(client)
-        for size, session in planned:
+        for size, session in sessions():
             if time.monotonic() >= t_end:
                 stopped = f"max_duration_s ({p.max_duration_s:g} s) reached before every session ran"
                 break

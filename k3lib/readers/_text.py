@@ -49,9 +49,36 @@ DEFAULT_PREFIXES: tuple[re.Pattern[str], ...] = (
 )
 
 
+def numbered_lines(text: str | bytes) -> list[tuple[int, str]]:
+    """(number, line) pairs numbered as `grep -n` and a text editor number them; every reader uses this.
+
+    Only LF ends a line, so a progress bar's lone CR does not start a new one: the text after the last CR of a
+    line is what the terminal showed, and that is the line's text. A text with no LF at all but CRs is an old-Mac
+    file, whose CRs end lines. A final line end does not open an empty last line.
+    """
+    if isinstance(text, (bytes, bytearray)):
+        text = bytes(text).decode("utf-8", errors="replace")
+    if "\n" not in text and "\r" in text.rstrip("\r"):
+        text = text.replace("\r", "\n")
+    raw = text.split("\n")
+    if raw and raw[-1] == "":
+        raw.pop()
+    return [(number, terminal_view(line)) for number, line in enumerate(raw, start=1)]
+
+
+def terminal_view(line: str) -> str:
+    """What a terminal shows of one line: a CRLF's CR dropped, and after a progress bar's redraws (CR) the last
+    non-blank segment."""
+    line = line.rstrip("\r")
+    if "\r" not in line:
+        return line
+    parts = [p for p in line.split("\r") if p.strip()]
+    return parts[-1] if parts else ""
+
+
 def normalise_newlines(text: str) -> str:
-    """CRLF and lone CR (old Mac, or a progress bar's carriage return) become LF."""
-    return text.replace("\r\n", "\n").replace("\r", "\n")
+    """Line ends as `numbered_lines` reads them, joined with LF."""
+    return "\n".join(line for _, line in numbered_lines(text))
 
 
 def strip_ansi(text: str) -> str:
@@ -112,8 +139,7 @@ def clean_lines(text: str | bytes, *, prefixes: Iterable[re.Pattern[str]] = DEFA
     """The text as lines with paste artefacts removed; trailing whitespace is dropped, inner indentation kept."""
     if isinstance(text, bytes):
         text = text.decode("utf-8", errors="replace")
-    text = strip_ansi(normalise_newlines(text)).translate(_ODD_SPACE)
-    lines = [ln.rstrip() for ln in text.split("\n")]
+    lines = [strip_ansi(ln).translate(_ODD_SPACE).rstrip() for _, ln in numbered_lines(text)]
     lines = strip_line_prefixes(lines, prefixes)
     if drop_fences:
         lines = [ln for ln in lines if not is_fence(ln)]

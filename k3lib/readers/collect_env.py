@@ -113,6 +113,7 @@ class CollectEnvReport:
     cuda_available: bool | None
     gpus: tuple[str, ...]
     gpu_count: int | None
+    truncated: bool = False  # the paste ends inside the GPU list: more GPUs may follow, the count is unknown
     os: str | None = None
     python_version: str | None = None
     python_platform: str | None = None
@@ -162,7 +163,7 @@ class CollectEnvReport:
         return dict(self.env)
 
     def to_inspect(self) -> dict[str, Any]:
-        """The `k3 inspect collect-env --json` shape."""
+        """The `k3 inspect collect-env --json` shape (schemas/inspect/collect-env.schema.json)."""
         return {
             "vllm_version": self.vllm_version,
             "torch_version": self.torch_version,
@@ -174,6 +175,7 @@ class CollectEnvReport:
             "gpus": list(self.gpus),
             "gpu_count": self.gpu_count,
             "platform": self.platform,
+            "truncated": self.truncated,
         }
 
 
@@ -255,6 +257,13 @@ def parse_collect_env(text: str | bytes, *, source: str | None = None) -> Collec
         elif name == "gpu_models" and (g := _GPU_LINE_RE.match(value)):
             gpu_lines.setdefault(int(g.group("index")), g.group("name"))
 
+    # A report always goes on after its GPU list (driver, cuDNN, …); a paste whose last line is a GPU line was cut
+    # inside the list.
+    last = next((ln.strip() for ln in reversed(lines) if ln.strip()), "")
+    cut_in_gpus = bool(gpu_lines) and bool(_GPU_LINE_RE.match(last) or (
+        fields.get("gpu_models") is not None and _KEY_RE.match(last) and _LABELS.get(
+            " ".join(_KEY_RE.match(last).group("key").split()).lower()) == "gpu_models"))  # type: ignore[union-attr]
+
     if len(_REPORT_LABELS.intersection(fields)) < 2:
         raise ArtifactError(_not_a_report_message(lines), source=source)
 
@@ -287,6 +296,8 @@ def parse_collect_env(text: str | bytes, *, source: str | None = None) -> Collec
     else:
         gpus = ()
     gpu_count = _gpu_count(platform, gpu_lines, gpus, topo_count, gpu_models_raw)
+    if cut_in_gpus and not topo_count and platform not in ("cpu", "npu"):
+        gpu_count = None
 
     neuron = _value(fields, "neuron_sdk")
     if neuron and neuron_block:
@@ -307,6 +318,7 @@ def parse_collect_env(text: str | bytes, *, source: str | None = None) -> Collec
         cuda_available=_bool(fields.get("cuda_available")),
         gpus=gpus,
         gpu_count=gpu_count,
+        truncated=cut_in_gpus,
         os=_value(fields, "os"),
         python_version=_first_token(_value(fields, "python_version")),
         python_platform=_value(fields, "python_platform"),

@@ -5,12 +5,14 @@ collector prefixes (kubectl timestamps, pod tags, ANSI colour, CRLF) people past
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from k3lib.errors import ArtifactError
+from k3lib.readers._text import numbered_lines, terminal_view
 
 __all__ = [
     "ContextRejection",
@@ -120,6 +122,7 @@ class VllmLogReport:
     stats: tuple[StatsRecord, ...]
     preemption_warnings: tuple[int, ...]   # V0 prints one WARNING per preempted sequence group
     truncated: bool = False                # the text ends mid-line (a cut paste or a live tail)
+    startups: int = 1                      # server starts in the paste; the figures are the last one's
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
@@ -127,7 +130,7 @@ class VllmLogReport:
         return self.engine_death is not None
 
     def as_dict(self) -> dict[str, Any]:
-        """The `k3 inspect log --json` shape."""
+        """The `k3 inspect log --json` shape (schemas/inspect/log.schema.json)."""
         oom = None
         if self.oom is not None:
             oom = {"phase": self.oom.phase, "line": self.oom.line, "text": self.oom.text,
@@ -138,10 +141,13 @@ class VllmLogReport:
             "kv_cache_tokens": self.kv_cache_tokens,
             "max_concurrency": self.max_concurrency,
             "ready": self.ready,
+            "ready_line": self.ready_line,
             "engine_dead": self.engine_dead,
             "oom": oom,
             "context_rejections": len(self.context_rejections),
             "errors": [{"line": e.line, "text": e.text, "exception": e.exception} for e in self.errors],
+            "startups": self.startups,
+            "truncated": self.truncated,
         }
 
 
@@ -170,13 +176,8 @@ _ANYWHERE = re.compile(
 
 
 def _clean(raw: str) -> str:
-    text = _ANSI.sub("", raw)
     # A CR inside a line is a tqdm redraw or a Windows line end; the last segment is what the terminal showed.
-    text = text.rstrip("\r")
-    if "\r" in text:
-        parts = [p for p in text.split("\r") if p.strip()]
-        text = parts[-1] if parts else ""
-    return text
+    return _ANSI.sub("", terminal_view(raw))
 
 
 def _parse_iso(ts: str) -> datetime | None:
@@ -256,8 +257,12 @@ _MAX_CONC = re.compile(r"Maximum concurrency for\s+[\d,_]+\s+tokens per request:
 
 _READY = re.compile(r"Application startup complete|Uvicorn running on")
 _ACCESS = re.compile(r'"(?:GET|POST|PUT|DELETE|HEAD|OPTIONS|PATCH) \S+ HTTP/[\d.]+"\s+(?P<status>\d{3})\b')
-# Lines that prove requests were being served even when the startup part of the log was not pasted.
-_SERVING_HINT = re.compile(r"\bAdded request\b|\bReceived request\b|\bFinished request\b")
+# Lines that prove requests were being served even when the startup part of the log was not pasted: a request
+# accepted or finished, an offline run's progress bar at 100 %, a V0 preemption warning.
+_SERVING_HINT = re.compile(r"\bAdded request\b|\bReceived request\b|\bFinished request\b"
+                           r"|Processed prompts:\s*100%|is preempted by PreemptionMode")
+# V1's AsyncLLM starts its output handler with the first request: its failure proves the engine was serving.
+_OUTPUT_HANDLER_FAILED = re.compile(r"\boutput_handler failed\b")
 
 _OOM = re.compile(
     r"(?i:\bout of memory\b)|OutOfMemoryError|CUDA_ERROR_OUT_OF_MEMORY|cudaErrorMemoryAllocation"
@@ -380,14 +385,8 @@ def parse_vllm_log(text: str | bytes) -> VllmLogReport:
     if not text.strip():
         raise ArtifactError("the log is empty: paste the server's stdout/stderr (`kubectl logs`, `docker logs`)")
     text = text.replace("\x00", "")
-    if "\n" not in text and "\r" in text:
-        # Old-Mac line ends (or a capture that turned every newline into CR).
-        text = text.replace("\r", "\n")
     truncated = not text.endswith(("\n", "\r"))
-    raw_lines = text.split("\n")
-    if raw_lines and raw_lines[-1] == "":
-        raw_lines.pop()
-    lines = tuple(_split_line(i, raw) for i, raw in enumerate(raw_lines, start=1))
+    lines = tuple(_split_line(number, raw) for number, raw in numbered_lines(text))
 
     version = version_engine = model = None
     non_default: dict[str, Any] | str | None = None
@@ -406,6 +405,7 @@ def parse_vllm_log(text: str | bytes) -> VllmLogReport:
     last_access_line = 0
     exception_tail: tuple[Any, ...] | None = None
     recognised = 0
+    startups = 1
     cursor = _Cursor()
 
     for ln in lines:
@@ -413,6 +413,15 @@ def parse_vllm_log(text: str | bytes) -> VllmLogReport:
         msg = ln.message
         if ln.level or ln.process:
             recognised += 1
+
+        # --- a (re)start of the server: when a paste holds several, the figures (version, args, KV capacity) are
+        # the last one's; what happened (ready, OOM, death, rejections) is kept over the whole paste.
+        started = bool(_SERVER_VERSION.search(msg) or (_LOGO_CHARS.search(msg) and _LOGO_VERSION.search(msg))
+                       or _ENGINE_VERSION.search(msg))
+        if started and (ready_line is not None or kv_tokens is not None or oom is not None or death is not None
+                        or max_conc is not None):
+            startups += 1
+            version = version_engine = model = non_default = namespace = kv_tokens = max_conc = None
 
         # --- version and model; a version line also marks a (re)start of the server
         m = _SERVER_VERSION.search(msg)
@@ -463,7 +472,9 @@ def parse_vllm_log(text: str | bytes) -> VllmLogReport:
         if access:
             recognised += 1
             last_access_line = ln.number
-        if _READY.search(msg) or (access and access.group("status") == "200") or _SERVING_HINT.search(msg):
+        # Any answered request (a 400 for a too-long prompt too) proves the API server was up; a 5xx may come
+        # from a server whose engine is already gone.
+        if _READY.search(msg) or (access and int(access.group("status")) < 500) or _SERVING_HINT.search(msg):
             serving = True
             if ready_line is None:
                 ready_line = ln.number
@@ -487,6 +498,13 @@ def parse_vllm_log(text: str | bytes) -> VllmLogReport:
                            lines_before=tuple(x.text for x in lines[start:ln.number - 1]),
                            logged_at=cursor.logged_at, collected_at=cursor.collected_at)
 
+        if _OUTPUT_HANDLER_FAILED.search(msg):
+            serving = True
+            if ready_line is None:
+                ready_line = ln.number
+            if oom is not None and oom.phase == "startup":
+                oom = dataclasses.replace(oom, phase="serving")
+
         # --- engine death: only once serving; a failed startup is a startup failure
         if death is None and serving and not informational and _ENGINE_DEAD.search(msg):
             death = EngineDeath(line=ln.number, text=ln.text, logged_at=cursor.logged_at,
@@ -497,6 +515,10 @@ def parse_vllm_log(text: str | bytes) -> VllmLogReport:
         # not a rejection.
         m = None if _REQUEST_ECHO.match(msg) else _REJECTION.search(msg)
         if m:
+            # A request rejected for its length was received by a serving server.
+            serving = True
+            if ready_line is None:
+                ready_line = ln.number
             kind = m.lastgroup or "context_length"
             key = _rejection_key(kind, msg, m.start())
             if _CLIENT_SIDE.search(msg):
@@ -546,7 +568,7 @@ def parse_vllm_log(text: str | bytes) -> VllmLogReport:
         lines=lines, vllm_version=version, model=model, non_default_args=non_default, namespace_args=namespace,
         kv_cache_tokens=kv_tokens, max_concurrency=max_conc, ready=ready_line is not None, ready_line=ready_line,
         oom=oom, engine_death=death, context_rejections=rejections, errors=tuple(errors), stats=tuple(stats),
-        preemption_warnings=tuple(preempt), truncated=truncated, notes=tuple(notes))
+        preemption_warnings=tuple(preempt), truncated=truncated, notes=tuple(notes), startups=startups)
 
 
 def _parse_stats(ln: LogLine, msg: str, cursor: _Cursor) -> StatsRecord:

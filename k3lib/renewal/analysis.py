@@ -10,7 +10,7 @@ from typing import Any, Iterable, Sequence
 from zoneinfo import ZoneInfo
 
 from .inputs import FIVE_QUESTIONS, CostsInput, HoursRecord, IncidentRecord, TaskRecord
-from .rules import DeclaredBenefits, RenewalRules
+from .rules import DeclaredBenefits, FixedElements, RenewalRules, accepted as is_accepted
 from .series import Grid
 
 CATEGORIES = ("batch", "agent", "peak", "test", "maintenance")
@@ -167,11 +167,13 @@ def _saturated_slots(frame, rules: RenewalRules) -> set[int]:
             if (not math.isnan(w) and w > 0) or (not math.isnan(kv) and kv >= 0.9)}
 
 
-def analyse_production(frame, tasks: Sequence[TaskRecord], rules: RenewalRules, grid: Grid) -> dict[str, Any]:
-    """Accepted tasks per operating hour and what was lost on the way (self-hosted path)."""
+def analyse_production(frame, tasks: Sequence[TaskRecord], rules: RenewalRules, grid: Grid,
+                       fixed: FixedElements = FixedElements()) -> dict[str, Any]:
+    """Accepted tasks (under the fixed quality rule) per operating hour and what was lost on the way
+    (self-hosted path)."""
     sh = [t for t in tasks if t.path == SELF]
     operating_h = len(frame) * grid.step_s / 3600
-    accepted = sum(t.accepted for t in sh)
+    accepted = sum(is_accepted(t, fixed.quality_rule) for t in sh)
     finished = sum(1 for t in sh if t.finished_at is not None)
     saturated = _saturated_slots(frame, rules)
     sat_wait_s = sum(t.wait_s for t in sh if _slot_index(t.submitted_at.timestamp(), grid) in saturated)
@@ -197,17 +199,22 @@ def analyse_production(frame, tasks: Sequence[TaskRecord], rules: RenewalRules, 
             "wait_h": _r(sum(t.wait_s for t in sh) / 3600, 1),
             "saturation_wait_h": _r(sat_wait_s / 3600, 1),
         },
+        # the retry policy fixed before the review: a task retried more often was not run under it
+        "over_retry_policy": sum(t.retries > fixed.retry_policy.max_retries for t in sh),
+        "retry_policy_max_retries": fixed.retry_policy.max_retries,
     }
 
 
 # --- 3. the same task set on both paths -------------------------------------------------------------------------
 
-def _path_figures(rows: Sequence[TaskRecord]) -> dict[str, Any]:
+def _path_figures(rows: Sequence[TaskRecord], fixed: FixedElements) -> dict[str, Any]:
     n = len(rows)
     delivery = sorted((t.finished_at - t.submitted_at).total_seconds() for t in rows if t.finished_at is not None)
     return {
         "tasks": n,
-        "acceptance_rate": _r(sum(t.accepted for t in rows) / n if n else None),
+        "accepted": sum(is_accepted(t, fixed.quality_rule) for t in rows),
+        "acceptance_rate": _r(sum(is_accepted(t, fixed.quality_rule) for t in rows) / n if n else None),
+        "over_retry_policy": sum(t.retries > fixed.retry_policy.max_retries for t in rows),
         "delivery_median_s": _r(statistics.median(delivery) if delivery else None, 1),
         "delivery_p95_s": _r(delivery[min(len(delivery) - 1, int(0.95 * len(delivery)))] if delivery else None, 1),
         "retries_per_task": _r(sum(t.retries for t in rows) / n if n else None),
@@ -216,11 +223,14 @@ def _path_figures(rows: Sequence[TaskRecord]) -> dict[str, Any]:
     }
 
 
-def compare_paths(tasks: Sequence[TaskRecord], hours: Sequence[HoursRecord]) -> dict[str, Any]:
-    """Acceptance, delivery time, retries, tool-call quality and human time on the tasks both paths ran."""
+def compare_paths(tasks: Sequence[TaskRecord], hours: Sequence[HoursRecord], fixed: FixedElements = FixedElements(),
+                  rules: RenewalRules = RenewalRules()) -> dict[str, Any]:
+    """Acceptance, delivery time, retries, tool-call quality and human time on the tasks of the fixed task set
+    both paths ran, judged by the same quality rule; whether the API reaches equivalent quality."""
     by_path: dict[str, dict[str, TaskRecord]] = {SELF: {}, API: {}}
     for t in tasks:
-        by_path[t.path][t.task_id] = t
+        if t.category in fixed.task_set.categories:
+            by_path[t.path][t.task_id] = t
     paired = sorted(set(by_path[SELF]) & set(by_path[API]))
     basis = "paired" if paired else "all"
     sets = {p: ([by_path[p][i] for i in paired] if paired else list(by_path[p].values())) for p in (SELF, API)}
@@ -228,11 +238,20 @@ def compare_paths(tasks: Sequence[TaskRecord], hours: Sequence[HoursRecord]) -> 
     for h in hours:
         human[h.category] += h.hours
     monitoring_h = human["monitoring"] + human["failed-task-diagnosis"] + human["out-of-hours"]
-    out = {"basis": basis, "paired_tasks": len(paired),
-           SELF: {**_path_figures(sets[SELF]), "human_monitoring_h": _r(monitoring_h, 1)},
-           API: {**_path_figures(sets[API]),
+    sh, api = _path_figures(sets[SELF], fixed), _path_figures(sets[API], fixed)
+    gap = rules.api_equivalent_gap_max
+    equivalent = None
+    if paired and None not in (sh["acceptance_rate"], api["acceptance_rate"], sh["tool_error_share"],
+                               api["tool_error_share"]):
+        equivalent = api["acceptance_rate"] >= sh["acceptance_rate"] - gap \
+            and api["tool_error_share"] <= sh["tool_error_share"] + gap
+    out = {"basis": basis, "paired_tasks": len(paired), "task_set": list(fixed.task_set.categories),
+           SELF: {**sh, "human_monitoring_h": _r(monitoring_h, 1)},
+           API: {**api,
                  # the hours file has no API monitoring line; unknown is shown as unknown
-                 "human_monitoring_h": None}}
+                 "human_monitoring_h": None},
+           # None: no task ran on both paths, so equivalence is not shown either way
+           "api_equivalent": equivalent}
     return out
 
 
@@ -254,8 +273,11 @@ def full_cost(costs: CostsInput, production: dict[str, Any], comparison: dict[st
     total = None if blanks else known
     accepted = production.get("accepted") or 0
     api = comparison.get(API, {})
-    api_accepted = round((api.get("acceptance_rate") or 0) * (api.get("tasks") or 0))
+    api_accepted = api.get("accepted") or 0
     sh_paired = comparison.get(SELF, {})
+    sh_per = _r(total / accepted if total is not None and accepted else None, 2)
+    api_per = _r(costs.api_bill_same_tasks / api_accepted
+                 if costs.api_bill_same_tasks is not None and api_accepted else None, 2)
     return {
         "currency": costs.currency,
         "self_hosted": {
@@ -264,19 +286,21 @@ def full_cost(costs: CostsInput, production: dict[str, Any], comparison: dict[st
             "known_subtotal": _r(known, 2),
             "total": _r(total, 2),
             "accepted_tasks": accepted,
-            "per_accepted_task": _r(total / accepted if total is not None and accepted else None, 2),
+            "per_accepted_task": sh_per,
         },
         "api": {
             "bill_same_tasks": costs.api_bill_same_tasks,
             "tasks": api.get("tasks"),
             "accepted_tasks": api_accepted,
-            "per_accepted_task": _r(costs.api_bill_same_tasks / api_accepted
-                                    if costs.api_bill_same_tasks is not None and api_accepted else None, 2),
-            "self_hosted_accepted_on_same_set": round((sh_paired.get("acceptance_rate") or 0)
-                                                      * (sh_paired.get("tasks") or 0)),
+            "per_accepted_task": api_per,
+            "self_hosted_accepted_on_same_set": sh_paired.get("accepted") or 0,
         },
         "delivered_tasks_value": costs.delivered_tasks_value,
         "hourly_rate": costs.hourly_rate,
+        # None when a blank leaves either side blank: the comparison is then not shown, never assumed
+        "self_hosted_cheaper_per_task": None if sh_per is None or api_per is None else sh_per <= api_per,
+        "total_within_delivered_value": None if total is None or costs.delivered_tasks_value is None
+        else total <= costs.delivered_tasks_value,
     }
 
 
@@ -299,8 +323,13 @@ def analyse_stability(incidents: Sequence[IncidentRecord], rules: RenewalRules,
                      "no": sum(1 for i in incidents if getattr(i, q) is False),
                      "unknown": sum(1 for i in incidents if getattr(i, q) is None)} for q in FIVE_QUESTIONS}
     slow = [i.id for i in incidents if i.minutes_to_recover is None or i.minutes_to_recover > rules.max_recovery_min]
-    drill_no = [q for q, a in (drill or {}).get("answers", {}).items() if a.get("answer") == "no"]
+    drill_answers = {q: a.get("answer") for q, a in ((drill or {}).get("answers") or {}).items()}
+    drill_no = [q for q, a in drill_answers.items() if a == "no"]
     log_no = [q for q, c in questions.items() if c["no"] > 0]
+    # a question is shown when the drill or a logged incident answered it yes; a blank or "not shown" never is
+    unshown = [q for q in FIVE_QUESTIONS if q not in drill_no and q not in log_no
+               and drill_answers.get(q) != "yes" and questions[q]["yes"] == 0]
+    failed = bool(slow or drill_no or log_no)
     return {
         "incidents": len(incidents),
         "by_category": rows,
@@ -308,11 +337,14 @@ def analyse_stability(incidents: Sequence[IncidentRecord], rules: RenewalRules,
         "slow_or_unrecovered": slow,
         "recovered_within_rule_share": _r((len(incidents) - len(slow)) / len(incidents) if incidents else None),
         "drill": drill,
-        "recoverable": not slow and not drill_no and not log_no,
+        "not_shown": unshown,
+        # False: a failure was seen; None: nothing failed but some question was never shown (never counted as yes)
+        "recoverable": False if failed else None if unshown else True,
         "not_recoverable_because": ([f"{len(slow)} incident(s) recovered later than {rules.max_recovery_min:g} min "
                                      f"or never: {', '.join(slow)}"] if slow else [])
         + ([f"the incident log answers no to: {', '.join(log_no)}"] if log_no else [])
-        + ([f"the drill answers no to: {', '.join(drill_no)}"] if drill_no else []),
+        + ([f"the drill answers no to: {', '.join(drill_no)}"] if drill_no else [])
+        + ([f"neither the drill nor the incident log shows: {', '.join(unshown)}"] if unshown else []),
     }
 
 

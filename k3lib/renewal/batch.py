@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import BadInputError
-from ..report import index_html
+from ..report import write_index
 from ..runner import Progress, render_pages, run_notebooks
 from ..session import PROJECT_ROOT, outputs_dir, read_records
 from ..store import RunStore
-from .decision import RenewalDecision
+from .decision import DECISIONS, Decision, RenewalDecision
 from .params import RenewalParams, load_review_params
 from .records import decide_review
 
@@ -50,23 +50,37 @@ def run_review(params: RenewalParams, store: RunStore, *, progress: Progress | N
     outcomes = run_notebooks(store, stages, timeout_s=params.run.notebook_timeout_s, progress=progress)
     records = read_records(store)
     data = store.read_json("decision.json")
-    if data is None or outcomes[REVIEW_SUMMARY].status != "ok":  # the summary failed: same rules, same records
-        decision = decide_review(params, store, records)
+    if data is None or outcomes[REVIEW_SUMMARY].status != "ok" or data.get("decision") not in DECISIONS:
+        decision = decide_review(params, store, records)  # the summary failed: same rules, same records
     else:
         decision = RenewalDecision(data["decision"], tuple(data["reasons"]), tuple(data["checklist"]),
-                                   data["condition"], data.get("routing"), data.get("reexamine_on"))
+                                   data["condition"], data.get("routing"), data.get("reexamine_on"), data.get("rule"))
     pages = render_pages(store, [nb for stage in stages for nb, _ in stage], dict(REVIEW), records, outcomes)
     shown = {"decision": decision.decision,
-             "reasons": [f"condition: {decision.condition}", *decision.reasons]
+             "reasons": [f"rule: {decision.rule}", f"condition: {decision.condition}", parameters_line(params),
+                         *decision.reasons]
              + [f"transfer trigger — {t['trigger']}: {t['when']}" for t in (decision.routing or {}).get(
                  "transfer_triggers", [])]}
-    store.write_text("report/index.html", index_html("k3kit renewal review", shown, pages, store.run_id))
+    write_index(store, "k3kit renewal review", shown, pages, kind="renewal")
     return decision
+
+
+def parameters_line(params: RenewalParams) -> str:
+    """Where the fixed elements and thresholds came from, in one line (19_renewal shows each with its origin)."""
+    from collections import Counter
+
+    from .params import tracked_keys
+
+    keys = [k for k in tracked_keys() if k.startswith(("review.fixed.", "review.rules."))]
+    by_origin = Counter(params.review.origin(k) for k in keys)
+    return ("fixed elements and thresholds (each with its origin on top of 19_renewal): "
+            + ", ".join(f"{n} from {origin}" for origin, n in by_origin.most_common()))
 
 
 def review_main(files: list[str], sets: list[str], out: str | None, demo: str | None) -> int:
     """`k3 review -p FILE … [--set K=V] [--out DIR] [--demo SCENARIO]`: run the review, print the decision, return
-    its exit code (0 renew, 3 reduce, 4 dual-circuit, 5 exit-to-api). Bad input raises BadInputError."""
+    its exit code (`Decision.exit_code`: 0 renew, 3 reduce, 4 dual-circuit, 5 exit-to-api). Bad input raises
+    BadInputError."""
     from .demo import SCENARIOS
 
     if demo is not None and demo not in SCENARIOS:
@@ -84,9 +98,10 @@ def review_main(files: list[str], sets: list[str], out: str | None, demo: str | 
     print(f"run: {store.root}", file=sys.stderr)
     decision = run_review(params, store, on_start=lambda src: print(f"series: {src}", file=sys.stderr))
     print(f"decision: {decision.decision}")
+    print(f"rule: {decision.rule}")
     for reason in decision.reasons:
         print(f"  - {reason}")
     print(f"condition: {decision.condition}")
     print(f"report: {store.path('report/index.html')}")
     print(f"run: {store.root}")
-    return decision.exit_code
+    return Decision(decision.decision).exit_code

@@ -1,20 +1,39 @@
-"""The renewal decision: converging indicators from the six axes, judged by rules fixed in advance, give renew,
-reduce, dual-circuit or exit-to-api — each with its exit or re-examination condition (seed 004's final table).
+"""The renewal decision: converging indicators from all six analyses, judged by rules fixed in advance, give
+renew, reduce, dual-circuit or exit-to-api — each with its exit or re-examination condition (seed 004's final
+table).
 
-Never decided from a throughput figure: every indicator is a share of time, of tasks or of hours. An axis without
-evidence counts against renewal and says so.
+The four decisions and their exit codes are `Decision`, defined here once. Which decision wins is one precedence
+table, `RULES`: the first row whose condition holds decides, and each row names the analyses it reads. Never
+decided from a throughput figure: every indicator is a share of time, of tasks, of hours or of money. An
+indicator without evidence (None: an axis missing, a blank in the cost sheet, a question the drill did not show)
+is never counted as favourable, and a review decided on built-in default thresholds says so.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from typing import Any, Mapping
+import enum
+from typing import Any, Callable, Mapping
 
 from .rules import RenewalRules
 
-DECISIONS = ("renew", "reduce", "dual-circuit", "exit-to-api")
-EXIT_CODES = {"renew": 0, "reduce": 3, "dual-circuit": 4, "exit-to-api": 5}
+
+class Decision(enum.StrEnum):
+    """The four renewal decisions, with the exit code `k3 review` returns for each."""
+
+    RENEW = "renew"
+    REDUCE = "reduce"
+    DUAL_CIRCUIT = "dual-circuit"
+    EXIT_TO_API = "exit-to-api"
+
+    @property
+    def exit_code(self) -> int:
+        return {"renew": 0, "reduce": 3, "dual-circuit": 4, "exit-to-api": 5}[self.value]
+
+
+DECISIONS = tuple(d.value for d in Decision)
+EXIT_CODES = {d.value: d.exit_code for d in Decision}
 AXES = ("load", "production", "comparison", "cost", "stability", "operations")
 TRANSFER_TRIGGERS = ("capacity unavailable", "queue too long", "repeated tool-call errors",
                      "business deadline exceeded", "consumption below expectation")
@@ -22,15 +41,18 @@ TRANSFER_TRIGGERS = ("capacity unavailable", "queue too long", "repeated tool-ca
 
 @dataclasses.dataclass(frozen=True)
 class Indicators:
-    """What the rules read. None: the axis gave no evidence (never counted as favourable)."""
+    """What the rules read. None: not shown by the evidence (never counted as favourable)."""
 
-    regular_load: bool | None
-    large_idle: bool | None
-    spiky: bool | None
-    quality_ok: bool | None
-    recoverable: bool | None
-    effort_ok: bool | None
-    control_need: bool
+    regular_load: bool | None = None  # load
+    large_idle: bool | None = None  # load
+    spiky: bool | None = None  # load
+    quality_ok: bool | None = None  # useful production
+    recoverable: bool | None = None  # stability (incident log and drill)
+    effort_ok: bool | None = None  # operations: hours per week within the rule and not above the delivery gain
+    control_need: bool = False  # declared benefits
+    api_equivalent: bool | None = None  # comparison: the API reaches equivalent quality on the same tasks
+    cheaper_than_api: bool | None = None  # cost: self-hosted cost per accepted task ≤ the API's (None: a blank)
+    within_value: bool | None = None  # cost: the self-hosted total ≤ the value of the delivered tasks
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,14 +63,15 @@ class RenewalDecision:
     condition: str
     routing: dict[str, Any] | None = None
     reexamine_on: str | None = None
+    rule: str | None = None  # the id of the RULES row that decided
 
     @property
     def exit_code(self) -> int:
-        return EXIT_CODES[self.decision]
+        return Decision(self.decision).exit_code
 
     def to_dict(self) -> dict[str, Any]:
-        out = {"decision": self.decision, "reasons": list(self.reasons), "checklist": list(self.checklist),
-               "condition": self.condition, "reexamine_on": self.reexamine_on}
+        out = {"decision": self.decision, "rule": self.rule, "reasons": list(self.reasons),
+               "checklist": list(self.checklist), "condition": self.condition, "reexamine_on": self.reexamine_on}
         if self.routing is not None:
             out["routing"] = self.routing
         return out
@@ -59,63 +82,163 @@ class RenewalDecision:
         return decision_html(self)
 
 
+# --- the precedence table ----------------------------------------------------------------------------------------
+
+def _under_used(i: Indicators) -> bool:
+    return i.large_idle is not False or i.regular_load is not True
+
+
+def _heavy(i: Indicators) -> bool:
+    return i.recoverable is not True or i.effort_ok is not True
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    id: str
+    decision: Decision
+    analyses: tuple[str, ...]  # which of the six analyses (and the declared benefits) the row reads
+    when: str  # the condition, as the README's table and the decision's first reason state it
+    holds: Callable[[Indicators], bool]
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("exit.quality-use-recovery", Decision.EXIT_TO_API, ("production", "load", "stability", "operations"),
+         "useful production below the rule together with idle capacity, unrecoverable incidents or heavy "
+         "operations: quality, use and recovery do not hold",
+         lambda i: i.quality_ok is not True and (_under_used(i) or _heavy(i))),
+    Rule("exit.api-equivalent-and-cheaper", Decision.EXIT_TO_API, ("comparison", "cost", "benefits"),
+         "the API reaches equivalent quality on the same task set at a lower cost per accepted task, and no "
+         "control need is declared",
+         lambda i: i.api_equivalent is True and i.cheaper_than_api is False and not i.control_need),
+    Rule("dual.peaks-and-control", Decision.DUAL_CIRCUIT, ("load", "benefits"),
+         "strong unpredictable peaks and a declared data-control need: keep a controlled path for those tasks, "
+         "send the irregular rest to the API",
+         lambda i: bool(i.spiky) and i.control_need),
+    Rule("dual.recovery-or-effort", Decision.DUAL_CIRCUIT, ("production", "load", "stability", "operations"),
+         "frequent useful tasks but incidents not shown recoverable or operations effort above the rule or above "
+         "the delivery gain: test the dual circuit first",
+         lambda i: i.quality_ok is True and i.regular_load is True and _heavy(i)),
+    Rule("dual.quality-missed", Decision.DUAL_CIRCUIT, ("production",),
+         "capacity well used but the quality rule is missed: route the failing task types to the API",
+         lambda i: i.quality_ok is not True),
+    Rule("reduce.idle-or-irregular", Decision.REDUCE, ("load",),
+         "useful tasks but large idle periods or irregular load: test a smaller capacity first",
+         lambda i: _under_used(i) or bool(i.spiky)),
+    Rule("dual.gain-not-shown", Decision.DUAL_CIRCUIT, ("cost", "comparison"),
+         "the gain over the API is not shown: the self-hosted cost per accepted task is blank (a blank cost item) "
+         "or above the API's on the same tasks, or the total exceeds the value delivered — keep the API path "
+         "beside the capacity and measure it",
+         lambda i: i.cheaper_than_api is not True or i.within_value is False),
+    Rule("renew.converge", Decision.RENEW, AXES,
+         "regular load, accepted tasks, recoverable incidents, contained effort and a lower cost per accepted task "
+         "than the API converge",
+         lambda i: True),
+)
+
+
 def indicators(axes: Mapping[str, Mapping[str, Any] | None], rules: RenewalRules,
                declared_benefits: list[str]) -> tuple[Indicators, list[str]]:
     """Indicators and, for each, the sentence with the figure and the rule it came from."""
     why: list[str] = []
-    load, prod, stab, ops = (axes.get(a) for a in ("load", "production", "stability", "operations"))
+    load, prod, comp, cost, stab, ops = typed_axes(axes)
     regular = large_idle = spiky = quality = recoverable = effort = None
-    if load:
-        bb, cv = load.get("business_busy_share"), load.get("weekday_gpu_h_cv")
+    api_equivalent = cheaper = within_value = None
+    if load is not None:
+        bb, cv = load.business_busy_share, load.weekday_gpu_h_cv
         regular = bb is not None and cv is not None and bb >= rules.regular_busy_share_min \
             and cv <= rules.regular_daily_cv_max
         why.append(f"load {'regular' if regular else 'not regular'}: business-hour slots busy {bb:.0%} "
                    f"(rule ≥ {rules.regular_busy_share_min:.0%}), weekday GPU-hours CV {_f(cv)} "
                    f"(rule ≤ {rules.regular_daily_cv_max:g})" if bb is not None else "load: no business-hour slots")
-        li = load.get("large_idle_share") or 0.0
-        large_idle = li > rules.large_idle_share_max
-        why.append(f"{li:.0%} of the window in idle stretches ≥ {rules.large_idle_min_h:g} h "
-                   f"(rule: large idle above {rules.large_idle_share_max:.0%}); utilisation {_p(load.get('utilisation'))}"
-                   f", idle for lack of demand {_p(load.get('idle_demand_share'))}, idle while tasks wait "
-                   f"{_p(load.get('idle_scheduling_share'))}")
-        ptm = load.get("peak_to_mean")
+        li = load.large_idle_share
+        large_idle = None if li is None else li > rules.large_idle_share_max
+        why.append(f"{_p(li)} of the window in idle stretches ≥ {rules.large_idle_min_h:g} h "
+                   f"(rule: large idle above {rules.large_idle_share_max:.0%}); utilisation {_p(load.utilisation)}"
+                   f", idle for lack of demand {_p(load.idle_demand_share)}, idle while tasks wait "
+                   f"{_p(load.idle_scheduling_share)}")
+        ptm = load.peak_to_mean
         spiky = ptm is not None and ptm >= rules.peak_to_mean_min
         why.append(f"demand {'spiky' if spiky else 'not spiky'}: hourly arrivals p99/mean {_f(ptm)} "
                    f"(rule: spiky from {rules.peak_to_mean_min:g})")
     else:
         why.append("load: no evidence")
-    if prod:
-        acc, rpt, tes = prod.get("acceptance_rate"), prod["losses"].get("retries_per_task"), \
-            prod["losses"].get("tool_error_share")
+    if prod is not None:
+        acc, rpt, tes = prod.acceptance_rate, prod.losses.retries_per_task, \
+            prod.losses.tool_error_share
         quality = acc is not None and acc >= rules.min_acceptance_rate and (rpt or 0) <= rules.max_retries_per_task \
             and (tes or 0) <= rules.max_tool_error_rate
+        over = prod.over_retry_policy
         why.append(f"useful production {'meets' if quality else 'misses'} the rule: acceptance {_p(acc)} "
                    f"(≥ {rules.min_acceptance_rate:.0%}), retries/task {_f(rpt)} (≤ {rules.max_retries_per_task:g}), "
                    f"tasks with malformed tool calls {_p(tes)} (≤ {rules.max_tool_error_rate:.0%}); "
-                   f"{_f(prod.get('accepted_per_operating_h'))} accepted tasks per operating hour")
+                   f"{_f(prod.accepted_per_operating_h)} accepted tasks per operating hour"
+                   + (f"; {over} task(s) retried more than the fixed retry policy's "
+                      f"{prod.retry_policy_max_retries}" if over else ""))
     else:
         why.append("useful production: no evidence")
-    if stab:
-        recoverable = bool(stab.get("recoverable"))
-        drill = stab.get("drill")
-        drill_text = "" if not drill else f"; drill: {drill.get('summary', '')}"
-        why.append(f"incidents {'recoverable' if recoverable else 'not recoverable'}: {stab.get('incidents')} in the "
-                   f"log, {_p(stab.get('recovered_within_rule_share'))} recovered within "
-                   f"{rules.max_recovery_min:g} min"
-                   + ("" if recoverable else " — " + "; ".join(stab.get("not_recoverable_because", []))) + drill_text)
+    if comp is not None:
+        sh, api = comp.self_hosted, comp.api
+        api_equivalent = comp.api_equivalent
+        verdict = {True: "reaches", False: "does not reach", None: "is not shown to reach"}[api_equivalent]
+        why.append(f"the API {verdict} equivalent quality on {comp.paired_tasks} tasks run on both paths: "
+                   f"acceptance {_p(sh.acceptance_rate)} self-hosted vs {_p(api.acceptance_rate)} API, "
+                   f"malformed tool calls {_p(sh.tool_error_share)} vs {_p(api.tool_error_share)} "
+                   f"(equivalent within {rules.api_equivalent_gap_max:.0%}), median delivery "
+                   f"{_f(sh.delivery_median_s)} s vs {_f(api.delivery_median_s)} s")
+    else:
+        why.append("self-hosted vs API: no evidence")
+    if cost is not None:
+        cur = cost.currency
+        sh_c, api_c = cost.self_hosted, cost.api
+        cheaper, within_value = cost.self_hosted_cheaper_per_task, cost.total_within_delivered_value
+        blanks = sh_c.blank_items
+        verdict = {True: "at most", False: "above", None: "not comparable with"}[cheaper]
+        why.append(f"full cost per accepted task {money(sh_c.per_accepted_task, cur)} self-hosted, {verdict} "
+                   f"the API's {money(api_c.per_accepted_task, cur)} on the same tasks; self-hosted total "
+                   f"{money(sh_c.total, cur)}"
+                   + (f" (blank: {', '.join(blanks)} — a blank item leaves the total blank, never estimated)"
+                      if blanks else "")
+                   + ("" if cost.delivered_tasks_value is None else
+                      f"; value of the delivered tasks {money(cost.delivered_tasks_value, cur)}"))
+    else:
+        why.append("full cost: no evidence")
+    if stab is not None:
+        recoverable = stab.recoverable
+        drill = stab.drill
+        drill_text = "; no live drill run" if drill is None else f"; drill: {drill.summary}"
+        verdict = {True: "recoverable", False: "not recoverable", None: "recovery not shown"}[recoverable]
+        why.append(f"incidents {verdict}: {stab.incidents} in the log, "
+                   f"{_p(stab.recovered_within_rule_share)} recovered within {rules.max_recovery_min:g} min"
+                   + ("" if recoverable else " — " + "; ".join(stab.not_recoverable_because)) + drill_text)
     else:
         why.append("stability: no evidence")
-    if ops:
-        per_week = ops.get("per_week_h")
-        effort = per_week is not None and per_week <= rules.max_ops_hours_per_week
-        why.append(f"operations effort {'contained' if effort else 'heavy'}: {_f(per_week)} h/week "
-                   f"(rule ≤ {rules.max_ops_hours_per_week:g}); delivery gain {_f(ops.get('delivery_gain_h'))} h "
-                   f"against {_f(ops.get('total_h'))} h spent")
+    if ops is not None:
+        per_week, exceeds = ops.per_week_h, ops.effort_exceeds_gain
+        within_rule = per_week is not None and per_week <= rules.max_ops_hours_per_week
+        # contained: within the weekly rule AND not above the delivery gain; an unknown gain is not shown
+        effort = False if not within_rule or exceeds is True else None if exceeds is None else True
+        verdict = {True: "contained", False: "heavy", None: "not shown contained"}[effort]
+        why.append(f"operations effort {verdict}: {_f(per_week)} h/week (rule ≤ {rules.max_ops_hours_per_week:g}); "
+                   f"delivery gain {_f(ops.delivery_gain_h)} h against {_f(ops.total_h)} h spent"
+                   + {True: " (effort exceeds the gain)", False: "", None: " (gain unknown)"}[exceeds])
     else:
         why.append("operations: no evidence")
     control = bool(declared_benefits)
     why.append(f"declared benefits: {', '.join(declared_benefits) if control else 'none'}")
-    return Indicators(regular, large_idle, spiky, quality, recoverable, effort, control), why
+    return Indicators(regular, large_idle, spiky, quality, recoverable, effort, control, api_equivalent, cheaper,
+                      within_value), why
+
+
+def typed_axes(axes: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The six results as their typed models (None: no evidence); a dict that does not fit is refused."""
+    from .results import typed
+
+    return tuple(None if axes.get(a) is None else typed(a, axes[a]) for a in AXES)
+
+
+def money(x: Any, currency: str | None) -> str:
+    """An amount with its currency, or "blank" (never 0)."""
+    return "blank" if x is None else f"{x:,.2f} {currency or '(no currency)'}"
 
 
 def _f(x: Any) -> str:
@@ -127,25 +250,13 @@ def _p(x: Any) -> str:
 
 
 def choose(ind: Indicators) -> tuple[str, str]:
-    """The decision and the rule that fired, strongest first (seed 004: "when acceptance fails")."""
-    quality_bad = ind.quality_ok is not True
-    under_used = ind.large_idle is not False or ind.regular_load is not True
-    heavy = ind.recoverable is not True or ind.effort_ok is not True
-    if quality_bad and (under_used or heavy):
-        return "exit-to-api", "useful production below the rule together with idle capacity or unrecoverable " \
-                              "incidents / heavy operations: quality, use and recovery do not hold"
-    if ind.spiky and ind.control_need:
-        return "dual-circuit", "strong unpredictable peaks and a declared data-control need: keep a controlled " \
-                               "path for those tasks, send the irregular rest to the API"
-    if not quality_bad and ind.regular_load and heavy:
-        return "dual-circuit", "frequent useful tasks but incidents or operations effort above the rule: test the " \
-                               "dual circuit first"
-    if quality_bad:
-        return "dual-circuit", "capacity well used but the quality rule is missed: route the failing task types " \
-                               "to the API"
-    if under_used or ind.spiky:
-        return "reduce", "useful tasks but large idle periods or irregular load: test a smaller capacity first"
-    return "renew", "regular load, accepted tasks, recoverable incidents and contained effort converge"
+    """The decision and the rule that fired: the first row of RULES whose condition holds."""
+    rule = decide_rule(ind)
+    return rule.decision.value, rule.when
+
+
+def decide_rule(ind: Indicators) -> Rule:
+    return next(r for r in RULES if r.holds(ind))
 
 
 def routing(rules: RenewalRules) -> dict[str, Any]:
@@ -192,12 +303,21 @@ def checklist(axes: Mapping[str, Mapping[str, Any] | None], statuses: Mapping[st
 
 
 def decide_renewal(axes: Mapping[str, Mapping[str, Any] | None], rules: RenewalRules, declared_benefits: list[str],
-                   *, statuses: Mapping[str, str] | None = None, today: dt.date | None = None) -> RenewalDecision:
+                   *, statuses: Mapping[str, str] | None = None, today: dt.date | None = None,
+                   defaulted: list[str] | tuple[str, ...] = ()) -> RenewalDecision:
+    """The decision from the six analyses; `defaulted` names the thresholds and fixed elements left at their
+    built-in defaults, which the decision and its condition then state."""
     ind, why = indicators(axes, rules, declared_benefits)
-    verdict, rule = choose(ind)
+    rule = decide_rule(ind)
+    verdict = rule.decision.value
     reexamine = ((today or dt.date.today()) + dt.timedelta(days=rules.reexamine_after_days)).isoformat()
     missing = [a for a in AXES if axes.get(a) is None]
-    reasons = [f"{verdict}: {rule}"] + why + ([f"no evidence for: {', '.join(missing)}"] if missing else [])
-    return RenewalDecision(verdict, tuple(reasons), tuple(checklist(axes, statuses or {})),
-                           condition(verdict, rules, reexamine),
-                           routing(rules) if verdict == "dual-circuit" else None, reexamine)
+    reasons = [f"{verdict}: {rule.when}"] + why + ([f"no evidence for: {', '.join(missing)}"] if missing else [])
+    cond = condition(verdict, rules, reexamine)
+    if defaulted:
+        names = ", ".join(k.removeprefix("review.") for k in defaulted)
+        reasons.insert(1, f"decided on built-in defaults (illustrative values, not this team's rules) for: {names}")
+        cond += (f"; decided on built-in defaults for {len(defaulted)} threshold(s) or fixed element(s) — write "
+                 "them in the parameters file and re-run before signing")
+    return RenewalDecision(verdict, tuple(reasons), tuple(checklist(axes, statuses or {})), cond,
+                           routing(rules) if verdict == "dual-circuit" else None, reexamine, rule.id)

@@ -24,6 +24,7 @@ STEP_S = 300
 CAPACITY = 16  # concurrent tasks the reserved capacity serves (max_num_seqs x engines)
 GPUS = 4
 GPU_MIB = 143_771
+PREVIOUS_VERSION = "0.32.0"  # the release the demo drill rolls back to (the emulator serves 0.33.0 by default)
 FILES = {"history": "history.om", "tasks": "tasks.csv", "costs": "costs.yaml", "incidents": "incidents.csv",
          "hours": "hours.csv", "params": "review.yaml"}
 
@@ -311,8 +312,12 @@ def _write_params(scenario: str, sc: Scenario, start: dt.datetime, path: Path) -
                                {"http": {"method": "POST", "path": "/v1/chat/completions",
                                          "json": {"messages": [{"role": "user", "content": "ping"}],
                                                   "max_tokens": 4}}}],
+                      # a rollback, not a restart: the previous release comes back (against a real server e.g.
+                      # {argv: [helm, rollback, vllm]}); the drill shows it from GET /version before and after
                       "restore": [{"http": {"method": "POST", "path": "/_emulator/restart",
-                                            "json": {"profile": "demo", "faults": []}}}]},
+                                            "json": {"profile": "demo", "faults": [],
+                                                     "vllm_version": PREVIOUS_VERSION}}}],
+                      "previous_version": PREVIOUS_VERSION},
         },
         "target": {"base_url": None, "emulator": {"profile": "demo", "time_scale": 0.05}},
         "run": {"label": f"review-{scenario}", "notebook_timeout_s": 300},
@@ -345,14 +350,18 @@ def generate(scenario: str, out_dir: str | Path, *, seed: int = 7) -> dict[str, 
 def materialise(params, folder: str | Path):
     """Parameters whose `review.demo` names a scenario but no inputs: generate them into `folder` and return the
     generated parameters, keeping what the user set explicitly (rules, benefits, drill, target, run)."""
-    from .params import load_review_params
+    from .params import load_review_params, tracked_keys
+    from .rules import DEFAULT
 
     if params.review.inputs is not None and params.review.series is not None:
         return params
     paths = generate(params.review.demo, folder)
     generated = load_review_params([paths["params"]])
     user = params.review
-    keep = {f: getattr(user, f) for f in user.model_fields_set if f not in ("inputs", "series", "demo")}
+    keep = {f: getattr(user, f) for f in user.model_fields_set if f not in ("inputs", "series", "demo", "origins")}
+    # what the user's files set keeps their origin; the rest comes from the generated file (or the default)
+    keep["origins"] = {k: user.origin(k) if user.origin(k) != DEFAULT else generated.review.origin(k)
+                       for k in tracked_keys()}
     review = generated.review.model_copy(update=keep)
     update = {"review": review}
     for section in ("target", "run"):

@@ -1,6 +1,11 @@
 """The live incident drill: kill the engine mid-task, restore it, and answer seed 004's five questions from
 what the client and the server show.
 
+Every answer rests on an observation: "yes" only when the drill saw it happen, "no" when it saw the opposite,
+"not shown" when the drill could not show it either way — a kill that took nothing down, a restore that brought
+back the same version (a restart, not a rollback), a server that reports no version, a baseline reply without
+the fields whose preservation is asked. "not shown" is never counted as yes.
+
 Only the OpenAI-compatible HTTP API is used against the target; the kill and restore commands are parameters
 (HTTP calls or argv), so the same drill runs against the embedded emulator (its `/_emulator/*` admin paths) and
 against a real server (`kubectl delete pod …`, `systemctl restart vllm`, a rollback script).
@@ -13,13 +18,14 @@ import json
 import subprocess
 import threading
 import time
-from typing import Any, Callable, Literal
+from typing import Any, Callable
 
 import httpx
 
 from .params import CommandStep, DrillParams
+from .results import Answer, DrillAnswer
 
-Answer = Literal["yes", "no", "unknown"]
+NOT_SHOWN: Answer = "not shown"
 QUESTIONS = {
     "detected_automatically": "Is the failure detected automatically?",
     "previous_version_restored": "Can the previous version be restored?",
@@ -31,13 +37,6 @@ _TOOL = {"type": "function", "function": {
     "name": "get_weather", "description": "Current weather for a city",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
 _USER = {"role": "user", "content": "What is the weather in Lyon? Use the tool."}
-
-
-@dataclasses.dataclass(frozen=True)
-class DrillAnswer:
-    question: str
-    answer: Answer
-    evidence: str
 
 
 def _reasoning(msg: dict[str, Any]) -> str | None:
@@ -207,7 +206,10 @@ def run_drill(base_url: str, drill: DrillParams, *, api_base_url: str | None = N
         detected, detect_s, health = _wait_health(client, base_url, False, drill.recovery_timeout_s)
         steps.append(f"health after kill: {health} after {detect_s:.1f} s")
         task.join(drill.recovery_timeout_s)
-        steps.append(f"in-flight task: {task.outcome} ({task.detail})")
+        # what the task showed in the failure window, read now: closing the client later cuts a stream still open
+        task_outcome, task_detail = (task.outcome, task.detail) if not task.is_alive() else \
+            ("hanging", f"still open {drill.recovery_timeout_s:g} s after the kill")
+        steps.append(f"in-flight task: {task_outcome} ({task_detail})")
         t0 = time.monotonic()
         steps += [f"restore: {run_step(s, base_url, client, t_req)}" for s in drill.restore]
         restored, _, health_after = _wait_health(client, base_url, True, drill.recovery_timeout_s)
@@ -235,45 +237,126 @@ def run_drill(base_url: str, drill: DrillParams, *, api_base_url: str | None = N
                         "answer": (api_turn[0], _fields(_message(api_turn[1])))}
             steps.append(f"fail-over to {api_base_url}: tool call HTTP {api_first[0]}, tool answer HTTP {api_turn[0]}")
 
-    answers = {
-        "detected_automatically": DrillAnswer(
-            QUESTIONS["detected_automatically"], "yes" if detected else "no",
-            f"/health went to {health} {detect_s:.1f} s after the kill" if detected
-            else f"/health still {health} {drill.recovery_timeout_s:g} s after the kill"),
-        "previous_version_restored": DrillAnswer(
-            QUESTIONS["previous_version_restored"],
-            "unknown" if not drill.restore else
-            "yes" if restored and version_after == version_before and status3 == 200 else "no",
-            "no restore command in the parameters" if not drill.restore else
-            f"healthy again after {recovery_s:.1f} s, version {version_before} → {version_after}, "
-            f"first request HTTP {status3}"),
-        "in_flight_resumed_or_cancelled": DrillAnswer(
-            QUESTIONS["in_flight_resumed_or_cancelled"],
-            # a task that outlived an engine that never went down says nothing about recovery
-            "unknown" if not detected else "yes" if task.outcome in ("error", "finished") else "no",
-            f"the engine was never seen down; the streamed task: {task.outcome} ({task.detail})" if not detected
-            else f"the streamed task ended with: {task.detail}" if task.outcome != "hanging"
-            else f"the streamed task was left hanging ({task.detail})"),
-        "api_failover_without_contract_change": DrillAnswer(
-            QUESTIONS["api_failover_without_contract_change"],
-            "unknown" if failover is None else
-            "yes" if failover["call"][0] == 200 and failover["answer"][0] == 200
-            and failover["call"][1]["tool_calls"] and failover["answer"][1]["content"] else "no",
-            "no API base URL configured (review.drill.api_base_url)" if failover is None else
-            f"the same request bodies on the API: tool call HTTP {failover['call'][0]} with fields "
-            f"{failover['call'][1]}, tool answer HTTP {failover['answer'][0]} with fields {failover['answer'][1]}"),
-        "fields_preserved": DrillAnswer(
-            QUESTIONS["fields_preserved"],
-            "yes" if restored and status5 == 200 and after_fields == before_fields
-            and before_fields["call"]["reasoning"] and before_fields["call"]["tool_calls"] else "no",
-            f"before {before_fields}, after {after_fields}; the pre-kill conversation resumed with its reasoning "
-            f"and tool calls: HTTP {status5}"),
-    }
+    seen = Observed(
+        detected=detected, detect_s=detect_s, health_after_kill=health, task_outcome=task_outcome,
+        task_detail=task_detail, restore_steps=len(drill.restore), restored=restored, recovery_s=recovery_s,
+        version_before=version_before, version_after=version_after, previous_version=drill.previous_version,
+        first_after_status=status3, resumed_status=status5, before_fields=before_fields, after_fields=after_fields,
+        failover=failover, timeout_s=drill.recovery_timeout_s)
+    answers = answer_questions(seen)
     n_yes = sum(a.answer == "yes" for a in answers.values())
-    return {"target": base_url, "api": api_base_url, "answers": {k: dataclasses.asdict(a) for k, a in answers.items()},
-            "steps": steps, "recovery_s": round(recovery_s, 2),
+    return {"target": base_url, "api": api_base_url, "answers": {k: a.model_dump() for k, a in answers.items()},
+            "steps": steps, "recovery_s": round(recovery_s, 2), "went_down": seen.went_down,
+            "versions": {"before": version_before, "after_restore": version_after,
+                         "expected_previous": drill.previous_version},
             "summary": f"{n_yes}/5 questions answered yes"
             + "".join(f"; {k}: {a.answer}" for k, a in answers.items() if a.answer != "yes")}
+
+
+@dataclasses.dataclass(frozen=True)
+class Observed:
+    """What the drill saw, and nothing else: the five answers are read from these fields only."""
+
+    detected: bool  # /health left 200 (or the connection was refused) after the kill
+    detect_s: float
+    health_after_kill: str
+    task_outcome: str  # the streamed task: finished, error, cut or hanging
+    task_detail: str
+    restore_steps: int
+    restored: bool  # /health back to 200 after the restore steps
+    recovery_s: float
+    version_before: str | None
+    version_after: str | None
+    previous_version: str | None  # the version the rollback must bring back (parameters); None: any older one
+    first_after_status: int  # the tool-call request after the restore
+    resumed_status: int  # the pre-kill conversation continued after the restore
+    before_fields: dict[str, dict[str, bool]]
+    after_fields: dict[str, dict[str, bool]]
+    failover: dict[str, Any] | None
+    timeout_s: float
+
+    @property
+    def went_down(self) -> bool:
+        """The engine was seen failing: /health left 200, or the task streaming through the kill broke."""
+        return self.detected or self.task_outcome in ("error", "cut")
+
+
+def _rollback(seen: Observed) -> tuple[Answer, str]:
+    """Was the previous version served again? Yes only when the version after the restore is the named previous
+    version (or, none named, an older release than the one before), and the server answers again."""
+    from ..compat.rules import parse_version
+
+    before, after, want = seen.version_before, seen.version_after, seen.previous_version
+    if not seen.restore_steps:
+        return NOT_SHOWN, "no restore command in the parameters (review.drill.restore)"
+    if not seen.went_down:
+        return NOT_SHOWN, (f"nothing went down (health {seen.health_after_kill}, the streamed task "
+                           f"{seen.task_outcome}): a restore of a running engine shows no rollback")
+    if not seen.restored or seen.first_after_status != 200:
+        return "no", (f"not serving again within {seen.timeout_s:g} s of the restore (health back: {seen.restored}, "
+                      f"first request HTTP {seen.first_after_status}); version {before} → {after}")
+    trail = f"version {before} before the drill → {after} after the restore, first request HTTP 200"
+    if before is None or after is None:
+        return NOT_SHOWN, f"the server reports no version (GET /version): {trail}"
+    if after == before:
+        return NOT_SHOWN, f"{trail}: the same version came back — a restart, not a rollback to the previous version"
+    if want is not None:
+        if after == want:
+            return "yes", f"{trail}: the named previous version {want} is served again"
+        return "no", f"{trail}: expected the named previous version {want}"
+    v_before, v_after = parse_version(before), parse_version(after)
+    if v_before is None or v_after is None:
+        return NOT_SHOWN, f"{trail}: the versions are not comparable; name the previous one (review.drill.previous_version)"
+    if v_after < v_before:
+        return "yes", f"{trail}: an older release than the one before is served again"
+    return "no", f"{trail}: a newer release, not the previous version"
+
+
+def answer_questions(seen: Observed) -> dict[str, DrillAnswer]:
+    """The five answers, each from what was observed; nothing that went unseen answers yes."""
+    down = seen.went_down
+    if seen.detected:
+        detected: tuple[Answer, str] = ("yes", f"/health went to {seen.health_after_kill} {seen.detect_s:.1f} s "
+                                               "after the kill")
+    elif down:
+        detected = ("no", f"the streamed task broke ({seen.task_detail}) while /health stayed "
+                          f"{seen.health_after_kill} for {seen.timeout_s:g} s")
+    else:
+        detected = (NOT_SHOWN, f"nothing went down: /health stayed {seen.health_after_kill} and the streamed task "
+                               f"{seen.task_outcome} ({seen.task_detail})")
+    if not down:
+        in_flight: tuple[Answer, str] = (NOT_SHOWN, f"the engine was never seen down; the streamed task: "
+                                                    f"{seen.task_outcome} ({seen.task_detail})")
+    elif seen.task_outcome in ("error", "finished"):
+        in_flight = ("yes", f"the streamed task ended with: {seen.task_detail}")
+    elif seen.task_outcome == "hanging":
+        in_flight = ("no", f"the streamed task was left hanging ({seen.task_detail})")
+    else:
+        in_flight = ("no", f"the streamed task was cut without an explicit error ({seen.task_detail})")
+    fo = seen.failover
+    if fo is None:
+        failover: tuple[Answer, str] = (NOT_SHOWN, "no API base URL configured (review.drill.api_base_url)")
+    else:
+        ok = fo["call"][0] == 200 and fo["answer"][0] == 200 and fo["call"][1]["tool_calls"] \
+            and fo["answer"][1]["content"]
+        failover = ("yes" if ok else "no",
+                    f"the same request bodies on the API: tool call HTTP {fo['call'][0]} with fields "
+                    f"{fo['call'][1]}, tool answer HTTP {fo['answer'][0]} with fields {fo['answer'][1]}")
+    trail = (f"before {seen.before_fields}, after {seen.after_fields}; the pre-kill conversation resumed with its "
+             f"reasoning and tool calls: HTTP {seen.resumed_status}")
+    base_call = seen.before_fields.get("call", {})
+    if not down:
+        fields: tuple[Answer, str] = (NOT_SHOWN, f"nothing went down, so nothing was recovered: {trail}")
+    elif not (base_call.get("reasoning") and base_call.get("tool_calls")):
+        fields = (NOT_SHOWN, f"the reply before the kill carried no reasoning or no tool call to keep: {trail}")
+    elif seen.restored and seen.resumed_status == 200 and seen.after_fields == seen.before_fields:
+        fields = ("yes", trail)
+    else:
+        fields = ("no", trail)
+    found = {"detected_automatically": detected, "previous_version_restored": _rollback(seen),
+             "in_flight_resumed_or_cancelled": in_flight, "api_failover_without_contract_change": failover,
+             "fields_preserved": fields}
+    return {q: DrillAnswer(question=QUESTIONS[q], answer=found[q][0], evidence=found[q][1]) for q in QUESTIONS}
 
 
 def _version(client: httpx.Client, base_url: str, timeout_s: float) -> str | None:

@@ -5,17 +5,40 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from .decision import RenewalDecision
+from .decision import RenewalDecision, money
 from .params import RenewalParams
 
 
 def rules_table(params: RenewalParams) -> Any:
-    """The rules fixed before the results were read, and the declared benefits: printed on top of the report."""
+    """The four fixed elements, every threshold, the currency and the declared benefits — fixed before the results
+    were read — each with its origin (the file or override that set it, or the built-in default): printed on top
+    of the report, whole (a pandas Styler; `.data` is the table)."""
     import pandas as pd
 
-    rows = [{"rule": k, "value": v} for k, v in params.review.rules.model_dump(mode="json").items()]
-    rows += [{"rule": f"benefit.{k}", "value": v} for k, v in params.review.benefits.model_dump(mode="json").items()]
-    return pd.DataFrame(rows, columns=["rule", "value"])
+    from .params import tracked_keys
+
+    review = params.review.model_dump(mode="json")
+    rows = []
+    for key in tracked_keys():
+        section, name = key.split(".")[1], key.split(".")[-1]
+        value = review[section][name] if section in ("fixed", "rules", "benefits") else review[name]
+        origin = params.review.origin(key)
+        if value is None and key == "review.currency":  # no default: the costs file states it, or it is refused
+            value, origin = "as stated in the costs file", (params.review.inputs.costs if params.review.inputs
+                                                            else "the costs file")
+        rows.append({"parameter": key.removeprefix("review."), "value": value, "origin": origin})
+    table = pd.DataFrame(rows, columns=["parameter", "value", "origin"])
+    # a Styler shows whole values and paths (a DataFrame's repr cuts them at 50 characters); escaped: operator text
+    return (table.style.format(_compact, subset=["value"], escape="html")
+            .format(escape="html", subset=["parameter", "origin"]).hide(axis="index")
+            .set_properties(**{"text-align": "left", "white-space": "pre-wrap"}))
+
+
+def _compact(value: Any) -> str:
+    """A fixed element's fields one per line (`key: value`), a scalar as itself."""
+    if isinstance(value, dict):
+        return "\n".join(f"{k}: {', '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in value.items())
+    return ", ".join(map(str, value)) if isinstance(value, list) else str(value)
 
 
 def axis_table(axis: str, result: dict[str, Any]) -> Any:
@@ -31,6 +54,7 @@ def axis_table(axis: str, result: dict[str, Any]) -> Any:
     if axis == "comparison":
         return pd.DataFrame({p: result[p] for p in ("self-hosted", "api")})
     if axis == "cost":
+        cur = result.get("currency")
         sh = result["self_hosted"]
         rows = [{"item": i["item"], "self-hosted": i["amount"]} for i in sh["items"]]
         rows += [{"item": "total (blank if any item is blank)", "self-hosted": sh["total"]},
@@ -39,8 +63,12 @@ def axis_table(axis: str, result: dict[str, Any]) -> Any:
                   "api": result["api"]["per_accepted_task"]},
                  {"item": "API bill for the same tasks", "api": result["api"]["bill_same_tasks"]},
                  {"item": "value of delivered tasks", "self-hosted": result["delivered_tasks_value"]}]
-        return pd.DataFrame(rows, columns=["item", "self-hosted", "api"]).astype(object).where(
-            lambda d: d.notna(), "")
+        # every amount carries its currency; a blank stays an empty cell, never 0
+        shown = [{"item": r["item"], **{k: money(r.get(k), cur) if r.get(k) is not None else ""
+                                        for k in ("self-hosted", "api")}} for r in rows]
+        shown.append({"item": "hourly rate (prices install_upgrade_rollback hours)",
+                      "self-hosted": money(result.get("hourly_rate"), cur) + " per hour", "api": ""})
+        return pd.DataFrame(shown, columns=["item", "self-hosted", "api"])
     if axis == "stability":
         return pd.DataFrame(result["by_category"])
     if axis == "operations":
@@ -71,10 +99,13 @@ def axis_figure(axis: str, result: dict[str, Any], frame: Any = None) -> Any:
             fig.add_bar(x=list(keys), y=[result[p][k] for k in keys], name=p)
         fig.update_layout(title=f"The same {result['paired_tasks']} tasks on both paths", barmode="group")
     elif axis == "cost":
+        cur = result.get("currency") or "no currency"
         items = [i for i in result["self_hosted"]["items"] if i["amount"] is not None]
-        fig.add_bar(x=[i["item"] for i in items], y=[i["amount"] for i in items])
+        fig.add_bar(x=[i["item"] for i in items], y=[i["amount"] for i in items], name=cur,
+                    hovertemplate="%{x}: %{y:,.2f} " + cur + "<extra></extra>")
         blanks = result["self_hosted"]["blank_items"]
-        fig.update_layout(title="Known self-hosted cost items" + (f" (blank: {', '.join(blanks)})" if blanks else ""))
+        fig.update_layout(title=f"Known self-hosted cost items, {cur}"
+                                + (f" (blank: {', '.join(blanks)})" if blanks else ""), yaxis={"title": cur})
     elif axis == "stability":
         rows = result["by_category"]
         fig.add_bar(x=[r["category"] for r in rows], y=[r["max_minutes_to_recover"] for r in rows],
@@ -93,6 +124,8 @@ def decision_html(decision: RenewalDecision) -> str:
 
     esc = html.escape
     parts = [f'<h2 style="margin:0.2em 0">Decision: {badge(decision.decision)}</h2>',
+             f"<p><b>Rule:</b> <code>{esc(decision.rule or '')}</code> (the first row of the renewal decision "
+             "table that holds)</p>",
              f"<p><b>Condition:</b> {esc(decision.condition)}</p><ul>"]
     parts += [f"<li>{esc(r)}</li>" for r in decision.reasons]
     parts.append("</ul>")

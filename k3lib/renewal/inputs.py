@@ -122,7 +122,7 @@ class CostsInput(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    currency: str = "EUR"
+    currency: Annotated[str, Field(pattern=r"^[A-Z]{3}$")] | None = None  # ISO 4217, e.g. EUR; or review.currency
     capacity: Money = None  # rental or reservation of the capacity
     storage: Money = None  # weights and logs
     network: Money = None
@@ -257,8 +257,24 @@ def read_costs(path: str | Path) -> CostsInput:
         key = str(err["loc"][0]) if err.get("loc") else "(top level)"
         line = _key_lines(text).get(key)
         where = f"line {line}, " if line else ""
-        if err.get("type") == "extra_forbidden":
+        if key == "currency":
+            msg = f"expected an ISO 4217 code such as EUR or USD (got {err.get('input')!r})"
+        elif err.get("type") == "extra_forbidden":
             msg = f"unknown cost item; expected one of currency, {', '.join(COST_ITEMS)}"
         else:
             msg = f"{_expected(err)}; expected an amount ≥ 0 or blank"
         raise BadInputError(f"{where}key {key}: {msg}", source=str(p)) from None
+
+
+def resolve_currency(stated: str | None, costs: CostsInput, path: str | Path) -> CostsInput:
+    """The costs with the one currency of the review: the parameters' `review.currency` and the costs file's
+    `currency:` must agree; amounts with neither are refused (an amount without its currency is not evidence)."""
+    if stated and costs.currency and stated != costs.currency:
+        raise BadInputError(f"key currency: {costs.currency} here but review.currency is {stated}; expected one "
+                            "currency for every amount", source=str(path))
+    currency = stated or costs.currency
+    amounts = [k for k in COST_ITEMS if k != "install_upgrade_rollback_hours" and getattr(costs, k) is not None]
+    if currency is None and amounts:
+        raise BadInputError(f"key {amounts[0]}: an amount without a currency; expected currency: EUR (an ISO 4217 "
+                            "code) in this file or review.currency in the parameters", source=str(path))
+    return costs.model_copy(update={"currency": currency})

@@ -1,7 +1,11 @@
-"""The review's parameters: input files (relative to the file that names them), the series source, the rules,
-the declared benefits, the incident drill and the drill's target — one pydantic model, unknown keys refused.
+"""The review's parameters: input files (relative to the file that names them), the series source, the four
+elements fixed before any result is read, the rules, the currency, the declared benefits, the incident drill and
+the drill's target — one pydantic model, unknown keys refused.
 
-Layering, `extends:` and `--set` work as for the acceptance parameters (the same loader helpers).
+Layering, `extends:` and `--set` work as for the acceptance parameters (the same loader helpers). The loader
+records where every rule, fixed element and benefit came from (`review.origins`: the file or override that set
+it, or "built-in default"), so the report prints each with its origin and the decision names what it was decided
+on. An acceptance parameters file (`k3 validate`) given to the review is named as such.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ..errors import BadInputError
 from ..params import RunParams, TargetParams, _check_url, _provenance, layer, validate_model
-from .rules import DeclaredBenefits, RenewalRules
+from .rules import DEFAULT, DeclaredBenefits, FixedElements, RenewalRules
 
 INPUT_KEYS = ("tasks", "costs", "incidents", "hours")
 
@@ -79,6 +83,9 @@ class DrillParams(_Model):
     enabled: bool = True
     kill: tuple[CommandStep, ...] = ()
     restore: tuple[CommandStep, ...] = ()
+    # the version the restore rolls back to, as GET /version reports it; null: any older release than the one
+    # served before the drill counts as the previous version (the same version back is a restart, not a rollback)
+    previous_version: str | None = None
     api_base_url: str | None = None  # the API path for the fail-over question; null: not configured
     recovery_timeout_s: Annotated[float, Field(gt=0)] = 60.0
     request_timeout_s: Annotated[float, Field(gt=0)] = 30.0
@@ -90,10 +97,22 @@ class DrillParams(_Model):
 class ReviewParams(_Model):
     inputs: InputFiles | None = None  # None only with `demo`: generated into the run folder
     series: SeriesSource | None = None
+    fixed: FixedElements = FixedElements()  # task set, request format, retry policy, quality rule
     rules: RenewalRules = RenewalRules()
+    # ISO 4217 code of every amount in the costs file (which may state it too; the two must agree)
+    currency: Annotated[str, Field(pattern=r"^[A-Z]{3}$")] | None = None
     benefits: DeclaredBenefits = DeclaredBenefits()
     drill: DrillParams = DrillParams()
     demo: Literal["steady", "idle-heavy", "spiky", "poor"] | None = None  # a generated demo scenario
+    origins: dict[str, str] = {}  # written by the loader: "review.rules.x" → the file that set it, or the default
+
+    def origin(self, key: str) -> str:
+        return self.origins.get(key, DEFAULT)
+
+    def defaulted(self) -> list[str]:
+        """The thresholds and fixed elements this review would decide on built-in defaults."""
+        return [k for k in tracked_keys() if k.startswith(("review.fixed.", "review.rules."))
+                and self.origin(k) == DEFAULT]
 
     @model_validator(mode="after")
     def _inputs_or_demo(self) -> "ReviewParams":
@@ -111,6 +130,50 @@ class RenewalParams(_Model):
 
     def public_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json", by_alias=True)
+
+
+def tracked_keys() -> list[str]:
+    """The parameters printed on top of the report with their origin."""
+    return ([f"review.fixed.{k}" for k in FixedElements.model_fields] + [f"review.rules.{k}" for k in
+            RenewalRules.model_fields] + [f"review.benefits.{k}" for k in DeclaredBenefits.model_fields]
+            + ["review.currency"])
+
+
+def _origin(key: str, merged: dict[str, Any], prov: dict[str, str], before: dict[str, str]) -> str:
+    """Which file or override set `key`: the deepest provenance at or above it, else one below it (a fixed element
+    set in part), else what the resolved parameters this run started from recorded; absent: the default."""
+    node: Any = merged
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return DEFAULT
+        node = node[part]
+    parts = key.split(".")
+    for n in range(len(parts), 0, -1):
+        if hit := prov.get(".".join(parts[:n])):
+            return hit
+    deeper = [origin for path, origin in prov.items() if path.startswith(key + ".")]
+    return deeper[-1] if deeper else before.get(key, DEFAULT)
+
+
+def _record_origins(merged: dict[str, Any], prov: dict[str, str]) -> None:
+    review = merged.get("review")
+    if not isinstance(review, dict):
+        return
+    before = review.get("origins") if isinstance(review.get("origins"), dict) else {}
+    if any(path.startswith("review.origins") for path in prov):
+        before = {}  # origins are the loader's record, never taken from a file or an override
+    if before and not all(isinstance(v, str) for v in before.values()):
+        before = {}
+    review["origins"] = {k: _origin(k, merged, prov, before) for k in tracked_keys()}
+
+
+ACCEPTANCE_SECTIONS = ("recipe", "contract", "axes")
+
+
+def _refuse_other_command(merged: dict[str, Any], source: str) -> None:
+    if "review" not in merged and any(k in merged for k in ACCEPTANCE_SECTIONS):
+        raise BadInputError("this is an acceptance parameters file (k3 validate), not a review file; expected a "
+                            "top-level review: section (see parameters/renewal-demo.yaml)", source=source)
 
 
 def _resolve_paths(merged: dict[str, Any], prov: dict[str, str]) -> None:
@@ -141,7 +204,10 @@ def load_review_params(files: list[str | Path], sets: list[str] = (), *,
                        base: dict[str, Any] | None = None) -> RenewalParams:
     """Layer YAML `files`, apply `sets`, resolve input paths, validate. Raises BadInputError (one line)."""
     merged, prov = layer(files, sets, base=base)
+    source = str(files[-1]) if files else "parameters"
+    _refuse_other_command(merged, source)
     _resolve_paths(merged, prov)
+    _record_origins(merged, prov)
     return validate_review(merged, prov, default_source=str(files[-1]) if files else "parameters")
 
 
@@ -153,6 +219,8 @@ def load_any_review(path: str | Path, sets: list[str] = ()) -> RenewalParams:
             data = json.loads(p.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             raise BadInputError(f"cannot read resolved parameters: {exc}", source=str(p)) from None
+        if isinstance(data, dict):
+            _refuse_other_command(data, str(p))
         return load_review_params([], list(sets), base=data) if sets else validate_review(data, default_source=str(p))
     return load_review_params([p], list(sets))
 

@@ -6,69 +6,86 @@ from typing import Any
 
 from ..evidence import EvidenceRecord, Finding, axis_status
 from ..store import RunStore
-from .decision import AXES, RenewalDecision, indicators
+from .decision import AXES, RenewalDecision, indicators, money
 from .params import RenewalParams
+from .results import read_record_data, record_data, typed
 from .review import decide_from_axes
 
 TITLES = {"load": "Load: used vs reserved capacity", "production": "Useful production",
           "comparison": "Self-hosted vs API on the same tasks", "cost": "Full cost per accepted task",
           "stability": "Stability and the incident drill", "operations": "Operations effort"}
-_ANSWER_STATUS = {"yes": "pass", "no": "fail", "unknown": "not-observable"}
+_ANSWER_STATUS = {"yes": "pass", "no": "fail", "not shown": "not-observable"}
+_SHOWN = {True: "pass", False: "fail", None: "not-observable"}  # an indicator the evidence did not show is open
 
 
-def _findings(axis: str, result: dict[str, Any], params: RenewalParams) -> list[Finding]:
+def _findings(axis: str, result: Any, params: RenewalParams) -> list[Finding]:
+    """The axis' findings, read from its typed result."""
     rules = params.review.rules
+    result = typed(axis, result)
     ind, why = indicators({axis: result}, rules, params.review.benefits.declared())
     out: list[Finding] = []
     if axis == "load":
         out.append(Finding(rule="renewal.load.regular", status="pass" if ind.regular_load else "warn",
-                           message=why[0], observed=result.get("business_busy_share")))
+                           message=why[0], observed=result.business_busy_share))
         out.append(Finding(rule="renewal.load.large_idle", status="warn" if ind.large_idle else "pass", message=why[1],
-                           observed=result.get("large_idle_share"), expected=f"≤ {rules.large_idle_share_max}"))
-        out.append(Finding(rule="renewal.load.peaks", status="info", message=why[2], observed=result.get("peak_to_mean")))
+                           observed=result.large_idle_share, expected=f"≤ {rules.large_idle_share_max}"))
+        out.append(Finding(rule="renewal.load.peaks", status="info", message=why[2], observed=result.peak_to_mean))
     elif axis == "production":
         out.append(Finding(rule="renewal.production.quality", status="pass" if ind.quality_ok else "fail",
                            message=next(w for w in why if w.startswith("useful production")),
-                           observed=result.get("acceptance_rate"), expected=f"≥ {rules.min_acceptance_rate}"))
+                           observed=result.acceptance_rate, expected=f"≥ {rules.min_acceptance_rate}"))
+        over = result.over_retry_policy
+        if over:
+            out.append(Finding(rule="renewal.production.retry_policy", status="warn",
+                               message=f"{over} self-hosted task(s) retried more than the fixed retry policy's "
+                                       f"{result.retry_policy_max_retries}: not run under the same policy as "
+                                       "the API path", observed=over,
+                               expected=f"≤ {result.retry_policy_max_retries} retries per task"))
     elif axis == "comparison":
-        sh, api = result.get("self-hosted", {}), result.get("api", {})
-        out.append(Finding(rule="renewal.comparison.acceptance", status="info",
-                           message=f"on {result.get('paired_tasks')} paired tasks: acceptance self-hosted "
-                                   f"{sh.get('acceptance_rate')} vs API {api.get('acceptance_rate')}, median delivery "
-                                   f"{sh.get('delivery_median_s')} s vs {api.get('delivery_median_s')} s"))
+        out.append(Finding(rule="renewal.comparison.api_equivalent",
+                           status={True: "warn", False: "pass", None: "not-observable"}[ind.api_equivalent],
+                           message=next(w for w in why if w.startswith("the API")),
+                           observed=ind.api_equivalent, expected=f"gap ≤ {rules.api_equivalent_gap_max}"))
     elif axis == "cost":
-        blanks = result["self_hosted"]["blank_items"]
+        cur = result.currency
+        blanks = list(result.self_hosted.blank_items)
+        out.append(Finding(rule="renewal.cost.per_accepted_task", status=_SHOWN[ind.cheaper_than_api],
+                           message=next(w for w in why if w.startswith("full cost")),
+                           observed=money(result.self_hosted.per_accepted_task, cur),
+                           expected=f"≤ {money(result.api.per_accepted_task, cur)} (the API's)"))
         out.append(Finding(rule="renewal.cost.blanks", status="info",
                            message=f"blank cost items (left blank, never estimated): {', '.join(blanks)}" if blanks
                            else "every self-hosted cost item is known", observed=blanks))
     elif axis == "stability":
-        out.append(Finding(rule="renewal.stability.recoverable", status="pass" if ind.recoverable else "fail",
+        out.append(Finding(rule="renewal.stability.recoverable", status=_SHOWN[ind.recoverable],
                            message=next(w for w in why if w.startswith("incidents"))))
-        for q, a in ((result.get("drill") or {}).get("answers") or {}).items():
-            out.append(Finding(rule=f"renewal.drill.{q}", status=_ANSWER_STATUS[a["answer"]],  # type: ignore[arg-type]
-                               message=f"{a['question']} {a['answer']}: {a['evidence']}", observed=a["answer"]))
+        for q, a in (result.drill.answers if result.drill is not None else ()):
+            out.append(Finding(rule=f"renewal.drill.{q}", status=_ANSWER_STATUS[a.answer],  # type: ignore[arg-type]
+                               message=f"{a.question} {a.answer}: {a.evidence}", observed=a.answer))
     elif axis == "operations":
-        out.append(Finding(rule="renewal.operations.effort", status="pass" if ind.effort_ok else "fail",
+        out.append(Finding(rule="renewal.operations.effort", status=_SHOWN[ind.effort_ok],
                            message=next(w for w in why if w.startswith("operations"))))
     return out
 
 
 def axis_record(ctx: Any, result: dict[str, Any]) -> EvidenceRecord:
-    """The evidence record of `ctx.axis` from its result dict."""
-    findings = _findings(ctx.axis, result, ctx.params)
+    """The evidence record of `ctx.axis` from its result, validated against the axis' typed model."""
+    data = record_data(ctx.axis, result)
+    findings = _findings(ctx.axis, data["result"], ctx.params)
     return EvidenceRecord(axis=ctx.axis, title=TITLES[ctx.axis], status=axis_status(findings),
                           summary="; ".join(f.message for f in findings)[:400],
-                          findings=findings, data={"result": result})
+                          findings=findings, data=data)
 
 
 def axes_from_records(records: dict[str, EvidenceRecord]) -> tuple[dict[str, Any], dict[str, str]]:
-    """Each axis' result as its record holds it (None when absent or failed), and each axis' status."""
+    """Each axis' typed result as its record holds it (None when absent or failed), and each axis' status. A
+    record whose result does not fit this kit's model (another kit version) is refused with one line."""
     axes: dict[str, Any] = {}
     statuses: dict[str, str] = {}
     for axis in AXES:
         rec = records.get(axis)
-        ok = rec is not None and not rec.error and isinstance(rec.data.get("result"), dict)
-        axes[axis] = rec.data["result"] if ok else None
+        ok = rec is not None and not rec.error
+        axes[axis] = read_record_data(axis, rec.data, f"evidence/{axis}.json") if ok else None
         statuses[axis] = rec.status if rec else "not-run"
     return axes, statuses
 

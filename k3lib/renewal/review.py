@@ -12,7 +12,8 @@ from typing import Any
 from .analysis import (analyse_load, analyse_operations, analyse_production, analyse_stability, benefits_summary,
                        compare_paths, full_cost)
 from .decision import RenewalDecision, decide_renewal
-from .inputs import CostsInput, HoursRecord, IncidentRecord, TaskRecord, read_costs, read_hours, read_incidents, read_tasks
+from .inputs import (CostsInput, HoursRecord, IncidentRecord, TaskRecord, read_costs, read_hours, read_incidents,
+                     read_tasks, resolve_currency)
 from .params import RenewalParams
 from .series import Grid, RawSeries, gpu_count, load_frame, series_from_file, series_from_prometheus
 
@@ -55,7 +56,8 @@ def load_review(params: RenewalParams) -> ReviewData:
     """Read every input (each bad value: one BadInputError line) and the series for the window."""
     inp = params.review.inputs
     assert inp is not None, "demo parameters are materialised before the inputs are read"
-    tasks, costs = tuple(read_tasks(inp.tasks)), read_costs(inp.costs)
+    tasks = tuple(read_tasks(inp.tasks))
+    costs = resolve_currency(params.review.currency, read_costs(inp.costs), inp.costs)
     incidents, hours = tuple(read_incidents(inp.incidents)), tuple(read_hours(inp.hours))
     grid, raw = load_series(params)
     return ReviewData(params, grid, raw, load_frame(raw, grid), tasks, costs, incidents, hours)
@@ -63,10 +65,10 @@ def load_review(params: RenewalParams) -> ReviewData:
 
 def analyse(data: ReviewData, drill: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
     """The six axes as JSON-ready dicts, keyed by axis id."""
-    rules = data.params.review.rules
+    rules, fixed = data.params.review.rules, data.params.review.fixed
     load = analyse_load(data.frame, data.tasks, rules, data.grid, data.gpus)
-    production = analyse_production(data.frame, data.tasks, rules, data.grid)
-    comparison = compare_paths(data.tasks, data.hours)
+    production = analyse_production(data.frame, data.tasks, rules, data.grid, fixed)
+    comparison = compare_paths(data.tasks, data.hours, fixed, rules)
     return {
         "load": load,
         "production": production,
@@ -81,4 +83,4 @@ def analyse(data: ReviewData, drill: dict[str, Any] | None = None) -> dict[str, 
 def decide_from_axes(params: RenewalParams, axes: dict[str, Any], statuses: dict[str, str] | None = None,
                      today=None) -> RenewalDecision:
     return decide_renewal(axes, params.review.rules, params.review.benefits.declared(), statuses=statuses,
-                          today=today)
+                          today=today, defaulted=params.review.defaulted())

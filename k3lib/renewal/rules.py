@@ -1,12 +1,14 @@
-"""The renewal rules and declared benefits: fixed before any result is read, printed on top of the report.
+"""The renewal rules, the four elements fixed before any result is read, and the declared benefits — printed on
+top of the report with where each value came from (the operator's file or a built-in default).
 
 Every threshold a decision uses lives here with its unit in its name, so a reader can check each reason against
-the figure it cites. Defaults are illustrative, not recommendations: a team writes its own before the review.
+the figure it cites. Defaults are illustrative, not recommendations: a team writes its own before the review, and
+a review decided on built-in defaults says so in its decision and its exit condition.
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -33,6 +35,9 @@ class RenewalRules(BaseModel):
     max_tool_error_rate: Fraction = 0.10  # share of tasks with at least one malformed tool call
     max_recovery_min: NonNegative = 60.0  # an incident recovered later than this is not "recoverable"
     max_ops_hours_per_week: NonNegative = 20.0  # operations effort considered contained
+    # the API reaches equivalent quality on the same tasks when its acceptance rate is at most this below the
+    # self-hosted one and its share of tasks with malformed tool calls at most this above
+    api_equivalent_gap_max: Fraction = 0.02
     queue_wait_p95_max_s: NonNegative = 600.0  # business threshold on the queue (reduce/dual exit condition)
     business_deadline_s: NonNegative = 3600.0  # a task delivered later than this missed its business deadline
     reexamine_after_days: Annotated[int, Field(gt=0)] = 21  # the next billing cycle
@@ -70,3 +75,64 @@ class DeclaredBenefits(BaseModel):
     def declared(self) -> list[str]:
         return [name for name in ("data_control", "residency_requirement", "internal_latency", "deep_customisation")
                 if getattr(self, name)]
+
+
+DEFAULT = "built-in default"
+LoadCategory = Literal["batch", "agent", "peak", "test", "maintenance"]
+
+
+class TaskSet(BaseModel):
+    """The representative task set both paths run: which load categories of the task log it covers."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    description: str = "every task of the log on both paths (no representative set declared)"
+    categories: tuple[LoadCategory, ...] = ("batch", "agent", "peak", "test", "maintenance")
+
+    @field_validator("categories")
+    @classmethod
+    def _some(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        if not v:
+            raise ValueError("expected at least one task category")
+        return v
+
+
+class RetryPolicy(BaseModel):
+    """The same retry policy on both paths: a task retried more often than this was not run under it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_retries: Annotated[int, Field(ge=0)] = 2
+    timeout_s: Annotated[float, Field(gt=0)] = 3600.0  # a request not answered within this is a timeout
+    description: str = ""
+
+
+class QualityRule(BaseModel):
+    """What a successful (accepted) task is, applied identically to both paths."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    description: str = "the task log's `accepted` column, as the team recorded it"
+    # false: a task that needed a manual correction is not counted as accepted (seed 004: a human takeover is
+    # not a delivery)
+    manual_correction_is_accepted: bool = True
+    # false: a task with a malformed tool call is not counted as accepted even if it was later accepted
+    tool_call_error_is_accepted: bool = True
+
+
+class FixedElements(BaseModel):
+    """Seed 004's four elements fixed before any result is read: the task set, one request format for both paths,
+    one retry policy, one quality rule."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    task_set: TaskSet = TaskSet()
+    request_format: str = "not declared"  # e.g. "OpenAI chat completions, same tools and system prompt, full history"
+    retry_policy: RetryPolicy = RetryPolicy()
+    quality_rule: QualityRule = QualityRule()
+
+
+def accepted(task, quality: QualityRule) -> bool:
+    """One task under the fixed quality rule (the same function for both paths)."""
+    return bool(task.accepted) and (quality.manual_correction_is_accepted or not task.manual_correction) \
+        and (quality.tool_call_error_is_accepted or task.tool_call_errors == 0)

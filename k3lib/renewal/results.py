@@ -1,0 +1,317 @@
+"""The six renewal analyses' results as typed, frozen models — what an axis record holds and what the decision
+reads. Each is validated when its record is written and when it is read back; a record written by another kit
+version (no schema id, or another one) is refused with one line naming the file. Their JSON Schemas live in
+`schemas/renewal/` (`python -m k3lib.renewal.results` rewrites them; a test keeps them in step).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..errors import ArtifactError
+
+Num = float | None  # a figure; None: not computable from the data (shown blank, never 0)
+Answer = Literal["yes", "no", "not shown"]
+
+
+class _M(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+# --- 1. load ------------------------------------------------------------------------------------------------------
+
+class CategoryUse(_M):
+    category: str
+    hours: Num
+    used_gpu_h: Num
+    share_of_reserved: Num
+
+
+class PeriodUse(_M):
+    period: str
+    hours: Num
+    mean_util: Num
+    busy_share: Num
+    idle_demand_share: Num
+    idle_scheduling_share: Num
+    mean_waiting: Num
+
+
+class SlotCounts(_M):
+    busy: int
+    idle_demand: int
+    idle_scheduling: int
+
+
+class LoadResult(_M):
+    gpus: int
+    window_h: Num
+    step_s: float
+    reserved_gpu_h: Num
+    used_gpu_h: Num
+    utilisation: Num
+    by_category: tuple[CategoryUse, ...]
+    by_period: tuple[PeriodUse, ...]
+    idle_share: Num
+    idle_demand_share: Num
+    idle_scheduling_share: Num
+    large_idle_share: Num
+    business_busy_share: Num
+    weekday_gpu_h_cv: Num
+    arrivals_per_h_mean: Num
+    arrivals_per_h_p99: int
+    peak_to_mean: Num
+    slots: SlotCounts
+
+
+# --- 2. useful production -----------------------------------------------------------------------------------------
+
+class Losses(_M):
+    retries: int
+    retries_per_task: Num
+    tasks_with_malformed_tool_calls: int
+    tool_error_share: Num
+    timeouts: int
+    manual_corrections: int
+    routed_to_api: int
+    wait_h: Num
+    saturation_wait_h: Num
+
+
+class ProductionResult(_M):
+    tasks: int
+    finished: int
+    accepted: int  # under the fixed quality rule
+    acceptance_rate: Num
+    operating_h: Num
+    accepted_per_operating_h: Num
+    generation_tokens: int
+    generation_tokens_per_accepted_task: Num
+    losses: Losses
+    over_retry_policy: int
+    retry_policy_max_retries: int
+
+
+# --- 3. self-hosted vs API ----------------------------------------------------------------------------------------
+
+class PathFigures(_M):
+    tasks: int
+    accepted: int
+    acceptance_rate: Num
+    over_retry_policy: int
+    delivery_median_s: Num
+    delivery_p95_s: Num
+    retries_per_task: Num
+    tool_error_share: Num
+    manual_correction_share: Num
+    human_monitoring_h: Num
+
+
+class ComparisonResult(_M):
+    basis: Literal["paired", "all"]
+    paired_tasks: int
+    task_set: tuple[str, ...]
+    self_hosted: PathFigures = Field(alias="self-hosted")
+    api: PathFigures
+    api_equivalent: bool | None  # None: no task ran on both paths
+
+
+# --- 4. full cost -------------------------------------------------------------------------------------------------
+
+class CostItem(_M):
+    item: str
+    amount: Num  # None: blank in the cost sheet
+
+
+class SelfHostedCost(_M):
+    items: tuple[CostItem, ...]
+    blank_items: tuple[str, ...]
+    known_subtotal: Num
+    total: Num
+    accepted_tasks: int
+    per_accepted_task: Num
+
+
+class ApiCost(_M):
+    bill_same_tasks: Num
+    tasks: int | None
+    accepted_tasks: int
+    per_accepted_task: Num
+    self_hosted_accepted_on_same_set: int
+
+
+class CostResult(_M):
+    currency: str | None  # every amount below is in it
+    self_hosted: SelfHostedCost
+    api: ApiCost
+    delivered_tasks_value: Num
+    hourly_rate: Num
+    self_hosted_cheaper_per_task: bool | None  # None: a blank on either side
+    total_within_delivered_value: bool | None
+
+
+# --- 5. stability and the drill -----------------------------------------------------------------------------------
+
+class IncidentClass(_M):
+    category: str
+    incidents: int
+    median_minutes_to_recover: Num
+    max_minutes_to_recover: Num
+    not_measured: int
+
+
+class QuestionCounts(_M):
+    yes: int
+    no: int
+    unknown: int  # blank in the incident log
+
+
+class FiveCounts(_M):
+    detected_automatically: QuestionCounts
+    previous_version_restored: QuestionCounts
+    in_flight_resumed_or_cancelled: QuestionCounts
+    api_failover_without_contract_change: QuestionCounts
+    fields_preserved: QuestionCounts
+
+
+class DrillAnswer(_M):
+    question: str
+    answer: Answer
+    evidence: str
+
+
+class FiveAnswers(_M):
+    detected_automatically: DrillAnswer
+    previous_version_restored: DrillAnswer
+    in_flight_resumed_or_cancelled: DrillAnswer
+    api_failover_without_contract_change: DrillAnswer
+    fields_preserved: DrillAnswer
+
+
+class DrillVersions(_M):
+    before: str | None
+    after_restore: str | None
+    expected_previous: str | None
+
+
+class PipelineCheck(_M):
+    check: str
+    status: str
+    message: str
+    evidence: Any = None
+
+
+class DrillResult(_M):
+    target: str
+    api: str | None
+    answers: FiveAnswers
+    steps: tuple[str, ...]
+    recovery_s: float
+    went_down: bool
+    versions: DrillVersions
+    summary: str
+    api_note: str | None = None
+    pipeline: tuple[PipelineCheck, ...] | None = None
+
+
+class StabilityResult(_M):
+    incidents: int
+    by_category: tuple[IncidentClass, ...]
+    questions: FiveCounts
+    slow_or_unrecovered: tuple[str, ...]
+    recovered_within_rule_share: Num
+    drill: DrillResult | None
+    not_shown: tuple[str, ...]
+    recoverable: bool | None  # None: nothing failed but a question was never shown
+    not_recoverable_because: tuple[str, ...]
+
+
+# --- 6. operations ------------------------------------------------------------------------------------------------
+
+class HoursRow(_M):
+    category: str
+    hours: Num
+
+
+class WeekRow(_M):
+    week: str
+    hours: Num
+
+
+class OperationsResult(_M):
+    total_h: Num
+    per_week_h: Num
+    weeks: int
+    by_category: tuple[HoursRow, ...]
+    by_week: tuple[WeekRow, ...]
+    delivery_gain_h: Num
+    gain_basis: str
+    effort_contained: bool  # the weekly rule alone; the decision also weighs effort_exceeds_gain
+    effort_exceeds_gain: bool | None  # None: the delivery gain is unknown
+
+
+RESULTS: dict[str, type[_M]] = {"load": LoadResult, "production": ProductionResult, "comparison": ComparisonResult,
+                                "cost": CostResult, "stability": StabilityResult, "operations": OperationsResult}
+SCHEMA_VERSION = 2  # 1: the untyped dicts of earlier kits (no schema id in the record)
+SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schemas" / "renewal"
+
+
+def schema_id(axis: str) -> str:
+    return f"k3kit/renewal/{axis}/{SCHEMA_VERSION}"
+
+
+def typed(axis: str, result: Any, *, source: str | None = None) -> _M:
+    """`result` (a dict from the analysis or read back from a record, or already typed) as the axis' model; what
+    does not fit is refused with one line naming the source and the first field."""
+    model = RESULTS[axis]
+    if isinstance(result, model):
+        return result
+    try:
+        return model.model_validate(result)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err.get("loc", ())) or "(top level)"
+        more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
+        raise ArtifactError(f"not this kit's {axis} result: {where}: {err.get('msg')}{more}",
+                            source=source or f"the {axis} result") from None
+
+
+def record_data(axis: str, result: Any) -> dict[str, Any]:
+    """What an axis record's `data` holds: the validated result and its schema id."""
+    return {"schema": schema_id(axis), "result": typed(axis, result).model_dump(mode="json", by_alias=True)}
+
+
+def read_record_data(axis: str, data: Any, source: str) -> _M:
+    """The typed result of a record read back from disk; another kit version's record is refused (one line)."""
+    found = data.get("schema") if isinstance(data, dict) else None
+    if found != schema_id(axis):
+        raise ArtifactError(f"written by another kit version (result schema {found or 'none'}, expected "
+                            f"{schema_id(axis)}); re-run the review's analyses to rewrite it", source=source)
+    return typed(axis, data.get("result"), source=source)
+
+
+def schemas() -> dict[str, dict[str, Any]]:
+    out = {}
+    for axis, model in RESULTS.items():
+        schema = model.model_json_schema(by_alias=True)
+        out[axis] = {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": schema_id(axis), **schema}
+    return out
+
+
+def write_schemas(folder: Path = SCHEMA_DIR) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for axis, schema in schemas().items():
+        p = folder / f"{axis}.schema.json"
+        p.write_text(json.dumps(schema, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        paths.append(p)
+    return paths
+
+
+if __name__ == "__main__":
+    for written in write_schemas():
+        print(written)

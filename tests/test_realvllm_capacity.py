@@ -1,0 +1,54 @@
+"""The capacity axis on real vLLM's own scheduler: a 24-block KV pool (`scripts/realvllm.sh serve-small-kv`, 24 ×
+128 = 3,072 tokens) loaded past it, so requests queue and are preempted for real, and the kit must say so from
+vLLM's counters and gauges (issue 15).
+
+Opt-in (`make realvllm`), required in CI (K3_REQUIRE_REALVLLM=1); one small-pool server for this module.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import k3lib
+import k3lib.capacity as capacity
+from realvllm import PROFILE, RealVllm, real_vllm_small_kv  # noqa: F401 - the fixture is used by name
+
+pytestmark = [pytest.mark.realvllm, pytest.mark.slow]
+
+# Eight streams of ~512 prompt + 128 output tokens need ~40 blocks: well past the pool's 24.
+LOAD = ["contract.planned_concurrency=8", "contract.max_output_tokens=128", "axes.capacity.prompt_tokens=512",
+        "axes.capacity.output_tokens=128", "axes.capacity.step_duration_s=12", "axes.capacity.soak_duration_s=15",
+        "axes.capacity.sample_interval_s=0.5"]
+
+
+@pytest.fixture(scope="module")
+def small_pool_run(real_vllm_small_kv: RealVllm, tmp_path_factory: pytest.TempPathFactory):  # noqa: F811
+    run_dir = tmp_path_factory.mktemp("realvllm-small-kv-run") / "run"
+    ctx = k3lib.open_axis("capacity", str(PROFILE),
+                          [f"target.base_url={real_vllm_small_kv.base_url}",
+                           f"axes.environment.server_log={real_vllm_small_kv.log_path}", *LOAD], str(run_dir))
+    result = capacity.run_capacity(ctx)
+    record = ctx.record(capacity.capacity_record(result, ctx))
+    return result, record
+
+
+@pytest.mark.timeout(1200)
+def test_small_pool_queues_and_preempts_on_the_real_scheduler(small_pool_run):
+    result, record = small_pool_run
+    assert record.error is None, record.error
+    steps = result.steps
+    assert any((s.get("preemptions") or 0) > 0 for s in steps), [(s["concurrency"], s.get("preemptions")) for s in steps]
+    assert any((s.get("waiting_max") or 0) > 0 for s in steps), [(s["concurrency"], s.get("waiting_max")) for s in steps]
+
+
+@pytest.mark.timeout(1200)
+def test_saturation_is_named_from_vllms_counters(small_pool_run):
+    result, record = small_pool_run
+    sat = record.by_rule("capacity.saturation")
+    assert sat is not None and sat.status == "fail", sat and sat.message
+    assert sat.evidence["decision"] == "capacity-extension"
+    assert "preemption" in sat.message or "waiting" in sat.message, sat.message
+    assert result.saturation_point is None or result.saturation_point < 8
+    # the first step (one stream, 5 blocks) fits the pool: nothing waited there, and it held
+    first = min(result.steps, key=lambda s: s["concurrency"])
+    assert first["concurrency"] == 1 and first.get("held"), first
