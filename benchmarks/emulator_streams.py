@@ -1,5 +1,6 @@
 """Benchmark (not a test): can the emulator feed 256 concurrent SSE streams on this machine, and how late
-does its engine loop run? Starts the emulator in a subprocess, streams with httpx, prints the figures.
+does its engine loop run? Starts the emulator in a subprocess, streams with the kit's client, prints the
+figures.
 
     .venv/bin/python benchmarks/emulator_streams.py [--streams 256] [--max-tokens 64] [--time-scale 0.1]
 """
@@ -8,13 +9,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import subprocess
 import sys
 import time
 
 import httpx
+
+from k3lib.client import ChatClient
 
 SERVER = """
 import sys
@@ -25,28 +27,13 @@ serve_forever(cfg, host="127.0.0.1", port=0)
 """
 
 
-async def one_stream(client: httpx.AsyncClient, i: int, max_tokens: int) -> dict:
-    body = {"model": "kimi-k3", "messages": [{"role": "user", "content": f"stream number {i}: tell me a story"}],
-            "max_tokens": max_tokens, "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
-    t0 = time.perf_counter()
-    ttft = None
-    chunks = 0
-    usage = None
-    async with client.stream("POST", "/v1/chat/completions", json=body) as resp:
-        resp.raise_for_status()
-        async for line in resp.aiter_lines():
-            if not line.startswith("data: {"):
-                continue
-            chunk = json.loads(line[6:])
-            if chunk.get("usage"):
-                usage = chunk["usage"]
-            elif chunk["choices"] and (chunk["choices"][0]["delta"].get("content")
-                                       or chunk["choices"][0]["delta"].get("reasoning")):
-                chunks += 1
-                if ttft is None:
-                    ttft = time.perf_counter() - t0
-    return {"ttft_s": ttft, "e2e_s": time.perf_counter() - t0, "chunks": chunks,
-            "completion_tokens": usage["completion_tokens"] if usage else 0}
+async def one_stream(client: ChatClient, i: int, max_tokens: int) -> dict:
+    rec = await client.chat([{"role": "user", "content": f"stream number {i}: tell me a story"}],
+                            max_tokens=max_tokens, ignore_eos=True, strict=False)
+    if not rec.ok:
+        raise SystemExit(f"stream {i} failed: {rec.error_kind}: {rec.error}")
+    return {"ttft_s": None if rec.ttft_ms is None else rec.ttft_ms / 1e3, "e2e_s": rec.e2e_ms / 1e3,
+            "chunks": len(rec.output_chunk_ns), "completion_tokens": rec.completion_tokens or 0}
 
 
 def pct(values: list[float], p: float) -> float:
@@ -67,15 +54,16 @@ def cpu_s(pid: int) -> float:
 
 
 async def run(url: str, streams: int, max_tokens: int, server_pid: int) -> None:
-    limits = httpx.Limits(max_connections=streams + 8, max_keepalive_connections=streams + 8)
-    async with httpx.AsyncClient(base_url=url, timeout=300, limits=limits) as client:
-        await client.post("/v1/completions", json={"prompt": "warm up", "max_tokens": 2})
+    # the kit's own client (aiohttp): one connection per stream, no pool scan, and the same code a load phase runs
+    async with ChatClient(url, model="kimi-k3", timeout_s=300, keep_raw=False) as client, \
+            httpx.AsyncClient(base_url=url, timeout=60) as http:
+        await http.post("/v1/completions", json={"prompt": "warm up", "max_tokens": 2})
         t0 = time.perf_counter()
         cpu0 = cpu_s(server_pid)
         results = await asyncio.gather(*[one_stream(client, i, max_tokens) for i in range(streams)])
         wall = time.perf_counter() - t0
         server_cpu = cpu_s(server_pid) - cpu0
-        state = (await client.get("/_emulator/state")).json()
+        state = (await http.get("/_emulator/state")).json()
     tokens = sum(r["completion_tokens"] for r in results)
     chunks = sum(r["chunks"] for r in results)
     ttfts = [r["ttft_s"] for r in results if r["ttft_s"] is not None]

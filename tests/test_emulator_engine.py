@@ -203,3 +203,34 @@ def test_step_lag_is_reported(server):
     state = httpx.get(server.url + "/_emulator/state").json()
     assert state["step_lag_samples"] > 0
     assert 0 <= state["step_lag_ms_p50"] <= state["step_lag_ms_p99"] <= state["step_lag_ms_max"]
+
+
+def test_front_end_lets_one_request_in_per_loop_iteration():
+    """256 requests arriving together must not parse and plan in one loop iteration (that was engine-step lag):
+    each turn comes in its own iteration, first come first served, and a caller that left gives its turn up."""
+    from k3lib.emulator.runtime import FrontEnd
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        front, tick, granted = FrontEnd(), [0], []
+
+        def ticker():
+            tick[0] += 1
+            if tick[0] < 10_000:
+                loop.call_soon(ticker)
+
+        async def request(i):
+            await front.turn()
+            granted.append((i, tick[0]))
+
+        loop.call_soon(ticker)
+        tasks = [asyncio.create_task(request(i)) for i in range(20)]
+        await asyncio.sleep(0)
+        tasks[5].cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return granted
+
+    granted = asyncio.run(main())
+    assert [i for i, _ in granted] == [i for i in range(20) if i != 5]
+    ticks = [t for _, t in granted]
+    assert all(b > a for a, b in zip(ticks, ticks[1:]))  # never two in the same iteration

@@ -80,8 +80,11 @@ def _err(rt: Runtime, status: int, message: str, **kw: Any) -> JSONResponse:
 
 
 async def _json_body(request: Request, rt: Runtime) -> dict | JSONResponse:
+    raw = await request.body()
+    # from here to the handler's next await is front-end work: one request's worth per loop iteration
+    await rt.front_end.turn()
     try:
-        body = json.loads(await request.body() or b"{}")
+        body = json.loads(raw or b"{}")
     except json.JSONDecodeError as exc:
         return _err(rt, 400, f"JSON decode error: {exc.msg}")
     if not isinstance(body, dict):

@@ -39,9 +39,44 @@ def capacity_error(cfg, plan) -> str | None:
     return None
 
 
+class FrontEnd:
+    """Lets requests into the front end (JSON, chat template, tokenizer, reply plan) one per loop iteration.
+
+    vLLM's API server and engine core are separate processes; here they share one event loop, and 256 requests
+    arriving together used to parse and plan in one loop iteration (hundreds of ms), all of it engine-step lag.
+    A request waits its turn, then runs its front-end work until its next await; the next turn is granted in
+    the following iteration, so a due engine step waits for one request's front-end work at most.
+    """
+
+    def __init__(self) -> None:
+        self._waiting: deque[asyncio.Future[None]] = deque()
+        self._granting = False
+
+    async def turn(self) -> None:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        self._waiting.append(fut)
+        if not self._granting:
+            self._granting = True
+            loop.call_soon(self._grant, loop)
+        await fut
+
+    def _grant(self, loop: asyncio.AbstractEventLoop) -> None:
+        while self._waiting:
+            fut = self._waiting.popleft()
+            if not fut.done():  # a caller that went away gives up its turn
+                fut.set_result(None)
+                break
+        if self._waiting:
+            loop.call_soon(self._grant, loop)
+        else:
+            self._granting = False
+
+
 class Runtime:
     def __init__(self, requested: EmulatorConfig) -> None:
         self.requested = requested
+        self.front_end = FrontEnd()
         cfg = self.cfg = requested.resolved()
         self.faults = cfg.fault_set()
         self.plan = plan_memory(cfg)
