@@ -264,13 +264,13 @@ def test_kimi_profile_realistic_scale():
 
 
 def test_small_replies_are_not_delayed_by_nagle(client):
-    """A JSON reply is two writes (head, body); without TCP_NODELAY the body waits ~40 ms for an ACK."""
-    import statistics
+    """A JSON reply is two writes (head, body); without TCP_NODELAY the body waits ~40 ms for an ACK on every
+    request. The fastest of 15 is what the server can do: load delays some requests, never all of them."""
     import time
 
     times = []
-    for _ in range(7):
+    for _ in range(15):
         t = time.perf_counter()
         client.get("/version")
         times.append(time.perf_counter() - t)
-    assert statistics.median(times) < 0.02
+    assert min(times) < 0.03, sorted(times)

@@ -166,7 +166,8 @@ def test_ramp_spreads_worker_starts(server: KnownTimingServer) -> None:
                                 concurrency=3, ramp_s=0.6,
                                 max_requests=3, max_duration_s=10, sink=seen.append))
     starts = sorted(r.wall_ns(r.sent_ns) for r in seen)
-    assert (starts[-1] - starts[0]) / 1e9 == pytest.approx(0.6, abs=0.15)
+    # spread over the ramp, not bunched at the start; a loaded machine only delays the later starts
+    assert 0.45 <= (starts[-1] - starts[0]) / 1e9 < 2.0
 
 
 @pytest.mark.parametrize("arrival", ["constant", "poisson"])
