@@ -132,6 +132,27 @@ class RequestStat(NamedTuple):
 # ---------------------------------------------------------------------------------------------------------
 
 
+@dataclass
+class RequestBudget:
+    """A bound in requests and in time (a `time.perf_counter_ns()` deadline): `take()` grants one more request or
+    says no, and `stopped_by` names the bound that ended it ("max_duration_s" or "max_requests")."""
+
+    max_requests: int
+    deadline_ns: int
+    sent: int = 0
+    stopped_by: str | None = None
+
+    def take(self) -> bool:
+        if self.stopped_by is None and time.perf_counter_ns() >= self.deadline_ns:
+            self.stopped_by = "max_duration_s"
+        if self.stopped_by is None and self.sent >= self.max_requests:
+            self.stopped_by = "max_requests"
+        if self.stopped_by is not None:
+            return False
+        self.sent += 1
+        return True
+
+
 def arrival_offsets_s(rate_rps: float, *, max_requests: int, max_duration_s: float, process: str = "constant",
                       seed: int = 0) -> list[float]:
     """Send times (s from phase start) for an open-loop phase, cut at both bounds. Deterministic for a seed."""

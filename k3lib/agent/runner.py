@@ -16,6 +16,7 @@ from typing import Any
 
 from ..client import ChatClient, ChatRecord
 from ..errors import TargetError
+from ..load import RequestBudget
 from . import checks as C
 from .sample import AgentSample, CaseSpec, TurnSpec
 from .tools import execute, result_text
@@ -81,24 +82,6 @@ class RunSettings:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
-
-
-@dataclasses.dataclass
-class _Budget:
-    max_requests: int
-    deadline_ns: int
-    sent: int = 0
-    stopped_by: str | None = None
-
-    def take(self) -> bool:
-        if self.stopped_by is None and time.perf_counter_ns() >= self.deadline_ns:
-            self.stopped_by = "max_duration_s"
-        if self.stopped_by is None and self.sent >= self.max_requests:
-            self.stopped_by = "max_requests"
-        if self.stopped_by is not None:
-            return False
-        self.sent += 1
-        return True
 
 
 class _Stop(Exception):
@@ -178,7 +161,7 @@ class ScenarioRunner:
     async def run_level(self, level: int) -> dict[str, Any]:
         reps = max(self.s.repetitions, level)  # fewer repetitions than the level would never reach it
         t0 = time.perf_counter_ns()
-        budget = _Budget(self.s.max_requests, t0 + int(self.s.max_duration_s * 1e9))
+        budget = RequestBudget(self.s.max_requests, t0 + int(self.s.max_duration_s * 1e9))
         pending = iter(range(reps))
         done: list[int] = []
 
@@ -198,7 +181,7 @@ class ScenarioRunner:
                 "repetitions_completed": len(done), "requests": budget.sent, "stopped_by": budget.stopped_by,
                 "duration_s": round((time.perf_counter_ns() - t0) / 1e9, 3)}
 
-    async def _repetition(self, level: int, rep: int, budget: _Budget) -> bool:
+    async def _repetition(self, level: int, rep: int, budget: RequestBudget) -> bool:
         seq = [0]
         for case in self._cases():
             try:
@@ -210,7 +193,7 @@ class ScenarioRunner:
 
     # -- one case ---------------------------------------------------------------------------------------------
 
-    async def _case(self, level: int, rep: int, case: CaseSpec, budget: _Budget, seq: list[int]) -> None:
+    async def _case(self, level: int, rep: int, case: CaseSpec, budget: RequestBudget, seq: list[int]) -> None:
         sample = self.sample
         offered = sample.offered(case)
         schemas = {n: sample.tool(n).function.parameters for n in offered}  # type: ignore[union-attr]
@@ -240,7 +223,7 @@ class ScenarioRunner:
 
     async def _turn(self, level: int, rep: int, case: CaseSpec, t: int, turn: TurnSpec, messages: list[dict[str, Any]],
                     offered: list[str], schemas: Mapping[str, Any], tools_body: list[dict[str, Any]],
-                    budget: _Budget, seq: list[int], growth: dict[str, int]) -> None:
+                    budget: RequestBudget, seq: list[int], growth: dict[str, int]) -> None:
         sample = self.sample
         error_pending = turn.tool_error is not None
         after_error = False

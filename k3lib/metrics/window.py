@@ -94,21 +94,32 @@ class QuantileBounds:
         return f"{est}between {f(self.low)} and {f(self.high)} (the bucket holding the rank{mean})"
 
 
-def quantile_bounds(q: float, buckets: tuple[tuple[float, float], ...] | list[tuple[float, float]],
-                    mean: float | None = None) -> QuantileBounds | None:
-    """The interval the q-quantile of cumulative (upper bound, count) buckets lies in; see QuantileBounds."""
+def _cumulative(q: float, buckets: tuple[tuple[float, float], ...] | list[tuple[float, float]]
+                ) -> list[tuple[float, float]] | None:
+    """Buckets sorted by bound with monotone counts, or None when they hold no observation or PromQL could not
+    read them (fewer than two buckets, the last not +Inf). Counts are cumulative; scrapes of several engines at
+    slightly different moments can break monotonicity, which PromQL also repairs by carrying the running maximum
+    forward."""
     if not 0.0 <= q <= 1.0 or math.isnan(q):
         raise ValueError(f"quantile must be within [0, 1], got {q}")
     ordered = sorted(buckets)
     if len(ordered) < 2 or not math.isinf(ordered[-1][0]):
         return None
-    running, fixed = 0.0, []
+    fixed: list[tuple[float, float]] = []
+    running = 0.0
     for le, c in ordered:
         running = max(running, c)
         fixed.append((le, running))
-    total = fixed[-1][1]
-    if total <= 0:
+    return fixed if fixed[-1][1] > 0 else None
+
+
+def quantile_bounds(q: float, buckets: tuple[tuple[float, float], ...] | list[tuple[float, float]],
+                    mean: float | None = None) -> QuantileBounds | None:
+    """The interval the q-quantile of cumulative (upper bound, count) buckets lies in; see QuantileBounds."""
+    fixed = _cumulative(q, buckets)
+    if fixed is None:
         return None
+    total = fixed[-1][1]
     rank = q * total
     i = next(i for i, (_, c) in enumerate(fixed) if c >= rank)
     first_edge = fixed[0][0]
@@ -224,21 +235,10 @@ def histogram_quantile(q: float, buckets: tuple[tuple[float, float], ...] | list
     find the bucket holding rank q·total and interpolate linearly inside it (the first bucket's lower bound is 0
     when its bound is positive); a rank in the +Inf bucket returns the highest finite bound. None when the
     window holds no observations."""
-    if not 0.0 <= q <= 1.0 or math.isnan(q):
-        raise ValueError(f"quantile must be within [0, 1], got {q}")
-    ordered = sorted(buckets)
-    if len(ordered) < 2 or not math.isinf(ordered[-1][0]):
-        return None  # PromQL needs at least two buckets, the last +Inf
-    # Counts are cumulative; scrapes of several engines at slightly different moments can break monotonicity,
-    # which PromQL also repairs by carrying the running maximum forward.
-    fixed: list[tuple[float, float]] = []
-    running = 0.0
-    for le, c in ordered:
-        running = max(running, c)
-        fixed.append((le, running))
-    total = fixed[-1][1]
-    if total <= 0:
+    fixed = _cumulative(q, buckets)
+    if fixed is None:
         return None
+    total = fixed[-1][1]
     rank = q * total
     for i, (le, c) in enumerate(fixed):  # noqa: B007 - the bucket the loop stops on is used below
         if c >= rank:

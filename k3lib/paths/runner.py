@@ -20,6 +20,7 @@ from ..agent.runner import assistant_message, parsed_reply
 from ..agent.tools import execute, result_text
 from ..client import ChatClient, ChatRecord, is_loopback_url, run_sync
 from ..errors import BadInputError
+from ..load import RequestBudget
 from ..renewal.rules import RetryPolicy
 from ..store import RunStore
 from .params import Endpoint, PathsParams, RequestFormat
@@ -76,24 +77,6 @@ def fixed_elements(params: PathsParams, tasks: TaskSet) -> tuple[FixedElement, .
 
 
 @dataclass
-class _Budget:
-    max_requests: int
-    deadline_ns: int
-    sent: int = 0
-    stopped_by: str | None = None
-
-    def take(self) -> bool:
-        if self.stopped_by is None and time.perf_counter_ns() >= self.deadline_ns:
-            self.stopped_by = "max_duration_s"
-        if self.stopped_by is None and self.sent >= self.max_requests:
-            self.stopped_by = "max_requests"
-        if self.stopped_by is not None:
-            return False
-        self.sent += 1
-        return True
-
-
-@dataclass
 class _Tally:
     requests: int = 0
     attempts_max: int = 0
@@ -123,7 +106,7 @@ class PathRunner:
         self.client = ChatClient(ep.base_url, model=ep.model, api_key_env=ep.api_key_env,
                                  timeout_s=self.p.retry.timeout_s, connect_timeout_s=ep.connect_timeout_s,
                                  keep_raw=False)
-        self.budget = _Budget(self.p.max_requests, 0)
+        self.budget = RequestBudget(self.p.max_requests, 0)
         self.rows: list[TaskOutcome] = []
         self.duration_s = 0.0
 
