@@ -77,7 +77,7 @@ def probe_markup_leak(c):
     out = []
     for _ in range(3):
         msg = c.post("/v1/chat/completions", json=TOOL_BODY).json()["choices"][0]["message"]
-        out.append((bool(msg["tool_calls"]), "<|open|>tools" in (msg["content"] or "")))
+        out.append((bool(msg.get("tool_calls")), "<|open|>tools" in (msg["content"] or "")))
     return out
 
 
