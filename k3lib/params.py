@@ -416,7 +416,7 @@ def check_command(files: list[str | Path], command: str) -> None:
     for f in files:
         try:
             top = yaml.safe_load(Path(f).read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError):
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
             continue  # the loader itself says what is wrong with it
         if not isinstance(top, dict):
             continue

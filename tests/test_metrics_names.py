@@ -35,19 +35,19 @@ vllm:prompt_tokens_total{model_name="old/v0"} 100.0
             "values": {"kv_cache_usage_perc": 0.25, "num_requests_running": 3.0, "num_requests_waiting": 1.0,
                        "num_preemptions_total": 0.0, "prefix_cache_queries_total": 4000.0,
                        "prefix_cache_hits_total": 1600.0, "prompt_tokens_total": 4100.0,
-                       "generation_tokens_total": 900.0, "request_success_total": 10.0}}, id="vllm-0.10"),
+                       "generation_tokens_total": 900.0, "request_success_total": 10.0}, "out_of_domain": []}, id="vllm-0.10"),
         pytest.param("vllm-0.33.prom", {
             "engine": "vllm", "model_name": "moonshotai/Kimi-K3", "engines": 2,
             "values": {"kv_cache_usage_perc": 0.61, "num_requests_running": 12.0, "num_requests_waiting": 2.0,
                        "num_preemptions_total": 7.0, "prefix_cache_queries_total": 16000.0,
                        "prefix_cache_hits_total": 10000.0, "prompt_tokens_total": 16150.0,
-                       "generation_tokens_total": 3000.0, "request_success_total": 31.0}}, id="vllm-0.33"),
+                       "generation_tokens_total": 3000.0, "request_success_total": 31.0}, "out_of_domain": []}, id="vllm-0.33"),
         pytest.param("sglang.prom", {
             "engine": "sglang", "model_name": "demo/k3-sglang", "engines": 1,
             "values": {"kv_cache_usage_perc": 0.28, "num_requests_running": 12.0, "num_requests_waiting": 4.0,
                        "num_preemptions_total": None, "prefix_cache_queries_total": None,
                        "prefix_cache_hits_total": None, "prompt_tokens_total": 8000.0,
-                       "generation_tokens_total": 3000.0, "request_success_total": 40.0}}, id="sglang"),
+                       "generation_tokens_total": 3000.0, "request_success_total": 40.0}, "out_of_domain": []}, id="sglang"),
     ],
 )
 def test_inspect_fixture(name, expected):
