@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import json
 import shlex
-import subprocess
 import time
 from pathlib import Path
 from typing import Annotated, Any, Mapping, Sequence
@@ -19,13 +17,14 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_vali
 
 from .errors import BadInputError
 from .evidence import Finding
+from .operator import (DrillCommand, HttpAction, parse_drill_command, run_command,  # noqa: F401 - public here too
+                       run_operator_command)
 from .params import read_yaml, validate_model
 
 Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
 PositiveInt = Annotated[int, Field(gt=0)]
 RULE_LIMITS = "attestation.operator_knows_limits"
 RULE_ROLLBACK = "attestation.rollback_rehearsed"
-HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 
 
 class _Model(BaseModel):
@@ -79,55 +78,6 @@ def read_attestation(path: str | Path) -> AttestationRecord:
 
 
 # -- the rollback drill ---------------------------------------------------------------------------------------------
-
-@dataclasses.dataclass(frozen=True)
-class HttpAction:
-    """`http:METHOD:URL[:JSON]` — e.g. `http:POST:{base_url}/_emulator/restart:{"profile": "demo"}`."""
-
-    method: str
-    url: str
-    body: Any = None
-
-    def __str__(self) -> str:
-        return f"{self.method} {self.url}" + (f" {json.dumps(self.body)}" if self.body is not None else "")
-
-
-DrillCommand = HttpAction | tuple[str, ...]
-
-
-def parse_drill_command(command: Sequence[str] | str, base_url: str = "") -> DrillCommand:
-    """An argv list, an `http:METHOD:URL[:JSON]` string, or a command line split like a shell (never run by one).
-
-    `{base_url}` anywhere is replaced by the URL the drill checks.
-    """
-    if isinstance(command, str):
-        text = command.strip().replace("{base_url}", base_url.rstrip("/"))
-        if text.lower().startswith("http:"):
-            method, sep, rest = text[5:].partition(":")
-            if not sep or method.upper() not in HTTP_METHODS:
-                raise BadInputError(f"expected http:METHOD:URL[:JSON] with METHOD one of {', '.join(HTTP_METHODS)}, "
-                                    f"got {command!r}", source="rollback drill")
-            # The URL has colons of its own (scheme, port): the JSON body starts at the first ":{" or ":[".
-            cut = min((i for i in (rest.find(":{"), rest.find(":[")) if i >= 0), default=-1)
-            url, raw = (rest[:cut], rest[cut + 1:]) if cut >= 0 else (rest, "")
-            if not url.startswith(("http://", "https://")):
-                raise BadInputError(f"expected an http(s) URL after http:{method}:, got {url!r}",
-                                    source="rollback drill")
-            try:
-                body = json.loads(raw) if raw else None
-            except ValueError as exc:
-                raise BadInputError(f"the body after the URL is not JSON ({exc})", source="rollback drill") from None
-            return HttpAction(method.upper(), url, body)
-        try:
-            argv = shlex.split(text)
-        except ValueError as exc:
-            raise BadInputError(f"cannot split the command: {exc}", source="rollback drill") from None
-    else:
-        argv = [str(a).replace("{base_url}", base_url.rstrip("/")) for a in command]
-    if not argv:
-        raise BadInputError("the rollback drill command is empty", source="rollback drill")
-    return tuple(argv)
-
 
 @dataclasses.dataclass(frozen=True)
 class Served:
@@ -233,36 +183,6 @@ def _newer(a: str | None, b: str | None) -> bool:
         return False
 
 
-def _short(text: str, limit: int = 200) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[:limit] + "…"
-
-
-def _run_command(cmd: DrillCommand, timeout_s: float, headers: dict[str, str]) -> tuple[bool, str]:
-    import httpx
-
-    if isinstance(cmd, HttpAction):
-        try:
-            resp = httpx.request(cmd.method, cmd.url, json=cmd.body, headers=headers, timeout=timeout_s)
-        except httpx.HTTPError as exc:
-            return False, f"{type(exc).__name__}: {exc}"
-        return resp.is_success, f"HTTP {resp.status_code} {_short(resp.text)}".strip()
-    try:
-        proc = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout_s, check=False)
-    except FileNotFoundError:
-        return False, f"command not found: {cmd[0]}"
-    except subprocess.TimeoutExpired:
-        return False, f"did not finish within {timeout_s:.0f} s"
-    out = _short(proc.stdout or proc.stderr or "")
-    return proc.returncode == 0, f"exit status {proc.returncode}" + (f": {out}" if out else "")
-
-
-def run_operator_command(command: Sequence[str] | str, base_url: str, timeout_s: float,
-                         headers: dict[str, str] | None = None) -> tuple[bool, str]:
-    """Run an operator command given in parameters (argv, a command line, or `http:METHOD:URL[:JSON]`)."""
-    return _run_command(parse_drill_command(command, base_url.rstrip("/")), timeout_s, headers or {})
-
-
 def served_release(http: Any, inspect: str | None, base: str) -> Served:
     """`/version` and, when `inspect` (a path or URL, `{base_url}` allowed) is set, the running image and digest."""
     import httpx
@@ -351,7 +271,7 @@ def rollback_drill(command: Sequence[str] | str, check_url: str, timeout_s: floa
             return DrillResult(shown, base, command_ok, detail, health, chat_ok, error,
                                round(time.monotonic() - t0, 3), before, after, rollback_to, forward)
 
-        command_ok, detail = _run_command(cmd, timeout_s, headers)
+        command_ok, detail = run_command(cmd, timeout_s, headers)
         if not command_ok:
             return result(False, detail, None, False, f"the rollback command failed ({detail})")
         health, chat_ok, error = _serve_check(http, t0 + timeout_s, poll_s, model)
@@ -362,7 +282,7 @@ def rollback_drill(command: Sequence[str] | str, check_url: str, timeout_s: floa
         if fwd is not None and health == 200 and chat_ok:
             shown_fwd = str(fwd) if isinstance(fwd, HttpAction) else shlex.join(fwd)
             t1 = time.monotonic()
-            f_ok, f_detail = _run_command(fwd, timeout_s, headers)
+            f_ok, f_detail = run_command(fwd, timeout_s, headers)
             f_health, f_chat, f_error = _serve_check(http, t1 + timeout_s, poll_s, model) if f_ok else \
                 (None, False, f"the roll-forward command failed ({f_detail})")
             forward = {"command": shown_fwd, "detail": f_detail, "serving": f_ok and f_health == 200 and f_chat,

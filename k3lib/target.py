@@ -119,7 +119,7 @@ def recover(target: Target, *, after: str) -> dict[str, Any] | None:
     if not command:
         event["detail"] = "no target.restart command: the next axes meet the target as it is"
         return event
-    from .attestation import run_operator_command
+    from .operator import run_operator_command
 
     event["command"] = command if isinstance(command, str) else " ".join(command)
     t0 = time.monotonic()

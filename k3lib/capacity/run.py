@@ -343,7 +343,7 @@ class CapacityRunner:
     async def _cold_load(self) -> str:
         """Restart the engine with `target.restart` (when set) and time not ready → ready, with memory at ready.
         Without a restart command a running server's load is not observed: the phase only checks it is up."""
-        from ..attestation import run_operator_command
+        from ..operator import run_operator_command
 
         cap = self.cap
         client = self._client(HEALTH_TIMEOUT_S)
