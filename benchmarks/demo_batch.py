@@ -35,7 +35,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import k3lib.renewal.batch as review_batch
-from k3lib import runner
+from k3lib import plan, report, runner
+from k3lib.batch import execute as batch_execute
 from k3lib.session import PROJECT_ROOT
 from k3lib.store import RunStore
 
@@ -71,11 +72,11 @@ def patched(name: str, owner: Any, replacement: Any) -> Iterator[None]:
 @contextmanager
 def instrumented(t: Timings, t0: float, sequential: bool) -> Iterator[None]:
     """Wrap the runner's notebook execution, rendering and target start; optionally make every stage a singleton."""
-    execute, render, resolve = runner.execute_notebook, runner.render_notebook, runner.resolve_target
+    run_one, render, resolve = batch_execute.execute_notebook, report.render_notebook, runner.resolve_target
 
-    def timed_execute(name: str, store: RunStore, *, timeout_s: float) -> runner.NotebookOutcome:
+    def timed_execute(name: str, store: RunStore, *, timeout_s: float) -> batch_execute.NotebookOutcome:
         start = time.perf_counter()
-        out = execute(name, store, timeout_s=timeout_s)
+        out = run_one(name, store, timeout_s=timeout_s)
         t.add("notebooks", notebook=name, status=out.status, start_s=start - t0, end_s=time.perf_counter() - t0,
               duration_s=time.perf_counter() - start, error=out.error)
         return out
@@ -93,7 +94,7 @@ def instrumented(t: Timings, t0: float, sequential: bool) -> Iterator[None]:
         return out
 
     singles = lambda stages: tuple((pair,) for stage in stages for pair in stage)
-    with (patched("execute_notebook", runner, timed_execute), patched("render_notebook", runner, timed_render),
+    with (patched("execute_notebook", batch_execute, timed_execute), patched("render_notebook", report, timed_render),
           patched("resolve_target", runner, timed_resolve),
           patched("ACCEPTANCE_STAGES", runner, singles(runner.ACCEPTANCE_STAGES) if sequential
                   else runner.ACCEPTANCE_STAGES),
@@ -111,8 +112,8 @@ def run_batch(out_dir: Path, *, sequential: bool, review: bool) -> dict[str, Any
     for part in ("acceptance", "review") if review else ("acceptance",):
         t = Timings()
         # the runner's own `[i/N] notebook status time` lines, on stderr
-        count = len(runner.ACCEPTANCE) if part == "acceptance" else len(review_batch.REVIEW)
-        progress = runner.Progress(count + 1)
+        count = len(plan.ACCEPTANCE) if part == "acceptance" else len(review_batch.REVIEW)
+        progress = batch_execute.Progress(count + 1)
         print(f"{result['mode']} {part}:", file=sys.stderr, flush=True)
         t0 = time.perf_counter()
         with instrumented(t, t0, sequential):
@@ -180,18 +181,18 @@ def kernel_overhead(out_dir: Path, repeat: int) -> dict[str, Any]:
             return real_pm_execute(*args, **kwargs)
 
         times, render_times = [], []
-        with patched("NOTEBOOKS", runner, nb_dir), patched("execute_notebook", pm, execute):
-            runner.execute_notebook("empty.ipynb", store, timeout_s=60)  # warm the imports and the kernelspec
-            runner.render_notebook(store, "notebooks/empty.ipynb")  # and nbconvert's templates
+        with patched("NOTEBOOKS", batch_execute, nb_dir), patched("execute_notebook", pm, execute):
+            batch_execute.execute_notebook("empty.ipynb", store, timeout_s=60)  # warm the imports and the kernelspec
+            report.render_notebook(store, "notebooks/empty.ipynb")  # and nbconvert's templates
             for _ in range(repeat):
                 t0 = time.perf_counter()
-                out = runner.execute_notebook("empty.ipynb", store, timeout_s=60)
+                out = batch_execute.execute_notebook("empty.ipynb", store, timeout_s=60)
                 times.append(time.perf_counter() - t0)
                 if out.status != "ok":
                     raise RuntimeError(f"empty notebook failed: {out.error}")
                 if shutdown == "immediate":
                     t0 = time.perf_counter()
-                    runner.render_notebook(store, "notebooks/empty.ipynb")
+                    report.render_notebook(store, "notebooks/empty.ipynb")
                     render_times.append(time.perf_counter() - t0)
         res[shutdown] = {"median_s": statistics.median(times), "min_s": min(times), "max_s": max(times),
                          "runs": len(times)}
@@ -218,7 +219,7 @@ def print_table(out: dict[str, Any]) -> None:
     print(f"host: {out['host']}")
     k = out.get("kernel")
     if k:
-        print(f"\nkernel overhead (parameters-only notebook, runner.execute_notebook, median of "
+        print(f"\nkernel overhead (parameters-only notebook, batch.execute.execute_notebook, median of "
               f"{k['immediate']['runs']}; load {k['load_before']} -> {k['load_after']})")
         for mode in ("immediate", "graceful"):
             r = k[mode]

@@ -579,8 +579,22 @@ def index_html(title: str, decision: dict[str, Any] | None, pages: list[tuple[st
 
 # -- re-rendering a finished run, and the PDF for the archive ---------------------------------------------------------
 
+def render_pages(store: RunStore, notebooks: Sequence[str], axis_of: dict[str, str], records: dict[str, Any],
+                 failed: Iterable[str] = ()) -> list[tuple[str, str, str]]:
+    """Every executed notebook to offline HTML: (label, page, status) rows for the index. A page's status is its
+    axis record's, else fail for a notebook in `failed` (it did not complete), else pass."""
+    failed = set(failed)
+    pages = []
+    for nb in notebooks:
+        if store.path(f"notebooks/{nb}").is_file():
+            rel = render_notebook(store, f"notebooks/{nb}")
+            rec = records.get(axis_of.get(nb, ""))
+            pages.append((nb, Path(rel).name, rec.status if rec else ("fail" if nb in failed else "pass")))
+    return pages
+
+
 def run_kind(store: RunStore) -> str:
-    from .renewal.batch import REVIEW_SUMMARY
+    from .plan import REVIEW_SUMMARY
 
     return "renewal" if store.path(f"notebooks/{REVIEW_SUMMARY}").is_file() else "acceptance"
 
@@ -596,28 +610,17 @@ def _refuse_if_signed(store: RunStore, what: str) -> None:
 def rerender(store: RunStore) -> str:
     """Every executed notebook of the run → its page again, then the index (a run of an older kit gets the
     shared plotly.js, clean pages and the arguing index). Never on a signed run."""
-    from .plan import ACCEPTANCE, ACCEPTANCE_SUMMARY
-    from .renewal.batch import REVIEW, REVIEW_SUMMARY
+    from .plan import acceptance_plan, review_plan
     from .session import read_records
 
     _refuse_if_signed(store, "re-rendering the report")
-    kind = run_kind(store)
-    order = [*(nb for nb, _ in (REVIEW if kind == "renewal" else ACCEPTANCE)),
-             REVIEW_SUMMARY if kind == "renewal" else ACCEPTANCE_SUMMARY]
-    axis_of = dict(REVIEW if kind == "renewal" else ACCEPTANCE)
-    records = read_records(store)
-    pages = []
-    for nb in order:
-        if store.path(f"notebooks/{nb}").is_file():
-            rel = render_notebook(store, f"notebooks/{nb}")
-            rec = records.get(axis_of.get(nb, ""))
-            pages.append((nb, Path(rel).name, rec.status if rec else "pass"))
+    plan = review_plan() if run_kind(store) == "renewal" else acceptance_plan()
+    pages = render_pages(store, plan.notebooks, plan.axes, read_records(store))
     decision = store.read_json("decision.json")
-    if kind == "renewal" and isinstance(decision, dict):
+    if plan.kind == "renewal" and isinstance(decision, dict):
         decision = {**decision, "reasons": [f"condition: {decision.get('condition')}", *decision.get("reasons", [])]}
         decision.pop("condition", None)
-    title = "k3kit renewal review" if kind == "renewal" else "k3kit acceptance"
-    return write_index(store, title, decision, pages, kind=kind)
+    return write_index(store, plan.title, decision, pages, kind=plan.kind)
 
 
 def full_sheet_block(checklist: Sequence[dict[str, Any]]) -> str:

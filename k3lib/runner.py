@@ -1,163 +1,19 @@
-"""The batch: papermill runs the axis notebooks stage by stage, then the summary; each is rendered to offline HTML.
-
-A failing notebook is kept (papermill writes it) and recorded as that axis' evidence with status `fail` and the
-error; the batch goes on. Papermill writes its output repeatedly while a notebook runs, so it writes to a
-partial file that is renamed into place and hashed into the manifest only once finished.
+"""The acceptance batch: the axis notebooks against the target (started here when the parameters name none), the
+target checked and restarted between stages, then the summary's decision — on the shared batch layer
+(`k3lib.batch`), as the renewal review is.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import os
-import shutil
-import sys
-import tempfile
-import threading
-import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
-from pathlib import Path
-from typing import Any, Callable, Sequence, TextIO
+from typing import Any, Callable
 
+from .batch.execute import Progress, publish, run_batch
 from .decision import Decision
-from .evidence import EvidenceRecord, Finding
 from .params import Params
-from .plan import ACCEPTANCE, ACCEPTANCE_STAGES, ACCEPTANCE_SUMMARY
-from .report import render_notebook, write_index
-from .session import PROJECT_ROOT, read_records
-from .summary import decide_run
+from .plan import ACCEPTANCE_STAGES, acceptance_plan
 from .store import RunStore
+from .summary import decide_run
 from .target import pin_target, recover, resolve_target
-
-NOTEBOOKS = PROJECT_ROOT / "notebooks"
-
-
-@dataclasses.dataclass(frozen=True)
-class NotebookOutcome:
-    notebook: str
-    status: str  # ok | failed | timeout | dead-kernel
-    duration_s: float
-    error: str | None
-
-
-class Progress:
-    """One line per finished notebook on stderr: `[2/7] 01_environment.ipynb   ok    3.1s`."""
-
-    def __init__(self, total: int, stream: TextIO | None = None) -> None:
-        self.total, self.n, self.stream = total, 0, stream or sys.stderr
-        self._lock = threading.Lock()
-
-    def done(self, outcome: NotebookOutcome) -> None:
-        with self._lock:
-            self.n += 1
-            print(f"[{self.n}/{self.total}] {outcome.notebook:<28} {outcome.status:<11} {outcome.duration_s:6.1f}s",
-                  file=self.stream, flush=True)
-
-
-def execute_notebook(name: str, store: RunStore, *, timeout_s: float) -> NotebookOutcome:
-    import papermill as pm
-    from nbclient.exceptions import CellTimeoutError, DeadKernelError
-    from traitlets.config import Config
-
-    config = Config()
-    # Local sockets, no "kernel over TCP without encryption" warning; each kernel gets its own socket folder,
-    # since two kernels starting at once in one folder would race for the same socket names.
-    sockets = tempfile.mkdtemp(prefix="k3-kernel-")
-    config.KernelManager.transport = "ipc"
-    config.KernelManager.ip = os.path.join(sockets, "kernel")
-
-    src = NOTEBOOKS / name
-    final = store.path(f"notebooks/{name}")
-    partial = store.path(f"notebooks/.{Path(name).stem}.partial.ipynb")
-    t0 = time.monotonic()
-    status, error = "ok", None
-    try:
-        pm.execute_notebook(
-            str(src), str(partial), kernel_name="python3", cwd=str(NOTEBOOKS), progress_bar=False,
-            parameters={"params_file": str(store.path("params.json")), "overrides": [], "run_dir": str(store.root),
-                        "interactive": False},
-            execution_timeout=timeout_s, interrupt_on_timeout=True, shutdown_kernel="immediate",
-            log_output=False, report_mode=False, config=config)
-    except pm.PapermillExecutionError as exc:
-        status = "timeout" if "CellTimeoutError" in exc.ename or "Interrupt" in exc.ename else "failed"
-        error = f"cell {exc.exec_count}: {exc.ename}: {exc.evalue}"
-    except DeadKernelError as exc:
-        status, error = "dead-kernel", f"kernel died: {exc}"
-    except CellTimeoutError as exc:
-        status, error = "timeout", f"cell timed out after {timeout_s}s: {exc}"
-    except Exception as exc:  # noqa: BLE001 - one notebook's failure must not stop the batch
-        status, error = "failed", f"{type(exc).__name__}: {exc}"
-    finally:
-        shutil.rmtree(sockets, ignore_errors=True)
-    if partial.exists():
-        os.replace(partial, final)
-        store.adopt(f"notebooks/{name}")
-    return NotebookOutcome(name, status, round(time.monotonic() - t0, 2), error)
-
-
-def record_failure(store: RunStore, axis: str, outcome: NotebookOutcome) -> None:
-    """The axis notebook failed before writing its evidence: record that as a failing axis."""
-    if store.path(f"evidence/{axis}.json").exists():
-        return
-    rec = EvidenceRecord(
-        axis=axis, title=axis, status="fail", summary=f"notebook {outcome.notebook} {outcome.status}",
-        error=outcome.error,
-        # missing evidence, not a measured defect: limited observation at most, whatever the axis
-        findings=[Finding(rule=f"{axis}.notebook", status="fail",
-                          message=f"the notebook {outcome.notebook} did not complete: {outcome.error}")],
-        attachments=[f"notebooks/{outcome.notebook}"])
-    store.write_json(f"evidence/{axis}.json", rec.model_dump(mode="json"))
-
-
-def _finished(store: RunStore, nb: str, axis: str | None, manifest: dict[str, Any]) -> bool:
-    """An axis whose executed notebook and evidence record are both in the manifest and intact."""
-    if axis is None:
-        return False
-    rels = (f"notebooks/{nb}", f"evidence/{axis}.json")
-    return all(rel in manifest for rel in rels) and not any(p.split(":")[0] in rels for p in store.verify())
-
-
-def run_notebooks(store: RunStore, stages: Sequence[Sequence[tuple[str, str | None]]], *, timeout_s: float,
-                  progress: Progress, resume: bool = False,
-                  between: Callable[[str], None] | None = None) -> dict[str, NotebookOutcome]:
-    """Each stage's notebooks run at the same time (two at most), stages in order. A failing axis notebook is
-    recorded as a failing axis and the batch goes on. With `resume`, finished axes are kept, not re-run.
-    `between(last_notebook)` runs after each stage (the acceptance batch checks the target there)."""
-    outcomes: dict[str, NotebookOutcome] = {}
-    manifest = store.manifest()["files"] if resume else {}
-    for n, stage in enumerate(stages):
-        if between and n:
-            between(stages[n - 1][-1][0])
-        todo = []
-        for nb, axis in stage:
-            if resume and _finished(store, nb, axis, manifest):
-                outcomes[nb] = NotebookOutcome(nb, "kept", 0.0, None)
-                progress.done(outcomes[nb])
-            else:
-                todo.append((nb, axis))
-        if not todo:
-            continue
-        with ThreadPoolExecutor(max_workers=min(2, len(todo)), thread_name_prefix="k3-notebook") as pool:
-            futures = {pool.submit(execute_notebook, nb, store, timeout_s=timeout_s): axis for nb, axis in todo}
-            for future in as_completed(futures):
-                outcome = future.result()
-                if outcome.status != "ok" and futures[future]:
-                    record_failure(store, futures[future], outcome)
-                outcomes[outcome.notebook] = outcome
-                progress.done(outcome)
-    return outcomes
-
-
-def render_pages(store: RunStore, notebooks: Sequence[str], axis_of: dict[str, str], records: dict[str, Any],
-                 outcomes: dict[str, NotebookOutcome]) -> list[tuple[str, str, str]]:
-    """Every executed notebook to offline HTML: (label, page, status) rows for the index."""
-    pages = []
-    for nb in notebooks:
-        if store.path(f"notebooks/{nb}").exists():
-            rel = render_notebook(store, f"notebooks/{nb}")
-            rec = records.get(axis_of.get(nb, ""))
-            ok = outcomes.get(nb) is None or outcomes[nb].status in ("ok", "kept")
-            pages.append((nb, Path(rel).name, rec.status if rec else ("pass" if ok else "fail")))
-    return pages
 
 
 def run_acceptance(params: Params, store: RunStore, *, progress: Progress | None = None,
@@ -172,8 +28,8 @@ def run_acceptance(params: Params, store: RunStore, *, progress: Progress | None
     target = resolve_target(params)
     if on_start:
         on_start(target.base_url)
-    stages = [*ACCEPTANCE_STAGES, ((ACCEPTANCE_SUMMARY, None),)]
-    progress = progress or Progress(sum(len(s) for s in stages))
+    plan = acceptance_plan(ACCEPTANCE_STAGES)
+    progress = progress or Progress(len(plan.notebooks))
     events: list[dict[str, Any]] = []
 
     def between(last: str) -> None:
@@ -189,16 +45,13 @@ def run_acceptance(params: Params, store: RunStore, *, progress: Progress | None
 
     try:
         store.write_json("params.json", pin_target(params, target).public_dict())
-        outcomes = run_notebooks(store, stages, timeout_s=params.run.notebook_timeout_s, progress=progress,
-                                 resume=resume, between=between)
+        result = run_batch(store, plan, timeout_s=params.run.notebook_timeout_s, progress=progress, resume=resume,
+                           between=between)
     finally:
         target.stop()
-    records = read_records(store)
-    decision_data = store.read_json("decision.json")
-    if decision_data is None or outcomes[ACCEPTANCE_SUMMARY].status != "ok":
-        decision = decide_run(params, store, records)  # the summary failed: same rules over the same records
+    if result.decision_data is None:
+        decision = decide_run(params, store, result.records)  # the summary failed: same rules over the same records
     else:
-        decision = Decision.from_dict(decision_data)
-    pages = render_pages(store, [nb for stage in stages for nb, _ in stage], dict(ACCEPTANCE), records, outcomes)
-    write_index(store, "k3kit acceptance", decision.to_dict(), pages)
+        decision = Decision.from_dict(result.decision_data)
+    publish(store, result, decision.to_dict())
     return decision

@@ -14,7 +14,7 @@ from pathlib import Path
 from .errors import BadInputError
 from .evidence import EvidenceRecord
 from .params import Params, load_any
-from .store import RunStore, utc_now
+from .store import MANIFEST, RunStore, utc_now
 from .target import Target, pin_target, resolve_target
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -49,33 +49,52 @@ class AxisContext:
 
     def record(self, record: EvidenceRecord) -> EvidenceRecord:
         """Stamp timing and target onto the axis record and write `evidence/<axis>.json` atomically."""
-        record = record.model_copy(update={
-            "started_at": record.started_at or self.started_at,
-            "finished_at": utc_now(),
-            "duration_s": round(time.monotonic() - self._t0, 3),
-            "target": record.target or self.target.base_url,
-        })
-        self.store.write_json(f"evidence/{record.axis}.json", record.model_dump(mode="json"))
-        return record
+        return write_record(self.store, record, started_at=self.started_at, t0=self._t0, target=self.target.base_url)
 
     def __repr__(self) -> str:
         return f"AxisContext(axis={self.axis!r}, run={str(self.store.root)!r}, target={self.target!r})"
 
 
-def open_run(params_file: str, overrides: list[str] | None = None, run_dir: str = "") -> tuple[Params, RunStore]:
-    params = load_any(find_path(params_file), list(overrides or []))
-    if run_dir:
-        root = Path(run_dir)
-        store = RunStore.open(root) if (root / "manifest.json").exists() else _create_at(root)
-    else:
-        store = RunStore.create(outputs_dir(), label=params.run.label)
-    return params, store
+# -- shared by both batches' sessions (acceptance here, renewal in k3lib.renewal.session) ---------------------------
 
-
-def _create_at(root: Path) -> RunStore:
+def open_run_folder(run_dir: str | Path = "", label: str = "") -> RunStore:
+    """The run folder named by `run_dir` (a run folder, or an empty or new folder to create one in), or a new one
+    under outputs/ when `run_dir` is empty. A folder with other content is refused: it is not a run folder."""
+    if not run_dir:
+        return RunStore.create(outputs_dir(), label=label)
+    root = Path(run_dir)
+    if (root / MANIFEST).exists():
+        return RunStore.open(root)
     if root.exists() and any(root.iterdir()):
         raise BadInputError("exists and is not a k3kit run folder (no manifest.json)", source=str(root))
     return RunStore.create_at(root)
+
+
+def write_record(store: RunStore, record: EvidenceRecord, *, started_at: str, t0: float,
+                 target: str | None) -> EvidenceRecord:
+    """Stamp timing and the target (or the data source) onto an axis record, unless the record already names them,
+    and write `evidence/<axis>.json` atomically. Returns the stamped record."""
+    record = record.model_copy(update={
+        "started_at": record.started_at or started_at,
+        "finished_at": utc_now(),
+        "duration_s": round(time.monotonic() - t0, 3),
+        "target": record.target or target,
+    })
+    store.write_json(f"evidence/{record.axis}.json", record.model_dump(mode="json"))
+    return record
+
+
+def adopt_folder(store: RunStore, rel: str) -> list[str]:
+    """Hash every file of a folder inside the run (written there by someone else) into the manifest."""
+    adopted = [f"{rel}/{f.name}" for f in sorted(store.path(rel).iterdir()) if f.is_file()]
+    for name in adopted:
+        store.adopt(name)
+    return adopted
+
+
+def open_run(params_file: str, overrides: list[str] | None = None, run_dir: str = "") -> tuple[Params, RunStore]:
+    params = load_any(find_path(params_file), list(overrides or []))
+    return params, open_run_folder(run_dir, params.run.label)
 
 
 def open_axis(axis: str, params_file: str, overrides: list[str] | None = None, run_dir: str = "",

@@ -148,8 +148,8 @@ def test_allow_remote_load_lets_the_axis_try(tmp_path, connections, axis):
 @pytest.mark.slow
 def test_the_batch_records_the_refusal_as_each_axis_evidence(tmp_path):
     """Through the batch's notebook runner: each load notebook stops at once, and its evidence says why."""
+    from k3lib.batch.execute import Progress, run_notebooks
     from k3lib.plan import ACCEPTANCE
-    from k3lib.runner import Progress, run_notebooks
     from k3lib.store import RunStore
 
     params = P.load_params([EMULATOR_YAML], [f"target.base_url={REMOTE}"])

@@ -1,65 +1,52 @@
 """The review batch: the six axis notebooks then the summary, each rendered to offline HTML, and the decision.
 
-It mirrors the acceptance batch (`k3lib.runner`) and reuses its notebook execution, progress lines, failure
-records and report rendering. A failing axis notebook is recorded as a failing axis, and the decision is then
-taken without that axis' evidence (never counted as favourable).
+It stands on the shared batch layer (`k3lib.batch`) as the acceptance batch does: the same notebook execution,
+progress lines, failure records and report rendering. A failing axis notebook is recorded as a failing axis, and
+the decision is then taken without that axis' evidence (never counted as favourable).
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
+from ..batch.execute import Progress, publish, run_batch
 from ..errors import BadInputError
-from ..report import write_index
-from ..runner import Progress, render_pages, run_notebooks
-from ..session import PROJECT_ROOT, read_records
+from ..plan import REVIEW, REVIEW_STAGES, REVIEW_SUMMARY, review_plan
+from ..session import PROJECT_ROOT
 from ..store import RunStore
 from .decision import DECISIONS, RenewalDecision
 from .params import RenewalParams, load_review_params
 from .records import decide_review
+from .session import with_demo_inputs
 
-# (notebook file in notebooks/, axis id written to evidence/<axis>.json), by stage: the analyses only read the
-# run's inputs, so they run two at a time; the drill (15) is the only one that touches a target.
-REVIEW_STAGES: tuple[tuple[tuple[str, str], ...], ...] = (
-    (("11_load.ipynb", "load"), ("12_useful_production.ipynb", "production")),
-    (("13_api_comparison.ipynb", "comparison"), ("14_cost.ipynb", "cost")),
-    (("15_stability.ipynb", "stability"), ("16_operations.ipynb", "operations")),
-)
-REVIEW: tuple[tuple[str, str], ...] = tuple(pair for stage in REVIEW_STAGES for pair in stage)
-REVIEW_SUMMARY = "19_renewal.ipynb"
+__all__ = ["DEMO_PARAMS", "REVIEW", "REVIEW_STAGES", "REVIEW_SUMMARY", "load_review_request", "parameters_line",
+           "run_review"]
+
 DEMO_PARAMS = PROJECT_ROOT / "parameters" / "renewal-demo.yaml"
 
 
 def run_review(params: RenewalParams, store: RunStore, *, progress: Progress | None = None,
                on_start: Callable[[str], None] | None = None) -> RenewalDecision:
     """Run every review notebook on the run's inputs, then decide from the evidence records."""
-    if params.review.demo is not None and params.review.inputs is None:
-        from .demo import materialise
-
-        params = materialise(params, store.path("inputs"))
-        for f in sorted(store.path("inputs").iterdir()):
-            store.adopt(f"inputs/{f.name}")  # the generated inputs are evidence too
+    params = with_demo_inputs(params, store)
     if on_start:
         s = params.review.series
         on_start(s.history_file or s.prometheus_url or "")  # type: ignore[union-attr]
-    stages = [*REVIEW_STAGES, ((REVIEW_SUMMARY, None),)]
-    progress = progress or Progress(sum(len(stage) for stage in stages))
     store.write_json("params.json", params.public_dict())
-    outcomes = run_notebooks(store, stages, timeout_s=params.run.notebook_timeout_s, progress=progress)
-    records = read_records(store)
-    data = store.read_json("decision.json")
-    if data is None or outcomes[REVIEW_SUMMARY].status != "ok" or data.get("decision") not in DECISIONS:
-        decision = decide_review(params, store, records)  # the summary failed: same rules, same records
+    result = run_batch(store, review_plan(REVIEW_STAGES), timeout_s=params.run.notebook_timeout_s,
+                       progress=progress)
+    data = result.decision_data
+    if data is None or data.get("decision") not in DECISIONS:
+        decision = decide_review(params, store, result.records)  # the summary failed: same rules, same records
     else:
         decision = RenewalDecision(data["decision"], tuple(data["reasons"]), tuple(data["checklist"]),
                                    data["condition"], data.get("routing"), data.get("reexamine_on"), data.get("rule"))
-    pages = render_pages(store, [nb for stage in stages for nb, _ in stage], dict(REVIEW), records, outcomes)
     shown = {"decision": decision.decision,
              "reasons": [f"rule: {decision.rule}", f"condition: {decision.condition}", parameters_line(params),
                          *decision.reasons]
              + [f"transfer trigger — {t['trigger']}: {t['when']}" for t in (decision.routing or {}).get(
                  "transfer_triggers", [])]}
-    write_index(store, "k3kit renewal review", shown, pages, kind="renewal")
+    publish(store, result, shown)
     return decision
 
 

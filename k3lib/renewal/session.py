@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from pathlib import Path
 from typing import Any
 
-from ..errors import BadInputError
 from ..evidence import EvidenceRecord
-from ..session import find_path, outputs_dir
+from ..session import adopt_folder, find_path, open_run_folder, write_record
 from ..store import RunStore, utc_now
 from .params import RenewalParams, load_any_review
 from .review import ReviewData, analyse, load_review
@@ -38,13 +36,9 @@ class ReviewContext:
 
     def record(self, record: EvidenceRecord) -> EvidenceRecord:
         """Stamp timing and source onto the axis record and write `evidence/<axis>.json` atomically."""
-        record = record.model_copy(update={
-            "started_at": record.started_at or self.started_at, "finished_at": utc_now(),
-            "duration_s": round(time.monotonic() - self._t0, 3),
-            "target": record.target or self.params.review.series.history_file
-            or self.params.review.series.prometheus_url})
-        self.store.write_json(f"evidence/{record.axis}.json", record.model_dump(mode="json"))
-        return record
+        s = self.params.review.series
+        return write_record(self.store, record, started_at=self.started_at, t0=self._t0,
+                            target=s.history_file or s.prometheus_url)
 
     def __repr__(self) -> str:
         s = self.params.review.series
@@ -52,25 +46,23 @@ class ReviewContext:
                 f"series={s.history_file or s.prometheus_url!r}, window={s.start.isoformat()}…{s.end.isoformat()})")
 
 
+def with_demo_inputs(params: RenewalParams, store: RunStore) -> RenewalParams:
+    """Demo parameters that name no inputs: the scenario's three weeks are generated into the run's inputs/,
+    hashed into its manifest (generated inputs are evidence too), and the parameters returned point at them."""
+    if params.review.demo is None or params.review.inputs is not None:
+        return params
+    from .demo import materialise
+
+    params = materialise(params, store.path("inputs"))
+    adopt_folder(store, "inputs")
+    return params
+
+
 def open_review_run(params_file: str, overrides: list[str] | None = None, run_dir: str = ""
                     ) -> tuple[RenewalParams, RunStore]:
     params = load_any_review(find_path(params_file), list(overrides or []))
-    if run_dir:
-        root = Path(run_dir)
-        if (root / "manifest.json").exists():
-            store = RunStore.open(root)
-        elif root.exists() and any(root.iterdir()):
-            raise BadInputError("exists and is not a k3kit run folder (no manifest.json)", source=str(root))
-        else:
-            store = RunStore.create_at(root)
-    else:
-        store = RunStore.create(outputs_dir(), label=params.run.label)
-    if params.review.demo is not None and params.review.inputs is None:
-        from .demo import materialise
-
-        params = materialise(params, store.path("inputs"))
-        for f in sorted(store.path("inputs").iterdir()):
-            store.adopt(f"inputs/{f.name}")
+    store = open_run_folder(run_dir, params.run.label)
+    params = with_demo_inputs(params, store)
     if not store.path("params.json").exists():
         store.write_json("params.json", params.public_dict())
     return params, store

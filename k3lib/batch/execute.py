@@ -1,0 +1,173 @@
+"""Papermill runs a plan's notebooks stage by stage, then the summary; the report is written from what they left.
+
+A failing notebook is kept (papermill writes it) and recorded as that axis' evidence with status `fail` and the
+error; the batch goes on. Papermill writes its output repeatedly while a notebook runs, so it writes to a
+partial file that is renamed into place and hashed into the manifest only once finished.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any, Callable, Sequence, TextIO
+
+from ..evidence import EvidenceRecord, Finding
+from ..plan import BatchPlan
+from ..report import render_pages, write_index
+from ..session import PROJECT_ROOT, read_records
+from ..store import RunStore
+
+NOTEBOOKS = PROJECT_ROOT / "notebooks"
+
+
+@dataclasses.dataclass(frozen=True)
+class NotebookOutcome:
+    notebook: str
+    status: str  # ok | failed | timeout | dead-kernel
+    duration_s: float
+    error: str | None
+
+
+class Progress:
+    """One line per finished notebook on stderr: `[2/7] 01_environment.ipynb   ok    3.1s`."""
+
+    def __init__(self, total: int, stream: TextIO | None = None) -> None:
+        self.total, self.n, self.stream = total, 0, stream or sys.stderr
+        self._lock = threading.Lock()
+
+    def done(self, outcome: NotebookOutcome) -> None:
+        with self._lock:
+            self.n += 1
+            print(f"[{self.n}/{self.total}] {outcome.notebook:<28} {outcome.status:<11} {outcome.duration_s:6.1f}s",
+                  file=self.stream, flush=True)
+
+
+def execute_notebook(name: str, store: RunStore, *, timeout_s: float) -> NotebookOutcome:
+    import papermill as pm
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+    from traitlets.config import Config
+
+    config = Config()
+    # Local sockets, no "kernel over TCP without encryption" warning; each kernel gets its own socket folder,
+    # since two kernels starting at once in one folder would race for the same socket names.
+    sockets = tempfile.mkdtemp(prefix="k3-kernel-")
+    config.KernelManager.transport = "ipc"
+    config.KernelManager.ip = os.path.join(sockets, "kernel")
+
+    src = NOTEBOOKS / name
+    final = store.path(f"notebooks/{name}")
+    partial = store.path(f"notebooks/.{Path(name).stem}.partial.ipynb")
+    t0 = time.monotonic()
+    status, error = "ok", None
+    try:
+        pm.execute_notebook(
+            str(src), str(partial), kernel_name="python3", cwd=str(NOTEBOOKS), progress_bar=False,
+            parameters={"params_file": str(store.path("params.json")), "overrides": [], "run_dir": str(store.root),
+                        "interactive": False},
+            execution_timeout=timeout_s, interrupt_on_timeout=True, shutdown_kernel="immediate",
+            log_output=False, report_mode=False, config=config)
+    except pm.PapermillExecutionError as exc:
+        status = "timeout" if "CellTimeoutError" in exc.ename or "Interrupt" in exc.ename else "failed"
+        error = f"cell {exc.exec_count}: {exc.ename}: {exc.evalue}"
+    except DeadKernelError as exc:
+        status, error = "dead-kernel", f"kernel died: {exc}"
+    except CellTimeoutError as exc:
+        status, error = "timeout", f"cell timed out after {timeout_s}s: {exc}"
+    except Exception as exc:  # noqa: BLE001 - one notebook's failure must not stop the batch
+        status, error = "failed", f"{type(exc).__name__}: {exc}"
+    finally:
+        shutil.rmtree(sockets, ignore_errors=True)
+    if partial.exists():
+        os.replace(partial, final)
+        store.adopt(f"notebooks/{name}")
+    return NotebookOutcome(name, status, round(time.monotonic() - t0, 2), error)
+
+
+def record_failure(store: RunStore, axis: str, outcome: NotebookOutcome) -> None:
+    """The axis notebook failed before writing its evidence: record that as a failing axis."""
+    if store.path(f"evidence/{axis}.json").exists():
+        return
+    rec = EvidenceRecord(
+        axis=axis, title=axis, status="fail", summary=f"notebook {outcome.notebook} {outcome.status}",
+        error=outcome.error,
+        # missing evidence, not a measured defect: limited observation at most, whatever the axis
+        findings=[Finding(rule=f"{axis}.notebook", status="fail",
+                          message=f"the notebook {outcome.notebook} did not complete: {outcome.error}")],
+        attachments=[f"notebooks/{outcome.notebook}"])
+    store.write_json(f"evidence/{axis}.json", rec.model_dump(mode="json"))
+
+
+def _finished(store: RunStore, nb: str, axis: str | None, manifest: dict[str, Any]) -> bool:
+    """An axis whose executed notebook and evidence record are both in the manifest and intact."""
+    if axis is None:
+        return False
+    rels = (f"notebooks/{nb}", f"evidence/{axis}.json")
+    return all(rel in manifest for rel in rels) and not any(p.split(":")[0] in rels for p in store.verify())
+
+
+def run_notebooks(store: RunStore, stages: Sequence[Sequence[tuple[str, str | None]]], *, timeout_s: float,
+                  progress: Progress, resume: bool = False,
+                  between: Callable[[str], None] | None = None) -> dict[str, NotebookOutcome]:
+    """Each stage's notebooks run at the same time (two at most), stages in order. A failing axis notebook is
+    recorded as a failing axis and the batch goes on. With `resume`, finished axes are kept, not re-run.
+    `between(last_notebook)` runs after each stage (the acceptance batch checks the target there)."""
+    outcomes: dict[str, NotebookOutcome] = {}
+    manifest = store.manifest()["files"] if resume else {}
+    for n, stage in enumerate(stages):
+        if between and n:
+            between(stages[n - 1][-1][0])
+        todo = []
+        for nb, axis in stage:
+            if resume and _finished(store, nb, axis, manifest):
+                outcomes[nb] = NotebookOutcome(nb, "kept", 0.0, None)
+                progress.done(outcomes[nb])
+            else:
+                todo.append((nb, axis))
+        if not todo:
+            continue
+        with ThreadPoolExecutor(max_workers=min(2, len(todo)), thread_name_prefix="k3-notebook") as pool:
+            futures = {pool.submit(execute_notebook, nb, store, timeout_s=timeout_s): axis for nb, axis in todo}
+            for future in as_completed(futures):
+                outcome = future.result()
+                if outcome.status != "ok" and futures[future]:
+                    record_failure(store, futures[future], outcome)
+                outcomes[outcome.notebook] = outcome
+                progress.done(outcome)
+    return outcomes
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchResult:
+    """What a batch's notebooks left: each notebook's outcome, the axis records, and the summary's decision.json
+    (None when the summary notebook did not complete: the batch then decides itself from the same records)."""
+
+    plan: BatchPlan
+    outcomes: dict[str, NotebookOutcome]
+    records: dict[str, EvidenceRecord]
+    decision_data: dict[str, Any] | None
+
+
+def run_batch(store: RunStore, plan: BatchPlan, *, timeout_s: float, progress: Progress | None = None,
+              resume: bool = False, between: Callable[[str], None] | None = None) -> BatchResult:
+    """Run the plan's notebooks on the run folder (params.json already written), then read the records back."""
+    progress = progress or Progress(len(plan.notebooks))
+    outcomes = run_notebooks(store, plan.all_stages, timeout_s=timeout_s, progress=progress, resume=resume,
+                             between=between)
+    data = store.read_json("decision.json")
+    summary_ok = outcomes[plan.summary].status == "ok"
+    return BatchResult(plan, outcomes, read_records(store),
+                       data if summary_ok and isinstance(data, dict) else None)
+
+
+def publish(store: RunStore, result: BatchResult, decision: dict[str, Any]) -> str:
+    """Every executed notebook to offline HTML, and the index that argues `decision`. Returns the index path."""
+    failed = {nb for nb, o in result.outcomes.items() if o.status not in ("ok", "kept")}
+    pages = render_pages(store, result.plan.notebooks, result.plan.axes, result.records, failed)
+    return write_index(store, result.plan.title, decision, pages, kind=result.plan.kind)
