@@ -178,9 +178,10 @@ def build_parser() -> argparse.ArgumentParser:
     hi.set_defaults(func=cmd_history)
 
     sc = sub.add_parser("schemas", help="rewrite the JSON Schemas in schemas/ from the code (for developers)",
-                        description="Write the JSON Schemas of the evidence record, of each acceptance axis' data "
-                                    "and of each renewal result into the repository's schemas/ folder, one line per "
-                                    "file written. The tests fail while a committed schema differs from the code.")
+                        description="Write the JSON Schemas of the evidence record, of each acceptance axis' data, "
+                                    "of each renewal result and of the paths record into the repository's schemas/ "
+                                    "folder, one line per file written. The tests fail while a committed schema "
+                                    "differs from the code.")
     sc.set_defaults(func=cmd_schemas)
     return parser
 
@@ -534,9 +535,10 @@ def cmd_compare(ns: argparse.Namespace) -> int:
 def cmd_schemas(ns: argparse.Namespace) -> int:
     """`k3 schemas`: rewrite the JSON Schemas in schemas/ from the code, one line per file written."""
     from .evidence import write_schemas
+    from .paths.record import write_schema as write_paths_schema
     from .renewal.results import write_schemas as write_renewal_schemas
 
-    _print_lines(f"wrote {path}" for path in [*write_schemas(), *write_renewal_schemas()])
+    _print_lines(f"wrote {path}" for path in [*write_schemas(), *write_renewal_schemas(), write_paths_schema()])
     return 0
 
 

@@ -39,9 +39,8 @@ def run_acceptance(params: Params, store: RunStore, *, progress: Progress | None
         if event:
             events.append(event)
             store.write_json("events.json", events)
-            print(f"      target unhealthy after {last} (health {event['health_before']}): "
-                  + ("restarted" if event["restarted"] else "NOT restarted") + f" — {event['detail'][:100]}",
-                  file=progress.stream, flush=True)
+            progress.note(f"      target unhealthy after {last} (health {event['health_before']}): "
+                          + ("restarted" if event["restarted"] else "NOT restarted") + f" — {event['detail'][:100]}")
 
     try:
         store.write_json("params.json", pin_target(params, target).public_dict())

@@ -216,7 +216,7 @@ def test_wilson_and_paired_intervals():
 
 
 def test_schema_file_is_in_step_with_the_model():
-    assert json.loads(SCHEMA_FILE.read_text()) == schema(), "stale: python -m k3lib.paths.record"
+    assert json.loads(SCHEMA_FILE.read_text()) == schema(), "stale: run k3 schemas"
 
 
 # --- bad input: one line, exit 2, nothing sent -------------------------------------------------------------------

@@ -42,6 +42,11 @@ class Progress:
         self.total, self.n, self.stream = total, 0, stream or sys.stderr
         self._lock = threading.Lock()
 
+    def note(self, line: str) -> None:
+        """A line between the progress lines (the acceptance batch's target recovery), on the same stream."""
+        with self._lock:
+            print(line, file=self.stream, flush=True)
+
     def done(self, outcome: NotebookOutcome) -> None:
         with self._lock:
             self.n += 1

@@ -245,6 +245,3 @@ def write_schema(path: Path = SCHEMA_FILE) -> Path:
     path.write_text(json.dumps(schema(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return path
 
-
-if __name__ == "__main__":
-    print(write_schema())
