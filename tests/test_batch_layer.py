@@ -101,3 +101,22 @@ def test_nothing_below_the_batches_imports_them(rel):
     (renewal.batch ↔ report ↔ runner was a cycle)."""
     above = {"k3lib.runner", "k3lib.renewal.batch", "k3lib.batch.execute", "k3lib.cli"}
     assert not _imports(rel) & above, rel
+
+
+# the command line's adapters, the emulator's own server command, and the batch's progress lines (to their stream)
+MAY_PRINT = {"cli.py", "emulator", "batch/execute.py"}
+
+
+def test_library_modules_return_values_and_leave_printing_and_argparse_to_the_cli():
+    offenders = []
+    for path in sorted(K3LIB.rglob("*.py")):
+        rel = path.relative_to(K3LIB).as_posix()
+        if rel in MAY_PRINT or rel.split("/")[0] in MAY_PRINT:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print":
+                offenders.append(f"{rel}:{node.lineno} print")
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            offenders += [f"{rel}:{node.lineno} imports argparse" for n in names if n == "argparse"]
+    assert offenders == []
