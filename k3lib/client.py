@@ -23,6 +23,7 @@ import aiohttp
 import httpx
 import msgspec
 
+from k3lib.chatstream import SSEDecoder, ToolCall, ToolCallAssembler
 from k3lib.errors import APIError, BadInputError, ProtocolError, TargetUnreachable
 
 T = TypeVar("T")
@@ -34,22 +35,6 @@ BODY_TEXT_LIMIT_CHARS = 4096
 # ---------------------------------------------------------------------------------------------------------
 # Values
 # ---------------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ToolCall:
-    """One reassembled tool call. `arguments` is the JSON *string* the server sent, never parsed here."""
-
-    index: int
-    id: str | None
-    type: str | None
-    name: str | None
-    arguments: str
-
-    def to_openai(self) -> dict[str, Any]:
-        """The shape to send back in an assistant history message."""
-        return {"id": self.id, "type": self.type or "function",
-                "function": {"name": self.name, "arguments": self.arguments}}
 
 
 @dataclass(frozen=True)
@@ -295,45 +280,6 @@ def _reasoning_of(obj: Mapping[str, Any]) -> tuple[str | None, str | None]:
     return None, None
 
 
-class ToolCallAssembler:
-    """Rebuilds tool calls from streamed deltas.
-
-    The first delta of call *i* carries `index`, `id`, `type` and `function.name`; later ones only `index`
-    and an `arguments` fragment. Some parsers (kimi_k3) send the whole argument string in one delta, and some
-    servers omit `index` — then a delta with an `id` opens a new call and one without continues the last.
-    """
-
-    def __init__(self) -> None:
-        self._calls: dict[int, dict[str, Any]] = {}
-
-    def feed(self, deltas: Sequence[Any]) -> None:
-        for delta in deltas:
-            if not isinstance(delta, dict):
-                continue
-            index = delta.get("index")
-            if not isinstance(index, int):
-                if delta.get("id") is not None or not self._calls:
-                    index = len(self._calls)
-                else:
-                    index = max(self._calls)
-            call = self._calls.setdefault(index, {"id": None, "type": None, "name": None, "arguments": []})
-            if delta.get("id") and call["id"] is None:
-                call["id"] = delta["id"]
-            if delta.get("type") and call["type"] is None:
-                call["type"] = delta["type"]
-            fn = delta.get("function") or {}
-            if isinstance(fn, dict):
-                if fn.get("name") and call["name"] is None:
-                    call["name"] = fn["name"]
-                if isinstance(fn.get("arguments"), str):
-                    call["arguments"].append(fn["arguments"])
-
-    def result(self) -> tuple[ToolCall, ...]:
-        return tuple(ToolCall(index=i, id=c["id"], type=c["type"], name=c["name"],
-                              arguments="".join(c["arguments"]))
-                     for i, c in sorted(self._calls.items()))
-
-
 class StreamAssembler:
     """Accumulates the SSE `data:` payloads of one streamed chat completion (choice 0) with their perf marks.
 
@@ -364,7 +310,7 @@ class StreamAssembler:
         self.pending: list[tuple[bytes, int]] = []
         self._buf = bytearray()
         self._scan = 0
-        self._data: list[str] = []
+        self._sse = SSEDecoder()
         self._t_event: int | None = None
         self._eager = False
         self._edge = b""
@@ -419,26 +365,24 @@ class StreamAssembler:
 
     def _line(self, raw: bytes, t_read: int, url: str | None, status: int) -> None:
         line = raw.decode("utf-8", "replace")
-        if line.endswith("\r"):
-            line = line[:-1]
-        if line == "":
-            self._dispatch(t_read, url, status)
-        elif line.startswith("data:"):
-            if self._t_event is None:
-                self._t_event = t_read
-            value = line[5:]
-            self._data.append(value[1:] if value.startswith(" ") else value)
-        # comments (":"), event:, id:, retry: lines carry nothing for chat completions
+        if self._t_event is None and line.startswith("data:"):
+            self._t_event = t_read
+        payload = self._sse.line(line)
+        if payload is not None:
+            self._emit(payload, t_read, url, status)
 
     def _dispatch(self, t_now: int, url: str | None, status: int) -> None:
-        if self._data:
-            payload = "\n".join(self._data)
-            t_event = self._t_event if self._t_event is not None else t_now
-            self._data, self._t_event = [], None
-            self.feed(payload, t_event, url=url, status=status)
-            if self.stream_error is not None:
-                self.pending = []
-                raise self.stream_error
+        payload = self._sse.flush()
+        if payload is not None:
+            self._emit(payload, t_now, url, status)
+
+    def _emit(self, payload: str, t_now: int, url: str | None, status: int) -> None:
+        t_event = self._t_event if self._t_event is not None else t_now
+        self._t_event = None
+        self.feed(payload, t_event, url=url, status=status)
+        if self.stream_error is not None:
+            self.pending = []
+            raise self.stream_error
 
     # -- one event ----------------------------------------------------------------------------------------
 
