@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import ipaddress
 import json
 import os
 import ssl
@@ -25,6 +24,7 @@ import msgspec
 
 from k3lib.chatstream import SSEDecoder, ToolCall, ToolCallAssembler
 from k3lib.errors import APIError, BadInputError, ProtocolError, TargetUnreachable
+from k3lib.guards import require_key_env
 
 T = TypeVar("T")
 
@@ -517,16 +517,6 @@ def root_url(base_url: str) -> str:
     return url
 
 
-def is_loopback_url(url: str) -> bool:
-    host = (urlsplit(url).hostname or "").strip("[]").lower()
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 # ---------------------------------------------------------------------------------------------------------
 # The async client
 # ---------------------------------------------------------------------------------------------------------
@@ -578,9 +568,8 @@ class ChatClient:
         self.keep_raw = keep_raw
         self._transport = transport
         self._auth = _EnvBearerAuth(api_key_env) if api_key_env else None
-        if api_key_env is not None and not os.environ.get(api_key_env):
-            raise BadInputError(f"environment variable {api_key_env} is not set or empty; export the API key "
-                                f"there (the kit only reads keys from the environment)", field="api_key_env")
+        if api_key_env is not None:
+            require_key_env(api_key_env, field="api_key_env")
         self._pool_list: list[_Pool] = []
         self._pool_loop: asyncio.AbstractEventLoop | None = None
         self._ssl_context: Any = None

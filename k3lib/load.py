@@ -16,7 +16,8 @@ from dataclasses import asdict, dataclass
 from typing import Any, NamedTuple
 
 from k3lib.calibration import measure_event_loop_lag, percentile
-from k3lib.client import ChatClient, ChatRecord, is_loopback_url, record_of
+from k3lib.client import ChatClient, ChatRecord, record_of
+from k3lib.guards import is_loopback_url
 from k3lib.errors import BadInputError
 
 Sink = Callable[[ChatRecord], None]
