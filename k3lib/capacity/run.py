@@ -28,6 +28,7 @@ from ..metrics import HistogramWindow, MetricsSampler, Snapshot, delta, scrape_a
 from ..params import GpuMetricsParams, Params
 from ..prompts import BuiltPrompt, EstimateCounter, build_prompts
 from ..readers.vllm_log import VllmLogReport, parse_vllm_log
+from ..stats import percentile
 from .analysis import judge_step, memory_at, settled_stats, soak_analysis
 from .config import server_config
 from .shape import CALIBRATION_BOUND_S, PHASES, CapacityPlan, plan_capacity
@@ -170,9 +171,7 @@ def queue_numbers(queue: HistogramWindow | None) -> dict[str, Any]:
 
 
 def _pct(values: Sequence[float], q: float) -> float | None:
-    from ..calibration import percentile
-
-    got = percentile([v for v in values if v is not None], q)
+    got = percentile(values, q)
     return None if got is None else round(got, 3)
 
 
