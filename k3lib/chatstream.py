@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 __all__ = ["SSEDecoder", "ToolCall", "ToolCallAssembler", "sse_payloads"]
@@ -83,18 +84,70 @@ def _has_name(delta: Mapping[str, Any]) -> bool:
 
 @dataclass(frozen=True)
 class ToolCall:
-    """One reassembled tool call. `arguments` is the JSON *string* the server sent, never parsed here."""
+    """One tool call as received: the kit's one record of it, for the live client (streamed or not), the agent
+    and paths checks, and the reply reader.
+
+    `arguments` is what the server sent, normally a JSON *string* (OpenAI's contract); an object there breaks the
+    contract and is kept as received. The fields are the record (`dataclasses.asdict` gives them alone, as the
+    client's records store them); `parsed`, `json_error` and `arguments_valid_json` are read from `arguments`
+    once, on first use. An `arguments` string that is marked `cut` (the reader's `CutText`: the reply ends inside
+    it) is neither valid nor invalid: it was not received whole."""
 
     index: int
-    id: str | None
-    type: str | None
-    name: str | None
-    arguments: str
+    id: Any  # a string by contract; kept as received
+    type: Any
+    name: Any
+    arguments: Any
+
+    @cached_property
+    def _judged(self) -> tuple[bool | None, Any, str | None]:
+        args = self.arguments
+        if isinstance(args, str):
+            if getattr(args, "cut", False):
+                return None, None, "the reply ends inside the arguments"
+            try:
+                return True, json.loads(args), None
+            except (ValueError, RecursionError) as exc:
+                return False, None, f"invalid JSON: {exc}"
+        if args is None:
+            return False, None, "arguments missing"
+        return False, None, f"arguments are a JSON {type(args).__name__}, not a string"
+
+    @property
+    def parsed(self) -> Any:
+        """`json.loads(arguments)` when they are a valid JSON string, else None."""
+        return self._judged[1]
+
+    @property
+    def json_error(self) -> str | None:
+        """Why the arguments are not a valid JSON string; None when they are."""
+        return self._judged[2]
+
+    @property
+    def arguments_valid_json(self) -> bool | None:
+        """True/False; None when the reply ends inside the arguments."""
+        return self._judged[0]
 
     def to_openai(self) -> dict[str, Any]:
         """The shape to send back in an assistant history message."""
         return {"id": self.id, "type": self.type or "function",
                 "function": {"name": self.name, "arguments": self.arguments}}
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields and the parse, as the agent and paths records store a call."""
+        return {"index": self.index, "id": self.id, "type": self.type, "name": self.name,
+                "arguments": self.arguments, "parsed": self.parsed, "json_error": self.json_error}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ToolCall:
+        """Back from `to_dict` (the parse is read again from `arguments`)."""
+        return cls(data["index"], data.get("id"), data.get("type"), data.get("name"), data.get("arguments"))
+
+    @classmethod
+    def from_openai(cls, index: int, raw: Mapping[str, Any]) -> ToolCall:
+        """A message's `{"id", "type", "function": {"name", "arguments"}}` at position `index`."""
+        fn = raw.get("function") if isinstance(raw.get("function"), Mapping) else {}
+        return cls(index, raw.get("id"), raw.get("type"), fn.get("name"), fn.get("arguments"))
 
 
 class ToolCallAssembler:

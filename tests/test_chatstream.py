@@ -144,3 +144,18 @@ def test_sse_decoder_frames_events_by_the_event_stream_rules() -> None:
     dec = SSEDecoder()
     assert dec.line("data: x") is None and dec.buffered == "x"
     assert dec.line("") == "x" and dec.buffered is None and dec.flush() is None
+
+
+def test_one_record_type_for_every_path() -> None:
+    """The client, the reader and the agent checks hand out the same ToolCall, with the same parse."""
+    from k3lib.agent.checks import parse_call
+    from k3lib.chatstream import ToolCall
+
+    body = stream(tc(index=0, id="a", type="function", function={"name": "f", "arguments": '{"x": [1]}'}))
+    reader_call = classify_tool_reply(body.decode()).tool_calls[0]
+    agent_call = parse_call(0, {"id": "a", "type": "function", "function": {"name": "f", "arguments": '{"x": [1]}'}})
+    assert type(reader_call) is type(agent_call) is ToolCall
+    assert reader_call == agent_call and agent_call.parsed == {"x": [1]} and agent_call.json_error is None
+    assert ToolCall.from_dict(agent_call.to_dict()) == agent_call
+    broken = ToolCall(0, "b", "function", "g", {"x": 1})
+    assert broken.arguments_valid_json is False and "not a string" in (broken.json_error or "")

@@ -15,9 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..agent.checks import ParsedCall
 from ..agent.runner import assistant_message, parsed_reply
 from ..agent.tools import execute, result_text
+from ..chatstream import ToolCall
 from ..client import ChatClient, ChatRecord, run_sync
 from ..errors import BadInputError
 from ..guards import is_loopback_url, require_key_env
@@ -191,7 +191,7 @@ class PathRunner:
         tools_body = [t.openai() for t in offered_specs]
         messages = [dict(m) for m in task.messages]
         tally = _Tally()
-        calls: list[ParsedCall] = []
+        calls: list[ToolCall] = []
         err_rule = task.quality.tool_error
         error_pending = err_rule is not None
         error_returned = retried = False
@@ -215,7 +215,7 @@ class PathRunner:
                 break
             if tally.ttft_ms is None:
                 tally.ttft_ms = rec.ttft_ms if rec.ttft_ms is not None else rec.e2e_ms
-            got = [ParsedCall(**c) for c in parsed_reply(rec)["tool_calls"]]
+            got = [ToolCall.from_dict(c) for c in parsed_reply(rec)["tool_calls"]]
             calls += got
             if not got:
                 final = rec

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from k3lib.chatstream import SSEDecoder, ToolCallAssembler
+from k3lib.chatstream import SSEDecoder, ToolCall, ToolCallAssembler
 from k3lib.errors import ArtifactError
 from k3lib.readers._cutjson import CutJson, CutText, read_cut_json
 
@@ -57,16 +57,8 @@ FORMATS_TRIED = ("a JSON body (whole or cut short), an SSE capture (`data: {...}
 _MAX_CHARS = 20_000_000
 
 
-@dataclass(frozen=True)
-class ToolCallRecord:
-    index: int
-    id: str | None
-    type: str | None
-    name: str | None                     # None when the name was not received (a cut reply)
-    arguments: Any                       # as received: normally a str; an object breaks OpenAI's contract
-    arguments_valid_json: bool | None    # a str that json.loads accepts; None when the text ends inside it
-    parsed_arguments: Any                # json.loads(arguments) when valid, else None
-    error: str | None                    # why the arguments are not valid JSON
+#: The kit's one tool-call record; the reader's name for it stays importable.
+ToolCallRecord = ToolCall
 
 
 @dataclass(frozen=True)
@@ -75,7 +67,7 @@ class ToolReplyClassification:
     function_names: tuple[str, ...]
     leaked_markup: str | None
     arguments_valid_json: bool | None    # None when there are no structured calls
-    tool_calls: tuple[ToolCallRecord, ...]
+    tool_calls: tuple[ToolCall, ...]
     content: str | None
     reasoning: str | None
     finish_reason: str | None
@@ -497,33 +489,16 @@ def _is_chunk_list(value: Any) -> bool:
 # Classification
 
 
-def _record(index: int, call: Any) -> ToolCallRecord | None:
+def _record(index: int, call: Any) -> ToolCall | None:
     if not isinstance(call, Mapping):
         return None
     fn = call.get("function") if isinstance(call.get("function"), Mapping) else {}
-    # A name or arguments the text ends inside were not seen whole: unknown, not wrong.
+    # A name the text ends inside was not seen whole: unknown, not wrong (cut arguments: see ToolCall).
     name = fn.get("name") if isinstance(fn.get("name"), str) and not isinstance(fn.get("name"), CutText) else None
-    args = fn.get("arguments")
-    valid: bool | None = False
-    parsed, error = None, None
-    if isinstance(args, CutText):
-        valid, error = None, "the reply ends inside the arguments"
-    elif isinstance(args, str):
-        try:
-            parsed = json.loads(args)
-            valid = True
-        except (ValueError, RecursionError) as exc:
-            error = f"arguments are not valid JSON: {exc}"
-    elif args is None:
-        error = "arguments missing"
-    else:
-        # OpenAI's contract is a JSON *string*; an object means the client must guess a transformation.
-        error = f"arguments are a {type(args).__name__}, not a JSON string"
     idx = call.get("index") if isinstance(call.get("index"), int) else index
-    return ToolCallRecord(index=idx, id=call.get("id") if isinstance(call.get("id"), str) else None,
-                          type=call.get("type") if isinstance(call.get("type"), str) else None,
-                          name=name, arguments=args, arguments_valid_json=valid, parsed_arguments=parsed,
-                          error=error)
+    return ToolCall(index=idx, id=call.get("id") if isinstance(call.get("id"), str) else None,
+                    type=call.get("type") if isinstance(call.get("type"), str) else None,
+                    name=name, arguments=fn.get("arguments"))
 
 
 def _offered(request: dict[str, Any] | None) -> tuple[str, ...] | None:
@@ -581,7 +556,7 @@ def _classify_data(value: Any, source_format: str, loaded: _Loaded | None = None
 
     contents: list[str] = []
     reasonings: list[str] = []
-    calls: list[ToolCallRecord] = []
+    calls: list[ToolCall] = []
     finish_reason = None
     for cpos, choice in enumerate(_as_list(completion.get("choices"))):
         if not isinstance(choice, Mapping):
