@@ -861,19 +861,13 @@ class ChatClient:
         try:
             response = await session.post(state.url, data=payload, headers=headers,
                                           trace_request_ctx=state)  # type: ignore[arg-type]
-        except aiohttp.ServerTimeoutError as exc:  # the connect timeout; the request deadline is ours
-            raise TargetUnreachable(f"timed out connecting to {state.url}: {exc}") from exc
-        except aiohttp.ClientConnectorError as exc:
-            raise TargetUnreachable(f"cannot connect to {state.url}: {exc} — is the server up?") from exc
-        except aiohttp.ClientError as exc:
-            if state.first_byte_ns is None:
-                raise TargetUnreachable(f"no reply from {state.url}: {type(exc).__name__}: {exc}") from exc
-            raise ProtocolError(f"broken reply from {state.url}: {type(exc).__name__}: {exc}") from exc
+        except TRANSPORT_ERRORS as exc:
+            raise _send_failure(state, exc) from exc
         _mark_reply(state, pre_send_ns, response.status)
         try:
             await self._take_reply(state, response.headers.get("content-type", ""), response.read,
                                    response.content.readany)
-        except aiohttp.ClientError as exc:
+        except TRANSPORT_ERRORS as exc:
             raise _broken(state, exc) from exc
         finally:
             # back to the pool when the body was read to its end; a cut-off body closes its connection
@@ -899,14 +893,8 @@ class ChatClient:
         pre_send_ns = time.perf_counter_ns()
         try:
             response = await http.send(request, stream=True)
-        except httpx.TimeoutException as exc:
-            raise TargetUnreachable(f"timed out connecting to {state.url}: {exc}") from exc
-        except (httpx.ConnectError, httpx.UnsupportedProtocol) as exc:
-            raise TargetUnreachable(f"cannot connect to {state.url}: {exc} — is the server up?") from exc
-        except httpx.HTTPError as exc:
-            if state.first_byte_ns is None:
-                raise TargetUnreachable(f"no reply from {state.url}: {type(exc).__name__}: {exc}") from exc
-            raise ProtocolError(f"broken reply from {state.url}: {type(exc).__name__}: {exc}") from exc
+        except TRANSPORT_ERRORS as exc:
+            raise _send_failure(state, exc) from exc
         _mark_reply(state, pre_send_ns, response.status_code)
         pieces = response.aiter_bytes()
 
@@ -918,7 +906,7 @@ class ChatClient:
 
         try:
             await self._take_reply(state, response.headers.get("content-type", ""), response.aread, read_piece)
-        except httpx.HTTPError as exc:
+        except TRANSPORT_ERRORS as exc:
             raise _broken(state, exc) from exc
         finally:
             await response.aclose()
@@ -956,6 +944,26 @@ def _mark_reply(state: _Attempt, pre_send_ns: int, status: int) -> None:
     if state.first_byte_ns is None:
         state.first_byte_ns = now
     state.http_status = status
+
+
+#: The transport errors of both HTTP stacks the chat path runs on (aiohttp; httpx when given a transport), mapped
+#: to the kit's errors by one table: `_send_failure` before the reply's headers, `_broken` after them.
+TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (aiohttp.ClientError, httpx.HTTPError)
+#: the connect timeout (the request deadline is the kit's own, not the library's)
+_CONNECT_TIMEOUTS: tuple[type[BaseException], ...] = (aiohttp.ServerTimeoutError, httpx.TimeoutException)
+_NO_CONNECTION: tuple[type[BaseException], ...] = (aiohttp.ClientConnectorError, httpx.ConnectError,
+                                                   httpx.UnsupportedProtocol)
+
+
+def _send_failure(state: _Attempt, exc: BaseException) -> TargetUnreachable | ProtocolError:
+    """A transport error while sending or waiting for the headers, whichever library raised it."""
+    if isinstance(exc, _CONNECT_TIMEOUTS):
+        return TargetUnreachable(f"timed out connecting to {state.url}: {exc}")
+    if isinstance(exc, _NO_CONNECTION):
+        return TargetUnreachable(f"cannot connect to {state.url}: {exc} — is the server up?")
+    if state.first_byte_ns is None:
+        return TargetUnreachable(f"no reply from {state.url}: {type(exc).__name__}: {exc}")
+    return ProtocolError(f"broken reply from {state.url}: {type(exc).__name__}: {exc}")
 
 
 def _broken(state: _Attempt, exc: BaseException) -> ProtocolError:
