@@ -116,11 +116,6 @@ class Decision:
     def exit_code(self) -> int:
         return EXIT_CODES[self.decision]
 
-    def _repr_html_(self) -> str:
-        from .summary import decision_html
-
-        return decision_html(self)
-
     def to_dict(self) -> dict[str, Any]:
         return {"decision": self.decision, "reasons": list(self.reasons), "checklist": list(self.checklist),
                 "traffic_cap": self.traffic_cap, "reexamine_on": self.reexamine_on, "build": self.build,
