@@ -289,3 +289,22 @@ def test_the_check_fails_on_a_cycle_and_on_an_upward_import():
     for m in ("capacity.brand_new", "renewal.brand_new", "brand_new"):
         by_default[layer_of(m)].append(m)
     assert by_default == {"axes": ["capacity.brand_new", "renewal.brand_new"], None: ["brand_new"]}
+
+
+def test_every_view_is_registered_for_a_type_that_exists():
+    """The views are registered by (module, class name): a type moved elsewhere would lose its view silently."""
+    import importlib
+    import types
+
+    from IPython.core.formatters import DisplayFormatter
+
+    from k3lib import views
+    from k3lib.decision import decide
+
+    for module, name in views.RENDERERS:
+        assert isinstance(getattr(importlib.import_module(module), name, None), type), f"{module}.{name}"
+    shell = types.SimpleNamespace(display_formatter=DisplayFormatter())  # what register() uses of a shell
+    views.register(shell)
+    decision = decide({}, ["probe"])
+    data, _ = shell.display_formatter.format(decision)
+    assert data["text/html"] == views.decision_html(decision) and "Decision: <span" in data["text/html"]
