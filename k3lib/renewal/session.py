@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .. import views
 from ..errors import BadInputError
 from ..evidence import EvidenceRecord
 from ..session import find_path, outputs_dir
@@ -79,9 +80,7 @@ def open_review_run(params_file: str, overrides: list[str] | None = None, run_di
 def open_review(axis: str, params_file: str, overrides: list[str] | None = None, run_dir: str = "",
                 interactive: bool = False) -> ReviewContext:
     """The first call of every review axis notebook."""
-    from .. import plotting
-
-    plotting.use_offline_renderer()
+    views.install()
     params, store = open_review_run(params_file, overrides, run_dir)
     return ReviewContext(axis=axis, params=params, store=store, interactive=interactive)
 
@@ -89,7 +88,5 @@ def open_review(axis: str, params_file: str, overrides: list[str] | None = None,
 def open_review_summary(params_file: str, overrides: list[str] | None = None, run_dir: str = ""
                         ) -> tuple[RenewalParams, RunStore]:
     """The summary reads evidence records only; it never reads the inputs or calls a target."""
-    from .. import plotting
-
-    plotting.use_offline_renderer()
+    views.install()
     return open_review_run(params_file, overrides, run_dir)
