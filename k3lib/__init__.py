@@ -8,6 +8,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from ._deferred import defer_rfc3987_syntax
+
+defer_rfc3987_syntax()  # seconds per notebook kernel otherwise (see k3lib/_deferred.py)
+
 # public name → module that defines it (a subpackage is named by itself)
 _EXPORTS: dict[str, str] = {
     "APIError": ".errors",
