@@ -76,11 +76,6 @@ class RenewalDecision:
             out["routing"] = self.routing
         return out
 
-    def _repr_html_(self) -> str:
-        from .figures import decision_html
-
-        return decision_html(self)
-
 
 # --- the precedence table ----------------------------------------------------------------------------------------
 

@@ -119,6 +119,21 @@ def axis_figure(axis: str, result: dict[str, Any], frame: Any = None) -> Any:
     return fig
 
 
+def register_views() -> None:
+    """Show a `RenewalDecision` as HTML in IPython (JupyterLab, papermill, the report pages): registered as a display
+    formatter when a review session opens, so the decision's data model never imports this presentation module.
+    Outside IPython there is nothing to register."""
+    import sys
+
+    if "IPython" not in sys.modules:  # no kernel or shell running: never import IPython for this
+        return
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    if shell is not None:
+        shell.display_formatter.formatters["text/html"].for_type(RenewalDecision, decision_html)
+
+
 def decision_html(decision: RenewalDecision) -> str:
     from ..summary import badge
 

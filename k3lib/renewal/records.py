@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..evidence import EvidenceRecord, Finding, axis_status
+from ..paths.record import RECORD_FILE, read_paths_record
 from ..store import RunStore
 from .decision import AXES, RenewalDecision, indicators, money
 from .params import RenewalParams
@@ -73,8 +74,6 @@ def axis_record(ctx: Any, result: dict[str, Any]) -> EvidenceRecord:
     data = record_data(ctx.axis, result)
     findings = _findings(ctx.axis, data["result"], ctx.params)
     if ctx.axis == "comparison":  # the live run of the same tasks on both paths, when the notebook kept one
-        from ..paths.notebook import live_findings
-
         findings += live_findings(ctx.store, ctx.params.review.rules)
     return EvidenceRecord(axis=ctx.axis, title=TITLES[ctx.axis], status=axis_status(findings),
                           summary="; ".join(f.message for f in findings)[:400],
@@ -100,3 +99,32 @@ def decide_review(params: RenewalParams, store: RunStore, records: dict[str, Evi
     decision = decide_from_axes(params, axes, statuses)
     store.write_json("decision.json", decision.to_dict())
     return decision
+
+
+def live_findings(store: Any, rules: Any) -> list[Any]:
+    """The comparison axis' live findings, when the live section kept a `paths` record in this review's run: does
+    the API path meet the quality rule on the same tasks (the paired difference self-hosted − API against the
+    review's `api_equivalent_gap_max`), and the four fixed elements it ran under."""
+    if not store.path(RECORD_FILE).exists():
+        return []
+    result = read_paths_record(store.path(RECORD_FILE))
+    gap = rules.api_equivalent_gap_max
+    out = [Finding(rule="renewal.comparison.live_fixed", status="info",
+                   message="live run under " + "; ".join(f"{f.name} sha256 {f.sha256[:12]}…" for f in result.fixed),
+                   observed={f.name: f.sha256 for f in result.fixed})]
+    for p in result.pairs:
+        if p.difference is None or p.low is None or p.high is None:
+            out.append(Finding(rule=f"renewal.comparison.live.{p.b}", status="not-observable",
+                               message=f"no task ran on both {p.a} and {p.b}"))
+            continue
+        span = f"{p.a} − {p.b} acceptance {p.difference:+.1%} on {p.pairs} paired tasks (95 % {p.low:+.1%}–{p.high:+.1%})"
+        if p.high <= gap:
+            status, what = "warn", f"{p.b} meets the quality rule on the same tasks (gap ≤ {gap:.1%})"
+        elif p.low > gap:
+            status, what = "pass", f"{p.b} misses the quality rule on the same tasks (gap > {gap:.1%})"
+        else:
+            status, what = "not-observable", f"inconclusive whether {p.b} meets the quality rule (gap {gap:.1%})"
+        only = f"; accepted on {p.a} only: {', '.join(p.only_a_tasks)}" if p.only_a_tasks else ""
+        out.append(Finding(rule=f"renewal.comparison.live.{p.b}", status=status, message=f"{what}: {span}{only}",
+                           observed=p.difference, expected=f"{p.a} − {p.b} ≤ {gap}"))
+    return out
