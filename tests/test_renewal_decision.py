@@ -246,3 +246,31 @@ def test_each_decision_carries_its_condition(steady, changes, needle):
     _, real = steady
     d = decide_renewal(vary(real, **changes), RenewalRules(), [], today=dt.date(2026, 8, 14))
     assert needle in d.condition
+
+
+def test_findings_are_values_and_the_reasons_are_rendered_from_them(steady):
+    """Each indicator is a typed finding (rule id, outcome, measured figures and thresholds); the reasons are its
+    sentences, and a decision read back from decision.json renders the same reasons from the same values."""
+    import json
+
+    from k3lib.renewal.decision import RenewalDecision
+
+    _, real = steady
+    d = decide_renewal(vary(real, **POOR), RenewalRules(), [], today=dt.date(2026, 8, 14),
+                       defaulted=["review.rules.min_acceptance_rate"])
+    assert d.reasons == tuple(f.sentence for f in d.findings)
+    assert [f.rule for f in d.findings[:2]] == ["decision.rule", "review.defaults"]
+    head = d.finding("decision.rule")
+    assert (head.measured["decision"], head.measured["rule"]) == (d.decision, d.rule)
+    quality = d.finding("production.quality")
+    assert quality.outcome is False and quality.measured["acceptance_rate"] == 0.5
+    assert quality.measured["min_acceptance_rate"] == RenewalRules().min_acceptance_rate
+    effort = d.finding("operations.effort")
+    assert effort.outcome is False and effort.measured["per_week_h"] == 40.0
+    back = RenewalDecision.from_dict(json.loads(json.dumps(d.to_dict())))
+    assert (back.decision, back.rule, back.reasons) == (d.decision, d.rule, d.reasons)
+    assert [f.to_dict() for f in back.findings] == [f.to_dict() for f in d.findings]
+    # an axis without evidence is a finding too, never a silent gap
+    gone = decide_renewal(vary(real, stability=None), RenewalRules(), [], today=dt.date(2026, 8, 14))
+    assert gone.finding("stability.no_evidence").outcome is None
+    assert gone.finding("review.missing").measured["axes"] == ["stability"]

@@ -20,52 +20,55 @@ _SHOWN = {True: "pass", False: "fail", None: "not-observable"}  # an indicator t
 
 
 def _findings(axis: str, result: Any, params: RenewalParams) -> list[Finding]:
-    """The axis' findings, read from its typed result."""
+    """The axis' evidence findings, from the decision's findings on its typed result (values, never sentences
+    read back)."""
     rules = params.review.rules
     result = typed(axis, result)
-    ind, why = indicators({axis: result}, rules, params.review.benefits.declared())
+    _, found = indicators({axis: result}, rules, params.review.benefits.declared())
+    by = {f.rule: f for f in found}
     out: list[Finding] = []
+
+    def add(rule: str, status: str, **extra: Any) -> None:
+        f = by[rule]
+        out.append(Finding(rule=f"renewal.{rule}", status=status, message=f.sentence, **extra))  # type: ignore[arg-type]
+
     if axis == "load":
-        out.append(Finding(rule="renewal.load.regular", status="pass" if ind.regular_load else "warn",
-                           message=why[0], observed=result.business_busy_share))
-        out.append(Finding(rule="renewal.load.large_idle", status="warn" if ind.large_idle else "pass", message=why[1],
-                           observed=result.large_idle_share, expected=f"≤ {rules.large_idle_share_max}"))
-        out.append(Finding(rule="renewal.load.peaks", status="info", message=why[2], observed=result.peak_to_mean))
+        m = by["load.large_idle"].measured
+        add("load.regular", "pass" if by["load.regular"].outcome else "warn",
+            observed=by["load.regular"].measured["business_busy_share"])
+        add("load.large_idle", "warn" if by["load.large_idle"].outcome else "pass", observed=m["large_idle_share"],
+            expected=f"≤ {m['large_idle_share_max']}")
+        add("load.peaks", "info", observed=by["load.peaks"].measured["peak_to_mean"])
     elif axis == "production":
-        out.append(Finding(rule="renewal.production.quality", status="pass" if ind.quality_ok else "fail",
-                           message=next(w for w in why if w.startswith("useful production")),
-                           observed=result.acceptance_rate, expected=f"≥ {rules.min_acceptance_rate}"))
-        over = result.over_retry_policy
+        m = by["production.quality"].measured
+        add("production.quality", "pass" if by["production.quality"].outcome else "fail",
+            observed=m["acceptance_rate"], expected=f"≥ {m['min_acceptance_rate']}")
+        over, allowed = m["over_retry_policy"], m["retry_policy_max_retries"]
         if over:
             out.append(Finding(rule="renewal.production.retry_policy", status="warn",
                                message=f"{over} self-hosted task(s) retried more than the fixed retry policy's "
-                                       f"{result.retry_policy_max_retries}: not run under the same policy as "
-                                       "the API path", observed=over,
-                               expected=f"≤ {result.retry_policy_max_retries} retries per task"))
+                                       f"{allowed}: not run under the same policy as the API path", observed=over,
+                               expected=f"≤ {allowed} retries per task"))
     elif axis == "comparison":
-        out.append(Finding(rule="renewal.comparison.api_equivalent",
-                           status={True: "warn", False: "pass", None: "not-observable"}[ind.api_equivalent],
-                           message=next(w for w in why if w.startswith("the API")),
-                           observed=ind.api_equivalent, expected=f"gap ≤ {rules.api_equivalent_gap_max}"))
+        f = by["comparison.api_equivalent"]
+        add("comparison.api_equivalent", {True: "warn", False: "pass", None: "not-observable"}[f.outcome],
+            observed=f.outcome, expected=f"gap ≤ {f.measured['api_equivalent_gap_max']}")
     elif axis == "cost":
-        cur = result.currency
-        blanks = list(result.self_hosted.blank_items)
-        out.append(Finding(rule="renewal.cost.per_accepted_task", status=_SHOWN[ind.cheaper_than_api],
-                           message=next(w for w in why if w.startswith("full cost")),
-                           observed=money(result.self_hosted.per_accepted_task, cur),
-                           expected=f"≤ {money(result.api.per_accepted_task, cur)} (the API's)"))
+        m = by["cost.per_accepted_task"].measured
+        cur, blanks = m["currency"], m["blank_items"]
+        add("cost.per_accepted_task", _SHOWN[by["cost.per_accepted_task"].outcome],
+            observed=money(m["self_hosted_per_accepted_task"], cur),
+            expected=f"≤ {money(m['api_per_accepted_task'], cur)} (the API's)")
         out.append(Finding(rule="renewal.cost.blanks", status="info",
                            message=f"blank cost items (left blank, never estimated): {', '.join(blanks)}" if blanks
                            else "every self-hosted cost item is known", observed=blanks))
     elif axis == "stability":
-        out.append(Finding(rule="renewal.stability.recoverable", status=_SHOWN[ind.recoverable],
-                           message=next(w for w in why if w.startswith("incidents"))))
+        add("stability.recoverable", _SHOWN[by["stability.recoverable"].outcome])
         for q, a in (result.drill.answers if result.drill is not None else ()):
             out.append(Finding(rule=f"renewal.drill.{q}", status=_ANSWER_STATUS[a.answer],  # type: ignore[arg-type]
                                message=f"{a.question} {a.answer}: {a.evidence}", observed=a.answer))
     elif axis == "operations":
-        out.append(Finding(rule="renewal.operations.effort", status=_SHOWN[ind.effort_ok],
-                           message=next(w for w in why if w.startswith("operations"))))
+        add("operations.effort", _SHOWN[by["operations.effort"].outcome])
     return out
 
 
