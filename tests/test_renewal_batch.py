@@ -136,7 +136,7 @@ def test_review_batch_on_a_demo(tmp_path, capsys):
     index = (run / "report" / "index.html").read_text()
     assert "rule: reduce.idle-or-irregular" in index and "from built-in default" not in index
     # every fixed element and threshold from the demo file; the report names kit files, not machine paths
-    assert "22 from <kit>/parameters/renewal-demo.yaml" in html.unescape(index)
+    assert "23 from <kit>/parameters/renewal-demo.yaml" in html.unescape(index)
 
 
 @pytest.mark.parametrize("path, expected", [

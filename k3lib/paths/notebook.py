@@ -10,7 +10,7 @@ import html
 from dataclasses import dataclass
 from typing import Any
 
-from .record import RECORD_FILE, PathsResult, read_paths_record, record_data
+from .record import REVIEW_COPY, PathsResult, read_paths_record, record_data
 from .report import paths_lines
 
 
@@ -33,14 +33,15 @@ class LiveSection:
 
 
 def live_section(ctx: Any) -> LiveSection:
-    """The run named by `review.live_paths`, copied into this review's evidence (atomic, in the manifest)."""
+    """The run named by `review.live_paths`, copied into this review's run as `live/paths.json` (atomic, in the
+    manifest), where the comparison record and the decision read it."""
     source = getattr(ctx.params.review, "live_paths", None)
     if not source:
         return LiveSection(None, None, "no live run of the same task set on both paths (run `k3 paths -p FILE` and "
                                        "set review.live_paths to its run folder); the comparison above reads the "
                                        "task log only")
     result = read_paths_record(source)
-    ctx.store.write_json(RECORD_FILE, record_data(result))
+    ctx.store.write_json(REVIEW_COPY, record_data(result))
     return LiveSection(result, source, None)
 
 

@@ -7,6 +7,10 @@ table, `RULES`: the first row whose condition holds decides, and each row names 
 decided from a throughput figure: every indicator is a share of time, of tasks, of hours or of money. An
 indicator without evidence (None: an axis missing, a blank in the cost sheet, a question the drill did not show)
 is never counted as favourable, and a review decided on built-in default thresholds says so.
+
+A live run of the same task set on both paths (`k3 paths`, named by `review.live_paths`) weighs in: exit-to-api
+needs the API path to meet the quality rule there, and a dual circuit's routing names the task categories that fail
+on one path only. Without one the comparison rests on the task log only, and the decision says so as an open item.
 """
 
 from __future__ import annotations
@@ -14,10 +18,14 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import enum
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+from ..stats import wilson_interval
 from .findings import RenewalFinding, money  # noqa: F401  (money: re-exported for the views)
 from .rules import RenewalRules
+
+if TYPE_CHECKING:
+    from ..paths.record import PairedDifference, PathsResult
 
 
 class Decision(enum.StrEnum):
@@ -54,6 +62,8 @@ class Indicators:
     api_equivalent: bool | None = None  # comparison: the API reaches equivalent quality on the same tasks
     cheaper_than_api: bool | None = None  # cost: self-hosted cost per accepted task ≤ the API's (None: a blank)
     within_value: bool | None = None  # cost: the self-hosted total ≤ the value of the delivered tasks
+    # live (`k3 paths`): the API path's acceptance on the same tasks meets the quality rule (None: no live run)
+    api_meets_quality: bool | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,15 +125,28 @@ class Rule:
     holds: Callable[[Indicators], bool]
 
 
+def _exit_on_quality(i: Indicators) -> bool:
+    return i.quality_ok is not True and (_under_used(i) or _heavy(i))
+
+
+def _exit_on_equivalence(i: Indicators) -> bool:
+    return i.api_equivalent is True and i.cheaper_than_api is False and not i.control_need
+
+
 RULES: tuple[Rule, ...] = (
     Rule("exit.quality-use-recovery", Decision.EXIT_TO_API, ("production", "load", "stability", "operations"),
          "useful production below the rule together with idle capacity, unrecoverable incidents or heavy "
          "operations: quality, use and recovery do not hold",
-         lambda i: i.quality_ok is not True and (_under_used(i) or _heavy(i))),
+         lambda i: _exit_on_quality(i) and i.api_meets_quality is not False),
     Rule("exit.api-equivalent-and-cheaper", Decision.EXIT_TO_API, ("comparison", "cost", "benefits"),
          "the API reaches equivalent quality on the same task set at a lower cost per accepted task, and no "
          "control need is declared",
-         lambda i: i.api_equivalent is True and i.cheaper_than_api is False and not i.control_need),
+         lambda i: _exit_on_equivalence(i) and i.api_meets_quality is not False),
+    Rule("dual.api-misses-quality", Decision.DUAL_CIRCUIT,
+         ("comparison", "production", "load", "stability", "operations", "cost", "benefits"),
+         "exit-to-api is not allowed: its conditions hold, but on the same tasks run live on both paths the API path "
+         "misses the quality rule — keep the capacity for the task categories the API fails, route the others",
+         lambda i: (_exit_on_quality(i) or _exit_on_equivalence(i)) and i.api_meets_quality is False),
     Rule("dual.peaks-and-control", Decision.DUAL_CIRCUIT, ("load", "benefits"),
          "strong unpredictable peaks and a declared data-control need: keep a controlled path for those tasks, "
          "send the irregular rest to the API",
@@ -155,8 +178,10 @@ _ANALYSIS = {"load": "load", "production": "useful production", "comparison": "s
 
 
 def indicators(axes: Mapping[str, Mapping[str, Any] | None], rules: RenewalRules,
-               declared_benefits: list[str]) -> tuple[Indicators, list[RenewalFinding]]:
-    """Indicators and, for each, the finding with the figures and the rule it was judged by."""
+               declared_benefits: list[str], live: "PathsResult | None" = None,
+               live_source: str | None = None) -> tuple[Indicators, list[RenewalFinding]]:
+    """Indicators and, for each, the finding with the figures and the rule it was judged by; `live` is the `k3 paths`
+    record of the same tasks on both paths (None: the comparison rests on the task log only, an open item)."""
     found: list[RenewalFinding] = []
     load, prod, comp, cost, stab, ops = typed_axes(axes)
     regular = large_idle = spiky = quality = recoverable = effort = None
@@ -204,6 +229,8 @@ def indicators(axes: Mapping[str, Mapping[str, Any] | None], rules: RenewalRules
                for k in ("acceptance_rate", "tool_error_share", "delivery_median_s")}}))
     else:
         none("comparison")
+    live_finding = live_quality(live, live_source, rules)
+    found.append(live_finding)
     if cost is not None:
         cheaper, within_value = cost.self_hosted_cheaper_per_task, cost.total_within_delivered_value
         found.append(RenewalFinding("cost.per_accepted_task", cheaper, {
@@ -234,7 +261,70 @@ def indicators(axes: Mapping[str, Mapping[str, Any] | None], rules: RenewalRules
     control = bool(declared_benefits)
     found.append(RenewalFinding("benefits.declared", control, {"declared": list(declared_benefits)}))
     return Indicators(regular, large_idle, spiky, quality, recoverable, effort, control, api_equivalent, cheaper,
-                      within_value), found
+                      within_value, live_finding.outcome), found
+
+
+# --- the live run of the same tasks on both paths ------------------------------------------------------------------
+
+SELF_HOSTED, API = "self_hosted", "api"  # the endpoint names `k3 paths` gives the two sides the review compares
+
+
+def _live_pair(live: "PathsResult") -> "PairedDifference | None":
+    return next((p for p in live.pairs if {p.a, p.b} == {SELF_HOSTED, API} and p.pairs), None)
+
+
+def _only(pair: "PairedDifference", path: str) -> tuple[int, tuple[str, ...]]:
+    """The tasks accepted on `path` only (they fail on the other path only)."""
+    return (pair.a_only, pair.only_a_tasks) if pair.a == path else (pair.b_only, pair.only_b_tasks)
+
+
+def live_quality(live: "PathsResult | None", source: str | None, rules: RenewalRules) -> RenewalFinding:
+    """Does the API path meet the quality rule on the same tasks run live: the 95 % Wilson lower bound of its
+    acceptance rate at or above `rules.live_api_acceptance_low_min`, or (null) the self-hosted path's own lower
+    bound on those tasks. None: no live run, or none with both paths on the same tasks (an open item)."""
+    if live is None:
+        return RenewalFinding("comparison.live", None, {"source": None})
+    pair = _live_pair(live)
+    if pair is None:
+        return RenewalFinding("comparison.live", None, {"source": source, "paths": [s.path for s in live.paths]})
+    n = pair.pairs
+    sh_k, api_k = pair.both + _only(pair, SELF_HOSTED)[0], pair.both + _only(pair, API)[0]
+    sh_ci, api_ci = wilson_interval(sh_k, n), wilson_interval(api_k, n)
+    assert sh_ci is not None and api_ci is not None  # n > 0
+    fixed = rules.live_api_acceptance_low_min
+    bar = round(sh_ci[0] if fixed is None else fixed, 4)
+    api_low = round(api_ci[0], 4)
+    return RenewalFinding("comparison.live", api_low >= bar, {
+        "source": source, "tasks": n, "task_set": live.task_set,
+        "api_accepted": api_k, "api_acceptance_rate": round(api_k / n, 4), "api_acceptance_low": api_low,
+        "api_acceptance_high": round(api_ci[1], 4),
+        "self_hosted_accepted": sh_k, "self_hosted_acceptance_rate": round(sh_k / n, 4),
+        "self_hosted_acceptance_low": round(sh_ci[0], 4), "self_hosted_acceptance_high": round(sh_ci[1], 4),
+        "bar": bar, "bar_from": "the self-hosted path's lower bound" if fixed is None
+        else "rules.live_api_acceptance_low_min",
+        "fail_on_api_only": _only(pair, SELF_HOSTED)[0], "fail_on_self_hosted_only": _only(pair, API)[0]})
+
+
+def category_routing(live: "PathsResult | None", source: str | None) -> RenewalFinding:
+    """The dual circuit's routing by task category, from the live run's per-task differences: a category whose
+    tasks fail on the API only stays self-hosted, one whose tasks fail on the self-hosted path only goes to the API,
+    one with both is split task by task. None: no live run to name categories from (an open item)."""
+    pair = None if live is None else _live_pair(live)
+    if live is None or pair is None:
+        return RenewalFinding("routing.categories", None, {"source": source})
+    category = {(t.path, t.task): t.category for t in live.tasks}
+    rows: dict[str, dict[str, list[str]]] = {}
+    for path, side in ((SELF_HOSTED, "fail_on_api_only"), (API, "fail_on_self_hosted_only")):
+        for task in _only(pair, path)[1]:
+            row = rows.setdefault(category.get((path, task), "default"),
+                                  {"fail_on_api_only": [], "fail_on_self_hosted_only": []})
+            row[side].append(task)
+    by_category = [{"category": c, **r} for c, r in sorted(rows.items())]
+    return RenewalFinding("routing.categories", True, {
+        "source": source, "tasks": pair.pairs, "by_category": by_category,
+        "self_hosted": [r["category"] for r in by_category if not r["fail_on_self_hosted_only"]],
+        "api": [r["category"] for r in by_category if not r["fail_on_api_only"]],
+        "split": [r["category"] for r in by_category if r["fail_on_api_only"] and r["fail_on_self_hosted_only"]]})
 
 
 def typed_axes(axes: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -254,9 +344,14 @@ def decide_rule(ind: Indicators) -> Rule:
     return next(r for r in RULES if r.holds(ind))
 
 
-def routing(rules: RenewalRules) -> dict[str, Any]:
-    """The dual circuit's transfer triggers and exit rules, fixed now, before the next bill is read."""
+def routing(rules: RenewalRules, categories: RenewalFinding | None = None) -> dict[str, Any]:
+    """The dual circuit's transfer triggers and exit rules, fixed now, before the next bill is read; with a live
+    run, the task categories each path takes (`task_categories`; null: none named, an open item)."""
+    named = categories is not None and categories.outcome is True
     return {
+        "task_categories": {k: categories.measured[k] for k in ("self_hosted", "api", "split", "by_category",
+                                                                "source")} if named else None,  # type: ignore[union-attr]
+
         "self_hosted": "tasks with a declared control need (data control, residency, internal latency, "
                        "customised inference chain) and the regular agent/batch load",
         "api": "irregular peaks and any task whose trigger below fires",
@@ -299,10 +394,12 @@ def checklist(axes: Mapping[str, Mapping[str, Any] | None], statuses: Mapping[st
 
 def decide_renewal(axes: Mapping[str, Mapping[str, Any] | None], rules: RenewalRules, declared_benefits: list[str],
                    *, statuses: Mapping[str, str] | None = None, today: dt.date | None = None,
-                   defaulted: list[str] | tuple[str, ...] = ()) -> RenewalDecision:
-    """The decision from the six analyses; `defaulted` names the thresholds and fixed elements left at their
-    built-in defaults, which the decision and its condition then state."""
-    ind, found = indicators(axes, rules, declared_benefits)
+                   defaulted: list[str] | tuple[str, ...] = (), live: "PathsResult | None" = None,
+                   live_source: str | None = None) -> RenewalDecision:
+    """The decision from the six analyses and, when given, the live run of the same tasks on both paths (`live`, a
+    `k3 paths` record); `defaulted` names the thresholds and fixed elements left at their built-in defaults, which
+    the decision and its condition then state."""
+    ind, found = indicators(axes, rules, declared_benefits, live, live_source)
     rule = decide_rule(ind)
     verdict = rule.decision.value
     reexamine = ((today or dt.date.today()) + dt.timedelta(days=rules.reexamine_after_days)).isoformat()
@@ -315,7 +412,10 @@ def decide_renewal(axes: Mapping[str, Mapping[str, Any] | None], rules: RenewalR
         cond += (f"; decided on built-in defaults for {len(defaulted)} threshold(s) or fixed element(s) — write "
                  "them in the parameters file and re-run before signing")
     findings += found
+    categories = category_routing(live, live_source) if verdict == "dual-circuit" else None
+    if categories is not None:
+        findings.append(categories)
     if missing:
         findings.append(RenewalFinding("review.missing", None, {"axes": missing}))
     return RenewalDecision(verdict, tuple(findings), tuple(checklist(axes, statuses or {})), cond,
-                           routing(rules) if verdict == "dual-circuit" else None, reexamine, rule.id)
+                           routing(rules, categories) if verdict == "dual-circuit" else None, reexamine, rule.id)

@@ -145,7 +145,14 @@ def decision_html(decision: RenewalDecision) -> str:
     parts += [f"<li>{esc(r)}</li>" for r in decision.reasons]
     parts.append("</ul>")
     if decision.routing:
-        parts.append("<h3>Routing (fixed in advance)</h3><ul>")
+        parts.append("<h3>Routing (fixed in advance)</h3>")
+        cats = decision.routing.get("task_categories")
+        if cats:
+            parts.append("<p>By task category, from the live run's per-task differences:</p><ul>")
+            parts += [f"<li><b>{esc(where)}</b>: {esc(', '.join(cats[key]) or 'none')}</li>" for where, key in
+                      (("self-hosted", "self_hosted"), ("API", "api"), ("split task by task", "split"))]
+            parts.append("</ul>")
+        parts.append("<p>Transfer triggers:</p><ul>")
         parts += [f"<li><b>{esc(t['trigger'])}</b>: {esc(t['when'])}</li>" for t in decision.routing["transfer_triggers"]]
         parts.append("</ul><p>Exit rules:</p><ul>")
         parts += [f"<li>{esc(r)}</li>" for r in decision.routing["exit_rules"]]

@@ -148,6 +148,48 @@ def _benefits(o: bool | None, m: Measured) -> str:
     return f"declared benefits: {', '.join(m['declared']) if m['declared'] else 'none'}"
 
 
+def _live(o: bool | None, m: Measured) -> str:
+    if m.get("source") is None:
+        return ("open: the self-hosted vs API comparison rests on the task log only, not on the same tasks run on "
+                "both paths (no `k3 paths` run named by review.live_paths) — exit-to-api is not backed by a live run")
+    if "tasks" not in m:
+        return (f"open: the live run {m['source']} has no self_hosted and api paths run on the same tasks (its paths: "
+                f"{', '.join(m['paths']) or 'none'}) — the comparison rests on the task log only")
+    n = m["tasks"]
+    sign = "≥" if o else "<"
+    return (f"live run of the same {n} tasks on both paths ({m['source']}): API accepted {m['api_accepted']}/{n} = "
+            f"{m['api_acceptance_rate']:.0%} (95 % Wilson {_pp(m['api_acceptance_low'])}–"
+            f"{_pp(m['api_acceptance_high'])}), self-hosted {m['self_hosted_accepted']}/{n} = "
+            f"{m['self_hosted_acceptance_rate']:.0%} ({_pp(m['self_hosted_acceptance_low'])}–"
+            f"{_pp(m['self_hosted_acceptance_high'])}); the API path {'meets' if o else 'misses'} the quality rule: "
+            f"its lower bound {_pp(m['api_acceptance_low'])} {sign} {_pp(m['bar'])} ({m['bar_from']})"
+            + ("" if o else " — exit-to-api is not allowed"))
+
+
+def _categories(o: bool | None, m: Measured) -> str:
+    if o is None:
+        return ("open: the dual circuit's routing names no task category — that needs a live run of the same tasks "
+                "on both paths (review.live_paths); until then the transfer triggers alone route")
+    rows = {r["category"]: r for r in m["by_category"]}
+    if not rows:
+        return (f"routing by task category ({m['source']}): no task of the {m['tasks']} fails on one path only; "
+                "either path serves every category, the transfer triggers route")
+
+    def tasks(cats: list[str], side: str) -> str:
+        return "; ".join(f"{c} ({', '.join(rows[c][side])})" for c in cats)
+
+    parts = []
+    if m["self_hosted"]:
+        parts.append(f"kept self-hosted: {tasks(m['self_hosted'], 'fail_on_api_only')} — failing on the API only")
+    if m["api"]:
+        parts.append(f"sent to the API: {tasks(m['api'], 'fail_on_self_hosted_only')} — failing self-hosted only")
+    if m["split"]:
+        parts.append("split task by task: " + "; ".join(
+            f"{c} (self-hosted: {', '.join(rows[c]['fail_on_api_only'])}; API: "
+            f"{', '.join(rows[c]['fail_on_self_hosted_only'])})" for c in m["split"]))
+    return f"routing by task category, from the live run's per-task differences ({m['source']}): " + "; ".join(parts)
+
+
 SENTENCES: dict[str, Callable[[bool | None, Measured], str]] = {
     "decision.rule": _decision,
     "review.defaults": _defaults,
@@ -162,4 +204,6 @@ SENTENCES: dict[str, Callable[[bool | None, Measured], str]] = {
     "stability.recoverable": _recoverable,
     "operations.effort": _effort,
     "benefits.declared": _benefits,
+    "comparison.live": _live,
+    "routing.categories": _categories,
 }

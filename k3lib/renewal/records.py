@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..evidence import EvidenceRecord, Finding, axis_status
-from ..paths.record import RECORD_FILE, read_paths_record
+from ..paths.record import REVIEW_COPY, PathsResult, read_paths_record
 from ..store import RunStore
-from .decision import AXES, RenewalDecision, indicators, money
+from .decision import AXES, RenewalDecision, indicators, live_quality, money
 from .params import RenewalParams
 from .results import read_record_data, record_data, typed
 from .review import decide_from_axes
@@ -76,11 +76,21 @@ def axis_record(ctx: Any, result: dict[str, Any]) -> EvidenceRecord:
     """The evidence record of `ctx.axis` from its result, validated against the axis' typed model."""
     data = record_data(ctx.axis, result)
     findings = _findings(ctx.axis, data["result"], ctx.params)
-    if ctx.axis == "comparison":  # the live run of the same tasks on both paths, when the notebook kept one
-        findings += live_findings(ctx.store, ctx.params.review.rules)
+    if ctx.axis == "comparison":  # the live run of the same tasks on both paths, or why there is none
+        findings += live_findings(ctx.params, ctx.store)
     return EvidenceRecord(axis=ctx.axis, title=TITLES[ctx.axis], status=axis_status(findings),
                           summary="; ".join(f.message for f in findings)[:400],
                           findings=findings, data=data)
+
+
+def live_run(params: RenewalParams, store: RunStore) -> PathsResult | None:
+    """The `k3 paths` record this review reads: its copy kept in the run (`live/paths.json`, written by
+    13_api_comparison's live section), else the run `review.live_paths` names; None when the parameters name none."""
+    source = params.review.live_paths
+    if source is None:
+        return None
+    kept = store.path(REVIEW_COPY)
+    return read_paths_record(kept if kept.exists() else source)
 
 
 def axes_from_records(records: dict[str, EvidenceRecord]) -> tuple[dict[str, Any], dict[str, str]]:
@@ -99,22 +109,28 @@ def axes_from_records(records: dict[str, EvidenceRecord]) -> tuple[dict[str, Any
 def decide_review(params: RenewalParams, store: RunStore, records: dict[str, EvidenceRecord]) -> RenewalDecision:
     """Decide from the records alone, with the rules fixed in the parameters, and write `decision.json`."""
     axes, statuses = axes_from_records(records)
-    decision = decide_from_axes(params, axes, statuses)
+    decision = decide_from_axes(params, axes, statuses, live=live_run(params, store))
     store.write_json("decision.json", decision.to_dict())
     return decision
 
 
-def live_findings(store: Any, rules: Any) -> list[Any]:
-    """The comparison axis' live findings, when the live section kept a `paths` record in this review's run: does
-    the API path meet the quality rule on the same tasks (the paired difference self-hosted − API against the
-    review's `api_equivalent_gap_max`), and the four fixed elements it ran under."""
-    if not store.path(RECORD_FILE).exists():
-        return []
-    result = read_paths_record(store.path(RECORD_FILE))
+def live_findings(params: RenewalParams, store: RunStore) -> list[Finding]:
+    """The comparison axis' live findings: whether the API path meets the quality rule on the same tasks run live
+    (the decision's `comparison.live`, or why it is open), the four fixed elements the run was under, and each
+    pair's paired difference against the review's `api_equivalent_gap_max`."""
+    rules = params.review.rules
+    result = live_run(params, store)
+    quality = live_quality(result, params.review.live_paths, rules)
+    m = quality.measured
+    out = [Finding(rule="renewal.comparison.live", status={True: "warn", False: "pass", None: "not-observable"}[
+        quality.outcome], message=quality.sentence, observed=m.get("api_acceptance_low"),
+        expected=None if "bar" not in m else f"≥ {m['bar']} ({m['bar_from']})")]
+    if result is None:
+        return out
     gap = rules.api_equivalent_gap_max
-    out = [Finding(rule="renewal.comparison.live_fixed", status="info",
-                   message="live run under " + "; ".join(f"{f.name} sha256 {f.sha256[:12]}…" for f in result.fixed),
-                   observed={f.name: f.sha256 for f in result.fixed})]
+    out.append(Finding(rule="renewal.comparison.live_fixed", status="info",
+                       message="live run under " + "; ".join(f"{f.name} sha256 {f.sha256[:12]}…" for f in result.fixed),
+                       observed={f.name: f.sha256 for f in result.fixed}))
     for p in result.pairs:
         if p.difference is None or p.low is None or p.high is None:
             out.append(Finding(rule=f"renewal.comparison.live.{p.b}", status="not-observable",
@@ -122,11 +138,11 @@ def live_findings(store: Any, rules: Any) -> list[Any]:
             continue
         span = f"{p.a} − {p.b} acceptance {p.difference:+.1%} on {p.pairs} paired tasks (95 % {p.low:+.1%}–{p.high:+.1%})"
         if p.high <= gap:
-            status, what = "warn", f"{p.b} meets the quality rule on the same tasks (gap ≤ {gap:.1%})"
+            status, what = "warn", f"{p.b} equivalent to {p.a} on the same tasks (gap ≤ {gap:.1%})"
         elif p.low > gap:
-            status, what = "pass", f"{p.b} misses the quality rule on the same tasks (gap > {gap:.1%})"
+            status, what = "pass", f"{p.b} not equivalent to {p.a} on the same tasks (gap > {gap:.1%})"
         else:
-            status, what = "not-observable", f"inconclusive whether {p.b} meets the quality rule (gap {gap:.1%})"
+            status, what = "not-observable", f"inconclusive whether {p.b} is equivalent to {p.a} (gap {gap:.1%})"
         only = f"; accepted on {p.a} only: {', '.join(p.only_a_tasks)}" if p.only_a_tasks else ""
         out.append(Finding(rule=f"renewal.comparison.live.{p.b}", status=status, message=f"{what}: {span}{only}",
                            observed=p.difference, expected=f"{p.a} − {p.b} ≤ {gap}"))
