@@ -137,6 +137,10 @@ def test_review_batch_on_a_demo(tmp_path, capsys):
     assert "rule: reduce.idle-or-irregular" in index and "from built-in default" not in index
     # every fixed element and threshold from the demo file; the report names kit files, not machine paths
     assert "23 from <kit>/parameters/renewal-demo.yaml" in html.unescape(index)
+    # the summary notebook shows the decision through the view registered when its session opened
+    page = (run / "report" / "19_renewal.html").read_text()
+    assert "<b>Rule:</b> <code>reduce.idle-or-irregular</code>" in page and "Decision: " in page
+    assert "rests on the task log only" in html.unescape(page)  # no live run: an open item, shown
 
 
 @pytest.mark.parametrize("path, expected", [
