@@ -18,6 +18,7 @@ SCHEMA_ID = "k3kit/renewal/paths/1"
 SCHEMA_FILE = Path(__file__).resolve().parents[2] / "schemas" / "renewal" / "paths.schema.json"
 RECORD_FILE = "evidence/paths.json"
 REQUESTS_FILE = "paths/requests.jsonl"
+REVIEW_COPY = "live/paths.json"  # a review's copy of the live run it reads (outside evidence/: not an axis record)
 Num = float | None  # None: not computable from the data (shown blank, never 0)
 TaskStatus = Literal["answered", "failed", "not-run"]
 

@@ -50,11 +50,11 @@ def run_review(params: RenewalParams, store: RunStore, *, progress: Progress | N
     outcomes = run_notebooks(store, stages, timeout_s=params.run.notebook_timeout_s, progress=progress)
     records = read_records(store)
     data = store.read_json("decision.json")
-    if data is None or outcomes[REVIEW_SUMMARY].status != "ok" or data.get("decision") not in DECISIONS:
+    if data is None or outcomes[REVIEW_SUMMARY].status != "ok" or data.get("decision") not in DECISIONS \
+            or not isinstance(data.get("findings"), list):
         decision = decide_review(params, store, records)  # the summary failed: same rules, same records
     else:
-        decision = RenewalDecision(data["decision"], tuple(data["reasons"]), tuple(data["checklist"]),
-                                   data["condition"], data.get("routing"), data.get("reexamine_on"), data.get("rule"))
+        decision = RenewalDecision.from_dict(data)
     pages = render_pages(store, [nb for stage in stages for nb, _ in stage], dict(REVIEW), records, outcomes)
     shown = {"decision": decision.decision,
              "reasons": [f"rule: {decision.rule}", f"condition: {decision.condition}", parameters_line(params),

@@ -13,6 +13,7 @@ from ..errors import BadInputError
 from ..evidence import EvidenceRecord
 from ..session import find_path, outputs_dir
 from ..store import RunStore, utc_now
+from .figures import register_views
 from .params import RenewalParams, load_any_review
 from .review import ReviewData, analyse, load_review
 
@@ -55,6 +56,8 @@ class ReviewContext:
 
 def open_review_run(params_file: str, overrides: list[str] | None = None, run_dir: str = ""
                     ) -> tuple[RenewalParams, RunStore]:
+    """The review's parameters and run folder; in IPython, the review's HTML views are registered first."""
+    register_views()
     params = load_any_review(find_path(params_file), list(overrides or []))
     if run_dir:
         root = Path(run_dir)
