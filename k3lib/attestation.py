@@ -11,15 +11,17 @@ import datetime as dt
 import shlex
 import time
 from pathlib import Path
-from typing import Annotated, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from .errors import BadInputError
-from .evidence import Finding
 from .operator import (DrillCommand, HttpAction, parse_drill_command, run_command,  # noqa: F401 - public here too
                        run_operator_command)
 from .params import read_yaml, validate_model
+
+if TYPE_CHECKING:  # k3lib.evidence types the operations axis with AttestationRecord: imported where used
+    from .evidence import Finding
 
 Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
 PositiveInt = Annotated[int, Field(gt=0)]
@@ -166,6 +168,8 @@ class DrillResult:
         return self.judged()[0] == "pass"
 
     def finding(self) -> Finding:
+        from .evidence import Finding
+
         status, message = self.judged()
         evidence = dataclasses.asdict(self)
         observed = {"before": str(self.before) if self.before else None,
@@ -300,6 +304,8 @@ def attestation_findings(attestation: AttestationRecord | None, *, drill: DrillR
                          contract_context_tokens: int | None = None, planned_concurrency: int | None = None,
                          today: dt.date | None = None) -> list[Finding]:
     """One finding per item. An item with neither attestation nor drill is `not-observable`: open, never a pass."""
+    from .evidence import Finding
+
     today = today or dt.date.today()
     items = attestation.items if attestation else None
     future = attestation is not None and attestation.when > today
