@@ -352,7 +352,7 @@ def json_schemas() -> dict[str, dict[str, Any]]:
 
 
 def write_schemas(folder: Path = SCHEMAS_DIR) -> list[Path]:
-    """Write the JSON Schemas into `folder` (the repository's schemas/): `python -m k3lib.evidence`."""
+    """Write the JSON Schemas into `folder` (the repository's schemas/): `k3 schemas`."""
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
     for name, schema in json_schemas().items():
@@ -360,11 +360,6 @@ def write_schemas(folder: Path = SCHEMAS_DIR) -> list[Path]:
         path.write_text(json.dumps(schema, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         paths.append(path)
     return paths
-
-
-if __name__ == "__main__":
-    for written in write_schemas():
-        print(f"wrote {written}")
 
 
 def read_records(store: "RunStore") -> dict[str, EvidenceRecord]:

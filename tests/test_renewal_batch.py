@@ -14,7 +14,8 @@ import pytest
 
 import k3lib.renewal as renewal
 from k3lib.errors import BadInputError
-from k3lib.renewal.batch import REVIEW, REVIEW_SUMMARY, review_main
+from k3lib.cli import review_main
+from k3lib.renewal.batch import REVIEW, REVIEW_SUMMARY
 from k3lib.renewal.demo import PREVIOUS_VERSION
 from k3lib.renewal.decision import AXES
 from k3lib.session import read_records

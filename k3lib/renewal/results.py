@@ -311,7 +311,3 @@ def write_schemas(folder: Path = SCHEMA_DIR) -> list[Path]:
         paths.append(p)
     return paths
 
-
-if __name__ == "__main__":
-    for written in write_schemas():
-        print(written)
