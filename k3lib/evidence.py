@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from .attestation import AttestationRecord
+from .attested import AttestationRecord
 from .errors import EvidenceError
 
 if TYPE_CHECKING:
