@@ -284,10 +284,10 @@ def decide_rule(ind: Indicators) -> Rule:
 def routing(rules: RenewalRules, categories: RenewalFinding | None = None) -> dict[str, Any]:
     """The dual circuit's transfer triggers and exit rules, fixed now, before the next bill is read; with a live
     run, the task categories each path takes (`task_categories`; null: none named, an open item)."""
-    named = categories is not None and categories.outcome is True
+    cats = categories.measured if categories is not None and categories.outcome is True else None
     return {
-        "task_categories": {k: categories.measured[k] for k in ("self_hosted", "api", "split", "by_category",
-                                                                "source")} if named else None,  # type: ignore[union-attr]
+        "task_categories": None if cats is None else {k: cats[k] for k in ("self_hosted", "api", "split",
+                                                                           "by_category", "source")},
 
         "self_hosted": "tasks with a declared control need (data control, residency, internal latency, "
                        "customised inference chain) and the regular agent/batch load",
