@@ -1,6 +1,7 @@
 """What a finished run accepted: the levels later checks derive from its evidence records and `params.json`.
 
-The ONE place that reads the keys the axes write into `evidence/<axis>.json` `data`. Each level is a function
+The ONE place that reads what the axes write into `evidence/<axis>.json` `data`, through each axis' typed model
+(k3lib.evidence.DATA_MODELS: declared fields only, checked when the record was read). Each level is a function
 returning a `Level` whose value is None with a reason when the evidence does not hold it; never a guess.
 """
 
@@ -13,14 +14,16 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from .errors import BadInputError, EvidenceError
-from .evidence import EvidenceRecord, parse_record
+from pydantic import BaseModel
+
+from .evidence import DATA_MODELS, AgentData, CapacityData, CapacityStep, EvidenceRecord, PrefixCacheData, parse_record
 from .store import MANIFEST
 
-# Where each level is written, tried in order: (axis or "params", dotted path in `data`, scale to the level's
-# unit). These are the keys the axes write today — k3lib.probe (`vllm_version`, `served_models`), k3lib.compat.sheet
-# (`observed`, `topology`, `build`) — and the run's own params.json; a level with no key here is computed from the
-# axis' own tables below (capacity steps, prefix token sums, agent rates). Nothing is guessed: a key an axis does
-# not write is never looked for.
+# Where each level is written, tried in order: (axis or "params", dotted path of fields in the axis' typed data,
+# scale to the level's unit). Every axis path names fields its model declares (k3lib.evidence: ProbeData,
+# EnvironmentData; `declared_path` checks it, and a test checks every path here); params paths read the run's own
+# params.json. A level with no path here is computed from the axis' own typed tables below (capacity steps, prefix
+# token sums, agent rates). Nothing is guessed: a key an axis does not declare is never looked for.
 Candidate = tuple[str, str, float]
 CANDIDATES: dict[str, tuple[Candidate, ...]] = {
     "vllm_version": (("probe", "vllm_version", 1), ("environment", "observed.vllm", 1)),
@@ -37,7 +40,7 @@ CANDIDATES: dict[str, tuple[Candidate, ...]] = {
     "planned_concurrency": (("params", "contract.planned_concurrency", 1),),
     "build": (("environment", "build", 1), ("params", "recipe.build", 1)),
 }
-# Per-load-step keys of k3lib.capacity's `data.steps[]`, at the planned concurrency.
+# Per-load-step fields of k3lib.capacity's `data.steps[]` (CapacityStep), at the planned concurrency.
 STEP_KEYS: dict[str, tuple[tuple[str, float], ...]] = {
     "queue_time_p95_s": (("queue_p95_ms", 1e-3),),
     "kv_usage_at_planned": (("kv_usage_max", 1),),
@@ -115,10 +118,44 @@ def _load_json_or_none(path: Path) -> Any:
         return None
 
 
+def declared_path(model: type[BaseModel], dotted: str) -> bool:
+    """Every step of `dotted` names a field the typed model declares (list steps by index)."""
+    import typing
+
+    node: Any = model
+    for part in dotted.split("."):
+        if part.isdigit():
+            continue
+        while typing.get_origin(node) is not None:  # Optional[...] / list[...]: the model inside
+            node = next(a for a in typing.get_args(node) if a is not type(None))
+        if not (isinstance(node, type) and issubclass(node, BaseModel)) or part not in node.model_fields:
+            return False
+        node = node.model_fields[part].annotation
+    return True
+
+
+def undeclared_paths() -> list[str]:
+    """Paths in CANDIDATES and STEP_KEYS that no axis model declares (a test keeps this empty)."""
+    out = [f"{axis}.{dotted}" for cands in CANDIDATES.values() for axis, dotted, _ in cands
+           if axis != "params" and (axis not in DATA_MODELS or not declared_path(DATA_MODELS[axis], dotted))]
+    return out + [f"capacity.steps.{key}" for keys in STEP_KEYS.values() for key, _ in keys
+                  if not declared_path(CapacityStep, key)]
+
+
+def _typed(rec: EvidenceRecord | None, model: type[BaseModel]) -> Any:
+    """The record's data as its axis' typed model (the record parsed, so this cannot fail); None without one."""
+    if rec is None:
+        return None
+    data = rec.typed()
+    return data if isinstance(data, model) else None
+
+
 def _dig(data: Any, dotted: str) -> Any:
     node = data
     for part in dotted.split("."):
-        if isinstance(node, Mapping):
+        if isinstance(node, BaseModel):
+            node = getattr(node, part, None)
+        elif isinstance(node, Mapping):
             node = node.get(part)
         elif isinstance(node, (list, tuple)) and part.isdigit() and int(part) < len(node):
             node = node[int(part)]
@@ -148,24 +185,24 @@ def _lookup(run: RunEvidence, name: str) -> Level:
         if rec is None:
             tried.append(f"evidence/{where}.json ({run.unreadable.get(where, 'absent')})")
             continue
-        value = _dig(rec.data, dotted)
+        value = _dig(rec.typed(), dotted)  # fields of the axis' model (DATA_MODELS), checked by declared_path
         if value is not None:
             return Level(name, _scaled(value, scale), f"evidence/{where}.json: data.{dotted}", axis_status=rec.status)
         tried.append(f"evidence/{where}.json data.{dotted}")
     return Level(name, None, reason="not recorded; looked in " + ", ".join(dict.fromkeys(tried)))
 
 
-def _planned_step(run: RunEvidence) -> tuple[int, Mapping[str, Any], EvidenceRecord] | None:
-    """The capacity step run at the planned concurrency (k3lib.capacity keeps `data.steps[]`), if any."""
+def _planned_step(run: RunEvidence) -> tuple[int, CapacityStep, EvidenceRecord] | None:
+    """The capacity step run at the planned concurrency (k3lib.capacity's `data.steps[]`), if any."""
     rec = run.records.get("capacity")
-    steps = _dig(rec.data, "steps") if rec else None
-    planned = _dig(run.params, "contract.planned_concurrency")
-    if planned is None and rec is not None:
-        planned = _dig(rec.data, "planned_concurrency")
-    if not isinstance(steps, list) or planned is None:
+    data = _typed(rec, CapacityData)
+    if rec is None or data is None:
         return None
-    at_planned = [i for i, s in enumerate(steps) if isinstance(s, Mapping) and s.get("concurrency") == planned]
-    return (at_planned[-1], steps[at_planned[-1]], rec) if at_planned else None
+    planned = _dig(run.params, "contract.planned_concurrency")
+    if planned is None:
+        planned = data.planned_concurrency
+    found = data.step_at(planned)
+    return (found[0], found[1], rec) if found else None
 
 
 def _from_steps(run: RunEvidence, name: str) -> Level | None:
@@ -174,8 +211,9 @@ def _from_steps(run: RunEvidence, name: str) -> Level | None:
         return None
     idx, step, rec = found
     for key, scale in STEP_KEYS.get(name, ()):
-        if step.get(key) is not None:
-            return Level(name, _scaled(step[key], scale), f"evidence/capacity.json: data.steps.{idx}.{key}",
+        value = getattr(step, key)
+        if value is not None:
+            return Level(name, _scaled(value, scale), f"evidence/capacity.json: data.steps.{idx}.{key}",
                          axis_status=rec.status)
     return None
 
@@ -186,18 +224,18 @@ def _step_ratio(run: RunEvidence, name: str, num_keys: tuple[str, ...], den: str
     if found is None:
         return None
     idx, step, rec = found
-    num_key = next((k for k in num_keys if isinstance(step.get(k), (int, float))), None)
+    num_key = next((k for k in num_keys if getattr(step, k) is not None), None)
     if num_key is None:
         return None
     if isinstance(den, tuple):
-        start, end = step.get(den[0]), step.get(den[1])
-        value = (end - start) if isinstance(start, (int, float)) and isinstance(end, (int, float)) else None
+        start, end = getattr(step, den[0]), getattr(step, den[1])
+        value = (end - start) if start is not None and end is not None else None
         den_text = f"({den[1]} − {den[0]})"
     else:
-        value, den_text = step.get(den), den
-    if not isinstance(value, (int, float)) or value <= 0:
+        value, den_text = getattr(step, den), den
+    if value is None or value <= 0:
         return None
-    return Level(name, float(step[num_key]) / float(value),
+    return Level(name, float(getattr(step, num_key)) / float(value),
                  f"evidence/capacity.json: data.steps.{idx}.{num_key} / {den_text}", axis_status=rec.status)
 
 
@@ -313,9 +351,9 @@ def prefix_hit_rate(run: RunEvidence) -> Level:
     """Token hit rate of the controlled warm requests: hit tokens over warm prompt tokens (k3lib.prefix writes both
     sums, over clean pairs, as `observed_hit_tokens` and `warm_prompt_tokens`)."""
     rec = run.records.get("prefix_cache")
-    data = rec.data if rec else {}
-    hits, prompts = data.get("observed_hit_tokens"), data.get("warm_prompt_tokens")
-    if isinstance(hits, (int, float)) and isinstance(prompts, (int, float)) and prompts > 0:
+    data = _typed(rec, PrefixCacheData)
+    hits, prompts = (data.observed_hit_tokens, data.warm_prompt_tokens) if data is not None else (None, None)
+    if rec is not None and hits is not None and prompts:
         return _number(Level("prefix_hit_rate", float(hits) / float(prompts),
                              "evidence/prefix_cache.json: data.observed_hit_tokens / data.warm_prompt_tokens",
                              axis_status=rec.status), fraction=True)
@@ -326,12 +364,9 @@ def tool_call_validity(run: RunEvidence) -> Level:
     """Share of tool calls whose arguments were valid JSON valid against the tool's schema, over every level of the
     reference agent scenario (k3lib.agent writes per-level, per-check counts in `data.rates`)."""
     rec = run.records.get("agent")
-    rows = _dig(rec.data, "rates") if rec else None
-    mine = [r for r in rows if isinstance(r, Mapping) and r.get("check") == AGENT_VALIDITY_CHECK] \
-        if isinstance(rows, list) else []
-    passed = sum(r.get("passed") or 0 for r in mine if isinstance(r.get("passed"), int))
-    total = sum(r.get("total") or 0 for r in mine if isinstance(r.get("total"), int))
-    if total > 0:
+    data = _typed(rec, AgentData)
+    passed, total = data.validity(AGENT_VALIDITY_CHECK) if data is not None else (0, 0)
+    if rec is not None and total > 0:
         return Level("tool_call_validity", passed / total,
                      f"evidence/agent.json: data.rates[check={AGENT_VALIDITY_CHECK}] (sum passed / sum total)",
                      axis_status=rec.status)

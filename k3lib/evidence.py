@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from .attested import AttestationRecord
 from .errors import EvidenceError
+
+if TYPE_CHECKING:
+    from .store import RunStore
 
 AxisStatus = Literal["pass", "fail", "warn", "not-run"]
 FindingStatus = Literal["pass", "fail", "warn", "info", "not-observable"]
@@ -23,11 +27,15 @@ SCHEMA_VERSION = 2
 SCHEMAS_DIR = Path(__file__).resolve().parents[1] / "schemas"
 
 
-# -- the typed `data` of each acceptance axis: the fields other parts of the kit read are typed and checked when
-# -- a record is written and when it is read back; the rest of an axis' data (tables, raw series) rides along.
+# -- the typed `data` of each acceptance axis, checked when a record is written and when it is read back. Every
+# -- key an axis writes is declared (extra keys are refused): the fields other parts of the kit read are typed to
+# -- the leaf; an axis' raw tables and series are declared as such (lists of rows, mappings) and ride along.
+
+Row = dict[str, Any]
+
 
 class _Data(BaseModel):
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class TrafficCap(_Data):
@@ -37,20 +45,100 @@ class TrafficCap(_Data):
     basis: str
 
 
+class CapacityStep(_Data):
+    """One closed-loop load step at a fixed concurrency (k3lib.capacity.run): client counts and percentiles, the
+    server's window numbers, its settled gauges, the calibration gate and the held/why judgement."""
+
+    concurrency: int
+    label: str | None = None
+    status: str | None = None  # done | stopped | skipped
+    note: str = ""
+    out_of_contract: bool = False
+    held: bool | None = None
+    why: list[str] = Field(default_factory=list)
+    prompt_tokens: int | None = None
+    sized_by: str | None = None
+    output_tokens: int | None = None
+    start_wall: float | None = None
+    end_wall: float | None = None
+    engine_alive_after: bool | None = None
+    # client side (k3lib.capacity.run.record_stats)
+    sent: int | None = None
+    ok: int | None = None
+    server_errors: int | None = None
+    refused: int | None = None
+    timeouts: int | None = None
+    unreachable: int | None = None
+    cancelled: int | None = None
+    ttft_p50_ms: float | None = None
+    ttft_p95_ms: float | None = None
+    e2e_p95_ms: float | None = None
+    ttft_p95_interval: dict[str, float] | None = None  # bootstrap interval of the p95 over the step's requests
+    e2e_p95_interval: dict[str, float] | None = None
+    prompt_tokens_mean: float | None = None
+    completion_tokens_mean: float | None = None
+    # server window (k3lib.capacity.run.window_numbers)
+    preemptions: float | None = None
+    server_ttft_p95_ms: float | None = None
+    queue_p95_ms: float | None = None
+    queue_p95_low_ms: float | None = None
+    queue_p95_high_ms: float | None = None
+    queue_p95_basis: str | None = None
+    queue_p95_text: str | None = None
+    queue_mean_ms: float | None = None
+    queue_count: float | None = None
+    # settled gauges (k3lib.capacity.analysis.settled_stats)
+    samples: int | None = None
+    waiting_mean: float | None = None
+    waiting_max: float | None = None
+    running_mean: float | None = None
+    running_max: float | None = None
+    kv_usage_mean: float | None = None
+    kv_usage_max: float | None = None
+    preemptions_sampled: float | None = None
+    admit_limit: int | None = None
+    waiting_full_mean: float | None = None
+    # trust (k3lib.capacity.trust.gate_step, cross_check_data)
+    latency_valid: bool | None = None
+    invalid_reason: str | None = None
+    calibrated_at: int | None = None
+    loop_lag_p99_ms: float | None = None
+    cross_check: Row | None = None
+
+
 class CapacityData(_Data):
     saturation_point: int | None = None
     traffic_cap: TrafficCap | None = None
     implied_decision: Decision | None = None
     planned_concurrency: int | None = None
-    steps: list[dict[str, Any]] = Field(default_factory=list)
+    steps: list[CapacityStep] = Field(default_factory=list)
+    oom: Row | None = None
+    configuration: Row = Field(default_factory=dict)
+    plan: Row | None = None
+    phases: list[Row] | None = None
+    calibration: Row | None = None
+    cross_check: dict[str, Row | None] = Field(default_factory=dict)
+    long_context: list[Row] | None = None
+    refusal: Row | None = None
+    ready: Row | None = None
+    soak: Row | None = None
+
+    def step_at(self, concurrency: int | None) -> tuple[int, CapacityStep] | None:
+        """The (last) step run at `concurrency`, with its index in `steps`."""
+        found = [(i, s) for i, s in enumerate(self.steps) if concurrency is not None and s.concurrency == concurrency]
+        return found[-1] if found else None
 
 
 class Observed(_Data):
     vllm: str | None = None
+    cuda_build: str | None = None
     driver: str | None = None
+    driver_can_run_cuda: str | None = None
+    gpus_visible: int | None = None
     image: str | None = None
     image_digest: str | None = None
-    gpus_visible: int | None = None
+    fingerprint: str | None = None
+    tool_choice_auto: str | None = None
 
 
 class Topology(_Data):
@@ -63,42 +151,123 @@ class Topology(_Data):
 class EnvironmentData(_Data):
     build: Literal["official", "custom"] | None = None
     mismatch: bool | None = None
+    experimental: bool = False
+    sheet: str | None = None
     observed: Observed | None = None
     topology: Topology | None = None
+    rows: list[Row] = Field(default_factory=list)
+    sources: dict[str, Row] = Field(default_factory=dict)
 
 
 class ServedModel(_Data):
+    """The fields of a /v1/models card the kit reads; the whole body is kept in `endpoints` and attached."""
+
     id: str | None = None
+    root: str | None = None
+    owned_by: str | None = None
     max_model_len: int | None = None
 
 
 class ProbeData(_Data):
+    model: str | None = None
     vllm_version: str | None = None
     served_models: list[ServedModel] = Field(default_factory=list)
+    endpoints: dict[str, Row] = Field(default_factory=dict)
 
 
 class PrefixCacheData(_Data):
     gain_counted: bool | None = None
+    designed_hit_tokens: int | None = None
     observed_hit_tokens: int | None = None
     warm_prompt_tokens: int | None = None
     ttft_gain_pct: float | None = None
     ttft_gain_interval: dict[str, float] | None = None
+    hit_unit_tokens: int | None = None
+    hit_unit_source: str | None = None
+    cache_config: dict[str, str] | None = None
+    isolation: str | None = None
+    warm_change: str | None = None
+    sized_by: str | None = None
+    pairs: list[Row] = Field(default_factory=list)
 
 
 class AgentRate(_Data):
     level: int
     check: str
     passed: int
+    failed: int | None = None
     total: int
+    rate: float | None = None
 
 
 class AgentData(_Data):
     rates: list[AgentRate] = Field(default_factory=list)
     max_clean_concurrency: int | None = None
+    settings: Row = Field(default_factory=dict)
+    sample: Row = Field(default_factory=dict)
+    levels: list[Row] = Field(default_factory=list)
+    skipped: list[dict[str, str]] = Field(default_factory=list)
+    cases: list[Row] = Field(default_factory=list)
+
+    def validity(self, check: str) -> tuple[int, int]:
+        """(passed, total) of one check summed over every concurrency level."""
+        mine = [r for r in self.rates if r.check == check]
+        return sum(r.passed for r in mine), sum(r.total for r in mine)
+
+
+class ServedData(_Data):
+    """What the target served at one moment of the drill (k3lib.attestation.Served)."""
+
+    vllm_version: str | None = None
+    image: str | None = None
+    digest: str | None = None
+    error: str | None = None
+
+
+class ForwardData(_Data):
+    command: str
+    detail: str | None = None
+    serving: bool
+    error: str | None = None
+    served: ServedData | None = None
+
+
+class DrillData(_Data):
+    """The rollback drill as run (k3lib.attestation.DrillResult)."""
+
+    command: str
+    check_url: str
+    command_ok: bool
+    command_detail: str
+    health_status: int | None = None
+    chat_ok: bool
+    error: str | None = None
+    duration_s: float
+    before: ServedData | None = None
+    after: ServedData | None = None
+    rollback_to: str | None = None
+    forward: ForwardData | None = None
+
+
+class OperationsData(_Data):
+    attestation_file: str | None = None
+    attestation: AttestationRecord | None = None
+    drill: DrillData | None = None
 
 
 DATA_MODELS: dict[str, type[_Data]] = {"capacity": CapacityData, "environment": EnvironmentData,
-                                       "probe": ProbeData, "prefix_cache": PrefixCacheData, "agent": AgentData}
+                                       "probe": ProbeData, "prefix_cache": PrefixCacheData, "agent": AgentData,
+                                       "operations": OperationsData}
+# A renewal review's records ({"schema": "k3kit/renewal/<axis>/<n>", "result": …}) are typed by k3lib.renewal.results
+# (schemas/renewal/); its `operations` axis is not the acceptance one.
+RENEWAL_SCHEMA_PREFIX = "k3kit/renewal/"
+
+
+def data_model(axis: str, data: Any) -> type[_Data] | None:
+    """The acceptance model typing an axis' `data`; None for a renewal record or an axis without one."""
+    if isinstance(data, dict) and str(data.get("schema", "")).startswith(RENEWAL_SCHEMA_PREFIX):
+        return None
+    return DATA_MODELS.get(axis)
 
 
 class Finding(BaseModel):
@@ -136,14 +305,14 @@ class EvidenceRecord(BaseModel):
         if self.schema_version != SCHEMA_VERSION:
             raise ValueError(f"written by another kit version (evidence schema {self.schema_version}, this kit reads "
                              f"{SCHEMA_VERSION}): re-run the axis with this kit")
-        model = DATA_MODELS.get(self.axis)
+        model = data_model(self.axis, self.data)
         if model is not None:
             model.model_validate(self.data)
         return self
 
     def typed(self) -> Any:
         """The axis' data as its typed (frozen) model; the raw dict for an axis without one."""
-        model = DATA_MODELS.get(self.axis)
+        model = data_model(self.axis, self.data)
         return model.model_validate(self.data) if model is not None else self.data
 
     def failed(self) -> list[Finding]:
@@ -151,11 +320,6 @@ class EvidenceRecord(BaseModel):
 
     def by_rule(self, rule: str) -> Finding | None:
         return next((f for f in self.findings if f.rule == rule), None)
-
-    def _repr_html_(self) -> str:
-        from .summary import record_html
-
-        return record_html(self)
 
 
 def axis_status(findings: list[Finding]) -> AxisStatus:
@@ -197,3 +361,11 @@ def write_schemas(folder: Path = SCHEMAS_DIR) -> list[Path]:
         paths.append(path)
     return paths
 
+
+def read_records(store: "RunStore") -> dict[str, EvidenceRecord]:
+    """Every `evidence/<axis>.json` of a run folder, parsed and checked, by axis."""
+    out = {}
+    for path in sorted(store.path("evidence").glob("*.json")):
+        rel = f"evidence/{path.name}"
+        out[path.stem] = parse_record(store.read_json(rel), rel)
+    return out

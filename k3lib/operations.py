@@ -11,7 +11,7 @@ import dataclasses
 from typing import Any
 
 from .attestation import AttestationRecord, DrillResult, attestation_findings, read_attestation, rollback_drill
-from .evidence import EvidenceRecord, Finding, axis_status
+from .evidence import DrillData, EvidenceRecord, Finding, OperationsData, axis_status
 from .session import AxisContext, find_path
 
 
@@ -49,6 +49,7 @@ def run_operations(ctx: AxisContext) -> OperationsResult:
 
 
 def operations_record(result: OperationsResult, ctx: AxisContext) -> EvidenceRecord:
+    """The axis record; its `data` is an OperationsData (typed, checked here and when read back)."""
     status = axis_status(list(result.findings))
     open_items = [f.rule for f in result.findings if f.status == "not-observable"]
     summary = ("attested and rehearsed" if status == "pass" else
@@ -56,7 +57,7 @@ def operations_record(result: OperationsResult, ctx: AxisContext) -> EvidenceRec
     return EvidenceRecord(
         axis="operations", title="Operator readiness and rollback", status=status, summary=summary,
         findings=list(result.findings),
-        data={"attestation_file": result.attestation_file,
-              "attestation": result.attestation.model_dump(mode="json") if result.attestation else None,
-              "drill": dataclasses.asdict(result.drill) if result.drill else None},
+        data=OperationsData(attestation_file=result.attestation_file, attestation=result.attestation,
+                            drill=DrillData.model_validate(dataclasses.asdict(result.drill)) if result.drill else None
+                            ).model_dump(mode="json"),
         attachments=["evidence/operations/attestation.yaml"] if result.attestation else [])

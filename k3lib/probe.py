@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from .evidence import EvidenceRecord, Finding, axis_status
+from .evidence import EvidenceRecord, Finding, ServedModel, axis_status
 from .session import AxisContext
 from .store import utc_now
 
@@ -196,6 +196,8 @@ def probe_record(result: ProbeResult, ctx: AxisContext) -> EvidenceRecord:
                (f"; failing: {', '.join(failed)}" if failed else ""))
     return EvidenceRecord(
         axis="probe", title="Target probe", status=status, summary=summary, findings=findings,
-        data={"model": result.model, "vllm_version": result.vllm_version, "served_models": result.served_models,
+        data={"model": result.model, "vllm_version": result.vllm_version,
+              # the card fields the kit reads (ServedModel); the whole /v1/models body is in `endpoints`, attached
+              "served_models": [{k: c.get(k) for k in ServedModel.model_fields} for c in result.served_models],
               "endpoints": {k: p.to_dict(keep=4096) for k, p in result.endpoints.items()}},
         attachments=attachments)

@@ -1,25 +1,27 @@
 """Re-validation against a baseline run: identity changes reopen the sheet, metrics outside the band are drift.
 
-The synthetic runs below write the `data` keys the axes write (see CANDIDATES in k3lib.accepted):
-environment.data.observed.{vllm, driver, image_digest, gpus_visible}, environment.data.topology.*_parallel_size,
-environment.data.build, probe.data.{vllm_version, served_models[0].max_model_len}, the capacity axis'
-steps[] at the planned concurrency, the prefix axis' token sums, the agent axis' rates table.
+The synthetic runs below are written as the axes write them: the capacity record by the capacity axis' own
+record builder (k3lib.capacity.capacity_record) from its load steps, the other axes' data through their typed
+models (k3lib.evidence.DATA_MODELS: an undeclared or mistyped key fails here, as it would in the axis).
 """
 
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import pytest
 
 from k3lib import accepted as acc
 from k3lib.baseline import Band, compare_with_baseline
+from k3lib.evidence import DATA_MODELS, EvidenceRecord
 from k3lib.store import RunStore
 
 DIGEST_A = "sha256:" + "a" * 64
 DIGEST_B = "sha256:" + "b" * 64
 
+STEP: dict[str, Any] = {"status": "done", "held": True, "why": []}
 BASE: dict[str, Any] = {
     "params": {"recipe": {"build": "official"}, "contract": {"max_context_tokens": 32768, "planned_concurrency": 8}},
     "probe": {"vllm_version": "0.27.1", "served_models": [{"id": "kimi-k3", "max_model_len": 65536}]},
@@ -36,8 +38,28 @@ BASE: dict[str, Any] = {
 }
 
 
-def record(axis: str, data: dict[str, Any], status: str = "pass") -> dict[str, Any]:
-    return {"axis": axis, "title": axis, "status": status, "data": data}
+def capacity_by_the_axis(steps: list[dict[str, Any]], planned: int) -> dict[str, Any]:
+    """The capacity record as k3lib.capacity writes it, from load steps (the step fields k3lib.capacity.run sets)."""
+    import types
+    from pathlib import Path
+
+    from k3lib.capacity import capacity_record
+    from k3lib.capacity.result import CapacityResult
+    from k3lib.params import load_params
+
+    params = load_params([Path(__file__).resolve().parents[1] / "parameters" / "emulator.yaml"],
+                         [f"contract.planned_concurrency={planned}"])
+    phases = [{"phase": "concurrency", "status": "done", "start_wall": 0.0, "end_wall": 1.0, "note": ""}]
+    run = {"plan": {}, "phases": phases, "steps": [{**STEP, **s} for s in steps]}
+    record = capacity_record(CapacityResult(run, [], [], [], None, None), types.SimpleNamespace(params=params))
+    return record.model_dump(mode="json")
+
+
+def record(axis: str, data: dict[str, Any], status: str = "pass", planned: int = 8) -> dict[str, Any]:
+    if axis == "capacity":
+        return {**capacity_by_the_axis(data["steps"], data.get("planned_concurrency") or planned), "status": status}
+    typed = DATA_MODELS[axis].model_validate(data).model_dump(mode="json")
+    return EvidenceRecord(axis=axis, title=axis, status=status, data=typed).model_dump(mode="json")
 
 
 def write_run(tmp_path, name: str, spec: dict[str, Any], statuses: dict[str, str] | None = None) -> RunStore:
@@ -45,7 +67,8 @@ def write_run(tmp_path, name: str, spec: dict[str, Any], statuses: dict[str, str
     store.write_json("params.json", spec["params"])
     for axis in ("probe", "environment", "capacity", "prefix_cache", "agent"):
         if spec.get(axis) is not None:
-            store.write_json(f"evidence/{axis}.json", record(axis, spec[axis], (statuses or {}).get(axis, "pass")))
+            store.write_json(f"evidence/{axis}.json", record(axis, spec[axis], (statuses or {}).get(axis, "pass"),
+                                                             spec["params"]["contract"]["planned_concurrency"]))
     store.write_json("decision.json", {"decision": spec["decision"], "reasons": [], "build": "official"})
     return store
 
@@ -187,7 +210,7 @@ def test_to_dict_is_json_ready(tmp_path, baseline):
 def test_levels_are_derived_tolerantly(tmp_path):
     spec = changed(capacity={"planned_concurrency": 8,
                              "steps": [{"concurrency": 8, "preemptions": 6, "start_wall": 0.0, "end_wall": 120.0,
-                                        "server_errors": 1, "sent": 50, "kv_usage_max": "62%"}]})
+                                        "server_errors": 1, "sent": 50, "kv_usage_max": 62.0}]})
     store = write_run(tmp_path, "run", spec)
     store.write_text("evidence/agent.json", "{not json")
     run = acc.read_run(store.root)
@@ -200,6 +223,23 @@ def test_levels_are_derived_tolerantly(tmp_path):
     assert "agent" in run.unreadable
     assert acc.parallelism(run).value == {"tensor_parallel_size": 8, "pipeline_parallel_size": 1,
                                           "data_parallel_size": 1}
+
+
+def test_a_hand_edited_mistyped_level_is_refused_with_its_reason_not_guessed(tmp_path):
+    store = write_run(tmp_path, "run", BASE)
+    path = store.path("evidence/capacity.json")
+    data = json.loads(path.read_text())
+    data["data"]["steps"][0]["kv_usage_max"] = "62%"
+    path.write_text(json.dumps(data))
+    level = acc.kv_usage_at_planned(acc.read_run(store.root))
+    assert level.value is None and "evidence/capacity.json" in level.reason and "kv_usage_max" in level.reason
+
+
+def test_every_evidence_path_the_levels_read_is_declared_by_its_axis_model():
+    assert acc.undeclared_paths() == []
+    from k3lib.evidence import ProbeData
+
+    assert not acc.declared_path(ProbeData, "served_models.0.max_ok_len")
 
 
 def test_compare_main_exit_codes_and_precheck(tmp_path, baseline, capsys):

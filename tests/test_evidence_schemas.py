@@ -18,7 +18,7 @@ def test_the_schemas_in_the_repository_are_the_ones_the_models_give():
         path = ROOT / "schemas" / name
         assert path.is_file(), f"{name} missing: run k3 schemas"
         assert json.loads(path.read_text(encoding="utf-8")) == schema, f"{name} is stale: run k3 schemas"
-    assert set(DATA_MODELS) == {"capacity", "environment", "probe", "prefix_cache", "agent"}
+    assert set(DATA_MODELS) == {"capacity", "environment", "probe", "prefix_cache", "agent", "operations"}
 
 
 def test_a_record_from_another_kit_version_is_refused_in_one_line():
@@ -36,6 +36,9 @@ def test_a_record_from_another_kit_version_is_refused_in_one_line():
     pytest.param("agent", {"rates": [{"level": 1, "check": "arguments_valid", "passed": "all", "total": 3}]},
                  id="rate-not-a-count"),
     pytest.param("environment", {"build": "nightly"}, id="unknown-build"),
+    pytest.param("capacity", {"saturation": {"max_ok_concurrency": 3}}, id="undeclared-key"),
+    pytest.param("capacity", {"steps": [{"concurrency": 4, "max_ok": True}]}, id="undeclared-step-key"),
+    pytest.param("operations", {"drill": {"command": "true"}}, id="drill-without-its-outcome"),
 ])
 def test_mistyped_data_is_refused_when_written_and_when_read_back(axis, data):
     with pytest.raises(ValidationError):

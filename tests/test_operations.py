@@ -3,13 +3,16 @@ command leaves C16 open and the decision short of production."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from conftest import ROOT
 from k3lib.decision import decide
 from k3lib.emulator import EmulatorConfig, start_emulator
+from k3lib.evidence import OperationsData, parse_record
 from k3lib.operations import operations_record, run_operations
-from k3lib.session import open_axis
+from k3lib.notebook import open_axis
 from k3lib.sheet import ITEMS, item_status, sheet_rows
 
 C16 = next(i for i in ITEMS if i.id == "C16")
@@ -34,10 +37,13 @@ def test_the_demo_drill_rolls_back_to_the_previous_release_and_forward_again(tmp
     record = _operations(tmp_path, emulator_url)
     status, found = item_status(C16, {"operations": record})
     assert status == "pass", [f.message for f in found]
-    drill = record.data["drill"]
-    assert drill["before"]["vllm_version"] == "0.33.0" and drill["after"]["vllm_version"] == "0.32.1"
-    assert drill["before"]["digest"] != drill["after"]["digest"]
-    assert drill["forward"]["served"]["vllm_version"] == "0.33.0"
+    data = parse_record(json.loads((tmp_path / "run" / "evidence" / "operations.json").read_text()),
+                        "evidence/operations.json").typed()
+    assert isinstance(data, OperationsData) and data.drill is not None and data.drill.forward is not None
+    drill = data.drill
+    assert drill.before.vllm_version == "0.33.0" and drill.after.vllm_version == "0.32.1"
+    assert drill.before.digest != drill.after.digest
+    assert drill.forward.served.vllm_version == "0.33.0"
 
 
 def test_a_no_op_drill_leaves_c16_open_and_the_decision_is_not_production(tmp_path, emulator_url):

@@ -36,11 +36,10 @@ def run_review(params: RenewalParams, store: RunStore, *, progress: Progress | N
     result = run_batch(store, review_plan(REVIEW_STAGES), timeout_s=params.run.notebook_timeout_s,
                        progress=progress)
     data = result.decision_data
-    if data is None or data.get("decision") not in DECISIONS:
+    if data is None or data.get("decision") not in DECISIONS or not isinstance(data.get("findings"), list):
         decision = decide_review(params, store, result.records)  # the summary failed: same rules, same records
     else:
-        decision = RenewalDecision(data["decision"], tuple(data["reasons"]), tuple(data["checklist"]),
-                                   data["condition"], data.get("routing"), data.get("reexamine_on"), data.get("rule"))
+        decision = RenewalDecision.from_dict(data)
     shown = {"decision": decision.decision,
              "reasons": [f"rule: {decision.rule}", f"condition: {decision.condition}", parameters_line(params),
                          *decision.reasons]

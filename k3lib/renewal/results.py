@@ -63,7 +63,7 @@ class LoadResult(_M):
     business_busy_share: Num
     weekday_gpu_h_cv: Num
     arrivals_per_h_mean: Num
-    arrivals_per_h_p99: int
+    arrivals_per_h_p99: Num
     peak_to_mean: Num
     slots: SlotCounts
 
