@@ -19,8 +19,9 @@ from .errors import EvidenceError
 AxisStatus = Literal["pass", "fail", "warn", "not-run"]
 FindingStatus = Literal["pass", "fail", "warn", "info", "not-observable"]
 Decision = Literal["production", "limited-observation", "capacity-extension", "environment-rebuild"]
-# 2: each acceptance axis' `data` is typed (the models below); a record of schema 1 is refused, never guessed at.
-SCHEMA_VERSION = 2
+# 2: each acceptance axis' `data` is typed (the models below); 3: every key declared (extra keys refused), capacity
+# steps and the operations axis typed. A record of another schema is refused in one line, never guessed at.
+SCHEMA_VERSION = 3
 SCHEMAS_DIR = Path(__file__).resolve().parents[1] / "schemas"
 
 
