@@ -269,12 +269,27 @@ def test_compare_main_exit_codes_and_precheck(tmp_path, baseline, capsys):
 
 
 def test_tool_call_validity_from_the_agent_rates_table(tmp_path):
-    rates = [{"level": 1, "check": "arguments_valid", "passed": 10, "failed": 0, "total": 10, "rate": 1.0},
-             {"level": 8, "check": "arguments_valid", "passed": 28, "failed": 2, "total": 30, "rate": 0.9333},
-             {"level": 8, "check": "function_name", "passed": 0, "failed": 30, "total": 30, "rate": 0.0}]
-    store = write_run(tmp_path, "run", changed(agent={"rates": rates, "levels": []}))
+    """The agent record built by the agent axis' own record builder from its per-reply check outcomes."""
+    import types
+
+    from k3lib.agent.report import AgentResult, agent_record
+
+    def step(level: int, i: int, valid: bool) -> dict[str, Any]:
+        return {"level": level, "case": "weather", "turn": 1, "round": 1, "repetition": i, "seq": i, "tools": True,
+                "reply": {"ok": True}, "parsed": {},
+                "checks": [{"check": "arguments_valid", "passed": valid, "detail": "" if valid else "not JSON"},
+                           {"check": "function_name", "passed": False, "detail": "unknown tool"}]}
+
+    steps = [step(1, i, True) for i in range(10)] + [step(8, i, i >= 2) for i in range(30)]
+    result = AgentResult({"min_pass_rate": 1.0}, {"cases": [{"id": "weather", "title": "weather"}]},
+                         [{"level": 1}, {"level": 8}], [], steps)
+    ctx = types.SimpleNamespace(store=types.SimpleNamespace(path=lambda rel: tmp_path / "absent" / rel))
+    agent = agent_record(result, ctx).model_dump(mode="json")
+    store = write_run(tmp_path, "run", changed(agent=None))
+    store.write_json("evidence/agent.json", agent)
     level = acc.tool_call_validity(acc.read_run(store.root))
     assert level.value == pytest.approx(38 / 40) and "check=arguments_valid" in level.source
+    assert level.axis_status == "fail"  # function_name failed: the rate is known, the axis did not accept it
 
 
 def test_levels_from_the_capacity_steps_as_k3lib_capacity_writes_them(tmp_path):
