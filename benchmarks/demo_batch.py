@@ -73,9 +73,9 @@ def instrumented(t: Timings, t0: float, sequential: bool) -> Iterator[None]:
     """Wrap the runner's notebook execution, rendering and target start; optionally make every stage a singleton."""
     execute, render, resolve = runner.execute_notebook, runner.render_notebook, runner.resolve_target
 
-    def timed_execute(name: str, store: RunStore, *, timeout_s: float) -> runner.NotebookOutcome:
+    def timed_execute(name: str, store: RunStore, *, timeout_s: float, **kwargs: Any) -> runner.NotebookOutcome:
         start = time.perf_counter()
-        out = execute(name, store, timeout_s=timeout_s)
+        out = execute(name, store, timeout_s=timeout_s, **kwargs)
         t.add("notebooks", notebook=name, status=out.status, start_s=start - t0, end_s=time.perf_counter() - t0,
               duration_s=time.perf_counter() - start, error=out.error)
         return out

@@ -8,6 +8,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from ._deferred import defer_rfc3987_syntax
+
+defer_rfc3987_syntax()  # seconds per notebook kernel otherwise (see k3lib/_deferred.py)
+
 # public name → module that defines it (a subpackage is named by itself)
 _EXPORTS: dict[str, str] = {
     "APIError": ".errors",
@@ -33,13 +37,13 @@ _EXPORTS: dict[str, str] = {
     "explorer": ".explorer",
     "findings_table": ".summary",
     "load_params": ".params",
-    "open_axis": ".session",
-    "open_summary": ".session",
+    "open_axis": ".notebook",
+    "open_summary": ".notebook",
     "operations": ".operations",
     "paths": ".paths",
     "prefix": ".prefix",
     "probe_record": ".probe",
-    "read_records": ".session",
+    "read_records": ".evidence",
     "records_table": ".summary",
     "renewal": ".renewal",
     "run_probe": ".probe",
@@ -67,9 +71,10 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from .decision import Decision, decide
     from .errors import (APIError, ArtifactError, BadInputError, EvidenceError, K3Error, MissingSeriesError,
                          ProtocolError, TargetError, TargetUnreachable)
-    from .evidence import EvidenceRecord, Finding
+    from .evidence import EvidenceRecord, Finding, read_records
     from .params import Params, load_params
     from .probe import probe_record, run_probe
-    from .session import AxisContext, open_axis, open_summary, read_records
+    from .notebook import open_axis, open_summary
+    from .session import AxisContext
     from .store import RunStore
     from .summary import decide_run, findings_table, records_table

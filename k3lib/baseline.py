@@ -6,7 +6,6 @@ outside the accepted band is drift. An official and a custom build are never com
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 from pathlib import Path
 from typing import Any, Callable
@@ -222,15 +221,3 @@ def precheck_baseline(baseline_dir: str | Path, build: str) -> None:
     if base_build.known and base_build.value != build:
         raise BadInputError(f"official and custom builds are never compared as one: this run is {build}, the "
                             f"baseline is {base_build.value}", source=str(baseline_dir))
-
-
-def compare_main(ns: argparse.Namespace) -> int:
-    """`k3 compare RUN --baseline RUN`: 0 same deployment (every identity item verified) and no drift; 1 the sheet
-    reopens, a metric drifted, or an identity item (the image digest, the driver…) could not be verified;
-    2 the runs cannot be compared (official vs custom build, or not run folders)."""
-    cmp = compare_with_baseline(ns.run, ns.baseline)
-    for line in cmp.lines():
-        print(line)
-    if cmp.refused:
-        raise BadInputError(cmp.refused.message, source=str(ns.baseline))
-    return 1 if cmp.reopens or cmp.drift or cmp.unverified else 0

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from k3lib.client import ChatClient, ChatRecord
+from k3lib.stats import percentile
 
 #: Default bound on the client's p99 timing error; above it a phase's TTFT/ITL are not trusted.
 DEFAULT_MAX_ERROR_MS = 10.0
@@ -326,17 +327,6 @@ async def measure_event_loop_lag(duration_s: float, *, interval_ms: float = 5.0,
         lags.append(max(0.0, (time.perf_counter_ns() - target) / 1e6))
     return LoopLagReport(duration_s=duration_s, interval_ms=interval_ms, samples=len(lags),
                          p50_ms=percentile(lags, 50), p99_ms=percentile(lags, 99), max_ms=max(lags, default=None))
-
-
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """Linear-interpolated percentile (numpy's default method); None for no values."""
-    if not values:
-        return None
-    xs = sorted(values)
-    pos = (len(xs) - 1) * q / 100.0
-    lo = int(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -176,6 +176,12 @@ def build_parser() -> argparse.ArgumentParser:
     hi.add_argument("--textfile", metavar="FILE", help="write the last run's metrics here (e.g. "
                                                        "/var/lib/node_exporter/textfile/k3kit.prom)")
     hi.set_defaults(func=cmd_history)
+
+    sc = sub.add_parser("schemas", help="rewrite the JSON Schemas in schemas/ from the code (for developers)",
+                        description="Write the JSON Schemas of the evidence record, of each acceptance axis' data "
+                                    "and of each renewal result into the repository's schemas/ folder, one line per "
+                                    "file written. The tests fail while a committed schema differs from the code.")
+    sc.set_defaults(func=cmd_schemas)
     return parser
 
 
@@ -273,24 +279,69 @@ def cmd_demo(ns: argparse.Namespace) -> int:
     params = _load([str(PROJECT_ROOT / "parameters" / "emulator.yaml")], [], ns.fault, ns.profile)
     code = _run_acceptance(params, ns.out)
     if not ns.no_review:
-        from .renewal.batch import review_main
-
         print("", flush=True)
         review_main([], _emulator_sets(ns.fault, ns.profile), ns.out, ns.review)
     return code
 
 
+def review_main(files: list[str], sets: list[str], out: str | None, demo: str | None) -> int:
+    """`k3 review -p FILE … [--set K=V] [--out DIR] [--demo SCENARIO]`: run the review, print the decision, return
+    its exit code (`Decision.exit_code`: 0 renew, 3 reduce, 4 dual-circuit, 5 exit-to-api). Bad input raises
+    BadInputError before any run folder exists."""
+    from .renewal.batch import load_review_request, run_review
+    from .renewal.decision import Decision
+    from .session import outputs_dir
+    from .store import RunStore
+
+    params = load_review_request(files, sets, demo)
+    store = RunStore.create(Path(out) if out else outputs_dir(), label=params.run.label or "review")
+    print(f"run: {store.root}", file=sys.stderr)
+    decision = run_review(params, store, on_start=lambda src: print(f"series: {src}", file=sys.stderr))
+    print(f"decision: {decision.decision}")
+    print(f"rule: {decision.rule}")
+    for reason in decision.reasons:
+        print(f"  - {reason}")
+    print(f"condition: {decision.condition}")
+    print(f"report: {store.path('report/index.html')}")
+    print(f"run: {store.root}")
+    return Decision(decision.decision).exit_code
+
+
 def cmd_review(ns: argparse.Namespace) -> int:
     from .params import check_command
-    from .renewal.batch import review_main
 
     check_command(list(ns.params or []), "k3 review")
     return review_main(ns.params, [*ns.sets, *_emulator_sets(ns.fault, ns.profile)], ns.out, ns.demo)
 
 
-def cmd_paths(ns: argparse.Namespace) -> int:
-    from .paths import paths_main
+def paths_main(files: list[str], sets: list[str], out: str | None, compare: str | None = None) -> int:
+    """`k3 paths`: run, write the record, print it; with `compare`, flag any fixed element that changed."""
+    from .paths.params import load_paths_params
+    from .paths.record import compare_fixed, read_paths_record
+    from .paths.report import paths_lines
+    from .paths.runner import check_endpoints, run_paths
+    from .paths.tasks import load_task_set
+    from .session import outputs_dir
+    from .store import RunStore
 
+    params = load_paths_params(list(files), list(sets))
+    tasks = load_task_set(params.paths.task_set)  # bad input is refused before a run folder exists
+    check_endpoints(params)
+    before = read_paths_record(compare) if compare else None
+    store = RunStore.create(Path(out) if out else outputs_dir(), label=params.paths.label)
+    print(f"run: {store.root}", file=sys.stderr)
+    result = run_paths(params, store, tasks)
+    _print_lines(paths_lines(result))
+    if before is not None:
+        changed = compare_fixed(before, result)
+        store.write_json("paths/compare.json", {"with": str(compare), "changed": changed})
+        for line in changed or ["the four fixed elements are the same as in " + str(compare)]:
+            print(("CHANGED " if changed else "") + line)
+    print(f"evidence: {store.path('evidence/paths.json')}")
+    return 0
+
+
+def cmd_paths(ns: argparse.Namespace) -> int:
     return paths_main(ns.params, ns.sets, ns.out, ns.compare)
 
 
@@ -388,40 +439,105 @@ def cmd_inspect(ns: argparse.Namespace) -> int:
     return 2 if refused else 0
 
 
-def cmd_verify(ns: argparse.Namespace) -> int:
-    from .signing import verify_main
+# -- post-run tools: the library returns values, these adapters print them -------------------------------------------
 
-    return verify_main(ns)
+def _print_lines(lines: Any) -> None:
+    for line in lines:
+        print(line)
 
 
 def cmd_sign(ns: argparse.Namespace) -> int:
-    from .signing import sign_main
+    """`k3 sign RUN --reviewer NAME [--key FILE] [--identity ID] [--force]`."""
+    from .signing import SSH_SIG, sign_run
 
-    return sign_main(ns)
+    record = sign_run(ns.run, ns.reviewer, key=getattr(ns, "key", None), identity=getattr(ns, "identity", None),
+                      force=bool(getattr(ns, "force", False)))
+    print(f"signed {record.run_id}: decision {record.decision}, reviewer {record.reviewer}, "
+          f"manifest sha256 {record.manifest_sha256}")
+    print("ssh signature: " + (f"{SSH_SIG} ({record.key_fingerprint})" if record.namespace else "none (no --key)"))
+    return 0
+
+
+def cmd_verify(ns: argparse.Namespace) -> int:
+    """`k3 verify RUN [--allowed-signers FILE]`: 0 when every file and the signature match, 1 otherwise."""
+    from .signing import verify_run
+
+    result = verify_run(ns.run, allowed_signers=getattr(ns, "allowed_signers", None))
+    _print_lines(result.lines())
+    return result.exit_code
 
 
 def cmd_golive(ns: argparse.Namespace) -> int:
-    from .golive import golive_main
+    """`k3 golive RUN --out DIR [--job NAME] [--traffic-hit-rate RATE] [--for DURATION]`."""
+    from .golive import GoliveOptions, write_golive_kit
 
-    return golive_main(ns)
+    opts = GoliveOptions(job=getattr(ns, "job", None) or "vllm",
+                         sustained_for=getattr(ns, "sustained_for", None) or "10m",
+                         traffic_hit_rate=getattr(ns, "traffic_hit_rate", None))
+    kit = write_golive_kit(ns.run, ns.out, options=opts)
+    for path in kit.files:
+        print(f"wrote {path}")
+    print("alerts: " + ", ".join(kit.alerts))
+    for name, why in kit.omitted.items():
+        print(f"not armed: {name}: {why}")
+    return 0
 
 
 def cmd_report(ns: argparse.Namespace) -> int:
-    from .report import report_main
+    """`k3 report RUN [--pdf FILE]`: re-render the run's pages and index; with --pdf, print the archive copy."""
+    from .report import REPORT_JSON, print_pdf, rerender
+    from .store import RunStore
 
-    return report_main(ns)
+    store = RunStore.open(ns.run)
+    if not ns.pdf or not store.path("report/index.html").is_file():
+        print(f"report: {store.path(rerender(store))}")
+    if ns.pdf:
+        entry = print_pdf(store, ns.pdf)
+        print(f"pdf: {entry['file']} ({entry['bytes']} bytes, sha256 {entry['sha256']}) recorded in "
+              f"{store.path(REPORT_JSON)}")
+    return 0
 
 
 def cmd_history(ns: argparse.Namespace) -> int:
-    from .history import history_main
+    """`k3 history DIR [--out FILE] [--baseline RUN] [--textfile FILE]`: one line per run, then the files written."""
+    from .history import history
+    from .store import MANIFEST
 
-    return history_main(ns)
+    baseline = Path(ns.baseline) if getattr(ns, "baseline", None) else None
+    if baseline is not None and not (baseline / MANIFEST).is_file():
+        raise BadInputError("not a k3kit run folder (no manifest.json)", source=str(baseline))
+    points, out = history(Path(ns.dir), out=Path(ns.out) if ns.out else None,
+                          textfile=Path(ns.textfile) if ns.textfile else None, baseline=baseline)
+    for p in points:
+        flags = f" drift {len(p.drift)}" if p.drift else ""
+        flags += " REOPENED" if p.reopened else ""
+        print(f"{p.started:%Y-%m-%d %H:%M} {p.kind:<10} {str(p.decision):<20} {p.run_id}{flags}")
+    print(f"history: {out}")
+    if ns.textfile:
+        print(f"textfile: {ns.textfile}")
+    return 0
 
 
 def cmd_compare(ns: argparse.Namespace) -> int:
-    from .baseline import compare_main
+    """`k3 compare RUN --baseline RUN`: 0 same deployment (every identity item verified) and no drift; 1 the sheet
+    reopens, a metric drifted, or an identity item (the image digest, the driver…) could not be verified;
+    2 the runs cannot be compared (official vs custom build, or not run folders)."""
+    from .baseline import compare_with_baseline
 
-    return compare_main(ns)
+    cmp = compare_with_baseline(ns.run, ns.baseline)
+    _print_lines(cmp.lines())
+    if cmp.refused:
+        raise BadInputError(cmp.refused.message, source=str(ns.baseline))
+    return 1 if cmp.reopens or cmp.drift or cmp.unverified else 0
+
+
+def cmd_schemas(ns: argparse.Namespace) -> int:
+    """`k3 schemas`: rewrite the JSON Schemas in schemas/ from the code, one line per file written."""
+    from .evidence import write_schemas
+    from .renewal.results import write_schemas as write_renewal_schemas
+
+    _print_lines(f"wrote {path}" for path in [*write_schemas(), *write_renewal_schemas()])
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import ipaddress
 import json
 import os
 import ssl
@@ -23,7 +22,9 @@ import aiohttp
 import httpx
 import msgspec
 
+from k3lib.chatstream import SSEDecoder, ToolCall, ToolCallAssembler
 from k3lib.errors import APIError, BadInputError, ProtocolError, TargetUnreachable
+from k3lib.guards import require_key_env
 
 T = TypeVar("T")
 
@@ -34,22 +35,6 @@ BODY_TEXT_LIMIT_CHARS = 4096
 # ---------------------------------------------------------------------------------------------------------
 # Values
 # ---------------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ToolCall:
-    """One reassembled tool call. `arguments` is the JSON *string* the server sent, never parsed here."""
-
-    index: int
-    id: str | None
-    type: str | None
-    name: str | None
-    arguments: str
-
-    def to_openai(self) -> dict[str, Any]:
-        """The shape to send back in an assistant history message."""
-        return {"id": self.id, "type": self.type or "function",
-                "function": {"name": self.name, "arguments": self.arguments}}
 
 
 @dataclass(frozen=True)
@@ -295,45 +280,6 @@ def _reasoning_of(obj: Mapping[str, Any]) -> tuple[str | None, str | None]:
     return None, None
 
 
-class ToolCallAssembler:
-    """Rebuilds tool calls from streamed deltas.
-
-    The first delta of call *i* carries `index`, `id`, `type` and `function.name`; later ones only `index`
-    and an `arguments` fragment. Some parsers (kimi_k3) send the whole argument string in one delta, and some
-    servers omit `index` — then a delta with an `id` opens a new call and one without continues the last.
-    """
-
-    def __init__(self) -> None:
-        self._calls: dict[int, dict[str, Any]] = {}
-
-    def feed(self, deltas: Sequence[Any]) -> None:
-        for delta in deltas:
-            if not isinstance(delta, dict):
-                continue
-            index = delta.get("index")
-            if not isinstance(index, int):
-                if delta.get("id") is not None or not self._calls:
-                    index = len(self._calls)
-                else:
-                    index = max(self._calls)
-            call = self._calls.setdefault(index, {"id": None, "type": None, "name": None, "arguments": []})
-            if delta.get("id") and call["id"] is None:
-                call["id"] = delta["id"]
-            if delta.get("type") and call["type"] is None:
-                call["type"] = delta["type"]
-            fn = delta.get("function") or {}
-            if isinstance(fn, dict):
-                if fn.get("name") and call["name"] is None:
-                    call["name"] = fn["name"]
-                if isinstance(fn.get("arguments"), str):
-                    call["arguments"].append(fn["arguments"])
-
-    def result(self) -> tuple[ToolCall, ...]:
-        return tuple(ToolCall(index=i, id=c["id"], type=c["type"], name=c["name"],
-                              arguments="".join(c["arguments"]))
-                     for i, c in sorted(self._calls.items()))
-
-
 class StreamAssembler:
     """Accumulates the SSE `data:` payloads of one streamed chat completion (choice 0) with their perf marks.
 
@@ -364,7 +310,7 @@ class StreamAssembler:
         self.pending: list[tuple[bytes, int]] = []
         self._buf = bytearray()
         self._scan = 0
-        self._data: list[str] = []
+        self._sse = SSEDecoder()
         self._t_event: int | None = None
         self._eager = False
         self._edge = b""
@@ -419,26 +365,24 @@ class StreamAssembler:
 
     def _line(self, raw: bytes, t_read: int, url: str | None, status: int) -> None:
         line = raw.decode("utf-8", "replace")
-        if line.endswith("\r"):
-            line = line[:-1]
-        if line == "":
-            self._dispatch(t_read, url, status)
-        elif line.startswith("data:"):
-            if self._t_event is None:
-                self._t_event = t_read
-            value = line[5:]
-            self._data.append(value[1:] if value.startswith(" ") else value)
-        # comments (":"), event:, id:, retry: lines carry nothing for chat completions
+        if self._t_event is None and line.startswith("data:"):
+            self._t_event = t_read
+        payload = self._sse.line(line)
+        if payload is not None:
+            self._emit(payload, t_read, url, status)
 
     def _dispatch(self, t_now: int, url: str | None, status: int) -> None:
-        if self._data:
-            payload = "\n".join(self._data)
-            t_event = self._t_event if self._t_event is not None else t_now
-            self._data, self._t_event = [], None
-            self.feed(payload, t_event, url=url, status=status)
-            if self.stream_error is not None:
-                self.pending = []
-                raise self.stream_error
+        payload = self._sse.flush()
+        if payload is not None:
+            self._emit(payload, t_now, url, status)
+
+    def _emit(self, payload: str, t_now: int, url: str | None, status: int) -> None:
+        t_event = self._t_event if self._t_event is not None else t_now
+        self._t_event = None
+        self.feed(payload, t_event, url=url, status=status)
+        if self.stream_error is not None:
+            self.pending = []
+            raise self.stream_error
 
     # -- one event ----------------------------------------------------------------------------------------
 
@@ -573,16 +517,6 @@ def root_url(base_url: str) -> str:
     return url
 
 
-def is_loopback_url(url: str) -> bool:
-    host = (urlsplit(url).hostname or "").strip("[]").lower()
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 # ---------------------------------------------------------------------------------------------------------
 # The async client
 # ---------------------------------------------------------------------------------------------------------
@@ -634,9 +568,8 @@ class ChatClient:
         self.keep_raw = keep_raw
         self._transport = transport
         self._auth = _EnvBearerAuth(api_key_env) if api_key_env else None
-        if api_key_env is not None and not os.environ.get(api_key_env):
-            raise BadInputError(f"environment variable {api_key_env} is not set or empty; export the API key "
-                                f"there (the kit only reads keys from the environment)", field="api_key_env")
+        if api_key_env is not None:
+            require_key_env(api_key_env, field="api_key_env")
         self._pool_list: list[_Pool] = []
         self._pool_loop: asyncio.AbstractEventLoop | None = None
         self._ssl_context: Any = None
@@ -928,19 +861,13 @@ class ChatClient:
         try:
             response = await session.post(state.url, data=payload, headers=headers,
                                           trace_request_ctx=state)  # type: ignore[arg-type]
-        except aiohttp.ServerTimeoutError as exc:  # the connect timeout; the request deadline is ours
-            raise TargetUnreachable(f"timed out connecting to {state.url}: {exc}") from exc
-        except aiohttp.ClientConnectorError as exc:
-            raise TargetUnreachable(f"cannot connect to {state.url}: {exc} — is the server up?") from exc
-        except aiohttp.ClientError as exc:
-            if state.first_byte_ns is None:
-                raise TargetUnreachable(f"no reply from {state.url}: {type(exc).__name__}: {exc}") from exc
-            raise ProtocolError(f"broken reply from {state.url}: {type(exc).__name__}: {exc}") from exc
+        except TRANSPORT_ERRORS as exc:
+            raise _send_failure(state, exc) from exc
         _mark_reply(state, pre_send_ns, response.status)
         try:
             await self._take_reply(state, response.headers.get("content-type", ""), response.read,
                                    response.content.readany)
-        except aiohttp.ClientError as exc:
+        except TRANSPORT_ERRORS as exc:
             raise _broken(state, exc) from exc
         finally:
             # back to the pool when the body was read to its end; a cut-off body closes its connection
@@ -966,14 +893,8 @@ class ChatClient:
         pre_send_ns = time.perf_counter_ns()
         try:
             response = await http.send(request, stream=True)
-        except httpx.TimeoutException as exc:
-            raise TargetUnreachable(f"timed out connecting to {state.url}: {exc}") from exc
-        except (httpx.ConnectError, httpx.UnsupportedProtocol) as exc:
-            raise TargetUnreachable(f"cannot connect to {state.url}: {exc} — is the server up?") from exc
-        except httpx.HTTPError as exc:
-            if state.first_byte_ns is None:
-                raise TargetUnreachable(f"no reply from {state.url}: {type(exc).__name__}: {exc}") from exc
-            raise ProtocolError(f"broken reply from {state.url}: {type(exc).__name__}: {exc}") from exc
+        except TRANSPORT_ERRORS as exc:
+            raise _send_failure(state, exc) from exc
         _mark_reply(state, pre_send_ns, response.status_code)
         pieces = response.aiter_bytes()
 
@@ -985,7 +906,7 @@ class ChatClient:
 
         try:
             await self._take_reply(state, response.headers.get("content-type", ""), response.aread, read_piece)
-        except httpx.HTTPError as exc:
+        except TRANSPORT_ERRORS as exc:
             raise _broken(state, exc) from exc
         finally:
             await response.aclose()
@@ -1023,6 +944,26 @@ def _mark_reply(state: _Attempt, pre_send_ns: int, status: int) -> None:
     if state.first_byte_ns is None:
         state.first_byte_ns = now
     state.http_status = status
+
+
+#: The transport errors of both HTTP stacks the chat path runs on (aiohttp; httpx when given a transport), mapped
+#: to the kit's errors by one table: `_send_failure` before the reply's headers, `_broken` after them.
+TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (aiohttp.ClientError, httpx.HTTPError)
+#: the connect timeout (the request deadline is the kit's own, not the library's)
+_CONNECT_TIMEOUTS: tuple[type[BaseException], ...] = (aiohttp.ServerTimeoutError, httpx.TimeoutException)
+_NO_CONNECTION: tuple[type[BaseException], ...] = (aiohttp.ClientConnectorError, httpx.ConnectError,
+                                                   httpx.UnsupportedProtocol)
+
+
+def _send_failure(state: _Attempt, exc: BaseException) -> TargetUnreachable | ProtocolError:
+    """A transport error while sending or waiting for the headers, whichever library raised it."""
+    if isinstance(exc, _CONNECT_TIMEOUTS):
+        return TargetUnreachable(f"timed out connecting to {state.url}: {exc}")
+    if isinstance(exc, _NO_CONNECTION):
+        return TargetUnreachable(f"cannot connect to {state.url}: {exc} — is the server up?")
+    if state.first_byte_ns is None:
+        return TargetUnreachable(f"no reply from {state.url}: {type(exc).__name__}: {exc}")
+    return ProtocolError(f"broken reply from {state.url}: {type(exc).__name__}: {exc}")
 
 
 def _broken(state: _Attempt, exc: BaseException) -> ProtocolError:

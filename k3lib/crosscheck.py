@@ -11,10 +11,10 @@ or counted their prompt and some output before the abort, so those few widen the
 from __future__ import annotations
 
 import dataclasses
-import statistics
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 from .metrics import Snapshot, delta, window_histogram
+from .stats import percentile
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,15 +65,6 @@ class CrossCheck:
         import pandas as pd
 
         return pd.DataFrame([i.to_dict() for i in self.items])
-
-
-def _quantile(values: Iterable[float], q: float) -> float | None:
-    vals = sorted(v for v in values if v is not None)
-    if not vals:
-        return None
-    if len(vals) == 1:
-        return vals[0]
-    return statistics.quantiles(vals, n=100, method="inclusive")[max(0, min(98, round(q * 100) - 1))]
 
 
 def _bucket_width_at(before: Snapshot, after: Snapshot, canonical: str, value_s: float | None) -> float:
@@ -151,7 +142,7 @@ def cross_check(records: Sequence[Any], before: Snapshot, after: Snapshot, *,
     for q in (0.5, 0.9):
         for label, attr, canonical in (("TTFT", "ttft_ms", "time_to_first_token_seconds"),
                                        ("e2e", "e2e_ms", "e2e_request_latency_seconds")):
-            client = _quantile((getattr(r, attr) for r in ok), q)
+            client = percentile((getattr(r, attr) for r in ok), q * 100)
             window = window_histogram(before, after, canonical)
             server_s = window.quantile(q) if window is not None and window.count else None
             server = None if server_s is None else server_s * 1000.0

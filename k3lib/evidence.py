@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from .attestation import AttestationRecord
+from .attested import AttestationRecord
 from .errors import EvidenceError
+
+if TYPE_CHECKING:
+    from .store import RunStore
 
 AxisStatus = Literal["pass", "fail", "warn", "not-run"]
 FindingStatus = Literal["pass", "fail", "warn", "info", "not-observable"]
@@ -319,11 +322,6 @@ class EvidenceRecord(BaseModel):
     def by_rule(self, rule: str) -> Finding | None:
         return next((f for f in self.findings if f.rule == rule), None)
 
-    def _repr_html_(self) -> str:
-        from .summary import record_html
-
-        return record_html(self)
-
 
 def axis_status(findings: list[Finding]) -> AxisStatus:
     """fail if any finding fails; warn if any warns or cannot be observed; pass otherwise."""
@@ -355,7 +353,7 @@ def json_schemas() -> dict[str, dict[str, Any]]:
 
 
 def write_schemas(folder: Path = SCHEMAS_DIR) -> list[Path]:
-    """Write the JSON Schemas into `folder` (the repository's schemas/): `python -m k3lib.evidence`."""
+    """Write the JSON Schemas into `folder` (the repository's schemas/): `k3 schemas`."""
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
     for name, schema in json_schemas().items():
@@ -365,6 +363,10 @@ def write_schemas(folder: Path = SCHEMAS_DIR) -> list[Path]:
     return paths
 
 
-if __name__ == "__main__":
-    for written in write_schemas():
-        print(f"wrote {written}")
+def read_records(store: "RunStore") -> dict[str, EvidenceRecord]:
+    """Every `evidence/<axis>.json` of a run folder, parsed and checked, by axis."""
+    out = {}
+    for path in sorted(store.path("evidence").glob("*.json")):
+        rel = f"evidence/{path.name}"
+        out[path.stem] = parse_record(store.read_json(rel), rel)
+    return out

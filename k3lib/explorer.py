@@ -14,11 +14,12 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from .capacity.analysis import MIB, gpu_keys, gpu_label, increase
-from .capacity.run import Timeline, failure_kind, pinned_params, record_stats
+from .capacity.run import failure_kind, pinned_params, record_stats
 from .client import ChatClient
 from .errors import APIError, TargetError
 from .load import run_closed_loop
 from .prompts import EstimateCounter, build_prompts
+from .sampling import Timeline
 
 if TYPE_CHECKING:
     from .session import AxisContext

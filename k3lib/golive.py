@@ -6,7 +6,6 @@ alert is left out and ROLLBACK.md says why. Metric names are those of the vLLM v
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import hashlib
 import json
@@ -475,17 +474,3 @@ def write_golive_kit(run_dir: str | Path, out_dir: str | Path, *, options: Goliv
     except OSError as exc:
         raise BadInputError(f"cannot write the go-live kit: {exc.strerror}", source=str(out)) from None
     return GoliveKit(out, tuple(out / n for n in files), tuple(r["alert"] for r in rules), omitted, names)
-
-
-def golive_main(ns: argparse.Namespace) -> int:
-    """`k3 golive RUN --out DIR [--job NAME] [--for DURATION]`."""
-    opts = GoliveOptions(job=getattr(ns, "job", None) or "vllm",
-                         sustained_for=getattr(ns, "sustained_for", None) or "10m",
-                         traffic_hit_rate=getattr(ns, "traffic_hit_rate", None))
-    kit = write_golive_kit(ns.run, ns.out, options=opts)
-    for path in kit.files:
-        print(f"wrote {path}")
-    print("alerts: " + ", ".join(kit.alerts))
-    for name, why in kit.omitted.items():
-        print(f"not armed: {name}: {why}")
-    return 0

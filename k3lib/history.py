@@ -315,21 +315,3 @@ def history(folder: Path, *, out: Path | None = None, textfile: Path | None = No
     if textfile is not None:
         write_textfile(points, textfile)
     return points, out
-
-
-def history_main(ns: Any) -> int:
-    baseline = Path(ns.baseline) if getattr(ns, "baseline", None) else None
-    if baseline is not None and not (baseline / MANIFEST).is_file():
-        raise BadInputError("not a k3kit run folder (no manifest.json)", source=str(baseline))
-    points, out = history(Path(ns.dir), out=Path(ns.out) if ns.out else None,
-                          textfile=Path(ns.textfile) if ns.textfile else None, baseline=baseline)
-    for p in points:
-        flags = f" drift {len(p.drift)}" if p.drift else ""
-        flags += " REOPENED" if p.reopened else ""
-        print(f"{p.started:%Y-%m-%d %H:%M} {p.kind:<10} {str(p.decision):<20} {p.run_id}{flags}")
-    print(f"history: {out}")
-    if ns.textfile:
-        print(f"textfile: {ns.textfile}")
-    return 0
-
-

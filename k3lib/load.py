@@ -15,8 +15,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, NamedTuple
 
-from k3lib.calibration import measure_event_loop_lag, percentile
-from k3lib.client import ChatClient, ChatRecord, is_loopback_url, record_of
+from k3lib.calibration import measure_event_loop_lag
+from k3lib.stats import percentile
+from k3lib.client import ChatClient, ChatRecord, record_of
+from k3lib.guards import is_loopback_url
 from k3lib.errors import BadInputError
 
 Sink = Callable[[ChatRecord], None]

@@ -8,7 +8,6 @@ Secrets are referenced by environment-variable *name* only (`api_key_env`); no f
 from __future__ import annotations
 
 import copy
-import ipaddress
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
@@ -40,17 +39,6 @@ def _check_url(value: str | None) -> str | None:
     except ValueError:
         raise ValueError(f"the port in {value!r} is not a number between 0 and 65535") from None
     return value.rstrip("/")
-
-
-def is_loopback_url(url: str) -> bool:
-    """True when the URL's host is on this machine (127.0.0.0/8, ::1, localhost)."""
-    host = urlsplit(url).hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class EmulatorParams(_Model):

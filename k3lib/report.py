@@ -731,15 +731,3 @@ def pdf_problems(store: RunStore) -> tuple[list[str], list[str]]:
         else:
             notes.append(f"{entry['file']}: PDF matches {REPORT_JSON}")
     return changed, notes
-
-
-def report_main(ns: Any) -> int:
-    """`k3 report RUN [--pdf FILE]`: re-render the run's pages and index; with --pdf, print the archive copy."""
-    store = RunStore.open(ns.run)
-    if not ns.pdf or not store.path("report/index.html").is_file():
-        print(f"report: {store.path(rerender(store))}")
-    if ns.pdf:
-        entry = print_pdf(store, ns.pdf)
-        print(f"pdf: {entry['file']} ({entry['bytes']} bytes, sha256 {entry['sha256']}) recorded in "
-              f"{store.path(REPORT_JSON)}")
-    return 0

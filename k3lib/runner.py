@@ -14,7 +14,7 @@ import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Callable, Sequence, TextIO
 
@@ -53,17 +53,100 @@ class Progress:
                   file=self.stream, flush=True)
 
 
-def execute_notebook(name: str, store: RunStore, *, timeout_s: float) -> NotebookOutcome:
-    import papermill as pm
-    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+# What every notebook of both batches imports in its first cells (the figures' plotly and pandas), imported by a
+# kernel started ahead while the notebooks before it run. In statements that bind no name the notebook could see.
+PRELOAD = ("pandas", "plotly.graph_objects", "plotly.io", "k3lib.plotting")
+_PRELOAD_LINES = ("for _k3_m in " + repr(PRELOAD) + ": __import__(_k3_m)", "del _k3_m")
+
+
+def _kernel_config(sockets: str) -> Any:
     from traitlets.config import Config
 
     config = Config()
     # Local sockets, no "kernel over TCP without encryption" warning; each kernel gets its own socket folder,
     # since two kernels starting at once in one folder would race for the same socket names.
-    sockets = tempfile.mkdtemp(prefix="k3-kernel-")
     config.KernelManager.transport = "ipc"
     config.KernelManager.ip = os.path.join(sockets, "kernel")
+    return config
+
+
+@dataclasses.dataclass
+class WarmKernel:
+    """A kernel started ahead of its notebook (`start_kernel_ahead`), handed to papermill in place of a new one."""
+
+    km: Any  # jupyter_client.AsyncKernelManager, started
+    sockets: str
+
+    def discard(self) -> None:
+        """Stop a kernel no notebook took (the batch ended early or its start failed half way)."""
+        try:
+            if self.km.has_kernel:
+                asyncio_run(self.km.shutdown_kernel(now=True))
+        except Exception:  # noqa: BLE001 - best effort: the process is killed with the batch anyway
+            pass
+        shutil.rmtree(self.sockets, ignore_errors=True)
+
+
+def asyncio_run(coro: Any) -> Any:
+    import asyncio
+
+    return asyncio.run(coro)
+
+
+def start_kernel_ahead() -> WarmKernel:
+    """Start a notebook kernel as papermill would (same kernel, folder, IPC sockets and in-memory history), which
+    then imports `PRELOAD`: run while other notebooks run, it takes the kernel start and those imports (1-3 s
+    per notebook on 2 cores) off the next notebook's time."""
+    from jupyter_client import AsyncKernelManager  # nbclient's own default manager class
+
+    sockets = tempfile.mkdtemp(prefix="k3-kernel-")
+    km = AsyncKernelManager(kernel_name="python3", config=_kernel_config(sockets))
+    args = ["--HistoryManager.hist_file=:memory:", *(f"--IPKernelApp.exec_lines={line}" for line in _PRELOAD_LINES)]
+
+    async def start() -> None:
+        await km.start_kernel(extra_arguments=args, cwd=str(NOTEBOOKS))
+        kc = km.client()  # the process is up; wait until it answers (its imports done), as nbclient would
+        kc.start_channels()
+        try:
+            await kc.wait_for_ready(timeout=60)
+        finally:
+            kc.stop_channels()
+
+    try:
+        asyncio_run(start())
+    except BaseException:
+        WarmKernel(km, sockets).discard()
+        raise
+    return WarmKernel(km, sockets)
+
+
+def _handing_over(kernel: WarmKernel) -> type:
+    """A kernel manager class for nbclient whose construction returns the started kernel: nbclient then skips the
+    start (the kernel is up) and shuts it down and closes its channels after the notebook, as with its own."""
+    cls = type(kernel.km)
+
+    class HandedOver(cls):  # type: ignore[valid-type,misc]
+        def __new__(cls_, *args: Any, **kwargs: Any) -> Any:
+            return kernel.km
+
+    return HandedOver
+
+
+def execute_notebook(name: str, store: RunStore, *, timeout_s: float,
+                     kernel: "Future[WarmKernel] | None" = None) -> NotebookOutcome:
+    """Run one notebook with papermill into the run folder. `kernel`: a kernel being started ahead for it; when
+    its start failed, papermill starts one as usual."""
+    import papermill as pm
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+    warm = None
+    if kernel is not None:
+        try:
+            warm = kernel.result()
+        except Exception:  # noqa: BLE001 - a kernel that could not start ahead: start one the usual way
+            warm = None
+    sockets = warm.sockets if warm else tempfile.mkdtemp(prefix="k3-kernel-")
+    extra: dict[str, Any] = {"kernel_manager_class": _handing_over(warm)} if warm else {}
 
     src = NOTEBOOKS / name
     final = store.path(f"notebooks/{name}")
@@ -76,7 +159,7 @@ def execute_notebook(name: str, store: RunStore, *, timeout_s: float) -> Noteboo
             parameters={"params_file": str(store.path("params.json")), "overrides": [], "run_dir": str(store.root),
                         "interactive": False},
             execution_timeout=timeout_s, interrupt_on_timeout=True, shutdown_kernel="immediate",
-            log_output=False, report_mode=False, config=config)
+            log_output=False, report_mode=False, config=_kernel_config(sockets), **extra)
     except pm.PapermillExecutionError as exc:
         status = "timeout" if "CellTimeoutError" in exc.ename or "Interrupt" in exc.ename else "failed"
         error = f"cell {exc.exec_count}: {exc.ename}: {exc.evalue}"
@@ -87,7 +170,10 @@ def execute_notebook(name: str, store: RunStore, *, timeout_s: float) -> Noteboo
     except Exception as exc:  # noqa: BLE001 - one notebook's failure must not stop the batch
         status, error = "failed", f"{type(exc).__name__}: {exc}"
     finally:
-        shutil.rmtree(sockets, ignore_errors=True)
+        if warm is not None:
+            warm.discard()  # nothing left to stop when nbclient shut it down; the socket folder goes either way
+        else:
+            shutil.rmtree(sockets, ignore_errors=True)
     if partial.exists():
         os.replace(partial, final)
         store.adopt(f"notebooks/{name}")
@@ -121,29 +207,45 @@ def run_notebooks(store: RunStore, stages: Sequence[Sequence[tuple[str, str | No
                   between: Callable[[str], None] | None = None) -> dict[str, NotebookOutcome]:
     """Each stage's notebooks run at the same time (two at most), stages in order. A failing axis notebook is
     recorded as a failing axis and the batch goes on. With `resume`, finished axes are kept, not re-run.
-    `between(last_notebook)` runs after each stage (the acceptance batch checks the target there)."""
+    `between(last_notebook)` runs after each stage (the acceptance batch checks the target there). While a stage
+    runs, the kernels of the next one start (`start_kernel_ahead`)."""
     outcomes: dict[str, NotebookOutcome] = {}
     manifest = store.manifest()["files"] if resume else {}
-    for n, stage in enumerate(stages):
-        if between and n:
-            between(stages[n - 1][-1][0])
-        todo = []
-        for nb, axis in stage:
-            if resume and _finished(store, nb, axis, manifest):
-                outcomes[nb] = NotebookOutcome(nb, "kept", 0.0, None)
-                progress.done(outcomes[nb])
-            else:
-                todo.append((nb, axis))
-        if not todo:
-            continue
-        with ThreadPoolExecutor(max_workers=min(2, len(todo)), thread_name_prefix="k3-notebook") as pool:
-            futures = {pool.submit(execute_notebook, nb, store, timeout_s=timeout_s): axis for nb, axis in todo}
-            for future in as_completed(futures):
-                outcome = future.result()
-                if outcome.status != "ok" and futures[future]:
-                    record_failure(store, futures[future], outcome)
-                outcomes[outcome.notebook] = outcome
-                progress.done(outcome)
+    # the next stage's kernels start (and import PRELOAD) while this stage's notebooks run
+    ahead = ThreadPoolExecutor(max_workers=2, thread_name_prefix="k3-kernel-ahead")
+    kernels: list[Future[WarmKernel]] = []
+    unused: list[Future[WarmKernel]] = []
+    try:
+        for n, stage in enumerate(stages):
+            if between and n:
+                between(stages[n - 1][-1][0])
+            todo = []
+            for nb, axis in stage:
+                if resume and _finished(store, nb, axis, manifest):
+                    outcomes[nb] = NotebookOutcome(nb, "kept", 0.0, None)
+                    progress.done(outcomes[nb])
+                else:
+                    todo.append((nb, axis))
+            mine, unused, kernels = kernels[:len(todo)], unused + kernels[len(todo):], []
+            if not todo:
+                continue
+            with ThreadPoolExecutor(max_workers=min(2, len(todo)), thread_name_prefix="k3-notebook") as pool:
+                futures = {pool.submit(execute_notebook, nb, store, timeout_s=timeout_s,
+                                       **({"kernel": mine[i]} if i < len(mine) else {})): axis
+                           for i, (nb, axis) in enumerate(todo)}
+                if n + 1 < len(stages):
+                    kernels = [ahead.submit(start_kernel_ahead) for _ in stages[n + 1]]
+                for future in as_completed(futures):
+                    outcome = future.result()
+                    if outcome.status != "ok" and futures[future]:
+                        record_failure(store, futures[future], outcome)
+                    outcomes[outcome.notebook] = outcome
+                    progress.done(outcome)
+    finally:
+        ahead.shutdown(wait=True)
+        for f in unused + kernels:  # kernels no notebook took (a stage of kept notebooks, an error)
+            if f.exception() is None:
+                f.result().discard()
     return outcomes
 
 

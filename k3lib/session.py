@@ -1,4 +1,7 @@
-"""What a notebook opens first: resolved parameters, its run folder and the target — alone or inside a batch.
+"""The context an axis runs in: resolved parameters, its run folder and the target — alone or inside a batch.
+
+The openers the notebooks call first (`open_axis`, `open_summary`) are `k3lib.notebook`: they also install the
+notebook's views, which sit above every axis.
 
 A notebook works three ways with the same cells: in the batch (the runner passes the run folder and the
 resolved `params.json`, the target already pinned), alone under papermill, and cell by cell in JupyterLab
@@ -12,10 +15,12 @@ import time
 from pathlib import Path
 
 from .errors import BadInputError
-from .evidence import EvidenceRecord
+from .evidence import EvidenceRecord, read_records
 from .params import Params, load_any
 from .store import RunStore, utc_now
-from .target import Target, pin_target, resolve_target
+from .target import Target
+
+__all__ = ["PROJECT_ROOT", "AxisContext", "find_path", "open_run", "outputs_dir", "read_records"]
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 # The parameters cell of every notebook: literals only, the same four names (checked by the tests).
@@ -76,34 +81,3 @@ def _create_at(root: Path) -> RunStore:
     if root.exists() and any(root.iterdir()):
         raise BadInputError("exists and is not a k3kit run folder (no manifest.json)", source=str(root))
     return RunStore.create_at(root)
-
-
-def open_axis(axis: str, params_file: str, overrides: list[str] | None = None, run_dir: str = "",
-              interactive: bool = False) -> AxisContext:
-    """The first call of every axis notebook."""
-    from . import plotting
-
-    plotting.use_offline_renderer()
-    params, store = open_run(params_file, overrides, run_dir)
-    target = resolve_target(params)
-    if not store.path("params.json").exists():
-        store.write_json("params.json", pin_target(params, target).public_dict())
-    return AxisContext(axis=axis, params=params, store=store, target=target, interactive=interactive)
-
-
-def open_summary(params_file: str, overrides: list[str] | None = None, run_dir: str = "") -> tuple[Params, RunStore]:
-    """The summary notebook reads evidence only; it never starts or calls a target."""
-    from . import plotting
-
-    plotting.use_offline_renderer()
-    return open_run(params_file, overrides, run_dir)
-
-
-def read_records(store: RunStore) -> dict[str, EvidenceRecord]:
-    from .evidence import parse_record
-
-    out = {}
-    for path in sorted(store.path("evidence").glob("*.json")):
-        rel = f"evidence/{path.name}"
-        out[path.stem] = parse_record(store.read_json(rel), rel)
-    return out

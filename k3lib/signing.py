@@ -6,7 +6,6 @@ Both sit beside manifest.json, unlisted: signing closes the manifest, so any lat
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import datetime as dt
 import hashlib
@@ -223,22 +222,3 @@ def verify_run(run_dir: str | Path, *, allowed_signers: str | Path | None = None
     else:
         notes.append(f"SSH signature is intact but the signer is NOT authenticated (no --allowed-signers): {said}")
     return VerifyResult(store.run_id, tuple(changed), tuple(notes), mode, **counts)
-
-
-# -- CLI-ready entry points: `k3 sign RUN --reviewer NAME [--key FILE] [--identity ID] [--force]` and
-#    `k3 verify RUN [--allowed-signers FILE]`. BadInputError propagates to the CLI (exit 2).
-
-def sign_main(ns: argparse.Namespace) -> int:
-    record = sign_run(ns.run, ns.reviewer, key=getattr(ns, "key", None), identity=getattr(ns, "identity", None),
-                      force=bool(getattr(ns, "force", False)))
-    print(f"signed {record.run_id}: decision {record.decision}, reviewer {record.reviewer}, "
-          f"manifest sha256 {record.manifest_sha256}")
-    print("ssh signature: " + (f"{SSH_SIG} ({record.key_fingerprint})" if record.namespace else "none (no --key)"))
-    return 0
-
-
-def verify_main(ns: argparse.Namespace) -> int:
-    result = verify_run(ns.run, allowed_signers=getattr(ns, "allowed_signers", None))
-    for line in result.lines():
-        print(line)
-    return result.exit_code

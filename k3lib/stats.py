@@ -5,6 +5,7 @@ straddles the threshold is "inconclusive" — never a pass or a fail that a busi
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from typing import Literal, Sequence
 
 CONFIDENCE = 0.95
@@ -83,6 +84,24 @@ def percentile_interval(values: Sequence[float | None], q: float, *, confidence:
     alpha = (1.0 - confidence) / 2
     low, high = np.quantile(stats, [alpha, 1.0 - alpha])
     return Interval(float(np.percentile(data, q)), float(low), float(high), int(data.size), confidence, q)
+
+
+def percentile(values: Iterable[float | None], q: float) -> float | None:
+    """The q-th percentile (q from 0 to 100) of `values`, None values left out; None when no value is left.
+
+    The kit's one definition, wherever a percentile is reported (client timings, loop lag, crosscheck, renewal
+    demand and delivery, paths, the emulator's own lag): numpy's `method="linear"`, its default, which is
+    Hyndman & Fan's type 7 (also R's default and a spreadsheet's PERCENTILE.INC). With the n values sorted as
+    x[0] ≤ … ≤ x[n-1] and h = (n - 1)·q/100, it is x[⌊h⌋] + (h - ⌊h⌋)·(x[⌊h⌋+1] - x[⌊h⌋]): the median of an even
+    count is the mean of the middle two, p0 the minimum and p100 the maximum."""
+    import numpy as np
+
+    data = [float(v) for v in values if v is not None]
+    if not data:
+        return None
+    if not 0.0 <= q <= 100.0:
+        raise ValueError(f"percentile {q!r} is outside 0–100")
+    return float(np.percentile(np.asarray(data, dtype=float), q, method="linear"))
 
 
 Z95 = 1.959963984540054  # the two-sided 95 % normal quantile

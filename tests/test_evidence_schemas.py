@@ -16,8 +16,8 @@ from k3lib.evidence import DATA_MODELS, SCHEMA_VERSION, CapacityData, EvidenceRe
 def test_the_schemas_in_the_repository_are_the_ones_the_models_give():
     for name, schema in json_schemas().items():
         path = ROOT / "schemas" / name
-        assert path.is_file(), f"{name} missing: run python -m k3lib.evidence"
-        assert json.loads(path.read_text(encoding="utf-8")) == schema, f"{name} is stale: python -m k3lib.evidence"
+        assert path.is_file(), f"{name} missing: run k3 schemas"
+        assert json.loads(path.read_text(encoding="utf-8")) == schema, f"{name} is stale: run k3 schemas"
     assert set(DATA_MODELS) == {"capacity", "environment", "probe", "prefix_cache", "agent", "operations"}
 
 

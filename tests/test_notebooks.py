@@ -87,3 +87,7 @@ def test_probe_notebook_alone_under_papermill_against_the_emulator(tmp_path, emu
     assert record["data"]["model"]
     assert RunStore(run).verify() == []
     assert (run / "params.json").exists()
+    # the record's view, registered as a display formatter when the session opened (the record has no _repr_html_)
+    shown = [o["data"]["text/html"] for c in nbformat.read(out, as_version=4).cells if c.cell_type == "code"
+             for o in c.get("outputs", ()) if o.get("output_type") == "execute_result" and "text/html" in o["data"]]
+    assert any("Evidence: <code>evidence/probe.json</code>" in "".join(h) for h in shown), shown

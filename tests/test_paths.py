@@ -320,7 +320,7 @@ def test_review_live_section_shows_and_keeps_a_paths_run(tmp_path, capsys):
     store = RunStore.create(tmp_path / "review")
     section = live_section(SimpleNamespace(params=review, store=store))
     assert "fixed before any result was read" in str(section) and "path down: accepted 0/" in str(section)
-    kept = json.loads(store.path("evidence/paths.json").read_text())
+    kept = json.loads(store.path("live/paths.json").read_text())  # outside evidence/: not an axis record
     assert kept == json.loads((runs[-1] / "evidence" / "paths.json").read_text())
     assert store.verify() == []
     assert len(live_figure(section).data) == 0  # no task answered on a down path: no latency to show
@@ -368,3 +368,51 @@ def test_review_comparison_record_reads_the_live_run(tmp_path, capsys):
     assert live.status == expected
     fixed = record.by_rule("renewal.comparison.live_fixed")
     assert fixed.observed == {f.name: f.sha256 for f in read_paths_record(runs[-1]).fixed}
+    # the API path fails the tool tasks the self-hosted one passes: it misses the quality rule live
+    quality = record.by_rule("renewal.comparison.live")
+    api = _by(read_paths_record(runs[-1]), "api")
+    assert quality.status == "pass" and quality.observed == pytest.approx(api.acceptance_low, abs=1e-4)
+    # the summary reads the run's records (the live copy is not one of them) and the decision reads the live run
+    from k3lib.session import read_records
+
+    ctx.axis = "load"
+    renewal.record_axis(ctx, renewal.axis_result(ctx))
+    records = read_records(ctx.store)
+    assert set(records) == {"comparison", "load"}
+    decision = renewal.decide_review(ctx.params, ctx.store, records)
+    live = decision.finding("comparison.live")
+    assert live.outcome is False and live.measured["source"] == str(runs[-1].resolve())
+    assert live.measured["api_accepted"] == api.accepted
+    saved = json.loads(ctx.store.path("decision.json").read_text())
+    assert next(f for f in saved["findings"] if f["rule"] == "comparison.live")["outcome"] is False
+
+
+def test_review_without_a_live_run_leaves_the_comparison_open(tmp_path):
+    from k3lib import renewal
+
+    ctx = renewal.open_review("comparison", "parameters/renewal-demo.yaml", [], str(tmp_path / "review"))
+    record = renewal.record_axis(ctx, renewal.axis_result(ctx))
+    live = record.by_rule("renewal.comparison.live")
+    assert live.status == "not-observable" and "rests on the task log only" in live.message
+    assert record.status != "pass"  # an open item, never a silent pass
+
+
+@pytest.mark.parametrize("value, needle", [
+    pytest.param("nope", "no paths record here", id="missing"),
+    pytest.param(".", "no paths record here", id="not-a-paths-run"),
+])
+def test_review_live_paths_is_validated_in_one_line(tmp_path, value, needle):
+    from k3lib.errors import BadInputError
+    from k3lib.renewal import load_review_params
+
+    review_file = Path(__file__).resolve().parents[1] / "parameters" / "renewal-demo.yaml"
+    with pytest.raises(BadInputError) as ei:
+        load_review_params([review_file], [f"review.live_paths={tmp_path / value}"])
+    line = ei.value.one_line()
+    assert "review.live_paths" in line and needle in line and "\n" not in line
+    other = tmp_path / "other" / "evidence"
+    other.mkdir(parents=True)
+    (other / "paths.json").write_text(json.dumps({"schema": "k3kit/renewal/paths/0", "result": {}}))
+    with pytest.raises(BadInputError) as ei:
+        load_review_params([review_file], [f"review.live_paths={other.parent}"])
+    assert "another kit version" in ei.value.one_line()

@@ -14,7 +14,8 @@ import pytest
 
 import k3lib.renewal as renewal
 from k3lib.errors import BadInputError
-from k3lib.renewal.batch import REVIEW, REVIEW_SUMMARY, review_main
+from k3lib.cli import review_main
+from k3lib.renewal.batch import REVIEW, REVIEW_SUMMARY
 from k3lib.renewal.demo import PREVIOUS_VERSION
 from k3lib.renewal.decision import AXES
 from k3lib.session import read_records
@@ -136,7 +137,11 @@ def test_review_batch_on_a_demo(tmp_path, capsys):
     index = (run / "report" / "index.html").read_text()
     assert "rule: reduce.idle-or-irregular" in index and "from built-in default" not in index
     # every fixed element and threshold from the demo file; the report names kit files, not machine paths
-    assert "22 from <kit>/parameters/renewal-demo.yaml" in html.unescape(index)
+    assert "23 from <kit>/parameters/renewal-demo.yaml" in html.unescape(index)
+    # the summary notebook shows the decision through the view registered when its session opened
+    page = (run / "report" / "19_renewal.html").read_text()
+    assert "<b>Rule:</b> <code>reduce.idle-or-irregular</code>" in page and "Decision: " in page
+    assert "rests on the task log only" in html.unescape(page)  # no live run: an open item, shown
 
 
 @pytest.mark.parametrize("path, expected", [
@@ -148,3 +153,34 @@ def test_is_review_file(path, expected):
     from k3lib.renewal.params import is_review_file
 
     assert is_review_file(ROOT / path) is expected
+
+
+def test_the_decision_model_never_imports_its_views():
+    """The data model (decision, records, results, rules, review) imports no presentation module, not even inside a
+    function: the HTML view is registered as an IPython display formatter when a review session opens."""
+    presentation = {"figures", "notebook", "plotting", "report", "summary", "sheet"}
+    for name in ("decision", "records", "results", "rules", "review", "analysis", "params"):
+        tree = ast.parse((ROOT / "k3lib" / "renewal" / f"{name}.py").read_text(encoding="utf-8"))
+        imported = {(node.module or "").rsplit(".", 1)[-1] for node in ast.walk(tree)
+                    if isinstance(node, ast.ImportFrom)}
+        assert not imported & presentation, (name, imported & presentation)
+    assert not hasattr(renewal.RenewalDecision, "_repr_html_")
+
+
+def test_a_review_session_shows_the_decision_as_html():
+    """In IPython (a kernel, JupyterLab, papermill) the decision displays as HTML once a review session is open."""
+    code = (
+        "import tempfile\n"
+        "from IPython.core.interactiveshell import InteractiveShell\n"
+        "shell = InteractiveShell.instance()\n"
+        "import k3lib.renewal as r\n"
+        "from k3lib.renewal.findings import RenewalFinding\n"
+        "why = RenewalFinding('decision.rule', True, {'decision': 'reduce', 'when': 'test'})\n"
+        "d = r.RenewalDecision('reduce', (why,), (), 'restore the previous capacity')\n"
+        "assert 'text/html' not in shell.display_formatter.format(d)[0]\n"
+        f"r.open_review_summary({DEMO!r}, [], tempfile.mkdtemp() + '/run')\n"
+        "html = shell.display_formatter.format(d)[0]['text/html']\n"
+        "assert 'Decision:' in html and 'restore the previous capacity' in html and '<li>reduce: test</li>' in html\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

@@ -16,9 +16,9 @@ from k3lib.renewal.rules import RenewalRules
 
 
 def ind(regular=True, large_idle=False, spiky=False, quality=True, recoverable=True, effort=True, control=False,
-        api_equivalent=False, cheaper=True, within_value=None):
+        api_equivalent=False, cheaper=True, within_value=None, api_meets_quality=None):
     return Indicators(regular, large_idle, spiky, quality, recoverable, effort, control, api_equivalent, cheaper,
-                      within_value)
+                      within_value, api_meets_quality)
 
 
 @pytest.mark.parametrize("indicators, expected", [
@@ -246,3 +246,136 @@ def test_each_decision_carries_its_condition(steady, changes, needle):
     _, real = steady
     d = decide_renewal(vary(real, **changes), RenewalRules(), [], today=dt.date(2026, 8, 14))
     assert needle in d.condition
+
+
+def test_findings_are_values_and_the_reasons_are_rendered_from_them(steady):
+    """Each indicator is a typed finding (rule id, outcome, measured figures and thresholds); the reasons are its
+    sentences, and a decision read back from decision.json renders the same reasons from the same values."""
+    import json
+
+    from k3lib.renewal.decision import RenewalDecision
+
+    _, real = steady
+    d = decide_renewal(vary(real, **POOR), RenewalRules(), [], today=dt.date(2026, 8, 14),
+                       defaulted=["review.rules.min_acceptance_rate"])
+    assert d.reasons == tuple(f.sentence for f in d.findings)
+    assert [f.rule for f in d.findings[:2]] == ["decision.rule", "review.defaults"]
+    head = d.finding("decision.rule")
+    assert (head.measured["decision"], head.measured["rule"]) == (d.decision, d.rule)
+    quality = d.finding("production.quality")
+    assert quality.outcome is False and quality.measured["acceptance_rate"] == 0.5
+    assert quality.measured["min_acceptance_rate"] == RenewalRules().min_acceptance_rate
+    effort = d.finding("operations.effort")
+    assert effort.outcome is False and effort.measured["per_week_h"] == 40.0
+    back = RenewalDecision.from_dict(json.loads(json.dumps(d.to_dict())))
+    assert (back.decision, back.rule, back.reasons) == (d.decision, d.rule, d.reasons)
+    assert [f.to_dict() for f in back.findings] == [f.to_dict() for f in d.findings]
+    # an axis without evidence is a finding too, never a silent gap
+    gone = decide_renewal(vary(real, stability=None), RenewalRules(), [], today=dt.date(2026, 8, 14))
+    assert gone.finding("stability.no_evidence").outcome is None
+    assert gone.finding("review.missing").measured["axes"] == ["stability"]
+
+
+# --- the live run of the same tasks on both paths (`k3 paths` against loopback emulators) --------------------------
+
+@pytest.fixture(scope="module")
+def live_runs(tmp_path_factory):
+    """Two `k3 paths` runs of the built-in task set through the paths runner: a good emulator and one that leaks
+    tool-call markup (it fails every tool task), once with the leaky one as the API, once as the self-hosted path."""
+    import yaml
+
+    from k3lib.emulator import EmulatorConfig, start_emulator
+    from k3lib.paths import load_paths_params, read_paths_record, run_paths
+    from k3lib.store import RunStore
+
+    def emulator(*faults):
+        return start_emulator(EmulatorConfig.from_profile("demo", faults=faults, time_scale=0.02), host="127.0.0.1",
+                              port=0)
+
+    out = {}
+    with emulator() as good, emulator("tool-markup-leak=1.0") as leaky:
+        for name, sh, api in (("api-misses", good.url, leaky.url), ("api-meets", leaky.url, good.url)):
+            folder = tmp_path_factory.mktemp(name)
+            f = folder / "paths.yaml"
+            f.write_text(yaml.safe_dump({"paths": {
+                "task_set": "builtin", "currency": "EUR",
+                "retry": {"max_retries": 1, "timeout_s": 30, "backoff_s": 0.01},
+                "endpoints": {"self_hosted": {"base_url": sh, "concurrency": 3},
+                              "api": {"base_url": api, "concurrency": 3}}}}), encoding="utf-8")
+            store = RunStore.create(folder / "out")
+            run_paths(load_paths_params([f]), store)
+            out[name] = (store.root, read_paths_record(store.root))
+    return out
+
+
+def _live_decision(steady, live_runs, which, changes, benefits=(), rules=None):
+    _, real = steady
+    root, record = live_runs[which]
+    return decide_renewal(vary(real, **changes), rules or RenewalRules(), list(benefits), today=dt.date(2026, 8, 14),
+                          live=record, live_source=str(root)), record
+
+
+def test_exit_to_api_needs_the_api_path_to_meet_the_quality_rule_live(steady, live_runs):
+    """On the task log alone POOR exits to the API; with a live run where the API path fails the tool tasks, exit is
+    not allowed, and the decision says why with the measured intervals."""
+    d, record = _live_decision(steady, live_runs, "api-misses", POOR)
+    assert (d.decision, d.rule) == ("dual-circuit", "dual.api-misses-quality"), d.reasons
+    live = d.finding("comparison.live")
+    sh = next(s for s in record.paths if s.path == "self_hosted")
+    api = next(s for s in record.paths if s.path == "api")
+    assert live.outcome is False and live.measured["tasks"] == record.pairs[0].pairs == sh.tasks_run
+    assert (live.measured["api_accepted"], live.measured["self_hosted_accepted"]) == (api.accepted, sh.accepted)
+    assert live.measured["api_acceptance_low"] == pytest.approx(api.acceptance_low, abs=1e-4)
+    assert live.measured["bar"] == pytest.approx(sh.acceptance_low, abs=1e-4)  # null rule: the self-hosted bound
+    assert d.reasons[0].startswith("dual-circuit: exit-to-api is not allowed")
+    assert f"API accepted {api.accepted}/{sh.tasks_run}" in live.sentence and "exit-to-api is not allowed" in live.sentence
+    # the dual circuit names the task categories: the tool tasks fail on the API only, so they stay self-hosted
+    tool_categories = {t.category for t in record.tasks if t.path == "api" and not t.accepted
+                       and any(o.task == t.task and o.accepted for o in record.tasks if o.path == "self_hosted")}
+    assert tool_categories and set(d.routing["task_categories"]["self_hosted"]) == tool_categories
+    assert d.routing["task_categories"]["api"] == []
+    assert "kept self-hosted: " in d.finding("routing.categories").sentence
+    # a fixed bar the API clears: exit is allowed again
+    low = RenewalRules(live_api_acceptance_low_min=0.0)
+    assert _live_decision(steady, live_runs, "api-misses", POOR, rules=low)[0].decision == "exit-to-api"
+
+
+def test_an_api_meeting_the_quality_rule_live_allows_exit_and_routes_by_category(steady, live_runs):
+    d, _ = _live_decision(steady, live_runs, "api-meets", POOR)
+    assert (d.decision, d.rule) == ("exit-to-api", "exit.quality-use-recovery"), d.reasons
+    assert d.finding("comparison.live").outcome is True and "meets the quality rule" in "\n".join(d.reasons)
+    dual, record = _live_decision(steady, live_runs, "api-meets", PEAKS, ["data_control"])
+    assert dual.rule == "dual.peaks-and-control"
+    cats = dual.routing["task_categories"]
+    failing_self_hosted = {t.category for t in record.tasks if t.path == "self_hosted" and not t.accepted
+                           and any(o.task == t.task and o.accepted for o in record.tasks if o.path == "api")}
+    assert set(cats["api"]) == failing_self_hosted and cats["self_hosted"] == []
+    assert all(row["fail_on_self_hosted_only"] for row in cats["by_category"])
+
+
+def test_without_a_live_run_the_comparison_is_an_open_item(steady):
+    """No live record: the decision is the task log's, and says it rests on the task log only — never a silent
+    pass; a dual circuit's routing names no category and says so."""
+    _, real = steady
+    d = decide_renewal(real, RenewalRules(), [], today=dt.date(2026, 8, 14))
+    assert d.decision == "renew"
+    live = d.finding("comparison.live")
+    assert live.outcome is None and live.sentence.startswith("open: ") and "task log only" in live.sentence
+    dual = decide_renewal(vary(real, **PEAKS), RenewalRules(), ["data_control"], today=dt.date(2026, 8, 14))
+    assert dual.routing["task_categories"] is None
+    assert dual.finding("routing.categories").sentence.startswith("open: the dual circuit's routing names no task")
+
+
+@pytest.mark.parametrize("indicators, expected", [
+    pytest.param(ind(quality=False, large_idle=True, api_meets_quality=False), "dual.api-misses-quality",
+                 id="poor-and-idle-but-api-misses"),
+    pytest.param(ind(cheaper=False, api_equivalent=True, api_meets_quality=False), "dual.api-misses-quality",
+                 id="equivalent-on-the-log-but-api-misses-live"),
+    pytest.param(ind(quality=False, large_idle=True, api_meets_quality=True), "exit.quality-use-recovery",
+                 id="api-meets-live-exit"),
+    pytest.param(ind(api_meets_quality=False), "renew.converge", id="api-misses-does-not-block-renew"),
+])
+def test_the_live_gate_on_exit(indicators, expected):
+    from k3lib.renewal.decision import decide_rule
+
+    assert decide_rule(indicators).id == expected

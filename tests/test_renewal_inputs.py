@@ -151,6 +151,24 @@ def test_history_reads_labels_with_escapes(tmp_path):
     assert h["x"][(("a", 'b"c'), ("d", "e"))] == [(1785000000.0, 1.5), (1785000300.5, 2.0)]
 
 
+def test_history_reads_an_escaped_backslash_before_n_as_a_backslash_not_a_newline(tmp_path):
+    # `C:\\new` in the file: an escaped backslash, then the letters `new` (issue 17: the hand-written reader
+    # unescaped `\n` first and read a newline); prometheus_client's OpenMetrics parser reads it right.
+    p = _write(tmp_path, "h.om", 'x{path="C:\\\\new",q="tab\\\\t"} 1 1785000000\n'
+                                 'x{path="C:\\\\new",q="tab\\\\t"} 2 1785000300\n# EOF\n')
+    assert 'path="C:\\\\new"' in p.read_text()
+    [(key, points)] = read_history(p)["x"].items()
+    assert dict(key) == {"path": "C:\\new", "q": "tab\\t"} and "\n" not in dict(key)["path"]
+    assert points == [(1785000000.0, 1.0), (1785000300.0, 2.0)]
+
+
+def test_history_refuses_a_value_written_with_underscores_after_the_first_line(tmp_path):
+    p = _write(tmp_path, "h.om", "x 1 1785000000\nx 1_000 1785000300\n# EOF\n")
+    with pytest.raises(ArtifactError) as ei:
+        read_history(p)
+    _one_line(ei.value, p, "line 2", "Unix timestamp")
+
+
 @pytest.mark.parametrize("sets, needles", [
     pytest.param(["review.series.prometheus_url=http://127.0.0.1:9090"], ["review.series", "exactly one"],
                  id="two-sources"),

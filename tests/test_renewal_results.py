@@ -33,7 +33,7 @@ def test_the_schemas_in_the_repository_are_the_models():
     assert SCHEMA_DIR == ROOT / "schemas" / "renewal"
     for axis, schema in schemas().items():
         stored = json.loads((SCHEMA_DIR / f"{axis}.schema.json").read_text(encoding="utf-8"))
-        assert stored == schema, f"schemas/renewal/{axis}.schema.json is stale: python -m k3lib.renewal.results"
+        assert stored == schema, f"schemas/renewal/{axis}.schema.json is stale: run k3 schemas"
     assert set(RESULTS) == set(AXES)
 
 

@@ -94,6 +94,11 @@ def test_acceptance_pages_are_clean_and_share_one_plotly(healthy_run):
     assert [p.name for p in files].count(PLOTLY_JS) == 1
     listed = store.manifest()["files"]
     assert f"report/{PLOTLY_JS}" in listed and "report/k3report.css" in listed and store.verify() == []
+    # the views registered when a notebook opened its session: the summary page shows the decision's HTML view,
+    # an axis page its evidence record's (neither is a bare repr the cleaner drops)
+    assert "Decision: <span" in store.path("report/99_acceptance.html").read_text(encoding="utf-8")
+    assert "Evidence: <code>evidence/probe.json</code>" in store.path("report/00_probe.html").read_text(
+        encoding="utf-8")
     # nor do the executed notebooks carry plotly.js any more
     assert all("plotly.js v" not in p.read_text(encoding="utf-8") for p in store.path("notebooks").glob("*.ipynb"))
 

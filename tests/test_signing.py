@@ -10,8 +10,10 @@ import subprocess
 
 import pytest
 
+from k3lib.cli import cmd_sign as sign_main
+from k3lib.cli import cmd_verify as verify_main
 from k3lib.errors import BadInputError, EvidenceError
-from k3lib.signing import SIGNATURE, SSH_SIG, sign_main, sign_run, verify_main, verify_run
+from k3lib.signing import SIGNATURE, SSH_SIG, sign_run, verify_run
 from k3lib.store import RunStore
 
 needs_ssh = pytest.mark.skipif(shutil.which("ssh-keygen") is None,

@@ -14,6 +14,7 @@ from typing import Any
 
 import jsonschema
 
+from ..chatstream import ToolCall
 from ..readers.tool_reply import detect_markup
 from .sample import FallbackSpec, FinalSpec
 
@@ -45,38 +46,17 @@ class Outcome:
         return asdict(self)
 
 
-@dataclass(frozen=True)
-class ParsedCall:
-    """One tool call as received, plus its arguments parsed once."""
-
-    index: int
-    id: Any
-    type: Any
-    name: Any
-    arguments: Any  # as received: a JSON string by contract; an object here breaks it
-    parsed: Any  # json.loads(arguments) when it is a valid JSON string, else None
-    json_error: str | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+#: The kit's one tool-call record (`parsed`, `json_error` read from its arguments); the name stays for the
+#: agent package's public API.
+ParsedCall = ToolCall
 
 
-def parse_call(index: int, raw: Mapping[str, Any]) -> ParsedCall:
-    """A `{"id", "type", "function": {"name", "arguments"}}` dict → ParsedCall."""
-    fn = raw.get("function") if isinstance(raw.get("function"), Mapping) else {}
-    args = fn.get("arguments")
-    parsed, error = None, None
-    if isinstance(args, str):
-        try:
-            parsed = json.loads(args)
-        except ValueError as exc:
-            error = f"invalid JSON: {exc}"
-    else:
-        error = f"arguments are a JSON {type(args).__name__}, not a string"
-    return ParsedCall(index, raw.get("id"), raw.get("type"), fn.get("name"), args, parsed, error)
+def parse_call(index: int, raw: Mapping[str, Any]) -> ToolCall:
+    """A `{"id", "type", "function": {"name", "arguments"}}` dict → ToolCall."""
+    return ToolCall.from_openai(index, raw)
 
 
-def calls_of_message(message: Mapping[str, Any] | None) -> list[ParsedCall]:
+def calls_of_message(message: Mapping[str, Any] | None) -> list[ToolCall]:
     calls = (message or {}).get("tool_calls") or []
     return [parse_call(i, c) for i, c in enumerate(calls) if isinstance(c, Mapping)]
 
@@ -102,7 +82,7 @@ def check_request(ok: bool, status: int | None, error: str | None) -> Outcome:
     return Outcome("requests_ok", False, (error or f"HTTP {status}")[:300])
 
 
-def check_required_call(calls: Sequence[ParsedCall], expect_tool: str, leaked: str | None) -> Outcome:
+def check_required_call(calls: Sequence[ToolCall], expect_tool: str, leaked: str | None) -> Outcome:
     names = [c.name for c in calls]
     if expect_tool in names:
         return Outcome("tool_calls_present", True, f"{expect_tool} called")
@@ -112,7 +92,7 @@ def check_required_call(calls: Sequence[ParsedCall], expect_tool: str, leaked: s
     return Outcome("tool_calls_present", False, f"called {names}, not the required {expect_tool}")
 
 
-def check_name(call: ParsedCall, offered: Sequence[str]) -> Outcome:
+def check_name(call: ToolCall, offered: Sequence[str]) -> Outcome:
     if isinstance(call.name, str) and call.name in offered:
         return Outcome("function_name", True, call.name)
     near = ""
@@ -131,7 +111,7 @@ def schema_errors(instance: Any, schema: Mapping[str, Any]) -> list[str]:
     return [f"{'/'.join(str(p) for p in e.absolute_path) or '(root)'}: {e.message}" for e in errors]
 
 
-def check_arguments(call: ParsedCall, schema: Mapping[str, Any] | None) -> Outcome:
+def check_arguments(call: ToolCall, schema: Mapping[str, Any] | None) -> Outcome:
     if call.json_error:
         return Outcome("arguments_valid", False, call.json_error[:300])
     if schema is None:
@@ -142,7 +122,7 @@ def check_arguments(call: ParsedCall, schema: Mapping[str, Any] | None) -> Outco
     return Outcome("arguments_valid", True, "valid JSON, valid against the schema")
 
 
-def check_executable(call: ParsedCall, schemas: Mapping[str, Mapping[str, Any]], other_ids: Sequence[Any]) -> Outcome:
+def check_executable(call: ToolCall, schemas: Mapping[str, Mapping[str, Any]], other_ids: Sequence[Any]) -> Outcome:
     """What an agent framework needs to run the call as is: no renaming, no re-parsing, no guessing."""
     problems = []
     if call.type != "function":
@@ -166,7 +146,7 @@ def check_executable(call: ParsedCall, schemas: Mapping[str, Mapping[str, Any]],
     return Outcome("executable", True, f"{call.name}(**arguments) runs as received")
 
 
-def check_markup(content: str | None, reasoning: str | None, calls: Sequence[ParsedCall]) -> Outcome:
+def check_markup(content: str | None, reasoning: str | None, calls: Sequence[ToolCall]) -> Outcome:
     for where, text in (("content", content), ("reasoning", reasoning),
                         *(("function name", c.name) for c in calls if isinstance(c.name, str))):
         family = detect_markup(text)
@@ -212,7 +192,7 @@ def check_final(content: str | None, finish_reason: str | None, final: FinalSpec
     return Outcome("final_answer", True, "meets its contract" + (" (schema-valid)" if schema is not None else ""))
 
 
-def check_fallback(calls: Sequence[ParsedCall], content: str | None, tool: str, fallback: FallbackSpec,
+def check_fallback(calls: Sequence[ToolCall], content: str | None, tool: str, fallback: FallbackSpec,
                    retries_done: int) -> Outcome:
     """The reply right after the tool returned its planned error."""
     if calls:

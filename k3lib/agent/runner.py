@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..chatstream import ToolCall
 from ..client import ChatClient, ChatRecord
 from ..errors import TargetError
 from ..load import RequestBudget
@@ -119,13 +120,13 @@ def assistant_message(rec: ChatRecord) -> dict[str, Any]:
 def parsed_reply(rec: ChatRecord) -> dict[str, Any]:
     """The reply as the client reads it: calls parsed from the raw message when there is one (an `arguments`
     object is then seen as such), from the reassembled stream otherwise."""
-    calls: list[C.ParsedCall]
+    calls: list[ToolCall]
     raw = rec.raw_json
     if not rec.stream and isinstance(raw, dict) and rec.ok:
         choice = next((c for c in raw.get("choices") or () if isinstance(c, dict) and c.get("index", 0) == 0), {})
         calls = C.calls_of_message(choice.get("message"))
     else:
-        calls = [C.parse_call(i, tc.to_openai() | {"type": tc.type}) for i, tc in enumerate(rec.tool_calls)]
+        calls = [dataclasses.replace(tc, index=i) for i, tc in enumerate(rec.tool_calls)]
     return {"content": rec.content, "reasoning": rec.reasoning, "reasoning_field": rec.reasoning_field,
             "finish_reason": rec.finish_reason, "tool_calls": [c.to_dict() for c in calls],
             "leaked_markup": C.leaked_family(rec.content, rec.reasoning),
@@ -255,7 +256,7 @@ class ScenarioRunner:
             if rec.prompt_tokens is not None:
                 growth["context"] = rec.prompt_tokens + (rec.completion_tokens or 0)
             parsed = step["parsed"]
-            calls = [C.ParsedCall(**c) for c in parsed["tool_calls"]]
+            calls = [ToolCall.from_dict(c) for c in parsed["tool_calls"]]
             leaked = parsed["leaked_markup"]
             if rnd == 0 and turn.expect_tool:
                 outcomes.append(C.check_required_call(calls, turn.expect_tool, leaked))

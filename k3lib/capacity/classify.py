@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from ..decision import rule_for
+from ..outcomes import rule_for
 from ..readers.vllm_log import VllmLogReport
 
 OomClass = Literal["startup", "long-context", "concurrency", "serving"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..decision import strongest
+from ..outcomes import strongest
 from ..evidence import EvidenceRecord, Finding, axis_status
 from ..params import Params
 from .analysis import latency_verdict, queue_verdict

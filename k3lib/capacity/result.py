@@ -14,8 +14,14 @@ from ..readers.vllm_log import VllmLogReport, parse_vllm_log
 from ..store import RunStore
 from .analysis import memory_around, saturation_point
 from .classify import REMEDIES, LogVerdict, OomClassification, classify_log, classify_oom
-from .run import GPU_JSON, LOG_TXT, METRICS_JSON, REQUESTS, RUN_JSON
 
+# What the capacity axis writes to the run folder (capacity.run writes, this module reads back).
+DIR = "evidence/capacity"
+REQUESTS = f"{DIR}/requests.jsonl"
+RUN_JSON = f"{DIR}/run.json"
+METRICS_JSON = f"{DIR}/metrics.json"
+GPU_JSON = f"{DIR}/gpu.json"
+LOG_TXT = f"{DIR}/server_log.txt"
 # The memory curve kept around an OOM (seconds before and after the failure).
 OOM_BEFORE_S = 60.0
 OOM_AFTER_S = 30.0
@@ -48,11 +54,6 @@ class CapacityResult:
 
     def step(self, concurrency: int) -> dict[str, Any] | None:
         return next((s for s in self.steps if s["concurrency"] == concurrency), None)
-
-    def _repr_html_(self) -> str:
-        from .figures import summary_html
-
-        return summary_html(self)
 
 
 def _jsonl(text: str) -> list[dict[str, Any]]:

@@ -22,14 +22,16 @@ from ..calibration import CalibrationReport, KnownTimingServer, calibrate
 from ..client import ChatClient, ChatRecord, run_sync
 from ..crosscheck import cross_check
 from ..errors import APIError, K3Error, TargetError
-from ..gpu import DcgmExporterSource, GpuSource, NvmlSource, PrometheusGpuSource, gpu_sampler
 from ..load import check_load_target, run_closed_loop, run_soak
-from ..metrics import HistogramWindow, MetricsSampler, Snapshot, delta, scrape_async, window_histogram, window_quantile
-from ..params import GpuMetricsParams, Params
+from ..metrics import HistogramWindow, Snapshot, delta, scrape_async, window_histogram, window_quantile
+from ..params import Params
 from ..prompts import BuiltPrompt, EstimateCounter, build_prompts
 from ..readers.vllm_log import VllmLogReport, parse_vllm_log
+from ..sampling import SCRAPE_TIMEOUT_S, Timeline
+from ..stats import percentile, percentile_interval
 from .analysis import judge_step, memory_at, settled_stats, soak_analysis
 from .config import server_config
+from .result import GPU_JSON, LOG_TXT, METRICS_JSON, REQUESTS, RUN_JSON, CapacityResult, read_capacity
 from .shape import CALIBRATION_BOUND_S, PHASES, CapacityPlan, plan_capacity
 from .trust import (calibration_rounds, calibration_summary, cross_check_data, failed_report, gate_step,
                     known_timing, record_view)
@@ -37,14 +39,7 @@ from .trust import (calibration_rounds, calibration_summary, cross_check_data, f
 if TYPE_CHECKING:
     from ..session import AxisContext
 
-DIR = "evidence/capacity"
-REQUESTS = f"{DIR}/requests.jsonl"
-RUN_JSON = f"{DIR}/run.json"
-METRICS_JSON = f"{DIR}/metrics.json"
-GPU_JSON = f"{DIR}/gpu.json"
-LOG_TXT = f"{DIR}/server_log.txt"
 HEALTH_TIMEOUT_S = 5.0
-SCRAPE_TIMEOUT_S = 3.0
 _CONTEXT_REFUSAL = re.compile(r"maximum context length|is too long|too large|longer than the maximum model length",
                               re.IGNORECASE)
 
@@ -75,67 +70,10 @@ def failure_kind(rec: Mapping[str, Any]) -> str | None:
     return "server-error"
 
 
-def gpu_source(gpu: GpuMetricsParams, timeout_s: float, http: httpx.Client | None = None) -> GpuSource | None:
-    """The GPU memory source the parameters name (the kit pins the emulator's dcgm path when it started one).
-    `http` is reused by the dcgm source: a client per scrape would rebuild a TLS context every tick."""
-    if gpu.source == "dcgm" and gpu.url:
-        return DcgmExporterSource(gpu.url, http, timeout_s=timeout_s)
-    if gpu.source == "prometheus" and gpu.url:
-        return PrometheusGpuSource(gpu.url, selector=gpu.selector)
-    if gpu.source == "nvml":
-        return NvmlSource()
-    return None
-
-
 def pinned_params(ctx: "AxisContext") -> Params:
     from ..target import pin_target
 
     return pin_target(ctx.params, ctx.target)
-
-
-# -----------------------------------------------------------------------------------------------------------
-# The shared clock: one metrics sampler and one GPU sampler for the whole axis
-
-
-class Timeline:
-    """The /metrics and GPU samplers of one run (or one explorer burst), started together, stopped together."""
-
-    def __init__(self, metrics_urls: Sequence[str], gpu: GpuMetricsParams, *, interval_s: float,
-                 max_duration_s: float) -> None:
-        timeout = max(min(interval_s, SCRAPE_TIMEOUT_S), 0.5)
-        self.metrics = MetricsSampler(list(metrics_urls), interval_s=interval_s, max_duration_s=max_duration_s,
-                                      timeout_s=timeout)
-        self._http = httpx.Client(timeout=timeout) if gpu.source == "dcgm" else None
-        self.gpu_source = gpu_source(gpu, timeout, self._http)
-        self.gpu_kind = gpu.source
-        self.gpu = (gpu_sampler(self.gpu_source, interval_s=interval_s, max_duration_s=max_duration_s)
-                    if self.gpu_source is not None else None)
-
-    def start(self) -> Timeline:
-        self.metrics.start()
-        if self.gpu is not None:
-            self.gpu.start()
-        return self
-
-    def stop(self) -> None:
-        # a sampler blocked in a scrape of a stalled endpoint is a daemon thread: do not wait for it long
-        self.metrics.stop(timeout_s=2 * SCRAPE_TIMEOUT_S)
-        if self.gpu is not None:
-            self.gpu.stop(timeout_s=2 * SCRAPE_TIMEOUT_S)
-        if self._http is not None and not (self.gpu is not None and self.gpu.running):
-            self._http.close()
-
-    def metric_rows(self) -> list[dict[str, Any]]:
-        return self.metrics._sampler.rows()  # noqa: SLF001 — MetricsSampler exposes frame() only
-
-    def gpu_rows(self) -> list[dict[str, Any]]:
-        return self.gpu.rows() if self.gpu is not None else []
-
-    def errors(self) -> dict[str, list[str]]:
-        out = {"metrics": [e.error for e in self.metrics.errors][:20]}
-        if self.gpu is not None:
-            out["gpu"] = [e.error for e in self.gpu.errors][:20]
-        return out
 
 
 async def boundary_snapshot(urls: Sequence[str]) -> Snapshot:
@@ -170,15 +108,11 @@ def queue_numbers(queue: HistogramWindow | None) -> dict[str, Any]:
 
 
 def _pct(values: Sequence[float], q: float) -> float | None:
-    from ..calibration import percentile
-
-    got = percentile([v for v in values if v is not None], q)
+    got = percentile(values, q)
     return None if got is None else round(got, 3)
 
 
 def _p95_interval(values: Sequence[float]) -> dict[str, float] | None:
-    from ..stats import percentile_interval
-
     got = percentile_interval(values, 95)
     return None if got is None else got.to_dict()
 
@@ -732,14 +666,8 @@ class CapacityRunner:
 
 def run_capacity(ctx: "AxisContext") -> "CapacityResult":
     """Run the four phases (bounded, whatever the target does) and return what was written to the run folder."""
-    from .result import read_capacity
-
     # before the samplers and the health polls touch the target: a mistyped URL must not load a remote deployment
     check_load_target(ctx.target.base_url, ctx.params.target.allow_remote_load)
     runner = CapacityRunner(ctx)
     run_sync(runner.run())
     return read_capacity(ctx.store)
-
-
-if TYPE_CHECKING:
-    from .result import CapacityResult

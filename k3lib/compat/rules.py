@@ -11,7 +11,7 @@ from typing import Any, Iterable
 
 from packaging.version import InvalidVersion, Version
 
-from ..decision import rule_for
+from ..outcomes import rule_for
 from ..evidence import Finding
 from ..params import EnvironmentParams, RecipeParams
 from ..readers._text import numbered_lines

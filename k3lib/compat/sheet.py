@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from ..decision import Outcome, level_for
+from ..outcomes import Outcome, level_for
 from ..evidence import EvidenceRecord, Finding, axis_status
 from .rules import ROW_ORDER, RULES, engine_args, iter_findings
 from .sources import CompatSources, attachments, gather_sources

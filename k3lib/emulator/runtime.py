@@ -11,6 +11,7 @@ import time
 from collections import deque
 from pathlib import Path
 
+from ..stats import percentile
 from .config import EmulatorConfig
 from .envreport import collect_env_report, image_digest
 from .gpu import GpuBoard, plan_memory
@@ -214,10 +215,9 @@ class Runtime:
 
     # -- introspection ----------------------------------------------------------------------------
     def state(self) -> dict:
-        lags = sorted(self.lag_s)
-
         def pct(p: float) -> float:
-            return round(lags[min(int(p * len(lags)), len(lags) - 1)] * 1000, 3) if lags else 0.0
+            got = percentile(self.lag_s, p * 100)
+            return 0.0 if got is None else round(got * 1000, 3)
 
         return {
             "profile": self.cfg.profile,
@@ -245,6 +245,6 @@ class Runtime:
             "requests_finished": self.finished,
             "step_lag_ms_p50": pct(0.50),
             "step_lag_ms_p99": pct(0.99),
-            "step_lag_ms_max": round(lags[-1] * 1000, 3) if lags else 0.0,
-            "step_lag_samples": len(lags),
+            "step_lag_ms_max": round(max(self.lag_s) * 1000, 3) if self.lag_s else 0.0,
+            "step_lag_samples": len(self.lag_s),
         }

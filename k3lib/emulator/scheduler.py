@@ -140,25 +140,30 @@ class Engine:
 
     # -- the loop ---------------------------------------------------------------------------------
     async def run(self) -> None:
-        planned = self.clock()
+        """Steps back to back on absolute deadlines: a step begins when the previous one ends (its deadline), so
+        the CPU work between two steps (emitting the tokens, scheduling the next batch) is part of the next
+        step's modelled time, as the GPU's next forward pass overlaps it, instead of adding up step after step.
+        The lag sampled is how late each step's end is seen (the wake-up after its deadline), which is how late
+        its tokens reach the clients. A loop that falls a whole step behind starts afresh from now (the lag has
+        been recorded) rather than running short steps to catch up."""
+        deadline = self.clock()
         while self.alive:
             if not self.running and not self.waiting:
                 self._wake.clear()
                 self.obs.on_step(self.index, 0, 0, 0, 0, 0, self.kv.usage())
                 await self._wake.wait()
-                planned = self.clock()
+                deadline = self.clock()
                 continue
-            start = self.clock()
-            self.lag_samples.append(max(start - planned, 0.0))
             scheduled, prefill_tokens, decode_seqs = self.schedule()
             if not self.alive:
                 return
             duration = self.step_model.duration_s(prefill_tokens, decode_seqs) if scheduled else 0.001
-            planned = start + duration
-            delay = planned - self.clock()
-            await asyncio.sleep(delay if delay > 0 else 0)
+            now = self.clock()
+            deadline = (deadline if now - deadline < duration else now) + duration
+            await asyncio.sleep(deadline - now)
             if not self.alive:
                 return
+            self.lag_samples.append(max(self.clock() - deadline, 0.0))
             self.apply(scheduled)
             self.steps += 1
 

@@ -7,7 +7,7 @@ from .notebook import LiveSection, live_figure, live_section
 from .params import Endpoint, PathsParams, RequestFormat, load_paths_params
 from .record import (PathsResult, PathSummary, PairedDifference, TaskOutcome, compare_fixed, read_paths_record,
                      write_schema)
-from .report import paths_lines, paths_main
+from .report import paths_lines
 from .runner import check_endpoints, fixed_elements, run_paths
 from .tasks import QualityRule, Task, TaskSet, builtin_task_set, load_task_set
 
@@ -32,7 +32,6 @@ __all__ = [
     "load_paths_params",
     "load_task_set",
     "paths_lines",
-    "paths_main",
     "read_paths_record",
     "run_paths",
     "write_schema",

@@ -10,7 +10,7 @@ import html
 from dataclasses import dataclass
 from typing import Any
 
-from .record import RECORD_FILE, PathsResult, read_paths_record, record_data
+from .record import REVIEW_COPY, PathsResult, read_paths_record, record_data
 from .report import paths_lines
 
 
@@ -33,14 +33,15 @@ class LiveSection:
 
 
 def live_section(ctx: Any) -> LiveSection:
-    """The run named by `review.live_paths`, copied into this review's evidence (atomic, in the manifest)."""
+    """The run named by `review.live_paths`, copied into this review's run as `live/paths.json` (atomic, in the
+    manifest), where the comparison record and the decision read it."""
     source = getattr(ctx.params.review, "live_paths", None)
     if not source:
         return LiveSection(None, None, "no live run of the same task set on both paths (run `k3 paths -p FILE` and "
                                        "set review.live_paths to its run folder); the comparison above reads the "
                                        "task log only")
     result = read_paths_record(source)
-    ctx.store.write_json(RECORD_FILE, record_data(result))
+    ctx.store.write_json(REVIEW_COPY, record_data(result))
     return LiveSection(result, source, None)
 
 
@@ -62,33 +63,3 @@ def live_figure(section: LiveSection) -> Any:
                             "included)", yaxis={"title": "ms"})
     return fig
 
-
-def live_findings(store: Any, rules: Any) -> list[Any]:
-    """The comparison axis' live findings, when the live section kept a `paths` record in this review's run: does
-    the API path meet the quality rule on the same tasks (the paired difference self-hosted − API against the
-    review's `api_equivalent_gap_max`), and the four fixed elements it ran under."""
-    from ..evidence import Finding
-
-    if not store.path(RECORD_FILE).exists():
-        return []
-    result = read_paths_record(store.path(RECORD_FILE))
-    gap = rules.api_equivalent_gap_max
-    out = [Finding(rule="renewal.comparison.live_fixed", status="info",
-                   message="live run under " + "; ".join(f"{f.name} sha256 {f.sha256[:12]}…" for f in result.fixed),
-                   observed={f.name: f.sha256 for f in result.fixed})]
-    for p in result.pairs:
-        if p.difference is None or p.low is None or p.high is None:
-            out.append(Finding(rule=f"renewal.comparison.live.{p.b}", status="not-observable",
-                               message=f"no task ran on both {p.a} and {p.b}"))
-            continue
-        span = f"{p.a} − {p.b} acceptance {p.difference:+.1%} on {p.pairs} paired tasks (95 % {p.low:+.1%}–{p.high:+.1%})"
-        if p.high <= gap:
-            status, what = "warn", f"{p.b} meets the quality rule on the same tasks (gap ≤ {gap:.1%})"
-        elif p.low > gap:
-            status, what = "pass", f"{p.b} misses the quality rule on the same tasks (gap > {gap:.1%})"
-        else:
-            status, what = "not-observable", f"inconclusive whether {p.b} meets the quality rule (gap {gap:.1%})"
-        only = f"; accepted on {p.a} only: {', '.join(p.only_a_tasks)}" if p.only_a_tasks else ""
-        out.append(Finding(rule=f"renewal.comparison.live.{p.b}", status=status, message=f"{what}: {span}{only}",
-                           observed=p.difference, expected=f"{p.a} − {p.b} ≤ {gap}"))
-    return out

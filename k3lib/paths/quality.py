@@ -8,7 +8,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..agent.checks import ParsedCall, schema_errors
+from ..agent.checks import schema_errors
+from ..chatstream import ToolCall
 from ..readers.tool_reply import detect_markup
 from .tasks import QualityRule
 
@@ -19,14 +20,14 @@ class Exchange:
 
     final: str | None
     finish_reason: str | None
-    calls: Sequence[ParsedCall]
+    calls: Sequence[ToolCall]
     offered: Mapping[str, Mapping[str, Any]]  # tool name → parameter schema
     error_returned: bool  # the planned tool error was handed to the model
     retried_after_error: bool  # … and it called the tool again, which then succeeded
     last_result: Any  # the last successful tool result
 
 
-def call_problem(call: ParsedCall, offered: Mapping[str, Mapping[str, Any]],
+def call_problem(call: ToolCall, offered: Mapping[str, Mapping[str, Any]],
                  schema: Mapping[str, Any] | None = None) -> str | None:
     """Why a tool call is malformed (not offered, arguments not a JSON object valid against the schema), or None."""
     if not (isinstance(call.name, str) and call.name in offered):

@@ -12,12 +12,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..errors import ArtifactError
-from ..stats import paired_difference_interval, wilson_interval
+from ..stats import paired_difference_interval, percentile, wilson_interval
 
 SCHEMA_ID = "k3kit/renewal/paths/1"
 SCHEMA_FILE = Path(__file__).resolve().parents[2] / "schemas" / "renewal" / "paths.schema.json"
 RECORD_FILE = "evidence/paths.json"
 REQUESTS_FILE = "paths/requests.jsonl"
+REVIEW_COPY = "live/paths.json"  # a review's copy of the live run it reads (outside evidence/: not an axis record)
 Num = float | None  # None: not computable from the data (shown blank, never 0)
 TaskStatus = Literal["answered", "failed", "not-run"]
 
@@ -131,9 +132,8 @@ def canonical_hash(value: Any) -> str:
 
 
 def _pct(values: list[float], q: float) -> Num:
-    import numpy as np
-
-    return round(float(np.quantile(np.asarray(values), q)), 3) if values else None
+    got = percentile(values, q * 100)
+    return None if got is None else round(got, 3)
 
 
 def _sum(values: list[int | None]) -> int:

@@ -4,7 +4,6 @@ task — every figure read from the record."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from .record import PathsResult
 
@@ -50,34 +49,3 @@ def paths_lines(r: PathsResult) -> list[str]:
         if p.only_b_tasks:
             out.append(f"  accepted on {p.b} only: {', '.join(p.only_b_tasks)}")
     return out
-
-
-def paths_main(files: list[str], sets: list[str], out: str | None, compare: str | None = None) -> int:
-    """`k3 paths`: run, write the record, print it; with `compare`, flag any fixed element that changed."""
-    import sys
-
-    from ..session import outputs_dir
-    from ..store import RunStore
-    from .params import load_paths_params
-    from .record import compare_fixed, read_paths_record
-    from .runner import check_endpoints
-    from .tasks import load_task_set
-
-    params = load_paths_params(list(files), list(sets))
-    tasks = load_task_set(params.paths.task_set)  # bad input is refused before a run folder exists
-    check_endpoints(params)
-    before = read_paths_record(compare) if compare else None
-    store = RunStore.create(Path(out) if out else outputs_dir(), label=params.paths.label)
-    print(f"run: {store.root}", file=sys.stderr)
-    from .runner import run_paths
-
-    result = run_paths(params, store, tasks)
-    for line in paths_lines(result):
-        print(line)
-    if before is not None:
-        changed = compare_fixed(before, result)
-        store.write_json("paths/compare.json", {"with": str(compare), "changed": changed})
-        for line in changed or ["the four fixed elements are the same as in " + str(compare)]:
-            print(("CHANGED " if changed else "") + line)
-    print(f"evidence: {store.path('evidence/paths.json')}")
-    return 0

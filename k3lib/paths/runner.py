@@ -15,11 +15,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..agent.checks import ParsedCall
 from ..agent.runner import assistant_message, parsed_reply
 from ..agent.tools import execute, result_text
-from ..client import ChatClient, ChatRecord, is_loopback_url, run_sync
+from ..chatstream import ToolCall
+from ..client import ChatClient, ChatRecord, run_sync
 from ..errors import BadInputError
+from ..guards import is_loopback_url, require_key_env
 from ..load import RequestBudget
 from ..renewal.rules import RetryPolicy
 from ..store import RunStore
@@ -36,17 +37,12 @@ CANCEL_GRACE_S = 5.0
 
 def check_endpoints(params: PathsParams) -> None:
     """Refuse, before anything is sent, a non-loopback endpoint without `allow_remote` and a missing key."""
-    import os
-
     for name, ep in params.paths.endpoints.items():
         if not params.paths.allow_remote and not is_loopback_url(ep.base_url):
             raise BadInputError(f"refusing to send the task set to non-loopback endpoint {ep.base_url}; set "
                                 "paths.allow_remote=true if this server is meant to take it",
                                 field=f"paths.endpoints.{name}.base_url")
-        if ep.api_key_env and not os.environ.get(ep.api_key_env):
-            raise BadInputError(f"environment variable {ep.api_key_env} is not set or empty; export the API key "
-                                "there (the kit only reads keys from the environment)",
-                                field=f"paths.endpoints.{name}.api_key_env")
+        require_key_env(ep.api_key_env, field=f"paths.endpoints.{name}.api_key_env")
 
 
 def request_format_value(req: RequestFormat) -> dict[str, Any]:
@@ -195,7 +191,7 @@ class PathRunner:
         tools_body = [t.openai() for t in offered_specs]
         messages = [dict(m) for m in task.messages]
         tally = _Tally()
-        calls: list[ParsedCall] = []
+        calls: list[ToolCall] = []
         err_rule = task.quality.tool_error
         error_pending = err_rule is not None
         error_returned = retried = False
@@ -219,7 +215,7 @@ class PathRunner:
                 break
             if tally.ttft_ms is None:
                 tally.ttft_ms = rec.ttft_ms if rec.ttft_ms is not None else rec.e2e_ms
-            got = [ParsedCall(**c) for c in parsed_reply(rec)["tool_calls"]]
+            got = [ToolCall.from_dict(c) for c in parsed_reply(rec)["tool_calls"]]
             calls += got
             if not got:
                 final = rec

@@ -21,6 +21,9 @@ _MAX_DEPTH = 256
 class CutText(str):
     """A string value the text ends inside: what was received of it, not the whole value."""
 
+    #: read by `k3lib.chatstream.ToolCall`: arguments received in part are neither valid nor invalid JSON
+    cut = True
+
 
 @dataclass(frozen=True)
 class CutJson:

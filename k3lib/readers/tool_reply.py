@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from k3lib.chatstream import SSEDecoder, ToolCall, ToolCallAssembler
 from k3lib.errors import ArtifactError
 from k3lib.readers._cutjson import CutJson, CutText, read_cut_json
 
@@ -56,16 +57,8 @@ FORMATS_TRIED = ("a JSON body (whole or cut short), an SSE capture (`data: {...}
 _MAX_CHARS = 20_000_000
 
 
-@dataclass(frozen=True)
-class ToolCallRecord:
-    index: int
-    id: str | None
-    type: str | None
-    name: str | None                     # None when the name was not received (a cut reply)
-    arguments: Any                       # as received: normally a str; an object breaks OpenAI's contract
-    arguments_valid_json: bool | None    # a str that json.loads accepts; None when the text ends inside it
-    parsed_arguments: Any                # json.loads(arguments) when valid, else None
-    error: str | None                    # why the arguments are not valid JSON
+#: The kit's one tool-call record; the reader's name for it stays importable.
+ToolCallRecord = ToolCall
 
 
 @dataclass(frozen=True)
@@ -74,7 +67,7 @@ class ToolReplyClassification:
     function_names: tuple[str, ...]
     leaked_markup: str | None
     arguments_valid_json: bool | None    # None when there are no structured calls
-    tool_calls: tuple[ToolCallRecord, ...]
+    tool_calls: tuple[ToolCall, ...]
     content: str | None
     reasoning: str | None
     finish_reason: str | None
@@ -118,14 +111,16 @@ def detect_markup(text: str | None) -> str | None:
 def parse_sse_chunks(text: str) -> list[dict[str, Any]]:
     """The JSON payloads of an SSE capture (`data: {...}` lines); `[DONE]`, comments and cut lines are skipped.
 
-    Also reads one-JSON-object-per-line captures. A line that is not JSON (a stream cut mid-chunk) is dropped."""
+    Framed by the kit's one SSE decoder, made lenient for pastes: lines may be indented, a capture that dropped
+    the blank line between events is split where a new `data:` line follows a whole JSON payload, and
+    one-JSON-object-per-line captures are read too. A payload that is not JSON (a stream cut mid-chunk) is
+    dropped."""
     chunks: list[dict[str, Any]] = []
-    buffer: list[str] = []
+    decoder = SSEDecoder()
 
-    def flush() -> None:
-        if buffer:
-            payload = "\n".join(buffer).strip()
-            buffer.clear()
+    def take(payload: str | None) -> None:
+        if payload is not None:
+            payload = payload.strip()
             if payload and payload != "[DONE]":
                 value = _json_or_none(payload)
                 if isinstance(value, dict):
@@ -133,32 +128,28 @@ def parse_sse_chunks(text: str) -> list[dict[str, Any]]:
 
     for raw in text.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
         line = raw.strip()
-        if not line:
-            flush()
-            continue
         if line.startswith("data:"):
-            # Captures often drop the blank line between events: a new `data:` whose payload is a whole JSON
-            # object starts a new event.
-            payload = line[5:].strip()
-            if buffer and _json_or_none("\n".join(buffer)) is not None:
-                flush()
-            buffer.append(payload)
-        elif line.startswith(("event:", "id:", "retry:", ":")):
-            continue
+            pending = decoder.buffered
+            if pending is not None and _json_or_none(pending) is not None:
+                take(decoder.flush())
+            decoder.line("data:" + line[5:].strip())
         elif line.startswith("{"):
-            flush()
+            take(decoder.flush())
             value = _json_or_none(line)
             if isinstance(value, dict):
                 chunks.append(value)
-    flush()
+        elif not line:
+            take(decoder.line(""))
+        # event:, id:, retry:, comments and stray text carry nothing
+    take(decoder.flush())
     return chunks
 
 
 def reassemble_stream(chunks: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """A `chat.completion`-shaped dict from `chat.completion.chunk` dicts.
 
-    Tool-call deltas are keyed by `index`: the first delta of a call carries id/type/name, later ones carry
-    argument fragments to concatenate (some parsers send the whole string at once)."""
+    Tool-call deltas are assembled by the kit's one `ToolCallAssembler` (the live client's too), so a stream
+    reads the same here as when the client received it."""
     choices: dict[int, dict[str, Any]] = {}
     head: dict[str, Any] = {}
     for chunk in chunks:
@@ -173,8 +164,8 @@ def reassemble_stream(chunks: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
             if not isinstance(choice, Mapping):
                 continue
             idx = choice.get("index") if isinstance(choice.get("index"), int) else pos
-            acc = choices.setdefault(idx, {"content": [], "reasoning": [], "calls": {}, "finish_reason": None,
-                                           "role": None})
+            acc = choices.setdefault(idx, {"content": [], "reasoning": [], "calls": ToolCallAssembler(),
+                                           "finish_reason": None, "role": None})
             delta = choice.get("delta")
             if not isinstance(delta, Mapping):
                 # Some proxies send whole messages in chunks.
@@ -189,15 +180,13 @@ def reassemble_stream(chunks: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
                     if key == "reasoning_content" and isinstance(delta.get("reasoning"), str):
                         continue
                     acc["reasoning"].append(delta[key])
-            for cpos, call in enumerate(_as_list(delta.get("tool_calls"))):
-                if isinstance(call, Mapping):
-                    _merge_call_delta(acc["calls"], call, cpos)
+            acc["calls"].feed(_as_list(delta.get("tool_calls")))
             if choice.get("finish_reason") is not None:
                 acc["finish_reason"] = choice["finish_reason"]
     out_choices = []
     for idx in sorted(choices):
         acc = choices[idx]
-        calls = [acc["calls"][k] for k in sorted(acc["calls"])]
+        calls = acc["calls"].calls()
         message: dict[str, Any] = {
             "role": acc["role"] or "assistant",
             "content": "".join(acc["content"]) if acc["content"] else None,
@@ -206,32 +195,6 @@ def reassemble_stream(chunks: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         }
         out_choices.append({"index": idx, "message": message, "finish_reason": acc["finish_reason"]})
     return {**head, "object": "chat.completion", "choices": out_choices}
-
-
-def _merge_call_delta(calls: dict[int, dict[str, Any]], delta: Mapping[str, Any], position: int) -> None:
-    idx = delta.get("index") if isinstance(delta.get("index"), int) else position
-    call = calls.setdefault(idx, {"id": None, "type": None, "function": {"name": None, "arguments": None}})
-    if delta.get("id"):
-        call["id"] = delta["id"]
-    if delta.get("type"):
-        call["type"] = delta["type"]
-    fn = delta.get("function")
-    if not isinstance(fn, Mapping):
-        return
-    name = fn.get("name")
-    if isinstance(name, str) and name:
-        current = call["function"]["name"]
-        # vLLM sends the name once; some servers repeat it whole in every delta, others stream it in pieces.
-        if current is None:
-            call["function"]["name"] = name
-        elif name != current:
-            call["function"]["name"] = current + name
-    args = fn.get("arguments")
-    if isinstance(args, str):
-        current = call["function"]["arguments"]
-        call["function"]["arguments"] = args if not isinstance(current, str) else current + args
-    elif args is not None:
-        call["function"]["arguments"] = args
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -526,33 +489,16 @@ def _is_chunk_list(value: Any) -> bool:
 # Classification
 
 
-def _record(index: int, call: Any) -> ToolCallRecord | None:
+def _record(index: int, call: Any) -> ToolCall | None:
     if not isinstance(call, Mapping):
         return None
     fn = call.get("function") if isinstance(call.get("function"), Mapping) else {}
-    # A name or arguments the text ends inside were not seen whole: unknown, not wrong.
+    # A name the text ends inside was not seen whole: unknown, not wrong (cut arguments: see ToolCall).
     name = fn.get("name") if isinstance(fn.get("name"), str) and not isinstance(fn.get("name"), CutText) else None
-    args = fn.get("arguments")
-    valid: bool | None = False
-    parsed, error = None, None
-    if isinstance(args, CutText):
-        valid, error = None, "the reply ends inside the arguments"
-    elif isinstance(args, str):
-        try:
-            parsed = json.loads(args)
-            valid = True
-        except (ValueError, RecursionError) as exc:
-            error = f"arguments are not valid JSON: {exc}"
-    elif args is None:
-        error = "arguments missing"
-    else:
-        # OpenAI's contract is a JSON *string*; an object means the client must guess a transformation.
-        error = f"arguments are a {type(args).__name__}, not a JSON string"
     idx = call.get("index") if isinstance(call.get("index"), int) else index
-    return ToolCallRecord(index=idx, id=call.get("id") if isinstance(call.get("id"), str) else None,
-                          type=call.get("type") if isinstance(call.get("type"), str) else None,
-                          name=name, arguments=args, arguments_valid_json=valid, parsed_arguments=parsed,
-                          error=error)
+    return ToolCall(index=idx, id=call.get("id") if isinstance(call.get("id"), str) else None,
+                    type=call.get("type") if isinstance(call.get("type"), str) else None,
+                    name=name, arguments=fn.get("arguments"))
 
 
 def _offered(request: dict[str, Any] | None) -> tuple[str, ...] | None:
@@ -610,7 +556,7 @@ def _classify_data(value: Any, source_format: str, loaded: _Loaded | None = None
 
     contents: list[str] = []
     reasonings: list[str] = []
-    calls: list[ToolCallRecord] = []
+    calls: list[ToolCall] = []
     finish_reason = None
     for cpos, choice in enumerate(_as_list(completion.get("choices"))):
         if not isinstance(choice, Mapping):

@@ -3,6 +3,7 @@ drill, operations, and the renew / reduce / dual-circuit / exit-to-api decision.
 
 from .decision import DECISIONS, EXIT_CODES, RULES, Decision, Indicators, RenewalDecision, choose, decide_renewal
 from .figures import rules_table
+from .findings import RenewalFinding
 from .notebook import axis_figure, axis_result, axis_table, drill_table, record_axis, review_drill
 from .params import RenewalParams, load_any_review, load_review_params
 from .records import decide_review
@@ -18,6 +19,7 @@ __all__ = [
     "Indicators",
     "RULES",
     "RenewalDecision",
+    "RenewalFinding",
     "RenewalParams",
     "RenewalRules",
     "ReviewContext",

@@ -9,6 +9,7 @@ from collections import Counter, defaultdict
 from typing import Any, Iterable, Sequence
 from zoneinfo import ZoneInfo
 
+from ..stats import percentile
 from .inputs import FIVE_QUESTIONS, CostsInput, HoursRecord, IncidentRecord, TaskRecord
 from .rules import DeclaredBenefits, FixedElements, RenewalRules, accepted as is_accepted
 from .series import Grid
@@ -121,9 +122,9 @@ def analyse_load(frame, tasks: Sequence[TaskRecord], rules: RenewalRules, grid: 
     # demand shape: arrivals per hour over the window (both paths: demand exists wherever it was served)
     hourly = Counter(int((t.submitted_at.timestamp() - grid.start_s) // 3600) for t in sh)
     n_hours = max(1, int(n * step_h))
-    arrivals = sorted(hourly.get(h, 0) for h in range(n_hours))
+    arrivals = [hourly.get(h, 0) for h in range(n_hours)]
     mean_arr = sum(arrivals) / n_hours
-    p99 = arrivals[min(n_hours - 1, int(0.99 * n_hours))]
+    p99 = percentile(arrivals, 99)
     used_total = sum(used_by_cat.values())
     idle_slots = sum(1 for k in idle_kind if k != "busy")
     return {
@@ -153,7 +154,7 @@ def analyse_load(frame, tasks: Sequence[TaskRecord], rules: RenewalRules, grid: 
                                   if per["business"]["slots"] else None),
         "weekday_gpu_h_cv": _r(cv),
         "arrivals_per_h_mean": _r(mean_arr, 2),
-        "arrivals_per_h_p99": p99,
+        "arrivals_per_h_p99": _r(p99, 2),
         "peak_to_mean": _r(p99 / mean_arr if mean_arr else None, 2),
         "slots": {"busy": idle_kind.count("busy"), "idle_demand": idle_kind.count("demand"),
                   "idle_scheduling": idle_kind.count("scheduling")},
@@ -209,14 +210,14 @@ def analyse_production(frame, tasks: Sequence[TaskRecord], rules: RenewalRules, 
 
 def _path_figures(rows: Sequence[TaskRecord], fixed: FixedElements) -> dict[str, Any]:
     n = len(rows)
-    delivery = sorted((t.finished_at - t.submitted_at).total_seconds() for t in rows if t.finished_at is not None)
+    delivery = [(t.finished_at - t.submitted_at).total_seconds() for t in rows if t.finished_at is not None]
     return {
         "tasks": n,
         "accepted": sum(is_accepted(t, fixed.quality_rule) for t in rows),
         "acceptance_rate": _r(sum(is_accepted(t, fixed.quality_rule) for t in rows) / n if n else None),
         "over_retry_policy": sum(t.retries > fixed.retry_policy.max_retries for t in rows),
         "delivery_median_s": _r(statistics.median(delivery) if delivery else None, 1),
-        "delivery_p95_s": _r(delivery[min(len(delivery) - 1, int(0.95 * len(delivery)))] if delivery else None, 1),
+        "delivery_p95_s": _r(percentile(delivery, 95), 1),
         "retries_per_task": _r(sum(t.retries for t in rows) / n if n else None),
         "tool_error_share": _r(sum(1 for t in rows if t.tool_call_errors > 0) / n if n else None),
         "manual_correction_share": _r(sum(t.manual_correction for t in rows) / n if n else None),

@@ -7,16 +7,14 @@ taken without that axis' evidence (never counted as favourable).
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Callable
 
 from ..errors import BadInputError
 from ..report import write_index
 from ..runner import Progress, render_pages, run_notebooks
-from ..session import PROJECT_ROOT, outputs_dir, read_records
+from ..session import PROJECT_ROOT, read_records
 from ..store import RunStore
-from .decision import DECISIONS, Decision, RenewalDecision
+from .decision import DECISIONS, RenewalDecision
 from .params import RenewalParams, load_review_params
 from .records import decide_review
 
@@ -50,11 +48,11 @@ def run_review(params: RenewalParams, store: RunStore, *, progress: Progress | N
     outcomes = run_notebooks(store, stages, timeout_s=params.run.notebook_timeout_s, progress=progress)
     records = read_records(store)
     data = store.read_json("decision.json")
-    if data is None or outcomes[REVIEW_SUMMARY].status != "ok" or data.get("decision") not in DECISIONS:
+    if data is None or outcomes[REVIEW_SUMMARY].status != "ok" or data.get("decision") not in DECISIONS \
+            or not isinstance(data.get("findings"), list):
         decision = decide_review(params, store, records)  # the summary failed: same rules, same records
     else:
-        decision = RenewalDecision(data["decision"], tuple(data["reasons"]), tuple(data["checklist"]),
-                                   data["condition"], data.get("routing"), data.get("reexamine_on"), data.get("rule"))
+        decision = RenewalDecision.from_dict(data)
     pages = render_pages(store, [nb for stage in stages for nb, _ in stage], dict(REVIEW), records, outcomes)
     shown = {"decision": decision.decision,
              "reasons": [f"rule: {decision.rule}", f"condition: {decision.condition}", parameters_line(params),
@@ -77,10 +75,9 @@ def parameters_line(params: RenewalParams) -> str:
             + ", ".join(f"{n} from {origin}" for origin, n in by_origin.most_common()))
 
 
-def review_main(files: list[str], sets: list[str], out: str | None, demo: str | None) -> int:
-    """`k3 review -p FILE … [--set K=V] [--out DIR] [--demo SCENARIO]`: run the review, print the decision, return
-    its exit code (`Decision.exit_code`: 0 renew, 3 reduce, 4 dual-circuit, 5 exit-to-api). Bad input raises
-    BadInputError."""
+def load_review_request(files: list[str], sets: list[str], demo: str | None) -> RenewalParams:
+    """The review parameters from `k3 review`'s arguments: the files and overrides, or a demo scenario (whose own
+    generated inputs replace any the files give). Bad input raises BadInputError before any run folder exists."""
     from .demo import SCENARIOS
 
     if demo is not None and demo not in SCENARIOS:
@@ -91,17 +88,5 @@ def review_main(files: list[str], sets: list[str], out: str | None, demo: str | 
                             "--demo steady|idle-heavy|spiky|poor", source="k3 review")
     if demo is not None:
         files = files or [str(DEMO_PARAMS)]
-        # the scenario's own inputs replace any given in the files
         sets = [*sets, f"review.demo={demo}", "review.inputs=null", "review.series=null"]
-    params = load_review_params(files, sets)
-    store = RunStore.create(Path(out) if out else outputs_dir(), label=params.run.label or "review")
-    print(f"run: {store.root}", file=sys.stderr)
-    decision = run_review(params, store, on_start=lambda src: print(f"series: {src}", file=sys.stderr))
-    print(f"decision: {decision.decision}")
-    print(f"rule: {decision.rule}")
-    for reason in decision.reasons:
-        print(f"  - {reason}")
-    print(f"condition: {decision.condition}")
-    print(f"report: {store.path('report/index.html')}")
-    print(f"run: {store.root}")
-    return Decision(decision.decision).exit_code
+    return load_review_params(files, sets)

@@ -7,6 +7,10 @@ table, `RULES`: the first row whose condition holds decides, and each row names 
 decided from a throughput figure: every indicator is a share of time, of tasks, of hours or of money. An
 indicator without evidence (None: an axis missing, a blank in the cost sheet, a question the drill did not show)
 is never counted as favourable, and a review decided on built-in default thresholds says so.
+
+A live run of the same task set on both paths (`k3 paths`, named by `review.live_paths`) weighs in: exit-to-api
+needs the API path to meet the quality rule there, and a dual circuit's routing names the task categories that fail
+on one path only. Without one the comparison rests on the task log only, and the decision says so as an open item.
 """
 
 from __future__ import annotations
@@ -14,9 +18,14 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import enum
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+from ..stats import wilson_interval
+from .findings import RenewalFinding, money  # noqa: F401  (money: re-exported for the views)
 from .rules import RenewalRules
+
+if TYPE_CHECKING:
+    from ..paths.record import PairedDifference, PathsResult
 
 
 class Decision(enum.StrEnum):
@@ -53,12 +62,16 @@ class Indicators:
     api_equivalent: bool | None = None  # comparison: the API reaches equivalent quality on the same tasks
     cheaper_than_api: bool | None = None  # cost: self-hosted cost per accepted task ≤ the API's (None: a blank)
     within_value: bool | None = None  # cost: the self-hosted total ≤ the value of the delivered tasks
+    # live (`k3 paths`): the API path's acceptance on the same tasks meets the quality rule (None: no live run)
+    api_meets_quality: bool | None = None
 
 
 @dataclasses.dataclass(frozen=True)
 class RenewalDecision:
+    """The decision with its findings as values; its reasons are the findings' sentences, rendered from them."""
+
     decision: str
-    reasons: tuple[str, ...]
+    findings: tuple[RenewalFinding, ...]
     checklist: tuple[dict[str, Any], ...]
     condition: str
     routing: dict[str, Any] | None = None
@@ -69,17 +82,28 @@ class RenewalDecision:
     def exit_code(self) -> int:
         return Decision(self.decision).exit_code
 
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        return tuple(f.sentence for f in self.findings)
+
+    def finding(self, rule: str) -> RenewalFinding | None:
+        """The finding with this rule id (e.g. "production.quality"), or None when the decision has none."""
+        return next((f for f in self.findings if f.rule == rule), None)
+
     def to_dict(self) -> dict[str, Any]:
         out = {"decision": self.decision, "rule": self.rule, "reasons": list(self.reasons),
+               "findings": [f.to_dict() for f in self.findings],
                "checklist": list(self.checklist), "condition": self.condition, "reexamine_on": self.reexamine_on}
         if self.routing is not None:
             out["routing"] = self.routing
         return out
 
-    def _repr_html_(self) -> str:
-        from .figures import decision_html
-
-        return decision_html(self)
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "RenewalDecision":
+        """A `decision.json` read back: the findings are the values, the reasons are rendered again from them."""
+        return cls(data["decision"], tuple(RenewalFinding.from_dict(f) for f in data["findings"]),
+                   tuple(data["checklist"]), data["condition"], data.get("routing"), data.get("reexamine_on"),
+                   data.get("rule"))
 
 
 # --- the precedence table ----------------------------------------------------------------------------------------
@@ -101,15 +125,28 @@ class Rule:
     holds: Callable[[Indicators], bool]
 
 
+def _exit_on_quality(i: Indicators) -> bool:
+    return i.quality_ok is not True and (_under_used(i) or _heavy(i))
+
+
+def _exit_on_equivalence(i: Indicators) -> bool:
+    return i.api_equivalent is True and i.cheaper_than_api is False and not i.control_need
+
+
 RULES: tuple[Rule, ...] = (
     Rule("exit.quality-use-recovery", Decision.EXIT_TO_API, ("production", "load", "stability", "operations"),
          "useful production below the rule together with idle capacity, unrecoverable incidents or heavy "
          "operations: quality, use and recovery do not hold",
-         lambda i: i.quality_ok is not True and (_under_used(i) or _heavy(i))),
+         lambda i: _exit_on_quality(i) and i.api_meets_quality is not False),
     Rule("exit.api-equivalent-and-cheaper", Decision.EXIT_TO_API, ("comparison", "cost", "benefits"),
          "the API reaches equivalent quality on the same task set at a lower cost per accepted task, and no "
          "control need is declared",
-         lambda i: i.api_equivalent is True and i.cheaper_than_api is False and not i.control_need),
+         lambda i: _exit_on_equivalence(i) and i.api_meets_quality is not False),
+    Rule("dual.api-misses-quality", Decision.DUAL_CIRCUIT,
+         ("comparison", "production", "load", "stability", "operations", "cost", "benefits"),
+         "exit-to-api is not allowed: its conditions hold, but on the same tasks run live on both paths the API path "
+         "misses the quality rule — keep the capacity for the task categories the API fails, route the others",
+         lambda i: (_exit_on_quality(i) or _exit_on_equivalence(i)) and i.api_meets_quality is False),
     Rule("dual.peaks-and-control", Decision.DUAL_CIRCUIT, ("load", "benefits"),
          "strong unpredictable peaks and a declared data-control need: keep a controlled path for those tasks, "
          "send the irregular rest to the API",
@@ -136,97 +173,158 @@ RULES: tuple[Rule, ...] = (
 )
 
 
+_ANALYSIS = {"load": "load", "production": "useful production", "comparison": "self-hosted vs API",
+             "cost": "full cost", "stability": "stability", "operations": "operations"}
+
+
 def indicators(axes: Mapping[str, Mapping[str, Any] | None], rules: RenewalRules,
-               declared_benefits: list[str]) -> tuple[Indicators, list[str]]:
-    """Indicators and, for each, the sentence with the figure and the rule it came from."""
-    why: list[str] = []
+               declared_benefits: list[str], live: "PathsResult | None" = None,
+               live_source: str | None = None) -> tuple[Indicators, list[RenewalFinding]]:
+    """Indicators and, for each, the finding with the figures and the rule it was judged by; `live` is the `k3 paths`
+    record of the same tasks on both paths (None: the comparison rests on the task log only, an open item)."""
+    found: list[RenewalFinding] = []
     load, prod, comp, cost, stab, ops = typed_axes(axes)
     regular = large_idle = spiky = quality = recoverable = effort = None
     api_equivalent = cheaper = within_value = None
+
+    def none(axis: str) -> None:
+        found.append(RenewalFinding(f"{axis}.no_evidence", None, {"analysis": _ANALYSIS[axis]}))
+
     if load is not None:
         bb, cv = load.business_busy_share, load.weekday_gpu_h_cv
         regular = bb is not None and cv is not None and bb >= rules.regular_busy_share_min \
             and cv <= rules.regular_daily_cv_max
-        why.append(f"load {'regular' if regular else 'not regular'}: business-hour slots busy {bb:.0%} "
-                   f"(rule ≥ {rules.regular_busy_share_min:.0%}), weekday GPU-hours CV {_f(cv)} "
-                   f"(rule ≤ {rules.regular_daily_cv_max:g})" if bb is not None else "load: no business-hour slots")
+        found.append(RenewalFinding("load.regular", regular, {
+            "business_busy_share": bb, "weekday_gpu_h_cv": cv, "regular_busy_share_min": rules.regular_busy_share_min,
+            "regular_daily_cv_max": rules.regular_daily_cv_max}))
         li = load.large_idle_share
         large_idle = None if li is None else li > rules.large_idle_share_max
-        why.append(f"{_p(li)} of the window in idle stretches ≥ {rules.large_idle_min_h:g} h "
-                   f"(rule: large idle above {rules.large_idle_share_max:.0%}); utilisation {_p(load.utilisation)}"
-                   f", idle for lack of demand {_p(load.idle_demand_share)}, idle while tasks wait "
-                   f"{_p(load.idle_scheduling_share)}")
+        found.append(RenewalFinding("load.large_idle", large_idle, {
+            "large_idle_share": li, "large_idle_min_h": rules.large_idle_min_h,
+            "large_idle_share_max": rules.large_idle_share_max, "utilisation": load.utilisation,
+            "idle_demand_share": load.idle_demand_share, "idle_scheduling_share": load.idle_scheduling_share}))
         ptm = load.peak_to_mean
         spiky = ptm is not None and ptm >= rules.peak_to_mean_min
-        why.append(f"demand {'spiky' if spiky else 'not spiky'}: hourly arrivals p99/mean {_f(ptm)} "
-                   f"(rule: spiky from {rules.peak_to_mean_min:g})")
+        found.append(RenewalFinding("load.peaks", spiky, {"peak_to_mean": ptm,
+                                                          "peak_to_mean_min": rules.peak_to_mean_min}))
     else:
-        why.append("load: no evidence")
+        none("load")
     if prod is not None:
-        acc, rpt, tes = prod.acceptance_rate, prod.losses.retries_per_task, \
-            prod.losses.tool_error_share
+        acc, rpt, tes = prod.acceptance_rate, prod.losses.retries_per_task, prod.losses.tool_error_share
         quality = acc is not None and acc >= rules.min_acceptance_rate and (rpt or 0) <= rules.max_retries_per_task \
             and (tes or 0) <= rules.max_tool_error_rate
-        over = prod.over_retry_policy
-        why.append(f"useful production {'meets' if quality else 'misses'} the rule: acceptance {_p(acc)} "
-                   f"(≥ {rules.min_acceptance_rate:.0%}), retries/task {_f(rpt)} (≤ {rules.max_retries_per_task:g}), "
-                   f"tasks with malformed tool calls {_p(tes)} (≤ {rules.max_tool_error_rate:.0%}); "
-                   f"{_f(prod.accepted_per_operating_h)} accepted tasks per operating hour"
-                   + (f"; {over} task(s) retried more than the fixed retry policy's "
-                      f"{prod.retry_policy_max_retries}" if over else ""))
+        found.append(RenewalFinding("production.quality", quality, {
+            "acceptance_rate": acc, "min_acceptance_rate": rules.min_acceptance_rate, "retries_per_task": rpt,
+            "max_retries_per_task": rules.max_retries_per_task, "tool_error_share": tes,
+            "max_tool_error_rate": rules.max_tool_error_rate, "accepted_per_operating_h": prod.accepted_per_operating_h,
+            "over_retry_policy": prod.over_retry_policy, "retry_policy_max_retries": prod.retry_policy_max_retries}))
     else:
-        why.append("useful production: no evidence")
+        none("production")
     if comp is not None:
         sh, api = comp.self_hosted, comp.api
         api_equivalent = comp.api_equivalent
-        verdict = {True: "reaches", False: "does not reach", None: "is not shown to reach"}[api_equivalent]
-        why.append(f"the API {verdict} equivalent quality on {comp.paired_tasks} tasks run on both paths: "
-                   f"acceptance {_p(sh.acceptance_rate)} self-hosted vs {_p(api.acceptance_rate)} API, "
-                   f"malformed tool calls {_p(sh.tool_error_share)} vs {_p(api.tool_error_share)} "
-                   f"(equivalent within {rules.api_equivalent_gap_max:.0%}), median delivery "
-                   f"{_f(sh.delivery_median_s)} s vs {_f(api.delivery_median_s)} s")
+        found.append(RenewalFinding("comparison.api_equivalent", api_equivalent, {
+            "paired_tasks": comp.paired_tasks, "api_equivalent_gap_max": rules.api_equivalent_gap_max,
+            **{f"{name}_{k}": getattr(path, k) for name, path in (("self_hosted", sh), ("api", api))
+               for k in ("acceptance_rate", "tool_error_share", "delivery_median_s")}}))
     else:
-        why.append("self-hosted vs API: no evidence")
+        none("comparison")
+    live_finding = live_quality(live, live_source, rules)
+    found.append(live_finding)
     if cost is not None:
-        cur = cost.currency
-        sh_c, api_c = cost.self_hosted, cost.api
         cheaper, within_value = cost.self_hosted_cheaper_per_task, cost.total_within_delivered_value
-        blanks = sh_c.blank_items
-        verdict = {True: "at most", False: "above", None: "not comparable with"}[cheaper]
-        why.append(f"full cost per accepted task {money(sh_c.per_accepted_task, cur)} self-hosted, {verdict} "
-                   f"the API's {money(api_c.per_accepted_task, cur)} on the same tasks; self-hosted total "
-                   f"{money(sh_c.total, cur)}"
-                   + (f" (blank: {', '.join(blanks)} — a blank item leaves the total blank, never estimated)"
-                      if blanks else "")
-                   + ("" if cost.delivered_tasks_value is None else
-                      f"; value of the delivered tasks {money(cost.delivered_tasks_value, cur)}"))
+        found.append(RenewalFinding("cost.per_accepted_task", cheaper, {
+            "currency": cost.currency, "self_hosted_per_accepted_task": cost.self_hosted.per_accepted_task,
+            "api_per_accepted_task": cost.api.per_accepted_task, "self_hosted_total": cost.self_hosted.total,
+            "blank_items": list(cost.self_hosted.blank_items), "delivered_tasks_value": cost.delivered_tasks_value,
+            "within_value": within_value}))
     else:
-        why.append("full cost: no evidence")
+        none("cost")
     if stab is not None:
         recoverable = stab.recoverable
-        drill = stab.drill
-        drill_text = "; no live drill run" if drill is None else f"; drill: {drill.summary}"
-        verdict = {True: "recoverable", False: "not recoverable", None: "recovery not shown"}[recoverable]
-        why.append(f"incidents {verdict}: {stab.incidents} in the log, "
-                   f"{_p(stab.recovered_within_rule_share)} recovered within {rules.max_recovery_min:g} min"
-                   + ("" if recoverable else " — " + "; ".join(stab.not_recoverable_because)) + drill_text)
+        found.append(RenewalFinding("stability.recoverable", recoverable, {
+            "incidents": stab.incidents, "recovered_within_rule_share": stab.recovered_within_rule_share,
+            "max_recovery_min": rules.max_recovery_min, "not_recoverable_because": list(stab.not_recoverable_because),
+            "drill_summary": None if stab.drill is None else stab.drill.summary}))
     else:
-        why.append("stability: no evidence")
+        none("stability")
     if ops is not None:
         per_week, exceeds = ops.per_week_h, ops.effort_exceeds_gain
         within_rule = per_week is not None and per_week <= rules.max_ops_hours_per_week
         # contained: within the weekly rule AND not above the delivery gain; an unknown gain is not shown
         effort = False if not within_rule or exceeds is True else None if exceeds is None else True
-        verdict = {True: "contained", False: "heavy", None: "not shown contained"}[effort]
-        why.append(f"operations effort {verdict}: {_f(per_week)} h/week (rule ≤ {rules.max_ops_hours_per_week:g}); "
-                   f"delivery gain {_f(ops.delivery_gain_h)} h against {_f(ops.total_h)} h spent"
-                   + {True: " (effort exceeds the gain)", False: "", None: " (gain unknown)"}[exceeds])
+        found.append(RenewalFinding("operations.effort", effort, {
+            "per_week_h": per_week, "max_ops_hours_per_week": rules.max_ops_hours_per_week,
+            "delivery_gain_h": ops.delivery_gain_h, "total_h": ops.total_h, "effort_exceeds_gain": exceeds}))
     else:
-        why.append("operations: no evidence")
+        none("operations")
     control = bool(declared_benefits)
-    why.append(f"declared benefits: {', '.join(declared_benefits) if control else 'none'}")
+    found.append(RenewalFinding("benefits.declared", control, {"declared": list(declared_benefits)}))
     return Indicators(regular, large_idle, spiky, quality, recoverable, effort, control, api_equivalent, cheaper,
-                      within_value), why
+                      within_value, live_finding.outcome), found
+
+
+# --- the live run of the same tasks on both paths ------------------------------------------------------------------
+
+SELF_HOSTED, API = "self_hosted", "api"  # the endpoint names `k3 paths` gives the two sides the review compares
+
+
+def _live_pair(live: "PathsResult") -> "PairedDifference | None":
+    return next((p for p in live.pairs if {p.a, p.b} == {SELF_HOSTED, API} and p.pairs), None)
+
+
+def _only(pair: "PairedDifference", path: str) -> tuple[int, tuple[str, ...]]:
+    """The tasks accepted on `path` only (they fail on the other path only)."""
+    return (pair.a_only, pair.only_a_tasks) if pair.a == path else (pair.b_only, pair.only_b_tasks)
+
+
+def live_quality(live: "PathsResult | None", source: str | None, rules: RenewalRules) -> RenewalFinding:
+    """Does the API path meet the quality rule on the same tasks run live: the 95 % Wilson lower bound of its
+    acceptance rate at or above `rules.live_api_acceptance_low_min`, or (null) the self-hosted path's own lower
+    bound on those tasks. None: no live run, or none with both paths on the same tasks (an open item)."""
+    if live is None:
+        return RenewalFinding("comparison.live", None, {"source": None})
+    pair = _live_pair(live)
+    if pair is None:
+        return RenewalFinding("comparison.live", None, {"source": source, "paths": [s.path for s in live.paths]})
+    n = pair.pairs
+    sh_k, api_k = pair.both + _only(pair, SELF_HOSTED)[0], pair.both + _only(pair, API)[0]
+    sh_ci, api_ci = wilson_interval(sh_k, n), wilson_interval(api_k, n)
+    assert sh_ci is not None and api_ci is not None  # n > 0
+    fixed = rules.live_api_acceptance_low_min
+    bar = round(sh_ci[0] if fixed is None else fixed, 4)
+    api_low = round(api_ci[0], 4)
+    return RenewalFinding("comparison.live", api_low >= bar, {
+        "source": source, "tasks": n, "task_set": live.task_set,
+        "api_accepted": api_k, "api_acceptance_rate": round(api_k / n, 4), "api_acceptance_low": api_low,
+        "api_acceptance_high": round(api_ci[1], 4),
+        "self_hosted_accepted": sh_k, "self_hosted_acceptance_rate": round(sh_k / n, 4),
+        "self_hosted_acceptance_low": round(sh_ci[0], 4), "self_hosted_acceptance_high": round(sh_ci[1], 4),
+        "bar": bar, "bar_from": "the self-hosted path's lower bound" if fixed is None
+        else "rules.live_api_acceptance_low_min",
+        "fail_on_api_only": _only(pair, SELF_HOSTED)[0], "fail_on_self_hosted_only": _only(pair, API)[0]})
+
+
+def category_routing(live: "PathsResult | None", source: str | None) -> RenewalFinding:
+    """The dual circuit's routing by task category, from the live run's per-task differences: a category whose
+    tasks fail on the API only stays self-hosted, one whose tasks fail on the self-hosted path only goes to the API,
+    one with both is split task by task. None: no live run to name categories from (an open item)."""
+    pair = None if live is None else _live_pair(live)
+    if live is None or pair is None:
+        return RenewalFinding("routing.categories", None, {"source": source})
+    category = {(t.path, t.task): t.category for t in live.tasks}
+    rows: dict[str, dict[str, list[str]]] = {}
+    for path, side in ((SELF_HOSTED, "fail_on_api_only"), (API, "fail_on_self_hosted_only")):
+        for task in _only(pair, path)[1]:
+            row = rows.setdefault(category.get((path, task), "default"),
+                                  {"fail_on_api_only": [], "fail_on_self_hosted_only": []})
+            row[side].append(task)
+    by_category = [{"category": c, **r} for c, r in sorted(rows.items())]
+    return RenewalFinding("routing.categories", True, {
+        "source": source, "tasks": pair.pairs, "by_category": by_category,
+        "self_hosted": [r["category"] for r in by_category if not r["fail_on_self_hosted_only"]],
+        "api": [r["category"] for r in by_category if not r["fail_on_api_only"]],
+        "split": [r["category"] for r in by_category if r["fail_on_api_only"] and r["fail_on_self_hosted_only"]]})
 
 
 def typed_axes(axes: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -234,19 +332,6 @@ def typed_axes(axes: Mapping[str, Any]) -> tuple[Any, ...]:
     from .results import typed
 
     return tuple(None if axes.get(a) is None else typed(a, axes[a]) for a in AXES)
-
-
-def money(x: Any, currency: str | None) -> str:
-    """An amount with its currency, or "blank" (never 0)."""
-    return "blank" if x is None else f"{x:,.2f} {currency or '(no currency)'}"
-
-
-def _f(x: Any) -> str:
-    return "blank" if x is None else f"{x:g}" if isinstance(x, (int, float)) else str(x)
-
-
-def _p(x: Any) -> str:
-    return "blank" if x is None else f"{x:.0%}"
 
 
 def choose(ind: Indicators) -> tuple[str, str]:
@@ -259,9 +344,14 @@ def decide_rule(ind: Indicators) -> Rule:
     return next(r for r in RULES if r.holds(ind))
 
 
-def routing(rules: RenewalRules) -> dict[str, Any]:
-    """The dual circuit's transfer triggers and exit rules, fixed now, before the next bill is read."""
+def routing(rules: RenewalRules, categories: RenewalFinding | None = None) -> dict[str, Any]:
+    """The dual circuit's transfer triggers and exit rules, fixed now, before the next bill is read; with a live
+    run, the task categories each path takes (`task_categories`; null: none named, an open item)."""
+    named = categories is not None and categories.outcome is True
     return {
+        "task_categories": {k: categories.measured[k] for k in ("self_hosted", "api", "split", "by_category",
+                                                                "source")} if named else None,  # type: ignore[union-attr]
+
         "self_hosted": "tasks with a declared control need (data control, residency, internal latency, "
                        "customised inference chain) and the regular agent/batch load",
         "api": "irregular peaks and any task whose trigger below fires",
@@ -304,20 +394,28 @@ def checklist(axes: Mapping[str, Mapping[str, Any] | None], statuses: Mapping[st
 
 def decide_renewal(axes: Mapping[str, Mapping[str, Any] | None], rules: RenewalRules, declared_benefits: list[str],
                    *, statuses: Mapping[str, str] | None = None, today: dt.date | None = None,
-                   defaulted: list[str] | tuple[str, ...] = ()) -> RenewalDecision:
-    """The decision from the six analyses; `defaulted` names the thresholds and fixed elements left at their
-    built-in defaults, which the decision and its condition then state."""
-    ind, why = indicators(axes, rules, declared_benefits)
+                   defaulted: list[str] | tuple[str, ...] = (), live: "PathsResult | None" = None,
+                   live_source: str | None = None) -> RenewalDecision:
+    """The decision from the six analyses and, when given, the live run of the same tasks on both paths (`live`, a
+    `k3 paths` record); `defaulted` names the thresholds and fixed elements left at their built-in defaults, which
+    the decision and its condition then state."""
+    ind, found = indicators(axes, rules, declared_benefits, live, live_source)
     rule = decide_rule(ind)
     verdict = rule.decision.value
     reexamine = ((today or dt.date.today()) + dt.timedelta(days=rules.reexamine_after_days)).isoformat()
     missing = [a for a in AXES if axes.get(a) is None]
-    reasons = [f"{verdict}: {rule.when}"] + why + ([f"no evidence for: {', '.join(missing)}"] if missing else [])
+    findings = [RenewalFinding("decision.rule", True, {"decision": verdict, "rule": rule.id, "when": rule.when})]
     cond = condition(verdict, rules, reexamine)
     if defaulted:
-        names = ", ".join(k.removeprefix("review.") for k in defaulted)
-        reasons.insert(1, f"decided on built-in defaults (illustrative values, not this team's rules) for: {names}")
+        findings.append(RenewalFinding("review.defaults", None,
+                                       {"names": [k.removeprefix("review.") for k in defaulted]}))
         cond += (f"; decided on built-in defaults for {len(defaulted)} threshold(s) or fixed element(s) — write "
                  "them in the parameters file and re-run before signing")
-    return RenewalDecision(verdict, tuple(reasons), tuple(checklist(axes, statuses or {})), cond,
-                           routing(rules) if verdict == "dual-circuit" else None, reexamine, rule.id)
+    findings += found
+    categories = category_routing(live, live_source) if verdict == "dual-circuit" else None
+    if categories is not None:
+        findings.append(categories)
+    if missing:
+        findings.append(RenewalFinding("review.missing", None, {"axes": missing}))
+    return RenewalDecision(verdict, tuple(findings), tuple(checklist(axes, statuses or {})), cond,
+                           routing(rules, categories) if verdict == "dual-circuit" else None, reexamine, rule.id)

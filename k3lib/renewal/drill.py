@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 import httpx
 
+from ..chatstream import sse_payloads
 from .params import CommandStep, DrillParams
 from .results import Answer, DrillAnswer
 
@@ -86,10 +87,8 @@ class _InFlight(threading.Thread):
                     self.outcome, self.detail = "error", f"HTTP {r.status_code} before the first token"
                     self.first_chunk.set()
                     return
-                for line in r.iter_lines():
-                    if not line.startswith("data:"):
-                        continue
-                    data = line[5:].strip()
+                for payload in sse_payloads(r.iter_lines()):
+                    data = payload.strip()
                     if data == "[DONE]":
                         if self.outcome == "hanging":
                             self.outcome = "cut"

@@ -119,6 +119,21 @@ def axis_figure(axis: str, result: dict[str, Any], frame: Any = None) -> Any:
     return fig
 
 
+def register_views() -> None:
+    """Show a `RenewalDecision` as HTML in IPython (JupyterLab, papermill, the report pages): registered as a display
+    formatter when a review session opens, so the decision's data model never imports this presentation module.
+    Outside IPython there is nothing to register."""
+    import sys
+
+    if "IPython" not in sys.modules:  # no kernel or shell running: never import IPython for this
+        return
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    if shell is not None:
+        shell.display_formatter.formatters["text/html"].for_type(RenewalDecision, decision_html)
+
+
 def decision_html(decision: RenewalDecision) -> str:
     from ..summary import badge
 
@@ -130,7 +145,14 @@ def decision_html(decision: RenewalDecision) -> str:
     parts += [f"<li>{esc(r)}</li>" for r in decision.reasons]
     parts.append("</ul>")
     if decision.routing:
-        parts.append("<h3>Routing (fixed in advance)</h3><ul>")
+        parts.append("<h3>Routing (fixed in advance)</h3>")
+        cats = decision.routing.get("task_categories")
+        if cats:
+            parts.append("<p>By task category, from the live run's per-task differences:</p><ul>")
+            parts += [f"<li><b>{esc(where)}</b>: {esc(', '.join(cats[key]) or 'none')}</li>" for where, key in
+                      (("self-hosted", "self_hosted"), ("API", "api"), ("split task by task", "split"))]
+            parts.append("</ul>")
+        parts.append("<p>Transfer triggers:</p><ul>")
         parts += [f"<li><b>{esc(t['trigger'])}</b>: {esc(t['when'])}</li>" for t in decision.routing["transfer_triggers"]]
         parts.append("</ul><p>Exit rules:</p><ul>")
         parts += [f"<li>{esc(r)}</li>" for r in decision.routing["exit_rules"]]

@@ -17,8 +17,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ..errors import BadInputError
+from ..errors import ArtifactError, BadInputError
 from ..params import COMMAND_SECTIONS, RunParams, TargetParams, _check_url, _provenance, layer, validate_model
+from ..paths.record import read_paths_record
 from .rules import DEFAULT, DeclaredBenefits, FixedElements, RenewalRules
 
 INPUT_KEYS = ("tasks", "costs", "incidents", "hours")
@@ -104,8 +105,9 @@ class ReviewParams(_Model):
     benefits: DeclaredBenefits = DeclaredBenefits()
     drill: DrillParams = DrillParams()
     demo: Literal["steady", "idle-heavy", "spiky", "poor"] | None = None  # a generated demo scenario
-    # a `k3 paths` run folder (the same task set live on both paths), shown in 13_api_comparison's live section;
-    # relative to the file that names it; null: that section is open
+    # a `k3 paths` run folder or its evidence/paths.json (the same task set live on both paths), relative to the file
+    # that names it: shown in 13_api_comparison's live section and read by the decision; null: the comparison rests
+    # on the task log only (an open item of the decision)
     live_paths: str | None = None
     origins: dict[str, str] = {}  # written by the loader: "review.rules.x" → the file that set it, or the default
 
@@ -122,6 +124,16 @@ class ReviewParams(_Model):
     def _iso_4217(cls, v: str | None) -> str | None:
         if v is not None and not (len(v) == 3 and v.isascii() and v.isalpha() and v.isupper()):
             raise ValueError("expected an ISO 4217 currency code such as EUR or USD")
+        return v
+
+    @field_validator("live_paths")
+    @classmethod
+    def _live_paths(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                read_paths_record(v)
+            except ArtifactError as exc:
+                raise ValueError(exc.one_line()) from None
         return v
 
     @model_validator(mode="after")

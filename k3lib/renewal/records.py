@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..evidence import EvidenceRecord, Finding, axis_status
+from ..paths.record import REVIEW_COPY, PathsResult, read_paths_record
 from ..store import RunStore
-from .decision import AXES, RenewalDecision, indicators, money
+from .decision import AXES, RenewalDecision, indicators, live_quality, money
 from .params import RenewalParams
 from .results import read_record_data, record_data, typed
 from .review import decide_from_axes
@@ -19,52 +20,55 @@ _SHOWN = {True: "pass", False: "fail", None: "not-observable"}  # an indicator t
 
 
 def _findings(axis: str, result: Any, params: RenewalParams) -> list[Finding]:
-    """The axis' findings, read from its typed result."""
+    """The axis' evidence findings, from the decision's findings on its typed result (values, never sentences
+    read back)."""
     rules = params.review.rules
     result = typed(axis, result)
-    ind, why = indicators({axis: result}, rules, params.review.benefits.declared())
+    _, found = indicators({axis: result}, rules, params.review.benefits.declared())
+    by = {f.rule: f for f in found}
     out: list[Finding] = []
+
+    def add(rule: str, status: str, **extra: Any) -> None:
+        f = by[rule]
+        out.append(Finding(rule=f"renewal.{rule}", status=status, message=f.sentence, **extra))  # type: ignore[arg-type]
+
     if axis == "load":
-        out.append(Finding(rule="renewal.load.regular", status="pass" if ind.regular_load else "warn",
-                           message=why[0], observed=result.business_busy_share))
-        out.append(Finding(rule="renewal.load.large_idle", status="warn" if ind.large_idle else "pass", message=why[1],
-                           observed=result.large_idle_share, expected=f"≤ {rules.large_idle_share_max}"))
-        out.append(Finding(rule="renewal.load.peaks", status="info", message=why[2], observed=result.peak_to_mean))
+        m = by["load.large_idle"].measured
+        add("load.regular", "pass" if by["load.regular"].outcome else "warn",
+            observed=by["load.regular"].measured["business_busy_share"])
+        add("load.large_idle", "warn" if by["load.large_idle"].outcome else "pass", observed=m["large_idle_share"],
+            expected=f"≤ {m['large_idle_share_max']}")
+        add("load.peaks", "info", observed=by["load.peaks"].measured["peak_to_mean"])
     elif axis == "production":
-        out.append(Finding(rule="renewal.production.quality", status="pass" if ind.quality_ok else "fail",
-                           message=next(w for w in why if w.startswith("useful production")),
-                           observed=result.acceptance_rate, expected=f"≥ {rules.min_acceptance_rate}"))
-        over = result.over_retry_policy
+        m = by["production.quality"].measured
+        add("production.quality", "pass" if by["production.quality"].outcome else "fail",
+            observed=m["acceptance_rate"], expected=f"≥ {m['min_acceptance_rate']}")
+        over, allowed = m["over_retry_policy"], m["retry_policy_max_retries"]
         if over:
             out.append(Finding(rule="renewal.production.retry_policy", status="warn",
                                message=f"{over} self-hosted task(s) retried more than the fixed retry policy's "
-                                       f"{result.retry_policy_max_retries}: not run under the same policy as "
-                                       "the API path", observed=over,
-                               expected=f"≤ {result.retry_policy_max_retries} retries per task"))
+                                       f"{allowed}: not run under the same policy as the API path", observed=over,
+                               expected=f"≤ {allowed} retries per task"))
     elif axis == "comparison":
-        out.append(Finding(rule="renewal.comparison.api_equivalent",
-                           status={True: "warn", False: "pass", None: "not-observable"}[ind.api_equivalent],
-                           message=next(w for w in why if w.startswith("the API")),
-                           observed=ind.api_equivalent, expected=f"gap ≤ {rules.api_equivalent_gap_max}"))
+        f = by["comparison.api_equivalent"]
+        add("comparison.api_equivalent", {True: "warn", False: "pass", None: "not-observable"}[f.outcome],
+            observed=f.outcome, expected=f"gap ≤ {f.measured['api_equivalent_gap_max']}")
     elif axis == "cost":
-        cur = result.currency
-        blanks = list(result.self_hosted.blank_items)
-        out.append(Finding(rule="renewal.cost.per_accepted_task", status=_SHOWN[ind.cheaper_than_api],
-                           message=next(w for w in why if w.startswith("full cost")),
-                           observed=money(result.self_hosted.per_accepted_task, cur),
-                           expected=f"≤ {money(result.api.per_accepted_task, cur)} (the API's)"))
+        m = by["cost.per_accepted_task"].measured
+        cur, blanks = m["currency"], m["blank_items"]
+        add("cost.per_accepted_task", _SHOWN[by["cost.per_accepted_task"].outcome],
+            observed=money(m["self_hosted_per_accepted_task"], cur),
+            expected=f"≤ {money(m['api_per_accepted_task'], cur)} (the API's)")
         out.append(Finding(rule="renewal.cost.blanks", status="info",
                            message=f"blank cost items (left blank, never estimated): {', '.join(blanks)}" if blanks
                            else "every self-hosted cost item is known", observed=blanks))
     elif axis == "stability":
-        out.append(Finding(rule="renewal.stability.recoverable", status=_SHOWN[ind.recoverable],
-                           message=next(w for w in why if w.startswith("incidents"))))
+        add("stability.recoverable", _SHOWN[by["stability.recoverable"].outcome])
         for q, a in (result.drill.answers if result.drill is not None else ()):
             out.append(Finding(rule=f"renewal.drill.{q}", status=_ANSWER_STATUS[a.answer],  # type: ignore[arg-type]
                                message=f"{a.question} {a.answer}: {a.evidence}", observed=a.answer))
     elif axis == "operations":
-        out.append(Finding(rule="renewal.operations.effort", status=_SHOWN[ind.effort_ok],
-                           message=next(w for w in why if w.startswith("operations"))))
+        add("operations.effort", _SHOWN[by["operations.effort"].outcome])
     return out
 
 
@@ -72,13 +76,21 @@ def axis_record(ctx: Any, result: dict[str, Any]) -> EvidenceRecord:
     """The evidence record of `ctx.axis` from its result, validated against the axis' typed model."""
     data = record_data(ctx.axis, result)
     findings = _findings(ctx.axis, data["result"], ctx.params)
-    if ctx.axis == "comparison":  # the live run of the same tasks on both paths, when the notebook kept one
-        from ..paths.notebook import live_findings
-
-        findings += live_findings(ctx.store, ctx.params.review.rules)
+    if ctx.axis == "comparison":  # the live run of the same tasks on both paths, or why there is none
+        findings += live_findings(ctx.params, ctx.store)
     return EvidenceRecord(axis=ctx.axis, title=TITLES[ctx.axis], status=axis_status(findings),
                           summary="; ".join(f.message for f in findings)[:400],
                           findings=findings, data=data)
+
+
+def live_run(params: RenewalParams, store: RunStore) -> PathsResult | None:
+    """The `k3 paths` record this review reads: its copy kept in the run (`live/paths.json`, written by
+    13_api_comparison's live section), else the run `review.live_paths` names; None when the parameters name none."""
+    source = params.review.live_paths
+    if source is None:
+        return None
+    kept = store.path(REVIEW_COPY)
+    return read_paths_record(kept if kept.exists() else source)
 
 
 def axes_from_records(records: dict[str, EvidenceRecord]) -> tuple[dict[str, Any], dict[str, str]]:
@@ -97,6 +109,41 @@ def axes_from_records(records: dict[str, EvidenceRecord]) -> tuple[dict[str, Any
 def decide_review(params: RenewalParams, store: RunStore, records: dict[str, EvidenceRecord]) -> RenewalDecision:
     """Decide from the records alone, with the rules fixed in the parameters, and write `decision.json`."""
     axes, statuses = axes_from_records(records)
-    decision = decide_from_axes(params, axes, statuses)
+    decision = decide_from_axes(params, axes, statuses, live=live_run(params, store))
     store.write_json("decision.json", decision.to_dict())
     return decision
+
+
+def live_findings(params: RenewalParams, store: RunStore) -> list[Finding]:
+    """The comparison axis' live findings: whether the API path meets the quality rule on the same tasks run live
+    (the decision's `comparison.live`, or why it is open), the four fixed elements the run was under, and each
+    pair's paired difference against the review's `api_equivalent_gap_max`."""
+    rules = params.review.rules
+    result = live_run(params, store)
+    quality = live_quality(result, params.review.live_paths, rules)
+    m = quality.measured
+    out = [Finding(rule="renewal.comparison.live", status={True: "warn", False: "pass", None: "not-observable"}[
+        quality.outcome], message=quality.sentence, observed=m.get("api_acceptance_low"),
+        expected=None if "bar" not in m else f"≥ {m['bar']} ({m['bar_from']})")]
+    if result is None:
+        return out
+    gap = rules.api_equivalent_gap_max
+    out.append(Finding(rule="renewal.comparison.live_fixed", status="info",
+                       message="live run under " + "; ".join(f"{f.name} sha256 {f.sha256[:12]}…" for f in result.fixed),
+                       observed={f.name: f.sha256 for f in result.fixed}))
+    for p in result.pairs:
+        if p.difference is None or p.low is None or p.high is None:
+            out.append(Finding(rule=f"renewal.comparison.live.{p.b}", status="not-observable",
+                               message=f"no task ran on both {p.a} and {p.b}"))
+            continue
+        span = f"{p.a} − {p.b} acceptance {p.difference:+.1%} on {p.pairs} paired tasks (95 % {p.low:+.1%}–{p.high:+.1%})"
+        if p.high <= gap:
+            status, what = "warn", f"{p.b} equivalent to {p.a} on the same tasks (gap ≤ {gap:.1%})"
+        elif p.low > gap:
+            status, what = "pass", f"{p.b} not equivalent to {p.a} on the same tasks (gap > {gap:.1%})"
+        else:
+            status, what = "not-observable", f"inconclusive whether {p.b} is equivalent to {p.a} (gap {gap:.1%})"
+        only = f"; accepted on {p.a} only: {', '.join(p.only_a_tasks)}" if p.only_a_tasks else ""
+        out.append(Finding(rule=f"renewal.comparison.live.{p.b}", status=status, message=f"{what}: {span}{only}",
+                           observed=p.difference, expected=f"{p.a} − {p.b} ≤ {gap}"))
+    return out

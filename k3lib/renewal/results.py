@@ -63,7 +63,7 @@ class LoadResult(_M):
     business_busy_share: Num
     weekday_gpu_h_cv: Num
     arrivals_per_h_mean: Num
-    arrivals_per_h_p99: int
+    arrivals_per_h_p99: Num
     peak_to_mean: Num
     slots: SlotCounts
 
@@ -311,7 +311,3 @@ def write_schemas(folder: Path = SCHEMA_DIR) -> list[Path]:
         paths.append(p)
     return paths
 
-
-if __name__ == "__main__":
-    for written in write_schemas():
-        print(written)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from ..paths.record import PathsResult
 from .analysis import (analyse_load, analyse_operations, analyse_production, analyse_stability, benefits_summary,
                        compare_paths, full_cost)
 from .decision import RenewalDecision, decide_renewal
@@ -81,6 +82,9 @@ def analyse(data: ReviewData, drill: dict[str, Any] | None = None) -> dict[str, 
 
 
 def decide_from_axes(params: RenewalParams, axes: dict[str, Any], statuses: dict[str, str] | None = None,
-                     today=None) -> RenewalDecision:
+                     today=None, live: PathsResult | None = None) -> RenewalDecision:
+    """The decision with the review's rules; `live`: the `k3 paths` record `review.live_paths` names (None: the
+    comparison rests on the task log only)."""
     return decide_renewal(axes, params.review.rules, params.review.benefits.declared(), statuses=statuses,
-                          today=today, defaulted=params.review.defaulted())
+                          today=today, defaulted=params.review.defaulted(), live=live,
+                          live_source=params.review.live_paths if live is not None else None)

@@ -38,6 +38,10 @@ class RenewalRules(BaseModel):
     # the API reaches equivalent quality on the same tasks when its acceptance rate is at most this below the
     # self-hosted one and its share of tasks with malformed tool calls at most this above
     api_equivalent_gap_max: Fraction = 0.02
+    # exit-to-api needs the API path to meet the quality rule on the same tasks run live (`k3 paths`,
+    # review.live_paths): the 95 % Wilson lower bound of its acceptance rate at or above this; null: at or above
+    # the self-hosted path's own lower bound on those tasks
+    live_api_acceptance_low_min: Fraction | None = None
     queue_wait_p95_max_s: NonNegative = 600.0  # business threshold on the queue (reduce/dual exit condition)
     business_deadline_s: NonNegative = 3600.0  # a task delivered later than this missed its business deadline
     reexamine_after_days: Annotated[int, Field(gt=0)] = 21  # the next billing cycle

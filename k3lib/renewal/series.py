@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import math
-import re
 from bisect import bisect_right
 from pathlib import Path
 from typing import Iterable, Mapping
@@ -32,7 +31,6 @@ FRAME_COLUMNS = ("running", "waiting", "kv_usage", "prompt_tokens", "generation_
 _COLUMN = {"num_requests_running": "running", "num_requests_waiting": "waiting", "kv_cache_usage_perc": "kv_usage",
            "prompt_tokens_total": "prompt_tokens", "generation_tokens_total": "generation_tokens",
            "request_success_total": "successes"}
-_LABEL = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
 
 LabelKey = tuple[tuple[str, str], ...]
 
@@ -70,17 +68,6 @@ class RawSeries:
 
 # --- the history file --------------------------------------------------------------------------------------------
 
-def _labels(text: str, line_no: int, source: str) -> LabelKey:
-    pairs, pos = [], 0
-    while pos < len(text):
-        m = _LABEL.match(text, pos)
-        if not m:
-            raise ArtifactError(f"line {line_no}: cannot read the labels {{{text}}}", source=source)
-        pairs.append((m.group(1), m.group(2).replace('\\"', '"').replace("\\n", "\n").replace("\\\\", "\\")))
-        pos = m.end()
-    return tuple(sorted(pairs))
-
-
 def _numbered_lines(fh: Iterable[str], source: str) -> Iterable[tuple[int, str]]:
     """(line number, line), streamed; a byte that is not UTF-8 is one ArtifactError line, not a traceback."""
     n = 0
@@ -92,15 +79,48 @@ def _numbered_lines(fh: Iterable[str], source: str) -> Iterable[tuple[int, str]]
                             source=source) from None
 
 
+def _om_sample(line: str, line_no: int, source: str) -> tuple[str, LabelKey, float, float | None]:
+    """One sample line read by `prometheus_client`'s OpenMetrics parser: name, sorted labels, value, timestamp."""
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families
+
+    try:
+        samples = [x for m in text_string_to_metric_families(line + "\n# EOF\n") for x in m.samples]
+    except ValueError as exc:
+        detail = " ".join(str(exc).split())[:160] or "not an OpenMetrics sample"
+        raise ArtifactError(f"line {line_no}: {detail}; expected `name{{labels}} value unix_seconds` (a number "
+                            "and a Unix timestamp in seconds)", source=source) from None
+    if len(samples) != 1:
+        raise ArtifactError(f"line {line_no}: not one OpenMetrics sample; expected `name{{labels}} value "
+                            "unix_seconds`", source=source)
+    x = samples[0]
+    return (x.name, tuple(sorted(x.labels.items())), float(x.value),
+            None if x.timestamp is None else float(x.timestamp))
+
+
+def _number(text: str) -> float:
+    """A value or timestamp as the exposition format writes it (Python's float() also takes `1_000`)."""
+    if "_" in text:
+        raise ValueError(text)
+    return float(text)
+
+
 def read_history(path: str | Path, names: Iterable[str] | None = None
                  ) -> dict[str, dict[LabelKey, list[tuple[float, float]]]]:
     """OpenMetrics text with a timestamp on every sample (what `promtool tsdb create-blocks-from openmetrics`
-    reads) → name → label set → [(t_s, value)] in time order. Only `names` are kept when given."""
+    reads) → name → label set → [(t_s, value)] in time order. Only `names` are kept when given.
+
+    Sample names and labels are read by `prometheus_client`'s OpenMetrics parser (its label unescaping: `C:\\\\new`
+    is a backslash then `new`), once per distinct series: the first line of each series is read whole by it, the
+    value and timestamp of the next ones by the same number rules, so an 80,000-line history reads in about the
+    time of a plain split. Free `#` comments and blank lines are skipped; what promtool would take silently and
+    misplace is refused in one line: a sample without a timestamp, a timestamp in milliseconds, a series out of
+    time order or repeating a time."""
     p = Path(path)
     source = str(p)
     keep = set(names) if names is not None else None
     out: dict[str, dict[LabelKey, list[tuple[float, float]]]] = {}
-    label_cache: dict[str, LabelKey] = {}
+    #: the text before the value (`name{labels}`) → (name, label set), as the parser read it
+    heads: dict[str, tuple[str, LabelKey]] = {}
     try:
         fh = open(p, encoding="utf-8")
     except FileNotFoundError:
@@ -115,37 +135,46 @@ def read_history(path: str | Path, names: Iterable[str] | None = None
             if not line or line.startswith("#"):
                 continue
             brace = line.find("{")
-            if brace >= 0:
+            space = line.find(" ")
+            if brace >= 0 and (space < 0 or brace < space):
                 close = line.rfind("}")
-                name, label_text, rest = line[:brace], line[brace + 1:close], line[close + 1:].split()
+                head, rest = line[:close + 1], line[close + 1:].split()
+                raw_name = line[:brace]
             else:
-                name, *rest = line.split()
-                label_text = ""
-            if keep is not None and name not in keep:
-                seen_sample = True
+                head, *rest = line.split()
+                raw_name = head
+            seen_sample = True
+            if keep is not None and raw_name not in keep:
                 continue
             if len(rest) < 2:
                 raise ArtifactError(f"line {line_no}: no timestamp after the value; a history file needs "
                                     "`name{labels} value unix_seconds` on every sample", source=source)
-            try:
-                value, ts = float(rest[0]), float(rest[1])
-            except ValueError:
-                raise ArtifactError(f"line {line_no}: expected a number and a Unix timestamp in seconds, got "
-                                    f"{' '.join(rest[:2])!r}", source=source) from None
+            known = heads.get(head)
+            if known is None:
+                name, key, value, stamp = _om_sample(line, line_no, source)
+                heads[head] = (name, key)
+                if stamp is None:  # pragma: no cover - `rest` had two fields; the parser read the second as one
+                    raise ArtifactError(f"line {line_no}: no timestamp after the value", source=source)
+                ts = stamp
+            else:
+                name, key = known
+                try:
+                    value, ts = _number(rest[0]), _number(rest[1])
+                    if len(rest) > 2 or not math.isfinite(ts):
+                        raise ValueError(rest[1])
+                except ValueError:
+                    raise ArtifactError(f"line {line_no}: expected a number and a Unix timestamp in seconds, got "
+                                        f"{' '.join(rest[:3])!r}", source=source) from None
             if ts > 1e11:
                 # promtool accepts milliseconds silently and writes blocks in the year 58877
                 raise ArtifactError(f"line {line_no}: timestamp {rest[1]} looks like milliseconds; OpenMetrics "
                                     "timestamps are Unix seconds", source=source)
-            key = label_cache.get(label_text)
-            if key is None:
-                key = label_cache[label_text] = _labels(label_text, line_no, source)
             series = out.setdefault(name, {}).setdefault(key, [])
             if series and ts <= series[-1][0]:
                 # promtool drops out-of-order and duplicate samples silently; say so instead
                 raise ArtifactError(f"line {line_no}: sample at {rest[1]} is not after the previous one of "
                                     f"{name}; write each series in ascending time order", source=source)
             series.append((ts, value))
-            seen_sample = True
     if not seen_sample:
         raise ArtifactError("no samples; expected OpenMetrics text with timestamps", source=source)
     return out

@@ -8,10 +8,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .. import views
 from ..errors import BadInputError
 from ..evidence import EvidenceRecord
 from ..session import find_path, outputs_dir
 from ..store import RunStore, utc_now
+from .figures import register_views
 from .params import RenewalParams, load_any_review
 from .review import ReviewData, analyse, load_review
 
@@ -54,6 +56,8 @@ class ReviewContext:
 
 def open_review_run(params_file: str, overrides: list[str] | None = None, run_dir: str = ""
                     ) -> tuple[RenewalParams, RunStore]:
+    """The review's parameters and run folder; in IPython, the review's HTML views are registered first."""
+    register_views()
     params = load_any_review(find_path(params_file), list(overrides or []))
     if run_dir:
         root = Path(run_dir)
@@ -79,9 +83,7 @@ def open_review_run(params_file: str, overrides: list[str] | None = None, run_di
 def open_review(axis: str, params_file: str, overrides: list[str] | None = None, run_dir: str = "",
                 interactive: bool = False) -> ReviewContext:
     """The first call of every review axis notebook."""
-    from .. import plotting
-
-    plotting.use_offline_renderer()
+    views.install()
     params, store = open_review_run(params_file, overrides, run_dir)
     return ReviewContext(axis=axis, params=params, store=store, interactive=interactive)
 
@@ -89,7 +91,5 @@ def open_review(axis: str, params_file: str, overrides: list[str] | None = None,
 def open_review_summary(params_file: str, overrides: list[str] | None = None, run_dir: str = ""
                         ) -> tuple[RenewalParams, RunStore]:
     """The summary reads evidence records only; it never reads the inputs or calls a target."""
-    from .. import plotting
-
-    plotting.use_offline_renderer()
+    views.install()
     return open_review_run(params_file, overrides, run_dir)

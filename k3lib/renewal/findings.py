@@ -1,0 +1,209 @@
+"""The renewal decision's findings as values: each indicator the rules read, with its outcome and the measured
+figures and thresholds it was judged on, under a stable rule id.
+
+The sentences of the decision's reasons are rendered from these values, one renderer per rule id; nothing reads a
+sentence back — the evidence records and the report take the values (`RenewalDecision.finding(rule)`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Mapping
+
+Measured = Mapping[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class RenewalFinding:
+    """One finding of the decision. `outcome` is the indicator the rule id names (`load.large_idle`: True when the
+    idle periods are large): True holds, False does not, None not shown by the evidence — never favourable."""
+
+    rule: str  # a stable id, e.g. "load.regular"; the axis record's finding is "renewal.<rule>"
+    outcome: bool | None
+    measured: Measured = dataclasses.field(default_factory=dict)  # JSON-ready figures and thresholds, by name
+
+    @property
+    def sentence(self) -> str:
+        render = SENTENCES.get(self.rule) or SENTENCES.get(self.rule.split(".", 1)[1] if "." in self.rule else "")
+        if render is None:
+            raise KeyError(f"no sentence for renewal finding {self.rule!r}")
+        return render(self.outcome, self.measured)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rule": self.rule, "outcome": self.outcome, "measured": dict(self.measured),
+                "sentence": self.sentence}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "RenewalFinding":
+        return cls(str(data["rule"]), data.get("outcome"), dict(data.get("measured") or {}))
+
+
+# --- formatting: a blank stays blank, never 0 ------------------------------------------------------------------------
+
+def money(x: Any, currency: str | None) -> str:
+    """An amount with its currency, or "blank" (never 0)."""
+    return "blank" if x is None else f"{x:,.2f} {currency or '(no currency)'}"
+
+
+def _f(x: Any) -> str:
+    return "blank" if x is None else f"{x:g}" if isinstance(x, (int, float)) else str(x)
+
+
+def _p(x: Any) -> str:
+    return "blank" if x is None else f"{x:.0%}"
+
+
+def _pp(x: Any) -> str:
+    return "blank" if x is None else f"{x:.1%}"
+
+
+# --- one renderer per rule id ----------------------------------------------------------------------------------------
+
+def _decision(o: bool | None, m: Measured) -> str:
+    return f"{m['decision']}: {m['when']}"
+
+
+def _defaults(o: bool | None, m: Measured) -> str:
+    return f"decided on built-in defaults (illustrative values, not this team's rules) for: {', '.join(m['names'])}"
+
+
+def _missing(o: bool | None, m: Measured) -> str:
+    return f"no evidence for: {', '.join(m['axes'])}"
+
+
+def _no_evidence(o: bool | None, m: Measured) -> str:
+    return f"{m['analysis']}: no evidence"
+
+
+def _regular(o: bool | None, m: Measured) -> str:
+    bb = m["business_busy_share"]
+    if bb is None:
+        return "load: no business-hour slots"
+    return (f"load {'regular' if o else 'not regular'}: business-hour slots busy {bb:.0%} "
+            f"(rule ≥ {m['regular_busy_share_min']:.0%}), weekday GPU-hours CV {_f(m['weekday_gpu_h_cv'])} "
+            f"(rule ≤ {m['regular_daily_cv_max']:g})")
+
+
+def _large_idle(o: bool | None, m: Measured) -> str:
+    return (f"{_p(m['large_idle_share'])} of the window in idle stretches ≥ {m['large_idle_min_h']:g} h "
+            f"(rule: large idle above {m['large_idle_share_max']:.0%}); utilisation {_p(m['utilisation'])}"
+            f", idle for lack of demand {_p(m['idle_demand_share'])}, idle while tasks wait "
+            f"{_p(m['idle_scheduling_share'])}")
+
+
+def _peaks(o: bool | None, m: Measured) -> str:
+    return (f"demand {'spiky' if o else 'not spiky'}: hourly arrivals p99/mean {_f(m['peak_to_mean'])} "
+            f"(rule: spiky from {m['peak_to_mean_min']:g})")
+
+
+def _quality(o: bool | None, m: Measured) -> str:
+    over = m["over_retry_policy"]
+    return (f"useful production {'meets' if o else 'misses'} the rule: acceptance {_p(m['acceptance_rate'])} "
+            f"(≥ {m['min_acceptance_rate']:.0%}), retries/task {_f(m['retries_per_task'])} "
+            f"(≤ {m['max_retries_per_task']:g}), tasks with malformed tool calls {_p(m['tool_error_share'])} "
+            f"(≤ {m['max_tool_error_rate']:.0%}); {_f(m['accepted_per_operating_h'])} accepted tasks per operating hour"
+            + (f"; {over} task(s) retried more than the fixed retry policy's {m['retry_policy_max_retries']}"
+               if over else ""))
+
+
+def _api_equivalent(o: bool | None, m: Measured) -> str:
+    verdict = {True: "reaches", False: "does not reach", None: "is not shown to reach"}[o]
+    return (f"the API {verdict} equivalent quality on {m['paired_tasks']} tasks run on both paths: "
+            f"acceptance {_p(m['self_hosted_acceptance_rate'])} self-hosted vs {_p(m['api_acceptance_rate'])} API, "
+            f"malformed tool calls {_p(m['self_hosted_tool_error_share'])} vs {_p(m['api_tool_error_share'])} "
+            f"(equivalent within {m['api_equivalent_gap_max']:.0%}), median delivery "
+            f"{_f(m['self_hosted_delivery_median_s'])} s vs {_f(m['api_delivery_median_s'])} s")
+
+
+def _cost(o: bool | None, m: Measured) -> str:
+    cur, blanks = m["currency"], m["blank_items"]
+    verdict = {True: "at most", False: "above", None: "not comparable with"}[o]
+    return (f"full cost per accepted task {money(m['self_hosted_per_accepted_task'], cur)} self-hosted, {verdict} "
+            f"the API's {money(m['api_per_accepted_task'], cur)} on the same tasks; self-hosted total "
+            f"{money(m['self_hosted_total'], cur)}"
+            + (f" (blank: {', '.join(blanks)} — a blank item leaves the total blank, never estimated)"
+               if blanks else "")
+            + ("" if m["delivered_tasks_value"] is None else
+               f"; value of the delivered tasks {money(m['delivered_tasks_value'], cur)}"))
+
+
+def _recoverable(o: bool | None, m: Measured) -> str:
+    verdict = {True: "recoverable", False: "not recoverable", None: "recovery not shown"}[o]
+    drill = m["drill_summary"]
+    return (f"incidents {verdict}: {m['incidents']} in the log, "
+            f"{_p(m['recovered_within_rule_share'])} recovered within {m['max_recovery_min']:g} min"
+            + ("" if o else " — " + "; ".join(m["not_recoverable_because"]))
+            + ("; no live drill run" if drill is None else f"; drill: {drill}"))
+
+
+def _effort(o: bool | None, m: Measured) -> str:
+    verdict = {True: "contained", False: "heavy", None: "not shown contained"}[o]
+    exceeds = m["effort_exceeds_gain"]
+    return (f"operations effort {verdict}: {_f(m['per_week_h'])} h/week (rule ≤ {m['max_ops_hours_per_week']:g}); "
+            f"delivery gain {_f(m['delivery_gain_h'])} h against {_f(m['total_h'])} h spent"
+            + {True: " (effort exceeds the gain)", False: "", None: " (gain unknown)"}[exceeds])
+
+
+def _benefits(o: bool | None, m: Measured) -> str:
+    return f"declared benefits: {', '.join(m['declared']) if m['declared'] else 'none'}"
+
+
+def _live(o: bool | None, m: Measured) -> str:
+    if m.get("source") is None:
+        return ("open: the self-hosted vs API comparison rests on the task log only, not on the same tasks run on "
+                "both paths (no `k3 paths` run named by review.live_paths) — exit-to-api is not backed by a live run")
+    if "tasks" not in m:
+        return (f"open: the live run {m['source']} has no self_hosted and api paths run on the same tasks (its paths: "
+                f"{', '.join(m['paths']) or 'none'}) — the comparison rests on the task log only")
+    n = m["tasks"]
+    sign = "≥" if o else "<"
+    return (f"live run of the same {n} tasks on both paths ({m['source']}): API accepted {m['api_accepted']}/{n} = "
+            f"{m['api_acceptance_rate']:.0%} (95 % Wilson {_pp(m['api_acceptance_low'])}–"
+            f"{_pp(m['api_acceptance_high'])}), self-hosted {m['self_hosted_accepted']}/{n} = "
+            f"{m['self_hosted_acceptance_rate']:.0%} ({_pp(m['self_hosted_acceptance_low'])}–"
+            f"{_pp(m['self_hosted_acceptance_high'])}); the API path {'meets' if o else 'misses'} the quality rule: "
+            f"its lower bound {_pp(m['api_acceptance_low'])} {sign} {_pp(m['bar'])} ({m['bar_from']})"
+            + ("" if o else " — exit-to-api is not allowed"))
+
+
+def _categories(o: bool | None, m: Measured) -> str:
+    if o is None:
+        return ("open: the dual circuit's routing names no task category — that needs a live run of the same tasks "
+                "on both paths (review.live_paths); until then the transfer triggers alone route")
+    rows = {r["category"]: r for r in m["by_category"]}
+    if not rows:
+        return (f"routing by task category ({m['source']}): no task of the {m['tasks']} fails on one path only; "
+                "either path serves every category, the transfer triggers route")
+
+    def tasks(cats: list[str], side: str) -> str:
+        return "; ".join(f"{c} ({', '.join(rows[c][side])})" for c in cats)
+
+    parts = []
+    if m["self_hosted"]:
+        parts.append(f"kept self-hosted: {tasks(m['self_hosted'], 'fail_on_api_only')} — failing on the API only")
+    if m["api"]:
+        parts.append(f"sent to the API: {tasks(m['api'], 'fail_on_self_hosted_only')} — failing self-hosted only")
+    if m["split"]:
+        parts.append("split task by task: " + "; ".join(
+            f"{c} (self-hosted: {', '.join(rows[c]['fail_on_api_only'])}; API: "
+            f"{', '.join(rows[c]['fail_on_self_hosted_only'])})" for c in m["split"]))
+    return f"routing by task category, from the live run's per-task differences ({m['source']}): " + "; ".join(parts)
+
+
+SENTENCES: dict[str, Callable[[bool | None, Measured], str]] = {
+    "decision.rule": _decision,
+    "review.defaults": _defaults,
+    "review.missing": _missing,
+    "no_evidence": _no_evidence,  # "<axis>.no_evidence"
+    "load.regular": _regular,
+    "load.large_idle": _large_idle,
+    "load.peaks": _peaks,
+    "production.quality": _quality,
+    "comparison.api_equivalent": _api_equivalent,
+    "cost.per_accepted_task": _cost,
+    "stability.recoverable": _recoverable,
+    "operations.effort": _effort,
+    "benefits.declared": _benefits,
+    "comparison.live": _live,
+    "routing.categories": _categories,
+}

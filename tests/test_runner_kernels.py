@@ -1,0 +1,113 @@
+"""The batch starts each stage's kernels while the stage before runs: same notebook results, nothing left behind."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import time
+
+import pytest
+
+from k3lib import runner
+from k3lib.store import RunStore
+
+PROBE = ("import os, sys, json\n"
+         "print(json.dumps({'pid': os.getpid(), 'cwd': os.getcwd(), 'names': sorted(k for k in dir() if k[:1] != '_'),"
+         " 'k3m': '_k3_m' in dir(), 'preloaded': 'plotly.io' in sys.modules}))")
+
+
+def notebook(source: str) -> dict:
+    return {"cells": [{"cell_type": "code", "execution_count": None, "id": "params", "metadata": {"tags": ["parameters"]},
+                       "outputs": [], "source": 'params_file = ""\noverrides = []\nrun_dir = ""\ninteractive = True'},
+                      {"cell_type": "code", "execution_count": None, "id": "probe", "metadata": {}, "outputs": [],
+                       "source": source}],
+            "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+                         "language_info": {"name": "python"}},
+            "nbformat": 4, "nbformat_minor": 5}
+
+
+def probe_output(store: RunStore, name: str) -> tuple[dict, int]:
+    nb = json.loads(store.path(f"notebooks/{name}").read_text())
+    cell = next(c for c in nb["cells"] if c.get("id") == "probe")
+    return json.loads("".join(cell["outputs"][0]["text"])), cell["execution_count"]
+
+
+def gone(pid: int, timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        try:  # a child of this process: reap it if it has exited
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                return True
+        except ChildProcessError:
+            pass
+        time.sleep(0.05)
+    return False
+
+
+@pytest.fixture()
+def folders(tmp_path, monkeypatch):
+    nbs = tmp_path / "notebooks"
+    nbs.mkdir()
+    for name in ("a.ipynb", "b.ipynb", "c.ipynb"):
+        (nbs / name).write_text(json.dumps(notebook(PROBE)))
+    (nbs / "fails.ipynb").write_text(json.dumps(notebook("raise ValueError('on purpose')")))
+    monkeypatch.setattr(runner, "NOTEBOOKS", nbs)
+    sockets = tmp_path / "sockets"
+    sockets.mkdir()
+    monkeypatch.setenv("TMPDIR", str(sockets))  # the kernels' socket folders, to see that none is left
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    store = RunStore.create_at(tmp_path / "run")
+    store.write_json("params.json", {})
+    yield nbs, sockets, store
+    monkeypatch.setattr(tempfile, "tempdir", None)
+
+
+def test_later_stages_run_in_kernels_started_ahead_with_the_same_results(folders):
+    nbs, sockets, store = folders
+    stages = [[("a.ipynb", None)], [("fails.ipynb", "broken"), ("b.ipynb", None)], [("c.ipynb", None)]]
+    outcomes = runner.run_notebooks(store, stages, timeout_s=60, progress=runner.Progress(4, io.StringIO()))
+    assert {n: o.status for n, o in outcomes.items()} == {"a.ipynb": "ok", "fails.ipynb": "failed", "b.ipynb": "ok",
+                                                          "c.ipynb": "ok"}
+    assert "ValueError: on purpose" in (outcomes["fails.ipynb"].error or "")
+    assert json.loads(store.path("evidence/broken.json").read_text())["status"] == "fail"
+    first, first_count = probe_output(store, "a.ipynb")
+    assert first["preloaded"] is False  # the first stage's kernel is papermill's own
+    for name in ("b.ipynb", "c.ipynb"):
+        seen, count = probe_output(store, name)
+        assert seen["preloaded"] is True  # started ahead, its imports done
+        # what the notebook sees is what papermill's own kernel shows it: folder, names, execution counts
+        assert (seen["cwd"], seen["names"], seen["k3m"], count) == (first["cwd"], first["names"], False, first_count)
+        assert seen["cwd"] == str(nbs)
+    for name in ("a.ipynb", "b.ipynb", "c.ipynb"):
+        assert gone(probe_output(store, name)[0]["pid"]), f"the kernel of {name} is still running"
+    assert list(sockets.iterdir()) == []
+
+
+def test_kernels_no_notebook_takes_are_stopped(folders):
+    """A resumed batch whose later stage is already finished: the kernels started for it are stopped."""
+    nbs, sockets, store = folders
+    stages = [[("a.ipynb", None)], [("b.ipynb", "done")]]
+    runner.run_notebooks(store, stages[1:], timeout_s=60, progress=runner.Progress(1, io.StringIO()))
+    store.write_json("evidence/done.json", {"axis": "done"})
+    before = {p.pid for p in _kernels()}
+    outcomes = runner.run_notebooks(store, stages, timeout_s=60, progress=runner.Progress(2, io.StringIO()),
+                                    resume=True)
+    assert outcomes["b.ipynb"].status == "kept" and outcomes["a.ipynb"].status == "ok"
+    deadline = time.monotonic() + 10
+    while {p.pid for p in _kernels()} - before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not {p.pid for p in _kernels()} - before
+    assert list(sockets.iterdir()) == []
+
+
+def _kernels() -> list:
+    psutil = pytest.importorskip("psutil")
+    return [p for p in psutil.Process().children(recursive=True) if p.is_running()
+            and p.status() != psutil.STATUS_ZOMBIE]
