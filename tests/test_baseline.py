@@ -55,6 +55,26 @@ def capacity_by_the_axis(steps: list[dict[str, Any]], planned: int) -> dict[str,
     return record.model_dump(mode="json")
 
 
+def probe_by_the_axis(data: dict[str, Any], store: RunStore, max_context: int) -> dict[str, Any]:
+    """The probe record as k3lib.probe writes it, from the endpoints' answers (a real /v1/models card carries more
+    keys than the record keeps: `object`, `created`, `permission`)."""
+    import json as _json
+    import types
+
+    from k3lib.probe import EndpointProbe, ProbeResult, probe_record
+
+    cards = [{**c, "object": "model", "created": 0, "permission": []} for c in data["served_models"]]
+    bodies = {"health": (200, ""), "version": (200, _json.dumps({"version": data["vllm_version"]})),
+              "models": (200, _json.dumps({"object": "list", "data": cards})),
+              "metrics[0]": (200, "vllm:num_requests_running 0\n")}
+    endpoints = {k: EndpointProbe(k, f"http://127.0.0.1:1/{k}", code, 1.0, body, "application/json", None, "t")
+                 for k, (code, body) in bodies.items()}
+    params = types.SimpleNamespace(target=types.SimpleNamespace(model=cards[0]["id"]),
+                                   contract=types.SimpleNamespace(max_context_tokens=max_context))
+    result = ProbeResult(endpoints, cards, cards[0]["id"], data["vllm_version"])
+    return probe_record(result, types.SimpleNamespace(params=params, store=store)).model_dump(mode="json")
+
+
 def record(axis: str, data: dict[str, Any], status: str = "pass", planned: int = 8) -> dict[str, Any]:
     if axis == "capacity":
         return {**capacity_by_the_axis(data["steps"], data.get("planned_concurrency") or planned), "status": status}
@@ -65,7 +85,10 @@ def record(axis: str, data: dict[str, Any], status: str = "pass", planned: int =
 def write_run(tmp_path, name: str, spec: dict[str, Any], statuses: dict[str, str] | None = None) -> RunStore:
     store = RunStore.create_at(tmp_path / name)
     store.write_json("params.json", spec["params"])
-    for axis in ("probe", "environment", "capacity", "prefix_cache", "agent"):
+    if spec.get("probe") is not None:
+        store.write_json("evidence/probe.json", probe_by_the_axis(spec["probe"], store,
+                                                                  spec["params"]["contract"]["max_context_tokens"]))
+    for axis in ("environment", "capacity", "prefix_cache", "agent"):
         if spec.get(axis) is not None:
             store.write_json(f"evidence/{axis}.json", record(axis, spec[axis], (statuses or {}).get(axis, "pass"),
                                                              spec["params"]["contract"]["planned_concurrency"]))
@@ -240,6 +263,14 @@ def test_every_evidence_path_the_levels_read_is_declared_by_its_axis_model():
     from k3lib.evidence import ProbeData
 
     assert not acc.declared_path(ProbeData, "served_models.0.max_ok_len")
+
+
+def test_the_probe_keeps_the_card_fields_it_declares_and_the_whole_body_in_its_endpoints(tmp_path):
+    store = RunStore.create_at(tmp_path / "run")
+    rec = probe_by_the_axis(BASE["probe"], store, 32768)
+    assert rec["data"]["served_models"] == [{"id": "kimi-k3", "root": None, "owned_by": None, "max_model_len": 65536}]
+    assert '"permission"' in rec["data"]["endpoints"]["models"]["body"]
+    assert acc.context_limit_tokens(acc.read_run(write_run(tmp_path, "r2", BASE).root)).value == 65536
 
 
 def test_compare_main_exit_codes_and_precheck(tmp_path, baseline, capsys):
