@@ -256,10 +256,12 @@ def _body_for(bodies: BodySource, i: int) -> dict[str, Any]:
 class _Phase:
     def __init__(self, client: ChatClient, bodies: BodySource, *, name: str, max_requests: int,
                  max_duration_s: float, request_timeout_s: float, sink: Sink | None,
-                 semaphore: asyncio.Semaphore | None = None) -> None:
+                 semaphore: asyncio.Semaphore | None = None, drain_s: float = 0.0) -> None:
         if max_requests < 0 or max_duration_s <= 0:
             raise BadInputError("a load phase needs max_requests >= 0 and max_duration_s > 0",
                                 field="max_requests/max_duration_s")
+        if drain_s < 0:
+            raise BadInputError(f"a load phase's drain_s must be >= 0, got {drain_s}", field="drain_s")
         if not callable(bodies) and not bodies:
             raise BadInputError("a load phase needs at least one request body", field="bodies")
         self.client, self.bodies, self.name = client, bodies, name
@@ -267,14 +269,18 @@ class _Phase:
         self.request_timeout_s, self.sink, self.semaphore = request_timeout_s, sink, semaphore
         self.start_ns = time.perf_counter_ns()
         self.wall_ns = time.time_ns()
-        self.deadline_ns = self.start_ns + int(max_duration_s * 1e9)
+        # requests are sent until `send_deadline_ns`; those in flight then may finish until `deadline_ns` (the
+        # drain), after which they are cut and recorded as cancelled
+        self.send_deadline_ns = self.start_ns + int(max_duration_s * 1e9)
+        self.deadline_ns = self.send_deadline_ns + int(drain_s * 1e9)
+        self.drain_s = drain_s
         self.stats: list[RequestStat] = []
         self.issued = 0
         self.sink_error: BaseException | None = None
         self.cpu0 = time.process_time()
 
     def take_index(self) -> int | None:
-        if self.issued >= self.max_requests or time.perf_counter_ns() >= self.deadline_ns or self.sink_error:
+        if self.issued >= self.max_requests or time.perf_counter_ns() >= self.send_deadline_ns or self.sink_error:
             return None
         i = self.issued
         self.issued += 1
@@ -332,7 +338,7 @@ def _cancelled_record(client: ChatClient, rid: str, enqueued_ns: int) -> ChatRec
 
 async def _with_lag(phase: _Phase, work: Any) -> float | None:
     stop = asyncio.Event()
-    lag_task = asyncio.create_task(measure_event_loop_lag(phase.max_duration_s + 2 * CANCEL_GRACE_S,
+    lag_task = asyncio.create_task(measure_event_loop_lag(phase.max_duration_s + phase.drain_s + 2 * CANCEL_GRACE_S,
                                                           interval_ms=10.0, stop=stop))
     try:
         await work
@@ -345,18 +351,23 @@ async def _with_lag(phase: _Phase, work: Any) -> float | None:
 async def run_closed_loop(client: ChatClient, bodies: BodySource, *, concurrency: int, max_requests: int,
                           max_duration_s: float, ramp_s: float = 0.0, request_timeout_s: float = 600.0,
                           sink: Sink | None = None, name: str = "closed-loop", allow_remote_load: bool = False,
-                          window_s: float | None = None, _kind: str = "closed-loop") -> PhaseSummary:
-    """`concurrency` workers each send one request, wait for it, send the next; workers start on a linear ramp."""
+                          window_s: float | None = None, drain_s: float = 0.0,
+                          _kind: str = "closed-loop") -> PhaseSummary:
+    """`concurrency` workers each send one request, wait for it, send the next; workers start on a linear ramp.
+
+    Requests leave for `max_duration_s`; with `drain_s` those in flight then may finish for up to `drain_s` more
+    before they are cut. Without a drain a window about as long as one request keeps mostly the requests that
+    happened to be fast (the slow ones are cut), and on a busy machine may complete none at all."""
     check_load_target(client.base_url, allow_remote_load)
     if concurrency < 1:
         raise BadInputError(f"concurrency must be >= 1, got {concurrency}", field="concurrency")
     phase = _Phase(client, bodies, name=name, max_requests=max_requests, max_duration_s=max_duration_s,
-                   request_timeout_s=request_timeout_s, sink=sink)
+                   request_timeout_s=request_timeout_s, sink=sink, drain_s=drain_s)
 
     async def worker(start_offset_s: float) -> None:
         delay = phase.start_ns / 1e9 + start_offset_s - time.perf_counter_ns() / 1e9
         if delay > 0:
-            await asyncio.sleep(min(delay, max(0.0, (phase.deadline_ns - time.perf_counter_ns()) / 1e9)))
+            await asyncio.sleep(min(delay, max(0.0, (phase.send_deadline_ns - time.perf_counter_ns()) / 1e9)))
         while (i := phase.take_index()) is not None:
             await phase.one(i, time.perf_counter_ns())
 

@@ -152,6 +152,31 @@ def test_closed_loop_stops_at_duration_bound_against_a_stalled_server(server: Kn
     assert all(r.cancelled and r.error_kind == "Cancelled" and r.content == " w0 w1" for r in seen)
 
 
+def test_a_drain_lets_the_requests_in_flight_finish_and_sends_no_new_one(server: KnownTimingServer) -> None:
+    # each request takes ~0.6 s and the window closes after 0.2 s: without a drain every request is cut (a step
+    # that observed nothing); with one the requests in flight finish, and none leaves after the window
+    slow = {"messages": MSG, "k3_ttft_ms": 300, "k3_itl_ms": 150, "k3_chunks": 3}
+
+    def phase(drain_s: float) -> Any:
+        return run(lambda: run_closed_loop(ChatClient(server.url), [slow], concurrency=2, max_requests=1000,
+                                           max_duration_s=0.2, drain_s=drain_s, request_timeout_s=60))
+
+    cut, drained = phase(0.0), phase(30.0)
+    # (a worker that a busy machine starts after the window sends nothing: hence 1 to 2 requests)
+    assert 1 <= cut.sent <= 2 and cut.ok == 0 and cut.cancelled == cut.sent
+    assert 1 <= drained.sent <= 2 and drained.ok == drained.sent and drained.cancelled == 0
+    assert drained.ttft_ms.count == drained.sent and drained.duration_s < 30
+
+
+def test_a_drain_is_bounded_against_a_stalled_server(server: KnownTimingServer) -> None:
+    s = run(lambda: run_closed_loop(ChatClient(server.url), [STALL], concurrency=2, max_requests=1000,
+                                    max_duration_s=0.3, drain_s=0.5, request_timeout_s=60))
+    assert (s.sent, s.ok, s.cancelled) == (2, 0, 2) and s.duration_s < 0.3 + 0.5 + 5
+    with pytest.raises(BadInputError, match="drain_s"):
+        run(lambda: run_closed_loop(ChatClient(server.url), [FAST], concurrency=1, max_requests=1,
+                                    max_duration_s=1, drain_s=-1))
+
+
 def test_per_request_timeout_inside_a_phase(server: KnownTimingServer) -> None:
     s = run(lambda: run_closed_loop(ChatClient(server.url), [STALL], concurrency=2, max_requests=2,
                                     max_duration_s=10.0, request_timeout_s=0.3))

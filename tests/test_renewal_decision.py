@@ -379,3 +379,24 @@ def test_the_live_gate_on_exit(indicators, expected):
     from k3lib.renewal.decision import decide_rule
 
     assert decide_rule(indicators).id == expected
+
+
+def test_a_category_failing_on_each_path_is_split_task_by_task(steady, live_runs):
+    """A stored record re-paired by the record's own code after one long-exchange task is flipped (accepted on the
+    API only): its category is split task by task, the others keep their side."""
+    from k3lib.paths.record import paired
+
+    _, record = live_runs["api-misses"]
+    flip = "long-exchange.t3"
+    tasks = [t.model_copy(update={"accepted": (t.path == "api")}) if t.task == flip else t for t in record.tasks]
+    changed = record.model_copy(update={"tasks": tuple(tasks), "pairs": (paired("self_hosted", "api", tasks),)})
+    _, real = steady
+    d = decide_renewal(vary(real, **PEAKS), RenewalRules(), ["data_control"], today=dt.date(2026, 8, 14),
+                       live=changed, live_source="/runs/20260814T090000Z-abc123-paths")
+    cats = d.routing["task_categories"]
+    row = next(r for r in cats["by_category"] if r["category"] == "long-exchange")
+    assert row["fail_on_self_hosted_only"] == [flip] and flip not in row["fail_on_api_only"]
+    assert cats["split"] == ["long-exchange"] and "long-exchange" not in cats["self_hosted"] + cats["api"]
+    sentence = d.finding("routing.categories").sentence
+    assert "split task by task: long-exchange" in sentence and "(20260814T090000Z-abc123-paths)" in sentence
+    assert "/runs/" not in sentence  # the report names the run, never a machine path

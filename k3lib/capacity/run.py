@@ -488,8 +488,10 @@ class CapacityRunner:
                                request_timeout_s=self.plan.request_timeout_s, sink=sink, name=label,
                                allow_remote_load=self.params.target.allow_remote_load)
             else:
+                # the requests in flight when the window closes may finish for as long again: a step then keeps
+                # its slow requests too, and a busy machine still completes some at concurrency 1
                 summary = await run_closed_loop(client, bodies, concurrency=concurrency, max_requests=max_requests,
-                                                max_duration_s=duration_s,
+                                                max_duration_s=duration_s, drain_s=duration_s,
                                                 request_timeout_s=self.plan.request_timeout_s, sink=sink, name=label,
                                                 allow_remote_load=self.params.target.allow_remote_load)
         except _EngineGone as exc:

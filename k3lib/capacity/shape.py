@@ -51,7 +51,8 @@ class CapacityPlan:
             return n * self.request_timeout_s + PHASE_OVERHEAD_S
         if phase == "concurrency":
             calibration = CALIBRATION_BOUND_S + PHASE_OVERHEAD_S if self.calibration_concurrencies else 0.0
-            return len(self.steps) * (self.step_duration_s + PHASE_OVERHEAD_S) + calibration
+            # each step sends for step_duration_s, then lets what is in flight finish for as long again (the drain)
+            return len(self.steps) * (2 * self.step_duration_s + PHASE_OVERHEAD_S) + calibration
         if phase == "soak":
             return self.soak_duration_s + PHASE_OVERHEAD_S
         raise KeyError(f"unknown phase {phase!r}; phases: {', '.join(PHASES)}")

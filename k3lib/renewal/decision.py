@@ -20,12 +20,12 @@ import datetime as dt
 import enum
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from ..stats import wilson_interval
 from .findings import RenewalFinding, money  # noqa: F401  (money: re-exported for the views)
+from .live import category_routing, live_quality
 from .rules import RenewalRules
 
 if TYPE_CHECKING:
-    from ..paths.record import PairedDifference, PathsResult
+    from ..paths.record import PathsResult
 
 
 class Decision(enum.StrEnum):
@@ -178,7 +178,7 @@ _ANALYSIS = {"load": "load", "production": "useful production", "comparison": "s
 
 
 def indicators(axes: Mapping[str, Mapping[str, Any] | None], rules: RenewalRules,
-               declared_benefits: list[str], live: "PathsResult | None" = None,
+               declared_benefits: list[str], live: PathsResult | None = None,
                live_source: str | None = None) -> tuple[Indicators, list[RenewalFinding]]:
     """Indicators and, for each, the finding with the figures and the rule it was judged by; `live` is the `k3 paths`
     record of the same tasks on both paths (None: the comparison rests on the task log only, an open item)."""
@@ -264,69 +264,6 @@ def indicators(axes: Mapping[str, Mapping[str, Any] | None], rules: RenewalRules
                       within_value, live_finding.outcome), found
 
 
-# --- the live run of the same tasks on both paths ------------------------------------------------------------------
-
-SELF_HOSTED, API = "self_hosted", "api"  # the endpoint names `k3 paths` gives the two sides the review compares
-
-
-def _live_pair(live: "PathsResult") -> "PairedDifference | None":
-    return next((p for p in live.pairs if {p.a, p.b} == {SELF_HOSTED, API} and p.pairs), None)
-
-
-def _only(pair: "PairedDifference", path: str) -> tuple[int, tuple[str, ...]]:
-    """The tasks accepted on `path` only (they fail on the other path only)."""
-    return (pair.a_only, pair.only_a_tasks) if pair.a == path else (pair.b_only, pair.only_b_tasks)
-
-
-def live_quality(live: "PathsResult | None", source: str | None, rules: RenewalRules) -> RenewalFinding:
-    """Does the API path meet the quality rule on the same tasks run live: the 95 % Wilson lower bound of its
-    acceptance rate at or above `rules.live_api_acceptance_low_min`, or (null) the self-hosted path's own lower
-    bound on those tasks. None: no live run, or none with both paths on the same tasks (an open item)."""
-    if live is None:
-        return RenewalFinding("comparison.live", None, {"source": None})
-    pair = _live_pair(live)
-    if pair is None:
-        return RenewalFinding("comparison.live", None, {"source": source, "paths": [s.path for s in live.paths]})
-    n = pair.pairs
-    sh_k, api_k = pair.both + _only(pair, SELF_HOSTED)[0], pair.both + _only(pair, API)[0]
-    sh_ci, api_ci = wilson_interval(sh_k, n), wilson_interval(api_k, n)
-    assert sh_ci is not None and api_ci is not None  # n > 0
-    fixed = rules.live_api_acceptance_low_min
-    bar = round(sh_ci[0] if fixed is None else fixed, 4)
-    api_low = round(api_ci[0], 4)
-    return RenewalFinding("comparison.live", api_low >= bar, {
-        "source": source, "tasks": n, "task_set": live.task_set,
-        "api_accepted": api_k, "api_acceptance_rate": round(api_k / n, 4), "api_acceptance_low": api_low,
-        "api_acceptance_high": round(api_ci[1], 4),
-        "self_hosted_accepted": sh_k, "self_hosted_acceptance_rate": round(sh_k / n, 4),
-        "self_hosted_acceptance_low": round(sh_ci[0], 4), "self_hosted_acceptance_high": round(sh_ci[1], 4),
-        "bar": bar, "bar_from": "the self-hosted path's lower bound" if fixed is None
-        else "rules.live_api_acceptance_low_min",
-        "fail_on_api_only": _only(pair, SELF_HOSTED)[0], "fail_on_self_hosted_only": _only(pair, API)[0]})
-
-
-def category_routing(live: "PathsResult | None", source: str | None) -> RenewalFinding:
-    """The dual circuit's routing by task category, from the live run's per-task differences: a category whose
-    tasks fail on the API only stays self-hosted, one whose tasks fail on the self-hosted path only goes to the API,
-    one with both is split task by task. None: no live run to name categories from (an open item)."""
-    pair = None if live is None else _live_pair(live)
-    if live is None or pair is None:
-        return RenewalFinding("routing.categories", None, {"source": source})
-    category = {(t.path, t.task): t.category for t in live.tasks}
-    rows: dict[str, dict[str, list[str]]] = {}
-    for path, side in ((SELF_HOSTED, "fail_on_api_only"), (API, "fail_on_self_hosted_only")):
-        for task in _only(pair, path)[1]:
-            row = rows.setdefault(category.get((path, task), "default"),
-                                  {"fail_on_api_only": [], "fail_on_self_hosted_only": []})
-            row[side].append(task)
-    by_category = [{"category": c, **r} for c, r in sorted(rows.items())]
-    return RenewalFinding("routing.categories", True, {
-        "source": source, "tasks": pair.pairs, "by_category": by_category,
-        "self_hosted": [r["category"] for r in by_category if not r["fail_on_self_hosted_only"]],
-        "api": [r["category"] for r in by_category if not r["fail_on_api_only"]],
-        "split": [r["category"] for r in by_category if r["fail_on_api_only"] and r["fail_on_self_hosted_only"]]})
-
-
 def typed_axes(axes: Mapping[str, Any]) -> tuple[Any, ...]:
     """The six results as their typed models (None: no evidence); a dict that does not fit is refused."""
     from .results import typed
@@ -347,10 +284,10 @@ def decide_rule(ind: Indicators) -> Rule:
 def routing(rules: RenewalRules, categories: RenewalFinding | None = None) -> dict[str, Any]:
     """The dual circuit's transfer triggers and exit rules, fixed now, before the next bill is read; with a live
     run, the task categories each path takes (`task_categories`; null: none named, an open item)."""
-    named = categories is not None and categories.outcome is True
+    cats = categories.measured if categories is not None and categories.outcome is True else None
     return {
-        "task_categories": {k: categories.measured[k] for k in ("self_hosted", "api", "split", "by_category",
-                                                                "source")} if named else None,  # type: ignore[union-attr]
+        "task_categories": None if cats is None else {k: cats[k] for k in ("self_hosted", "api", "split",
+                                                                           "by_category", "source")},
 
         "self_hosted": "tasks with a declared control need (data control, residency, internal latency, "
                        "customised inference chain) and the regular agent/batch load",
@@ -394,7 +331,7 @@ def checklist(axes: Mapping[str, Mapping[str, Any] | None], statuses: Mapping[st
 
 def decide_renewal(axes: Mapping[str, Mapping[str, Any] | None], rules: RenewalRules, declared_benefits: list[str],
                    *, statuses: Mapping[str, str] | None = None, today: dt.date | None = None,
-                   defaulted: list[str] | tuple[str, ...] = (), live: "PathsResult | None" = None,
+                   defaulted: list[str] | tuple[str, ...] = (), live: PathsResult | None = None,
                    live_source: str | None = None) -> RenewalDecision:
     """The decision from the six analyses and, when given, the live run of the same tasks on both paths (`live`, a
     `k3 paths` record); `defaulted` names the thresholds and fixed elements left at their built-in defaults, which

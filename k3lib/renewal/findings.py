@@ -8,6 +8,7 @@ sentence back — the evidence records and the report take the values (`RenewalD
 from __future__ import annotations
 
 import dataclasses
+from pathlib import PurePath
 from typing import Any, Callable, Mapping
 
 Measured = Mapping[str, Any]
@@ -148,17 +149,23 @@ def _benefits(o: bool | None, m: Measured) -> str:
     return f"declared benefits: {', '.join(m['declared']) if m['declared'] else 'none'}"
 
 
+def _run_name(source: str) -> str:
+    """A live run by its folder's name (the report names no machine path; the finding keeps the whole path)."""
+    p = PurePath(source)
+    return p.parent.parent.name if p.name == "paths.json" and p.parent.name == "evidence" else p.name
+
+
 def _live(o: bool | None, m: Measured) -> str:
     if m.get("source") is None:
         return ("open: the self-hosted vs API comparison rests on the task log only, not on the same tasks run on "
                 "both paths (no `k3 paths` run named by review.live_paths) — exit-to-api is not backed by a live run")
     if "tasks" not in m:
-        return (f"open: the live run {m['source']} has no self_hosted and api paths run on the same tasks (its paths: "
-                f"{', '.join(m['paths']) or 'none'}) — the comparison rests on the task log only")
+        return (f"open: the live run {_run_name(m['source'])} has no self_hosted and api paths run on the same tasks "
+                f"(its paths: {', '.join(m['paths']) or 'none'}) — the comparison rests on the task log only")
     n = m["tasks"]
     sign = "≥" if o else "<"
-    return (f"live run of the same {n} tasks on both paths ({m['source']}): API accepted {m['api_accepted']}/{n} = "
-            f"{m['api_acceptance_rate']:.0%} (95 % Wilson {_pp(m['api_acceptance_low'])}–"
+    return (f"live run of the same {n} tasks on both paths ({_run_name(m['source'])}): API accepted "
+            f"{m['api_accepted']}/{n} = {m['api_acceptance_rate']:.0%} (95 % Wilson {_pp(m['api_acceptance_low'])}–"
             f"{_pp(m['api_acceptance_high'])}), self-hosted {m['self_hosted_accepted']}/{n} = "
             f"{m['self_hosted_acceptance_rate']:.0%} ({_pp(m['self_hosted_acceptance_low'])}–"
             f"{_pp(m['self_hosted_acceptance_high'])}); the API path {'meets' if o else 'misses'} the quality rule: "
@@ -172,8 +179,8 @@ def _categories(o: bool | None, m: Measured) -> str:
                 "on both paths (review.live_paths); until then the transfer triggers alone route")
     rows = {r["category"]: r for r in m["by_category"]}
     if not rows:
-        return (f"routing by task category ({m['source']}): no task of the {m['tasks']} fails on one path only; "
-                "either path serves every category, the transfer triggers route")
+        return (f"routing by task category ({_run_name(m['source'])}): no task of the {m['tasks']} fails on one "
+                "path only; either path serves every category, the transfer triggers route")
 
     def tasks(cats: list[str], side: str) -> str:
         return "; ".join(f"{c} ({', '.join(rows[c][side])})" for c in cats)
@@ -187,7 +194,8 @@ def _categories(o: bool | None, m: Measured) -> str:
         parts.append("split task by task: " + "; ".join(
             f"{c} (self-hosted: {', '.join(rows[c]['fail_on_api_only'])}; API: "
             f"{', '.join(rows[c]['fail_on_self_hosted_only'])})" for c in m["split"]))
-    return f"routing by task category, from the live run's per-task differences ({m['source']}): " + "; ".join(parts)
+    return (f"routing by task category, from the live run's per-task differences ({_run_name(m['source'])}): "
+            + "; ".join(parts))
 
 
 SENTENCES: dict[str, Callable[[bool | None, Measured], str]] = {

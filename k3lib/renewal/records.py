@@ -7,7 +7,8 @@ from typing import Any
 from ..evidence import EvidenceRecord, Finding, axis_status
 from ..paths.record import REVIEW_COPY, PathsResult, read_paths_record
 from ..store import RunStore
-from .decision import AXES, RenewalDecision, indicators, live_quality, money
+from .decision import AXES, RenewalDecision, indicators, money
+from .live import live_quality
 from .params import RenewalParams
 from .results import read_record_data, record_data, typed
 from .review import decide_from_axes

@@ -1,0 +1,73 @@
+"""The live run of the same tasks on both paths (a `k3 paths` record) as the decision reads it: whether the API path
+meets the quality rule there, and the task categories a dual circuit sends to each path."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..stats import wilson_interval
+from .findings import RenewalFinding
+from .rules import RenewalRules
+
+if TYPE_CHECKING:
+    from ..paths.record import PairedDifference, PathsResult
+
+SELF_HOSTED, API = "self_hosted", "api"  # the endpoint names `k3 paths` gives the two sides the review compares
+
+
+def _live_pair(live: PathsResult) -> PairedDifference | None:
+    return next((p for p in live.pairs if {p.a, p.b} == {SELF_HOSTED, API} and p.pairs), None)
+
+
+def _only(pair: PairedDifference, path: str) -> tuple[int, tuple[str, ...]]:
+    """The tasks accepted on `path` only (they fail on the other path only)."""
+    return (pair.a_only, pair.only_a_tasks) if pair.a == path else (pair.b_only, pair.only_b_tasks)
+
+
+def live_quality(live: PathsResult | None, source: str | None, rules: RenewalRules) -> RenewalFinding:
+    """Does the API path meet the quality rule on the same tasks run live: the 95 % Wilson lower bound of its
+    acceptance rate at or above `rules.live_api_acceptance_low_min`, or (null) the self-hosted path's own lower
+    bound on those tasks. None: no live run, or none with both paths on the same tasks (an open item)."""
+    if live is None:
+        return RenewalFinding("comparison.live", None, {"source": None})
+    pair = _live_pair(live)
+    if pair is None:
+        return RenewalFinding("comparison.live", None, {"source": source, "paths": [s.path for s in live.paths]})
+    n = pair.pairs
+    sh_k, api_k = pair.both + _only(pair, SELF_HOSTED)[0], pair.both + _only(pair, API)[0]
+    sh_ci, api_ci = wilson_interval(sh_k, n), wilson_interval(api_k, n)
+    assert sh_ci is not None and api_ci is not None  # n > 0
+    fixed = rules.live_api_acceptance_low_min
+    bar = round(sh_ci[0] if fixed is None else fixed, 4)
+    api_low = round(api_ci[0], 4)
+    return RenewalFinding("comparison.live", api_low >= bar, {
+        "source": source, "tasks": n, "task_set": live.task_set,
+        "api_accepted": api_k, "api_acceptance_rate": round(api_k / n, 4), "api_acceptance_low": api_low,
+        "api_acceptance_high": round(api_ci[1], 4),
+        "self_hosted_accepted": sh_k, "self_hosted_acceptance_rate": round(sh_k / n, 4),
+        "self_hosted_acceptance_low": round(sh_ci[0], 4), "self_hosted_acceptance_high": round(sh_ci[1], 4),
+        "bar": bar, "bar_from": "the self-hosted path's lower bound" if fixed is None
+        else "rules.live_api_acceptance_low_min",
+        "fail_on_api_only": _only(pair, SELF_HOSTED)[0], "fail_on_self_hosted_only": _only(pair, API)[0]})
+
+
+def category_routing(live: PathsResult | None, source: str | None) -> RenewalFinding:
+    """The dual circuit's routing by task category, from the live run's per-task differences: a category whose
+    tasks fail on the API only stays self-hosted, one whose tasks fail on the self-hosted path only goes to the API,
+    one with both is split task by task. None: no live run to name categories from (an open item)."""
+    pair = None if live is None else _live_pair(live)
+    if live is None or pair is None:
+        return RenewalFinding("routing.categories", None, {"source": source})
+    category = {(t.path, t.task): t.category for t in live.tasks}
+    rows: dict[str, dict[str, list[str]]] = {}
+    for path, side in ((SELF_HOSTED, "fail_on_api_only"), (API, "fail_on_self_hosted_only")):
+        for task in _only(pair, path)[1]:
+            row = rows.setdefault(category.get((path, task), "default"),
+                                  {"fail_on_api_only": [], "fail_on_self_hosted_only": []})
+            row[side].append(task)
+    by_category = [{"category": c, **r} for c, r in sorted(rows.items())]
+    return RenewalFinding("routing.categories", True, {
+        "source": source, "tasks": pair.pairs, "by_category": by_category,
+        "self_hosted": [r["category"] for r in by_category if not r["fail_on_self_hosted_only"]],
+        "api": [r["category"] for r in by_category if not r["fail_on_api_only"]],
+        "split": [r["category"] for r in by_category if r["fail_on_api_only"] and r["fail_on_self_hosted_only"]]})
