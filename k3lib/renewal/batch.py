@@ -11,7 +11,7 @@ from typing import Callable
 
 from ..errors import BadInputError
 from ..report import write_index
-from ..runner import Progress, render_pages, run_notebooks
+from ..runner import PRELOAD, Progress, render_pages, run_notebooks
 from ..session import PROJECT_ROOT, read_records
 from ..store import RunStore
 from .decision import DECISIONS, RenewalDecision
@@ -45,7 +45,8 @@ def run_review(params: RenewalParams, store: RunStore, *, progress: Progress | N
     stages = [*REVIEW_STAGES, ((REVIEW_SUMMARY, None),)]
     progress = progress or Progress(sum(len(stage) for stage in stages))
     store.write_json("params.json", params.public_dict())
-    outcomes = run_notebooks(store, stages, timeout_s=params.run.notebook_timeout_s, progress=progress)
+    outcomes = run_notebooks(store, stages, timeout_s=params.run.notebook_timeout_s, progress=progress,
+                             preload=(*PRELOAD, "k3lib.renewal"))  # what every review notebook opens with
     records = read_records(store)
     data = store.read_json("decision.json")
     if data is None or outcomes[REVIEW_SUMMARY].status != "ok" or data.get("decision") not in DECISIONS \
