@@ -16,7 +16,8 @@ from typing import Any, Callable, Iterable, Mapping
 from .errors import BadInputError, EvidenceError
 from pydantic import BaseModel
 
-from .evidence import DATA_MODELS, AgentData, CapacityData, CapacityStep, EvidenceRecord, PrefixCacheData, parse_record
+from .evidence import (DATA_MODELS, AgentData, CapacityData, CapacityStep, EvidenceRecord, PrefixCacheData, other_document,
+                       parse_record)
 from .store import MANIFEST
 
 # Where each level is written, tried in order: (axis or "params", dotted path of fields in the axis' typed data,
@@ -95,7 +96,9 @@ def read_run(run_dir: str | Path) -> RunEvidence:
     unreadable: dict[str, str] = {}
     for path in sorted((root / "evidence").glob("*.json")):
         try:
-            records[path.stem] = parse_record(_load_json(path), f"evidence/{path.name}")
+            data = _load_json(path)
+            if other_document(data) is None:  # a `k3 paths` record beside the axis records is not one of them
+                records[path.stem] = parse_record(data, f"evidence/{path.name}")
         except EvidenceError as exc:
             unreadable[path.stem] = str(exc)
     params = _load_json_or_none(root / "params.json")

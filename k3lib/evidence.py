@@ -22,8 +22,9 @@ if TYPE_CHECKING:
 AxisStatus = Literal["pass", "fail", "warn", "not-run"]
 FindingStatus = Literal["pass", "fail", "warn", "info", "not-observable"]
 Decision = Literal["production", "limited-observation", "capacity-extension", "environment-rebuild"]
-# 2: each acceptance axis' `data` is typed (the models below); a record of schema 1 is refused, never guessed at.
-SCHEMA_VERSION = 2
+# 2: each acceptance axis' `data` is typed (the models below); 3: every key declared (extra keys refused), capacity
+# steps and the operations axis typed. A record of another schema is refused in one line, never guessed at.
+SCHEMA_VERSION = 3
 SCHEMAS_DIR = Path(__file__).resolve().parents[1] / "schemas"
 
 
@@ -336,6 +337,9 @@ def parse_record(data: Any, source: str) -> EvidenceRecord:
     if isinstance(data, dict) and data.get("schema_version", SCHEMA_VERSION) != SCHEMA_VERSION:
         raise EvidenceError(f"{source}: written by another kit version (evidence schema {data.get('schema_version')}, "
                             f"this kit reads {SCHEMA_VERSION}): re-run the axis with this kit")
+    if isinstance(data, dict) and "schema" in data and "axis" not in data:
+        raise EvidenceError(f"{source}: declares schema {data['schema']!r}, not an evidence record of this kit "
+                            f"(expected an axis record, evidence schema {SCHEMA_VERSION}, or a `k3 paths` record)")
     try:
         return EvidenceRecord.model_validate(data)
     except ValidationError as exc:
@@ -362,10 +366,29 @@ def write_schemas(folder: Path = SCHEMAS_DIR) -> list[Path]:
     return paths
 
 
+# Kit documents a run folder keeps under evidence/ beside its axis records, each read by its own reader: `k3 paths`
+# writes its record there ({"schema": "k3kit/renewal/paths/<n>", "result": …}, k3lib.paths.record). A file declaring
+# one of these is not an axis record; any other file under evidence/ must be one.
+OTHER_DOCUMENTS: tuple[str, ...] = ("k3kit/renewal/paths/",)
+
+
+def other_document(data: Any) -> str | None:
+    """The schema a file under evidence/ declares when it is one of the kit's OTHER_DOCUMENTS, else None (then it
+    must parse as an evidence record: a broken or foreign one is refused, never dropped)."""
+    if not isinstance(data, dict) or "axis" in data or "schema_version" in data:
+        return None
+    schema = data.get("schema")
+    return schema if isinstance(schema, str) and schema.startswith(OTHER_DOCUMENTS) else None
+
+
 def read_records(store: "RunStore") -> dict[str, EvidenceRecord]:
-    """Every `evidence/<axis>.json` of a run folder, parsed and checked, by axis."""
+    """Every `evidence/<axis>.json` of a run folder, parsed and checked, by axis. A kit document that declares its
+    own schema (a `k3 paths` record) is left to its reader; any other file that is not a valid evidence record of
+    this kit is refused with one line (no axis is dropped silently)."""
     out = {}
     for path in sorted(store.path("evidence").glob("*.json")):
         rel = f"evidence/{path.name}"
-        out[path.stem] = parse_record(store.read_json(rel), rel)
+        data = store.read_json(rel)
+        if other_document(data) is None:
+            out[path.stem] = parse_record(data, rel)
     return out

@@ -81,6 +81,7 @@ def find_runs(folder: Path) -> list[Path]:
 
 def read_point(root: Path) -> RunPoint:
     from . import accepted as acc
+    from .evidence import CapacityData, PrefixCacheData
     from .store import RunStore
 
     run = acc.read_run(root)
@@ -96,15 +97,17 @@ def read_point(root: Path) -> RunPoint:
                    if isinstance(i, dict))
     values: dict[str, Any] = {}
     if kind == "acceptance":
+        # the axes' typed data (k3lib.evidence): declared fields, checked when the records were read
         cap, pc = run.records.get("capacity"), run.records.get("prefix_cache")
+        capacity = cap.typed() if cap is not None else None
+        prefix = pc.typed() if pc is not None else None
         planned = (run.params.get("contract") or {}).get("planned_concurrency")
-        if cap is not None:
-            values["saturation_concurrency"] = _num(cap.data.get("saturation_point"))
-            step = next((s for s in cap.data.get("steps") or [] if isinstance(s, dict)
-                         and s.get("concurrency") == planned), None)
-            values["ttft_p95_at_planned_ms"] = _num((step or {}).get("ttft_p95_ms"))
-        if pc is not None:
-            values["cache_gain_pct"] = _num(pc.data.get("ttft_gain_pct"))
+        if isinstance(capacity, CapacityData):
+            values["saturation_concurrency"] = _num(capacity.saturation_point)
+            found = capacity.step_at(planned)
+            values["ttft_p95_at_planned_ms"] = _num(found[1].ttft_p95_ms if found else None)
+        if isinstance(prefix, PrefixCacheData):
+            values["cache_gain_pct"] = _num(prefix.ttft_gain_pct)
         values["queue_p95_at_planned_s"] = _num(acc.queue_time_p95_s(run).value)
         values["tool_call_validity"] = _num(acc.tool_call_validity(run).value)
     return RunPoint(root.name, root, kind, _label(root.name), started, duration,

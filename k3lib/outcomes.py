@@ -72,6 +72,8 @@ RULES: tuple[Rule, ...] = (
                                                       "refused"),
     Rule("capacity.memory_growth", Outcome.LIMITED, "memory grows steadily: not stable, more GPUs won't fix it"),
     Rule("capacity.server_errors", Outcome.LIMITED, "5xx while the engine stayed up"),
+    Rule("capacity.latency_*", Outcome.EXTENSION, "client latency p95 at nominal load above the contract's objective "
+                                                  "(its whole interval)"),
     Rule("capacity.*", Outcome.EXTENSION, "memory or queue saturates at nominal load"),
     Rule("prefix_cache.*", Outcome.LIMITED, "no measured cache reuse: the expected gain is not counted"),
     Rule("attestation.*", Outcome.LIMITED, "an operational prerequisite is not proven"),

@@ -1,6 +1,6 @@
-"""Judging a figure measured on noisy timings: a bootstrap interval of the median over repeated measurements,
-compared with a threshold. An interval that straddles the threshold is "inconclusive" — never a pass or a fail
-that a busier machine would flip."""
+"""Judging a figure measured on noisy timings: a bootstrap interval of the median (or of a percentile, such as a
+load step's p95 latency over its requests) over repeated measurements, compared with a threshold. An interval that
+straddles the threshold is "inconclusive" — never a pass or a fail that a busier machine would flip."""
 
 from __future__ import annotations
 
@@ -16,13 +16,15 @@ Side = Literal["above", "below", "inconclusive"]
 
 @dataclasses.dataclass(frozen=True)
 class Interval:
-    """The median of `n` measurements and its bootstrap percentile interval at `confidence`."""
+    """The median (or the `q`th percentile) of `n` measurements and its bootstrap percentile interval at
+    `confidence`."""
 
     estimate: float
     low: float
     high: float
     n: int
     confidence: float = CONFIDENCE
+    q: float = 50.0
 
     def versus(self, threshold: float) -> Side:
         """above: the whole interval clears the threshold; below: the whole interval is under it."""
@@ -32,29 +34,56 @@ class Interval:
             return "below"
         return "inconclusive"
 
+    def at_most(self, limit: float) -> Literal["pass", "fail", "inconclusive"]:
+        """Against an upper objective (a p95 latency ≤ limit): pass when the whole interval is at or under it,
+        fail when the whole interval is above it, inconclusive when it straddles the limit."""
+        if self.high <= limit:
+            return "pass"
+        if self.low > limit:
+            return "fail"
+        return "inconclusive"
+
     def text(self, unit: str = "") -> str:
-        return (f"{self.estimate:.1f}{unit} (median of {self.n}; {self.confidence:.0%} interval "
+        what = "median" if self.q == 50 else f"p{self.q:g}"
+        return (f"{self.estimate:.1f}{unit} ({what} of {self.n}; {self.confidence:.0%} interval "
                 f"{self.low:.1f}–{self.high:.1f}{unit})")
 
     def to_dict(self) -> dict[str, float]:
-        return {"median": round(self.estimate, 3), "low": round(self.low, 3), "high": round(self.high, 3),
-                "n": self.n, "confidence": self.confidence}
+        key = "median" if self.q == 50 else "estimate"
+        out = {key: round(self.estimate, 3), "low": round(self.low, 3), "high": round(self.high, 3),
+               "n": self.n, "confidence": self.confidence}
+        return out if self.q == 50 else {**out, "q": self.q}
 
 
 def median_interval(values: Sequence[float], *, confidence: float = CONFIDENCE, resamples: int = RESAMPLES,
                     seed: int = 0) -> Interval | None:
     """Percentile bootstrap of the median (seeded: the same data give the same interval). None below
     MIN_SAMPLES measurements. The interval never leaves the range of the data."""
+    return percentile_interval(values, 50.0, confidence=confidence, resamples=resamples, seed=seed)
+
+
+def min_samples(q: float) -> int:
+    """Measurements a percentile needs before it has an interval: MIN_SAMPLES for the median, and enough that
+    at least one falls above the `q`th percentile (20 for a p95) — fewer make the p95 the maximum, no interval."""
+    import math
+
+    return max(MIN_SAMPLES, math.ceil(100.0 / (100.0 - q)) if q > 50 else MIN_SAMPLES)
+
+
+def percentile_interval(values: Sequence[float | None], q: float, *, confidence: float = CONFIDENCE,
+                        resamples: int = RESAMPLES, seed: int = 0) -> Interval | None:
+    """The `q`th percentile (numpy's linear method, as k3lib.calibration.percentile) with its percentile-bootstrap
+    interval, seeded; None below `min_samples(q)` measurements. The interval never leaves the range of the data."""
     import numpy as np
 
     data = np.asarray([float(v) for v in values if v is not None], dtype=float)
-    if data.size < MIN_SAMPLES:
+    if data.size < min_samples(q):
         return None
     rng = np.random.default_rng(seed)
-    medians = np.median(data[rng.integers(0, data.size, size=(resamples, data.size))], axis=1)
+    stats = np.percentile(data[rng.integers(0, data.size, size=(resamples, data.size))], q, axis=1)
     alpha = (1.0 - confidence) / 2
-    low, high = np.quantile(medians, [alpha, 1.0 - alpha])
-    return Interval(float(np.median(data)), float(low), float(high), int(data.size), confidence)
+    low, high = np.quantile(stats, [alpha, 1.0 - alpha])
+    return Interval(float(np.percentile(data, q)), float(low), float(high), int(data.size), confidence, q)
 
 
 def percentile(values: Iterable[float | None], q: float) -> float | None:

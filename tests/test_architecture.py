@@ -21,12 +21,12 @@ K3LIB = Path(__file__).resolve().parents[1] / "k3lib"
 LAYERS: dict[str, tuple[str, ...]] = {
     # what everything stands on: errors, parameters, the run folder, the target, the evidence model and the
     # outcome vocabulary, the axis context. The emulator is an island at this level (see ISLANDS).
-    "foundation": ("errors", "_deferred", "guards", "params", "store", "stats", "plan", "plotting", "operator",
+    "foundation": ("errors", "_deferred", "guards", "params", "retry", "store", "stats", "plan", "plotting", "operator",
                    "target", "session", "attested", "evidence", "outcomes", "emulator", "emulator.*"),
     # talking to a target and reading what it says: the HTTP client, load generation, /metrics, GPU samplers,
     # the readers of pasted artifacts
-    "io": ("chatstream", "client", "calibration", "load", "prompts", "crosscheck", "gpu", "sampling", "metrics", "metrics.*",
-           "readers", "readers.*"),
+    "io": ("chatstream", "client", "client.*", "calibration", "load", "prompts", "crosscheck", "gpu", "sampling",
+           "metrics", "metrics.*", "readers", "readers.*"),
     # the axes: each measures one thing and turns it into findings (an evidence record); the renewal review's
     # inputs and analyses
     "axes": ("probe", "agent", "agent.*", "capacity", "capacity.*", "compat", "compat.*", "prefix", "prefix.*",
@@ -242,6 +242,15 @@ def test_the_data_model_never_imports_the_views(graph):
     below = [m for m in graph if RANK[layer_of(m) or "cli"] < VIEWS]
     bad = sorted((m, v) for m in below for v in kept.reachable(m) if layer_of(v) == "views")
     assert not bad, f"{len(bad)} modules below the views reach them (directly or through others), e.g. {bad[:12]}"
+
+
+def test_the_live_comparison_of_paths_does_not_import_the_renewal_review(graph):
+    """The renewal review reads paths records; `k3 paths` stands on its own (the retry policy both use lives in
+    the foundation), so the two axes are not one knot."""
+    bad = sorted((a, b) for a, b in graph.pairs()
+                 if (a == "paths" or a.startswith("paths.")) and (b == "renewal" or b.startswith("renewal.")))
+    assert not bad, f"paths imports the renewal review: {bad}"
+    assert "retry" in graph.edges["paths.params"] and "retry" in graph.edges["renewal.rules"]
 
 
 def test_islands_import_only_their_own_package_and_the_layers_they_name(graph):

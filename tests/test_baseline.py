@@ -55,6 +55,26 @@ def capacity_by_the_axis(steps: list[dict[str, Any]], planned: int) -> dict[str,
     return record.model_dump(mode="json")
 
 
+def probe_by_the_axis(data: dict[str, Any], store: RunStore, max_context: int) -> dict[str, Any]:
+    """The probe record as k3lib.probe writes it, from the endpoints' answers (a real /v1/models card carries more
+    keys than the record keeps: `object`, `created`, `permission`)."""
+    import json as _json
+    import types
+
+    from k3lib.probe import EndpointProbe, ProbeResult, probe_record
+
+    cards = [{**c, "object": "model", "created": 0, "permission": []} for c in data["served_models"]]
+    bodies = {"health": (200, ""), "version": (200, _json.dumps({"version": data["vllm_version"]})),
+              "models": (200, _json.dumps({"object": "list", "data": cards})),
+              "metrics[0]": (200, "vllm:num_requests_running 0\n")}
+    endpoints = {k: EndpointProbe(k, f"http://127.0.0.1:1/{k}", code, 1.0, body, "application/json", None, "t")
+                 for k, (code, body) in bodies.items()}
+    params = types.SimpleNamespace(target=types.SimpleNamespace(model=cards[0]["id"]),
+                                   contract=types.SimpleNamespace(max_context_tokens=max_context))
+    result = ProbeResult(endpoints, cards, cards[0]["id"], data["vllm_version"])
+    return probe_record(result, types.SimpleNamespace(params=params, store=store)).model_dump(mode="json")
+
+
 def record(axis: str, data: dict[str, Any], status: str = "pass", planned: int = 8) -> dict[str, Any]:
     if axis == "capacity":
         return {**capacity_by_the_axis(data["steps"], data.get("planned_concurrency") or planned), "status": status}
@@ -65,7 +85,10 @@ def record(axis: str, data: dict[str, Any], status: str = "pass", planned: int =
 def write_run(tmp_path, name: str, spec: dict[str, Any], statuses: dict[str, str] | None = None) -> RunStore:
     store = RunStore.create_at(tmp_path / name)
     store.write_json("params.json", spec["params"])
-    for axis in ("probe", "environment", "capacity", "prefix_cache", "agent"):
+    if spec.get("probe") is not None:
+        store.write_json("evidence/probe.json", probe_by_the_axis(spec["probe"], store,
+                                                                  spec["params"]["contract"]["max_context_tokens"]))
+    for axis in ("environment", "capacity", "prefix_cache", "agent"):
         if spec.get(axis) is not None:
             store.write_json(f"evidence/{axis}.json", record(axis, spec[axis], (statuses or {}).get(axis, "pass"),
                                                              spec["params"]["contract"]["planned_concurrency"]))
@@ -242,6 +265,14 @@ def test_every_evidence_path_the_levels_read_is_declared_by_its_axis_model():
     assert not acc.declared_path(ProbeData, "served_models.0.max_ok_len")
 
 
+def test_the_probe_keeps_the_card_fields_it_declares_and_the_whole_body_in_its_endpoints(tmp_path):
+    store = RunStore.create_at(tmp_path / "run")
+    rec = probe_by_the_axis(BASE["probe"], store, 32768)
+    assert rec["data"]["served_models"] == [{"id": "kimi-k3", "root": None, "owned_by": None, "max_model_len": 65536}]
+    assert '"permission"' in rec["data"]["endpoints"]["models"]["body"]
+    assert acc.context_limit_tokens(acc.read_run(write_run(tmp_path, "r2", BASE).root)).value == 65536
+
+
 def test_compare_main_exit_codes_and_precheck(tmp_path, baseline, capsys):
     import argparse
 
@@ -270,12 +301,27 @@ def test_compare_main_exit_codes_and_precheck(tmp_path, baseline, capsys):
 
 
 def test_tool_call_validity_from_the_agent_rates_table(tmp_path):
-    rates = [{"level": 1, "check": "arguments_valid", "passed": 10, "failed": 0, "total": 10, "rate": 1.0},
-             {"level": 8, "check": "arguments_valid", "passed": 28, "failed": 2, "total": 30, "rate": 0.9333},
-             {"level": 8, "check": "function_name", "passed": 0, "failed": 30, "total": 30, "rate": 0.0}]
-    store = write_run(tmp_path, "run", changed(agent={"rates": rates, "levels": []}))
+    """The agent record built by the agent axis' own record builder from its per-reply check outcomes."""
+    import types
+
+    from k3lib.agent.report import AgentResult, agent_record
+
+    def step(level: int, i: int, valid: bool) -> dict[str, Any]:
+        return {"level": level, "case": "weather", "turn": 1, "round": 1, "repetition": i, "seq": i, "tools": True,
+                "reply": {"ok": True}, "parsed": {},
+                "checks": [{"check": "arguments_valid", "passed": valid, "detail": "" if valid else "not JSON"},
+                           {"check": "function_name", "passed": False, "detail": "unknown tool"}]}
+
+    steps = [step(1, i, True) for i in range(10)] + [step(8, i, i >= 2) for i in range(30)]
+    result = AgentResult({"min_pass_rate": 1.0}, {"cases": [{"id": "weather", "title": "weather"}]},
+                         [{"level": 1}, {"level": 8}], [], steps)
+    ctx = types.SimpleNamespace(store=types.SimpleNamespace(path=lambda rel: tmp_path / "absent" / rel))
+    agent = agent_record(result, ctx).model_dump(mode="json")
+    store = write_run(tmp_path, "run", changed(agent=None))
+    store.write_json("evidence/agent.json", agent)
     level = acc.tool_call_validity(acc.read_run(store.root))
     assert level.value == pytest.approx(38 / 40) and "check=arguments_valid" in level.source
+    assert level.axis_status == "fail"  # function_name failed: the rate is known, the axis did not accept it
 
 
 def test_levels_from_the_capacity_steps_as_k3lib_capacity_writes_them(tmp_path):

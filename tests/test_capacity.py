@@ -341,3 +341,83 @@ def test_a_queue_counts_only_while_the_engine_is_full(rows, admit_limit, held):
                          hit_rate_drop_max=0.2, fragmentation_share_max=1.0, waiting_tolerance=0.5,
                          settle_fraction=0.3, admit_limit=admit_limit)
     assert soak["queueing"] is not held
+
+
+# --- a step's latency vs its objective: judged on the bootstrap interval of its p95 -----------------------
+
+
+def _requests(ttft_ms: list[float]) -> list[dict]:
+    """Request records as the capacity runner's sink keeps them (ok, TTFT and e2e per request)."""
+    return [{"ok": True, "ttft_ms": t, "e2e_ms": 4 * t, "prompt_tokens": 100, "completion_tokens": 16}
+            for t in ttft_ms]
+
+
+def _spread(n: int, centre: float, width: float) -> list[float]:
+    """n latencies evenly spread over [centre − width, centre + width] (a noisy step, deterministic)."""
+    return [centre - width + 2 * width * i / (n - 1) for i in range(n)]
+
+
+@pytest.mark.parametrize("objective, expected", [
+    pytest.param(400.0, "pass", id="interval-below-the-objective"),
+    pytest.param(150.0, "fail", id="interval-above-the-objective"),
+    pytest.param(None, None, id="no-objective"),
+])
+def test_a_steps_latency_is_judged_on_its_p95_interval(objective, expected):
+    from k3lib.capacity.analysis import latency_verdict
+    from k3lib.capacity.run import record_stats
+
+    step = record_stats(_requests(_spread(200, 200.0, 50.0)), intervals=True)
+    interval = step["ttft_p95_interval"]
+    assert interval["low"] <= step["ttft_p95_ms"] <= interval["high"] and interval["n"] == 200
+    assert 200 < interval["low"] < interval["high"] < 250  # the p95 of 150…250 ms, bounded by the data
+    status, text, kept = latency_verdict(step, "ttft", objective)
+    assert status == expected and kept == interval
+    if objective is not None:
+        assert f"{objective:g} ms" in text and "interval" in text
+
+
+def test_an_interval_that_straddles_the_objective_is_inconclusive_never_a_flipped_verdict():
+    from k3lib.capacity.analysis import latency_verdict
+    from k3lib.capacity.run import record_stats
+
+    step = record_stats(_requests(_spread(60, 200.0, 50.0)), intervals=True)
+    interval = step["ttft_p95_interval"]
+    # an objective inside the interval, on either side of the point estimate: never pass on one, fail on the other
+    for objective in (interval["low"] + 0.1, step["ttft_p95_ms"], interval["high"] - 0.1):
+        status, text, _ = latency_verdict(step, "ttft", objective)
+        assert status == "inconclusive" and "straddles" in text and f"{interval['low']:.1f}" in text
+    few = record_stats(_requests([100.0] * 10), intervals=True)
+    assert few["ttft_p95_interval"] is None
+    status, text, _ = latency_verdict(few, "ttft", 500.0)
+    assert status == "inconclusive" and "fewer than the 20" in text
+
+
+@pytest.mark.parametrize("centre, status, decision", [
+    pytest.param(100.0, "pass", "production", id="below"),
+    pytest.param(1000.0, "fail", "capacity-extension", id="above"),
+    pytest.param(236.0, "warn", "limited-observation", id="straddles"),  # its p95 ≈ 300 ms
+])
+def test_the_capacity_record_judges_the_planned_steps_latency_on_its_interval(centre, status, decision):
+    """Through the capacity axis' own record builder: the finding, its interval and the decision it forces."""
+    import types
+
+    from k3lib.capacity import capacity_record
+    from k3lib.capacity.result import CapacityResult
+    from k3lib.capacity.run import record_stats
+    from k3lib.decision import rule_for, strongest
+
+    params = load_params([ROOT / "parameters" / "emulator.yaml"],
+                         ["contract.planned_concurrency=4", "contract.ttft_p95_ms=300"])
+    steps = [{"concurrency": 4, "label": "c4", "status": "done", "held": True, "why": [], "latency_valid": True,
+              **record_stats(_requests(_spread(100, centre, 0.3 * centre)), intervals=True)}]
+    phases = [{"phase": "concurrency", "status": "done", "start_wall": 0.0, "end_wall": 1.0, "note": ""}]
+    record = capacity_record(CapacityResult({"plan": {}, "phases": phases, "steps": steps}, [], [], [], None, None),
+                             types.SimpleNamespace(params=params))
+    found = record.by_rule("capacity.latency_ttft")
+    assert found is not None and found.status == status and found.evidence["interval"]["n"] == 100
+    assert (found.status == "warn") == found.message.startswith("inconclusive")
+    assert strongest([found]) == decision
+    assert record.by_rule("capacity.latency_e2e").status == "info"  # the emulator's contract sets no e2e objective
+    assert record.typed().steps[0].ttft_p95_interval == found.evidence["interval"]
+    if status == "fail":
+        assert "objective" in rule_for(found.rule).why

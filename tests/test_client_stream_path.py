@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import k3lib.client as client_mod
+import k3lib.client.stream as client_mod  # where the stream assembler looks `loads_json` up
 from k3lib.client import ChatClient, ToolCall, _Attempt, _read_stream, loads_json
 from k3lib.errors import APIError, ProtocolError
 

@@ -28,6 +28,9 @@ def test_a_record_from_another_kit_version_is_refused_in_one_line():
         parse_record(old, "evidence/capacity.json")
     message = str(exc.value)
     assert "\n" not in message and "evidence schema 1" in message and f"reads {SCHEMA_VERSION}" in message
+    # a record of the previous schema (2: extra keys let through) is refused the same way, not by a field error
+    with pytest.raises(EvidenceError, match=r"evidence schema 2, this kit reads 3\): re-run the axis"):
+        parse_record({**old, "schema_version": 2}, "evidence/capacity.json")
 
 
 @pytest.mark.parametrize("axis, data", [

@@ -5,6 +5,7 @@ retry policy's effect; the typed record against its schema; bad task files and p
 from __future__ import annotations
 
 import json
+import re
 import socket
 from pathlib import Path
 
@@ -326,6 +327,42 @@ def test_review_live_section_shows_and_keeps_a_paths_run(tmp_path, capsys):
     assert len(live_figure(section).data) == 0  # no task answered on a down path: no latency to show
     none = live_section(SimpleNamespace(params=load_review_params([review_file]), store=store))
     assert none.result is None and str(none).startswith("open: ")
+
+
+def test_a_paths_run_folder_reads_its_axis_records_and_leaves_the_paths_record_to_its_reader(tmp_path, capsys):
+    """evidence/paths.json declares its own schema: read_records (and the baseline's run reader) skip it, read the
+    axis records beside it, and still refuse a broken or foreign axis record in one line (no axis dropped)."""
+    from k3lib import accepted
+    from k3lib.errors import EvidenceError
+    from k3lib.evidence import EvidenceRecord
+    from k3lib.session import read_records
+
+    params = _params(tmp_path, {"down": _ep(_closed_port_url())}, retry={**FAST_RETRY, "max_retries": 0})
+    rc, out, runs = _run(tmp_path, capsys, params)
+    assert rc == 0, out.err
+    store = RunStore.open(runs[-1])
+    assert store.path("evidence/paths.json").is_file() and read_paths_record(runs[-1]).paths
+    assert read_records(store) == {}
+    probe = EvidenceRecord(axis="probe", title="Probe", status="pass")
+    store.write_json("evidence/probe.json", probe.model_dump(mode="json"))
+    assert read_records(store) == {"probe": probe}
+    run = accepted.read_run(runs[-1])
+    assert set(run.records) == {"probe"} and not run.unreadable
+
+    broken = {**probe.model_dump(mode="json"), "status": "fine"}
+    foreign = {"schema": "acme/evidence/1", "result": {}}
+    for name, data, needle in [("agent", broken, "evidence/agent.json: not an evidence record (status"),
+                               ("agent", foreign, "evidence/agent.json: declares schema 'acme/evidence/1'"),
+                               ("paths", broken, "evidence/paths.json: not an evidence record (status")]:
+        store.path(f"evidence/{name}.json").write_text(json.dumps(data), encoding="utf-8")
+        with pytest.raises(EvidenceError, match=re.escape(needle)) as err:
+            read_records(store)
+        assert "\n" not in str(err.value)
+        assert name in accepted.read_run(runs[-1]).unreadable
+        store.path(f"evidence/{name}.json").unlink()
+    store.path("evidence/agent.json").write_text("{not json", encoding="utf-8")
+    with pytest.raises(EvidenceError, match="agent.json: not valid JSON"):
+        read_records(store)
 
 
 def test_duration_bound_cuts_a_slow_path_and_says_so(tmp_path, capsys):

@@ -55,9 +55,13 @@ class Progress:
 
 
 # What every notebook of both batches imports in its first cells (the figures' plotly and pandas), imported by a
-# kernel started ahead while the notebooks before it run. In statements that bind no name the notebook could see.
-PRELOAD = ("pandas", "plotly.graph_objects", "plotly.io", "k3lib.plotting")
-_PRELOAD_LINES = ("for _k3_m in " + repr(PRELOAD) + ": __import__(_k3_m)", "del _k3_m")
+# kernel started ahead while the notebooks before it run; a batch may name more (`run_notebooks(preload=...)`).
+PRELOAD: tuple[str, ...] = ("pandas", "plotly.graph_objects", "plotly.io", "k3lib.plotting")
+
+
+def _preload_lines(modules: Sequence[str]) -> tuple[str, ...]:
+    """IPython start-up lines importing `modules`, binding no name the notebook could see."""
+    return ("for _k3_m in " + repr(tuple(modules)) + ": __import__(_k3_m)", "del _k3_m")
 
 
 def _kernel_config(sockets: str) -> Any:
@@ -94,15 +98,15 @@ def asyncio_run(coro: Any) -> Any:
     return asyncio.run(coro)
 
 
-def start_kernel_ahead() -> WarmKernel:
+def start_kernel_ahead(preload: Sequence[str] = PRELOAD) -> WarmKernel:
     """Start a notebook kernel as papermill would (same kernel, folder, IPC sockets and in-memory history), which
-    then imports `PRELOAD`: run while other notebooks run, it takes the kernel start and those imports (1-3 s
+    then imports `preload`: run while other notebooks run, it takes the kernel start and those imports (1-3 s
     per notebook on 2 cores) off the next notebook's time."""
     from jupyter_client import AsyncKernelManager  # nbclient's own default manager class
 
     sockets = tempfile.mkdtemp(prefix="k3-kernel-")
     km = AsyncKernelManager(kernel_name="python3", config=_kernel_config(sockets))
-    args = ["--HistoryManager.hist_file=:memory:", *(f"--IPKernelApp.exec_lines={line}" for line in _PRELOAD_LINES)]
+    args = ["--HistoryManager.hist_file=:memory:", *(f"--IPKernelApp.exec_lines={line}" for line in _preload_lines(preload))]
 
     async def start() -> None:
         await km.start_kernel(extra_arguments=args, cwd=str(NOTEBOOKS))
@@ -205,11 +209,12 @@ def _finished(store: RunStore, nb: str, axis: str | None, manifest: dict[str, An
 
 def run_notebooks(store: RunStore, stages: Sequence[Sequence[tuple[str, str | None]]], *, timeout_s: float,
                   progress: Progress, resume: bool = False,
-                  between: Callable[[str], None] | None = None) -> dict[str, NotebookOutcome]:
+                  between: Callable[[str], None] | None = None,
+                  preload: Sequence[str] = PRELOAD) -> dict[str, NotebookOutcome]:
     """Each stage's notebooks run at the same time (two at most), stages in order. A failing axis notebook is
     recorded as a failing axis and the batch goes on. With `resume`, finished axes are kept, not re-run.
     `between(last_notebook)` runs after each stage (the acceptance batch checks the target there). While a stage
-    runs, the kernels of the next one start (`start_kernel_ahead`)."""
+    runs, the kernels of the next one start and import `preload` (`start_kernel_ahead`)."""
     outcomes: dict[str, NotebookOutcome] = {}
     manifest = store.manifest()["files"] if resume else {}
     # the next stage's kernels start (and import PRELOAD) while this stage's notebooks run
@@ -235,7 +240,7 @@ def run_notebooks(store: RunStore, stages: Sequence[Sequence[tuple[str, str | No
                                        **({"kernel": mine[i]} if i < len(mine) else {})): axis
                            for i, (nb, axis) in enumerate(todo)}
                 if n + 1 < len(stages):
-                    kernels = [ahead.submit(start_kernel_ahead) for _ in stages[n + 1]]
+                    kernels = [ahead.submit(start_kernel_ahead, preload) for _ in stages[n + 1]]
                 for future in as_completed(futures):
                     outcome = future.result()
                     if outcome.status != "ok" and futures[future]:
@@ -261,11 +266,12 @@ class BatchResult:
 
 
 def run_batch(store: RunStore, plan: BatchPlan, *, timeout_s: float, progress: Progress | None = None,
-              resume: bool = False, between: Callable[[str], None] | None = None) -> BatchResult:
+              resume: bool = False, between: Callable[[str], None] | None = None,
+              preload: Sequence[str] = PRELOAD) -> BatchResult:
     """Run the plan's notebooks on the run folder (params.json already written), then read the records back."""
     progress = progress or Progress(len(plan.notebooks))
     outcomes = run_notebooks(store, plan.all_stages, timeout_s=timeout_s, progress=progress, resume=resume,
-                             between=between)
+                             between=between, preload=preload)
     data = store.read_json("decision.json")
     summary_ok = outcomes[plan.summary].status == "ok"
     return BatchResult(plan, outcomes, read_records(store),

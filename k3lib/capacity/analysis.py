@@ -161,6 +161,36 @@ def queue_verdict(step: Mapping[str, Any], objective_ms: float | None) -> tuple[
                          f"{objective_ms:g} ms")
 
 
+def latency_verdict(step: Mapping[str, Any], key: str, objective_ms: float | None
+                    ) -> tuple[str | None, str, dict[str, Any] | None]:
+    """Whether a window's client p95 (`key`: "ttft" or "e2e") meets the objective, judged on the bootstrap interval
+    of the p95 over the window's requests (`<key>_p95_interval`, see k3lib.capacity.run.record_stats):
+    ("pass" | "fail" | "inconclusive" | None, the sentence, the interval). None: no objective. A pass needs the
+    whole interval at or under the objective, a fail the whole interval above it; an interval that straddles it
+    (or too few requests for one) is inconclusive — never a pass or a fail that the machine's load would flip."""
+    from ..stats import Interval, min_samples
+
+    name = {"ttft": "TTFT", "e2e": "end-to-end latency"}[key]
+    point = step.get(f"{key}_p95_ms")
+    interval = step.get(f"{key}_p95_interval")
+    if objective_ms is None:
+        return None, f"{name} p95 {'n/a' if point is None else f'{point:.0f} ms'} (no objective)", interval
+    if interval is None:
+        n = step.get("ok") or 0
+        return "inconclusive", (f"{name} p95 {'n/a' if point is None else f'{point:.0f} ms'} over {n} completed "
+                                f"request(s): fewer than the {min_samples(95)} a p95 interval needs, so the "
+                                f"objective {objective_ms:g} ms cannot be judged"), None
+    got = Interval(interval["estimate"], interval["low"], interval["high"], int(interval["n"]),
+                   interval.get("confidence", 0.95), interval.get("q", 95.0))
+    said = f"{name} p95 {got.text(' ms')}"
+    verdict = got.at_most(objective_ms)
+    if verdict == "pass":
+        return "pass", f"{said}, within the objective {objective_ms:g} ms", interval
+    if verdict == "fail":
+        return "fail", f"{said}, above the objective {objective_ms:g} ms", interval
+    return "inconclusive", f"{said}: the interval straddles the objective {objective_ms:g} ms", interval
+
+
 def saturation_point(steps: Sequence[Mapping[str, Any]]) -> int | None:
     """The highest concurrency such that it and every lower step held; None if the first step did not."""
     point = None

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from ..outcomes import strongest
 from ..evidence import EvidenceRecord, Finding, axis_status
 from ..params import Params
-from .analysis import queue_verdict
+from .analysis import latency_verdict, queue_verdict
 from .result import CapacityResult
 
 if TYPE_CHECKING:
@@ -274,6 +274,38 @@ def _saturation(result: CapacityResult, params: Params) -> list[Finding]:
     return out
 
 
+def _latency_finding(rule: str, nominal: dict[str, Any] | None, key: str, objective: float | None,
+                     planned: int) -> Finding:
+    at = f"at the planned concurrency {planned}"
+    if nominal is None or nominal.get("status") == "skipped":
+        return Finding(rule=rule, status="not-observable" if objective is not None else "info",
+                       message=f"the planned concurrency ({planned}) was not reached: no latency to judge")
+    status, text, interval = latency_verdict(nominal, key, objective)
+    observed = nominal.get(f"{key}_p95_ms")
+    evidence = {"interval": interval} if interval else {}
+    if status is None:
+        return Finding(rule=rule, status="info", message=f"the contract sets no objective; {text} {at}",
+                       observed=observed, evidence=evidence)
+    if nominal.get("latency_valid") is False:
+        return Finding(rule=rule, status="not-observable", observed=observed, expected=objective, evidence=evidence,
+                       message=f"{text} {at}, but the client's latency figures failed the self-calibration gate "
+                               f"({nominal.get('invalid_reason') or 'no reason kept'}): not judged")
+    if status == "inconclusive":
+        return Finding(rule=rule, status="warn", message=f"inconclusive {at}: {text}", observed=observed,
+                       expected=objective, evidence=evidence)
+    return Finding(rule=rule, status=status, message=f"{text} {at}", observed=observed, expected=objective,
+                   evidence=evidence)
+
+
+def _latency(result: CapacityResult, params: Params) -> list[Finding]:
+    """The planned step's client TTFT and end-to-end p95 against the contract's objectives, on their intervals."""
+    planned = params.contract.planned_concurrency
+    nominal = result.step(planned)
+    ttft = _latency_finding("capacity.latency_ttft", nominal, "ttft", params.contract.ttft_p95_ms, planned)
+    e2e = _latency_finding("capacity.latency_e2e", nominal, "e2e", params.contract.e2e_p95_ms, planned)
+    return [ttft, e2e]
+
+
 def _soak(result: CapacityResult) -> list[Finding]:
     soak = result.run.get("soak")
     if not soak:
@@ -410,6 +442,7 @@ def iter_findings(result: CapacityResult, params: Params) -> list[Finding]:
         out.append(_long_context(result))
     if result.phase("concurrency") and result.phase("concurrency")["status"] != "skipped":
         out.extend(_saturation(result, params))
+        out.extend(_latency(result, params))
         out.extend(f for f in (_calibration(result),) if f is not None)
     if result.phase("soak") and result.phase("soak")["status"] != "skipped":
         out.extend(_soak(result))

@@ -28,7 +28,7 @@ from ..params import Params
 from ..prompts import BuiltPrompt, EstimateCounter, build_prompts
 from ..readers.vllm_log import VllmLogReport, parse_vllm_log
 from ..sampling import SCRAPE_TIMEOUT_S, Timeline
-from ..stats import percentile
+from ..stats import percentile, percentile_interval
 from .analysis import judge_step, memory_at, settled_stats, soak_analysis
 from .config import server_config
 from .result import GPU_JSON, LOG_TXT, METRICS_JSON, REQUESTS, RUN_JSON, CapacityResult, read_capacity
@@ -112,8 +112,14 @@ def _pct(values: Sequence[float], q: float) -> float | None:
     return None if got is None else round(got, 3)
 
 
-def record_stats(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Client-side numbers of a set of request records."""
+def _p95_interval(values: Sequence[float]) -> dict[str, float] | None:
+    got = percentile_interval(values, 95)
+    return None if got is None else got.to_dict()
+
+
+def record_stats(records: Sequence[Mapping[str, Any]], *, intervals: bool = False) -> dict[str, Any]:
+    """Client-side numbers of a set of request records; with `intervals`, the bootstrap interval of the TTFT and
+    e2e p95 over the requests (a load step's latency is judged against its objective on that interval)."""
     kinds = [failure_kind(r) for r in records]
     ok = [r for r, k in zip(records, kinds) if k is None]
     ttft = [r["ttft_ms"] for r in ok if r.get("ttft_ms") is not None]
@@ -124,7 +130,8 @@ def record_stats(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "ttft_p50_ms": _pct(ttft, 50), "ttft_p95_ms": _pct(ttft, 95), "e2e_p95_ms": _pct(e2e, 95),
             "prompt_tokens_mean": (round(sum(r.get("prompt_tokens") or 0 for r in ok) / len(ok), 1) if ok else None),
             "completion_tokens_mean": (round(sum(r.get("completion_tokens") or 0 for r in ok) / len(ok), 1)
-                                       if ok else None)}
+                                       if ok else None),
+            **({"ttft_p95_interval": _p95_interval(ttft), "e2e_p95_interval": _p95_interval(e2e)} if intervals else {})}
 
 
 # -----------------------------------------------------------------------------------------------------------
@@ -579,7 +586,7 @@ class CapacityRunner:
                         "note": early or "", "out_of_contract": c > plan.planned_concurrency,
                         "prompt_tokens": prompts[0].prompt_tokens, "sized_by": prompts[0].sized_by,
                         "output_tokens": plan.output_tokens, "start_wall": t0, "end_wall": t1,
-                        "engine_alive_after": alive, **record_stats(bucket), **window_numbers(before, after),
+                        "engine_alive_after": alive, **record_stats(bucket, intervals=True), **window_numbers(before, after),
                         **settled_stats(self.timeline.metric_rows(), t0, t1, self.cap.settle_fraction,
                                         self._admit_limit()),
                         **self._trust(summary, bucket, c, before, after)}

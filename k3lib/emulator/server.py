@@ -106,9 +106,9 @@ def serve_forever(cfg: EmulatorConfig | None = None, host: str = "127.0.0.1", po
     url = _url(host, sock.getsockname()[1])
     server, _ = _server(cfg, url)
     # A process of its own: what start-up built (the tokenizer's vocabulary, the app) lives as long as the
-    # process, so it leaves the collector's generations, as vLLM's API server and engine core freeze their start-up
-    # heap; a full collection then walks only what the requests made, not tens of ms of start-up objects in
-    # the middle of a step (seen at 256 streams).
+    # process, so it leaves the collector's generations (gc.freeze, as vLLM does once warmed up: freeze_gc_heap);
+    # a full collection then walks only what the requests made, not 46-71 ms of start-up objects in the middle of
+    # a step (seen at 256 streams on 2 loaded cores).
     gc.collect()
     gc.freeze()
     print(url, flush=True)

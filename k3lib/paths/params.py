@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ..errors import BadInputError
 from ..params import _check_url, _provenance, layer, validate_model
-from ..renewal.rules import RetryPolicy
+from ..retry import RetryPolicy
 
 REFERENCE = "parameters/paths.example.yaml"
 

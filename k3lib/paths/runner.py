@@ -22,7 +22,7 @@ from ..client import ChatClient, ChatRecord, run_sync
 from ..errors import BadInputError
 from ..guards import is_loopback_url, require_key_env
 from ..load import RequestBudget
-from ..renewal.rules import RetryPolicy
+from ..retry import RetryPolicy
 from ..store import RunStore
 from .params import Endpoint, PathsParams, RequestFormat
 from .quality import Exchange, call_problem, judge

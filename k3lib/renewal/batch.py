@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..batch.execute import Progress, publish, run_batch
+from ..batch.execute import PRELOAD, Progress, publish, run_batch
 from ..errors import BadInputError
 from ..plan import REVIEW, REVIEW_STAGES, REVIEW_SUMMARY, review_plan
 from ..session import PROJECT_ROOT
@@ -34,7 +34,7 @@ def run_review(params: RenewalParams, store: RunStore, *, progress: Progress | N
         on_start(s.history_file or s.prometheus_url or "")  # type: ignore[union-attr]
     store.write_json("params.json", params.public_dict())
     result = run_batch(store, review_plan(REVIEW_STAGES), timeout_s=params.run.notebook_timeout_s,
-                       progress=progress)
+                       progress=progress, preload=(*PRELOAD, "k3lib.renewal"))  # what every review notebook opens with
     data = result.decision_data
     if data is None or data.get("decision") not in DECISIONS or not isinstance(data.get("findings"), list):
         decision = decide_review(params, store, result.records)  # the summary failed: same rules, same records

@@ -12,6 +12,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from ..retry import RetryPolicy
+
 Fraction = Annotated[float, Field(ge=0, le=1)]
 NonNegative = Annotated[float, Field(ge=0)]
 
@@ -99,23 +101,6 @@ class TaskSet(BaseModel):
         if not v:
             raise ValueError("expected at least one task category")
         return v
-
-
-class RetryPolicy(BaseModel):
-    """The same retry policy on both paths: a task retried more often than this was not run under it."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    max_retries: Annotated[int, Field(ge=0)] = 2
-    timeout_s: Annotated[float, Field(gt=0)] = 3600.0  # a request not answered within this is a timeout
-    description: str = ""
-    # how the live comparison (`k3 paths`) retries one request, identically on every path: wait backoff_s, then
-    # backoff_s × backoff_factor, … before each retry; only these HTTP statuses (and, when set, a refused
-    # connection or a timeout) are retried — any other error is final
-    backoff_s: Annotated[float, Field(ge=0)] = 1.0
-    backoff_factor: Annotated[float, Field(ge=1)] = 2.0
-    retry_statuses: tuple[Annotated[int, Field(ge=400, le=599)], ...] = (408, 429, 500, 502, 503, 504)
-    retry_unreachable: bool = True  # a refused connection or a request timeout counts as retryable
 
 
 class QualityRule(BaseModel):
