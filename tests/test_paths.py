@@ -422,6 +422,12 @@ def test_review_comparison_record_reads_the_live_run(tmp_path, capsys):
     assert live.measured["api_accepted"] == api.accepted
     saved = json.loads(ctx.store.path("decision.json").read_text())
     assert next(f for f in saved["findings"] if f["rule"] == "comparison.live")["outcome"] is False
+    # the equivalence is judged on the live run's same tasks, the task log's figure kept beside as context
+    equivalent = decision.finding("comparison.api_equivalent")
+    assert equivalent.measured["source"] == "live" and equivalent.measured["difference"] == pair.difference
+    assert equivalent.outcome is (False if pair.low > gap else True if pair.high <= gap else None)
+    assert equivalent.measured["task_log"]["paired_tasks"] == comparison["paired_tasks"]
+    assert "run live on both paths" in equivalent.sentence and "context only" in equivalent.sentence
 
 
 def test_review_without_a_live_run_leaves_the_comparison_open(tmp_path):
