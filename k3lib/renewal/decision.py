@@ -9,8 +9,9 @@ indicator without evidence (None: an axis missing, a blank in the cost sheet, a 
 is never counted as favourable, and a review decided on built-in default thresholds says so.
 
 A live run of the same task set on both paths (`k3 paths`, named by `review.live_paths`) weighs in: exit-to-api
-needs the API path to meet the quality rule there, and a dual circuit's routing names the task categories that fail
-on one path only. Without one the comparison rests on the task log only, and the decision says so as an open item.
+needs the API path to meet the quality rule there, the API's equivalence is judged on its paired tasks (the task
+log's figure kept as context only), and a dual circuit's routing names the task categories that fail on one path
+only. Without one the comparison rests on the task log only, and the decision says so as an open item.
 """
 
 from __future__ import annotations
