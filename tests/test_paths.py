@@ -403,6 +403,10 @@ def test_review_comparison_record_reads_the_live_run(tmp_path, capsys):
     gap = ctx.params.review.rules.api_equivalent_gap_max
     expected = "pass" if pair.low > gap else "warn" if pair.high <= gap else "not-observable"
     assert live.status == expected
+    # the record's equivalence is the decision's, judged on the live run (the task log's figure as context)
+    equivalent = record.by_rule("renewal.comparison.api_equivalent")
+    assert "run live on both paths" in equivalent.message and "context only" in equivalent.message
+    assert equivalent.status == expected  # not equivalent: pass; equivalent: warn; straddling: open
     fixed = record.by_rule("renewal.comparison.live_fixed")
     assert fixed.observed == {f.name: f.sha256 for f in read_paths_record(runs[-1]).fixed}
     # the API path fails the tool tasks the self-hosted one passes: it misses the quality rule live
