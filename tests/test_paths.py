@@ -403,6 +403,10 @@ def test_review_comparison_record_reads_the_live_run(tmp_path, capsys):
     gap = ctx.params.review.rules.api_equivalent_gap_max
     expected = "pass" if pair.low > gap else "warn" if pair.high <= gap else "not-observable"
     assert live.status == expected
+    # the record's equivalence is the decision's, judged on the live run (the task log's figure as context)
+    equivalent = record.by_rule("renewal.comparison.api_equivalent")
+    assert "run live on both paths" in equivalent.message and "context only" in equivalent.message
+    assert equivalent.status == expected  # not equivalent: pass; equivalent: warn; straddling: open
     fixed = record.by_rule("renewal.comparison.live_fixed")
     assert fixed.observed == {f.name: f.sha256 for f in read_paths_record(runs[-1]).fixed}
     # the API path fails the tool tasks the self-hosted one passes: it misses the quality rule live
@@ -422,6 +426,12 @@ def test_review_comparison_record_reads_the_live_run(tmp_path, capsys):
     assert live.measured["api_accepted"] == api.accepted
     saved = json.loads(ctx.store.path("decision.json").read_text())
     assert next(f for f in saved["findings"] if f["rule"] == "comparison.live")["outcome"] is False
+    # the equivalence is judged on the live run's same tasks, the task log's figure kept beside as context
+    equivalent = decision.finding("comparison.api_equivalent")
+    assert equivalent.measured["source"] == "live" and equivalent.measured["difference"] == pair.difference
+    assert equivalent.outcome is (False if pair.low > gap else True if pair.high <= gap else None)
+    assert equivalent.measured["task_log"]["paired_tasks"] == comparison["paired_tasks"]
+    assert "run live on both paths" in equivalent.sentence and "context only" in equivalent.sentence
 
 
 def test_review_without_a_live_run_leaves_the_comparison_open(tmp_path):

@@ -366,6 +366,75 @@ def test_without_a_live_run_the_comparison_is_an_open_item(steady):
     assert dual.finding("routing.categories").sentence.startswith("open: the dual circuit's routing names no task")
 
 
+def _equivalence(steady, record, root, gap, live=True):
+    """The decision on a bill where the API is cheaper per accepted task, with the API's equivalence judged at
+    `gap` (the API path cleared by a fixed live bar, so only the equivalence weighs)."""
+    data, real = steady
+    rules = RenewalRules(api_equivalent_gap_max=gap, live_api_acceptance_low_min=0.0)
+    axes = recost(data, recompare(data, real, rules), capacity=900_000)
+    assert axes["cost"].self_hosted_cheaper_per_task is False
+    return decide_renewal(axes, rules, [], today=dt.date(2026, 8, 14), live=record if live else None,
+                          live_source=str(root) if live else None), axes
+
+
+def test_the_api_equivalence_is_judged_on_the_live_run(steady, live_runs):
+    """With a live run the equivalence comes from its same tasks (paired difference and its interval against the
+    gap), not from the task log, whose figure the finding keeps as context; the sentence says which source."""
+    root, record = live_runs["api-meets"]  # the API path accepts every task, the self-hosted one fails the tool tasks
+    pair = record.pairs[0]
+    assert (pair.a, pair.b) == ("self_hosted", "api") and pair.high < 0
+    on_log, axes = _equivalence(steady, record, root, 0.0, live=False)  # the task log: the API slightly below
+    assert axes["comparison"].api_equivalent is False and on_log.rule == "dual.gain-not-shown"
+    log = on_log.finding("comparison.api_equivalent")
+    assert "source" not in log.measured and "in the task log" in log.sentence
+    d, _ = _equivalence(steady, record, root, 0.0)
+    assert (d.decision, d.rule) == ("exit-to-api", "exit.api-equivalent-and-cheaper"), d.reasons
+    f = d.finding("comparison.api_equivalent")
+    m = f.measured
+    assert f.outcome is True and m["source"] == "live" and m["run"] == str(root) and m["tasks"] == pair.pairs
+    assert (m["difference"], m["difference_low"], m["difference_high"]) == (pair.difference, pair.low, pair.high)
+    by = {s.path: s for s in record.paths}
+    for path in ("self_hosted", "api"):
+        assert m[f"{path}_accepted"] == by[path].accepted
+        assert m[f"{path}_acceptance_low"] == pytest.approx(by[path].acceptance_low, abs=1e-4)
+    assert m["quality_rule_sha256"] == next(x.sha256 for x in record.fixed if x.name == "quality_rule")
+    assert m["task_log"]["api_equivalent"] is False and m["task_log"]["paired_tasks"] == axes["comparison"].paired_tasks
+    assert f"{root.name}, quality rule sha256 {m['quality_rule_sha256'][:12]}" in f.sentence
+    assert f"self-hosted − API acceptance {pair.difference:+.1%}" in f.sentence and "context only" in f.sentence
+    assert f.sentence in d.reasons
+
+
+@pytest.mark.parametrize("gap, outcome, rule", [
+    pytest.param(0.02, False, "dual.gain-not-shown", id="interval-above-the-gap-not-equivalent"),
+    pytest.param(0.5, None, "dual.gain-not-shown", id="interval-straddling-the-gap-not-shown"),
+    pytest.param(1.0, True, "exit.api-equivalent-and-cheaper", id="interval-within-the-gap-equivalent"),
+])
+def test_an_api_failing_the_same_tasks_live_is_not_equivalent(steady, live_runs, gap, outcome, rule):
+    """The API path fails the tool tasks live: however close the task log's rates (equivalent there), the live
+    interval decides — above the gap not equivalent, straddling it not shown (never favourable)."""
+    root, record = live_runs["api-misses"]
+    d, axes = _equivalence(steady, record, root, gap)
+    assert axes["comparison"].api_equivalent is True  # the task log alone would call the API equivalent
+    f = d.finding("comparison.api_equivalent")
+    assert f.outcome is outcome and d.rule == rule, d.reasons
+    assert f.measured["difference_low"] == record.pairs[0].low and f.measured["task_log"]["api_equivalent"] is True
+    assert {False: "does not reach", None: "is not shown to reach", True: "reaches"}[outcome] in f.sentence
+
+
+def test_the_live_equivalence_reads_the_pair_either_way_round(steady, live_runs):
+    """A record whose pair is api − self_hosted: the difference is turned to self-hosted − API, the verdict holds."""
+    from k3lib.paths.record import paired
+
+    root, record = live_runs["api-misses"]
+    turned = record.model_copy(update={"pairs": (paired("api", "self_hosted", list(record.tasks)),)})
+    a = _equivalence(steady, record, root, 0.02)[0].finding("comparison.api_equivalent").measured
+    b = _equivalence(steady, turned, root, 0.02)[0].finding("comparison.api_equivalent").measured
+    assert turned.pairs[0].difference == -record.pairs[0].difference
+    assert (b["difference"], b["difference_low"], b["difference_high"]) == \
+        (a["difference"], a["difference_low"], a["difference_high"])
+    assert b["api_accepted"] == a["api_accepted"] and b["self_hosted_accepted"] == a["self_hosted_accepted"]
+
+
 @pytest.mark.parametrize("indicators, expected", [
     pytest.param(ind(quality=False, large_idle=True, api_meets_quality=False), "dual.api-misses-quality",
                  id="poor-and-idle-but-api-misses"),

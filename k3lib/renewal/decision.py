@@ -9,8 +9,9 @@ indicator without evidence (None: an axis missing, a blank in the cost sheet, a 
 is never counted as favourable, and a review decided on built-in default thresholds says so.
 
 A live run of the same task set on both paths (`k3 paths`, named by `review.live_paths`) weighs in: exit-to-api
-needs the API path to meet the quality rule there, and a dual circuit's routing names the task categories that fail
-on one path only. Without one the comparison rests on the task log only, and the decision says so as an open item.
+needs the API path to meet the quality rule there, the API's equivalence is judged on its paired tasks (the task
+log's figure kept as context only), and a dual circuit's routing names the task categories that fail on one path
+only. Without one the comparison rests on the task log only, and the decision says so as an open item.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import enum
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from .findings import RenewalFinding, money  # noqa: F401  (money: re-exported for the views)
-from .live import category_routing, live_quality
+from .live import category_routing, live_equivalence, live_quality
 from .rules import RenewalRules
 
 if TYPE_CHECKING:
@@ -220,15 +221,24 @@ def indicators(axes: Mapping[str, Mapping[str, Any] | None], rules: RenewalRules
             "over_retry_policy": prod.over_retry_policy, "retry_policy_max_retries": prod.retry_policy_max_retries}))
     else:
         none("production")
+    task_log = None
     if comp is not None:
         sh, api = comp.self_hosted, comp.api
-        api_equivalent = comp.api_equivalent
-        found.append(RenewalFinding("comparison.api_equivalent", api_equivalent, {
-            "paired_tasks": comp.paired_tasks, "api_equivalent_gap_max": rules.api_equivalent_gap_max,
-            **{f"{name}_{k}": getattr(path, k) for name, path in (("self_hosted", sh), ("api", api))
-               for k in ("acceptance_rate", "tool_error_share", "delivery_median_s")}}))
+        task_log = {"paired_tasks": comp.paired_tasks, "api_equivalent_gap_max": rules.api_equivalent_gap_max,
+                    **{f"{name}_{k}": getattr(path, k) for name, path in (("self_hosted", sh), ("api", api))
+                       for k in ("acceptance_rate", "tool_error_share", "delivery_median_s")},
+                    "api_equivalent": comp.api_equivalent}
     else:
         none("comparison")
+    # a live run of the same tasks on both paths judges the equivalence; the task log's figure is then context only
+    live_equivalent = live_equivalence(live, live_source, rules, task_log)
+    if live_equivalent is not None:
+        api_equivalent = live_equivalent.outcome
+        found.append(live_equivalent)
+    elif task_log is not None:
+        api_equivalent = task_log["api_equivalent"]
+        found.append(RenewalFinding("comparison.api_equivalent", api_equivalent,
+                                    {k: v for k, v in task_log.items() if k != "api_equivalent"}))
     live_finding = live_quality(live, live_source, rules)
     found.append(live_finding)
     if cost is not None:

@@ -109,11 +109,39 @@ def _quality(o: bool | None, m: Measured) -> str:
 
 def _api_equivalent(o: bool | None, m: Measured) -> str:
     verdict = {True: "reaches", False: "does not reach", None: "is not shown to reach"}[o]
-    return (f"the API {verdict} equivalent quality on {m['paired_tasks']} tasks run on both paths: "
+    if m.get("source") == "live":
+        return _api_equivalent_live(verdict, m)
+    return (f"the API {verdict} equivalent quality on {m['paired_tasks']} tasks run on both paths in the task log: "
             f"acceptance {_p(m['self_hosted_acceptance_rate'])} self-hosted vs {_p(m['api_acceptance_rate'])} API, "
             f"malformed tool calls {_p(m['self_hosted_tool_error_share'])} vs {_p(m['api_tool_error_share'])} "
             f"(equivalent within {m['api_equivalent_gap_max']:.0%}), median delivery "
             f"{_f(m['self_hosted_delivery_median_s'])} s vs {_f(m['api_delivery_median_s'])} s")
+
+
+def _api_equivalent_live(verdict: str, m: Measured) -> str:
+    n, gap, log = m["tasks"], m["api_equivalent_gap_max"], m["task_log"]
+
+    def signed(x: Any) -> str:
+        return "blank" if x is None else f"{x:+.1%}"
+
+    interval = ("no interval" if m["difference_low"] is None else
+                f"95 % {signed(m['difference_low'])} to {signed(m['difference_high'])}")
+    log_verdict = None if log is None else {True: "equivalent", False: "not equivalent",
+                                            None: "not shown"}[log["api_equivalent"]]
+    rule = m["quality_rule_sha256"]
+    context = ("; the task log holds no comparison" if log is None else
+               f"; the task log's figure, context only: {log['paired_tasks']} tasks on both paths, acceptance "
+               f"{_p(log['self_hosted_acceptance_rate'])} self-hosted vs {_p(log['api_acceptance_rate'])} API "
+               f"({log_verdict}), not used")
+    return (f"the API {verdict} equivalent quality on the same {n} tasks run live on both paths "
+            f"({_run_name(m['run'] or 'live run')}"
+            + ("" if rule is None else f", quality rule sha256 {rule[:12]}…")
+            + f"): self-hosted − API acceptance {signed(m['difference'])} ({interval}; equivalent when at most "
+            f"{gap:.0%}), self-hosted {m['self_hosted_accepted']}/{n} (95 % Wilson "
+            f"{_pp(m['self_hosted_acceptance_low'])}–{_pp(m['self_hosted_acceptance_high'])}) vs API "
+            f"{m['api_accepted']}/{n} ({_pp(m['api_acceptance_low'])}–{_pp(m['api_acceptance_high'])}), tasks with "
+            f"malformed tool calls {_p(m['self_hosted_tool_error_share'])} vs {_p(m['api_tool_error_share'])}"
+            + context)
 
 
 def _cost(o: bool | None, m: Measured) -> str:

@@ -3,7 +3,7 @@ meets the quality rule there, and the task categories a dual circuit sends to ea
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..stats import wilson_interval
 from .findings import RenewalFinding
@@ -71,3 +71,44 @@ def category_routing(live: PathsResult | None, source: str | None) -> RenewalFin
         "self_hosted": [r["category"] for r in by_category if not r["fail_on_self_hosted_only"]],
         "api": [r["category"] for r in by_category if not r["fail_on_api_only"]],
         "split": [r["category"] for r in by_category if r["fail_on_api_only"] and r["fail_on_self_hosted_only"]]})
+
+
+def live_equivalence(live: PathsResult | None, source: str | None, rules: RenewalRules,
+                     task_log: dict[str, Any] | None) -> RenewalFinding | None:
+    """Does the API reach equivalent quality on the same tasks run live (`comparison.api_equivalent` judged on the
+    live run): the Newcombe 95 % interval of the paired difference self-hosted − API acceptance wholly at or below
+    `rules.api_equivalent_gap_max` (equivalent), wholly above it (not), else inconclusive (None, never favourable);
+    and the API's share of paired tasks with malformed tool calls at most the gap above the self-hosted one. Each
+    path's acceptance keeps its Wilson interval; the run's quality rule is named by its hash. `task_log` (the task
+    log's figures) is kept as context only. None: no live run with both paths on the same tasks — the task log
+    decides, as before."""
+    pair = None if live is None else _live_pair(live)
+    if live is None or pair is None:
+        return None
+    n, gap = pair.pairs, rules.api_equivalent_gap_max
+    flip = pair.a != SELF_HOSTED  # the difference is a − b: oriented self-hosted − API
+    d, lo, hi = pair.difference, pair.low, pair.high
+    if flip and d is not None and lo is not None and hi is not None:
+        d, lo, hi = -d, -hi, -lo
+    sh_k, api_k = pair.both + _only(pair, SELF_HOSTED)[0], pair.both + _only(pair, API)[0]
+    sh_ci, api_ci = wilson_interval(sh_k, n), wilson_interval(api_k, n)
+    assert sh_ci is not None and api_ci is not None  # n > 0
+    ran = {p: {t.task: t for t in live.tasks if t.path == p and t.status != "not-run"} for p in (SELF_HOSTED, API)}
+    common = [t for t in ran[SELF_HOSTED] if t in ran[API]]  # the pair's tasks (as `paths.record.paired` takes them)
+    tes = {p: round(sum(1 for t in common if ran[p][t].tool_call_errors > 0) / len(common), 4) if common else None
+           for p in (SELF_HOSTED, API)}
+    acceptance = None if lo is None or hi is None else True if hi <= gap else False if lo > gap else None
+    tools = None if None in tes.values() else tes[API] <= tes[SELF_HOSTED] + gap  # type: ignore[operator]
+    outcome = False if acceptance is False or tools is False else None if acceptance is None or tools is None \
+        else True
+    rule = next((f for f in live.fixed if f.name == "quality_rule"), None)
+    return RenewalFinding("comparison.api_equivalent", outcome, {
+        "source": "live", "run": source, "tasks": n, "api_equivalent_gap_max": gap,
+        "difference": d, "difference_low": lo, "difference_high": hi,
+        "self_hosted_accepted": sh_k, "self_hosted_acceptance_rate": round(sh_k / n, 4),
+        "self_hosted_acceptance_low": round(sh_ci[0], 4), "self_hosted_acceptance_high": round(sh_ci[1], 4),
+        "api_accepted": api_k, "api_acceptance_rate": round(api_k / n, 4),
+        "api_acceptance_low": round(api_ci[0], 4), "api_acceptance_high": round(api_ci[1], 4),
+        "self_hosted_tool_error_share": tes[SELF_HOSTED], "api_tool_error_share": tes[API],
+        "quality_rule_sha256": None if rule is None else rule.sha256,
+        "task_log": task_log})

@@ -20,12 +20,12 @@ _ANSWER_STATUS = {"yes": "pass", "no": "fail", "not shown": "not-observable"}
 _SHOWN = {True: "pass", False: "fail", None: "not-observable"}  # an indicator the evidence did not show is open
 
 
-def _findings(axis: str, result: Any, params: RenewalParams) -> list[Finding]:
+def _findings(axis: str, result: Any, params: RenewalParams, live: PathsResult | None = None) -> list[Finding]:
     """The axis' evidence findings, from the decision's findings on its typed result (values, never sentences
-    read back)."""
+    read back); `live`, the review's live run, judges the comparison's equivalence as the decision does."""
     rules = params.review.rules
     result = typed(axis, result)
-    _, found = indicators({axis: result}, rules, params.review.benefits.declared())
+    _, found = indicators({axis: result}, rules, params.review.benefits.declared(), live, params.review.live_paths)
     by = {f.rule: f for f in found}
     out: list[Finding] = []
 
@@ -76,7 +76,8 @@ def _findings(axis: str, result: Any, params: RenewalParams) -> list[Finding]:
 def axis_record(ctx: Any, result: dict[str, Any]) -> EvidenceRecord:
     """The evidence record of `ctx.axis` from its result, validated against the axis' typed model."""
     data = record_data(ctx.axis, result)
-    findings = _findings(ctx.axis, data["result"], ctx.params)
+    live = live_run(ctx.params, ctx.store) if ctx.axis == "comparison" else None
+    findings = _findings(ctx.axis, data["result"], ctx.params, live)
     if ctx.axis == "comparison":  # the live run of the same tasks on both paths, or why there is none
         findings += live_findings(ctx.params, ctx.store)
     return EvidenceRecord(axis=ctx.axis, title=TITLES[ctx.axis], status=axis_status(findings),

@@ -38,7 +38,8 @@ class RenewalRules(BaseModel):
     max_recovery_min: NonNegative = 60.0  # an incident recovered later than this is not "recoverable"
     max_ops_hours_per_week: NonNegative = 20.0  # operations effort considered contained
     # the API reaches equivalent quality on the same tasks when its acceptance rate is at most this below the
-    # self-hosted one and its share of tasks with malformed tool calls at most this above
+    # self-hosted one and its share of tasks with malformed tool calls at most this above; with a live run
+    # (review.live_paths) the acceptance gap is the paired difference's 95 % interval on the run's same tasks
     api_equivalent_gap_max: Fraction = 0.02
     # exit-to-api needs the API path to meet the quality rule on the same tasks run live (`k3 paths`,
     # review.live_paths): the 95 % Wilson lower bound of its acceptance rate at or above this; null: at or above
