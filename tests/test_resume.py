@@ -54,7 +54,11 @@ def test_sigkill_then_resume(tmp_path, capsys, kill_after):
     code = main(["validate", "--resume", str(store.root)])
     captured = capsys.readouterr()
     decision = json.loads(store.path("decision.json").read_text())
-    assert code == 0 and decision["decision"] == "production", decision["reasons"]
+    # the healthy emulator decides production; on a machine too busy for the client to keep its timing, the kit's
+    # own calibration gate says so (limited-observation, that rule alone) instead of a flipped verdict
+    gated = code == 3 and decision["decision"] == "limited-observation" and decision["reasons"] and all(
+        r.startswith("limited-observation: capacity.client_calibration:") for r in decision["reasons"])
+    assert (code == 0 and decision["decision"] == "production") or gated, decision["reasons"]
     assert "kept" in captured.err, "finished axes are kept, not re-run"
     after = store.manifest()["files"]
     from k3lib.plan import ACCEPTANCE
