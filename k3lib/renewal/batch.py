@@ -17,6 +17,7 @@ from ..store import RunStore
 from .decision import DECISIONS, RenewalDecision
 from .params import RenewalParams, load_review_params
 from .records import decide_review
+from .review import write_axes_cache
 
 # (notebook file in notebooks/, axis id written to evidence/<axis>.json), by stage: the analyses only read the
 # run's inputs, so they run two at a time; the drill (15) is the only one that touches a target.
@@ -45,6 +46,10 @@ def run_review(params: RenewalParams, store: RunStore, *, progress: Progress | N
     stages = [*REVIEW_STAGES, ((REVIEW_SUMMARY, None),)]
     progress = progress or Progress(sum(len(stage) for stage in stages))
     store.write_json("params.json", params.public_dict())
+    try:
+        write_axes_cache(params, store)  # inputs read and axes computed once; each notebook reads them
+    except Exception:  # noqa: BLE001 - a bad input or an unreachable source: each notebook reports it, as before
+        pass
     outcomes = run_notebooks(store, stages, timeout_s=params.run.notebook_timeout_s, progress=progress,
                              preload=(*PRELOAD, "k3lib.renewal"))  # what every review notebook opens with
     records = read_records(store)

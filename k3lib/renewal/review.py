@@ -7,9 +7,13 @@ same figures as the report shows.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
+from pathlib import Path
 from typing import Any
 
 from ..paths.record import PathsResult
+from ..store import RunStore, sha256_file, to_json_bytes
 from .analysis import (analyse_load, analyse_operations, analyse_production, analyse_stability, benefits_summary,
                        compare_paths, full_cost)
 from .decision import RenewalDecision, decide_renewal
@@ -79,6 +83,42 @@ def analyse(data: ReviewData, drill: dict[str, Any] | None = None) -> dict[str, 
         "operations": analyse_operations(data.hours, comparison, production, rules),
         "benefits": benefits_summary(data.params.review.benefits),
     }
+
+
+AXES_CACHE = "review/axes.json"  # the six axes (no drill) computed once per run; every review notebook reads them
+
+
+def inputs_sha256(params: RenewalParams) -> str:
+    """One hash over what the axes depend on: the review's resolved parameters and the bytes of every input file
+    (for Prometheus: its URL, selector and window, which the parameters hold)."""
+    h = hashlib.sha256(to_json_bytes(params.public_dict()["review"]))
+    inp, s = params.review.inputs, params.review.series
+    files = [*(([inp.tasks, inp.costs, inp.incidents, inp.hours]) if inp is not None else []),
+             *([s.history_file] if s is not None and s.history_file else [])]
+    for f in files:
+        h.update(f"\0{f}\0{sha256_file(Path(f))}".encode())
+    return h.hexdigest()
+
+
+def write_axes_cache(params: RenewalParams, store: RunStore) -> dict[str, dict[str, Any]]:
+    """Load the inputs and compute the axes once, written (atomically, hashed in the manifest) to AXES_CACHE."""
+    axes = analyse(load_review(params))
+    store.write_json(AXES_CACHE, {"inputs_sha256": inputs_sha256(params), "axes": axes})
+    return axes
+
+
+def read_axes_cache(params: RenewalParams, store: RunStore) -> dict[str, dict[str, Any]] | None:
+    """The run's cached axes when the file is the one the manifest hashed and was computed from these very inputs;
+    None otherwise (a notebook opened alone, or inputs changed since): the caller computes them."""
+    entry = store.manifest()["files"].get(AXES_CACHE)
+    try:
+        raw = store.path(AXES_CACHE).read_bytes() if entry is not None else b""
+        cached = json.loads(raw) if raw and hashlib.sha256(raw).hexdigest() == entry.get("sha256") else None
+    except (OSError, ValueError):
+        return None
+    if not isinstance(cached, dict) or cached.get("inputs_sha256") != inputs_sha256(params):
+        return None
+    return cached.get("axes")
 
 
 def decide_from_axes(params: RenewalParams, axes: dict[str, Any], statuses: dict[str, str] | None = None,
