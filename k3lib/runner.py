@@ -209,11 +209,16 @@ def _finished(store: RunStore, nb: str, axis: str | None, manifest: dict[str, An
 def run_notebooks(store: RunStore, stages: Sequence[Sequence[tuple[str, str | None]]], *, timeout_s: float,
                   progress: Progress, resume: bool = False,
                   between: Callable[[str], None] | None = None,
-                  preload: Sequence[str] = PRELOAD) -> dict[str, NotebookOutcome]:
+                  preload: Sequence[str] = PRELOAD,
+                  prepare: Callable[[], None] | None = None) -> dict[str, NotebookOutcome]:
     """Each stage's notebooks run at the same time (two at most), stages in order. A failing axis notebook is
     recorded as a failing axis and the batch goes on. With `resume`, finished axes are kept, not re-run.
     `between(last_notebook)` runs after each stage (the acceptance batch checks the target there). While a stage
-    runs, the kernels of the next one start and import `preload` (`start_kernel_ahead`)."""
+    runs, the kernels of the next one start and import `preload` (`start_kernel_ahead`). `prepare()`, when given,
+    runs in this thread while the first stage's kernels start ahead (the review computes its axes there)."""
+    import papermill  # noqa: F401 - imported once here: threads importing jupyter_client at the same time fail
+    from jupyter_client import AsyncKernelManager  # noqa: F401 - ("partially initialized module")
+
     outcomes: dict[str, NotebookOutcome] = {}
     manifest = store.manifest()["files"] if resume else {}
     # the next stage's kernels start (and import PRELOAD) while this stage's notebooks run
@@ -221,6 +226,9 @@ def run_notebooks(store: RunStore, stages: Sequence[Sequence[tuple[str, str | No
     kernels: list[Future[WarmKernel]] = []
     unused: list[Future[WarmKernel]] = []
     try:
+        if prepare is not None:
+            kernels = [ahead.submit(start_kernel_ahead, preload) for _ in stages[0]] if stages else []
+            prepare()
         for n, stage in enumerate(stages):
             if between and n:
                 between(stages[n - 1][-1][0])

@@ -46,12 +46,16 @@ def run_review(params: RenewalParams, store: RunStore, *, progress: Progress | N
     stages = [*REVIEW_STAGES, ((REVIEW_SUMMARY, None),)]
     progress = progress or Progress(sum(len(stage) for stage in stages))
     store.write_json("params.json", params.public_dict())
-    try:
-        write_axes_cache(params, store)  # inputs read and axes computed once; each notebook reads them
-    except Exception:  # noqa: BLE001 - a bad input or an unreachable source: each notebook reports it, as before
-        pass
+
+    def prepare() -> None:  # while the first notebooks' kernels start: the inputs read, the axes computed, once
+        try:
+            write_axes_cache(params, store)  # each notebook reads them (review/axes.json)
+        except Exception:  # noqa: BLE001 - a bad input or an unreachable source: each notebook reports it
+            pass
+
     outcomes = run_notebooks(store, stages, timeout_s=params.run.notebook_timeout_s, progress=progress,
-                             preload=(*PRELOAD, "k3lib.renewal"))  # what every review notebook opens with
+                             preload=(*PRELOAD, "k3lib.renewal"),  # what every review notebook opens with
+                             prepare=prepare)
     records = read_records(store)
     data = store.read_json("decision.json")
     if data is None or outcomes[REVIEW_SUMMARY].status != "ok" or data.get("decision") not in DECISIONS \
