@@ -9,6 +9,7 @@ import json
 import pytest
 
 from k3lib import renewal
+from k3lib.renewal import figures
 from k3lib.renewal.inputs import FIVE_QUESTIONS
 from k3lib.renewal.review import AXES_CACHE, analyse, load_review, read_axes_cache, write_axes_cache
 
@@ -36,6 +37,10 @@ def test_the_notebooks_read_the_axes_the_run_computed_once(run):
     assert read_axes_cache(nb.params, nb.store) == computed  # the resolved params.json hashes the same
     assert nb.axes() == computed
     assert nb._data is None  # read from the cache: the inputs and series were not loaded
+    load = reopen(ctx, "load")
+    figure = renewal.axis_figure(load, load.axes()["load"]).to_json()
+    assert load._data is None
+    assert figure == figures.axis_figure("load", computed["load"], load_review(ctx.params).frame).to_json()
 
 
 def test_a_changed_input_or_cache_is_not_used(run):

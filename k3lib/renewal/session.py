@@ -17,7 +17,7 @@ from .figures import register_views
 from .params import RenewalParams, load_any_review
 from .analysis import analyse_stability
 from .inputs import read_incidents
-from .review import ReviewData, analyse, load_review, read_axes_cache
+from .review import ReviewData, analyse, load_review, read_axes_cache, read_hourly_cache
 
 
 @dataclasses.dataclass
@@ -48,6 +48,11 @@ class ReviewContext:
             incidents = tuple(read_incidents(self.params.review.inputs.incidents))  # type: ignore[union-attr]
             cached["stability"] = analyse_stability(incidents, self.params.review.rules, drill)
         return cached
+
+    def load_frame(self) -> Any:
+        """What the load figure draws: the run's cached hourly means, else the frame on the grid (same figure)."""
+        hourly = read_hourly_cache(self.params, self.store) if self._data is None else None
+        return hourly if hourly is not None else self.data.frame
 
     def record(self, record: EvidenceRecord) -> EvidenceRecord:
         """Stamp timing and source onto the axis record and write `evidence/<axis>.json` atomically."""
