@@ -103,13 +103,13 @@ def instrumented(t: Timings, t0: float, sequential: bool) -> Iterator[None]:
         yield
 
 
-def run_batch(out_dir: Path, *, sequential: bool, review: bool) -> dict[str, Any]:
+def run_batch(out_dir: Path, *, sequential: bool, review: bool, acceptance: bool = True) -> dict[str, Any]:
     """One `k3 demo`-equivalent batch; returns its timings."""
     from k3lib.params import load_params
     from k3lib.renewal.params import load_review_params
 
     result: dict[str, Any] = {"mode": "sequential" if sequential else "staged", "load_before": load_avg()}
-    for part in ("acceptance", "review") if review else ("acceptance",):
+    for part in [p for p, on in (("acceptance", acceptance), ("review", review)) if on]:
         t = Timings()
         # the runner's own `[i/N] notebook status time` lines, on stderr
         count = len(plan.ACCEPTANCE) if part == "acceptance" else len(review_batch.REVIEW)
@@ -273,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     ap.add_argument("--modes", nargs="+", choices=("staged", "sequential"), default=["staged", "sequential"])
     ap.add_argument("--no-review", action="store_true", help="the acceptance batch only")
+    ap.add_argument("--no-acceptance", action="store_true", help="the steady review batch only")
     ap.add_argument("--kernel-repeat", type=int, default=5, help="empty-notebook runs per shutdown mode (0: skip)")
     ap.add_argument("--repeat", type=int, default=1, help="run each mode this many times, alternating")
     ap.add_argument("--no-cli", action="store_true", help="skip timing `k3 demo` itself in a fresh process")
@@ -287,8 +288,9 @@ def main(argv: list[str] | None = None) -> int:
             out["kernel"] = kernel_overhead(root, args.kernel_repeat)
         for _ in range(args.repeat):  # modes alternate, so a change in the host's load falls on both
             for mode in args.modes:
-                out["batches"].append(run_batch(root, sequential=mode == "sequential", review=not args.no_review))
-        if not args.no_cli and not args.no_review:
+                out["batches"].append(run_batch(root, sequential=mode == "sequential", review=not args.no_review,
+                                                acceptance=not args.no_acceptance))
+        if not args.no_cli and not args.no_review and not args.no_acceptance:
             out["cli"] = cli_demo(root)
     if args.json:
         print(json.dumps(out, indent=2, default=str))

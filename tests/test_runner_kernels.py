@@ -90,6 +90,21 @@ def test_later_stages_run_in_kernels_started_ahead_with_the_same_results(folders
     assert list(sockets.iterdir()) == []
 
 
+def test_prepare_runs_while_the_first_stage_kernels_start_ahead(folders):
+    """`prepare` (the review computes its axes there) runs before any notebook, the first stage's kernel meanwhile
+    started ahead; nothing is left running."""
+    nbs, sockets, store = folders
+    ran: list[bool] = []
+    outcomes = runner.run_notebooks(store, [[("a.ipynb", None)]], timeout_s=60,
+                                    progress=runner.Progress(1, io.StringIO()),
+                                    prepare=lambda: ran.append(store.path("notebooks/a.ipynb").exists()))
+    assert ran == [False] and outcomes["a.ipynb"].status == "ok"
+    seen, _ = probe_output(store, "a.ipynb")
+    assert seen["preloaded"] is True and seen["cwd"] == str(nbs)
+    assert gone(seen["pid"])
+    assert list(sockets.iterdir()) == []
+
+
 def test_kernels_no_notebook_takes_are_stopped(folders):
     """A resumed batch whose later stage is already finished: the kernels started for it are stopped."""
     nbs, sockets, store = folders

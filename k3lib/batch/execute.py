@@ -210,11 +210,16 @@ def _finished(store: RunStore, nb: str, axis: str | None, manifest: dict[str, An
 def run_notebooks(store: RunStore, stages: Sequence[Sequence[tuple[str, str | None]]], *, timeout_s: float,
                   progress: Progress, resume: bool = False,
                   between: Callable[[str], None] | None = None,
-                  preload: Sequence[str] = PRELOAD) -> dict[str, NotebookOutcome]:
+                  preload: Sequence[str] = PRELOAD,
+                  prepare: Callable[[], None] | None = None) -> dict[str, NotebookOutcome]:
     """Each stage's notebooks run at the same time (two at most), stages in order. A failing axis notebook is
     recorded as a failing axis and the batch goes on. With `resume`, finished axes are kept, not re-run.
     `between(last_notebook)` runs after each stage (the acceptance batch checks the target there). While a stage
-    runs, the kernels of the next one start and import `preload` (`start_kernel_ahead`)."""
+    runs, the kernels of the next one start and import `preload` (`start_kernel_ahead`). `prepare()`, when given,
+    runs in this thread while the first stage's kernels start ahead (the review computes its axes there)."""
+    import papermill  # noqa: F401 - imported once here: threads importing jupyter_client at the same time fail
+    from jupyter_client import AsyncKernelManager  # noqa: F401 - ("partially initialized module")
+
     outcomes: dict[str, NotebookOutcome] = {}
     manifest = store.manifest()["files"] if resume else {}
     # the next stage's kernels start (and import PRELOAD) while this stage's notebooks run
@@ -222,6 +227,9 @@ def run_notebooks(store: RunStore, stages: Sequence[Sequence[tuple[str, str | No
     kernels: list[Future[WarmKernel]] = []
     unused: list[Future[WarmKernel]] = []
     try:
+        if prepare is not None:
+            kernels = [ahead.submit(start_kernel_ahead, preload) for _ in stages[0]] if stages else []
+            prepare()
         for n, stage in enumerate(stages):
             if between and n:
                 between(stages[n - 1][-1][0])
@@ -254,6 +262,7 @@ def run_notebooks(store: RunStore, stages: Sequence[Sequence[tuple[str, str | No
                 f.result().discard()
     return outcomes
 
+
 @dataclasses.dataclass(frozen=True)
 class BatchResult:
     """What a batch's notebooks left: each notebook's outcome, the axis records, and the summary's decision.json
@@ -267,11 +276,12 @@ class BatchResult:
 
 def run_batch(store: RunStore, plan: BatchPlan, *, timeout_s: float, progress: Progress | None = None,
               resume: bool = False, between: Callable[[str], None] | None = None,
-              preload: Sequence[str] = PRELOAD) -> BatchResult:
-    """Run the plan's notebooks on the run folder (params.json already written), then read the records back."""
+              preload: Sequence[str] = PRELOAD, prepare: Callable[[], None] | None = None) -> BatchResult:
+    """Run the plan's notebooks on the run folder (params.json already written), then read the records back.
+    `prepare()` runs while the first stage's kernels start (see `run_notebooks`)."""
     progress = progress or Progress(len(plan.notebooks))
     outcomes = run_notebooks(store, plan.all_stages, timeout_s=timeout_s, progress=progress, resume=resume,
-                             between=between, preload=preload)
+                             between=between, preload=preload, prepare=prepare)
     data = store.read_json("decision.json")
     summary_ok = outcomes[plan.summary].status == "ok"
     return BatchResult(plan, outcomes, read_records(store),

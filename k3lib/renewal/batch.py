@@ -17,6 +17,7 @@ from ..store import RunStore
 from .decision import DECISIONS, RenewalDecision
 from .params import RenewalParams, load_review_params
 from .records import decide_review
+from .review import write_axes_cache
 from .session import with_demo_inputs
 
 __all__ = ["DEMO_PARAMS", "REVIEW", "REVIEW_STAGES", "REVIEW_SUMMARY", "load_review_request", "parameters_line",
@@ -33,8 +34,16 @@ def run_review(params: RenewalParams, store: RunStore, *, progress: Progress | N
         s = params.review.series
         on_start(s.history_file or s.prometheus_url or "")  # type: ignore[union-attr]
     store.write_json("params.json", params.public_dict())
+
+    def prepare() -> None:  # while the first notebooks' kernels start: the inputs read, the axes computed, once
+        try:
+            write_axes_cache(params, store)  # each notebook reads them (review/axes.json)
+        except Exception:  # noqa: BLE001 - a bad input or an unreachable source: each notebook reports it
+            pass
+
     result = run_batch(store, review_plan(REVIEW_STAGES), timeout_s=params.run.notebook_timeout_s,
-                       progress=progress, preload=(*PRELOAD, "k3lib.renewal"))  # what every review notebook opens with
+                       progress=progress, preload=(*PRELOAD, "k3lib.renewal"),  # what every review notebook opens with
+                       prepare=prepare)
     data = result.decision_data
     if data is None or data.get("decision") not in DECISIONS or not isinstance(data.get("findings"), list):
         decision = decide_review(params, store, result.records)  # the summary failed: same rules, same records

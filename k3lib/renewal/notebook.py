@@ -20,7 +20,7 @@ def axis_table(ctx: ReviewContext, result: dict[str, Any]) -> Any:
 
 
 def axis_figure(ctx: ReviewContext, result: dict[str, Any]) -> Any:
-    return figures.axis_figure(ctx.axis, result, ctx.data.frame if ctx.axis == "load" else None)
+    return figures.axis_figure(ctx.axis, result, ctx.load_frame() if ctx.axis == "load" else None)
 
 
 def record_axis(ctx: ReviewContext, result: dict[str, Any]) -> EvidenceRecord:

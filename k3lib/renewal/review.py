@@ -7,9 +7,13 @@ same figures as the report shows.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
+from pathlib import Path
 from typing import Any
 
 from ..paths.record import PathsResult
+from ..store import RunStore, sha256_file, to_json_bytes
 from .analysis import (analyse_load, analyse_operations, analyse_production, analyse_stability, benefits_summary,
                        compare_paths, full_cost)
 from .decision import RenewalDecision, decide_renewal
@@ -79,6 +83,73 @@ def analyse(data: ReviewData, drill: dict[str, Any] | None = None) -> dict[str, 
         "operations": analyse_operations(data.hours, comparison, production, rules),
         "benefits": benefits_summary(data.params.review.benefits),
     }
+
+
+AXES_CACHE = "review/axes.json"  # the six axes (no drill) computed once per run; every review notebook reads them
+
+
+def inputs_sha256(params: RenewalParams) -> str:
+    """One hash over what the axes depend on: the review's resolved parameters and the bytes of every input file
+    (for Prometheus: its URL, selector and window, which the parameters hold)."""
+    h = hashlib.sha256(to_json_bytes(params.public_dict()["review"]))
+    inp, s = params.review.inputs, params.review.series
+    files = [*(([inp.tasks, inp.costs, inp.incidents, inp.hours]) if inp is not None else []),
+             *([s.history_file] if s is not None and s.history_file else [])]
+    for f in files:
+        h.update(f"\0{f}\0{sha256_file(Path(f))}".encode())
+    return h.hexdigest()
+
+
+HOURLY_COLUMNS = ("gpu_util", "waiting", "running")  # what the load figure draws, hourly
+
+
+def hourly_load(frame: Any) -> Any:
+    """The load figure's hourly means (its own resampling of these gives them back unchanged)."""
+    return frame[list(HOURLY_COLUMNS)].resample("1h").mean()
+
+
+def write_axes_cache(params: RenewalParams, store: RunStore) -> dict[str, dict[str, Any]]:
+    """Load the inputs and compute the axes once, written (atomically, hashed in the manifest) to AXES_CACHE with
+    the load figure's hourly means."""
+    data = load_review(params)
+    axes = analyse(data)
+    hourly = hourly_load(data.frame)
+    store.write_json(AXES_CACHE, {"inputs_sha256": inputs_sha256(params), "axes": axes, "load_hourly": {
+        "index": [t.isoformat() for t in hourly.index],
+        "columns": {c: [None if v != v else float(v) for v in hourly[c]] for c in HOURLY_COLUMNS}}})
+    return axes
+
+
+def _cached(params: RenewalParams, store: RunStore) -> dict[str, Any] | None:
+    entry = store.manifest()["files"].get(AXES_CACHE)
+    try:
+        raw = store.path(AXES_CACHE).read_bytes() if entry is not None else b""
+        cached = json.loads(raw) if raw and hashlib.sha256(raw).hexdigest() == entry.get("sha256") else None
+    except (OSError, ValueError):
+        return None
+    if not isinstance(cached, dict) or cached.get("inputs_sha256") != inputs_sha256(params):
+        return None
+    return cached
+
+
+def read_hourly_cache(params: RenewalParams, store: RunStore) -> Any:
+    """The cached hourly means as a DataFrame on the same (UTC) index, or None (see `read_axes_cache`)."""
+    import pandas as pd
+
+    cached = _cached(params, store)
+    if cached is None or not isinstance(cached.get("load_hourly"), dict):
+        return None
+    h = cached["load_hourly"]
+    index = pd.DatetimeIndex(pd.to_datetime(h["index"]), name=None)
+    return pd.DataFrame({c: pd.Series(h["columns"][c], index=index, dtype="float64") for c in HOURLY_COLUMNS},
+                        index=index)
+
+
+def read_axes_cache(params: RenewalParams, store: RunStore) -> dict[str, dict[str, Any]] | None:
+    """The run's cached axes when the file is the one the manifest hashed and was computed from these very inputs;
+    None otherwise (a notebook opened alone, or inputs changed since): the caller computes them."""
+    cached = _cached(params, store)
+    return cached.get("axes") if cached is not None else None
 
 
 def decide_from_axes(params: RenewalParams, axes: dict[str, Any], statuses: dict[str, str] | None = None,

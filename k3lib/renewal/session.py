@@ -13,7 +13,9 @@ from ..session import adopt_folder, find_path, open_run_folder, write_record
 from ..store import RunStore, utc_now
 from .figures import register_views
 from .params import RenewalParams, load_any_review
-from .review import ReviewData, analyse, load_review
+from .analysis import analyse_stability
+from .inputs import read_incidents
+from .review import ReviewData, analyse, load_review, read_axes_cache, read_hourly_cache
 
 
 @dataclasses.dataclass
@@ -34,7 +36,21 @@ class ReviewContext:
         return self._data
 
     def axes(self, drill: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
-        return analyse(self.data, drill)
+        """The six axes: the run's cached ones (`run_review` computes them once before its notebooks) when they
+        were computed from these inputs, else computed here (a notebook opened alone). The drill changes only the
+        stability axis, which is then recomputed from the incidents and the drill."""
+        cached = read_axes_cache(self.params, self.store) if self._data is None else None
+        if cached is None:
+            return analyse(self.data, drill)
+        if drill is not None:
+            incidents = tuple(read_incidents(self.params.review.inputs.incidents))  # type: ignore[union-attr]
+            cached["stability"] = analyse_stability(incidents, self.params.review.rules, drill)
+        return cached
+
+    def load_frame(self) -> Any:
+        """What the load figure draws: the run's cached hourly means, else the frame on the grid (same figure)."""
+        hourly = read_hourly_cache(self.params, self.store) if self._data is None else None
+        return hourly if hourly is not None else self.data.frame
 
     def record(self, record: EvidenceRecord) -> EvidenceRecord:
         """Stamp timing and source onto the axis record and write `evidence/<axis>.json` atomically."""
