@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from .attested import AttestationRecord
 from .errors import EvidenceError
@@ -300,21 +300,33 @@ class EvidenceRecord(BaseModel):
     data: dict[str, Any] = Field(default_factory=dict)
     attachments: list[str] = Field(default_factory=list)  # files in the run folder holding raw data
     error: str | None = None  # set when the axis could not complete (its notebook failed)
+    # (the `data` object, its typed model) as validated last: typed() answers from it while `data` is that same
+    # object (a record copied with new data, or given a new dict, is validated again); a frozen model
+    _typed_cache: tuple[dict[str, Any], _Data] | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _typed_data(self) -> "EvidenceRecord":
         if self.schema_version != SCHEMA_VERSION:
             raise ValueError(f"written by another kit version (evidence schema {self.schema_version}, this kit reads "
                              f"{SCHEMA_VERSION}): re-run the axis with this kit")
+        self._typed_cache = None
         model = data_model(self.axis, self.data)
         if model is not None:
-            model.model_validate(self.data)
+            self._typed_cache = (self.data, model.model_validate(self.data))
         return self
 
     def typed(self) -> Any:
-        """The axis' data as its typed (frozen) model; the raw dict for an axis without one."""
+        """The axis' data as its typed (frozen) model; the raw dict for an axis without one. Validated once per
+        `data` object, not on every call."""
+        cached = self._typed_cache
+        if cached is not None and cached[0] is self.data:
+            return cached[1]
         model = data_model(self.axis, self.data)
-        return model.model_validate(self.data) if model is not None else self.data
+        if model is None:
+            return self.data
+        typed = model.model_validate(self.data)
+        self._typed_cache = (self.data, typed)
+        return typed
 
     def failed(self) -> list[Finding]:
         return [f for f in self.findings if f.status == "fail"]

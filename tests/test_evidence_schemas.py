@@ -58,3 +58,13 @@ def test_typed_data_is_frozen_and_read_by_field():
     assert isinstance(typed, CapacityData) and typed.traffic_cap.max_concurrency == 4
     with pytest.raises(ValidationError):
         typed.traffic_cap.max_concurrency = 9
+
+
+def test_typed_data_is_validated_once_per_data_and_again_for_new_data():
+    rec = EvidenceRecord(axis="capacity", title="c", status="pass", data={"saturation_point": 5})
+    assert rec.typed() is rec.typed(), "the record's data is validated once, not on every read"
+    copied = rec.model_copy(update={"data": {"saturation_point": 7}})
+    assert copied.typed().saturation_point == 7 and rec.typed().saturation_point == 5
+    rec.data = {"saturation_point": 9}
+    assert rec.typed().saturation_point == 9
+    assert parse_record(rec.model_dump(mode="json"), "x.json") == rec
