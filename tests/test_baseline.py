@@ -18,21 +18,20 @@ from k3lib.baseline import Band, compare_with_baseline
 from k3lib.evidence import DATA_MODELS, EvidenceRecord
 from k3lib.store import RunStore
 
-DIGEST_A = "sha256:" + "a" * 64
-DIGEST_B = "sha256:" + "b" * 64
+IMAGE_A = "vllm/vllm-openai:v0.27.1"
+IMAGE_B = "vllm/vllm-openai:v0.27.1-rebuilt"
 
 STEP: dict[str, Any] = {"status": "done", "held": True, "why": []}
 BASE: dict[str, Any] = {
     "params": {"recipe": {"build": "official"}, "contract": {"max_context_tokens": 32768, "planned_concurrency": 8}},
     "probe": {"vllm_version": "0.27.1", "served_models": [{"id": "kimi-k3", "max_model_len": 65536}]},
-    "environment": {"build": "official",
-                    "observed": {"vllm": "0.27.1", "driver": "580.65.06", "image_digest": DIGEST_A,
-                                 "gpus_visible": 8},
-                    "topology": {"tensor_parallel_size": 8, "pipeline_parallel_size": 1, "data_parallel_size": 1}},
+    # the emulated host and image the environment axis reads (k3lib.emulator.config.EmulatorConfig fields)
+    "environment": {"build": "official", "vllm_version": "0.27.1", "driver_version": "580.65.06", "image": IMAGE_A,
+                    "gpu_count": 8, "gpus_per_node": 8, "tensor_parallel_size": 8, "data_parallel_size": 1},
     "capacity": {"planned_concurrency": 8,
                  "steps": [{"concurrency": 8, "queue_p95_ms": 400.0, "kv_usage_max": 0.62, "preemptions": 0,
                             "start_wall": 0.0, "end_wall": 60.0, "sent": 100, "server_errors": 0}]},
-    "prefix_cache": {"observed_hit_tokens": 900, "warm_prompt_tokens": 1000},
+    "prefix_cache": {"observed_hit_tokens": 900, "warm_prompt_tokens": 1000},  # what the warm request saw
     "agent": {"rates": [{"level": 8, "check": "arguments_valid", "passed": 100, "total": 100}]},
     "decision": "production",
 }
@@ -53,6 +52,52 @@ def capacity_by_the_axis(steps: list[dict[str, Any]], planned: int) -> dict[str,
     run = {"plan": {}, "phases": phases, "steps": [{**STEP, **s} for s in steps]}
     record = capacity_record(CapacityResult(run, [], [], [], None, None), types.SimpleNamespace(params=params))
     return record.model_dump(mode="json")
+
+
+def environment_by_the_axis(spec: dict[str, Any], planned: int) -> dict[str, Any]:
+    """The environment record as k3lib.compat writes it, from the texts the emulator serves for that host and image
+    (`collect_env`, host `nvidia-smi`, `docker inspect`, the server log's non-default args)."""
+    import json as _json
+    from pathlib import Path
+
+    from k3lib.compat import environment_record, evaluate, sources_from_texts
+    from k3lib.emulator.config import EmulatorConfig
+    from k3lib.emulator.envreport import collect_env_report, image_inspect, nvidia_smi_report
+    from k3lib.emulator.logs import LogBook, non_default_args
+    from k3lib.params import load_params
+
+    build, host_driver, inspected = spec.get("build", "official"), spec.get("host_driver", True), spec.get(
+        "inspected", True)
+    cfg = EmulatorConfig.from_profile("demo", **{k: v for k, v in spec.items()
+                                                 if k not in ("build", "host_driver", "inspected")})
+    log = LogBook(cfg)
+    log.log(f"vLLM server version {cfg.vllm_version}, serving model {cfg.model}", where="startup.py:38")
+    log.log(f"non-default args: {non_default_args(cfg)!r}", where="startup.py:96")
+    collect_env = collect_env_report(cfg)
+    if not host_driver:  # no host nvidia-smi, and collect_env could not read the driver either
+        collect_env = collect_env.replace(f": {cfg.driver_version}", ": Could not collect")
+    sources = sources_from_texts(
+        build, collect_env=collect_env,
+        nvidia_smi=nvidia_smi_report(cfg, 0, "Mon Dec  1 10:00:00 2026") if host_driver else None,
+        image_inspect=_json.dumps(image_inspect(cfg, "2026-12-01T10:00:00Z")) if inspected else None,
+        server_log=log.text(), version=cfg.vllm_version)
+    params = load_params([Path(__file__).resolve().parents[1] / "parameters" / "emulator.yaml"],
+                         [f"contract.planned_concurrency={planned}", f"recipe.build={build}"])
+    result = evaluate(sources, params.recipe, params.axes.environment)
+    return environment_record(result, None).model_dump(mode="json")  # type: ignore[arg-type]  # ctx unused
+
+
+def prefix_cache_by_the_axis(spec: dict[str, Any]) -> dict[str, Any]:
+    """The prefix_cache record as k3lib.prefix writes it, from one cold/warm pair of measured requests whose warm
+    request's counters moved by `observed_hit_tokens` on a prompt of `warm_prompt_tokens`."""
+    from k3lib.prefix import prefix_cache_record
+    from test_prefix_verdict import A0, result, sample
+
+    hits, prompt = spec["observed_hit_tokens"], spec["warm_prompt_tokens"]
+    size = dict(prompt_tokens=prompt, tokenized_tokens=prompt, queries_delta=float(prompt), replica_queries={A0: prompt})
+    warm = sample("warm", **size, cached_tokens=hits, hits_delta=float(hits), cached_counter_delta=float(hits),
+                  replica_hits={A0: float(hits)}, designed_hits=hits, intended_hits=hits)
+    return prefix_cache_record(result([(sample("cold", **size), warm)])).model_dump(mode="json")
 
 
 def probe_by_the_axis(data: dict[str, Any], store: RunStore, max_context: int) -> dict[str, Any]:
@@ -78,6 +123,10 @@ def probe_by_the_axis(data: dict[str, Any], store: RunStore, max_context: int) -
 def record(axis: str, data: dict[str, Any], status: str = "pass", planned: int = 8) -> dict[str, Any]:
     if axis == "capacity":
         return {**capacity_by_the_axis(data["steps"], data.get("planned_concurrency") or planned), "status": status}
+    if axis == "environment":
+        return {**environment_by_the_axis(data, planned), "status": status}
+    if axis == "prefix_cache":
+        return {**prefix_cache_by_the_axis(data), "status": status}
     typed = DATA_MODELS[axis].model_validate(data).model_dump(mode="json")
     return EvidenceRecord(axis=axis, title=axis, status=status, data=typed).model_dump(mode="json")
 
@@ -125,12 +174,12 @@ def test_same_deployment_same_levels(tmp_path, baseline):
 
 
 @pytest.mark.parametrize("change, item", [
-    pytest.param({"environment__observed__image_digest": DIGEST_B}, "image digest", id="image-digest"),
-    pytest.param({"environment__observed__driver": "580.82.07"}, "host driver", id="driver"),
+    pytest.param({"environment__image": IMAGE_B}, "image digest", id="image-digest"),
+    pytest.param({"environment__driver_version": "580.82.07"}, "host driver", id="driver"),
     pytest.param({"probe__vllm_version": "0.28.0"}, "vLLM version", id="vllm-version"),
-    pytest.param({"environment__observed__gpus_visible": 16}, "GPU count", id="gpu-count"),
-    pytest.param({"environment__topology__tensor_parallel_size": 4,
-                  "environment__topology__data_parallel_size": 2}, "parallelism (TP/PP/DP)", id="parallelism"),
+    pytest.param({"environment__gpu_count": 16, "environment__gpus_per_node": 16}, "GPU count", id="gpu-count"),
+    pytest.param({"environment__tensor_parallel_size": 4, "environment__data_parallel_size": 2},
+                 "parallelism (TP/PP/DP)", id="parallelism"),
     pytest.param({"probe__served_models__0__max_model_len": 131072}, "server context limit (max_model_len)",
                  id="server-context-limit"),
     pytest.param({"params__contract__max_context_tokens": 65536}, "contract context limit", id="contract-context"),
@@ -166,7 +215,7 @@ def test_metrics_outside_the_accepted_band_are_drift(tmp_path, baseline, change,
 
 def test_official_and_custom_builds_are_never_compared(tmp_path, baseline):
     spec = changed(environment__build="custom", params__recipe__build="custom",
-                   environment__observed__driver="575.0")
+                   environment__driver_version="575.51.03")
     run = write_run(tmp_path, "run", spec)
     cmp = compare_with_baseline(run.root, baseline.root)
     assert cmp.refused is not None and cmp.refused.status == "fail"
@@ -176,7 +225,7 @@ def test_official_and_custom_builds_are_never_compared(tmp_path, baseline):
 
 
 def test_missing_evidence_is_unverified_never_unchanged(tmp_path, baseline):
-    spec = changed(environment__observed__driver=None, capacity=None)
+    spec = changed(environment__host_driver=False, capacity=None)
     run = write_run(tmp_path, "run", spec)
     cmp = compare_with_baseline(run.root, baseline.root)
     assert not cmp.reopens
@@ -282,11 +331,11 @@ def test_compare_main_exit_codes_and_precheck(tmp_path, baseline, capsys):
 
     same = write_run(tmp_path, "same", BASE)
     assert compare_main(argparse.Namespace(run=str(same.root), baseline=str(baseline.root))) == 0
-    moved = write_run(tmp_path, "moved", changed(environment__observed__driver="590.1"))
+    moved = write_run(tmp_path, "moved", changed(environment__driver_version="590.48.01"))
     assert compare_main(argparse.Namespace(run=str(moved.root), baseline=str(baseline.root))) == 1
     assert capsys.readouterr().out.splitlines()[-2].startswith("THE ACCEPTANCE SHEET REOPENS")
     # the digest missing from the run: nothing changed that the kit saw, but the same image is not proven
-    undigested = write_run(tmp_path, "undigested", changed(environment__observed__image_digest=None))
+    undigested = write_run(tmp_path, "undigested", changed(environment__inspected=False))
     assert compare_main(argparse.Namespace(run=str(undigested.root), baseline=str(baseline.root))) == 1
     out = capsys.readouterr().out
     assert "SAME DEPLOYMENT NOT PROVEN: image digest" in out and "UNVERIFIED image digest" in out
