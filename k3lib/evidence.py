@@ -176,6 +176,30 @@ class ProbeData(_Data):
     endpoints: dict[str, Row] = Field(default_factory=dict)
 
 
+class PrefixPair(_Data):
+    """One cold/warm pair as reconciled (k3lib.prefix.verdict.PairReconciliation.to_dict): designed vs observed
+    hits, both TTFTs, and the named cause of any gap."""
+
+    session: int
+    prefix_target: int
+    warm_prompt_tokens: int | None = None
+    cold_ttft_ms: float | None = None
+    warm_ttft_ms: float | None = None
+    intended_hits: int | None = None
+    designed_hits: int | None = None
+    observed_hits: int | None = None
+    cached_tokens: int | None = None
+    cold_designed_hits: int | None = None
+    cold_observed_hits: int | None = None
+    divergence_at: int | None = None
+    clean: bool
+    cause: str
+    explanation: str
+    ttft_gain_pct: float | None = None
+    matches: bool | None = None
+    identical_prefix: bool | None = None
+
+
 class PrefixCacheData(_Data):
     gain_counted: bool | None = None
     designed_hit_tokens: int | None = None
@@ -189,7 +213,7 @@ class PrefixCacheData(_Data):
     isolation: str | None = None
     warm_change: str | None = None
     sized_by: str | None = None
-    pairs: list[Row] = Field(default_factory=list)
+    pairs: list[PrefixPair] = Field(default_factory=list)
 
 
 class AgentRate(_Data):

@@ -402,12 +402,12 @@ def fig_cold_warm(run: Any) -> Any:
     from .evidence import PrefixCacheData
 
     rec = _typed(run, "prefix_cache", PrefixCacheData)
-    pairs = [p for p in rec.pairs if isinstance(p, dict)] if rec is not None else []
+    pairs = list(rec.pairs) if rec is not None else []
     if not pairs:
         return None
-    x = [f"s{p.get('session')}" for p in pairs]
-    fig = go.Figure([go.Bar(x=x, y=[p.get("cold_ttft_ms") for p in pairs], name="cold TTFT (ms)"),
-                     go.Bar(x=x, y=[p.get("warm_ttft_ms") for p in pairs], name="warm TTFT (ms)")])
+    x = [f"s{p.session}" for p in pairs]
+    fig = go.Figure([go.Bar(x=x, y=[p.cold_ttft_ms for p in pairs], name="cold TTFT (ms)"),
+                     go.Bar(x=x, y=[p.warm_ttft_ms for p in pairs], name="warm TTFT (ms)")])
     gain = rec.ttft_gain_pct if rec is not None else None
     fig.update_yaxes(title_text="ms")
     return _small(fig, "Cold vs warm TTFT per session" + (f" (gain {gain}%)" if gain is not None else ""))

@@ -68,3 +68,15 @@ def test_typed_data_is_validated_once_per_data_and_again_for_new_data():
     rec.data = {"saturation_point": 9}
     assert rec.typed().saturation_point == 9
     assert parse_record(rec.model_dump(mode="json"), "x.json") == rec
+
+
+def test_the_prefix_pairs_model_declares_what_the_axis_writes_and_the_report_reads_it_typed(tmp_path):
+    from k3lib.evidence import PrefixCacheData, PrefixPair
+    from k3lib.prefix import prefix_cache_record
+    from test_prefix_verdict import result
+
+    rec = prefix_cache_record(result())
+    typed = rec.typed()
+    assert isinstance(typed, PrefixCacheData) and typed.pairs and isinstance(typed.pairs[0], PrefixPair)
+    assert set(rec.data["pairs"][0]) == set(PrefixPair.model_fields), "the axis' pair keys and the model's fields"
+    assert (typed.pairs[0].cold_ttft_ms, typed.pairs[0].warm_ttft_ms) == (15.0, 5.0)
