@@ -557,31 +557,39 @@ def renewal_index(store: RunStore, title: str, decision: dict[str, Any] | None,
 
 
 def cost_block(records: dict[str, Any]) -> str:
-    """The cost sheet as the cost axis recorded it: an item nobody priced stays blank (never a zero)."""
+    """The cost sheet as the cost axis recorded it (k3lib.renewal.results.CostResult, read typed): an item nobody
+    priced stays blank (never a zero)."""
+    from .errors import ArtifactError
+    from .renewal.results import CostResult, read_record_data
+
     rec = records.get("cost")
-    result = rec.data.get("result") if rec is not None else None
-    own = result.get("self_hosted") if isinstance(result, dict) else None
-    if not isinstance(own, dict) or not isinstance(own.get("items"), list):
-        return ("<section><h2>Cost sheet</h2><p>" + ("no cost evidence recorded" if rec is None else
-                                                      esc(rec.summary or "no cost sheet in the evidence"))
-                + "</p></section>")
-    cur = esc(str(result.get("currency") or ""))
+    result = None
+    reason = "no cost evidence recorded" if rec is None else rec.summary or "no cost sheet in the evidence"
+    if rec is not None and not rec.error and rec.data:
+        try:
+            typed = read_record_data("cost", rec.data, "evidence/cost.json")
+            result = typed if isinstance(typed, CostResult) else None
+        except ArtifactError as exc:  # another kit version's record: said in one line, never guessed at
+            reason = exc.one_line()
+    if result is None:
+        return "<section><h2>Cost sheet</h2><p>" + esc(reason) + "</p></section>"
+    cur = esc(result.currency or "")
 
     def money(value: Any) -> str:
         return "" if value is None else f"{value:,.2f} {cur}" if isinstance(value, (int, float)) else esc(str(value))
 
-    rows = [[esc(str(i.get("item"))), money(i.get("amount"))] for i in own["items"] if isinstance(i, dict)]
-    rows += [[esc(str(b.get("item") if isinstance(b, dict) else b)), ""] for b in own.get("blank_items") or []]
+    own, api = result.self_hosted, result.api
+    rows = [[esc(i.item), money(i.amount)] for i in own.items]
+    rows += [[esc(b), ""] for b in own.blank_items]
     rows += [[f"<b>{esc(label)}</b>", money(value)] for label, value in (
-        ("known subtotal", own.get("known_subtotal")), ("total (blank while an item is blank)", own.get("total")),
-        ("per accepted task", own.get("per_accepted_task")))]
-    api = result.get("api") if isinstance(result.get("api"), dict) else {}
+        ("known subtotal", own.known_subtotal), ("total (blank while an item is blank)", own.total),
+        ("per accepted task", own.per_accepted_task))]
     rows += [[esc(label), money(value)] for label, value in (
-        ("API bill for the same tasks", api.get("bill_same_tasks")), ("API per accepted task",
-                                                                      api.get("per_accepted_task")))]
-    note = f"<p>{esc(rec.summary)}</p>" if rec.summary else ""
+        ("API bill for the same tasks", api.bill_same_tasks), ("API per accepted task", api.per_accepted_task))]
+    note = f"<p>{esc(rec.summary)}</p>" if rec is not None and rec.summary else ""
+    status = rec.status if rec is not None else None
     return ("<section><h2>Cost sheet</h2>" + note + _table(("item", "amount"), rows, "k3-cost")
-            + f"<p>Evidence: <code>evidence/cost.json</code> ({_badge(rec.status)})</p></section>")
+            + f"<p>Evidence: <code>evidence/cost.json</code> ({_badge(status)})</p></section>")
 
 
 def write_index(store: RunStore, title: str, decision: dict[str, Any] | None,
