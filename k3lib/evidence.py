@@ -107,6 +107,17 @@ class CapacityStep(_Data):
     cross_check: Row | None = None
 
 
+class CapacityPhase(_Data):
+    """One bounded phase of the capacity run as k3lib.capacity.run records it (cold load, long context, concurrency,
+    soak): its wall-clock window, how it ended (done, cut, failed, skipped, running) and why."""
+
+    phase: str
+    start_wall: float | None = None
+    end_wall: float | None = None
+    status: str
+    note: str = ""
+
+
 class CapacityData(_Data):
     saturation_point: int | None = None
     traffic_cap: TrafficCap | None = None
@@ -116,7 +127,7 @@ class CapacityData(_Data):
     oom: Row | None = None
     configuration: Row = Field(default_factory=dict)
     plan: Row | None = None
-    phases: list[Row] | None = None
+    phases: list[CapacityPhase] | None = None
     calibration: Row | None = None
     cross_check: dict[str, Row | None] = Field(default_factory=dict)
     long_context: list[Row] | None = None

@@ -375,7 +375,7 @@ def fig_memory_phases(run: Any, root: Path) -> Any:
     from .evidence import CapacityData
 
     cap = _typed(run, "capacity", CapacityData)
-    phases = [p for p in (cap.phases or []) if isinstance(p, dict)] if cap is not None else []
+    phases = list(cap.phases or []) if cap is not None else []
     try:
         samples = json.loads((root / "evidence/capacity/gpu.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -383,11 +383,11 @@ def fig_memory_phases(run: Any, root: Path) -> Any:
     if not phases or not isinstance(samples, list) or not samples:
         return None
     fig = go.Figure()
-    names = [str(p.get("phase")) for p in phases]
+    names = [p.phase for p in phases]
     for key in gpu_keys(samples):
         peaks = []
         for p in phases:
-            lo, hi = p.get("start_wall") or 0, p.get("end_wall") or float("inf")
+            lo, hi = p.start_wall or 0, p.end_wall or float("inf")
             vals = [r["fb_used_bytes"] / MIB for r in samples if (str(r.get("host")), r.get("gpu")) == key
                     and r.get("fb_used_bytes") is not None and lo <= r.get("t_wall", -1) <= hi]
             peaks.append(round(max(vals)) if vals else None)
