@@ -80,3 +80,14 @@ def test_the_prefix_pairs_model_declares_what_the_axis_writes_and_the_report_rea
     assert isinstance(typed, PrefixCacheData) and typed.pairs and isinstance(typed.pairs[0], PrefixPair)
     assert set(rec.data["pairs"][0]) == set(PrefixPair.model_fields), "the axis' pair keys and the model's fields"
     assert (typed.pairs[0].cold_ttft_ms, typed.pairs[0].warm_ttft_ms) == (15.0, 5.0)
+
+
+@pytest.mark.parametrize("module", ["report", "sheet", "golive", "baseline", "accepted", "decision", "history",
+                                    "summary"])
+def test_the_readers_of_axis_evidence_read_typed_fields_never_raw_data_keys(module):
+    """`rec.typed()` gives the axis' model (declared fields only, checked by mypy); a raw `data.get("…")` or
+    `data["…"]` would read a key no model declares and find nothing, silently."""
+    import re
+
+    source = (ROOT / "k3lib" / f"{module}.py").read_text(encoding="utf-8")
+    assert not re.findall(r"\.data(?:\.get\(|\[)", source), f"k3lib/{module}.py reads an axis record's raw data"
