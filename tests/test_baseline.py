@@ -1,8 +1,11 @@
 """Re-validation against a baseline run: identity changes reopen the sheet, metrics outside the band are drift.
 
-The synthetic runs below are written as the axes write them: the capacity record by the capacity axis' own
-record builder (k3lib.capacity.capacity_record) from its load steps, the other axes' data through their typed
-models (k3lib.evidence.DATA_MODELS: an undeclared or mistyped key fails here, as it would in the axis).
+The synthetic runs below are written by each axis' own record builder from what that axis observes, never as
+hand-made `data`: capacity (k3lib.capacity.capacity_record) from its load steps, environment
+(k3lib.compat.environment_record) from the emulator's collect_env / nvidia-smi / inspect / log texts, prefix_cache
+(k3lib.prefix.prefix_cache_record) from a measured cold/warm pair, agent (k3lib.agent.report.agent_record) from its
+replies' check outcomes, probe (k3lib.probe.probe_record) from the endpoints' answers. A field an axis renames
+breaks these tests.
 """
 
 from __future__ import annotations
@@ -15,7 +18,6 @@ import pytest
 
 from k3lib import accepted as acc
 from k3lib.baseline import Band, compare_with_baseline
-from k3lib.evidence import DATA_MODELS, EvidenceRecord
 from k3lib.store import RunStore
 
 IMAGE_A = "vllm/vllm-openai:v0.27.1"
@@ -32,7 +34,7 @@ BASE: dict[str, Any] = {
                  "steps": [{"concurrency": 8, "queue_p95_ms": 400.0, "kv_usage_max": 0.62, "preemptions": 0,
                             "start_wall": 0.0, "end_wall": 60.0, "sent": 100, "server_errors": 0}]},
     "prefix_cache": {"observed_hit_tokens": 900, "warm_prompt_tokens": 1000},  # what the warm request saw
-    "agent": {"rates": [{"level": 8, "check": "arguments_valid", "passed": 100, "total": 100}]},
+    "agent": {"level": 8, "replies": 100, "valid": 100},  # tool-call replies at concurrency 8, arguments valid
     "decision": "production",
 }
 
@@ -100,6 +102,29 @@ def prefix_cache_by_the_axis(spec: dict[str, Any]) -> dict[str, Any]:
     return prefix_cache_record(result([(sample("cold", **size), warm)])).model_dump(mode="json")
 
 
+def agent_reply(level: int, i: int, valid: bool, *, other_check: bool | None = None) -> dict[str, Any]:
+    """One tool-call reply as the agent axis logs it: the case, its turn, and each check's outcome."""
+    checks = [{"check": "arguments_valid", "passed": valid, "detail": "" if valid else "not JSON"}]
+    if other_check is not None:
+        checks.append({"check": "function_name", "passed": other_check, "detail": "" if other_check else "unknown"})
+    return {"level": level, "case": "weather", "turn": 1, "round": 1, "repetition": i, "seq": i, "tools": True,
+            "reply": {"ok": True}, "parsed": {}, "checks": checks}
+
+
+def agent_by_the_axis(spec: dict[str, Any], tmp_path: Any) -> dict[str, Any]:
+    """The agent record as k3lib.agent writes it, from `replies` tool-call replies at `level`, `valid` of them with
+    valid arguments."""
+    import types
+
+    from k3lib.agent.report import AgentResult, agent_record
+
+    replies = [agent_reply(spec["level"], i, i < spec["valid"]) for i in range(spec["replies"])]
+    result = AgentResult({"min_pass_rate": 1.0}, {"cases": [{"id": "weather", "title": "weather"}]},
+                         [{"level": spec["level"]}], [], replies)
+    ctx = types.SimpleNamespace(store=types.SimpleNamespace(path=lambda rel: tmp_path / "absent" / rel))
+    return agent_record(result, ctx).model_dump(mode="json")
+
+
 def probe_by_the_axis(data: dict[str, Any], store: RunStore, max_context: int) -> dict[str, Any]:
     """The probe record as k3lib.probe writes it, from the endpoints' answers (a real /v1/models card carries more
     keys than the record keeps: `object`, `created`, `permission`)."""
@@ -120,15 +145,16 @@ def probe_by_the_axis(data: dict[str, Any], store: RunStore, max_context: int) -
     return probe_record(result, types.SimpleNamespace(params=params, store=store)).model_dump(mode="json")
 
 
-def record(axis: str, data: dict[str, Any], status: str = "pass", planned: int = 8) -> dict[str, Any]:
+def record(axis: str, data: dict[str, Any], status: str = "pass", planned: int = 8, tmp_path: Any = None
+           ) -> dict[str, Any]:
     if axis == "capacity":
         return {**capacity_by_the_axis(data["steps"], data.get("planned_concurrency") or planned), "status": status}
     if axis == "environment":
         return {**environment_by_the_axis(data, planned), "status": status}
     if axis == "prefix_cache":
         return {**prefix_cache_by_the_axis(data), "status": status}
-    typed = DATA_MODELS[axis].model_validate(data).model_dump(mode="json")
-    return EvidenceRecord(axis=axis, title=axis, status=status, data=typed).model_dump(mode="json")
+    assert axis == "agent", axis
+    return {**agent_by_the_axis(data, tmp_path), "status": status}
 
 
 def write_run(tmp_path, name: str, spec: dict[str, Any], statuses: dict[str, str] | None = None) -> RunStore:
@@ -140,7 +166,8 @@ def write_run(tmp_path, name: str, spec: dict[str, Any], statuses: dict[str, str
     for axis in ("environment", "capacity", "prefix_cache", "agent"):
         if spec.get(axis) is not None:
             store.write_json(f"evidence/{axis}.json", record(axis, spec[axis], (statuses or {}).get(axis, "pass"),
-                                                             spec["params"]["contract"]["planned_concurrency"]))
+                                                             spec["params"]["contract"]["planned_concurrency"],
+                                                             tmp_path))
     store.write_json("decision.json", {"decision": spec["decision"], "reasons": [], "build": "official"})
     return store
 
@@ -202,7 +229,7 @@ def test_an_identity_change_reopens_the_sheet_stated_on_top(tmp_path, baseline, 
     pytest.param({"capacity__steps__0__kv_usage_max": 80}, ["kv_usage_at_planned"], id="kv-usage-as-percent"),
     pytest.param({"prefix_cache__observed_hit_tokens": 500}, ["prefix_hit_rate"], id="hit-rate-down"),
     pytest.param({"prefix_cache__observed_hit_tokens": 950}, [], id="hit-rate-up"),
-    pytest.param({"agent__rates__0__passed": 97}, ["tool_call_validity"], id="tool-validity-down"),
+    pytest.param({"agent__valid": 97}, ["tool_call_validity"], id="tool-validity-down"),
 ])
 def test_metrics_outside_the_accepted_band_are_drift(tmp_path, baseline, change, drifted):
     run = write_run(tmp_path, "run", changed(**change))
@@ -355,13 +382,8 @@ def test_tool_call_validity_from_the_agent_rates_table(tmp_path):
 
     from k3lib.agent.report import AgentResult, agent_record
 
-    def step(level: int, i: int, valid: bool) -> dict[str, Any]:
-        return {"level": level, "case": "weather", "turn": 1, "round": 1, "repetition": i, "seq": i, "tools": True,
-                "reply": {"ok": True}, "parsed": {},
-                "checks": [{"check": "arguments_valid", "passed": valid, "detail": "" if valid else "not JSON"},
-                           {"check": "function_name", "passed": False, "detail": "unknown tool"}]}
-
-    steps = [step(1, i, True) for i in range(10)] + [step(8, i, i >= 2) for i in range(30)]
+    steps = [agent_reply(1, i, True, other_check=False) for i in range(10)] + \
+        [agent_reply(8, i, i >= 2, other_check=False) for i in range(30)]
     result = AgentResult({"min_pass_rate": 1.0}, {"cases": [{"id": "weather", "title": "weather"}]},
                          [{"level": 1}, {"level": 8}], [], steps)
     ctx = types.SimpleNamespace(store=types.SimpleNamespace(path=lambda rel: tmp_path / "absent" / rel))
