@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from .attested import AttestationRecord
 from .errors import EvidenceError
@@ -107,6 +107,17 @@ class CapacityStep(_Data):
     cross_check: Row | None = None
 
 
+class CapacityPhase(_Data):
+    """One bounded phase of the capacity run as k3lib.capacity.run records it (cold load, long context, concurrency,
+    soak): its wall-clock window, how it ended (done, cut, failed, skipped, running) and why."""
+
+    phase: str
+    start_wall: float | None = None
+    end_wall: float | None = None
+    status: str
+    note: str = ""
+
+
 class CapacityData(_Data):
     saturation_point: int | None = None
     traffic_cap: TrafficCap | None = None
@@ -116,7 +127,7 @@ class CapacityData(_Data):
     oom: Row | None = None
     configuration: Row = Field(default_factory=dict)
     plan: Row | None = None
-    phases: list[Row] | None = None
+    phases: list[CapacityPhase] | None = None
     calibration: Row | None = None
     cross_check: dict[str, Row | None] = Field(default_factory=dict)
     long_context: list[Row] | None = None
@@ -176,6 +187,30 @@ class ProbeData(_Data):
     endpoints: dict[str, Row] = Field(default_factory=dict)
 
 
+class PrefixPair(_Data):
+    """One cold/warm pair as reconciled (k3lib.prefix.verdict.PairReconciliation.to_dict): designed vs observed
+    hits, both TTFTs, and the named cause of any gap."""
+
+    session: int
+    prefix_target: int
+    warm_prompt_tokens: int | None = None
+    cold_ttft_ms: float | None = None
+    warm_ttft_ms: float | None = None
+    intended_hits: int | None = None
+    designed_hits: int | None = None
+    observed_hits: int | None = None
+    cached_tokens: int | None = None
+    cold_designed_hits: int | None = None
+    cold_observed_hits: int | None = None
+    divergence_at: int | None = None
+    clean: bool
+    cause: str
+    explanation: str
+    ttft_gain_pct: float | None = None
+    matches: bool | None = None
+    identical_prefix: bool | None = None
+
+
 class PrefixCacheData(_Data):
     gain_counted: bool | None = None
     designed_hit_tokens: int | None = None
@@ -189,7 +224,7 @@ class PrefixCacheData(_Data):
     isolation: str | None = None
     warm_change: str | None = None
     sized_by: str | None = None
-    pairs: list[Row] = Field(default_factory=list)
+    pairs: list[PrefixPair] = Field(default_factory=list)
 
 
 class AgentRate(_Data):
@@ -300,21 +335,33 @@ class EvidenceRecord(BaseModel):
     data: dict[str, Any] = Field(default_factory=dict)
     attachments: list[str] = Field(default_factory=list)  # files in the run folder holding raw data
     error: str | None = None  # set when the axis could not complete (its notebook failed)
+    # (the `data` object, its typed model) as validated last: typed() answers from it while `data` is that same
+    # object (a record copied with new data, or given a new dict, is validated again); a frozen model
+    _typed_cache: tuple[dict[str, Any], _Data] | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _typed_data(self) -> "EvidenceRecord":
         if self.schema_version != SCHEMA_VERSION:
             raise ValueError(f"written by another kit version (evidence schema {self.schema_version}, this kit reads "
                              f"{SCHEMA_VERSION}): re-run the axis with this kit")
+        self._typed_cache = None
         model = data_model(self.axis, self.data)
         if model is not None:
-            model.model_validate(self.data)
+            self._typed_cache = (self.data, model.model_validate(self.data))
         return self
 
     def typed(self) -> Any:
-        """The axis' data as its typed (frozen) model; the raw dict for an axis without one."""
+        """The axis' data as its typed (frozen) model; the raw dict for an axis without one. Validated once per
+        `data` object, not on every call."""
+        cached = self._typed_cache
+        if cached is not None and cached[0] is self.data:
+            return cached[1]
         model = data_model(self.axis, self.data)
-        return model.model_validate(self.data) if model is not None else self.data
+        if model is None:
+            return self.data
+        typed = model.model_validate(self.data)
+        self._typed_cache = (self.data, typed)
+        return typed
 
     def failed(self) -> list[Finding]:
         return [f for f in self.findings if f.status == "fail"]

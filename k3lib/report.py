@@ -12,9 +12,14 @@ import json
 import re
 import sys
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence, TypeVar
 
 from .store import RunStore
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from .evidence import CapacityStep
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 KIT_ROOT = Path(__file__).resolve().parents[1]
@@ -215,12 +220,25 @@ def decision_block(decision: dict[str, Any] | None, *, cap_label: str = "Traffic
     return "".join(out)
 
 
+_M = TypeVar("_M", bound="BaseModel")
+
+
+def _typed(run: Any, axis: str, model: type[_M]) -> _M | None:
+    """An axis' data as its typed model (k3lib.evidence.DATA_MODELS: declared fields only, so a key the axis does
+    not write cannot be read by mistake); None when the run has no such record."""
+    rec = run.records.get(axis)
+    data = rec.typed() if rec is not None else None
+    return data if isinstance(data, model) else None
+
+
 def identity_rows(run: Any) -> list[tuple[str, str, str]]:
     """(item, value, where it was read) of the deployment, from the evidence through `k3lib.accepted`."""
     from . import accepted as acc
+    from .evidence import EnvironmentData, ProbeData
 
-    env = run.records.get("environment")
-    rows_by_item = {r.get("item"): r for r in (env.data.get("rows") or [])} if env else {}
+    env = _typed(run, "environment", EnvironmentData)
+    observed = env.observed if env is not None else None
+    probe = _typed(run, "probe", ProbeData)
     params = run.params or {}
     recipe = params.get("recipe") or {}
 
@@ -233,17 +251,17 @@ def identity_rows(run: Any) -> list[tuple[str, str, str]]:
             value = " ".join(f"{k.replace('_parallel_size', '').upper()}={v}" for k, v in sorted(value.items()))
         return str(value), lv.source or ""
 
-    def sheet(item: str) -> tuple[str, str]:
-        row = rows_by_item.get(item)
-        return (str(row.get("observed") or ""), "evidence/environment.json") if row else ("", "not in the evidence")
+    def seen(field: str) -> tuple[str, str]:
+        value = getattr(observed, field) if observed is not None else None
+        return (str(value), f"evidence/environment.json: data.observed.{field}") if value else \
+            ("", "not in the evidence")
 
-    image, image_src = sheet("Image and tag")
+    image, image_src = seen("image")
     if not image and recipe.get("image"):
         image, image_src = str(recipe["image"]), "params.json: recipe.image"
     digest, digest_src = level(acc.image_digest)
-    cuda, cuda_src = sheet("CUDA build")
-    model = (run.records.get("probe").data.get("model") if run.records.get("probe") else None) or \
-        (params.get("target") or {}).get("model") or ""
+    cuda, cuda_src = seen("cuda_build")
+    model = (probe.model if probe is not None else None) or (params.get("target") or {}).get("model") or ""
     return [
         ("image", image, image_src),
         ("image digest", digest or "not recorded (pin one in recipe.image_digest)", digest_src),
@@ -321,10 +339,11 @@ def _small(fig: Any, title: str) -> Any:
     return fig
 
 
-def _steps(run: Any) -> list[dict[str, Any]]:
-    cap = run.records.get("capacity")
-    steps = cap.data.get("steps") if cap else None
-    return [s for s in steps or [] if isinstance(s, dict) and s.get("concurrency") is not None]
+def _steps(run: Any) -> list[CapacityStep]:
+    from .evidence import CapacityData
+
+    cap = _typed(run, "capacity", CapacityData)
+    return list(cap.steps) if cap is not None else []
 
 
 def fig_ttft_kv(run: Any) -> Any:
@@ -334,11 +353,11 @@ def fig_ttft_kv(run: Any) -> Any:
     steps = _steps(run)
     if not steps:
         return None
-    x = [s["concurrency"] for s in steps]
+    x = [s.concurrency for s in steps]
     fig = make_subplots(specs=[[{"secondary_y": True}]])
-    for key, name in (("ttft_p50_ms", "TTFT p50 (ms)"), ("ttft_p95_ms", "TTFT p95 (ms)")):
-        fig.add_trace(go.Scatter(x=x, y=[s.get(key) for s in steps], mode="lines+markers", name=name))
-    fig.add_trace(go.Bar(x=x, y=[None if s.get("kv_usage_max") is None else s["kv_usage_max"] * 100 for s in steps],
+    fig.add_trace(go.Scatter(x=x, y=[s.ttft_p50_ms for s in steps], mode="lines+markers", name="TTFT p50 (ms)"))
+    fig.add_trace(go.Scatter(x=x, y=[s.ttft_p95_ms for s in steps], mode="lines+markers", name="TTFT p95 (ms)"))
+    fig.add_trace(go.Bar(x=x, y=[None if s.kv_usage_max is None else s.kv_usage_max * 100 for s in steps],
                          name="KV usage max (%)", opacity=0.35), secondary_y=True)
     planned = (run.params.get("contract") or {}).get("planned_concurrency")
     if planned:
@@ -353,9 +372,10 @@ def fig_memory_phases(run: Any, root: Path) -> Any:
     import plotly.graph_objects as go
 
     from .capacity.analysis import MIB, gpu_keys, gpu_label
+    from .evidence import CapacityData
 
-    cap = run.records.get("capacity")
-    phases = [p for p in (cap.data.get("phases") or []) if isinstance(p, dict)] if cap else []
+    cap = _typed(run, "capacity", CapacityData)
+    phases = list(cap.phases or []) if cap is not None else []
     try:
         samples = json.loads((root / "evidence/capacity/gpu.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -363,11 +383,11 @@ def fig_memory_phases(run: Any, root: Path) -> Any:
     if not phases or not isinstance(samples, list) or not samples:
         return None
     fig = go.Figure()
-    names = [str(p.get("phase")) for p in phases]
+    names = [p.phase for p in phases]
     for key in gpu_keys(samples):
         peaks = []
         for p in phases:
-            lo, hi = p.get("start_wall") or 0, p.get("end_wall") or float("inf")
+            lo, hi = p.start_wall or 0, p.end_wall or float("inf")
             vals = [r["fb_used_bytes"] / MIB for r in samples if (str(r.get("host")), r.get("gpu")) == key
                     and r.get("fb_used_bytes") is not None and lo <= r.get("t_wall", -1) <= hi]
             peaks.append(round(max(vals)) if vals else None)
@@ -379,14 +399,16 @@ def fig_memory_phases(run: Any, root: Path) -> Any:
 def fig_cold_warm(run: Any) -> Any:
     import plotly.graph_objects as go
 
-    rec = run.records.get("prefix_cache")
-    pairs = [p for p in (rec.data.get("pairs") or []) if isinstance(p, dict)] if rec else []
+    from .evidence import PrefixCacheData
+
+    rec = _typed(run, "prefix_cache", PrefixCacheData)
+    pairs = list(rec.pairs) if rec is not None else []
     if not pairs:
         return None
-    x = [f"s{p.get('session')}" for p in pairs]
-    fig = go.Figure([go.Bar(x=x, y=[p.get("cold_ttft_ms") for p in pairs], name="cold TTFT (ms)"),
-                     go.Bar(x=x, y=[p.get("warm_ttft_ms") for p in pairs], name="warm TTFT (ms)")])
-    gain = rec.data.get("ttft_gain_pct")
+    x = [f"s{p.session}" for p in pairs]
+    fig = go.Figure([go.Bar(x=x, y=[p.cold_ttft_ms for p in pairs], name="cold TTFT (ms)"),
+                     go.Bar(x=x, y=[p.warm_ttft_ms for p in pairs], name="warm TTFT (ms)")])
+    gain = rec.ttft_gain_pct if rec is not None else None
     fig.update_yaxes(title_text="ms")
     return _small(fig, "Cold vs warm TTFT per session" + (f" (gain {gain}%)" if gain is not None else ""))
 
@@ -395,19 +417,19 @@ def fig_tool_rate(run: Any) -> Any:
     import plotly.graph_objects as go
 
     from . import accepted as acc
+    from .evidence import AgentData, AgentRate
 
-    rec = run.records.get("agent")
-    rates = [r for r in (rec.data.get("rates") or []) if isinstance(r, dict)] if rec else []
+    rec = _typed(run, "agent", AgentData)
+    rates = [r for r in rec.rates if r.total] if rec is not None else []
     if not rates:
         return None
-    levels = list(dict.fromkeys(r.get("level") for r in rates if r.get("total")))
+    levels = list(dict.fromkeys(r.level for r in rates))
 
-    def pct(rows: list[dict[str, Any]]) -> float | None:
-        return min(100 * r.get("passed", 0) / r["total"] for r in rows) if rows else None
+    def pct(rows: list[AgentRate]) -> float | None:
+        return min(100 * r.passed / r.total for r in rows) if rows else None
 
-    valid = [pct([r for r in rates if r.get("level") == lv and r.get("total")
-                  and r.get("check") == acc.AGENT_VALIDITY_CHECK]) for lv in levels]
-    lowest = [pct([r for r in rates if r.get("level") == lv and r.get("total")]) for lv in levels]
+    valid = [pct([r for r in rates if r.level == lv and r.check == acc.AGENT_VALIDITY_CHECK]) for lv in levels]
+    lowest = [pct([r for r in rates if r.level == lv]) for lv in levels]
     fig = go.Figure([go.Scatter(x=[str(lv) for lv in levels], y=valid, mode="lines+markers",
                                 name="arguments valid (%)", line=dict(width=3)),
                      go.Scatter(x=[str(lv) for lv in levels], y=lowest, mode="lines+markers",
@@ -431,19 +453,20 @@ def headline_numbers(run: Any) -> list[tuple[str, str, str]]:
             out.append((label, "", f"not in the evidence: {lv.reason or ''}"))
         else:
             out.append((label, _fmt(float(lv.value) * scale, unit), lv.source or ""))
-    cap = run.records.get("capacity")
+    from .evidence import CapacityData, PrefixCacheData
+
+    cap = _typed(run, "capacity", CapacityData)
     if cap is not None:
-        sat = cap.data.get("saturation_point")
+        sat = cap.saturation_point
         out.append(("saturation point (concurrency)", _fmt(sat) if sat is not None else "not reached in the steps",
                     "evidence/capacity.json: data.saturation_point"))
-        step = next((s for s in _steps(run) if s.get("concurrency") == run.params.get("contract", {}).get(
-            "planned_concurrency")), None)
-        if step:
-            out.append(("TTFT p95 at planned concurrency", _fmt(step.get("ttft_p95_ms"), " ms"),
+        found = cap.step_at((run.params.get("contract") or {}).get("planned_concurrency"))
+        if found:
+            out.append(("TTFT p95 at planned concurrency", _fmt(found[1].ttft_p95_ms, " ms"),
                         "evidence/capacity.json: data.steps"))
-    pc = run.records.get("prefix_cache")
-    if pc is not None and pc.data.get("ttft_gain_pct") is not None:
-        out.append(("prefix-cache TTFT gain", _fmt(pc.data["ttft_gain_pct"], " %"),
+    pc = _typed(run, "prefix_cache", PrefixCacheData)
+    if pc is not None and pc.ttft_gain_pct is not None:
+        out.append(("prefix-cache TTFT gain", _fmt(pc.ttft_gain_pct, " %"),
                     "evidence/prefix_cache.json: data.ttft_gain_pct"))
     return out
 
@@ -534,31 +557,39 @@ def renewal_index(store: RunStore, title: str, decision: dict[str, Any] | None,
 
 
 def cost_block(records: dict[str, Any]) -> str:
-    """The cost sheet as the cost axis recorded it: an item nobody priced stays blank (never a zero)."""
+    """The cost sheet as the cost axis recorded it (k3lib.renewal.results.CostResult, read typed): an item nobody
+    priced stays blank (never a zero)."""
+    from .errors import ArtifactError
+    from .renewal.results import CostResult, read_record_data
+
     rec = records.get("cost")
-    result = rec.data.get("result") if rec is not None else None
-    own = result.get("self_hosted") if isinstance(result, dict) else None
-    if not isinstance(own, dict) or not isinstance(own.get("items"), list):
-        return ("<section><h2>Cost sheet</h2><p>" + ("no cost evidence recorded" if rec is None else
-                                                      esc(rec.summary or "no cost sheet in the evidence"))
-                + "</p></section>")
-    cur = esc(str(result.get("currency") or ""))
+    result = None
+    reason = "no cost evidence recorded" if rec is None else rec.summary or "no cost sheet in the evidence"
+    if rec is not None and not rec.error and rec.data:
+        try:
+            typed = read_record_data("cost", rec.data, "evidence/cost.json")
+            result = typed if isinstance(typed, CostResult) else None
+        except ArtifactError as exc:  # another kit version's record: said in one line, never guessed at
+            reason = exc.one_line()
+    if result is None:
+        return "<section><h2>Cost sheet</h2><p>" + esc(reason) + "</p></section>"
+    cur = esc(result.currency or "")
 
     def money(value: Any) -> str:
         return "" if value is None else f"{value:,.2f} {cur}" if isinstance(value, (int, float)) else esc(str(value))
 
-    rows = [[esc(str(i.get("item"))), money(i.get("amount"))] for i in own["items"] if isinstance(i, dict)]
-    rows += [[esc(str(b.get("item") if isinstance(b, dict) else b)), ""] for b in own.get("blank_items") or []]
+    own, api = result.self_hosted, result.api
+    rows = [[esc(i.item), money(i.amount)] for i in own.items]
+    rows += [[esc(b), ""] for b in own.blank_items]
     rows += [[f"<b>{esc(label)}</b>", money(value)] for label, value in (
-        ("known subtotal", own.get("known_subtotal")), ("total (blank while an item is blank)", own.get("total")),
-        ("per accepted task", own.get("per_accepted_task")))]
-    api = result.get("api") if isinstance(result.get("api"), dict) else {}
+        ("known subtotal", own.known_subtotal), ("total (blank while an item is blank)", own.total),
+        ("per accepted task", own.per_accepted_task))]
     rows += [[esc(label), money(value)] for label, value in (
-        ("API bill for the same tasks", api.get("bill_same_tasks")), ("API per accepted task",
-                                                                      api.get("per_accepted_task")))]
-    note = f"<p>{esc(rec.summary)}</p>" if rec.summary else ""
+        ("API bill for the same tasks", api.bill_same_tasks), ("API per accepted task", api.per_accepted_task))]
+    note = f"<p>{esc(rec.summary)}</p>" if rec is not None and rec.summary else ""
+    status = rec.status if rec is not None else None
     return ("<section><h2>Cost sheet</h2>" + note + _table(("item", "amount"), rows, "k3-cost")
-            + f"<p>Evidence: <code>evidence/cost.json</code> ({_badge(rec.status)})</p></section>")
+            + f"<p>Evidence: <code>evidence/cost.json</code> ({_badge(status)})</p></section>")
 
 
 def write_index(store: RunStore, title: str, decision: dict[str, Any] | None,

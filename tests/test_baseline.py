@@ -1,8 +1,11 @@
 """Re-validation against a baseline run: identity changes reopen the sheet, metrics outside the band are drift.
 
-The synthetic runs below are written as the axes write them: the capacity record by the capacity axis' own
-record builder (k3lib.capacity.capacity_record) from its load steps, the other axes' data through their typed
-models (k3lib.evidence.DATA_MODELS: an undeclared or mistyped key fails here, as it would in the axis).
+The synthetic runs below are written by each axis' own record builder from what that axis observes, never as
+hand-made `data`: capacity (k3lib.capacity.capacity_record) from its load steps, environment
+(k3lib.compat.environment_record) from the emulator's collect_env / nvidia-smi / inspect / log texts, prefix_cache
+(k3lib.prefix.prefix_cache_record) from a measured cold/warm pair, agent (k3lib.agent.report.agent_record) from its
+replies' check outcomes, probe (k3lib.probe.probe_record) from the endpoints' answers. A field an axis renames
+breaks these tests.
 """
 
 from __future__ import annotations
@@ -15,25 +18,23 @@ import pytest
 
 from k3lib import accepted as acc
 from k3lib.baseline import Band, compare_with_baseline
-from k3lib.evidence import DATA_MODELS, EvidenceRecord
 from k3lib.store import RunStore
 
-DIGEST_A = "sha256:" + "a" * 64
-DIGEST_B = "sha256:" + "b" * 64
+IMAGE_A = "vllm/vllm-openai:v0.27.1"
+IMAGE_B = "vllm/vllm-openai:v0.27.1-rebuilt"
 
 STEP: dict[str, Any] = {"status": "done", "held": True, "why": []}
 BASE: dict[str, Any] = {
     "params": {"recipe": {"build": "official"}, "contract": {"max_context_tokens": 32768, "planned_concurrency": 8}},
     "probe": {"vllm_version": "0.27.1", "served_models": [{"id": "kimi-k3", "max_model_len": 65536}]},
-    "environment": {"build": "official",
-                    "observed": {"vllm": "0.27.1", "driver": "580.65.06", "image_digest": DIGEST_A,
-                                 "gpus_visible": 8},
-                    "topology": {"tensor_parallel_size": 8, "pipeline_parallel_size": 1, "data_parallel_size": 1}},
+    # the emulated host and image the environment axis reads (k3lib.emulator.config.EmulatorConfig fields)
+    "environment": {"build": "official", "vllm_version": "0.27.1", "driver_version": "580.65.06", "image": IMAGE_A,
+                    "gpu_count": 8, "gpus_per_node": 8, "tensor_parallel_size": 8, "data_parallel_size": 1},
     "capacity": {"planned_concurrency": 8,
                  "steps": [{"concurrency": 8, "queue_p95_ms": 400.0, "kv_usage_max": 0.62, "preemptions": 0,
                             "start_wall": 0.0, "end_wall": 60.0, "sent": 100, "server_errors": 0}]},
-    "prefix_cache": {"observed_hit_tokens": 900, "warm_prompt_tokens": 1000},
-    "agent": {"rates": [{"level": 8, "check": "arguments_valid", "passed": 100, "total": 100}]},
+    "prefix_cache": {"observed_hit_tokens": 900, "warm_prompt_tokens": 1000},  # what the warm request saw
+    "agent": {"level": 8, "replies": 100, "valid": 100},  # tool-call replies at concurrency 8, arguments valid
     "decision": "production",
 }
 
@@ -53,6 +54,75 @@ def capacity_by_the_axis(steps: list[dict[str, Any]], planned: int) -> dict[str,
     run = {"plan": {}, "phases": phases, "steps": [{**STEP, **s} for s in steps]}
     record = capacity_record(CapacityResult(run, [], [], [], None, None), types.SimpleNamespace(params=params))
     return record.model_dump(mode="json")
+
+
+def environment_by_the_axis(spec: dict[str, Any], planned: int) -> dict[str, Any]:
+    """The environment record as k3lib.compat writes it, from the texts the emulator serves for that host and image
+    (`collect_env`, host `nvidia-smi`, `docker inspect`, the server log's non-default args)."""
+    import json as _json
+    from pathlib import Path
+
+    from k3lib.compat import environment_record, evaluate, sources_from_texts
+    from k3lib.emulator.config import EmulatorConfig
+    from k3lib.emulator.envreport import collect_env_report, image_inspect, nvidia_smi_report
+    from k3lib.emulator.logs import LogBook, non_default_args
+    from k3lib.params import load_params
+
+    build, host_driver, inspected = spec.get("build", "official"), spec.get("host_driver", True), spec.get(
+        "inspected", True)
+    cfg = EmulatorConfig.from_profile("demo", **{k: v for k, v in spec.items()
+                                                 if k not in ("build", "host_driver", "inspected")})
+    log = LogBook(cfg)
+    log.log(f"vLLM server version {cfg.vllm_version}, serving model {cfg.model}", where="startup.py:38")
+    log.log(f"non-default args: {non_default_args(cfg)!r}", where="startup.py:96")
+    collect_env = collect_env_report(cfg)
+    if not host_driver:  # no host nvidia-smi, and collect_env could not read the driver either
+        collect_env = collect_env.replace(f": {cfg.driver_version}", ": Could not collect")
+    sources = sources_from_texts(
+        build, collect_env=collect_env,
+        nvidia_smi=nvidia_smi_report(cfg, 0, "Mon Dec  1 10:00:00 2026") if host_driver else None,
+        image_inspect=_json.dumps(image_inspect(cfg, "2026-12-01T10:00:00Z")) if inspected else None,
+        server_log=log.text(), version=cfg.vllm_version)
+    params = load_params([Path(__file__).resolve().parents[1] / "parameters" / "emulator.yaml"],
+                         [f"contract.planned_concurrency={planned}", f"recipe.build={build}"])
+    result = evaluate(sources, params.recipe, params.axes.environment)
+    return environment_record(result, None).model_dump(mode="json")  # type: ignore[arg-type]  # ctx unused
+
+
+def prefix_cache_by_the_axis(spec: dict[str, Any]) -> dict[str, Any]:
+    """The prefix_cache record as k3lib.prefix writes it, from one cold/warm pair of measured requests whose warm
+    request's counters moved by `observed_hit_tokens` on a prompt of `warm_prompt_tokens`."""
+    from k3lib.prefix import prefix_cache_record
+    from test_prefix_verdict import A0, result, sample
+
+    hits, prompt = spec["observed_hit_tokens"], spec["warm_prompt_tokens"]
+    size = dict(prompt_tokens=prompt, tokenized_tokens=prompt, queries_delta=float(prompt), replica_queries={A0: prompt})
+    warm = sample("warm", **size, cached_tokens=hits, hits_delta=float(hits), cached_counter_delta=float(hits),
+                  replica_hits={A0: float(hits)}, designed_hits=hits, intended_hits=hits)
+    return prefix_cache_record(result([(sample("cold", **size), warm)])).model_dump(mode="json")
+
+
+def agent_reply(level: int, i: int, valid: bool, *, other_check: bool | None = None) -> dict[str, Any]:
+    """One tool-call reply as the agent axis logs it: the case, its turn, and each check's outcome."""
+    checks = [{"check": "arguments_valid", "passed": valid, "detail": "" if valid else "not JSON"}]
+    if other_check is not None:
+        checks.append({"check": "function_name", "passed": other_check, "detail": "" if other_check else "unknown"})
+    return {"level": level, "case": "weather", "turn": 1, "round": 1, "repetition": i, "seq": i, "tools": True,
+            "reply": {"ok": True}, "parsed": {}, "checks": checks}
+
+
+def agent_by_the_axis(spec: dict[str, Any], tmp_path: Any) -> dict[str, Any]:
+    """The agent record as k3lib.agent writes it, from `replies` tool-call replies at `level`, `valid` of them with
+    valid arguments."""
+    import types
+
+    from k3lib.agent.report import AgentResult, agent_record
+
+    replies = [agent_reply(spec["level"], i, i < spec["valid"]) for i in range(spec["replies"])]
+    result = AgentResult({"min_pass_rate": 1.0}, {"cases": [{"id": "weather", "title": "weather"}]},
+                         [{"level": spec["level"]}], [], replies)
+    ctx = types.SimpleNamespace(store=types.SimpleNamespace(path=lambda rel: tmp_path / "absent" / rel))
+    return agent_record(result, ctx).model_dump(mode="json")
 
 
 def probe_by_the_axis(data: dict[str, Any], store: RunStore, max_context: int) -> dict[str, Any]:
@@ -75,11 +145,16 @@ def probe_by_the_axis(data: dict[str, Any], store: RunStore, max_context: int) -
     return probe_record(result, types.SimpleNamespace(params=params, store=store)).model_dump(mode="json")
 
 
-def record(axis: str, data: dict[str, Any], status: str = "pass", planned: int = 8) -> dict[str, Any]:
+def record(axis: str, data: dict[str, Any], status: str = "pass", planned: int = 8, tmp_path: Any = None
+           ) -> dict[str, Any]:
     if axis == "capacity":
         return {**capacity_by_the_axis(data["steps"], data.get("planned_concurrency") or planned), "status": status}
-    typed = DATA_MODELS[axis].model_validate(data).model_dump(mode="json")
-    return EvidenceRecord(axis=axis, title=axis, status=status, data=typed).model_dump(mode="json")
+    if axis == "environment":
+        return {**environment_by_the_axis(data, planned), "status": status}
+    if axis == "prefix_cache":
+        return {**prefix_cache_by_the_axis(data), "status": status}
+    assert axis == "agent", axis
+    return {**agent_by_the_axis(data, tmp_path), "status": status}
 
 
 def write_run(tmp_path, name: str, spec: dict[str, Any], statuses: dict[str, str] | None = None) -> RunStore:
@@ -91,7 +166,8 @@ def write_run(tmp_path, name: str, spec: dict[str, Any], statuses: dict[str, str
     for axis in ("environment", "capacity", "prefix_cache", "agent"):
         if spec.get(axis) is not None:
             store.write_json(f"evidence/{axis}.json", record(axis, spec[axis], (statuses or {}).get(axis, "pass"),
-                                                             spec["params"]["contract"]["planned_concurrency"]))
+                                                             spec["params"]["contract"]["planned_concurrency"],
+                                                             tmp_path))
     store.write_json("decision.json", {"decision": spec["decision"], "reasons": [], "build": "official"})
     return store
 
@@ -125,12 +201,12 @@ def test_same_deployment_same_levels(tmp_path, baseline):
 
 
 @pytest.mark.parametrize("change, item", [
-    pytest.param({"environment__observed__image_digest": DIGEST_B}, "image digest", id="image-digest"),
-    pytest.param({"environment__observed__driver": "580.82.07"}, "host driver", id="driver"),
+    pytest.param({"environment__image": IMAGE_B}, "image digest", id="image-digest"),
+    pytest.param({"environment__driver_version": "580.82.07"}, "host driver", id="driver"),
     pytest.param({"probe__vllm_version": "0.28.0"}, "vLLM version", id="vllm-version"),
-    pytest.param({"environment__observed__gpus_visible": 16}, "GPU count", id="gpu-count"),
-    pytest.param({"environment__topology__tensor_parallel_size": 4,
-                  "environment__topology__data_parallel_size": 2}, "parallelism (TP/PP/DP)", id="parallelism"),
+    pytest.param({"environment__gpu_count": 16, "environment__gpus_per_node": 16}, "GPU count", id="gpu-count"),
+    pytest.param({"environment__tensor_parallel_size": 4, "environment__data_parallel_size": 2},
+                 "parallelism (TP/PP/DP)", id="parallelism"),
     pytest.param({"probe__served_models__0__max_model_len": 131072}, "server context limit (max_model_len)",
                  id="server-context-limit"),
     pytest.param({"params__contract__max_context_tokens": 65536}, "contract context limit", id="contract-context"),
@@ -153,7 +229,7 @@ def test_an_identity_change_reopens_the_sheet_stated_on_top(tmp_path, baseline, 
     pytest.param({"capacity__steps__0__kv_usage_max": 80}, ["kv_usage_at_planned"], id="kv-usage-as-percent"),
     pytest.param({"prefix_cache__observed_hit_tokens": 500}, ["prefix_hit_rate"], id="hit-rate-down"),
     pytest.param({"prefix_cache__observed_hit_tokens": 950}, [], id="hit-rate-up"),
-    pytest.param({"agent__rates__0__passed": 97}, ["tool_call_validity"], id="tool-validity-down"),
+    pytest.param({"agent__valid": 97}, ["tool_call_validity"], id="tool-validity-down"),
 ])
 def test_metrics_outside_the_accepted_band_are_drift(tmp_path, baseline, change, drifted):
     run = write_run(tmp_path, "run", changed(**change))
@@ -166,7 +242,7 @@ def test_metrics_outside_the_accepted_band_are_drift(tmp_path, baseline, change,
 
 def test_official_and_custom_builds_are_never_compared(tmp_path, baseline):
     spec = changed(environment__build="custom", params__recipe__build="custom",
-                   environment__observed__driver="575.0")
+                   environment__driver_version="575.51.03")
     run = write_run(tmp_path, "run", spec)
     cmp = compare_with_baseline(run.root, baseline.root)
     assert cmp.refused is not None and cmp.refused.status == "fail"
@@ -176,7 +252,7 @@ def test_official_and_custom_builds_are_never_compared(tmp_path, baseline):
 
 
 def test_missing_evidence_is_unverified_never_unchanged(tmp_path, baseline):
-    spec = changed(environment__observed__driver=None, capacity=None)
+    spec = changed(environment__host_driver=False, capacity=None)
     run = write_run(tmp_path, "run", spec)
     cmp = compare_with_baseline(run.root, baseline.root)
     assert not cmp.reopens
@@ -282,11 +358,11 @@ def test_compare_main_exit_codes_and_precheck(tmp_path, baseline, capsys):
 
     same = write_run(tmp_path, "same", BASE)
     assert compare_main(argparse.Namespace(run=str(same.root), baseline=str(baseline.root))) == 0
-    moved = write_run(tmp_path, "moved", changed(environment__observed__driver="590.1"))
+    moved = write_run(tmp_path, "moved", changed(environment__driver_version="590.48.01"))
     assert compare_main(argparse.Namespace(run=str(moved.root), baseline=str(baseline.root))) == 1
     assert capsys.readouterr().out.splitlines()[-2].startswith("THE ACCEPTANCE SHEET REOPENS")
     # the digest missing from the run: nothing changed that the kit saw, but the same image is not proven
-    undigested = write_run(tmp_path, "undigested", changed(environment__observed__image_digest=None))
+    undigested = write_run(tmp_path, "undigested", changed(environment__inspected=False))
     assert compare_main(argparse.Namespace(run=str(undigested.root), baseline=str(baseline.root))) == 1
     out = capsys.readouterr().out
     assert "SAME DEPLOYMENT NOT PROVEN: image digest" in out and "UNVERIFIED image digest" in out
@@ -306,13 +382,8 @@ def test_tool_call_validity_from_the_agent_rates_table(tmp_path):
 
     from k3lib.agent.report import AgentResult, agent_record
 
-    def step(level: int, i: int, valid: bool) -> dict[str, Any]:
-        return {"level": level, "case": "weather", "turn": 1, "round": 1, "repetition": i, "seq": i, "tools": True,
-                "reply": {"ok": True}, "parsed": {},
-                "checks": [{"check": "arguments_valid", "passed": valid, "detail": "" if valid else "not JSON"},
-                           {"check": "function_name", "passed": False, "detail": "unknown tool"}]}
-
-    steps = [step(1, i, True) for i in range(10)] + [step(8, i, i >= 2) for i in range(30)]
+    steps = [agent_reply(1, i, True, other_check=False) for i in range(10)] + \
+        [agent_reply(8, i, i >= 2, other_check=False) for i in range(30)]
     result = AgentResult({"min_pass_rate": 1.0}, {"cases": [{"id": "weather", "title": "weather"}]},
                          [{"level": 1}, {"level": 8}], [], steps)
     ctx = types.SimpleNamespace(store=types.SimpleNamespace(path=lambda rel: tmp_path / "absent" / rel))

@@ -58,3 +58,36 @@ def test_typed_data_is_frozen_and_read_by_field():
     assert isinstance(typed, CapacityData) and typed.traffic_cap.max_concurrency == 4
     with pytest.raises(ValidationError):
         typed.traffic_cap.max_concurrency = 9
+
+
+def test_typed_data_is_validated_once_per_data_and_again_for_new_data():
+    rec = EvidenceRecord(axis="capacity", title="c", status="pass", data={"saturation_point": 5})
+    assert rec.typed() is rec.typed(), "the record's data is validated once, not on every read"
+    copied = rec.model_copy(update={"data": {"saturation_point": 7}})
+    assert copied.typed().saturation_point == 7 and rec.typed().saturation_point == 5
+    rec.data = {"saturation_point": 9}
+    assert rec.typed().saturation_point == 9
+    assert parse_record(rec.model_dump(mode="json"), "x.json") == rec
+
+
+def test_the_prefix_pairs_model_declares_what_the_axis_writes_and_the_report_reads_it_typed(tmp_path):
+    from k3lib.evidence import PrefixCacheData, PrefixPair
+    from k3lib.prefix import prefix_cache_record
+    from test_prefix_verdict import result
+
+    rec = prefix_cache_record(result())
+    typed = rec.typed()
+    assert isinstance(typed, PrefixCacheData) and typed.pairs and isinstance(typed.pairs[0], PrefixPair)
+    assert set(rec.data["pairs"][0]) == set(PrefixPair.model_fields), "the axis' pair keys and the model's fields"
+    assert (typed.pairs[0].cold_ttft_ms, typed.pairs[0].warm_ttft_ms) == (15.0, 5.0)
+
+
+@pytest.mark.parametrize("module", ["report", "sheet", "golive", "baseline", "accepted", "decision", "history",
+                                    "summary"])
+def test_the_readers_of_axis_evidence_read_typed_fields_never_raw_data_keys(module):
+    """`rec.typed()` gives the axis' model (declared fields only, checked by mypy); a raw `data.get("…")` or
+    `data["…"]` would read a key no model declares and find nothing, silently."""
+    import re
+
+    source = (ROOT / "k3lib" / f"{module}.py").read_text(encoding="utf-8")
+    assert not re.findall(r"\.data(?:\.get\(|\[)", source), f"k3lib/{module}.py reads an axis record's raw data"
