@@ -170,9 +170,13 @@ def test_dashboard_has_the_required_panels(tmp_path):
 def test_rollback_md_lists_triggers_and_what_reopens(tmp_path):
     _, _, out = kit_for(tmp_path, traffic_hit_rate=0.6)
     text = (out / ROLLBACK_FILE).read_text()
+    # the digest the environment axis inspected for the emulated image (k3lib.compat over its inspect JSON)
+    digest = json.loads((tmp_path / "run" / "evidence" / "environment.json").read_text())["data"]["observed"][
+        "image_digest"]
+    assert digest and digest.startswith("sha256:")
     for phrase in ("OOM under contract load", "Queue time above the accepted level", "invalid JSON",
                    "Cache counters far from the validated behaviour", "What reopens the acceptance sheet",
-                   "sha256:" + "a" * 64, "580.65.06", "0.27.1", "tensor_parallel_size=8", "65536"):
+                   digest, "580.65.06", "0.27.1", "tensor_parallel_size=8", "65536"):
         assert phrase in text, phrase
     assert "NOT ARMED" not in text
 
