@@ -206,6 +206,20 @@ def test_cold_requests_that_hit_were_not_cold():
     assert finding(result(pairs), "isolation").status == "warn"
 
 
+def test_pairs_that_failed_on_the_target_are_said_not_dropped():
+    # a target answering 5xx to some requests: the reuse verdict may rest on the pairs that completed, but the axis
+    # says how many failed and why (it cannot pass as if the target had behaved)
+    pairs = [(sample("cold", 0, ok=False, error="HTTP 500 from /v1/chat/completions"), sample("warm", 0)),
+             *((sample("cold", s), sample("warm", s)) for s in (1, 2, 3))]
+    res = result(pairs)
+    failed = finding(res, "requests")
+    assert failed.status == "warn" and failed.observed == 1 and "1 of 4" in failed.message
+    assert "HTTP 500" in failed.message
+    assert finding(res, "reuse").status == "pass"
+    assert prefix_cache_record(res).status == "warn"
+    assert not any(f.rule == "prefix_cache.requests" for f in iter_findings(result()))
+
+
 def test_an_unfinished_protocol_is_reported():
     res = result(planned_pairs=6, stopped="max_duration_s (60 s) reached")
     cov = finding(res, "coverage")
