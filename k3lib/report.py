@@ -175,7 +175,7 @@ def page_head(title: str, *, plotly: bool = True) -> str:
 
 
 def _badge(word: Any) -> str:
-    from .summary import badge
+    from .views import badge
 
     return badge(str(word))
 

@@ -1,6 +1,6 @@
 """What the summary notebook shows: the checklist from evidence records, and the decision written to disk.
 
-The HTML of a decision or a record is `k3lib.views` (re-exported here for the report and the renewal figures)."""
+The HTML of a decision or a record is `k3lib.views`, registered as display formatters when a session opens."""
 
 from __future__ import annotations
 
@@ -12,9 +12,8 @@ from .params import Params
 from .plan import ACCEPTANCE_AXES
 from .sheet import ITEMS, sheet_rows
 from .store import RunStore
-from .views import badge, decision_html, record_html
 
-__all__ = ["badge", "decide_run", "decision_html", "findings_table", "record_html", "records_table"]
+__all__ = ["decide_run", "findings_table", "records_table"]
 
 
 def decide_run(params: Params, store: RunStore, records: dict[str, EvidenceRecord]) -> Decision:
