@@ -543,7 +543,7 @@ def acceptance_index(store: RunStore, title: str, decision: dict[str, Any] | Non
 
 def renewal_index(store: RunStore, title: str, decision: dict[str, Any] | None,
                   pages: Sequence[tuple[str, str, str]]) -> str:
-    from .session import read_records
+    from .evidence import read_records
 
     records = read_records(store)
     rows = [[esc(r.axis), esc(r.title), _badge(r.status), esc(_one_line(r.summary, 200)),
@@ -642,7 +642,7 @@ def rerender(store: RunStore) -> str:
     """Every executed notebook of the run → its page again, then the index (a run of an older kit gets the
     shared plotly.js, clean pages and the arguing index). Never on a signed run."""
     from .plan import acceptance_plan, review_plan
-    from .session import read_records
+    from .evidence import read_records
 
     _refuse_if_signed(store, "re-rendering the report")
     plan = review_plan() if run_kind(store) == "renewal" else acceptance_plan()
