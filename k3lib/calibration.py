@@ -8,6 +8,7 @@ both, with the event-loop lag measured alongside, and `gate_phase` marks a load 
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import socket
 import subprocess
@@ -71,70 +72,97 @@ def build_known_timing_app(config: KnownTimingConfig) -> Any:
     """The Starlette app. Imported lazily so nothing heavy happens at `import k3lib.calibration`."""
     from starlette.applications import Starlette
     from starlette.requests import Request
-    from starlette.responses import JSONResponse, Response, StreamingResponse
+    from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
 
     def sse(obj: Any) -> bytes:
         return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
 
-    async def chat(request: Request) -> Response:
-        t0 = time.perf_counter_ns()
-        body = await request.json()
+    base = {"id": "chatcmpl-known", "model": config.model, "system_fingerprint": "known-timing-1"}
+    tpc = config.tokens_per_chunk
+    # one content event, split around its send stamp: the server's cost per event is what bounds how late a
+    # burst of streams gets its chunks, so each is two joins and one integer, no JSON encoder
+    stamped = sse({**base, "object": "chat.completion.chunk", "k3_sent_ns": 0,
+                   "choices": [{"index": 0, "delta": {"content": "\x00"}}]})
+    head, rest = stamped.split(b'"k3_sent_ns":0', 1)
+    head += b'"k3_sent_ns":'
+    middle, tail = rest.split(b"\\u0000", 1)
+    burst = b"".join(sse({**base, "object": "chat.completion.chunk", "choices": [
+        {"index": 0, "delta": {"content": " w0 w1"[: 3 * tpc]}}]}) for _ in range(config.events_per_write))
+    role = sse({**base, "object": "chat.completion.chunk",
+                "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
+    finish = sse({**base, "object": "chat.completion.chunk",
+                  "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    sse_headers = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
+
+    async def sleep_until(target_ns: int) -> None:
+        # again while early: a loop's timers may wake up to a millisecond before their time (libuv's resolution),
+        # and a chunk sent before its schedule would hide the client's own delay
+        while (delay := (target_ns - time.perf_counter_ns()) / 1e9) > 0:
+            await asyncio.sleep(delay)
+
+    async def chat(scope: Any, receive: Any, send: Any) -> None:
+        """The chat route as a bare ASGI app: each event goes straight to the server's `send`, without a
+        streaming response's task group in between."""
+        # the schedule runs from the request's arrival (see `_arrival_stamped_protocol`), not from when this
+        # handler got its turn: a burst of requests waits behind the others' handlers on the server's one loop,
+        # and that wait is the instrument's own, not the client's timing error
+        t0 = (scope.get("extensions") or {}).get(ARRIVAL_EXTENSION) or time.perf_counter_ns()
+        raw = bytearray()
+        while True:
+            message = await receive()
+            raw += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            await JSONResponse({"object": "error", "message": "body is not JSON", "type": "BadRequestError",
+                                "code": 400}, status_code=400)(scope, receive, send)
+            return
         ttft_ns = int(float(body.get("k3_ttft_ms", config.ttft_ms)) * 1e6)
         itl_ns = int(float(body.get("k3_itl_ms", config.itl_ms)) * 1e6)
         chunks = int(body.get("k3_chunks", config.chunks))
         stall_s = float(body.get("k3_stall_s", 0.0))
-        tpc = config.tokens_per_chunk
         prompt_tokens = _chat_prompt_tokens(body.get("messages"))
         usage = {"prompt_tokens": prompt_tokens, "completion_tokens": chunks * tpc,
                  "total_tokens": prompt_tokens + chunks * tpc, "prompt_tokens_details": {"cached_tokens": 0}}
-        base = {"id": "chatcmpl-known", "model": config.model, "system_fingerprint": "known-timing-1"}
-
-        async def sleep_until(target_ns: int) -> None:
-            delay = (target_ns - time.perf_counter_ns()) / 1e9
-            if delay > 0:
-                await asyncio.sleep(delay)
 
         if not body.get("stream"):
             await sleep_until(t0 + ttft_ns + max(0, chunks - 1) * itl_ns)
             if stall_s:
                 await asyncio.sleep(stall_s)
             text = " ".join(f"w{i}" for i in range(chunks * tpc))
-            return JSONResponse({**base, "object": "chat.completion", "usage": usage, "choices": [
-                {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}]})
+            await JSONResponse({**base, "object": "chat.completion", "usage": usage, "choices": [
+                {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}]}
+            )(scope, receive, send)
+            return
 
-        burst = b"".join(sse({**base, "object": "chat.completion.chunk", "choices": [
-            {"index": 0, "delta": {"content": " w0 w1"[: 3 * tpc]}}]}) for _ in range(config.events_per_write))
-
-        async def events():
-            yield sse({**base, "object": "chat.completion.chunk",
-                       "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
-            k = 0
-            while k < chunks:
-                await sleep_until(t0 + ttft_ns + k * itl_ns)
-                n = min(config.events_per_write, chunks - k)
-                if itl_ns == 0 and n == config.events_per_write > 1:
-                    # throughput mode: one pre-serialized block, so the server's cost per event stays far
-                    # below the client's and the client is what gets measured
-                    yield burst
-                    k += n
-                    continue
-                block = bytearray()
+        await send({"type": "http.response.start", "status": 200, "headers": sse_headers})
+        await send({"type": "http.response.body", "body": role, "more_body": True})
+        k = 0
+        while k < chunks:
+            await sleep_until(t0 + ttft_ns + k * itl_ns)
+            n = min(config.events_per_write, chunks - k)
+            if itl_ns == 0 and n == config.events_per_write > 1:
+                # throughput mode: one pre-serialized block, so the server's cost per event stays far
+                # below the client's and the client is what gets measured
+                block = burst
+            else:
+                parts = []
                 for j in range(k, k + n):
-                    text = "".join(f" w{j * tpc + i}" for i in range(tpc))
-                    block += sse({**base, "object": "chat.completion.chunk", "k3_sent_ns": time.perf_counter_ns(),
-                                  "choices": [{"index": 0, "delta": {"content": text}}]})
-                yield bytes(block)
-                k += n
-                if stall_s and k == 1:
-                    await asyncio.sleep(stall_s)
-            yield sse({**base, "object": "chat.completion.chunk",
-                       "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
-            if (body.get("stream_options") or {}).get("include_usage"):
-                yield sse({**base, "object": "chat.completion.chunk", "choices": [], "usage": usage})
-            yield b"data: [DONE]\n\n"
-
-        return StreamingResponse(events(), media_type="text/event-stream")
+                    text = "".join(f" w{j * tpc + i}" for i in range(tpc)).encode()
+                    parts += (head, b"%d" % time.perf_counter_ns(), middle, text, tail)
+                block = b"".join(parts)
+            await send({"type": "http.response.body", "body": block, "more_body": True})
+            k += n
+            if stall_s and k == 1:
+                await asyncio.sleep(stall_s)
+        await send({"type": "http.response.body", "body": finish, "more_body": True})
+        if (body.get("stream_options") or {}).get("include_usage"):
+            await send({"type": "http.response.body", "more_body": True,
+                        "body": sse({**base, "object": "chat.completion.chunk", "choices": [], "usage": usage})})
+        await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
 
     async def tokenize(request: Request) -> Response:
         body = await request.json()
@@ -156,13 +184,22 @@ def build_known_timing_app(config: KnownTimingConfig) -> Any:
     async def version(request: Request) -> Response:
         return JSONResponse({"version": "known-timing"})
 
-    return Starlette(routes=[
-        Route("/v1/chat/completions", chat, methods=["POST"]),
+    rest = Starlette(routes=[
         Route("/tokenize", tokenize, methods=["POST"]),
         Route("/v1/models", models),
         Route("/health", health),
         Route("/version", version),
     ])
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        # the chat route ahead of the router and its middleware: a burst of requests queues behind every
+        # handler's start on the server's one loop, so what each costs is what the last one waits
+        if scope["type"] == "http" and scope["path"] == "/v1/chat/completions" and scope["method"] == "POST":
+            await chat(scope, receive, send)
+        else:
+            await rest(scope, receive, send)
+
+    return app
 
 
 def _bind_loopback() -> socket.socket:
@@ -175,11 +212,35 @@ def _bind_loopback() -> socket.socket:
     return sock
 
 
+#: ASGI scope extension carrying the `perf_counter_ns` at which the server read a request's first bytes
+ARRIVAL_EXTENSION = "k3.arrival_ns"
+
+
+def _arrival_stamped_protocol() -> Any:
+    """uvicorn's httptools protocol, stamping each request when its first bytes are parsed (inside
+    `data_received`, before the request waits for the event loop). "auto" when httptools is missing: the
+    schedule then runs from the handler's start, an upper bound."""
+    try:
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+    except ImportError:
+        return "auto"
+
+    class ArrivalStamped(HttpToolsProtocol):  # type: ignore[misc]
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            scope = getattr(self, "scope", None)
+            if isinstance(scope, dict):
+                scope["extensions"] = {**(scope.get("extensions") or {}), ARRIVAL_EXTENSION: time.perf_counter_ns()}
+
+    return ArrivalStamped
+
+
 def _uvicorn_server(config: KnownTimingConfig) -> Any:
     import uvicorn
 
     cfg = uvicorn.Config(build_known_timing_app(config), log_level="warning", access_log=False,
-                         lifespan="off", timeout_graceful_shutdown=1, backlog=4096)
+                         lifespan="off", timeout_graceful_shutdown=1, backlog=4096,
+                         http=_arrival_stamped_protocol(), proxy_headers=False)
     return uvicorn.Server(cfg)
 
 
@@ -197,7 +258,11 @@ def serve_forever_from_argv(argv: Sequence[str]) -> None:
     sock = _bind_loopback()
     sys.stdout.write(f"{sock.getsockname()[1]}\n")
     sys.stdout.flush()
-    _uvicorn_server(config).run(sockets=[sock])
+    server = _uvicorn_server(config)
+    # the start-up heap (imports, the app) out of the collector: a full collection of it stalled the loop ~30 ms
+    # in the middle of a 64-request burst
+    gc.freeze()
+    server.run(sockets=[sock])
 
 
 class KnownTimingServer:

@@ -4,10 +4,13 @@ marks a phase invalid, and (when it exists) the same client against the emulator
 from __future__ import annotations
 
 import asyncio
+import json
 import statistics
+import threading
 import time
 from typing import Any
 
+import httpx
 import pytest
 
 from k3lib.calibration import (
@@ -204,3 +207,59 @@ def test_emulator_streams_without_nagle_stall(emulator: Any) -> None:
     # be in every request; a busy machine's delays are not, so the fastest request shows which
     assert min(statistics.median(r.itl_ms) for r in recs) < 10
     assert min(r.ttft_ms for r in recs) < 38
+
+
+def test_known_server_never_sends_ahead_of_its_schedule() -> None:
+    # the schedule runs from each request's arrival, which comes after the client put it on the wire: so no chunk
+    # of a burst may carry a server stamp earlier than sent + TTFT + k gaps (a timer waking early, or a schedule
+    # anchored before the request arrived, would hide the client's own delay)
+    with KnownTimingServer(KnownTimingConfig(), in_process=False) as srv:
+        async def go() -> list[ChatRecord]:
+            async with ChatClient(srv.url, keep_raw=True) as client:
+                body = {"model": "known-timing", "stream": True, "messages": [{"role": "user", "content": "x"}],
+                        "k3_ttft_ms": 30, "k3_itl_ms": 3, "k3_chunks": 6}
+                return list(await asyncio.gather(*(client.chat_body(body) for _ in range(32))))
+
+        recs = run(go)
+    for rec in recs:
+        stamps = [int(json.loads(line)["k3_sent_ns"]) for line in rec.raw_lines if '"k3_sent_ns"' in line]
+        assert len(stamps) == 6 and rec.sent_ns is not None
+        for k, stamp in enumerate(stamps):
+            assert stamp - rec.sent_ns >= (30 + 3 * k) * 1_000_000, (k, (stamp - rec.sent_ns) / 1e6)
+
+
+def test_arrival_stamp_is_taken_before_the_handler_runs() -> None:
+    # the stamp comes from uvicorn's protocol as it parses the request's first bytes: after the client sent them,
+    # before the app's handler got its turn on the loop
+    import uvicorn
+
+    from k3lib.calibration import ARRIVAL_EXTENSION, _arrival_stamped_protocol, _bind_loopback
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        handler_ns = time.perf_counter_ns()
+        arrival = (scope.get("extensions") or {}).get(ARRIVAL_EXTENSION)
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+        await send({"type": "http.response.body", "body": f"{arrival} {handler_ns}".encode()})
+
+    protocol = _arrival_stamped_protocol()
+    assert protocol != "auto", "httptools is a dependency: the stamped protocol must be available"
+    sock = _bind_loopback()
+    server = uvicorn.Server(uvicorn.Config(app, http=protocol, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 20
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.01)
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}/"
+        with httpx.Client(trust_env=False) as http:
+            stamps = []
+            for _ in range(3):  # keep-alive: every request on the connection gets its own stamp
+                before = time.perf_counter_ns()
+                arrival, handler = (int(x) for x in http.get(url).text.split())
+                assert before <= arrival <= handler
+                stamps.append(arrival)
+            assert stamps == sorted(set(stamps))
+    finally:
+        server.should_exit = True
+        thread.join(10)

@@ -405,6 +405,37 @@ def test_timing_against_known_server(server: KnownTimingServer) -> None:
         assert abs(rec.wall_ns(rec.sent_ns) - time.time_ns()) < 60e9
 
 
+def test_sent_mark_is_when_the_request_goes_onto_the_wire(server: KnownTimingServer,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # aiohttp writes headers and body together from a task of their own, which runs only after every request
+    # started alongside has taken its turn: TTFT runs from that write, not from when a connection was in hand
+    from k3lib.client import chat as chat_module
+
+    writes: dict[str, list[int]] = {}
+    real = chat_module._on_body_sent
+
+    async def spy(session: Any, ctx: Any, params: Any) -> None:
+        before = ctx.trace_request_ctx.sent_ns
+        await real(session, ctx, params)
+        writes.setdefault(ctx.trace_request_ctx.rid, []).append(ctx.trace_request_ctx.sent_ns)
+        assert before is not None  # the connection's mark came first; the write moved it
+        assert ctx.trace_request_ctx.sent_ns >= before
+
+    monkeypatch.setattr(chat_module, "_on_body_sent", spy)
+
+    async def go() -> list[Any]:
+        async with ChatClient(server.url, model="known-timing") as client:
+            body = {"messages": MSG, "stream": True, "k3_ttft_ms": 5, "k3_chunks": 2}
+            return await asyncio.gather(*(client.chat_body(body, request_id=f"b{i}") for i in range(16)))
+
+    recs = run(go)
+    assert sorted(writes) == sorted(r.request_id for r in recs)
+    for rec in recs:
+        # one body write per request, and the record's mark is the one taken at it
+        assert len(writes[rec.request_id]) == 1 and rec.sent_ns == writes[rec.request_id][0]
+        assert rec.enqueued_ns <= rec.sent_ns < rec.first_byte_ns
+
+
 def test_semaphore_wait_is_client_queue(server: KnownTimingServer) -> None:
     async def go() -> list[Any]:
         sem = asyncio.Semaphore(1)

@@ -31,6 +31,8 @@ class _Attempt:
     perf_anchor: int
     enqueued: int
     sent_ns: int | None = None
+    #: the first body bytes were handed to the socket (`sent_ns` was moved there)
+    body_sent: bool = False
     first_byte_ns: int | None = None
     done_ns: int | None = None
     connect_start_ns: int | None = None

@@ -85,6 +85,16 @@ async def _on_connection(session: Any, ctx: Any, params: Any) -> None:
         state.sent_ns = t
 
 
+async def _on_body_sent(session: Any, ctx: Any, params: Any) -> None:
+    # aiohttp holds the headers back and writes them with the body, from a task of their own that runs only when
+    # this loop comes round again: with many requests started together that is milliseconds after the connection
+    # was in hand. The first body write is when the request really goes onto the wire, so it moves the mark.
+    state = ctx.trace_request_ctx
+    if not state.body_sent:
+        state.body_sent = True
+        state.sent_ns = time.perf_counter_ns()
+
+
 class ChatClient:
     """Async chat client for one target. Cheap to share between thousands of concurrent requests.
 
@@ -182,6 +192,7 @@ class ChatClient:
         trace.on_connection_create_start.append(_on_connect_start)
         trace.on_connection_create_end.append(_on_connection)
         trace.on_connection_reuseconn.append(_on_connection)
+        trace.on_request_chunk_sent.append(_on_body_sent)
         # sock_connect only: waiting for a pooled connection is client queueing (measured, not an error), and a
         # stalled read is bounded by our own per-request deadline, which knows the phase deadline
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout_s)
