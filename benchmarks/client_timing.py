@@ -47,10 +47,12 @@ async def timing_error(url: str, concurrency: int, *, ttft_ms: float, itl_ms: fl
     return rep.to_dict()
 
 
-async def max_chunks_per_s(url: str, streams: int, chunks_per_stream: int) -> dict[str, Any]:
+async def max_chunks_per_s(url: str, streams: int, chunks_per_stream: int, *,
+                           itl_ms: float = 0.0) -> dict[str, Any]:
+    """`itl_ms` 0: the server writes as fast as it can; above 0 it paces each stream (one event per gap)."""
     client = ChatClient(url, keep_raw=False)
     body = {"model": "known-timing", "stream": True, "messages": [{"role": "user", "content": "go"}],
-            "k3_ttft_ms": 0, "k3_itl_ms": 0, "k3_chunks": chunks_per_stream}
+            "k3_ttft_ms": 0, "k3_itl_ms": itl_ms, "k3_chunks": chunks_per_stream}
     try:
         await client.chat_body({**body, "k3_chunks": 10})  # warm the pool
         cpu0, t0 = time.process_time(), time.perf_counter()
@@ -59,8 +61,13 @@ async def max_chunks_per_s(url: str, streams: int, chunks_per_stream: int) -> di
     finally:
         await client.aclose()
     events = sum(r.chunk_count for r in recs)
+    # the events of one socket read share that read's arrival mark: how many the server's writes packed into
+    # each read (the more, the less each costs a client), as a reader of these figures needs to know
+    outputs = sum(len(r.output_chunk_ns) for r in recs)
+    reads = sum(len(set(r.output_chunk_ns)) for r in recs)
     return {"streams": streams, "events": events, "failed": sum(not r.ok for r in recs), "wall_s": wall,
-            "events_per_s": events / wall, "client_cpu_fraction": cpu / wall}
+            "events_per_s": events / wall, "client_cpu_fraction": cpu / wall,
+            "output_events_per_read": outputs / reads if reads else None}
 
 
 def main(argv: list[str] | None = None) -> int:

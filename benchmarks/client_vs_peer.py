@@ -166,8 +166,8 @@ def peer_throughput(url: str, art: Path, streams: int, chunks_per_stream: int,
     return out
 
 
-def kit_throughput(url: str, streams: int, chunks_per_stream: int) -> dict[str, Any]:
-    res = asyncio.run(max_chunks_per_s(url, streams, chunks_per_stream))
+def kit_throughput(url: str, streams: int, chunks_per_stream: int, itl_ms: float) -> dict[str, Any]:
+    res = asyncio.run(max_chunks_per_s(url, streams, chunks_per_stream, itl_ms=itl_ms))
     # count content chunks, as for AIPerf (the role, finish and usage events are parsed but not counted)
     events = (streams - res["failed"]) * chunks_per_stream
     cpu = res["client_cpu_fraction"] * res["wall_s"]
@@ -205,14 +205,20 @@ def print_table(out: dict[str, Any]) -> None:
               f"{all(r['gaps_complete'] for r in rows)!s:>9}")
     print("\nstreamed content chunks per second on one core: over each client's measured phase / until its results"
           " are parsed / per CPU-second")
-    print(f"{'events/write':>12} {'streams':>8} {'chunks':>8} {'k3kit phase':>12} {'results':>8} {'per CPU-s':>10} "
-          f"{'aiperf phase':>13} {'results':>8} {'per CPU-s':>10} {'failed':>7}")
+    print(f"{'events/write':>12} {'gap ms':>7} {'streams':>8} {'chunks':>8} {'per read':>9} {'k3kit phase':>12} "
+          f"{'results':>8} {'per CPU-s':>10} {'aiperf phase':>13} {'results':>8} {'per CPU-s':>10} {'ratio':>6} "
+          f"{'failed':>7}")
     g = lambda v: "n/a" if v is None else f"{v:.0f}"
     for t in out["throughput"]:
         k, a = t["k3kit"], t["aiperf"]
-        print(f"{t['events_per_write']:>12} {t['streams']:>8} {a['events']:>8} {k['events_per_s']:>12.0f} "
+        ratio = f"{k['events_per_cpu_s'] / a['events_per_cpu_s']:.2f}" if a["events_per_cpu_s"] else "n/a"
+        per_read = k.get("output_events_per_read")
+        print(f"{t['events_per_write']:>12} {t.get('itl_ms', 0):>7.1f} {t['streams']:>8} {a['events']:>8} "
+              f"{'-' if per_read is None else f'{per_read:.1f}':>9} {k['events_per_s']:>12.0f} "
               f"{k['events_per_s_to_results']:>8.0f} {k['events_per_cpu_s']:>10.0f} {a['events_per_s']:>13.0f} "
-              f"{g(a['events_per_s_to_results']):>8} {g(a['events_per_cpu_s']):>10} {k['failed'] + a['failed']:>7}")
+              f"{g(a['events_per_s_to_results']):>8} {g(a['events_per_cpu_s']):>10} {ratio:>6} "
+              f"{k['failed'] + a['failed']:>7}")
+    print("('per read': the kit's content events per socket read — the events of one read share its arrival mark)")
     print("(aiperf 'results' and 'per CPU-s': its wall and CPU above those of the same run with 2 chunks a stream, "
           + ", ".join(f"{t['aiperf']['baseline_wall_s']:.1f} s/{t['aiperf']['baseline_cpu_s']:.1f} CPU-s"
                       for t in out["throughput"]) + ")")
@@ -232,6 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=3, help="timing runs per client and concurrency (medians shown)")
     ap.add_argument("--throughput-chunks", type=int, default=200_000, help="total chunks per chunks/s run "
                     "(half of it with one event per write)")
+    ap.add_argument("--paced-rate", type=float, default=20_000.0, help="events per second, all streams together, "
+                    "of the one-event-per-write runs")
     ap.add_argument("--no-isolation", action="store_true", help="stay in the host's network namespace")
     args = ap.parse_args(argv)
     if not AIPERF.exists() or not (TOKENIZER / "tokenizer.json").exists():
@@ -269,23 +277,26 @@ def main(argv: list[str] | None = None) -> int:
                         srv.url, tmpd / f"timing-{c}-{rep}", c, ttft_ms=args.ttft_ms, itl_ms=args.itl_ms,
                         chunks=args.chunks, rounds=args.rounds)})
                     time.sleep(1.0)
-        # batched: 64 pre-serialized events per write, so the client's parsing is the limit; unbatched: one event
-        # per write, as a decode step spread over many streams arrives
+        # batched: 64 pre-serialized events per write, as fast as the server can, so the client's parsing is the
+        # limit; paced: one event per write, each stream one event per gap, all streams together (as a decode step
+        # reaches its streams), at a total rate the client can keep, so that each socket read brings one event:
+        # unpaced, this server writes faster than a client reads and a read would carry a hundred events or more
         for per_write, stream_counts in ((64, (1, 64)), (1, (64, 256))):
             total = args.throughput_chunks if per_write > 1 else args.throughput_chunks // 2
             for streams in stream_counts:
                 per_stream = total // streams
+                itl_ms = 0.0 if per_write > 1 else streams / args.paced_rate * 1e3
                 tag = f"{per_write}-{streams}"
                 # the same run with 2 chunks a stream: AIPerf's fixed cost at this concurrency, subtracted below
-                cfg = KnownTimingConfig(ttft_ms=0, itl_ms=0, chunks=2, events_per_write=per_write)
+                cfg = KnownTimingConfig(ttft_ms=0, itl_ms=itl_ms, chunks=2, events_per_write=per_write)
                 with KnownTimingServer(cfg, in_process=False, cpu=server_cpu) as srv:
                     base = peer_throughput(srv.url, tmpd / f"base-{tag}", streams, 2)
-                cfg = KnownTimingConfig(ttft_ms=0, itl_ms=0, chunks=per_stream, events_per_write=per_write)
+                cfg = KnownTimingConfig(ttft_ms=0, itl_ms=itl_ms, chunks=per_stream, events_per_write=per_write)
                 time.sleep(2.0)  # let the baseline run's services finish before the kit is measured
                 with KnownTimingServer(cfg, in_process=False, cpu=server_cpu) as srv:
-                    kit = kit_throughput(srv.url, streams, per_stream)
+                    kit = kit_throughput(srv.url, streams, per_stream, itl_ms)
                     peer = peer_throughput(srv.url, tmpd / f"tput-{tag}", streams, per_stream, base)
-                out["throughput"].append({"events_per_write": per_write, "streams": streams,
+                out["throughput"].append({"events_per_write": per_write, "streams": streams, "itl_ms": itl_ms,
                                           "k3kit": kit, "aiperf": peer})
     out["host"]["load_after"] = load_avg()
     if args.json:

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from k3lib.client import ChatClient, ChatRecord
+from k3lib.client import ChatClient, ChatRecord, quiet_collector
 from k3lib.stats import percentile
 
 #: Default bound on the client's p99 timing error; above it a phase's TTFT/ITL are not trusted.
@@ -139,7 +139,8 @@ def build_known_timing_app(config: KnownTimingConfig) -> Any:
             return
 
         await send({"type": "http.response.start", "status": 200, "headers": sse_headers})
-        await send({"type": "http.response.body", "body": role, "more_body": True})
+        # the role event goes out with the first output, as vLLM's stream sends it once the first token exists
+        lead = role
         k = 0
         while k < chunks:
             await sleep_until(t0 + ttft_ns + k * itl_ns)
@@ -154,11 +155,13 @@ def build_known_timing_app(config: KnownTimingConfig) -> Any:
                     text = "".join(f" w{j * tpc + i}" for i in range(tpc)).encode()
                     parts += (head, b"%d" % time.perf_counter_ns(), middle, text, tail)
                 block = b"".join(parts)
+            if lead:
+                block, lead = lead + block, b""
             await send({"type": "http.response.body", "body": block, "more_body": True})
             k += n
             if stall_s and k == 1:
                 await asyncio.sleep(stall_s)
-        await send({"type": "http.response.body", "body": finish, "more_body": True})
+        await send({"type": "http.response.body", "body": lead + finish, "more_body": True})
         if (body.get("stream_options") or {}).get("include_usage"):
             await send({"type": "http.response.body", "more_body": True,
                         "body": sse({**base, "object": "chat.completion.chunk", "choices": [], "usage": usage})})
@@ -516,16 +519,17 @@ async def calibrate(client: ChatClient | None, url: str | None = None, *, concur
         # page faults that no load phase sees, and would be charged to the client as timing error.
         warm = {**body, "k3_ttft_ms": 0, "k3_itl_ms": 0, "k3_chunks": 2, "max_tokens": 2 * tokens_per_chunk}
         await client.chat_body(warm, strict=False, timeout_s=timeout_s, request_id="calib-warmup")
-        lag_task = asyncio.create_task(measure_event_loop_lag(timeout_s * rounds, stop=stop))
-        try:
-            for _ in range(rounds):
-                batch = await asyncio.gather(*(
-                    client.chat_body(body, strict=False, timeout_s=timeout_s, request_id=f"calib-{i}")
-                    for i in range(concurrency)))
-                records.extend(batch)
-        finally:
-            stop.set()
-            lag = await lag_task
+        with quiet_collector():  # as in the load phases it vouches for
+            lag_task = asyncio.create_task(measure_event_loop_lag(timeout_s * rounds, stop=stop))
+            try:
+                for _ in range(rounds):
+                    batch = await asyncio.gather(*(
+                        client.chat_body(body, strict=False, timeout_s=timeout_s, request_id=f"calib-{i}")
+                        for i in range(concurrency)))
+                    records.extend(batch)
+            finally:
+                stop.set()
+                lag = await lag_task
     finally:
         if own:
             await client.aclose()

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 from k3lib.calibration import measure_event_loop_lag
 from k3lib.stats import percentile
-from k3lib.client import ChatClient, ChatRecord, record_of
+from k3lib.client import ChatClient, ChatRecord, quiet_collector, record_of
 from k3lib.guards import is_loopback_url
 from k3lib.errors import BadInputError
 
@@ -337,6 +337,13 @@ def _cancelled_record(client: ChatClient, rid: str, enqueued_ns: int) -> ChatRec
 
 
 async def _with_lag(phase: _Phase, work: Any) -> float | None:
+    """Run a phase's work with the event-loop lag measured beside it and the collector kept off its timing path
+    (`quiet_collector`)."""
+    with quiet_collector():
+        return await _measured(phase, work)
+
+
+async def _measured(phase: _Phase, work: Any) -> float | None:
     stop = asyncio.Event()
     lag_task = asyncio.create_task(measure_event_loop_lag(phase.max_duration_s + phase.drain_s + 2 * CANCEL_GRACE_S,
                                                           interval_ms=10.0, stop=stop))

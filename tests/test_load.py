@@ -141,6 +141,41 @@ def test_closed_loop_stops_at_request_bound_and_sinks_every_record(server: Known
     assert s.concurrency == 4 and s.loop_lag_ms_p99 is not None
 
 
+@pytest.mark.parametrize("kind", ["closed", "open"])
+def test_a_phase_measures_with_the_heap_out_of_the_collector(server: KnownTimingServer, kind: str) -> None:
+    # a full collection of a notebook's heap stops the loop for tens of ms, late marks for every chunk then due:
+    # while a phase runs, what existed before it is frozen out of the collector, and it is unfrozen afterwards
+    import gc
+
+    before = gc.get_freeze_count()
+    frozen_while_running: list[int] = []
+    client = ChatClient(server.url)
+    sink = lambda rec: frozen_while_running.append(gc.get_freeze_count())
+    if kind == "closed":
+        phase = lambda: run_closed_loop(client, [FAST], concurrency=2, max_requests=4, max_duration_s=20, sink=sink)
+    else:
+        phase = lambda: run_open_loop(client, [FAST], rate_rps=50, max_requests=4, max_duration_s=20, sink=sink)
+    run(phase)
+    assert len(frozen_while_running) == 4 and all(n > before for n in frozen_while_running)
+    assert gc.get_freeze_count() == before
+
+
+def test_quiet_collector_nests() -> None:
+    import gc
+
+    from k3lib.client import quiet_collector
+
+    base = gc.get_freeze_count()
+    with quiet_collector():
+        outer = gc.get_freeze_count()
+        assert outer > base
+        with quiet_collector():  # a calibration inside a run
+            junk = [[i] for i in range(1000)]
+        # the inner exit leaves the outer phase's heap frozen (a frozen object freed meanwhile leaves the count)
+        assert gc.get_freeze_count() > base + (outer - base) // 2 and junk
+    assert gc.get_freeze_count() == base
+
+
 def test_closed_loop_stops_at_duration_bound_against_a_stalled_server(server: KnownTimingServer) -> None:
     seen: list[ChatRecord] = []
     t0 = time.perf_counter()
