@@ -246,6 +246,10 @@ async def _run(rt: Runtime, req: EngineRequest):
     try:
         while True:
             kind, value = await req.events.get()
+            # one stream's output work per loop iteration, as its front-end work: a step that finishes hundreds
+            # of requests wakes them all at once, and their closing work (final events, usage, the response's end)
+            # in one iteration ran tens of ms past the next step's deadline (vLLM's engine core runs apart)
+            await rt.front_end.turn()
             batch = [(kind, value)]
             while not req.events.empty():
                 batch.append(req.events.get_nowait())

@@ -40,7 +40,7 @@ def _server(cfg: EmulatorConfig, url: str):
     app, emu = build_app(cfg)
     emu.url = url
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", loop="asyncio",
-                            http="h11", ws="none", timeout_graceful_shutdown=2, backlog=2048)
+                            http="httptools", ws="none", timeout_graceful_shutdown=2, backlog=2048)
     return uvicorn.Server(config), emu
 
 
