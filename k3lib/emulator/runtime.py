@@ -41,12 +41,15 @@ def capacity_error(cfg, plan) -> str | None:
 
 
 class FrontEnd:
-    """Lets requests into the front end (JSON, chat template, tokenizer, reply plan) one per loop iteration.
+    """Lets requests into the front end (JSON, chat template, tokenizer, reply plan), and their outputs out, one
+    per loop iteration.
 
     vLLM's API server and engine core are separate processes; here they share one event loop, and 256 requests
     arriving together used to parse and plan in one loop iteration (hundreds of ms), all of it engine-step lag.
     A request waits its turn, then runs its front-end work until its next await; the next turn is granted in
-    the following iteration, so a due engine step waits for one request's front-end work at most.
+    the following iteration, so a due engine step waits for one request's front-end work at most. The output side
+    takes turns too: each stream's events from a step (and a finished request's closing work) wait for one, so
+    a step that wakes hundreds of streams does not hold the loop past the next step's deadline.
     """
 
     def __init__(self) -> None:
