@@ -79,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--chunks", type=int, default=50)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--throughput-chunks", type=int, default=200_000, help="total chunks for the chunks/s run")
+    ap.add_argument("--paced-rate", type=float, default=20_000.0, help="events per second, all streams together, "
+                    "of the one-event-per-write runs")
     args = ap.parse_args(argv)
 
     ncpu = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
@@ -92,15 +94,18 @@ def main(argv: list[str] | None = None) -> int:
         for c in args.concurrency:
             out["timing"].append(asyncio.run(timing_error(srv.url, c, ttft_ms=args.ttft_ms, itl_ms=args.itl_ms,
                                                           chunks=args.chunks, rounds=args.rounds)))
-    # batched: the server writes pre-serialized blocks of 64 events, so the client's parsing is the limit;
-    # unbatched: one event per write and per socket read, as a decode step spread over many streams arrives
+    # batched: the server writes pre-serialized blocks of 64 events as fast as it can, so the client's parsing is
+    # the limit; paced: one event per write, every stream one event per gap (all together, as a decode step reaches
+    # them) at a total rate the client keeps, so each socket read brings one event — unpaced, the server writes
+    # faster than one core reads and a read carries a hundred events or more
     for per_write, stream_counts in ((64, (1, 8, 64)), (1, (64, 256))):
         cfg = KnownTimingConfig(events_per_write=per_write)
         with KnownTimingServer(cfg, in_process=False, cpu=server_cpu) as srv:
             for streams in stream_counts:
                 total = args.throughput_chunks if per_write > 1 else args.throughput_chunks // 4
-                res = asyncio.run(max_chunks_per_s(srv.url, streams, total // streams))
-                out["throughput"].append({"events_per_write": per_write, **res})
+                itl_ms = 0.0 if per_write > 1 else streams / args.paced_rate * 1e3
+                res = asyncio.run(max_chunks_per_s(srv.url, streams, total // streams, itl_ms=itl_ms))
+                out["throughput"].append({"events_per_write": per_write, "itl_ms": itl_ms, **res})
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
@@ -113,10 +118,13 @@ def main(argv: list[str] | None = None) -> int:
               f"{t['itl_error_ms_p50']:>8.2f}/{t['itl_error_ms_p99']:<10.2f}"
               f"{t['delivery_ms_p50']:>9.2f}/{t['delivery_ms_p99']:<10.2f}{t['loop_lag']['p99_ms']:>16.2f}"
               f"{str(t['valid']):>7}")
-    print(f"\n{'events/write':>12} {'streams':>8} {'events':>8} {'events/s':>10} {'client CPU':>11}")
+    print(f"\n{'events/write':>12} {'gap ms':>7} {'streams':>8} {'events':>8} {'per read':>9} {'events/s':>10} "
+          f"{'client CPU':>11} {'per CPU-s':>10}")
     for t in out["throughput"]:
-        print(f"{t['events_per_write']:>12} {t['streams']:>8} {t['events']:>8} {t['events_per_s']:>10.0f} "
-              f"{t['client_cpu_fraction']:>10.0%}")
+        per_read = t["output_events_per_read"]
+        print(f"{t['events_per_write']:>12} {t['itl_ms']:>7.1f} {t['streams']:>8} {t['events']:>8} "
+              f"{'-' if per_read is None else f'{per_read:.1f}':>9} {t['events_per_s']:>10.0f} "
+              f"{t['client_cpu_fraction']:>10.0%} {t['events_per_s'] / t['client_cpu_fraction']:>10.0f}")
     return 0
 
 

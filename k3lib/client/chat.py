@@ -354,6 +354,7 @@ class ChatClient:
                         await self._exchange(body, state)
                 else:
                     await self._exchange(body, state)
+            await state.settle()  # a finished stream's decoding: outside the deadline, it was complete in time
         except TimeoutError as exc:
             phase_stop = deadline_ns is not None and deadline_ns <= own_deadline
             if phase_stop:
@@ -367,8 +368,17 @@ class ChatClient:
                 error = ProtocolError(f"stream from {url} not finished within {timeout:g} s")
             return self._finish(state, error, strict, exc)
         except asyncio.CancelledError as exc:
-            # cancelled from outside (a notebook interrupt, a phase tearing down): keep what arrived
-            state.fail("Cancelled", "request cancelled by the caller", cancelled=True)
+            # cancelled from outside (a notebook interrupt, a phase tearing down): keep what arrived; a stream
+            # that had ended is complete, only its decoding was still waiting for a turn
+            try:
+                if not state.unsettled:
+                    raise exc
+                state.settle_now()
+            except (ProtocolError, APIError) as failed:
+                state.fail(type(failed).__name__, str(failed),
+                           api_error=failed if isinstance(failed, APIError) else None)
+            except asyncio.CancelledError:
+                state.fail("Cancelled", "request cancelled by the caller", cancelled=True)
             exc.record = state.build(self.keep_raw)  # type: ignore[attr-defined]
             raise
         except (APIError, ProtocolError, TargetUnreachable) as exc:
@@ -471,7 +481,7 @@ class ChatClient:
             state.done_ns = time.perf_counter_ns()
             raise parse_error_body(status, text, url=state.url)
         if state.stream and "text/event-stream" in ctype:
-            await _read_stream(read_piece, state, status)
+            await _read_stream(read_piece, state, status, settle_later=True)
             return
         raw = await read_all()
         state.done_ns = time.perf_counter_ns()

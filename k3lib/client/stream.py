@@ -141,10 +141,14 @@ class StreamAssembler:
             self._edge = piece[-4:] if len(piece) >= 4 else seam[-4:]
         return self._eager or len(pending) >= self.MAX_PENDING_READS
 
-    def drain(self, *, url: str | None = None, status: int = 200) -> None:
-        """Frame and decode every pending read. Raises ProtocolError on a payload that is not JSON, and the
-        stream's APIError on an error event (what follows it is dropped, as the reader stops there)."""
-        pending, self.pending = self.pending, []
+    def drain(self, *, url: str | None = None, status: int = 200, limit: int | None = None) -> None:
+        """Frame and decode every pending read (the first `limit` of them when given). Raises ProtocolError on a
+        payload that is not JSON, and the stream's APIError on an error event (what follows it is dropped, as the
+        reader stops there)."""
+        if limit is None:
+            pending, self.pending = self.pending, []
+        else:
+            pending, self.pending = self.pending[:limit], self.pending[limit:]
         buf = self._buf
         for piece, t_read in pending:
             if not buf:

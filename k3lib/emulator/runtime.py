@@ -12,6 +12,7 @@ from collections import deque
 from pathlib import Path
 
 from ..stats import percentile
+from ..turns import Turns
 from .config import EmulatorConfig
 from .envreport import collect_env_report, image_digest
 from .gpu import GpuBoard, plan_memory
@@ -40,9 +41,9 @@ def capacity_error(cfg, plan) -> str | None:
     return None
 
 
-class FrontEnd:
+class FrontEnd(Turns):
     """Lets requests into the front end (JSON, chat template, tokenizer, reply plan), and their outputs out, one
-    per loop iteration.
+    per loop iteration (`k3lib.turns.Turns`).
 
     vLLM's API server and engine core are separate processes; here they share one event loop, and 256 requests
     arriving together used to parse and plan in one loop iteration (hundreds of ms), all of it engine-step lag.
@@ -51,30 +52,6 @@ class FrontEnd:
     takes turns too: each stream's events from a step (and a finished request's closing work) wait for one, so
     a step that wakes hundreds of streams does not hold the loop past the next step's deadline.
     """
-
-    def __init__(self) -> None:
-        self._waiting: deque[asyncio.Future[None]] = deque()
-        self._granting = False
-
-    async def turn(self) -> None:
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[None] = loop.create_future()
-        self._waiting.append(fut)
-        if not self._granting:
-            self._granting = True
-            loop.call_soon(self._grant, loop)
-        await fut
-
-    def _grant(self, loop: asyncio.AbstractEventLoop) -> None:
-        while self._waiting:
-            fut = self._waiting.popleft()
-            if not fut.done():  # a caller that went away gives up its turn
-                fut.set_result(None)
-                break
-        if self._waiting:
-            loop.call_soon(self._grant, loop)
-        else:
-            self._granting = False
 
 
 class Runtime:
