@@ -317,3 +317,121 @@ def test_aiohttp_path_gives_the_records_of_the_httpx_path(name: str) -> None:
     if name == "tool-calls-split":
         assert a.tool_calls == (ToolCall(0, "call_a", "function", "get_weather", '{"city": "Paris"}'),
                                 ToolCall(1, "call_b", "function", "get_time", '{"tz": "CET"}'))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# A finished stream decoded in turns (outside the request's deadline) gives the records of the inline decode
+# ---------------------------------------------------------------------------------------------------------
+
+
+def run_settled_in_turns(pieces: list[bytes]) -> tuple[dict[str, Any], str | None]:
+    state = new_state()
+    marks: Iterator[int] = itertools.count(1_000_000, 1_000)
+    state.SETTLE_READS = 2  # type: ignore[misc]  # many turns even for a short stream
+
+    async def go() -> str | None:
+        it = iter(pieces)
+
+        async def read_piece() -> bytes:
+            return next(it, b"")
+
+        try:
+            await _read_stream(read_piece, state, 200, clock=marks.__next__, settle_later=True)
+            assert state.unsettled or state.assembler.done or state.error
+            await state.settle()
+        except (ProtocolError, APIError) as exc:
+            return f"{type(exc).__name__}: {exc}"
+        return None
+
+    error = asyncio.run(go())
+    rec = state.build(keep_raw=True).to_dict()
+    if error is not None and error.startswith("ProtocolError: invalid JSON"):
+        rec.pop("done_ns")  # as `run_path` compares it
+        rec.pop("e2e_ms")
+    return rec, error
+
+
+@pytest.mark.parametrize("name", list(STREAMS))
+@pytest.mark.parametrize("shape", ["one-read", "event-per-read"])
+def test_settling_in_turns_gives_the_inline_records(name: str, shape: str) -> None:
+    stream = STREAMS[name]
+    pieces = [stream] if shape == "one-read" else one_event_per_read(stream)
+    assert run_settled_in_turns(pieces) == run_path(pieces, previous=False)
+
+
+def test_streams_settle_one_slice_per_loop_iteration() -> None:
+    # two finished streams with many reads each: their decoding alternates, a slice an iteration, so a read that
+    # arrives meanwhile (a timer here) waits for one slice, never for a whole stream's decoding
+    pieces = one_event_per_read(STREAMS["content-usage-done"])
+
+    async def main() -> list[tuple[str, int]]:
+        loop = asyncio.get_running_loop()
+        tick, seen = [0], []
+
+        def ticker() -> None:
+            tick[0] += 1
+            if tick[0] < 10_000:
+                loop.call_soon(ticker)
+
+        states = {}
+        for name in ("a", "b"):
+            st_ = states[name] = new_state()
+            st_.SETTLE_READS = 1  # type: ignore[misc]
+            for i, p in enumerate(pieces):
+                st_.assembler.arrived(p, 1_000 + i)
+            st_.done_ns, st_.unsettled = 9_999, True
+            drain = st_.assembler.drain
+
+            def spy(*a: Any, _name: str = name, _drain: Any = drain, _asm: Any = st_.assembler, **kw: Any) -> None:
+                if _asm.pending:  # a slice (the closing drain of what is left finds nothing)
+                    seen.append((_name, tick[0]))
+                _drain(*a, **kw)
+
+            st_.assembler.drain = spy  # type: ignore[method-assign]
+        loop.call_soon(ticker)
+        await asyncio.gather(states["a"].settle(), states["b"].settle())
+        assert all(s.assembler.done and not s.unsettled for s in states.values())
+        return seen
+
+    seen = asyncio.run(main())
+    assert sorted(n for n, _ in seen) == ["a"] * len(pieces) + ["b"] * len(pieces)
+    ticks = [t for _, t in seen]
+    assert all(b > a for a, b in zip(ticks, ticks[1:]))  # never two slices in the same iteration
+
+
+def test_a_stream_cancelled_while_it_settles_keeps_its_whole_record(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the body had ended in time; only its decoding waited for a turn when the phase tore down: the record
+    # the cancellation carries is the complete one, not a cancelled request
+    from k3lib.client import attempt as attempt_module
+    from k3lib.client.records import record_of
+
+    settling = asyncio.Event
+
+    class NeverGranted:
+        def __init__(self, flag: Any) -> None:
+            self.flag = flag
+
+        async def turn(self) -> None:
+            self.flag.set()
+            await asyncio.Event().wait()
+
+    pieces = one_event_per_read(STREAMS["content-usage-done"])
+
+    async def main() -> Any:
+        flag = settling()
+        monkeypatch.setattr(attempt_module, "loop_turns", lambda: NeverGranted(flag))
+        async with ReplayServer(pieces) as srv, ChatClient(srv.url, model="m") as client:
+            task = asyncio.create_task(client.chat(MSG, strict=False))
+            await flag.wait()
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError as exc:
+                return record_of(exc)
+        raise AssertionError("the request was not cancelled")
+
+    rec = asyncio.run(main())
+    assert rec is not None and rec.ok and not rec.cancelled and rec.error is None
+    whole, _ = run_path(pieces, previous=False)
+    assert rec.content == whole["content"] and rec.completion_tokens == whole["completion_tokens"]
+    assert len(rec.output_chunk_ns) == len(whole["output_chunk_ns"]) and rec.finish_reason == whole["finish_reason"]

@@ -149,6 +149,13 @@ class StreamAssembler:
             pending, self.pending = self.pending, []
         else:
             pending, self.pending = self.pending[:limit], self.pending[limit:]
+        try:
+            self._frame(pending, url, status)
+        except (ProtocolError, APIError):
+            self.pending = []  # what follows the failure is dropped, in whatever slices the reads were decoded
+            raise
+
+    def _frame(self, pending: list[tuple[bytes, int]], url: str | None, status: int) -> None:
         buf = self._buf
         for piece, t_read in pending:
             if not buf:
