@@ -17,16 +17,17 @@ def quiet_collector() -> Iterator[None]:
 
     A full collection walks every tracked object: in a notebook kernel (pandas, plotly, the kit) that is tens of
     milliseconds with the event loop stopped, and whichever chunks arrive meanwhile get late arrival marks: a
-    client timing error of the same size, seen as a 12 ms TTFT outlier among 64 streams. So the heap is collected
-    once before the phase and frozen (`gc.freeze`, as vLLM does with its own once warmed up); collections during
-    the phase walk only what the phase made, and the heap is unfrozen after it. Nested phases (a calibration
-    inside a run) freeze and unfreeze once, at the outermost.
+    client timing error of the same size, seen as a 12 ms TTFT outlier among 64 streams. So the heap is frozen
+    for the phase (`gc.freeze`, as vLLM does with its own once warmed up); collections during the phase walk only
+    what the phase made, and the heap is unfrozen after it. It is not collected first: that took ~1 s in a long
+    process, inside a capacity step's server-side window (its gauges then showed an idle engine). Garbage frozen
+    with the heap is collected after the phase. Nested phases (a calibration inside a run) freeze and unfreeze
+    once, at the outermost.
     """
     global _depth
     with _lock:
         _depth += 1
         if _depth == 1:
-            gc.collect()
             gc.freeze()
     try:
         yield
