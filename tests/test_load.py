@@ -162,8 +162,8 @@ def test_a_phase_measures_with_the_heap_out_of_the_collector(server: KnownTiming
 
 def test_the_collection_before_a_phase_is_not_in_its_window(server: KnownTimingServer,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    # a long test process (or a notebook) takes a while to collect: that happens before the phase's clock starts,
-    # so a 0.2 s window still sends its requests (it sent none when the collection ran inside it, in CI)
+    # a long test process (or a notebook) takes a while to collect: a phase must not pay for one inside its window
+    # (a 0.2 s window sent nothing when `quiet_collector` collected after the phase's clock started, in CI)
     import gc
 
     real = gc.collect
