@@ -337,14 +337,17 @@ def _cancelled_record(client: ChatClient, rid: str, enqueued_ns: int) -> ChatRec
 
 
 async def _with_lag(phase: _Phase, work: Any) -> float | None:
+    """Run a phase's work with the event-loop lag measured beside it and the heap frozen out of the collector
+    (`quiet_collector`: a freeze, no collection, so nothing is added to the phase's window)."""
     stop = asyncio.Event()
-    lag_task = asyncio.create_task(measure_event_loop_lag(phase.max_duration_s + phase.drain_s + 2 * CANCEL_GRACE_S,
-                                                          interval_ms=10.0, stop=stop))
-    try:
-        await work
-    finally:
-        stop.set()
-        lag = await lag_task
+    with quiet_collector():
+        lag_task = asyncio.create_task(measure_event_loop_lag(
+            phase.max_duration_s + phase.drain_s + 2 * CANCEL_GRACE_S, interval_ms=10.0, stop=stop))
+        try:
+            await work
+        finally:
+            stop.set()
+            lag = await lag_task
     return lag.p99_ms
 
 
@@ -361,15 +364,6 @@ async def run_closed_loop(client: ChatClient, bodies: BodySource, *, concurrency
     check_load_target(client.base_url, allow_remote_load)
     if concurrency < 1:
         raise BadInputError(f"concurrency must be >= 1, got {concurrency}", field="concurrency")
-    with quiet_collector():  # before the phase's clock starts: the collection it begins with is not the phase's
-        return await _closed_loop(client, bodies, concurrency=concurrency, max_requests=max_requests,
-                                  max_duration_s=max_duration_s, ramp_s=ramp_s, request_timeout_s=request_timeout_s,
-                                  sink=sink, name=name, window_s=window_s, drain_s=drain_s, kind=_kind)
-
-
-async def _closed_loop(client: ChatClient, bodies: BodySource, *, concurrency: int, max_requests: int,
-                       max_duration_s: float, ramp_s: float, request_timeout_s: float, sink: Sink | None, name: str,
-                       window_s: float | None, drain_s: float, kind: str) -> PhaseSummary:
     phase = _Phase(client, bodies, name=name, max_requests=max_requests, max_duration_s=max_duration_s,
                    request_timeout_s=request_timeout_s, sink=sink, drain_s=drain_s)
 
@@ -385,7 +379,7 @@ async def _closed_loop(client: ChatClient, bodies: BodySource, *, concurrency: i
         await phase.wait(tasks)
 
     lag = await _with_lag(phase, work())
-    return phase.summary(kind=kind, concurrency=concurrency, rate_rps=None, planned=max_requests,
+    return phase.summary(kind=_kind, concurrency=concurrency, rate_rps=None, planned=max_requests,
                          lag_ms_p99=lag, window_s=window_s)
 
 
@@ -402,15 +396,6 @@ async def run_open_loop(client: ChatClient, bodies: BodySource, *, rate_rps: flo
     check_load_target(client.base_url, allow_remote_load)
     offsets = arrival_offsets_s(rate_rps, max_requests=max_requests, max_duration_s=max_duration_s,
                                 process=arrival, seed=seed)
-    with quiet_collector():  # before the phase's clock starts: the collection it begins with is not the phase's
-        return await _open_loop(client, bodies, offsets, rate_rps=rate_rps, max_requests=max_requests,
-                                max_duration_s=max_duration_s, arrival=arrival, max_in_flight=max_in_flight,
-                                request_timeout_s=request_timeout_s, sink=sink, name=name, window_s=window_s)
-
-
-async def _open_loop(client: ChatClient, bodies: BodySource, offsets: list[float], *, rate_rps: float,
-                     max_requests: int, max_duration_s: float, arrival: str, max_in_flight: int | None,
-                     request_timeout_s: float, sink: Sink | None, name: str, window_s: float | None) -> PhaseSummary:
     sem = asyncio.Semaphore(max_in_flight) if max_in_flight else None
     phase = _Phase(client, bodies, name=name, max_requests=max_requests, max_duration_s=max_duration_s,
                    request_timeout_s=request_timeout_s, sink=sink, semaphore=sem)

@@ -370,15 +370,14 @@ class ChatClient:
         except asyncio.CancelledError as exc:
             # cancelled from outside (a notebook interrupt, a phase tearing down): keep what arrived; a stream
             # that had ended is complete, only its decoding was still waiting for a turn
-            try:
-                if not state.unsettled:
-                    raise exc
-                state.settle_now()
-            except (ProtocolError, APIError) as failed:
-                state.fail(type(failed).__name__, str(failed),
-                           api_error=failed if isinstance(failed, APIError) else None)
-            except asyncio.CancelledError:
+            if not state.unsettled:
                 state.fail("Cancelled", "request cancelled by the caller", cancelled=True)
+            else:
+                try:
+                    state.settle_now()
+                except (ProtocolError, APIError) as failed:
+                    state.fail(type(failed).__name__, str(failed),
+                               api_error=failed if isinstance(failed, APIError) else None)
             exc.record = state.build(self.keep_raw)  # type: ignore[attr-defined]
             raise
         except (APIError, ProtocolError, TargetUnreachable) as exc:
