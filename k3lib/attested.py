@@ -37,14 +37,33 @@ class RollbackRehearsedItem(_Model):
     duration_s: Annotated[float, Field(gt=0)] | None = None
 
 
+class ThresholdAccepted(_Model):
+    """A judgement threshold the operator accepts looser than the kit's default (`k3lib.thresholds`): the same
+    path and value as the parameters, and why. The attestation's `who` is who accepted it."""
+
+    path: Text
+    value: float | int | bool
+    why: Text
+
+    @model_validator(mode="after")
+    def _known(self) -> "ThresholdAccepted":
+        from .thresholds import BY_PATH
+
+        if self.path not in BY_PATH:
+            raise ValueError(f"{self.path!r} is not a judgement threshold; expected one of " + ", ".join(BY_PATH))
+        return self
+
+
 class AttestedItems(_Model):
     operator_knows_limits: LimitsKnownItem | None = None
     rollback_rehearsed: RollbackRehearsedItem | None = None
+    thresholds_accepted: tuple[ThresholdAccepted, ...] = ()
 
     @model_validator(mode="after")
     def _one_at_least(self) -> "AttestedItems":
-        if self.operator_knows_limits is None and self.rollback_rehearsed is None:
-            raise ValueError("attest at least one item: operator_knows_limits or rollback_rehearsed")
+        if self.operator_knows_limits is None and self.rollback_rehearsed is None and not self.thresholds_accepted:
+            raise ValueError("attest at least one item: operator_knows_limits, rollback_rehearsed or "
+                             "thresholds_accepted")
         return self
 
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from .evidence import EvidenceRecord
+from .thresholds import Loosened
 from .outcomes import (DECISIONS, EXIT_CODES, NOT_PROVEN, REEXAMINE_AFTER_DAYS, RULES, STRENGTH, Outcome, Rule,
                        level_for, rule_for, strongest)
 
@@ -31,6 +32,7 @@ class Decision:
     build: str = "official"
     agents_blocked: bool = False
     cache_gain_counted: bool = True
+    loosened_thresholds: tuple[dict[str, Any], ...] = ()  # k3lib.thresholds.Loosened, accepted or not
 
     @property
     def exit_code(self) -> int:
@@ -39,13 +41,14 @@ class Decision:
     def to_dict(self) -> dict[str, Any]:
         return {"decision": self.decision, "reasons": list(self.reasons), "checklist": list(self.checklist),
                 "traffic_cap": self.traffic_cap, "reexamine_on": self.reexamine_on, "build": self.build,
-                "agents_blocked": self.agents_blocked, "cache_gain_counted": self.cache_gain_counted}
+                "agents_blocked": self.agents_blocked, "cache_gain_counted": self.cache_gain_counted,
+                "loosened_thresholds": list(self.loosened_thresholds)}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Decision":
         return cls(d["decision"], tuple(d.get("reasons", ())), tuple(d.get("checklist", ())), d.get("traffic_cap"),
                    d.get("reexamine_on"), d.get("build", "official"), bool(d.get("agents_blocked", False)),
-                   bool(d.get("cache_gain_counted", True)))
+                   bool(d.get("cache_gain_counted", True)), tuple(d.get("loosened_thresholds", ())))
 
 
 def axis_checklist(records: dict[str, EvidenceRecord], planned: Iterable[str]) -> list[dict[str, Any]]:
@@ -84,8 +87,11 @@ def traffic_cap_from(records: dict[str, EvidenceRecord]) -> dict[str, Any]:
 
 
 def decide(records: dict[str, EvidenceRecord], planned: Iterable[str], *, build: str = "official",
-           checklist: list[dict[str, Any]] | None = None, today: dt.date | None = None) -> Decision:
-    """Strongest rule first. `checklist` (the sheet's rows) adds: an item still open is never a pass."""
+           checklist: list[dict[str, Any]] | None = None, today: dt.date | None = None,
+           loosened: Sequence[Loosened] = ()) -> Decision:
+    """Strongest rule first. `checklist` (the sheet's rows) adds: an item still open is never a pass.
+    `loosened` (k3lib.thresholds) adds: a threshold looser than its default is listed, and one nobody attested
+    having accepted forbids production."""
     planned = list(planned)
     verdict = "production"
     reasons: list[str] = []
@@ -114,9 +120,17 @@ def decide(records: dict[str, EvidenceRecord], planned: Iterable[str], *, build:
             elif f.status in ("warn", "not-observable"):
                 raise_to("limited-observation", f"{f.rule}: {f.message}")
                 cache_gain &= not (f.rule.startswith("prefix_cache.") and f.status == "warn")
+    for t in loosened:
+        if t.accepted:
+            reasons.append(f"loosened threshold, accepted by {t.accepted_by} on {t.accepted_on}: {t.text()} — {t.why}")
+        else:
+            raise_to("limited-observation", f"loosened threshold: {t.text()}; no attestation names who accepted it "
+                                            "and why (items.thresholds_accepted) — the judgement is not the "
+                                            "acceptance's")
     for item in checklist or []:
         if item["status"] == "open":
-            raise_to("limited-observation", f"{item['id']} {item['title']}: still open (no finding proves it)")
+            why = f"nothing compared: {item['observed']}" if item.get("rules") else "no finding proves it"
+            raise_to("limited-observation", f"{item['id']} {item['title']}: still open ({why})")
     today = today or dt.date.today()
     reexamine = cap = None
     if verdict == "limited-observation":
@@ -128,4 +142,5 @@ def decide(records: dict[str, EvidenceRecord], planned: Iterable[str], *, build:
     if verdict == "production":
         reasons.append("every planned axis and every checklist item passed")
     rows = checklist if checklist is not None else axis_checklist(records, planned)
-    return Decision(verdict, tuple(reasons), tuple(rows), cap, reexamine, build, agents_blocked, cache_gain)
+    return Decision(verdict, tuple(reasons), tuple(rows), cap, reexamine, build, agents_blocked, cache_gain,
+                    tuple(t.to_dict() for t in loosened))

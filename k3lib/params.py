@@ -446,7 +446,13 @@ def validate_model(model: type[M], data: Any, *, source: str, prov: dict[str, st
 
 def validate_params(data: dict[str, Any], prov: dict[str, str] | None = None, *,
                     default_source: str = "parameters") -> Params:
-    return validate_model(Params, data, source=default_source, prov=prov)
+    """The model, then what a model cannot say alone: a threshold outside the bounds the acceptance allows, or a
+    recipe named for a known model that drops one of its requirements (`k3lib.thresholds`)."""
+    from .thresholds import check
+
+    params = validate_model(Params, data, source=default_source, prov=prov)
+    check(params.public_dict(), prov, default_source=default_source)
+    return params
 
 
 def load_params_json(path: str | Path) -> Params:

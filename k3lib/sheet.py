@@ -82,7 +82,8 @@ def _matching(findings: Iterable[Finding], patterns: tuple[str, ...]) -> list[Fi
 
 
 def item_status(item: SheetItem, records: dict[str, EvidenceRecord]) -> tuple[str, list[Finding]]:
-    """pass / fail / warn / open, and the findings it rests on."""
+    """pass / fail / warn / open, and the findings it rests on. Only findings that compared something prove an
+    item: every matched finding passes. One that could not be observed, or an `info` one, leaves it open."""
     rec = records.get(item.axis)
     if rec is None:
         return "open", []
@@ -94,6 +95,10 @@ def item_status(item: SheetItem, records: dict[str, EvidenceRecord]) -> tuple[st
         return "fail", found
     if statuses & {"warn", "not-observable"}:
         return "warn" if "warn" in statuses else "open", found
+    if "info" in statuses:
+        # an `info` finding compared nothing ("the recipe sets no requirement", "not stated by the server"):
+        # it proves no item, even beside findings that pass
+        return "open", found
     return "pass", found
 
 
@@ -104,7 +109,7 @@ def sheet_rows(records: dict[str, EvidenceRecord], params: dict[str, Any] | None
     for item in ITEMS:
         status, found = item_status(item, records)
         rec = records.get(item.axis)
-        observed = "; ".join(f.message for f in found) if found else (
+        observed = "; ".join(_observed(f) for f in found) if found else (
             "no evidence record" if rec is None else "no finding proves this item")
         rows.append({
             "id": item.id, "title": item.title, "status": status, "test": item.test,
@@ -116,6 +121,10 @@ def sheet_rows(records: dict[str, EvidenceRecord], params: dict[str, Any] | None
             "reviewer": reviewer,
         })
     return rows
+
+
+def _observed(f: Finding) -> str:
+    return f"{f.message} (info: compares nothing, proves nothing)" if f.status == "info" else f.message
 
 
 def _recipe_requirements(recipe: dict[str, Any]) -> list[str]:
@@ -135,6 +144,16 @@ def _recipe_requirements(recipe: dict[str, Any]) -> list[str]:
 def _configuration(axis: str, params: dict[str, Any] | None) -> str:
     if not params:
         return ""
+    from .thresholds import BY_PATH, loosened
+
+    loose = [t for t in loosened(params) if BY_PATH[t.path].axis == axis]
+    base = _base_configuration(axis, params)
+    if not loose:
+        return base
+    return (base + "; " if base else "") + "loosened: " + ", ".join(t.text() for t in loose)
+
+
+def _base_configuration(axis: str, params: dict[str, Any]) -> str:
     contract = params.get("contract", {})
     recipe = params.get("recipe", {})
     if axis == "environment":

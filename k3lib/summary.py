@@ -4,6 +4,7 @@ The HTML of a decision or a record is `k3lib.views`, registered as display forma
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from .decision import Decision, decide
@@ -12,16 +13,34 @@ from .params import Params
 from .plan import ACCEPTANCE_AXES
 from .sheet import ITEMS, sheet_rows
 from .store import RunStore
+from .thresholds import Loosened, loosened
 
-__all__ = ["decide_run", "findings_table", "records_table"]
+__all__ = ["compute_decision", "decide_run", "findings_table", "loosened_thresholds", "records_table"]
 
 
-def decide_run(params: Params, store: RunStore, records: dict[str, EvidenceRecord]) -> Decision:
-    """Decide from the records alone (the sheet's items of the planned axes) and write `decision.json`."""
+def loosened_thresholds(params: Params, records: dict[str, EvidenceRecord]) -> list[Loosened]:
+    """The thresholds `params` sets looser than the defaults, each with the entry of the attestation the operations
+    axis read (its evidence, not the file as it is now) that accepted it."""
+    ops = records.get("operations")
+    att = ops.typed().attestation if ops is not None and ops.axis == "operations" else None
+    accepted = att.items.thresholds_accepted if att is not None else ()
+    return loosened(params.public_dict(), accepted=accepted, who=att.who if att else None,
+                    when=att.when.isoformat() if att else None)
+
+
+def compute_decision(params: Params, records: dict[str, EvidenceRecord], *,
+                     today: dt.date | None = None) -> Decision:
+    """Decide from the records alone (the sheet's items of the planned axes, the loosened thresholds)."""
     planned = set(ACCEPTANCE_AXES)
     rows = [r for r in sheet_rows(records, params.public_dict(), params.run.reviewer)
             if next(i for i in ITEMS if i.id == r["id"]).axis in planned]
-    decision = decide(records, ACCEPTANCE_AXES, build=params.recipe.build, checklist=rows or None)
+    return decide(records, ACCEPTANCE_AXES, build=params.recipe.build, checklist=rows or None, today=today,
+                  loosened=loosened_thresholds(params, records))
+
+
+def decide_run(params: Params, store: RunStore, records: dict[str, EvidenceRecord]) -> Decision:
+    """Decide from the records alone and write `decision.json`."""
+    decision = compute_decision(params, records)
     store.write_json("decision.json", decision.to_dict())
     return decision
 

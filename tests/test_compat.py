@@ -17,6 +17,7 @@ from k3lib.compat.rules import (check_build_method, check_host_container, check_
                                 cuda_major_of_tag)
 from k3lib.compat.sources import AUTO_TOOL_CHOICE_400
 from k3lib.errors import ArtifactError
+from k3lib.outcomes import rule_for
 from k3lib.params import EnvironmentParams, RecipeParams
 
 REAL = Path(__file__).resolve().parents[1].parent / "shared" / "real-world"
@@ -416,11 +417,66 @@ def test_startup_from_real_logs(rel, status):
         assert finding.message.endswith("→ topology or image")
 
 
-def test_startup_without_log_reads_the_server():
+def test_startup_without_log_reads_the_server_but_proves_nothing_clean():
     down = read_sources({"models": SourceText("models", "http://x/v1/models", "{}", error="HTTP 503: dead", status=503)})
     assert check_startup(down).status == "fail"
+    # answering proves it started, not that it started clean: with no log read, C05 stays open
     up = read_sources({}, models=({"id": "kimi-k3"},))
-    assert check_startup(up).status == "pass"
+    finding = check_startup(up)
+    assert finding.status == "not-observable"
+    assert "startup log was not read" in finding.message
+
+
+_CLEAN_START = """\
+INFO 11-20 10:00:01 [api_server.py:1] vLLM API server version 0.33.0
+INFO 11-20 10:00:02 [model.py:1] Resolved architecture: KimiK3ForConditionalGeneration
+{middle}INFO 11-20 10:03:40 [launcher.py:1] Available routes are: /health, /v1/chat/completions
+INFO:     Application startup complete.
+INFO:     127.0.0.1:50000 - "GET /v1/models HTTP/1.1" 200 OK
+"""
+
+
+def _startup(middle: str):
+    log = _CLEAN_START.format(middle=middle)
+    return check_startup(read_sources({"server_log": SourceText("server_log", "vllm.log", log)},
+                                      models=({"id": "kimi-k3"},)))
+
+
+def test_startup_log_without_error_before_ready_passes():
+    finding = _startup("")
+    assert finding.status == "pass"
+    assert "no error and no compatibility warning before ready" in finding.message
+
+
+@pytest.mark.parametrize("middle, named", [
+    ("ERROR 11-20 10:01:00 [worker.py:88] Failed to load the custom all-reduce kernel\n", "line 3"),
+    ("Traceback (most recent call last):\n  File \"/x/vllm/_C.py\", line 1, in <module>\n"
+     "ImportError: libcudart.so.12: cannot open shared object file\n", "ImportError"),
+    ("(EngineCore_DP0 pid=9) ERROR 11-20 10:01:00 [core.py:1] EngineCore hit an exception, retrying\n", "retrying"),
+])
+def test_attack_startup_log_full_of_errors_fails_c05_although_the_server_answers(middle, named):
+    finding = _startup(middle)
+    assert finding.status == "fail"
+    assert "before ready" in finding.message and named in finding.message
+    assert rule_for(finding.rule).level.value == "environment-rebuild"
+
+
+def test_compatibility_warning_before_ready_warns_and_one_after_ready_is_not_startup():
+    warn = "WARNING 11-20 10:01:00 [cuda.py:1] The driver version 570.86 is older than the CUDA 13 build expects\n"
+    assert _startup(warn).status == "warn"
+    assert "compatibility warning" in _startup(warn).message
+    after = _CLEAN_START.format(middle="") + "ERROR 11-20 10:05:00 [serving_chat.py:1] Error in preprocessing\n"
+    served = check_startup(read_sources({"server_log": SourceText("server_log", "vllm.log", after)}))
+    assert served.status == "pass"  # a request's error while serving is not a startup error
+
+
+def test_errors_of_an_earlier_failed_start_do_not_count_against_the_last_start():
+    first = ("INFO 11-20 09:00:01 [api_server.py:1] vLLM API server version 0.33.0\n"
+             "ERROR 11-20 09:00:30 [core.py:1] EngineCore failed to start.\n"
+             "RuntimeError: Engine core initialization failed.\n")
+    log = first + _CLEAN_START.format(middle="")
+    finding = check_startup(read_sources({"server_log": SourceText("server_log", "vllm.log", log)}))
+    assert finding.status == "pass", finding.message
 
 
 # ---------------------------------------------------------------------------------------------------------------

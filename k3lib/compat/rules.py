@@ -15,6 +15,7 @@ from ..outcomes import rule_for
 from ..evidence import Finding
 from ..params import EnvironmentParams, RecipeParams
 from ..readers._text import numbered_lines
+from .startup import startup_lines
 from .sources import CompatSources
 
 OFFICIAL_REPOS = ("vllm/vllm-openai",)  # Docker Hub's official vLLM server image (any registry mirror)
@@ -842,22 +843,50 @@ def check_startup(s: CompatSources) -> Finding:
                         f"the engine never became ready: it died at startup (line {d.line}: {d.text[:160]}) "
                         "→ topology or image", [Proof("server_log", d.text, f"line {d.line}", att)],
                         observed="engine dead at startup", expected="ready")
-    if log is not None and log.ready:
-        return _finding("compat.startup", "pass", f"the server reported ready (log line {log.ready_line})",
-                        [Proof("server_log", "ready", f"line {log.ready_line}", att)], observed="ready",
-                        expected="ready")
-    if answering:
-        note = " (the log does not show readiness: an excerpt?)" if log is not None else ""
-        return _finding("compat.startup", "pass", f"the server answers /v1/models{note}",
-                        [Proof("/v1/models", f"{len(s.models)} model(s)", None, s.attachment("models"))],
-                        observed="answering", expected="ready")
-    if models is not None and models.status is not None and models.status >= 500:
+    if log is None and models is not None and models.status is not None and models.status >= 500:
         return _finding("compat.startup", "fail",
                         f"the engine is not ready: /v1/models answered HTTP {models.status} ({models.error})",
                         [Proof("/v1/models", models.status, models.error, s.attachment("models"))],
                         observed=f"HTTP {models.status}", expected="ready")
-    return _finding("compat.startup", "not-observable",
-                    "readiness not observable: " + _missing(s, "server_log", "models"), expected="ready")
+    if log is None:
+        answers = (f"; the server answers /v1/models ({len(s.models)} model(s)), which proves it started, not that "
+                   "it started clean") if answering else ""
+        return _finding("compat.startup", "not-observable",
+                        "the startup log was not read, so no one checked it for loading or compatibility errors: "
+                        + _missing(s, "server_log") + answers, expected="a startup log with no error before ready")
+    window = startup_lines(log)
+    span = f"lines {window.first}–{window.last}" if window.last else f"lines {window.first}–end (never ready)"
+    if window.errors:
+        proofs = [Proof("server_log", text, f"line {n}", att) for n, text in window.errors[:5]]
+        return _finding("compat.startup", "fail",
+                        f"{len(window.errors)} error(s) in the startup log before ready ({span}): "
+                        f"{window.quote(window.errors)} → image, dependencies or topology",
+                        proofs, observed={"errors": len(window.errors), "window": span},
+                        expected="no error before ready")
+    if not log.ready:
+        if answering:
+            return _finding("compat.startup", "not-observable",
+                            "the log does not show the server's startup up to ready (an excerpt?), so its startup "
+                            "was not read; the server answers /v1/models", expected="the log from the start")
+        if models is not None and models.status is not None and models.status >= 500:
+            return _finding("compat.startup", "fail",
+                            f"the engine is not ready: /v1/models answered HTTP {models.status} ({models.error})",
+                            [Proof("/v1/models", models.status, models.error, s.attachment("models"))],
+                            observed=f"HTTP {models.status}", expected="ready")
+        return _finding("compat.startup", "not-observable", "readiness not observable: the log shows no ready "
+                        "line and " + _missing(s, "models"), expected="ready")
+    if window.warnings:
+        proofs = [Proof("server_log", text, f"line {n}", att) for n, text in window.warnings[:5]]
+        return _finding("compat.startup", "warn",
+                        f"{len(window.warnings)} compatibility warning(s) before ready ({span}): "
+                        f"{window.quote(window.warnings)} — handle or explain each before accepting",
+                        proofs, observed={"compatibility_warnings": len(window.warnings), "window": span},
+                        expected="no compatibility warning before ready")
+    return _finding("compat.startup", "pass",
+                    f"the startup log holds no error and no compatibility warning before ready ({span}; ready at "
+                    f"line {window.last})", [Proof("server_log", "ready", f"line {window.last}", att)],
+                    observed={"errors": 0, "compatibility_warnings": 0, "window": span},
+                    expected="no error before ready")
 
 
 def check_source_reads(s: CompatSources) -> list[Finding]:

@@ -123,6 +123,8 @@ class VllmLogReport:
     preemption_warnings: tuple[int, ...]   # V0 prints one WARNING per preempted sequence group
     truncated: bool = False                # the text ends mid-line (a cut paste or a live tail)
     startups: int = 1                      # server starts in the paste; the figures are the last one's
+    startup_from_line: int | None = None   # the last start's first version line (None: the paste shows none)
+    startup_ready_line: int | None = None  # where that start was first seen serving (None: not seen)
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
@@ -408,9 +410,11 @@ def parse_vllm_log(text: str | bytes) -> VllmLogReport:
     startups = 1
     cursor = _Cursor()
 
+    start_from = start_ready = None
     for ln in lines:
         cursor.update(ln)
         msg = ln.message
+        starts_before = startups
         if ln.level or ln.process:
             recognised += 1
 
@@ -510,6 +514,13 @@ def parse_vllm_log(text: str | bytes) -> VllmLogReport:
             death = EngineDeath(line=ln.number, text=ln.text, logged_at=cursor.logged_at,
                                 collected_at=cursor.collected_at)
 
+        # the window C05 reads: from the last server start line (a failed start before it is not this start's)
+        if started and (start_from is None or startups != starts_before or _SERVER_VERSION.search(msg)
+                        or (_LOGO_CHARS.search(msg) and _LOGO_VERSION.search(msg))):
+            start_from, start_ready = ln.number, None
+        if serving and start_ready is None:
+            start_ready = ln.number
+
         # --- context-length rejections
         # The request logger echoes prompts ("Received request …: prompt: …"); a prompt quoting an error is
         # not a rejection.
@@ -568,7 +579,8 @@ def parse_vllm_log(text: str | bytes) -> VllmLogReport:
         lines=lines, vllm_version=version, model=model, non_default_args=non_default, namespace_args=namespace,
         kv_cache_tokens=kv_tokens, max_concurrency=max_conc, ready=ready_line is not None, ready_line=ready_line,
         oom=oom, engine_death=death, context_rejections=rejections, errors=tuple(errors), stats=tuple(stats),
-        preemption_warnings=tuple(preempt), truncated=truncated, notes=tuple(notes), startups=startups)
+        preemption_warnings=tuple(preempt), truncated=truncated, notes=tuple(notes), startups=startups,
+        startup_from_line=start_from, startup_ready_line=start_ready if start_from is not None else ready_line)
 
 
 def _parse_stats(ln: LogLine, msg: str, cursor: _Cursor) -> StatsRecord:
