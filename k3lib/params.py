@@ -136,6 +136,9 @@ class ContractParams(_Model):
     e2e_p95_ms: PositiveSeconds | None = None
     queue_p95_ms: PositiveSeconds | None = None
     images_served: bool = False
+    # the share of a load step's or the soak's requests that may end without a reply (refused, timed out,
+    # unreachable, cancelled) for it to hold; bounds in k3lib.thresholds
+    max_error_share: Annotated[float, Field(ge=0, le=1)] = 0.0
 
 
 class ProbeParams(_Model):

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import BadInputError, EvidenceError
+from .recompute import decision_problems
 from .store import MANIFEST, RunStore, atomic_write_bytes, to_json_bytes
 
 SIGNATURE = "signature.json"
@@ -112,9 +113,13 @@ def sign_run(run_dir: str | Path, reviewer: str, *, key: str | Path | None = Non
         prior = store.read_json(SIGNATURE) or {}
         raise BadInputError(f"already signed by {prior.get('reviewer')!r} at {prior.get('signed_at')}; "
                             "re-sign only with --force", source=str(store.root / SIGNATURE))
-    problems = store.verify()
+    problems = list(store.verify())
     if problems:
         raise EvidenceError(f"{store.root}: refusing to sign a run that does not verify: " + "; ".join(problems))
+    problems = decision_problems(store)
+    if problems:
+        raise EvidenceError(f"{store.root}: refusing to sign a decision its evidence does not give: "
+                            + "; ".join(problems))
     manifest = store.manifest()
     if "decision.json" not in manifest["files"]:
         raise BadInputError("no decision.json in the manifest: run `k3 validate` to the end before signing",
@@ -160,7 +165,16 @@ def _unlisted(store: RunStore, listed: set[str]) -> list[str]:
 
 
 def verify_run(run_dir: str | Path, *, allowed_signers: str | Path | None = None) -> VerifyResult:
-    """Every hash, then signature.json against the manifest, then the SSH signature when there is one."""
+    """Every hash, then signature.json against the manifest, then the SSH signature when there is one; when all
+    of them hold, decision.json against the decision its evidence gives (`k3lib.recompute`)."""
+    result = _verify_files(run_dir, allowed_signers=allowed_signers)
+    if not result.ok:
+        return result
+    problems = decision_problems(RunStore.open(run_dir))
+    return dataclasses.replace(result, changed=tuple(problems)) if problems else result
+
+
+def _verify_files(run_dir: str | Path, *, allowed_signers: str | Path | None = None) -> VerifyResult:
     from .report import pdf_problems
 
     store = RunStore.open(run_dir)

@@ -50,10 +50,10 @@ class Threshold:
         return f"at least {lo}{self.unit}" if lo else f"at most {hi}{self.unit}"
 
     def is_looser(self, value: Any, default: Any) -> bool:
-        if self.looser == "false":
-            return bool(default) and not bool(value)
         if value is None or default is None:
             return False
+        if self.looser == "false":
+            return bool(default) and not bool(value)
         return value > default if self.looser == "higher" else value < default
 
     def in_bounds(self, value: Any) -> bool:

@@ -16,8 +16,10 @@ import threading
 
 import pytest
 
+from conftest import needs_tool
+
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is installed by .ci/run")
+needs_chromium = needs_tool(CHROMIUM is not None, "Debian's chromium is installed by .ci/run")
 
 
 class Recorder(http.server.BaseHTTPRequestHandler):

@@ -154,17 +154,14 @@ def test_known_server_binds_tcp_nodelay_sockets(server: KnownTimingServer) -> No
     assert min(max(r.ttft_ms, *r.itl_ms) for r in recs) < 25
 
 
-# -- against the emulator (someone else's module; skipped until it exists) -----------------------------
+# -- against the emulator ---------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
 def emulator() -> Any:
-    emu = pytest.importorskip("k3lib.emulator")
-    start = getattr(emu, "start_emulator", None)
-    config = getattr(emu, "EmulatorConfig", None)
-    if start is None or config is None:
-        pytest.skip("k3lib.emulator has no start_emulator/EmulatorConfig yet")
-    handle = start(config.from_profile("demo", time_scale=0.05), port=0)
+    from k3lib.emulator import EmulatorConfig, start_emulator
+
+    handle = start_emulator(EmulatorConfig.from_profile("demo", time_scale=0.05), port=0)
     try:
         yield handle
     finally:

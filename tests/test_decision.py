@@ -34,15 +34,15 @@ CASES = [
                  "environment-rebuild", id="cuda12-image"),
     pytest.param({"agent": rec("agent", agent__arguments_valid="fail")}, ["agent"], "limited-observation",
                  id="bad-tool-args-blocks-agents"),
-    pytest.param({"capacity": rec("capacity", capacity__concurrency="fail")}, ["capacity"], "capacity-extension",
+    pytest.param({"capacity": rec("capacity", capacity__saturation="fail")}, ["capacity"], "capacity-extension",
                  id="kv-starved"),
     pytest.param({"prefix_cache": rec("prefix_cache", prefix_cache__reuse="fail")}, ["prefix_cache"],
                  "limited-observation", id="no-prefix-caching"),
-    pytest.param({"capacity": rec("capacity", capacity__concurrency="fail"),
+    pytest.param({"capacity": rec("capacity", capacity__saturation="fail"),
                   "environment": rec("environment", compat__driver_branch="fail")}, ["environment", "capacity"],
                  "environment-rebuild", id="two-faults-strongest-wins"),
     pytest.param({"capacity": rec("capacity", capacity__oom="fail"),
-                  "agent": rec("agent", agent__markup_leak="fail")}, ["agent", "capacity"],
+                  "agent": rec("agent", agent__no_markup_leak="fail")}, ["agent", "capacity"],
                  "capacity-extension", id="capacity-beats-agents"),
 ]
 
@@ -61,7 +61,7 @@ def test_decide(records, planned, expected):
 
 
 def test_agents_blocked_and_cache_gain_flags():
-    d = decide({"agent": rec("agent", agent__markup_leak="fail"),
+    d = decide({"agent": rec("agent", agent__no_markup_leak="fail"),
                 "prefix_cache": rec("prefix_cache", prefix_cache__reuse="fail")}, ["agent", "prefix_cache"])
     assert d.agents_blocked and not d.cache_gain_counted
     assert d.traffic_cap["agents_blocked"] is True
@@ -89,13 +89,17 @@ def _capacity_record(held: list[bool], planned: int = 4) -> EvidenceRecord:
 ])
 def test_traffic_cap_is_the_one_the_capacity_axis_measured(held, planned, cap):
     record = _capacity_record(held, planned)
+    measured = traffic_cap_from({"capacity": record})
+    assert measured["max_concurrency"] == cap
+    assert measured["source"] == "evidence/capacity.json: data.traffic_cap"
     d = decide({"capacity": record, "prefix_cache": rec("prefix_cache", prefix_cache__reuse="fail")},
                ["capacity", "prefix_cache"])
-    assert d.decision in ("limited-observation", "capacity-extension")
-    if d.decision == "limited-observation":
+    if all(held[:planned]):  # every step up to the plan held: the cache defect limits, the cap is stated
+        assert d.decision == "limited-observation"
         assert d.traffic_cap["max_concurrency"] == cap
-        assert d.traffic_cap["source"] == "evidence/capacity.json: data.traffic_cap"
         assert any(r.startswith(f"traffic cap: {cap} ") for r in d.reasons)
+    else:  # a step at or below the plan did not hold: saturation at nominal load, no cap to live under
+        assert d.decision == "capacity-extension" and d.traffic_cap is None
 
 
 def test_traffic_cap_on_the_demo_shape_states_the_measured_cap():
@@ -202,6 +206,13 @@ def _emitted_rule_ids() -> set[str]:
                   and node.values[0].value.id == "AXIS" and isinstance(node.values[1], ast.Constant)):
                 out.add(f"prefix_cache{node.values[1].value}")
     return out
+
+
+def test_every_rule_the_decision_cases_use_is_emitted_by_some_axis():
+    """A decision case on a rule id no axis emits tests a decision no run can reach."""
+    emitted = _emitted_rule_ids()
+    used = {f.rule for case in CASES for record in case.values[0].values() for f in record.findings}
+    assert used and not sorted(used - emitted)
 
 
 def test_every_rule_the_sheet_or_the_decision_cites_is_emitted_by_some_axis():

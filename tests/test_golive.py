@@ -8,6 +8,8 @@ import shutil
 import subprocess
 
 import pytest
+
+from conftest import needs_tool
 import yaml
 
 from k3lib.errors import BadInputError, EvidenceError
@@ -17,8 +19,8 @@ from k3lib.golive import (ALERTS_FILE, DASHBOARD_FILE, ROLLBACK_FILE, GoliveOpti
 from test_baseline import BASE, changed, write_run
 
 PROMTOOL = shutil.which("promtool")
-needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool missing (Debian package prometheus, installed "
-                                                             "by .ci/run): generated rules not checked here")
+needs_promtool = needs_tool(PROMTOOL is not None, "promtool missing (Debian package prometheus, installed by .ci/run): "
+                                                  "generated rules not checked here")
 ALL_ALERTS = ["K3EngineDown", "K3QueueTimeAboveAccepted", "K3KvCacheUsageAboveAccepted",
               "K3PreemptionsAboveAccepted", "K3ErrorRatioAboveAccepted", "K3PrefixHitRateFarBelowValidated"]
 

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import needs_tool
+
 from chromium import CHROMIUM, Recorder, console_errors, page_requests, proxy, render  # noqa: F401 - fixture
 from k3lib.cli import main
 from k3lib.store import RunStore
@@ -129,7 +131,7 @@ def test_injected_markup_reached_the_evidence(injected_run):
             assert markup not in text, f"{name} holds the markup unescaped"
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is installed by .ci/run")
+@needs_tool(CHROMIUM is not None, "Debian's chromium is installed by .ci/run")
 def test_the_payload_runs_in_a_page_that_does_not_escape_it(tmp_path, proxy):
     """The check can fail: the same markup, unescaped, does run."""
     page = tmp_path / "unescaped.html"
@@ -139,7 +141,7 @@ def test_the_payload_runs_in_a_page_that_does_not_escape_it(tmp_path, proxy):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is installed by .ci/run")
+@needs_tool(CHROMIUM is not None, "Debian's chromium is installed by .ci/run")
 def test_no_report_page_runs_server_provided_markup(injected_run, proxy):
     _, store, _, _ = injected_run
     pages = sorted(store.path("report").glob("*.html"))

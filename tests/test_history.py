@@ -9,6 +9,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
+from conftest import needs_tool
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -19,7 +21,7 @@ from k3lib.store import RunStore
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ROOT / "k3lib" / "data" / "revalidation-alerts.yml"
 PROMTOOL = shutil.which("promtool")
-needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool (Debian's prometheus) is installed by .ci/run")
+needs_promtool = needs_tool(PROMTOOL is not None, "promtool (Debian's prometheus) is installed by .ci/run")
 
 ACCEPTED = "20261201T010000Z-aaaaaa-nightly"
 TONIGHT = "20261202T010000Z-bbbbbb-nightly"

@@ -46,9 +46,8 @@ def test_real_world_reply_matches_labels(key: str, label: dict) -> None:
     assert got["truncated"] is False and got["error"] is None
 
 
-def test_request_included_names_unknown_functions() -> None:
-    if not LABELS_FILE.exists():
-        pytest.skip("real-world artifacts absent")
+def test_request_included_names_unknown_functions(real_world) -> None:
+    assert LABELS_FILE.exists(), f"{LABELS_FILE} is missing"
     variants = json.loads((REAL_WORLD / "variants.json").read_text(encoding="utf-8"))["files"]
     for key, info in variants.items():
         expected = info.get("expect", {}).get("unknown_function")

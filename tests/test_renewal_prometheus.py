@@ -10,12 +10,14 @@ import time
 import httpx
 import pytest
 
+from conftest import needs_tool
+
 from k3lib.renewal import demo
 from k3lib.renewal.params import load_review_params
 from k3lib.renewal.review import analyse, load_review
 
-pytestmark = pytest.mark.skipif(not (shutil.which("promtool") and shutil.which("prometheus")),
-                                reason="promtool/prometheus not on PATH (Debian: apt-get install prometheus)")
+pytestmark = needs_tool(bool(shutil.which("promtool") and shutil.which("prometheus")),
+                        "promtool/prometheus not on PATH (Debian: apt-get install prometheus)")
 
 
 def _free_port() -> int:

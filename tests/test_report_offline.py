@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import pytest
+
+from conftest import needs_tool
 
 from chromium import CHROMIUM, Recorder, console_errors, page_requests, proxy, render  # noqa: F401 - fixture
 
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is installed by .ci/run")
+pytestmark = needs_tool(CHROMIUM is not None, "Debian's chromium is installed by .ci/run")
 
 
 def test_the_recorder_sees_a_page_that_reaches_out(tmp_path, proxy):

@@ -10,24 +10,32 @@ import subprocess
 
 import pytest
 
+from conftest import ROOT, needs_tool
+
 from k3lib.cli import cmd_sign as sign_main
+from k3lib.evidence import EvidenceRecord, Finding
+from k3lib.params import load_params
+from k3lib.summary import compute_decision
 from k3lib.cli import cmd_verify as verify_main
 from k3lib.errors import BadInputError, EvidenceError
 from k3lib.signing import SIGNATURE, SSH_SIG, sign_run, verify_run
 from k3lib.store import RunStore
 
-needs_ssh = pytest.mark.skipif(shutil.which("ssh-keygen") is None,
-                               reason="ssh-keygen missing (Debian package openssh-client, installed by .ci/run)")
+needs_ssh = needs_tool(shutil.which("ssh-keygen") is not None,
+                       "ssh-keygen missing (Debian package openssh-client, installed by .ci/run)")
 NOW = dt.datetime(2026, 12, 1, 9, 30, tzinfo=dt.timezone.utc)
 
 
 def make_run(tmp_path, name="run") -> RunStore:
+    """A small run whose decision.json is the one its evidence gives (`k3 verify` decides it again)."""
     store = RunStore.create_at(tmp_path / name)
-    store.write_json("params.json", {"contract": {"max_context_tokens": 4096}})
-    store.write_json("evidence/probe.json", {"axis": "probe", "status": "pass"})
-    store.write_json("evidence/capacity.json", {"axis": "capacity", "status": "pass", "data": {"x": 1}})
+    params = load_params([ROOT / "parameters" / "emulator.yaml"])
+    store.write_json("params.json", params.public_dict())
+    probe = EvidenceRecord(axis="probe", title="Target probe", status="pass",
+                           findings=[Finding(rule="probe.health", status="pass", message="/health answered 200")])
+    store.write_json("evidence/probe.json", probe.model_dump(mode="json"))
     store.write_text("evidence/probe/metrics.txt", "vllm:num_requests_running 0\n")
-    store.write_json("decision.json", {"decision": "production", "reasons": []})
+    store.write_json("decision.json", compute_decision(params, {"probe": probe}).to_dict())
     return store
 
 
@@ -53,12 +61,12 @@ def flip_one_byte(path, at=5):
 def test_tampering_one_byte_of_one_evidence_file_fails_and_names_it(tmp_path, capsys):
     store = make_run(tmp_path)
     sign_run(store.root, "Alice Martin", now=NOW)
-    flip_one_byte(store.path("evidence/capacity.json"))
+    flip_one_byte(store.path("evidence/probe/metrics.txt"))
     code = verify_main(argparse.Namespace(run=str(store.root), allowed_signers=None))
     out = capsys.readouterr().out
     assert code == 1
     changed = [line for line in out.splitlines() if line.startswith("CHANGED")]
-    assert changed and all("evidence/capacity.json" in line for line in changed)
+    assert changed and all("evidence/probe/metrics.txt" in line for line in changed)
     assert "evidence/probe.json" not in "\n".join(changed)
 
 
@@ -70,7 +78,7 @@ def test_signature_json_is_beside_the_manifest_not_in_it(tmp_path):
     assert SIGNATURE not in store.manifest()["files"]
     saved = json.loads(store.path(SIGNATURE).read_text())
     assert saved == rec.to_dict()
-    assert saved["manifest_sha256"] == before and saved["decision"] == "production"
+    assert saved["manifest_sha256"] == before and saved["decision"] == "limited-observation"
     assert saved["signed_at"] == "2026-12-01T09:30:00Z" and saved["run_id"] == "run"
     assert verify_run(store.root).ok
 
@@ -104,7 +112,7 @@ def test_changing_the_manifest_after_signing_fails(tmp_path, change):
     sign_run(store.root, "alice", key=key, now=NOW)
     if change == "rewrite":
         manifest = json.loads(store.path("manifest.json").read_text())
-        manifest["files"]["evidence/capacity.json"]["bytes"] += 1
+        manifest["files"]["evidence/probe.json"]["bytes"] += 1
         store.path("manifest.json").write_text(json.dumps(manifest))
     else:
         store.write_json("evidence/agent.json", {"axis": "agent"})
@@ -203,7 +211,7 @@ def test_missing_key_is_bad_input(tmp_path):
 def test_verify_main_output_starts_with_the_verdict(tmp_path, capsys):
     store = make_run(tmp_path)
     assert verify_main(argparse.Namespace(run=str(store.root), allowed_signers=None)) == 0
-    assert capsys.readouterr().out.startswith("OK 5 files match ")  # same first words as the unsigned `k3 verify`
+    assert capsys.readouterr().out.startswith("OK 4 files match ")  # same first words as the unsigned `k3 verify`
     flip_one_byte(store.path("params.json"))
     assert verify_main(argparse.Namespace(run=str(store.root), allowed_signers=None)) == 1
     out = capsys.readouterr().out.splitlines()

@@ -16,13 +16,16 @@ from ..readers.vllm_log import VllmLogReport
 
 # A warning about the chain itself (driver, CUDA, build, kernels, versions), not about a request or a deprecated
 # flag: those are common in healthy logs and say nothing of the environment.
-_COMPAT_WARNING = re.compile(
-    r"(?i)incompatib|not compatible|compatibility|version mismatch|mismatch(?:ed)? (?:between|with|version|driver|"
-    r"cuda)|driver(?: version)?(?: \S+)? (?:is )?(?:too old|older|insufficient)|older than (?:the )?(?:cuda|build|required)|unsupported (?:cuda|driver|gpu|device|"
-    r"compute capability|architecture|version|platform)|(?:cuda|driver|gpu|compute capability|architecture|"
-    r"platform) (?:\S+ )?(?:is )?not supported|(?:was|were) (?:built|compiled) (?:with|for|against)|compiled "
-    r"(?:with|for|against) .* but|failed to (?:load|import|initiali[sz]e)|could not (?:load|import|find)|cannot "
-    r"(?:load|import)|falling back|fall(?:s|ing)? back to")
+_COMPAT_WARNING = re.compile("|".join((
+    r"(?i)incompatib", r"not compatible", r"compatibility", r"version mismatch",
+    r"mismatch(?:ed)? (?:between|with|version|driver|cuda)",
+    r"driver(?: version)?(?: \S+)? (?:is )?(?:too old|older|insufficient)",
+    r"older than (?:the )?(?:cuda|build|required)",
+    r"unsupported (?:cuda|driver|gpu|device|compute capability|architecture|version|platform)",
+    r"(?:cuda|driver|gpu|compute capability|architecture|platform) (?:\S+ )?(?:is )?not supported",
+    r"(?:was|were) (?:built|compiled) (?:with|for|against)", r"compiled (?:with|for|against) .* but",
+    r"failed to (?:load|import|initiali[sz]e)", r"could not (?:load|import|find)", r"cannot (?:load|import)",
+    r"falling back", r"fall(?:s|ing)? back to")))
 _SHOWN = 3  # lines quoted in a finding; the rest are counted
 
 
