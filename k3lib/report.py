@@ -216,24 +216,11 @@ def decision_block(decision: dict[str, Any] | None, *, cap_label: str = "Traffic
         out.append(f"<p><b>{cap_label}:</b> {esc(_cap_text(decision.get('traffic_cap')))}</p>")
     if decision.get("reexamine_on"):
         out.append(f"<p><b>Re-examine on:</b> {esc(str(decision['reexamine_on']))}</p>")
+    from .views import loosened_table
+
     out.append(loosened_table(decision.get("loosened_thresholds") or ()))
     out.append("</section>")
     return "".join(out)
-
-
-def loosened_table(loosened: Any) -> str:
-    """The thresholds the run judged at looser than the kit's defaults, and who accepted each (k3lib.thresholds)."""
-    if not loosened:
-        return ""
-    rows = []
-    for t in loosened:
-        who = (f"accepted by {t.get('accepted_by')} on {t.get('accepted_on')}: {t.get('why')}"
-               if t.get("accepted_by") and t.get("why") else "not accepted by anyone: forbids production")
-        rows.append("<tr>" + "".join(f"<td>{esc(str(v))}</td>" for v in (
-            t.get("path"), t.get("value"), t.get("default"), t.get("bounds"), t.get("source") or "", who)) + "</tr>")
-    head = "".join(f"<th>{h}</th>" for h in ("threshold", "value", "default", "bounds", "set by", "acceptance"))
-    return (f"<h3 class='k3-loosened'>Thresholds looser than the defaults ({len(rows)})</h3>"
-            f"<table class='k3-loosened'><tr>{head}</tr>{''.join(rows)}</table>")
 
 
 _M = TypeVar("_M", bound="BaseModel")

@@ -37,6 +37,7 @@ def decision_html(decision: Decision) -> str:
     if decision.reexamine_on:
         parts.append(f"<p>Re-examine on: {html.escape(decision.reexamine_on)}</p>")
     parts.append(f"<p>Build: {html.escape(decision.build)}</p>")
+    parts.append(loosened_table(decision.loosened_thresholds))
     cols = ("id", "title", "status", "test", "configuration", "observed", "evidence", "reviewer")
     head = "".join(f"<th>{c}</th>" for c in ("id", "check", "status", "test", "configuration", "observed",
                                               "evidence", "reviewer"))
@@ -57,6 +58,21 @@ def decision_html(decision: Decision) -> str:
     parts.append(f'<div style="overflow-x:auto"><table><thead><tr>{head}</tr></thead>'
                  f"<tbody>{''.join(body)}</tbody></table></div>")
     return "".join(parts)
+
+
+def loosened_table(loosened: Any) -> str:
+    """The thresholds the run judged at looser than the kit's defaults, and who accepted each (k3lib.thresholds)."""
+    if not loosened:
+        return ""
+    rows = []
+    for t in loosened:
+        who = (f"accepted by {t.get('accepted_by')} on {t.get('accepted_on')}: {t.get('why')}"
+               if t.get("accepted_by") and t.get("why") else "not accepted by anyone: forbids production")
+        rows.append("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in (
+            t.get("path"), t.get("value"), t.get("default"), t.get("bounds"), t.get("basis"), who)) + "</tr>")
+    head = "".join(f"<th>{h}</th>" for h in ("threshold", "value", "default", "bounds", "basis", "acceptance"))
+    return (f"<h3 class='k3-loosened'>Thresholds looser than the defaults ({len(rows)})</h3>"
+            f"<table class='k3-loosened'><tr>{head}</tr>{''.join(rows)}</table>")
 
 
 def record_html(record: EvidenceRecord) -> str:
