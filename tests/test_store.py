@@ -46,9 +46,17 @@ def test_verify_names_the_tampered_file(tmp_path, capsys):
 
 def test_verify_ok(tmp_path, capsys):
     store = RunStore.create(tmp_path)
-    store.write_json("decision.json", {"decision": "production"})
+    store.write_text("evidence/probe/metrics.txt", "vllm:num_requests_running 0\n")
     assert main(["verify", str(store.root)]) == 0
     assert capsys.readouterr().out.startswith("OK 1 files")
+
+
+def test_verify_fails_a_decision_nothing_in_the_run_decides(tmp_path, capsys):
+    """A decision.json written with no params.json and no evidence: its hashes hold, but nothing gives it."""
+    store = RunStore.create(tmp_path)
+    store.write_json("decision.json", {"decision": "production"})
+    assert main(["verify", str(store.root)]) == 1
+    assert "CHANGED decision.json: cannot be decided again" in capsys.readouterr().out
 
 
 def test_verify_refuses_a_folder_that_is_not_a_run(tmp_path, capsys):
