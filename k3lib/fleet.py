@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -184,12 +186,13 @@ RUN_LINE = re.compile(r"^run: (.+)$", re.M)
 def run_validate(args: Sequence[str], timeout_s: float | None = None) -> tuple[int, Path | None]:
     """`k3 validate ARGS` in a child process (the same interpreter), its output passed through; the exit code and
     the run folder it printed (`run: PATH`, first on stderr when the folder is created)."""
+    # its own session: a timeout kills the whole tree (the batch, its kernels, an embedded emulator)
     proc = subprocess.Popen([sys.executable, "-m", "k3lib", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, start_new_session=True)
     try:
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        proc.kill()
+        os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
         sys.stdout.write(out)
         sys.stderr.write(err)
@@ -227,7 +230,9 @@ def revalidate(ff: FleetFile, name: str, *, timeout_s: float | None = None) -> F
         base_file = baseline / "decision.json"
         base_decision = json.loads(base_file.read_text(encoding="utf-8")).get("decision") \
             if base_file.is_file() else None
-    history(folder, textfile=ff.textfile(name), baseline=baseline)
+    # a named baseline holds for the whole trend; else each run is compared with the accepted run before it,
+    # which for this run is the baseline just used
+    history(folder, textfile=ff.textfile(name), baseline=ff.here(d.baseline) if d.baseline else None)
     regressions, notes = judge(decision, base_decision, comparison)
     return FleetOutcome(name, run, decision, baseline, base_decision, tuple(regressions), tuple(notes))
 

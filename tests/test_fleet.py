@@ -83,6 +83,17 @@ def test_a_named_baseline_that_is_not_a_run_folder_is_refused_before_validating(
     assert "deployments.paris-a.baseline" in err and "no manifest.json" in err
 
 
+def test_the_whole_fleet_goes_on_past_a_deployment_in_error_and_names_each(tmp_path, capsys):
+    """The CronJob's way (every deployment in one command): each deployment's bad input is its own line; the exit
+    code is the worst (2); nothing is validated for a deployment refused before its run."""
+    text = FLEET.replace("    params: [b.yaml]\n", "    baseline: runs/paris-b/absent\n")
+    assert main(["fleet", str(write(tmp_path, text))]) == 2
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split(": BAD INPUT: ")[0] for line in out] == ["fleet: paris-a", "fleet: paris-b"], out
+    assert all("baseline: not a k3kit run folder (no manifest.json)" in line for line in out)
+    assert not (tmp_path / "conf" / "runs").exists()
+
+
 def finding(rule: str, status: str, message: str) -> Finding:
     return Finding(rule=rule, status=status, message=message)
 
