@@ -75,6 +75,8 @@ def test_an_unknown_deployment_or_a_missing_file_is_bad_input(tmp_path, capsys):
     assert "no deployment 'lyon'; the fleet has paris-a, paris-b" in capsys.readouterr().err
     assert main(["fleet", str(tmp_path / "absent.yaml")]) == 2
     assert "cannot read the fleet file" in capsys.readouterr().err
+    assert main(["fleet", str(path), "--timeout", "0"]) == 2
+    assert capsys.readouterr().err == "k3: --timeout: expected a positive number of seconds, got 0.0\n"
 
 
 def test_a_named_baseline_that_is_not_a_run_folder_is_refused_before_validating(tmp_path, capsys):
