@@ -23,7 +23,7 @@ test: $(STAMP)
 
 # ruff (pyflakes, pycodestyle, bugbear) over the code and mypy over k3lib/, both configured in pyproject.toml
 lint: $(STAMP)
-	$(BIN)/ruff check k3lib tests benchmarks scripts
+	$(BIN)/ruff check k3lib tests benchmarks scripts deploy
 	$(BIN)/mypy
 
 clean:
@@ -48,3 +48,9 @@ realvllm-serve: realvllm
 
 realvllm-serve-small-kv: realvllm
 	bash scripts/realvllm.sh serve-small-kv
+
+# Opt-in Apache Airflow for the fleet DAG (deploy/airflow/): apache-airflow 3.1.8 with every dependency pinned by
+# deploy/airflow/constraints.txt, cached outside the checkout (K3_AIRFLOW_CACHE), linked as .venv-airflow.
+.PHONY: airflow
+airflow:
+	bash scripts/airflow.sh build

@@ -177,6 +177,20 @@ def build_parser() -> argparse.ArgumentParser:
                                                        "/var/lib/node_exporter/textfile/k3kit.prom)")
     hi.set_defaults(func=cmd_history)
 
+    fl = sub.add_parser("fleet", help="re-validate every deployment of a fleet file; exit 1 when one regressed",
+                        description="For each deployment of FLEET (or those named by --deployment): `k3 validate` "
+                                    "into OUTPUTS/NAME/ with --baseline (the one named, else the latest accepted run "
+                                    "there), then `k3 history` of that folder with its textfile, then the judgement. "
+                                    "Exit 0 when none regressed, 1 when one did (its reasons on the line that names "
+                                    "it: not comparable, the sheet reopened, an identity item unverified, drift, or "
+                                    "a decision stronger than the baseline's), 2 on bad input.")
+    fl.add_argument("fleet", metavar="FLEET", help="the fleet file (YAML; see deploy/airflow/fleet.example.yaml)")
+    fl.add_argument("--deployment", action="append", default=[], metavar="NAME",
+                    help="only this deployment (repeatable); default: all, one after the other")
+    fl.add_argument("--list", action="store_true", help="print the deployments' names, one a line, and exit")
+    fl.add_argument("--timeout", type=float, metavar="SECONDS", help="kill a deployment's validate after this long")
+    fl.set_defaults(func=cmd_fleet)
+
     sc = sub.add_parser("schemas", help="rewrite the JSON Schemas in schemas/ from the code (for developers)",
                         description="Write the JSON Schemas of the evidence record, of each acceptance axis' data, "
                                     "of each renewal result and of the paths record into the repository's schemas/ "
@@ -517,6 +531,14 @@ def cmd_history(ns: argparse.Namespace) -> int:
     if ns.textfile:
         print(f"textfile: {ns.textfile}")
     return 0
+
+
+def cmd_fleet(ns: argparse.Namespace) -> int:
+    from .fleet import fleet_main
+
+    if ns.timeout is not None and not ns.timeout > 0:
+        raise BadInputError(f"expected a positive number of seconds, got {ns.timeout}", source="--timeout")
+    return fleet_main(ns.fleet, ns.deployment, list_only=ns.list, timeout_s=ns.timeout)
 
 
 def cmd_compare(ns: argparse.Namespace) -> int:

@@ -35,8 +35,8 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "decision": ("decision", "sheet", "accepted", "baseline", "golive", "renewal.decision", "renewal.review",
                  "renewal.records"),
     # what a person reads: the notebooks' openers and HTML views, the summary, the batch and its report
-    "views": ("views", "summary", "notebook", "report", "batch", "batch.*", "runner", "history", "signing", "renewal",
-              "renewal.figures", "renewal.notebook", "renewal.session", "renewal.batch"),
+    "views": ("views", "summary", "notebook", "report", "batch", "batch.*", "runner", "history", "fleet", "signing",
+              "renewal", "renewal.figures", "renewal.notebook", "renewal.session", "renewal.batch"),
     # the command line: every print and argparse adapter
     "cli": ("", "__main__", "cli"),
 }
