@@ -278,6 +278,11 @@ class Params(_Model):
         return self.model_dump(mode="json")
 
 
+def default_tree() -> dict[str, Any]:
+    """Every parameter at the kit's default, as `public_dict` writes it (what a loosened threshold is against)."""
+    return Params(target=TargetParams()).public_dict()
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Loading: files layered left to right, then --set overrides, with provenance for error messages.
 

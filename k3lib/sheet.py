@@ -144,9 +144,10 @@ def _recipe_requirements(recipe: dict[str, Any]) -> list[str]:
 def _configuration(axis: str, params: dict[str, Any] | None) -> str:
     if not params:
         return ""
+    from .params import default_tree
     from .thresholds import BY_PATH, loosened
 
-    loose = [t for t in loosened(params) if BY_PATH[t.path].axis == axis]
+    loose = [t for t in loosened(params, default_tree()) if BY_PATH[t.path].axis == axis]
     base = _base_configuration(axis, params)
     if not loose:
         return base

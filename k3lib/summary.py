@@ -9,7 +9,7 @@ from typing import Any
 
 from .decision import Decision, decide
 from .evidence import EvidenceRecord
-from .params import Params
+from .params import Params, default_tree
 from .plan import ACCEPTANCE_AXES
 from .sheet import ITEMS, sheet_rows
 from .store import RunStore
@@ -24,7 +24,7 @@ def loosened_thresholds(params: Params, records: dict[str, EvidenceRecord]) -> l
     ops = records.get("operations")
     att = ops.typed().attestation if ops is not None and ops.axis == "operations" else None
     accepted = att.items.thresholds_accepted if att is not None else ()
-    return loosened(params.public_dict(), accepted=accepted, who=att.who if att else None,
+    return loosened(params.public_dict(), default_tree(), accepted=accepted, who=att.who if att else None,
                     when=att.when.isoformat() if att else None)
 
 

@@ -145,12 +145,6 @@ def _get(tree: Mapping[str, Any], path: str) -> Any:
     return node
 
 
-def _defaults() -> dict[str, Any]:
-    from .params import Params, TargetParams
-
-    return Params(target=TargetParams()).model_dump(mode="json")
-
-
 def check_bounds(resolved: Mapping[str, Any], prov: Mapping[str, str] | None = None, *,
                  default_source: str = "parameters") -> None:
     """Refuse (one BadInputError line) a threshold outside the bounds the seeds allow."""
@@ -161,11 +155,11 @@ def check_bounds(resolved: Mapping[str, Any], prov: Mapping[str, str] | None = N
                                 f"{t.basis})", source=(prov or {}).get(t.path, default_source), field=t.path)
 
 
-def loosened(resolved: Mapping[str, Any], prov: Mapping[str, str] | None = None,
+def loosened(resolved: Mapping[str, Any], defaults: Mapping[str, Any], prov: Mapping[str, str] | None = None,
              accepted: Iterable[Any] = (), who: str | None = None, when: str | None = None) -> list[Loosened]:
-    """Every threshold looser than its default, each with the attestation entry that accepted it (the same path
-    and the same value), if any. `accepted` holds the attestation's `thresholds_accepted` entries."""
-    defaults = _defaults()
+    """Every threshold of `resolved` looser than in `defaults` (`k3lib.params.default_tree()`), each with the
+    attestation entry that accepted it (the same path and the same value), if any. `accepted` holds the
+    attestation's `thresholds_accepted` entries."""
     by_path = {str(getattr(a, "path", "")): a for a in accepted}
     out = []
     for t in THRESHOLDS:

@@ -22,7 +22,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     # what everything stands on: errors, parameters, the run folder, the target, the evidence model and the
     # outcome vocabulary, the axis context. The emulator is an island at this level (see ISLANDS).
     "foundation": ("errors", "_deferred", "guards", "params", "retry", "store", "stats", "turns", "plan", "plotting",
-                   "operator", "target", "session", "attested", "evidence", "outcomes", "emulator", "emulator.*"),
+                   "operator", "target", "session", "thresholds", "attested", "evidence", "outcomes", "emulator", "emulator.*"),
     # talking to a target and reading what it says: the HTTP client, load generation, /metrics, GPU samplers,
     # the readers of pasted artifacts
     "io": ("chatstream", "client", "client.*", "calibration", "load", "prompts", "crosscheck", "gpu", "sampling",
@@ -35,7 +35,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "decision": ("decision", "sheet", "accepted", "baseline", "golive", "renewal.decision", "renewal.review",
                  "renewal.records"),
     # what a person reads: the notebooks' openers and HTML views, the summary, the batch and its report
-    "views": ("views", "summary", "notebook", "report", "batch", "batch.*", "runner", "history", "fleet", "signing",
+    "views": ("views", "summary", "notebook", "report", "batch", "batch.*", "runner", "history", "fleet", "recompute", "signing",
               "renewal", "renewal.figures", "renewal.notebook", "renewal.session", "renewal.batch"),
     # the command line: every print and argparse adapter
     "cli": ("", "__main__", "cli"),
