@@ -135,6 +135,9 @@ class ContractParams(_Model):
     ttft_p95_ms: PositiveSeconds | None = None
     e2e_p95_ms: PositiveSeconds | None = None
     queue_p95_ms: PositiveSeconds | None = None
+    # the share of a load window's requests that may end without completing (refused by status, timed out,
+    # unreachable, cut, failed on the server) while the window still holds; 0: every request must complete
+    max_error_share: Annotated[float, Field(ge=0, le=1)] = 0.0
     images_served: bool = False
 
 
