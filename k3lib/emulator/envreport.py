@@ -129,3 +129,22 @@ def nvidia_smi_report(cfg, used_mib: int, when: str) -> str:
                       f" {used_mib:>6}MiB / {cfg.gpu_memory_mib:>6}MiB ", "      0%      Default "),
                   row("", "", "             Disabled "), cols]
     return "\n".join(lines) + "\n"
+
+
+def operator_attestation(cfg, started_at: str, concurrency_limit: int | None = None) -> dict:
+    """The demo operator's attestation (the operations axis' C15), as a team's record service would serve it:
+    dated the day this server started (an attestation counts only inside the re-examination window), stating the
+    context limit the server runs with and the concurrency limit it is operated under (the contract's, passed by
+    the caller; else max_num_seqs). Its who/how say plainly that it is the demo's, never a person's."""
+    return {
+        "who": "k3kit demo operator (the embedded emulator's stand-in for the on-call team)",
+        "when": started_at[:10],
+        "how": "demo: the limits are the ones this emulator was started with and parameters/emulator.yaml accepts; "
+               "the rollback itself is drilled by the kit",
+        "link": "README.md#the-embedded-emulator",
+        "items": {"operator_knows_limits": {
+            "context_limit_tokens": cfg.max_model_len,
+            "concurrency_limit": concurrency_limit or cfg.max_num_seqs,
+            "rollback_signal": "K3QueueTimeAboveAccepted firing, an OOM line in the server log, or invalid "
+                               "tool-call JSON"}},
+    }
