@@ -308,10 +308,12 @@ def _names(ref: str, served: Served) -> bool:
 
 def attestation_findings(attestation: AttestationRecord | None, *, drill: DrillResult | None = None,
                          contract_context_tokens: int | None = None, planned_concurrency: int | None = None,
-                         today: dt.date | None = None, accepted: Served | None = None) -> list[Finding]:
+                         today: dt.date | None = None, accepted: Served | None = None,
+                         unread: str | None = None) -> list[Finding]:
     """One finding per item. An item with neither attestation nor drill is `not-observable`: open, never a pass.
     An attestation counts only dated inside the re-examination window; an attested rehearsal only when its
-    previous image is shown to differ from `accepted`, the release the target serves (before any drill)."""
+    previous image is shown to differ from `accepted`, the release the target serves (before any drill). `unread`:
+    why a configured attestation could not be read (its items stay open, and say so)."""
 
     today = today or dt.date.today()
     items = attestation.items if attestation else None
@@ -322,7 +324,8 @@ def attestation_findings(attestation: AttestationRecord | None, *, drill: DrillR
     if limits is None:
         out.append(Finding(rule=RULE_LIMITS, status="not-observable",
                            message="open: no attestation that the operator knows the context limit, the concurrency "
-                                   "limit and the rollback signal (see parameters/attestation.example.yaml)"))
+                                   "limit and the rollback signal "
+                                   + (f"({unread})" if unread else "(see parameters/attestation.example.yaml)")))
     else:
         problems = []
         if dated:

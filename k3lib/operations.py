@@ -12,7 +12,6 @@ from typing import Any
 
 from .attestation import (AttestationRecord, DrillResult, accepted_release, attestation_findings,
                           parse_attestation_text, read_attestation, rollback_drill)
-from .errors import BadInputError
 from .evidence import DrillData, EvidenceRecord, Finding, OperationsData, axis_status
 from .session import AxisContext, find_path
 
@@ -30,9 +29,10 @@ class OperationsResult:
         return pd.DataFrame([{"item": f.rule, "status": f.status, "finding": f.message} for f in self.findings])
 
 
-def _attestation(ctx: AxisContext, value: str) -> tuple[AttestationRecord, str, str]:
-    """(the attestation, where it was read, its text), given as a file path or an http(s) URL (`{base_url}`
-    allowed: a wiki page's raw text, the operator's record service); anything unreadable is one bad-input line."""
+def _attestation(ctx: AxisContext, value: str) -> tuple[AttestationRecord | None, str, str]:
+    """(the attestation, where it was read, its text — or why it could not be fetched), given as a file path or an
+    http(s) URL (`{base_url}` allowed: a wiki page's raw text, the operator's record service). A file that is not
+    there or an invalid attestation is one bad-input line; a URL that does not answer leaves the items open."""
     import httpx
 
     from .compat.sources import fetch_text, substitute
@@ -44,17 +44,20 @@ def _attestation(ctx: AxisContext, value: str) -> tuple[AttestationRecord, str, 
     with httpx.Client(timeout=ctx.params.axes.environment.timeout_s, headers=ctx.target.headers()) as http:
         src = fetch_text("attestation", value, ctx.target.base_url, http)
     if not src.ok:
-        raise BadInputError(f"cannot read the attestation: {src.error}", source="axes.operations.attestation")
+        return None, str(src.location), f"the attestation at {src.location} could not be read ({src.error})"
     return parse_attestation_text(src.text or "", str(src.location)), str(src.location), src.text or ""
 
 
 def run_operations(ctx: AxisContext) -> OperationsResult:
     """Read the attestation (if any), run the drill (if any) against the target, and judge both."""
     ops = ctx.params.axes.operations
-    att = where = None
+    att = where = unread = None
     if ops.attestation:
         att, where, text = _attestation(ctx, ops.attestation)
-        ctx.store.write_text("evidence/operations/attestation.yaml", text)
+        if att is not None:
+            ctx.store.write_text("evidence/operations/attestation.yaml", text)
+        else:
+            unread = text
     drill = None
     inspect = ctx.params.axes.environment.image_inspect
     key = ctx.target.headers().get("Authorization", "").removeprefix("Bearer ") or None
@@ -68,8 +71,9 @@ def run_operations(ctx: AxisContext) -> OperationsResult:
     else:
         accepted = None
     findings = attestation_findings(att, drill=drill, contract_context_tokens=ctx.params.contract.max_context_tokens,
-                                    planned_concurrency=ctx.params.contract.planned_concurrency, accepted=accepted)
-    return OperationsResult(att, where, drill, tuple(findings))
+                                    planned_concurrency=ctx.params.contract.planned_concurrency, accepted=accepted,
+                                    unread=unread)
+    return OperationsResult(att, where if att is not None else None, drill, tuple(findings))
 
 
 def operations_record(result: OperationsResult, ctx: AxisContext) -> EvidenceRecord:

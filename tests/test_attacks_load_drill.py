@@ -5,7 +5,6 @@ other than production, with a reason naming it."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import datetime as dt
 import json
