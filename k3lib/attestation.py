@@ -16,8 +16,9 @@ from typing import Any, Sequence
 from .operator import (DrillCommand, HttpAction, parse_drill_command, run_command,  # noqa: F401 - public here too
                        run_operator_command)
 from .attested import (AttestationRecord, AttestedItems, LimitsKnownItem,  # noqa: F401 - public here too
-                       RollbackRehearsedItem, parse_attestation, read_attestation)
+                       RollbackRehearsedItem, parse_attestation, parse_attestation_text, read_attestation)
 from .evidence import Finding
+from .outcomes import REEXAMINE_AFTER_DAYS
 
 RULE_LIMITS = "attestation.operator_knows_limits"
 RULE_ROLLBACK = "attestation.rollback_rehearsed"
@@ -36,6 +37,25 @@ class Served:
     @property
     def known(self) -> bool:
         return any((self.vllm_version, self.image, self.digest))
+
+    @property
+    def image_known(self) -> bool:
+        return bool(self.image or self.digest)
+
+    def same_image(self, other: "Served") -> bool | None:
+        """Whether both serve the same image: by digest where both show one (a retag is the same image), else by
+        reference; None when either side shows neither."""
+        if self.digest and other.digest:
+            return self.digest == other.digest
+        if self.image and other.image and not (self.digest or other.digest):
+            return self.image == other.image
+        return None
+
+    def identical_to(self, other: "Served") -> bool:
+        """Every figure `other` shows is shown here too, and equal: the same release, not merely one field alike."""
+        pairs = [(getattr(self, f), getattr(other, f)) for f in ("vllm_version", "image", "digest")
+                 if getattr(other, f)]
+        return bool(pairs) and all(a == b for a, b in pairs)
 
     def same_as(self, other: "Served") -> bool:
         """Every figure known on both sides is equal (and at least one was compared)."""
@@ -76,7 +96,9 @@ class DrillResult:
         return self.command_ok and self.health_status == 200 and self.chat_ok
 
     def judged(self) -> tuple[str, str]:
-        """(status, why): pass only when the previous release was shown served, then served again."""
+        """(status, why): pass only when a change of image was shown (its digest, or its reference where no digest
+        is shown, differs before and after the command), the previous release served, and the roll-forward shown
+        serving the accepted release again — the same image, digest and version as before the drill."""
         if not self.serving:
             return "fail", f"rollback drill failed: `{self.command}`: {self.error or self.command_detail}"
         before, after = self.before or Served(error="not observed"), self.after or Served(error="not observed")
@@ -86,23 +108,34 @@ class DrillResult:
         if before.same_as(after):
             return "not-observable", (f"open: `{self.command}` changed nothing — the target serves {after} as "
                                       "before: no rollback to a previous release was shown")
+        same = before.same_image(after)
+        if same is None:
+            return "not-observable", (f"open: which image the target serves could not be compared before and after "
+                                      f"`{self.command}` (before: {before}; after: {after}); a changed /version alone "
+                                      "does not show a restore to the previous image (set axes.environment."
+                                      "image_inspect)")
+        if same:
+            what = f"digest {before.digest}" if before.digest and after.digest else f"image {before.image}"
+            return "fail", (f"the {what} never changed across `{self.command}` (before: {before}; after: {after}): "
+                            "no restore to a previous image was shown")
         if self.rollback_to and not after.matches(self.rollback_to):
             return "fail", (f"after `{self.command}` the target serves {after}, not the previous release "
                             f"{self.rollback_to} (before: {before})")
         if not self.rollback_to and _newer(after.vllm_version, before.vllm_version):
             return "fail", f"`{self.command}` moved forward ({before} → {after}), not back to a previous release"
-        forward = ""
-        if self.forward is not None:
-            again = self.forward.get("served")
-            if not self.forward.get("serving"):
-                return "fail", (f"rolled back to {after}, but the roll-forward `{self.forward.get('command')}` did "
-                                f"not serve again: {self.forward.get('error')}")
-            if not isinstance(again, Served) or not again.same_as(before):
-                return "fail", (f"rolled back to {after}, but the roll-forward serves {again}, not the accepted "
-                                f"{before}")
-            forward = f"; rolled forward with `{self.forward.get('command')}`: serving {again} again"
+        if self.forward is None:
+            return "fail", (f"rolled back to {after}, but no roll-forward ran (axes.operations.roll_forward): the "
+                            f"target was left on the previous release, not the accepted {before}")
+        again = self.forward.get("served")
+        if not self.forward.get("serving"):
+            return "fail", (f"rolled back to {after}, but the roll-forward `{self.forward.get('command')}` did "
+                            f"not serve again: {self.forward.get('error')}")
+        if not isinstance(again, Served) or not again.identical_to(before):
+            return "fail", (f"rolled back to {after}, but the roll-forward serves {again}, not the accepted "
+                            f"{before}")
         return "pass", (f"rollback drill: served {before}; after `{self.command}` ({self.command_detail}) it served "
-                        f"the previous release {after} — /health 200 and a chat completion{forward} "
+                        f"the previous release {after} — /health 200 and a chat completion; rolled forward with "
+                        f"`{self.forward.get('command')}`: serving the accepted {again} again "
                         f"({self.duration_s:.1f} s)")
 
     @property
@@ -155,6 +188,17 @@ def served_release(http: Any, inspect: str | None, base: str) -> Served:
         else:
             errors.append(f"image_inspect: {src.error}")
     return Served(str(version) if version else None, image, digest, "; ".join(errors) or None)
+
+
+def accepted_release(base_url: str, inspect: str | None, api_key: str | None = None,
+                     timeout_s: float = 10.0) -> Served:
+    """The release the target serves now (the accepted one, when no drill moves it): `/version` and the image."""
+    import httpx
+
+    base = base_url.rstrip("/")
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    with httpx.Client(base_url=base, headers=headers, timeout=max(1.0, timeout_s)) as http:
+        return served_release(http, inspect, base)
 
 
 def _serve_check(http: Any, deadline: float, poll_s: float, model: str | None) -> tuple[int | None, bool, str | None]:
@@ -241,25 +285,51 @@ def _by(att: AttestationRecord) -> str:
     return f"attested by {att.who} on {att.when.isoformat()} ({att.how}; {att.link})"
 
 
+def _date_problem(attestation: AttestationRecord | None, today: dt.date) -> str | None:
+    """Why the attestation's date cannot vouch for this run: after today, or older than the re-examination window
+    (`REEXAMINE_AFTER_DAYS`, the interval at which a limited decision is looked at again)."""
+    if attestation is None:
+        return None
+    if attestation.when > today:
+        return f"dated {attestation.when} which is after today {today}"
+    oldest = today - dt.timedelta(days=REEXAMINE_AFTER_DAYS)
+    if attestation.when < oldest:
+        return (f"dated {attestation.when}, older than the {REEXAMINE_AFTER_DAYS}-day re-examination window "
+                f"(from {oldest} to {today}): attest again")
+    return None
+
+
+def _names(ref: str, served: Served) -> bool:
+    """`ref` (an image reference, possibly with @digest, or a digest) names the release `served`."""
+    name, _, digest = ref.partition("@")
+    return served.matches(ref) or (bool(digest) and digest == served.digest) or (
+        bool(served.image) and name == served.image) or served.matches(name)
+
+
 def attestation_findings(attestation: AttestationRecord | None, *, drill: DrillResult | None = None,
                          contract_context_tokens: int | None = None, planned_concurrency: int | None = None,
-                         today: dt.date | None = None) -> list[Finding]:
-    """One finding per item. An item with neither attestation nor drill is `not-observable`: open, never a pass."""
+                         today: dt.date | None = None, accepted: Served | None = None,
+                         unread: str | None = None) -> list[Finding]:
+    """One finding per item. An item with neither attestation nor drill is `not-observable`: open, never a pass.
+    An attestation counts only dated inside the re-examination window; an attested rehearsal only when its
+    previous image is shown to differ from `accepted`, the release the target serves (before any drill). `unread`:
+    why a configured attestation could not be read (its items stay open, and say so)."""
 
     today = today or dt.date.today()
     items = attestation.items if attestation else None
-    future = attestation is not None and attestation.when > today
+    dated = _date_problem(attestation, today)
     out: list[Finding] = []
 
     limits = items.operator_knows_limits if items else None
     if limits is None:
         out.append(Finding(rule=RULE_LIMITS, status="not-observable",
                            message="open: no attestation that the operator knows the context limit, the concurrency "
-                                   "limit and the rollback signal (see parameters/attestation.example.yaml)"))
+                                   "limit and the rollback signal "
+                                   + (f"({unread})" if unread else "(see parameters/attestation.example.yaml)")))
     else:
         problems = []
-        if future:
-            problems.append(f"dated {attestation.when} which is after today {today}")
+        if dated:
+            problems.append(dated)
         if contract_context_tokens is not None and limits.context_limit_tokens != contract_context_tokens:
             problems.append(f"the operator's context limit {limits.context_limit_tokens} tokens is not the accepted "
                             f"contract's {contract_context_tokens}")
@@ -283,14 +353,29 @@ def attestation_findings(attestation: AttestationRecord | None, *, drill: DrillR
         # A drill just run is stronger evidence than a statement: a failed drill fails the item whatever was attested.
         out.append(drill.finding())
     elif rehearsed is not None:
-        if future:
+        assert attestation is not None
+        if dated:
             out.append(Finding(rule=RULE_ROLLBACK, status="fail",
-                               message=f"rollback rehearsal dated {attestation.when}, after today {today}",
+                               message=f"rollback rehearsal {dated} — {_by(attestation)}",
                                observed=rehearsed.model_dump()))
+        elif accepted is None or not accepted.known:
+            out.append(Finding(rule=RULE_ROLLBACK, status="not-observable",
+                               message=f"open: the rollback to {rehearsed.previous_image} is attested, but the release "
+                                       "the target serves could not be shown "
+                                       f"({accepted.error if accepted else 'not read'}), so the previous image cannot "
+                                       "be shown to differ from the accepted one — " + _by(attestation),
+                               observed=rehearsed.model_dump()))
+        elif _names(rehearsed.previous_image, accepted):
+            out.append(Finding(rule=RULE_ROLLBACK, status="fail",
+                               message=f"the attested previous image {rehearsed.previous_image} is the accepted release "
+                                       f"the target serves ({accepted}): no rollback to a previous image — "
+                                       + _by(attestation),
+                               observed=rehearsed.model_dump(), expected={"different_from": str(accepted)}))
         else:
             out.append(Finding(rule=RULE_ROLLBACK, status="pass",
-                               message=f"rollback to {rehearsed.previous_image} rehearsed: {rehearsed.result} — "
-                                       + _by(attestation), observed=rehearsed.model_dump()))
+                               message=f"rollback to {rehearsed.previous_image} (not the accepted {accepted}) "
+                                       f"rehearsed: {rehearsed.result} — " + _by(attestation),
+                               observed=rehearsed.model_dump(), expected={"different_from": str(accepted)}))
     else:
         out.append(Finding(rule=RULE_ROLLBACK, status="not-observable",
                            message="open: the rollback to the previous image was neither rehearsed by a drill nor "

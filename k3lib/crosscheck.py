@@ -6,6 +6,9 @@ HTTP framing that the server's `time_to_first_token_seconds` (measured from fron
 beyond those is recorded as a disagreement: another client is loading the target, or one side is wrong.
 A load window cut at its deadline leaves requests the client gave up on: the server may still have finished them,
 or counted their prompt and some output before the abort, so those few widen the count bounds on one side only.
+A request answered with a client-error status (a 429 from a gateway in front, a 400) never reached the engine:
+it widens nothing. Every request that did not complete is counted by kind and status (`incomplete`,
+`error_statuses`), so a window the engine saw little of says so instead of agreeing on that little.
 """
 
 from __future__ import annotations
@@ -52,6 +55,10 @@ class CrossCheckItem:
 @dataclasses.dataclass(frozen=True)
 class CrossCheck:
     items: tuple[CrossCheckItem, ...]
+    #: the client's requests that did not complete, per kind (refused, server_errors, timeouts, unreachable,
+    #: cancelled; only the kinds that occurred), and their HTTP statuses
+    incomplete: dict[str, int] = dataclasses.field(default_factory=dict)
+    error_statuses: dict[str, int] = dataclasses.field(default_factory=dict)
 
     @property
     def disagreements(self) -> list[CrossCheckItem]:
@@ -59,7 +66,8 @@ class CrossCheck:
 
     def to_dict(self) -> dict[str, Any]:
         return {"items": [i.to_dict() for i in self.items],
-                "disagreements": [i.quantity for i in self.disagreements]}
+                "disagreements": [i.quantity for i in self.disagreements],
+                "incomplete": dict(self.incomplete), "error_statuses": dict(self.error_statuses)}
 
     def table(self) -> Any:
         import pandas as pd
@@ -105,6 +113,27 @@ def _sent(rec: Any) -> bool:
     return getattr(rec, "sent_ns", 1) is not None
 
 
+def incomplete_kind(rec: Any) -> str | None:
+    """How a request (a ChatRecord or an object with its attributes) did not complete: None (it did), "cancelled",
+    "refused" (a 4xx status: a gateway's 429, a 400), "server_errors" (5xx, or an error event inside a 200 stream),
+    "timeouts" or "unreachable" — the kinds and names of a capacity step's counts."""
+    if getattr(rec, "ok", False):
+        return None
+    if getattr(rec, "cancelled", False):
+        return "cancelled"
+    status = getattr(rec, "http_status", None)
+    kind = getattr(rec, "error_kind", None)
+    if isinstance(status, int) and 400 <= status < 500:
+        return "refused"
+    if isinstance(status, int) and status >= 500:
+        return "server_errors"
+    if kind == "Timeout":
+        return "timeouts"
+    if kind == "TargetUnreachable" and status is None:
+        return "unreachable"
+    return "server_errors"
+
+
 def cross_check(records: Sequence[Any], before: Snapshot, after: Snapshot, *,
                 network_allowance_ms: float = 50.0) -> CrossCheck:
     """Compare finished requests (ChatRecords, or objects with the same attributes) with the server's counters
@@ -112,7 +141,19 @@ def cross_check(records: Sequence[Any], before: Snapshot, after: Snapshot, *,
     cancelled ones too: a request that left the client but did not finish ok widens the count bounds by what
     the server may have counted for it (one request; the largest prompt and output of a finished one)."""
     ok = [r for r in records if getattr(r, "ok", False)]
-    unfinished = [r for r in records if not getattr(r, "ok", False) and _sent(r)]
+    kinds = [(r, incomplete_kind(r)) for r in records]
+    incomplete: dict[str, int] = {}
+    statuses: dict[str, int] = {}
+    for r, kind in kinds:
+        if kind is None:
+            continue
+        incomplete[kind] = incomplete.get(kind, 0) + 1
+        if isinstance(status := getattr(r, "http_status", None), int):
+            statuses[str(status)] = statuses.get(str(status), 0) + 1
+    # refused by status: nothing the engine could have counted (vLLM validates before its engine; a gateway in
+    # front answers for it), so only the other unfinished requests widen the bounds
+    refused = [r for r, kind in kinds if kind == "refused"]
+    unfinished = [r for r, kind in kinds if kind not in (None, "refused") and _sent(r)]
     items: list[CrossCheckItem] = []
 
     def counter(canonical: str) -> float | None:
@@ -150,4 +191,9 @@ def cross_check(records: Sequence[Any], before: Snapshot, after: Snapshot, *,
             items.append(CrossCheckItem(
                 f"{label} p{int(q * 100)}", client, server, width_ms + network_allowance_ms, "ms",
                 "server quantile interpolated inside its histogram bucket; tolerance = bucket width + network"))
-    return CrossCheck(tuple(items))
+    if refused:
+        said = ", ".join(f"HTTP {code} ×{n}" for code, n in sorted(statuses.items()) if code.startswith("4"))
+        items.append(CrossCheckItem("requests refused", float(len(refused)), None, 0.0, "requests",
+                                    f"client: answered with a client-error status ({said}); the engine counts none "
+                                    "of them: not compared, counted as load that did not complete"))
+    return CrossCheck(tuple(items), dict(sorted(incomplete.items())), dict(sorted(statuses.items())))

@@ -71,6 +71,7 @@ class CapacityStep(_Data):
     timeouts: int | None = None
     unreachable: int | None = None
     cancelled: int | None = None
+    error_statuses: dict[str, int] | None = None  # HTTP status → count, among the requests that did not complete
     ttft_p50_ms: float | None = None
     ttft_p95_ms: float | None = None
     e2e_p95_ms: float | None = None

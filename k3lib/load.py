@@ -422,12 +422,15 @@ async def run_open_loop(client: ChatClient, bodies: BodySource, *, rate_rps: flo
 
 async def run_soak(client: ChatClient, bodies: BodySource, *, concurrency: int, duration_s: float,
                    max_requests: int, window_s: float = 60.0, request_timeout_s: float = 600.0,
-                   sink: Sink | None = None, name: str = "soak", allow_remote_load: bool = False) -> PhaseSummary:
+                   sink: Sink | None = None, name: str = "soak", allow_remote_load: bool = False,
+                   drain_s: float = 0.0) -> PhaseSummary:
     """Constant concurrency for a long, bounded time, summarized per window so drift is visible.
 
     It stops at `duration_s` or `max_requests`, whichever comes first: a soak is expected to end on duration,
-    so set `max_requests` to a safety cap above what the duration needs.
+    so set `max_requests` to a safety cap above what the duration needs. With `drain_s` the requests in flight
+    at the end may finish for that long before they are cut (recorded as cancelled).
     """
     return await run_closed_loop(client, bodies, concurrency=concurrency, max_requests=max_requests,
                                  max_duration_s=duration_s, request_timeout_s=request_timeout_s, sink=sink,
-                                 name=name, allow_remote_load=allow_remote_load, window_s=window_s, _kind="soak")
+                                 name=name, allow_remote_load=allow_remote_load, window_s=window_s, drain_s=drain_s,
+                                 _kind="soak")

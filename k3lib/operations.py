@@ -10,7 +10,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from .attestation import AttestationRecord, DrillResult, attestation_findings, read_attestation, rollback_drill
+from .attestation import (AttestationRecord, DrillResult, accepted_release, attestation_findings,
+                          parse_attestation_text, read_attestation, rollback_drill)
 from .evidence import DrillData, EvidenceRecord, Finding, OperationsData, axis_status
 from .session import AxisContext, find_path
 
@@ -28,24 +29,51 @@ class OperationsResult:
         return pd.DataFrame([{"item": f.rule, "status": f.status, "finding": f.message} for f in self.findings])
 
 
+def _attestation(ctx: AxisContext, value: str) -> tuple[AttestationRecord | None, str, str]:
+    """(the attestation, where it was read, its text — or why it could not be fetched), given as a file path or an
+    http(s) URL (`{base_url}` allowed: a wiki page's raw text, the operator's record service). A file that is not
+    there or an invalid attestation is one bad-input line; a URL that does not answer leaves the items open."""
+    import httpx
+
+    from .compat.sources import fetch_text, substitute
+
+    if not substitute(value, ctx.target.base_url).startswith(("http://", "https://")):
+        path = find_path(value)
+        att = read_attestation(path)
+        return att, str(path), path.read_text(encoding="utf-8")
+    with httpx.Client(timeout=ctx.params.axes.environment.timeout_s, headers=ctx.target.headers()) as http:
+        src = fetch_text("attestation", value, ctx.target.base_url, http)
+    if not src.ok:
+        return None, str(src.location), f"the attestation at {src.location} could not be read ({src.error})"
+    return parse_attestation_text(src.text or "", str(src.location)), str(src.location), src.text or ""
+
+
 def run_operations(ctx: AxisContext) -> OperationsResult:
     """Read the attestation (if any), run the drill (if any) against the target, and judge both."""
     ops = ctx.params.axes.operations
-    att = path = None
+    att = where = unread = None
     if ops.attestation:
-        path = str(find_path(ops.attestation))
-        att = read_attestation(path)
-        ctx.store.write_text("evidence/operations/attestation.yaml", open(path, encoding="utf-8").read())
+        att, where, text = _attestation(ctx, ops.attestation)
+        if att is not None:
+            ctx.store.write_text("evidence/operations/attestation.yaml", text)
+        else:
+            unread = text
     drill = None
+    inspect = ctx.params.axes.environment.image_inspect
+    key = ctx.target.headers().get("Authorization", "").removeprefix("Bearer ") or None
     if ops.rollback_drill:
-        key = ctx.target.headers().get("Authorization", "").removeprefix("Bearer ") or None
         drill = rollback_drill(ops.rollback_drill, ctx.target.base_url, ops.drill_timeout_s,
-                               model=ctx.params.target.model, api_key=key,
-                               inspect=ctx.params.axes.environment.image_inspect, rollback_to=ops.rollback_to,
-                               roll_forward=ops.roll_forward)
+                               model=ctx.params.target.model, api_key=key, inspect=inspect,
+                               rollback_to=ops.rollback_to, roll_forward=ops.roll_forward)
+        accepted = drill.before
+    elif att is not None and att.items.rollback_rehearsed is not None:
+        accepted = accepted_release(ctx.target.base_url, inspect, key, ctx.params.axes.environment.timeout_s)
+    else:
+        accepted = None
     findings = attestation_findings(att, drill=drill, contract_context_tokens=ctx.params.contract.max_context_tokens,
-                                    planned_concurrency=ctx.params.contract.planned_concurrency)
-    return OperationsResult(att, path, drill, tuple(findings))
+                                    planned_concurrency=ctx.params.contract.planned_concurrency, accepted=accepted,
+                                    unread=unread)
+    return OperationsResult(att, where if att is not None else None, drill, tuple(findings))
 
 
 def operations_record(result: OperationsResult, ctx: AxisContext) -> EvidenceRecord:

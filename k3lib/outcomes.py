@@ -72,6 +72,9 @@ RULES: tuple[Rule, ...] = (
                                                       "refused"),
     Rule("capacity.memory_growth", Outcome.LIMITED, "memory grows steadily: not stable, more GPUs won't fix it"),
     Rule("capacity.server_errors", Outcome.LIMITED, "5xx while the engine stayed up"),
+    Rule("capacity.incomplete_load", Outcome.EXTENSION, "requests refused, timed out, unreachable or cut at or below "
+                                                        "the planned concurrency: the deployment as reached does not "
+                                                        "serve the planned load"),
     Rule("capacity.latency_*", Outcome.EXTENSION, "client latency p95 at nominal load above the contract's objective "
                                                   "(its whole interval)"),
     Rule("capacity.*", Outcome.EXTENSION, "memory or queue saturates at nominal load"),

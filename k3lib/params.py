@@ -135,10 +135,11 @@ class ContractParams(_Model):
     ttft_p95_ms: PositiveSeconds | None = None
     e2e_p95_ms: PositiveSeconds | None = None
     queue_p95_ms: PositiveSeconds | None = None
-    images_served: bool = False
-    # the share of a load step's or the soak's requests that may end without a reply (refused, timed out,
-    # unreachable, cancelled) for it to hold; bounds in k3lib.thresholds
+    # the share of a load window's requests that may end without completing (refused by status, timed out,
+    # unreachable, cut, failed on the server) while the window still holds; 0: every request must complete (bounds
+    # in k3lib.thresholds)
     max_error_share: Annotated[float, Field(ge=0, le=1)] = 0.0
+    images_served: bool = False
 
 
 class ProbeParams(_Model):

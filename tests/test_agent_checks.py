@@ -239,6 +239,39 @@ def test_tool_error_fallback_check(calls, content, retries, ok, detail):
     assert o.passed is ok and detail in o.detail
 
 
+SENT = {"error": "weather service timed out", "code": "UPSTREAM_TIMEOUT", "retryable": True}
+
+
+@pytest.mark.parametrize("content, ok, detail", [
+    pytest.param("According to the tool result, " + json.dumps(SENT), False, "only echoes", id="echo-of-the-json"),
+    pytest.param("Weather service timed out.", False, "only echoes", id="echo-of-the-message"),
+    pytest.param("The weather service timed out, so the forecast is unavailable for now.", True, "own words",
+                 id="quotes-the-error-and-says-more"),
+    pytest.param("The lookup timed out on their side; I will not guess.", True, "own words", id="own-words"),
+    pytest.param("Sure, here you go.", False, "does not acknowledge", id="ignores-error"),
+])
+def test_a_fallback_is_judged_on_the_models_own_words(content, ok, detail):
+    """The attack: the reply echoed the tool error the kit sent, and the echo held the acknowledgement words."""
+    o = C.check_fallback([], content, "get_weather", FALLBACK, 0, sent=SENT)
+    assert o.passed is ok and detail in o.detail, o.detail
+
+
+def test_own_words_removes_copied_runs_and_codes():
+    assert C.own_words("Code UPSTREAM_TIMEOUT, sorry.", SENT) == "Code  … , sorry."
+    assert C.own_words("the weather service timed out", SENT).split() == ["the"] + ["…"] * 4
+    assert C.own_words("it timed out", SENT) == "it timed out"  # two shared words are vocabulary, not an echo
+    assert C.own_words("anything", None) == "anything"
+
+
+def test_the_emulated_model_acknowledges_a_failed_tool_in_its_own_words():
+    from k3lib.emulator.replies import FAILED_TOOL_ANSWER, tool_failed
+
+    assert tool_failed(json.dumps(SENT)) and tool_failed("Error: upstream down") and not tool_failed('{"temp": 7}')
+    o = C.check_fallback([], FAILED_TOOL_ANSWER, "get_weather", load_sample().cases[3].turns[0].fallback, 0,
+                         sent=SENT)
+    assert o.passed, o.detail
+
+
 @pytest.mark.parametrize("status, message, kind", [
     pytest.param(400, 'HTTP 400 BadRequestError from x: "auto" tool choice requires --enable-auto-tool-choice and '
                       "--tool-call-parser to be set", "auto-tool-choice", id="auto"),

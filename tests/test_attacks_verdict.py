@@ -144,7 +144,7 @@ def test_an_attested_threshold_is_listed_with_who_accepted_it_and_why(healthy_ru
     _, params, records = _records(healthy_run)
     d = compute_decision(params, records)
     listed = d.to_dict()["loosened_thresholds"]
-    assert listed and all(t["accepted_by"] == "k3kit demo operator" and t["why"] for t in listed)
+    assert listed and all(t["accepted_by"].startswith("k3kit demo operator") and t["why"] for t in listed)
     assert {t["path"] for t in listed} >= {"axes.capacity.soak_duration_s", "axes.capacity.calibration_max_error_ms"}
     assert sum(r.startswith("loosened threshold, accepted by k3kit demo operator") for r in d.reasons) == len(listed)
 

@@ -100,23 +100,34 @@ def test_nothing_attested_nothing_drilled_stays_open_never_pass():
     pytest.param({}, 32768, 4, {RULE_LIMITS: "fail", RULE_ROLLBACK: "pass"}, id="concurrency-above-accepted"),
     pytest.param({}, 32768, 8, {RULE_LIMITS: "pass", RULE_ROLLBACK: "pass"}, id="concurrency-below-accepted"),
     pytest.param({"when": "2027-01-01"}, 32768, 5, {RULE_LIMITS: "fail", RULE_ROLLBACK: "fail"}, id="future-date"),
-    pytest.param({"items": {"rollback_rehearsed": {"previous_image": "x", "result": "served"}}}, 32768, 5,
+    pytest.param({"items": {"rollback_rehearsed": {"previous_image": "vllm/vllm-openai:v0.32.1",
+                                                   "result": "served again with a chat completion"}}}, 32768, 5,
                  {RULE_LIMITS: "not-observable", RULE_ROLLBACK: "pass"}, id="only-rollback-attested"),
+    pytest.param({"when": "2026-11-17"}, 32768, 5, {RULE_LIMITS: "pass", RULE_ROLLBACK: "pass"},
+                 id="fourteen-days-old"),
+    pytest.param({"when": "2026-11-16"}, 32768, 5, {RULE_LIMITS: "fail", RULE_ROLLBACK: "fail"},
+                 id="older-than-the-window"),
 ])
 def test_attested_items(change, contract, planned, expected):
     data = example_data()
     data.update(change)
     att = parse_attestation(data, "att.yaml")
-    findings = attestation_findings(att, contract_context_tokens=contract, planned_concurrency=planned, today=TODAY)
+    findings = attestation_findings(att, contract_context_tokens=contract, planned_concurrency=planned, today=TODAY,
+                                    accepted=ACCEPTED)
     assert _statuses(findings) == expected
     passed = [f for f in findings if f.status == "pass"]
     assert all("Camille Durand" in f.message and "OPS-1234" in f.message for f in passed)
 
 
+ACCEPTED = Served("0.33.0", "vllm/vllm-openai:v0.33.0", "sha256:" + "a" * 64)
+PREVIOUS = Served("0.32.1", "vllm/vllm-openai:v0.32.1", "sha256:" + "b" * 64)
+
+
 def _drill(ok: bool) -> DrillResult:
     return DrillResult("cmd", "http://127.0.0.1:1", ok, "exit status 0" if ok else "exit status 3",
                        200 if ok else None, ok, None if ok else "the rollback command failed", 1.0,
-                       Served("0.33.0"), Served("0.32.1") if ok else None, "0.32.1")
+                       ACCEPTED, PREVIOUS if ok else None, "0.32.1",
+                       {"command": "fwd", "detail": "HTTP 200", "serving": True, "error": None, "served": ACCEPTED})
 
 
 def test_a_failed_drill_fails_the_item_whatever_was_attested():

@@ -7,6 +7,7 @@ per concurrency level, with their counts.
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -192,9 +193,57 @@ def check_final(content: str | None, finish_reason: str | None, final: FinalSpec
     return Outcome("final_answer", True, "meets its contract" + (" (schema-valid)" if schema is not None else ""))
 
 
+# A run of this many words copied from the tool error the kit sent is an echo, not the model's words.
+ECHO_WORDS = 3
+_WORD = re.compile(r"\w+")
+
+
+def _strings(value: Any) -> Iterable[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for k, v in value.items():
+            yield str(k)
+            yield from _strings(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _strings(v)
+    elif value is not None:
+        yield str(value)
+
+
+def own_words(text: str, sent: Any) -> str:
+    """What of `text` the model wrote itself: every run of `ECHO_WORDS` or more words copied in order from what the
+    kit sent (`sent`: the tool error, as text or JSON), and every copied identifier (a word with `_` or a digit,
+    such as an error code), replaced by " … ". Case and punctuation are ignored when matching."""
+    if sent is None or not text:
+        return text
+    sent_words = [w.lower() for chunk in [json.dumps(sent, ensure_ascii=False) if not isinstance(sent, str) else sent,
+                                          *_strings(sent)] for w in _WORD.findall(chunk)]
+    grams = {tuple(sent_words[i:i + ECHO_WORDS]) for i in range(len(sent_words) - ECHO_WORDS + 1)}
+    idents = {w for w in sent_words if "_" in w or any(c.isdigit() for c in w)}
+    words = list(_WORD.finditer(text))
+    low = [m.group().lower() for m in words]
+    copied = [w in idents for w in low]
+    for i in range(len(low) - ECHO_WORDS + 1):
+        if tuple(low[i:i + ECHO_WORDS]) in grams:
+            copied[i:i + ECHO_WORDS] = [True] * ECHO_WORDS
+    out, pos = [], 0
+    for m, c in zip(words, copied):
+        if c:
+            out.append(text[pos:m.start()])
+            out.append(" … ")
+            pos = m.end()
+    out.append(text[pos:])
+    return "".join(out)
+
+
 def check_fallback(calls: Sequence[ToolCall], content: str | None, tool: str, fallback: FallbackSpec,
-                   retries_done: int) -> Outcome:
-    """The reply right after the tool returned its planned error."""
+                   retries_done: int, sent: Any = None) -> Outcome:
+    """The reply right after the tool returned its planned error (`sent`, what the kit put in the tool message).
+    A retry is the model's own call; an answer acknowledges the failure only in the model's own words: the
+    acknowledgement is looked for in what is left once every echo of `sent` is taken out (see `own_words`), so a
+    reply that repeats the kit's error text verbatim does not count."""
     if calls:
         names = [c.name for c in calls]
         if tool in names and retries_done < fallback.max_retries:
@@ -207,10 +256,15 @@ def check_fallback(calls: Sequence[ToolCall], content: str | None, tool: str, fa
     invented = [s for s in fallback.must_not_contain if _mentions(text, s)]
     if invented:
         return Outcome("tool_error_fallback", False, f"answer states {invented} although the tool failed")
-    if not any(_mentions(text, s) for s in fallback.acknowledge_any):
+    mine = own_words(text, sent)
+    if not any(_mentions(mine, s) for s in fallback.acknowledge_any):
+        if any(_mentions(text, s) for s in fallback.acknowledge_any):
+            return Outcome("tool_error_fallback", False,
+                           "answer only echoes the tool error the kit sent: no acknowledgement in the model's own "
+                           f"words (none of {list(fallback.acknowledge_any)} outside the copied text)")
         return Outcome("tool_error_fallback", False,
                        f"answer does not acknowledge the failure (none of {list(fallback.acknowledge_any)})")
-    return Outcome("tool_error_fallback", True, "answer acknowledges the tool failure")
+    return Outcome("tool_error_fallback", True, "answer acknowledges the tool failure in its own words")
 
 
 # ---------------------------------------------------------------------------------------------------------------

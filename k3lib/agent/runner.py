@@ -268,7 +268,8 @@ class ScenarioRunner:
                 outcomes.append(C.check_arguments(call, schemas.get(call.name) if isinstance(call.name, str) else None))
                 outcomes.append(C.check_executable(call, schemas, ids[:i] + ids[i + 1:]))
             if after_error and turn.fallback is not None and turn.expect_tool:
-                outcomes.append(C.check_fallback(calls, rec.content, turn.expect_tool, turn.fallback, retries))
+                outcomes.append(C.check_fallback(calls, rec.content, turn.expect_tool, turn.fallback, retries,
+                                                 sent=turn.tool_error))
             if not calls:
                 if rnd == 0 and turn.expect_tool:
                     step["decision"] = ("stop case: required tool call missing" +

@@ -109,15 +109,64 @@ def settled_stats(metric_rows: Sequence[Row], start: float, end: float, settle_f
     }
 
 
+# How a request that did not complete is counted in a load window (k3lib.capacity.run.record_stats), and how the
+# findings name it. Every kind counts against the contract's completed share: a request a gateway refused (429,
+# 503), one the client gave up on, one that never connected and one cut at the window's end were all load the
+# deployment did not serve.
+INCOMPLETE_KINDS: tuple[tuple[str, str], ...] = (
+    ("refused", "refused with a client-error status"), ("server_errors", "failed on the server side"),
+    ("timeouts", "timed out"), ("unreachable", "unreachable (no connection)"),
+    ("cancelled", "cut unfinished at the window's end"))
+
+
+def incomplete_counts(window: Mapping[str, Any]) -> tuple[int, int, dict[str, int]]:
+    """(sent, completed, {kind: count} for the kinds that occurred) of a load window's client counts."""
+    kinds = {k: int(window.get(k) or 0) for k, _ in INCOMPLETE_KINDS}
+    ok = int(window.get("ok") or 0)
+    sent = window.get("sent")
+    sent = int(sent) if sent is not None else ok + sum(kinds.values())
+    return sent, ok, {k: n for k, n in kinds.items() if n}
+
+
+def describe_incomplete(window: Mapping[str, Any]) -> str:
+    """"396 of 400 requests did not complete: 396 refused with a client-error status (HTTP 429 ×396)"."""
+    sent, ok, kinds = incomplete_counts(window)
+    statuses = window.get("error_statuses") or {}
+    by_kind: dict[str, list[str]] = {}
+    for code, n in sorted(statuses.items(), key=lambda kv: str(kv[0])):
+        kind = "refused" if str(code).startswith("4") else "server_errors"
+        by_kind.setdefault(kind, []).append(f"HTTP {code} ×{n}")
+    parts = [f"{n} {label}" + (f" ({', '.join(by_kind[k])})" if by_kind.get(k) else "")
+             for k, label in INCOMPLETE_KINDS if (n := kinds.get(k))]
+    missing = max(sent - ok, 0)
+    return f"{missing} of {sent} request(s) did not complete" + (f": {'; '.join(parts)}" if parts else "")
+
+
+def incomplete_load(window: Mapping[str, Any], max_error_share: float) -> tuple[bool, str | None]:
+    """Whether a load window's requests fell short of the contract's completed share: (short, the sentence naming
+    each kind that did not complete, with its HTTP statuses), or (False, None) when every request completed."""
+    sent, ok, _ = incomplete_counts(window)
+    if sent <= 0 or ok >= sent:
+        return False, None
+    share = (sent - ok) / sent
+    short = share > max_error_share + 1e-12
+    said = (f"{describe_incomplete(window)} — {ok / sent:.1%} completed, the contract allows at most "
+            f"{max_error_share:.1%} not to (contract.max_error_share)")
+    return short, said
+
+
 def judge_step(step: Mapping[str, Any], *, queue_objective_ms: float | None,
-               waiting_tolerance: float) -> tuple[bool, list[str]]:
-    """Did a concurrency step hold? Not when requests failed on the server, were preempted, or queued beyond the
-    objective (the contract's queue p95 when set, else a settled waiting queue above the tolerance). Only the
-    server's counters, gauges and histograms are read: a step whose client latency failed the self-calibration gate
-    (`latency_valid` False) is judged exactly as if it had passed, its counts and preemptions still count."""
+               waiting_tolerance: float, max_error_share: float = 0.0) -> tuple[bool, list[str]]:
+    """Did a concurrency step hold? Not when fewer of its requests completed than the contract's share (refused,
+    timed out, unreachable, cut or failed on the server: each counted and named), when requests were preempted, or
+    when they queued beyond the objective (the contract's queue p95 when set, else a settled waiting queue above
+    the tolerance). Only the client's counts and the server's counters, gauges and histograms are read: a step
+    whose client latency failed the self-calibration gate (`latency_valid` False) is judged exactly as if it had
+    passed, its counts and preemptions still count."""
     why: list[str] = []
-    if (step.get("server_errors") or 0) > 0:
-        why.append(f"{step['server_errors']} request(s) failed on the server side")
+    short, said = incomplete_load(step, max_error_share)
+    if short and said:
+        why.append(said)
     if not step.get("ok"):
         why.append("no request completed")
     preempted = step.get("preemptions")

@@ -183,7 +183,8 @@ def steps_table(result: "CapacityResult") -> Any:
 
     from .trust import cross_check_label
 
-    cols = ("concurrency", "out_of_contract", "status", "held", "sent", "ok", "server_errors", "preemptions",
+    cols = ("concurrency", "out_of_contract", "status", "held", "sent", "ok", "server_errors", "refused", "timeouts",
+            "unreachable", "cancelled", "error_statuses", "preemptions",
             "waiting_mean", "running_mean", "kv_usage_max", "queue_p95_ms", "ttft_p50_ms", "ttft_p95_ms",
             "server_ttft_p95_ms", "latency_valid", "prompt_tokens", "output_tokens")
     # latency_valid: the client's self-calibration at this concurrency held (None: not calibrated); a False step

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from ..outcomes import strongest
 from ..evidence import EvidenceRecord, Finding, axis_status
 from ..params import Params
-from .analysis import latency_verdict, queue_verdict
+from .analysis import incomplete_counts, incomplete_load, latency_verdict, queue_verdict
 from .result import CapacityResult
 
 if TYPE_CHECKING:
@@ -215,9 +215,9 @@ def _saturation(result: CapacityResult, params: Params) -> list[Finding]:
     planned = params.contract.planned_concurrency
     steps = result.steps
     point = result.saturation_point
-    table = [{k: s.get(k) for k in ("concurrency", "held", "preemptions", "waiting_mean", "queue_p95_ms",
+    table = [{k: s.get(k) for k in ("concurrency", "held", "sent", "ok", "preemptions", "waiting_mean", "queue_p95_ms",
                                     "queue_p95_high_ms", "ttft_p95_ms", "latency_valid", "kv_usage_max", "server_errors",
-                                    "out_of_contract")}
+                                    "refused", "timeouts", "unreachable", "cancelled", "out_of_contract")}
              for s in steps]
     nominal = result.step(planned)
     out = []
@@ -274,6 +274,46 @@ def _saturation(result: CapacityResult, params: Params) -> list[Finding]:
     return out
 
 
+_NOT_SERVED = ("refused", "timeouts", "unreachable", "cancelled")
+
+
+def _incomplete(result: CapacityResult, params: Params) -> Finding | None:
+    """Load that did not complete, in every window up to the planned concurrency and in the soak: each window
+    holds only when its completed share meets the contract (`contract.max_error_share`). Requests refused by
+    status, timed out, unreachable or cut are load the deployment did not serve at nominal concurrency: a failing
+    finding (capacity-extension, the seed's "saturation at a normal concurrency"). A window short only of requests
+    that failed on the server leaves those to `capacity.server_errors` (limited observation: not stable, more GPUs
+    would not fix it), and this finding warns, naming them."""
+    share = params.contract.max_error_share
+    windows = [(n, w) for n, w in _windows(result) if not w.get("out_of_contract")]
+    if not windows:
+        return None
+    table, short, not_served = {}, [], []
+    for name, w in windows:
+        sent, ok, kinds = incomplete_counts(w)
+        table[name] = {"sent": sent, "ok": ok, **kinds, "error_statuses": w.get("error_statuses") or {}}
+        is_short, said = incomplete_load(w, share)
+        if is_short:
+            short.append(f"{name}: {said}")
+            if any(kinds.get(k) for k in _NOT_SERVED):
+                not_served.append(name)
+    expected = f"at most {share:.1%} of each window's requests not completed (contract.max_error_share)"
+    if not_served:
+        return _f("incomplete_load", "fail", "load did not complete at or below the planned concurrency "
+                                             f"{params.contract.planned_concurrency}: " + "; ".join(short)
+                  + " — the deployment as reached does not serve the planned load",
+                  observed=table, expected=expected)
+    if short:
+        return _f("incomplete_load", "warn", "; ".join(short) + " — requests failed on the server side (judged by "
+                                             "capacity.server_errors)", observed=table, expected=expected)
+    counts = ", ".join(f"{name} {t['ok']}/{t['sent']}" for name, t in table.items())
+    partial = [name for name, t in table.items() if t["ok"] < t["sent"]]
+    allowed = f"; short within the allowed share: {', '.join(partial)}" if partial else ""
+    return _f("incomplete_load", "pass", f"every load window up to the planned concurrency "
+                                         f"{params.contract.planned_concurrency} completed its requests "
+                                         f"({counts}){allowed}", observed=table, expected=expected)
+
+
 def _latency_finding(rule: str, nominal: dict[str, Any] | None, key: str, objective: float | None,
                      planned: int) -> Finding:
     at = f"at the planned concurrency {planned}"
@@ -306,7 +346,7 @@ def _latency(result: CapacityResult, params: Params) -> list[Finding]:
     return [ttft, e2e]
 
 
-def _soak(result: CapacityResult) -> list[Finding]:
+def _soak(result: CapacityResult, params: Params) -> list[Finding]:
     soak = result.run.get("soak")
     if not soak:
         return [_f("soak", "not-observable", "the sustained-operation phase did not run")]
@@ -328,10 +368,14 @@ def _soak(result: CapacityResult) -> list[Finding]:
         out.append(_f("memory_growth", "pass", f"no steady memory growth over {dur:.0f} s (largest fitted change "
                                                f"{worst.get('growth_mib')} MiB on {worst['gpu']})", memory=mem))
     pre, waiting = soak.get("preemptions"), soak.get("waiting_mean")
-    if soak.get("server_errors"):
-        out.append(_f("soak_saturation", "fail", f"{soak['server_errors']} request(s) failed on the server during "
-                                                 "the soak",
-                      observed=soak["server_errors"]))
+    short, said = incomplete_load(soak, params.contract.max_error_share)
+    if short:
+        sent, ok, kinds = incomplete_counts(soak)
+        out.append(_f("soak_saturation", "fail", f"the soak at the planned concurrency did not complete its load: "
+                                                 f"{said}",
+                      observed={"sent": sent, "ok": ok, **kinds,
+                                "error_statuses": soak.get("error_statuses") or {}},
+                      expected=f"at most {params.contract.max_error_share:.1%} not completed"))
     elif pre or soak.get("queueing"):
         out.append(_f("soak_saturation", "fail", f"saturation at the planned concurrency during the soak: "
                                                  f"{pre or 0:g} preemption(s) ({soak.get('preemptions_per_min')}/min), "
@@ -394,12 +438,13 @@ def _windows(result: CapacityResult) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-def _cross_check(result: CapacityResult) -> Finding | None:
+def _cross_check(result: CapacityResult, params: Params) -> Finding | None:
     windows = [(name, w, w.get("cross_check") or {}) for name, w in _windows(result)]
     if not windows:
         return None
     table = {name: {"counts_agree": c.get("counts_agree"), "agrees": c.get("agrees"),
-                    "disagreements": c.get("disagreements") or []} for name, _, c in windows}
+                    "disagreements": c.get("disagreements") or [], "incomplete": c.get("incomplete") or {},
+                    "error_statuses": c.get("error_statuses") or {}} for name, _, c in windows}
     compared = [(name, c) for name, _, c in windows if c.get("agrees") is not None]
     if not compared:
         return _f("cross_check", "info", "client and server were not compared: no server counters around the load "
@@ -415,6 +460,16 @@ def _cross_check(result: CapacityResult) -> Finding | None:
         return _f("cross_check", "warn", f"client and server counts disagree in {len(counts)} of {len(compared)} "
                                          f"load window(s): {where}"[:600] + " — another client was loading the "
                                          "target, or one side counts wrong: those windows did not measure the load "
+                                         "the kit sent", observed=table)
+    # the counts agree on what reached the engine; a window whose load did not complete (counted by the client,
+    # kind by kind) measured less than the kit sent, which the agreement must not hide
+    short = [(name, w) for name, w, c in windows if c.get("agrees") is not None and not w.get("out_of_contract")
+             and incomplete_load(w, params.contract.max_error_share)[0]]
+    if short:
+        where = "; ".join(f"{name} ({incomplete_load(w, params.contract.max_error_share)[1]})" for name, w in short)
+        return _f("cross_check", "warn", f"client and server agree only on the requests that reached the engine: the "
+                                         f"client's load did not complete in {len(short)} of {len(compared)} compared "
+                                         f"window(s): {where}"[:900] + " — those windows did not measure the load "
                                          "the kit sent", observed=table)
     latency = [(name, c) for name, c in compared if c.get("agrees") is False]
     if latency:
@@ -445,8 +500,8 @@ def iter_findings(result: CapacityResult, params: Params) -> list[Finding]:
         out.extend(_latency(result, params))
         out.extend(f for f in (_calibration(result),) if f is not None)
     if result.phase("soak") and result.phase("soak")["status"] != "skipped":
-        out.extend(_soak(result))
-    out.extend(f for f in (_cross_check(result),) if f is not None)
+        out.extend(_soak(result, params))
+    out.extend(f for f in (_incomplete(result, params), _cross_check(result, params)) if f is not None)
     out.extend(_phases(result))
     return out
 

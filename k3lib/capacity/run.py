@@ -124,9 +124,14 @@ def record_stats(records: Sequence[Mapping[str, Any]], *, intervals: bool = Fals
     ok = [r for r, k in zip(records, kinds) if k is None]
     ttft = [r["ttft_ms"] for r in ok if r.get("ttft_ms") is not None]
     e2e = [r["e2e_ms"] for r in ok if r.get("e2e_ms") is not None]
+    statuses: dict[str, int] = {}
+    for r, k in zip(records, kinds):
+        if k is not None and isinstance(r.get("http_status"), int):
+            statuses[str(r["http_status"])] = statuses.get(str(r["http_status"]), 0) + 1
     return {"sent": len(records), "ok": len(ok), "server_errors": kinds.count("server-error"),
             "refused": kinds.count("refused"), "timeouts": kinds.count("timeout"),
             "unreachable": kinds.count("unreachable"), "cancelled": kinds.count("cancelled"),
+            "error_statuses": dict(sorted(statuses.items())),
             "ttft_p50_ms": _pct(ttft, 50), "ttft_p95_ms": _pct(ttft, 95), "e2e_p95_ms": _pct(e2e, 95),
             "prompt_tokens_mean": (round(sum(r.get("prompt_tokens") or 0 for r in ok) / len(ok), 1) if ok else None),
             "completion_tokens_mean": (round(sum(r.get("completion_tokens") or 0 for r in ok) / len(ok), 1)
@@ -483,10 +488,13 @@ class CapacityRunner:
         self._in_flight = concurrency
         try:
             if soak:
+                # the requests in flight at the soak's end may finish (bounded, see CapacityPlan.soak_drain_s): one
+                # cut there counts as load that did not complete, so it must not be cut merely by the clock
                 summary = await run_soak(client, bodies, concurrency=concurrency, duration_s=duration_s,
-                               max_requests=max_requests, window_s=max(duration_s / 6, 1.0),
-                               request_timeout_s=self.plan.request_timeout_s, sink=sink, name=label,
-                               allow_remote_load=self.params.target.allow_remote_load)
+                                         max_requests=max_requests, window_s=max(duration_s / 6, 1.0),
+                                         request_timeout_s=self.plan.request_timeout_s, sink=sink, name=label,
+                                         allow_remote_load=self.params.target.allow_remote_load,
+                                         drain_s=self.plan.soak_drain_s)
             else:
                 # the requests in flight when the window closes may finish for as long again: a step then keeps
                 # its slow requests too, and a busy machine still completes some at concurrency 1
@@ -591,7 +599,8 @@ class CapacityRunner:
                                         self._admit_limit()),
                         **self._trust(summary, bucket, c, before, after)}
                 held, why = judge_step(step, queue_objective_ms=self.params.contract.queue_p95_ms,
-                                       waiting_tolerance=self.cap.waiting_tolerance)
+                                       waiting_tolerance=self.cap.waiting_tolerance,
+                                       max_error_share=self.params.contract.max_error_share)
                 step.update(held=held and alive, why=why + ([] if alive else ["the engine died"]))
                 self.steps.append(step)
         finally:
@@ -637,7 +646,9 @@ class CapacityRunner:
                      "output_tokens": plan.output_tokens, "distinct_prompts": len(prompts),
                      "note": early or "", "engine_alive_after": alive, **record_stats(bucket),
                      **self._trust(summary, bucket, plan.planned_concurrency, before, after),
-                     **soak_analysis(self.timeline.metric_rows(), self.timeline.gpu_rows(), t0, t1,
+                     # judged over the sending window: the drain's tail, load falling off, is not sustained load
+                     **soak_analysis(self.timeline.metric_rows(), self.timeline.gpu_rows(), t0,
+                                     min(t1, t0 + plan.soak_duration_s),
                                      concurrency=plan.planned_concurrency,
                                      memory_growth_min_mib=cap.memory_growth_min_mib, kv_trend_max=cap.kv_trend_max,
                                      hit_rate_drop_max=cap.hit_rate_drop_max,

@@ -54,8 +54,14 @@ class CapacityPlan:
             # each step sends for step_duration_s, then lets what is in flight finish for as long again (the drain)
             return len(self.steps) * (2 * self.step_duration_s + PHASE_OVERHEAD_S) + calibration
         if phase == "soak":
-            return self.soak_duration_s + PHASE_OVERHEAD_S
+            return self.soak_duration_s + self.soak_drain_s + PHASE_OVERHEAD_S
         raise KeyError(f"unknown phase {phase!r}; phases: {', '.join(PHASES)}")
+
+    @property
+    def soak_drain_s(self) -> float:
+        """How long the soak's last requests may finish after it stops sending: as long as the soak, at most one
+        request's timeout (a request cut by the clock alone would count as load that did not complete)."""
+        return min(self.soak_duration_s, self.request_timeout_s)
 
     @property
     def budget_s(self) -> float:

@@ -105,7 +105,8 @@ def gate_step(summary: Any, reports: Sequence[CalibrationReport], concurrency: i
 
 def record_view(record: Mapping[str, Any]) -> SimpleNamespace:
     """A request record as written to the run folder, with the attributes `cross_check` reads."""
-    keys = ("ok", "sent_ns", "prompt_tokens", "completion_tokens", "ttft_ms", "e2e_ms", "cancelled")
+    keys = ("ok", "sent_ns", "prompt_tokens", "completion_tokens", "ttft_ms", "e2e_ms", "cancelled", "http_status",
+            "error_kind")
     return SimpleNamespace(**{k: record.get(k) for k in keys})
 
 
@@ -118,7 +119,8 @@ def cross_check_data(check: CrossCheck | None, error: str | None = None) -> dict
     compared = [i.agrees for i in check.items if i.agrees is not None]
     return {"agrees": all(compared) if compared else None, "counts_agree": all(counts) if counts else None,
             "disagreements": [i.quantity for i in check.disagreements],
-            "items": [i.to_dict() for i in check.items], "error": None}
+            "items": [i.to_dict() for i in check.items], "error": None,
+            "incomplete": dict(check.incomplete), "error_statuses": dict(check.error_statuses)}
 
 
 def cross_check_label(data: Mapping[str, Any] | None) -> str:

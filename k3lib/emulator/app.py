@@ -496,6 +496,14 @@ async def admin_inspect(request: Request) -> Response:
     return JSONResponse(envreport.image_inspect(rt.cfg, rt.started_at))
 
 
+async def admin_attestation(request: Request) -> Response:
+    rt = request.app.state.emu.runtime
+    raw = request.query_params.get("concurrency_limit")
+    if raw is not None and not (raw.isdigit() and int(raw) > 0):
+        return JSONResponse({"error": "concurrency_limit must be a positive integer"}, status_code=400)
+    return JSONResponse(envreport.operator_attestation(rt.cfg, rt.started_at, int(raw) if raw else None))
+
+
 async def admin_nvidia_smi(request: Request) -> Response:
     rt = request.app.state.emu.runtime
     when = time.strftime("%a %b %d %H:%M:%S %Y")
@@ -555,6 +563,7 @@ def build_app(cfg: EmulatorConfig) -> tuple[Any, EmulatorState]:
         Route("/_emulator/dcgm/metrics", admin_dcgm, methods=["GET"]),
         Route("/_emulator/inspect", admin_inspect, methods=["GET"]),
         Route("/_emulator/nvidia-smi", admin_nvidia_smi, methods=["GET"]),
+        Route("/_emulator/attestation", admin_attestation, methods=["GET"]),
         Route("/_emulator/state", admin_state, methods=["GET"]),
         Route("/_emulator/restart", admin_restart, methods=["POST"]),
     ]

@@ -129,3 +129,37 @@ def nvidia_smi_report(cfg, used_mib: int, when: str) -> str:
                       f" {used_mib:>6}MiB / {cfg.gpu_memory_mib:>6}MiB ", "      0%      Default "),
                   row("", "", "             Disabled "), cols]
     return "\n".join(lines) + "\n"
+
+
+def operator_attestation(cfg, started_at: str, concurrency_limit: int | None = None) -> dict:
+    """The demo operator's attestation (the operations axis' C15), as a team's record service would serve it:
+    dated the day this server started (an attestation counts only inside the re-examination window), stating the
+    context limit the server runs with and the concurrency limit it is operated under (the contract's, passed by
+    the caller; else max_num_seqs). Its who/how say plainly that it is the demo's, never a person's."""
+    return {
+        "who": "k3kit demo operator (the embedded emulator's stand-in for the on-call team)",
+        "when": started_at[:10],
+        "how": "demo: the limits are the ones this emulator was started with and parameters/emulator.yaml accepts; "
+               "the rollback itself is drilled by the kit",
+        "link": "README.md#the-embedded-emulator",
+        "items": {"operator_knows_limits": {
+            "context_limit_tokens": cfg.max_model_len,
+            "concurrency_limit": concurrency_limit or cfg.max_num_seqs,
+            "rollback_signal": "K3QueueTimeAboveAccepted firing, an OOM line in the server log, or invalid "
+                               "tool-call JSON"},
+            "thresholds_accepted": [dict(t) for t in DEMO_THRESHOLDS_ACCEPTED]},
+    }
+
+
+# parameters/emulator.yaml judges at demo sizes (k3lib.thresholds): each one looser than the kit's default is
+# accepted here by name and value, or the demo could not be production. A real deployment keeps the defaults.
+DEMO_THRESHOLDS_ACCEPTED: tuple[dict, ...] = (
+    {"path": "axes.agent.repetitions", "value": 3,
+     "why": "demo: the scenario three times per level keeps the batch under a minute; the emulator is deterministic"},
+    {"path": "axes.capacity.step_duration_s", "value": 1.5,
+     "why": "demo: at time_scale 0.05 a 1.5 s step models 30 s of the emulator's time, enough for it to settle"},
+    {"path": "axes.capacity.soak_duration_s", "value": 3,
+     "why": "demo: at time_scale 0.05 a 3 s soak models one minute; a real soak is 30 minutes"},
+    {"path": "axes.capacity.calibration_max_error_ms", "value": 200,
+     "why": "demo: the client shares two cores with the emulator and its kernel; real deployments keep 10 ms"},
+)

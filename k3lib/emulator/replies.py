@@ -89,6 +89,23 @@ def _structured_schema(body: dict) -> tuple[str | None, dict | None]:
     return None, None
 
 
+def tool_failed(content: Any) -> bool:
+    """Whether a tool message reports a failure: a JSON object with an `error` (or `errors`) member, or a text
+    that starts with "error" — how tools and agent frameworks commonly return one."""
+    text = _text_of(content).strip()
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text.lower().startswith("error")
+    return isinstance(value, dict) and bool(value.get("error") or value.get("errors"))
+
+
+# What the emulated model says after a failed tool call: its own words, never a copy of the tool's error text (the
+# kit judges a fallback on what the model wrote, and an echo of the error it sent does not count).
+FAILED_TOOL_ANSWER = ("The tool I called did not return a usable result, so I cannot answer this reliably right "
+                      "now and I will not guess. Please try again in a moment.")
+
+
 def plan_chat(body: dict, *, cfg, tok: Tokenizer, faults: FaultSet, reply_no: int, auto_tools: bool) -> ReplyPlan:
     """The reply to a chat request; `reply_no` numbers replies so fault shares draw reproducibly."""
     messages = body.get("messages") or []
@@ -112,6 +129,8 @@ def plan_chat(body: dict, *, cfg, tok: Tokenizer, faults: FaultSet, reply_no: in
     if thinking:
         if chosen:
             why = f"I should call {', '.join(toolcalls.tool_name(t) for t in chosen)} with the needed arguments."
+        elif last_role == "tool" and tool_failed(last.get("content")):
+            why = "The tool reported a failure; I will say so instead of guessing."
         elif last_role == "tool":
             why = "The tool returned its result; I will answer with it."
         else:
@@ -158,6 +177,8 @@ def plan_chat(body: dict, *, cfg, tok: Tokenizer, faults: FaultSet, reply_no: in
             out += _tokens(tok, json.dumps(value, ensure_ascii=False), "content")
         elif mode == "json_object":
             out += _tokens(tok, json.dumps({"answer": filler_text(cfg.seed, key, 8)}), "content")
+        elif last_role == "tool" and tool_failed(last.get("content")):
+            out += _tokens(tok, FAILED_TOOL_ANSWER, "content")
         elif last_role == "tool":
             result = _text_of(last.get("content")).strip()
             out += _tokens(tok, f"According to the tool result, {result[:400]}", "content")
