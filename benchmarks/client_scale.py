@@ -25,7 +25,6 @@ import json
 import os
 import platform
 import sys
-import time
 from pathlib import Path
 from typing import Any
 

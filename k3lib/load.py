@@ -22,7 +22,7 @@ from k3lib.guards import is_loopback_url
 from k3lib.errors import BadInputError
 
 Sink = Callable[[ChatRecord], None]
-#: where a phase's load is sent from: None or 1 (this process), a worker count, or a `k3lib.workers.WorkerPool`
+#: where a phase's load is sent from: None or 1 (this process), or a started `k3lib.workers.WorkerPool`
 Workers = Any
 BodySource = Sequence[Mapping[str, Any]] | Callable[[int], Mapping[str, Any]]
 
@@ -397,11 +397,14 @@ async def open_loop_work(phase: _Phase, offsets_s: Sequence[float]) -> None:
 
 
 def _spread(workers: Any, streams: int | None) -> bool:
-    """Whether a phase goes to worker processes: a pool, or a worker count above 1, and more than one stream."""
-    if workers is None:
+    """Whether a phase goes to worker processes: a started `k3lib.workers.WorkerPool` of more than one worker,
+    and more than one stream. (The pool is passed in, not made here: `k3lib.workers` stands on this module.)"""
+    if workers is None or workers == 1:
         return False
-    n = workers if isinstance(workers, int) else workers.size
-    return n > 1 and (streams is None or streams > 1)
+    if isinstance(workers, int):
+        raise BadInputError(f"workers={workers!r}: pass None or 1 (this process) or a started "
+                            "k3lib.workers.WorkerPool", field="workers")
+    return bool(workers.size > 1 and (streams is None or streams > 1))
 
 
 async def run_closed_loop(client: ChatClient, bodies: BodySource, *, concurrency: int, max_requests: int,
@@ -415,16 +418,14 @@ async def run_closed_loop(client: ChatClient, bodies: BodySource, *, concurrency
     before they are cut. Without a drain a window about as long as one request keeps mostly the requests that
     happened to be fast (the slow ones are cut), and on a busy machine may complete none at all.
 
-    `workers` (a count above 1, or a started `k3lib.workers.WorkerPool`) spreads the streams over worker
+    `workers` (a started `k3lib.workers.WorkerPool`) spreads the streams over its worker
     processes, each with its own event loop and client (see k3lib.workers); None or 1: this process."""
     check_load_target(client.base_url, allow_remote_load)
     if concurrency < 1:
         raise BadInputError(f"concurrency must be >= 1, got {concurrency}", field="concurrency")
     if _spread(workers, concurrency):
-        from .workers import spread_phase
-
-        return await spread_phase(
-            workers, client, bodies, mode="closed", offsets_s=ramp_offsets_s(concurrency, ramp_s), name=name,
+        return await workers.spread_phase(
+            client, bodies, mode="closed", offsets_s=ramp_offsets_s(concurrency, ramp_s), name=name,
             kind=_kind, max_requests=max_requests, max_duration_s=max_duration_s, drain_s=drain_s,
             request_timeout_s=request_timeout_s, sink=sink, window_s=window_s, concurrency=concurrency,
             rate_rps=None, planned=max_requests)
@@ -451,10 +452,8 @@ async def run_open_loop(client: ChatClient, bodies: BodySource, *, rate_rps: flo
     offsets = arrival_offsets_s(rate_rps, max_requests=max_requests, max_duration_s=max_duration_s,
                                 process=arrival, seed=seed)
     if _spread(workers, None):
-        from .workers import spread_phase
-
-        return await spread_phase(
-            workers, client, bodies, mode="open", offsets_s=offsets, name=name, kind=f"open-loop-{arrival}",
+        return await workers.spread_phase(
+            client, bodies, mode="open", offsets_s=offsets, name=name, kind=f"open-loop-{arrival}",
             max_requests=max_requests, max_duration_s=max_duration_s, drain_s=0.0,
             request_timeout_s=request_timeout_s, sink=sink, window_s=window_s, concurrency=max_in_flight,
             rate_rps=rate_rps, planned=len(offsets), max_in_flight=max_in_flight)

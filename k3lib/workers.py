@@ -40,6 +40,7 @@ from .calibration import (DEFAULT_MAX_ERROR_MS, CalibrationReport, LoopLagReport
                           calibration_records, calibration_timeout_s, warm_up)
 from .client import ChatClient, ChatRecord
 from .errors import BadInputError
+from .load import CANCEL_GRACE_S, _Phase, _with_lag, closed_loop_work, open_loop_work
 
 #: the most worker processes a phase may use (`load.workers`)
 WORKERS_MAX = 64
@@ -226,6 +227,10 @@ class WorkerPool:
                 pass
 
     # -- jobs ------------------------------------------------------------------------------------------------
+    async def spread_phase(self, client: ChatClient, bodies: Any, **phase: Any) -> Any:
+        """What `k3lib.load`'s phases call with `workers=pool`: the phase over this pool's processes."""
+        return await _spread_phase(self, client, bodies, **phase)
+
     def stop(self) -> None:
         """Ask every worker to send no new request in the running job (those in flight finish)."""
         for h in self._handles:
@@ -319,13 +324,13 @@ def degraded_reason(outcomes: Sequence[Outcome], what: str = "phase") -> str | N
 # The parent's side of a spread phase and calibration
 
 
-async def spread_phase(workers: Any, client: ChatClient, bodies: Any, *, mode: str, offsets_s: Sequence[float],
-                       name: str, kind: str, max_requests: int, max_duration_s: float, drain_s: float,
-                       request_timeout_s: float, sink: Any, window_s: float | None, concurrency: int | None,
-                       rate_rps: float | None, planned: int, max_in_flight: int | None = None) -> Any:
-    """A load phase (k3lib.load) sent by worker processes; the summary is the parent's, over every record."""
-    from .load import CANCEL_GRACE_S, _Phase
-
+async def _spread_phase(pool: WorkerPool, client: ChatClient, bodies: Any, *, mode: str,
+                        offsets_s: Sequence[float], name: str, kind: str, max_requests: int, max_duration_s: float,
+                        drain_s: float, request_timeout_s: float, sink: Any, window_s: float | None,
+                        concurrency: int | None, rate_rps: float | None, planned: int,
+                        max_in_flight: int | None = None) -> Any:
+    """A load phase (k3lib.load) sent by the pool's worker processes; the summary is the parent's, over every
+    record."""
     # the phase's own checks, before any process is touched
     _Phase(client, bodies, name=name, max_requests=max_requests, max_duration_s=max_duration_s,
            request_timeout_s=request_timeout_s, sink=None, drain_s=drain_s)
@@ -335,37 +340,29 @@ async def spread_phase(workers: Any, client: ChatClient, bodies: Any, *, mode: s
     except (pickle.PicklingError, TypeError, AttributeError) as exc:
         raise BadInputError(f"a phase spread over worker processes needs bodies that pickle (a list, or an instance "
                             f"of a module-level class): {exc}", field="bodies") from None
-    own = not isinstance(workers, WorkerPool)
-    pool = WorkerPool(int(workers)) if own else workers
-    if own:
-        await pool.astart()
-    try:
-        n = max(1, min(pool.size, len(offsets_s))) if mode == "closed" else pool.size
-        perf, wall = time.perf_counter_ns(), time.time_ns()
-        start_ns = perf + int(START_MARGIN_S * 1e9)
-        phase = _Phase(client, bodies, name=name, max_requests=max_requests, max_duration_s=max_duration_s,
-                       request_timeout_s=request_timeout_s, sink=sink, drain_s=drain_s, start_ns=start_ns,
-                       wall_ns=wall + (start_ns - perf))
-        share = None if not max_in_flight else math.ceil(max_in_flight / n)
-        jobs = [{"kind": "phase", "client": settings, "mode": mode, "bodies": bodies, "name": name,
-                 "max_requests": max_requests, "max_duration_s": max_duration_s, "drain_s": drain_s,
-                 "request_timeout_s": request_timeout_s, "start_ns": start_ns, "wall_ns": phase.wall_ns,
-                 "first_index": w, "index_step": n, "offsets_s": list(offsets_s[w::n]), "max_in_flight": share}
-                for w in range(n)]
+    n = max(1, min(pool.size, len(offsets_s))) if mode == "closed" else pool.size
+    perf, wall = time.perf_counter_ns(), time.time_ns()
+    start_ns = perf + int(START_MARGIN_S * 1e9)
+    phase = _Phase(client, bodies, name=name, max_requests=max_requests, max_duration_s=max_duration_s,
+                   request_timeout_s=request_timeout_s, sink=sink, drain_s=drain_s, start_ns=start_ns,
+                   wall_ns=wall + (start_ns - perf))
+    share = None if not max_in_flight else math.ceil(max_in_flight / n)
+    jobs = [{"kind": "phase", "client": settings, "mode": mode, "bodies": bodies, "name": name,
+             "max_requests": max_requests, "max_duration_s": max_duration_s, "drain_s": drain_s,
+             "request_timeout_s": request_timeout_s, "start_ns": start_ns, "wall_ns": phase.wall_ns,
+             "first_index": w, "index_step": n, "offsets_s": list(offsets_s[w::n]), "max_in_flight": share}
+            for w in range(n)]
 
-        def on_record(w: int, rec: ChatRecord) -> None:
-            had = phase.sink_error
-            phase.deliver(rec)
-            if had is None and phase.sink_error is not None:
-                pool.stop()
+    def on_record(w: int, rec: ChatRecord) -> None:
+        had = phase.sink_error
+        phase.deliver(rec)
+        if had is None and phase.sink_error is not None:
+            pool.stop()
 
-        cpu0 = time.process_time()
-        outcomes = await pool.run(jobs, on_record, started_ns=start_ns, timeout_s=START_MARGIN_S + max_duration_s
-                                  + drain_s + 3 * CANCEL_GRACE_S + END_GRACE_S)
-        parent_cpu = time.process_time() - cpu0
-    finally:
-        if own:
-            await pool.aclose()
+    cpu0 = time.process_time()
+    outcomes = await pool.run(jobs, on_record, started_ns=start_ns, timeout_s=START_MARGIN_S + max_duration_s
+                              + drain_s + 3 * CANCEL_GRACE_S + END_GRACE_S)
+    parent_cpu = time.process_time() - cpu0
     lags = tuple(o.info.get("lag_p99_ms") for o in outcomes)
     worst = max((x for x in lags if x is not None), default=None)
     summary = phase.summary(kind=kind, concurrency=concurrency, rate_rps=rate_rps, planned=planned,
@@ -477,8 +474,6 @@ class _Worker:
         self.send(("done", job_id, info))
 
     async def _job(self, job_id: int, job: dict[str, Any]) -> dict[str, Any]:
-        from .load import _Phase, _with_lag, closed_loop_work, open_loop_work
-
         client = self.client(job["client"])
         cpu0 = time.process_time()
         if job["kind"] == "warm":

@@ -259,3 +259,9 @@ def test_calibration_over_workers_is_judged_per_worker_and_whole(server: KnownTi
     gated = gate_phase(summarize([], name="x", kind="closed-loop", target_url="u", started_wall_ns=0, duration_s=1,
                                  max_requests=1, max_duration_s=1), bad)
     assert "over 2 worker processes" in (gated.invalid_reason or "")
+
+
+def test_a_worker_count_instead_of_a_pool_is_one_clear_error(server: KnownTimingServer) -> None:
+    with pytest.raises(BadInputError, match="a started k3lib.workers.WorkerPool"):
+        asyncio.run(run_closed_loop(ChatClient(server.url), [FAST], concurrency=2, max_requests=4, max_duration_s=5,
+                                    workers=2))
