@@ -25,6 +25,7 @@ import json
 import os
 import platform
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +89,15 @@ async def throughput(url: str, workers: int, pool: WorkerPool | None, streams: i
             "loop_lag_p99_ms": summary.loop_lag_ms_p99}
 
 
+def proc_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc; 0.0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def held(rows: list[dict[str, Any]]) -> bool:
     return sum(r["valid"] for r in rows) * 2 > len(rows)
 
@@ -128,9 +138,13 @@ def main(argv: list[str] | None = None) -> int:
                 rows: dict[int, list[dict[str, Any]]] = {w: [] for w in alive}
                 for _ in range(args.repeat):
                     for w in sorted(alive):
-                        rows[w].append(asyncio.run(gate(srv.url, w, pools.get(w), streams, ttft_ms=args.ttft_ms,
-                                                        itl_ms=args.itl_ms, chunks=args.chunks,
-                                                        rounds=args.rounds)))
+                        cpu0, t0 = proc_cpu_s(srv._process.pid), time.perf_counter()
+                        row = asyncio.run(gate(srv.url, w, pools.get(w), streams, ttft_ms=args.ttft_ms,
+                                               itl_ms=args.itl_ms, chunks=args.chunks, rounds=args.rounds))
+                        # how busy the instrument was: its share of one core over the gate (warm-up included)
+                        row["server_cpu_share"] = round((proc_cpu_s(srv._process.pid) - cpu0)
+                                                        / (time.perf_counter() - t0), 3)
+                        rows[w].append(row)
                 for w in sorted(alive):
                     out["gate"].append({"workers": w, "streams": streams, "held": held(rows[w]), "runs": rows[w]})
                     failing[w] = 0 if held(rows[w]) else failing[w] + 1
@@ -173,14 +187,15 @@ def print_table(out: dict[str, Any]) -> None:
           f"{sch['rounds']} rounds after a warm-up; {sch['repeat']} runs per cell, bound {sch['bound_ms']:g} ms")
     f = lambda v: "-" if v is None else f"{v:.1f}"  # noqa: E731
     print(f"{'workers':>7} {'streams':>8} {'held':>5} {'valid runs':>10} {'TTFT err p99 ms (each run)':>30} "
-          f"{'gap err p99':>12} {'delivery p99':>13}")
+          f"{'gap err p99':>12} {'delivery p99':>13} {'server CPU':>10}")
     for g in out["gate"]:
         runs = g["runs"]
         print(f"{g['workers']:>7} {g['streams']:>8} {'yes' if g['held'] else 'no':>5} "
               f"{sum(r['valid'] for r in runs):>4}/{len(runs):<5} "
               f"{' '.join(f(r['ttft_error_ms_p99']) for r in runs):>30} "
               f"{' '.join(f(r['itl_error_ms_p99']) for r in runs):>12} "
-              f"{' '.join(f(r['delivery_ms_p99']) for r in runs):>13}")
+              f"{' '.join(f(r['delivery_ms_p99']) for r in runs):>13} "
+              f"{max(r['server_cpu_share'] for r in runs):>9.0%}")
     print(f"\nlargest stream count held valid: {out['max_valid_streams']} (2 / 1 = {out['ratio_2_over_1']})")
     print(f"\n{'workers':>7} {'streams':>8} {'gap ms':>7} {'chunks':>8} {'failed':>7} {'chunks/s':>9} {'CPU s':>6} "
           f"{'per CPU-s':>10}")

@@ -173,7 +173,8 @@ class CapacityRunner:
         self._measured: list[dict[str, Any]] = []  # long-context records: the timing the calibration imitates
         # load.workers: the concurrency steps' and the soak's streams (and their calibration) spread over this many
         # processes; the long-context phase (one stream) stays in this one
-        self.workers = resolve_workers(self.params.load.workers)
+        self.workers = min(resolve_workers(self.params.load.workers),
+                           max((*self.plan.steps, self.plan.planned_concurrency)))
         self._pool: WorkerPool | None = None
 
     # -- clients ---------------------------------------------------------------------------------------------
