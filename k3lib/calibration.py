@@ -21,6 +21,7 @@ from typing import Any
 
 from k3lib.client import ChatClient, ChatRecord, quiet_collector
 from k3lib.stats import percentile
+from k3lib.turns import loop_turns
 
 #: Default bound on the client's p99 timing error; above it a phase's TTFT/ITL are not trusted.
 DEFAULT_MAX_ERROR_MS = 10.0
@@ -108,6 +109,10 @@ def build_known_timing_app(config: KnownTimingConfig) -> Any:
         # handler got its turn: a burst of requests waits behind the others' handlers on the server's one loop,
         # and that wait is the instrument's own, not the client's timing error
         t0 = (scope.get("extensions") or {}).get(ARRIVAL_EXTENSION) or time.perf_counter_ns()
+        # one handler start per loop iteration (k3lib.turns): a burst of hundreds of requests (several load workers
+        # sending at once) otherwise starts all its handlers in one iteration, and the arrivals still in the socket
+        # buffers behind it are stamped only once that long iteration ends, late by all of it
+        await loop_turns().turn()
         raw = bytearray()
         while True:
             message = await receive()
@@ -241,7 +246,15 @@ def _arrival_stamped_protocol() -> Any:
 def _uvicorn_server(config: KnownTimingConfig) -> Any:
     import uvicorn
 
-    cfg = uvicorn.Config(build_known_timing_app(config), log_level="warning", access_log=False,
+    # uvloop where installed, as vLLM serves (uvicorn[standard]): its cost per event is what bounds how late a
+    # burst of hundreds of streams gets its chunks, and so the client error this instrument can vouch for
+    try:
+        import uvloop  # noqa: F401
+
+        loop = "uvloop"
+    except ImportError:
+        loop = "asyncio"
+    cfg = uvicorn.Config(build_known_timing_app(config), log_level="warning", access_log=False, loop=loop,
                          lifespan="off", timeout_graceful_shutdown=1, backlog=4096,
                          http=_arrival_stamped_protocol(), proxy_headers=False)
     return uvicorn.Server(cfg)
