@@ -2,7 +2,7 @@
 client's self-calibration gate stays valid, and streamed chunks per CPU-second at one event per write, with 1 and
 2 workers side by side in one run against one paced known-timing server in its own process.
 
-    .venv/bin/python benchmarks/client_scale.py            # table on stdout (about 4 minutes on 2 cores)
+    .venv/bin/python benchmarks/client_scale.py            # table on stdout (2–4 minutes on 2 cores)
     .venv/bin/python benchmarks/client_scale.py --json     # one JSON object; `max_valid_streams` maps "1", "2"
 
 1 worker is the kit's own process (load.workers=1: `calibrate`, `run_closed_loop` in process); more are a
