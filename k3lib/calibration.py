@@ -21,6 +21,7 @@ from typing import Any
 
 from k3lib.client import ChatClient, ChatRecord, quiet_collector
 from k3lib.stats import percentile
+from k3lib.turns import loop_turns
 
 #: Default bound on the client's p99 timing error; above it a phase's TTFT/ITL are not trusted.
 DEFAULT_MAX_ERROR_MS = 10.0
@@ -108,6 +109,10 @@ def build_known_timing_app(config: KnownTimingConfig) -> Any:
         # handler got its turn: a burst of requests waits behind the others' handlers on the server's one loop,
         # and that wait is the instrument's own, not the client's timing error
         t0 = (scope.get("extensions") or {}).get(ARRIVAL_EXTENSION) or time.perf_counter_ns()
+        # one handler start per loop iteration (k3lib.turns): a burst of hundreds of requests (several load workers
+        # sending at once) otherwise starts all its handlers in one iteration, and the arrivals still in the socket
+        # buffers behind it are stamped only once that long iteration ends, late by all of it
+        await loop_turns().turn()
         raw = bytearray()
         while True:
             message = await receive()
@@ -241,7 +246,15 @@ def _arrival_stamped_protocol() -> Any:
 def _uvicorn_server(config: KnownTimingConfig) -> Any:
     import uvicorn
 
-    cfg = uvicorn.Config(build_known_timing_app(config), log_level="warning", access_log=False,
+    # uvloop where installed, as vLLM serves (uvicorn[standard]): its cost per event is what bounds how late a
+    # burst of hundreds of streams gets its chunks, and so the client error this instrument can vouch for
+    try:
+        import uvloop  # noqa: F401
+
+        loop = "uvloop"
+    except ImportError:
+        loop = "asyncio"
+    cfg = uvicorn.Config(build_known_timing_app(config), log_level="warning", access_log=False, loop=loop,
                          lifespan="off", timeout_graceful_shutdown=1, backlog=4096,
                          http=_arrival_stamped_protocol(), proxy_headers=False)
     return uvicorn.Server(cfg)
@@ -433,6 +446,10 @@ class CalibrationReport:
     max_error_ms: float
     valid: bool
     reason: str
+    #: how many worker processes sent the streams (1: this process); with more, each worker's own report (its
+    #: share of the streams, its own loop lag) is kept, and the whole is valid only when every worker's is too
+    workers: int = 1
+    per_worker: tuple[dict[str, Any], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -508,34 +525,62 @@ async def calibrate(client: ChatClient | None, url: str | None = None, *, concur
         own = True
     else:
         own = False
-    body = {"model": client.model or "known-timing", "stream": True, "max_tokens": chunks * tokens_per_chunk,
-            "messages": [{"role": "user", "content": "calibrate"}],
-            "k3_ttft_ms": known_ttft_ms, "k3_itl_ms": known_itl_ms, "k3_chunks": chunks}
-    timeout_s = 30.0 + (known_ttft_ms + chunks * known_itl_ms) / 1e3 * 4
-    stop = asyncio.Event()
-    records: list[ChatRecord] = []
+    body = calibration_body(client.model, known_ttft_ms=known_ttft_ms, known_itl_ms=known_itl_ms, chunks=chunks,
+                            tokens_per_chunk=tokens_per_chunk)
+    timeout_s = calibration_timeout_s(known_ttft_ms, known_itl_ms, chunks)
     try:
-        # One unmeasured request first: a fresh server's first answer pays for imports, connection set-up and
-        # page faults that no load phase sees, and would be charged to the client as timing error.
-        warm = {**body, "k3_ttft_ms": 0, "k3_itl_ms": 0, "k3_chunks": 2, "max_tokens": 2 * tokens_per_chunk}
-        await client.chat_body(warm, strict=False, timeout_s=timeout_s, request_id="calib-warmup")
-        with quiet_collector():  # as in the load phases it vouches for
-            lag_task = asyncio.create_task(measure_event_loop_lag(timeout_s * rounds, stop=stop))
-            try:
-                for _ in range(rounds):
-                    batch = await asyncio.gather(*(
-                        client.chat_body(body, strict=False, timeout_s=timeout_s, request_id=f"calib-{i}")
-                        for i in range(concurrency)))
-                    records.extend(batch)
-            finally:
-                stop.set()
-                lag = await lag_task
+        await warm_up(client, body, timeout_s)
+        records, lag = await calibration_records(client, body, concurrency=concurrency, rounds=rounds,
+                                                 timeout_s=timeout_s)
     finally:
         if own:
             await client.aclose()
     return assess(records, url=client.base_url, concurrency=concurrency, known_ttft_ms=known_ttft_ms,
                   known_itl_ms=known_itl_ms, chunks=chunks, tokens_per_chunk=tokens_per_chunk, loop_lag=lag,
                   max_error_ms=max_error_ms)
+
+
+def calibration_body(model: str | None, *, known_ttft_ms: float, known_itl_ms: float, chunks: int,
+                     tokens_per_chunk: int = 2) -> dict[str, Any]:
+    """The request every calibration stream sends: the known-timing server's knobs set to the schedule."""
+    return {"model": model or "known-timing", "stream": True, "max_tokens": chunks * tokens_per_chunk,
+            "messages": [{"role": "user", "content": "calibrate"}],
+            "k3_ttft_ms": known_ttft_ms, "k3_itl_ms": known_itl_ms, "k3_chunks": chunks}
+
+
+def calibration_timeout_s(known_ttft_ms: float, known_itl_ms: float, chunks: int) -> float:
+    return 30.0 + (known_ttft_ms + chunks * known_itl_ms) / 1e3 * 4
+
+
+async def warm_up(client: ChatClient, body: dict[str, Any], timeout_s: float) -> None:
+    """One unmeasured request: a fresh server's first answer pays for imports, connection set-up and page faults
+    that no load phase sees, and would be charged to the client as timing error."""
+    tpc = max(1, int(body["max_tokens"]) // max(1, int(body["k3_chunks"])))
+    warm = {**body, "k3_ttft_ms": 0, "k3_itl_ms": 0, "k3_chunks": 2, "max_tokens": 2 * tpc}
+    await client.chat_body(warm, strict=False, timeout_s=timeout_s, request_id="calib-warmup")
+
+
+async def calibration_records(client: ChatClient, body: dict[str, Any], *, concurrency: int, rounds: int,
+                              timeout_s: float, start_ns: int | None = None,
+                              first_id: int = 0) -> tuple[list[ChatRecord], LoopLagReport]:
+    """`rounds` rounds of `concurrency` simultaneous streams of `body`, with the loop lag measured beside them;
+    from `start_ns` (a `perf_counter_ns` instant) when given, so that worker processes start together."""
+    stop = asyncio.Event()
+    records: list[ChatRecord] = []
+    with quiet_collector():  # as in the load phases it vouches for
+        lag_task = asyncio.create_task(measure_event_loop_lag(timeout_s * rounds + 1.0, stop=stop))
+        try:
+            while start_ns is not None and (delay := (start_ns - time.perf_counter_ns()) / 1e9) > 0:
+                await asyncio.sleep(delay)
+            for _ in range(rounds):
+                batch = await asyncio.gather(*(
+                    client.chat_body(body, strict=False, timeout_s=timeout_s, request_id=f"calib-{first_id + i}")
+                    for i in range(concurrency)))
+                records.extend(batch)
+        finally:
+            stop.set()
+            lag = await lag_task
+    return records, lag
 
 
 def gate_phase(summary: Any, report: CalibrationReport) -> Any:
@@ -545,5 +590,6 @@ def gate_phase(summary: Any, report: CalibrationReport) -> Any:
     """
     if report.valid:
         return replace(summary, calibration=report.to_dict())
-    reason = f"client self-calibration failed at concurrency {report.concurrency}: {report.reason}"
+    over = f" over {report.workers} worker processes" if report.workers > 1 else ""
+    reason = f"client self-calibration failed at concurrency {report.concurrency}{over}: {report.reason}"
     return replace(summary, valid=False, invalid_reason=reason, calibration=report.to_dict())

@@ -106,6 +106,10 @@ class CapacityStep(_Data):
     calibrated_at: int | None = None
     loop_lag_p99_ms: float | None = None
     cross_check: Row | None = None
+    # load over worker processes (k3lib.workers): how many sent the step, and why it sent less than planned when
+    # one ended before its share did (such a step is not held)
+    workers: int | None = None
+    degraded: str | None = None
 
 
 class CapacityPhase(_Data):

@@ -22,6 +22,8 @@ from k3lib.guards import is_loopback_url
 from k3lib.errors import BadInputError
 
 Sink = Callable[[ChatRecord], None]
+#: where a phase's load is sent from: None or 1 (this process), or a started `k3lib.workers.WorkerPool`
+Workers = Any
 BodySource = Sequence[Mapping[str, Any]] | Callable[[int], Mapping[str, Any]]
 
 #: After the deadline, how long the phase waits for cancelled requests to hand back their partial records.
@@ -99,6 +101,11 @@ class PhaseSummary:
     valid: bool = True
     invalid_reason: str | None = None
     calibration: dict[str, Any] | None = None
+    #: how many processes sent the phase's load (1: this one), each worker's loop lag p99, and why the phase sent
+    #: less than planned when a worker process ended before its share did (its finished records are kept)
+    workers: int = 1
+    worker_loop_lag_ms_p99: tuple[float | None, ...] = ()
+    degraded: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -256,7 +263,8 @@ def _body_for(bodies: BodySource, i: int) -> dict[str, Any]:
 class _Phase:
     def __init__(self, client: ChatClient, bodies: BodySource, *, name: str, max_requests: int,
                  max_duration_s: float, request_timeout_s: float, sink: Sink | None,
-                 semaphore: asyncio.Semaphore | None = None, drain_s: float = 0.0) -> None:
+                 semaphore: asyncio.Semaphore | None = None, drain_s: float = 0.0, start_ns: int | None = None,
+                 wall_ns: int | None = None, first_index: int = 0, index_step: int = 1) -> None:
         if max_requests < 0 or max_duration_s <= 0:
             raise BadInputError("a load phase needs max_requests >= 0 and max_duration_s > 0",
                                 field="max_requests/max_duration_s")
@@ -267,8 +275,12 @@ class _Phase:
         self.client, self.bodies, self.name = client, bodies, name
         self.max_requests, self.max_duration_s = max_requests, max_duration_s
         self.request_timeout_s, self.sink, self.semaphore = request_timeout_s, sink, semaphore
-        self.start_ns = time.perf_counter_ns()
-        self.wall_ns = time.time_ns()
+        # a phase spread over worker processes has one start instant for all (`start_ns`, on the host's monotonic
+        # clock that every process shares) and each worker takes every `index_step`-th request from `first_index`
+        self.start_ns = time.perf_counter_ns() if start_ns is None else start_ns
+        self.wall_ns = time.time_ns() if wall_ns is None else wall_ns
+        self.next_index, self.index_step = first_index, index_step
+        self.stopped = False
         # requests are sent until `send_deadline_ns`; those in flight then may finish until `deadline_ns` (the
         # drain), after which they are cut and recorded as cancelled
         self.send_deadline_ns = self.start_ns + int(max_duration_s * 1e9)
@@ -280,9 +292,11 @@ class _Phase:
         self.cpu0 = time.process_time()
 
     def take_index(self) -> int | None:
-        if self.issued >= self.max_requests or time.perf_counter_ns() >= self.send_deadline_ns or self.sink_error:
+        if (self.next_index >= self.max_requests or time.perf_counter_ns() >= self.send_deadline_ns
+                or self.sink_error or self.stopped):
             return None
-        i = self.issued
+        i = self.next_index
+        self.next_index += self.index_step
         self.issued += 1
         return i
 
@@ -351,34 +365,74 @@ async def _with_lag(phase: _Phase, work: Any) -> float | None:
     return lag.p99_ms
 
 
-async def run_closed_loop(client: ChatClient, bodies: BodySource, *, concurrency: int, max_requests: int,
-                          max_duration_s: float, ramp_s: float = 0.0, request_timeout_s: float = 600.0,
-                          sink: Sink | None = None, name: str = "closed-loop", allow_remote_load: bool = False,
-                          window_s: float | None = None, drain_s: float = 0.0,
-                          _kind: str = "closed-loop") -> PhaseSummary:
-    """`concurrency` workers each send one request, wait for it, send the next; workers start on a linear ramp.
+async def closed_loop_work(phase: _Phase, start_offsets_s: Sequence[float]) -> None:
+    """One stream per start offset (s from the phase's start): each sends a request, waits for it, sends the next,
+    until the phase's bounds say no."""
 
-    Requests leave for `max_duration_s`; with `drain_s` those in flight then may finish for up to `drain_s` more
-    before they are cut. Without a drain a window about as long as one request keeps mostly the requests that
-    happened to be fast (the slow ones are cut), and on a busy machine may complete none at all."""
-    check_load_target(client.base_url, allow_remote_load)
-    if concurrency < 1:
-        raise BadInputError(f"concurrency must be >= 1, got {concurrency}", field="concurrency")
-    phase = _Phase(client, bodies, name=name, max_requests=max_requests, max_duration_s=max_duration_s,
-                   request_timeout_s=request_timeout_s, sink=sink, drain_s=drain_s)
-
-    async def worker(start_offset_s: float) -> None:
+    async def stream(start_offset_s: float) -> None:
         delay = phase.start_ns / 1e9 + start_offset_s - time.perf_counter_ns() / 1e9
         if delay > 0:
             await asyncio.sleep(min(delay, max(0.0, (phase.send_deadline_ns - time.perf_counter_ns()) / 1e9)))
         while (i := phase.take_index()) is not None:
             await phase.one(i, time.perf_counter_ns())
 
-    async def work() -> None:
-        tasks = [asyncio.create_task(worker(off)) for off in ramp_offsets_s(concurrency, ramp_s)]
+    await phase.wait([asyncio.create_task(stream(off)) for off in start_offsets_s])
+
+
+async def open_loop_work(phase: _Phase, offsets_s: Sequence[float]) -> None:
+    """One request per send time (s from the phase's start), whatever the server does."""
+    tasks: list[asyncio.Task[None]] = []
+    try:
+        for off in offsets_s:
+            due_ns = phase.start_ns + int(off * 1e9)
+            delay = (due_ns - time.perf_counter_ns()) / 1e9
+            if delay > 0:
+                await asyncio.sleep(delay)
+            i = phase.take_index()
+            if i is None:
+                break
+            tasks.append(asyncio.create_task(phase.one(i, due_ns)))
+    finally:
         await phase.wait(tasks)
 
-    lag = await _with_lag(phase, work())
+
+def _spread(workers: Any, streams: int | None) -> bool:
+    """Whether a phase goes to worker processes: a started `k3lib.workers.WorkerPool` of more than one worker,
+    and more than one stream. (The pool is passed in, not made here: `k3lib.workers` stands on this module.)"""
+    if workers is None or workers == 1:
+        return False
+    if isinstance(workers, int):
+        raise BadInputError(f"workers={workers!r}: pass None or 1 (this process) or a started "
+                            "k3lib.workers.WorkerPool", field="workers")
+    return bool(workers.size > 1 and (streams is None or streams > 1))
+
+
+async def run_closed_loop(client: ChatClient, bodies: BodySource, *, concurrency: int, max_requests: int,
+                          max_duration_s: float, ramp_s: float = 0.0, request_timeout_s: float = 600.0,
+                          sink: Sink | None = None, name: str = "closed-loop", allow_remote_load: bool = False,
+                          window_s: float | None = None, drain_s: float = 0.0, workers: Workers = None,
+                          _kind: str = "closed-loop") -> PhaseSummary:
+    """`concurrency` workers each send one request, wait for it, send the next; workers start on a linear ramp.
+
+    Requests leave for `max_duration_s`; with `drain_s` those in flight then may finish for up to `drain_s` more
+    before they are cut. Without a drain a window about as long as one request keeps mostly the requests that
+    happened to be fast (the slow ones are cut), and on a busy machine may complete none at all.
+
+    `workers` (a started `k3lib.workers.WorkerPool`) spreads the streams over its worker
+    processes, each with its own event loop and client (see k3lib.workers); None or 1: this process."""
+    check_load_target(client.base_url, allow_remote_load)
+    if concurrency < 1:
+        raise BadInputError(f"concurrency must be >= 1, got {concurrency}", field="concurrency")
+    if _spread(workers, concurrency):
+        return await workers.spread_phase(
+            client, bodies, mode="closed", offsets_s=ramp_offsets_s(concurrency, ramp_s), name=name,
+            kind=_kind, max_requests=max_requests, max_duration_s=max_duration_s, drain_s=drain_s,
+            request_timeout_s=request_timeout_s, sink=sink, window_s=window_s, concurrency=concurrency,
+            rate_rps=None, planned=max_requests)
+    phase = _Phase(client, bodies, name=name, max_requests=max_requests, max_duration_s=max_duration_s,
+                   request_timeout_s=request_timeout_s, sink=sink, drain_s=drain_s)
+
+    lag = await _with_lag(phase, closed_loop_work(phase, ramp_offsets_s(concurrency, ramp_s)))
     return phase.summary(kind=_kind, concurrency=concurrency, rate_rps=None, planned=max_requests,
                          lag_ms_p99=lag, window_s=window_s)
 
@@ -387,35 +441,27 @@ async def run_open_loop(client: ChatClient, bodies: BodySource, *, rate_rps: flo
                         max_duration_s: float, arrival: str = "constant", seed: int = 0,
                         max_in_flight: int | None = None, request_timeout_s: float = 600.0,
                         sink: Sink | None = None, name: str = "open-loop", allow_remote_load: bool = False,
-                        window_s: float | None = None) -> PhaseSummary:
+                        window_s: float | None = None, workers: Workers = None) -> PhaseSummary:
     """Requests leave on a schedule whatever the server does (constant or seeded Poisson arrivals).
 
     A request's `enqueued_ns` is its *scheduled* time, so a late dispatcher or a full `max_in_flight` shows as
-    client queueing instead of silently stretching the schedule (coordinated omission).
+    client queueing instead of silently stretching the schedule (coordinated omission). With `workers`, each
+    worker process sends every n-th arrival of the one schedule (and holds its share of `max_in_flight`).
     """
     check_load_target(client.base_url, allow_remote_load)
     offsets = arrival_offsets_s(rate_rps, max_requests=max_requests, max_duration_s=max_duration_s,
                                 process=arrival, seed=seed)
+    if _spread(workers, None):
+        return await workers.spread_phase(
+            client, bodies, mode="open", offsets_s=offsets, name=name, kind=f"open-loop-{arrival}",
+            max_requests=max_requests, max_duration_s=max_duration_s, drain_s=0.0,
+            request_timeout_s=request_timeout_s, sink=sink, window_s=window_s, concurrency=max_in_flight,
+            rate_rps=rate_rps, planned=len(offsets), max_in_flight=max_in_flight)
     sem = asyncio.Semaphore(max_in_flight) if max_in_flight else None
     phase = _Phase(client, bodies, name=name, max_requests=max_requests, max_duration_s=max_duration_s,
                    request_timeout_s=request_timeout_s, sink=sink, semaphore=sem)
 
-    async def work() -> None:
-        tasks: list[asyncio.Task[None]] = []
-        try:
-            for off in offsets:
-                due_ns = phase.start_ns + int(off * 1e9)
-                delay = (due_ns - time.perf_counter_ns()) / 1e9
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                i = phase.take_index()
-                if i is None:
-                    break
-                tasks.append(asyncio.create_task(phase.one(i, due_ns)))
-        finally:
-            await phase.wait(tasks)
-
-    lag = await _with_lag(phase, work())
+    lag = await _with_lag(phase, open_loop_work(phase, offsets))
     return phase.summary(kind=f"open-loop-{arrival}", concurrency=max_in_flight, rate_rps=rate_rps,
                          planned=len(offsets), lag_ms_p99=lag, window_s=window_s)
 
@@ -423,7 +469,7 @@ async def run_open_loop(client: ChatClient, bodies: BodySource, *, rate_rps: flo
 async def run_soak(client: ChatClient, bodies: BodySource, *, concurrency: int, duration_s: float,
                    max_requests: int, window_s: float = 60.0, request_timeout_s: float = 600.0,
                    sink: Sink | None = None, name: str = "soak", allow_remote_load: bool = False,
-                   drain_s: float = 0.0) -> PhaseSummary:
+                   drain_s: float = 0.0, workers: Workers = None) -> PhaseSummary:
     """Constant concurrency for a long, bounded time, summarized per window so drift is visible.
 
     It stops at `duration_s` or `max_requests`, whichever comes first: a soak is expected to end on duration,
@@ -433,4 +479,4 @@ async def run_soak(client: ChatClient, bodies: BodySource, *, concurrency: int, 
     return await run_closed_loop(client, bodies, concurrency=concurrency, max_requests=max_requests,
                                  max_duration_s=duration_s, request_timeout_s=request_timeout_s, sink=sink,
                                  name=name, allow_remote_load=allow_remote_load, window_s=window_s, drain_s=drain_s,
-                                 _kind="soak")
+                                 workers=workers, _kind="soak")

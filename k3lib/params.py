@@ -259,6 +259,14 @@ class AxesParams(_Model):
     operations: OperationsParams = OperationsParams()
 
 
+class LoadParams(_Model):
+    """Where the kit's load is sent from. `workers`: how many processes spread a load phase's streams (each with
+    its own event loop and client, see k3lib.workers); null: one per core available, leaving one for the kit;
+    1: all in the kit's own process, as before. Bounded by k3lib.workers.WORKERS_MAX."""
+
+    workers: Annotated[int, Field(ge=1, le=64)] | None = None
+
+
 class RunParams(_Model):
     label: str = ""
     reviewer: str | None = None
@@ -272,6 +280,7 @@ class Params(_Model):
     recipe: RecipeParams = RecipeParams()
     contract: ContractParams = ContractParams()
     axes: AxesParams = AxesParams()
+    load: LoadParams = LoadParams()
     run: RunParams = RunParams()
 
     def public_dict(self) -> dict[str, Any]:

@@ -25,7 +25,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
                    "operator", "target", "session", "thresholds", "attested", "evidence", "outcomes", "emulator", "emulator.*"),
     # talking to a target and reading what it says: the HTTP client, load generation, /metrics, GPU samplers,
     # the readers of pasted artifacts
-    "io": ("chatstream", "client", "client.*", "calibration", "load", "prompts", "crosscheck", "gpu", "sampling",
+    "io": ("chatstream", "client", "client.*", "calibration", "load", "workers", "prompts", "crosscheck", "gpu", "sampling",
            "metrics", "metrics.*", "readers", "readers.*"),
     # the axes: each measures one thing and turns it into findings (an evidence record); the renewal review's
     # inputs and analyses

@@ -5,6 +5,7 @@ every step and the soak (counts agree on a healthy, isolated emulator; another c
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from pathlib import Path
@@ -389,3 +390,50 @@ def test_foreign_load_during_the_steps_is_recorded_as_a_disagreement(tmp_path):
     assert f.status == "warn" and level_for(f)[0] == "limited-observation"
     assert "another client was loading the target" in f.message
     assert any(cell.startswith("counts disagree") for cell in capacity.steps_table(result)["cross_check"])
+
+
+# --- load over worker processes ---------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_step_whose_worker_is_killed_is_degraded_and_keeps_every_finished_record(tmp_path, monkeypatch):
+    """load.workers=2: a worker killed with -9 in the middle of step c4 loses none of its finished records (each is in
+    requests.jsonl), and the step says so and is not held; the other steps and the calibration ran over 2 workers."""
+    import functools
+    import os
+    import signal
+
+    from k3lib.capacity import run as run_mod
+    from k3lib.workers import WorkerPool
+
+    journal = tmp_path / "journal"
+    journal.mkdir()
+    monkeypatch.setattr(run_mod, "WorkerPool", functools.partial(WorkerPool, journal_dir=journal))
+    killed: list[int] = []
+    closed = CapacityRunner._closed
+
+    async def closed_with_a_kill(self, client, bodies, *, label, **kw):
+        if label == "c4":
+            pool = await self._workers()
+            killed.append(pool.pids[1])
+            asyncio.get_running_loop().call_later(0.5, os.kill, pool.pids[1], signal.SIGKILL)
+        return await closed(self, client, bodies, label=label, **kw)
+
+    monkeypatch.setattr(CapacityRunner, "_closed", closed_with_a_kill)
+    with _emulator() as h:
+        ctx, result, record = _run(tmp_path, h.url, h.dcgm_url, "load.workers=2")
+    steps = {s["label"]: s for s in result.steps}
+    c4 = steps["c4"]
+    assert c4["workers"] == 2 and "load worker 2 of 2 was killed by signal 9 (SIGKILL)" in c4["degraded"]
+    assert c4["held"] is False and c4["degraded"] in c4["why"]
+    assert all(s["workers"] == 2 and s["degraded"] is None for k, s in steps.items() if k not in ("c4", "c1"))
+    assert steps["c1"]["workers"] == 1  # one stream: one worker
+    assert result.run["calibration"]["workers"] == 2
+    assert all(r["workers"] == 2 for r in result.run["calibration"]["reports"])
+    rows = [json.loads(line) for line in (ctx.store.path("evidence/capacity/requests.jsonl")).read_text().splitlines()]
+    written = {r["request_id"] for r in rows if r["step"] == "c4"}
+    sent_by_victim = set((journal / f"worker-{killed[0]}.ids").read_text().split())
+    assert sent_by_victim and {i for i in sent_by_victim if i.startswith("c4-")} <= written
+    assert len(written) == c4["sent"]
+    # the typed evidence takes the new step fields
+    assert record.data["steps"][[s["label"] for s in record.data["steps"]].index("c4")]["degraded"] == c4["degraded"]

@@ -33,6 +33,7 @@ from .analysis import judge_step, memory_at, settled_stats, soak_analysis
 from .config import server_config
 from .result import GPU_JSON, LOG_TXT, METRICS_JSON, REQUESTS, RUN_JSON, CapacityResult, read_capacity
 from .shape import CALIBRATION_BOUND_S, PHASES, CapacityPlan, plan_capacity
+from ..workers import WorkerPool, calibrate_workers, resolve_workers
 from .trust import (calibration_rounds, calibration_summary, cross_check_data, failed_report, gate_step,
                     known_timing, record_view)
 
@@ -175,12 +176,23 @@ class CapacityRunner:
         self.calibration: dict[str, Any] = {"enabled": bool(self.plan.calibration_concurrencies), "ran": False}
         self._reports: list[CalibrationReport] = []
         self._measured: list[dict[str, Any]] = []  # long-context records: the timing the calibration imitates
+        # load.workers: the concurrency steps' and the soak's streams (and their calibration) spread over this many
+        # processes; the long-context phase (one stream) stays in this one
+        self.workers = min(resolve_workers(self.params.load.workers),
+                           max((*self.plan.steps, self.plan.planned_concurrency)))
+        self._pool: WorkerPool | None = None
 
     # -- clients ---------------------------------------------------------------------------------------------
     def _client(self, timeout_s: float) -> ChatClient:
         return ChatClient(self.ctx.target.base_url, model=self.params.target.model,
                           api_key_env=self.params.target.api_key_env, timeout_s=timeout_s,
                           connect_timeout_s=min(10.0, timeout_s))
+
+    async def _workers(self) -> WorkerPool | None:
+        """The worker processes, started once for the run (their clients keep their connections step to step)."""
+        if self.workers > 1 and self._pool is None:
+            self._pool = await WorkerPool(self.workers).astart()
+        return self._pool
 
     # -- recording -------------------------------------------------------------------------------------------
     def _sink(self, phase: str, step: str, bucket: list[dict[str, Any]], concurrency: int,
@@ -479,12 +491,13 @@ class CapacityRunner:
                         "engine_alive_after": alive, "start_wall": t0, "end_wall": t1,
                         "e2e_ms": d.get("e2e_ms")}
 
-    async def _closed(self, client: ChatClient, bodies: Callable[[int], Mapping[str, Any]], *, phase: str,
+    async def _closed(self, client: ChatClient, bodies: Any, *, phase: str,
                       label: str, concurrency: int, max_requests: int, duration_s: float,
                       bucket: list[dict[str, Any]], soak: bool = False) -> tuple[Any, str | None]:
         """One closed-loop load window; returns its PhaseSummary (None when it was stopped early) and why it
         stopped early, if it did."""
         sink = self._sink(phase, label, bucket, concurrency)
+        pool = await self._workers()
         self._in_flight = concurrency
         try:
             if soak:
@@ -494,14 +507,14 @@ class CapacityRunner:
                                          max_requests=max_requests, window_s=max(duration_s / 6, 1.0),
                                          request_timeout_s=self.plan.request_timeout_s, sink=sink, name=label,
                                          allow_remote_load=self.params.target.allow_remote_load,
-                                         drain_s=self.plan.soak_drain_s)
+                                         drain_s=self.plan.soak_drain_s, workers=pool)
             else:
                 # the requests in flight when the window closes may finish for as long again: a step then keeps
                 # its slow requests too, and a busy machine still completes some at concurrency 1
                 summary = await run_closed_loop(client, bodies, concurrency=concurrency, max_requests=max_requests,
                                                 max_duration_s=duration_s, drain_s=duration_s,
                                                 request_timeout_s=self.plan.request_timeout_s, sink=sink, name=label,
-                                                allow_remote_load=self.params.target.allow_remote_load)
+                                                allow_remote_load=self.params.target.allow_remote_load, workers=pool)
         except _EngineGone as exc:
             return None, f"stopped early: {exc}"
         finally:
@@ -519,20 +532,24 @@ class CapacityRunner:
             return
         timing = known_timing(self._measured)
         server = KnownTimingServer(in_process=plan.calibration_server == "thread")
+        pool = await self._workers()
         reports: list[CalibrationReport] = []
         error = None
         t0 = time.time()
         try:
             async with asyncio.timeout(CALIBRATION_BOUND_S):
                 await asyncio.to_thread(server.start, CALIBRATION_BOUND_S / 2)
+                if pool is not None:
+                    reports = await self._calibrate_spread(pool, server.url, timing)
                 client = ChatClient(server.url, timeout_s=CALIBRATION_BOUND_S, connect_timeout_s=5.0)
                 try:
                     # a fresh server and a fresh connection pool pay one-off costs on their first requests (imports,
                     # connects): warm both up at the lowest calibrated concurrency, and keep that round out of it
-                    await calibrate(client, concurrency=plan.calibration_concurrencies[0],
-                                    known_ttft_ms=timing["known_ttft_ms"], known_itl_ms=timing["known_itl_ms"],
-                                    chunks=2, max_error_ms=plan.calibration_max_error_ms)
-                    for c in plan.calibration_concurrencies:
+                    if pool is None:
+                        await calibrate(client, concurrency=plan.calibration_concurrencies[0],
+                                        known_ttft_ms=timing["known_ttft_ms"], known_itl_ms=timing["known_itl_ms"],
+                                        chunks=2, max_error_ms=plan.calibration_max_error_ms)
+                    for c in plan.calibration_concurrencies if pool is None else ():
                         reports.append(await calibrate(
                             client, concurrency=c, known_ttft_ms=timing["known_ttft_ms"],
                             known_itl_ms=timing["known_itl_ms"], chunks=timing["chunks"],
@@ -549,11 +566,22 @@ class CapacityRunner:
         reports += [failed_report(c, timing, plan.calibration_max_error_ms, error or "no report")
                     for c in plan.calibration_concurrencies if c not in done]
         self._reports = reports
-        self.calibration = {"enabled": True, "ran": True, "server": plan.calibration_server,
+        self.calibration = {"enabled": True, "ran": True, "server": plan.calibration_server, "workers": self.workers,
                             "start_wall": t0, "end_wall": time.time(), **timing,
                             "max_error_ms": plan.calibration_max_error_ms, "error": error,
                             "summary": calibration_summary(reports), "reports": [r.to_dict() for r in reports]}
         self._flush()
+
+    async def _calibrate_spread(self, pool: WorkerPool, url: str, timing: Mapping[str, Any]) -> list[CalibrationReport]:
+        """The calibration over the worker processes, as the steps will spread their streams: per worker and whole."""
+        plan = self.plan
+        kw = {"known_ttft_ms": timing["known_ttft_ms"], "known_itl_ms": timing["known_itl_ms"],
+              "max_error_ms": plan.calibration_max_error_ms}
+        # a warm-up round kept out of it: the workers' fresh connection pools, the fresh server's first answers
+        await calibrate_workers(pool, url, concurrency=plan.calibration_concurrencies[0], chunks=2, **kw)
+        return [await calibrate_workers(pool, url, concurrency=c, chunks=timing["chunks"],
+                                        rounds=calibration_rounds(c, timing), **kw)
+                for c in plan.calibration_concurrencies]
 
     def _trust(self, summary: Any, bucket: Sequence[Mapping[str, Any]], concurrency: int,
                before: Snapshot | None, after: Snapshot | None) -> dict[str, Any]:
@@ -565,7 +593,10 @@ class CapacityRunner:
                 check = cross_check([record_view(r) for r in bucket], before, after)
             except (ValueError, KeyError) as exc:
                 error = f"{type(exc).__name__}: {exc}"[:300]
-        return {**gate_step(summary, self._reports, concurrency), "cross_check": cross_check_data(check, error)}
+        spread = {"workers": summary.workers if summary is not None else None,
+                  "degraded": summary.degraded if summary is not None else None}
+        return {**gate_step(summary, self._reports, concurrency), "cross_check": cross_check_data(check, error),
+                **spread}
 
     async def _concurrency(self) -> str:
         plan = self.plan
@@ -601,21 +632,18 @@ class CapacityRunner:
                 held, why = judge_step(step, queue_objective_ms=self.params.contract.queue_p95_ms,
                                        waiting_tolerance=self.cap.waiting_tolerance,
                                        max_error_share=self.params.contract.max_error_share)
-                step.update(held=held and alive, why=why + ([] if alive else ["the engine died"]))
+                # a step whose worker process ended early sent less load than planned: it did not show that level held
+                degraded = step.get("degraded")
+                step.update(held=held and alive and not degraded,
+                            why=why + ([] if alive else ["the engine died"]) + ([degraded] if degraded else []))
                 self.steps.append(step)
         finally:
             await sizing.aclose()
             await client.aclose()
         return f"{sum(1 for s in self.steps if s.get('held'))}/{len(plan.steps)} steps held"
 
-    def _salted(self, prompts: Sequence[BuiltPrompt], max_tokens: int, label: str) -> Callable[[int], dict[str, Any]]:
-        bodies = [self._body(p, max_tokens) for p in prompts]
-        run_id = self.store.run_id
-
-        def body(i: int) -> dict[str, Any]:
-            return {**bodies[i % len(bodies)], "cache_salt": f"k3cap-{run_id}-{label}-{i}"}
-
-        return body
+    def _salted(self, prompts: Sequence[BuiltPrompt], max_tokens: int, label: str) -> "SaltedBodies":
+        return SaltedBodies(tuple(self._body(p, max_tokens) for p in prompts), f"k3cap-{self.store.run_id}-{label}")
 
     async def _soak(self) -> str:
         plan = self.plan
@@ -629,7 +657,7 @@ class CapacityRunner:
             bucket: list[dict[str, Any]] = []
             before = await boundary_snapshot(self.urls)
             t0 = time.time()
-            summary, early = await self._closed(client, lambda i: bodies[i % len(bodies)], phase="soak",
+            summary, early = await self._closed(client, bodies, phase="soak",
                                                 label="soak", concurrency=plan.planned_concurrency,
                                                 max_requests=plan.soak_max_requests,
                                                 duration_s=plan.soak_duration_s, bucket=bucket, soak=True)
@@ -673,8 +701,21 @@ class CapacityRunner:
                 await self._phase_run(name, works[name])
         finally:
             self.timeline.stop()
+            if self._pool is not None:
+                await self._pool.aclose()
             await asyncio.to_thread(self._read_log)
             self._flush()
+
+
+class SaltedBodies:
+    """Request `i` of a step: the prompts in turn, each with its own cache salt (nothing shared, full KV cost). A
+    module-level class, so a step spread over worker processes hands it to them as it is (it pickles)."""
+
+    def __init__(self, bodies: Sequence[Mapping[str, Any]], salt: str) -> None:
+        self.bodies, self.salt = tuple(bodies), salt
+
+    def __call__(self, i: int) -> dict[str, Any]:
+        return {**self.bodies[i % len(self.bodies)], "cache_salt": f"{self.salt}-{i}"}
 
 
 def run_capacity(ctx: "AxisContext") -> "CapacityResult":
