@@ -2,7 +2,8 @@
 the kit judges at; and the recipes the kit knows by name, whose requirements a parameters file may tighten but
 never drop.
 
-A value outside its bounds is refused when the parameters load (one line, exit 2). A value inside them but looser
+A value beyond its bound on the lenient side is refused when the parameters load (one line, exit 2); the
+strict side is never bounded (a tighter threshold cannot steer the verdict to production). A value inside them but looser
 than the default (a shorter soak, a laxer pass rate, a wider calibration error) is *loosened*: the decision, the
 sheet and the index list it, and it forbids `production` unless the operator's attestation names who accepted it
 and why (`items.thresholds_accepted` of the attestation file). Tightening a threshold is always allowed.
@@ -79,29 +80,31 @@ _CACHE = ("seed 000: a latency drop without a consistent rise in cached tokens d
           "repeated over several sessions")
 
 THRESHOLDS: tuple[Threshold, ...] = (
-    Threshold("contract.max_error_share", "higher", 0.0, 0.05,
+    Threshold("contract.max_error_share", "higher", None, 0.05,
               _STABLE + " — a step that refuses, times out or loses requests did not hold"),
-    Threshold("axes.agent.min_pass_rate", "lower", 0.9, 1.0, _TOOLS),
-    Threshold("axes.agent.repetitions", "lower", 2, None, "seed 000: a single demonstration success is not "
-              "enough — the scenarios are repeated", " runs"),
-    Threshold("axes.capacity.waiting_tolerance", "higher", 0.0, 2.0,
+    Threshold("axes.agent.min_pass_rate", "lower", 0.9, None, _TOOLS),
+    Threshold("axes.agent.repetitions", "lower", 1, None, "seed 000: a single demonstration success is not "
+              "enough — the scenarios are repeated (one run compares no repetitions: listed, and never enough)",
+              " runs"),
+    Threshold("axes.capacity.waiting_tolerance", "higher", None, 2.0,
               "seed 000: a queue that is not controlled at nominal concurrency is a saturation", " requests"),
-    Threshold("axes.capacity.settle_fraction", "higher", 0.0, 0.5,
+    Threshold("axes.capacity.settle_fraction", "higher", None, 0.5,
               "seed 000: running, waiting and preemptions are watched while concurrency rises; at most half a step "
               "is ramp-up left unjudged"),
-    Threshold("axes.capacity.step_duration_s", "lower", 1.0, None,
+    Threshold("axes.capacity.step_duration_s", "lower", 0.1, None,
               "seed 000, phase 3: each concurrency step is held long enough for running and waiting to settle",
               " s"),
-    Threshold("axes.capacity.soak_duration_s", "lower", 1.0, None, _SOAK, " s"),
-    Threshold("axes.capacity.memory_growth_min_mib", "higher", 1.0, 8192.0,
+    Threshold("axes.capacity.soak_duration_s", "lower", 0.1, None, _SOAK, " s"),
+    Threshold("axes.capacity.memory_growth_min_mib", "higher", None, 8192.0,
               "seed 000: a continuous memory growth forbids production", " MiB"),
-    Threshold("axes.capacity.kv_trend_max", "higher", 0.01, 0.5, _SOAK),
-    Threshold("axes.capacity.hit_rate_drop_max", "higher", 0.01, 0.5, _SOAK),
-    Threshold("axes.capacity.fragmentation_share_max", "higher", 0.01, 0.5, _SOAK),
+    Threshold("axes.capacity.kv_trend_max", "higher", None, 0.5, _SOAK),
+    Threshold("axes.capacity.hit_rate_drop_max", "higher", None, 0.5, _SOAK),
+    Threshold("axes.capacity.fragmentation_share_max", "higher", None, 0.5, _SOAK),
     Threshold("axes.capacity.calibrate", "false", None, None, _CLIENT),
-    Threshold("axes.capacity.calibration_max_error_ms", "higher", 0.5, 250.0, _CLIENT, " ms"),
-    Threshold("axes.prefix_cache.min_ttft_gain_pct", "lower", 1.0, 90.0, _CACHE, " %"),
-    Threshold("axes.prefix_cache.sessions", "lower", 2, None, _CACHE + " (at least two)", " sessions"),
+    Threshold("axes.capacity.calibration_max_error_ms", "higher", None, 250.0, _CLIENT, " ms"),
+    Threshold("axes.prefix_cache.min_ttft_gain_pct", "lower", 1.0, None, _CACHE, " %"),
+    Threshold("axes.prefix_cache.sessions", "lower", 1, None, _CACHE + " (one session rules out no local luck: "
+              "listed, and never enough)", " sessions"),
 )
 BY_PATH: dict[str, Threshold] = {t.path: t for t in THRESHOLDS}
 

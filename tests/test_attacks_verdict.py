@@ -89,12 +89,10 @@ def test_the_kimi_k3_recipe_may_be_tightened():
 
 @pytest.mark.parametrize("override, field", [
     ("axes.agent.min_pass_rate=0", "axes.agent.min_pass_rate"),
-    ("axes.agent.repetitions=1", "axes.agent.repetitions"),
     ("axes.capacity.waiting_tolerance=50", "axes.capacity.waiting_tolerance"),
     ("axes.capacity.memory_growth_min_mib=100000", "axes.capacity.memory_growth_min_mib"),
     ("axes.capacity.calibration_max_error_ms=5000", "axes.capacity.calibration_max_error_ms"),
     ("axes.prefix_cache.min_ttft_gain_pct=0.1", "axes.prefix_cache.min_ttft_gain_pct"),
-    ("axes.prefix_cache.sessions=1", "axes.prefix_cache.sessions"),
 ])
 def test_attack_a_threshold_outside_the_seeds_bounds_is_refused(override, field):
     with pytest.raises(BadInputError) as err:
