@@ -199,12 +199,12 @@ def _emulator_arguments(e: argparse.ArgumentParser) -> None:
 
 def _emulator_sets(faults: list[str], profile: str | None) -> list[str]:
     """--fault/--profile as parameter overrides, each checked before anything starts."""
-    from .emulator.faults import parse_fault
+    from .emulator.faults import parse_scoped
     from .emulator.profiles import PROFILES
 
     sets = []
     for fault in faults:
-        parse_fault(fault)  # an unknown fault or a bad value is bad input, named before anything starts
+        parse_scoped(fault)  # an unknown fault or a bad value is bad input, named before anything starts
     if profile and profile not in PROFILES:
         raise BadInputError(f"unknown emulator profile {profile!r}; expected one of {sorted(PROFILES)}",
                             source="--profile")
