@@ -61,7 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--out", metavar="DIR", help="folder that receives the run folder (default: outputs/)")
     d.add_argument("--fault", action="append", default=[], metavar="NAME[=VALUE]",
                    help="inject an emulator fault (repeatable), e.g. --fault tool-markup-leak=0.5")
-    d.add_argument("--profile", metavar="NAME", help="emulator profile (demo, kimi-k3-h200x16)")
+    d.add_argument("--profile", metavar="NAME", help="emulator profile (demo, demo-2node, kimi-k3-h200x16)")
+    d.add_argument("--two-node", action="store_true",
+                   help="the two-node case: parameters/emulator-2node.yaml, four DP ranks over two node processes, "
+                        "judged per rank (add --fault slow@3 to break one rank)")
     d.add_argument("--review", metavar="SCENARIO", default="steady",
                    help="renewal demo scenario reviewed after the acceptance batch: steady (default), idle-heavy, "
                         "spiky, poor")
@@ -277,7 +280,8 @@ def cmd_validate(ns: argparse.Namespace) -> int:
 def cmd_demo(ns: argparse.Namespace) -> int:
     from .session import PROJECT_ROOT
 
-    params = _load([str(PROJECT_ROOT / "parameters" / "emulator.yaml")], [], ns.fault, ns.profile)
+    name = "emulator-2node.yaml" if ns.two_node else "emulator.yaml"
+    params = _load([str(PROJECT_ROOT / "parameters" / name)], [], ns.fault, ns.profile)
     code = _run_acceptance(params, ns.out)
     if not ns.no_review:
         print("", flush=True)

@@ -105,6 +105,8 @@ class CapacityStep(_Data):
     calibrated_at: int | None = None
     loop_lag_p99_ms: float | None = None
     cross_check: Row | None = None
+    # per DP rank (k3lib.capacity.ranks.rank_window), None with one rank
+    ranks: list[Row] | None = None
 
 
 class CapacityPhase(_Data):

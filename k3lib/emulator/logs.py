@@ -196,7 +196,8 @@ class LogBook:
     def stats(self, engine: int, *, prompt_tps: float, gen_tps: float, running: int, waiting: int, usage: float,
               hit_rate: float, preemptions: int) -> None:
         pre = f"Preemptions: {preemptions}, " if preemptions and self.cfg.at_least("0.12") else ""
-        self.log(f"Engine {self.cfg.rank(engine):03d}: Avg prompt throughput: {prompt_tps:.1f} tokens/s, Avg generation throughput: "
+        self.log(f"Engine {self.cfg.rank(engine):03d}: Avg prompt throughput: {prompt_tps:.1f} tokens/s, "
+                 "Avg generation throughput: "
                  f"{gen_tps:.1f} tokens/s, Running: {running} reqs, Waiting: {waiting} reqs, {pre}"
                  f"GPU KV cache usage: {usage * 100:.1f}%, Prefix cache hit rate: {hit_rate * 100:.1f}%",
                  where="loggers.py:335")
