@@ -57,9 +57,15 @@ class GpuMetricsParams(_Model):
 
     source: Literal["none", "nvml", "dcgm", "prometheus"] = "none"
     url: str | None = None  # dcgm-exporter /metrics URL, or the Prometheus base URL
+    urls: tuple[str, ...] = ()  # dcgm: one exporter per node, scraped together (url is then the first)
     selector: str = ""  # extra PromQL label matchers for the prometheus source, e.g. 'Hostname=~"gpu-node-.*"'
 
     _url = field_validator("url")(classmethod(lambda cls, v: _check_url(v)))
+
+    @field_validator("urls")
+    @classmethod
+    def _urls(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(_check_url(u) for u in v)  # type: ignore[misc]
 
     @model_validator(mode="after")
     def _url_needed(self) -> "GpuMetricsParams":

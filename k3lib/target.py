@@ -94,7 +94,8 @@ def pin_target(params: Params, target: Target) -> Params:
     data["target"]["base_url"] = target.base_url
     data["target"]["metrics_urls"] = list(target.metrics_urls)
     if target.emulator is not None and params.target.gpu_metrics.source == "none":
-        data["target"]["gpu_metrics"] = {"source": "dcgm", "url": target.emulator.dcgm_url, "selector": ""}
+        data["target"]["gpu_metrics"] = {"source": "dcgm", "url": target.emulator.dcgm_url, "selector": "",
+                                         "urls": list(getattr(target.emulator, "dcgm_urls", ()))}
     return Params.model_validate(data)
 
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from ..evidence import Finding
-from ..metrics import Snapshot, delta
+from ..metrics import Snapshot, delta, window_histogram
 
 if TYPE_CHECKING:
     from ..params import Params
@@ -68,6 +68,8 @@ def rank_window(before: Snapshot | None, after: Snapshot | None, rows: Sequence[
         gen = _counter(b, a, "generation_tokens_total")
         queries = _counter(b, a, "prefix_cache_queries_total")
         hits = _counter(b, a, "prefix_cache_hits_total")
+        itl = window_histogram(b, a, "inter_token_latency_seconds")
+        itl_mean = itl.mean if itl is not None and itl.count else None
         info = after.cache_config_info(engine=engine, endpoint=url)
         blocks = info.get("num_gpu_blocks")
         running_mean = _mean(running)
@@ -81,8 +83,11 @@ def rank_window(before: Snapshot | None, after: Snapshot | None, rows: Sequence[
             "samples": len(sampled), "kv_usage_max": max(kv) if kv else None, "kv_usage_mean": _mean(kv),
             "running_mean": running_mean, "waiting_mean": _mean(waiting), "waiting_max": max(waiting) if waiting else None,
             "decode_tokens_per_s": round(gen / elapsed, 2) if gen is not None else None,
-            # tokens a rank produced per second per sequence it held: a slow rank shows whatever its share of load
-            "decode_tokens_per_s_per_seq": (round(gen / (running_mean * elapsed), 2)
+            "itl_mean_ms": round(itl_mean * 1000, 3) if itl_mean else None,
+            # one sequence's decode rate on this rank: 1 / its mean inter-token latency (the engine's own histogram),
+            # else its tokens over the sequences it held; a slow rank shows whatever share of the load it got
+            "decode_tokens_per_s_per_seq": (round(1 / itl_mean, 2) if itl_mean else
+                                            round(gen / (running_mean * elapsed), 2)
                                             if gen is not None and running_mean and running_mean >= 0.2 else None),
         })
     return out
@@ -148,7 +153,7 @@ def _balance(step: Mapping[str, Any] | None, soak: Mapping[str, Any] | None) -> 
     for r, mine, median in _outliers(at_step, "decode_tokens_per_s_per_seq", DECODE_SHARE_MIN):
         problems.append((mine / median, r["rank"],
                          f"{r['name']} decodes {mine:.1f} tokens/s per sequence at concurrency {step['concurrency']}, "
-                         f"its peers {median:.1f} ({mine / median:.0%}; generation tokens over running sequences): "
+                         f"its peers {median:.1f} ({mine / median:.0%}; 1 / the mean inter-token latency of its engine): "
                          "a slow GPU or link on that rank"))
     for r, mine, median in _outliers(in_soak, "hit_rate", HIT_SHARE_MIN, HIT_RATE_FLOOR):
         problems.append((mine / median if median else 0.0, r["rank"],

@@ -42,7 +42,7 @@ class EmulatorState:
         if cfg.peers:
             from .cluster import Router
 
-            self.router = Router(cfg.peers, cfg.local_ranks)
+            self.router = Router(cfg.peers, cfg.local_ranks, cfg.local_ranks)
 
     def layout(self) -> dict[str, Any]:
         """The fields a restart keeps: which ranks this process serves and which nodes it routes to."""
@@ -95,9 +95,10 @@ def _routed(handler):
         emu: EmulatorState = request.app.state.emu
         router = emu.router
         if router is not None and emu.runtime.ready and not emu.runtime.dead:
-            peer = router.pick(min(e.load() for e in emu.runtime.engines))
+            peer = router.pick()
             if peer is not None:
                 return await router.forward(request, peer)
+            return await router.serve_locally(handler, request)
         return await handler(request)
 
     return route

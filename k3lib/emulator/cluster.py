@@ -28,25 +28,50 @@ _HOP_HEADERS = ("authorization", "content-type", "accept")
 
 
 class Router:
-    """Node 0's choice of rank for each new request: least loaded first (vLLM's DP balancing counts requests
-    waiting and running per engine), another node's load being the requests node 0 has in flight there per rank;
-    ties stay local."""
+    """Node 0's choice of node for each new request: the fewest requests in flight per rank (a least-outstanding-
+    requests balancer, counted from the moment a request arrives, so a burst does not all land on the node whose
+    engines have not seen it yet); ties stay local."""
 
-    def __init__(self, peers: tuple[str, ...], ranks_per_peer: int) -> None:
+    def __init__(self, peers: tuple[str, ...], ranks_per_peer: int, local_ranks: int | None = None) -> None:
         self.peers = peers
         self.ranks_per_peer = max(ranks_per_peer, 1)
+        self.local_ranks = max(local_ranks or ranks_per_peer, 1)
         self.outstanding = {p: 0 for p in peers}
         self.forwarded = {p: 0 for p in peers}
+        self.local = 0
         self._client: httpx.AsyncClient | None = None
 
-    def pick(self, local_load: int) -> str | None:
+    def pick(self) -> str | None:
         """The peer to forward to, or None to serve locally."""
-        best, best_load = None, float(local_load)
+        best, best_load = None, self.local / self.local_ranks
         for peer in self.peers:
             load = self.outstanding[peer] / self.ranks_per_peer
             if load < best_load:
                 best, best_load = peer, load
         return best
+
+    async def serve_locally(self, handler: Any, request: Any) -> Any:
+        """Run the local handler, counting the request in flight until its answer (or its stream) ends."""
+        self.local += 1
+        try:
+            response = await handler(request)
+        except BaseException:
+            self.local -= 1
+            raise
+        inner = getattr(response, "body_iterator", None)
+        if inner is None:
+            self.local -= 1
+            return response
+
+        async def counted():
+            try:
+                async for chunk in inner:
+                    yield chunk
+            finally:
+                self.local -= 1
+
+        response.body_iterator = counted()
+        return response
 
     def client(self) -> httpx.AsyncClient:
         if self._client is None:
@@ -101,7 +126,8 @@ class Router:
         return out
 
     def state(self) -> dict[str, Any]:
-        return {"peers": list(self.peers), "outstanding": dict(self.outstanding), "forwarded": dict(self.forwarded)}
+        return {"peers": list(self.peers), "outstanding": dict(self.outstanding), "forwarded": dict(self.forwarded),
+                "local_in_flight": self.local}
 
 
 @dataclass

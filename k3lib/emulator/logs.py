@@ -212,6 +212,12 @@ def non_default_args(cfg) -> dict:
         args["tensor_parallel_size"] = cfg.tensor_parallel_size
     if cfg.data_parallel_size > 1:
         args["data_parallel_size"] = cfg.data_parallel_size
+    if cfg.data_parallel_size_local is not None:
+        # a node of a multi-node layout: its share of the ranks, one API server per node (hybrid load balancing)
+        args["data_parallel_size_local"] = cfg.data_parallel_size_local
+        if cfg.data_parallel_start_rank:
+            args["data_parallel_start_rank"] = cfg.data_parallel_start_rank
+        args["data_parallel_hybrid_lb"] = True
     if cfg.block_size != 16:
         args["block_size"] = cfg.block_size
     default_util = 0.92 if cfg.at_least("0.24") else 0.9
