@@ -147,17 +147,17 @@ def _balance(step: Mapping[str, Any] | None, soak: Mapping[str, Any] | None) -> 
     pool_ranks = at_step or in_soak
     problems: list[tuple[float, str, str]] = []  # (share, rank, sentence): the smallest share is the worst
     for r, mine, median in _outliers(pool_ranks, "num_gpu_blocks", POOL_SHARE_MIN):
-        problems.append((mine / median, r["rank"], f"{r['name']} has a KV pool of {mine:.0f} blocks, its peers "
+        problems.append((mine / median, r["rank"], f"has a KV pool of {mine:.0f} blocks, its peers "
                                                    f"{median:.0f} ({mine / median:.0%}; vllm:cache_config_info "
                                                    "num_gpu_blocks): its GPU had less free memory when it started"))
     for r, mine, median in _outliers(at_step, "decode_tokens_per_s_per_seq", DECODE_SHARE_MIN):
         problems.append((mine / median, r["rank"],
-                         f"{r['name']} decodes {mine:.1f} tokens/s per sequence at concurrency {step['concurrency']}, "
+                         f"decodes {mine:.1f} tokens/s per sequence at concurrency {step['concurrency']}, "
                          f"its peers {median:.1f} ({mine / median:.0%}; 1 / the mean inter-token latency of its engine): "
                          "a slow GPU or link on that rank"))
     for r, mine, median in _outliers(in_soak, "hit_rate", HIT_SHARE_MIN, HIT_RATE_FLOOR):
         problems.append((mine / median if median else 0.0, r["rank"],
-                         f"{r['name']} reused {mine:.0%} of its prefix tokens during the soak, its peers {median:.0%} "
+                         f"reused {mine:.0%} of its prefix tokens during the soak, its peers {median:.0%} "
                          "(vllm:prefix_cache_hits over queries): its cache does not reuse like theirs"))
     table = {r["name"]: {k: r.get(k) for k in ("num_gpu_blocks", "decode_tokens_per_s_per_seq", "hit_rate")}
              for r in pool_ranks}
@@ -167,8 +167,7 @@ def _balance(step: Mapping[str, Any] | None, soak: Mapping[str, Any] | None) -> 
     if problems:
         problems.sort()
         worst = problems[0][1]
-        return _f("rank_balance", "fail", f"{rank_name(worst)} differs from the other ranks: "
-                                          + "; ".join(p[2] for p in problems)
+        return _f("rank_balance", "fail", "; ".join(f"{rank_name(p[1])} {p[2]}" for p in problems)
                                           + " — the ranks are not one deployment: repair that rank's GPU or node",
                   observed=table, worst=worst, outliers=sorted({p[1] for p in problems}))
 
