@@ -40,7 +40,7 @@ class EmulatorState:
         # node 0 of a multi-node layout routes a share of the requests to the other nodes (k3lib.emulator.cluster)
         self.router = None
         if cfg.peers:
-            from .cluster import Router
+            from .router import Router
 
             self.router = Router(cfg.peers, cfg.local_ranks, cfg.local_ranks)
 
