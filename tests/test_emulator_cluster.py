@@ -5,10 +5,13 @@ as it would a cluster."""
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import socket
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -162,3 +165,26 @@ def test_prometheus_scrapes_the_nodes_as_a_cluster(tmp_path):
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+@pytest.mark.slow
+def test_the_two_node_demo_names_a_faulty_rank_in_the_decision(tmp_path):
+    """`k3 validate -p parameters/emulator-2node.yaml --fault kv-starved@3`: four ranks over two node processes,
+    rank 3 started with a starved KV pool; the decision's reasons name that rank, and the healthy ranks pass."""
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-m", "k3lib", "validate", "-p", "parameters/emulator-2node.yaml",
+                           "--fault", "kv-starved@3", "--out", str(tmp_path), "--set", "axes.agent.repetitions=1"],
+                          cwd=root, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 5, done.stdout + done.stderr[-2000:]
+    (run,) = tmp_path.glob("*/decision.json")
+    decision = json.loads(run.read_text())
+    reasons = " ".join(decision["reasons"])
+    assert "capacity.rank_balance" in reasons and "rank 3 (127.0.0.1:" in reasons and "KV pool of" in reasons, reasons
+    record = json.loads((run.parent / "evidence" / "capacity.json").read_text())
+    findings = {f["rule"]: f for f in record["findings"]}
+    assert findings["capacity.rank_balance"]["evidence"]["worst"].endswith("#3")
+    assert findings["capacity.rank_saturation"]["status"] in ("pass", "fail")
+    planned = next(s for s in record["data"]["steps"] if s["concurrency"] == 8)
+    assert sorted(r["engine"] for r in planned["ranks"]) == ["0", "1", "2", "3"]
+    assert findings["capacity.gpu_memory"]["observed"] == 4  # both nodes' GPUs sampled
+    assert "decision: environment-rebuild" in done.stdout
