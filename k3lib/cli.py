@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--profile", metavar="NAME", help="emulator profile (demo, demo-2node, kimi-k3-h200x16)")
     d.add_argument("--two-node", action="store_true",
                    help="the two-node case: parameters/emulator-2node.yaml, four DP ranks over two node processes, "
-                        "judged per rank (add --fault slow@3 to break one rank)")
+                        "judged per rank (add --fault kv-starved@3 to break one rank)")
     d.add_argument("--review", metavar="SCENARIO", default="steady",
                    help="renewal demo scenario reviewed after the acceptance batch: steady (default), idle-heavy, "
                         "spiky, poor")
