@@ -228,6 +228,10 @@ def _load(files: list[str], sets: list[str], faults: list[str], profile: str | N
     if (faults or profile) and not params.target.uses_emulator:
         raise BadInputError("--fault and --profile apply to the embedded emulator only, but target.base_url is "
                             f"set to {params.target.base_url}", source="--fault/--profile")
+    if params.target.uses_emulator:
+        from .target import emulator_config
+
+        emulator_config(params)  # a fault on a rank the profile lacks is bad input before a run folder exists
     return params
 
 

@@ -108,11 +108,14 @@ def test_roofline_flags_a_decode_rate_above_the_bandwidth_bound():
 
 
 def test_roofline_a_rate_far_below_the_bound_is_a_probable_misconfiguration_and_a_normal_one_passes():
-    params = _params("axes.capacity.roofline.hbm_tb_s=null")
+    params = _params("axes.capacity.roofline.hbm_tb_s=null", "axes.capacity.roofline.min_share=0.05")
     (low,) = roofline_findings(_h200_run(20.0), params)
     assert low.status == "warn" and "probable misconfiguration" in low.message and "1.4% of the bound" in low.message
     (ok,) = roofline_findings(_h200_run(300.0), params)
     assert ok.status == "pass" and "20.8% of the bound" in ok.message
+    # the emulator's parameters accept a lower share (its steps stretch with event-loop lag on shared cores)
+    (demo,) = roofline_findings(_h200_run(20.0), _params("axes.capacity.roofline.hbm_tb_s=null"))
+    assert demo.status == "pass" and "at least 1% of it expected" in demo.message
     table = roofline_table(_h200_run(300.0), params)
     assert list(table["figure"])[:2] == ["GPU", "HBM bandwidth per GPU (TB/s)"] and table["value"][1] == 4.8
 

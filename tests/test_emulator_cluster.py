@@ -188,3 +188,16 @@ def test_the_two_node_demo_names_a_faulty_rank_in_the_decision(tmp_path):
     assert sorted(r["engine"] for r in planned["ranks"]) == ["0", "1", "2", "3"]
     assert findings["capacity.gpu_memory"]["observed"] == 4  # both nodes' GPUs sampled
     assert "decision: environment-rebuild" in done.stdout
+
+
+@pytest.mark.parametrize("fault, needle", [
+    pytest.param("kv-starved@9", "fault on rank 9, but the deployment has DP ranks 0..3", id="rank-beyond-dp"),
+    pytest.param("crash@1", "applies to the whole server", id="server-wide-fault-on-a-rank"),
+])
+def test_a_bad_rank_fault_is_one_line_before_any_run_folder(tmp_path, fault, needle):
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-m", "k3lib", "validate", "-p", "parameters/emulator-2node.yaml",
+                           "--fault", fault, "--out", str(tmp_path / "out")], cwd=root, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2 and needle in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
