@@ -61,7 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--out", metavar="DIR", help="folder that receives the run folder (default: outputs/)")
     d.add_argument("--fault", action="append", default=[], metavar="NAME[=VALUE]",
                    help="inject an emulator fault (repeatable), e.g. --fault tool-markup-leak=0.5")
-    d.add_argument("--profile", metavar="NAME", help="emulator profile (demo, kimi-k3-h200x16)")
+    d.add_argument("--profile", metavar="NAME", help="emulator profile (demo, demo-2node, kimi-k3-h200x16)")
+    d.add_argument("--two-node", action="store_true",
+                   help="the two-node case: parameters/emulator-2node.yaml, four DP ranks over two node processes, "
+                        "judged per rank (add --fault kv-starved@3 to break one rank)")
     d.add_argument("--review", metavar="SCENARIO", default="steady",
                    help="renewal demo scenario reviewed after the acceptance batch: steady (default), idle-heavy, "
                         "spiky, poor")
@@ -213,12 +216,12 @@ def _emulator_arguments(e: argparse.ArgumentParser) -> None:
 
 def _emulator_sets(faults: list[str], profile: str | None) -> list[str]:
     """--fault/--profile as parameter overrides, each checked before anything starts."""
-    from .emulator.faults import parse_fault
+    from .emulator.faults import parse_scoped
     from .emulator.profiles import PROFILES
 
     sets = []
     for fault in faults:
-        parse_fault(fault)  # an unknown fault or a bad value is bad input, named before anything starts
+        parse_scoped(fault)  # an unknown fault or a bad value is bad input, named before anything starts
     if profile and profile not in PROFILES:
         raise BadInputError(f"unknown emulator profile {profile!r}; expected one of {sorted(PROFILES)}",
                             source="--profile")
@@ -239,6 +242,10 @@ def _load(files: list[str], sets: list[str], faults: list[str], profile: str | N
     if (faults or profile) and not params.target.uses_emulator:
         raise BadInputError("--fault and --profile apply to the embedded emulator only, but target.base_url is "
                             f"set to {params.target.base_url}", source="--fault/--profile")
+    if params.target.uses_emulator:
+        from .target import emulator_config
+
+        emulator_config(params)  # a fault on a rank the profile lacks is bad input before a run folder exists
     return params
 
 
@@ -291,7 +298,8 @@ def cmd_validate(ns: argparse.Namespace) -> int:
 def cmd_demo(ns: argparse.Namespace) -> int:
     from .session import PROJECT_ROOT
 
-    params = _load([str(PROJECT_ROOT / "parameters" / "emulator.yaml")], [], ns.fault, ns.profile)
+    name = "emulator-2node.yaml" if ns.two_node else "emulator.yaml"
+    params = _load([str(PROJECT_ROOT / "parameters" / name)], [], ns.fault, ns.profile)
     code = _run_acceptance(params, ns.out)
     if not ns.no_review:
         print("", flush=True)

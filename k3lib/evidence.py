@@ -110,6 +110,8 @@ class CapacityStep(_Data):
     # one ended before its share did (such a step is not held)
     workers: int | None = None
     degraded: str | None = None
+    # per DP rank (k3lib.capacity.ranks.rank_window), None with one rank
+    ranks: list[Row] | None = None
 
 
 class CapacityPhase(_Data):

@@ -75,6 +75,10 @@ RULES: tuple[Rule, ...] = (
     Rule("capacity.incomplete_load", Outcome.EXTENSION, "requests refused, timed out, unreachable or cut at or below "
                                                         "the planned concurrency: the deployment as reached does not "
                                                         "serve the planned load"),
+    Rule("capacity.rank_balance", Outcome.REBUILD, "one data-parallel rank is not like its peers (KV pool, decode rate "
+                                                   "or prefix reuse): repair that rank's GPU or node, then re-measure"),
+    Rule("capacity.roofline", Outcome.LIMITED, "the decode rate is above the hardware's bandwidth bound (a "
+                                               "measurement error) or far below it (a probable misconfiguration)"),
     Rule("capacity.latency_*", Outcome.EXTENSION, "client latency p95 at nominal load above the contract's objective "
                                                   "(its whole interval)"),
     Rule("capacity.*", Outcome.EXTENSION, "memory or queue saturates at nominal load"),

@@ -48,6 +48,8 @@ class EmulatorParams(_Model):
     faults: tuple[str, ...] = ()
     vllm_version: str | None = None
     time_scale: PositiveSeconds = 0.05  # modeled durations × this; 1.0 is real time
+    # processes standing for nodes; null: the nodes the profile's GPUs span (gpu_count / gpus_per_node)
+    nodes: PositiveInt | None = None
 
 
 class GpuMetricsParams(_Model):
@@ -55,9 +57,15 @@ class GpuMetricsParams(_Model):
 
     source: Literal["none", "nvml", "dcgm", "prometheus"] = "none"
     url: str | None = None  # dcgm-exporter /metrics URL, or the Prometheus base URL
+    urls: tuple[str, ...] = ()  # dcgm: one exporter per node, scraped together (url is then the first)
     selector: str = ""  # extra PromQL label matchers for the prometheus source, e.g. 'Hostname=~"gpu-node-.*"'
 
     _url = field_validator("url")(classmethod(lambda cls, v: _check_url(v)))
+
+    @field_validator("urls")
+    @classmethod
+    def _urls(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(_check_url(u) for u in v)  # type: ignore[misc]
 
     @model_validator(mode="after")
     def _url_needed(self) -> "GpuMetricsParams":
@@ -193,6 +201,21 @@ class PrefixCacheParams(_Model):
     max_duration_s: PositiveSeconds = 900.0  # the whole protocol stops by itself after this
 
 
+class RooflineParams(_Model):
+    """The memory-bandwidth bound of decoding (k3lib.capacity.roofline): HBM bandwidth per GPU from the kit's table by
+    GPU name unless set here, bytes read per token from the active parameters and their dtype."""
+
+    gpu: str | None = None  # null: the GPU name the GPU samples show (nvidia-smi/dcgm modelName)
+    hbm_tb_s: PositiveSeconds | None = None  # per GPU, overriding the table; say where it comes from in hbm_source
+    hbm_source: str = ""
+    active_params_b: PositiveSeconds | None = None  # billions of parameters read per token (a MoE: active, not total)
+    active_params_source: str = ""
+    weight_dtype: Literal["fp32", "bf16", "fp16", "fp8", "int8", "mxfp4", "nvfp4", "int4"] | None = None
+    # at concurrency 1, below this share of the per-sequence bound is a probable misconfiguration (eager mode, a
+    # wrong parallel layout); a TP-sharded model at batch 1 waits on its all-reduces, so it is set low
+    min_share: Annotated[float, Field(gt=0, lt=1)] = 0.05
+
+
 class CapacityParams(_Model):
     """Axis 3, memory capacity: cold load, long context, progressive concurrency and soak, each bounded in
     requests and seconds. Empty lengths/steps are derived from the contract; defaults suit a real deployment."""
@@ -233,6 +256,7 @@ class CapacityParams(_Model):
     explore_output_tokens: PositiveInt | None = None  # null: contract.max_output_tokens
     explore_max_requests: PositiveInt = 64
     explore_duration_s: PositiveSeconds = 60.0
+    roofline: RooflineParams = RooflineParams()
 
 
 class OperationsParams(_Model):

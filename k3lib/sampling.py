@@ -21,7 +21,7 @@ def gpu_source(gpu: GpuMetricsParams, timeout_s: float, http: httpx.Client | Non
     """The GPU memory source the parameters name (the kit pins the emulator's dcgm path when it started one).
     `http` is reused by the dcgm source: a client per scrape would rebuild a TLS context every tick."""
     if gpu.source == "dcgm" and gpu.url:
-        return DcgmExporterSource(gpu.url, http, timeout_s=timeout_s)
+        return DcgmExporterSource(list(gpu.urls) or gpu.url, http, timeout_s=timeout_s)
     if gpu.source == "prometheus" and gpu.url:
         return PrometheusGpuSource(gpu.url, selector=gpu.selector)
     if gpu.source == "nvml":

@@ -59,9 +59,16 @@ def emulator_config(params: Params) -> Any:
 
 
 def start_embedded(params: Params) -> Any:
+    """The emulator in a thread of this process, or, for a profile spanning nodes, one process per node."""
     from .emulator import start_emulator
 
-    return start_emulator(emulator_config(params), host="127.0.0.1", port=0)
+    cfg = emulator_config(params)
+    nodes = params.target.emulator.nodes or cfg.nodes
+    if nodes > 1:
+        from .emulator.cluster import start_cluster
+
+        return start_cluster(cfg, nodes, host="127.0.0.1")
+    return start_emulator(cfg, host="127.0.0.1", port=0)
 
 
 def resolve_target(params: Params, *, start: bool = True) -> Target:
@@ -76,7 +83,8 @@ def resolve_target(params: Params, *, start: bool = True) -> Target:
         handle = start_embedded(params)
         atexit.register(handle.stop)
         base = handle.url
-    metrics = tp.metrics_urls or (f"{base}/metrics",)
+    # every node's /metrics when the kit started several (a real deployment names its own in target.metrics_urls)
+    metrics = tp.metrics_urls or tuple(getattr(handle, "metrics_urls", None) or (f"{base}/metrics",))
     return Target(base_url=base, metrics_urls=tuple(metrics), params=tp, emulator=handle)
 
 
@@ -86,7 +94,8 @@ def pin_target(params: Params, target: Target) -> Params:
     data["target"]["base_url"] = target.base_url
     data["target"]["metrics_urls"] = list(target.metrics_urls)
     if target.emulator is not None and params.target.gpu_metrics.source == "none":
-        data["target"]["gpu_metrics"] = {"source": "dcgm", "url": target.emulator.dcgm_url, "selector": ""}
+        data["target"]["gpu_metrics"] = {"source": "dcgm", "url": target.emulator.dcgm_url, "selector": "",
+                                         "urls": list(getattr(target.emulator, "dcgm_urls", ()))}
     return Params.model_validate(data)
 
 

@@ -5,9 +5,11 @@ from .analysis import judge_step, memory_growth, saturation_point, settled_stats
 from .classify import LogVerdict, OomClassification, classify_log, classify_oom
 from .config import server_config
 from .figures import (configuration_table, decision_table, long_context_table, oom_figure, oom_lines, phase_figure,
-                      phases_table, steps_table)
+                      phases_table, ranks_table, steps_table)
 from .findings import capacity_record, implied_decision, iter_findings, traffic_cap
+from .ranks import rank_findings, rank_window
 from .result import CapacityResult, oom_event, read_capacity
+from .roofline import roofline, roofline_figure, roofline_findings, roofline_table
 from .run import CapacityRunner, Timeline, failure_kind, run_capacity
 from .shape import PHASES, CapacityPlan, plan_capacity
 
@@ -36,7 +38,14 @@ __all__ = [
     "phase_figure",
     "phases_table",
     "plan_capacity",
+    "rank_findings",
+    "rank_window",
+    "ranks_table",
     "read_capacity",
+    "roofline",
+    "roofline_figure",
+    "roofline_findings",
+    "roofline_table",
     "run_capacity",
     "saturation_point",
     "server_config",

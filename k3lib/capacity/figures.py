@@ -197,6 +197,18 @@ def steps_table(result: "CapacityResult") -> Any:
     return frame
 
 
+def ranks_table(result: "CapacityResult") -> Any:
+    """Per DP rank, at each step and in the soak (empty with one rank): what the aggregate hides."""
+    import pandas as pd
+
+    cols = ("name", "num_gpu_blocks", "preemptions", "waiting_mean", "running_mean", "kv_usage_max",
+            "decode_tokens_per_s_per_seq", "prefix_queries", "hit_rate")
+    windows = [(f"c{s['concurrency']}", s.get("ranks")) for s in result.steps]
+    windows.append(("soak", (result.run.get("soak") or {}).get("ranks")))
+    rows = [{"window": w, **{c: r.get(c) for c in cols}} for w, ranks in windows for r in ranks or []]
+    return pd.DataFrame(rows, columns=["window", *cols])
+
+
 def long_context_table(result: "CapacityResult") -> Any:
     import pandas as pd
 

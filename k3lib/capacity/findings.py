@@ -10,7 +10,9 @@ from ..outcomes import strongest
 from ..evidence import EvidenceRecord, Finding, axis_status
 from ..params import Params
 from .analysis import incomplete_counts, incomplete_load, latency_verdict, queue_verdict
+from .ranks import rank_findings
 from .result import CapacityResult
+from .roofline import roofline_findings
 
 if TYPE_CHECKING:
     from ..session import AxisContext
@@ -498,6 +500,8 @@ def iter_findings(result: CapacityResult, params: Params) -> list[Finding]:
     if result.phase("concurrency") and result.phase("concurrency")["status"] != "skipped":
         out.extend(_saturation(result, params))
         out.extend(_latency(result, params))
+        out.extend(rank_findings(result, params))
+        out.extend(roofline_findings(result, params))
         out.extend(f for f in (_calibration(result),) if f is not None)
     if result.phase("soak") and result.phase("soak")["status"] != "skipped":
         out.extend(_soak(result, params))

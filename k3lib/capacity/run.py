@@ -31,6 +31,7 @@ from ..sampling import SCRAPE_TIMEOUT_S, Timeline
 from ..stats import percentile, percentile_interval
 from .analysis import judge_step, memory_at, settled_stats, soak_analysis
 from .config import server_config
+from .ranks import rank_window
 from .result import GPU_JSON, LOG_TXT, METRICS_JSON, REQUESTS, RUN_JSON, CapacityResult, read_capacity
 from .shape import CALIBRATION_BOUND_S, PHASES, CapacityPlan, plan_capacity
 from ..workers import WorkerPool, calibrate_workers, resolve_workers
@@ -628,7 +629,8 @@ class CapacityRunner:
                         "engine_alive_after": alive, **record_stats(bucket, intervals=True), **window_numbers(before, after),
                         **settled_stats(self.timeline.metric_rows(), t0, t1, self.cap.settle_fraction,
                                         self._admit_limit()),
-                        **self._trust(summary, bucket, c, before, after)}
+                        **self._trust(summary, bucket, c, before, after),
+                        "ranks": rank_window(before, after, self.timeline.metric_rows(), t0, t1)}
                 held, why = judge_step(step, queue_objective_ms=self.params.contract.queue_p95_ms,
                                        waiting_tolerance=self.cap.waiting_tolerance,
                                        max_error_share=self.params.contract.max_error_share)
@@ -674,6 +676,7 @@ class CapacityRunner:
                      "output_tokens": plan.output_tokens, "distinct_prompts": len(prompts),
                      "note": early or "", "engine_alive_after": alive, **record_stats(bucket),
                      **self._trust(summary, bucket, plan.planned_concurrency, before, after),
+                     "ranks": rank_window(before, after, self.timeline.metric_rows(), t0, t1),
                      # judged over the sending window: the drain's tail, load falling off, is not sustained load
                      **soak_analysis(self.timeline.metric_rows(), self.timeline.gpu_rows(), t0,
                                      min(t1, t0 + plan.soak_duration_s),

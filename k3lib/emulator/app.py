@@ -37,6 +37,18 @@ class EmulatorState:
         self.runtime = Runtime(cfg)
         self.url = ""
         self.created = int(time.time())
+        # node 0 of a multi-node layout routes a share of the requests to the other nodes (k3lib.emulator.cluster)
+        self.router = None
+        if cfg.peers:
+            from .router import Router
+
+            self.router = Router(cfg.peers, cfg.local_ranks, cfg.local_ranks)
+
+    def layout(self) -> dict[str, Any]:
+        """The fields a restart keeps: which ranks this process serves and which nodes it routes to."""
+        c = self.base_cfg
+        return {"data_parallel_start_rank": c.data_parallel_start_rank,
+                "data_parallel_size_local": c.data_parallel_size_local, "peers": c.peers}
 
     async def restart(self, cfg: EmulatorConfig) -> None:
         old = self.runtime
@@ -73,6 +85,23 @@ class _AccessLog:
             except ValueError:
                 phrase = ""
             self.state.runtime.log.access(f"{client[0]}:{client[1]}", scope["method"], scope["path"], code, phrase)
+
+
+def _routed(handler):
+    """Node 0 of a multi-node layout sends a new request to the least-loaded rank, here or on another node."""
+
+    @functools.wraps(handler)
+    async def route(request: Request) -> Response:
+        emu: EmulatorState = request.app.state.emu
+        router = emu.router
+        if router is not None and emu.runtime.ready and not emu.runtime.dead:
+            peer = router.pick()
+            if peer is not None:
+                return await router.forward(request, peer)
+            return await router.serve_locally(handler, request)
+        return await handler(request)
+
+    return route
 
 
 def _err(rt: Runtime, status: int, message: str, **kw: Any) -> JSONResponse:
@@ -467,6 +496,10 @@ async def admin_faults(request: Request) -> Response:
         except Exception as exc:  # BadInputError: an unknown fault or a bad value
             return JSONResponse({"error": str(exc)}, status_code=400)
         changed_startup = {n for n in set(new.values) ^ set(rt.faults.values) if n in STARTUP_FAULTS}
+        if new.scoped != rt.faults.scoped:
+            changed_startup.add("a rank fault")  # each rank's pool and step model are built at start
+        if emu.router is not None:
+            await emu.router.broadcast("/_emulator/faults", await request.body())
         cfg = emu.base_cfg.replace(faults=new.canonical())
         if changed_startup:
             await emu.restart(cfg)
@@ -477,7 +510,7 @@ async def admin_faults(request: Request) -> Response:
             slow = new.value("slow") if "slow" in new else 1.0
             rt.step_model = rt.step_model.__class__(**{**rt.step_model.__dict__, "decode_slowdown": slow or 1.0})
             for e in rt.engines:
-                e.step_model = rt.step_model
+                e.step_model = rt._rank_plan(e.index)[1]
         return JSONResponse({"faults": list(emu.runtime.faults.canonical()), "restarted": bool(changed_startup)})
     return JSONResponse({"faults": list(rt.faults.canonical()),
                          "known": {name: spec.summary for name, spec in FAULTS.items()}})
@@ -515,7 +548,8 @@ async def admin_dcgm(request: Request) -> Response:
 
 
 async def admin_state(request: Request) -> Response:
-    return JSONResponse(request.app.state.emu.runtime.state())
+    emu = request.app.state.emu
+    return JSONResponse({**emu.runtime.state(), **({"router": emu.router.state()} if emu.router else {})})
 
 
 async def admin_restart(request: Request) -> Response:
@@ -529,11 +563,12 @@ async def admin_restart(request: Request) -> Response:
             body.get("profile", base.profile), faults=tuple(body.get("faults", base.faults)),
             vllm_version=body.get("vllm_version", base.vllm_version),
             time_scale=float(body.get("time_scale", base.time_scale)), seed=base.seed,
-            api_key=base.api_key, log_dir=base.log_dir)
+            api_key=base.api_key, log_dir=base.log_dir, **emu.layout())
     except Exception as exc:  # BadInputError: unknown profile or fault
         return JSONResponse({"error": str(exc)}, status_code=400)
+    nodes = await emu.router.broadcast("/_emulator/restart", await request.body()) if emu.router else []
     await emu.restart(cfg)
-    return JSONResponse(emu.runtime.state())
+    return JSONResponse({**emu.runtime.state(), **({"nodes": nodes} if nodes else {})})
 
 
 def build_app(cfg: EmulatorConfig) -> tuple[Any, EmulatorState]:
@@ -547,6 +582,8 @@ def build_app(cfg: EmulatorConfig) -> tuple[Any, EmulatorState]:
             yield
         finally:
             await emu.runtime.stop()
+            if emu.router is not None:
+                await emu.router.aclose()
 
     routes = [
         Route("/health", health, methods=["GET"]),
@@ -555,8 +592,8 @@ def build_app(cfg: EmulatorConfig) -> tuple[Any, EmulatorState]:
         Route("/metrics", metrics, methods=["GET"]),
         Route("/tokenize", tokenize, methods=["POST"]),
         Route("/detokenize", detokenize, methods=["POST"]),
-        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-        Route("/v1/completions", completions, methods=["POST"]),
+        Route("/v1/chat/completions", _routed(chat_completions), methods=["POST"]),
+        Route("/v1/completions", _routed(completions), methods=["POST"]),
         Route("/_emulator/faults", admin_faults, methods=["GET", "POST"]),
         Route("/_emulator/log", admin_log, methods=["GET"]),
         Route("/_emulator/collect_env", admin_collect_env, methods=["GET"]),

@@ -32,6 +32,13 @@ def _positive(text: str) -> float:
     return value
 
 
+def _node(text: str) -> tuple[int, int]:
+    node, sep, total = text.partition("/")
+    if not sep or not node.strip().isdigit() or not total.strip().isdigit() or not 0 <= int(node) < int(total):
+        raise argparse.ArgumentTypeError(f"expected N/M with 0 <= N < M (e.g. 1/2), got {text!r}")
+    return int(node), int(total)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=_port, default=0, help="port to bind; 0 picks a free one (default 0)")
@@ -43,6 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--time-scale", type=_positive, default=None,
                         help="multiply every modelled duration by this (e.g. 0.05 runs 20x faster)")
     parser.add_argument("--log-dir", default=None, help="also write the server log and collect_env report here")
+    parser.add_argument("--node", default=None, metavar="N/M", type=_node,
+                        help="serve node N of M of a multi-node profile: its share of the DP ranks, labelled by their "
+                             "global rank (as vLLM's --data-parallel-start-rank)")
     parser.add_argument("--api-key-env", default=None, metavar="VAR",
                         help="require `Authorization: Bearer $VAR` on /v1/* (the key is read from that variable)")
 
@@ -60,4 +70,7 @@ def config_from_args(ns: argparse.Namespace) -> EmulatorConfig:
         if not key:
             raise BadInputError(f"environment variable {ns.api_key_env} is empty or unset", field="--api-key-env")
         overrides["api_key"] = key
-    return EmulatorConfig.from_profile(ns.profile, **overrides)
+    cfg = EmulatorConfig.from_profile(ns.profile, **overrides)
+    if getattr(ns, "node", None):
+        cfg = cfg.node_layout(*ns.node)
+    return cfg

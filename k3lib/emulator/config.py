@@ -60,6 +60,11 @@ class EmulatorConfig:
     num_gpu_blocks_override: int | None = None
     tensor_parallel_size: int = 1
     data_parallel_size: int = 1
+    # the DP ranks this process serves, as `--data-parallel-start-rank` / `--data-parallel-size-local` on a node of
+    # a multi-node deployment: engine labels are global ranks (start_rank, start_rank + 1, ...)
+    data_parallel_start_rank: int = 0
+    data_parallel_size_local: int | None = None  # None: every rank (one node)
+    peers: tuple[str, ...] = ()  # the other nodes' API servers this one routes a share of the requests to
     extra_args: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     # hardware and image
     gpu_count: int = 1
@@ -97,8 +102,18 @@ class EmulatorConfig:
         values.update(overrides)
         if "faults" in values:
             values["faults"] = tuple(values["faults"])
+        if "peers" in values:
+            values["peers"] = tuple(values["peers"])
         cfg = cls(profile=name, **values)
         cfg.fault_set()  # validate fault names now, not at the first request
+        dp = max(cfg.data_parallel_size, 1)
+        if not 0 <= cfg.data_parallel_start_rank < dp or cfg.data_parallel_start_rank + cfg.local_ranks > dp:
+            raise BadInputError(f"DP ranks {cfg.data_parallel_start_rank}..{cfg.data_parallel_start_rank + cfg.local_ranks - 1}"
+                                f" are not within data_parallel_size {dp}", field="data_parallel_start_rank")
+        bad_ranks = sorted(r for r in cfg.fault_set().scoped if r >= dp)
+        if bad_ranks:
+            raise BadInputError(f"fault on rank {bad_ranks[0]}, but the deployment has DP ranks 0..{dp - 1}",
+                                field="fault")
         if cfg.time_scale <= 0:
             raise BadInputError("time_scale must be > 0", field="time_scale")
         parse_version(cfg.vllm_version)
@@ -106,6 +121,32 @@ class EmulatorConfig:
 
     def replace(self, **changes: Any) -> "EmulatorConfig":
         return dataclasses.replace(self, **changes)
+
+    @property
+    def local_ranks(self) -> int:
+        """How many DP engines this process runs."""
+        dp = max(self.data_parallel_size, 1)
+        return dp if self.data_parallel_size_local is None else max(self.data_parallel_size_local, 1)
+
+    def rank(self, local: int) -> int:
+        """The global DP rank (the `engine` label) of local engine `local`."""
+        return self.data_parallel_start_rank + local
+
+    @property
+    def nodes(self) -> int:
+        """Nodes the profile's GPUs span (gpu_count / gpus_per_node), when its DP ranks split evenly over them."""
+        n = max(self.gpu_count // max(self.gpus_per_node, 1), 1)
+        return n if n > 1 and max(self.data_parallel_size, 1) % n == 0 else 1
+
+    def node_layout(self, node: int, nodes: int | None = None) -> "EmulatorConfig":
+        """This config as node `node` of `nodes` serves it: its share of the DP ranks."""
+        n = nodes or self.nodes
+        dp = max(self.data_parallel_size, 1)
+        if n < 1 or dp % n or not 0 <= node < n:
+            raise BadInputError(f"node {node} of {n}: data_parallel_size {dp} does not split over {n} node(s)",
+                                field="nodes")
+        local = dp // n
+        return self.replace(data_parallel_start_rank=node * local, data_parallel_size_local=local)
 
     def fault_set(self) -> FaultSet:
         return FaultSet.parse(self.faults, self.seed)

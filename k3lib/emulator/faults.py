@@ -8,7 +8,7 @@ from a seeded hash, so the same seed and request order give the same faulty repl
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
@@ -44,6 +44,10 @@ _SPECS = (
 )
 
 FAULTS: Mapping[str, FaultSpec] = MappingProxyType({s.name: s for s in _SPECS})
+# Faults one data-parallel rank can carry alone (`NAME[=VALUE]@RANK`): a GPU that had less free memory when its
+# engine profiled (its KV pool is smaller), a throttled GPU (its steps are slower), an engine started without
+# prefix caching. vLLM profiles and schedules each DP engine on its own, so each shows on that rank only.
+RANK_FAULTS = frozenset({"kv-starved", "slow", "no-prefix-caching"})
 
 
 def parse_fault(text: str) -> tuple[str, float | None]:
@@ -68,16 +72,45 @@ def parse_fault(text: str) -> tuple[str, float | None]:
     return name, value
 
 
+def parse_scoped(text: str) -> tuple[str, float | None, int | None]:
+    """`"slow=3@2"` → `("slow", 3.0, 2)`: the fault on DP rank 2 only; without `@RANK` the rank is None."""
+    body, at, rank_text = text.strip().rpartition("@") if "@" in text else (text, "", "")
+    name, value = parse_fault(body)
+    if not at:
+        return name, value, None
+    if name not in RANK_FAULTS:
+        raise BadInputError(f"fault {name!r} applies to the whole server, not to one rank (rank faults: "
+                            f"{', '.join(sorted(RANK_FAULTS))})", field="fault")
+    if not rank_text.strip().isdigit():
+        raise BadInputError(f"fault {text!r}: expected NAME[=VALUE]@RANK with RANK a DP rank number", field="fault")
+    return name, value, int(rank_text)
+
+
 @dataclass(frozen=True)
 class FaultSet:
-    """The active faults with their values; `share_hit` draws reproducibly from (seed, fault, n)."""
+    """The active faults with their values; `share_hit` draws reproducibly from (seed, fault, n). `scoped` holds
+    the faults of one DP rank only (rank → fault → value)."""
 
     values: Mapping[str, float | None]
     seed: int = 0
+    scoped: Mapping[int, Mapping[str, float | None]] = field(default_factory=lambda: MappingProxyType({}))
 
     @classmethod
     def parse(cls, faults: tuple[str, ...] | list[str], seed: int = 0) -> "FaultSet":
-        return cls(MappingProxyType(dict(parse_fault(f) for f in faults)), seed)
+        whole: dict[str, float | None] = {}
+        scoped: dict[int, dict[str, float | None]] = {}
+        for text in faults:
+            name, value, rank = parse_scoped(text)
+            if rank is None:
+                whole[name] = value
+            else:
+                scoped.setdefault(rank, {})[name] = value
+        return cls(MappingProxyType(whole), seed,
+                   MappingProxyType({r: MappingProxyType(v) for r, v in sorted(scoped.items())}))
+
+    def on_rank(self, rank: int) -> Mapping[str, float | None]:
+        """The faults rank `rank` carries alone."""
+        return self.scoped.get(rank, MappingProxyType({}))
 
     def __contains__(self, name: object) -> bool:
         return name in self.values
@@ -90,10 +123,11 @@ class FaultSet:
 
     def canonical(self) -> tuple[str, ...]:
         """Back to `NAME[=VALUE]` strings, a value only where it differs from the default."""
-        out = []
-        for name in sorted(self.values):
-            v = self.values[name]
-            out.append(name if v == FAULTS[name].default else f"{name}={v:g}")
+        def one(name: str, v: float | None) -> str:
+            return name if v == FAULTS[name].default else f"{name}={v:g}"
+
+        out = [one(name, self.values[name]) for name in sorted(self.values)]
+        out += [f"{one(name, faults[name])}@{rank}" for rank, faults in self.scoped.items() for name in sorted(faults)]
         return tuple(out)
 
     def draw(self, name: str, n: int) -> float:

@@ -72,7 +72,7 @@ class GpuBoard:
         self.plan = plan
         self.leak_mib = 0.0
         self.process_alive = True   # False once the engine died or never started: memory goes back
-        self.busy = [0.0] * max(cfg.data_parallel_size, 1)   # 0..1 per engine
+        self.busy = [0.0] * cfg.local_ranks   # 0..1 per local engine
 
     def used_mib(self) -> int:
         if not self.process_alive:
@@ -83,8 +83,11 @@ class GpuBoard:
         cfg = self.cfg
         rows = []
         tp = max(cfg.tensor_parallel_size, 1)
-        for i in range(cfg.gpu_count):
-            engine = min(i // tp, len(self.busy) - 1)
+        # the GPUs of this process' ranks only: a node's dcgm-exporter shows that node's cards
+        first = cfg.data_parallel_start_rank * tp if cfg.data_parallel_size_local is not None else 0
+        last = first + cfg.local_ranks * tp if cfg.data_parallel_size_local is not None else cfg.gpu_count
+        for i in range(first, min(last, cfg.gpu_count)):
+            engine = min((i - first) // tp, len(self.busy) - 1)
             node, local = divmod(i, max(cfg.gpus_per_node, 1))
             labels = (f'gpu="{local}",UUID="{gpu_uuid(cfg.seed, i)}",pci_bus_id="00000000:{0x18 + 0x10 * local:02X}:00.0",'
                       f'device="nvidia{local}",modelName="{cfg.gpu_name}",Hostname="{cfg.hostname_prefix}{node}",'

@@ -59,7 +59,9 @@ class LogBook:
             self._write(body if not self.cfg.at_least("0.10.1") else f"({process} pid={pid}) {body}")
 
     def engine(self, engine: int, msg: str, *, level: str = "INFO", where: str = "core.py:1") -> None:
-        self.log(msg, level=level, where=where, process=self.engine_process(engine), pid=self.engine_pid(engine))
+        """A line from local engine `engine`, named by its global DP rank as vLLM names the process."""
+        rank = self.cfg.rank(engine)
+        self.log(msg, level=level, where=where, process=self.engine_process(rank), pid=self.engine_pid(rank))
 
     def uvicorn(self, msg: str) -> None:
         line = f"INFO:     {msg}"
@@ -86,7 +88,7 @@ class LogBook:
         self.log(f"Using max model len {cfg.max_model_len}", where="model.py:2170")
         self.log(f"Chunked prefill is enabled with max_num_batched_tokens={cfg.max_num_batched_tokens}.",
                  where="scheduler.py:310")
-        for e in range(max(cfg.data_parallel_size, 1)):
+        for e in range(cfg.local_ranks):
             self.engine(e, f"Initializing a V1 LLM engine (v{v}) with config: {engine_config_str(cfg)}",
                         where="core.py:139")
         if cfg.block_size == 64 and cfg.extra_args.get("attention_backend") == "FLASHMLA":
@@ -113,7 +115,7 @@ class LogBook:
         self.engine(0, f"Available KV cache memory: {kv_gib} GiB", where="gpu_worker.py:772")
         tokens = _fmt_int(plan.kv_tokens)
         conc = plan.kv_tokens / cfg.max_model_len
-        for e in range(max(cfg.data_parallel_size, 1)):
+        for e in range(cfg.local_ranks):
             if cfg.at_least("0.28"):
                 self.engine(e, f"GPU KV cache size: {tokens} tokens, Maximum concurrency for "
                                f"{_fmt_int(cfg.max_model_len)} tokens per request: {conc:.2f}x",
@@ -194,7 +196,8 @@ class LogBook:
     def stats(self, engine: int, *, prompt_tps: float, gen_tps: float, running: int, waiting: int, usage: float,
               hit_rate: float, preemptions: int) -> None:
         pre = f"Preemptions: {preemptions}, " if preemptions and self.cfg.at_least("0.12") else ""
-        self.log(f"Engine {engine:03d}: Avg prompt throughput: {prompt_tps:.1f} tokens/s, Avg generation throughput: "
+        self.log(f"Engine {self.cfg.rank(engine):03d}: Avg prompt throughput: {prompt_tps:.1f} tokens/s, "
+                 "Avg generation throughput: "
                  f"{gen_tps:.1f} tokens/s, Running: {running} reqs, Waiting: {waiting} reqs, {pre}"
                  f"GPU KV cache usage: {usage * 100:.1f}%, Prefix cache hit rate: {hit_rate * 100:.1f}%",
                  where="loggers.py:335")
@@ -209,6 +212,12 @@ def non_default_args(cfg) -> dict:
         args["tensor_parallel_size"] = cfg.tensor_parallel_size
     if cfg.data_parallel_size > 1:
         args["data_parallel_size"] = cfg.data_parallel_size
+    if cfg.data_parallel_size_local is not None:
+        # a node of a multi-node layout: its share of the ranks, one API server per node (hybrid load balancing)
+        args["data_parallel_size_local"] = cfg.data_parallel_size_local
+        if cfg.data_parallel_start_rank:
+            args["data_parallel_start_rank"] = cfg.data_parallel_start_rank
+        args["data_parallel_hybrid_lb"] = True
     if cfg.block_size != 16:
         args["block_size"] = cfg.block_size
     default_util = 0.92 if cfg.at_least("0.24") else 0.9

@@ -35,8 +35,11 @@ def buckets_1_2_5(limit: int) -> tuple[float, ...]:
 class ServerMetrics:
     """vLLM's Prometheus families, fed by the runtime's engine observer."""
 
-    def __init__(self, cfg, *, num_gpu_blocks: int, kv_cache_size_tokens: int, max_concurrency: float) -> None:
+    def __init__(self, cfg, *, num_gpu_blocks: int, kv_cache_size_tokens: int, max_concurrency: float,
+                 per_engine: list[tuple[int, int, bool]] | None = None) -> None:
         self.cfg = cfg
+        # the `engine` label is the global DP rank: a node serving ranks 2 and 3 labels them "2" and "3"
+        self._labels = [str(cfg.rank(i)) for i in range(cfg.local_ranks)]
         self.registry = CollectorRegistry()
         v = cfg.version()
         r = self.registry
@@ -145,27 +148,33 @@ class ServerMetrics:
         info = cache_config_labels(cfg, num_gpu_blocks, kv_cache_size_tokens, max_concurrency)
         self.cache_info = Gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
                                 list(info) + ["engine"], registry=r)
-        for e in range(max(cfg.data_parallel_size, 1)):
-            self.cache_info.labels(**info, engine=str(e)).set(1.0)
+        for i in range(cfg.local_ranks):
+            e = self._labels[i]
+            # each engine profiles its own GPU: a rank with less free memory states its own, smaller pool
+            blocks, tokens, prefix = (per_engine[i] if per_engine else
+                                      (num_gpu_blocks, kv_cache_size_tokens, cfg.enable_prefix_caching))
+            own = cache_config_labels(cfg.replace(enable_prefix_caching=prefix), blocks, tokens,
+                                      tokens / cfg.max_model_len) if per_engine else info
+            self.cache_info.labels(**own, engine=e).set(1.0)
             # Pre-create every labelled series, as vLLM does, so a fresh server exposes zeros.
             for reason in self.reasons:
-                self.success.labels(self.model, str(e), reason)
+                self.success.labels(self.model, e, reason)
             if self.by_source is not None:
                 for source in ("local_compute", "local_cache_hit", "external_kv_transfer"):
-                    self.by_source.labels(self.model, str(e), source)
-            self.set_gauges(e, 0, 0, 0.0)
+                    self.by_source.labels(self.model, e, source)
+            self.set_gauges(i, 0, 0, 0.0)
             for c in (self.queries, self.hits, self.gpu_queries, self.gpu_hits, self.preemptions, self.prompt_tokens,
                       self.generation_tokens, self.cached, *self.zero_counters):
                 if c is not None:
-                    c.labels(self.model, str(e))
+                    c.labels(self.model, e)
             if self.cached_by_source is not None:
                 for source in ("device", "host", "p2p", "disk", "external_unspecified"):
-                    self.cached_by_source.labels(self.model, str(e), source)
+                    self.cached_by_source.labels(self.model, e, source)
             if self.sleep_state is not None:
                 for state, value in (("awake", 1), ("weights_offloaded", 0), ("discard_all", 0)):
-                    self.sleep_state.labels(self.model, str(e), state).set(value)
+                    self.sleep_state.labels(self.model, e, state).set(value)
             for h in self._histograms():
-                h.labels(self.model, str(e))
+                h.labels(self.model, e)
         if self.admission is not None:
             for reason in ("max_num_queued_reqs", "max_num_queued_tokens"):
                 self.admission.labels(self.model, reason)
@@ -175,8 +184,8 @@ class ServerMetrics:
                     for kind in ("chat_completions", "responses", "other"):
                         self.tool_parser_calls.labels(mode, self.model, outcome, kind)
         # the per-token series, looked up once: `labels()` on every token of 256 streams was engine-step lag
-        self._token_series = {e: tuple(h.labels(self.model, str(e)) for h in (self.itl, self.tpot_old) if h is not None)
-                              for e in range(max(cfg.data_parallel_size, 1))}
+        self._token_series = {i: tuple(h.labels(self.model, e) for h in (self.itl, self.tpot_old) if h is not None)
+                              for i, e in enumerate(self._labels)}
 
     def _histograms(self):
         return [h for h in (self.iteration, self.req_prompt, self.req_gen, self.req_max_gen, self.req_n,
@@ -189,7 +198,7 @@ class ServerMetrics:
 
     # -- fed by the runtime ------------------------------------------------------------------------
     def set_gauges(self, engine: int, running: int, waiting: int, usage: float) -> None:
-        e = str(engine)
+        e = self._labels[engine]
         self.running.labels(self.model, e).set(running)
         self.waiting.labels(self.model, e).set(waiting)
         if self.waiting_by_reason is not None:
@@ -203,7 +212,7 @@ class ServerMetrics:
         # 0.12+ keeps re-admissions after preemption out of the exported counters (issue #25780).
         if resumed and not self.old_names:
             return
-        e = str(engine)
+        e = self._labels[engine]
         self.queries.labels(self.model, e).inc(queried)
         self.hits.labels(self.model, e).inc(hit)
         if self.gpu_queries is not None:
@@ -211,10 +220,10 @@ class ServerMetrics:
             self.gpu_hits.labels(self.model, e).inc(hit)
 
     def on_preempt(self, engine: int) -> None:
-        self.preemptions.labels(self.model, str(engine)).inc()
+        self.preemptions.labels(self.model, self._labels[engine]).inc()
 
     def on_step(self, engine: int, computed_prompt: int, all_prompt: int, generated: int) -> None:
-        e = str(engine)
+        e = self._labels[engine]
         if generated:
             self.generation_tokens.labels(self.model, e).inc(generated)
         if all_prompt:
@@ -225,7 +234,7 @@ class ServerMetrics:
             self.iteration.labels(self.model, e).observe(step_tokens)
 
     def on_first_token(self, engine: int, req: EngineRequest) -> None:
-        e = str(engine)
+        e = self._labels[engine]
         self.ttft.labels(self.model, e).observe(req.first_token_s - req.arrival_s)
         cached = req.num_cached_tokens or 0
         if self.by_source is not None:
@@ -240,7 +249,7 @@ class ServerMetrics:
             series.observe(gap_s)
 
     def on_finish(self, engine: int, req: EngineRequest) -> None:
-        e = str(engine)
+        e = self._labels[engine]
         reason = req.finish_reason if req.finish_reason in self.reasons else "abort"
         self.success.labels(self.model, e, reason).inc()
         if req.first_token_s is None:

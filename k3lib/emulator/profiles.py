@@ -1,7 +1,7 @@
 """Named deployments the emulator can impersonate: hardware, memory and server flags per profile.
 
 `kimi-k3-h200x16` is the recipe's Hopper layout at real scale; `demo` is small enough that prefix hits,
-preemption, queueing and OOM all show within seconds.
+preemption, queueing and OOM all show within seconds; `demo-2node` is `demo` on four DP ranks over two nodes.
 """
 
 from __future__ import annotations
@@ -77,7 +77,14 @@ _DEMO: dict[str, Any] = dict(
     extra_args=MappingProxyType({"trust_remote_code": True}),
 )
 
+# Two nodes of two GPUs, one DP rank per GPU (TP1 × DP4): the demo's cards and pools, laid out as the recipe's
+# multi-node TP × DP deployment is (TP8 × DP2 over two H200 nodes), small enough to run on a laptop. Each node is a
+# process of its own, its /metrics labelling its ranks 0-1 and 2-3.
+_DEMO_2NODE: dict[str, Any] = dict(_DEMO, data_parallel_size=4, gpu_count=4, gpus_per_node=2,
+                                   weights_bytes=_DEMO["weights_bytes"] * 4)
+
 PROFILES: Mapping[str, Mapping[str, Any]] = MappingProxyType({
     "kimi-k3-h200x16": MappingProxyType(_KIMI_K3),
     "demo": MappingProxyType(_DEMO),
+    "demo-2node": MappingProxyType(_DEMO_2NODE),
 })

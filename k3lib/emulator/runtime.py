@@ -7,15 +7,17 @@ counters and an empty cache, as a real restart gives). Everything here runs on t
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections import deque
 from pathlib import Path
+from typing import Any
 
 from ..stats import percentile
 from ..turns import Turns
 from .config import EmulatorConfig
 from .envreport import collect_env_report, image_digest
-from .gpu import GpuBoard, plan_memory
+from .gpu import GpuBoard, plan_memory, starved_utilization
 from .kvcache import KVCache
 from .logs import LogBook
 from .metrics import ServerMetrics
@@ -73,20 +75,23 @@ class Runtime:
         self.started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         if log_dir:
             (log_dir / "collect_env.txt").write_text(self.collect_env, encoding="utf-8")
-        dp = max(cfg.data_parallel_size, 1)
-        self.metrics = ServerMetrics(cfg, num_gpu_blocks=self.plan.num_blocks, kv_cache_size_tokens=self.plan.kv_tokens,
-                                     max_concurrency=self.plan.kv_tokens / cfg.max_model_len)
-        self.gpu = GpuBoard(cfg, self.plan)
-        self.gpu.process_alive = self.ready
+        dp = cfg.local_ranks
         slow = self.faults.value("slow") if "slow" in self.faults else 1.0
         self.step_model = StepModel(cfg.prefill_tokens_per_s, cfg.decode_step_base_ms / 1000,
                                     cfg.decode_step_per_seq_ms / 1000, slow or 1.0, cfg.time_scale)
+        # a fault on one rank (NAME@RANK) gives that engine its own pool, step model or cache switch
+        self.rank_plans = [self._rank_plan(i) for i in range(dp)]
+        self.metrics = ServerMetrics(cfg, num_gpu_blocks=self.plan.num_blocks, kv_cache_size_tokens=self.plan.kv_tokens,
+                                     max_concurrency=self.plan.kv_tokens / cfg.max_model_len,
+                                     per_engine=[(p.num_blocks, p.num_blocks * cfg.block_size, prefix)
+                                                 for p, _, prefix in self.rank_plans])
+        self.gpu = GpuBoard(cfg, self.plan)
+        self.gpu.process_alive = self.ready
         self.lag_s: deque[float] = deque(maxlen=50_000)
-        self.engines = [Engine(i, KVCache(self.plan.num_blocks, cfg.block_size,
-                                          enable_prefix_caching=cfg.enable_prefix_caching),
+        self.engines = [Engine(i, KVCache(plan.num_blocks, cfg.block_size, enable_prefix_caching=prefix),
                                max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=cfg.max_num_batched_tokens,
-                               step_model=self.step_model, observer=self, lag_samples=self.lag_s)
-                        for i in range(dp)]
+                               step_model=model, observer=self, lag_samples=self.lag_s)
+                        for i, (plan, model, prefix) in enumerate(self.rank_plans)]
         self.admitted = 0
         self.replies = 0
         self.api_requests = 0
@@ -95,6 +100,18 @@ class Runtime:
         self._recent_hits: list[deque] = [deque(maxlen=1000) for _ in range(dp)]
         self._tasks: list[asyncio.Task] = []
         self.started_wall = time.time()
+
+    def _rank_plan(self, local: int) -> tuple[Any, StepModel, bool]:
+        """(memory plan, step model, prefix caching) of local engine `local`, its rank's own faults applied."""
+        cfg = self.cfg
+        own = self.faults.on_rank(cfg.rank(local))
+        plan = self.plan
+        if "kv-starved" in own and "kv-starved" not in self.faults:
+            plan = plan_memory(cfg.replace(gpu_memory_utilization=starved_utilization(cfg)))
+        model = self.step_model
+        if "slow" in own:
+            model = dataclasses.replace(model, decode_slowdown=own["slow"] or 1.0)
+        return plan, model, cfg.enable_prefix_caching and "no-prefix-caching" not in own
 
     # -- lifecycle --------------------------------------------------------------------------------
     async def start(self, url: str) -> None:
@@ -218,7 +235,7 @@ class Runtime:
             "kv_cache_size_tokens": self.plan.kv_tokens,
             "gpu_memory_utilization": self.cfg.gpu_memory_utilization,
             "gpu_memory_used_mib": self.gpu.used_mib(),
-            "engines": [{"engine": e.index, "running": len(e.running), "waiting": len(e.waiting),
+            "engines": [{"engine": self.cfg.rank(e.index), "running": len(e.running), "waiting": len(e.waiting),
                          "free_blocks": e.kv.num_free, "total_blocks": e.kv.num_blocks,
                          "kv_cache_usage_perc": e.kv.usage(), "steps": e.steps} for e in self.engines],
             "requests_admitted": self.admitted,

@@ -99,6 +99,22 @@ def start_emulator(cfg: EmulatorConfig | None = None, host: str = "127.0.0.1", p
     return EmulatorHandle(url, real_port, cfg, server, thread, sock)
 
 
+def _exit_with_parent() -> None:
+    """A node process started by the kit (stdout a pipe to it) ends when the kit does, even after a kill -9."""
+    import os
+
+    parent = os.getppid()
+    if sys.stdout.isatty() or parent == 1:
+        return
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="k3-emulator-parent-watch", daemon=True).start()
+
+
 def serve_forever(cfg: EmulatorConfig | None = None, host: str = "127.0.0.1", port: int = 0) -> None:
     """Print the URL alone on the first stdout line, then serve until SIGINT/SIGTERM."""
     cfg = cfg or EmulatorConfig.from_profile("demo")
@@ -111,6 +127,7 @@ def serve_forever(cfg: EmulatorConfig | None = None, host: str = "127.0.0.1", po
     # a step (seen at 256 streams on 2 loaded cores).
     gc.collect()
     gc.freeze()
+    _exit_with_parent()
     print(url, flush=True)
     sys.stdout.flush()
     try:

@@ -107,6 +107,8 @@ def scrape(urls: str | Iterable[str], client: httpx.Client | None = None, *,
 # Series a load phase records by default: the gauges that show pressure and the counters whose deltas matter —
 # the same headline set `k3 inspect metrics` prints.
 SAMPLED_SERIES: tuple[str, ...] = INSPECT_SERIES
+# ...and per DP rank when the endpoints show several: the gauges a rank saturates on
+RANK_SERIES: tuple[str, ...] = ("kv_cache_usage_perc", "num_requests_running", "num_requests_waiting")
 
 
 class MetricsSampler:
@@ -138,6 +140,11 @@ class MetricsSampler:
         row: dict[str, object] = {"t_wall": snapshot.t_wall,
                                   "endpoints_ok": sum(1 for e in snapshot.endpoints if e.error is None)}
         row.update(snapshot.values(self.series))
+        ranks = snapshot.ranks()
+        if len(ranks) > 1:
+            # per DP rank (endpoint#engine): the aggregate hides the one rank that fills first
+            row["ranks"] = {f"{url}#{engine}": snapshot.rank_view(url, engine).values(RANK_SERIES)
+                            for url, engine in ranks}
         return [row]
 
     def start(self) -> MetricsSampler:

@@ -128,6 +128,21 @@ class Snapshot:
             total += len(engines) or 1
         return total
 
+    def ranks(self) -> list[tuple[str, str]]:
+        """(endpoint, engine label) of every DP rank the server's series show, in endpoint then rank order."""
+        out = []
+        for e in self.endpoints:
+            engines = {s.labels["engine"] for s in e.samples if "engine" in s.labels and s.name.startswith(SERVER_PREFIXES)}
+            out.extend((e.endpoint, engine) for engine in sorted(engines, key=_engine_order))
+        return out
+
+    def rank_view(self, endpoint: str, engine: str) -> Snapshot:
+        """This snapshot restricted to one DP rank: the endpoint's samples labelled with that engine."""
+        scrape = self.endpoint(endpoint)
+        samples = tuple(s for s in scrape.samples if s.labels.get("engine") == engine)
+        return Snapshot((EndpointScrape(endpoint, samples, scrape.t_wall, scrape.t_mono_ns),),
+                        t_wall=self.t_wall, t_mono_ns=self.t_mono_ns)
+
     def model_name(self) -> str | None:
         """The `model_name` label of the server's series (vLLM: the first --served-model-name)."""
         for e in self.endpoints:

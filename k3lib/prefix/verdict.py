@@ -216,6 +216,7 @@ def iter_findings(result: PrefixCacheResult, pairs: list[PairReconciliation] | N
     out.append(_reuse_finding(result, pairs))
     out.append(_reconcile_finding(pairs))
     out.append(_cached_tokens_finding(result, clean))
+    out.extend(f for f in (_ranks_finding(result),) if f is not None)
     failed = [p for p in pairs if p.cause == "failed"]
     if failed:
         # the verdict rests on the pairs that completed; the target's failures on the others are said, not dropped
@@ -229,6 +230,37 @@ def iter_findings(result: PrefixCacheResult, pairs: list[PairReconciliation] | N
                            message=f"{len(pairs)} of {result.planned_pairs} planned cold/warm pairs ran"
                                    + (f" ({result.stopped})" if result.stopped else "")))
     return out
+
+
+def _ranks_finding(result: PrefixCacheResult) -> Finding | None:
+    """Reuse per DP rank (endpoint engine=N), when the counters show more than one: which ranks served the
+    protocol's warm requests and what share of their prompt they hit. The protocol sends one request at a time, so
+    a least-loaded balancer sends it to one rank; the others' reuse is judged under load (capacity.rank_balance)."""
+    ranks = sorted({k for s in result.samples for k in s.replica_queries})
+    if len(ranks) < 2:
+        return None
+    per: dict[str, dict[str, float]] = {r: {"requests": 0, "warm_queries": 0.0, "warm_hits": 0.0} for r in ranks}
+    for s in result.samples:
+        if s.replica is None:
+            continue
+        row = per[s.replica]
+        row["requests"] += 1
+        if s.kind == "warm":
+            row["warm_queries"] += s.replica_queries.get(s.replica, 0.0)
+            row["warm_hits"] += s.replica_hits.get(s.replica, 0.0)
+    served = {r: v for r, v in per.items() if v["requests"]}
+    share = {r: v["warm_hits"] / v["warm_queries"] for r, v in served.items() if v["warm_queries"]}
+    idle = [r for r in ranks if r not in served]
+    text = ", ".join(f"{r}: {int(v['requests'])} request(s)"
+                     + (f", warm hits {share[r]:.0%} of the warm prompts" if r in share else "")
+                     for r, v in served.items())
+    worst = min(share, key=share.__getitem__) if share else None
+    message = (f"reuse per rank — {text or 'no request tied to one rank'}"
+               + (f"; lowest: {worst}" if worst and len(share) > 1 else "")
+               + (f"; {len(idle)} rank(s) served none of the protocol's one-at-a-time requests ("
+                  + ", ".join(idle) + "): their reuse under load is judged by capacity.rank_balance" if idle else ""))
+    return Finding(rule=f"{AXIS}.ranks", status="info", message=message, observed=per,
+                   evidence={"warm_hit_share": share, "worst": worst, "idle": idle})
 
 
 def ttft_gain_pct(pairs: list[PairReconciliation]) -> float | None:
