@@ -153,6 +153,8 @@ def test_judge_step(step, objective, held, reason):
     assert ok is held
     if reason:
         assert any(reason in w for w in why), why
+    else:
+        assert why == []  # a step that holds gives no reason against itself
 
 
 @pytest.mark.parametrize("held, point", [
