@@ -110,7 +110,7 @@ def test_tool_faults_fail_the_matching_checks_near_the_injected_share(server, tm
 @pytest.mark.slow
 def test_no_tool_parser_is_an_environment_finding(server, tmp_path):
     restart(server, "no-tool-parser")
-    _ctx, result, record = run(server, tmp_path, "axes.agent.repetitions=1", "axes.agent.concurrency_levels=[1,2]")
+    _ctx, result, record = run(server, tmp_path, "axes.agent.repetitions=2", "axes.agent.concurrency_levels=[1,2]")
     env = record.by_rule("agent.auto_tool_choice")
     assert record.status == "fail" and env.status == "fail"
     assert "auto tool choice not enabled on the server" in env.message
@@ -153,7 +153,7 @@ def test_notebook_under_papermill_against_the_emulator(server, tmp_path):
     pm.execute_notebook(str(ROOT / "notebooks/02_agent_tools.ipynb"), str(tmp_path / "02.ipynb"),
                         kernel_name="python3", progress_bar=False, cwd=str(ROOT),
                         parameters={"params_file": "parameters/emulator.yaml", "run_dir": str(run_dir),
-                                    "overrides": [f"target.base_url={server.url}", "axes.agent.repetitions=1",
+                                    "overrides": [f"target.base_url={server.url}", "axes.agent.repetitions=2",
                                                   "axes.agent.concurrency_levels=[2]"]})
     record = json.loads((run_dir / "evidence/agent.json").read_text())
     assert record["axis"] == "agent" and record["status"] == "fail"

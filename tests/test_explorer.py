@@ -61,7 +61,8 @@ def test_a_burst_is_bounded_and_kept_outside_the_evidence(tmp_path):
 
 @pytest.mark.slow
 def test_the_widget_panel_fires_a_burst_and_redraws(tmp_path):
-    ipywidgets = pytest.importorskip("ipywidgets")
+    import ipywidgets  # a dependency of the kit: missing, the panel is broken, not skipped
+
     with start_emulator(EmulatorConfig.from_profile("demo", time_scale=0.02), host="127.0.0.1", port=0) as h:
         ctx = _ctx(tmp_path, h, "axes.capacity.explore_max_requests=4", "axes.capacity.explore_duration_s=2",
                    interactive=True)

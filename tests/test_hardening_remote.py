@@ -112,9 +112,9 @@ def _run(axis: str):
 
 
 # small bounds for the control run, where the axis is allowed to try the remote target
-CONTROL = ["axes.agent.repetitions=1", "axes.agent.concurrency_levels=[1]", "axes.agent.max_duration_s=3",
+CONTROL = ["axes.agent.repetitions=2", "axes.agent.concurrency_levels=[1]", "axes.agent.max_duration_s=3",
            "axes.capacity.ready_timeout_s=0.5", "axes.capacity.health_interval_s=0.1",
-           "axes.prefix_cache.max_duration_s=3", "axes.prefix_cache.sessions=1",
+           "axes.prefix_cache.max_duration_s=3", "axes.prefix_cache.sessions=2",
            "axes.prefix_cache.prefix_tokens=[600]"]
 
 

@@ -49,12 +49,15 @@ def test_real_world_reply_matches_labels(key: str, label: dict) -> None:
 def test_request_included_names_unknown_functions(real_world) -> None:
     assert LABELS_FILE.exists(), f"{LABELS_FILE} is missing"
     variants = json.loads((REAL_WORLD / "variants.json").read_text(encoding="utf-8"))["files"]
+    checked = []
     for key, info in variants.items():
         expected = info.get("expect", {}).get("unknown_function")
         if key.startswith("toolcalls/") and expected:
             result = classify_tool_reply((REAL_WORLD / key).read_text(encoding="utf-8"))
             assert result.unknown_function_names == (expected,)
             assert result.offered_tools and expected not in result.offered_tools
+            checked.append(key)
+    assert checked, "variants.json names no tool-call reply with an unknown function: nothing was checked"
 
 
 # ---------------------------------------------------------------------------------------------------------------

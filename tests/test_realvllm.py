@@ -70,6 +70,7 @@ def test_batch_decides_every_axis_without_error(validated):
 def test_every_reason_is_a_finding_of_the_evidence(validated):
     _, _, records, decision = validated
     rules = {f.rule for _, f in _findings(records)}
+    assert decision["reasons"], "a decision other than production always gives its reasons"
     for reason in decision["reasons"]:
         if reason.startswith("traffic cap:"):  # the cap sentence names the axis that measured it
             axis = re.search(r"measured by the (\w+) axis", reason)

@@ -107,8 +107,8 @@ def test_acceptance_pages_are_clean_and_share_one_plotly(healthy_run):
 def test_renewal_pages_are_clean_and_the_index_argues_the_renewal(renewal_run):
     _check_clean(renewal_run)
     index = renewal_run.path("report/index.html").read_text(encoding="utf-8")
-    decision = renewal_run.read_json("decision.json")
-    assert f">{decision['decision']}<" in index and "condition:" in index
+    # the steady demo renews (known from the scenario), not whatever decision.json happens to hold
+    assert ">renew<" in index and "condition:" in index
     for axis in ("load", "production", "comparison", "cost", "stability", "operations"):
         assert f"evidence/{axis}.json" in index
     assert "Cost sheet" in index and "per accepted task" in index
@@ -118,7 +118,8 @@ def test_the_index_argues_the_decision(healthy_run):
     _, store = healthy_run
     index = store.path("report/index.html").read_text(encoding="utf-8")
     decision = store.read_json("decision.json")
-    assert f">{decision['decision']}<" in index
+    assert ">production<" in index  # the healthy emulator run is production (test_batch), not read back from here
+    assert decision["reasons"] and decision["checklist"]  # the loops below check something
     for reason in decision["reasons"]:
         assert re.sub(r"\s+", " ", reason.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
                       .replace("'", "&#x27;").replace('"', "&quot;"))[:40] in re.sub(r"\s+", " ", index)

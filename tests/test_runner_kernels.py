@@ -123,6 +123,7 @@ def test_kernels_no_notebook_takes_are_stopped(folders):
 
 
 def _kernels() -> list:
-    psutil = pytest.importorskip("psutil")
+    import psutil  # installed with ipykernel (ipython needs it): never skip the kernel-leak checks
+
     return [p for p in psutil.Process().children(recursive=True) if p.is_running()
             and p.status() != psutil.STATUS_ZOMBIE]
