@@ -546,7 +546,9 @@ def cmd_fleet(ns: argparse.Namespace) -> int:
 
     if ns.timeout is not None and not ns.timeout > 0:
         raise BadInputError(f"expected a positive number of seconds, got {ns.timeout}", source="--timeout")
-    return fleet_main(ns.fleet, ns.deployment, list_only=ns.list, timeout_s=ns.timeout)
+    return fleet_main(ns.fleet, ns.deployment, list_only=ns.list, timeout_s=ns.timeout,
+                      out=lambda line: print(line, flush=True),
+                      progress=lambda line: print(line, file=sys.stderr, flush=True))
 
 
 def cmd_compare(ns: argparse.Namespace) -> int:

@@ -26,7 +26,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Sequence
+from typing import TYPE_CHECKING, Annotated, Callable, Sequence
 
 import yaml
 from pydantic import Field, model_validator
@@ -237,23 +237,25 @@ def revalidate(ff: FleetFile, name: str, *, timeout_s: float | None = None) -> F
     return FleetOutcome(name, run, decision, baseline, base_decision, tuple(regressions), tuple(notes))
 
 
-def fleet_main(path: str, names: Sequence[str], *, list_only: bool = False, timeout_s: float | None = None) -> int:
-    """`k3 fleet FLEET [--deployment NAME ...] [--list]`: 0 none regressed, 1 at least one did, 2 bad input."""
+def fleet_main(path: str, names: Sequence[str], *, list_only: bool = False, timeout_s: float | None = None,
+               out: Callable[[str], None], progress: Callable[[str], None]) -> int:
+    """`k3 fleet FLEET [--deployment NAME ...] [--list]`: 0 none regressed, 1 at least one did, 2 bad input.
+    Each result line goes to `out`, each "validating" line to `progress` (the CLI prints them)."""
     ff = load_fleet(path)
     if list_only:
         for n in ff.names:
-            print(n)
+            out(n)
         return 0
     chosen = list(names) or ff.names
     for n in chosen:
         ff.deployment(n)  # an unknown name is bad input before anything runs
     if len(chosen) == 1:  # one deployment (an Airflow task): its error is the command's
         outcome = revalidate(ff, chosen[0], timeout_s=timeout_s)
-        print(outcome.line())
+        out(outcome.line())
         return 1 if outcome.regressed else 0
     lines, bad, regressed = [], False, False
     for n in chosen:  # the whole fleet (the CronJob): one deployment's error does not stop the others
-        print(f"fleet: {n}: validating into {ff.folder(n)}", file=sys.stderr, flush=True)
+        progress(f"fleet: {n}: validating into {ff.folder(n)}")
         try:
             outcome = revalidate(ff, n, timeout_s=timeout_s)
         except BadInputError as exc:
@@ -266,7 +268,6 @@ def fleet_main(path: str, names: Sequence[str], *, list_only: bool = False, time
             continue
         regressed = regressed or outcome.regressed
         lines.append(outcome.line())
-        sys.stdout.flush()
     for line in lines:
-        print(line)
+        out(line)
     return 2 if bad else 1 if regressed else 0
