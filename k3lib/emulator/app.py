@@ -338,6 +338,9 @@ async def _chat_stream(rt: Runtime, req: EngineRequest, plan: ReplyPlan, created
     reasoning_key = "reasoning" if rt.cfg.at_least("0.12") else "reasoning_content"
     started: set[int] = set()
     call_by_index = list(plan.calls)
+    # vLLM 0.32's kimi_k3 parser holds a call back until its block closes, then sends it whole in one delta
+    whole_calls = rt.cfg.tool_call_parser == "kimi_k3"
+    call_at_end = {c.end: i for i, c in enumerate(call_by_index)} if whole_calls else {}
     async for batch in _run(rt, req):
         out = []
         for kind, value in batch:
@@ -354,6 +357,11 @@ async def _chat_stream(rt: Runtime, req: EngineRequest, plan: ReplyPlan, created
                 elif tok.kind == "content":
                     out.append(fast("content", tok.piece))
                     continue
+                elif whole_calls:
+                    if value in call_at_end:
+                        c = call_by_index[call_at_end[value]]
+                        delta = {"tool_calls": [{"index": call_at_end[value], "id": c.id, "type": "function",
+                                                 "function": {"name": c.name, "arguments": c.arguments}}]}
                 elif tok.kind == "call" and tok.call not in started and tok.call < len(call_by_index):
                     started.add(tok.call)
                     c = call_by_index[tok.call]
