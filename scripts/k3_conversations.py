@@ -111,10 +111,13 @@ class Conversation:
 
 
 def drop_history(conv: Conversation, what: str) -> None:
-    """Remove `reasoning` or `tool_calls` from every assistant message already in the history (a client bug)."""
+    """Remove `reasoning` or `tool_calls` from every assistant message already in the history (a client bug).
+    Those messages are then no longer what the model generated, so none of them is trained on: only the reply
+    to the broken history is."""
     for m in conv.messages:
         if m["role"] == "assistant":
             m.pop(what, None)
+    conv.trained = []
 
 
 class Generator:
@@ -209,7 +212,7 @@ class Generator:
         """One conversation of one case; `exact` keeps the sample's own values (the agent axis's requests)."""
         r = self.rng
         kind = r.choices(("tool-call", "structured", "tool-error", "long-exchange", "chat"),
-                         weights=(3, 1, 3, 3, 1))[0]
+                         weights=(3, 2, 3, 3, 1))[0]
         drop = r.choices((None, "reasoning", "tool_calls"), weights=(6, 1, 1))[0]
         return self.make(kind, drop, exact)
 
@@ -256,5 +259,5 @@ class Generator:
                            "I am the operations assistant. Ask me about orders, deliveries or incidents.")
         return conv
 
-    def conversations(self, n: int, exact_share: float = 0.25) -> list[Conversation]:
+    def conversations(self, n: int, exact_share: float = 0.5) -> list[Conversation]:
         return [self.conversation(exact=self.rng.random() < exact_share) for _ in range(n)]
