@@ -36,10 +36,10 @@ import k3_conversations as K  # noqa: E402
 
 SEED = 20261204
 VOCAB_SIZE = 2048
-HIDDEN = 96
+HIDDEN = 128
 LAYERS = 3
-HEADS = 4
-INTERMEDIATE = 256
+HEADS = 2  # head_dim 64: vLLM's CPU attention supports no head_dim below 32 (24 fails at the first request)
+INTERMEDIATE = 352
 MAX_POSITIONS = 4096
 CONVERSATIONS = 800
 STEPS = 700
