@@ -94,8 +94,6 @@ def test_a_client_that_drops_part_of_the_history_is_caught(real_vllm_k3, tmp_pat
     final = record.by_rule("agent.final_answer")
     assert final.status == "fail" and "does not use the tool result" in final.message, final.message
     assert any("agent.history_kept" in r and lost in r for r in decision.reasons), decision.reasons
-    # the first call of each case is made before any history exists: it still passes
-    assert record.by_rule("agent.tool_calls_present").status == "pass"
 
 
 @pytest.mark.timeout(AGENT_TIMEOUT_S)
