@@ -299,9 +299,12 @@ async def chat_completions(request: Request) -> Response:
         return _err(rt, 500, protocol.DEAD_ENGINE_MESSAGE)
     msg = assemble(plan, req.num_output)
     reasoning_tokens = sum(1 for t in plan.tokens[:req.num_output] if t.kind == "reasoning")
+    message = protocol.chat_message(rt.cfg, msg)
+    if (plan.named_choice or body.get("tool_choice") == "required") and message.get("tool_calls"):
+        message["content"] = message.get("content") or ""  # vLLM's named/required path: `content or ""`
     return JSONResponse({
         "id": req.request_id, "object": "chat.completion", "created": created, "model": model,
-        "choices": [{"index": 0, "message": protocol.chat_message(rt.cfg, msg), "logprobs": None,
+        "choices": [{"index": 0, "message": message, "logprobs": None,
                      "finish_reason": protocol.finish_reason(req.finish_reason, bool(msg.calls), plan.named_choice),
                      "stop_reason": None, "token_ids": None, **protocol.reply_extras(rt.cfg, choice=True)}],
         "service_tier": None, "system_fingerprint": fp,
