@@ -77,6 +77,7 @@ def test_every_agent_check_passes_on_the_k3_model(validated):
 def test_what_keeps_the_cpu_host_from_production_is_not_the_agent_path(validated):
     """The reasons left are what a CPU host cannot show (GPU memory, the host driver) and the attestations."""
     _, _, records, decision = validated
+    print("\nk3 validate on the K3 model:", decision["decision"], *decision["reasons"], sep="\n  ")
     assert decision["decision"] != "production" or not decision["reasons"][:-1]
     for reason in decision["reasons"]:
         assert "agent." not in reason.split(" — ")[0] and "tool" not in reason.split(":")[1][:40], reason
