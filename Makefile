@@ -54,3 +54,12 @@ realvllm-serve-small-kv: realvllm
 .PHONY: airflow
 airflow:
 	bash scripts/airflow.sh build
+
+# Kimi K3's agent path on real vLLM (issue 27): a tiny K3-format model trained here (~10 min on 2 cores, cached by
+# its recipe's hash outside the checkout and copied into models/vllm-tiny-k3/), served with the kimi_k3 parsers.
+.PHONY: realvllm-k3 realvllm-k3-serve
+realvllm-k3:
+	bash scripts/realvllm.sh build-k3
+
+realvllm-k3-serve: realvllm-k3
+	bash scripts/realvllm.sh serve-k3

@@ -174,6 +174,9 @@ class AgentParams(_Model):
     repetitions: PositiveInt = 10  # the whole scenario N times at each concurrency level
     concurrency_levels: tuple[PositiveInt, ...] | None = None  # null: [1, contract.planned_concurrency]
     stream: bool = False  # send the scenario streamed (tool-call deltas reassembled) instead of whole replies
+    # what goes back of each reply in later turns: "full" (as received, the contract) or, to show what a client
+    # that loses part of the previous reply gets from the server, "drop-reasoning" / "drop-tool-calls"
+    history: Literal["full", "drop-reasoning", "drop-tool-calls"] = "full"
     max_requests: PositiveInt = 2000  # per concurrency level; the level stops by itself beyond it
     max_duration_s: PositiveSeconds = 900.0  # per concurrency level
     request_timeout_s: PositiveSeconds = 300.0

@@ -11,7 +11,7 @@ import yaml
 import k3lib.agent
 from k3lib.agent import checks as C
 from k3lib.agent.report import AgentResult, FailingReply, iter_findings
-from k3lib.agent.runner import assistant_message, filler_lines, parsed_reply
+from k3lib.agent.runner import assistant_message, filler_lines, history_message, parsed_reply
 from k3lib.agent.sample import FallbackSpec, FinalSpec, load_sample, packaged_sample_path
 from k3lib.agent.tools import BUILTIN_TOOLS, execute
 from k3lib.client import ChatRecord, ToolCall
@@ -179,6 +179,11 @@ def test_executable_check(kwargs, others, ok, detail):
     pytest.param('[TOOL_CALLS][{"name": "get_weather"}]', None, [], "mistral", id="mistral"),
     pytest.param(None, "I will emit <|open|>tools<|sep|>", [], "kimi_k3", id="in-reasoning"),
     pytest.param(None, None, ["get_weather<|close|>call"], "kimi_k3", id="in-function-name"),
+    # no reasoning parser: the think channel stays in content (reasoning markup in the reasoning field is fine)
+    pytest.param("<|open|>think<|sep|>I should call it.<|close|>think<|sep|>", None, [], "kimi_k3 think",
+                 id="k3-think-in-content"),
+    pytest.param("<think>I should call it.</think>", None, [], "<think> think", id="think-tags-in-content"),
+    pytest.param(None, "<|open|>think<|sep|>nested", [], None, id="think-in-reasoning-is-no-leak"),
 ])
 def test_markup_leak_is_named_by_family(content, reasoning, names, family):
     calls = [call(name=n) for n in names]
@@ -402,3 +407,20 @@ def test_max_clean_concurrency_is_the_agents_traffic_cap():
     assert _result([_step(1, 0, 1, checks=[bad])], (1, 2)).max_clean_concurrency() is None
     refused = _step(1, 0, 1, ok=False) | {"environment": "auto-tool-choice"}
     assert _result([refused], (1,)).max_clean_concurrency() is None
+
+
+def test_history_kept_names_what_went_missing_and_the_client_mode():
+    got = {"role": "assistant", "content": None, "reasoning": "think first",
+           "tool_calls": [{"id": "chatcmpl-tool-1", "type": "function",
+                           "function": {"name": "lookup_order", "arguments": "{}"}}]}
+    whole = C.check_history([(got, history_message(got, "full"))], "full")
+    assert whole.passed and whole.check == "history_kept"
+    no_reasoning = C.check_history([(got, got), (got, history_message(got, "drop-reasoning"))], "drop-reasoning")
+    assert not no_reasoning.passed
+    assert no_reasoning.detail == "reply 2 of 2 went back without its reasoning (axes.agent.history: drop-reasoning)"
+    no_calls = C.check_history([(got, history_message(got, "drop-tool-calls"))], "drop-tool-calls")
+    assert not no_calls.passed and "without its tool calls" in no_calls.detail
+    # a reply without reasoning or calls has nothing to lose
+    plain = {"role": "assistant", "content": "done"}
+    assert C.check_history([(plain, history_message(plain, "drop-reasoning"))], "drop-reasoning").passed
+    assert "history_kept" in k3lib.agent.CHECKS

@@ -29,7 +29,8 @@ CHECKS: Mapping[str, str] = {
     "final_answer": "the final answer meets its contract",
     "tool_error_fallback": "a tool error triggers the planned fallback (retry or acknowledgement)",
     "structure_stable": "repetitions give a compatible structure (same tools, same argument keys)",
-    "no_markup_leak": "no tool-call markup leaked into content or reasoning",
+    "no_markup_leak": "no tool-call markup leaked into content or reasoning, no think channel left in content",
+    "history_kept": "each earlier reply goes back whole in later turns (its reasoning and tool calls)",
 }
 
 # vLLM's exact 400 texts when the server was started without the tool flags (every version 0.10–0.33).
@@ -147,12 +148,30 @@ def check_executable(call: ToolCall, schemas: Mapping[str, Mapping[str, Any]], o
     return Outcome("executable", True, f"{call.name}(**arguments) runs as received")
 
 
+# A think channel the server did not parse out: what content holds when vLLM runs without --reasoning-parser.
+REASONING_MARKUP: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("kimi_k3", re.compile(r"<\|open\|>\s*think\s*<\|sep\|>|<\|close\|>\s*think\s*<\|sep\|>")),
+    ("<think>", re.compile(r"</?think>")),
+)
+
+
+def detect_reasoning_markup(text: str | None) -> str | None:
+    for family, pattern in REASONING_MARKUP:
+        if text and pattern.search(text):
+            return family
+    return None
+
+
 def check_markup(content: str | None, reasoning: str | None, calls: Sequence[ToolCall]) -> Outcome:
     for where, text in (("content", content), ("reasoning", reasoning),
                         *(("function name", c.name) for c in calls if isinstance(c.name, str))):
         family = detect_markup(text)
         if family:
             return Outcome("no_markup_leak", False, f"{family} tool-call markup in {where}")
+    family = detect_reasoning_markup(content)
+    if family:
+        return Outcome("no_markup_leak", False, f"{family} think channel in content: the reasoning was not parsed "
+                                                "out (no --reasoning-parser on the server?)")
     return Outcome("no_markup_leak", True, "none")
 
 
@@ -236,6 +255,23 @@ def own_words(text: str, sent: Any) -> str:
             pos = m.end()
     out.append(text[pos:])
     return "".join(out)
+
+
+def check_history(pairs: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]], mode: str) -> Outcome:
+    """`pairs`: (the assistant message as received, as sent back in this request) for each earlier reply of the
+    case. Multi-turn agents need the whole previous reply, reasoning and tool calls included."""
+    for n, (got, sent) in enumerate(pairs, 1):
+        lost = []
+        for key in ("reasoning", "reasoning_content"):
+            if got.get(key) is not None and sent.get(key) != got.get(key):
+                lost.append("reasoning")
+                break
+        if got.get("tool_calls") and sent.get("tool_calls") != got.get("tool_calls"):
+            lost.append("tool calls")
+        if lost:
+            return Outcome("history_kept", False, f"reply {n} of {len(pairs)} went back without its "
+                                                  f"{' and '.join(lost)} (axes.agent.history: {mode})")
+    return Outcome("history_kept", True, f"{len(pairs)} earlier replies went back whole")
 
 
 def check_fallback(calls: Sequence[ToolCall], content: str | None, tool: str, fallback: FallbackSpec,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import hashlib
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -20,6 +19,7 @@ from ..errors import TargetError
 from ..load import RequestBudget
 from . import checks as C
 from .sample import AgentSample, CaseSpec, TurnSpec
+from .filler import filler_lines
 from .tools import execute, result_text
 
 Step = dict[str, Any]
@@ -30,27 +30,6 @@ CANCEL_GRACE_S = 5.0
 #: First guess of tokens per filler log line; refined from `usage` as the long exchange grows.
 TOKENS_PER_LINE_GUESS = 48  # on the high side: the first filler turn undershoots rather than overflows
 MAX_FILLER_LINES = 4000
-
-_SERVICES = ("checkout", "payments", "inventory", "search", "gateway")
-_ROUTES = ("/api/cart", "/api/pay", "/api/items", "/api/query", "/healthz")
-_STATUSES = (200, 200, 200, 200, 201, 404, 500, 502, 503, 200)
-
-
-def filler_lines(seed: str, n: int) -> str:
-    """Deterministic log lines for the long exchange. The words avoid every sample tool's name and enum values,
-    so the filler never makes a model (or the emulator) call a tool the turn did not ask for."""
-    out = []
-    for i in range(n):
-        k = _mix(seed, i)
-        out.append(f"2026-08-13t{(k >> 8) % 6:02d}:{(k >> 16) % 60:02d}:{(k >> 24) % 60:02d}z "
-                   f"svc={_SERVICES[k % 5]} route={_ROUTES[(k >> 3) % 5]} status={_STATUSES[(k >> 5) % 10]} "
-                   f"latency_ms={(k >> 32) % 2000} trace={(k >> 40) & 0xffffff:06x}")
-    return "\n".join(out)
-
-
-def _mix(seed: str, i: int) -> int:
-    return int.from_bytes(hashlib.blake2b(f"{seed}:{i}".encode(), digest_size=8).digest(), "big")
-
 
 @dataclasses.dataclass(frozen=True)
 class RunSettings:
@@ -69,6 +48,7 @@ class RunSettings:
     long_context_tokens: int
     min_pass_rate: float
     sample_source: str
+    history: str = "full"
 
     @classmethod
     def from_params(cls, params: Any, sample_source: str) -> RunSettings:
@@ -79,7 +59,7 @@ class RunSettings:
                    max_tool_rounds=a.max_tool_rounds, context_limit=contract.max_context_tokens,
                    max_output_tokens=contract.max_output_tokens, images_served=contract.images_served,
                    long_context_tokens=int(contract.max_context_tokens * a.long_context_fraction),
-                   min_pass_rate=a.min_pass_rate, sample_source=sample_source)
+                   min_pass_rate=a.min_pass_rate, sample_source=sample_source, history=a.history)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -115,6 +95,13 @@ def assistant_message(rec: ChatRecord) -> dict[str, Any]:
     if rec.tool_calls:
         out["tool_calls"] = [tc.to_openai() for tc in rec.tool_calls]
     return out
+
+
+def history_message(message: dict[str, Any], mode: str) -> dict[str, Any]:
+    """The reply as the client sends it back: whole ("full"), or without what a lossy client drops."""
+    drop = {"full": (), "drop-reasoning": ("reasoning", "reasoning_content"),
+            "drop-tool-calls": ("tool_calls",)}[mode]
+    return {k: v for k, v in message.items() if k not in drop}
 
 
 def parsed_reply(rec: ChatRecord) -> dict[str, Any]:
@@ -202,6 +189,7 @@ class ScenarioRunner:
         messages: list[dict[str, Any]] = [{"role": "system", "content": sample.system_prompt}]
         growth = {"context": 0, "tokens_per_line": TOKENS_PER_LINE_GUESS,
                   "fillers_left": sum(1 for t in case.turns if t.filler)}
+        kept: list[tuple[dict[str, Any], dict[str, Any]]] = []  # (reply as received, as sent back), in order
         for t, turn in enumerate(case.turns):
             user = turn.user if isinstance(turn.user, str) else [dict(p) for p in turn.user]
             lines = 0
@@ -211,7 +199,8 @@ class ScenarioRunner:
                 growth["fillers_left"] -= 1
             messages.append({"role": "user", "content": user})
             before = growth["context"]
-            await self._turn(level, rep, case, t, turn, messages, offered, schemas, tools_body, budget, seq, growth)
+            await self._turn(level, rep, case, t, turn, messages, offered, schemas, tools_body, budget, seq, growth,
+                             kept)
             if turn.filler and lines and growth["context"] > before:
                 growth["tokens_per_line"] = max(4, (growth["context"] - before) // lines)
 
@@ -224,7 +213,8 @@ class ScenarioRunner:
 
     async def _turn(self, level: int, rep: int, case: CaseSpec, t: int, turn: TurnSpec, messages: list[dict[str, Any]],
                     offered: list[str], schemas: Mapping[str, Any], tools_body: list[dict[str, Any]],
-                    budget: RequestBudget, seq: list[int], growth: dict[str, int]) -> None:
+                    budget: RequestBudget, seq: list[int], growth: dict[str, int],
+                    kept: list[tuple[dict[str, Any], dict[str, Any]]]) -> None:
         sample = self.sample
         error_pending = turn.tool_error is not None
         after_error = False
@@ -239,7 +229,7 @@ class ScenarioRunner:
                                               request_id=f"agent-c{level}-r{rep}-{case.id}-t{t}-{rnd}")
             step = self._step(level, rep, case, t, rnd, "after-error" if after_error else
                               ("initial" if rnd == 0 else "after-tool"), body, turn, schemas, rec, seq)
-            outcomes: list[C.Outcome] = []
+            outcomes: list[C.Outcome] = [C.check_history(kept, self.s.history)] if kept else []
             if rec.cancelled:
                 step["decision"] = f"stop: the level's budget ({budget.stopped_by or 'deadline'}) ended the request"
                 self._emit(step, outcomes)
@@ -276,7 +266,7 @@ class ScenarioRunner:
                                         (f" ({leaked} markup in the text)" if leaked else ""))
                     self._emit(step, outcomes)
                     raise _Stop()
-                messages.append(assistant_message(rec))
+                self._send_back(messages, kept, rec)
                 if after_error:
                     fb = outcomes[-1]
                     step["decision"] = ("fallback accepted: " if fb.passed else "fallback rejected: ") + fb.detail
@@ -302,7 +292,7 @@ class ScenarioRunner:
                 raise _Stop()
             if after_error:
                 retries += 1
-            messages.append(assistant_message(rec))
+            self._send_back(messages, kept, rec)
             actions, next_after_error = [], False
             for call in calls:
                 spec = sample.tool(call.name)
@@ -318,6 +308,13 @@ class ScenarioRunner:
             step["tool_results"] = messages[-len(calls):]
             self._emit(step, outcomes)
             after_error = next_after_error
+
+    def _send_back(self, messages: list[dict[str, Any]], kept: list[tuple[dict[str, Any], dict[str, Any]]],
+                   rec: ChatRecord) -> None:
+        got = assistant_message(rec)
+        sent = history_message(got, self.s.history)
+        kept.append((got, sent))
+        messages.append(sent)
 
     def _body(self, case: CaseSpec, turn: TurnSpec, messages: list[dict[str, Any]],
               tools_body: list[dict[str, Any]]) -> dict[str, Any]:

@@ -328,9 +328,12 @@ async def chat_completions(request: Request) -> Response:
         return _err(rt, 500, protocol.DEAD_ENGINE_MESSAGE)
     msg = assemble(plan, req.num_output)
     reasoning_tokens = sum(1 for t in plan.tokens[:req.num_output] if t.kind == "reasoning")
+    message = protocol.chat_message(rt.cfg, msg)
+    if (plan.named_choice or body.get("tool_choice") == "required") and message.get("tool_calls"):
+        message["content"] = message.get("content") or ""  # vLLM's named/required path: `content or ""`
     return JSONResponse({
         "id": req.request_id, "object": "chat.completion", "created": created, "model": model,
-        "choices": [{"index": 0, "message": protocol.chat_message(rt.cfg, msg), "logprobs": None,
+        "choices": [{"index": 0, "message": message, "logprobs": None,
                      "finish_reason": protocol.finish_reason(req.finish_reason, bool(msg.calls), plan.named_choice),
                      "stop_reason": None, "token_ids": None, **protocol.reply_extras(rt.cfg, choice=True)}],
         "service_tier": None, "system_fingerprint": fp,
@@ -367,6 +370,9 @@ async def _chat_stream(rt: Runtime, req: EngineRequest, plan: ReplyPlan, created
     reasoning_key = "reasoning" if rt.cfg.at_least("0.12") else "reasoning_content"
     started: set[int] = set()
     call_by_index = list(plan.calls)
+    # vLLM 0.32's kimi_k3 parser holds a call back until its block closes, then sends it whole in one delta
+    whole_calls = rt.cfg.tool_call_parser == "kimi_k3"
+    call_at_end = {c.end: i for i, c in enumerate(call_by_index)} if whole_calls else {}
     async for batch in _run(rt, req):
         out = []
         for kind, value in batch:
@@ -383,6 +389,11 @@ async def _chat_stream(rt: Runtime, req: EngineRequest, plan: ReplyPlan, created
                 elif tok.kind == "content":
                     out.append(fast("content", tok.piece))
                     continue
+                elif whole_calls:
+                    if value in call_at_end:
+                        c = call_by_index[call_at_end[value]]
+                        delta = {"tool_calls": [{"index": call_at_end[value], "id": c.id, "type": "function",
+                                                 "function": {"name": c.name, "arguments": c.arguments}}]}
                 elif tok.kind == "call" and tok.call not in started and tok.call < len(call_by_index):
                     started.add(tok.call)
                     c = call_by_index[tok.call]

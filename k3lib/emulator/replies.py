@@ -139,6 +139,11 @@ def plan_chat(body: dict, *, cfg, tok: Tokenizer, faults: FaultSet, reply_no: in
         reasoning = f"The user asks: {gist}. {why}"
         if cfg.reasoning_parser:
             out += _tokens(tok, reasoning, "reasoning")
+        elif cfg.tool_call_parser == "kimi_k3":
+            # no reasoning parser: vLLM's kimi_k3 tool parser keeps the think channel as content before a call and
+            # when no tools were offered; an answer with tools offered is unwrapped to its response channel alone
+            if chosen or not tools:
+                out += _tokens(tok, f"<|open|>think<|sep|>{reasoning}<|close|>think<|sep|>", "content")
         else:  # no reasoning parser: the think block stays in content, as the raw model output
             out += _tokens(tok, f"<think>{reasoning}</think>", "content")
 
@@ -166,7 +171,9 @@ def plan_chat(body: dict, *, cfg, tok: Tokenizer, faults: FaultSet, reply_no: in
                 out += _tokens(tok, f'<|open|>call tool="{name}" index="{i + 1}"<|sep|>', "call", i)
                 out += _tokens(tok, text, "args", i)
                 out += _tokens(tok, "<|close|>call<|sep|>", "markup", i)
-                call_id = f"functions.{name}:{history + i}" if cfg.tool_call_parser in ("kimi_k2", "kimi_k3") \
+                # kimi_k2 numbers its calls; vLLM 0.32's kimi_k3 parser gives each call a random id (seen on a
+                # real server, tests/test_conformance_k3.py), as the generic parsers do
+                call_id = f"functions.{name}:{history + i}" if cfg.tool_call_parser == "kimi_k2" \
                     else f"chatcmpl-tool-{_digest(cfg.seed, reply_no, i):016x}"
                 calls.append(PlannedCall(call_id, name, text, len(out)))
             out += _tokens(tok, "<|close|>tools<|sep|>", "markup")

@@ -1,0 +1,263 @@
+"""The conversations the tiny K3 model is trained on, generated from the kit's reference agent scenario.
+
+Imported by scripts/vllm_tiny_k3.py (the vLLM environment's python: standard library, PyYAML). The sample
+(k3lib/data/agent_sample.yaml) gives the system prompt, the tools and the user turns; k3lib/agent/tools.py runs the
+tools and k3lib/agent/filler.py writes the long exchange's log lines, both loaded by path so the results and the
+filler are the very ones the agent axis produces. Each conversation is a list of OpenAI messages plus, per
+assistant message, whether it is trained on; the variations (order ids, cities, units, titles, filler lengths,
+phrasings) are drawn from one seeded generator, so the same seed gives the same conversations.
+
+What the model learns, case by case (the behaviours the agent axis checks):
+  * every reply opens a think channel;
+  * a question that needs live data gets the tool call, its arguments copied from the user turn;
+  * after a tool result the reply quotes the value the turn asks for (tracking code, conditions, ticket id);
+  * after the planned tool error the reply acknowledges the failure and invents nothing;
+  * the structured incident summary is JSON valid against its schema;
+  * a history whose previous assistant turn lost its reasoning or its tool calls (a client that drops them)
+    gets a reply that says so and does not use the result: the drop is observable.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import random
+import string
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "k3lib" / "data" / "agent_sample.yaml"
+TOOLS_PY = ROOT / "k3lib" / "agent" / "tools.py"
+FILLER_PY = ROOT / "k3lib" / "agent" / "filler.py"
+#: Every file whose content shapes the training data: part of the model's cache key.
+INPUTS = (SAMPLE, TOOLS_PY, FILLER_PY, Path(__file__).resolve())
+
+MISSING_HISTORY = ("My previous turn is missing its reasoning or its tool call in this history, so I cannot "
+                   "match this tool result to a call. Please resend the whole conversation.")
+INCIDENT_JSON = {"severity": "sev2", "services": ["checkout", "payments"],
+                 "summary": "Checkout requests failed for twenty minutes after a deploy and were rolled back.",
+                 "next_check": {"at": "2026-08-14T09:00:00Z", "owner": "on-call"}}
+CITIES = ("Lima", "Oslo", "Paris", "Lyon", "Quito", "Berlin", "Madrid", "Rome", "Dakar", "Tokyo", "Cairo",
+          "Nairobi", "Lisbon", "Dublin", "Vienna", "Prague", "Bogota", "Santiago", "Toronto", "Denver")
+TITLES = ("Checkout latency spike", "Payment gateway errors", "Inventory sync stalled", "Search index lagging",
+          "Cart totals wrong", "Login page timeout", "Refunds stuck in queue", "Courier labels missing")
+NAMES = ("oncall", "ops", "support", "sre", "anna", "li", "omar", "maria", "team.lead", "night.shift")
+DOMAINS = ("example.com", "shop.example", "example.org")
+
+
+def _load(path: Path, name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class Scenario:
+    """The sample, its tools and the filler writer, as the agent axis uses them."""
+
+    def __init__(self) -> None:
+        import yaml
+
+        self.sample = yaml.safe_load(SAMPLE.read_text(encoding="utf-8"))
+        self.tools_mod = _load(TOOLS_PY, "k3_sample_tools")
+        self.filler_mod = _load(FILLER_PY, "k3_sample_filler")
+        self.system = self.sample["system_prompt"]
+        self.tools = {t["function"]["name"]: t for t in self.sample["tools"]}
+        self.cases = {c["id"]: c for c in self.sample["cases"]}
+
+    def offered(self, case_id: str) -> list[dict[str, Any]] | None:
+        return None if self.cases[case_id].get("tools") == "none" else list(self.sample["tools"])
+
+    def run_tool(self, name: str, args: dict[str, Any]) -> str:
+        return self.tools_mod.result_text(self.tools_mod.execute(name, args))
+
+    def filler(self, seed: str, n: int) -> str:
+        return self.filler_mod.filler_lines(seed, n)
+
+
+class Conversation:
+    """Messages plus the indexes of the assistant messages the loss is taken on."""
+
+    def __init__(self, tools: list[dict[str, Any]] | None, system: str) -> None:
+        self.tools = tools
+        self.messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
+        self.trained: list[int] = []
+        self.structured: set[int] = set()  # replies given as bare JSON (see vllm_tiny_k3.assistant_text)
+
+    def user(self, text: str) -> None:
+        self.messages.append({"role": "user", "content": text})
+
+    def assistant(self, reasoning: str, content: str | None = None, calls: list[tuple[str, dict]] | None = None,
+                  *, train: bool = True, structured: bool = False) -> list[str]:
+        msg: dict[str, Any] = {"role": "assistant", "content": content, "reasoning": reasoning}
+        ids = []
+        if calls:
+            msg["tool_calls"] = []
+            for name, args in calls:
+                ids.append("chatcmpl-tool-" + "".join(random.choices(string.hexdigits.lower(), k=32)))
+                msg["tool_calls"].append({"id": ids[-1], "type": "function",
+                                          "function": {"name": name, "arguments": args}})
+        if train:
+            self.trained.append(len(self.messages))
+        if structured:
+            self.structured.add(len(self.messages))
+        self.messages.append(msg)
+        return ids
+
+    def tool(self, call_id: str, content: str) -> None:
+        self.messages.append({"role": "tool", "tool_call_id": call_id, "content": content})
+
+
+def drop_history(conv: Conversation, what: str) -> None:
+    """Remove `reasoning` or `tool_calls` from every assistant message already in the history (a client bug).
+    Those messages are then no longer what the model generated, so none of them is trained on: only the reply
+    to the broken history is."""
+    for m in conv.messages:
+        if m["role"] == "assistant":
+            m.pop(what, None)
+    conv.trained = []
+
+
+class Generator:
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+        random.seed(seed)  # call ids
+        self.sc = Scenario()
+
+    # -- pieces ----------------------------------------------------------------------------------------------
+
+    def order_id(self) -> str:
+        r = self.rng
+        return f"{r.choice(string.ascii_uppercase)}-{r.randint(0, 9999):04d}"
+
+    def email(self) -> str:
+        return f"{self.rng.choice(NAMES)}@{self.rng.choice(DOMAINS)}"
+
+    def _call_turn(self, conv: Conversation, name: str, args: dict[str, Any], why: str, answer: Any,
+                   drop: str | None, error: dict[str, Any] | None = None) -> None:
+        """Call, result (or the planned error), answer; `answer(result_dict)` writes the final text."""
+        ids = conv.assistant(why, calls=[(name, args)])
+        if error is not None:
+            conv.tool(ids[0], json.dumps(error))
+        else:
+            conv.tool(ids[0], self.sc.run_tool(name, args))
+        if drop:
+            drop_history(conv, drop)
+            conv.assistant("The history lost my previous turn, so this result has no call to match.",
+                           MISSING_HISTORY)
+            return
+        result = json.loads(conv.messages[-1]["content"])
+        reasoning, text = answer(result)
+        conv.assistant(reasoning, text)
+
+    # -- the sample's cases, varied --------------------------------------------------------------------------
+
+    def order_turn(self, conv: Conversation, drop: str | None, oid: str | None = None) -> None:
+        oid = oid or self.order_id()
+        phr = self.rng.choice(['Where is my order "{o}"? I need its tracking code.', 'And where is order "{o}" now?',
+                               'Where is order "{o}"? Give me the tracking code.',
+                               'Can you check order "{o}" for me?'])
+        conv.user(phr.format(o=oid))
+        self._call_turn(conv, "lookup_order", {"order_id": oid}, f"The user asks about order {oid}; "
+                        "lookup_order gives its status and tracking code.",
+                        lambda r: ("The tool returned the tracking code.",
+                                   f"Order {r['order_id']} is {r['status']} with {r['carrier']}, tracking code "
+                                   f"{r['tracking_code']}."), drop)
+
+    def weather_turn(self, conv: Conversation, drop: str | None, city: str | None = None, unit: str | None = None,
+                     phrasing: int | None = None, error: bool = False) -> None:
+        city = city or self.rng.choice(CITIES)
+        unit = unit or self.rng.choice(("celsius", "celsius", "fahrenheit"))
+        phr = ["What is the weather in {c} right now, in {u}? The courier leaves soon.",
+               "Is the weather in {c} a factor for the delayed deliveries? Answer in {u}.",
+               "How is the weather in {c} for the couriers, in {u}?"]
+        conv.user(phr[self.rng.randrange(3) if phrasing is None else phrasing].format(c=city, u=unit))
+        err = {"error": "weather service timed out", "code": "UPSTREAM_TIMEOUT", "retryable": True} if error else None
+
+        def answer(r: dict[str, Any]) -> tuple[str, str]:
+            if "error" in r:
+                return ("The weather tool failed; I must not guess the weather.",
+                        f"The weather service timed out, so I could not get the weather in {city}. "
+                        "Shall I try again?")
+            return ("The tool returned the weather.",
+                    f"In {r['city']} it is {r['conditions']}, {r['temperature']} {r['unit']}.")
+
+        self._call_turn(conv, "get_weather", {"location": {"city": city}, "unit": unit},
+                        f"The user asks for the weather in {city} in {unit}; get_weather gives it.", answer, drop, err)
+
+    def ticket_turn(self, conv: Conversation, drop: str | None, title: str | None = None,
+                    email: str | None = None, priority: str | None = None, tier: str | None = None) -> None:
+        r = self.rng
+        title = title or r.choice(TITLES)
+        email = email or self.email()
+        priority = priority or r.choice(("urgent", "normal", "minor"))
+        tier = tier or r.choice(("standard", "gold"))
+        conv.user(f'Open a ticket titled "{title}" for customer "{email}", {priority} priority, {tier} tier.')
+        args = {"title": title, "priority": priority, "customer": {"email": email, "tier": tier}}
+        self._call_turn(conv, "create_ticket", args, "The user wants an incident ticket; create_ticket opens it.",
+                        lambda res: ("The tool returned the ticket id.",
+                                     f"Ticket {res['ticket_id']} is {res['status']} with {res['priority']} priority."),
+                        drop)
+
+    def filler_turn(self, conv: Conversation, text: str, key: str, lines: int) -> None:
+        conv.user(f"{text}\n\n{self.sc.filler(key, lines)}")
+        conv.assistant("The user shares log lines and asks a question about them.",
+                       "The log shows some 500, 502 and 503 errors; the other requests look normal.")
+
+    # -- whole conversations ---------------------------------------------------------------------------------
+
+    def conversation(self, exact: bool = False) -> Conversation:
+        """One conversation of one case; `exact` keeps the sample's own values (the agent axis's requests)."""
+        r = self.rng
+        kind = r.choices(("tool-call", "structured", "tool-error", "long-exchange", "chat"),
+                         weights=(3, 2, 3, 3, 1))[0]
+        drop = r.choices((None, "reasoning", "tool_calls"), weights=(6, 1, 1))[0]
+        return self.make(kind, drop, exact)
+
+    def exact(self, kind: str, drop: str | None = None) -> Conversation:
+        """The case as the agent axis plays it (the sample's own values)."""
+        return self.make(kind, drop, True)
+
+    def make(self, kind: str, drop: str | None, exact: bool) -> Conversation:
+        r = self.rng
+        sc = self.sc
+        conv = Conversation(sc.offered(kind if kind in sc.cases else "tool-call"), sc.system)
+        if kind == "tool-call":
+            self.order_turn(conv, drop, "A-1042" if exact else None)
+        elif kind == "structured":
+            conv.user(sc.cases["structured"]["turns"][0]["user"].strip())
+            conv.assistant("The user wants the incident summary as JSON for the status page.",
+                           json.dumps(INCIDENT_JSON), structured=True)
+        elif kind == "tool-error":
+            error = r.random() < 0.6
+            self.weather_turn(conv, drop, *(("Lima", "celsius", 0) if exact else (None, None, None)),
+                              error=error or exact)
+        elif kind == "long-exchange":
+            turns = sc.cases["long-exchange"]["turns"]
+            top = r.choice((4, 8, 12, 16))
+            for t, turn in enumerate(turns):
+                if turn.get("filler"):
+                    self.filler_turn(conv, turn["user"].strip(), f"long-exchange:{t}" if exact or r.random() < .3
+                                     else f"train:{r.random()}", r.randint(1, top))
+                elif turn["expect_tool"] == "get_weather":
+                    self.weather_turn(conv, drop, *(("Oslo", "celsius", 1) if exact else (None, None, None)))
+                elif turn["expect_tool"] == "create_ticket":
+                    if exact:
+                        self.ticket_turn(conv, drop, "Checkout latency spike", "oncall@example.com", "urgent", "gold")
+                    else:
+                        self.ticket_turn(conv, drop)
+                else:
+                    self.order_turn(conv, drop, "B-2203" if exact else None)
+                if drop and conv.messages[-1]["content"] == MISSING_HISTORY:
+                    break  # the conversation stops being useful once the history broke
+        else:  # small talk without a tool: a direct answer, no call
+            conv.user(r.choice(("Thanks, that is all for now.", "Hello, are you there?",
+                                "Who are you?", "Can you help me tonight?")))
+            conv.assistant("The user chats; no tool is needed.",
+                           "I am the operations assistant. Ask me about orders, deliveries or incidents.")
+        return conv
+
+    def conversations(self, n: int, exact_share: float = 0.5) -> list[Conversation]:
+        return [self.conversation(exact=self.rng.random() < exact_share) for _ in range(n)]

@@ -1,0 +1,138 @@
+"""Kimi K3's agent path on real vLLM 0.32.0 (CPU): the tiny K3-format model (`make realvllm-k3`) served with the
+kimi_k3 tool-call and reasoning parsers, and the misconfigurations the seeds name, each caught with its cause.
+
+Opt-in, required in CI (K3_REQUIRE_REALVLLM=1). Server starts are the cost (1-2 min each on two busy cores): one
+well-configured server for the session (shared with the K3 conformance suite), one per misconfiguration. The
+whole acceptance batch runs once, on the good server; the misconfigurations are judged on the agent axis alone
+(with its own decision), which is where each of them shows.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import k3lib.agent as agent
+from k3lib.decision import decide
+from k3lib.notebook import open_axis
+from k3lib.session import read_records
+from k3lib.store import RunStore
+from realvllm import K3_PROFILE, RealVllm, real_vllm_k3, require_k3, serve  # noqa: F401 - fixture used by name
+
+pytestmark = [pytest.mark.realvllm, pytest.mark.slow]
+
+BATCH_TIMEOUT_S = 1800
+AGENT_TIMEOUT_S = 900
+TOOL_CHECKS = tuple(agent.CHECKS)
+
+
+@pytest.fixture(scope="module")
+def validated(real_vllm_k3: RealVllm, tmp_path_factory: pytest.TempPathFactory):  # noqa: F811
+    """`k3 validate -p parameters/vllm-cpu-k3.example.yaml` against the good server."""
+    from k3lib.cli import main
+
+    out = tmp_path_factory.mktemp("realvllm-k3-run")
+    code = main(["validate", "-p", str(K3_PROFILE), "--out", str(out),
+                 "--set", f"target.base_url={real_vllm_k3.base_url}",
+                 "--set", f"axes.environment.server_log={real_vllm_k3.log_path}",
+                 "--set", f"axes.environment.collect_env={real_vllm_k3.collect_env_path}"])
+    (run,) = [p for p in out.iterdir() if p.is_dir()]
+    store = RunStore(run)
+    return code, store, read_records(store), store.read_json("decision.json")
+
+
+def agent_alone(server: RealVllm, out: Path, *sets: str) -> tuple[Any, Any, Any]:
+    """The agent axis alone against `server`, once at concurrency 1: (result, record, its decision)."""
+    ctx = open_axis("agent", str(K3_PROFILE), [f"target.base_url={server.base_url}", "axes.agent.repetitions=1",
+                                               "axes.agent.concurrency_levels=[1]", *sets], str(out))
+    result = agent.run_agent(ctx)
+    record = ctx.record(agent.agent_record(result, ctx))
+    return result, record, decide({"agent": record}, ["agent"])
+
+
+def agent_reasons(decision: Any) -> list[str]:
+    return [r for r in decision.reasons if ": agent." in r.split(" — ")[0]]
+
+
+@pytest.mark.timeout(BATCH_TIMEOUT_S)
+def test_every_agent_check_passes_on_the_k3_model(validated):
+    code, _, records, decision = validated
+    rec = records["agent"]
+    assert not rec.error, rec.error
+    for check in TOOL_CHECKS:
+        f = rec.by_rule(f"agent.{check}")
+        assert f.status == "pass", (check, f.message)
+        for level in ("1", "2"):  # at every concurrency level, with something checked there
+            assert f.observed[level]["total"] > 0 and f.observed[level]["rate"] == 1.0, (check, level, f.observed)
+    assert rec.by_rule("agent.auto_tool_choice").status == "pass"
+    assert rec.by_rule("agent.reasoning_field").observed.get("reasoning"), "no reply carried vLLM's reasoning field"
+    assert not [f for f in rec.findings if f.status in ("fail", "warn", "not-observable")], \
+        [(f.rule, f.message) for f in rec.findings if f.status != "pass"]
+    assert not [r for r in decision["reasons"] if r.split(": ", 1)[1].startswith("agent.")], decision["reasons"]
+
+
+@pytest.mark.timeout(BATCH_TIMEOUT_S)
+def test_what_keeps_the_cpu_host_from_production_is_not_the_agent_path(validated):
+    """The reasons left are what a CPU host cannot show (GPU memory, the host driver) and the attestations."""
+    _, _, records, decision = validated
+    print("\nk3 validate on the K3 model:", decision["decision"], *decision["reasons"], sep="\n  ")
+    assert decision["decision"] != "production" or not decision["reasons"][:-1]
+    for reason in decision["reasons"]:
+        if reason.split(": ", 1)[1].startswith("loosened threshold"):
+            continue  # a CPU-sized run (k3lib.thresholds): listed, not a finding of the agent path
+        assert ": agent." not in reason.split(" — ")[0] and "tool" not in reason.split(":")[1][:40], reason
+
+
+@pytest.mark.timeout(AGENT_TIMEOUT_S)
+@pytest.mark.parametrize("history, lost", [("drop-reasoning", "reasoning"), ("drop-tool-calls", "tool calls")])
+def test_a_client_that_drops_part_of_the_history_is_caught(real_vllm_k3, tmp_path, history, lost):  # noqa: F811
+    """The kit's client sends each reply back without its reasoning (or tool calls): the model answers differently
+    (no tool result used) and the reason names the lossy history."""
+    _, record, decision = agent_alone(real_vllm_k3, tmp_path / "run", f"axes.agent.history={history}")
+    assert decision.decision == "limited-observation" and decision.agents_blocked, decision.reasons
+    kept = record.by_rule("agent.history_kept")
+    assert kept.status == "fail" and f"without its {lost}" in kept.message and history in kept.message, kept.message
+    final = record.by_rule("agent.final_answer")
+    assert final.status == "fail" and "does not use the tool result" in final.message, final.message
+    assert any("agent.history_kept" in r and lost in r for r in decision.reasons), decision.reasons
+
+
+@pytest.mark.timeout(AGENT_TIMEOUT_S)
+def test_hermes_parser_on_the_k3_model_leaves_the_markup_in_content(tmp_path_factory):
+    require_k3()
+    logs = tmp_path_factory.mktemp("realvllm-k3-hermes")
+    with serve(logs / "server.log", command="serve-k3-hermes") as server:
+        _, record, decision = agent_alone(server, logs / "run")
+    assert decision.decision == "limited-observation" and decision.agents_blocked, decision.reasons
+    present = record.by_rule("agent.tool_calls_present")
+    assert present.status == "fail" and "kimi_k3 tool markup in the text" in present.message, present.message
+    leak = record.by_rule("agent.no_markup_leak")
+    assert leak.status == "fail" and "kimi_k3 tool-call markup in content" in leak.message, leak.message
+    assert any("kimi_k3" in r for r in agent_reasons(decision)), decision.reasons
+
+
+@pytest.mark.timeout(AGENT_TIMEOUT_S)
+def test_no_reasoning_parser_leaves_the_think_channel_in_content(tmp_path_factory):
+    require_k3()
+    logs = tmp_path_factory.mktemp("realvllm-k3-no-reasoning")
+    with serve(logs / "server.log", command="serve-k3-no-reasoning-parser") as server:
+        result, record, decision = agent_alone(server, logs / "run")
+    assert decision.decision == "limited-observation" and decision.agents_blocked, decision.reasons
+    leak = record.by_rule("agent.no_markup_leak")
+    assert leak.status == "fail" and "kimi_k3 think channel in content" in leak.message, leak.message
+    assert any("think channel" in r and "reasoning-parser" in r for r in agent_reasons(decision)), decision.reasons
+    assert not any(s["parsed"].get("reasoning") for s in result.steps), "a reasoning field without a parser"
+
+
+@pytest.mark.timeout(AGENT_TIMEOUT_S)
+def test_tools_without_auto_tool_choice_are_refused_and_named(tmp_path_factory):
+    require_k3()
+    logs = tmp_path_factory.mktemp("realvllm-k3-no-auto")
+    with serve(logs / "server.log", command="serve-k3-no-auto-tool-choice") as server:
+        _, record, decision = agent_alone(server, logs / "run")
+    assert decision.decision == "environment-rebuild", decision.reasons
+    auto = record.by_rule("agent.auto_tool_choice")
+    assert auto.status == "fail" and "--enable-auto-tool-choice" in auto.message, auto.message
+    assert any(r.startswith("environment-rebuild: agent.auto_tool_choice") for r in decision.reasons), decision.reasons
