@@ -120,13 +120,17 @@ def decide(records: dict[str, EvidenceRecord], planned: Iterable[str], *, build:
             elif f.status in ("warn", "not-observable"):
                 raise_to("limited-observation", f"{f.rule}: {f.message}")
                 cache_gain &= not (f.rule.startswith("prefix_cache.") and f.status == "warn")
+    accepted: dict[tuple[str | None, str | None], list[Loosened]] = {}
     for t in loosened:
         if t.accepted:
-            reasons.append(f"loosened threshold, accepted by {t.accepted_by} on {t.accepted_on}: {t.text()} — {t.why}")
+            accepted.setdefault((t.accepted_by, t.accepted_on), []).append(t)
         else:
             raise_to("limited-observation", f"loosened threshold: {t.text()}; no attestation names who accepted it "
                                             "and why (items.thresholds_accepted) — the judgement is not the "
                                             "acceptance's")
+    for (who, on), ts in accepted.items():
+        reasons.append(f"loosened threshold(s), accepted by {who} on {on} (why: decision.json loosened_thresholds): "
+                       + "; ".join(f"{t.path} = {t.value} (default {t.default})" for t in ts))
     for item in checklist or []:
         if item["status"] == "open":
             why = f"nothing compared: {item['observed']}" if item.get("rules") else "no finding proves it"

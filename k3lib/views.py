@@ -71,8 +71,8 @@ def loosened_table(loosened: Any) -> str:
         rows.append("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in (
             t.get("path"), t.get("value"), t.get("default"), t.get("bounds"), t.get("basis"), who)) + "</tr>")
     head = "".join(f"<th>{h}</th>" for h in ("threshold", "value", "default", "bounds", "basis", "acceptance"))
-    return (f"<h3 class='k3-loosened'>Thresholds looser than the defaults ({len(rows)})</h3>"
-            f"<table class='k3-loosened'><tr>{head}</tr>{''.join(rows)}</table>")
+    return (f"<details class='k3-loosened'><summary>Thresholds looser than the defaults ({len(rows)})</summary>"
+            f"<table class='k3-loosened'><tr>{head}</tr>{''.join(rows)}</table></details>")
 
 
 def record_html(record: EvidenceRecord) -> str:
