@@ -19,7 +19,7 @@ import os
 import subprocess
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 
@@ -118,3 +118,20 @@ def real_vllm_k3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealVllm]
     require_k3()
     with serve(tmp_path_factory.mktemp("realvllm-k3") / "server.log", command="serve-k3") as server:
         yield server
+
+
+def validate_against(server: RealVllm, profile: Path, out: Path, *sets: str) -> tuple[int, Any, Any, Any]:
+    """`k3 validate -p PROFILE` against `server` (its URL, startup log and collect_env set), once, into `out`:
+    (exit code, the run's store, its records, its decision.json)."""
+    from k3lib.cli import main
+    from k3lib.session import read_records
+    from k3lib.store import RunStore
+
+    code = main(["validate", "-p", str(profile), "--out", str(out),
+                 "--set", f"target.base_url={server.base_url}",
+                 "--set", f"axes.environment.server_log={server.log_path}",
+                 "--set", f"axes.environment.collect_env={server.collect_env_path}",
+                 *[arg for s in sets for arg in ("--set", s)]])
+    (run,) = [p for p in out.iterdir() if p.is_dir()]
+    store = RunStore(run)
+    return code, store, read_records(store), store.read_json("decision.json")

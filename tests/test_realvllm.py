@@ -15,10 +15,8 @@ import pytest
 from k3lib.decision import EXIT_CODES
 from k3lib.evidence import EvidenceRecord
 from k3lib.plan import ACCEPTANCE_AXES
-from k3lib.session import read_records
 from k3lib.sheet import sheet_rows
-from k3lib.store import RunStore
-from realvllm import PROFILE, VLLM_VERSION, RealVllm, real_vllm  # noqa: F401 - the fixture is used by name
+from realvllm import PROFILE, VLLM_VERSION, RealVllm, real_vllm, validate_against  # noqa: F401 - fixture by name
 
 pytestmark = [pytest.mark.realvllm, pytest.mark.slow]
 
@@ -29,17 +27,8 @@ QUEUE_OBJECTIVE_MS = 100
 @pytest.fixture(scope="module")
 def validated(real_vllm: RealVllm, tmp_path_factory: pytest.TempPathFactory):  # noqa: F811
     """`k3 validate -p parameters/vllm-cpu.example.yaml` against the server: (exit code, store, records, decision)."""
-    from k3lib.cli import main
-
-    out = tmp_path_factory.mktemp("realvllm-run")
-    code = main(["validate", "-p", str(PROFILE), "--out", str(out),
-                 "--set", f"target.base_url={real_vllm.base_url}",
-                 "--set", f"axes.environment.server_log={real_vllm.log_path}",
-                 "--set", f"axes.environment.collect_env={real_vllm.collect_env_path}",
-                 "--set", f"contract.queue_p95_ms={QUEUE_OBJECTIVE_MS}"])
-    (run,) = [p for p in out.iterdir() if p.is_dir()]
-    store = RunStore(run)
-    return code, store, read_records(store), store.read_json("decision.json")
+    return validate_against(real_vllm, PROFILE, tmp_path_factory.mktemp("realvllm-run"),
+                            f"contract.queue_p95_ms={QUEUE_OBJECTIVE_MS}")
 
 
 def _findings(records: dict[str, EvidenceRecord]) -> Iterator[tuple[str, Any]]:
@@ -70,11 +59,17 @@ def test_batch_decides_every_axis_without_error(validated):
 def test_every_reason_is_a_finding_of_the_evidence(validated):
     _, _, records, decision = validated
     rules = {f.rule for _, f in _findings(records)}
+    loosened = {t["path"] for t in decision.get("loosened_thresholds") or ()}
     assert decision["reasons"], "a decision other than production always gives its reasons"
     for reason in decision["reasons"]:
         if reason.startswith("traffic cap:"):  # the cap sentence names the axis that measured it
             axis = re.search(r"measured by the (\w+) axis", reason)
             assert axis and axis.group(1) in records, reason
+            continue
+        if reason.startswith(("limited-observation: loosened threshold: ", "loosened threshold(s), accepted by")):
+            # a threshold the profile set looser than its default: named in the decision's own list, from params.json
+            named = set(re.findall(r"(\w+(?:\.\w+)+) = ", reason))
+            assert named and named <= loosened, (reason, loosened)
             continue
         # a finding's rule, or an item of the go-live checklist (C01…) that no finding proves yet
         m = re.match(r"[\w-]+: (?:(C\d{2}) |([\w.]+):)", reason)

@@ -17,9 +17,7 @@ import pytest
 import k3lib.agent as agent
 from k3lib.decision import decide
 from k3lib.notebook import open_axis
-from k3lib.session import read_records
-from k3lib.store import RunStore
-from realvllm import K3_PROFILE, RealVllm, real_vllm_k3, require_k3, serve  # noqa: F401 - fixture used by name
+from realvllm import K3_PROFILE, RealVllm, real_vllm_k3, require_k3, serve, validate_against  # noqa: F401
 
 pytestmark = [pytest.mark.realvllm, pytest.mark.slow]
 
@@ -31,16 +29,7 @@ TOOL_CHECKS = tuple(agent.CHECKS)
 @pytest.fixture(scope="module")
 def validated(real_vllm_k3: RealVllm, tmp_path_factory: pytest.TempPathFactory):  # noqa: F811
     """`k3 validate -p parameters/vllm-cpu-k3.example.yaml` against the good server."""
-    from k3lib.cli import main
-
-    out = tmp_path_factory.mktemp("realvllm-k3-run")
-    code = main(["validate", "-p", str(K3_PROFILE), "--out", str(out),
-                 "--set", f"target.base_url={real_vllm_k3.base_url}",
-                 "--set", f"axes.environment.server_log={real_vllm_k3.log_path}",
-                 "--set", f"axes.environment.collect_env={real_vllm_k3.collect_env_path}"])
-    (run,) = [p for p in out.iterdir() if p.is_dir()]
-    store = RunStore(run)
-    return code, store, read_records(store), store.read_json("decision.json")
+    return validate_against(real_vllm_k3, K3_PROFILE, tmp_path_factory.mktemp("realvllm-k3-run"))
 
 
 def agent_alone(server: RealVllm, out: Path, *sets: str) -> tuple[Any, Any, Any]:
@@ -50,6 +39,14 @@ def agent_alone(server: RealVllm, out: Path, *sets: str) -> tuple[Any, Any, Any]
     result = agent.run_agent(ctx)
     record = ctx.record(agent.agent_record(result, ctx))
     return result, record, decide({"agent": record}, ["agent"])
+
+
+def agent_alone_misconfigured(tmp_path_factory: pytest.TempPathFactory, command: str) -> tuple[Any, Any, Any]:
+    """The agent axis alone against the K3 model served by `scripts/realvllm.sh COMMAND` (a misconfiguration)."""
+    require_k3()
+    logs = tmp_path_factory.mktemp(f"realvllm-{command}")
+    with serve(logs / "server.log", command=command) as server:
+        return agent_alone(server, logs / "run")
 
 
 def agent_reasons(decision: Any) -> list[str]:
@@ -101,10 +98,7 @@ def test_a_client_that_drops_part_of_the_history_is_caught(real_vllm_k3, tmp_pat
 
 @pytest.mark.timeout(AGENT_TIMEOUT_S)
 def test_hermes_parser_on_the_k3_model_leaves_the_markup_in_content(tmp_path_factory):
-    require_k3()
-    logs = tmp_path_factory.mktemp("realvllm-k3-hermes")
-    with serve(logs / "server.log", command="serve-k3-hermes") as server:
-        _, record, decision = agent_alone(server, logs / "run")
+    _, record, decision = agent_alone_misconfigured(tmp_path_factory, "serve-k3-hermes")
     assert decision.decision == "limited-observation" and decision.agents_blocked, decision.reasons
     present = record.by_rule("agent.tool_calls_present")
     assert present.status == "fail" and "kimi_k3 tool markup in the text" in present.message, present.message
@@ -115,10 +109,7 @@ def test_hermes_parser_on_the_k3_model_leaves_the_markup_in_content(tmp_path_fac
 
 @pytest.mark.timeout(AGENT_TIMEOUT_S)
 def test_no_reasoning_parser_leaves_the_think_channel_in_content(tmp_path_factory):
-    require_k3()
-    logs = tmp_path_factory.mktemp("realvllm-k3-no-reasoning")
-    with serve(logs / "server.log", command="serve-k3-no-reasoning-parser") as server:
-        result, record, decision = agent_alone(server, logs / "run")
+    result, record, decision = agent_alone_misconfigured(tmp_path_factory, "serve-k3-no-reasoning-parser")
     assert decision.decision == "limited-observation" and decision.agents_blocked, decision.reasons
     leak = record.by_rule("agent.no_markup_leak")
     assert leak.status == "fail" and "kimi_k3 think channel in content" in leak.message, leak.message
@@ -128,10 +119,7 @@ def test_no_reasoning_parser_leaves_the_think_channel_in_content(tmp_path_factor
 
 @pytest.mark.timeout(AGENT_TIMEOUT_S)
 def test_tools_without_auto_tool_choice_are_refused_and_named(tmp_path_factory):
-    require_k3()
-    logs = tmp_path_factory.mktemp("realvllm-k3-no-auto")
-    with serve(logs / "server.log", command="serve-k3-no-auto-tool-choice") as server:
-        _, record, decision = agent_alone(server, logs / "run")
+    _, record, decision = agent_alone_misconfigured(tmp_path_factory, "serve-k3-no-auto-tool-choice")
     assert decision.decision == "environment-rebuild", decision.reasons
     auto = record.by_rule("agent.auto_tool_choice")
     assert auto.status == "fail" and "--enable-auto-tool-choice" in auto.message, auto.message

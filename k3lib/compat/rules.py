@@ -884,7 +884,7 @@ def check_startup(s: CompatSources) -> Finding:
                         expected="no compatibility warning before ready")
     return _finding("compat.startup", "pass",
                     f"the startup log holds no error and no compatibility warning before ready ({span}; ready at "
-                    f"line {window.last})", [Proof("server_log", "ready", f"line {window.last}", att)],
+                    f"log line {window.last})", [Proof("server_log", "ready", f"line {window.last}", att)],
                     observed={"errors": 0, "compatibility_warnings": 0, "window": span},
                     expected="no error before ready")
 
