@@ -22,6 +22,7 @@ from k3lib.emulator.cluster import start_cluster
 from k3lib.emulator.faults import FaultSet
 from k3lib.errors import BadInputError
 from k3lib.metrics import Snapshot, scrape
+from procs import terminate
 
 
 def _cluster(*faults: str):
@@ -159,12 +160,7 @@ def test_prometheus_scrapes_the_nodes_as_a_cluster(tmp_path):
                 time.sleep(0.5)
             assert got == want and len(want) == 4
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            terminate(proc)
 
 
 @pytest.mark.slow

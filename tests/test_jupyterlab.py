@@ -21,6 +21,7 @@ import nbformat
 import pytest
 
 from chromium import CHROMIUM, QUIET, needs_chromium
+from procs import terminate
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "explore" / "oom_explorer.ipynb"
@@ -113,12 +114,7 @@ def lab(tmp_path):
         assert _status(f"{base}/api/contents") == 403, "the server must refuse requests without the token"
         yield base, token, work
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=30)
+        terminate(proc, 30)
         log.close()
 
 
@@ -144,11 +140,7 @@ def browser(tmp_path):
         yield tools
         tools.close()
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        terminate(proc, 30)
 
 
 def _pages(port: int):

@@ -21,23 +21,16 @@ import httpx
 
 from ..errors import TargetUnreachable
 from .config import EmulatorConfig
+from .server import EmulatorUrls
 
 
 @dataclass
-class NodeProcess:
+class NodeProcess(EmulatorUrls):
     """One node's emulator in a process of its own."""
 
     node: int
     url: str
     proc: subprocess.Popen
-
-    @property
-    def metrics_url(self) -> str:
-        return self.url + "/metrics"
-
-    @property
-    def dcgm_url(self) -> str:
-        return self.url + "/_emulator/dcgm/metrics"
 
     def stop(self, timeout_s: float = 10.0) -> None:
         if self.proc.poll() is None:

@@ -44,16 +44,10 @@ def _server(cfg: EmulatorConfig, url: str):
     return uvicorn.Server(config), emu
 
 
-@dataclass
-class EmulatorHandle:
-    """A running emulator; `stop()` shuts it down cleanly. Also a context manager."""
+class EmulatorUrls:
+    """Where an emulator (or one node of it) serves its `/metrics` and its dcgm-exporter page, from its `url`."""
 
     url: str
-    port: int
-    config: EmulatorConfig
-    _server: object
-    _thread: threading.Thread
-    _sock: socket.socket
 
     @property
     def metrics_url(self) -> str:
@@ -62,6 +56,18 @@ class EmulatorHandle:
     @property
     def dcgm_url(self) -> str:
         return self.url + "/_emulator/dcgm/metrics"
+
+
+@dataclass
+class EmulatorHandle(EmulatorUrls):
+    """A running emulator; `stop()` shuts it down cleanly. Also a context manager."""
+
+    url: str
+    port: int
+    config: EmulatorConfig
+    _server: object
+    _thread: threading.Thread
+    _sock: socket.socket
 
     def stop(self, timeout_s: float = 10.0) -> None:
         self._server.should_exit = True
