@@ -250,11 +250,8 @@ def emulated() -> Iterator[str]:
                                       model="models/vllm-tiny-llama", block_size=BLOCK_SIZE,
                                       max_model_len=MAX_MODEL_LEN, tool_call_parser="hermes",
                                       reasoning_parser=None, time_scale=0.02)
-    handle = start_emulator(cfg, host="127.0.0.1", port=0)
-    try:
+    with start_emulator(cfg, host="127.0.0.1", port=0) as handle:
         yield handle.url
-    finally:
-        handle.stop()
 
 
 @pytest.fixture(scope="module")

@@ -157,11 +157,8 @@ def emulated() -> Iterator[str]:
     cfg = EmulatorConfig.from_profile("demo", vllm_version=VLLM_VERSION, served_model_name=K3_SERVED_NAME,
                                       model="models/vllm-tiny-k3", block_size=128, max_model_len=2048,
                                       tool_call_parser="kimi_k3", reasoning_parser="kimi_k3", time_scale=0.02)
-    handle = start_emulator(cfg, host="127.0.0.1", port=0)
-    try:
+    with start_emulator(cfg, host="127.0.0.1", port=0) as handle:
         yield handle.url
-    finally:
-        handle.stop()
 
 
 @pytest.fixture(scope="module")
