@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from k3lib.client import ChatClient, ChatRecord, quiet_collector
+from k3lib.procs import end_process
 from k3lib.stats import percentile
 from k3lib.turns import loop_turns
 
@@ -333,12 +334,7 @@ class KnownTimingServer:
                 self._thread.join(timeout=10)
             self._server = None
         if self._process is not None:
-            self._process.terminate()
-            try:
-                self._process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait(timeout=10)
+            end_process(self._process)
             if self._process.stdout is not None:
                 self._process.stdout.close()
             self._process = None

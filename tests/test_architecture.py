@@ -21,7 +21,7 @@ K3LIB = Path(__file__).resolve().parents[1] / "k3lib"
 LAYERS: dict[str, tuple[str, ...]] = {
     # what everything stands on: errors, parameters, the run folder, the target, the evidence model and the
     # outcome vocabulary, the axis context. The emulator is an island at this level (see ISLANDS).
-    "foundation": ("errors", "_deferred", "guards", "params", "retry", "store", "stats", "turns", "plan", "plotting",
+    "foundation": ("errors", "_deferred", "guards", "procs", "params", "retry", "store", "stats", "turns", "plan", "plotting",
                    "operator", "target", "session", "thresholds", "attested", "evidence", "outcomes", "emulator", "emulator.*"),
     # talking to a target and reading what it says: the HTTP client, load generation, /metrics, GPU samplers,
     # the readers of pasted artifacts

@@ -11,6 +11,7 @@ import pytest
 
 import k3lib
 from k3lib.cli import build_parser, main
+from k3lib.procs import end_process
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -81,8 +82,7 @@ def test_k3_emulator_prints_its_url_first_and_serves(tmp_path):
         assert httpx.get(f"{url}/version", timeout=10).json()["version"]
         assert httpx.get(f"{url}/health", timeout=10).status_code == 200
     finally:
-        proc.terminate()
-        proc.wait(15)
+        end_process(proc, 15)
 
 
 @pytest.mark.parametrize("argv, needle", [

@@ -22,7 +22,7 @@ from k3lib.emulator.cluster import start_cluster
 from k3lib.emulator.faults import FaultSet
 from k3lib.errors import BadInputError
 from k3lib.metrics import Snapshot, scrape
-from procs import terminate
+from k3lib.procs import end_process
 
 
 def _cluster(*faults: str):
@@ -160,7 +160,7 @@ def test_prometheus_scrapes_the_nodes_as_a_cluster(tmp_path):
                 time.sleep(0.5)
             assert got == want and len(want) == 4
         finally:
-            terminate(proc)
+            end_process(proc)
 
 
 @pytest.mark.slow

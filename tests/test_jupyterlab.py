@@ -20,8 +20,9 @@ import httpx
 import nbformat
 import pytest
 
+from k3lib.procs import end_process
+
 from chromium import CHROMIUM, QUIET, needs_chromium
-from procs import terminate
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "explore" / "oom_explorer.ipynb"
@@ -114,7 +115,7 @@ def lab(tmp_path):
         assert _status(f"{base}/api/contents") == 403, "the server must refuse requests without the token"
         yield base, token, work
     finally:
-        terminate(proc, 30)
+        end_process(proc, 30)
         log.close()
 
 
@@ -140,7 +141,7 @@ def browser(tmp_path):
         yield tools
         tools.close()
     finally:
-        terminate(proc, 30)
+        end_process(proc, 30)
 
 
 def _pages(port: int):

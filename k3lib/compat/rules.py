@@ -827,8 +827,10 @@ def check_prefix_caching(s: CompatSources, recipe: RecipeParams) -> Finding:
                     expected=True)
 
 
-def _models_not_ready(s: CompatSources, models: Any) -> Finding:
-    """C05 failed by the server itself: /v1/models answered a server error."""
+def _models_server_error(s: CompatSources, models: Any) -> Finding | None:
+    """C05 failed by the server itself when /v1/models answered a server error; None when it did not."""
+    if models is None or models.status is None or models.status < 500:
+        return None
     return _finding("compat.startup", "fail",
                     f"the engine is not ready: /v1/models answered HTTP {models.status} ({models.error})",
                     [Proof("/v1/models", models.status, models.error, s.attachment("models"))],
@@ -851,8 +853,8 @@ def check_startup(s: CompatSources) -> Finding:
                         f"the engine never became ready: it died at startup (line {d.line}: {d.text[:160]}) "
                         "→ topology or image", [Proof("server_log", d.text, f"line {d.line}", att)],
                         observed="engine dead at startup", expected="ready")
-    if log is None and models is not None and models.status is not None and models.status >= 500:
-        return _models_not_ready(s, models)
+    if log is None and (down := _models_server_error(s, models)):
+        return down
     if log is None:
         answers = (f"; the server answers /v1/models ({len(s.models)} model(s)), which proves it started, not that "
                    "it started clean") if answering else ""
@@ -873,8 +875,8 @@ def check_startup(s: CompatSources) -> Finding:
             return _finding("compat.startup", "not-observable",
                             "the log does not show the server's startup up to ready (an excerpt?), so its startup "
                             "was not read; the server answers /v1/models", expected="the log from the start")
-        if models is not None and models.status is not None and models.status >= 500:
-            return _models_not_ready(s, models)
+        if down := _models_server_error(s, models):
+            return down
         return _finding("compat.startup", "not-observable", "readiness not observable: the log shows no ready "
                         "line and " + _missing(s, "models"), expected="ready")
     if window.warnings:

@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 
 from ..errors import TargetUnreachable
+from ..procs import end_process
 from .config import EmulatorConfig
 from .server import EmulatorUrls
 
@@ -33,13 +34,7 @@ class NodeProcess(EmulatorUrls):
     proc: subprocess.Popen
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout_s)
+        end_process(self.proc, timeout_s)
         if self.proc.stdout is not None:
             self.proc.stdout.close()
 
