@@ -35,6 +35,9 @@ LOGICAL_DATE = "2026-12-04T02:00:00+00:00"
 # session); the same for the baseline and the fleet, so the comparison compares like with like. No GPU metrics
 # source: both runs decide limited-observation on that, so a busy machine's timing cannot make the healthy
 # deployment's decision stronger than its baseline's.
+# Short, but each step runs its whole second (not cut after 40 quick requests): the KV usage compared with the
+# baseline is the peak of the step's settled /metrics samples, and a step cut after one sample gave 0.016 in one run
+# and 0.066 in the next (one request in flight at that instant, then four): drift on a healthy deployment.
 TINY = [
     "contract.planned_concurrency=4", "run.notebook_timeout_s=150", "target.restart_timeout_s=5",
     "axes.probe.timeout_s=3", "axes.environment.timeout_s=3",
@@ -43,7 +46,7 @@ TINY = [
     "axes.capacity.ready_timeout_s=2", "axes.capacity.request_timeout_s=3",
     "axes.capacity.context_lengths_tokens=[800]", "axes.capacity.long_context_output_tokens=8",
     "axes.capacity.concurrency_steps=[2]", "axes.capacity.prompt_tokens=256", "axes.capacity.output_tokens=16",
-    "axes.capacity.step_duration_s=1", "axes.capacity.step_max_requests=40",
+    "axes.capacity.step_duration_s=1", "axes.capacity.step_max_requests=400",
     "axes.capacity.soak_duration_s=1", "axes.capacity.soak_max_requests=40",
     "axes.prefix_cache.sessions=1", "axes.prefix_cache.prefix_tokens=[600]", "axes.prefix_cache.max_duration_s=6",
     "axes.prefix_cache.request_timeout_s=3", "axes.prefix_cache.settle_s=0.5", "axes.operations.drill_timeout_s=10",
