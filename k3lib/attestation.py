@@ -17,7 +17,7 @@ from .operator import (DrillCommand, HttpAction, parse_drill_command, run_comman
                        run_operator_command)
 from .attested import (AttestationRecord, AttestedItems, LimitsKnownItem,  # noqa: F401 - public here too
                        RollbackRehearsedItem, parse_attestation, parse_attestation_text, read_attestation)
-from .evidence import Finding
+from .evidence import Finding, FindingStatus
 from .outcomes import REEXAMINE_AFTER_DAYS
 
 RULE_LIMITS = "attestation.operator_knows_limits"
@@ -67,7 +67,7 @@ class Served:
         """`ref` names this release: its vLLM version (with or without a leading v), its image or its digest."""
         ref = ref.strip()
         return ref.lstrip("v") == (self.vllm_version or "").lstrip("v") or ref in (self.image, self.digest) or (
-            bool(self.image) and ref == self.image.rsplit(":", 1)[-1])
+            ref == self.image.rsplit(":", 1)[-1] if self.image else False)
 
     def __str__(self) -> str:
         parts = [f"vLLM {self.vllm_version}" if self.vllm_version else None,
@@ -95,7 +95,7 @@ class DrillResult:
     def serving(self) -> bool:
         return self.command_ok and self.health_status == 200 and self.chat_ok
 
-    def judged(self) -> tuple[str, str]:
+    def judged(self) -> tuple[FindingStatus, str]:
         """(status, why): pass only when a change of image was shown (its digest, or its reference where no digest
         is shown, differs before and after the command), the previous release served, and the roll-forward shown
         serving the accepted release again — the same image, digest and version as before the drill."""
@@ -232,7 +232,8 @@ def _serve_check(http: Any, deadline: float, poll_s: float, model: str | None) -
     except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError) as exc:
         return health, False, f"chat completion: {type(exc).__name__}: {exc}"
     choices = (body or {}).get("choices") if isinstance(body, dict) else None
-    chat_ok = bool(choices) and isinstance(choices[0], dict) and isinstance(choices[0].get("message"), dict)
+    chat_ok = choices is not None and bool(choices) and isinstance(choices[0], dict) \
+        and isinstance(choices[0].get("message"), dict)
     return health, chat_ok, None if chat_ok else f"chat completion answered HTTP {resp.status_code} without a message"
 
 
@@ -327,6 +328,7 @@ def attestation_findings(attestation: AttestationRecord | None, *, drill: DrillR
                                    "limit and the rollback signal "
                                    + (f"({unread})" if unread else "(see parameters/attestation.example.yaml)")))
     else:
+        assert attestation is not None  # the limits are one of its items
         problems = []
         if dated:
             problems.append(dated)

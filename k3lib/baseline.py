@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from . import accepted as acc
 from .errors import BadInputError
@@ -169,7 +169,7 @@ def compare_drift(run: acc.RunEvidence, base: acc.RunEvidence, bands: dict[str, 
 
 def compare_runs(run: acc.RunEvidence, base: acc.RunEvidence, *,
                  bands: dict[str, Band] | None = None,
-                 baseline_problems: list[str] = ()) -> BaselineComparison:
+                 baseline_problems: Sequence[str] = ()) -> BaselineComparison:
     """Pure: two runs read back → the comparison."""
     bands = {**DEFAULT_BANDS, **(bands or {})}
     run_build, base_build = acc.build(run), acc.build(base)

@@ -86,9 +86,9 @@ def build_known_timing_app(config: KnownTimingConfig) -> Any:
     # burst of streams gets its chunks, so each is two joins and one integer, no JSON encoder
     stamped = sse({**base, "object": "chat.completion.chunk", "k3_sent_ns": 0,
                    "choices": [{"index": 0, "delta": {"content": "\x00"}}]})
-    head, rest = stamped.split(b'"k3_sent_ns":0', 1)
+    head, remainder = stamped.split(b'"k3_sent_ns":0', 1)
     head += b'"k3_sent_ns":'
-    middle, tail = rest.split(b"\\u0000", 1)
+    middle, tail = remainder.split(b"\\u0000", 1)
     burst = b"".join(sse({**base, "object": "chat.completion.chunk", "choices": [
         {"index": 0, "delta": {"content": " w0 w1"[: 3 * tpc]}}]}) for _ in range(config.events_per_write))
     role = sse({**base, "object": "chat.completion.chunk",
@@ -156,10 +156,10 @@ def build_known_timing_app(config: KnownTimingConfig) -> Any:
                 # below the client's and the client is what gets measured
                 block = burst
             else:
-                parts = []
+                parts: list[bytes] = []
                 for j in range(k, k + n):
-                    text = "".join(f" w{j * tpc + i}" for i in range(tpc)).encode()
-                    parts += (head, b"%d" % time.perf_counter_ns(), middle, text, tail)
+                    words = "".join(f" w{j * tpc + i}" for i in range(tpc)).encode()
+                    parts += (head, b"%d" % time.perf_counter_ns(), middle, words, tail)
                 block = b"".join(parts)
             if lead:
                 block, lead = lead + block, b""

@@ -146,7 +146,8 @@ class ToolCall:
     @classmethod
     def from_openai(cls, index: int, raw: Mapping[str, Any]) -> ToolCall:
         """A message's `{"id", "type", "function": {"name", "arguments"}}` at position `index`."""
-        fn = raw.get("function") if isinstance(raw.get("function"), Mapping) else {}
+        raw_fn = raw.get("function")
+        fn: Mapping[str, Any] = raw_fn if isinstance(raw_fn, Mapping) else {}
         return cls(index, raw.get("id"), raw.get("type"), fn.get("name"), fn.get("arguments"))
 
 

@@ -70,7 +70,7 @@ def traffic_cap_from(records: dict[str, EvidenceRecord]) -> dict[str, Any]:
     rec = records.get("capacity")
     measured = rec.typed().traffic_cap if rec is not None else None  # CapacityData: typed, checked on read
     cap = measured.max_concurrency if measured is not None else None
-    if cap is not None and cap >= 1:
+    if measured is not None and cap is not None and cap >= 1:
         out = {"max_concurrency": cap, "saturation_point": measured.saturation_point,
                "planned_concurrency": measured.planned_concurrency,
                "basis": f"measured by the capacity axis: {measured.basis}",

@@ -209,7 +209,7 @@ def burst_figure(result: BurstResult, *, widget: bool = False) -> Any:
     ok = [r for r in result.requests if r.get("ttft_ms") is not None and r.get("sent_wall_ns")]
     fig.add_trace(go.Scatter(x=when([r["sent_wall_ns"] / 1e9 for r in ok]), y=[r["ttft_ms"] for r in ok],
                              mode="markers", marker=dict(size=5), name="TTFT"), row=4, col=1)
-    pre = [r.get("num_preemptions_total") for r in met if r.get("num_preemptions_total") is not None]
+    pre = [r["num_preemptions_total"] for r in met if r.get("num_preemptions_total") is not None]
     failed = sum(1 for r in result.requests if failure_kind(r) in ("server-error", "unreachable"))
     fig.update_layout(title=f"Burst: {s.context_tokens} tokens × {s.concurrency} concurrent, "
                             f"{s.output_tokens} out — "

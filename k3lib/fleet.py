@@ -210,8 +210,9 @@ def revalidate(ff: FleetFile, name: str, *, timeout_s: float | None = None) -> F
 
     d = ff.deployment(name)
     folder = ff.folder(name)
+    baseline: Path | None
     if d.baseline is not None:
-        baseline: Path | None = ff.here(d.baseline)
+        baseline = ff.here(d.baseline)
         if not (baseline / "manifest.json").is_file():
             raise BadInputError("not a k3kit run folder (no manifest.json)", source=str(ff.path),
                                 field=f"deployments.{name}.baseline")

@@ -247,6 +247,7 @@ def build_alerts(ctx: _Context) -> tuple[list[dict[str, Any]], dict[str, str]]:
     if why:
         omitted["K3PrefixHitRateFarBelowValidated"] = why
     else:
+        assert o.traffic_hit_rate is not None  # else `why` says it is not given
         floor = o.traffic_hit_rate * o.hit_rate_fraction
         rules.append(_rule(
             "K3PrefixHitRateFarBelowValidated", f"{q.hit_rate()}\n  < {_fmt(floor)}", o.sustained_for,

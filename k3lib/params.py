@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 from urllib.parse import urlsplit
@@ -387,7 +388,7 @@ def _provenance(loc: tuple[Any, ...], prov: dict[str, str], default: str) -> str
     return default
 
 
-def _expected(err: dict[str, Any], reference: str = "parameters/production.example.yaml") -> str:
+def _expected(err: Mapping[str, Any], reference: str = "parameters/production.example.yaml") -> str:
     kind, msg = err.get("type", ""), err.get("msg", "")
     if kind == "extra_forbidden":
         return f"unknown key; check its spelling against {reference}"
@@ -419,7 +420,7 @@ def _layer(path: Path, merged: dict[str, Any], prov: dict[str, str], seen: tuple
     _merge(merged, data, str(path), prov)
 
 
-def layer(files: list[str | Path], sets: list[str] = (), *,
+def layer(files: Sequence[str | Path], sets: Sequence[str] = (), *,
           base: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, str]]:
     """The YAML `files` merged left to right (each after what it `extends:`), `sets` applied last; with the
     provenance of every key path (which file or override set it), for error messages."""
@@ -444,7 +445,7 @@ def layer(files: list[str | Path], sets: list[str] = (), *,
 COMMAND_SECTIONS = {"k3 validate": ("recipe", "contract", "axes"), "k3 review": ("review",)}
 
 
-def check_command(files: list[str | Path], command: str) -> None:
+def check_command(files: Sequence[str | Path], command: str) -> None:
     """A parameters file written for the other command is named as such (one line), before any field error."""
     for f in files:
         try:
@@ -462,7 +463,7 @@ def check_command(files: list[str | Path], command: str) -> None:
                                 source=str(f))
 
 
-def load_params(files: list[str | Path], sets: list[str] = (), *, base: dict[str, Any] | None = None) -> Params:
+def load_params(files: Sequence[str | Path], sets: Sequence[str] = (), *, base: dict[str, Any] | None = None) -> Params:
     """Layer the YAML `files` left to right, apply `sets` last, validate. Raises BadInputError (one line)."""
     check_command(list(files), "k3 validate")
     merged, prov = layer(files, sets, base=base)
@@ -512,7 +513,7 @@ def load_params_json(path: str | Path) -> Params:
     return validate_params(data, default_source=str(p))
 
 
-def load_any(path: str | Path, sets: list[str] = ()) -> Params:
+def load_any(path: str | Path, sets: Sequence[str] = ()) -> Params:
     """A notebook's `params_file`: YAML parameters or a run's resolved params.json."""
     p = Path(path)
     if p.suffix == ".json":

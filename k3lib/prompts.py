@@ -42,7 +42,8 @@ _PAD = " x"
 class TokenCounter(Protocol):
     """Counts the tokens a chat request's prompt will have on the server (chat template included)."""
 
-    sized_by: str
+    @property
+    def sized_by(self) -> str: ...
 
     async def count_chat(self, messages: Messages, tools: Sequence[Mapping[str, Any]] | None) -> int: ...
 

@@ -183,7 +183,7 @@ def _verify_files(run_dir: str | Path, *, allowed_signers: str | Path | None = N
     pdf_changed, notes = pdf_problems(store)  # the archived PDF against the sha256 report.json recorded
     changed += pdf_changed
     listed = set(store.manifest()["files"])
-    counts = {"files_checked": len(listed), "manifest_path": str(store.root / MANIFEST)}
+    counts: dict[str, Any] = {"files_checked": len(listed), "manifest_path": str(store.root / MANIFEST)}
     sig_path, ssh_path = store.root / SIGNATURE, store.root / SSH_SIG
     unlisted = _unlisted(store, listed)
     if not sig_path.exists():

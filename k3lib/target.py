@@ -5,11 +5,18 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import os
-from typing import Any
+from typing import Any, Protocol
 
 from .errors import BadInputError
 from .guards import api_key, require_key_env
 from .params import Params, TargetParams
+
+
+class WithTarget(Protocol):
+    """What resolving a target reads: the `target` section of the acceptance or the review parameters."""
+
+    @property
+    def target(self) -> TargetParams: ...
 
 
 @dataclasses.dataclass
@@ -37,12 +44,12 @@ class Target:
         return f"Target(base_url={self.base_url!r}, metrics_urls={self.metrics_urls!r})"
 
 
-def require_api_key(params: Params) -> None:
+def require_api_key(params: WithTarget) -> None:
     """Fail before anything starts when the key's variable is named but empty."""
     require_key_env(params.target.api_key_env, source="target.api_key_env")
 
 
-def emulator_config(params: Params) -> Any:
+def emulator_config(params: WithTarget) -> Any:
     """The EmulatorConfig the parameters describe (contract and recipe shape the emulator like the target)."""
     from .emulator import EmulatorConfig
 
@@ -58,7 +65,7 @@ def emulator_config(params: Params) -> Any:
         raise BadInputError(f"{exc}", source="target.emulator") from None
 
 
-def start_embedded(params: Params) -> Any:
+def start_embedded(params: WithTarget) -> Any:
     """The emulator in a thread of this process, or, for a profile spanning nodes, one process per node."""
     from .emulator import start_emulator
 
@@ -71,7 +78,7 @@ def start_embedded(params: Params) -> Any:
     return start_emulator(cfg, host="127.0.0.1", port=0)
 
 
-def resolve_target(params: Params, *, start: bool = True) -> Target:
+def resolve_target(params: WithTarget, *, start: bool = True) -> Target:
     """Point at `target.base_url`, or start the embedded emulator when none is given."""
     tp = params.target
     require_api_key(params)

@@ -136,7 +136,8 @@ class Loosened:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Loosened":
-        return cls(**{f.name: d.get(f.name) for f in dataclasses.fields(cls)})
+        fields: dict[str, Any] = {f.name: d.get(f.name) for f in dataclasses.fields(cls)}
+        return cls(**fields)
 
 
 def _get(tree: Mapping[str, Any], path: str) -> Any:

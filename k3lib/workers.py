@@ -398,8 +398,8 @@ async def calibrate_workers(pool: WorkerPool, url: str, *, concurrency: int, kno
                               timeout_s=START_MARGIN_S + timeout_s * rounds + END_GRACE_S)
     empty = LoopLagReport(duration_s=0.0, interval_ms=0.0, samples=0, p50_ms=None, p99_ms=None, max_ms=None)
     lags = [LoopLagReport(**o.info["lag"]) if o.info.get("lag") else empty for o in outcomes]
-    kw = {"url": settings.base_url, "known_ttft_ms": known_ttft_ms, "known_itl_ms": known_itl_ms, "chunks": chunks,
-          "tokens_per_chunk": tokens_per_chunk, "max_error_ms": max_error_ms}
+    kw: dict[str, Any] = {"url": settings.base_url, "known_ttft_ms": known_ttft_ms, "known_itl_ms": known_itl_ms,
+                          "chunks": chunks, "tokens_per_chunk": tokens_per_chunk, "max_error_ms": max_error_ms}
     reports = [assess(per[w], concurrency=shares[w], loop_lag=lags[w], **kw) for w in range(n)]
     worst = max(lags, key=lambda r: -1.0 if r.p99_ms is None else r.p99_ms)
     whole = assess([r for rs in per for r in rs], concurrency=concurrency, loop_lag=worst, **kw)
@@ -494,8 +494,8 @@ class _Worker:
                        first_index=job["first_index"], index_step=job["index_step"])
         self.phase = phase
         work = closed_loop_work if job["mode"] == "closed" else open_loop_work
-        lag = await _with_lag(phase, work(phase, job["offsets_s"]))
-        return {"cpu_s": time.process_time() - cpu0, "lag_p99_ms": lag, "issued": phase.issued}
+        lag_p99_ms = await _with_lag(phase, work(phase, job["offsets_s"]))
+        return {"cpu_s": time.process_time() - cpu0, "lag_p99_ms": lag_p99_ms, "issued": phase.issued}
 
 
 async def _serve(jobs: Connection, results: Connection) -> None:

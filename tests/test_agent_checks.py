@@ -43,7 +43,7 @@ def test_packaged_sample_has_what_the_seed_lists():
         any(v.get("type") == "object" for v in p["properties"].values()) for p in schemas), "enums and nested objects"
     turns = [t for c in s.cases for t in c.turns]
     assert any(t.expect_tool and t.final.uses_result for t in turns), "a call whose result the answer must use"
-    assert any(t.schema() for t in turns), "a json_schema structured answer"
+    assert any(t.final_schema() for t in turns), "a json_schema structured answer"
     assert any(c.requires_images and any(t.image_parts for t in c.turns) for c in s.cases)
     assert any(t.tool_error and t.fallback for t in turns)
     assert any(sum(t.filler for t in c.turns) >= 2 and len(c.turns) >= 4 for c in s.cases), "a long exchange"

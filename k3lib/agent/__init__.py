@@ -72,8 +72,8 @@ def run_agent(ctx: Any) -> AgentResult:
         sync.run(runner.run())
     if ctx.store.path(STEPS_FILE).exists():
         ctx.store.adopt(STEPS_FILE)
-    run = {"settings": settings.to_dict(), "sample": sample_summary(sample, source), "levels": runner.levels,
-           "skipped": runner.skipped_cases()}
+    run: dict[str, Any] = {"settings": settings.to_dict(), "sample": sample_summary(sample, source),
+                           "levels": runner.levels, "skipped": runner.skipped_cases()}
     ctx.store.write_json(RUN_FILE, run)
     return AgentResult(run["settings"], run["sample"], runner.levels, run["skipped"], runner.steps)
 

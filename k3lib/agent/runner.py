@@ -271,7 +271,7 @@ class ScenarioRunner:
                     fb = outcomes[-1]
                     step["decision"] = ("fallback accepted: " if fb.passed else "fallback rejected: ") + fb.detail
                 else:
-                    fin = C.check_final(rec.content, rec.finish_reason, turn.final, turn.schema(), last_result)
+                    fin = C.check_final(rec.content, rec.finish_reason, turn.final, turn.final_schema(), last_result)
                     outcomes.append(fin)
                     step["decision"] = "answer accepted" if fin.passed else f"answer rejected: {fin.detail}"
                 self._emit(step, outcomes)

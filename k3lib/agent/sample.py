@@ -127,7 +127,7 @@ class TurnSpec(_Strict):
     def image_parts(self) -> int:
         return sum(1 for p in self.user if p.get("type") == "image_url") if isinstance(self.user, tuple) else 0
 
-    def schema(self) -> dict[str, Any] | None:
+    def final_schema(self) -> dict[str, Any] | None:
         """The JSON Schema the final answer's content must validate against, if any."""
         rf = self.response_format or {}
         return (rf.get("json_schema") or {}).get("schema") if rf.get("type") == "json_schema" else None
@@ -190,7 +190,7 @@ class AgentSample(_Strict):
             return []
         return list(case.tools)
 
-    def tool_choice(self, case: CaseSpec) -> str | None:
+    def tool_choice(self, case: CaseSpec) -> ToolChoice | None:
         return case.tool_choice if case.tool_choice is not None else self.defaults.tool_choice
 
 

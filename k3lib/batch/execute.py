@@ -251,8 +251,8 @@ def run_notebooks(store: RunStore, stages: Sequence[Sequence[tuple[str, str | No
                     kernels = [ahead.submit(start_kernel_ahead, preload) for _ in stages[n + 1]]
                 for future in as_completed(futures):
                     outcome = future.result()
-                    if outcome.status != "ok" and futures[future]:
-                        record_failure(store, futures[future], outcome)
+                    if outcome.status != "ok" and (failed_axis := futures[future]):
+                        record_failure(store, failed_axis, outcome)
                     outcomes[outcome.notebook] = outcome
                     progress.done(outcome)
     finally:

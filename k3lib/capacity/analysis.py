@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 MIB = 1024 * 1024
 Row = Mapping[str, Any]
@@ -188,16 +188,17 @@ def judge_step(step: Mapping[str, Any], *, queue_objective_ms: float | None,
     return not why, why
 
 
-def queue_verdict(step: Mapping[str, Any], objective_ms: float | None) -> tuple[str | None, str]:
+def queue_verdict(step: Mapping[str, Any], objective_ms: float | None
+                  ) -> tuple[Literal["pass", "fail", "undecided"] | None, str]:
     """Whether a window's queue-time p95 meets the objective, as far as its histogram can tell:
     ("pass" | "fail" | "undecided" | None, the sentence). None: no objective or no queue data. A fail needs the
     p95's lower bound above the objective and a pass its upper bound at or below it; in between the buckets
     cannot decide, and an objective the data cannot decide is never failed."""
     low, high = step.get("queue_p95_low_ms"), step.get("queue_p95_high_ms")
     point = step.get("queue_p95_ms")
-    if low is None and point is None:
-        return None, "no queue-time histogram in the window"
     if low is None:  # a step recorded before bounds were kept: its figure is all there is
+        if point is None:
+            return None, "no queue-time histogram in the window"
         low = high = point
     said = step.get("queue_p95_text") or f"{point:.0f} ms"
     if objective_ms is None:
@@ -211,7 +212,7 @@ def queue_verdict(step: Mapping[str, Any], objective_ms: float | None) -> tuple[
 
 
 def latency_verdict(step: Mapping[str, Any], key: str, objective_ms: float | None
-                    ) -> tuple[str | None, str, dict[str, Any] | None]:
+                    ) -> tuple[Literal["pass", "fail", "inconclusive"] | None, str, dict[str, Any] | None]:
     """Whether a window's client p95 (`key`: "ttft" or "e2e") meets the objective, judged on the bootstrap interval
     of the p95 over the window's requests (`<key>_p95_interval`, see k3lib.capacity.run.record_stats):
     ("pass" | "fail" | "inconclusive" | None, the sentence, the interval). None: no objective. A pass needs the
@@ -347,8 +348,8 @@ def soak_analysis(metric_rows: Sequence[Row], gpu_rows: Sequence[Row], start: fl
     hr_drop = None if hr_first is None or hr_last is None else hr_first - hr_last
     # Fragmentation: the pool looks full while few sequences run (blocks held by something other than the load).
     few = max(1.0, concurrency / 2)
-    pairs = [(_num(r.get("kv_cache_usage_perc")), _num(r.get("num_requests_running"))) for r in rows]
-    pairs = [(u, n) for u, n in pairs if u is not None and n is not None]
+    read = [(_num(r.get("kv_cache_usage_perc")), _num(r.get("num_requests_running"))) for r in rows]
+    pairs = [(u, n) for u, n in read if u is not None and n is not None]
     frag = sum(1 for u, n in pairs if u >= 0.9 and n < few)
     frag_share = frag / len(pairs) if pairs else None
     pre = [v for _, v in series(rows, "num_preemptions_total")]

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..outcomes import strongest
-from ..evidence import EvidenceRecord, Finding, axis_status
+from ..evidence import EvidenceRecord, Finding, FindingStatus, axis_status
 from ..params import Params
 from .analysis import incomplete_counts, incomplete_load, latency_verdict, queue_verdict
 from .ranks import rank_findings
@@ -17,7 +17,7 @@ from .roofline import roofline_findings
 if TYPE_CHECKING:
     from ..session import AxisContext
 
-def _f(rule: str, status: str, message: str, *, observed: Any = None, expected: Any = None,
+def _f(rule: str, status: FindingStatus, message: str, *, observed: Any = None, expected: Any = None,
        **evidence: Any) -> Finding:
     return Finding(rule=f"capacity.{rule}", status=status, message=message, observed=observed, expected=expected,
                    evidence=evidence)
@@ -49,8 +49,10 @@ def _cold_load(result: CapacityResult) -> Finding:
                          if m.get("used_mib") is not None and m.get("total_mib")) or "GPU memory not observable"
     log = result.log
     if not ready.get("ready"):
-        startup_oom = log is not None and log.oom is not None and log.oom.phase == "startup"
-        why = f"startup OOM in the log (line {log.oom.line}): {log.oom.text.strip()[:200]}" if startup_oom else \
+        oom = log.oom if log is not None else None
+        startup_oom = oom if oom is not None and oom.phase == "startup" else None
+        why = f"startup OOM in the log (line {startup_oom.line}): {startup_oom.text.strip()[:200]}" \
+            if startup_oom is not None else \
             "no memory error in the log" if log is not None else "no server log to say why"
         last = ready.get("last_status") or ready.get("last_error")
         return _f("cold_load", "fail", f"the server never became ready ({ready.get('polls')} health polls over "
@@ -290,7 +292,9 @@ def _incomplete(result: CapacityResult, params: Params) -> Finding | None:
     windows = [(n, w) for n, w in _windows(result) if not w.get("out_of_contract")]
     if not windows:
         return None
-    table, short, not_served = {}, [], []
+    table: dict[str, dict[str, Any]] = {}
+    short: list[str] = []
+    not_served: list[str] = []
     for name, w in windows:
         sent, ok, kinds = incomplete_counts(w)
         table[name] = {"sent": sent, "ok": ok, **kinds, "error_statuses": w.get("error_statuses") or {}}
@@ -425,7 +429,7 @@ def _calibration(result: CapacityResult) -> Finding | None:
                   f"the latency figures of the steps at or above {n} are marked invalid, not trusted; the "
                   "saturation point rests on the server's counters and is unaffected",
                   **common)
-    worst = max(summary, key=lambda r: r["concurrency"], default={})
+    worst: dict[str, Any] = max(summary, key=lambda r: r["concurrency"], default={})
     return _f("client_calibration", "pass",
               f"the client's own timing error stays within {cal.get('max_error_ms')} ms up to concurrency "
               f"{worst.get('concurrency')} (TTFT error p99 {_ms(worst.get('ttft_error_ms_p99'))}, ITL error p99 "
@@ -495,15 +499,15 @@ def _phases(result: CapacityResult) -> list[Finding]:
 def iter_findings(result: CapacityResult, params: Params) -> list[Finding]:
     out = [_cold_load(result), _admission(result, params), *_observability(result), *_oom(result, params),
            _refusal(result)]
-    if result.phase("long-context") and result.phase("long-context")["status"] != "skipped":
+    if (long_context := result.phase("long-context")) and long_context["status"] != "skipped":
         out.append(_long_context(result))
-    if result.phase("concurrency") and result.phase("concurrency")["status"] != "skipped":
+    if (concurrency := result.phase("concurrency")) and concurrency["status"] != "skipped":
         out.extend(_saturation(result, params))
         out.extend(_latency(result, params))
         out.extend(rank_findings(result, params))
         out.extend(roofline_findings(result, params))
         out.extend(f for f in (_calibration(result),) if f is not None)
-    if result.phase("soak") and result.phase("soak")["status"] != "skipped":
+    if (soak := result.phase("soak")) and soak["status"] != "skipped":
         out.extend(_soak(result, params))
     out.extend(f for f in (_incomplete(result, params), _cross_check(result, params)) if f is not None)
     out.extend(_phases(result))

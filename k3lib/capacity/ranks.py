@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from ..evidence import Finding
+from ..evidence import Finding, FindingStatus
 from ..metrics import Snapshot, delta, window_histogram
 
 if TYPE_CHECKING:
@@ -93,7 +93,7 @@ def rank_window(before: Snapshot | None, after: Snapshot | None, rows: Sequence[
     return out
 
 
-def _f(rule: str, status: str, message: str, **evidence: Any) -> Finding:
+def _f(rule: str, status: FindingStatus, message: str, **evidence: Any) -> Finding:
     return Finding(rule=f"capacity.{rule}", status=status, message=message, observed=evidence.pop("observed", None),
                    expected=evidence.pop("expected", None), evidence=evidence)
 
@@ -151,6 +151,7 @@ def _balance(step: Mapping[str, Any] | None, soak: Mapping[str, Any] | None) -> 
                                                    f"{median:.0f} ({mine / median:.0%}; vllm:cache_config_info "
                                                    "num_gpu_blocks): its GPU had less free memory when it started"))
     for r, mine, median in _outliers(at_step, "decode_tokens_per_s_per_seq", DECODE_SHARE_MIN):
+        assert step is not None  # at_step holds its ranks
         problems.append((mine / median, r["rank"],
                          f"decodes {mine:.1f} tokens/s per sequence at concurrency {step['concurrency']}, "
                          f"its peers {median:.1f} ({mine / median:.0%}; 1 / the mean inter-token latency of its engine): "

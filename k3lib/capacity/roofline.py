@@ -89,6 +89,7 @@ def bound(result: "CapacityResult", rp: "RooflineParams") -> dict[str, Any]:
         why = "axes.capacity.roofline.active_params_b and weight_dtype are not set: bytes per token unknown"
     if why:
         return {**out, "known": False, "why": why}
+    assert rp.active_params_b is not None and rp.weight_dtype is not None  # else `why` said so
     per_param = DTYPE_BYTES[rp.weight_dtype]
     bytes_per_token = rp.active_params_b * 1e9 * per_param
     tp = sizes["tensor_parallel_size"]

@@ -99,7 +99,9 @@ def window_numbers(before: Snapshot | None, after: Snapshot | None) -> dict[str,
 
 def queue_numbers(queue: HistogramWindow | None) -> dict[str, Any]:
     """The queue-time p95 of one window in ms: a figure where decided, else its bounds (see window_numbers)."""
-    bounds = None if queue is None or not queue.count else queue.quantile_bounds(0.95)
+    if queue is None or not queue.count:
+        return {"queue_p95_ms": None}
+    bounds = queue.quantile_bounds(0.95)
     if bounds is None:
         return {"queue_p95_ms": None}
     ms = lambda v: None if v is None or math.isinf(v) else round(v * 1000, 3)  # noqa: E731
@@ -600,6 +602,7 @@ class CapacityRunner:
                 **spread}
 
     async def _concurrency(self) -> str:
+        assert self.timeline is not None  # run() starts the samplers before any phase
         plan = self.plan
         sizing = self._client(self.params.target.timeout_s)
         client = self._client(plan.request_timeout_s)
@@ -648,6 +651,7 @@ class CapacityRunner:
         return SaltedBodies(tuple(self._body(p, max_tokens) for p in prompts), f"k3cap-{self.store.run_id}-{label}")
 
     async def _soak(self) -> str:
+        assert self.timeline is not None  # run() starts the samplers before any phase
         plan = self.plan
         sizing = self._client(self.params.target.timeout_s)
         client = self._client(plan.request_timeout_s)

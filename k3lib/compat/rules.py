@@ -12,7 +12,7 @@ from typing import Any, Iterable
 from packaging.version import InvalidVersion, Version
 
 from ..outcomes import rule_for
-from ..evidence import Finding
+from ..evidence import Finding, FindingStatus
 from ..params import EnvironmentParams, RecipeParams
 from ..readers._text import numbered_lines
 from .startup import startup_lines
@@ -177,7 +177,7 @@ def line_of(text: str | None, pattern: str) -> str | None:
     return None
 
 
-def _finding(rule: str, status: str, message: str, proofs: Iterable[Proof] = (), *, observed: Any = None,
+def _finding(rule: str, status: FindingStatus, message: str, proofs: Iterable[Proof] = (), *, observed: Any = None,
              expected: Any = None, **extra: Any) -> Finding:
     spec = RULES[rule]
     evidence = {"item": spec.item, "level": spec.level, "on_mismatch": spec.on_mismatch,
@@ -320,7 +320,8 @@ def check_driver(s: CompatSources, recipe: RecipeParams) -> Finding:
     observed = proofs[0].value
     if len({p.value for p in proofs}) > 1:
         said = ", ".join(f"{p.source} says {p.value}" for p in proofs)
-        status = "fail" if len(branches) > 1 or not all(driver_branch_ok(b, recipe) for b in branches) else "warn"
+        status: FindingStatus = ("fail" if len(branches) > 1 or not all(driver_branch_ok(b, recipe) for b in branches)
+                                 else "warn")
         return _finding("compat.driver_branch", status,
                         f"driver sources disagree: {said} — they were not taken on the same host or at the same time",
                         proofs, observed={p.source: p.value for p in proofs}, expected=expected)
@@ -515,9 +516,9 @@ def check_cuda_build(s: CompatSources, recipe: RecipeParams) -> Finding:
         proofs.append(Proof("collect_env: torch wheel tag", ce.torch_version, line_of(text, r"PyTorch version"), att))
         majors.setdefault("torch build", m)
     for major in ce.cuda_library_majors:
-        libs = [p.name for p in ce.cuda_library_packages if p.name.lower().endswith(f"cu{major}")]
-        proofs.append(Proof(f"collect_env: nvidia-*-cu{major} wheels", ", ".join(libs[:4]) + ("…" if len(libs) > 4 else ""),
-                            line_of(text, re.escape(libs[0])) if libs else None, att))
+        wheels = [p.name for p in ce.cuda_library_packages if p.name.lower().endswith(f"cu{major}")]
+        proofs.append(Proof(f"collect_env: nvidia-*-cu{major} wheels", ", ".join(wheels[:4]) + ("…" if len(wheels) > 4 else ""),
+                            line_of(text, re.escape(wheels[0])) if wheels else None, att))
     if (m := cuda_major_of_tag(ce.vllm_version)) is not None:
         majors["vLLM wheel tag"] = m
     if s.image and s.image.reference and (m := cuda_major_of_tag(s.image.reference.rpartition(":")[2])) is not None:
@@ -772,7 +773,7 @@ def check_flags(s: CompatSources, recipe: RecipeParams) -> Finding:
     if s.tool_probe.outcome != "not-run":
         proofs.append(Proof('chat with tool_choice "auto"', f"{s.tool_probe.outcome} (HTTP {s.tool_probe.status})",
                             s.tool_probe.detail or None, s.attachment("tool_choice")))
-    order = ("fail", "not-observable", "warn", "pass")
+    order: tuple[FindingStatus, ...] = ("fail", "not-observable", "warn", "pass")
     status = next(st for st in order if st in {v[0] for v in verdicts.values()} or st == "pass")
     observed = {f: v[0] for f, v in verdicts.items()}
     bad = [f"{f} ({why})" for f, (st, why) in verdicts.items() if st == status]

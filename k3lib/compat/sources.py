@@ -122,8 +122,8 @@ def parse_image_inspect(text: str) -> ImageRef:
     if not isinstance(data, dict):
         raise ArtifactError("expected a JSON object (or a list of one) from `docker inspect` / `crictl inspect`")
     ref = digest = created = None
-    status = data.get("status") if isinstance(data.get("status"), dict) else {}
-    config = data.get("Config") if isinstance(data.get("Config"), dict) else {}
+    status = data["status"] if isinstance(data.get("status"), dict) else {}
+    config = data["Config"] if isinstance(data.get("Config"), dict) else {}
     # crictl inspect: status.image.image is the reference, status.imageRef the repo@sha256 it resolved to
     if status:
         image = status.get("image")
@@ -134,9 +134,9 @@ def parse_image_inspect(text: str) -> ImageRef:
     started_as = config.get("Image")
     if ref is None and isinstance(started_as, str) and not started_as.startswith("sha256:"):
         ref = started_as
-    tags = data.get("RepoTags") if isinstance(data.get("RepoTags"), list) else []
+    tags = data["RepoTags"] if isinstance(data.get("RepoTags"), list) else []
     ref = ref or (tags[0] if tags else None)
-    digests = data.get("RepoDigests") if isinstance(data.get("RepoDigests"), list) else []
+    digests = data["RepoDigests"] if isinstance(data.get("RepoDigests"), list) else []
     digest = digest or next((d for d in map(_digest_of, digests) if d), None)
     # plain shape, e.g. the emulator's /_emulator/state or a hand-written note
     for key in ("image", "image_ref", "reference"):
@@ -215,6 +215,7 @@ def read_sources(texts: dict[str, SourceText], *, api_version: str | None = None
         src = texts.get(name)
         if src is None or not src.ok:
             continue
+        assert src.text is not None  # `ok`: the text was fetched
         try:
             parsed[name] = read(src.text)
         except BadInputError as exc:
@@ -324,8 +325,8 @@ def _cache_config(client: httpx.Client, urls: tuple[str, ...]) -> tuple[SourceTe
         if labels:
             text = "\n\n".join(kept)
             return SourceText("cache_config_info", url, text), labels, url
-    text = "\n\n".join(kept) if kept else None
-    return SourceText("cache_config_info", ", ".join(urls), text, error="; ".join(errors) or "no metrics URL"), {}, None
+    kept_text = "\n\n".join(kept) if kept else None
+    return SourceText("cache_config_info", ", ".join(urls), kept_text, error="; ".join(errors) or "no metrics URL"), {}, None
 
 
 def _probe_server(ctx: "AxisContext", client: httpx.Client) -> dict[str, Any]:

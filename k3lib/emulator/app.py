@@ -171,7 +171,9 @@ async def models(request: Request) -> Response:
 async def metrics(request: Request) -> Response:
     rt = request.app.state.emu.runtime
     if not rt.ready:
-        return _gate(request, rt, None, api=False)
+        refused = _gate(request, rt, None, api=False)
+        assert refused is not None  # _gate refuses whatever is asked before the engine is ready
+        return refused
     return Response(rt.metrics.exposition(), media_type=None, headers={"content-type": CONTENT_TYPE})
 
 
@@ -271,6 +273,7 @@ def _tool_choice_error(rt: Runtime, body: dict) -> JSONResponse | None:
 async def _run(rt: Runtime, req: EngineRequest):
     """Submit and yield engine events until the request finishes (aborting it if the caller goes away)."""
     engine = rt.submit(req)
+    assert req.events is not None  # the engine's `add` gave the request its queue
     done = False
     try:
         while True:
@@ -326,6 +329,7 @@ async def chat_completions(request: Request) -> Response:
         pass
     if req.finish_reason == "error":
         return _err(rt, 500, protocol.DEAD_ENGINE_MESSAGE)
+    assert req.finish_reason is not None  # `_run` ends on the engine's "finish" event, which sets it
     msg = assemble(plan, req.num_output)
     reasoning_tokens = sum(1 for t in plan.tokens[:req.num_output] if t.kind == "reasoning")
     message = protocol.chat_message(rt.cfg, msg)

@@ -23,7 +23,8 @@ _ITERATION_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 1
 
 
 def buckets_1_2_5(limit: int) -> tuple[float, ...]:
-    out, mag = [], 1
+    out: list[float] = []
+    mag = 1
     while True:
         for m in (1, 2, 5):
             if m * mag > limit:
@@ -216,6 +217,7 @@ class ServerMetrics:
         self.queries.labels(self.model, e).inc(queried)
         self.hits.labels(self.model, e).inc(hit)
         if self.gpu_queries is not None:
+            assert self.gpu_hits is not None  # created with gpu_queries
             self.gpu_queries.labels(self.model, e).inc(queried)
             self.gpu_hits.labels(self.model, e).inc(hit)
 
@@ -235,9 +237,11 @@ class ServerMetrics:
 
     def on_first_token(self, engine: int, req: EngineRequest) -> None:
         e = self._labels[engine]
+        assert req.first_token_s is not None  # the engine stamps it before calling
         self.ttft.labels(self.model, e).observe(req.first_token_s - req.arrival_s)
         cached = req.num_cached_tokens or 0
         if self.by_source is not None:
+            assert self.cached is not None  # created with by_source
             self.by_source.labels(self.model, e, "local_compute").inc(len(req.prompt_ids) - cached)
             self.by_source.labels(self.model, e, "local_cache_hit").inc(cached)
             self.cached.labels(self.model, e).inc(cached)
@@ -255,6 +259,7 @@ class ServerMetrics:
         if req.first_token_s is None:
             return
         end = req.finished_s or req.last_token_s
+        assert end is not None  # the engine stamps finished_s before calling
         sched = req.first_scheduled_s or req.arrival_s
         gen = req.num_output
         for h, value in ((self.e2e, end - req.arrival_s), (self.queue, sched - req.queued_s),

@@ -178,9 +178,9 @@ def plan_chat(body: dict, *, cfg, tok: Tokenizer, faults: FaultSet, reply_no: in
                 calls.append(PlannedCall(call_id, name, text, len(out)))
             out += _tokens(tok, "<|close|>tools<|sep|>", "markup")
     else:
-        mode, schema = _structured_schema(body)
+        mode, structured = _structured_schema(body)
         if mode == "json_schema":
-            value = toolcalls.instance_for(schema or {}, toolcalls.string_hints(user_text), context=user_text)
+            value = toolcalls.instance_for(structured or {}, toolcalls.string_hints(user_text), context=user_text)
             out += _tokens(tok, json.dumps(value, ensure_ascii=False), "content")
         elif mode == "json_object":
             out += _tokens(tok, json.dumps({"answer": filler_text(cfg.seed, key, 8)}), "content")

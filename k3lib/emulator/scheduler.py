@@ -240,6 +240,7 @@ class Engine:
             else:
                 self.obs.on_token(self.index, req, now - (req.last_token_s or now))
             req.last_token_s = now
+            assert req.events is not None  # `add` gave every request its queue
             req.events.put_nowait(("token", req.num_output))
             if req.num_output >= req.target_len:
                 self.running.remove(req)

@@ -9,9 +9,13 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..errors import TargetUnreachable
 from .config import EmulatorConfig
+
+if TYPE_CHECKING:
+    import uvicorn
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -65,7 +69,7 @@ class EmulatorHandle(EmulatorUrls):
     url: str
     port: int
     config: EmulatorConfig
-    _server: object
+    _server: uvicorn.Server
     _thread: threading.Thread
     _sock: socket.socket
 

@@ -75,11 +75,11 @@ def shared_prefix(text: str) -> str | None:
     lines = [ln for ln in text.split("\n") if ln.strip()]
     if len(lines) < 2:
         return None
-    found = [m.group(0) if (m := _SHARED_PREFIX.match(ln.lstrip())) else None for ln in lines]
-    if None in found:
+    found = [m.group(0) for ln in lines if (m := _SHARED_PREFIX.match(ln.lstrip()))]
+    if len(found) < len(lines):
         return None
     # `# HELP` lines keep their own `#` after the shared one, so the shortest match is the shared part.
-    prefix = min(found, key=len)  # type: ignore[arg-type]
+    prefix = min(found, key=len)
     return prefix.rstrip() or None
 
 

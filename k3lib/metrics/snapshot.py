@@ -130,7 +130,7 @@ class Snapshot:
 
     def ranks(self) -> list[tuple[str, str]]:
         """(endpoint, engine label) of every DP rank the server's series show, in endpoint then rank order."""
-        out = []
+        out: list[tuple[str, str]] = []
         for e in self.endpoints:
             engines = {s.labels["engine"] for s in e.samples if "engine" in s.labels and s.name.startswith(SERVER_PREFIXES)}
             out.extend((e.endpoint, engine) for engine in sorted(engines, key=_engine_order))

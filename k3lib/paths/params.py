@@ -4,6 +4,7 @@ bounds and the currency — one pydantic model under a top-level `paths:` key, u
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -73,7 +74,7 @@ FIXED_KEYS = {"task_set": "paths.task_set", "request_format": "paths.request", "
               "quality_rule": "paths.task_set"}
 
 
-def load_paths_params(files: list[str | Path], sets: list[str] = ()) -> PathsParams:
+def load_paths_params(files: Sequence[str | Path], sets: Sequence[str] = ()) -> PathsParams:
     """Layer YAML `files`, apply `sets`, resolve the task set path, validate. Raises BadInputError (one line)."""
     if not files:
         raise BadInputError("no parameters file given; expected -p FILE (see parameters/paths.example.yaml)",

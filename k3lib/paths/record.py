@@ -171,7 +171,8 @@ def paired(a: str, b: str, rows: list[TaskOutcome]) -> PairedDifference:
     by_b = {r.task: r for r in rows if r.path == b and r.status != "not-run"}
     common = [t for t in by_a if t in by_b]
     cells = {"both": 0, "a_only": 0, "b_only": 0, "neither": 0}
-    only_a, only_b = [], []
+    only_a: list[str] = []
+    only_b: list[str] = []
     for t in common:
         x, y = by_a[t].accepted, by_b[t].accepted
         key = "both" if x and y else "a_only" if x else "b_only" if y else "neither"

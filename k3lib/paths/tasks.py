@@ -220,7 +220,7 @@ def load_task_set(path: str | Path) -> TaskSet:
                 continue
             try:
                 items.append(json.loads(line))
-            except ValueError as exc:
+            except json.JSONDecodeError as exc:
                 raise BadInputError(f"not valid JSON ({exc.msg}); expected one task object per line",
                                     source=f"{p}: line {n}") from None
         if not items:
@@ -253,7 +253,7 @@ def builtin_task_set(sample: AgentSample | None = None) -> TaskSet:
             if turn.tool_error is not None and turn.fallback is not None:
                 err = ToolErrorRule(result=turn.tool_error, acknowledge_any=turn.fallback.acknowledge_any,
                                     must_not_contain=turn.fallback.must_not_contain)
-            quality = QualityRule(final_schema=turn.schema(), expect_calls=expect,
+            quality = QualityRule(final_schema=turn.final_schema(), expect_calls=expect,
                                   uses_result=turn.final.uses_result, tool_error=err)
             tasks.append(Task(id=case.id if len(answered) == 1 else f"{case.id}.t{i}", category=case.id,
                               title=case.title, tools=tuple(offered) if offered else "none",

@@ -70,11 +70,11 @@ def _int(x: float | None) -> int | None:
 def reconcile_pair(cold: RequestSample, warm: RequestSample, result: PrefixCacheResult) -> PairReconciliation:
     """Compare the warm request's designed hits with its counter delta and name the cause of any gap."""
     observed = _int(warm.hits_delta) if warm.hits_delta is not None else warm.cached_tokens
-    base = dict(session=warm.session, prefix_target=warm.prefix_target, warm_prompt_tokens=warm.prompt_tokens,
-                cold_ttft_ms=cold.ttft_ms, warm_ttft_ms=warm.ttft_ms, intended_hits=warm.intended_hits,
-                designed_hits=warm.designed_hits, observed_hits=observed, cached_tokens=warm.cached_tokens,
-                cold_designed_hits=cold.designed_hits, cold_observed_hits=_int(cold.hits_delta),
-                divergence_at=warm.divergence_at)
+    base: dict[str, Any] = dict(session=warm.session, prefix_target=warm.prefix_target, warm_prompt_tokens=warm.prompt_tokens,
+                                cold_ttft_ms=cold.ttft_ms, warm_ttft_ms=warm.ttft_ms, intended_hits=warm.intended_hits,
+                                designed_hits=warm.designed_hits, observed_hits=observed, cached_tokens=warm.cached_tokens,
+                                cold_designed_hits=cold.designed_hits, cold_observed_hits=_int(cold.hits_delta),
+                                divergence_at=warm.divergence_at)
 
     def out(cause: str, text: str, clean: bool = True) -> PairReconciliation:
         return PairReconciliation(**base, clean=clean, cause=cause, explanation=text)
@@ -94,10 +94,12 @@ def reconcile_pair(cold: RequestSample, warm: RequestSample, result: PrefixCache
         return out("not-observable", f"{observed} tokens hit, but the designed hits cannot be computed "
                                      f"(no token ids from /tokenize, or no block size: {result.unit_source})")
     flag = result.cache_config.get("enable_prefix_caching")
-    changed = warm.intended_hits is not None and designed < warm.intended_hits
+    intended = warm.intended_hits
+    changed = intended is not None and designed < intended
     where = (f"the warm prompt differs from the cold one at token {warm.divergence_at} of "
-             f"{warm.tokenized_tokens}, before its last user turn: {warm.intended_hits - designed} tokens of "
-             f"intended reuse ({warm.intended_hits}) are lost by the protocol, not by the cache") if changed else ""
+             f"{warm.tokenized_tokens}, before its last user turn: {intended - designed} tokens of "
+             f"intended reuse ({intended}) are lost by the protocol, not by the cache") \
+        if intended is not None and changed else ""
     if observed == designed:
         if changed:
             return out("prefix-changed", f"observed {observed} = designed {designed} tokens, but {where}; keep the "
@@ -119,9 +121,10 @@ def reconcile_pair(cold: RequestSample, warm: RequestSample, result: PrefixCache
     # another hit unit reproducing the observation exactly comes first: a wrong unit makes observed > designed too
     # (only where the design is the cold/warm pair alone, so the lengths below are the whole story)
     units: tuple[int, ...] = ()
-    lengths = (warm.common_prefix_tokens, cold.tokenized_tokens, warm.tokenized_tokens)
-    if observed > 0 and result.unit and None not in lengths and hits_for(*lengths, result.unit) == designed:
-        units = tuple(u for u in units_reproducing(observed, *lengths) if u != result.unit)
+    common, cold_len, warm_len = warm.common_prefix_tokens, cold.tokenized_tokens, warm.tokenized_tokens
+    if observed > 0 and result.unit and common is not None and cold_len is not None and warm_len is not None \
+            and hits_for(common, cold_len, warm_len, result.unit) == designed:
+        units = tuple(u for u in units_reproducing(observed, common, cold_len, warm_len) if u != result.unit)
     if units:
         return out("block-size", f"{observed} of {designed} designed tokens hit: that is what a {units[0]}-token "
                                  f"hit unit gives, not {result.unit} ({result.unit_source}); set "
@@ -297,8 +300,8 @@ def _reuse_finding(result: PrefixCacheResult, pairs: list[PairReconciliation]) -
     designed = sum(p.designed_hits or 0 for p in identical)
     observed = sum(p.observed_hits or 0 for p in identical)
     gain = ttft_gain_pct(identical)
-    obs = {"pairs": len(identical), "pairs_with_hits": len(hit), "designed_hit_tokens": designed,
-           "observed_hit_tokens": observed, "ttft_gain_pct": None if gain is None else round(gain, 1)}
+    obs: dict[str, Any] = {"pairs": len(identical), "pairs_with_hits": len(hit), "designed_hit_tokens": designed,
+                           "observed_hit_tokens": observed, "ttft_gain_pct": None if gain is None else round(gain, 1)}
     if not hit:
         causes = sorted({p.cause for p in identical})
         lat = (f"; warm TTFT was {gain:.0f}% lower anyway, which is not reuse" if gain and gain >= min_gain else "")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json.decoder
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +17,8 @@ _WS = re.compile(r"[ \t\n\r]*")
 _LITERALS = {"true": True, "false": False, "null": None}
 # Deeper than any reply; a hostile paste must not exhaust memory with open brackets.
 _MAX_DEPTH = 256
+# json.decoder's string scanner (the C one where built, else the Python one); typeshed does not declare it
+_scanstring: Callable[[str, int, bool], tuple[str, int]] = vars(json.decoder)["scanstring"]
 
 
 class CutText(str):
@@ -126,7 +129,11 @@ class _Reader:
             self.i += 1
             frame.state = "value"
             return None
-        path = frame.path + ((frame.key,) if is_dict else (len(frame.container),))  # type: ignore[arg-type]
+        if is_dict:
+            assert frame.key is not None  # the "key" state set it before "colon" and "value"
+            path = frame.path + (frame.key,)
+        else:
+            path = frame.path + (len(frame.container),)
         frame.state = "next"
         return self.value(path)
 
@@ -178,7 +185,7 @@ class _Reader:
 
     def string(self) -> str | None:
         try:
-            text, end = json.decoder.scanstring(self.s, self.i + 1, False)
+            text, end = _scanstring(self.s, self.i + 1, False)
         except ValueError:
             tail = self.s[self.i + 1:]
             if re.search(r'(?<!\\)"', tail):

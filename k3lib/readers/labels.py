@@ -69,7 +69,8 @@ def score_text(kind: str, text: str, label: dict[str, Any]) -> list[FieldScore]:
         elif field == "refused":
             scores.append(FieldScore(field, expected, expected if refusal and expected in refusal else refusal))
         elif isinstance(expected, dict):
-            inner = got.get(field) if isinstance(got.get(field), dict) else {}
+            raw_inner = got.get(field)
+            inner: dict[str, Any] = raw_inner if isinstance(raw_inner, dict) else {}
             scores += [FieldScore(f"{field}.{k}", v, inner.get(k, _MISSING)) for k, v in expected.items()]
         else:
             scores.append(FieldScore(field, expected, got.get(field, _MISSING)))

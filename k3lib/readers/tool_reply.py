@@ -163,13 +163,13 @@ def reassemble_stream(chunks: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         for pos, choice in enumerate(_as_list(chunk.get("choices"))):
             if not isinstance(choice, Mapping):
                 continue
-            idx = choice.get("index") if isinstance(choice.get("index"), int) else pos
+            raw_index = choice.get("index")
+            idx = raw_index if isinstance(raw_index, int) else pos
             acc = choices.setdefault(idx, {"content": [], "reasoning": [], "calls": ToolCallAssembler(),
                                            "finish_reason": None, "role": None})
-            delta = choice.get("delta")
-            if not isinstance(delta, Mapping):
-                # Some proxies send whole messages in chunks.
-                delta = choice.get("message") if isinstance(choice.get("message"), Mapping) else {}
+            raw_delta = choice.get("delta")
+            # Some proxies send whole messages in chunks.
+            delta = raw_delta if isinstance(raw_delta, Mapping) else _as_mapping(choice.get("message"))
             if isinstance(delta.get("role"), str):
                 acc["role"] = delta["role"]
             if isinstance(delta.get("content"), str):
@@ -214,6 +214,10 @@ def _json_or_none(text: str) -> Any:
 
 def _as_list(value: Any) -> list[Any]:
     return list(value) if isinstance(value, (list, tuple)) else []
+
+
+def _as_mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
 
 
 def _strip_paste(text: str) -> str:
@@ -492,10 +496,11 @@ def _is_chunk_list(value: Any) -> bool:
 def _record(index: int, call: Any) -> ToolCall | None:
     if not isinstance(call, Mapping):
         return None
-    fn = call.get("function") if isinstance(call.get("function"), Mapping) else {}
+    fn = _as_mapping(call.get("function"))
     # A name the text ends inside was not seen whole: unknown, not wrong (cut arguments: see ToolCall).
     name = fn.get("name") if isinstance(fn.get("name"), str) and not isinstance(fn.get("name"), CutText) else None
-    idx = call.get("index") if isinstance(call.get("index"), int) else index
+    raw_index = call.get("index")
+    idx = raw_index if isinstance(raw_index, int) else index
     return ToolCall(index=idx, id=call.get("id") if isinstance(call.get("id"), str) else None,
                     type=call.get("type") if isinstance(call.get("type"), str) else None,
                     name=name, arguments=fn.get("arguments"))
@@ -507,7 +512,8 @@ def _offered(request: dict[str, Any] | None) -> tuple[str, ...] | None:
     names = []
     for tool in _as_list(request.get("tools")):
         if isinstance(tool, Mapping):
-            fn = tool.get("function") if isinstance(tool.get("function"), Mapping) else tool
+            raw_fn = tool.get("function")
+            fn = raw_fn if isinstance(raw_fn, Mapping) else tool
             if isinstance(fn.get("name"), str):
                 names.append(fn["name"])
     return tuple(names) if names or "tools" in request else None
@@ -561,14 +567,14 @@ def _classify_data(value: Any, source_format: str, loaded: _Loaded | None = None
     for cpos, choice in enumerate(_as_list(completion.get("choices"))):
         if not isinstance(choice, Mapping):
             continue
-        message = choice.get("message") if isinstance(choice.get("message"), Mapping) else {}
+        message = _as_mapping(choice.get("message"))
         if finish_reason is None and isinstance(choice.get("finish_reason"), str):
             finish_reason = choice["finish_reason"]
         if isinstance(message.get("content"), str):
             contents.append(message["content"])
         elif isinstance(message.get("content"), list):
             # Content parts: [{"type": "text", "text": "…"}].
-            contents.extend(p.get("text") for p in message["content"]
+            contents.extend(p["text"] for p in message["content"]
                             if isinstance(p, Mapping) and isinstance(p.get("text"), str))
         seen_reasoning = set()
         for key in ("reasoning", "reasoning_content"):

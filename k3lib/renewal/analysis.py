@@ -125,6 +125,7 @@ def analyse_load(frame, tasks: Sequence[TaskRecord], rules: RenewalRules, grid: 
     arrivals = [hourly.get(h, 0) for h in range(n_hours)]
     mean_arr = sum(arrivals) / n_hours
     p99 = percentile(arrivals, 99)
+    assert p99 is not None  # arrivals holds at least one hour
     used_total = sum(used_by_cat.values())
     idle_slots = sum(1 for k in idle_kind if k != "busy")
     return {
@@ -235,7 +236,7 @@ def compare_paths(tasks: Sequence[TaskRecord], hours: Sequence[HoursRecord], fix
     paired = sorted(set(by_path[SELF]) & set(by_path[API]))
     basis = "paired" if paired else "all"
     sets = {p: ([by_path[p][i] for i in paired] if paired else list(by_path[p].values())) for p in (SELF, API)}
-    human = defaultdict(float)
+    human: defaultdict[str, float] = defaultdict(float)
     for h in hours:
         human[h.category] += h.hours
     monitoring_h = human["monitoring"] + human["failed-task-diagnosis"] + human["out-of-hours"]

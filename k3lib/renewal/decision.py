@@ -92,9 +92,10 @@ class RenewalDecision:
         return next((f for f in self.findings if f.rule == rule), None)
 
     def to_dict(self) -> dict[str, Any]:
-        out = {"decision": self.decision, "rule": self.rule, "reasons": list(self.reasons),
-               "findings": [f.to_dict() for f in self.findings],
-               "checklist": list(self.checklist), "condition": self.condition, "reexamine_on": self.reexamine_on}
+        out: dict[str, Any] = {"decision": self.decision, "rule": self.rule, "reasons": list(self.reasons),
+                               "findings": [f.to_dict() for f in self.findings],
+                               "checklist": list(self.checklist), "condition": self.condition,
+                               "reexamine_on": self.reexamine_on}
         if self.routing is not None:
             out["routing"] = self.routing
         return out

@@ -13,6 +13,7 @@ import datetime as dt
 import heapq
 import math
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -118,7 +119,8 @@ def simulate(scenario: str, seed: int = 7) -> dict:
     start = ANCHOR_END - dt.timedelta(days=WINDOW_DAYS)
     n_slots = WINDOW_DAYS * 86400 // STEP_S
     outages = _outages(sc, start)
-    tasks, n = [], 0
+    tasks: list[dict[str, Any]] = []
+    n = 0
     for k in range(n_slots):
         t = start + dt.timedelta(seconds=k * STEP_S)
         rate, campaign = _rate(sc, t)
@@ -249,7 +251,7 @@ def _write_tasks(sim: dict, path: Path) -> None:
     sc, rng = sim["scenario"], sim["rng"]
     rows = ["task_id,category,path,submitted_at,started_at,finished_at,accepted,retries,tool_call_errors,"
             "timed_out,manual_correction,routed_to_api,wait_s"]
-    replay = []
+    replay: list[dict[str, Any]] = []
     for t in sim["tasks"]:
         wait = 0.0 if t["start"] is None else t["start"] - t["submit"]
         b = lambda x: "true" if x else "false"  # noqa: E731

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import io
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Iterator, Literal
 
@@ -150,7 +151,7 @@ def _read_text(path: Path, what: str) -> str:
         raise BadInputError(f"cannot read ({exc}); expected {what}", source=str(path)) from None
 
 
-def _expected(err: dict[str, Any]) -> str:
+def _expected(err: Mapping[str, Any]) -> str:
     msg = str(err.get("msg", "")).removeprefix("Value error, ")
     given = err.get("input")
     if err.get("type") == "literal_error":

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -181,7 +182,8 @@ def _record_origins(merged: dict[str, Any], prov: dict[str, str]) -> None:
     review = merged.get("review")
     if not isinstance(review, dict):
         return
-    before = review.get("origins") if isinstance(review.get("origins"), dict) else {}
+    recorded = review.get("origins")
+    before: dict[str, str] = recorded if isinstance(recorded, dict) else {}
     if any(path.startswith("review.origins") for path in prov):
         before = {}  # origins are the loader's record, never taken from a file or an override
     if before and not all(isinstance(v, str) for v in before.values()):
@@ -222,7 +224,7 @@ def validate_review(data: dict[str, Any], prov: dict[str, str] | None = None, *,
                           reference="parameters/renewal-demo.yaml")
 
 
-def load_review_params(files: list[str | Path], sets: list[str] = (), *,
+def load_review_params(files: Sequence[str | Path], sets: Sequence[str] = (), *,
                        base: dict[str, Any] | None = None) -> RenewalParams:
     """Layer YAML `files`, apply `sets`, resolve input paths, validate. Raises BadInputError (one line)."""
     merged, prov = layer(files, sets, base=base)
@@ -233,7 +235,7 @@ def load_review_params(files: list[str | Path], sets: list[str] = (), *,
     return validate_review(merged, prov, default_source=str(files[-1]) if files else "parameters")
 
 
-def load_any_review(path: str | Path, sets: list[str] = ()) -> RenewalParams:
+def load_any_review(path: str | Path, sets: Sequence[str] = ()) -> RenewalParams:
     """A notebook's `params_file`: review YAML, or a review run's resolved params.json."""
     p = Path(path)
     if p.suffix == ".json":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..evidence import EvidenceRecord, Finding, axis_status
+from ..evidence import EvidenceRecord, Finding, FindingStatus, axis_status
 from ..paths.record import REVIEW_COPY, PathsResult, read_paths_record
 from ..store import RunStore
 from .decision import AXES, RenewalDecision, indicators, money
@@ -103,7 +103,7 @@ def axes_from_records(records: dict[str, EvidenceRecord]) -> tuple[dict[str, Any
     for axis in AXES:
         rec = records.get(axis)
         ok = rec is not None and not rec.error
-        axes[axis] = read_record_data(axis, rec.data, f"evidence/{axis}.json") if ok else None
+        axes[axis] = read_record_data(axis, rec.data, f"evidence/{axis}.json") if ok and rec is not None else None
         statuses[axis] = rec.status if rec else "not-run"
     return axes, statuses
 
@@ -124,7 +124,8 @@ def live_findings(params: RenewalParams, store: RunStore) -> list[Finding]:
     result = live_run(params, store)
     quality = live_quality(result, params.review.live_paths, rules)
     m = quality.measured
-    out = [Finding(rule="renewal.comparison.live", status={True: "warn", False: "pass", None: "not-observable"}[
+    by_outcome: dict[bool | None, FindingStatus] = {True: "warn", False: "pass", None: "not-observable"}
+    out = [Finding(rule="renewal.comparison.live", status=by_outcome[
         quality.outcome], message=quality.sentence, observed=m.get("api_acceptance_low"),
         expected=None if "bar" not in m else f"≥ {m['bar']} ({m['bar_from']})")]
     if result is None:
@@ -133,6 +134,7 @@ def live_findings(params: RenewalParams, store: RunStore) -> list[Finding]:
     out.append(Finding(rule="renewal.comparison.live_fixed", status="info",
                        message="live run under " + "; ".join(f"{f.name} sha256 {f.sha256[:12]}…" for f in result.fixed),
                        observed={f.name: f.sha256 for f in result.fixed}))
+    status: FindingStatus
     for p in result.pairs:
         if p.difference is None or p.low is None or p.high is None:
             out.append(Finding(rule=f"renewal.comparison.live.{p.b}", status="not-observable",

@@ -41,6 +41,7 @@ class ReviewData:
     @property
     def source(self) -> str:
         s = self.params.review.series
+        assert s is not None, "demo parameters are materialised before the series are read"
         return s.history_file or s.prometheus_url or ""
 
     def __repr__(self) -> str:

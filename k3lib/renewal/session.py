@@ -55,11 +55,13 @@ class ReviewContext:
     def record(self, record: EvidenceRecord) -> EvidenceRecord:
         """Stamp timing and source onto the axis record and write `evidence/<axis>.json` atomically."""
         s = self.params.review.series
+        assert s is not None, "demo parameters are materialised before the series are read"
         return write_record(self.store, record, started_at=self.started_at, t0=self._t0,
                             target=s.history_file or s.prometheus_url)
 
     def __repr__(self) -> str:
         s = self.params.review.series
+        assert s is not None, "demo parameters are materialised before the series are read"
         return (f"ReviewContext(axis={self.axis!r}, run={str(self.store.root)!r}, "
                 f"series={s.history_file or s.prometheus_url!r}, window={s.start.isoformat()}…{s.end.isoformat()})")
 
