@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import k3lib  # noqa: E402
-import k3lib.capacity as capacity  # noqa: E402
+import k3lib.axes.capacity as capacity  # noqa: E402
 
 
 def load_avg() -> list[float]:

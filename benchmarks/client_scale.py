@@ -6,7 +6,7 @@ client's self-calibration gate stays valid, and streamed chunks per CPU-second a
     .venv/bin/python benchmarks/client_scale.py --json     # one JSON object; `max_valid_streams` maps "1", "2"
 
 1 worker is the kit's own process (load.workers=1: `calibrate`, `run_closed_loop` in process); more are a
-`k3lib.workers.WorkerPool` (`calibrate_workers`, `run_closed_loop(workers=pool)`). Nothing is pinned: the server
+`k3lib.io.workers.WorkerPool` (`calibrate_workers`, `run_closed_loop(workers=pool)`). Nothing is pinned: the server
 and the workers share the host's cores as a capacity run's would. The gate is the capacity axis' own
 (`assess`, bound 10 ms on the TTFT, gap and delivery error p99, per worker and for the whole); at each stream
 count every worker count is measured `--repeat` times, alternating, and the count is held valid when a majority
@@ -32,10 +32,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from k3lib.calibration import KnownTimingConfig, KnownTimingServer, calibrate  # noqa: E402
-from k3lib.client import ChatClient  # noqa: E402
-from k3lib.load import run_closed_loop  # noqa: E402
-from k3lib.workers import WorkerPool, available_cpus, calibrate_workers  # noqa: E402
+from k3lib.io.calibration import KnownTimingConfig, KnownTimingServer, calibrate  # noqa: E402
+from k3lib.io.client import ChatClient  # noqa: E402
+from k3lib.io.load import run_closed_loop  # noqa: E402
+from k3lib.io.workers import WorkerPool, available_cpus, calibrate_workers  # noqa: E402
 
 LADDER = (64, 128, 192, 256, 320, 384, 448, 512)
 

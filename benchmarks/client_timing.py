@@ -25,8 +25,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from k3lib.calibration import KnownTimingConfig, KnownTimingServer, calibrate  # noqa: E402
-from k3lib.client import ChatClient  # noqa: E402
+from k3lib.io.calibration import KnownTimingConfig, KnownTimingServer, calibrate  # noqa: E402
+from k3lib.io.client import ChatClient  # noqa: E402
 
 
 def pin(cpu: int) -> bool:

@@ -43,9 +43,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from client_timing import max_chunks_per_s, pin
 
-from k3lib.calibration import KnownTimingConfig, KnownTimingServer, calibrate
-from k3lib.stats import percentile
-from k3lib.client import ChatClient
+from k3lib.io.calibration import KnownTimingConfig, KnownTimingServer, calibrate
+from k3lib.core.stats import percentile
+from k3lib.io.client import ChatClient
 
 PEER_VENV = ROOT / ".venv-peer"
 AIPERF = PEER_VENV / "bin" / "aiperf"

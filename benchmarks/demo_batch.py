@@ -5,7 +5,7 @@ its time goes — per notebook, kernel start/shutdown, HTML rendering, and runni
     .venv/bin/python benchmarks/demo_batch.py --json          # one JSON object
     .venv/bin/python benchmarks/demo_batch.py --modes staged  # only the batch as `make demo` runs it
 
-Each mode runs the same code as `k3 demo`: `k3lib.runner.run_acceptance` on `parameters/emulator.yaml`, then
+Each mode runs the same code as `k3 demo`: `k3lib.batch.acceptance.run_acceptance` on `parameters/emulator.yaml`, then
 `k3lib.renewal.batch.run_review` on the steady scenario. "staged" is the batch as shipped (the read-only notebooks
 of a stage two at a time); "sequential" replaces the stages with one-notebook stages in this process only, so the
 difference is what running two at a time saves. The kit's functions are wrapped (never edited) to time each
@@ -35,10 +35,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import k3lib.renewal.batch as review_batch
-from k3lib import plan, report, runner
+from k3lib.core import plan
+from k3lib.report import pages as report
+from k3lib.batch import acceptance as runner
 from k3lib.batch import execute as batch_execute
-from k3lib.session import PROJECT_ROOT
-from k3lib.store import RunStore
+from k3lib.core.session import PROJECT_ROOT
+from k3lib.core.store import RunStore
 
 
 def load_avg() -> list[float]:
@@ -105,7 +107,7 @@ def instrumented(t: Timings, t0: float, sequential: bool) -> Iterator[None]:
 
 def run_batch(out_dir: Path, *, sequential: bool, review: bool, acceptance: bool = True) -> dict[str, Any]:
     """One `k3 demo`-equivalent batch; returns its timings."""
-    from k3lib.params import load_params
+    from k3lib.core.params import load_params
     from k3lib.renewal.params import load_review_params
 
     result: dict[str, Any] = {"mode": "sequential" if sequential else "staged", "load_before": load_avg()}
@@ -205,7 +207,7 @@ def kernel_overhead(out_dir: Path, repeat: int) -> dict[str, Any]:
 def cli_demo(out_dir: Path) -> dict[str, Any]:
     """`k3 demo` exactly as `make demo` runs it (a fresh process: interpreter start and imports included)."""
     k3 = Path(sys.executable).with_name("k3")
-    cmd = [str(k3) if k3.exists() else sys.executable, *([] if k3.exists() else ["-m", "k3lib.cli"]),
+    cmd = [str(k3) if k3.exists() else sys.executable, *([] if k3.exists() else ["-m", "k3lib.cli.main"]),
            "demo", "--out", str(out_dir / "cli")]
     before = load_avg()
     t0 = time.perf_counter()

@@ -16,7 +16,7 @@ import time
 
 import httpx
 
-from k3lib.client import ChatClient
+from k3lib.io.client import ChatClient
 
 SERVER = """
 import sys

@@ -20,7 +20,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from k3lib.readers.labels import FOLDER_KINDS, score_text  # noqa: E402
+from k3lib.io.readers.labels import FOLDER_KINDS, score_text  # noqa: E402
 
 
 def _cases(folder: Path) -> list[tuple[str, str, Path, dict[str, Any]]]:

@@ -1,5 +1,5 @@
 """Benchmark: the transport that carries finished records from load workers to the kit — stdlib
-`multiprocessing.connection` frames over an OS pipe (what k3lib.workers uses), `multiprocessing.Queue`, and
+`multiprocessing.connection` frames over an OS pipe (what k3lib.io.workers uses), `multiprocessing.Queue`, and
 pyzmq PUSH/PULL over ipc:// (as AIPerf does) — for cost per record on each side and for what a sender killed with
 -9 right after its last send loses.
 
@@ -28,7 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from k3lib.client import ChatRecord  # noqa: E402
+from k3lib.io.client import ChatRecord  # noqa: E402
 
 
 def sample_record(raw: bool) -> ChatRecord:

@@ -8,45 +8,45 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from ._deferred import defer_rfc3987_syntax
+from .core._deferred import defer_rfc3987_syntax
 
-defer_rfc3987_syntax()  # seconds per notebook kernel otherwise (see k3lib/_deferred.py)
+defer_rfc3987_syntax()  # seconds per notebook kernel otherwise (see k3lib/core/_deferred.py)
 
 # public name → module that defines it (a subpackage is named by itself)
 _EXPORTS: dict[str, str] = {
-    "APIError": ".errors",
-    "ArtifactError": ".errors",
-    "AxisContext": ".session",
-    "BadInputError": ".errors",
-    "Decision": ".decision",
-    "EvidenceError": ".errors",
-    "EvidenceRecord": ".evidence",
-    "Finding": ".evidence",
-    "K3Error": ".errors",
-    "MissingSeriesError": ".errors",
-    "Params": ".params",
-    "ProtocolError": ".errors",
-    "RunStore": ".store",
-    "TargetError": ".errors",
-    "TargetUnreachable": ".errors",
-    "agent": ".agent",
-    "capacity": ".capacity",
-    "compat": ".compat",
-    "decide": ".decision",
-    "decide_run": ".summary",
-    "explorer": ".explorer",
-    "findings_table": ".summary",
-    "load_params": ".params",
-    "open_axis": ".notebook",
-    "open_summary": ".notebook",
-    "operations": ".operations",
-    "paths": ".paths",
-    "prefix": ".prefix",
-    "probe_record": ".probe",
-    "read_records": ".evidence",
-    "records_table": ".summary",
+    "APIError": ".core.errors",
+    "ArtifactError": ".core.errors",
+    "AxisContext": ".core.session",
+    "BadInputError": ".core.errors",
+    "Decision": ".verdict.decision",
+    "EvidenceError": ".core.errors",
+    "EvidenceRecord": ".core.evidence",
+    "Finding": ".core.evidence",
+    "K3Error": ".core.errors",
+    "MissingSeriesError": ".core.errors",
+    "Params": ".core.params",
+    "ProtocolError": ".core.errors",
+    "RunStore": ".core.store",
+    "TargetError": ".core.errors",
+    "TargetUnreachable": ".core.errors",
+    "agent": ".axes.agent",
+    "capacity": ".axes.capacity",
+    "compat": ".axes.compat",
+    "decide": ".verdict.decision",
+    "decide_run": ".report.summary",
+    "explorer": ".report.explorer",
+    "findings_table": ".report.summary",
+    "load_params": ".core.params",
+    "open_axis": ".report.notebook",
+    "open_summary": ".report.notebook",
+    "operations": ".axes.operations",
+    "paths": ".axes.paths",
+    "prefix": ".axes.prefix",
+    "probe_record": ".axes.probe",
+    "read_records": ".core.evidence",
+    "records_table": ".report.summary",
     "renewal": ".renewal",
-    "run_probe": ".probe",
+    "run_probe": ".axes.probe",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -57,7 +57,7 @@ def __getattr__(name: str) -> Any:
     if module_name is None:
         raise AttributeError(f"module 'k3lib' has no attribute {name!r}")
     module = importlib.import_module(module_name, __name__)
-    value = module if module_name == f".{name}" else getattr(module, name)
+    value = module if module_name.rpartition(".")[2] == name else getattr(module, name)
     globals()[name] = value  # later look-ups skip this function
     return value
 
@@ -67,14 +67,16 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
-    from . import agent, capacity, compat, explorer, operations, paths, prefix, renewal
-    from .decision import Decision, decide
-    from .errors import (APIError, ArtifactError, BadInputError, EvidenceError, K3Error, MissingSeriesError,
+    from .axes import agent, capacity, compat, operations, paths, prefix
+    from .report import explorer
+    from . import renewal
+    from .verdict.decision import Decision, decide
+    from .core.errors import (APIError, ArtifactError, BadInputError, EvidenceError, K3Error, MissingSeriesError,
                          ProtocolError, TargetError, TargetUnreachable)
-    from .evidence import EvidenceRecord, Finding, read_records
-    from .params import Params, load_params
-    from .probe import probe_record, run_probe
-    from .notebook import open_axis, open_summary
-    from .session import AxisContext
-    from .store import RunStore
-    from .summary import decide_run, findings_table, records_table
+    from .core.evidence import EvidenceRecord, Finding, read_records
+    from .core.params import Params, load_params
+    from .axes.probe import probe_record, run_probe
+    from .report.notebook import open_axis, open_summary
+    from .core.session import AxisContext
+    from .core.store import RunStore
+    from .report.summary import decide_run, findings_table, records_table

@@ -1,5 +1,5 @@
 """`python -m k3lib` is the `k3` command."""
 
-from .cli import main
+from .cli.main import main
 
 raise SystemExit(main())

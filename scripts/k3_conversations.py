@@ -1,8 +1,8 @@
 """The conversations the tiny K3 model is trained on, generated from the kit's reference agent scenario.
 
 Imported by scripts/vllm_tiny_k3.py (the vLLM environment's python: standard library, PyYAML). The sample
-(k3lib/data/agent_sample.yaml) gives the system prompt, the tools and the user turns; k3lib/agent/tools.py runs the
-tools and k3lib/agent/filler.py writes the long exchange's log lines, both loaded by path so the results and the
+(k3lib/data/agent_sample.yaml) gives the system prompt, the tools and the user turns; k3lib/axes/agent/tools.py runs the
+tools and k3lib/axes/agent/filler.py writes the long exchange's log lines, both loaded by path so the results and the
 filler are the very ones the agent axis produces. Each conversation is a list of OpenAI messages plus, per
 assistant message, whether it is trained on; the variations (order ids, cities, units, titles, filler lengths,
 phrasings) are drawn from one seeded generator, so the same seed gives the same conversations.

@@ -46,8 +46,8 @@ def clean_env(monkeypatch):
 @pytest.fixture(scope="session")
 def healthy_run(tmp_path_factory):
     """`k3 validate -p parameters/emulator.yaml` once per session: (exit code, RunStore)."""
-    from k3lib.cli import main
-    from k3lib.store import RunStore
+    from k3lib.cli.main import main
+    from k3lib.core.store import RunStore
 
     out = tmp_path_factory.mktemp("healthy")
     code = main(["validate", "-p", str(ROOT / "parameters" / "emulator.yaml"), "--out", str(out)])
@@ -58,8 +58,8 @@ def healthy_run(tmp_path_factory):
 @pytest.fixture(scope="session")
 def renewal_run(tmp_path_factory):
     """`k3 review --demo steady` once per session: its RunStore (the steady demo renews: exit 0)."""
-    from k3lib.cli import main
-    from k3lib.store import RunStore
+    from k3lib.cli.main import main
+    from k3lib.core.store import RunStore
 
     out = tmp_path_factory.mktemp("renewal")
     assert main(["review", "--demo", "steady", "--out", str(out)]) == 0  # renew; any other decision is a regression

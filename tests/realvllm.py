@@ -123,9 +123,9 @@ def real_vllm_k3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealVllm]
 def validate_against(server: RealVllm, profile: Path, out: Path, *sets: str) -> tuple[int, Any, Any, Any]:
     """`k3 validate -p PROFILE` against `server` (its URL, startup log and collect_env set), once, into `out`:
     (exit code, the run's store, its records, its decision.json)."""
-    from k3lib.cli import main
-    from k3lib.session import read_records
-    from k3lib.store import RunStore
+    from k3lib.cli.main import main
+    from k3lib.core.session import read_records
+    from k3lib.core.store import RunStore
 
     code = main(["validate", "-p", str(profile), "--out", str(out),
                  "--set", f"target.base_url={server.base_url}",

@@ -8,15 +8,15 @@ import re
 import pytest
 import yaml
 
-import k3lib.agent
-from k3lib.agent import checks as C
-from k3lib.agent.report import AgentResult, FailingReply, iter_findings
-from k3lib.agent.runner import assistant_message, filler_lines, history_message, parsed_reply
-from k3lib.agent.sample import FallbackSpec, FinalSpec, load_sample, packaged_sample_path
-from k3lib.agent.tools import BUILTIN_TOOLS, execute
-from k3lib.client import ChatRecord, ToolCall
-from k3lib.decision import level_for
-from k3lib.errors import BadInputError
+import k3lib.axes.agent
+from k3lib.axes.agent import checks as C
+from k3lib.axes.agent.figures import AgentResult, FailingReply, iter_findings
+from k3lib.axes.agent.run import assistant_message, filler_lines, history_message, parsed_reply
+from k3lib.axes.agent.sample import FallbackSpec, FinalSpec, load_sample, packaged_sample_path
+from k3lib.axes.agent.tools import BUILTIN_TOOLS, execute
+from k3lib.io.client import ChatRecord, ToolCall
+from k3lib.verdict.decision import level_for
+from k3lib.core.errors import BadInputError
 
 WEATHER_SCHEMA = {"type": "object", "required": ["location", "unit"], "additionalProperties": False,
                   "properties": {"location": {"type": "object", "required": ["city"],
@@ -396,7 +396,7 @@ def test_failing_reply_is_escaped():
 
 def test_public_names_are_sorted_and_exist():
     assert k3lib.agent.__all__ == sorted(k3lib.agent.__all__)
-    assert all(hasattr(k3lib.agent, n) for n in k3lib.agent.__all__)
+    assert all(hasattr(k3lib.axes.agent, n) for n in k3lib.agent.__all__)
 
 
 def test_max_clean_concurrency_is_the_agents_traffic_cap():

@@ -9,10 +9,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-import k3lib.agent as agent  # noqa: F401  (until k3lib/__init__.py imports it)
-from k3lib.decision import decide, level_for
+import k3lib.axes.agent as agent  # noqa: F401  (until k3lib/__init__.py imports it)
+from k3lib.verdict.decision import decide, level_for
 from k3lib.emulator import EmulatorConfig, start_emulator
-from k3lib.notebook import open_axis
+from k3lib.report.notebook import open_axis
 
 ROOT = Path(__file__).resolve().parents[1]
 PARAMS = str(ROOT / "parameters" / "emulator.yaml")

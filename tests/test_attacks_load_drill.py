@@ -18,14 +18,14 @@ from typing import Any
 import httpx
 import pytest
 
-from k3lib.capacity.analysis import describe_incomplete, incomplete_load, judge_step
-from k3lib.capacity.findings import iter_findings
-from k3lib.capacity.result import CapacityResult
-from k3lib.capacity.run import record_stats
-from k3lib.crosscheck import cross_check
-from k3lib.decision import decide, level_for
-from k3lib.metrics import Snapshot
-from k3lib.params import load_params
+from k3lib.axes.capacity.analysis import describe_incomplete, incomplete_load, judge_step
+from k3lib.axes.capacity.judge import iter_findings
+from k3lib.axes.capacity.result import CapacityResult
+from k3lib.axes.capacity.run import record_stats
+from k3lib.io.crosscheck import cross_check
+from k3lib.verdict.decision import decide, level_for
+from k3lib.io.metrics import Snapshot
+from k3lib.core.params import load_params
 
 ROOT = Path(__file__).resolve().parents[1]
 PARAMS = ROOT / "parameters" / "emulator.yaml"
@@ -158,7 +158,7 @@ def test_the_contract_share_decides_and_is_bounded():
     assert judge_step(step, queue_objective_ms=None, waiting_tolerance=0.5, max_error_share=0.02)[0] is True
     assert judge_step(step, queue_objective_ms=None, waiting_tolerance=0.5, max_error_share=0.019)[0] is False
     assert load_params([PARAMS]).contract.max_error_share == 0.0
-    from k3lib.errors import BadInputError
+    from k3lib.core.errors import BadInputError
 
     for bad in ("1.5", "-0.1"):
         with pytest.raises(BadInputError) as err:
@@ -243,7 +243,7 @@ def test_a_gateway_refusing_load_beyond_two_in_flight_is_not_production(tmp_path
     """The attack as seen: a real gateway in front of the emulator answers 429 beyond 2 requests in flight. Every
     capacity step "held" and `k3 validate` decided production (exit 0); now the run ends elsewhere, and the
     decision's reasons name the refused requests and their status."""
-    from k3lib.cli import main
+    from k3lib.cli.main import main
     from k3lib.emulator import EmulatorConfig, start_emulator
 
     with start_emulator(EmulatorConfig.from_profile("demo", time_scale=0.05)) as emu:
@@ -260,9 +260,9 @@ def test_a_gateway_refusing_load_beyond_two_in_flight_is_not_production(tmp_path
 
 # -- 6. the rollback drill proves a change and a return; attestations are dated and meaningful ---------------------
 
-from k3lib.attestation import (RULE_LIMITS, RULE_ROLLBACK, DrillResult, Served,  # noqa: E402
+from k3lib.axes.attestation import (RULE_LIMITS, RULE_ROLLBACK, DrillResult, Served,  # noqa: E402
                                attestation_findings, parse_attestation)
-from k3lib.errors import BadInputError  # noqa: E402
+from k3lib.core.errors import BadInputError  # noqa: E402
 
 TODAY = dt.date(2026, 12, 4)
 ACCEPTED = Served("0.33.0", "vllm/vllm-openai:v0.33.0", "sha256:" + "a" * 64)
@@ -282,7 +282,7 @@ def _attestation(**change: Any) -> dict[str, Any]:
 
 
 def _decide_operations(findings: list) -> Any:
-    from k3lib.evidence import EvidenceRecord, axis_status
+    from k3lib.core.evidence import EvidenceRecord, axis_status
 
     record = EvidenceRecord(axis="operations", title="ops", status=axis_status(findings), summary="",
                             findings=findings)
@@ -380,8 +380,8 @@ def drill_emulator():
 
 
 def _operations(tmp_path: Path, url: str, *sets: str):
-    from k3lib.notebook import open_axis
-    from k3lib.operations import operations_record, run_operations
+    from k3lib.report.notebook import open_axis
+    from k3lib.axes.operations import operations_record, run_operations
 
     ctx = open_axis("operations", str(PARAMS), [f"target.base_url={url}", *sets], str(tmp_path / "run"))
     record = ctx.record(operations_record(run_operations(ctx), ctx))
@@ -425,8 +425,8 @@ def test_a_model_that_echoes_the_tool_error_does_not_pass_c14(tmp_path, drill_em
     """The attack as seen: the reply after the planned tool error repeats the error the kit sent, and the echo
     held the acknowledgement words ("timed out", "error"). Played here by a proxy in front of the emulator; the
     emulated model itself answers in its own words and passes (tests/test_agent_emulator.py)."""
-    import k3lib.agent as agent
-    from k3lib.notebook import open_axis
+    import k3lib.axes.agent as agent
+    from k3lib.report.notebook import open_axis
 
     with serve_gateway(drill_emulator, limit=64, echo_tool_errors=True) as (url, gateway):
         ctx = open_axis("agent", str(PARAMS), [f"target.base_url={url}", "axes.agent.repetitions=1",

@@ -10,17 +10,17 @@ import pytest
 
 from conftest import ROOT
 
-from k3lib.attested import parse_attestation
-from k3lib.cli import main
-from k3lib.decision import decide
-from k3lib.errors import BadInputError, EvidenceError
-from k3lib.evidence import EvidenceRecord, Finding, OperationsData, axis_status, read_records
-from k3lib.params import load_params, load_params_json
-from k3lib.report import decision_block
-from k3lib.sheet import ITEMS, item_status, sheet_rows
-from k3lib.signing import sign_run, verify_run
-from k3lib.summary import compute_decision
-from k3lib.thresholds import BY_PATH, THRESHOLDS, loosened
+from k3lib.core.attested import parse_attestation
+from k3lib.cli.main import main
+from k3lib.verdict.decision import decide
+from k3lib.core.errors import BadInputError, EvidenceError
+from k3lib.core.evidence import EvidenceRecord, Finding, OperationsData, axis_status, read_records
+from k3lib.core.params import load_params, load_params_json
+from k3lib.report.pages import decision_block
+from k3lib.verdict.sheet import ITEMS, item_status, sheet_rows
+from k3lib.report.signing import sign_run, verify_run
+from k3lib.report.summary import compute_decision
+from k3lib.core.thresholds import BY_PATH, THRESHOLDS, loosened
 
 EMULATOR = str(ROOT / "parameters" / "emulator.yaml")
 
@@ -102,7 +102,7 @@ def test_attack_a_threshold_outside_the_seeds_bounds_is_refused(override, field)
 
 
 def test_every_threshold_has_bounds_that_hold_its_default():
-    from k3lib.params import default_tree
+    from k3lib.core.params import default_tree
 
     tree = default_tree()
     assert loosened(tree, tree) == []  # the defaults are looser than nothing
@@ -174,7 +174,7 @@ def test_an_attestation_naming_an_unknown_threshold_is_bad_input():
 def _copy_run(healthy_run, tmp_path):
     import shutil
 
-    from k3lib.store import RunStore
+    from k3lib.core.store import RunStore
 
     _, store = healthy_run
     dest = tmp_path / store.root.name

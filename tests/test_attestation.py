@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from k3lib.attestation import (RULE_LIMITS, RULE_ROLLBACK, DrillResult, HttpAction, Served, attestation_findings,
+from k3lib.axes.attestation import (RULE_LIMITS, RULE_ROLLBACK, DrillResult, HttpAction, Served, attestation_findings,
                                parse_attestation, parse_drill_command, read_attestation, rollback_drill)
-from k3lib.errors import BadInputError
+from k3lib.core.errors import BadInputError
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "parameters" / "attestation.example.yaml"
 TODAY = dt.date(2026, 12, 1)

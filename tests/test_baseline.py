@@ -1,10 +1,10 @@
 """Re-validation against a baseline run: identity changes reopen the sheet, metrics outside the band are drift.
 
 The synthetic runs below are written by each axis' own record builder from what that axis observes, never as
-hand-made `data`: capacity (k3lib.capacity.capacity_record) from its load steps, environment
-(k3lib.compat.environment_record) from the emulator's collect_env / nvidia-smi / inspect / log texts, prefix_cache
-(k3lib.prefix.prefix_cache_record) from a measured cold/warm pair, agent (k3lib.agent.report.agent_record) from its
-replies' check outcomes, probe (k3lib.probe.probe_record) from the endpoints' answers. A field an axis renames
+hand-made `data`: capacity (k3lib.axes.capacity.capacity_record) from its load steps, environment
+(k3lib.axes.compat.environment_record) from the emulator's collect_env / nvidia-smi / inspect / log texts, prefix_cache
+(k3lib.axes.prefix.prefix_cache_record) from a measured cold/warm pair, agent (k3lib.axes.agent.figures.agent_record) from its
+replies' check outcomes, probe (k3lib.axes.probe.probe_record) from the endpoints' answers. A field an axis renames
 breaks these tests.
 """
 
@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from k3lib import accepted as acc
-from k3lib.baseline import Band, compare_with_baseline
-from k3lib.store import RunStore
+from k3lib.verdict import accepted as acc
+from k3lib.verdict.baseline import Band, compare_with_baseline
+from k3lib.core.store import RunStore
 
 IMAGE_A = "vllm/vllm-openai:v0.27.1"
 IMAGE_B = "vllm/vllm-openai:v0.27.1-rebuilt"
@@ -40,13 +40,13 @@ BASE: dict[str, Any] = {
 
 
 def capacity_by_the_axis(steps: list[dict[str, Any]], planned: int) -> dict[str, Any]:
-    """The capacity record as k3lib.capacity writes it, from load steps (the step fields k3lib.capacity.run sets)."""
+    """The capacity record as k3lib.axes.capacity writes it, from load steps (the step fields k3lib.axes.capacity.run sets)."""
     import types
     from pathlib import Path
 
-    from k3lib.capacity import capacity_record
-    from k3lib.capacity.result import CapacityResult
-    from k3lib.params import load_params
+    from k3lib.axes.capacity import capacity_record
+    from k3lib.axes.capacity.result import CapacityResult
+    from k3lib.core.params import load_params
 
     params = load_params([Path(__file__).resolve().parents[1] / "parameters" / "emulator.yaml"],
                          [f"contract.planned_concurrency={planned}"])
@@ -57,16 +57,16 @@ def capacity_by_the_axis(steps: list[dict[str, Any]], planned: int) -> dict[str,
 
 
 def environment_by_the_axis(spec: dict[str, Any], planned: int) -> dict[str, Any]:
-    """The environment record as k3lib.compat writes it, from the texts the emulator serves for that host and image
+    """The environment record as k3lib.axes.compat writes it, from the texts the emulator serves for that host and image
     (`collect_env`, host `nvidia-smi`, `docker inspect`, the server log's non-default args)."""
     import json as _json
     from pathlib import Path
 
-    from k3lib.compat import environment_record, evaluate, sources_from_texts
+    from k3lib.axes.compat import environment_record, evaluate, sources_from_texts
     from k3lib.emulator.config import EmulatorConfig
     from k3lib.emulator.envreport import collect_env_report, image_inspect, nvidia_smi_report
     from k3lib.emulator.logs import LogBook, non_default_args
-    from k3lib.params import load_params
+    from k3lib.core.params import load_params
 
     build, host_driver, inspected = spec.get("build", "official"), spec.get("host_driver", True), spec.get(
         "inspected", True)
@@ -90,9 +90,9 @@ def environment_by_the_axis(spec: dict[str, Any], planned: int) -> dict[str, Any
 
 
 def prefix_cache_by_the_axis(spec: dict[str, Any]) -> dict[str, Any]:
-    """The prefix_cache record as k3lib.prefix writes it, from one cold/warm pair of measured requests whose warm
+    """The prefix_cache record as k3lib.axes.prefix writes it, from one cold/warm pair of measured requests whose warm
     request's counters moved by `observed_hit_tokens` on a prompt of `warm_prompt_tokens`."""
-    from k3lib.prefix import prefix_cache_record
+    from k3lib.axes.prefix import prefix_cache_record
     from test_prefix_verdict import A0, result, sample
 
     hits, prompt = spec["observed_hit_tokens"], spec["warm_prompt_tokens"]
@@ -112,11 +112,11 @@ def agent_reply(level: int, i: int, valid: bool, *, other_check: bool | None = N
 
 
 def agent_by_the_axis(spec: dict[str, Any], tmp_path: Any) -> dict[str, Any]:
-    """The agent record as k3lib.agent writes it, from `replies` tool-call replies at `level`, `valid` of them with
+    """The agent record as k3lib.axes.agent writes it, from `replies` tool-call replies at `level`, `valid` of them with
     valid arguments."""
     import types
 
-    from k3lib.agent.report import AgentResult, agent_record
+    from k3lib.axes.agent.figures import AgentResult, agent_record
 
     replies = [agent_reply(spec["level"], i, i < spec["valid"]) for i in range(spec["replies"])]
     result = AgentResult({"min_pass_rate": 1.0}, {"cases": [{"id": "weather", "title": "weather"}]},
@@ -126,12 +126,12 @@ def agent_by_the_axis(spec: dict[str, Any], tmp_path: Any) -> dict[str, Any]:
 
 
 def probe_by_the_axis(data: dict[str, Any], store: RunStore, max_context: int) -> dict[str, Any]:
-    """The probe record as k3lib.probe writes it, from the endpoints' answers (a real /v1/models card carries more
+    """The probe record as k3lib.axes.probe writes it, from the endpoints' answers (a real /v1/models card carries more
     keys than the record keeps: `object`, `created`, `permission`)."""
     import json as _json
     import types
 
-    from k3lib.probe import EndpointProbe, ProbeResult, probe_record
+    from k3lib.axes.probe import EndpointProbe, ProbeResult, probe_record
 
     cards = [{**c, "object": "model", "created": 0, "permission": []} for c in data["served_models"]]
     bodies = {"health": (200, ""), "version": (200, _json.dumps({"version": data["vllm_version"]})),
@@ -336,7 +336,7 @@ def test_a_hand_edited_mistyped_level_is_refused_with_its_reason_not_guessed(tmp
 
 def test_every_evidence_path_the_levels_read_is_declared_by_its_axis_model():
     assert acc.undeclared_paths() == []
-    from k3lib.evidence import ProbeData
+    from k3lib.core.evidence import ProbeData
 
     assert not acc.declared_path(ProbeData, "served_models.0.max_ok_len")
 
@@ -352,9 +352,9 @@ def test_the_probe_keeps_the_card_fields_it_declares_and_the_whole_body_in_its_e
 def test_compare_main_exit_codes_and_precheck(tmp_path, baseline, capsys):
     import argparse
 
-    from k3lib.baseline import precheck_baseline
-    from k3lib.cli import cmd_compare as compare_main
-    from k3lib.errors import BadInputError
+    from k3lib.verdict.baseline import precheck_baseline
+    from k3lib.cli.main import cmd_compare as compare_main
+    from k3lib.core.errors import BadInputError
 
     same = write_run(tmp_path, "same", BASE)
     assert compare_main(argparse.Namespace(run=str(same.root), baseline=str(baseline.root))) == 0
@@ -380,7 +380,7 @@ def test_tool_call_validity_from_the_agent_rates_table(tmp_path):
     """The agent record built by the agent axis' own record builder from its per-reply check outcomes."""
     import types
 
-    from k3lib.agent.report import AgentResult, agent_record
+    from k3lib.axes.agent.figures import AgentResult, agent_record
 
     steps = [agent_reply(1, i, True, other_check=False) for i in range(10)] + \
         [agent_reply(8, i, i >= 2, other_check=False) for i in range(30)]
@@ -422,9 +422,9 @@ def test_levels_read_a_capacity_record_built_by_the_capacity_axis(tmp_path):
     import types
     from pathlib import Path
 
-    from k3lib.capacity import capacity_record
-    from k3lib.capacity.result import CapacityResult
-    from k3lib.params import load_params
+    from k3lib.axes.capacity import capacity_record
+    from k3lib.axes.capacity.result import CapacityResult
+    from k3lib.core.params import load_params
 
     params = load_params([Path(__file__).resolve().parents[1] / "parameters" / "emulator.yaml"],
                          ["contract.planned_concurrency=8"])

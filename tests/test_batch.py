@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from k3lib.cli import main
-from k3lib.store import RunStore
+from k3lib.cli.main import main
+from k3lib.core.store import RunStore
 
 ROOT = Path(__file__).resolve().parents[1]
 EMULATOR_YAML = str(ROOT / "parameters" / "emulator.yaml")

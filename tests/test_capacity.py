@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from k3lib.capacity import (classify_log, classify_oom, failure_kind, judge_step, memory_growth, plan_capacity,
+from k3lib.axes.capacity import (classify_log, classify_oom, failure_kind, judge_step, memory_growth, plan_capacity,
                             saturation_point, server_config, settled_stats, soak_analysis)
-from k3lib.capacity.analysis import increase, linear_fit
-from k3lib.capacity.shape import default_lengths, default_steps
-from k3lib.params import load_params
-from k3lib.readers.vllm_log import parse_vllm_log
+from k3lib.axes.capacity.analysis import increase, linear_fit
+from k3lib.axes.capacity.shape import default_lengths, default_steps
+from k3lib.core.params import load_params
+from k3lib.io.readers.vllm_log import parse_vllm_log
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL_WORLD = ROOT.parent / "shared" / "real-world"
@@ -128,7 +128,7 @@ def test_plan_from_the_demo_parameters_and_explicit_steps():
 
 
 def test_real_defaults_are_sized_for_a_real_deployment():
-    from k3lib.params import CapacityParams
+    from k3lib.core.params import CapacityParams
 
     cap = CapacityParams()
     assert cap.step_duration_s >= 60 and cap.soak_duration_s >= 600 and cap.ready_timeout_s >= 600
@@ -284,7 +284,7 @@ def test_server_config_reads_args_cache_info_and_models():
 
 
 def _cold_result(ready: dict, config: dict | None = None):
-    from k3lib.capacity.result import CapacityResult
+    from k3lib.axes.capacity.result import CapacityResult
 
     phases = [{"phase": "cold-load", "status": "done", "start_wall": 0.0, "end_wall": 1.0, "note": ""}]
     run = {"plan": {}, "phases": phases, "steps": [], "ready": ready, "config": {"values": config or {}}}
@@ -292,7 +292,7 @@ def _cold_result(ready: dict, config: dict | None = None):
 
 
 def _finding(result, rule, *overrides):
-    from k3lib.capacity import iter_findings
+    from k3lib.axes.capacity import iter_findings
 
     params = load_params([str(ROOT / "parameters" / "emulator.yaml")], list(overrides))
     return next(f for f in iter_findings(result, params) if f.rule == f"capacity.{rule}")
@@ -370,8 +370,8 @@ def _spread(n: int, centre: float, width: float) -> list[float]:
     pytest.param(None, None, id="no-objective"),
 ])
 def test_a_steps_latency_is_judged_on_its_p95_interval(objective, expected):
-    from k3lib.capacity.analysis import latency_verdict
-    from k3lib.capacity.run import record_stats
+    from k3lib.axes.capacity.analysis import latency_verdict
+    from k3lib.axes.capacity.run import record_stats
 
     step = record_stats(_requests(_spread(200, 200.0, 50.0)), intervals=True)
     interval = step["ttft_p95_interval"]
@@ -384,8 +384,8 @@ def test_a_steps_latency_is_judged_on_its_p95_interval(objective, expected):
 
 
 def test_an_interval_that_straddles_the_objective_is_inconclusive_never_a_flipped_verdict():
-    from k3lib.capacity.analysis import latency_verdict
-    from k3lib.capacity.run import record_stats
+    from k3lib.axes.capacity.analysis import latency_verdict
+    from k3lib.axes.capacity.run import record_stats
 
     step = record_stats(_requests(_spread(60, 200.0, 50.0)), intervals=True)
     interval = step["ttft_p95_interval"]
@@ -408,10 +408,10 @@ def test_the_capacity_record_judges_the_planned_steps_latency_on_its_interval(ce
     """Through the capacity axis' own record builder: the finding, its interval and the decision it forces."""
     import types
 
-    from k3lib.capacity import capacity_record
-    from k3lib.capacity.result import CapacityResult
-    from k3lib.capacity.run import record_stats
-    from k3lib.decision import rule_for, strongest
+    from k3lib.axes.capacity import capacity_record
+    from k3lib.axes.capacity.result import CapacityResult
+    from k3lib.axes.capacity.run import record_stats
+    from k3lib.verdict.decision import rule_for, strongest
 
     params = load_params([ROOT / "parameters" / "emulator.yaml"],
                          ["contract.planned_concurrency=4", "contract.ttft_p95_ms=300"])

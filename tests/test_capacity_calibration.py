@@ -16,21 +16,21 @@ import pytest
 import yaml
 
 import k3lib
-import k3lib.capacity as capacity
-from k3lib.calibration import CalibrationReport, LoopLagReport
-from k3lib.capacity.analysis import judge_step, saturation_point
-from k3lib.capacity.result import CapacityResult
-from k3lib.capacity.run import CapacityRunner
-from k3lib.capacity.shape import plan_capacity
-from k3lib.capacity.trust import (calibration_concurrencies, calibration_rounds, cross_check_data,
+import k3lib.axes.capacity as capacity
+from k3lib.io.calibration import CalibrationReport, LoopLagReport
+from k3lib.axes.capacity.analysis import judge_step, saturation_point
+from k3lib.axes.capacity.result import CapacityResult
+from k3lib.axes.capacity.run import CapacityRunner
+from k3lib.axes.capacity.shape import plan_capacity
+from k3lib.axes.capacity.trust import (calibration_concurrencies, calibration_rounds, cross_check_data,
                                   cross_check_label, failed_report, gate_step, governing_report, known_timing)
-from k3lib.client import run_sync
-from k3lib.crosscheck import CrossCheckItem, cross_check
-from k3lib.decision import level_for
+from k3lib.io.client import run_sync
+from k3lib.io.crosscheck import CrossCheckItem, cross_check
+from k3lib.verdict.decision import level_for
 from k3lib.emulator import EmulatorConfig, start_emulator
-from k3lib.load import summarize
-from k3lib.metrics import Snapshot
-from k3lib.params import load_params
+from k3lib.io.load import summarize
+from k3lib.io.metrics import Snapshot
+from k3lib.core.params import load_params
 
 ROOT = Path(__file__).resolve().parents[1]
 PARAMS = str(ROOT / "parameters" / "emulator.yaml")
@@ -111,7 +111,7 @@ def test_plan_calibrates_planned_and_highest_step_and_budgets_it():
     demo = yaml.safe_load(Path(PARAMS).read_text())["axes"]["capacity"]
     assert on.calibration_server == demo["calibration_server"] == "thread"
     assert on.calibration_max_error_ms == demo["calibration_max_error_ms"] > 10  # lenient on the shared demo cores
-    from k3lib.params import CapacityParams
+    from k3lib.core.params import CapacityParams
 
     real = CapacityParams()  # a real deployment: calibrated, 10 ms, a server that does not share the client's GIL
     assert real.calibrate and real.calibration_max_error_ms == 10 and real.calibration_server == "process"
@@ -263,7 +263,7 @@ def test_runner_calibrates_against_a_local_known_timing_server(tmp_path, emulato
 
 
 def test_a_calibration_that_cannot_run_fails_its_steps(tmp_path, emulator, monkeypatch):
-    from k3lib.capacity import run as run_mod
+    from k3lib.axes.capacity import run as run_mod
 
     def refuse(self, timeout_s=20.0):
         raise RuntimeError("known-timing server did not start")
@@ -403,8 +403,8 @@ def test_a_step_whose_worker_is_killed_is_degraded_and_keeps_every_finished_reco
     import os
     import signal
 
-    from k3lib.capacity import run as run_mod
-    from k3lib.workers import WorkerPool
+    from k3lib.axes.capacity import run as run_mod
+    from k3lib.io.workers import WorkerPool
 
     journal = tmp_path / "journal"
     journal.mkdir()

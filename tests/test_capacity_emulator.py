@@ -13,10 +13,10 @@ import papermill as pm
 import pytest
 
 import k3lib
-import k3lib.capacity as capacity
-from k3lib.decision import level_for
+import k3lib.axes.capacity as capacity
+from k3lib.verdict.decision import level_for
 from k3lib.emulator import EmulatorConfig, start_emulator
-from k3lib.store import RunStore
+from k3lib.core.store import RunStore
 
 ROOT = Path(__file__).resolve().parents[1]
 PARAMS = str(ROOT / "parameters" / "emulator.yaml")
@@ -193,7 +193,7 @@ def _kernel_startup(tmp_path, monkeypatch):
     """Until k3lib/__init__.py imports the capacity and explorer modules, the kernel imports them at start."""
     startup = tmp_path / "ipython" / "profile_default" / "startup"
     startup.mkdir(parents=True)
-    (startup / "00-k3lib.py").write_text("import k3lib.capacity, k3lib.explorer\n")
+    (startup / "00-k3lib.py").write_text("import k3lib.axes.capacity, k3lib.report.explorer\n")
     monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
 
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from k3lib.capacity import CapacityResult, rank_findings, roofline, roofline_findings, roofline_table
-from k3lib.capacity.roofline import DTYPE_BYTES, hbm_for
-from k3lib.outcomes import level_for
-from k3lib.params import load_params
+from k3lib.axes.capacity import CapacityResult, rank_findings, roofline, roofline_findings, roofline_table
+from k3lib.axes.capacity.roofline import DTYPE_BYTES, hbm_for
+from k3lib.core.outcomes import level_for
+from k3lib.core.params import load_params
 
 ROOT = Path(__file__).resolve().parents[1]
 

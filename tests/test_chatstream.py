@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from k3lib.chatstream import SSEDecoder, ToolCallAssembler, sse_payloads
-from k3lib.client import ChatClient
-from k3lib.readers.tool_reply import classify_tool_reply
+from k3lib.io.chatstream import SSEDecoder, ToolCallAssembler, sse_payloads
+from k3lib.io.client import ChatClient
+from k3lib.io.readers.tool_reply import classify_tool_reply
 
 MSG = [{"role": "user", "content": "weather?"}]
 
@@ -148,8 +148,8 @@ def test_sse_decoder_frames_events_by_the_event_stream_rules() -> None:
 
 def test_one_record_type_for_every_path() -> None:
     """The client, the reader and the agent checks hand out the same ToolCall, with the same parse."""
-    from k3lib.agent.checks import parse_call
-    from k3lib.chatstream import ToolCall
+    from k3lib.axes.agent.checks import parse_call
+    from k3lib.io.chatstream import ToolCall
 
     body = stream(tc(index=0, id="a", type="function", function={"name": "f", "arguments": '{"x": [1]}'}))
     reader_call = classify_tool_reply(body.decode()).tool_calls[0]

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 import k3lib
-from k3lib.cli import build_parser, main
-from k3lib.procs import end_process
+from k3lib.cli.main import build_parser, main
+from k3lib.core.procs import end_process
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
-from k3lib.calibration import KnownTimingConfig, KnownTimingServer
-from k3lib.client import (
+from k3lib.io.calibration import KnownTimingConfig, KnownTimingServer
+from k3lib.io.client import (
     ChatClient,
     SyncChatClient,
     ToolCallAssembler,
@@ -27,7 +27,7 @@ from k3lib.client import (
     root_url,
     run_sync,
 )
-from k3lib.errors import APIError, BadInputError, ProtocolError, TargetUnreachable
+from k3lib.core.errors import APIError, BadInputError, ProtocolError, TargetUnreachable
 
 MSG = [{"role": "user", "content": "hello"}]
 
@@ -409,7 +409,7 @@ def test_sent_mark_is_when_the_request_goes_onto_the_wire(server: KnownTimingSer
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     # aiohttp writes headers and body together from a task of their own, which runs only after every request
     # started alongside has taken its turn: TTFT runs from that write, not from when a connection was in hand
-    from k3lib.client import chat as chat_module
+    from k3lib.io.client import chat as chat_module
 
     writes: dict[str, list[int]] = {}
     real = chat_module._on_body_sent

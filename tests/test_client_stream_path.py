@@ -15,9 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import k3lib.client.stream as client_mod  # where the stream assembler looks `loads_json` up
-from k3lib.client import ChatClient, ToolCall, _Attempt, _read_stream, loads_json
-from k3lib.errors import APIError, ProtocolError
+import k3lib.io.client.stream as client_mod  # where the stream assembler looks `loads_json` up
+from k3lib.io.client import ChatClient, ToolCall, _Attempt, _read_stream, loads_json
+from k3lib.core.errors import APIError, ProtocolError
 
 MSG = [{"role": "user", "content": "hello"}]
 BASE = {"id": "chatcmpl-7", "object": "chat.completion.chunk", "model": "m", "system_fingerprint": "fp-1"}
@@ -402,8 +402,8 @@ def test_streams_settle_one_slice_per_loop_iteration() -> None:
 def test_a_stream_cancelled_while_it_settles_keeps_its_whole_record(monkeypatch: pytest.MonkeyPatch) -> None:
     # the body had ended in time; only its decoding waited for a turn when the phase tore down: the record
     # the cancellation carries is the complete one, not a cancelled request
-    from k3lib.client import attempt as attempt_module
-    from k3lib.client.records import record_of
+    from k3lib.io.client import attempt as attempt_module
+    from k3lib.io.client.records import record_of
 
     settling = asyncio.Event
 

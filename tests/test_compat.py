@@ -8,17 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from k3lib.compat import (RULES, SourceText, ToolChoiceProbe, classify_tool_probe, environment_table, evaluate,
+from k3lib.axes.compat import (RULES, SourceText, ToolChoiceProbe, classify_tool_probe, environment_table, evaluate,
                           in_range, parse_flag, parse_image_inspect, parse_version, read_sources, sources_from_texts,
                           table_rows)
-from k3lib.compat.rules import (check_build_method, check_host_container, check_cuda_build, check_driver, check_fabric,
+from k3lib.axes.compat.judge import (check_build_method, check_host_container, check_cuda_build, check_driver, check_fabric,
                                 check_flags,
                                 check_gpus, check_image, check_prefix_caching, check_startup, check_version,
                                 cuda_major_of_tag)
-from k3lib.compat.sources import AUTO_TOOL_CHOICE_400
-from k3lib.errors import ArtifactError
-from k3lib.outcomes import rule_for
-from k3lib.params import EnvironmentParams, RecipeParams
+from k3lib.axes.compat.run import AUTO_TOOL_CHOICE_400
+from k3lib.core.errors import ArtifactError
+from k3lib.core.outcomes import rule_for
+from k3lib.core.params import EnvironmentParams, RecipeParams
 
 REAL = Path(__file__).resolve().parents[1].parent / "shared" / "real-world"
 K3 = RecipeParams(name="kimi-k3", vllm_min="0.27.1", cuda_major=13, driver_branch_min=580,

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from k3lib.compat import check_environment, environment_record, environment_table
-from k3lib.decision import level_for
-from k3lib.evidence import parse_record
-from k3lib.notebook import open_axis
-from k3lib.store import RunStore
+from k3lib.axes.compat import check_environment, environment_record, environment_table
+from k3lib.verdict.decision import level_for
+from k3lib.core.evidence import parse_record
+from k3lib.report.notebook import open_axis
+from k3lib.core.store import RunStore
 
 import k3lib.emulator as emulator_mod
 ROOT = Path(__file__).resolve().parents[1]
@@ -108,7 +108,7 @@ def test_environment_notebook_under_papermill(tmp_path):
 
 
 def test_the_record_keeps_the_topology_a_revalidation_compares(tmp_path):
-    from k3lib import accepted
+    from k3lib.verdict import accepted
 
     ctx, _, record = _run(tmp_path, ())
     topo = record.data["topology"]

@@ -23,8 +23,8 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from k3lib.readers.collect_env import parse_collect_env
-from k3lib.readers.vllm_log import parse_vllm_log
+from k3lib.io.readers.collect_env import parse_collect_env
+from k3lib.io.readers.vllm_log import parse_vllm_log
 from realvllm import SERVED_NAME, VLLM_VERSION, RealVllm, real_vllm  # noqa: F401 - the fixture is used by name
 
 

@@ -17,7 +17,7 @@ from typing import Any, Iterator
 import httpx
 import pytest
 
-from k3lib.agent import load_sample
+from k3lib.axes.agent import load_sample
 from realvllm import K3_SERVED_NAME, VLLM_VERSION, RealVllm, real_vllm_k3  # noqa: F401 - fixture used by name
 
 pytestmark = [pytest.mark.realvllm, pytest.mark.slow]

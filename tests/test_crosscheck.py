@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from k3lib.client import SyncChatClient
-from k3lib.crosscheck import CrossCheckItem, cross_check
-from k3lib.metrics import scrape
+from k3lib.io.client import SyncChatClient
+from k3lib.io.crosscheck import CrossCheckItem, cross_check
+from k3lib.io.metrics import scrape
 
 
 def test_isolated_window_agrees_on_counts_and_latency(emulator):

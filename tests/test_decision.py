@@ -11,9 +11,9 @@ import pytest
 
 from conftest import ROOT
 
-from k3lib.decision import DECISIONS, EXIT_CODES, RULES, Outcome, decide, level_for, traffic_cap_from
-from k3lib.evidence import EvidenceRecord, Finding, axis_status
-from k3lib.sheet import ITEMS, item_status, sheet_rows
+from k3lib.verdict.decision import DECISIONS, EXIT_CODES, RULES, Outcome, decide, level_for, traffic_cap_from
+from k3lib.core.evidence import EvidenceRecord, Finding, axis_status
+from k3lib.verdict.sheet import ITEMS, item_status, sheet_rows
 
 
 def rec(axis: str, **rules: str) -> EvidenceRecord:
@@ -71,9 +71,9 @@ def _capacity_record(held: list[bool], planned: int = 4) -> EvidenceRecord:
     """A capacity record built by the axis's own record builder from a run's steps (no hand-built data)."""
     import types
 
-    from k3lib.capacity import capacity_record
-    from k3lib.capacity.result import CapacityResult
-    from k3lib.params import load_params
+    from k3lib.axes.capacity import capacity_record
+    from k3lib.axes.capacity.result import CapacityResult
+    from k3lib.core.params import load_params
 
     params = load_params([ROOT / "parameters" / "emulator.yaml"], [f"contract.planned_concurrency={planned}"])
     steps = [{"concurrency": c, "status": "done", "held": ok, "why": [] if ok else ["preempted"], "preemptions": 0,
@@ -185,7 +185,7 @@ _ID = re.compile(rf"^(?:{'|'.join(AXES)})\.[a-z_]+$")
 def _emitted_rule_ids() -> set[str]:
     """Rule ids the axes' code can emit: full-id literals, capacity's `_f("name", …)`, the prefix axis'
     `rule + "name"`, the agent's checks, and the runner's `{axis}.notebook` for an axis notebook that failed."""
-    from k3lib.agent.checks import CHECKS
+    from k3lib.axes.agent.checks import CHECKS
 
     out = {f"agent.{c}" for c in CHECKS} | {f"{a}.notebook" for a in AXES}
     for path in (ROOT / "k3lib").rglob("*.py"):

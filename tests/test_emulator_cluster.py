@@ -16,13 +16,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from k3lib.capacity.ranks import rank_window
+from k3lib.axes.capacity.ranks import rank_window
 from k3lib.emulator import EmulatorConfig
 from k3lib.emulator.cluster import start_cluster
 from k3lib.emulator.faults import FaultSet
-from k3lib.errors import BadInputError
-from k3lib.metrics import Snapshot, scrape
-from k3lib.procs import end_process
+from k3lib.core.errors import BadInputError
+from k3lib.io.metrics import Snapshot, scrape
+from k3lib.core.procs import end_process
 
 
 def _cluster(*faults: str):

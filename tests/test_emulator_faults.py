@@ -11,7 +11,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from k3lib.emulator import FAULTS, EmulatorConfig, start_emulator
-from k3lib.errors import BadInputError
+from k3lib.core.errors import BadInputError
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "required": ["city"], "properties": {"city": {"type": "string"}}}}}

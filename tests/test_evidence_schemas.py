@@ -9,8 +9,8 @@ import pytest
 from pydantic import ValidationError
 
 from conftest import ROOT
-from k3lib.errors import EvidenceError
-from k3lib.evidence import DATA_MODELS, SCHEMA_VERSION, CapacityData, EvidenceRecord, json_schemas, parse_record
+from k3lib.core.errors import EvidenceError
+from k3lib.core.evidence import DATA_MODELS, SCHEMA_VERSION, CapacityData, EvidenceRecord, json_schemas, parse_record
 
 
 def test_the_schemas_in_the_repository_are_the_ones_the_models_give():
@@ -71,8 +71,8 @@ def test_typed_data_is_validated_once_per_data_and_again_for_new_data():
 
 
 def test_the_prefix_pairs_model_declares_what_the_axis_writes_and_the_report_reads_it_typed(tmp_path):
-    from k3lib.evidence import PrefixCacheData, PrefixPair
-    from k3lib.prefix import prefix_cache_record
+    from k3lib.core.evidence import PrefixCacheData, PrefixPair
+    from k3lib.axes.prefix import prefix_cache_record
     from test_prefix_verdict import result
 
     rec = prefix_cache_record(result())
@@ -82,8 +82,8 @@ def test_the_prefix_pairs_model_declares_what_the_axis_writes_and_the_report_rea
     assert (typed.pairs[0].cold_ttft_ms, typed.pairs[0].warm_ttft_ms) == (15.0, 5.0)
 
 
-@pytest.mark.parametrize("module", ["report", "sheet", "golive", "baseline", "accepted", "decision", "history",
-                                    "summary"])
+@pytest.mark.parametrize("module", ["report/pages", "verdict/sheet", "verdict/golive", "verdict/baseline",
+                                    "verdict/accepted", "verdict/decision", "report/history", "report/summary"])
 def test_the_readers_of_axis_evidence_read_typed_fields_never_raw_data_keys(module):
     """`rec.typed()` gives the axis' model (declared fields only, checked by mypy); a raw `data.get("…")` or
     `data["…"]` would read a key no model declares and find nothing, silently."""

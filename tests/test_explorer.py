@@ -11,7 +11,7 @@ import papermill as pm
 import pytest
 
 import k3lib
-import k3lib.explorer as explorer
+import k3lib.report.explorer as explorer
 from k3lib.emulator import EmulatorConfig, start_emulator
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,7 +82,7 @@ def test_explorer_notebook_headless_under_papermill(tmp_path, monkeypatch):
     startup = tmp_path / "ipython" / "profile_default" / "startup"
     startup.mkdir(parents=True)
     # until k3lib/__init__.py imports them, the kernel imports the capacity and explorer modules at start
-    (startup / "00-k3lib.py").write_text("import k3lib.capacity, k3lib.explorer\n")
+    (startup / "00-k3lib.py").write_text("import k3lib.axes.capacity, k3lib.report.explorer\n")
     monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
     run = tmp_path / "run"
     with start_emulator(EmulatorConfig.from_profile("demo", time_scale=0.02), host="127.0.0.1", port=0) as h:

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from k3lib.baseline import BaselineComparison
-from k3lib.cli import main
-from k3lib.evidence import Finding
-from k3lib.fleet import judge, load_fleet
+from k3lib.verdict.baseline import BaselineComparison
+from k3lib.cli.main import main
+from k3lib.core.evidence import Finding
+from k3lib.batch.fleet import judge, load_fleet
 
 FLEET = """\
 outputs: runs

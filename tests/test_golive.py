@@ -12,8 +12,8 @@ import pytest
 from conftest import needs_tool
 import yaml
 
-from k3lib.errors import BadInputError, EvidenceError
-from k3lib.golive import (ALERTS_FILE, DASHBOARD_FILE, ROLLBACK_FILE, GoliveOptions, error_reasons, metric_names,
+from k3lib.core.errors import BadInputError, EvidenceError
+from k3lib.verdict.golive import (ALERTS_FILE, DASHBOARD_FILE, ROLLBACK_FILE, GoliveOptions, error_reasons, metric_names,
                           write_golive_kit)
 
 from test_baseline import BASE, changed, write_run
@@ -172,7 +172,7 @@ def test_dashboard_has_the_required_panels(tmp_path):
 def test_rollback_md_lists_triggers_and_what_reopens(tmp_path):
     _, _, out = kit_for(tmp_path, traffic_hit_rate=0.6)
     text = (out / ROLLBACK_FILE).read_text()
-    # the digest the environment axis inspected for the emulated image (k3lib.compat over its inspect JSON)
+    # the digest the environment axis inspected for the emulated image (k3lib.axes.compat over its inspect JSON)
     digest = json.loads((tmp_path / "run" / "evidence" / "environment.json").read_text())["data"]["observed"][
         "image_digest"]
     assert digest and digest.startswith("sha256:")

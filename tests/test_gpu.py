@@ -10,8 +10,8 @@ import types
 import httpx
 import pytest
 
-from k3lib.errors import ProtocolError, TargetUnreachable
-from k3lib.gpu import (
+from k3lib.core.errors import ProtocolError, TargetUnreachable
+from k3lib.io.gpu import (
     MIB,
     DcgmExporterSource,
     GpuSample,
@@ -22,7 +22,7 @@ from k3lib.gpu import (
     gpu_sampler,
     gpu_samples_from_dcgm,
 )
-from k3lib.metrics import parse_exposition
+from k3lib.io.metrics import parse_exposition
 
 DCGM_TEXT = """\
 # HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).

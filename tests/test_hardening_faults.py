@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from k3lib.cli import main
-from k3lib.store import RunStore
+from k3lib.cli.main import main
+from k3lib.core.store import RunStore
 from test_hardening_server import Misbehaving, closed_port
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,8 +14,8 @@ import pytest
 from conftest import needs_tool
 
 from chromium import CHROMIUM, Recorder, console_errors, page_requests, proxy, render  # noqa: F401 - fixture
-from k3lib.cli import main
-from k3lib.store import RunStore
+from k3lib.cli.main import main
+from k3lib.core.store import RunStore
 from test_hardening_faults import EMULATOR_YAML, TINY
 from test_hardening_server import IMG_PAYLOAD, LOG_PAYLOAD, PAYLOAD, SCRIPT_PAYLOAD, Misbehaving
 

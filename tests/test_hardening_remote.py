@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from k3lib import params as P
-from k3lib.errors import BadInputError
+from k3lib.core import params as P
+from k3lib.core.errors import BadInputError
 
 ROOT = Path(__file__).resolve().parents[1]
 EMULATOR_YAML = str(ROOT / "parameters" / "emulator.yaml")
@@ -61,7 +61,7 @@ def test_every_load_phase_has_a_request_and_a_time_bound(section):
 
 
 def test_the_load_generator_refuses_an_unbounded_phase():
-    from k3lib.load import _Phase
+    from k3lib.io.load import _Phase
 
     with pytest.raises(BadInputError):
         _Phase(None, [{"messages": []}], name="x", max_requests=10, max_duration_s=0, request_timeout_s=1,
@@ -103,9 +103,9 @@ def connections(monkeypatch):
 
 
 def _run(axis: str):
-    import k3lib.agent
-    import k3lib.capacity
-    import k3lib.prefix
+    import k3lib.axes.agent
+    import k3lib.axes.capacity
+    import k3lib.axes.prefix
 
     return {"agent": k3lib.agent.run_agent, "capacity": k3lib.capacity.run_capacity,
             "prefix_cache": k3lib.prefix.run_prefix_cache}[axis]
@@ -120,7 +120,7 @@ CONTROL = ["axes.agent.repetitions=2", "axes.agent.concurrency_levels=[1]", "axe
 
 @pytest.mark.parametrize("axis", list(LOAD_BOUNDS))
 def test_a_load_axis_refuses_a_remote_target_before_connecting(tmp_path, connections, axis):
-    from k3lib.notebook import open_axis
+    from k3lib.report.notebook import open_axis
 
     ctx = open_axis(axis, EMULATOR_YAML, [f"target.base_url={REMOTE}"], str(tmp_path / "run"))
     t0 = time.monotonic()
@@ -137,7 +137,7 @@ def test_a_load_axis_refuses_a_remote_target_before_connecting(tmp_path, connect
 def test_allow_remote_load_lets_the_axis_try(tmp_path, connections, axis):
     """The control: with the switch on, the same axis does reach for the remote target (refused by the fixture),
     so the test above could see a connection had there been one."""
-    from k3lib.notebook import open_axis
+    from k3lib.report.notebook import open_axis
 
     ctx = open_axis(axis, EMULATOR_YAML, [f"target.base_url={REMOTE}", "target.allow_remote_load=true", *CONTROL],
                     str(tmp_path / "run"))
@@ -149,8 +149,8 @@ def test_allow_remote_load_lets_the_axis_try(tmp_path, connections, axis):
 def test_the_batch_records_the_refusal_as_each_axis_evidence(tmp_path):
     """Through the batch's notebook runner: each load notebook stops at once, and its evidence says why."""
     from k3lib.batch.execute import Progress, run_notebooks
-    from k3lib.plan import ACCEPTANCE
-    from k3lib.store import RunStore
+    from k3lib.core.plan import ACCEPTANCE
+    from k3lib.core.store import RunStore
 
     params = P.load_params([EMULATOR_YAML], [f"target.base_url={REMOTE}"])
     store = RunStore.create_at(tmp_path / "run")

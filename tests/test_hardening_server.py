@@ -283,7 +283,7 @@ EXPECTED = [
 
 @pytest.mark.parametrize("mode, stream, kind, phrase", EXPECTED)
 def test_each_mode_breaks_the_reply_as_designed(emulator, mode, stream, kind, phrase):
-    from k3lib.client import SyncChatClient
+    from k3lib.io.client import SyncChatClient
 
     with Misbehaving(emulator.url, mode) as m, SyncChatClient(m.url, timeout_s=10) as client:
         assert httpx.get(f"{m.url}/health", timeout=5).status_code == 200
@@ -297,7 +297,7 @@ def test_each_mode_breaks_the_reply_as_designed(emulator, mode, stream, kind, ph
 
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
 def test_inject_mode_carries_the_markup_in_an_otherwise_valid_reply(emulator, stream):
-    from k3lib.client import SyncChatClient
+    from k3lib.io.client import SyncChatClient
 
     with Misbehaving(emulator.url, "inject") as m, SyncChatClient(m.url, timeout_s=10) as client:
         rec = client.chat_body({**CHAT, "stream": stream}, strict=False)
@@ -309,7 +309,7 @@ def test_inject_mode_carries_the_markup_in_an_otherwise_valid_reply(emulator, st
 
 
 def test_closed_port_refuses():
-    from k3lib.client import SyncChatClient
+    from k3lib.io.client import SyncChatClient
 
     with SyncChatClient(f"http://127.0.0.1:{closed_port()}", model="m", timeout_s=5) as client:
         rec = client.chat_body(CHAT, strict=False)

@@ -14,9 +14,9 @@ from conftest import needs_tool
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from k3lib.baseline import compare_with_baseline
-from k3lib.cli import main
-from k3lib.store import RunStore
+from k3lib.verdict.baseline import compare_with_baseline
+from k3lib.cli.main import main
+from k3lib.core.store import RunStore
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ROOT / "k3lib" / "data" / "revalidation-alerts.yml"

@@ -20,7 +20,7 @@ import httpx
 import nbformat
 import pytest
 
-from k3lib.procs import end_process
+from k3lib.core.procs import end_process
 
 from chromium import CHROMIUM, QUIET, needs_chromium
 

@@ -82,7 +82,7 @@ def test_the_checker_refuses_a_broken_manifest_naming_what(python, tmp_path, bre
 
 
 def test_the_configmap_fleet_file_is_one_the_kit_reads_and_the_job_runs_k3_fleet_on_it(tmp_path):
-    from k3lib.fleet import load_fleet
+    from k3lib.batch.fleet import load_fleet
 
     data = by_kind(DOCS, "ConfigMap")["data"]
     for name, text in data.items():
@@ -100,8 +100,8 @@ def test_the_configmap_fleet_file_is_one_the_kit_reads_and_the_job_runs_k3_fleet
 
 
 def test_the_configmap_parameters_load_with_each_deployment_of_the_fleet(tmp_path):
-    from k3lib.fleet import load_fleet
-    from k3lib.params import load_params
+    from k3lib.batch.fleet import load_fleet
+    from k3lib.core.params import load_params
 
     data = by_kind(DOCS, "ConfigMap")["data"]
     # the image holds the repository's parameters/ at /opt/k3kit/parameters

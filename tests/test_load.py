@@ -11,10 +11,10 @@ from typing import Any
 import httpx
 import pytest
 
-from k3lib.calibration import KnownTimingConfig, KnownTimingServer
-from k3lib.client import ChatClient, ChatRecord
-from k3lib.errors import BadInputError
-from k3lib.load import (
+from k3lib.io.calibration import KnownTimingConfig, KnownTimingServer
+from k3lib.io.client import ChatClient, ChatRecord
+from k3lib.core.errors import BadInputError
+from k3lib.io.load import (
     RequestStat,
     arrival_offsets_s,
     check_load_target,
@@ -177,7 +177,7 @@ def test_the_collection_before_a_phase_is_not_in_its_window(server: KnownTimingS
 def test_quiet_collector_nests() -> None:
     import gc
 
-    from k3lib.client import quiet_collector
+    from k3lib.io.client import quiet_collector
 
     base = gc.get_freeze_count()
     with quiet_collector():

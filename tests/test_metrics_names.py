@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from k3lib.errors import MissingSeriesError
-from k3lib.metrics import SERIES, Snapshot, inspect_metrics, parse_exposition, require, window_histogram
+from k3lib.core.errors import MissingSeriesError
+from k3lib.io.metrics import SERIES, Snapshot, inspect_metrics, parse_exposition, require, window_histogram
 
 FIXTURES = Path(__file__).parent / "fixtures" / "metrics"
 

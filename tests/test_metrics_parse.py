@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from k3lib.metrics import Snapshot, parse_exposition
+from k3lib.io.metrics import Snapshot, parse_exposition
 
 CLEAN = """\
 # HELP vllm:num_requests_running Number of requests in model execution batches.
@@ -89,15 +89,15 @@ def test_help_text_ending_in_a_number_is_not_a_sample():
 
 
 def test_inspect_refuses_text_without_samples():
-    from k3lib.errors import ArtifactError
-    from k3lib.metrics import inspect_metrics
+    from k3lib.core.errors import ArtifactError
+    from k3lib.io.metrics import inspect_metrics
 
     with pytest.raises(ArtifactError, match="line 1 reads 'INFO 06-01 server started'"):
         inspect_metrics("INFO 06-01 server started\n\n")
 
 
 def test_package_all_is_sorted_and_importable():
-    import k3lib.metrics as metrics
+    import k3lib.io.metrics as metrics
 
     assert metrics.__all__ == sorted(metrics.__all__)
     assert all(hasattr(metrics, name) for name in metrics.__all__)

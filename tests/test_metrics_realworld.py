@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from k3lib.metrics import inspect_metrics
+from k3lib.io.metrics import inspect_metrics
 
 REAL_WORLD = Path(__file__).resolve().parents[1].parent / "shared" / "real-world"
 LABELS = json.loads((REAL_WORLD / "labels.json").read_text()) if (REAL_WORLD / "labels.json").exists() else {}

@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from k3lib.errors import APIError, MissingSeriesError, TargetUnreachable
-from k3lib.metrics import MetricsSampler, delta, metrics_url, require, scrape, scrape_async
+from k3lib.core.errors import APIError, MissingSeriesError, TargetUnreachable
+from k3lib.io.metrics import MetricsSampler, delta, metrics_url, require, scrape, scrape_async
 
 FIXTURES = Path(__file__).parent / "fixtures" / "metrics"
 

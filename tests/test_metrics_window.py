@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from k3lib.metrics import Snapshot, delta, histogram_quantile, window_histogram, window_quantile
+from k3lib.io.metrics import Snapshot, delta, histogram_quantile, window_histogram, window_quantile
 
 
 def snap(text: str, t_s: float) -> Snapshot:

@@ -10,10 +10,10 @@ import nbformat
 import papermill as pm
 import pytest
 
-from k3lib.params import load_params, parse_set
+from k3lib.core.params import load_params, parse_set
 from k3lib.renewal.params import is_review_file, load_review_params
-from k3lib.session import NOTEBOOK_PARAMETERS
-from k3lib.store import RunStore
+from k3lib.core.session import NOTEBOOK_PARAMETERS
+from k3lib.core.store import RunStore
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").rglob("*.ipynb"))

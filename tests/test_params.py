@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from k3lib.cli import main
-from k3lib.errors import BadInputError
-from k3lib.params import load_params
+from k3lib.cli.main import main
+from k3lib.core.errors import BadInputError
+from k3lib.core.params import load_params
 
 ROOT = Path(__file__).resolve().parents[1]
 

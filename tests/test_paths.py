@@ -13,15 +13,15 @@ import jsonschema
 import pytest
 import yaml
 
-from k3lib.agent.checks import parse_call
-from k3lib.cli import main
+from k3lib.axes.agent.checks import parse_call
+from k3lib.cli.main import main
 from k3lib.emulator import EmulatorConfig, start_emulator
-from k3lib.paths import builtin_task_set, compare_fixed, load_task_set, read_paths_record
-from k3lib.paths.quality import Exchange, judge
-from k3lib.paths.record import SCHEMA_FILE, schema
-from k3lib.paths.tasks import ExpectedCall, QualityRule, ToolErrorRule
-from k3lib.stats import paired_difference_interval, wilson_interval
-from k3lib.store import RunStore
+from k3lib.axes.paths import builtin_task_set, compare_fixed, load_task_set, read_paths_record
+from k3lib.axes.paths.judge import Exchange, judge
+from k3lib.axes.paths.record import SCHEMA_FILE, schema
+from k3lib.axes.paths.tasks import ExpectedCall, QualityRule, ToolErrorRule
+from k3lib.core.stats import paired_difference_interval, wilson_interval
+from k3lib.core.store import RunStore
 
 FAST_RETRY = {"max_retries": 2, "timeout_s": 30, "backoff_s": 0.01, "backoff_factor": 2.0}
 
@@ -310,7 +310,7 @@ def test_custom_task_set_runs_and_hashes_change_with_the_quality_rule(tmp_path, 
 def test_review_live_section_shows_and_keeps_a_paths_run(tmp_path, capsys):
     from types import SimpleNamespace
 
-    from k3lib.paths import live_figure, live_section
+    from k3lib.axes.paths import live_figure, live_section
     from k3lib.renewal import load_review_params
 
     params = _params(tmp_path, {"down": _ep(_closed_port_url())}, retry={**FAST_RETRY, "max_retries": 0})
@@ -333,10 +333,10 @@ def test_review_live_section_shows_and_keeps_a_paths_run(tmp_path, capsys):
 def test_a_paths_run_folder_reads_its_axis_records_and_leaves_the_paths_record_to_its_reader(tmp_path, capsys):
     """evidence/paths.json declares its own schema: read_records (and the baseline's run reader) skip it, read the
     axis records beside it, and still refuse a broken or foreign axis record in one line (no axis dropped)."""
-    from k3lib import accepted
-    from k3lib.errors import EvidenceError
-    from k3lib.evidence import EvidenceRecord
-    from k3lib.session import read_records
+    from k3lib.verdict import accepted
+    from k3lib.core.errors import EvidenceError
+    from k3lib.core.evidence import EvidenceRecord
+    from k3lib.core.session import read_records
 
     params = _params(tmp_path, {"down": _ep(_closed_port_url())}, retry={**FAST_RETRY, "max_retries": 0})
     rc, out, runs = _run(tmp_path, capsys, params)
@@ -380,14 +380,14 @@ def test_duration_bound_cuts_a_slow_path_and_says_so(tmp_path, capsys):
 
 
 def test_paths_exports_are_sorted_and_exist():
-    import k3lib.paths as paths
+    import k3lib.axes.paths as paths
 
     assert paths.__all__ == sorted(paths.__all__) and all(hasattr(paths, n) for n in paths.__all__)
 
 
 def test_review_comparison_record_reads_the_live_run(tmp_path, capsys):
     from k3lib import renewal
-    from k3lib.paths import live_section
+    from k3lib.axes.paths import live_section
 
     with _emulator() as good, _emulator("tool-markup-leak=1.0") as leaky:
         params = _params(tmp_path, {"self_hosted": _ep(good.url), "api": _ep(leaky.url)})
@@ -419,7 +419,7 @@ def test_review_comparison_record_reads_the_live_run(tmp_path, capsys):
     api = _by(read_paths_record(runs[-1]), "api")
     assert quality.status == "pass" and quality.observed == pytest.approx(api.acceptance_low, abs=1e-4)
     # the summary reads the run's records (the live copy is not one of them) and the decision reads the live run
-    from k3lib.session import read_records
+    from k3lib.core.session import read_records
 
     ctx.axis = "load"
     renewal.record_axis(ctx, renewal.axis_result(ctx))
@@ -454,7 +454,7 @@ def test_review_without_a_live_run_leaves_the_comparison_open(tmp_path):
     pytest.param(".", "no paths record here", id="not-a-paths-run"),
 ])
 def test_review_live_paths_is_validated_in_one_line(tmp_path, value, needle):
-    from k3lib.errors import BadInputError
+    from k3lib.core.errors import BadInputError
     from k3lib.renewal import load_review_params
 
     review_file = Path(__file__).resolve().parents[1] / "parameters" / "renewal-demo.yaml"

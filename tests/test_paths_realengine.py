@@ -7,10 +7,10 @@ import json
 
 import yaml
 
-from k3lib.cli import main
+from k3lib.cli.main import main
 from k3lib.emulator import EmulatorConfig, start_emulator
-from k3lib.paths import builtin_task_set, read_paths_record
-from k3lib.paths.record import SCHEMA_FILE
+from k3lib.axes.paths import builtin_task_set, read_paths_record
+from k3lib.axes.paths.record import SCHEMA_FILE
 from realengine import RealEngine, real_engine  # noqa: F401 - the fixture is used by name
 
 import jsonschema

@@ -12,10 +12,10 @@ import httpx
 import pytest
 
 import k3lib
-import k3lib.prefix as prefix
-from k3lib.decision import decide
+import k3lib.axes.prefix as prefix
+from k3lib.verdict.decision import decide
 from k3lib.emulator import EmulatorConfig, start_emulator
-from k3lib.store import RunStore
+from k3lib.core.store import RunStore
 
 ROOT = Path(__file__).resolve().parents[1]
 PARAMS = str(ROOT / "parameters" / "emulator.yaml")
@@ -137,7 +137,7 @@ def test_notebook_runs_under_papermill_and_writes_its_record(healthy, tmp_path, 
         # $IPYTHONDIR/profile_default/startup/ at kernel start)
         startup = tmp_path / "ipython" / "profile_default" / "startup"
         startup.mkdir(parents=True)
-        (startup / "00-k3lib-prefix.py").write_text("import k3lib.prefix\n")
+        (startup / "00-k3lib-prefix.py").write_text("import k3lib.axes.prefix\n")
         monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
     run = tmp_path / "run"
     pm.execute_notebook(

@@ -6,8 +6,8 @@ import types
 
 import pytest
 
-from k3lib.params import load_params
-from k3lib.probe import EndpointProbe, ProbeResult, iter_findings
+from k3lib.core.params import load_params
+from k3lib.axes.probe import EndpointProbe, ProbeResult, iter_findings
 
 
 def _probe(name: str, status: int | None, body: str = "", error: str | None = None) -> EndpointProbe:

@@ -12,10 +12,10 @@ from typing import Any
 import httpx
 import pytest
 
-from k3lib.calibration import KnownTimingServer
-from k3lib.client import ChatClient
-from k3lib.errors import APIError, BadInputError
-from k3lib.prompts import EstimateCounter, build_prompts, filler_text, fit_count
+from k3lib.io.calibration import KnownTimingServer
+from k3lib.io.client import ChatClient
+from k3lib.core.errors import APIError, BadInputError
+from k3lib.io.prompts import EstimateCounter, build_prompts, filler_text, fit_count
 
 
 def run(coro_factory: Any) -> Any:

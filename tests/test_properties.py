@@ -21,10 +21,10 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from k3lib.cli import main
-from k3lib.errors import BadInputError
-from k3lib.metrics import inspect_metrics, parse_exposition
-from k3lib.params import Params, load_params
+from k3lib.cli.main import main
+from k3lib.core.errors import BadInputError
+from k3lib.io.metrics import inspect_metrics, parse_exposition
+from k3lib.core.params import Params, load_params
 from k3lib.renewal import inputs as renewal_inputs
 from k3lib.renewal.series import Grid, read_history, series_from_file
 
@@ -478,7 +478,7 @@ def mangled_samples(draw) -> str:
 @SETTINGS
 @given(text=st.one_of(mangled_samples(), st.text(TEXT, max_size=200)))
 def test_every_kind_and_auto_read_or_refuse_in_one_line(text):
-    from k3lib.readers.kinds import KINDS, guess_kind, inspect_as
+    from k3lib.io.readers.kinds import KINDS, guess_kind, inspect_as
 
     for kind in KINDS:
         try:
@@ -499,7 +499,7 @@ def test_every_kind_and_auto_read_or_refuse_in_one_line(text):
 @given(text=st.one_of(st.text(st.sampled_from('{}[]",: \n0123456789.-eEtrufalsn\\u'), max_size=60),
                       st.text(TEXT, max_size=60)))
 def test_cut_json_never_raises(text):
-    from k3lib.readers._cutjson import read_cut_json
+    from k3lib.io.readers._cutjson import read_cut_json
 
     cut = read_cut_json(text)
     assert cut is None or cut.complete in (True, False)
@@ -508,7 +508,7 @@ def test_cut_json_never_raises(text):
 @SETTINGS
 @given(text=st.text(st.sampled_from("ab\r\n\x1b[0m"), max_size=40))
 def test_line_numbers_are_those_of_grep_n(text):
-    from k3lib.readers._text import numbered_lines
+    from k3lib.io.readers._text import numbered_lines
 
     numbers = [n for n, _ in numbered_lines(text)]
     assert numbers == list(range(1, len(numbers) + 1))

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from k3lib.errors import ArtifactError
-from k3lib.readers._text import clean_lines, is_shell_prompt
-from k3lib.readers.collect_env import CollectEnvReport, inspect_collect_env, parse_collect_env
+from k3lib.core.errors import ArtifactError
+from k3lib.io.readers._text import clean_lines, is_shell_prompt
+from k3lib.io.readers.collect_env import CollectEnvReport, inspect_collect_env, parse_collect_env
 
 REAL_WORLD = Path(__file__).resolve().parents[1].parent / "shared" / "real-world"
 FILES = sorted((REAL_WORLD / "collect_env").glob("*.txt")) if REAL_WORLD.is_dir() else []

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from k3lib.errors import ArtifactError
-from k3lib.readers.nvidia_smi import NvidiaSmiReport, inspect_nvidia_smi, parse_nvidia_smi
+from k3lib.core.errors import ArtifactError
+from k3lib.io.readers.nvidia_smi import NvidiaSmiReport, inspect_nvidia_smi, parse_nvidia_smi
 
 REAL_WORLD = Path(__file__).resolve().parents[1].parent / "shared" / "real-world"
 FILES = sorted((REAL_WORLD / "nvidia_smi").glob("*.txt")) if REAL_WORLD.is_dir() else []

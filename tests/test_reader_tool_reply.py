@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from k3lib.errors import ArtifactError
-from k3lib.readers.tool_reply import (
+from k3lib.core.errors import ArtifactError
+from k3lib.io.readers.tool_reply import (
     classify_tool_reply,
     detect_markup,
     inspect_tool_reply,
@@ -279,7 +279,7 @@ def test_tool_call_records_keep_parsed_arguments_and_errors() -> None:
     result = classify_tool_reply(_completion({"content": None, "tool_calls": [
         _call("f", '{"a": [1, 2]}'), _call("g", '{"a": ', 1)]}))
     first, second = result.tool_calls
-    # the kit's one tool-call record (k3lib.chatstream.ToolCall): the agent checks read the same fields
+    # the kit's one tool-call record (k3lib.io.chatstream.ToolCall): the agent checks read the same fields
     assert first.parsed == {"a": [1, 2]} and first.json_error is None and first.arguments_valid_json is True
     assert second.parsed is None and "invalid JSON" in (second.json_error or "")
     assert second.arguments_valid_json is False

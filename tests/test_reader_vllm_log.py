@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from k3lib.errors import ArtifactError
-from k3lib.readers.vllm_log import inspect_log, parse_vllm_log
+from k3lib.core.errors import ArtifactError
+from k3lib.io.readers.vllm_log import inspect_log, parse_vllm_log
 
 REAL_WORLD = Path(__file__).resolve().parents[1].parent / "shared" / "real-world"
 LABELS_FILE = REAL_WORLD / "labels.json"

@@ -9,15 +9,15 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from k3lib.cli import main
-from k3lib.compat.rules import line_of
-from k3lib.errors import ArtifactError
-from k3lib.metrics.parse import parse_exposition
-from k3lib.readers._cutjson import CutText, read_cut_json
-from k3lib.readers._text import clean_lines, numbered_lines
-from k3lib.readers.kinds import KINDS, guess_kind, inspect_as
-from k3lib.readers.labels import FOLDER_KINDS, score_text
-from k3lib.readers.vllm_log import parse_vllm_log
+from k3lib.cli.main import main
+from k3lib.axes.compat.judge import line_of
+from k3lib.core.errors import ArtifactError
+from k3lib.io.metrics.parse import parse_exposition
+from k3lib.io.readers._cutjson import CutText, read_cut_json
+from k3lib.io.readers._text import clean_lines, numbered_lines
+from k3lib.io.readers.kinds import KINDS, guess_kind, inspect_as
+from k3lib.io.readers.labels import FOLDER_KINDS, score_text
+from k3lib.io.readers.vllm_log import parse_vllm_log
 
 ROOT = Path(__file__).resolve().parents[1]
 PASTED = ROOT / "tests" / "data" / "pasted"

@@ -12,13 +12,13 @@ from typing import Any, Iterator
 
 import pytest
 
-from k3lib.client import ChatClient, SyncChatClient, run_sync
-from k3lib.decision import EXIT_CODES
-from k3lib.evidence import EvidenceRecord
-from k3lib.plan import ACCEPTANCE_AXES
-from k3lib.prompts import build_prompts
-from k3lib.session import read_records
-from k3lib.store import RunStore
+from k3lib.io.client import ChatClient, SyncChatClient, run_sync
+from k3lib.verdict.decision import EXIT_CODES
+from k3lib.core.evidence import EvidenceRecord
+from k3lib.core.plan import ACCEPTANCE_AXES
+from k3lib.io.prompts import build_prompts
+from k3lib.core.session import read_records
+from k3lib.core.store import RunStore
 from realengine import ROOT, RealEngine, real_engine  # noqa: F401 - the fixture is used by name
 
 pytestmark = pytest.mark.realengine
@@ -44,7 +44,7 @@ BATCH_TIMEOUT_S = 1500
 @pytest.fixture(scope="module")
 def validated(real_engine: RealEngine, tmp_path_factory: pytest.TempPathFactory):  # noqa: F811
     """`k3 validate -p parameters/llamacpp.example.yaml` against the server: (exit code, store, records, decision)."""
-    from k3lib.cli import main
+    from k3lib.cli.main import main
 
     out = tmp_path_factory.mktemp("realengine-run")
     code = main(["validate", "-p", str(PROFILE), "--out", str(out),

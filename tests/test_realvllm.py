@@ -12,10 +12,10 @@ from typing import Any, Iterator
 
 import pytest
 
-from k3lib.decision import EXIT_CODES
-from k3lib.evidence import EvidenceRecord
-from k3lib.plan import ACCEPTANCE_AXES
-from k3lib.sheet import sheet_rows
+from k3lib.verdict.decision import EXIT_CODES
+from k3lib.core.evidence import EvidenceRecord
+from k3lib.core.plan import ACCEPTANCE_AXES
+from k3lib.verdict.sheet import sheet_rows
 from realvllm import PROFILE, VLLM_VERSION, RealVllm, real_vllm, validate_against  # noqa: F401 - fixture by name
 
 pytestmark = [pytest.mark.realvllm, pytest.mark.slow]
@@ -151,7 +151,7 @@ def test_log_lines_are_numbered_the_same_by_every_axis(validated):
     startup = _one(records, "compat.startup")
     m = re.search(r"log line (\d+)", startup.message)
     assert m, startup.message
-    from k3lib.capacity.result import read_capacity
+    from k3lib.axes.capacity.result import read_capacity
 
     result = read_capacity(store)
     assert result.log is not None and result.log.ready_line == int(m.group(1)), \

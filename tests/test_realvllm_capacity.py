@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 import k3lib
-import k3lib.capacity as capacity
+import k3lib.axes.capacity as capacity
 from realvllm import PROFILE, RealVllm, real_vllm_small_kv  # noqa: F401 - the fixture is used by name
 
 pytestmark = [pytest.mark.realvllm, pytest.mark.slow]

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-import k3lib.agent as agent
-from k3lib.decision import decide
-from k3lib.notebook import open_axis
+import k3lib.axes.agent as agent
+from k3lib.verdict.decision import decide
+from k3lib.report.notebook import open_axis
 from realvllm import K3_PROFILE, RealVllm, real_vllm_k3, require_k3, serve, validate_against  # noqa: F401
 
 pytestmark = [pytest.mark.realvllm, pytest.mark.slow]
@@ -78,7 +78,7 @@ def test_what_keeps_the_cpu_host_from_production_is_not_the_agent_path(validated
     assert decision["decision"] != "production" or not decision["reasons"][:-1]
     for reason in decision["reasons"]:
         if reason.split(": ", 1)[1].startswith("loosened threshold"):
-            continue  # a CPU-sized run (k3lib.thresholds): listed, not a finding of the agent path
+            continue  # a CPU-sized run (k3lib.core.thresholds): listed, not a finding of the agent path
         assert ": agent." not in reason.split(" — ")[0] and "tool" not in reason.split(":")[1][:40], reason
 
 

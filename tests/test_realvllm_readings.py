@@ -9,17 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from k3lib.capacity.analysis import judge_step, queue_verdict
-from k3lib.capacity.result import read_capacity
-from k3lib.capacity.run import LOG_TXT, RUN_JSON, window_numbers
-from k3lib.compat.rules import check_cuda_build, check_driver, check_gpus
-from k3lib.compat.sources import sources_from_texts
-from k3lib.metrics import histogram_quantile, quantile_bounds, window_histogram
-from k3lib.metrics.snapshot import Snapshot
-from k3lib.params import EnvironmentParams, RecipeParams
-from k3lib.readers.vllm_log import parse_vllm_log
-from k3lib.sheet import _configuration
-from k3lib.store import RunStore
+from k3lib.axes.capacity.analysis import judge_step, queue_verdict
+from k3lib.axes.capacity.result import read_capacity
+from k3lib.axes.capacity.run import LOG_TXT, RUN_JSON, window_numbers
+from k3lib.axes.compat.judge import check_cuda_build, check_driver, check_gpus
+from k3lib.axes.compat.run import sources_from_texts
+from k3lib.io.metrics import histogram_quantile, quantile_bounds, window_histogram
+from k3lib.io.metrics.snapshot import Snapshot
+from k3lib.core.params import EnvironmentParams, RecipeParams
+from k3lib.io.readers.vllm_log import parse_vllm_log
+from k3lib.verdict.sheet import _configuration
+from k3lib.core.store import RunStore
 
 DATA = Path(__file__).parent / "data" / "realvllm"
 CPU_RECIPE = RecipeParams(name="vllm-cpu-tiny", vllm_min="0.32.0", build="custom")

@@ -13,13 +13,13 @@ import nbformat
 import pytest
 
 import k3lib.renewal as renewal
-from k3lib.errors import BadInputError
-from k3lib.cli import review_main
+from k3lib.core.errors import BadInputError
+from k3lib.cli.main import review_main
 from k3lib.renewal.batch import REVIEW, REVIEW_SUMMARY
 from k3lib.renewal.demo import PREVIOUS_VERSION
 from k3lib.renewal.decision import AXES
-from k3lib.session import read_records
-from k3lib.store import RunStore
+from k3lib.core.session import read_records
+from k3lib.core.store import RunStore
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = "parameters/renewal-demo.yaml"
@@ -89,7 +89,7 @@ def test_records_then_decision_from_records_only(steady_run):
 
 def test_a_failed_axis_counts_as_no_evidence(steady_run):
     ctx = steady_run
-    from k3lib.evidence import EvidenceRecord
+    from k3lib.core.evidence import EvidenceRecord
 
     ctx.store.write_json("evidence/stability.json", EvidenceRecord(
         axis="stability", title="x", status="fail", error="cell 3: boom").model_dump(mode="json"))

@@ -8,7 +8,7 @@ import pytest
 
 from k3lib.renewal.decision import (AXES, DECISIONS, EXIT_CODES, RULES, TRANSFER_TRIGGERS, Decision, Indicators,
                                     choose, decide_renewal)
-from k3lib.errors import BadInputError
+from k3lib.core.errors import BadInputError
 from k3lib.renewal.analysis import compare_paths, full_cost
 from k3lib.renewal.results import typed
 from k3lib.renewal.review import analyse
@@ -285,8 +285,8 @@ def live_runs(tmp_path_factory):
     import yaml
 
     from k3lib.emulator import EmulatorConfig, start_emulator
-    from k3lib.paths import load_paths_params, read_paths_record, run_paths
-    from k3lib.store import RunStore
+    from k3lib.axes.paths import load_paths_params, read_paths_record, run_paths
+    from k3lib.core.store import RunStore
 
     def emulator(*faults):
         return start_emulator(EmulatorConfig.from_profile("demo", faults=faults, time_scale=0.02), host="127.0.0.1",
@@ -423,7 +423,7 @@ def test_an_api_failing_the_same_tasks_live_is_not_equivalent(steady, live_runs,
 
 def test_the_live_equivalence_reads_the_pair_either_way_round(steady, live_runs):
     """A record whose pair is api − self_hosted: the difference is turned to self-hosted − API, the verdict holds."""
-    from k3lib.paths.record import paired
+    from k3lib.axes.paths.record import paired
 
     root, record = live_runs["api-misses"]
     turned = record.model_copy(update={"pairs": (paired("api", "self_hosted", list(record.tasks)),)})
@@ -453,7 +453,7 @@ def test_the_live_gate_on_exit(indicators, expected):
 def test_a_category_failing_on_each_path_is_split_task_by_task(steady, live_runs):
     """A stored record re-paired by the record's own code after one long-exchange task is flipped (accepted on the
     API only): its category is split task by task, the others keep their side."""
-    from k3lib.paths.record import paired
+    from k3lib.axes.paths.record import paired
 
     _, record = live_runs["api-misses"]
     flip = "long-exchange.t3"

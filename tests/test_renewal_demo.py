@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from k3lib.errors import BadInputError
+from k3lib.core.errors import BadInputError
 from k3lib.renewal import demo
 from k3lib.renewal.params import load_review_params
 from k3lib.renewal.review import analyse, decide_from_axes, load_review

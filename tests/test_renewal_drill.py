@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from k3lib.errors import BadInputError
+from k3lib.core.errors import BadInputError
 from k3lib.renewal.artifacts import check_pipeline
 from k3lib.renewal.drill import QUESTIONS, run_drill
 from k3lib.renewal.params import DrillParams

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from k3lib.errors import ArtifactError, BadInputError
+from k3lib.core.errors import ArtifactError, BadInputError
 from k3lib.renewal.inputs import (TASK_COLUMNS, read_costs, read_hours, read_incidents, read_tasks)
 from k3lib.renewal.params import load_review_params
 from k3lib.renewal.series import Grid, read_history

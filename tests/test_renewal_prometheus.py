@@ -15,7 +15,7 @@ from conftest import needs_tool
 from k3lib.renewal import demo
 from k3lib.renewal.params import load_review_params
 from k3lib.renewal.review import analyse, load_review
-from k3lib.procs import end_process
+from k3lib.core.procs import end_process
 
 pytestmark = needs_tool(bool(shutil.which("promtool") and shutil.which("prometheus")),
                         "promtool/prometheus not on PATH (Debian: apt-get install prometheus)")

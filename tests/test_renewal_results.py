@@ -10,10 +10,10 @@ import jsonschema
 import pytest
 
 import k3lib.renewal as renewal
-from k3lib.errors import ArtifactError
+from k3lib.core.errors import ArtifactError
 from k3lib.renewal.decision import AXES
 from k3lib.renewal.results import RESULTS, SCHEMA_DIR, read_record_data, record_data, schema_id, schemas, typed
-from k3lib.session import read_records
+from k3lib.core.session import read_records
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = "parameters/renewal-demo.yaml"

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from k3lib.store import RunStore
+from k3lib.core.store import RunStore
 
 
 @pytest.mark.parametrize("umask, mode", [pytest.param(0o022, 0o644, id="default"),

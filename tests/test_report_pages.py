@@ -12,10 +12,10 @@ import nbformat
 import pytest
 
 from chromium import CHROMIUM, needs_chromium
-from k3lib.cli import main
-from k3lib.report import KIT_ROOT, PLOTLY_JS, clean_notebook, clean_text, is_bare_repr, path_rewrites, \
+from k3lib.cli.main import main
+from k3lib.report.pages import KIT_ROOT, PLOTLY_JS, clean_notebook, clean_text, is_bare_repr, path_rewrites, \
     strip_inline_plotly
-from k3lib.store import RunStore
+from k3lib.core.store import RunStore
 
 LEAKS = ("PosixPath(", "AxisContext(", "object at 0x")
 REPORT_LIMIT_BYTES = 6 * 1024 * 1024

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from k3lib.cli import main
-from k3lib.store import RunStore
+from k3lib.cli.main import main
+from k3lib.core.store import RunStore
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -61,7 +61,7 @@ def test_sigkill_then_resume(tmp_path, capsys, kill_after):
     assert (code == 0 and decision["decision"] == "production") or gated, decision["reasons"]
     assert "kept" in captured.err, "finished axes are kept, not re-run"
     after = store.manifest()["files"]
-    from k3lib.plan import ACCEPTANCE
+    from k3lib.core.plan import ACCEPTANCE
 
     # an axis counts as finished when its executed notebook was in place before the kill
     kept = [f"evidence/{axis}.json" for nb, axis in ACCEPTANCE if f"notebooks/{nb}" in before]

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from k3lib.batch import execute as runner  # the batch layer both batches run their notebooks on
-from k3lib.store import RunStore
+from k3lib.core.store import RunStore
 
 PROBE = ("import os, sys, json\n"
          "print(json.dumps({'pid': os.getpid(), 'cwd': os.getcwd(), 'names': sorted(k for k in dir() if k[:1] != '_'),"

@@ -11,8 +11,8 @@ import sys
 import time
 
 
-from k3lib.cli import main
-from k3lib.store import RunStore, sha256_file
+from k3lib.cli.main import main
+from k3lib.core.store import RunStore, sha256_file
 
 
 def test_run_folder_layout_and_manifest(tmp_path):
@@ -85,7 +85,7 @@ def test_concurrent_writers_keep_every_entry(tmp_path):
 
 KILLED_WRITER = r"""
 import sys, time
-from k3lib.store import RunStore
+from k3lib.core.store import RunStore
 store = RunStore(sys.argv[1])
 i = 0
 while True:

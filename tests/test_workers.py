@@ -1,4 +1,4 @@
-"""Load over worker processes (k3lib.workers): the phase's streams spread over processes on one start instant and
+"""Load over worker processes (k3lib.io.workers): the phase's streams spread over processes on one start instant and
 one ramp, every finished record at the parent as it finishes, a worker killed with -9 losing none of its finished
 records (its phase marked degraded with the reason), a killed parent leaving no worker loading, the calibration
 judged per worker and for the whole, and `load.workers` bounded."""
@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 
-from k3lib.calibration import KnownTimingConfig, KnownTimingServer, gate_phase
-from k3lib.client import ChatClient, ChatRecord
-from k3lib.errors import BadInputError
-from k3lib.load import run_closed_loop, run_open_loop
-from k3lib.params import LoadParams
-from k3lib.workers import WORKERS_MAX, WorkerPool, calibrate_workers, default_workers, resolve_workers
+from k3lib.io.calibration import KnownTimingConfig, KnownTimingServer, gate_phase
+from k3lib.io.client import ChatClient, ChatRecord
+from k3lib.core.errors import BadInputError
+from k3lib.io.load import run_closed_loop, run_open_loop
+from k3lib.core.params import LoadParams
+from k3lib.io.workers import WORKERS_MAX, WorkerPool, calibrate_workers, default_workers, resolve_workers
 
 MSG = [{"role": "user", "content": "load"}]
 FAST = {"messages": MSG, "k3_ttft_ms": 5, "k3_itl_ms": 2, "k3_chunks": 3}
@@ -188,9 +188,9 @@ def test_a_worker_killed_with_minus_9_mid_phase_loses_no_finished_record(server:
 
 PARENT = """
 import asyncio, json, sys
-from k3lib.client import ChatClient
-from k3lib.load import run_closed_loop
-from k3lib.workers import WorkerPool
+from k3lib.io.client import ChatClient
+from k3lib.io.load import run_closed_loop
+from k3lib.io.workers import WorkerPool
 
 out = open(sys.argv[2], "a", buffering=1)
 def sink(rec):
@@ -254,7 +254,7 @@ def test_calibration_over_workers_is_judged_per_worker_and_whole(server: KnownTi
     bad = asyncio.run(calibrate_workers(pool, server.url, concurrency=4, known_ttft_ms=30, known_itl_ms=10,
                                         chunks=10, max_error_ms=0.001))
     assert not bad.valid and "worker 1 of 2 (2 streams)" in bad.reason and "worker 2 of 2" in bad.reason
-    from k3lib.load import summarize
+    from k3lib.io.load import summarize
 
     gated = gate_phase(summarize([], name="x", kind="closed-loop", target_url="u", started_wall_ns=0, duration_s=1,
                                  max_requests=1, max_duration_s=1), bad)
@@ -262,6 +262,6 @@ def test_calibration_over_workers_is_judged_per_worker_and_whole(server: KnownTi
 
 
 def test_a_worker_count_instead_of_a_pool_is_one_clear_error(server: KnownTimingServer) -> None:
-    with pytest.raises(BadInputError, match="a started k3lib.workers.WorkerPool"):
+    with pytest.raises(BadInputError, match="a started k3lib.io.workers.WorkerPool"):
         asyncio.run(run_closed_loop(ChatClient(server.url), [FAST], concurrency=2, max_requests=4, max_duration_s=5,
                                     workers=2))

@@ -18,11 +18,11 @@ from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Callable, Sequence, TextIO
 
-from ..evidence import EvidenceRecord, Finding, read_records
-from ..plan import BatchPlan
-from ..report import render_pages, write_index
-from ..session import PROJECT_ROOT
-from ..store import RunStore
+from ..core.evidence import EvidenceRecord, Finding, read_records
+from ..core.plan import BatchPlan
+from ..report.pages import render_pages, write_index
+from ..core.session import PROJECT_ROOT
+from ..core.store import RunStore
 
 NOTEBOOKS = PROJECT_ROOT / "notebooks"
 
@@ -56,7 +56,7 @@ class Progress:
 
 # What every notebook of both batches imports in its first cells (the figures' plotly and pandas), imported by a
 # kernel started ahead while the notebooks before it run; a batch may name more (`run_notebooks(preload=...)`).
-PRELOAD: tuple[str, ...] = ("pandas", "plotly.graph_objects", "plotly.io", "k3lib.plotting")
+PRELOAD: tuple[str, ...] = ("pandas", "plotly.graph_objects", "plotly.io", "k3lib.core.plotting")
 
 
 def _preload_lines(modules: Sequence[str]) -> tuple[str, ...]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from ..errors import BadInputError
+from ..core.errors import BadInputError
 from .config import EmulatorConfig
 from .faults import FAULTS
 from .profiles import PROFILES

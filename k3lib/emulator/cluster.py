@@ -19,8 +19,8 @@ from typing import Any
 
 import httpx
 
-from ..errors import TargetUnreachable
-from ..procs import end_process
+from ..core.errors import TargetUnreachable
+from ..core.procs import end_process
 from .config import EmulatorConfig
 from .server import EmulatorUrls
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
-from ..errors import BadInputError
+from ..core.errors import BadInputError
 from .faults import FaultSet
 from .profiles import PROFILES
 

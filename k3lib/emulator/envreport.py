@@ -151,7 +151,7 @@ def operator_attestation(cfg, started_at: str, concurrency_limit: int | None = N
     }
 
 
-# parameters/emulator.yaml judges at demo sizes (k3lib.thresholds): each one looser than the kit's default is
+# parameters/emulator.yaml judges at demo sizes (k3lib.core.thresholds): each one looser than the kit's default is
 # accepted here by name and value, or the demo could not be production. A real deployment keeps the defaults.
 DEMO_THRESHOLDS_ACCEPTED: tuple[dict, ...] = (
     {"path": "axes.agent.repetitions", "value": 3,

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
-from ..errors import BadInputError
+from ..core.errors import BadInputError
 
 
 @dataclass(frozen=True)

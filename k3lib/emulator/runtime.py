@@ -13,8 +13,8 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from ..stats import percentile
-from ..turns import Turns
+from ..core.stats import percentile
+from ..core.turns import Turns
 from .config import EmulatorConfig
 from .envreport import collect_env_report, image_digest
 from .gpu import GpuBoard, plan_memory, starved_utilization
@@ -45,7 +45,7 @@ def capacity_error(cfg, plan) -> str | None:
 
 class FrontEnd(Turns):
     """Lets requests into the front end (JSON, chat template, tokenizer, reply plan), and their outputs out, one
-    per loop iteration (`k3lib.turns.Turns`).
+    per loop iteration (`k3lib.core.turns.Turns`).
 
     vLLM's API server and engine core are separate processes; here they share one event loop, and 256 requests
     arriving together used to parse and plan in one loop iteration (hundreds of ms), all of it engine-step lag.

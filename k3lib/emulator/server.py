@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..errors import TargetUnreachable
+from ..core.errors import TargetUnreachable
 from .config import EmulatorConfig
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ from collections import Counter, defaultdict
 from typing import Any, Iterable, Sequence
 from zoneinfo import ZoneInfo
 
-from ..stats import percentile
+from ..core.stats import percentile
 from .inputs import FIVE_QUESTIONS, CostsInput, HoursRecord, IncidentRecord, TaskRecord
 from .rules import DeclaredBenefits, FixedElements, RenewalRules, accepted as is_accepted
 from .series import Grid

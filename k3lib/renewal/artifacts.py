@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..errors import BadInputError
+from ..core.errors import BadInputError
 
 _TEMP_SUFFIXES = (".partial", ".tmp", ".part", ".crdownload", ".incomplete")
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 from typing import Callable
 
 from ..batch.execute import PRELOAD, Progress, publish, run_batch
-from ..errors import BadInputError
-from ..plan import REVIEW, REVIEW_STAGES, REVIEW_SUMMARY, review_plan
-from ..session import PROJECT_ROOT
-from ..store import RunStore
+from ..core.errors import BadInputError
+from ..core.plan import REVIEW, REVIEW_STAGES, REVIEW_SUMMARY, review_plan
+from ..core.session import PROJECT_ROOT
+from ..core.store import RunStore
 from .decision import DECISIONS, RenewalDecision
 from .params import RenewalParams, load_review_params
 from .records import decide_review

@@ -26,7 +26,7 @@ from .live import category_routing, live_equivalence, live_quality
 from .rules import RenewalRules
 
 if TYPE_CHECKING:
-    from ..paths.record import PathsResult
+    from ..axes.paths.record import PathsResult
 
 
 class Decision(enum.StrEnum):

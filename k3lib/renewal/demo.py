@@ -332,7 +332,7 @@ def _write_params(scenario: str, sc: Scenario, start: dt.datetime, path: Path) -
 def generate(scenario: str, out_dir: str | Path, *, seed: int = 7) -> dict[str, Path]:
     """Write the scenario's history, task log, costs, incidents, hours and review.yaml into `out_dir`."""
     if scenario not in _SCENARIOS:
-        from ..errors import BadInputError
+        from ..core.errors import BadInputError
 
         raise BadInputError(f"unknown demo scenario {scenario!r}; expected one of {', '.join(SCENARIOS)}",
                             source="--demo")

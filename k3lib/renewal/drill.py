@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 import httpx
 
-from ..chatstream import sse_payloads
+from ..io.chatstream import sse_payloads
 from .params import CommandStep, DrillParams
 from .results import Answer, DrillAnswer
 
@@ -283,7 +283,7 @@ class Observed:
 def _rollback(seen: Observed) -> tuple[Answer, str]:
     """Was the previous version served again? Yes only when the version after the restore is the named previous
     version (or, none named, an older release than the one before), and the server answers again."""
-    from ..compat.rules import parse_version
+    from ..axes.compat.judge import parse_version
 
     before, after, want = seen.version_before, seen.version_after, seen.previous_version
     if not seen.restore_steps:

@@ -135,7 +135,7 @@ def register_views() -> None:
 
 
 def decision_html(decision: RenewalDecision) -> str:
-    from ..views import badge
+    from ..report.views import badge
 
     esc = html.escape
     parts = [f'<h2 style="margin:0.2em 0">Decision: {badge(decision.decision)}</h2>',

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Iterator, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ..errors import BadInputError
+from ..core.errors import BadInputError
 
 LoadCategory = Literal["batch", "agent", "peak", "test", "maintenance"]
 TaskPath = Literal["self-hosted", "api"]

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..stats import wilson_interval
+from ..core.stats import wilson_interval
 from .findings import RenewalFinding
 from .rules import RenewalRules
 
 if TYPE_CHECKING:
-    from ..paths.record import PairedDifference, PathsResult
+    from ..axes.paths.record import PairedDifference, PathsResult
 
 SELF_HOSTED, API = "self_hosted", "api"  # the endpoint names `k3 paths` gives the two sides the review compares
 

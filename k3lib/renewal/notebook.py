@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..evidence import EvidenceRecord
+from ..core.evidence import EvidenceRecord
 from . import figures
 from .records import axis_record
 from .session import ReviewContext
@@ -30,7 +30,7 @@ def record_axis(ctx: ReviewContext, result: dict[str, Any]) -> EvidenceRecord:
 def review_drill(ctx: ReviewContext) -> dict[str, Any] | None:
     """The live incident drill on the review's target (the embedded emulator when no base_url is given, with a
     second emulator standing in for the API), plus the pipeline artifact check when a manifest is named."""
-    from ..target import resolve_target
+    from ..core.target import resolve_target
     from .artifacts import check_pipeline
     from .drill import run_drill
 
@@ -43,7 +43,7 @@ def review_drill(ctx: ReviewContext) -> dict[str, Any] | None:
     try:
         if api is None and target.emulator is not None:
             from ..emulator import start_emulator
-            from ..target import emulator_config
+            from ..core.target import emulator_config
 
             stand_in = start_emulator(emulator_config(ctx.params), host="127.0.0.1", port=0)
             api = stand_in.url

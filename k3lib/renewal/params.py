@@ -18,9 +18,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ..errors import ArtifactError, BadInputError
-from ..params import COMMAND_SECTIONS, RunParams, TargetParams, _check_url, _provenance, layer, validate_model
-from ..paths.record import read_paths_record
+from ..core.errors import ArtifactError, BadInputError
+from ..core.params import COMMAND_SECTIONS, RunParams, TargetParams, _check_url, _provenance, layer, validate_model
+from ..axes.paths.record import read_paths_record
 from .rules import DEFAULT, DeclaredBenefits, FixedElements, RenewalRules
 
 INPUT_KEYS = ("tasks", "costs", "incidents", "hours")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..evidence import EvidenceRecord, Finding, FindingStatus, axis_status
-from ..paths.record import REVIEW_COPY, PathsResult, read_paths_record
-from ..store import RunStore
+from ..core.evidence import EvidenceRecord, Finding, FindingStatus, axis_status
+from ..axes.paths.record import REVIEW_COPY, PathsResult, read_paths_record
+from ..core.store import RunStore
 from .decision import AXES, RenewalDecision, indicators, money
 from .live import live_quality
 from .params import RenewalParams

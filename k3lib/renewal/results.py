@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..errors import ArtifactError
+from ..core.errors import ArtifactError
 
 Num = float | None  # a figure; None: not computable from the data (shown blank, never 0)
 Answer = Literal["yes", "no", "not shown"]

@@ -12,8 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..paths.record import PathsResult
-from ..store import RunStore, sha256_file, to_json_bytes
+from ..axes.paths.record import PathsResult
+from ..core.store import RunStore, sha256_file, to_json_bytes
 from .analysis import (analyse_load, analyse_operations, analyse_production, analyse_stability, benefits_summary,
                        compare_paths, full_cost)
 from .decision import RenewalDecision, decide_renewal

@@ -15,8 +15,8 @@ from bisect import bisect_right
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from ..errors import ArtifactError, BadInputError, TargetUnreachable
-from ..metrics.names import spec_for
+from ..core.errors import ArtifactError, BadInputError, TargetUnreachable
+from ..io.metrics.names import spec_for
 
 MAX_POINTS_PER_SERIES = 11_000  # Prometheus refuses a range query above this resolution
 LOOKBACK_S = 300.0  # Prometheus' default --query.lookback-delta

@@ -7,10 +7,10 @@ import dataclasses
 import time
 from typing import Any
 
-from .. import views
-from ..evidence import EvidenceRecord
-from ..session import adopt_folder, find_path, open_run_folder, write_record
-from ..store import RunStore, utc_now
+from ..report import views
+from ..core.evidence import EvidenceRecord
+from ..core.session import adopt_folder, find_path, open_run_folder, write_record
+from ..core.store import RunStore, utc_now
 from .figures import register_views
 from .params import RenewalParams, load_any_review
 from .analysis import analyse_stability

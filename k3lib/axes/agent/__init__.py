@@ -1,0 +1,95 @@
+"""Acceptance axis 2: the reference agent scenario and the tool-call contract, under load.
+
+`run_agent(ctx)` plays the sample at each concurrency level and writes every request to the run folder;
+`agent_record(result, ctx)` turns it into findings. `load_agent_result(store)` re-renders a finished run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .checks import CHECKS, Outcome, ParsedCall, environment_refusal, rates, stability_outcomes
+from .figures import RUN_FILE, STEPS_FILE, AgentResult, FailingReply, agent_record, iter_findings
+from .run import RunSettings, ScenarioRunner, assistant_message, filler_lines
+from .sample import AgentSample, load_sample, packaged_sample_path, parse_sample
+from .tools import BUILTIN_TOOLS
+
+__all__ = [
+    "AgentResult",
+    "AgentSample",
+    "BUILTIN_TOOLS",
+    "CHECKS",
+    "FailingReply",
+    "Outcome",
+    "ParsedCall",
+    "RUN_FILE",
+    "RunSettings",
+    "STEPS_FILE",
+    "ScenarioRunner",
+    "agent_record",
+    "assistant_message",
+    "environment_refusal",
+    "filler_lines",
+    "iter_findings",
+    "load_agent_result",
+    "load_sample",
+    "packaged_sample_path",
+    "parse_sample",
+    "rates",
+    "run_agent",
+    "sample_summary",
+    "stability_outcomes",
+]
+
+
+def sample_summary(sample: AgentSample, source: str) -> dict[str, Any]:
+    return {"name": sample.name, "version": sample.version, "source": source,
+            "tools": [t.function.name for t in sample.tools],
+            "cases": [{"id": c.id, "title": c.title, "turns": len(c.turns), "requires_images": c.requires_images,
+                       "grows_context": any(t.filler for t in c.turns)} for c in sample.cases]}
+
+
+def run_agent(ctx: Any) -> AgentResult:
+    """Play the sample at every concurrency level against `ctx.target`; steps land in the run folder as they
+    finish. Target misbehaviour becomes findings; only an unusable sample or target set-up raises."""
+    from ...io.client import SyncChatClient
+    from ...io.load import check_load_target
+    from ...core.session import find_path
+
+    params = ctx.params
+    path = params.axes.agent.sample
+    source = str(find_path(path)) if path else str(packaged_sample_path())
+    sample = load_sample(find_path(path) if path else None)
+    settings = RunSettings.from_params(params, source)
+    check_load_target(ctx.target.base_url, params.target.allow_remote_load)
+
+    def sink(step: dict[str, Any]) -> None:
+        ctx.store.append_jsonl(STEPS_FILE, step)
+
+    with SyncChatClient(ctx.target.base_url, model=params.target.model, api_key_env=ctx.target.api_key_env,
+                        timeout_s=settings.request_timeout_s) as sync:
+        runner = ScenarioRunner(sync.client, sample, settings, sink)
+        sync.run(runner.run())
+    if ctx.store.path(STEPS_FILE).exists():
+        ctx.store.adopt(STEPS_FILE)
+    run: dict[str, Any] = {"settings": settings.to_dict(), "sample": sample_summary(sample, source),
+                           "levels": runner.levels, "skipped": runner.skipped_cases()}
+    ctx.store.write_json(RUN_FILE, run)
+    return AgentResult(run["settings"], run["sample"], runner.levels, run["skipped"], runner.steps)
+
+
+def load_agent_result(store: Any) -> AgentResult:
+    """Rebuild the result from `evidence/agent/` (whole lines only: a killed run keeps what it measured)."""
+    import json
+
+    run = store.read_json(RUN_FILE) if store.path(RUN_FILE).exists() else {}
+    steps = []
+    path = store.path(STEPS_FILE)
+    if path.exists():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                steps.append(json.loads(line))
+            except ValueError:
+                break  # a line cut by a kill: the ones before it are whole
+    return AgentResult(run.get("settings", {}), run.get("sample", {}), run.get("levels", []),
+                       run.get("skipped", []), steps)

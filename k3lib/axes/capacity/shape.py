@@ -1,0 +1,121 @@
+"""The shape of a capacity run, fixed before any request: context lengths, concurrency steps, request sizes and
+the time each phase may take at most. Pure: parameters in, a frozen plan out."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ...core.params import Params
+from .trust import calibration_concurrencies
+
+PHASES = ("cold-load", "long-context", "concurrency", "soak")
+# Headroom each phase is granted on top of its load bounds: prompt sizing with /tokenize, boundary scrapes,
+# health checks, and the load generator's grace for cancelled requests (load.CANCEL_GRACE_S).
+PHASE_OVERHEAD_S = 10.0
+# The client self-calibration before the steps, whatever the local server does: its start, a warm-up and one round
+# per calibrated concurrency (each at most 0.5 s + 19 × 50 ms of schedule, see trust.py), then its stop.
+CALIBRATION_BOUND_S = 30.0
+
+
+@dataclass(frozen=True)
+class CapacityPlan:
+    planned_concurrency: int
+    context_limit_tokens: int  # the contract's
+    context_lengths_tokens: tuple[int, ...]
+    long_context_output_tokens: int
+    long_context_repeats: int
+    out_of_contract_tokens: int  # the probe that must be refused
+    steps: tuple[int, ...]  # concurrency per step, the last one beyond the contract
+    beyond_contract: int  # the concurrency of the out-of-contract step
+    prompt_tokens: int
+    output_tokens: int
+    shared_prefix_tokens: int  # soak prompts share this much, so prefix hits have something to fall from
+    step_duration_s: float
+    step_max_requests: int
+    soak_duration_s: float
+    soak_max_requests: int
+    ready_timeout_s: float
+    request_timeout_s: float
+    calibration_concurrencies: tuple[int, ...] = ()  # empty: the client's timing error is not calibrated
+    calibration_max_error_ms: float = 10.0
+    calibration_server: str = "process"
+
+    def phase_budget_s(self, phase: str) -> float:
+        """The most a phase may last, whatever the target does (the tests hold the axis to the sum)."""
+        if phase == "cold-load":
+            return self.ready_timeout_s + PHASE_OVERHEAD_S
+        if phase == "long-context":
+            # one request at a time, each bounded by the request timeout; +1 for the out-of-contract probe
+            n = len(self.context_lengths_tokens) * self.long_context_repeats + 1
+            return n * self.request_timeout_s + PHASE_OVERHEAD_S
+        if phase == "concurrency":
+            calibration = CALIBRATION_BOUND_S + PHASE_OVERHEAD_S if self.calibration_concurrencies else 0.0
+            # each step sends for step_duration_s, then lets what is in flight finish for as long again (the drain)
+            return len(self.steps) * (2 * self.step_duration_s + PHASE_OVERHEAD_S) + calibration
+        if phase == "soak":
+            return self.soak_duration_s + self.soak_drain_s + PHASE_OVERHEAD_S
+        raise KeyError(f"unknown phase {phase!r}; phases: {', '.join(PHASES)}")
+
+    @property
+    def soak_drain_s(self) -> float:
+        """How long the soak's last requests may finish after it stops sending: as long as the soak, at most one
+        request's timeout (a request cut by the clock alone would count as load that did not complete)."""
+        return min(self.soak_duration_s, self.request_timeout_s)
+
+    @property
+    def budget_s(self) -> float:
+        return sum(self.phase_budget_s(p) for p in PHASES)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["budget_s"] = {p: round(self.phase_budget_s(p), 3) for p in PHASES}
+        return d
+
+
+def default_steps(planned: int) -> tuple[int, ...]:
+    """1, 2, 4, … below the planned concurrency, the planned concurrency, then one step beyond it (+25 %, ≥ +1)."""
+    steps = []
+    c = 1
+    while c < planned:
+        steps.append(c)
+        c *= 2
+    steps.append(planned)
+    return tuple(steps) + (planned + max(1, planned // 4),)
+
+
+def default_lengths(context_limit: int, output_tokens: int) -> tuple[int, ...]:
+    """25, 50, 75 and 100 % of what the contract lets a prompt take once its answer is reserved."""
+    room = max(context_limit - output_tokens, 16)
+    return tuple(sorted({max(16, int(room * f)) for f in (0.25, 0.5, 0.75, 1.0)}))
+
+
+def plan_capacity(params: Params) -> CapacityPlan:
+    cap = params.axes.capacity
+    contract = params.contract
+    planned = contract.planned_concurrency
+    output = cap.output_tokens or contract.max_output_tokens
+    prompt = cap.prompt_tokens or max(16, contract.max_context_tokens // 2)
+    prompt = min(prompt, max(16, contract.max_context_tokens - output))
+    lengths = tuple(sorted(set(cap.context_lengths_tokens))) or default_lengths(contract.max_context_tokens,
+                                                                                cap.long_context_output_tokens)
+    if cap.concurrency_steps:
+        inside = tuple(sorted({s for s in cap.concurrency_steps if s <= planned} | {planned}))
+        outside = sorted(s for s in cap.concurrency_steps if s > planned)
+        beyond = outside[0] if outside else planned + max(1, planned // 4)
+        steps = inside + (beyond,)
+    else:
+        steps = default_steps(planned)
+        beyond = steps[-1]
+    return CapacityPlan(
+        planned_concurrency=planned, context_limit_tokens=contract.max_context_tokens,
+        context_lengths_tokens=lengths, long_context_output_tokens=cap.long_context_output_tokens,
+        long_context_repeats=cap.long_context_repeats,
+        out_of_contract_tokens=contract.max_context_tokens + cap.out_of_contract_extra_tokens,
+        steps=steps, beyond_contract=beyond, prompt_tokens=prompt, output_tokens=output,
+        shared_prefix_tokens=prompt // 2, step_duration_s=cap.step_duration_s,
+        step_max_requests=cap.step_max_requests, soak_duration_s=cap.soak_duration_s,
+        soak_max_requests=cap.soak_max_requests, ready_timeout_s=cap.ready_timeout_s,
+        request_timeout_s=cap.request_timeout_s,
+        calibration_concurrencies=calibration_concurrencies(planned, steps) if cap.calibrate else (),
+        calibration_max_error_ms=cap.calibration_max_error_ms, calibration_server=cap.calibration_server)

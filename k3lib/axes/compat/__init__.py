@@ -1,0 +1,33 @@
+"""Axis 1, the compatibility chain: CUDA build, host driver branch, vLLM version, image, GPUs and flags, read from
+every proof at hand and compared with the recipe at three levels (host, container, engine)."""
+
+from .judge import RULES, RuleSpec, in_range, iter_findings, parse_flag, parse_version
+from .run import (CompatSources, ImageRef, SourceText, ToolChoiceProbe, classify_tool_probe, gather_sources,
+                      parse_image_inspect, read_sources, sources_from_texts)
+from .figures import (CompatResult, check_environment, environment_record, environment_table, evaluate,
+                    findings_table, table_rows)
+
+__all__ = [
+    "CompatResult",
+    "CompatSources",
+    "ImageRef",
+    "RULES",
+    "RuleSpec",
+    "SourceText",
+    "ToolChoiceProbe",
+    "check_environment",
+    "classify_tool_probe",
+    "environment_record",
+    "environment_table",
+    "evaluate",
+    "findings_table",
+    "gather_sources",
+    "in_range",
+    "iter_findings",
+    "parse_flag",
+    "parse_image_inspect",
+    "parse_version",
+    "read_sources",
+    "sources_from_texts",
+    "table_rows",
+]

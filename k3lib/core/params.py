@@ -1,0 +1,524 @@
+"""Validated parameters: YAML files layered left to right, `--set key.path=value` last, then one pydantic model.
+
+Untrusted input lands here, so every model forbids unknown keys, and a validation failure becomes one
+`BadInputError` line naming the file that set the field, the field's path and what is expected.
+Secrets are referenced by environment-variable *name* only (`api_key_env`); no field holds a secret value.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeVar
+from urllib.parse import urlsplit
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .errors import BadInputError
+
+PositiveSeconds = Annotated[float, Field(gt=0)]
+PositiveInt = Annotated[int, Field(gt=0)]
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+VERSION = re.compile(r"^\d+(\.\d+){0,3}([.+-]?[0-9A-Za-z.+-]*)?$")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _check_url(value: str | None) -> str | None:
+    if value is None:
+        return None
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"expected an http(s) URL such as http://127.0.0.1:8000, got {value!r}")
+    try:
+        parts.port  # noqa: B018 - reading the port validates it
+    except ValueError:
+        raise ValueError(f"the port in {value!r} is not a number between 0 and 65535") from None
+    return value.rstrip("/")
+
+
+class EmulatorParams(_Model):
+    """The embedded vLLM-compatible emulator the kit starts when no `target.base_url` is given."""
+
+    profile: str = "demo"
+    faults: tuple[str, ...] = ()
+    vllm_version: str | None = None
+    time_scale: PositiveSeconds = 0.05  # modeled durations × this; 1.0 is real time
+    # processes standing for nodes; null: the nodes the profile's GPUs span (gpu_count / gpus_per_node)
+    nodes: PositiveInt | None = None
+
+
+class GpuMetricsParams(_Model):
+    """Where per-GPU memory comes from: local NVML, a dcgm-exporter endpoint, or Prometheus (multi-node)."""
+
+    source: Literal["none", "nvml", "dcgm", "prometheus"] = "none"
+    url: str | None = None  # dcgm-exporter /metrics URL, or the Prometheus base URL
+    urls: tuple[str, ...] = ()  # dcgm: one exporter per node, scraped together (url is then the first)
+    selector: str = ""  # extra PromQL label matchers for the prometheus source, e.g. 'Hostname=~"gpu-node-.*"'
+
+    _url = field_validator("url")(classmethod(lambda cls, v: _check_url(v)))
+
+    @field_validator("urls")
+    @classmethod
+    def _urls(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(_check_url(u) for u in v)  # type: ignore[misc]
+
+    @model_validator(mode="after")
+    def _url_needed(self) -> "GpuMetricsParams":
+        if self.source in ("dcgm", "prometheus") and not self.url:
+            raise ValueError(f"gpu_metrics.source {self.source!r} needs gpu_metrics.url")
+        return self
+
+
+class TargetParams(_Model):
+    """The deployment under test. `base_url: null` means: start the embedded emulator."""
+
+    base_url: str | None = None
+    metrics_urls: tuple[str, ...] = ()  # one per data-parallel rank or node; default: base_url + /metrics
+    gpu_metrics: GpuMetricsParams = GpuMetricsParams()
+    model: str | None = None  # served model name; null: the first card of /v1/models
+    api_key_env: str | None = None  # NAME of the environment variable holding the key, never the key
+    timeout_s: PositiveSeconds = 30.0
+    allow_remote_load: bool = False  # load phases refuse non-loopback targets unless this is true
+    # How the operator restarts the SAME deployment (argv, a command line, or 'http:METHOD:URL[:JSON]' with
+    # {base_url}). Between batch stages, an engine found dead (an axis OOMed it) is restarted with it, so the
+    # next axis starts from a serving target; without it, the next axes meet the dead engine.
+    restart: str | list[str] | None = None
+    restart_timeout_s: PositiveSeconds = 600.0
+    emulator: EmulatorParams = EmulatorParams()
+
+    _urls = field_validator("base_url")(classmethod(lambda cls, v: _check_url(v)))
+
+    @field_validator("metrics_urls")
+    @classmethod
+    def _metrics_urls(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(_check_url(u) for u in v)  # type: ignore[misc]
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _env_name(cls, v: str | None) -> str | None:
+        if v is not None and not ENV_NAME.match(v):
+            raise ValueError("expected the NAME of an environment variable (e.g. VLLM_API_KEY), not a key value")
+        return v
+
+    @property
+    def uses_emulator(self) -> bool:
+        return self.base_url is None
+
+
+class RecipeParams(_Model):
+    """The recipe profile: what the deployment must be built from and started with."""
+
+    name: str = "generic"
+    vllm_min: str | None = None
+    vllm_max: str | None = None  # exclusive upper bound, if any
+    cuda_major: PositiveInt | None = None
+    driver_branch_min: PositiveInt | None = None
+    driver_branches_compatible: tuple[int, ...] = ()
+    required_flags: tuple[str, ...] = ()  # e.g. "--tool-call-parser kimi_k3"
+    prefix_caching: bool = True
+    build: Literal["official", "custom"] = "official"
+    image: str | None = None
+    image_digest: str | None = None
+    note: str = ""
+
+    @field_validator("vllm_min", "vllm_max")
+    @classmethod
+    def _version(cls, v: str | None) -> str | None:
+        if v is not None and not VERSION.match(str(v)):
+            raise ValueError(f"expected a version such as 0.27.1, got {v!r}")
+        return None if v is None else str(v)
+
+
+class ContractParams(_Model):
+    """The service contract the deployment is accepted against."""
+
+    max_context_tokens: PositiveInt = 32768
+    planned_concurrency: PositiveInt = 5
+    max_output_tokens: PositiveInt = 1024
+    ttft_p95_ms: PositiveSeconds | None = None
+    e2e_p95_ms: PositiveSeconds | None = None
+    queue_p95_ms: PositiveSeconds | None = None
+    # the share of a load window's requests that may end without completing (refused by status, timed out,
+    # unreachable, cut, failed on the server) while the window still holds; 0: every request must complete (bounds
+    # in k3lib.core.thresholds)
+    max_error_share: Annotated[float, Field(ge=0, le=1)] = 0.0
+    images_served: bool = False
+
+
+class ProbeParams(_Model):
+    timeout_s: PositiveSeconds = 10.0
+
+
+class EnvironmentParams(_Model):
+    """Where the compatibility chain's proofs come from. Each source is a file path or an http(s) URL;
+    `{base_url}` in a value is replaced by the target's base URL. A source left null is "not observable"."""
+
+    collect_env: str | None = None  # `vllm collect-env` / `python collect_env.py` output, run in the container
+    nvidia_smi: str | None = None  # `nvidia-smi` and/or `nvidia-smi -q` output from the host
+    server_log: str | None = None  # the vLLM server log from its start
+    image_inspect: str | None = None  # `docker inspect` / `crictl inspect` JSON of the running container
+    gpus_required: PositiveInt | None = None  # null: tensor × pipeline × data parallel sizes from the log
+    nvswitch: bool | None = None  # null: inferred from the GPU model (HGX H100/H200/B200 boards have NVSwitch)
+    timeout_s: PositiveSeconds = 15.0
+
+
+class AgentParams(_Model):
+    """Axis 2, the reference agent scenario: how often and how hard the tool-call contract is exercised."""
+
+    sample: str | None = None  # a YAML/JSON sample file replacing the packaged reference sample
+    repetitions: PositiveInt = 10  # the whole scenario N times at each concurrency level
+    concurrency_levels: tuple[PositiveInt, ...] | None = None  # null: [1, contract.planned_concurrency]
+    stream: bool = False  # send the scenario streamed (tool-call deltas reassembled) instead of whole replies
+    # what goes back of each reply in later turns: "full" (as received, the contract) or, to show what a client
+    # that loses part of the previous reply gets from the server, "drop-reasoning" / "drop-tool-calls"
+    history: Literal["full", "drop-reasoning", "drop-tool-calls"] = "full"
+    max_requests: PositiveInt = 2000  # per concurrency level; the level stops by itself beyond it
+    max_duration_s: PositiveSeconds = 900.0  # per concurrency level
+    request_timeout_s: PositiveSeconds = 300.0
+    max_tool_rounds: PositiveInt = 4  # tool-call round trips allowed in one turn before the client gives up
+    long_context_fraction: Annotated[float, Field(gt=0, le=0.8)] = 0.5  # the long exchange grows to this share
+    min_pass_rate: Annotated[float, Field(ge=0, le=1)] = 1.0  # a check passes at a level at or above this rate
+
+
+class PrefixCacheParams(_Model):
+    """Axis 4, prefix caching: cold then warm requests per session and prefix length, counters scraped around each."""
+
+    sessions: PositiveInt = 3  # repeat the cold/warm pair this many times per prefix length (rules out luck)
+    prefix_tokens: tuple[PositiveInt, ...] = (2048, 8192)  # whole cold prompt sizes, measured with /tokenize
+    max_tokens: PositiveInt = 16  # only TTFT matters; a short answer keeps each window short
+    # a unique cache_salt per session (vLLM mixes it into block 0) and/or a never-sent nonce heading the prompt
+    isolation: Literal["salt+fresh-prefix", "salt", "fresh-prefix"] = "salt+fresh-prefix"
+    # "early-token" changes one word at the head of the system prompt: a negative control for the diagnosis
+    warm_change: Literal["last-turn", "early-token"] = "last-turn"
+    block_size_tokens: PositiveInt | None = None  # null: from vllm:cache_config_info (prefix_match_unit, block_size)
+    min_ttft_gain_pct: Annotated[float, Field(ge=0, lt=100)] = 10.0  # warm TTFT this much below cold (median)
+    # while the gain's 95 % interval straddles min_ttft_gain_pct, up to this many more cold/warm pairs are measured
+    max_extra_sessions: Annotated[int, Field(ge=0)] = 12
+    request_timeout_s: PositiveSeconds = 120.0
+    settle_s: PositiveSeconds = 2.0  # wait at most this long for counters to take a finished request
+    max_duration_s: PositiveSeconds = 900.0  # the whole protocol stops by itself after this
+
+
+class RooflineParams(_Model):
+    """The memory-bandwidth bound of decoding (k3lib.axes.capacity.roofline): HBM bandwidth per GPU from the kit's table by
+    GPU name unless set here, bytes read per token from the active parameters and their dtype."""
+
+    gpu: str | None = None  # null: the GPU name the GPU samples show (nvidia-smi/dcgm modelName)
+    hbm_tb_s: PositiveSeconds | None = None  # per GPU, overriding the table; say where it comes from in hbm_source
+    hbm_source: str = ""
+    active_params_b: PositiveSeconds | None = None  # billions of parameters read per token (a MoE: active, not total)
+    active_params_source: str = ""
+    weight_dtype: Literal["fp32", "bf16", "fp16", "fp8", "int8", "mxfp4", "nvfp4", "int4"] | None = None
+    # at concurrency 1, below this share of the per-sequence bound is a probable misconfiguration (eager mode, a
+    # wrong parallel layout); a TP-sharded model at batch 1 waits on its all-reduces, so it is set low
+    min_share: Annotated[float, Field(gt=0, lt=1)] = 0.05
+
+
+class CapacityParams(_Model):
+    """Axis 3, memory capacity: cold load, long context, progressive concurrency and soak, each bounded in
+    requests and seconds. Empty lengths/steps are derived from the contract; defaults suit a real deployment."""
+
+    sample_interval_s: PositiveSeconds = 1.0  # /metrics and GPU memory sampling period, one clock for all phases
+    request_timeout_s: PositiveSeconds = 600.0
+    # cold load: poll /health from "not ready" to ready (a real model load takes minutes)
+    ready_timeout_s: PositiveSeconds = 1800.0
+    health_interval_s: PositiveSeconds = 2.0
+    # long context: one request at a time; empty = 25/50/75/100 % of (contract context − output)
+    context_lengths_tokens: tuple[PositiveInt, ...] = ()
+    long_context_output_tokens: PositiveInt = 64
+    long_context_repeats: PositiveInt = 1
+    out_of_contract_extra_tokens: PositiveInt = 256  # the refused probe: contract context + this many tokens
+    # progressive concurrency: empty = 1, 2, 4, … up to contract.planned_concurrency, plus one step beyond
+    concurrency_steps: tuple[PositiveInt, ...] = ()
+    prompt_tokens: PositiveInt | None = None  # null: half of contract.max_context_tokens
+    output_tokens: PositiveInt | None = None  # null: contract.max_output_tokens
+    step_duration_s: PositiveSeconds = 120.0  # each step is held this long so running/waiting settle
+    step_max_requests: PositiveInt = 5000
+    settle_fraction: Annotated[float, Field(ge=0, lt=1)] = 0.3  # the head of a step not judged (ramp-up)
+    waiting_tolerance: Annotated[float, Field(ge=0)] = 0.5  # mean settled waiting above this = queueing
+    # client self-calibration before the steps, at the planned and the highest concurrency, against a local
+    # known-timing server ("process": its own interpreter, so it does not steal the client's GIL; "thread": fast)
+    calibrate: bool = True
+    calibration_max_error_ms: PositiveSeconds = 10.0  # client TTFT/ITL/delivery error p99 above this: not trusted
+    calibration_server: Literal["process", "thread"] = "process"
+    # sustained operation at the planned concurrency
+    soak_duration_s: PositiveSeconds = 1800.0
+    soak_max_requests: PositiveInt = 200_000
+    memory_growth_min_mib: PositiveSeconds = 1024.0  # fitted growth over the soak, per GPU, that is a finding
+    kv_trend_max: Annotated[float, Field(gt=0, le=1)] = 0.15  # rise of settled KV usage, first → last third
+    hit_rate_drop_max: Annotated[float, Field(gt=0, le=1)] = 0.2  # fall of the prefix hit rate, first → last third
+    fragmentation_share_max: Annotated[float, Field(gt=0, le=1)] = 0.2  # share of samples: usage ≥ 0.9, few running
+    # the OOM explorer's headless burst (notebooks/explore/oom_explorer.ipynb)
+    explore_context_tokens: PositiveInt | None = None  # null: the long-context phase's largest length
+    explore_concurrency: PositiveInt | None = None  # null: contract.planned_concurrency
+    explore_output_tokens: PositiveInt | None = None  # null: contract.max_output_tokens
+    explore_max_requests: PositiveInt = 64
+    explore_duration_s: PositiveSeconds = 60.0
+    roofline: RooflineParams = RooflineParams()
+
+
+class OperationsParams(_Model):
+    """What the kit cannot observe: an attestation file (who, when, how, link) and a rollback drill it runs.
+    Without either, checklist items C15/C16 stay open: never a pass."""
+
+    attestation: str | None = None  # YAML, see parameters/attestation.example.yaml
+    rollback_drill: str | list[str] | None = None  # argv, a command line, or 'http:METHOD:URL[:JSON]'; {base_url}
+    # the previous release the drill must restore: a vLLM version, an image reference or a sha256 digest; unset,
+    # the drill must at least show a different version/image served after the command than before it
+    rollback_to: str | None = None
+    roll_forward: str | list[str] | None = None  # back to the accepted release; checked to serve it again
+    drill_timeout_s: PositiveSeconds = 300.0
+
+
+class AxesParams(_Model):
+    """Per-axis knobs. Each later axis adds its own section here."""
+
+    probe: ProbeParams = ProbeParams()
+    environment: EnvironmentParams = EnvironmentParams()
+    capacity: CapacityParams = CapacityParams()
+    agent: AgentParams = AgentParams()
+    prefix_cache: PrefixCacheParams = PrefixCacheParams()
+    operations: OperationsParams = OperationsParams()
+
+
+class LoadParams(_Model):
+    """Where the kit's load is sent from. `workers`: how many processes spread a load phase's streams (each with
+    its own event loop and client, see k3lib.io.workers); null: one per core available, leaving one for the kit;
+    1: all in the kit's own process, as before. Bounded by k3lib.io.workers.WORKERS_MAX."""
+
+    workers: Annotated[int, Field(ge=1, le=64)] | None = None
+
+
+class RunParams(_Model):
+    label: str = ""
+    reviewer: str | None = None
+    notebook_timeout_s: PositiveSeconds = 900.0
+
+
+class Params(_Model):
+    """The whole, resolved parameter set of one run."""
+
+    target: TargetParams
+    recipe: RecipeParams = RecipeParams()
+    contract: ContractParams = ContractParams()
+    axes: AxesParams = AxesParams()
+    load: LoadParams = LoadParams()
+    run: RunParams = RunParams()
+
+    def public_dict(self) -> dict[str, Any]:
+        """JSON-ready dict. Holds no secret by construction: keys are referenced by variable name."""
+        return self.model_dump(mode="json")
+
+
+def default_tree() -> dict[str, Any]:
+    """Every parameter at the kit's default, as `public_dict` writes it (what a loosened threshold is against)."""
+    return Params(target=TargetParams()).public_dict()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Loading: files layered left to right, then --set overrides, with provenance for error messages.
+
+
+def read_yaml(path: Path, what: str) -> Any:
+    """A YAML (or JSON) file's data; unreadable or invalid text is one BadInputError line naming the file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise BadInputError(f"file not found; expected {what}", source=str(path)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadInputError(f"cannot read: {exc}", source=str(path)) from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark else "YAML"
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise BadInputError(f"{where}: not valid YAML ({problem})", source=str(path)) from None
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    data = read_yaml(path, "a YAML parameters file")
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise BadInputError(f"expected a mapping of sections (target:, recipe:, …), got {type(data).__name__}",
+                            source=str(path))
+    return data
+
+
+def _merge(base: dict[str, Any], layer: dict[str, Any], origin: str, prov: dict[str, str],
+           prefix: str = "") -> None:
+    for key, value in layer.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _merge(base[key], value, origin, prov, path + ".")
+        else:
+            base[key] = copy.deepcopy(value)
+            prov[path] = origin
+
+
+def parse_set(expr: str) -> tuple[list[str], Any]:
+    """`a.b.c=value` → (["a","b","c"], YAML-typed value)."""
+    key, sep, raw = expr.partition("=")
+    if not sep or not key.strip() or any(not p for p in key.strip().split(".")):
+        raise BadInputError(f"expected key.path=value, got {expr!r}", source="--set")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError:
+        value = raw
+    return key.strip().split("."), value
+
+
+def _provenance(loc: tuple[Any, ...], prov: dict[str, str], default: str) -> str:
+    dotted = [str(p) for p in loc if not isinstance(p, int)]
+    for n in range(len(dotted), 0, -1):
+        hit = prov.get(".".join(dotted[:n]))
+        if hit:
+            return hit
+    # a child key set in a file makes that file the best guess for its parent's error (e.g. an unknown key)
+    for path, origin in sorted(prov.items(), reverse=True):
+        if dotted and path.startswith(".".join(dotted) + "."):
+            return origin
+    return default
+
+
+def _expected(err: Mapping[str, Any], reference: str = "parameters/production.example.yaml") -> str:
+    kind, msg = err.get("type", ""), err.get("msg", "")
+    if kind == "extra_forbidden":
+        return f"unknown key; check its spelling against {reference}"
+    if kind == "missing":
+        return "required field is missing"
+    if kind.startswith(("date_", "datetime_")):
+        return f"expected an ISO date such as 2026-11-28 (got {err.get('input')!r})"
+    msg = msg.removeprefix("Value error, ")
+    given = err.get("input")
+    if kind not in ("missing",) and not isinstance(given, (dict, list)) and given is not None:
+        return f"{msg} (got {given!r})"
+    return msg
+
+
+def _layer(path: Path, merged: dict[str, Any], prov: dict[str, str], seen: tuple[Path, ...] = ()) -> None:
+    """One file, after the files it `extends:` (paths relative to it), so a target file can reuse a recipe."""
+    data = _read_yaml(path)
+    parents = data.pop("extends", None)
+    if parents is not None:
+        if isinstance(parents, str):
+            parents = [parents]
+        if not isinstance(parents, list) or not all(isinstance(x, str) for x in parents):
+            raise BadInputError("expected a file name or a list of file names", source=str(path), field="extends")
+        for parent in parents:
+            ppath = (path.parent / parent).resolve()
+            if ppath in seen:
+                raise BadInputError(f"extends itself through {parent}", source=str(path), field="extends")
+            _layer(ppath, merged, prov, seen + (ppath,))
+    _merge(merged, data, str(path), prov)
+
+
+def layer(files: Sequence[str | Path], sets: Sequence[str] = (), *,
+          base: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, str]]:
+    """The YAML `files` merged left to right (each after what it `extends:`), `sets` applied last; with the
+    provenance of every key path (which file or override set it), for error messages."""
+    merged: dict[str, Any] = copy.deepcopy(base) if base else {}
+    prov: dict[str, str] = {}
+    for f in files:
+        _layer(Path(f), merged, prov, (Path(f).resolve(),))
+    for expr in sets:
+        keys, value = parse_set(expr)
+        node = merged
+        for k in keys[:-1]:
+            if not isinstance(node.get(k), dict):
+                node[k] = {}
+            node = node[k]
+        node[keys[-1]] = value
+        key = expr.partition("=")[0]
+        prov[".".join(keys)] = f"--set {key if key.isprintable() else repr(key)}"
+    return merged, prov
+
+
+# Top-level sections that say which command a parameters file is for.
+COMMAND_SECTIONS = {"k3 validate": ("recipe", "contract", "axes"), "k3 review": ("review",)}
+
+
+def check_command(files: Sequence[str | Path], command: str) -> None:
+    """A parameters file written for the other command is named as such (one line), before any field error."""
+    for f in files:
+        try:
+            top = yaml.safe_load(Path(f).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            continue  # the loader itself says what is wrong with it
+        if not isinstance(top, dict):
+            continue
+        mine = any(k in top for k in COMMAND_SECTIONS[command])
+        other = next((c for c, keys in COMMAND_SECTIONS.items() if c != command and any(k in top for k in keys)),
+                     None)
+        if other and not mine:
+            keys = ", ".join(k for k in COMMAND_SECTIONS[other] if k in top)
+            raise BadInputError(f"this is a parameters file for `{other}` (top-level {keys}), not for `{command}`",
+                                source=str(f))
+
+
+def load_params(files: Sequence[str | Path], sets: Sequence[str] = (), *, base: dict[str, Any] | None = None) -> Params:
+    """Layer the YAML `files` left to right, apply `sets` last, validate. Raises BadInputError (one line)."""
+    check_command(list(files), "k3 validate")
+    merged, prov = layer(files, sets, base=base)
+    return validate_params(merged, prov, default_source=str(files[-1]) if files else "parameters")
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def validate_model(model: type[M], data: Any, *, source: str, prov: dict[str, str] | None = None,
+                   reference: str = "parameters/production.example.yaml") -> M:
+    """Untrusted data through a pydantic model; the first error as one BadInputError line naming the input
+    (the file or override that set the field, when `prov` knows it), the field and what is expected."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = tuple(err.get("loc", ()))
+        # a key is untrusted text: one with a newline or a control character is shown quoted, so the error
+        # stays on the one line the CLI prints
+        field = ".".join(str(p) if str(p).isprintable() else repr(p) for p in loc) or "(top level)"
+        where = _provenance(loc, prov or {}, source)
+        more = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
+        raise BadInputError(_expected(err, reference) + more, source=where, field=field) from None
+
+
+def validate_params(data: dict[str, Any], prov: dict[str, str] | None = None, *,
+                    default_source: str = "parameters") -> Params:
+    """The model, then what a model cannot say alone: a threshold outside the bounds the acceptance allows, or a
+    recipe named for a known model that drops one of its requirements (`k3lib.core.thresholds`)."""
+    from .thresholds import check
+
+    params = validate_model(Params, data, source=default_source, prov=prov)
+    check(params.public_dict(), prov, default_source=default_source)
+    return params
+
+
+def load_params_json(path: str | Path) -> Params:
+    """Read back a run's resolved `params.json` (evidence read back from disk is untrusted too)."""
+    import json
+
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise BadInputError(f"cannot read resolved parameters: {exc}", source=str(p)) from None
+    return validate_params(data, default_source=str(p))
+
+
+def load_any(path: str | Path, sets: Sequence[str] = ()) -> Params:
+    """A notebook's `params_file`: YAML parameters or a run's resolved params.json."""
+    p = Path(path)
+    if p.suffix == ".json":
+        params = load_params_json(p)
+        if sets:
+            return load_params([], sets, base=params.public_dict())
+        return params
+    return load_params([p], sets)

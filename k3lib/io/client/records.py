@@ -1,0 +1,183 @@
+"""The client's values: one request becomes one frozen `ChatRecord` (timing marks, usage, content, tool calls, the
+error that ended it); a probe of an endpoint one `ProbeRecord`; a `/tokenize` answer one `TokenizeResult`."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from k3lib.io.chatstream import ToolCall
+
+#: How much of an error or probe body is kept as text (the whole JSON of a successful reply is always kept).
+BODY_TEXT_LIMIT_CHARS = 4096
+
+# ---------------------------------------------------------------------------------------------------------
+# Values
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ChatRecord:
+    """What the client saw for one chat request.
+
+    All `*_ns` marks are `time.perf_counter_ns()` values; `wall_anchor_ns` (`time.time_ns()`) was taken at the
+    same instant as `perf_anchor_ns`, so `wall_ns(mark)` places any mark on the Prometheus/NVML time axis.
+    `enqueued_ns` is when the caller handed the request over (or its scheduled arrival, for open-loop load);
+    `sent_ns` when the request headers started onto the wire. TTFT, ITL and e2e are measured from `sent_ns`;
+    the wait before it is `client_queue_ms`, reported apart (vllm#54101).
+    """
+
+    request_id: str
+    url: str
+    stream: bool
+    wall_anchor_ns: int
+    perf_anchor_ns: int
+    enqueued_ns: int
+    sent_ns: int | None = None
+    first_byte_ns: int | None = None
+    first_content_ns: int | None = None
+    first_reasoning_ns: int | None = None
+    first_tool_call_ns: int | None = None
+    last_token_ns: int | None = None
+    done_ns: int | None = None
+    #: perf marks of the SSE events that carried output (content, reasoning or a tool-call delta)
+    output_chunk_ns: tuple[int, ...] = ()
+    #: every SSE data event, output or not (role-only first delta, usage chunk…)
+    chunk_count: int = 0
+    connect_ms: float | None = None
+    http_status: int | None = None
+    model: str | None = None
+    response_id: str | None = None
+    system_fingerprint: str | None = None
+    finish_reason: str | None = None
+    content: str | None = None
+    reasoning: str | None = None
+    #: which field carried reasoning: "reasoning" (vLLM 0.12+), "reasoning_content" (≤0.14), or both
+    reasoning_field: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    total_tokens: int | None = None
+    reasoning_tokens: int | None = None
+    #: None when the server sent no `prompt_tokens_details` (vLLM ≤0.22 on a miss, or the flag is off); 0 is a miss
+    cached_tokens: int | None = None
+    usage_present: bool = False
+    #: the full JSON reply (non-stream) — kept so the agent axis can show a failing reply raw
+    raw_json: Any = None
+    #: every raw `data:` payload of a stream, in order, including `[DONE]`
+    raw_lines: tuple[str, ...] = ()
+    error: str | None = None
+    #: "APIError", "ProtocolError", "TargetUnreachable", "Timeout" or "Cancelled"
+    error_kind: str | None = None
+    api_error_type: str | None = None
+    api_error_param: str | None = None
+    cancelled: bool = False
+
+    # -- derived, in ms ------------------------------------------------------------------------------------
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.http_status == 200
+
+    @property
+    def first_token_ns(self) -> int | None:
+        marks = [m for m in (self.first_content_ns, self.first_reasoning_ns, self.first_tool_call_ns)
+                 if m is not None]
+        return min(marks) if marks else None
+
+    @property
+    def ttft_ms(self) -> float | None:
+        """First content, reasoning or tool-call token, from send. None for a non-streamed request."""
+        return _ms(self.sent_ns, self.first_token_ns)
+
+    @property
+    def itl_ms(self) -> tuple[float, ...]:
+        """Gaps between successive output-carrying chunks (one chunk may hold several tokens)."""
+        marks = self.output_chunk_ns
+        return tuple((b - a) / 1e6 for a, b in zip(marks, marks[1:]))
+
+    @property
+    def e2e_ms(self) -> float | None:
+        return _ms(self.sent_ns, self.done_ns)
+
+    @property
+    def client_queue_ms(self) -> float | None:
+        """Time between hand-over and send: our semaphore, the connection pool, TCP connect."""
+        return _ms(self.enqueued_ns, self.sent_ns)
+
+    @property
+    def tpot_ms(self) -> float | None:
+        """Mean time per output token after the first, from usage (not from chunks)."""
+        if self.completion_tokens is None or self.completion_tokens < 2:
+            return None
+        span = _ms(self.first_token_ns, self.last_token_ns)
+        return None if span is None else span / (self.completion_tokens - 1)
+
+    def wall_ns(self, perf_mark_ns: int | None) -> int | None:
+        """Convert a perf mark of this record to wall-clock nanoseconds since the epoch."""
+        if perf_mark_ns is None:
+            return None
+        return self.wall_anchor_ns + (perf_mark_ns - self.perf_anchor_ns)
+
+    def to_dict(self, *, include_raw: bool = True) -> dict[str, Any]:
+        d = asdict(self)
+        d["tool_calls"] = [asdict(tc) for tc in self.tool_calls]
+        d["output_chunk_ns"] = list(self.output_chunk_ns)
+        d["raw_lines"] = list(self.raw_lines) if include_raw else None
+        if not include_raw:
+            d["raw_json"] = None
+        d.update(ok=self.ok, ttft_ms=self.ttft_ms, itl_ms=list(self.itl_ms), e2e_ms=self.e2e_ms,
+                 client_queue_ms=self.client_queue_ms, tpot_ms=self.tpot_ms,
+                 sent_wall_ns=self.wall_ns(self.sent_ns))
+        return d
+
+
+@dataclass(frozen=True)
+class ProbeRecord:
+    """One probe of an endpoint. Failures are values here: the probe axis reports them, it does not stop."""
+
+    url: str
+    method: str
+    status: int | None
+    latency_ms: float | None
+    body_text: str
+    body_truncated: bool
+    wall_ns: int
+    error: str | None = None
+    error_kind: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.status is not None and 200 <= self.status < 300
+
+    def json(self) -> Any:
+        """The body parsed as JSON, or None when it is empty, truncated or not JSON."""
+        if self.body_truncated or not self.body_text:
+            return None
+        try:
+            return json.loads(self.body_text)
+        except ValueError:
+            return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "ok": self.ok}
+
+
+@dataclass(frozen=True)
+class TokenizeResult:
+    count: int
+    max_model_len: int | None
+    tokens: tuple[int, ...] = ()
+
+
+def _ms(start_ns: int | None, end_ns: int | None) -> float | None:
+    if start_ns is None or end_ns is None:
+        return None
+    return (end_ns - start_ns) / 1e6
+
+
+def record_of(exc: BaseException) -> ChatRecord | None:
+    """The partial record a failed `chat` attached to its exception (what was received before the failure)."""
+    rec = getattr(exc, "record", None)
+    return rec if isinstance(rec, ChatRecord) else None

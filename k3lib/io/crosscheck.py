@@ -1,0 +1,199 @@
+"""Client vs server over the same window: what the client measured against what the server counted.
+
+Token counts must agree exactly on an isolated instance (the client reads them from `usage`, the server counts
+them itself); latency quantiles agree only to a histogram bucket, and the client's TTFT includes the network and
+HTTP framing that the server's `time_to_first_token_seconds` (measured from frontend arrival) does not. A gap
+beyond those is recorded as a disagreement: another client is loading the target, or one side is wrong.
+A load window cut at its deadline leaves requests the client gave up on: the server may still have finished them,
+or counted their prompt and some output before the abort, so those few widen the count bounds on one side only.
+A request answered with a client-error status (a 429 from a gateway in front, a 400) never reached the engine:
+it widens nothing. Every request that did not complete is counted by kind and status (`incomplete`,
+`error_statuses`), so a window the engine saw little of says so instead of agreeing on that little.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+from .metrics import Snapshot, delta, window_histogram
+from ..core.stats import percentile
+
+
+@dataclasses.dataclass(frozen=True)
+class CrossCheckItem:
+    quantity: str
+    client: float | None
+    server: float | None
+    tolerance: float  # absolute, in the quantity's unit
+    unit: str
+    note: str = ""
+    #: one-sided slack: how far the server may count above (`server_extra`) or below (`server_short`) the client
+    #: beyond `tolerance` — what requests the client cut at a deadline may or may not have left on the server
+    server_extra: float = 0.0
+    server_short: float = 0.0
+
+    @property
+    def diff(self) -> float | None:
+        if self.client is None or self.server is None:
+            return None
+        return self.client - self.server
+
+    @property
+    def agrees(self) -> bool | None:
+        d = self.diff
+        if d is None:
+            return None
+        return -(self.tolerance + self.server_extra) <= d <= self.tolerance + self.server_short
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d.update(diff=self.diff, agrees=self.agrees)
+        return d
+
+
+@dataclasses.dataclass(frozen=True)
+class CrossCheck:
+    items: tuple[CrossCheckItem, ...]
+    #: the client's requests that did not complete, per kind (refused, server_errors, timeouts, unreachable,
+    #: cancelled; only the kinds that occurred), and their HTTP statuses
+    incomplete: dict[str, int] = dataclasses.field(default_factory=dict)
+    error_statuses: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    @property
+    def disagreements(self) -> list[CrossCheckItem]:
+        return [i for i in self.items if i.agrees is False]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"items": [i.to_dict() for i in self.items],
+                "disagreements": [i.quantity for i in self.disagreements],
+                "incomplete": dict(self.incomplete), "error_statuses": dict(self.error_statuses)}
+
+    def table(self) -> Any:
+        import pandas as pd
+
+        return pd.DataFrame([i.to_dict() for i in self.items])
+
+
+def _bucket_width_at(before: Snapshot, after: Snapshot, canonical: str, value_s: float | None) -> float:
+    """Width of the histogram bucket holding `value_s`: the resolution the server side can be trusted to."""
+    window = window_histogram(before, after, canonical)
+    if window is None or value_s is None:
+        return 0.0
+    lower = 0.0
+    for upper, _ in window.buckets:
+        if value_s <= upper:
+            return (upper - lower) if upper != float("inf") else value_s
+        lower = upper
+    return value_s
+
+
+# vLLM's finished_reason values for a request that did not end on its own (notes: request_success_total)
+_CUT_REASONS = frozenset({"abort", "error"})
+
+
+def _counter_by_reason(before: Snapshot, after: Snapshot) -> tuple[float | None, float | None]:
+    """`request_success_total` increase split into (finished normally, aborted or errored), by `finished_reason`."""
+    if delta(before, after, "request_success_total").value is None:
+        return None, None
+    done = cut = 0.0
+    old = {(e, s.label_key()): s.value for e, s in before.samples("request_success_total")}
+    for endpoint, sample in after.samples("request_success_total"):
+        prev = old.get((endpoint, sample.label_key()), 0.0)
+        inc = sample.value - prev if sample.value >= prev else sample.value  # a reset counts its new value
+        if sample.labels.get("finished_reason") in _CUT_REASONS:
+            cut += inc
+        else:
+            done += inc
+    return done, cut
+
+
+
+def _sent(rec: Any) -> bool:
+    return getattr(rec, "sent_ns", 1) is not None
+
+
+def incomplete_kind(rec: Any) -> str | None:
+    """How a request (a ChatRecord or an object with its attributes) did not complete: None (it did), "cancelled",
+    "refused" (a 4xx status: a gateway's 429, a 400), "server_errors" (5xx, or an error event inside a 200 stream),
+    "timeouts" or "unreachable" — the kinds and names of a capacity step's counts."""
+    if getattr(rec, "ok", False):
+        return None
+    if getattr(rec, "cancelled", False):
+        return "cancelled"
+    status = getattr(rec, "http_status", None)
+    kind = getattr(rec, "error_kind", None)
+    if isinstance(status, int) and 400 <= status < 500:
+        return "refused"
+    if isinstance(status, int) and status >= 500:
+        return "server_errors"
+    if kind == "Timeout":
+        return "timeouts"
+    if kind == "TargetUnreachable" and status is None:
+        return "unreachable"
+    return "server_errors"
+
+
+def cross_check(records: Sequence[Any], before: Snapshot, after: Snapshot, *,
+                network_allowance_ms: float = 50.0) -> CrossCheck:
+    """Compare finished requests (ChatRecords, or objects with the same attributes) with the server's counters
+    and histograms between two scrapes. `records` should hold every request of the window, the failed and
+    cancelled ones too: a request that left the client but did not finish ok widens the count bounds by what
+    the server may have counted for it (one request; the largest prompt and output of a finished one)."""
+    ok = [r for r in records if getattr(r, "ok", False)]
+    kinds = [(r, incomplete_kind(r)) for r in records]
+    incomplete: dict[str, int] = {}
+    statuses: dict[str, int] = {}
+    for r, kind in kinds:
+        if kind is None:
+            continue
+        incomplete[kind] = incomplete.get(kind, 0) + 1
+        if isinstance(status := getattr(r, "http_status", None), int):
+            statuses[str(status)] = statuses.get(str(status), 0) + 1
+    # refused by status: nothing the engine could have counted (vLLM validates before its engine; a gateway in
+    # front answers for it), so only the other unfinished requests widen the bounds
+    refused = [r for r, kind in kinds if kind == "refused"]
+    unfinished = [r for r, kind in kinds if kind not in (None, "refused") and _sent(r)]
+    items: list[CrossCheckItem] = []
+
+    def counter(canonical: str) -> float | None:
+        d = delta(before, after, canonical)
+        return None if d is None else d.value
+
+    done, cut = _counter_by_reason(before, after)
+    n_cut = float(len(unfinished))
+    items.append(CrossCheckItem("requests finished", float(len(ok)), done, 0.0, "requests",
+                                "server: request_success_total, finished_reason other than abort/error; it may "
+                                "count the requests the client cut as they finished", server_extra=n_cut))
+    items.append(CrossCheckItem("requests cut", n_cut, cut, 0.0, "requests",
+                                "client: sent, not finished ok; server: finished_reason abort/error (a disconnect "
+                                "may register after the window)", server_short=n_cut))
+    # the sum is exact whichever way a cut request ended on the server: only a late disconnect makes it short
+    items.append(CrossCheckItem("requests sent", float(len(ok)) + n_cut,
+                                None if done is None or cut is None else done + cut, 0.0, "requests",
+                                "client: finished ok + cut; server: every finished_reason", server_short=n_cut))
+    prompt = [r.prompt_tokens for r in ok if r.prompt_tokens is not None]
+    gen = [r.completion_tokens for r in ok if r.completion_tokens is not None]
+    items.append(CrossCheckItem("prompt tokens", float(sum(prompt)) if prompt else None,
+                                counter("prompt_tokens_total"), 0.0, "tokens", "client: usage.prompt_tokens",
+                                server_extra=n_cut * max(prompt, default=0)))
+    items.append(CrossCheckItem("generation tokens", float(sum(gen)) if gen else None,
+                                counter("generation_tokens_total"), 0.0, "tokens", "client: usage.completion_tokens",
+                                server_extra=n_cut * max(gen, default=0)))
+    for q in (0.5, 0.9):
+        for label, attr, canonical in (("TTFT", "ttft_ms", "time_to_first_token_seconds"),
+                                       ("e2e", "e2e_ms", "e2e_request_latency_seconds")):
+            client = percentile((getattr(r, attr) for r in ok), q * 100)
+            window = window_histogram(before, after, canonical)
+            server_s = window.quantile(q) if window is not None and window.count else None
+            server = None if server_s is None else server_s * 1000.0
+            width_ms = _bucket_width_at(before, after, canonical, server_s) * 1000.0
+            items.append(CrossCheckItem(
+                f"{label} p{int(q * 100)}", client, server, width_ms + network_allowance_ms, "ms",
+                "server quantile interpolated inside its histogram bucket; tolerance = bucket width + network"))
+    if refused:
+        said = ", ".join(f"HTTP {code} ×{n}" for code, n in sorted(statuses.items()) if code.startswith("4"))
+        items.append(CrossCheckItem("requests refused", float(len(refused)), None, 0.0, "requests",
+                                    f"client: answered with a client-error status ({said}); the engine counts none "
+                                    "of them: not compared, counted as load that did not complete"))
+    return CrossCheck(tuple(items), dict(sorted(incomplete.items())), dict(sorted(statuses.items())))

@@ -1,0 +1,62 @@
+"""What the summary notebook shows: the checklist from evidence records, and the decision written to disk.
+
+The HTML of a decision or a record is `k3lib.report.views`, registered as display formatters when a session opens."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from ..verdict.decision import Decision, decide
+from ..core.evidence import EvidenceRecord
+from ..core.params import Params, default_tree
+from ..core.plan import ACCEPTANCE_AXES
+from ..verdict.sheet import ITEMS, sheet_rows
+from ..core.store import RunStore
+from ..core.thresholds import Loosened, loosened
+
+__all__ = ["compute_decision", "decide_run", "findings_table", "loosened_thresholds", "records_table"]
+
+
+def loosened_thresholds(params: Params, records: dict[str, EvidenceRecord]) -> list[Loosened]:
+    """The thresholds `params` sets looser than the defaults, each with the entry of the attestation the operations
+    axis read (its evidence, not the file as it is now) that accepted it."""
+    ops = records.get("operations")
+    att = ops.typed().attestation if ops is not None and ops.axis == "operations" else None
+    accepted = att.items.thresholds_accepted if att is not None else ()
+    return loosened(params.public_dict(), default_tree(), accepted=accepted, who=att.who if att else None,
+                    when=att.when.isoformat() if att else None)
+
+
+def compute_decision(params: Params, records: dict[str, EvidenceRecord], *,
+                     today: dt.date | None = None) -> Decision:
+    """Decide from the records alone (the sheet's items of the planned axes, the loosened thresholds)."""
+    planned = set(ACCEPTANCE_AXES)
+    rows = [r for r in sheet_rows(records, params.public_dict(), params.run.reviewer)
+            if next(i for i in ITEMS if i.id == r["id"]).axis in planned]
+    return decide(records, ACCEPTANCE_AXES, build=params.recipe.build, checklist=rows or None, today=today,
+                  loosened=loosened_thresholds(params, records))
+
+
+def decide_run(params: Params, store: RunStore, records: dict[str, EvidenceRecord]) -> Decision:
+    """Decide from the records alone and write `decision.json`."""
+    decision = compute_decision(params, records)
+    store.write_json("decision.json", decision.to_dict())
+    return decision
+
+
+def records_table(records: dict[str, EvidenceRecord]) -> Any:
+    import pandas as pd
+
+    rows = [{"axis": r.axis, "title": r.title, "status": r.status, "findings": len(r.findings),
+             "failed": ", ".join(f.rule for f in r.failed()), "summary": r.summary,
+             "evidence": f"evidence/{r.axis}.json"} for r in records.values()]
+    return pd.DataFrame(rows, columns=["axis", "title", "status", "findings", "failed", "summary", "evidence"])
+
+
+def findings_table(records: dict[str, EvidenceRecord]) -> Any:
+    import pandas as pd
+
+    rows = [{"axis": r.axis, "rule": f.rule, "status": f.status, "message": f.message}
+            for r in records.values() for f in r.findings]
+    return pd.DataFrame(rows, columns=["axis", "rule", "status", "message"])

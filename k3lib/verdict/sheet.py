@@ -1,0 +1,165 @@
+"""The acceptance sheet: the source document's sixteen checklist items, each tied to the findings that prove it.
+
+Each item names the test, the configuration it ran under, the observed result, the evidence kept and the
+reviewer. An item is `pass` only when findings prove it; with no finding it stays `open` — never a pass.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+from typing import Any, Iterable
+
+from ..core.evidence import EvidenceRecord, Finding
+
+
+@dataclasses.dataclass(frozen=True)
+class SheetItem:
+    id: str
+    title: str  # the checklist line of the source document, in English
+    test: str  # what the kit does to prove it
+    axis: str  # evidence/<axis>.json and the notebook section
+    rules: tuple[str, ...]  # fnmatch patterns over finding rule ids; every matched finding must pass
+    notebook: str
+
+
+ITEMS: tuple[SheetItem, ...] = (
+    SheetItem("C01", "Image, digest and vLLM version are archived",
+              "image reference and digest from the container's inspect JSON; /version, log, collect_env, fingerprint",
+              "environment", ("compat.image", "compat.vllm_version"), "01_environment"),
+    SheetItem("C02", "The CUDA 13 build is identified in the image or its build process",
+              "torch's CUDA build and the nvidia-*-cuNN libraries from collect_env (never nvidia-smi's CUDA line)",
+              "environment", ("compat.cuda_build",), "01_environment"),
+    SheetItem("C03", "The host driver is in branch R580 or an officially compatible branch",
+              "driver version and branch from nvidia-smi, collect_env or NVML", "environment",
+              ("compat.driver_branch",), "01_environment"),
+    SheetItem("C04", "The versions seen by the host and by the container were compared",
+              "host nvidia-smi/NVML (driver, CUDA it runs, GPUs) vs the container's collect_env; disagreements named",
+              "environment",
+              ("compat.host_container",), "01_environment"),
+    SheetItem("C05", "Startup logs hold no unhandled loading or compatibility error",
+              "the startup log read for OOM, load errors and compatibility warnings; required flags in its args",
+              "environment", ("compat.startup", "compat.flags"), "01_environment"),
+    SheetItem("C06", "The reference agent scenario holds the expected tools and structured outputs",
+              "the reference sample run N times at each concurrency level", "agent",
+              ("agent.tool_calls_present", "agent.function_name", "agent.final_answer", "agent.executable"),
+              "02_agent_tools"),
+    SheetItem("C07", "Replies were checked against their schema, not only displayed",
+              "tool arguments parsed and validated with jsonschema; repetitions compared", "agent",
+              ("agent.arguments_valid", "agent.structure_stable", "agent.no_markup_leak"), "02_agent_tools"),
+    SheetItem("C08", "The cold-load test was kept apart from the long-context test",
+              "cold load and long context run as separate bounded phases", "capacity",
+              ("capacity.cold_load", "capacity.long_context"), "03_capacity"),
+    SheetItem("C09", "Concurrency was raised step by step with the GPU curves kept",
+              "progressive concurrency up to the contract (+1 step beyond), per-GPU memory sampled", "capacity",
+              ("capacity.saturation", "capacity.gpu_memory", "capacity.admission"), "03_capacity"),
+    SheetItem("C10", "Any OOM is tied to a precise condition and a corrective decision",
+              "OOMs detected, timed and classified (startup / long context / overlap)", "capacity",
+              ("capacity.oom", "capacity.startup_oom", "capacity.context_refusal"), "03_capacity"),
+    SheetItem("C11", "vllm:kv_cache_usage_perc, waiting requests and preemptions were recorded",
+              "server series sampled through every phase", "capacity",
+              ("capacity.server_metrics", "capacity.soak_saturation", "capacity.memory_growth"), "03_capacity"),
+    SheetItem("C12", "The prefix-cache cold test and the controlled warm test are kept",
+              "cold then warm request per session, TTFT and tokens recorded", "prefix_cache",
+              ("prefix_cache.reuse",), "04_prefix_cache"),
+    SheetItem("C13", "Request, hit and cached-token counters are consistent",
+              "counter deltas vs designed hits vs cached_tokens", "prefix_cache",
+              ("prefix_cache.counters", "prefix_cache.designed_vs_observed"), "04_prefix_cache"),
+    SheetItem("C14", "Recovery after a tool error was tested",
+              "the tool returns an error; the planned fallback or retry is checked", "agent",
+              ("agent.tool_error_fallback",), "02_agent_tools"),
+    SheetItem("C15", "The operator knows the context limit, the concurrency limit and the rollback signal",
+              "attestation file (who, when, how, link)", "operations",
+              ("attestation.operator_knows_limits",), "05_operations"),
+    SheetItem("C16", "A restore to the previous image was rehearsed",
+              "attestation, or a rollback drill run by the kit with the command in parameters", "operations",
+              ("attestation.rollback_rehearsed",), "05_operations"),
+)
+
+
+def _matching(findings: Iterable[Finding], patterns: tuple[str, ...]) -> list[Finding]:
+    return [f for f in findings if any(fnmatch.fnmatchcase(f.rule, p) for p in patterns)]
+
+
+def item_status(item: SheetItem, records: dict[str, EvidenceRecord]) -> tuple[str, list[Finding]]:
+    """pass / fail / warn / open, and the findings it rests on. Only findings that compared something prove an
+    item: every matched finding passes. One that could not be observed, or an `info` one, leaves it open."""
+    rec = records.get(item.axis)
+    if rec is None:
+        return "open", []
+    found = _matching(rec.findings, item.rules)
+    if not found:
+        return ("fail" if rec.error else "open"), []
+    statuses = {f.status for f in found}
+    if "fail" in statuses:
+        return "fail", found
+    if statuses & {"warn", "not-observable"}:
+        return "warn" if "warn" in statuses else "open", found
+    if "info" in statuses:
+        # an `info` finding compared nothing ("the recipe sets no requirement", "not stated by the server"):
+        # it proves no item, even beside findings that pass
+        return "open", found
+    return "pass", found
+
+
+def sheet_rows(records: dict[str, EvidenceRecord], params: dict[str, Any] | None = None,
+               reviewer: str | None = None) -> list[dict[str, Any]]:
+    """One row per item: id, title, status, test, configuration, observed, evidence, reviewer."""
+    rows = []
+    for item in ITEMS:
+        status, found = item_status(item, records)
+        rec = records.get(item.axis)
+        observed = "; ".join(_observed(f) for f in found) if found else (
+            "no evidence record" if rec is None else "no finding proves this item")
+        rows.append({
+            "id": item.id, "title": item.title, "status": status, "test": item.test,
+            "configuration": _configuration(item.axis, params),
+            "observed": observed,
+            "evidence": f"evidence/{item.axis}.json" if rec else None,
+            "notebook": f"report/{item.notebook}.html",
+            "rules": [f.rule for f in found],
+            "reviewer": reviewer,
+        })
+    return rows
+
+
+def _observed(f: Finding) -> str:
+    return f"{f.message} (info: compares nothing, proves nothing)" if f.status == "info" else f.message
+
+
+def _recipe_requirements(recipe: dict[str, Any]) -> list[str]:
+    """What the recipe asks of the environment, in words; a requirement it leaves unset is said to be unset."""
+    vmin, vmax = recipe.get("vllm_min"), recipe.get("vllm_max")
+    if vmin and vmax:
+        vllm = f"vLLM ≥ {vmin}, < {vmax}"
+    elif vmin or vmax:
+        vllm = f"vLLM ≥ {vmin}" if vmin else f"vLLM < {vmax}"
+    else:
+        vllm = "no vLLM version set"
+    cuda = f"CUDA {recipe['cuda_major']}" if recipe.get("cuda_major") else "no CUDA version set"
+    driver = f"driver ≥ R{recipe['driver_branch_min']}" if recipe.get("driver_branch_min") else "no driver set"
+    return [vllm, cuda, driver, f"build {recipe.get('build')}"]
+
+
+def _configuration(axis: str, params: dict[str, Any] | None) -> str:
+    if not params:
+        return ""
+    from ..core.params import default_tree
+    from ..core.thresholds import BY_PATH, loosened
+
+    loose = [t for t in loosened(params, default_tree()) if BY_PATH[t.path].axis == axis]
+    base = _base_configuration(axis, params)
+    if not loose:
+        return base
+    return (base + "; " if base else "") + "loosened: " + ", ".join(t.text() for t in loose)
+
+
+def _base_configuration(axis: str, params: dict[str, Any]) -> str:
+    contract = params.get("contract", {})
+    recipe = params.get("recipe", {})
+    if axis == "environment":
+        return f"recipe {recipe.get('name')}: " + ", ".join(_recipe_requirements(recipe))
+    if axis in ("agent", "capacity", "prefix_cache"):
+        return f"context {contract.get('max_context_tokens')} tokens, planned concurrency " \
+               f"{contract.get('planned_concurrency')}, max output {contract.get('max_output_tokens')}"
+    return ""
