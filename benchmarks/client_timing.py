@@ -25,7 +25,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from k3lib.io.calibration import KnownTimingConfig, KnownTimingServer, calibrate  # noqa: E402
+from k3lib.io.calibration import calibrate  # noqa: E402
+from k3lib.io.knowntiming import KnownTimingConfig, KnownTimingServer  # noqa: E402
 from k3lib.io.client import ChatClient  # noqa: E402
 
 

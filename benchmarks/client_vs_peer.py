@@ -43,7 +43,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from client_timing import max_chunks_per_s, pin
 
-from k3lib.io.calibration import KnownTimingConfig, KnownTimingServer, calibrate
+from k3lib.io.calibration import calibrate
+from k3lib.io.knowntiming import KnownTimingConfig, KnownTimingServer
 from k3lib.core.stats import percentile
 from k3lib.io.client import ChatClient
 

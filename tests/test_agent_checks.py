@@ -10,7 +10,8 @@ import yaml
 
 import k3lib.axes.agent
 from k3lib.axes.agent import checks as C
-from k3lib.axes.agent.figures import AgentResult, FailingReply, iter_findings
+from k3lib.axes.agent.figures import FailingReply
+from k3lib.axes.agent.judge import AgentResult, iter_findings
 from k3lib.axes.agent.run import assistant_message, filler_lines, history_message, parsed_reply
 from k3lib.axes.agent.sample import FallbackSpec, FinalSpec, load_sample, packaged_sample_path
 from k3lib.axes.agent.tools import BUILTIN_TOOLS, execute

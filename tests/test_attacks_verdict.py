@@ -16,7 +16,7 @@ from k3lib.verdict.decision import decide
 from k3lib.core.errors import BadInputError, EvidenceError
 from k3lib.core.evidence import EvidenceRecord, Finding, OperationsData, axis_status, read_records
 from k3lib.core.params import load_params, load_params_json
-from k3lib.report.pages import decision_block
+from k3lib.report.index import decision_block
 from k3lib.verdict.sheet import ITEMS, item_status, sheet_rows
 from k3lib.report.signing import sign_run, verify_run
 from k3lib.report.summary import compute_decision

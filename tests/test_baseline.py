@@ -3,7 +3,7 @@
 The synthetic runs below are written by each axis' own record builder from what that axis observes, never as
 hand-made `data`: capacity (k3lib.axes.capacity.capacity_record) from its load steps, environment
 (k3lib.axes.compat.environment_record) from the emulator's collect_env / nvidia-smi / inspect / log texts, prefix_cache
-(k3lib.axes.prefix.prefix_cache_record) from a measured cold/warm pair, agent (k3lib.axes.agent.figures.agent_record) from its
+(k3lib.axes.prefix.prefix_cache_record) from a measured cold/warm pair, agent (k3lib.axes.agent.judge.agent_record) from its
 replies' check outcomes, probe (k3lib.axes.probe.probe_record) from the endpoints' answers. A field an axis renames
 breaks these tests.
 """
@@ -116,7 +116,7 @@ def agent_by_the_axis(spec: dict[str, Any], tmp_path: Any) -> dict[str, Any]:
     valid arguments."""
     import types
 
-    from k3lib.axes.agent.figures import AgentResult, agent_record
+    from k3lib.axes.agent.judge import AgentResult, agent_record
 
     replies = [agent_reply(spec["level"], i, i < spec["valid"]) for i in range(spec["replies"])]
     result = AgentResult({"min_pass_rate": 1.0}, {"cases": [{"id": "weather", "title": "weather"}]},
@@ -353,7 +353,7 @@ def test_compare_main_exit_codes_and_precheck(tmp_path, baseline, capsys):
     import argparse
 
     from k3lib.verdict.baseline import precheck_baseline
-    from k3lib.cli.main import cmd_compare as compare_main
+    from k3lib.cli.baseline import cmd_compare as compare_main
     from k3lib.core.errors import BadInputError
 
     same = write_run(tmp_path, "same", BASE)
@@ -380,7 +380,7 @@ def test_tool_call_validity_from_the_agent_rates_table(tmp_path):
     """The agent record built by the agent axis' own record builder from its per-reply check outcomes."""
     import types
 
-    from k3lib.axes.agent.figures import AgentResult, agent_record
+    from k3lib.axes.agent.judge import AgentResult, agent_record
 
     steps = [agent_reply(1, i, True, other_check=False) for i in range(10)] + \
         [agent_reply(8, i, i >= 2, other_check=False) for i in range(30)]

@@ -14,8 +14,6 @@ import httpx
 import pytest
 
 from k3lib.io.calibration import (
-    KnownTimingConfig,
-    KnownTimingServer,
     LoopLagReport,
     assess,
     calibrate,
@@ -23,6 +21,7 @@ from k3lib.io.calibration import (
     measure_event_loop_lag,
     percentile,
 )
+from k3lib.io.knowntiming import KnownTimingConfig, KnownTimingServer
 from k3lib.io.client import ChatClient, ChatRecord
 from k3lib.io.load import RequestStat, summarize
 
@@ -230,7 +229,7 @@ def test_arrival_stamp_is_taken_before_the_handler_runs() -> None:
     # before the app's handler got its turn on the loop
     import uvicorn
 
-    from k3lib.io.calibration import ARRIVAL_EXTENSION, _arrival_stamped_protocol, _bind_loopback
+    from k3lib.io.knowntiming import ARRIVAL_EXTENSION, _arrival_stamped_protocol, _bind_loopback
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
         handler_ns = time.perf_counter_ns()

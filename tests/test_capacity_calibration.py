@@ -263,7 +263,7 @@ def test_runner_calibrates_against_a_local_known_timing_server(tmp_path, emulato
 
 
 def test_a_calibration_that_cannot_run_fails_its_steps(tmp_path, emulator, monkeypatch):
-    from k3lib.axes.capacity import run as run_mod
+    from k3lib.axes.capacity import calibration as run_mod
 
     def refuse(self, timeout_s=20.0):
         raise RuntimeError("known-timing server did not start")
@@ -403,7 +403,7 @@ def test_a_step_whose_worker_is_killed_is_degraded_and_keeps_every_finished_reco
     import os
     import signal
 
-    from k3lib.axes.capacity import run as run_mod
+    from k3lib.axes.capacity import state as run_mod
     from k3lib.io.workers import WorkerPool
 
     journal = tmp_path / "journal"

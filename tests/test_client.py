@@ -4,18 +4,20 @@ through a real socket to a known-timing server."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import socket
 import statistics
 import time
+import warnings
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx
 import pytest
 
-from k3lib.io.calibration import KnownTimingConfig, KnownTimingServer
+from k3lib.io.knowntiming import KnownTimingConfig, KnownTimingServer
 from k3lib.io.client import (
     ChatClient,
     SyncChatClient,
@@ -499,6 +501,36 @@ def test_one_client_serves_two_event_loops(server: KnownTimingServer) -> None:
     client = ChatClient(server.url)
     assert run(lambda: client.chat(MSG, k3_chunks=1)).ok
     assert run(lambda: client.chat(MSG, k3_chunks=1)).ok
+
+
+def test_what_a_client_opened_on_a_loop_is_closed_when_the_loop_ends(server: KnownTimingServer) -> None:
+    # a client's aiohttp session and httpx pools belong to the loop they were made on: an asyncio.run that ends
+    # (a notebook cell, run_sync, a load worker) closes them on that loop, aclose or not, and a client dropped
+    # while its loop runs is closed on it too; nothing is left for the collector to warn about
+    async def dropped_in_a_running_loop() -> bool:
+        client = ChatClient(server.url)
+        ok = (await client.chat(MSG, k3_chunks=1)).ok
+        del client
+        gc.collect()
+        await asyncio.sleep(0.1)  # the dropped client's close runs on this loop
+        return ok
+
+    def two_loops_and_no_aclose() -> None:
+        client = ChatClient(server.url)  # no model: the /v1/models look-up goes over the httpx pool
+        assert run(lambda: client.chat(MSG, k3_chunks=1)).ok
+        assert run(lambda: client.chat(MSG, k3_chunks=1)).ok
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        two_loops_and_no_aclose()
+        with SyncChatClient(server.url) as sync:
+            assert sync.chat(MSG, k3_chunks=1).ok
+        assert run(dropped_in_a_running_loop)
+        del sync
+        gc.collect()
+    unclosed = [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)
+                and "unclosed" in str(w.message).lower()]
+    assert unclosed == []
 
 
 def test_external_cancel_attaches_partial_record(server: KnownTimingServer) -> None:

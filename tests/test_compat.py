@@ -11,10 +11,11 @@ import pytest
 from k3lib.axes.compat import (RULES, SourceText, ToolChoiceProbe, classify_tool_probe, environment_table, evaluate,
                           in_range, parse_flag, parse_image_inspect, parse_version, read_sources, sources_from_texts,
                           table_rows)
-from k3lib.axes.compat.judge import (check_build_method, check_host_container, check_cuda_build, check_driver, check_fabric,
-                                check_flags,
-                                check_gpus, check_image, check_prefix_caching, check_startup, check_version,
-                                cuda_major_of_tag)
+from k3lib.axes.compat.container import check_build_method, check_cuda_build, check_image
+from k3lib.axes.compat.engine import check_flags, check_prefix_caching, check_version
+from k3lib.axes.compat.host import check_driver, check_fabric, check_gpus, check_host_container
+from k3lib.axes.compat.startup import check_startup
+from k3lib.axes.compat.values import cuda_major_of_tag
 from k3lib.axes.compat.run import AUTO_TOOL_CHOICE_400
 from k3lib.core.errors import ArtifactError
 from k3lib.core.outcomes import rule_for

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from k3lib.io.calibration import KnownTimingConfig, KnownTimingServer
+from k3lib.io.knowntiming import KnownTimingConfig, KnownTimingServer
 from k3lib.io.client import ChatClient, ChatRecord
 from k3lib.core.errors import BadInputError
 from k3lib.io.load import (

@@ -10,7 +10,8 @@ import nbformat
 import papermill as pm
 import pytest
 
-from k3lib.core.params import load_params, parse_set
+from k3lib.core.layering import parse_set
+from k3lib.core.params import load_params
 from k3lib.renewal.params import is_review_file, load_review_params
 from k3lib.core.session import NOTEBOOK_PARAMETERS
 from k3lib.core.store import RunStore

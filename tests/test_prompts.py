@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from k3lib.io.calibration import KnownTimingServer
+from k3lib.io.knowntiming import KnownTimingServer
 from k3lib.io.client import ChatClient
 from k3lib.core.errors import APIError, BadInputError
 from k3lib.io.prompts import EstimateCounter, build_prompts, filler_text, fit_count

@@ -10,13 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from k3lib.core.errors import ArtifactError
-from k3lib.io.readers.tool_reply import (
-    classify_tool_reply,
-    detect_markup,
-    inspect_tool_reply,
-    parse_sse_chunks,
-    reassemble_stream,
-)
+from k3lib.io.readers.reply_stream import parse_sse_chunks, reassemble_stream
+from k3lib.io.readers.tool_markup import detect_markup
+from k3lib.io.readers.tool_reply import classify_tool_reply, inspect_tool_reply
 
 REAL_WORLD = Path(__file__).resolve().parents[1].parent / "shared" / "real-world"
 LABELS_FILE = REAL_WORLD / "labels.json"

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from k3lib.axes.capacity.analysis import judge_step, queue_verdict
-from k3lib.axes.capacity.result import read_capacity
-from k3lib.axes.capacity.run import LOG_TXT, RUN_JSON, window_numbers
-from k3lib.axes.compat.judge import check_cuda_build, check_driver, check_gpus
+from k3lib.axes.capacity.records import window_numbers
+from k3lib.axes.capacity.result import LOG_TXT, RUN_JSON, read_capacity
+from k3lib.axes.compat.container import check_cuda_build
+from k3lib.axes.compat.host import check_driver, check_gpus
 from k3lib.axes.compat.run import sources_from_texts
 from k3lib.io.metrics import histogram_quantile, quantile_bounds, window_histogram
 from k3lib.io.metrics.snapshot import Snapshot

@@ -14,7 +14,7 @@ import pytest
 
 import k3lib.renewal as renewal
 from k3lib.core.errors import BadInputError
-from k3lib.cli.main import review_main
+from k3lib.cli.run import review_main
 from k3lib.renewal.batch import REVIEW, REVIEW_SUMMARY
 from k3lib.renewal.demo import PREVIOUS_VERSION
 from k3lib.renewal.decision import AXES
@@ -142,6 +142,23 @@ def test_review_batch_on_a_demo(tmp_path, capsys):
     page = (run / "report" / "19_renewal.html").read_text()
     assert "<b>Rule:</b> <code>reduce.idle-or-irregular</code>" in page and "Decision: " in page
     assert "rests on the task log only" in html.unescape(page)  # no live run: an open item, shown
+
+
+@pytest.mark.slow
+def test_a_review_whose_axes_cannot_be_computed_says_so_and_still_decides(tmp_path, capsys):
+    """The axes computed ahead of the notebooks fail on a bad task log: one line on the batch's stream (stderr),
+    naming the input, and the batch goes on to a decision (each notebook reports the error in its own page)."""
+    from k3lib.renewal.demo import generate
+
+    paths = generate("steady", tmp_path / "inputs")
+    with open(paths["tasks"], "a", encoding="utf-8") as f:
+        f.write("T-broken,2026-08-01\n")  # a row with too few cells: load_review raises BadInputError
+    rc = review_main([str(paths["params"])], [], str(tmp_path / "out"), None)
+    out, err = capsys.readouterr()
+    shown = [line for line in err.splitlines() if line.startswith("axes not computed before the notebooks: ")]
+    assert len(shown) == 1 and str(paths["tasks"]) in shown[0] and "cells, expected" in shown[0]
+    assert "Traceback" not in err and "internal error" not in shown[0]
+    assert rc in (0, 3, 4, 5) and "decision: " in out
 
 
 @pytest.mark.parametrize("path, expected", [

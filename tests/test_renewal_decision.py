@@ -9,6 +9,7 @@ import pytest
 from k3lib.renewal.decision import (AXES, DECISIONS, EXIT_CODES, RULES, TRANSFER_TRIGGERS, Decision, Indicators,
                                     choose, decide_renewal)
 from k3lib.core.errors import BadInputError
+from k3lib.core.numbers import figure
 from k3lib.renewal.analysis import compare_paths, full_cost
 from k3lib.renewal.results import typed
 from k3lib.renewal.review import analyse
@@ -208,7 +209,7 @@ def test_reasons_quote_the_figures_and_the_rules(steady):
     rules = RenewalRules(max_ops_hours_per_week=5)
     d = decide_renewal(real, rules, [], today=dt.date(2026, 8, 14))
     text = "\n".join(d.reasons)
-    assert f"{ops.per_week_h:g} h/week (rule ≤ 5)" in text  # the figure and the rule it was judged by
+    assert f"{figure(ops.per_week_h)} h/week (rule ≤ 5)" in text  # the figure and the rule it was judged by
     assert f"acceptance {prod.acceptance_rate:.0%} (≥ 80%)" in text
     # every amount with its currency
     assert f"{cost.self_hosted.per_accepted_task:,.2f} EUR self-hosted, at most the API's " \

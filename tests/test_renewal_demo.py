@@ -8,6 +8,7 @@ import math
 
 import pytest
 
+from k3lib.core import numbers
 from k3lib.core.errors import BadInputError
 from k3lib.renewal import demo
 from k3lib.renewal.params import load_review_params
@@ -54,7 +55,7 @@ def test_reasons_are_checkable_against_the_figures(reviews, scenario, figure):
     load = axes["load"]
     assert f"{load['large_idle_share']:.0%} of the window in idle stretches" in text
     assert f"acceptance {axes['production']['acceptance_rate']:.0%}" in text
-    assert f"{axes['operations']['per_week_h']:g} h/week" in text
+    assert f"{numbers.figure(axes['operations']['per_week_h'])} h/week" in text
 
 
 def test_generation_is_deterministic(tmp_path):

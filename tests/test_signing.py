@@ -12,11 +12,11 @@ import pytest
 
 from conftest import ROOT, needs_tool
 
-from k3lib.cli.main import cmd_sign as sign_main
+from k3lib.cli.sign import cmd_sign as sign_main
 from k3lib.core.evidence import EvidenceRecord, Finding
 from k3lib.core.params import load_params
 from k3lib.report.summary import compute_decision
-from k3lib.cli.main import cmd_verify as verify_main
+from k3lib.cli.sign import cmd_verify as verify_main
 from k3lib.core.errors import BadInputError, EvidenceError
 from k3lib.report.signing import SIGNATURE, SSH_SIG, sign_run, verify_run
 from k3lib.core.store import RunStore

@@ -17,12 +17,14 @@ from typing import Any
 
 import pytest
 
-from k3lib.io.calibration import KnownTimingConfig, KnownTimingServer, gate_phase
+from k3lib.io.calibration import gate_phase
+from k3lib.io.knowntiming import KnownTimingConfig, KnownTimingServer
 from k3lib.io.client import ChatClient, ChatRecord
 from k3lib.core.errors import BadInputError
 from k3lib.io.load import run_closed_loop, run_open_loop
 from k3lib.core.params import LoadParams
-from k3lib.io.workers import WORKERS_MAX, WorkerPool, calibrate_workers, default_workers, resolve_workers
+from k3lib.io.spread import calibrate_workers
+from k3lib.io.workers import WORKERS_MAX, WorkerPool, default_workers, resolve_workers
 
 MSG = [{"role": "user", "content": "load"}]
 FAST = {"messages": MSG, "k3_ttft_ms": 5, "k3_itl_ms": 2, "k3_chunks": 3}

@@ -18,6 +18,7 @@ from ..core.operator import (DrillCommand, HttpAction, parse_drill_command, run_
 from ..core.attested import (AttestationRecord, AttestedItems, LimitsKnownItem,  # noqa: F401 - public here too
                        RollbackRehearsedItem, parse_attestation, parse_attestation_text, read_attestation)
 from ..core.evidence import Finding, FindingStatus
+from ..core.numbers import figure
 from ..core.outcomes import REEXAMINE_AFTER_DAYS
 
 RULE_LIMITS = "attestation.operator_knows_limits"
@@ -136,7 +137,7 @@ class DrillResult:
         return "pass", (f"rollback drill: served {before}; after `{self.command}` ({self.command_detail}) it served "
                         f"the previous release {after} — /health 200 and a chat completion; rolled forward with "
                         f"`{self.forward.get('command')}`: serving the accepted {again} again "
-                        f"({self.duration_s:.1f} s)")
+                        f"({figure(self.duration_s, ' s')})")
 
     @property
     def ok(self) -> bool:
@@ -266,7 +267,8 @@ def rollback_drill(command: Sequence[str] | str, check_url: str, timeout_s: floa
             return result(False, detail, None, False, f"the rollback command failed ({detail})")
         health, chat_ok, error = _serve_check(http, t0 + timeout_s, poll_s, model)
         if error and health != 200:
-            error = f"{base} {error.replace('in time', f'within {timeout_s:.0f} s')}"
+            within = "within " + figure(timeout_s, " s")
+            error = f"{base} {error.replace('in time', within)}"
         after = served_release(http, inspect, base) if health == 200 else None
         forward = None
         if fwd is not None and health == 200 and chat_ok:

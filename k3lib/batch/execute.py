@@ -20,7 +20,8 @@ from typing import Any, Callable, Sequence, TextIO
 
 from ..core.evidence import EvidenceRecord, Finding, read_records
 from ..core.plan import BatchPlan
-from ..report.pages import render_pages, write_index
+from ..report.index import write_index
+from ..report.pages import render_pages
 from ..core.session import PROJECT_ROOT
 from ..core.store import RunStore
 

@@ -32,7 +32,8 @@ import yaml
 from pydantic import Field, model_validator
 
 from ..core.errors import BadInputError, K3Error
-from ..core.params import _Model, validate_model
+from ..core.layering import validate_model
+from ..core.params import _Model
 
 if TYPE_CHECKING:
     from ..verdict.baseline import BaselineComparison

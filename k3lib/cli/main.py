@@ -1,4 +1,5 @@
-"""The `k3` command line (also `python -m k3lib`).
+"""The `k3` command line (also `python -m k3lib`): the parser, the dispatch, and the two commands that rewrite files
+from the code (`k3 report`, `k3 schemas`). The other commands sit in `run`, `inspect`, `sign` and `baseline`.
 
 Exit codes: 0 production · 3 limited-observation · 4 capacity-extension · 5 environment-rebuild (validate, demo);
 0 renew · 3 reduce · 4 dual-circuit · 5 exit-to-api (review);
@@ -8,15 +9,15 @@ Exit codes: 0 production · 3 limited-observation · 4 capacity-extension · 5 e
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-from pathlib import Path
-from typing import Any
 
 from ..core.errors import BadInputError, K3Error
-
 from ..io.readers.kinds import KINDS as INSPECTORS
+from .baseline import cmd_compare, cmd_fleet, cmd_golive, cmd_history
+from .inspect import cmd_inspect
+from .run import cmd_demo, cmd_emulator, cmd_paths, cmd_review, cmd_validate
+from .sign import cmd_sign, cmd_verify
 
 
 class _Parser(argparse.ArgumentParser):
@@ -211,304 +212,13 @@ def _emulator_arguments(e: argparse.ArgumentParser) -> None:
     add_arguments(e)
 
 
-# ---------------------------------------------------------------------------------------------------------------
-
-
-def _emulator_sets(faults: list[str], profile: str | None) -> list[str]:
-    """--fault/--profile as parameter overrides, each checked before anything starts."""
-    from ..emulator.faults import parse_scoped
-    from ..emulator.profiles import PROFILES
-
-    sets = []
-    for fault in faults:
-        parse_scoped(fault)  # an unknown fault or a bad value is bad input, named before anything starts
-    if profile and profile not in PROFILES:
-        raise BadInputError(f"unknown emulator profile {profile!r}; expected one of {sorted(PROFILES)}",
-                            source="--profile")
-    if faults:
-        sets.append("target.emulator.faults=" + json.dumps(faults))
-    if profile:
-        sets.append(f"target.emulator.profile={profile}")
-    return sets
-
-
-def _load(files: list[str], sets: list[str], faults: list[str], profile: str | None):
-    from ..core.params import load_params
-
-    if not files:
-        raise BadInputError("no parameters file given; expected -p FILE (e.g. -p parameters/emulator.yaml)",
-                            source="k3 validate")
-    params = load_params(files, [*sets, *_emulator_sets(faults, profile)])
-    if (faults or profile) and not params.target.uses_emulator:
-        raise BadInputError("--fault and --profile apply to the embedded emulator only, but target.base_url is "
-                            f"set to {params.target.base_url}", source="--fault/--profile")
-    if params.target.uses_emulator:
-        from ..core.target import emulator_config
-
-        emulator_config(params)  # a fault on a rank the profile lacks is bad input before a run folder exists
-    return params
-
-
-def _run_acceptance(params, out: str | None, baseline: str | None = None, resume: str | None = None) -> int:
-    from ..batch.acceptance import run_acceptance
-    from ..core.session import outputs_dir
-    from ..core.store import RunStore
-    from ..core.target import require_api_key
-
-    require_api_key(params)
-    if baseline:
-        from ..verdict.baseline import precheck_baseline
-
-        precheck_baseline(baseline, params.recipe.build)
-    store = RunStore.open(resume) if resume else RunStore.create(Path(out) if out else outputs_dir(),
-                                                                 label=params.run.label)
-    print(f"run: {store.root}", file=sys.stderr)
-    decision = run_acceptance(params, store, on_start=lambda url: print(f"target: {url}", file=sys.stderr),
-                              resume=bool(resume))
-    if baseline:
-        from ..verdict.baseline import compare_with_baseline
-
-        comparison = compare_with_baseline(store.root, baseline)
-        store.write_json("baseline.json", comparison.to_dict())
-        for line in comparison.lines():
-            print(line)
-    print(f"decision: {decision.decision}")
-    for reason in decision.reasons:
-        print(f"  - {reason}")
-    print(f"report: {store.path('report/index.html')}")
-    print(f"run: {store.root}")
-    return decision.exit_code
-
-
-def cmd_validate(ns: argparse.Namespace) -> int:
-    if ns.resume:
-        from ..core.params import load_params_json
-
-        if ns.params or ns.sets or ns.fault or ns.profile or ns.out:
-            raise BadInputError("--resume takes the run's own request.json; give no -p, --set, --fault, --profile "
-                                "or --out with it", source="--resume")
-        request = Path(ns.resume) / "request.json"
-        if not request.is_file():
-            raise BadInputError("not an acceptance run folder (no request.json)", source=ns.resume)
-        return _run_acceptance(load_params_json(request), None, ns.baseline, ns.resume)
-    params = _load(ns.params, ns.sets, ns.fault, ns.profile)
-    return _run_acceptance(params, ns.out, ns.baseline)
-
-
-def cmd_demo(ns: argparse.Namespace) -> int:
-    from ..core.session import PROJECT_ROOT
-
-    name = "emulator-2node.yaml" if ns.two_node else "emulator.yaml"
-    params = _load([str(PROJECT_ROOT / "parameters" / name)], [], ns.fault, ns.profile)
-    code = _run_acceptance(params, ns.out)
-    if not ns.no_review:
-        print("", flush=True)
-        review_main([], _emulator_sets(ns.fault, ns.profile), ns.out, ns.review)
-    return code
-
-
-def review_main(files: list[str], sets: list[str], out: str | None, demo: str | None) -> int:
-    """`k3 review -p FILE … [--set K=V] [--out DIR] [--demo SCENARIO]`: run the review, print the decision, return
-    its exit code (`Decision.exit_code`: 0 renew, 3 reduce, 4 dual-circuit, 5 exit-to-api). Bad input raises
-    BadInputError before any run folder exists."""
-    from ..renewal.batch import load_review_request, run_review
-    from ..renewal.decision import Decision
-    from ..core.session import outputs_dir
-    from ..core.store import RunStore
-
-    params = load_review_request(files, sets, demo)
-    store = RunStore.create(Path(out) if out else outputs_dir(), label=params.run.label or "review")
-    print(f"run: {store.root}", file=sys.stderr)
-    decision = run_review(params, store, on_start=lambda src: print(f"series: {src}", file=sys.stderr))
-    print(f"decision: {decision.decision}")
-    print(f"rule: {decision.rule}")
-    for reason in decision.reasons:
-        print(f"  - {reason}")
-    print(f"condition: {decision.condition}")
-    print(f"report: {store.path('report/index.html')}")
-    print(f"run: {store.root}")
-    return Decision(decision.decision).exit_code
-
-
-def cmd_review(ns: argparse.Namespace) -> int:
-    from ..core.params import check_command
-
-    check_command(list(ns.params or []), "k3 review")
-    return review_main(ns.params, [*ns.sets, *_emulator_sets(ns.fault, ns.profile)], ns.out, ns.demo)
-
-
-def paths_main(files: list[str], sets: list[str], out: str | None, compare: str | None = None) -> int:
-    """`k3 paths`: run, write the record, print it; with `compare`, flag any fixed element that changed."""
-    from ..axes.paths.config import load_paths_params
-    from ..axes.paths.record import compare_fixed, read_paths_record
-    from ..axes.paths.figures import paths_lines
-    from ..axes.paths.run import check_endpoints, run_paths
-    from ..axes.paths.tasks import load_task_set
-    from ..core.session import outputs_dir
-    from ..core.store import RunStore
-
-    params = load_paths_params(list(files), list(sets))
-    tasks = load_task_set(params.paths.task_set)  # bad input is refused before a run folder exists
-    check_endpoints(params)
-    before = read_paths_record(compare) if compare else None
-    store = RunStore.create(Path(out) if out else outputs_dir(), label=params.paths.label)
-    print(f"run: {store.root}", file=sys.stderr)
-    result = run_paths(params, store, tasks)
-    _print_lines(paths_lines(result))
-    if before is not None:
-        changed = compare_fixed(before, result)
-        store.write_json("paths/compare.json", {"with": str(compare), "changed": changed})
-        for line in changed or ["the four fixed elements are the same as in " + str(compare)]:
-            print(("CHANGED " if changed else "") + line)
-    print(f"evidence: {store.path('evidence/paths.json')}")
-    return 0
-
-
-def cmd_paths(ns: argparse.Namespace) -> int:
-    return paths_main(ns.params, ns.sets, ns.out, ns.compare)
-
-
-def cmd_emulator(ns: argparse.Namespace) -> int:
-    from ..emulator import serve_forever
-    from ..emulator.cli import config_from_args
-
-    try:
-        cfg = config_from_args(ns)
-    except (KeyError, ValueError) as exc:
-        raise BadInputError(str(exc).strip("'\""), source="k3 emulator") from None
-    serve_forever(cfg, host=ns.host, port=ns.port)
-    return 0
-
-
-def _read_source(source: str, kind: str) -> str:
-    if source == "-":
-        return sys.stdin.read()
-    if kind == "metrics" and source.startswith(("http://", "https://")):
-        import httpx
-
-        try:
-            resp = httpx.get(source, timeout=10.0)
-        except httpx.HTTPError as exc:
-            raise BadInputError(f"cannot fetch: {exc}", source=source) from None
-        if resp.status_code != 200:
-            raise BadInputError(f"HTTP {resp.status_code}; expected 200 with a Prometheus exposition", source=source)
-        return resp.text
-    path = Path(source)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise BadInputError("file not found", source=source) from None
-    except OSError as exc:
-        raise BadInputError(f"cannot read: {exc.strerror}", source=source) from None
-    return data.decode("utf-8", errors="replace")
-
-
-def _expand_sources(sources: list[str]) -> list[str]:
-    """Files in the order given; a folder gives every non-hidden file under it, sorted."""
-    out: list[str] = []
-    for source in sources:
-        path = Path(source)
-        if source != "-" and path.is_dir():
-            found = sorted(p for p in path.rglob("*") if p.is_file()
-                           and not any(part.startswith(".") for part in p.relative_to(path).parts))
-            if not found:
-                raise BadInputError("the folder holds no file to read", source=source)
-            out += [str(p) for p in found]
-        else:
-            out.append(source)
-    return out
-
-
-def _inspect_one(source: str, kind: str) -> dict[str, Any]:
-    from ..io.readers.kinds import guess_kind, inspect_as
-
-    text = _read_source(source, kind)
-    try:
-        if kind == "auto":
-            guessed, reason = guess_kind(text)
-            return {"kind": guessed, "kind_reason": reason, **inspect_as(guessed, text)}
-        return {"kind": kind, **inspect_as(kind, text)}
-    except BadInputError as exc:
-        exc.source = exc.source or source
-        raise
-
-
-def cmd_inspect(ns: argparse.Namespace) -> int:
-    sources = _expand_sources(ns.sources)
-    many = len(sources) > 1
-    refused = 0
-    for source in sources:
-        try:
-            result = _inspect_one(source, ns.inspect_kind)
-        except BadInputError as exc:
-            if not many:
-                raise
-            # One refused file does not stop the others: its line says why, and the exit code is 2.
-            refused += 1
-            print(f"k3: {exc.one_line()}", file=sys.stderr)
-            if ns.json:
-                print(json.dumps({"path": source, "kind": ns.inspect_kind, "error": exc.one_line()},
-                                 ensure_ascii=False), flush=True)
-            continue
-        if ns.json:
-            print(json.dumps({"path": source, **result}, ensure_ascii=False, default=str), flush=True)
-            continue
-        if many:
-            print(f"== {source}")
-        width = max((len(k) for k in result), default=0)
-        for key, value in result.items():
-            shown = json.dumps(value, ensure_ascii=False, default=str) if isinstance(value, (dict, list)) else value
-            print(f"{key:<{width}}  {shown}")
-    return 2 if refused else 0
-
-
-# -- post-run tools: the library returns values, these adapters print them -------------------------------------------
-
-def _print_lines(lines: Any) -> None:
-    for line in lines:
-        print(line)
-
-
-def cmd_sign(ns: argparse.Namespace) -> int:
-    """`k3 sign RUN --reviewer NAME [--key FILE] [--identity ID] [--force]`."""
-    from ..report.signing import SSH_SIG, sign_run
-
-    record = sign_run(ns.run, ns.reviewer, key=getattr(ns, "key", None), identity=getattr(ns, "identity", None),
-                      force=bool(getattr(ns, "force", False)))
-    print(f"signed {record.run_id}: decision {record.decision}, reviewer {record.reviewer}, "
-          f"manifest sha256 {record.manifest_sha256}")
-    print("ssh signature: " + (f"{SSH_SIG} ({record.key_fingerprint})" if record.namespace else "none (no --key)"))
-    return 0
-
-
-def cmd_verify(ns: argparse.Namespace) -> int:
-    """`k3 verify RUN [--allowed-signers FILE]`: 0 when every file and the signature match, 1 otherwise."""
-    from ..report.signing import verify_run
-
-    result = verify_run(ns.run, allowed_signers=getattr(ns, "allowed_signers", None))
-    _print_lines(result.lines())
-    return result.exit_code
-
-
-def cmd_golive(ns: argparse.Namespace) -> int:
-    """`k3 golive RUN --out DIR [--job NAME] [--traffic-hit-rate RATE] [--for DURATION]`."""
-    from ..verdict.golive import GoliveOptions, write_golive_kit
-
-    opts = GoliveOptions(job=getattr(ns, "job", None) or "vllm",
-                         sustained_for=getattr(ns, "sustained_for", None) or "10m",
-                         traffic_hit_rate=getattr(ns, "traffic_hit_rate", None))
-    kit = write_golive_kit(ns.run, ns.out, options=opts)
-    for path in kit.files:
-        print(f"wrote {path}")
-    print("alerts: " + ", ".join(kit.alerts))
-    for name, why in kit.omitted.items():
-        print(f"not armed: {name}: {why}")
-    return 0
-
+# -- the commands that rewrite a run's or the repository's files from the code -------------------------------------
 
 def cmd_report(ns: argparse.Namespace) -> int:
     """`k3 report RUN [--pdf FILE]`: re-render the run's pages and index; with --pdf, print the archive copy."""
-    from ..report.pages import REPORT_JSON, print_pdf, rerender
+    from ..report.index import rerender
+    from ..report.pages import REPORT_JSON
+    from ..report.pdf import print_pdf
     from ..core.store import RunStore
 
     store = RunStore.open(ns.run)
@@ -521,56 +231,14 @@ def cmd_report(ns: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_history(ns: argparse.Namespace) -> int:
-    """`k3 history DIR [--out FILE] [--baseline RUN] [--textfile FILE]`: one line per run, then the files written."""
-    from ..report.history import history
-    from ..core.store import MANIFEST
-
-    baseline = Path(ns.baseline) if getattr(ns, "baseline", None) else None
-    if baseline is not None and not (baseline / MANIFEST).is_file():
-        raise BadInputError("not a k3kit run folder (no manifest.json)", source=str(baseline))
-    points, out = history(Path(ns.dir), out=Path(ns.out) if ns.out else None,
-                          textfile=Path(ns.textfile) if ns.textfile else None, baseline=baseline)
-    for p in points:
-        flags = f" drift {len(p.drift)}" if p.drift else ""
-        flags += " REOPENED" if p.reopened else ""
-        print(f"{p.started:%Y-%m-%d %H:%M} {p.kind:<10} {str(p.decision):<20} {p.run_id}{flags}")
-    print(f"history: {out}")
-    if ns.textfile:
-        print(f"textfile: {ns.textfile}")
-    return 0
-
-
-def cmd_fleet(ns: argparse.Namespace) -> int:
-    from ..batch.fleet import fleet_main
-
-    if ns.timeout is not None and not ns.timeout > 0:
-        raise BadInputError(f"expected a positive number of seconds, got {ns.timeout}", source="--timeout")
-    return fleet_main(ns.fleet, ns.deployment, list_only=ns.list, timeout_s=ns.timeout,
-                      out=lambda line: print(line, flush=True),
-                      progress=lambda line: print(line, file=sys.stderr, flush=True))
-
-
-def cmd_compare(ns: argparse.Namespace) -> int:
-    """`k3 compare RUN --baseline RUN`: 0 same deployment (every identity item verified) and no drift; 1 the sheet
-    reopens, a metric drifted, or an identity item (the image digest, the driver…) could not be verified;
-    2 the runs cannot be compared (official vs custom build, or not run folders)."""
-    from ..verdict.baseline import compare_with_baseline
-
-    cmp = compare_with_baseline(ns.run, ns.baseline)
-    _print_lines(cmp.lines())
-    if cmp.refused:
-        raise BadInputError(cmp.refused.message, source=str(ns.baseline))
-    return 1 if cmp.reopens or cmp.drift or cmp.unverified else 0
-
-
 def cmd_schemas(ns: argparse.Namespace) -> int:
     """`k3 schemas`: rewrite the JSON Schemas in schemas/ from the code, one line per file written."""
     from ..core.evidence import write_schemas
     from ..axes.paths.record import write_schema as write_paths_schema
     from ..renewal.results import write_schemas as write_renewal_schemas
 
-    _print_lines(f"wrote {path}" for path in [*write_schemas(), *write_renewal_schemas(), write_paths_schema()])
+    for path in [*write_schemas(), *write_renewal_schemas(), write_paths_schema()]:
+        print(f"wrote {path}")
     return 0
 
 

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Mapping
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from .errors import BadInputError
-from .params import read_yaml, validate_model
+from .layering import read_yaml, validate_model
 
 Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
 PositiveInt = Annotated[int, Field(gt=0)]

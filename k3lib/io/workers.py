@@ -16,39 +16,33 @@ kernel's pipe buffer, with no queue or feeder thread in the worker, so a record 
 worker being killed with -9 (multiprocessing.Queue's feeder thread would lose what it still buffers); figures
 that chose it over pyzmq in README ("Load over worker processes", `benchmarks/worker_transport.py`). A worker
 whose parent dies sees its job pipe close and exits at once: a killed kit leaves no load running.
+
+The pool and its transport are here; the worker process's side is `k3lib.io.workerproc`, and the parent's side of
+a spread phase or calibration (the jobs, and the summary over every worker's records) `k3lib.io.spread`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import gc
-import math
 import os
 import pickle
-import signal
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from .calibration import (DEFAULT_MAX_ERROR_MS, CalibrationReport, LoopLagReport, assess, calibration_body,
-                          calibration_records, calibration_timeout_s, warm_up)
+from . import spread
 from .client import ChatClient, ChatRecord
 from ..core.errors import BadInputError
-from .load import CANCEL_GRACE_S, _Phase, _with_lag, closed_loop_work, open_loop_work
 
 #: the most worker processes a phase may use (`load.workers`)
 WORKERS_MAX = 64
-#: a spread phase starts this long after its jobs are sent, so that every worker has its job before the start
-START_MARGIN_S = 0.25
 READY_TIMEOUT_S = 60.0
-#: beyond a phase's own bounds (deadline, drain, cancel grace), how long the parent waits for a worker's end
-END_GRACE_S = 20.0
 
 
 def available_cpus() -> int:
@@ -69,32 +63,6 @@ def resolve_workers(value: int | None) -> int:
                             field="load.workers")
     return value
 
-
-@dataclass(frozen=True)
-class ClientSettings:
-    """What a worker needs to build its own client: the settings, never a key (only its variable's name)."""
-
-    base_url: str
-    model: str | None = None
-    api_key_env: str | None = None
-    timeout_s: float = 600.0
-    connect_timeout_s: float = 10.0
-    max_connections: int = 2048
-    keep_raw: bool = True
-
-    @classmethod
-    def of(cls, client: ChatClient) -> ClientSettings:
-        if client._transport is not None:
-            raise BadInputError("a phase with an in-memory test transport cannot be spread over worker processes",
-                                field="load.workers")
-        return cls(client.base_url, model=client.model, api_key_env=client.api_key_env, timeout_s=client.timeout_s,
-                   connect_timeout_s=client.connect_timeout_s, max_connections=client.max_connections,
-                   keep_raw=client.keep_raw)
-
-    def client(self) -> ChatClient:
-        return ChatClient(self.base_url, model=self.model, api_key_env=self.api_key_env, timeout_s=self.timeout_s,
-                          connect_timeout_s=self.connect_timeout_s, max_connections=self.max_connections,
-                          keep_raw=self.keep_raw)
 
 
 @dataclass
@@ -143,7 +111,7 @@ class WorkerPool:
         res_r, res_w = os.pipe()
         root = str(Path(__file__).resolve().parents[2])
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])}
-        code = "import sys; from k3lib.io.workers import worker_main; worker_main(sys.argv[1:])"
+        code = "import sys; from k3lib.io.workerproc import worker_main; worker_main(sys.argv[1:])"
         try:
             proc = subprocess.Popen([sys.executable, "-c", code, str(job_r), str(res_w)], pass_fds=(job_r, res_w),
                                     stdin=subprocess.DEVNULL, env=env)
@@ -229,7 +197,7 @@ class WorkerPool:
     # -- jobs ------------------------------------------------------------------------------------------------
     async def spread_phase(self, client: ChatClient, bodies: Any, **phase: Any) -> Any:
         """What `k3lib.io.load`'s phases call with `workers=pool`: the phase over this pool's processes."""
-        return await _spread_phase(self, client, bodies, **phase)
+        return await spread.spread_phase(self, client, bodies, **phase)
 
     def stop(self) -> None:
         """Ask every worker to send no new request in the running job (those in flight finish)."""
@@ -293,241 +261,3 @@ class WorkerPool:
         finally:
             self._on_message = None
         return outcomes
-
-
-def degraded_reason(outcomes: Sequence[Outcome], what: str = "phase") -> str | None:
-    """Why a spread phase sent less than planned: each worker that ended before its share did, and what was kept."""
-    parts = []
-    n = len(outcomes)
-    for o in outcomes:
-        if o.status == "done":
-            continue
-        if o.status == "error":
-            how = f"failed ({o.error})"
-        elif o.error:
-            how = o.error
-        elif o.returncode is not None and o.returncode < 0:
-            try:
-                name = signal.Signals(-o.returncode).name
-            except ValueError:
-                name = "?"
-            how = f"was killed by signal {-o.returncode} ({name})"
-        else:
-            how = f"exited with code {o.returncode}"
-        after = f" {o.gone_after_s:.1f} s into the {what}" if o.gone_after_s is not None else ""
-        parts.append(f"load worker {o.worker + 1} of {n} {how}{after}: its {o.records} finished records were "
-                     "received and kept; its requests in flight were lost and its streams sent nothing after")
-    return "; ".join(parts) or None
-
-
-# -----------------------------------------------------------------------------------------------------------
-# The parent's side of a spread phase and calibration
-
-
-async def _spread_phase(pool: WorkerPool, client: ChatClient, bodies: Any, *, mode: str,
-                        offsets_s: Sequence[float], name: str, kind: str, max_requests: int, max_duration_s: float,
-                        drain_s: float, request_timeout_s: float, sink: Any, window_s: float | None,
-                        concurrency: int | None, rate_rps: float | None, planned: int,
-                        max_in_flight: int | None = None) -> Any:
-    """A load phase (k3lib.io.load) sent by the pool's worker processes; the summary is the parent's, over every
-    record."""
-    # the phase's own checks, before any process is touched
-    _Phase(client, bodies, name=name, max_requests=max_requests, max_duration_s=max_duration_s,
-           request_timeout_s=request_timeout_s, sink=None, drain_s=drain_s)
-    settings = ClientSettings.of(client)
-    try:
-        pickle.dumps(bodies)
-    except (pickle.PicklingError, TypeError, AttributeError) as exc:
-        raise BadInputError(f"a phase spread over worker processes needs bodies that pickle (a list, or an instance "
-                            f"of a module-level class): {exc}", field="bodies") from None
-    n = max(1, min(pool.size, len(offsets_s))) if mode == "closed" else pool.size
-    perf, wall = time.perf_counter_ns(), time.time_ns()
-    start_ns = perf + int(START_MARGIN_S * 1e9)
-    phase = _Phase(client, bodies, name=name, max_requests=max_requests, max_duration_s=max_duration_s,
-                   request_timeout_s=request_timeout_s, sink=sink, drain_s=drain_s, start_ns=start_ns,
-                   wall_ns=wall + (start_ns - perf))
-    share = None if not max_in_flight else math.ceil(max_in_flight / n)
-    jobs = [{"kind": "phase", "client": settings, "mode": mode, "bodies": bodies, "name": name,
-             "max_requests": max_requests, "max_duration_s": max_duration_s, "drain_s": drain_s,
-             "request_timeout_s": request_timeout_s, "start_ns": start_ns, "wall_ns": phase.wall_ns,
-             "first_index": w, "index_step": n, "offsets_s": list(offsets_s[w::n]), "max_in_flight": share}
-            for w in range(n)]
-
-    def on_record(w: int, rec: ChatRecord) -> None:
-        had = phase.sink_error
-        phase.deliver(rec)
-        if had is None and phase.sink_error is not None:
-            pool.stop()
-
-    cpu0 = time.process_time()
-    outcomes = await pool.run(jobs, on_record, started_ns=start_ns, timeout_s=START_MARGIN_S + max_duration_s
-                              + drain_s + 3 * CANCEL_GRACE_S + END_GRACE_S)
-    parent_cpu = time.process_time() - cpu0
-    lags = tuple(o.info.get("lag_p99_ms") for o in outcomes)
-    worst = max((x for x in lags if x is not None), default=None)
-    summary = phase.summary(kind=kind, concurrency=concurrency, rate_rps=rate_rps, planned=planned,
-                            lag_ms_p99=worst, window_s=window_s)
-    return replace(summary, client_cpu_s=parent_cpu + sum(o.info.get("cpu_s", 0.0) for o in outcomes), workers=n,
-                   worker_loop_lag_ms_p99=lags, degraded=degraded_reason(outcomes))
-
-
-def _shares(total: int, n: int) -> list[int]:
-    return [total // n + (1 if w < total % n else 0) for w in range(n)]
-
-
-async def calibrate_workers(pool: WorkerPool, url: str, *, concurrency: int, known_ttft_ms: float,
-                            known_itl_ms: float, chunks: int = 20, tokens_per_chunk: int = 2, rounds: int = 1,
-                            max_error_ms: float = DEFAULT_MAX_ERROR_MS,
-                            connect_timeout_s: float = 5.0) -> CalibrationReport:
-    """`calibrate` with the streams spread over the pool's workers as a load phase spreads them, from one start
-    instant: judged per worker (its share, its own loop lag) and for the whole (every record; the worst worker's
-    loop lag), valid only when the whole and every worker are."""
-    n = max(1, min(pool.size, concurrency))
-    body = calibration_body(None, known_ttft_ms=known_ttft_ms, known_itl_ms=known_itl_ms, chunks=chunks,
-                            tokens_per_chunk=tokens_per_chunk)
-    timeout_s = calibration_timeout_s(known_ttft_ms, known_itl_ms, chunks)
-    settings = ClientSettings(url, timeout_s=timeout_s, connect_timeout_s=connect_timeout_s, keep_raw=True)
-    shares = _shares(concurrency, n)
-    base = {"client": settings, "body": body, "timeout_s": timeout_s}
-    await pool.run([{**base, "kind": "warm"}] * n, lambda w, r: None, timeout_s=timeout_s + END_GRACE_S)
-    per: list[list[ChatRecord]] = [[] for _ in range(n)]
-    start_ns = time.perf_counter_ns() + int(START_MARGIN_S * 1e9)
-    jobs = [{**base, "kind": "calibrate", "concurrency": shares[w], "rounds": rounds, "start_ns": start_ns,
-             "first_id": sum(shares[:w])} for w in range(n)]
-    outcomes = await pool.run(jobs, lambda w, r: per[w].append(r), started_ns=start_ns,
-                              timeout_s=START_MARGIN_S + timeout_s * rounds + END_GRACE_S)
-    empty = LoopLagReport(duration_s=0.0, interval_ms=0.0, samples=0, p50_ms=None, p99_ms=None, max_ms=None)
-    lags = [LoopLagReport(**o.info["lag"]) if o.info.get("lag") else empty for o in outcomes]
-    kw: dict[str, Any] = {"url": settings.base_url, "known_ttft_ms": known_ttft_ms, "known_itl_ms": known_itl_ms,
-                          "chunks": chunks, "tokens_per_chunk": tokens_per_chunk, "max_error_ms": max_error_ms}
-    reports = [assess(per[w], concurrency=shares[w], loop_lag=lags[w], **kw) for w in range(n)]
-    worst = max(lags, key=lambda r: -1.0 if r.p99_ms is None else r.p99_ms)
-    whole = assess([r for rs in per for r in rs], concurrency=concurrency, loop_lag=worst, **kw)
-    reasons = [] if whole.valid else [whole.reason]
-    lost = degraded_reason(outcomes, "calibration")
-    if lost:
-        reasons.append(lost)
-    reasons += [f"worker {w + 1} of {n} ({shares[w]} streams): {r.reason}" for w, r in enumerate(reports)
-                if not r.valid]
-    return replace(whole, workers=n, per_worker=tuple(r.to_dict() for r in reports), valid=not reasons,
-                   reason="; ".join(reasons) or f"client timing error within bound in each of {n} workers")
-
-
-# -----------------------------------------------------------------------------------------------------------
-# The worker's side
-
-
-def worker_main(argv: Sequence[str]) -> None:
-    """A worker process: `argv` is its job pipe's and its result pipe's file descriptors."""
-    jobs = Connection(int(argv[0]), writable=False)
-    results = Connection(int(argv[1]), readable=False)
-    # a terminal's Ctrl-C reaches the whole process group: the parent stops the phase, the workers follow it
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # what a job will use, imported now: a lazy import inside a phase stalls its loop (tens of ms)
-    import aiohttp  # noqa: F401
-    import httpx  # noqa: F401
-
-    from . import load  # noqa: F401
-    gc.freeze()  # the start-up heap (imports) out of the collector, as the known-timing server does
-    results.send(("ready", os.getpid()))
-    asyncio.run(_serve(jobs, results))
-
-
-class _Worker:
-    def __init__(self, jobs: Connection, results: Connection) -> None:
-        self.jobs, self.results = jobs, results
-        self.clients: dict[ClientSettings, ChatClient] = {}
-        self.phase: Any = None
-        self.journal: Any = None
-
-    def send(self, msg: tuple[Any, ...]) -> None:
-        try:
-            self.results.send(msg)
-        except OSError:  # the parent is gone: no one to load for
-            os._exit(3)
-
-    def client(self, settings: ClientSettings) -> ChatClient:
-        if settings not in self.clients:
-            self.clients[settings] = settings.client()
-        return self.clients[settings]
-
-    def record_sender(self, job_id: int, journal_dir: str | None) -> Callable[[ChatRecord], None]:
-        if journal_dir and self.journal is None:
-            self.journal = open(Path(journal_dir) / f"worker-{os.getpid()}.ids", "a", buffering=1,  # noqa: SIM115
-                                encoding="utf-8")
-
-        def send(rec: ChatRecord) -> None:
-            self.send(("rec", job_id, rec))
-            if self.journal is not None:
-                self.journal.write(rec.request_id + "\n")
-
-        return send
-
-    async def job(self, job_id: int, job: dict[str, Any]) -> None:
-        try:
-            info = await self._job(job_id, job)
-        except Exception as exc:  # noqa: BLE001 — the parent gets the reason and marks the share failed
-            self.send(("error", job_id, f"{type(exc).__name__}: {exc}"[:500]))
-            return
-        finally:
-            self.phase = None
-        self.send(("done", job_id, info))
-
-    async def _job(self, job_id: int, job: dict[str, Any]) -> dict[str, Any]:
-        client = self.client(job["client"])
-        cpu0 = time.process_time()
-        if job["kind"] == "warm":
-            await warm_up(client, job["body"], job["timeout_s"])
-            return {"cpu_s": time.process_time() - cpu0}
-        send = self.record_sender(job_id, job.get("journal_dir"))
-        if job["kind"] == "calibrate":
-            records, lag = await calibration_records(client, job["body"], concurrency=job["concurrency"],
-                                                     rounds=job["rounds"], timeout_s=job["timeout_s"],
-                                                     start_ns=job["start_ns"], first_id=job["first_id"])
-            for rec in records:
-                send(rec)
-            return {"cpu_s": time.process_time() - cpu0, "lag": lag.to_dict()}
-        sem = asyncio.Semaphore(job["max_in_flight"]) if job.get("max_in_flight") else None
-        phase = _Phase(client, job["bodies"], name=job["name"], max_requests=job["max_requests"],
-                       max_duration_s=job["max_duration_s"], request_timeout_s=job["request_timeout_s"], sink=send,
-                       semaphore=sem, drain_s=job["drain_s"], start_ns=job["start_ns"], wall_ns=job["wall_ns"],
-                       first_index=job["first_index"], index_step=job["index_step"])
-        self.phase = phase
-        work = closed_loop_work if job["mode"] == "closed" else open_loop_work
-        lag_p99_ms = await _with_lag(phase, work(phase, job["offsets_s"]))
-        return {"cpu_s": time.process_time() - cpu0, "lag_p99_ms": lag_p99_ms, "issued": phase.issued}
-
-
-async def _serve(jobs: Connection, results: Connection) -> None:
-    loop = asyncio.get_running_loop()
-    inbox: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
-    worker = _Worker(jobs, results)
-
-    def readable() -> None:
-        try:
-            msg = jobs.recv()
-        except (EOFError, OSError):
-            msg = ("eof",)
-            loop.remove_reader(jobs.fileno())
-        inbox.put_nowait(msg)
-
-    loop.add_reader(jobs.fileno(), readable)
-    tasks: set[asyncio.Task[None]] = set()
-    while True:
-        msg = await inbox.get()
-        if msg[0] == "eof":
-            os._exit(0)  # the parent died: stop loading its target at once
-        if msg[0] == "exit":
-            break
-        if msg[0] == "stop" and worker.phase is not None:
-            worker.phase.stopped = True
-        elif msg[0] == "job":
-            job = dict(msg[2])
-            task = asyncio.create_task(worker.job(msg[1], job))
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
-    loop.remove_reader(jobs.fileno())
-    for task in list(tasks):
-        task.cancel()
-    for c in worker.clients.values():
-        await c.aclose()

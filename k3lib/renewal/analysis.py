@@ -9,6 +9,7 @@ from collections import Counter, defaultdict
 from typing import Any, Iterable, Sequence
 from zoneinfo import ZoneInfo
 
+from ..core.numbers import figure
 from ..core.stats import percentile
 from .inputs import FIVE_QUESTIONS, CostsInput, HoursRecord, IncidentRecord, TaskRecord
 from .rules import DeclaredBenefits, FixedElements, RenewalRules, accepted as is_accepted
@@ -342,8 +343,9 @@ def analyse_stability(incidents: Sequence[IncidentRecord], rules: RenewalRules,
         "not_shown": unshown,
         # False: a failure was seen; None: nothing failed but some question was never shown (never counted as yes)
         "recoverable": False if failed else None if unshown else True,
-        "not_recoverable_because": ([f"{len(slow)} incident(s) recovered later than {rules.max_recovery_min:g} min "
-                                     f"or never: {', '.join(slow)}"] if slow else [])
+        "not_recoverable_because": ([f"{len(slow)} incident(s) recovered later than "
+                                     f"{figure(rules.max_recovery_min, ' min')} or never: {', '.join(slow)}"]
+                                    if slow else [])
         + ([f"the incident log answers no to: {', '.join(log_no)}"] if log_no else [])
         + ([f"the drill answers no to: {', '.join(drill_no)}"] if drill_no else [])
         + ([f"neither the drill nor the incident log shows: {', '.join(unshown)}"] if unshown else []),

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Callable
 
 from ..batch.execute import PRELOAD, Progress, publish, run_batch
-from ..core.errors import BadInputError
+from ..core.errors import BadInputError, K3Error
 from ..core.plan import REVIEW, REVIEW_STAGES, REVIEW_SUMMARY, review_plan
 from ..core.session import PROJECT_ROOT
 from ..core.store import RunStore
@@ -35,14 +35,17 @@ def run_review(params: RenewalParams, store: RunStore, *, progress: Progress | N
         on_start(s.history_file or s.prometheus_url or "")  # type: ignore[union-attr]
     store.write_json("params.json", params.public_dict())
 
+    plan = review_plan(REVIEW_STAGES)
+    lines = progress or Progress(len(plan.notebooks))  # the batch's progress stream: prepare's error goes there too
+
     def prepare() -> None:  # while the first notebooks' kernels start: the inputs read, the axes computed, once
         try:
             write_axes_cache(params, store)  # each notebook reads them (review/axes.json)
-        except Exception:  # noqa: BLE001 - a bad input or an unreachable source: each notebook reports it
-            pass
+        except Exception as exc:  # noqa: BLE001 - the batch goes on: each notebook reports it in its own page
+            lines.note(f"axes not computed before the notebooks: {_one_line(exc)} (each notebook reports it)")
 
-    result = run_batch(store, review_plan(REVIEW_STAGES), timeout_s=params.run.notebook_timeout_s,
-                       progress=progress, preload=(*PRELOAD, "k3lib.renewal"),  # what every review notebook opens with
+    result = run_batch(store, plan, timeout_s=params.run.notebook_timeout_s,
+                       progress=lines, preload=(*PRELOAD, "k3lib.renewal"),  # what every review notebook opens with
                        prepare=prepare)
     data = result.decision_data
     if data is None or data.get("decision") not in DECISIONS or not isinstance(data.get("findings"), list):
@@ -56,6 +59,15 @@ def run_review(params: RenewalParams, store: RunStore, *, progress: Progress | N
                  "transfer_triggers", [])]}
     publish(store, result, shown)
     return decision
+
+
+def _one_line(exc: Exception) -> str:
+    """An exception as the CLI would print it: a kit error its message, anything else an internal error."""
+    if isinstance(exc, BadInputError):
+        return exc.one_line()
+    if isinstance(exc, K3Error):
+        return " ".join(str(exc).split())
+    return " ".join(f"internal error: {type(exc).__name__}: {exc}".split())
 
 
 def parameters_line(params: RenewalParams) -> str:

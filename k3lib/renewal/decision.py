@@ -21,6 +21,7 @@ import datetime as dt
 import enum
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+from ..core.numbers import figure
 from .findings import RenewalFinding, money  # noqa: F401  (money: re-exported for the views)
 from .live import category_routing, live_equivalence, live_quality
 from .rules import RenewalRules
@@ -305,11 +306,12 @@ def routing(rules: RenewalRules, categories: RenewalFinding | None = None) -> di
         "api": "irregular peaks and any task whose trigger below fires",
         "transfer_triggers": [
             {"trigger": "capacity unavailable", "when": "/health not 200 or the engine dead for 2 consecutive checks"},
-            {"trigger": "queue too long", "when": f"waiting-queue p95 above {rules.queue_wait_p95_max_s:g} s over 15 min"},
+            {"trigger": "queue too long",
+             "when": f"waiting-queue p95 above {figure(rules.queue_wait_p95_max_s, ' s')} over 15 min"},
             {"trigger": "repeated tool-call errors",
              "when": f"more than {rules.max_tool_error_rate:.0%} of a task type's calls malformed over 1 h"},
             {"trigger": "business deadline exceeded",
-             "when": f"a task not delivered {rules.business_deadline_s:g} s after submission"},
+             "when": f"a task not delivered {figure(rules.business_deadline_s, ' s')} after submission"},
             {"trigger": "consumption below expectation",
              "when": f"mean GPU utilisation under {rules.idle_util_max:.0%} for a week"},
         ],
@@ -318,7 +320,7 @@ def routing(rules: RenewalRules, categories: RenewalFinding | None = None) -> di
             "utilisation no longer justifies the reserved capacity",
             "the API reaches equivalent quality on the representative task set",
             "operations effort exceeds the delivery gain",
-            f"incidents cannot be recovered within {rules.max_recovery_min:g} min",
+            f"incidents cannot be recovered within {figure(rules.max_recovery_min, ' min')}",
         ],
         "exit_when_persisting_for_days": rules.reexamine_after_days,
     }
@@ -327,7 +329,8 @@ def routing(rules: RenewalRules, categories: RenewalFinding | None = None) -> di
 def condition(decision: str, rules: RenewalRules, reexamine_on: str) -> str:
     return {
         "renew": f"re-examine at the next billing cycle ({reexamine_on}) with the same rules",
-        "reduce": f"restore the previous capacity if the waiting-queue p95 exceeds {rules.queue_wait_p95_max_s:g} s "
+        "reduce": "restore the previous capacity if the waiting-queue p95 exceeds "
+                  f"{figure(rules.queue_wait_p95_max_s, ' s')} "
                   f"(the business threshold); re-examine on {reexamine_on}",
         "dual-circuit": "the task types sent to each path are fixed in advance (routing); leave the dual circuit "
                         f"when an exit rule persists for {rules.reexamine_after_days} days",

@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 import httpx
 
+from ..core.numbers import figure
 from ..io.chatstream import sse_payloads
 from .params import CommandStep, DrillParams
 from .results import Answer, DrillAnswer
@@ -111,7 +112,7 @@ class _InFlight(threading.Thread):
             if self.outcome == "hanging":
                 self.outcome, self.detail = "cut", "stream closed without [DONE] or an error"
         except httpx.TimeoutException:
-            self.outcome, self.detail = "hanging", f"no end within {self.timeout_s:g} s"
+            self.outcome, self.detail = "hanging", f"no end within {figure(self.timeout_s)} s"
         except httpx.HTTPError as exc:
             self.outcome, self.detail = "cut", f"connection dropped ({type(exc).__name__})"
         finally:
@@ -203,19 +204,19 @@ def run_drill(base_url: str, drill: DrillParams, *, api_base_url: str | None = N
         steps += [f"kill: {run_step(s, base_url, client, t_req)}" for s in drill.kill]
         note("; ".join(steps[-len(drill.kill):]) if drill.kill else "kill: no command given")
         detected, detect_s, health = _wait_health(client, base_url, False, drill.recovery_timeout_s)
-        steps.append(f"health after kill: {health} after {detect_s:.1f} s")
+        steps.append(f"health after kill: {health} after {figure(detect_s)} s")
         task.join(drill.recovery_timeout_s)
         # what the task showed in the failure window, read now: closing the client later cuts a stream still open
         task_outcome, task_detail = (task.outcome, task.detail) if not task.is_alive() else \
-            ("hanging", f"still open {drill.recovery_timeout_s:g} s after the kill")
+            ("hanging", f"still open {figure(drill.recovery_timeout_s)} s after the kill")
         steps.append(f"in-flight task: {task_outcome} ({task_detail})")
         t0 = time.monotonic()
         steps += [f"restore: {run_step(s, base_url, client, t_req)}" for s in drill.restore]
         restored, _, health_after = _wait_health(client, base_url, True, drill.recovery_timeout_s)
         recovery_s = time.monotonic() - t0
         version_after = _version(client, base_url, t_req)
-        steps.append(f"health after restore: {health_after} after {recovery_s:.1f} s; version {version_before} → "
-                     f"{version_after}")
+        steps.append(f"health after restore: {health_after} after {figure(recovery_s, ' s')}; "
+                     f"version {version_before} → {version_after}")
 
         status3, reply3 = _chat(client, base_url, first, headers, t_req) if restored else (0, {})
         after_call = _message(reply3)
@@ -283,7 +284,7 @@ class Observed:
 def _rollback(seen: Observed) -> tuple[Answer, str]:
     """Was the previous version served again? Yes only when the version after the restore is the named previous
     version (or, none named, an older release than the one before), and the server answers again."""
-    from ..axes.compat.judge import parse_version
+    from ..axes.compat.values import parse_version
 
     before, after, want = seen.version_before, seen.version_after, seen.previous_version
     if not seen.restore_steps:
@@ -292,8 +293,9 @@ def _rollback(seen: Observed) -> tuple[Answer, str]:
         return NOT_SHOWN, (f"nothing went down (health {seen.health_after_kill}, the streamed task "
                            f"{seen.task_outcome}): a restore of a running engine shows no rollback")
     if not seen.restored or seen.first_after_status != 200:
-        return "no", (f"not serving again within {seen.timeout_s:g} s of the restore (health back: {seen.restored}, "
-                      f"first request HTTP {seen.first_after_status}); version {before} → {after}")
+        return "no", (f"not serving again within {figure(seen.timeout_s, ' s')} of the restore "
+                      f"(health back: {seen.restored}, first request HTTP {seen.first_after_status}); "
+                      f"version {before} → {after}")
     trail = f"version {before} before the drill → {after} after the restore, first request HTTP 200"
     if before is None or after is None:
         return NOT_SHOWN, f"the server reports no version (GET /version): {trail}"
@@ -316,11 +318,11 @@ def answer_questions(seen: Observed) -> dict[str, DrillAnswer]:
     """The five answers, each from what was observed; nothing that went unseen answers yes."""
     down = seen.went_down
     if seen.detected:
-        detected: tuple[Answer, str] = ("yes", f"/health went to {seen.health_after_kill} {seen.detect_s:.1f} s "
+        detected: tuple[Answer, str] = ("yes", f"/health went to {seen.health_after_kill} {figure(seen.detect_s)} s "
                                                "after the kill")
     elif down:
         detected = ("no", f"the streamed task broke ({seen.task_detail}) while /health stayed "
-                          f"{seen.health_after_kill} for {seen.timeout_s:g} s")
+                          f"{seen.health_after_kill} for {figure(seen.timeout_s)} s")
     else:
         detected = (NOT_SHOWN, f"nothing went down: /health stayed {seen.health_after_kill} and the streamed task "
                                f"{seen.task_outcome} ({seen.task_detail})")

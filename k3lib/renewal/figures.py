@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
+from ..core.numbers import figure
 from .decision import RenewalDecision, money
 from .params import RenewalParams
 
@@ -114,8 +115,8 @@ def axis_figure(axis: str, result: dict[str, Any], frame: Any = None) -> Any:
     elif axis == "operations":
         rows = result["by_category"]
         fig.add_bar(x=[r["category"] for r in rows], y=[r["hours"] for r in rows])
-        fig.update_layout(title=f"{result['total_h']} h of operations vs a delivery gain of "
-                                f"{result['delivery_gain_h']} h")
+        fig.update_layout(title=f"{figure(result['total_h'], ' h')} of operations vs a delivery gain of "
+                                f"{figure(result['delivery_gain_h'], ' h')}")
     return fig
 
 

@@ -11,6 +11,8 @@ import dataclasses
 from pathlib import PurePath
 from typing import Any, Callable, Mapping
 
+from ..core.numbers import figure
+
 Measured = Mapping[str, Any]
 
 
@@ -46,8 +48,8 @@ def money(x: Any, currency: str | None) -> str:
     return "blank" if x is None else f"{x:,.2f} {currency or '(no currency)'}"
 
 
-def _f(x: Any) -> str:
-    return "blank" if x is None else f"{x:g}" if isinstance(x, (int, float)) else str(x)
+def _f(x: Any, unit: str = "") -> str:
+    return "blank" if x is None else figure(x, unit)
 
 
 def _p(x: Any) -> str:
@@ -82,11 +84,11 @@ def _regular(o: bool | None, m: Measured) -> str:
         return "load: no business-hour slots"
     return (f"load {'regular' if o else 'not regular'}: business-hour slots busy {bb:.0%} "
             f"(rule ≥ {m['regular_busy_share_min']:.0%}), weekday GPU-hours CV {_f(m['weekday_gpu_h_cv'])} "
-            f"(rule ≤ {m['regular_daily_cv_max']:g})")
+            f"(rule ≤ {figure(m['regular_daily_cv_max'])})")
 
 
 def _large_idle(o: bool | None, m: Measured) -> str:
-    return (f"{_p(m['large_idle_share'])} of the window in idle stretches ≥ {m['large_idle_min_h']:g} h "
+    return (f"{_p(m['large_idle_share'])} of the window in idle stretches ≥ {figure(m['large_idle_min_h'])} h "
             f"(rule: large idle above {m['large_idle_share_max']:.0%}); utilisation {_p(m['utilisation'])}"
             f", idle for lack of demand {_p(m['idle_demand_share'])}, idle while tasks wait "
             f"{_p(m['idle_scheduling_share'])}")
@@ -94,15 +96,16 @@ def _large_idle(o: bool | None, m: Measured) -> str:
 
 def _peaks(o: bool | None, m: Measured) -> str:
     return (f"demand {'spiky' if o else 'not spiky'}: hourly arrivals p99/mean {_f(m['peak_to_mean'])} "
-            f"(rule: spiky from {m['peak_to_mean_min']:g})")
+            f"(rule: spiky from {figure(m['peak_to_mean_min'])})")
 
 
 def _quality(o: bool | None, m: Measured) -> str:
     over = m["over_retry_policy"]
     return (f"useful production {'meets' if o else 'misses'} the rule: acceptance {_p(m['acceptance_rate'])} "
             f"(≥ {m['min_acceptance_rate']:.0%}), retries/task {_f(m['retries_per_task'])} "
-            f"(≤ {m['max_retries_per_task']:g}), tasks with malformed tool calls {_p(m['tool_error_share'])} "
-            f"(≤ {m['max_tool_error_rate']:.0%}); {_f(m['accepted_per_operating_h'])} accepted tasks per operating hour"
+            f"(≤ {figure(m['max_retries_per_task'])}), tasks with malformed tool calls {_p(m['tool_error_share'])} "
+            f"(≤ {m['max_tool_error_rate']:.0%}); "
+            f"{_f(m['accepted_per_operating_h'], ' accepted tasks per operating hour')}"
             + (f"; {over} task(s) retried more than the fixed retry policy's {m['retry_policy_max_retries']}"
                if over else ""))
 
@@ -115,7 +118,7 @@ def _api_equivalent(o: bool | None, m: Measured) -> str:
             f"acceptance {_p(m['self_hosted_acceptance_rate'])} self-hosted vs {_p(m['api_acceptance_rate'])} API, "
             f"malformed tool calls {_p(m['self_hosted_tool_error_share'])} vs {_p(m['api_tool_error_share'])} "
             f"(equivalent within {m['api_equivalent_gap_max']:.0%}), median delivery "
-            f"{_f(m['self_hosted_delivery_median_s'])} s vs {_f(m['api_delivery_median_s'])} s")
+            f"{_f(m['self_hosted_delivery_median_s'], ' s')} vs {_f(m['api_delivery_median_s'], ' s')}")
 
 
 def _api_equivalent_live(verdict: str, m: Measured) -> str:
@@ -160,7 +163,7 @@ def _recoverable(o: bool | None, m: Measured) -> str:
     verdict = {True: "recoverable", False: "not recoverable", None: "recovery not shown"}[o]
     drill = m["drill_summary"]
     return (f"incidents {verdict}: {m['incidents']} in the log, "
-            f"{_p(m['recovered_within_rule_share'])} recovered within {m['max_recovery_min']:g} min"
+            f"{_p(m['recovered_within_rule_share'])} recovered within {figure(m['max_recovery_min'])} min"
             + ("" if o else " — " + "; ".join(m["not_recoverable_because"]))
             + ("; no live drill run" if drill is None else f"; drill: {drill}"))
 
@@ -168,8 +171,9 @@ def _recoverable(o: bool | None, m: Measured) -> str:
 def _effort(o: bool | None, m: Measured) -> str:
     verdict = {True: "contained", False: "heavy", None: "not shown contained"}[o]
     exceeds = m["effort_exceeds_gain"]
-    return (f"operations effort {verdict}: {_f(m['per_week_h'])} h/week (rule ≤ {m['max_ops_hours_per_week']:g}); "
-            f"delivery gain {_f(m['delivery_gain_h'])} h against {_f(m['total_h'])} h spent"
+    return (f"operations effort {verdict}: {_f(m['per_week_h'], ' h/week')} "
+            f"(rule ≤ {figure(m['max_ops_hours_per_week'])}); "
+            f"delivery gain {_f(m['delivery_gain_h'], ' h')} against {_f(m['total_h'], ' h')} spent"
             + {True: " (effort exceeds the gain)", False: "", None: " (gain unknown)"}[exceeds])
 
 

@@ -19,7 +19,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..core.errors import ArtifactError, BadInputError
-from ..core.params import COMMAND_SECTIONS, RunParams, TargetParams, _check_url, _provenance, layer, validate_model
+from ..core.layering import COMMAND_SECTIONS, _provenance, layer, validate_model
+from ..core.params import RunParams, TargetParams, _check_url
 from ..axes.paths.record import read_paths_record
 from .rules import DEFAULT, DeclaredBenefits, FixedElements, RenewalRules
 

@@ -14,9 +14,11 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..axes.capacity.analysis import MIB, gpu_keys, gpu_label, increase
-from ..axes.capacity.run import failure_kind, pinned_params, record_stats
+from ..axes.capacity.records import failure_kind, record_stats
+from ..axes.capacity.run import pinned_params
 from ..io.client import ChatClient
 from ..core.errors import APIError, TargetError
+from ..core.numbers import figure
 from ..io.load import run_closed_loop
 from ..io.prompts import EstimateCounter, build_prompts
 from ..io.sampling import Timeline
@@ -214,7 +216,7 @@ def burst_figure(result: BurstResult, *, widget: bool = False) -> Any:
     fig.update_layout(title=f"Burst: {s.context_tokens} tokens × {s.concurrency} concurrent, "
                             f"{s.output_tokens} out — "
                             f"{result.stats.get('ok', 0)} ok, {failed} failed, "
-                            f"{increase(pre) if len(pre) > 1 else 0:g} preemptions"
+                            f"{figure(increase(pre) if len(pre) > 1 else 0)} preemptions"
                             + ("" if result.engine_alive_after in (None, True) else " — ENGINE DEAD"),
                       height=720, margin=dict(t=60, b=40, l=70, r=20), legend=dict(orientation="h", y=-0.08))
     return go.FigureWidget(fig) if widget else fig

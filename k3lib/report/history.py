@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..core.errors import BadInputError, K3Error
+from ..core.numbers import figure
 from ..core.store import MANIFEST, atomic_write_bytes
 
 ACCEPTANCE_DECISIONS = ("production", "limited-observation", "capacity-extension", "environment-rebuild")
@@ -191,12 +192,13 @@ def _decision_fig(points: Sequence[RunPoint]) -> str:
                                                 config={"displaylogo": False}) + "</div>"
 
 
-def _cell(value: Any, fmt: str = "{:.4g}") -> str:
-    return "" if value is None else esc(fmt.format(value))
+def _cell(value: Any) -> str:
+    return "" if value is None else esc(figure(value))
 
 
 def trend_html(points: Sequence[RunPoint], folder_name: str) -> str:
-    from .pages import PLOTLY_JS, _badge
+    from .markup import _badge
+    from .pages import PLOTLY_JS
 
     rows = []
     for p in reversed(points):

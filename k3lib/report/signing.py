@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import BadInputError, EvidenceError
+from ..core.numbers import figure
 from .recompute import decision_problems
 from ..core.store import MANIFEST, RunStore, atomic_write_bytes, to_json_bytes
 
@@ -82,8 +83,8 @@ def _run_ssh(args: list[str], stdin: bytes) -> subprocess.CompletedProcess[bytes
                               check=False)
     except subprocess.TimeoutExpired:
         # A passphrase prompt would wait forever; a signing key for CI must be unencrypted or held by an agent.
-        raise BadInputError(f"ssh-keygen did not finish within {SSH_TIMEOUT_S:.0f} s (a passphrase prompt?); use "
-                            "an unencrypted key or one held by ssh-agent", source="ssh-keygen") from None
+        raise BadInputError(f"ssh-keygen did not finish within {figure(SSH_TIMEOUT_S, ' s')} (a passphrase prompt?); "
+                            "use an unencrypted key or one held by ssh-agent", source="ssh-keygen") from None
 
 
 def _first_line(proc: subprocess.CompletedProcess[bytes]) -> str:
@@ -175,7 +176,7 @@ def verify_run(run_dir: str | Path, *, allowed_signers: str | Path | None = None
 
 
 def _verify_files(run_dir: str | Path, *, allowed_signers: str | Path | None = None) -> VerifyResult:
-    from .pages import pdf_problems
+    from .pdf import pdf_problems
 
     store = RunStore.open(run_dir)
     changed = list(store.verify())

@@ -13,6 +13,7 @@ from typing import Any, Callable, Sequence
 from . import accepted as acc
 from ..core.errors import BadInputError
 from ..core.evidence import Finding
+from ..core.numbers import figure
 from ..core.store import RunStore
 
 ACCEPTED_DECISIONS = ("production", "limited-observation")
@@ -102,9 +103,7 @@ class BaselineComparison:
 def _fmt(value: Any) -> str:
     if isinstance(value, dict):
         return " ".join(f"{k.replace('_parallel_size', '').upper()}={v}" for k, v in sorted(value.items()))
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
+    return figure(value)
 
 
 def _same(a: Any, b: Any) -> bool:

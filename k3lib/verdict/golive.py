@@ -17,6 +17,7 @@ import yaml
 
 from . import accepted as acc
 from ..core.errors import BadInputError, EvidenceError
+from ..core.numbers import figure
 from ..io.metrics.names import spec_for
 from ..core.store import RunStore, atomic_write_bytes
 
@@ -119,7 +120,7 @@ def error_reasons(version: str | None) -> str | None:
 
 # -- PromQL building ----------------------------------------------------------------------------------------------
 
-def _fmt(x: float) -> str:
+def _fmt(x: float) -> str:  # a threshold in PromQL: every digit the level has (prose goes through `figure`)
     return f"{x:.6g}"
 
 
@@ -189,7 +190,7 @@ def build_alerts(ctx: _Context) -> tuple[list[dict[str, Any]], dict[str, str]]:
     rules: list[dict[str, Any]] = []
     omitted: dict[str, str] = {}
     planned = lv["planned_concurrency"].value
-    at_planned = f"at the planned concurrency {planned:g}" if planned else "at planned load"
+    at_planned = f"at the planned concurrency {figure(planned)}" if planned else "at planned load"
 
     rules.append(_rule(
         "K3EngineDown", q.engine_down(), o.down_for, "critical", True,
@@ -203,23 +204,23 @@ def build_alerts(ctx: _Context) -> tuple[list[dict[str, Any]], dict[str, str]]:
     measured: tuple[tuple[str, str, Any, str, bool, Any, Any], ...] = (
         ("K3QueueTimeAboveAccepted", "queue_time_p95_s",
          lambda v: f"{q.quantile(0.95, 'request_queue_time_seconds')}\n  > {_fmt(v)}", "critical", True,
-         lambda v: f"p95 queue time above the accepted {_fmt(v)} s for {o.sustained_for}",
-         lambda lvl: f"Accepted p95 queue time {_fmt(lvl.value)} s {at_planned} ({lvl.source}). Above it for a "
+         lambda v: f"p95 queue time above the accepted {figure(v, ' s')} for {o.sustained_for}",
+         lambda lvl: f"Accepted p95 queue time {figure(lvl.value, ' s')} {at_planned} ({lvl.source}). Above it for a "
                      "continuous period is a rollback trigger."),
         ("K3KvCacheUsageAboveAccepted", "kv_usage_at_planned",
          lambda v: f"max({q.series('kv_cache_usage_perc')}) > {_fmt(v)}", "warning", False,
          lambda v: f"KV-cache usage above the accepted peak {v:.0%}",
-         lambda lvl: f"Accepted peak KV-cache usage {_fmt(lvl.value)} {at_planned} ({lvl.source}): traffic beyond "
+         lambda lvl: f"Accepted peak KV-cache usage {figure(lvl.value)} {at_planned} ({lvl.source}): traffic beyond "
                      "the accepted load or longer contexts than tested."),
         ("K3PreemptionsAboveAccepted", "preemptions_per_s",
          lambda v: f"sum({q.rate('num_preemptions_total')}) > {_fmt(v)}", "warning", False,
-         lambda v: f"preemption rate above the accepted {_fmt(v)}/s",
-         lambda lvl: f"Accepted preemption rate {_fmt(lvl.value)}/s {at_planned} ({lvl.source}): the KV cache runs "
-                     "out more often than in the accepted test."),
+         lambda v: f"preemption rate above the accepted {figure(v, '/s')}",
+         lambda lvl: f"Accepted preemption rate {figure(lvl.value, '/s')} {at_planned} ({lvl.source}): the KV cache "
+                     "runs out more often than in the accepted test."),
         ("K3ErrorRatioAboveAccepted", "error_ratio",
          lambda v: f"{q.error_ratio()}\n  > {_fmt(v)}", "warning", False,
-         lambda v: f"share of requests failed on the server above the accepted {_fmt(v)}",
-         lambda lvl: f"Accepted error ratio {_fmt(lvl.value)} {at_planned} ({lvl.source}); finished_reason "
+         lambda v: f"share of requests failed on the server above the accepted {figure(v)}",
+         lambda lvl: f"Accepted error ratio {figure(lvl.value)} {at_planned} ({lvl.source}); finished_reason "
                      f"{q.errors} counted as failures (client aborts and disconnects are not)."),
     )
     for name, key, expr, severity, rollback, summary, description in measured:
@@ -254,8 +255,8 @@ def build_alerts(ctx: _Context) -> tuple[list[dict[str, Any]], dict[str, str]]:
             "critical", True,
             f"prefix-cache hit rate below {o.hit_rate_fraction:.0%} of the {o.traffic_hit_rate:.0%} ordinary traffic "
             "reaches",
-            f"Reuse proven in the accepted run ({hit.source}, {_fmt(hit.value)} on controlled warm requests); "
-            f"ordinary traffic reaches {_fmt(o.traffic_hit_rate)} (operator's figure), alert under {_fmt(floor)} "
+            f"Reuse proven in the accepted run ({hit.source}, {figure(hit.value)} on controlled warm requests); "
+            f"ordinary traffic reaches {figure(o.traffic_hit_rate)} (operator's figure), alert under {figure(floor)} "
             f"over {o.hit_rate_window}: cache counters far from the normal behaviour are a rollback trigger.",
             run_id))
     return rules, omitted
@@ -359,8 +360,9 @@ def build_dashboard(ctx: _Context) -> dict[str, Any]:
 
 # -- ROLLBACK.md ------------------------------------------------------------------------------------------------------
 
-def _val(level: acc.Level, fmt: str = "{}") -> str:
-    return fmt.format(level.value) if level.known else f"unknown ({level.reason})"
+def _val(level: acc.Level, fmt: str | None = None, unit: str = "") -> str:  # prose: `figure`, or `fmt` for a share
+    return (f"unknown ({level.reason})" if not level.known else figure(level.value, unit) if fmt is None
+            else fmt.format(level.value))
 
 
 def rollback_md(ctx: _Context, rules: list[dict[str, Any]], omitted: dict[str, str]) -> str:
@@ -387,11 +389,11 @@ def rollback_md(ctx: _Context, rules: list[dict[str, Any]], omitted: dict[str, s
         "## Roll back to the previous image when",
         "",
         f"1. **OOM under contract load.** The engine dies or logs CUDA out of memory while traffic stays within the "
-        f"contract (≤ {_val(planned, '{:g}')} concurrent requests, prompts ≤ {_val(contract_ctx, '{:g}')} tokens). "
+        f"contract (≤ {_val(planned)} concurrent requests, prompts ≤ {_val(contract_ctx)} tokens). "
         f"{trigger('K3EngineDown', f'An engine down for {o.down_for} fires it; confirm OOM in the server log.')}",
         "2. **Queue time above the accepted level for a continuous period.** "
         + trigger("K3QueueTimeAboveAccepted",
-                  f"p95 queue time above {_val(queue, '{:.4g}')} s (from {queue.source}) for {o.sustained_for}."),
+                  f"p95 queue time above {_val(queue, unit=' s')} (from {queue.source}) for {o.sustained_for}."),
         f"3. **Tool calls produce invalid JSON.** The accepted tool-call validity is "
         f"{_val(validity, '{:.1%}')}" + (f" ({validity.source})" if validity.known else "")
         + ". vLLM exports no metric for it: watch the agents' clients or gateway; any invalid tool-call JSON in "

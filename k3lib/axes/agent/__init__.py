@@ -9,7 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from .checks import CHECKS, Outcome, ParsedCall, environment_refusal, rates, stability_outcomes
-from .figures import RUN_FILE, STEPS_FILE, AgentResult, FailingReply, agent_record, iter_findings
+from .config import agent_params
+from .figures import FailingReply
+from .judge import RUN_FILE, STEPS_FILE, AgentResult, agent_record, iter_findings
 from .run import RunSettings, ScenarioRunner, assistant_message, filler_lines
 from .sample import AgentSample, load_sample, packaged_sample_path, parse_sample
 from .tools import BUILTIN_TOOLS
@@ -57,7 +59,7 @@ def run_agent(ctx: Any) -> AgentResult:
     from ...core.session import find_path
 
     params = ctx.params
-    path = params.axes.agent.sample
+    path = agent_params(params).sample
     source = str(find_path(path)) if path else str(packaged_sample_path())
     sample = load_sample(find_path(path) if path else None)
     settings = RunSettings.from_params(params, source)

@@ -16,7 +16,8 @@ from typing import Any
 import jsonschema
 
 from ...io.chatstream import ToolCall
-from ...io.readers.tool_reply import detect_markup
+from ...io.readers.tool_markup import detect_markup
+from .config import ECHO_WORDS
 from .sample import FallbackSpec, FinalSpec
 
 # Check ids, in the order the seed lists the pass conditions; the rule id of a finding is `agent.<id>`.
@@ -212,8 +213,6 @@ def check_final(content: str | None, finish_reason: str | None, final: FinalSpec
     return Outcome("final_answer", True, "meets its contract" + (" (schema-valid)" if schema is not None else ""))
 
 
-# A run of this many words copied from the tool error the kit sent is an echo, not the model's words.
-ECHO_WORDS = 3
 _WORD = re.compile(r"\w+")
 
 

@@ -18,6 +18,7 @@ from ...io.client import ChatClient, ChatRecord
 from ...core.errors import TargetError
 from ...io.load import RequestBudget
 from . import checks as C
+from .config import CANCEL_GRACE_S, MAX_FILLER_LINES, TOKENS_PER_LINE_GUESS, agent_params
 from .sample import AgentSample, CaseSpec, TurnSpec
 from .filler import filler_lines
 from .tools import execute, result_text
@@ -25,11 +26,6 @@ from .tools import execute, result_text
 Step = dict[str, Any]
 Sink = Callable[[Step], None]
 
-#: After a level's deadline, how long in-flight requests get to hand back their (cancelled) records.
-CANCEL_GRACE_S = 5.0
-#: First guess of tokens per filler log line; refined from `usage` as the long exchange grows.
-TOKENS_PER_LINE_GUESS = 48  # on the high side: the first filler turn undershoots rather than overflows
-MAX_FILLER_LINES = 4000
 
 @dataclasses.dataclass(frozen=True)
 class RunSettings:
@@ -52,7 +48,7 @@ class RunSettings:
 
     @classmethod
     def from_params(cls, params: Any, sample_source: str) -> RunSettings:
-        a, contract = params.axes.agent, params.contract
+        a, contract = agent_params(params), params.contract
         levels = tuple(sorted(set(a.concurrency_levels or (1, contract.planned_concurrency))))
         return cls(levels=levels, repetitions=a.repetitions, stream=a.stream, max_requests=a.max_requests,
                    max_duration_s=a.max_duration_s, request_timeout_s=a.request_timeout_s,

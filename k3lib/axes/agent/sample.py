@@ -16,7 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ...core.errors import BadInputError
-from ...core.params import validate_model
+from ...core.layering import validate_model
 from .tools import BUILTIN_TOOLS
 
 PACKAGED_SAMPLE = "agent_sample.yaml"

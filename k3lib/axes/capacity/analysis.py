@@ -13,6 +13,9 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
+from ...core.numbers import figure
+from .config import KV_FULL
+
 MIB = 1024 * 1024
 Row = Mapping[str, Any]
 
@@ -70,9 +73,6 @@ def _mean(values: Sequence[float]) -> float | None:
 # Steps
 
 
-KV_FULL = 0.9  # KV usage at or above this: the engine cannot admit a new request without evicting
-
-
 def waiting_while_full(rows: Sequence[Row], admit_limit: int | None, kv_full: float = KV_FULL) -> float | None:
     """Mean waiting requests, a sample's waiting counted only when the engine could not admit them: running at its
     admission limit (max_num_seqs × DP) or the KV pool full. Requests waiting while the engine had room only wait
@@ -109,8 +109,8 @@ def settled_stats(metric_rows: Sequence[Row], start: float, end: float, settle_f
     }
 
 
-# How a request that did not complete is counted in a load window (k3lib.axes.capacity.run.record_stats), and how the
-# findings name it. Every kind counts against the contract's completed share: a request a gateway refused (429,
+# How a request that did not complete is counted in a load window (k3lib.axes.capacity.records.record_stats), and
+# how the findings name it. Every kind counts against the contract's completed share: a request a gateway refused (429,
 # 503), one the client gave up on, one that never connected and one cut at the window's end were all load the
 # deployment did not serve.
 INCOMPLETE_KINDS: tuple[tuple[str, str], ...] = (
@@ -180,11 +180,11 @@ def judge_step(step: Mapping[str, Any], *, queue_objective_ms: float | None,
     if "waiting_full_mean" in step:
         waiting = step.get("waiting_full_mean")
         if waiting is not None and waiting > waiting_tolerance:
-            why.append(f"{waiting:.2f} requests waiting on average once settled, while the engine was full "
+            why.append(f"{figure(waiting)} requests waiting on average once settled, while the engine was full "
                        f"(running at its admission limit {step.get('admit_limit') or 'unknown'} or KV ≥ "
                        f"{KV_FULL:.0%})")
     elif (waiting := step.get("waiting_mean")) is not None and waiting > waiting_tolerance:
-        why.append(f"{waiting:.2f} requests waiting on average once settled")
+        why.append(f"{figure(waiting)} requests waiting on average once settled")
     return not why, why
 
 
@@ -214,7 +214,7 @@ def queue_verdict(step: Mapping[str, Any], objective_ms: float | None
 def latency_verdict(step: Mapping[str, Any], key: str, objective_ms: float | None
                     ) -> tuple[Literal["pass", "fail", "inconclusive"] | None, str, dict[str, Any] | None]:
     """Whether a window's client p95 (`key`: "ttft" or "e2e") meets the objective, judged on the bootstrap interval
-    of the p95 over the window's requests (`<key>_p95_interval`, see k3lib.axes.capacity.run.record_stats):
+    of the p95 over the window's requests (`<key>_p95_interval`, see k3lib.axes.capacity.records.record_stats):
     ("pass" | "fail" | "inconclusive" | None, the sentence, the interval). None: no objective. A pass needs the
     whole interval at or under the objective, a fail the whole interval above it; an interval that straddles it
     (or too few requests for one) is inconclusive — never a pass or a fail that the machine's load would flip."""

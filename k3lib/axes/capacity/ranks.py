@@ -11,16 +11,13 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from ...core.evidence import Finding, FindingStatus
+from ...core.numbers import figure
 from ...io.metrics import Snapshot, delta, window_histogram
+from .config import DECODE_SHARE_MIN, HIT_RATE_FLOOR, HIT_SHARE_MIN, POOL_SHARE_MIN
 
 if TYPE_CHECKING:
     from ...core.params import Params
     from .result import CapacityResult
-
-POOL_SHARE_MIN = 0.9    # a rank's KV pool below this share of its peers' median is not the same deployment
-DECODE_SHARE_MIN = 0.5  # nor one decoding a sequence at less than half its peers' median rate
-HIT_SHARE_MIN = 0.5     # nor one reusing prefixes at less than half its peers' median hit rate (soak)
-HIT_RATE_FLOOR = 0.1    # ...when the peers reuse at all
 
 
 def rank_name(rank_id: str) -> str:
@@ -113,7 +110,7 @@ def _saturation(step: Mapping[str, Any], ranks: list[dict[str, Any]], tolerance:
     if saturated:
         return _f("rank_saturation", "fail",
                   f"at the planned concurrency {c}, {worst['name']} saturated first: {worst.get('preemptions') or 0:g} "
-                  f"preemption(s), {worst.get('waiting_mean') or 0:.2f} waiting on average, KV usage up to "
+                  f"preemption(s), {figure(worst.get('waiting_mean') or 0)} waiting on average, KV usage up to "
                   f"{(worst.get('kv_usage_max') or 0):.0%} (the other ranks: KV up to {peer_kv:.0%}, "
                   f"{sum(1 for r in saturated if r is not worst)} more saturated)",
                   observed=table, worst=worst["rank"], saturated=[r["rank"] for r in saturated])
@@ -153,8 +150,9 @@ def _balance(step: Mapping[str, Any] | None, soak: Mapping[str, Any] | None) -> 
     for r, mine, median in _outliers(at_step, "decode_tokens_per_s_per_seq", DECODE_SHARE_MIN):
         assert step is not None  # at_step holds its ranks
         problems.append((mine / median, r["rank"],
-                         f"decodes {mine:.1f} tokens/s per sequence at concurrency {step['concurrency']}, "
-                         f"its peers {median:.1f} ({mine / median:.0%}; 1 / the mean inter-token latency of its engine): "
+                         f"decodes {figure(mine)} tokens/s per sequence at concurrency {step['concurrency']}, "
+                         f"its peers {figure(median)} ({mine / median:.0%}; 1 / the mean inter-token latency of its "
+                         "engine): "
                          "a slow GPU or link on that rank"))
     for r, mine, median in _outliers(in_soak, "hit_rate", HIT_SHARE_MIN, HIT_RATE_FLOOR):
         problems.append((mine / median if median else 0.0, r["rank"],
@@ -172,12 +170,14 @@ def _balance(step: Mapping[str, Any] | None, soak: Mapping[str, Any] | None) -> 
                                           + " — the ranks are not one deployment: repair that rank's GPU or node",
                   observed=table, worst=worst, outliers=sorted({p[1] for p in problems}))
 
-    def spread(key: str, rows: list[dict[str, Any]], fmt: str) -> str | None:
+    def spread(key: str, rows: list[dict[str, Any]], fmt: str | None) -> str | None:
+        """The range of `key` over the ranks, each end in `fmt` (None: as a figure in prose)."""
         vals = [r[key] for r in rows if isinstance(r.get(key), (int, float))]
-        return f"{format(min(vals), fmt)}–{format(max(vals), fmt)}" if vals else None
+        show = figure if fmt is None else (lambda v: format(v, fmt))
+        return f"{show(min(vals))}–{show(max(vals))}" if vals else None
 
     parts = [f"KV pools {s} blocks" for s in [spread("num_gpu_blocks", pool_ranks, ".0f")] if s]
-    parts += [f"decode {s} tokens/s per sequence" for s in [spread("decode_tokens_per_s_per_seq", at_step, ".1f")] if s]
+    parts += [f"decode {s} tokens/s per sequence" for s in [spread("decode_tokens_per_s_per_seq", at_step, None)] if s]
     parts += [f"prefix hit rate {s} in the soak" for s in [spread("hit_rate", in_soak, ".2f")] if s]
     return _f("rank_balance", "pass", f"{len(pool_ranks)} ranks alike: " + ", ".join(parts or ["no figure to compare"]),
               observed=table)

@@ -14,6 +14,7 @@ from ...io.readers.vllm_log import VllmLogReport, parse_vllm_log
 from ...core.store import RunStore
 from .analysis import memory_around, saturation_point
 from .classify import REMEDIES, LogVerdict, OomClassification, classify_log, classify_oom
+from .config import OOM_AFTER_S, OOM_BEFORE_S
 
 # What the capacity axis writes to the run folder (capacity.run writes, this module reads back).
 DIR = "evidence/capacity"
@@ -22,9 +23,6 @@ RUN_JSON = f"{DIR}/run.json"
 METRICS_JSON = f"{DIR}/metrics.json"
 GPU_JSON = f"{DIR}/gpu.json"
 LOG_TXT = f"{DIR}/server_log.txt"
-# The memory curve kept around an OOM (seconds before and after the failure).
-OOM_BEFORE_S = 60.0
-OOM_AFTER_S = 30.0
 
 
 @dataclasses.dataclass(frozen=True)

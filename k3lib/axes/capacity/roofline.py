@@ -14,9 +14,11 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...core.evidence import Finding
+from ...core.numbers import figure
 
 if TYPE_CHECKING:
-    from ...core.params import Params, RooflineParams
+    from ...core.params import Params
+    from .config import RooflineParams
     from .result import CapacityResult
 
 # HBM bandwidth per GPU in TB/s (10^12 bytes/s), the vendor's figure for that board; the first name the GPU's
@@ -96,7 +98,7 @@ def bound(result: "CapacityResult", rp: "RooflineParams") -> dict[str, Any]:
     per_seq = tp * out["hbm_tb_s"] * 1e12 / bytes_per_token
     arithmetic = (f"{tp} GPU(s) of tensor parallelism × {out['hbm_tb_s']:g} TB/s ({out['hbm_source']}) ÷ "
                   f"({rp.active_params_b:g} B active parameters × {per_param:.4g} bytes ({rp.weight_dtype}) = "
-                  f"{bytes_per_token / 1e9:.1f} GB read per token) = {per_seq:,.1f} tokens/s per sequence; pipeline "
+                  f"{bytes_per_token / 1e9:.1f} GB read per token) = {figure(per_seq)} tokens/s per sequence; pipeline "
                   f"stages ({sizes['pipeline_parallel_size']}) run in turn for one token and data-parallel replicas "
                   f"({sizes['data_parallel_size']}) do not speed one sequence; c sequences at most c times that")
     return {**out, "known": True, "weight_dtype": rp.weight_dtype, "bytes_per_param": per_param,
@@ -136,9 +138,10 @@ def judge(rates: Sequence[Mapping[str, Any]], b: Mapping[str, Any], min_share: f
     for r in rates:
         c, one, summed = r["concurrency"], r.get("per_sequence_tokens_per_s"), r.get("summed_tokens_per_s")
         if one is not None and one > per_seq:
-            above.append(f"concurrency {c}: {one:,.1f} tokens/s per sequence > {per_seq:,.1f}")
+            above.append(f"concurrency {c}: {figure(one)} tokens/s per sequence > {figure(per_seq)}")
         if summed is not None and summed > c * per_seq:
-            above.append(f"concurrency {c}: {summed:,.1f} tokens/s summed > {c} × {per_seq:,.1f} = {c * per_seq:,.1f}")
+            above.append(f"concurrency {c}: {figure(summed)} tokens/s summed > {c} × {figure(per_seq)} = "
+                         f"{figure(c * per_seq)}")
     if above:
         return ("warn", "a measured decode rate is above the memory-bandwidth bound — a measurement error (the "
                         "client's clock, the token counts, or the stated GPU, model or dtype is wrong): "
@@ -149,8 +152,8 @@ def judge(rates: Sequence[Mapping[str, Any]], b: Mapping[str, Any], min_share: f
         return "info", "no decode rate measured (no concurrency step completed a request of two tokens or more)", []
     one = lowest["per_sequence_tokens_per_s"]
     share = one / per_seq
-    text = (f"{one:,.1f} tokens/s per sequence at concurrency {lowest['concurrency']} = {share:.1%} of the bound "
-            f"{per_seq:,.1f}")
+    text = (f"{figure(one)} tokens/s per sequence at concurrency {lowest['concurrency']} = {share:.1%} of the bound "
+            f"{figure(per_seq)}")
     if share < min_share:
         return ("warn", f"{text}, below the {min_share:.0%} set in axes.capacity.roofline.min_share: a probable "
                         "misconfiguration (eager mode instead of CUDA graphs, a wrong tensor/pipeline layout, a slow "

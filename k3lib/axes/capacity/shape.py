@@ -7,15 +7,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ...core.params import Params
+from .config import CALIBRATION_BOUND_S, PHASE_OVERHEAD_S
 from .trust import calibration_concurrencies
 
 PHASES = ("cold-load", "long-context", "concurrency", "soak")
-# Headroom each phase is granted on top of its load bounds: prompt sizing with /tokenize, boundary scrapes,
-# health checks, and the load generator's grace for cancelled requests (load.CANCEL_GRACE_S).
-PHASE_OVERHEAD_S = 10.0
-# The client self-calibration before the steps, whatever the local server does: its start, a warm-up and one round
-# per calibrated concurrency (each at most 0.5 s + 19 × 50 ms of schedule, see trust.py), then its stop.
-CALIBRATION_BOUND_S = 30.0
 
 
 @dataclass(frozen=True)

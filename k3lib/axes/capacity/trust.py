@@ -12,18 +12,9 @@ from typing import Any
 
 from ...io.calibration import CalibrationReport, LoopLagReport, assess, gate_phase
 from ...io.crosscheck import CrossCheck
+from .config import (CHUNKS, DEFAULT_ITL_MS, DEFAULT_TTFT_MS, ITL_RANGE_MS, MIN_GAPS, ROUNDS_BUDGET_S,
+                     TTFT_RANGE_MS)
 
-# The known-timing schedule is taken from what the long-context phase measured, clamped so a calibration stays
-# cheap (≤ 0.5 s + 19 gaps × 50 ms per round) and never faster than a real engine streams.
-TTFT_RANGE_MS = (20.0, 500.0)
-ITL_RANGE_MS = (5.0, 50.0)
-DEFAULT_TTFT_MS = 50.0
-DEFAULT_ITL_MS = 10.0
-CHUNKS = 20
-# Rounds per calibrated concurrency: enough inter-chunk gaps that their p99 is not just the single worst one, within
-# a few seconds of schedule whatever the known timing is.
-MIN_GAPS = 200
-ROUNDS_BUDGET_S = 3.0
 # The cross-check items that are counts: a disagreement there means another client, or one side counting wrong.
 COUNT_ITEMS = ("requests finished", "requests cut", "requests sent", "prompt tokens", "generation tokens")
 

@@ -1,11 +1,12 @@
 """Axis 1, the compatibility chain: CUDA build, host driver branch, vLLM version, image, GPUs and flags, read from
 every proof at hand and compared with the recipe at three levels (host, container, engine)."""
 
-from .judge import RULES, RuleSpec, in_range, iter_findings, parse_flag, parse_version
+from .figures import environment_table, findings_table, table_rows
+from .judge import CompatResult, check_environment, environment_record, evaluate, iter_findings
+from .rules import RULES, RuleSpec
 from .run import (CompatSources, ImageRef, SourceText, ToolChoiceProbe, classify_tool_probe, gather_sources,
-                      parse_image_inspect, read_sources, sources_from_texts)
-from .figures import (CompatResult, check_environment, environment_record, environment_table, evaluate,
-                    findings_table, table_rows)
+                  parse_image_inspect, read_sources, sources_from_texts)
+from .values import in_range, parse_flag, parse_version
 
 __all__ = [
     "CompatResult",

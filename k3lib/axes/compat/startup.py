@@ -3,16 +3,21 @@
 The checklist item reads "startup logs hold no unhandled loading or compatibility error". A server that answers
 proves it started, not that it started clean: an ImportError that made vLLM fall back to a slower kernel, an
 ERROR line from a worker that was retried, a warning that the driver is older than the build expects, all come
-before `Application startup complete` and leave the server answering. This module finds them; the rule in
-`k3lib.axes.compat.judge.check_startup` judges them (an error fails the item, a compatibility warning warns).
+before `Application startup complete` and leave the server answering. This module finds them and its rule,
+`check_startup`, judges them (an error fails the item, a compatibility warning warns).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
+from typing import Any
 
+from ...core.evidence import Finding
 from ...io.readers.vllm_log import VllmLogReport
+from .config import STARTUP_LINES_QUOTED
+from .rules import Proof, finding, missing
+from .run import CompatSources
 
 # A warning about the chain itself (driver, CUDA, build, kernels, versions), not about a request or a deprecated
 # flag: those are common in healthy logs and say nothing of the environment.
@@ -26,7 +31,6 @@ _COMPAT_WARNING = re.compile("|".join((
     r"(?:was|were) (?:built|compiled) (?:with|for|against)", r"compiled (?:with|for|against) .* but",
     r"failed to (?:load|import|initiali[sz]e)", r"could not (?:load|import|find)", r"cannot (?:load|import)",
     r"falling back", r"fall(?:s|ing)? back to")))
-_SHOWN = 3  # lines quoted in a finding; the rest are counted
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,8 +43,8 @@ class StartupLines:
     warnings: tuple[tuple[int, str], ...]  # (line, text) of compatibility warnings
 
     def quote(self, which: tuple[tuple[int, str], ...]) -> str:
-        shown = "; ".join(f"line {n}: {text[:140]}" for n, text in which[:_SHOWN])
-        more = len(which) - _SHOWN
+        shown = "; ".join(f"line {n}: {text[:140]}" for n, text in which[:STARTUP_LINES_QUOTED])
+        more = len(which) - STARTUP_LINES_QUOTED
         return shown + (f"; and {more} more" if more > 0 else "")
 
 
@@ -59,3 +63,69 @@ def startup_lines(log: VllmLogReport) -> StartupLines:
                 if _in(ln.number, first, last) and ln.level in ("WARNING", "WARN") and
                 _COMPAT_WARNING.search(ln.message)]
     return StartupLines(first, last, errors, tuple(warnings))
+
+
+def _models_server_error(s: CompatSources, models: Any) -> Finding | None:
+    """C05 failed by the server itself when /v1/models answered a server error; None when it did not."""
+    if models is None or models.status is None or models.status < 500:
+        return None
+    return finding("compat.startup", "fail",
+                   f"the engine is not ready: /v1/models answered HTTP {models.status} ({models.error})",
+                   [Proof("/v1/models", models.status, models.error, s.attachment("models"))],
+                   observed=f"HTTP {models.status}", expected="ready")
+
+
+def check_startup(s: CompatSources) -> Finding:
+    log = s.log
+    models = s.texts.get("models")
+    answering = bool(s.models)
+    att = s.attachment("server_log")
+    if log is not None and log.oom is not None and log.oom.phase == "startup":
+        proof = Proof("server_log", log.oom.text, f"line {log.oom.line}", att)
+        return finding("compat.startup", "fail",
+                       f"the engine never became ready: OOM at startup (line {log.oom.line}: {log.oom.text[:160]}) "
+                       "→ topology or image", [proof], observed="oom at startup", expected="ready")
+    if log is not None and log.engine_death is not None and not log.ready:
+        d = log.engine_death
+        return finding("compat.startup", "fail",
+                       f"the engine never became ready: it died at startup (line {d.line}: {d.text[:160]}) "
+                       "→ topology or image", [Proof("server_log", d.text, f"line {d.line}", att)],
+                       observed="engine dead at startup", expected="ready")
+    if log is None and (down := _models_server_error(s, models)):
+        return down
+    if log is None:
+        answers = (f"; the server answers /v1/models ({len(s.models)} model(s)), which proves it started, not that "
+                   "it started clean") if answering else ""
+        return finding("compat.startup", "not-observable",
+                       "the startup log was not read, so no one checked it for loading or compatibility errors: "
+                       + missing(s, "server_log") + answers, expected="a startup log with no error before ready")
+    window = startup_lines(log)
+    span = f"lines {window.first}–{window.last}" if window.last else f"lines {window.first}–end (never ready)"
+    if window.errors:
+        proofs = [Proof("server_log", text, f"line {n}", att) for n, text in window.errors[:5]]
+        return finding("compat.startup", "fail",
+                       f"{len(window.errors)} error(s) in the startup log before ready ({span}): "
+                       f"{window.quote(window.errors)} → image, dependencies or topology",
+                       proofs, observed={"errors": len(window.errors), "window": span},
+                       expected="no error before ready")
+    if not log.ready:
+        if answering:
+            return finding("compat.startup", "not-observable",
+                           "the log does not show the server's startup up to ready (an excerpt?), so its startup "
+                           "was not read; the server answers /v1/models", expected="the log from the start")
+        if down := _models_server_error(s, models):
+            return down
+        return finding("compat.startup", "not-observable", "readiness not observable: the log shows no ready "
+                       "line and " + missing(s, "models"), expected="ready")
+    if window.warnings:
+        proofs = [Proof("server_log", text, f"line {n}", att) for n, text in window.warnings[:5]]
+        return finding("compat.startup", "warn",
+                       f"{len(window.warnings)} compatibility warning(s) before ready ({span}): "
+                       f"{window.quote(window.warnings)} — handle or explain each before accepting",
+                       proofs, observed={"compatibility_warnings": len(window.warnings), "window": span},
+                       expected="no compatibility warning before ready")
+    return finding("compat.startup", "pass",
+                   f"the startup log holds no error and no compatibility warning before ready ({span}; ready at "
+                   f"log line {window.last})", [Proof("server_log", "ready", f"line {window.last}", att)],
+                   observed={"errors": 0, "compatibility_warnings": 0, "window": span},
+                   expected="no error before ready")

@@ -1,6 +1,7 @@
 """The live comparison's parameters: the task set, the named endpoints, one request format, one retry policy, the
-bounds and the currency — one pydantic model under a top-level `paths:` key, unknown keys refused, layered with
-`extends:` and `--set` like every parameters file of the kit."""
+bounds and the currency — one pydantic model under a top-level `paths:` key (its own file, not the run's parameter
+set), unknown keys refused, layered with `extends:` and `--set` like every parameters file of the kit; plus the
+comparison's fixed settings."""
 
 from __future__ import annotations
 
@@ -11,10 +12,13 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ...core.errors import BadInputError
-from ...core.params import _check_url, _provenance, layer, validate_model
+from ...core.layering import _provenance, layer, validate_model
+from ...core.params import _check_url
 from ...core.retry import RetryPolicy
 
 REFERENCE = "parameters/paths.example.yaml"
+#: After a path's deadline, how long in-flight requests get to hand back their (cancelled) records.
+CANCEL_GRACE_S = 5.0
 
 
 class _Model(BaseModel):

@@ -4,12 +4,12 @@ task — every figure read from the record."""
 
 from __future__ import annotations
 
-
+from ...core.numbers import figure
 from .record import PathsResult
 
 
 def _money(v: float | None, cur: str) -> str:
-    return "unknown (a price or the usage is missing)" if v is None else f"{v:.6f} {cur}"
+    return "unknown (a price or the usage is missing)" if v is None else figure(v, f" {cur}")
 
 
 def _ms(v: float | None) -> str:

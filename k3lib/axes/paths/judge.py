@@ -10,7 +10,7 @@ from typing import Any
 
 from ..agent.checks import schema_errors
 from ...io.chatstream import ToolCall
-from ...io.readers.tool_reply import detect_markup
+from ...io.readers.tool_markup import detect_markup
 from .tasks import QualityRule
 
 

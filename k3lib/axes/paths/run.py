@@ -24,15 +24,13 @@ from ...core.guards import is_loopback_url, require_key_env
 from ...io.load import RequestBudget
 from ...core.retry import RetryPolicy
 from ...core.store import RunStore
-from .config import Endpoint, PathsParams, RequestFormat
+from .config import CANCEL_GRACE_S, Endpoint, PathsParams, RequestFormat
 from .judge import Exchange, call_problem, judge
 from .record import (REQUESTS_FILE, RECORD_FILE, EndpointInfo, FixedElement, PathsResult, TaskOutcome,
                      canonical_hash, paired, record_data, summarise)
 from .tasks import Task, TaskSet, load_task_set
 
 Sink = Callable[[dict[str, Any]], None]
-#: After a path's deadline, how long in-flight requests get to hand back their (cancelled) records.
-CANCEL_GRACE_S = 5.0
 
 
 def check_endpoints(params: PathsParams) -> None:

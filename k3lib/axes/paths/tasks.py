@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ..agent.sample import AgentSample, ToolSpec, _check_schema, check_response_format, load_sample
 from ...core.errors import BadInputError
-from ...core.params import validate_model
+from ...core.layering import validate_model
 
 BUILTIN = "builtin"
 REFERENCE = "k3lib/data/agent_sample.yaml (the built-in task set)"

@@ -12,6 +12,7 @@ import statistics
 from typing import Any
 
 from ...core.evidence import EvidenceRecord, Finding, axis_status
+from ...core.numbers import figure
 from ...core.stats import MIN_SAMPLES, Interval, median_interval
 from .blocks import hits_for, units_reproducing
 from .run import AXIS, COUNTERS_JSON, RESULT_JSON, SAMPLES_JSONL, TOKEN_IDS_JSONL, PrefixCacheResult, \
@@ -115,9 +116,9 @@ def reconcile_pair(cold: RequestSample, warm: RequestSample, result: PrefixCache
                                        "a prefix cache — pin a session to one replica (sticky routing)")
     if not warm.settled:
         return out("routed-elsewhere", f"{observed} of {designed} designed tokens hit, and the counters at "
-                                       f"{', '.join(result.metrics_urls)} took only {warm.queries_delta} of its "
-                                       f"{warm.prompt_tokens} prompt tokens: another replica, whose /metrics is "
-                                       "not in target.metrics_urls, served it")
+                                       f"{', '.join(result.metrics_urls)} took only {figure(warm.queries_delta)} "
+                                       f"of its {warm.prompt_tokens} prompt tokens: another replica, whose /metrics "
+                                       "is not in target.metrics_urls, served it")
     # another hit unit reproducing the observation exactly comes first: a wrong unit makes observed > designed too
     # (only where the design is the cold/warm pair alone, so the lengths below are the whole story)
     units: tuple[int, ...] = ()
@@ -329,16 +330,16 @@ def _reuse_finding(result: PrefixCacheResult, pairs: list[PairReconciliation]) -
     if side == "below":
         return Finding(rule=rule, status="warn", observed=obs, expected=expected,
                        message=f"counters show {observed} hit tokens but the warm TTFT gain is {shown}, below "
-                               f"{min_gain:g}% over the whole interval: counter growth without latency gain is not "
-                               "proof")
+                               f"{figure(min_gain, '%')} over the whole interval: counter growth without latency "
+                               "gain is not proof")
     if side == "inconclusive":
         return Finding(rule=rule, status="not-observable", observed=obs, expected=expected,
                        message=f"inconclusive: counters show {observed} hit tokens; the warm TTFT gain {shown} "
-                               f"straddles {min_gain:g}% — more cold/warm pairs (axes.prefix_cache.sessions) or a "
-                               "quieter client machine decide it")
+                               f"straddles {figure(min_gain, '%')} — more cold/warm pairs "
+                               "(axes.prefix_cache.sessions) or a quieter client machine decide it")
     return Finding(rule=rule, status="pass", observed=obs, expected=expected,
                    message=f"reuse proven on {len(identical)} pair(s): {observed} of {designed} designed tokens hit, "
-                           f"warm TTFT gain {shown}, above {min_gain:g}% over the whole interval")
+                           f"warm TTFT gain {shown}, above {figure(min_gain, '%')} over the whole interval")
 
 
 def _reconcile_finding(pairs: list[PairReconciliation]) -> Finding:

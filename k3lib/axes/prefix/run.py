@@ -17,10 +17,12 @@ import httpx
 
 from ...io.client import ChatRecord, SyncChatClient
 from ...core.errors import APIError, EvidenceError, TargetError
+from ...core.numbers import figure
 from ...io.load import check_load_target
 from ...io.metrics import Snapshot, delta, scrape
 from ...io.prompts import EstimateCounter, ServerTokenCounter, TokenCounter, filler_text, fit_count
 from .blocks import common_prefix_len, designed_hits, expected_hits, first_divergence, hit_unit
+from .config import PrefixCacheParams
 
 AXIS = "prefix_cache"
 REQUESTS_JSONL = f"evidence/{AXIS}/requests.jsonl"
@@ -204,9 +206,9 @@ def contamination(prompt_tokens: int | None, queries_delta: float | None, succes
     """Why a request's window holds more than that request, or None. vLLM counts `queries` as the full prompt
     length once per admitted request (0.12+ excludes preemption re-admissions), so more means other traffic."""
     if success_delta is not None and success_delta > 1:
-        return f"{success_delta:g} requests finished during a one-request window"
+        return f"{figure(success_delta)} requests finished during a one-request window"
     if prompt_tokens is not None and queries_delta is not None and queries_delta > prompt_tokens:
-        return (f"prefix-cache queries rose by {queries_delta:g} tokens for a {prompt_tokens}-token prompt: "
+        return (f"prefix-cache queries rose by {figure(queries_delta)} tokens for a {prompt_tokens}-token prompt: "
                 "another client is using the target")
     return None
 
@@ -263,7 +265,7 @@ def run_prefix_cache(ctx: Any) -> PrefixCacheResult:
     Request records stream to `evidence/prefix_cache/requests.jsonl` as they finish, so a killed run keeps
     what it measured; the whole result is written to `result.json` for re-rendering.
     """
-    p = ctx.params.axes.prefix_cache
+    p: PrefixCacheParams = ctx.params.axes.prefix_cache
     target = ctx.target
     # before the first scrape or request: a mistyped URL must not send the protocol to a remote deployment
     check_load_target(target.base_url, ctx.params.target.allow_remote_load)
@@ -299,7 +301,7 @@ def run_prefix_cache(ctx: Any) -> PrefixCacheResult:
         counter, sized_by = _token_counter(client)
         for size, session in sessions():
             if time.monotonic() >= t_end:
-                stopped = f"max_duration_s ({p.max_duration_s:g} s) reached before every session ran"
+                stopped = f"max_duration_s ({figure(p.max_duration_s, ' s')}) reached before every session ran"
                 break
             # Without a fresh nonce the prefix is the same in every session: only the salt isolates them.
             nonce = f"{run_tag}-{size}-{session}" if fresh else f"k3kit-{size}"
@@ -316,7 +318,7 @@ def run_prefix_cache(ctx: Any) -> PrefixCacheResult:
                    (("cold", cold_msgs), ("warm", warm_msgs), ("intended", intended_msgs))}
             for kind, msgs in (("cold", cold_msgs), ("warm", warm_msgs)):
                 if time.monotonic() >= t_end:
-                    stopped = f"max_duration_s ({p.max_duration_s:g} s) reached mid-session"
+                    stopped = f"max_duration_s ({figure(p.max_duration_s, ' s')}) reached mid-session"
                     break
                 body = {"messages": msgs, "tools": list(TOOLS), "tool_choice": "none", "stream": True,
                         "max_tokens": p.max_tokens, "temperature": 0.0}

@@ -5,8 +5,9 @@ from chunk counts. Also small probes (`/health`, `/version`, `/v1/models`, `/tok
 
 The package, one concept a module: `records` (the values), `stream` (reading a reply without I/O: error bodies,
 JSON, the SSE stream), `attempt` (one request while it runs, the streamed-body timing path, the transport-error
-map), `chat` (the async `ChatClient`), `sync` (`run_sync`, `SyncChatClient` for notebook cells), `probe` (one
-absolute URL), `heap` (the collector kept off a measured phase). Every name below is importable from
+map), `access` (the root URL, the key from the environment), `chat` (the async `ChatClient`), `loops` (what a
+client opened on a loop, closed when the loop ends), `sync` (`run_sync`, `SyncChatClient` for notebook cells),
+`probe` (one absolute URL), `heap` (the collector kept off a measured phase). Every name below is importable from
 `k3lib.io.client` as it was before the split.
 """
 
@@ -14,8 +15,9 @@ from __future__ import annotations
 
 from k3lib.io.chatstream import SSEDecoder, ToolCall, ToolCallAssembler
 
+from .access import root_url
 from .attempt import TRANSPORT_ERRORS, _Attempt, _read_stream
-from .chat import POOL_CONNECTIONS, ChatClient, root_url
+from .chat import POOL_CONNECTIONS, ChatClient
 from .heap import quiet_collector
 from .probe import aprobe_endpoint, probe_endpoint
 from .records import BODY_TEXT_LIMIT_CHARS, ChatRecord, ProbeRecord, TokenizeResult, record_of

@@ -4,6 +4,7 @@ transport), the API key read from the environment at each send and never stored;
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import ssl
@@ -11,50 +12,18 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 import aiohttp
 import httpx
 
-from k3lib.core.errors import APIError, BadInputError, ProtocolError, TargetUnreachable
+from k3lib.core.errors import APIError, ProtocolError, TargetUnreachable
 from k3lib.core.guards import require_key_env
 
+from .access import _EnvBearerAuth, root_url
 from .attempt import TRANSPORT_ERRORS, _Attempt, _broken, _mark_reply, _read_stream, _send_failure
+from .loops import LoopBound
 from .records import BODY_TEXT_LIMIT_CHARS, ChatRecord, ProbeRecord, TokenizeResult
 from .stream import _try_json, completion_fields, parse_error_body
-
-# ---------------------------------------------------------------------------------------------------------
-# Auth and URLs
-# ---------------------------------------------------------------------------------------------------------
-
-
-class _EnvBearerAuth(httpx.Auth):
-    """Reads the key from the environment at send time, so the value is never stored on any kit object."""
-
-    def __init__(self, env_name: str) -> None:
-        self.env_name = env_name
-
-    def auth_flow(self, request: httpx.Request):  # type: ignore[override]
-        value = os.environ.get(self.env_name)
-        if value:
-            request.headers["Authorization"] = f"Bearer {value}"
-        yield request
-
-    def __repr__(self) -> str:
-        return f"_EnvBearerAuth(env={self.env_name!r})"
-
-
-def root_url(base_url: str) -> str:
-    """`http://h:8000/v1/` → `http://h:8000`: vLLM serves `/health`, `/tokenize` beside `/v1`, not under it."""
-    url = base_url.strip().rstrip("/")
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise BadInputError(f"target URL {base_url!r} is not an http(s) URL; expected e.g. http://127.0.0.1:8000",
-                            field="base_url")
-    if url.endswith("/v1"):
-        url = url[: -len("/v1")]
-    return url
-
 
 # ---------------------------------------------------------------------------------------------------------
 # The async client
@@ -69,6 +38,11 @@ POOL_CONNECTIONS = 16
 class _Pool:
     http: httpx.AsyncClient
     in_flight: int = 0
+
+
+async def _close_pools(pools: list[_Pool]) -> None:
+    for pool in pools:
+        await pool.http.aclose()
 
 
 async def _on_connect_start(session: Any, ctx: Any, params: Any) -> None:
@@ -100,7 +74,8 @@ class ChatClient:
 
     The API key is read from the environment variable *named* `api_key_env` at each send; the value is never
     stored, logged or put in a record. The httpx client is created per event loop, so one `ChatClient` can be
-    driven by a notebook's loop and by `run_sync`'s private loop without sharing connections across loops.
+    driven by a notebook's loop and by `run_sync`'s private loop without sharing connections across loops; what
+    it opened on a loop is closed on that loop when it ends (k3lib.io.client.loops), `aclose` or not.
     Chat requests go over aiohttp (its C parser is what keeps a streamed event cheap); probes and look-ups,
     and chat too when an httpx `transport` is given (tests' MockTransport), over httpx.
     """
@@ -121,9 +96,11 @@ class ChatClient:
             require_key_env(api_key_env, field="api_key_env")
         self._pool_list: list[_Pool] = []
         self._pool_loop: asyncio.AbstractEventLoop | None = None
+        self._pool_closer: LoopBound | None = None
         self._ssl_context: Any = None
         self._aio: aiohttp.ClientSession | None = None
         self._aio_loop: asyncio.AbstractEventLoop | None = None
+        self._aio_closer: LoopBound | None = None
         self._closing: set[asyncio.Task[None]] = set()
         self._counter = 0
 
@@ -146,6 +123,7 @@ class ChatClient:
         if self._pool_loop is not loop or not self._pool_list or self._pool_list[0].http.is_closed:
             self._pool_list = []
             self._pool_loop = loop
+            self._pool_closer = LoopBound(functools.partial(_close_pools, self._pool_list), owner=self)
             self._add_pool()
         return self._pool_list
 
@@ -183,7 +161,7 @@ class ChatClient:
         if old is not None and not old.closed and self._aio_loop is loop:
             return old
         if old is not None and not old.closed and self._aio_loop is not None and self._aio_loop.is_closed():
-            # its loop is gone (a finished asyncio.run): closing it touches nothing of that loop
+            # its loop was closed without closing it (no asyncio.run): closing it touches nothing of that loop
             task = loop.create_task(old.close())
             self._closing.add(task)
             task.add_done_callback(self._closing.discard)
@@ -200,6 +178,7 @@ class ChatClient:
         self._aio = aiohttp.ClientSession(connector=connector, timeout=timeout, trace_configs=[trace],
                                           trust_env=False)
         self._aio_loop = loop
+        self._aio_closer = LoopBound(self._aio.close, owner=self)
         return self._aio
 
     def _ssl(self) -> None:
@@ -209,15 +188,18 @@ class ChatClient:
                 else ssl.create_default_context()
 
     async def aclose(self) -> None:
-        if self._pool_list and self._pool_loop is asyncio.get_running_loop():
-            for pool in self._pool_list:
-                await pool.http.aclose()
-        if self._aio is not None and self._aio_loop is asyncio.get_running_loop():
-            await self._aio.close()
+        """Close the pools and the session of the running loop (those of an ended loop were closed with it)."""
+        loop = asyncio.get_running_loop()
+        if self._pool_closer is not None and self._pool_loop is loop:
+            await self._pool_closer.aclose()
+        if self._aio_closer is not None and self._aio_loop is loop:
+            await self._aio_closer.aclose()
         self._pool_list = []
         self._pool_loop = None
+        self._pool_closer = None
         self._aio = None
         self._aio_loop = None
+        self._aio_closer = None
 
     async def __aenter__(self) -> ChatClient:
         return self

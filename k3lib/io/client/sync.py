@@ -40,6 +40,11 @@ class _LoopThread:
     def close(self) -> None:
         if self.loop.is_closed():
             return
+        # as asyncio.run does: what clients opened on this loop is closed on it before it stops (client.loops)
+        try:
+            asyncio.run_coroutine_threadsafe(self.loop.shutdown_asyncgens(), self.loop).result(timeout=10)
+        except (concurrent.futures.TimeoutError, RuntimeError):
+            pass
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=5)
         self.loop.close()

@@ -1,0 +1,13 @@
+"""The prefix-cache axis' configuration: the `axes.prefix_cache` section (sessions, prefix lengths, isolation, the
+warm change, the block size override, the TTFT gain that counts, the bounds), validated with the whole parameter
+file in `k3lib.core.params`; plus the axis' fixed settings."""
+
+from __future__ import annotations
+
+from ...core.params import PrefixCacheParams
+
+__all__ = ["CANDIDATE_UNITS", "PrefixCacheParams"]
+
+#: Hit units seen in the wild: default 16, FlashMLA 64, Kimi-K3's prefix-match-unit 128, hybrid/Mamba inflations.
+#: A gap between designed and observed hits that one of these reproduces exactly is named a block-size gap.
+CANDIDATE_UNITS: tuple[int, ...] = (16, 32, 64, 128, 256, 512, 528, 1024, 1536, 2048, 3584)

@@ -1,0 +1,178 @@
+"""The commands that run a batch and print its decision: `k3 validate` (and `--resume`), `k3 demo`, `k3 review`,
+`k3 paths`, and `k3 emulator`, which serves the embedded emulator. Each imports what it runs on first use."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ..core.errors import BadInputError
+
+
+def _emulator_sets(faults: list[str], profile: str | None) -> list[str]:
+    """--fault/--profile as parameter overrides, each checked before anything starts."""
+    from ..emulator.faults import parse_scoped
+    from ..emulator.profiles import PROFILES
+
+    sets = []
+    for fault in faults:
+        parse_scoped(fault)  # an unknown fault or a bad value is bad input, named before anything starts
+    if profile and profile not in PROFILES:
+        raise BadInputError(f"unknown emulator profile {profile!r}; expected one of {sorted(PROFILES)}",
+                            source="--profile")
+    if faults:
+        sets.append("target.emulator.faults=" + json.dumps(faults))
+    if profile:
+        sets.append(f"target.emulator.profile={profile}")
+    return sets
+
+
+def _load(files: list[str], sets: list[str], faults: list[str], profile: str | None):
+    from ..core.params import load_params
+
+    if not files:
+        raise BadInputError("no parameters file given; expected -p FILE (e.g. -p parameters/emulator.yaml)",
+                            source="k3 validate")
+    params = load_params(files, [*sets, *_emulator_sets(faults, profile)])
+    if (faults or profile) and not params.target.uses_emulator:
+        raise BadInputError("--fault and --profile apply to the embedded emulator only, but target.base_url is "
+                            f"set to {params.target.base_url}", source="--fault/--profile")
+    if params.target.uses_emulator:
+        from ..core.target import emulator_config
+
+        emulator_config(params)  # a fault on a rank the profile lacks is bad input before a run folder exists
+    return params
+
+
+def _run_acceptance(params, out: str | None, baseline: str | None = None, resume: str | None = None) -> int:
+    from ..batch.acceptance import run_acceptance
+    from ..core.session import outputs_dir
+    from ..core.store import RunStore
+    from ..core.target import require_api_key
+
+    require_api_key(params)
+    if baseline:
+        from ..verdict.baseline import precheck_baseline
+
+        precheck_baseline(baseline, params.recipe.build)
+    store = RunStore.open(resume) if resume else RunStore.create(Path(out) if out else outputs_dir(),
+                                                                 label=params.run.label)
+    print(f"run: {store.root}", file=sys.stderr)
+    decision = run_acceptance(params, store, on_start=lambda url: print(f"target: {url}", file=sys.stderr),
+                              resume=bool(resume))
+    if baseline:
+        from ..verdict.baseline import compare_with_baseline
+
+        comparison = compare_with_baseline(store.root, baseline)
+        store.write_json("baseline.json", comparison.to_dict())
+        for line in comparison.lines():
+            print(line)
+    print(f"decision: {decision.decision}")
+    for reason in decision.reasons:
+        print(f"  - {reason}")
+    print(f"report: {store.path('report/index.html')}")
+    print(f"run: {store.root}")
+    return decision.exit_code
+
+
+def cmd_validate(ns: argparse.Namespace) -> int:
+    if ns.resume:
+        from ..core.params import load_params_json
+
+        if ns.params or ns.sets or ns.fault or ns.profile or ns.out:
+            raise BadInputError("--resume takes the run's own request.json; give no -p, --set, --fault, --profile "
+                                "or --out with it", source="--resume")
+        request = Path(ns.resume) / "request.json"
+        if not request.is_file():
+            raise BadInputError("not an acceptance run folder (no request.json)", source=ns.resume)
+        return _run_acceptance(load_params_json(request), None, ns.baseline, ns.resume)
+    params = _load(ns.params, ns.sets, ns.fault, ns.profile)
+    return _run_acceptance(params, ns.out, ns.baseline)
+
+
+def cmd_demo(ns: argparse.Namespace) -> int:
+    from ..core.session import PROJECT_ROOT
+
+    name = "emulator-2node.yaml" if ns.two_node else "emulator.yaml"
+    params = _load([str(PROJECT_ROOT / "parameters" / name)], [], ns.fault, ns.profile)
+    code = _run_acceptance(params, ns.out)
+    if not ns.no_review:
+        print("", flush=True)
+        review_main([], _emulator_sets(ns.fault, ns.profile), ns.out, ns.review)
+    return code
+
+
+def review_main(files: list[str], sets: list[str], out: str | None, demo: str | None) -> int:
+    """`k3 review -p FILE … [--set K=V] [--out DIR] [--demo SCENARIO]`: run the review, print the decision, return
+    its exit code (`Decision.exit_code`: 0 renew, 3 reduce, 4 dual-circuit, 5 exit-to-api). Bad input raises
+    BadInputError before any run folder exists."""
+    from ..renewal.batch import load_review_request, run_review
+    from ..renewal.decision import Decision
+    from ..core.session import outputs_dir
+    from ..core.store import RunStore
+
+    params = load_review_request(files, sets, demo)
+    store = RunStore.create(Path(out) if out else outputs_dir(), label=params.run.label or "review")
+    print(f"run: {store.root}", file=sys.stderr)
+    decision = run_review(params, store, on_start=lambda src: print(f"series: {src}", file=sys.stderr))
+    print(f"decision: {decision.decision}")
+    print(f"rule: {decision.rule}")
+    for reason in decision.reasons:
+        print(f"  - {reason}")
+    print(f"condition: {decision.condition}")
+    print(f"report: {store.path('report/index.html')}")
+    print(f"run: {store.root}")
+    return Decision(decision.decision).exit_code
+
+
+def cmd_review(ns: argparse.Namespace) -> int:
+    from ..core.layering import check_command
+
+    check_command(list(ns.params or []), "k3 review")
+    return review_main(ns.params, [*ns.sets, *_emulator_sets(ns.fault, ns.profile)], ns.out, ns.demo)
+
+
+def paths_main(files: list[str], sets: list[str], out: str | None, compare: str | None = None) -> int:
+    """`k3 paths`: run, write the record, print it; with `compare`, flag any fixed element that changed."""
+    from ..axes.paths.config import load_paths_params
+    from ..axes.paths.record import compare_fixed, read_paths_record
+    from ..axes.paths.figures import paths_lines
+    from ..axes.paths.run import check_endpoints, run_paths
+    from ..axes.paths.tasks import load_task_set
+    from ..core.session import outputs_dir
+    from ..core.store import RunStore
+
+    params = load_paths_params(list(files), list(sets))
+    tasks = load_task_set(params.paths.task_set)  # bad input is refused before a run folder exists
+    check_endpoints(params)
+    before = read_paths_record(compare) if compare else None
+    store = RunStore.create(Path(out) if out else outputs_dir(), label=params.paths.label)
+    print(f"run: {store.root}", file=sys.stderr)
+    result = run_paths(params, store, tasks)
+    for line in paths_lines(result):
+        print(line)
+    if before is not None:
+        changed = compare_fixed(before, result)
+        store.write_json("paths/compare.json", {"with": str(compare), "changed": changed})
+        for line in changed or ["the four fixed elements are the same as in " + str(compare)]:
+            print(("CHANGED " if changed else "") + line)
+    print(f"evidence: {store.path('evidence/paths.json')}")
+    return 0
+
+
+def cmd_paths(ns: argparse.Namespace) -> int:
+    return paths_main(ns.params, ns.sets, ns.out, ns.compare)
+
+
+def cmd_emulator(ns: argparse.Namespace) -> int:
+    from ..emulator import serve_forever
+    from ..emulator.cli import config_from_args
+
+    try:
+        cfg = config_from_args(ns)
+    except (KeyError, ValueError) as exc:
+        raise BadInputError(str(exc).strip("'\""), source="k3 emulator") from None
+    serve_forever(cfg, host=ns.host, port=ns.port)
+    return 0

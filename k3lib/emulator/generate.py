@@ -1,0 +1,292 @@
+"""Generation: `/v1/chat/completions` and `/v1/completions`, answered whole or streamed as SSE, from a reply plan
+run through the engine."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import time
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from . import protocol
+from .gate import admit, encode_prompt, error_reply
+from .replies import OutToken, ReplyPlan, assemble, filler_text, plan_chat, plan_completion
+from .runtime import Runtime
+from .scheduler import EngineRequest
+
+
+def _max_tokens(rt: Runtime, body: dict, n_prompt: int) -> tuple[int, JSONResponse | None]:
+    raw = body.get("max_completion_tokens", body.get("max_tokens"))
+    if raw is not None and (not isinstance(raw, int) or raw < 1):
+        return 0, error_reply(rt, 400, "max_tokens must be at least 1, got {}.".format(raw), param="max_tokens")
+    message = protocol.context_error(rt.cfg, n_prompt, raw)
+    if message:
+        return 0, error_reply(rt, 400, message, param="input_tokens" if rt.cfg.at_least("0.18") else None)
+    room = rt.cfg.max_model_len - n_prompt
+    # 0.33 clamps an over-long max_tokens to what is left of the context instead of rejecting it.
+    return (room if raw is None else min(raw, room)), None
+
+
+@functools.lru_cache(maxsize=1024)
+def _pad_tokens(tokenizer: Any, seed: int, k: int) -> tuple[OutToken, ...]:
+    # the same filler for every ignore_eos request: encoding it each time cost ~2 ms of the server's loop per
+    # request, all of it engine-step lag when 256 requests arrive together
+    text = " " + filler_text(seed, f"pad{k}", 64)
+    return tuple(OutToken(t, tokenizer.piece_of(t), "content") for t in tokenizer.encode(text))
+
+
+def _extend_for_ignore_eos(rt: Runtime, plan: ReplyPlan, body: dict, max_tokens: int) -> ReplyPlan:
+    want = max_tokens if body.get("ignore_eos") else min(int(body.get("min_tokens") or 0), max_tokens)
+    if len(plan.tokens) >= want:
+        return plan
+    extra: list[OutToken] = []
+    k = 0
+    while len(plan.tokens) + len(extra) < want:
+        extra += _pad_tokens(rt.tokenizer, rt.cfg.seed, k)
+        k += 1
+    return ReplyPlan(plan.tokens + tuple(extra[: want - len(plan.tokens)]), plan.calls, plan.named_choice)
+
+
+def _tool_choice_error(rt: Runtime, body: dict) -> JSONResponse | None:
+    if not body.get("tools"):
+        return None
+    choice = body.get("tool_choice")
+    cfg = rt.cfg
+    if choice == "auto" and not (cfg.enable_auto_tool_choice and cfg.tool_call_parser):
+        return error_reply(rt, 400, protocol.AUTO_TOOL_MESSAGE)
+    if cfg.tool_call_parser is None and cfg.at_least("0.14"):
+        if choice == "required":
+            return error_reply(rt, 400, 'tool_choice="required" requires --tool-call-parser to be set')
+        if isinstance(choice, dict) and cfg.at_least("0.33"):
+            name = (choice.get("function") or {}).get("name")
+            return error_reply(rt, 400, f'tool_choice=function "{name}" requires --tool-call-parser to be set')
+    return None
+
+
+async def _run(rt: Runtime, req: EngineRequest):
+    """Submit and yield engine events until the request finishes (aborting it if the caller goes away)."""
+    engine = rt.submit(req)
+    assert req.events is not None  # the engine's `add` gave the request its queue
+    done = False
+    try:
+        while True:
+            kind, value = await req.events.get()
+            # one stream's output work per loop iteration, as its front-end work: a step that finishes hundreds
+            # of requests wakes them all at once, and their closing work (final events, usage, the response's end)
+            # in one iteration ran tens of ms past the next step's deadline (vLLM's engine core runs apart)
+            await rt.front_end.turn()
+            batch = [(kind, value)]
+            while not req.events.empty():
+                batch.append(req.events.get_nowait())
+            for item in batch:
+                if item[0] == "finish":
+                    done = True
+            yield batch
+            if done:
+                return
+    finally:
+        if not done:
+            engine.abort(req)
+
+
+async def chat_completions(request: Request) -> Response:
+    admitted = await admit(request, api=True)
+    if isinstance(admitted, Response):
+        return admitted
+    rt, body = admitted
+    refused = _tool_choice_error(rt, body)
+    if refused:
+        return refused
+    if not isinstance(body.get("messages"), list) or not body["messages"]:
+        return error_reply(rt, 400, "messages: Field required", param="messages")
+    prompt_ids = encode_prompt(rt, body)
+    max_tokens, err = _max_tokens(rt, body, len(prompt_ids))
+    if err:
+        return err
+    rt.replies += 1
+    auto = rt.cfg.enable_auto_tool_choice and rt.cfg.tool_call_parser is not None
+    plan = plan_chat(body, cfg=rt.cfg, tok=rt.tokenizer, faults=rt.faults, reply_no=rt.replies, auto_tools=auto)
+    plan = _extend_for_ignore_eos(rt, plan, body, max_tokens)
+    req = EngineRequest(protocol.request_id("chatcmpl", rt.cfg.seed, rt.replies), prompt_ids, plan.ids, max_tokens,
+                        cache_salt=body.get("cache_salt"),
+                        params_max_tokens=body.get("max_completion_tokens", body.get("max_tokens")))
+    req.events = asyncio.Queue()
+    created = int(time.time())
+    fp = protocol.system_fingerprint(rt.cfg)
+    model = rt.cfg.served_model_name
+    if body.get("stream"):
+        opts = body.get("stream_options") or {}
+        return StreamingResponse(_chat_stream(rt, req, plan, created, fp, model, bool(opts.get("include_usage"))),
+                                 media_type="text/event-stream")
+    async for _ in _run(rt, req):
+        pass
+    if req.finish_reason == "error":
+        return error_reply(rt, 500, protocol.DEAD_ENGINE_MESSAGE)
+    assert req.finish_reason is not None  # `_run` ends on the engine's "finish" event, which sets it
+    msg = assemble(plan, req.num_output)
+    reasoning_tokens = sum(1 for t in plan.tokens[:req.num_output] if t.kind == "reasoning")
+    message = protocol.chat_message(rt.cfg, msg)
+    if (plan.named_choice or body.get("tool_choice") == "required") and message.get("tool_calls"):
+        message["content"] = message.get("content") or ""  # vLLM's named/required path: `content or ""`
+    return JSONResponse({
+        "id": req.request_id, "object": "chat.completion", "created": created, "model": model,
+        "choices": [{"index": 0, "message": message, "logprobs": None,
+                     "finish_reason": protocol.finish_reason(req.finish_reason, bool(msg.calls), plan.named_choice),
+                     "stop_reason": None, "token_ids": None, **protocol.reply_extras(rt.cfg, choice=True)}],
+        "service_tier": None, "system_fingerprint": fp,
+        "usage": protocol.usage(rt.cfg, len(req.prompt_ids), req.num_output, req.num_cached_tokens, reasoning_tokens),
+        "prompt_logprobs": None, "prompt_token_ids": None, "kv_transfer_params": None,
+        **protocol.reply_extras(rt.cfg, choice=False)})
+
+
+def _sse(obj: dict) -> str:
+    return "data: " + json.dumps(obj, ensure_ascii=False) + "\n\n"
+
+
+async def _chat_stream(rt: Runtime, req: EngineRequest, plan: ReplyPlan, created: int, fp: str | None, model: str,
+                       include_usage: bool):
+    v032 = rt.cfg.at_least("0.32")
+
+    def chunk(delta: dict | None, finish: str | None = None, first: bool = False) -> str:
+        choice = {"index": 0, "delta": delta or {}, "logprobs": None, "finish_reason": finish}
+        if finish is not None:
+            choice["stop_reason"] = None
+        if v032 and not first:
+            choice["token_ids"] = None
+        head = {"prompt_token_ids": None, "prompt_text": None} if v032 and first else {}
+        return _sse({"id": req.request_id, "object": "chat.completion.chunk", "created": created, "model": model,
+                     **protocol.stream_fingerprint(rt.cfg, fp), "choices": [choice], **head})
+
+    # Hot path (one chunk per token per stream): a pre-serialised frame with only the piece escaped per token.
+    head, _, tail = chunk({"\u0000": 0}).partition('{"\\u0000": 0}')
+
+    def fast(key: str, piece: str) -> str:
+        return head + "{" + json.dumps(key) + ": " + json.dumps(piece, ensure_ascii=False) + "}" + tail
+
+    yield chunk({"role": "assistant", "content": ""}, first=True)
+    reasoning_key = "reasoning" if rt.cfg.at_least("0.12") else "reasoning_content"
+    started: set[int] = set()
+    call_by_index = list(plan.calls)
+    # vLLM 0.32's kimi_k3 parser holds a call back until its block closes, then sends it whole in one delta
+    whole_calls = rt.cfg.tool_call_parser == "kimi_k3"
+    call_at_end = {c.end: i for i, c in enumerate(call_by_index)} if whole_calls else {}
+    async for batch in _run(rt, req):
+        out = []
+        for kind, value in batch:
+            if kind == "token":
+                tok = plan.tokens[value - 1]
+                delta = None
+                if tok.kind == "reasoning":
+                    delta = {reasoning_key: tok.piece}
+                    if rt.cfg.at_least("0.12") and not rt.cfg.at_least("0.16"):
+                        delta["reasoning_content"] = tok.piece
+                    else:
+                        out.append(fast(reasoning_key, tok.piece))
+                        continue
+                elif tok.kind == "content":
+                    out.append(fast("content", tok.piece))
+                    continue
+                elif whole_calls:
+                    if value in call_at_end:
+                        c = call_by_index[call_at_end[value]]
+                        delta = {"tool_calls": [{"index": call_at_end[value], "id": c.id, "type": "function",
+                                                 "function": {"name": c.name, "arguments": c.arguments}}]}
+                elif tok.kind == "call" and tok.call not in started and tok.call < len(call_by_index):
+                    started.add(tok.call)
+                    c = call_by_index[tok.call]
+                    delta = {"tool_calls": [{"index": tok.call, "id": c.id, "type": "function",
+                                             "function": {"name": c.name, "arguments": ""}}]}
+                elif tok.kind == "args" and tok.call in started:
+                    delta = {"tool_calls": [{"index": tok.call, "function": {"arguments": tok.piece}}]}
+                if delta:
+                    out.append(chunk(delta))
+            elif kind == "finish":
+                if value == "error":
+                    out.append(_sse(protocol.error_body(rt.cfg, 500, protocol.DEAD_ENGINE_MESSAGE)))
+                else:
+                    done = assemble(plan, req.num_output)
+                    out.append(chunk({}, protocol.finish_reason(value, bool(done.calls), plan.named_choice)))
+                    if include_usage:
+                        rtoks = sum(1 for t in plan.tokens[:req.num_output] if t.kind == "reasoning")
+                        out.append(_sse({"id": req.request_id, "object": "chat.completion.chunk", "created": created,
+                                         "model": model, "system_fingerprint": fp, "choices": [],
+                                         "usage": protocol.usage(rt.cfg, len(req.prompt_ids), req.num_output,
+                                                                 req.num_cached_tokens, rtoks, stream=True)}))
+                out.append("data: [DONE]\n\n")
+        if out:
+            yield "".join(out)
+
+
+async def completions(request: Request) -> Response:
+    admitted = await admit(request, api=True)
+    if isinstance(admitted, Response):
+        return admitted
+    rt, body = admitted
+    prompt_ids = encode_prompt(rt, body)
+    if "max_tokens" not in body:
+        body = {**body, "max_tokens": 16}   # the OpenAI completions default vLLM keeps
+    max_tokens, err = _max_tokens(rt, body, len(prompt_ids))
+    if err:
+        return err
+    rt.replies += 1
+    plan = _extend_for_ignore_eos(rt, plan_completion(str(prompt_ids[-64:]), cfg=rt.cfg, tok=rt.tokenizer), body,
+                                  max_tokens)
+    req = EngineRequest(protocol.request_id("cmpl", rt.cfg.seed, rt.replies), prompt_ids, plan.ids, max_tokens,
+                        cache_salt=body.get("cache_salt"), params_max_tokens=body.get("max_tokens"))
+    req.events = asyncio.Queue()
+    created = int(time.time())
+    fp = protocol.system_fingerprint(rt.cfg)
+    model = rt.cfg.served_model_name
+    if body.get("stream"):
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        return StreamingResponse(_completion_stream(rt, req, plan, created, fp, model, include_usage),
+                                 media_type="text/event-stream")
+    async for _ in _run(rt, req):
+        pass
+    if req.finish_reason == "error":
+        return error_reply(rt, 500, protocol.DEAD_ENGINE_MESSAGE)
+    text = "".join(t.piece for t in plan.tokens[:req.num_output])
+    return JSONResponse({
+        "id": req.request_id, "object": "text_completion", "created": created, "model": model,
+        "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": req.finish_reason,
+                     "stop_reason": None, "prompt_logprobs": None,
+                     **({"prompt_token_ids": None} if rt.cfg.at_least("0.32") else {}),
+                     **protocol.reply_extras(rt.cfg, choice=True)}],
+        "service_tier": None, "system_fingerprint": fp,
+        "usage": protocol.usage(rt.cfg, len(req.prompt_ids), req.num_output, req.num_cached_tokens, 0, chat=False),
+        "kv_transfer_params": None, **{k: v for k, v in protocol.reply_extras(rt.cfg, choice=False).items()
+                                       if k != "prompt_text"}})
+
+
+async def _completion_stream(rt: Runtime, req: EngineRequest, plan: ReplyPlan, created: int, fp: str | None,
+                             model: str, include_usage: bool):
+    def chunk(text: str, finish: str | None = None) -> str:
+        extras = {"prompt_token_ids": None, "token_ids": None} if rt.cfg.at_least("0.32") else {}
+        return _sse({"id": req.request_id, "object": "text_completion", "created": created, "model": model,
+                     **protocol.stream_fingerprint(rt.cfg, fp),
+                     "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish,
+                                  "stop_reason": None, **extras}]})
+
+    head, _, tail = chunk("\u0000").partition('"\\u0000"')
+    async for batch in _run(rt, req):
+        out = []
+        for kind, value in batch:
+            if kind == "token":
+                out.append(head + json.dumps(plan.tokens[value - 1].piece, ensure_ascii=False) + tail)
+            elif value == "error":
+                out.append(_sse(protocol.error_body(rt.cfg, 500, protocol.DEAD_ENGINE_MESSAGE)))
+                out.append("data: [DONE]\n\n")
+            else:
+                out.append(chunk("", value))
+                if include_usage:
+                    out.append(_sse({"id": req.request_id, "object": "text_completion", "created": created,
+                                     "model": model, "system_fingerprint": fp, "choices": [],
+                                     "usage": protocol.usage(rt.cfg, len(req.prompt_ids), req.num_output,
+                                                             req.num_cached_tokens, 0, stream=True, chat=False)}))
+                out.append("data: [DONE]\n\n")
+        if out:
+            yield "".join(out)
