@@ -114,8 +114,8 @@ def _rule_test(prom: Path, expect: list[dict]) -> dict:
 def test_the_alert_fires_on_a_night_that_is_not_production(runs, tmp_path):
     """The rule, as the README shows it, on the series `k3 history` wrote: it fires for tonight's
     limited-observation, and not for a folder whose last night was production (the rule can fail)."""
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert RULES.read_text(encoding="utf-8").strip() in readme, "README shows the shipped rule file"
+    readme = (ROOT / "docs" / "report.md").read_text(encoding="utf-8")
+    assert RULES.read_text(encoding="utf-8").strip() in readme, "docs/report.md shows the shipped rule file"
     bad, good = tmp_path / "bad.prom", tmp_path / "good.prom"
     assert main(["history", str(runs), "--out", str(tmp_path / "a.html"), "--textfile", str(bad)]) == 0
     only_good = tmp_path / "good"

@@ -74,8 +74,8 @@ def test_every_analysis_weighs_in_and_the_last_row_always_holds():
 def test_readme_documents_the_table_in_its_order():
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    section = readme.split("### The renewal decision table", 1)[1].split("\n#", 1)[0]
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "renewal.md").read_text(encoding="utf-8")
+    section = readme.split("## The renewal decision table", 1)[1].split("\n#", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith("| `")]
     ids = [line.split("`")[1] for line in rows]
     assert ids == [r.id for r in RULES]

@@ -141,7 +141,7 @@ def operator_attestation(cfg, started_at: str, concurrency_limit: int | None = N
         "when": started_at[:10],
         "how": "demo: the limits are the ones this emulator was started with and parameters/emulator.yaml accepts; "
                "the rollback itself is drilled by the kit",
-        "link": "README.md#the-embedded-emulator",
+        "link": "docs/emulator.md#the-embedded-emulator",
         "items": {"operator_knows_limits": {
             "context_limit_tokens": cfg.max_model_len,
             "concurrency_limit": concurrency_limit or cfg.max_num_seqs,

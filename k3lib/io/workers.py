@@ -14,7 +14,7 @@ Transport: per worker, two OS pipes carrying `multiprocessing.connection.Connect
 pickles), results read in the parent by one thread per worker. A frame is written by `os.write` straight into the
 kernel's pipe buffer, with no queue or feeder thread in the worker, so a record the worker has sent survives the
 worker being killed with -9 (multiprocessing.Queue's feeder thread would lose what it still buffers); figures
-that chose it over pyzmq in README ("Load over worker processes", `benchmarks/worker_transport.py`). A worker
+that chose it over pyzmq in docs/benchmarks.md ("Load over worker processes", `benchmarks/worker_transport.py`). A worker
 whose parent dies sees its job pipe close and exits at once: a killed kit leaves no load running.
 
 The pool and its transport are here; the worker process's side is `k3lib.io.workerproc`, and the parent's side of
