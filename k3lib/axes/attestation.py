@@ -154,12 +154,10 @@ class DrillResult:
 
 
 def _newer(a: str | None, b: str | None) -> bool:
-    from packaging.version import InvalidVersion, Version
+    from ..core.versions import parse_version
 
-    try:
-        return a is not None and b is not None and Version(a) > Version(b)
-    except InvalidVersion:
-        return False
+    va, vb = parse_version(a), parse_version(b)
+    return va is not None and vb is not None and va > vb
 
 
 def served_release(http: Any, inspect: str | None, base: str) -> Served:

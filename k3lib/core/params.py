@@ -22,7 +22,6 @@ from .layering import check_command, layer, validate_model
 PositiveSeconds = Annotated[float, Field(gt=0)]
 PositiveInt = Annotated[int, Field(gt=0)]
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-VERSION = re.compile(r"^\d+(\.\d+){0,3}([.+-]?[0-9A-Za-z.+-]*)?$")
 
 
 class _Model(BaseModel):
@@ -130,8 +129,10 @@ class RecipeParams(_Model):
     @field_validator("vllm_min", "vllm_max")
     @classmethod
     def _version(cls, v: str | None) -> str | None:
-        if v is not None and not VERSION.match(str(v)):
-            raise ValueError(f"expected a version such as 0.27.1, got {v!r}")
+        from .versions import parse_version
+
+        if v is not None and parse_version(v) is None:
+            raise ValueError(f"expected a PEP 440 version such as 0.27.1, got {v!r}")
         return None if v is None else str(v)
 
 

@@ -9,6 +9,7 @@ import dataclasses
 from typing import Any, Mapping
 
 from .errors import BadInputError
+from .versions import at_least
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,16 +35,6 @@ KNOWN_RECIPES: dict[str, KnownRecipe] = {
 }
 
 
-def _version_tuple(v: str) -> tuple[int, ...]:
-    parts = []
-    for p in str(v).split("."):
-        digits = "".join(ch for ch in p if ch.isdigit())
-        if not digits:
-            break
-        parts.append(int(digits))
-    return tuple(parts)
-
-
 def check_recipe(recipe: Mapping[str, Any], prov: Mapping[str, str] | None = None, *,
                  default_source: str = "parameters") -> None:
     """A recipe named for a known model may raise its requirements, never drop or lower one (one line, exit 2):
@@ -60,7 +51,7 @@ def check_recipe(recipe: Mapping[str, Any], prov: Mapping[str, str] | None = Non
                             field=f"recipe.{field}")
 
     vmin = recipe.get("vllm_min")
-    if vmin is None or _version_tuple(vmin) < _version_tuple(known.vllm_min):
+    if vmin is None or not at_least(vmin, known.vllm_min):  # PEP 440: 0.27.0rc9 is below 0.27.1
         refuse("vllm_min", f"vLLM {known.vllm_min} or newer (got {vmin!r})")
     if recipe.get("cuda_major") != known.cuda_major:
         refuse("cuda_major", f"a CUDA {known.cuda_major} build (got {recipe.get('cuda_major')!r})")

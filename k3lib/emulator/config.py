@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import re
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
 
 from ..core.errors import BadInputError
+from ..core.versions import release
 from .faults import FaultSet
 from .profiles import PROFILES
 
@@ -23,16 +23,12 @@ OLD_VLLM_VERSION = "0.27.0"  # below the seed's 0.27.1 minimum (the newer recipe
 
 @functools.lru_cache(maxsize=256)
 def parse_version(text: str) -> tuple[int, ...]:
-    """`"0.10.1.1"` → (0, 10, 1, 1); a suffix such as `+cu130` or `rc1` is ignored."""
-    parts = []
-    for piece in re.split(r"[.+]", text.strip().lstrip("v")):
-        m = re.match(r"\d+", piece)
-        if not m:
-            break
-        parts.append(int(m.group()))
-    if not parts:
+    """`"0.10.1.1"` → (0, 10, 1, 1), read by the kit's one parser (PEP 440, `k3lib.core.versions`): a local tag such
+    as `+cu130` says nothing of the release, and `0.27.0rc9` is a candidate of 0.27.0, (0, 27, 0)."""
+    parts = release(text)
+    if parts is None:
         raise BadInputError(f"not a vLLM version: {text!r} (expected e.g. 0.33.0)", field="vllm_version")
-    return tuple(parts)
+    return parts
 
 
 @dataclass(frozen=True)

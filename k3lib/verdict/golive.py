@@ -18,6 +18,7 @@ import yaml
 from . import accepted as acc
 from ..core.errors import BadInputError, EvidenceError
 from ..core.numbers import figure
+from ..core.versions import release
 from ..io.metrics.names import spec_for
 from ..core.store import RunStore, atomic_write_bytes
 
@@ -78,11 +79,6 @@ CANONICALS = ("kv_cache_usage_perc", "num_requests_running", "num_requests_waiti
 HISTOGRAMS = ("time_to_first_token_seconds", "e2e_request_latency_seconds", "request_queue_time_seconds")
 
 
-def _version_tuple(version: str | None) -> tuple[int, ...] | None:
-    m = re.match(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?", version or "")
-    return tuple(int(x) for x in m.groups(default="0")) if m else None
-
-
 def metric_names(version: str | None, observed: frozenset[str] | None = None) -> dict[str, str]:
     """canonical → the vLLM name to query. The names the run's exposition held win; else the version decides.
 
@@ -92,7 +88,7 @@ def metric_names(version: str | None, observed: frozenset[str] | None = None) ->
     counters for the prefix cache at all.
     """
     out: dict[str, str] = {}
-    vt = _version_tuple(version)
+    vt = release(version)
     for canonical in CANONICALS:
         names = [n for n in spec_for(canonical).names if n.startswith("vllm:")]
         if observed:
@@ -114,7 +110,7 @@ def metric_names(version: str | None, observed: frozenset[str] | None = None) ->
 def error_reasons(version: str | None) -> str | None:
     """The `finished_reason` that means a server-side failure: `error`, from 0.13. `abort` is left out: it counts
     client disconnects and cancellations too. 0.10–0.12 only have `abort`: no error ratio can be told from them."""
-    vt = _version_tuple(version)
+    vt = release(version)
     return None if vt is not None and vt < (0, 13) else "error"
 
 

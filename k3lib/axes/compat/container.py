@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from packaging.version import Version
+from ...core.versions import public
 
 from ...core.evidence import Finding
 from .config import OFFICIAL_REPOS, RecipeParams
@@ -138,8 +138,8 @@ def check_image(s: CompatSources, recipe: RecipeParams) -> Finding:
     repo, tag = _repo_and_tag(img.reference)
     if tag:
         tag_v = _TAG_VERSION_RE.match(tag)
-        versions = {str(Version(v.public)) for p in version_proofs(s) if (v := parse_version(p.value))}
-        if tag_v and (tv := parse_version(tag_v.group("v"))) and versions and str(Version(tv.public)) not in versions:
+        versions = {str(public(v)) for p in version_proofs(s) if (v := parse_version(p.value))}
+        if tag_v and (tv := parse_version(tag_v.group("v"))) and versions and str(public(tv)) not in versions:
             problems.append(f"tag {tag} does not match the engine's vLLM {', '.join(sorted(versions))}")
         if recipe.cuda_major and (m := cuda_major_of_tag(tag)) is not None and m != recipe.cuda_major:
             problems.append(f"tag {tag} is a CUDA {m} image, the recipe needs CUDA {recipe.cuda_major}")

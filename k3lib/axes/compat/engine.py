@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from packaging.version import Version
+from ...core.versions import public
 
 from ...core.evidence import Finding, FindingStatus
 from .config import RecipeParams
@@ -23,7 +23,7 @@ def check_version(s: CompatSources, recipe: RecipeParams) -> list[Finding]:
                         expected=expected)]
     out = []
     parsed = [(p, parse_version(str(p.value))) for p in proofs]
-    publics = {str(Version(v.public)) for _, v in parsed if v is not None}
+    publics = {str(public(v)) for _, v in parsed if v is not None}
     if len(publics) > 1:
         said = ", ".join(f"{p.source} says {p.value}" for p in proofs)
         out.append(finding("compat.vllm_sources", "fail",

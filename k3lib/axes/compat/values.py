@@ -6,29 +6,18 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from packaging.version import InvalidVersion, Version
-
+from ...core.versions import Version, parse_version, public  # noqa: F401 - the kit's one parser (PEP 440)
 from .config import RecipeParams
 
 _CU_TAG_RE = re.compile(r"(?<![A-Za-z0-9])cu(?P<digits>\d{2,3})(?![0-9])", re.IGNORECASE)
 
 
-def parse_version(text: str | None) -> Version | None:
-    """PEP 440 reading of what vLLM prints (`0.6.3.post2.dev174+g5b8a1fde`, `0.7.2+cpu`, `v0.33.0`); None if not one."""
-    if not text:
-        return None
-    try:
-        return Version(text.strip().lstrip("vV"))
-    except InvalidVersion:
-        return None
-
-
 def in_range(version: Version, low: str | None, high: str | None) -> bool:
     """low ≤ version < high, on the public version (a `+cu129` local tag says nothing about the release)."""
-    public = Version(version.public)
-    if low and public < Version(low):
+    release = public(version)
+    if low and release < Version(low):
         return False
-    return not (high and public >= Version(high))
+    return not (high and release >= Version(high))
 
 
 def cuda_major_of_tag(text: str | None) -> int | None:
