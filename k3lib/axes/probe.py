@@ -16,6 +16,7 @@ import httpx
 from ..core.evidence import EvidenceRecord, Finding, ServedModel, axis_status
 from ..core.session import AxisContext
 from ..core.store import utc_now
+from ..io.claims import target_claims
 
 BODY_KEEP_BYTES = 64 * 1024
 
@@ -199,5 +200,9 @@ def probe_record(result: ProbeResult, ctx: AxisContext) -> EvidenceRecord:
         data={"model": result.model, "vllm_version": result.vllm_version,
               # the card fields the kit reads (ServedModel); the whole /v1/models body is in `endpoints`, attached
               "served_models": [{k: c.get(k) for k in ServedModel.model_fields} for c in result.served_models],
-              "endpoints": {k: p.to_dict(keep=4096) for k, p in result.endpoints.items()}},
+              "endpoints": {k: p.to_dict(keep=4096) for k, p in result.endpoints.items()},
+              # the deployment's identity from the target itself: /version, the /v1/models cards, its /metrics
+              "claims": {"target": target_claims(result.vllm_version, result.served_models,
+                                                 [p.body for k, p in result.endpoints.items()
+                                                  if k.startswith("metrics") and p.ok])}},
         attachments=attachments)

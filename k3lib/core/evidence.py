@@ -106,6 +106,8 @@ class CapacityStep(_Data):
     calibrated_at: int | None = None
     loop_lag_p99_ms: float | None = None
     cross_check: Row | None = None
+    # every pair of measurements of one quantity compared (k3lib.axes.capacity.agreement.window_agreement)
+    agreement: Row | None = None
     # load over worker processes (k3lib.io.workers): how many sent the step, and why it sent less than planned when
     # one ended before its share did (such a step is not held)
     workers: int | None = None
@@ -141,6 +143,7 @@ class CapacityData(_Data):
     refusal: Row | None = None
     ready: Row | None = None
     soak: Row | None = None
+    claims: dict[str, Row] = Field(default_factory=dict)  # what its sources say of the deployment (k3lib.io.claims)
 
     def step_at(self, concurrency: int | None) -> tuple[int, CapacityStep] | None:
         """The (last) step run at `concurrency`, with its index in `steps`."""
@@ -176,6 +179,7 @@ class EnvironmentData(_Data):
     topology: Topology | None = None
     rows: list[Row] = Field(default_factory=list)
     sources: dict[str, Row] = Field(default_factory=dict)
+    claims: dict[str, Row] = Field(default_factory=dict)  # what each source says of the deployment (k3lib.io.claims)
 
 
 class ServedModel(_Data):
@@ -192,6 +196,7 @@ class ProbeData(_Data):
     vllm_version: str | None = None
     served_models: list[ServedModel] = Field(default_factory=list)
     endpoints: dict[str, Row] = Field(default_factory=dict)
+    claims: dict[str, Row] = Field(default_factory=dict)  # the target's identity (k3lib.io.claims.target_claims)
 
 
 class PrefixPair(_Data):

@@ -7,6 +7,8 @@ Names that came and went across releases follow `vllm_version` (research notes Â
 
 from __future__ import annotations
 
+import time
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from .scheduler import EngineRequest
@@ -44,6 +46,9 @@ class ServerMetrics:
         self.registry = CollectorRegistry()
         v = cfg.version()
         r = self.registry
+        # vLLM's process collector (outside multiprocess mode): when this server started, as the target's identity
+        Gauge("process_start_time_seconds", "Start time of the process since unix epoch in seconds.",
+              registry=r).set(time.time())
         self.model = cfg.served_model_name
         labels = ["model_name", "engine"]
         self.old_names = v < (0, 12)   # deprecated aliases exported (0.10) or hidden-but-listed (0.11)

@@ -59,6 +59,9 @@ class CrossCheck:
     #: cancelled; only the kinds that occurred), and their HTTP statuses
     incomplete: dict[str, int] = dataclasses.field(default_factory=dict)
     error_statuses: dict[str, int] = dataclasses.field(default_factory=dict)
+    #: what each metrics endpoint counted over the window (requests finished, prompt tokens): an endpoint of the
+    #: target moves with the kit's requests; one that stays still is another server's
+    by_endpoint: dict[str, dict[str, float | None]] = dataclasses.field(default_factory=dict)
 
     @property
     def disagreements(self) -> list[CrossCheckItem]:
@@ -67,7 +70,8 @@ class CrossCheck:
     def to_dict(self) -> dict[str, Any]:
         return {"items": [i.to_dict() for i in self.items],
                 "disagreements": [i.quantity for i in self.disagreements],
-                "incomplete": dict(self.incomplete), "error_statuses": dict(self.error_statuses)}
+                "incomplete": dict(self.incomplete), "error_statuses": dict(self.error_statuses),
+                "by_endpoint": dict(self.by_endpoint)}
 
     def table(self) -> Any:
         import pandas as pd
@@ -107,6 +111,19 @@ def _counter_by_reason(before: Snapshot, after: Snapshot) -> tuple[float | None,
             done += inc
     return done, cut
 
+
+
+def endpoint_counts(before: Snapshot, after: Snapshot) -> dict[str, dict[str, float | None]]:
+    """Each endpoint's own counter increases over the window (requests finished, prompt tokens)."""
+    out: dict[str, dict[str, float | None]] = {}
+    for url in after.urls:
+        if url not in before.urls:
+            continue
+        b = Snapshot((before.endpoint(url),), t_wall=before.t_wall, t_mono_ns=before.t_mono_ns)
+        a = Snapshot((after.endpoint(url),), t_wall=after.t_wall, t_mono_ns=after.t_mono_ns)
+        out[url] = {"requests": delta(b, a, "request_success_total").value,
+                    "prompt_tokens": delta(b, a, "prompt_tokens_total").value}
+    return out
 
 
 def _sent(rec: Any) -> bool:
@@ -196,4 +213,5 @@ def cross_check(records: Sequence[Any], before: Snapshot, after: Snapshot, *,
         items.append(CrossCheckItem("requests refused", float(len(refused)), None, 0.0, "requests",
                                     f"client: answered with a client-error status ({said}); the engine counts none "
                                     "of them: not compared, counted as load that did not complete"))
-    return CrossCheck(tuple(items), dict(sorted(incomplete.items())), dict(sorted(statuses.items())))
+    return CrossCheck(tuple(items), dict(sorted(incomplete.items())), dict(sorted(statuses.items())),
+                      endpoint_counts(before, after))

@@ -19,7 +19,7 @@ from ..core.store import RunStore
 
 # The fields both decide and store; the re-examination date is compared apart (it counts from the day decided).
 ACCEPTANCE_FIELDS = ("decision", "reasons", "checklist", "traffic_cap", "build", "agents_blocked",
-                     "cache_gain_counted", "loosened_thresholds")
+                     "cache_gain_counted", "loosened_thresholds", "identity")
 RENEWAL_FIELDS = ("decision", "rule", "reasons", "findings", "checklist", "condition", "routing")
 
 

@@ -30,12 +30,20 @@ def loosened_thresholds(params: Params, records: dict[str, EvidenceRecord]) -> l
 
 def compute_decision(params: Params, records: dict[str, EvidenceRecord], *,
                      today: dt.date | None = None) -> Decision:
-    """Decide from the records alone (the sheet's items of the planned axes, the loosened thresholds)."""
+    """Decide from the records alone (the sheet's items of the planned axes, the loosened thresholds), once every
+    finding resting on a source not tied to the target is opened (`k3lib.verdict.identity`)."""
+    import dataclasses
+
+    from ..verdict.identity import identify, tie_records
+
+    identity = identify(records)
+    tied = tie_records(records, identity)
     planned = set(ACCEPTANCE_AXES)
-    rows = [r for r in sheet_rows(records, params.public_dict(), params.run.reviewer)
+    rows = [r for r in sheet_rows(tied, params.public_dict(), params.run.reviewer)
             if next(i for i in ITEMS if i.id == r["id"]).axis in planned]
-    return decide(records, ACCEPTANCE_AXES, build=params.recipe.build, checklist=rows or None, today=today,
-                  loosened=loosened_thresholds(params, records))
+    decision = decide(tied, ACCEPTANCE_AXES, build=params.recipe.build, checklist=rows or None, today=today,
+                      loosened=loosened_thresholds(params, records))
+    return dataclasses.replace(decision, identity=identity.to_dict())
 
 
 def decide_run(params: Params, store: RunStore, records: dict[str, EvidenceRecord]) -> Decision:

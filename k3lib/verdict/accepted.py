@@ -46,6 +46,9 @@ STEP_KEYS: dict[str, tuple[tuple[str, float], ...]] = {
     "queue_time_p95_s": (("queue_p95_ms", 1e-3),),
     "kv_usage_at_planned": (("kv_usage_max", 1),),
 }
+# The count each step figure rests on: the settled /metrics samples for a gauge, the requests for a histogram.
+SAMPLED_BY = {"kv_usage_max": "samples", "queue_p95_ms": "queue_count"}
+MIN_SAMPLES = 3
 # The agent check that says "this tool call's arguments are valid JSON, valid against the tool's schema".
 AGENT_VALIDITY_CHECK = "arguments_valid"
 FRACTIONS = ("kv_usage_at_planned", "prefix_hit_rate", "tool_call_validity", "error_ratio")
@@ -215,6 +218,13 @@ def _from_steps(run: RunEvidence, name: str) -> Level | None:
     idx, step, rec = found
     for key, scale in STEP_KEYS.get(name, ()):
         value = getattr(step, key)
+        count_key = SAMPLED_BY.get(key)
+        count = getattr(step, count_key) if count_key else None
+        if value is not None and count is not None and count < MIN_SAMPLES:
+            # a figure from fewer than three samples is not observable: no band can be drawn around it
+            return Level(name, None, reason=f"evidence/capacity.json: data.steps.{idx}.{key} rests on "
+                                            f"{count:g} sample(s) ({count_key}), fewer than "
+                                            f"{MIN_SAMPLES}: not observable")
         if value is not None:
             return Level(name, _scaled(value, scale), f"evidence/capacity.json: data.steps.{idx}.{key}",
                          axis_status=rec.status)

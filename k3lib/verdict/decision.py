@@ -33,6 +33,7 @@ class Decision:
     agents_blocked: bool = False
     cache_gain_counted: bool = True
     loosened_thresholds: tuple[dict[str, Any], ...] = ()  # k3lib.core.thresholds.Loosened, accepted or not
+    identity: dict[str, Any] | None = None  # each source tied to the target or not (k3lib.verdict.identity)
 
     @property
     def exit_code(self) -> int:
@@ -42,13 +43,14 @@ class Decision:
         return {"decision": self.decision, "reasons": list(self.reasons), "checklist": list(self.checklist),
                 "traffic_cap": self.traffic_cap, "reexamine_on": self.reexamine_on, "build": self.build,
                 "agents_blocked": self.agents_blocked, "cache_gain_counted": self.cache_gain_counted,
-                "loosened_thresholds": list(self.loosened_thresholds)}
+                "loosened_thresholds": list(self.loosened_thresholds), "identity": self.identity}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Decision":
         return cls(d["decision"], tuple(d.get("reasons", ())), tuple(d.get("checklist", ())), d.get("traffic_cap"),
                    d.get("reexamine_on"), d.get("build", "official"), bool(d.get("agents_blocked", False)),
-                   bool(d.get("cache_gain_counted", True)), tuple(d.get("loosened_thresholds", ())))
+                   bool(d.get("cache_gain_counted", True)), tuple(d.get("loosened_thresholds", ())),
+                   d.get("identity"))
 
 
 def axis_checklist(records: dict[str, EvidenceRecord], planned: Iterable[str]) -> list[dict[str, Any]]:

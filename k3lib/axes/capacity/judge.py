@@ -16,6 +16,7 @@ from .ranks import rank_findings
 from .reliability import calibration_finding, cross_check_finding
 from .result import CapacityResult
 from .roofline import roofline_findings
+from .ties import capacity_claims
 from .saturation import incomplete_finding, latency_findings, saturation_findings, soak_findings
 
 if TYPE_CHECKING:
@@ -27,6 +28,10 @@ def traffic_cap(result: CapacityResult, params: Params) -> dict[str, Any]:
     planned = params.contract.planned_concurrency
     point = result.saturation_point
     if point is None:
+        done = sorted((s for s in result.steps if s.get("status") != "skipped"), key=lambda s: s["concurrency"])
+        if done and done[0].get("held") is None:
+            return {"max_concurrency": None, "basis": f"no concurrency step held: the step at {done[0]['concurrency']} "
+                                                      f"is inconclusive ({'; '.join(done[0].get('why') or [])})"[:600]}
         return {"max_concurrency": None, "basis": "no concurrency step held (or none ran)"}
     cap = min(point, planned)
     return {"max_concurrency": cap, "saturation_point": point, "planned_concurrency": planned,
@@ -112,7 +117,8 @@ def capacity_record(result: CapacityResult, ctx: "AxisContext") -> EvidenceRecor
               "steps": result.steps, "calibration": result.run.get("calibration"),
               "cross_check": {name: w.get("cross_check") for name, w in load_windows(result)},
               "long_context": result.run.get("long_context"), "refusal": result.run.get("refusal"),
-              "ready": result.run.get("ready"), "soak": result.run.get("soak")},
+              "ready": result.run.get("ready"), "soak": result.run.get("soak"),
+              "claims": capacity_claims(result)},
         attachments=sorted(set(attachments)))
 
 

@@ -9,6 +9,7 @@ from typing import Any
 from ...core.evidence import Finding
 from ...core.numbers import figure
 from ...core.params import Params
+from .agreement import MIN_SAMPLES
 from .analysis import incomplete_counts, incomplete_load, latency_verdict, queue_verdict
 from .finding import finding as _f, load_windows
 from .result import CapacityResult
@@ -29,7 +30,8 @@ def saturation_findings(result: CapacityResult, params: Params) -> list[Finding]
                                                       "(the engine died or the phase did not run)",
                       observed=point, steps=table))
     else:
-        below = [s for s in steps if s["concurrency"] <= planned and not s.get("held")]
+        below = [s for s in steps if s["concurrency"] <= planned and s.get("held") is False]
+        undecided = [s for s in steps if s["concurrency"] <= planned and s.get("held") is None]
         crash = (result.oom or {}).get("kind") in ("engine-death", "server-errors")
         if below and crash and all((s.get("server_errors") or 0) > 0 or not s.get("engine_alive_after", True)
                                    for s in below):
@@ -44,6 +46,14 @@ def saturation_findings(result: CapacityResult, params: Params) -> list[Finding]
             out.append(_f("saturation", "fail", f"saturation at nominal load: the step at concurrency "
                                                 f"{first['concurrency']} did not hold ({why}); saturation point "
                                                 f"{point if point is not None else 'none'} for a planned {planned}",
+                          observed=point, expected=f">= {planned}", steps=table))
+        elif undecided:
+            first = undecided[0]
+            out.append(_f("saturation", "warn", f"inconclusive at concurrency {first['concurrency']}: "
+                                                f"{'; '.join(first.get('why') or [])} — the server's series and the "
+                                                f"kit's own measurements of the load disagree, so no step at or above "
+                                                f"it is accepted; saturation point "
+                                                f"{point if point is not None else 'none'}",
                           observed=point, expected=f">= {planned}", steps=table))
         else:
             out.append(_f("saturation", "pass", f"every step up to the planned concurrency {planned} held without "
@@ -175,7 +185,13 @@ def soak_findings(result: CapacityResult, params: Params) -> list[Finding]:
                       memory=mem))
     pre, waiting = soak.get("preemptions"), soak.get("waiting_mean")
     short, said = incomplete_load(soak, params.contract.max_error_share)
-    if short:
+    agreement = soak.get("agreement") or {}
+    if not short and (agreement.get("agrees") is False or (agreement.get("samples") or 0) < MIN_SAMPLES):
+        out.append(_f("soak_saturation", "warn", "inconclusive: " + (agreement.get("text") or "no agreement "
+                                                 "recorded") + " — the server's series and the kit's own "
+                                                 "measurements of the soak disagree",
+                      observed={"preemptions": pre, "waiting_mean": waiting, "agreement": agreement}))
+    elif short:
         sent, ok, kinds = incomplete_counts(soak)
         out.append(_f("soak_saturation", "fail", f"the soak at the planned concurrency did not complete its load: "
                                                  f"{said}",

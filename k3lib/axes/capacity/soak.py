@@ -6,10 +6,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from .agreement import calibration_error_at, window_agreement
 from .analysis import soak_analysis
 from .calibration import CalibrationPhase
 from .ranks import rank_window
 from .records import record_stats
+from .trust import calibration_summary
 from .watch import boundary_snapshot
 
 
@@ -56,4 +58,8 @@ class SoakPhase(CalibrationPhase):
                                      fragmentation_share_max=cap.fragmentation_share_max,
                                      waiting_tolerance=cap.waiting_tolerance, settle_fraction=cap.settle_fraction,
                                      admit_limit=self._admit_limit())}
+        self.soak["agreement"] = window_agreement(
+            self.soak, bucket, self.timeline.metric_rows(), settle_fraction=cap.settle_fraction,
+            calibration_error_ms=calibration_error_at({"summary": calibration_summary(self._reports)},
+                                                      plan.planned_concurrency))
         return early or f"{self.soak['ok']} requests over {t1 - t0:.1f} s"

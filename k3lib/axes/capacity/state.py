@@ -82,11 +82,19 @@ class RunnerState:
         if self.store.path(REQUESTS).exists():
             self.store.adopt(REQUESTS)
 
+    def _gpu_driver(self) -> str | None:
+        """The driver the GPU source's own labels carry (dcgm-exporter's DCGM_FI_DRIVER_VERSION, NVML's)."""
+        source = self.timeline.gpu_source if self.timeline is not None else None
+        if source is None or self.params.target.gpu_metrics.source == "nvml":
+            return None  # NVML's driver is the kit's host's: the environment axis reads it (claims "nvml")
+        return getattr(source.describe(), "driver_version", None)
+
     def describe(self) -> dict[str, Any]:
         return {
             "plan": self.plan.to_dict(),
             "target": self.ctx.target.base_url,
             "gpu_source": self.params.target.gpu_metrics.source if self.timeline is None else self.timeline.gpu_kind,
+            "gpu_driver": self._gpu_driver(),
             "phases": self.phases, "steps": self.steps, "long_context": self.long_context,
             "refusal": self.refusal, "ready": self.ready, "health": self.health, "failure": self.failure,
             "dead": self.dead, "soak": self.soak, "notes": self.notes, "calibration": self.calibration,

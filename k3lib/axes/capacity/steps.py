@@ -9,10 +9,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...io.prompts import BuiltPrompt
+from .agreement import calibration_error_at, settle_held, window_agreement
 from .analysis import judge_step, settled_stats
 from .calibration import CalibrationPhase
 from .ranks import rank_window
 from .records import record_stats, window_numbers
+from .trust import calibration_summary
 from .watch import boundary_snapshot
 
 
@@ -57,8 +59,12 @@ class ConcurrencyPhase(CalibrationPhase):
                                        max_error_share=self.params.contract.max_error_share)
                 # a step whose worker process ended early sent less load than planned: it did not show that level held
                 degraded = step.get("degraded")
-                step.update(held=held and alive and not degraded,
-                            why=why + ([] if alive else ["the engine died"]) + ([degraded] if degraded else []))
+                why = why + ([] if alive else ["the engine died"]) + ([degraded] if degraded else [])
+                step["agreement"] = window_agreement(
+                    step, bucket, self.timeline.metric_rows(), settle_fraction=self.cap.settle_fraction,
+                    calibration_error_ms=calibration_error_at({"summary": calibration_summary(self._reports)}, c))
+                settled, why = settle_held(held and alive and not degraded, why, step["agreement"])
+                step.update(held=settled, why=why)
                 self.steps.append(step)
         finally:
             await sizing.aclose()

@@ -111,7 +111,8 @@ def cross_check_data(check: CrossCheck | None, error: str | None = None) -> dict
     return {"agrees": all(compared) if compared else None, "counts_agree": all(counts) if counts else None,
             "disagreements": [i.quantity for i in check.disagreements],
             "items": [i.to_dict() for i in check.items], "error": None,
-            "incomplete": dict(check.incomplete), "error_statuses": dict(check.error_statuses)}
+            "incomplete": dict(check.incomplete), "error_statuses": dict(check.error_statuses),
+            "by_endpoint": dict(check.by_endpoint)}
 
 
 def cross_check_label(data: Mapping[str, Any] | None) -> str:

@@ -13,6 +13,7 @@ from ...core.outcomes import Outcome, level_for
 from .config import EnvironmentParams, RecipeParams
 from .container import check_build_method, check_cuda_build, check_image
 from .engine import check_flags, check_prefix_caching, check_version
+from ...io.claims import collect_env_claims, image_claims, log_claims, nvidia_smi_claims, nvml_claims, target_claims
 from .figures import environment_table, table_rows
 from .host import check_driver, check_fabric, check_gpus, check_host_container
 from .rules import Proof, engine_args, finding
@@ -110,8 +111,20 @@ def environment_record(result: CompatResult, ctx: "AxisContext") -> EvidenceReco
         axis="environment", title=title, status=status, summary=summary, findings=findings,
         data={"rows": [{k: v for k, v in r.items()} for r in table_rows(result)], "mismatch": result.mismatch,
               "build": result.build, "experimental": result.experimental, "sheet": sheet, "observed": observed,
-              "topology": topology(result.sources), "sources": src_info},
+              "topology": topology(result.sources), "sources": src_info,
+              "claims": source_claims(result.sources)},
         attachments=attachments(result.sources))
+
+
+def source_claims(s: CompatSources) -> dict[str, dict[str, Any]]:
+    """What each source says of the deployment it came from (`k3lib.io.claims`), the server's own answers as
+    "target (environment)": `k3lib.verdict.identity` ties each to the target."""
+    cache = s.texts.get("cache_config_info")
+    got = {"target (environment)": target_claims(s.api_version, s.models, [cache.text or ""] if cache else []),
+           "collect_env": collect_env_claims(s.collect_env), "nvidia_smi": nvidia_smi_claims(s.nvidia_smi),
+           "server_log": log_claims(s.log, engine_args(s)), "image_inspect": image_claims(s.image),
+           "nvml": nvml_claims(s.nvml)}
+    return {name: fields for name, fields in got.items() if fields}
 
 
 def topology(s: CompatSources) -> dict[str, Any]:
