@@ -7,16 +7,17 @@ import datetime as dt
 import json
 import shutil
 import subprocess
+from types import SimpleNamespace
 
 import pytest
 
 from conftest import ROOT, needs_tool
 
 from k3lib.cli.sign import cmd_sign as sign_main
-from k3lib.core.evidence import EvidenceRecord, Finding
 from k3lib.core.params import load_params
 from k3lib.report.summary import compute_decision
 from k3lib.cli.sign import cmd_verify as verify_main
+from k3lib.axes.probe import EndpointProbe, probe_record, probe_result
 from k3lib.core.errors import BadInputError, EvidenceError
 from k3lib.report.signing import SIGNATURE, SSH_SIG, sign_run, verify_run
 from k3lib.core.store import RunStore
@@ -31,10 +32,16 @@ def make_run(tmp_path, name="run") -> RunStore:
     store = RunStore.create_at(tmp_path / name)
     params = load_params([ROOT / "parameters" / "emulator.yaml"])
     store.write_json("params.json", params.public_dict())
-    probe = EvidenceRecord(axis="probe", title="Target probe", status="pass",
-                           findings=[Finding(rule="probe.health", status="pass", message="/health answered 200")])
+    # the probe's own record of four answers (k3 verify judges it again from the bodies kept beside it)
+    at, base = "2026-12-01T09:00:00Z", "http://127.0.0.1:8000"
+    cards = '{"data": [{"id": "kimi-k3", "root": "moonshotai/Kimi-K3", "max_model_len": 4096}]}'
+    found = {"health": EndpointProbe("health", f"{base}/health", 200, 1.0, "", None, None, at),
+             "version": EndpointProbe("version", f"{base}/version", 200, 1.0, '{"version": "0.33.0"}', None, None, at),
+             "models": EndpointProbe("models", f"{base}/v1/models", 200, 1.0, cards, None, None, at),
+             "metrics": EndpointProbe("metrics", f"{base}/metrics", 200, 1.0, "vllm:num_requests_running 0\n", None,
+                                      None, at)}
+    probe = probe_record(probe_result(found, None), SimpleNamespace(params=params, store=store))
     store.write_json("evidence/probe.json", probe.model_dump(mode="json"))
-    store.write_text("evidence/probe/metrics.txt", "vllm:num_requests_running 0\n")
     store.write_json("decision.json", compute_decision(params, {"probe": probe}).to_dict())
     return store
 
@@ -211,7 +218,7 @@ def test_missing_key_is_bad_input(tmp_path):
 def test_verify_main_output_starts_with_the_verdict(tmp_path, capsys):
     store = make_run(tmp_path)
     assert verify_main(argparse.Namespace(run=str(store.root), allowed_signers=None)) == 0
-    assert capsys.readouterr().out.startswith("OK 4 files match ")  # same first words as the unsigned `k3 verify`
+    assert capsys.readouterr().out.startswith("OK 7 files match ")  # same first words as the unsigned `k3 verify`
     flip_one_byte(store.path("params.json"))
     assert verify_main(argparse.Namespace(run=str(store.root), allowed_signers=None)) == 1
     out = capsys.readouterr().out.splitlines()

@@ -160,8 +160,22 @@ def _newer(a: str | None, b: str | None) -> bool:
     return va is not None and vb is not None and va > vb
 
 
-def served_release(http: Any, inspect: str | None, base: str) -> Served:
-    """`/version` and, when `inspect` (a path or URL, `{base_url}` allowed) is set, the running image and digest."""
+def served_by_target(location: str | None, base: str) -> bool:
+    """Whether a source's URL (`{base_url}` allowed) is served by the target under test itself (same host and port):
+    what the deployment says of itself proves nothing about it, except from the kit's own demo stand-in."""
+    from urllib.parse import urlsplit
+
+    from .compat.run import substitute
+
+    if not location:
+        return False
+    url, own = urlsplit(substitute(location, base)), urlsplit(base)
+    return url.scheme in ("http", "https") and (url.hostname, url.port) == (own.hostname, own.port)
+
+
+def served_release(http: Any, inspect: str | None, base: str, *, trust_target: bool = True) -> Served:
+    """`/version` and, when `inspect` (a path or URL, `{base_url}` allowed) is set, the running image and digest.
+    With `trust_target` False, an inspect served by the target itself is not read: it proves nothing."""
     import httpx
 
     from .compat.run import fetch_text, parse_image_inspect
@@ -169,6 +183,10 @@ def served_release(http: Any, inspect: str | None, base: str) -> Served:
 
     version = image = digest = None
     errors = []
+    if inspect and not trust_target and served_by_target(inspect, base):
+        errors.append(f"image_inspect {inspect} is served by the target under test: not evidence of the image it "
+                      "runs (only the kit's own emulator stand-in may serve it)")
+        inspect = None
     try:
         resp = http.get("/version")
         version = resp.json().get("version") if resp.status_code == 200 else None
@@ -190,14 +208,14 @@ def served_release(http: Any, inspect: str | None, base: str) -> Served:
 
 
 def accepted_release(base_url: str, inspect: str | None, api_key: str | None = None,
-                     timeout_s: float = 10.0) -> Served:
+                     timeout_s: float = 10.0, *, trust_target: bool = True) -> Served:
     """The release the target serves now (the accepted one, when no drill moves it): `/version` and the image."""
     import httpx
 
     base = base_url.rstrip("/")
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     with httpx.Client(base_url=base, headers=headers, timeout=max(1.0, timeout_s)) as http:
-        return served_release(http, inspect, base)
+        return served_release(http, inspect, base, trust_target=trust_target)
 
 
 def _serve_check(http: Any, deadline: float, poll_s: float, model: str | None) -> tuple[int | None, bool, str | None]:
@@ -239,7 +257,7 @@ def _serve_check(http: Any, deadline: float, poll_s: float, model: str | None) -
 def rollback_drill(command: Sequence[str] | str, check_url: str, timeout_s: float = 120.0, *,
                    model: str | None = None, api_key: str | None = None, poll_s: float = 0.25,
                    inspect: str | None = None, rollback_to: str | None = None,
-                   roll_forward: Sequence[str] | str | None = None) -> DrillResult:
+                   roll_forward: Sequence[str] | str | None = None, trust_target: bool = True) -> DrillResult:
     """Show the release served (`/version`, the inspected image and digest), run the operator's rollback command,
     wait until the target serves again (/health 200, one chat completion), show the release served now — the
     previous one — and, with `roll_forward`, return to the accepted release and show it served again."""
@@ -253,7 +271,7 @@ def rollback_drill(command: Sequence[str] | str, check_url: str, timeout_s: floa
     t0 = time.monotonic()
 
     with httpx.Client(base_url=base, headers=headers, timeout=max(1.0, min(10.0, timeout_s))) as http:
-        before = served_release(http, inspect, base)
+        before = served_release(http, inspect, base, trust_target=trust_target)
 
         def result(command_ok: bool, detail: str, health: int | None, chat_ok: bool, error: str | None,
                    after: Served | None = None, forward: dict[str, Any] | None = None) -> DrillResult:
@@ -267,7 +285,7 @@ def rollback_drill(command: Sequence[str] | str, check_url: str, timeout_s: floa
         if error and health != 200:
             within = "within " + figure(timeout_s, " s")
             error = f"{base} {error.replace('in time', within)}"
-        after = served_release(http, inspect, base) if health == 200 else None
+        after = served_release(http, inspect, base, trust_target=trust_target) if health == 200 else None
         forward = None
         if fwd is not None and health == 200 and chat_ok:
             shown_fwd = str(fwd) if isinstance(fwd, HttpAction) else shlex.join(fwd)
@@ -276,7 +294,8 @@ def rollback_drill(command: Sequence[str] | str, check_url: str, timeout_s: floa
             f_health, f_chat, f_error = _serve_check(http, t1 + timeout_s, poll_s, model) if f_ok else \
                 (None, False, f"the roll-forward command failed ({f_detail})")
             forward = {"command": shown_fwd, "detail": f_detail, "serving": f_ok and f_health == 200 and f_chat,
-                       "error": f_error, "served": served_release(http, inspect, base) if f_health == 200 else None}
+                       "error": f_error, "served": served_release(http, inspect, base, trust_target=trust_target)
+                       if f_health == 200 else None}
     return result(True, detail, health, chat_ok, error, after, forward)
 
 

@@ -48,11 +48,31 @@ def _attestation(ctx: AxisContext, value: str) -> tuple[AttestationRecord | None
     return parse_attestation_text(src.text or "", str(src.location)), str(src.location), src.text or ""
 
 
+def kit_started(ctx: AxisContext) -> bool:
+    """Whether the target is the kit's own emulator (started here, or by the batch: its `request.json`, hashed in the
+    manifest, names no target URL) — the only target whose self-served attestation is the demo's stand-in."""
+    if ctx.target.emulator is not None:
+        return True
+    if not ctx.store.path("request.json").is_file():
+        return False
+    request = ctx.store.read_json("request.json")
+    target = request.get("target") if isinstance(request, dict) else None
+    return isinstance(target, dict) and target.get("base_url") is None
+
+
 def run_operations(ctx: AxisContext) -> OperationsResult:
-    """Read the attestation (if any), run the drill (if any) against the target, and judge both."""
+    """Read the attestation (if any), run the drill (if any) against the target, and judge both. An attestation, or
+    a drill's image, served by the target under test is not evidence — except from the kit's own emulator, whose
+    demo stand-in says it is one."""
+    from .attestation import served_by_target
+
     ops = ctx.params.axes.operations
     att = where = unread = None
-    if ops.attestation:
+    own = kit_started(ctx)
+    if ops.attestation and not own and served_by_target(ops.attestation, ctx.target.base_url):
+        unread = (f"the attestation at {ops.attestation} is served by the target under test "
+                  f"({ctx.target.base_url}): a deployment's word about itself is not evidence — attest from outside it")
+    elif ops.attestation:
         att, where, text = _attestation(ctx, ops.attestation)
         if att is not None:
             ctx.store.write_text("evidence/operations/attestation.yaml", text)
@@ -64,10 +84,11 @@ def run_operations(ctx: AxisContext) -> OperationsResult:
     if ops.rollback_drill:
         drill = rollback_drill(ops.rollback_drill, ctx.target.base_url, ops.drill_timeout_s,
                                model=ctx.params.target.model, api_key=key, inspect=inspect,
-                               rollback_to=ops.rollback_to, roll_forward=ops.roll_forward)
+                               rollback_to=ops.rollback_to, roll_forward=ops.roll_forward, trust_target=own)
         accepted = drill.before
     elif att is not None and att.items.rollback_rehearsed is not None:
-        accepted = accepted_release(ctx.target.base_url, inspect, key, ctx.params.axes.environment.timeout_s)
+        accepted = accepted_release(ctx.target.base_url, inspect, key, ctx.params.axes.environment.timeout_s,
+                                    trust_target=own)
     else:
         accepted = None
     findings = attestation_findings(att, drill=drill, contract_context_tokens=ctx.params.contract.max_context_tokens,

@@ -97,13 +97,29 @@ def run_probe(ctx: AxisContext) -> ProbeResult:
         found = {name: probe_endpoint(client, name, url) for name, url in urls.items()}
         for i, murl in enumerate(ctx.target.metrics_urls):
             found[f"metrics[{i}]" if i else "metrics"] = probe_endpoint(client, "metrics", murl)
+    return probe_result(found, ctx.params.target.model)
+
+
+def probe_result(found: dict[str, EndpointProbe], wanted: str | None) -> ProbeResult:
+    """Pure: the endpoints' answers → what the probe reads from them (also from a run folder, `read_probe`)."""
     models_body = found["models"].json() if found["models"].ok else None
     cards = [c for c in (models_body or {}).get("data", []) if isinstance(c, dict)] if isinstance(models_body, dict) else []
     version_body = found["version"].json() if found["version"].ok else None
     version = version_body.get("version") if isinstance(version_body, dict) else None
-    wanted = ctx.params.target.model
     model = wanted if wanted else (cards[0].get("id") if cards else None)
     return ProbeResult(found, cards, model, str(version) if version is not None else None)
+
+
+def read_probe(store: Any, record: EvidenceRecord, wanted: str | None) -> ProbeResult:
+    """The probe's answers read back from its record and the bodies attached beside it (`evidence/probe/*.txt`)."""
+    found = {}
+    for key, d in (record.data.get("endpoints") or {}).items():
+        rel = f"evidence/probe/{key.replace('[', '_').replace(']', '')}.txt"
+        body = (store.path(rel).read_bytes().decode("utf-8", errors="replace") if store.path(rel).is_file()
+                else str(d.get("body") or ""))
+        found[key] = EndpointProbe(str(d.get("name") or key), str(d.get("url") or ""), d.get("status"),
+                                   d.get("latency_ms"), body, d.get("content_type"), d.get("error"), str(d.get("at")))
+    return probe_result(found, wanted)
 
 
 def iter_findings(result: ProbeResult, ctx: AxisContext) -> list[Finding]:

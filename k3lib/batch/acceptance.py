@@ -9,11 +9,34 @@ from typing import Any, Callable
 
 from .execute import Progress, publish, run_batch
 from ..verdict.decision import Decision
+from ..core.errors import BadInputError
 from ..core.params import Params
 from ..core.plan import ACCEPTANCE_STAGES, acceptance_plan
 from ..core.store import RunStore
 from ..report.summary import decide_run
 from ..core.target import pin_target, recover, resolve_target
+
+
+def check_resume(store: RunStore) -> None:
+    """Before `--resume` trusts anything in a run folder: every file the manifest lists must still be what the kit
+    wrote — `request.json` (the parameters to run again), `params.json` and every finished axis. Only the files of an
+    axis that did not finish may differ (a kill mid-axis leaves its raw data half-hashed): that axis runs again. An
+    edited file is one line (BadInputError, exit 2) naming it."""
+    from .execute import _finished
+
+    manifest = store.manifest()["files"]
+    if "request.json" not in manifest:
+        raise BadInputError("request.json is not in the run's manifest: it was not written by the kit, a resumed run "
+                            "will not trust it", source=str(store.path("request.json")))
+    plan = acceptance_plan(ACCEPTANCE_STAGES)
+    open_axes = [(nb, axis) for nb, axis in plan.axes.items() if not _finished(store, nb, axis, manifest)]
+    redone = tuple(p for nb, axis in open_axes for p in (f"notebooks/{nb}", f"evidence/{axis}.json", f"evidence/{axis}/"))
+    redone += (f"notebooks/{plan.summary}", "decision.json", "report/")  # the summary is always decided again
+    for problem in store.verify():
+        rel = problem.split(":")[0]
+        if not rel.startswith(redone):
+            raise BadInputError(f"{problem} — the run folder no longer matches what the kit wrote: `--resume` will not "
+                                "trust it (start a new run, or `k3 verify` it)", source=str(store.path(rel)))
 
 
 def run_acceptance(params: Params, store: RunStore, *, progress: Progress | None = None,

@@ -87,6 +87,10 @@ def cmd_validate(ns: argparse.Namespace) -> int:
         request = Path(ns.resume) / "request.json"
         if not request.is_file():
             raise BadInputError("not an acceptance run folder (no request.json)", source=ns.resume)
+        from ..batch.acceptance import check_resume
+        from ..core.store import RunStore
+
+        check_resume(RunStore.open(ns.resume))  # before trusting request.json or any finished axis
         return _run_acceptance(load_params_json(request), None, ns.baseline, ns.resume)
     params = _load(ns.params, ns.sets, ns.fault, ns.profile)
     return _run_acceptance(params, ns.out, ns.baseline)

@@ -94,14 +94,15 @@ class ThresholdAccepted(_Model):
     parameters, and why. The attestation's `who` is who accepted it."""
 
     path: Text
-    value: bool | int | float | tuple[int, ...]
+    value: bool | int | float | str | tuple[int, ...] | tuple[str, ...] | None
     why: Text
 
     @model_validator(mode="after")
     def _known(self) -> "ThresholdAccepted":
+        from .recipes import RECIPE_FIELDS
         from .thresholds import BY_PATH
 
-        if self.path not in BY_PATH:
+        if self.path not in BY_PATH and self.path not in {f"recipe.{f}" for f in RECIPE_FIELDS}:
             raise ValueError(f"{self.path!r} is not a judgement threshold or a setting of the table; expected one of "
                              + ", ".join(BY_PATH))
         return self

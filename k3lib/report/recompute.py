@@ -1,11 +1,13 @@
-"""The decision of a run, decided again from its evidence: what `k3 verify` and `k3 sign` check before trusting
-`decision.json`.
+"""The decision of a run, decided again from its evidence, and each axis judged again from its raw data: what
+`k3 verify` and `k3 sign` check before trusting `decision.json` and `evidence/*.json`.
 
 The manifest proves that no file changed since it was written, not that `decision.json` says what the evidence
 says: a decision edited by hand, with the manifest rewritten around it, verifies. So both commands read the run's
 resolved `params.json` and `evidence/*.json`, run the same pure decision the batch ran (acceptance:
 `k3lib.report.summary.compute_decision`; renewal: `k3lib.renewal.review.decide_from_axes`) and name every field of
-`decision.json` that differs from it.
+`decision.json` that differs from it. And a finding flipped in an axis record, with the decision and the manifest
+rewritten around it, decides the same from the edited findings: so each acceptance axis is also judged again from the
+raw data it kept (`k3lib.report.rejudge`), and every finding it does not give is named.
 """
 
 from __future__ import annotations
@@ -82,7 +84,33 @@ def decision_problems(store: RunStore) -> list[str]:
     if bool(stored.get("reexamine_on")) != bool(fresh.get("reexamine_on")):
         out.append(f"decision.json: reexamine_on is {_short(stored.get('reexamine_on'))} but the evidence's decision "
                    + ("carries a re-examination date" if fresh.get("reexamine_on") else "carries none"))
+    if fields is ACCEPTANCE_FIELDS:
+        out += raw_data_problems(store, stored)
     return out
+
+
+def raw_data_problems(store: RunStore, stored: dict[str, Any]) -> list[str]:
+    """Each acceptance axis judged again from its raw data (`k3lib.report.rejudge`): one line per finding that
+    differs."""
+    from ..core.evidence import read_records
+    from ..core.outcomes import REEXAMINE_AFTER_DAYS
+    from ..core.params import load_params_json
+    from .rejudge import rejudge_problems
+
+    params = load_params_json(store.path("params.json"))
+    today = _decided_on(stored, REEXAMINE_AFTER_DAYS) or _run_day(store) or dt.date.today()
+    return rejudge_problems(store, params, read_records(store), today)
+
+
+def _run_day(store: RunStore) -> dt.date | None:
+    """The day the run's operations axis finished (a decision without a re-examination date names none)."""
+    rec = store.read_json("evidence/operations.json") if store.path("evidence/operations.json").is_file() else None
+    if not isinstance(rec, dict):
+        return None
+    try:
+        return dt.datetime.fromisoformat(str(rec["finished_at"]).replace("Z", "+00:00")).date()
+    except (KeyError, ValueError):
+        return None
 
 
 def _canonical(value: Any) -> Any:

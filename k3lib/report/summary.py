@@ -13,6 +13,7 @@ from ..core.params import Params, default_tree
 from ..core.plan import ACCEPTANCE_AXES
 from ..verdict.sheet import ITEMS, sheet_rows
 from ..core.store import RunStore
+from ..core.recipes import recipe_loosened
 from ..core.thresholds import Loosened, loosened
 
 __all__ = ["compute_decision", "decide_run", "findings_table", "loosened_thresholds", "records_table"]
@@ -24,8 +25,18 @@ def loosened_thresholds(params: Params, records: dict[str, EvidenceRecord]) -> l
     ops = records.get("operations")
     att = ops.typed().attestation if ops is not None and ops.axis == "operations" else None
     accepted = att.items.thresholds_accepted if att is not None else ()
-    return loosened(params.public_dict(), default_tree(), accepted=accepted, who=att.who if att else None,
-                    when=att.when.isoformat() if att else None)
+    who, when = (att.who, att.when.isoformat()) if att else (None, None)
+    return loosened(params.public_dict(), default_tree(), accepted=accepted, who=who, when=when) + \
+        recipe_loosened(params.recipe.model_dump(), served_models(records), accepted, who, when)
+
+
+def served_models(records: dict[str, EvidenceRecord]) -> list[str]:
+    """The model ids and roots the target serves (the probe's `/v1/models`), whatever the parameters name."""
+    probe = records.get("probe")
+    if probe is None or probe.axis != "probe":
+        return []
+    cards = probe.typed().served_models
+    return [str(v) for c in cards for v in (c.id, c.root) if v]
 
 
 def compute_decision(params: Params, records: dict[str, EvidenceRecord], *,

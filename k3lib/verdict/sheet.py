@@ -113,7 +113,7 @@ def sheet_rows(records: dict[str, EvidenceRecord], params: dict[str, Any] | None
             "no evidence record" if rec is None else "no finding proves this item")
         rows.append({
             "id": item.id, "title": item.title, "status": status, "test": item.test,
-            "configuration": _configuration(item.axis, params),
+            "configuration": _configuration(item.axis, params, records),
             "observed": observed,
             "evidence": f"evidence/{item.axis}.json" if rec else None,
             "notebook": f"report/{item.notebook}.html",
@@ -141,13 +141,18 @@ def _recipe_requirements(recipe: dict[str, Any]) -> list[str]:
     return [vllm, cuda, driver, f"build {recipe.get('build')}"]
 
 
-def _configuration(axis: str, params: dict[str, Any] | None) -> str:
+def _configuration(axis: str, params: dict[str, Any] | None, records: dict[str, EvidenceRecord] | None = None) -> str:
     if not params:
         return ""
     from ..core.params import default_tree
+    from ..core.recipes import recipe_loosened
     from ..core.thresholds import BY_PATH, loosened
 
     loose = [t for t in loosened(params, default_tree()) if BY_PATH[t.path].axis == axis]
+    if axis == "environment":  # the recipe of the model the target serves, whatever recipe.name says
+        probe = (records or {}).get("probe")
+        cards = probe.typed().served_models if probe is not None and probe.axis == "probe" else []
+        loose += recipe_loosened(params.get("recipe") or {}, [str(v) for c in cards for v in (c.id, c.root) if v])
     base = _base_configuration(axis, params)
     if not loose:
         return base

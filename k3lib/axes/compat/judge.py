@@ -103,7 +103,7 @@ def environment_record(result: CompatResult, ctx: "AxisContext") -> EvidenceReco
         summary += "; mismatch: " + ", ".join(dict.fromkeys(failed))
     if result.experimental:
         summary = "[experimental custom build] " + summary
-    src_info = {name: {"location": s.location, "error": s.error, "attachment": s.attachment,
+    src_info = {name: {"location": s.location, "error": s.error, "attachment": s.attachment, "status": s.status,
                        "read_error": result.sources.read_errors.get(name)}
                 for name, s in result.sources.texts.items()}
     title = "Compatibility chain" + (" (custom build, experimental)" if result.experimental else "")

@@ -332,41 +332,72 @@ def _cache_config(client: httpx.Client, urls: tuple[str, ...]) -> tuple[SourceTe
 def _probe_server(ctx: "AxisContext", client: httpx.Client) -> dict[str, Any]:
     """`/version`, `/v1/models`, one tiny chat completion and one auto-tool-choice request."""
     base = ctx.target.base_url
-    out: dict[str, Any] = {"texts": {}}
-    version_src, version = _get_json(client, f"{base}/version")
-    out["texts"]["version"] = dataclasses.replace(version_src, name="version")
-    out["api_version"] = str(version["version"]) if isinstance(version, dict) and version.get("version") else None
+    texts: dict[str, SourceText] = {}
+    version_src, _ = _get_json(client, f"{base}/version")
+    texts["version"] = dataclasses.replace(version_src, name="version")
     models_src, models = _get_json(client, f"{base}/v1/models")
-    out["texts"]["models"] = dataclasses.replace(models_src, name="models")
+    texts["models"] = dataclasses.replace(models_src, name="models")
     cards = tuple(c for c in (models or {}).get("data", []) if isinstance(c, dict)) if isinstance(models, dict) else ()
-    out["models"] = cards
     model = ctx.params.target.model or (cards[0].get("id") if cards else None)
     if model is None:
         reason = "no served model to ask (/v1/models gave none)"
-        out["texts"]["chat"] = SourceText("chat", None, error=reason)
-        out["texts"]["tool_choice"] = SourceText("tool_choice", None, error=reason)
-        out["tool_probe"] = ToolChoiceProbe("not-run", None, reason)
-        return out
-    url = f"{base}/v1/chat/completions"
-    chat = _post(client, "chat", url, {"model": model, "max_tokens": 4, "temperature": 0,
-                                       "messages": [{"role": "user", "content": "Reply with OK."}]})
-    out["texts"]["chat"] = chat
+        texts["chat"] = SourceText("chat", None, error=reason)
+        texts["tool_choice"] = SourceText("tool_choice", None, error=reason)
+    else:
+        url = f"{base}/v1/chat/completions"
+        texts["chat"] = _post(client, "chat", url, {"model": model, "max_tokens": 4, "temperature": 0,
+                                                    "messages": [{"role": "user", "content": "Reply with OK."}]})
+        texts["tool_choice"] = _post(client, "tool_choice", url, {
+            "model": model, "max_tokens": 16, "temperature": 0, "tools": [_TOOL], "tool_choice": "auto",
+            "messages": [{"role": "user", "content": "What is the weather in Paris? Use the tool."}]})
+    return {"texts": texts, **server_answers(texts)}
+
+
+def _json_of(src: SourceText | None) -> Any:
+    if src is None or src.text is None:
+        return None
     try:
-        body = json.loads(chat.text or "")
+        return json.loads(src.text)
     except ValueError:
-        body = None
-    if isinstance(body, dict) and chat.status == 200:
+        return None
+
+
+def server_answers(texts: dict[str, SourceText]) -> dict[str, Any]:
+    """Pure: what the server's own answers say (`/version`, `/v1/models`, the chat and tool-choice replies), from
+    their texts — as fetched, or as kept in a run folder."""
+    out: dict[str, Any] = {}
+    version = _json_of(texts.get("version")) if texts.get("version") and texts["version"].ok else None
+    out["api_version"] = str(version["version"]) if isinstance(version, dict) and version.get("version") else None
+    models = _json_of(texts.get("models")) if texts.get("models") and texts["models"].ok else None
+    out["models"] = tuple(c for c in (models or {}).get("data", []) if isinstance(c, dict)) \
+        if isinstance(models, dict) else ()
+    chat = texts.get("chat")
+    body = _json_of(chat)
+    if isinstance(body, dict) and chat is not None and chat.status == 200:
         fp = body.get("system_fingerprint")
         out["fingerprint"] = fp if isinstance(fp, str) else None
         choice = (body.get("choices") or [{}])[0]
         msg = choice.get("message") or {} if isinstance(choice, dict) else {}
         out["chat_reasoning"] = bool(msg.get("reasoning") or msg.get("reasoning_content"))
-    tools = _post(client, "tool_choice", url, {
-        "model": model, "max_tokens": 16, "temperature": 0, "tools": [_TOOL], "tool_choice": "auto",
-        "messages": [{"role": "user", "content": "What is the weather in Paris? Use the tool."}]})
-    out["texts"]["tool_choice"] = tools
-    out["tool_probe"] = classify_tool_probe(tools.status, tools.text or "", tools.error)
+    tools = texts.get("tool_choice")
+    if tools is None or tools.location is None:
+        out["tool_probe"] = ToolChoiceProbe("not-run", None, (tools.error if tools else None) or "not run")
+    else:
+        out["tool_probe"] = classify_tool_probe(tools.status, tools.text or "", tools.error)
     return out
+
+
+def cache_config_of(text: str | None) -> dict[str, str]:
+    """`vllm:cache_config_info`'s labels from the lines kept of it."""
+    from ...io.metrics import Snapshot
+    from ...io.metrics.parse import parse_exposition
+
+    if not text:
+        return {}
+    try:
+        return Snapshot.from_expositions({"<kept>": parse_exposition(text)}).cache_config_info()
+    except BadInputError:
+        return {}
 
 
 def _nvml(ctx: "AxisContext") -> "tuple[GpuSourceInfo | None, SourceText]":
