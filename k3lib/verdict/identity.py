@@ -292,13 +292,10 @@ def tie_records(records: Mapping[str, EvidenceRecord], report: IdentityReport | 
             absent = {s: SourceTie(s, "untied") for s in rests if s in NAMED and s not in report.sources}
             hit = sorted(s for s in rests if s in bad or s in absent)
             moved = [s for s in rests if s == "target (environment)"] if report.changed else []
-            if hit:
-                changed.append(_opened(f, "; ".join({**bad, **absent}[s].why() for s in hit)))
-            elif moved:
-                changed.append(_opened(f, "the target changed between the probe and this axis: "
-                                          + "; ".join(report.changed[:2])))
-            else:
-                changed.append(f)
+            why = [{**bad, **absent}[s].why() for s in hit]
+            if moved:
+                why.insert(0, "the target changed between the probe and this axis: " + "; ".join(report.changed[:2]))
+            changed.append(_opened(f, "; ".join(why)) if why else f)
         if changed != list(rec.findings):
             out[axis] = rec.model_copy(update={"findings": changed})
     return out
