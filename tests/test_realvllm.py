@@ -156,3 +156,31 @@ def test_log_lines_are_numbered_the_same_by_every_axis(validated):
     result = read_capacity(store)
     assert result.log is not None and result.log.ready_line == int(m.group(1)), \
         (result.log and result.log.ready_line, startup.message)
+
+
+@pytest.mark.timeout(BATCH_TIMEOUT_S)
+def test_every_source_of_real_vllm_ties_to_it_and_no_gpu_crashes_nothing(validated):
+    """Issue 34 on the real server: its sources (collect_env and the log of the same server) tie to its /version and
+    /v1/models; with no GPU, nothing GPU-side is claimed (open, not a crash); the load windows' measurements agree."""
+    _, _, records, decision = validated
+    identity = decision["identity"]
+    assert identity["target"]["vllm_version"] == VLLM_VERSION and identity["target"]["models"]
+    statuses = {s: t["status"] for s, t in identity["sources"].items()}
+    assert statuses.get("collect_env") == "tied" and statuses.get("server_log") == "tied", identity["sources"]
+    assert not [s for s, st in statuses.items() if st == "disputed"], identity["sources"]
+    assert "gpu_metrics" not in statuses  # a CPU server: no GPU metrics to tie, its GPU items stay open
+    steps = records["capacity"].typed().steps
+    assert steps and all(s.agreement for s in steps if s.status != "skipped")
+    disagreeing = [(s.concurrency, s.agreement.get("text")) for s in steps
+                   if s.agreement and s.agreement.get("agrees") is False]
+    assert not disagreeing, disagreeing
+
+
+@pytest.mark.timeout(BATCH_TIMEOUT_S)
+def test_the_real_run_is_judged_again_to_the_same_findings(validated):
+    """k3 verify re-judges each axis from the raw data real vLLM gave: the same findings, nothing CHANGED."""
+    from k3lib.report.signing import verify_run
+
+    _, store, _, _ = validated
+    result = verify_run(store.root)
+    assert result.ok, result.changed

@@ -355,10 +355,13 @@ def validate_params(data: dict[str, Any], prov: dict[str, str] | None = None, *,
                     default_source: str = "parameters") -> Params:
     """The model, then what a model cannot say alone: a threshold outside the bounds the acceptance allows, or a
     recipe named for a known model that drops one of its requirements (`k3lib.core.thresholds`)."""
+    from .recipes import check_recipe
     from .thresholds import check
 
     params = validate_model(Params, data, source=default_source, prov=prov)
-    check(params.public_dict(), prov, default_source=default_source)
+    resolved = params.public_dict()
+    check_recipe(resolved.get("recipe") or {}, prov, default_source=default_source)
+    check(resolved, prov, default_source=default_source)
     return params
 
 

@@ -440,8 +440,5 @@ def _same(a: Any, b: Any) -> bool:
 
 def check(resolved: Mapping[str, Any], prov: Mapping[str, str] | None = None, *,
           default_source: str = "parameters") -> None:
-    """The recipe's requirements and the settings' bounds, as the parameters load."""
-    from .recipes import check_recipe
-
-    check_recipe(resolved.get("recipe") or {}, prov, default_source=default_source)
+    """The settings' bounds, as the parameters load (the recipe's requirements: `k3lib.core.recipes.check_recipe`)."""
     check_bounds(resolved, prov, default_source=default_source)

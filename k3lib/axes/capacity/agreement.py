@@ -13,8 +13,8 @@ and got back). Where both measure one thing they are compared, each with a state
 - **counts**: the server's request and token counters vs the kit's requests and their `usage` (`k3lib.io.crosscheck`:
   exact, widened by the requests cut at the deadline) — a metrics endpoint that does not count the kit's own
   requests is not the target's;
-- **TTFT p50**: the client's vs the server's histogram, within a bucket, the network allowance and the client's own
-  calibrated error (only where the client's figures passed its self-calibration).
+- **TTFT p50**: the client's vs the server's histogram, shown but not decisive (vLLM v1 starts its TTFT after the
+  API server rendered and tokenized the request: the client's exceeds it by that front-end time).
 
 A gauge figure from fewer than three samples is not observable. Pure: a window's stored numbers, its requests and
 the sampled rows in, a plain dict out (kept as the window's `agreement`).
@@ -100,16 +100,18 @@ def counts_item(w: Row) -> dict[str, Any]:
 
 
 def ttft_item(w: Row, calibration_error_ms: float | None) -> dict[str, Any]:
+    """Shown, never decisive: vLLM v1 starts its TTFT once the API server has rendered and tokenized the request, so
+    the client's TTFT exceeds it by that front-end time — 80 ms on real vLLM 0.32.0 on two busy CPU cores, where the
+    server said 15 ms — and no tolerance separates that from queueing the histogram missed. The queue itself is
+    compared above (gauge vs histogram, in-flight vs running + waiting)."""
     check = w.get("cross_check") or {}
     item = next((i for i in check.get("items") or [] if i.get("quantity") == "TTFT p50"), None)
-    note = "client TTFT p50 vs the server's histogram; tolerance: bucket + network allowance + the client's error"
+    note = ("client TTFT p50 vs the server's histogram, informational: the server's starts after its front end "
+            "rendered and tokenized the request")
     if item is None or item.get("client") is None or item.get("server") is None:
         return _item("TTFT p50", None, None, None, None, note)
-    if w.get("latency_valid") is False:
-        return _item("TTFT p50", item["server"], item["client"], None, None,
-                     "the client's latency failed its self-calibration: not compared — " + note)
     tol = float(item.get("tolerance") or 0.0) + float(calibration_error_ms or 0.0)
-    return _item("TTFT p50", item["server"], item["client"], tol, abs(item["client"] - item["server"]) <= tol, note)
+    return _item("TTFT p50", item["server"], item["client"], tol, None, note)
 
 
 def window_agreement(w: Row, requests: Sequence[Row], metric_rows: Sequence[Row], *, settle_fraction: float,
