@@ -14,6 +14,7 @@ from k3lib.core.attested import parse_attestation
 from k3lib.core.errors import BadInputError
 from k3lib.core.evidence import OperationsData, read_records
 from k3lib.core.params import CapacityParams, LoadParams, default_tree, load_params, load_params_json
+from k3lib.core.params import Params
 from k3lib.core.thresholds import BY_PATH, NOT_JUDGED, SETTINGS, loosened, numeric_paths, unclassified
 from k3lib.report.index import decision_block
 from k3lib.report.summary import compute_decision
@@ -26,8 +27,8 @@ EMULATOR = str(ROOT / "parameters" / "emulator.yaml")
 
 
 def test_every_numeric_axes_and_load_setting_is_classified():
-    assert unclassified() == []
-    paths = numeric_paths()
+    assert unclassified(Params) == []
+    paths = numeric_paths(Params)
     assert "axes.capacity.prompt_tokens" in paths and "load.workers" in paths
     assert "axes.capacity.calibrate" not in paths  # a bool is a mode, not a number
     stale = [p for p in (*BY_PATH, *NOT_JUDGED) if p not in paths and not BY_PATH.get(p, SETTINGS[0]).kind == "mode"]
@@ -42,9 +43,9 @@ def test_every_numeric_axes_and_load_setting_is_classified():
 def test_a_new_unclassified_numeric_setting_fails_the_walk(monkeypatch, model, name, annotation, path):
     """The deliberate knob: added to the model, in neither the table nor NOT_JUDGED — the walk names it."""
     monkeypatch.setitem(model.model_fields, name, FieldInfo(annotation=annotation, default=None))
-    assert unclassified() == [path]
+    assert unclassified(Params) == [path]
     monkeypatch.setitem(NOT_JUDGED, path, "a test's knob")
-    assert unclassified() == []
+    assert unclassified(Params) == []
 
 
 def test_a_new_string_setting_is_not_a_number():

@@ -21,7 +21,7 @@ and it forbids `production` unless the operator's attestation accepts it by path
 (`items.thresholds_accepted`). Tightening is always allowed.
 
 **Adding a row**: append a `Setting` to `SETTINGS` (its basis names the seed rule), or, for a numeric parameter
-that cannot make a judgement more lenient, add its path to `NOT_JUDGED` with the reason. `unclassified()` walks the
+that cannot make a judgement more lenient, add its path to `NOT_JUDGED` with the reason. `unclassified(Params)` walks the
 parameters model; `tests/test_settings_table.py` fails on any numeric `axes.*`/`load.*` field in neither.
 """
 
@@ -327,12 +327,11 @@ def _numeric(annotation: Any) -> bool:
     return any(_numeric(a) for a in typing.get_args(annotation) if a is not Ellipsis)
 
 
-def numeric_paths(model: Any = None, prefix: str = "") -> list[str]:
-    """Every numeric field of the parameters model (default `k3lib.core.params.Params`), as dotted paths."""
+def numeric_paths(model: Any, prefix: str = "") -> list[str]:
+    """Every numeric field of a parameters model (`k3lib.core.params.Params`, passed in: the model imports this
+    module), as dotted paths."""
     from pydantic import BaseModel
 
-    if model is None:
-        from .params import Params as model  # noqa: N813 - the model walked
     out = []
     for name, field in model.model_fields.items():
         ann = field.annotation
@@ -344,7 +343,7 @@ def numeric_paths(model: Any = None, prefix: str = "") -> list[str]:
     return out
 
 
-def unclassified(model: Any = None, sections: tuple[str, ...] = ("axes.", "load.")) -> list[str]:
+def unclassified(model: Any, sections: tuple[str, ...] = ("axes.", "load.")) -> list[str]:
     """Numeric `axes.*`/`load.*` parameters in neither the table nor `NOT_JUDGED`: a knob that could loosen the
     test without anyone saying so."""
     return [p for p in numeric_paths(model) if p.startswith(sections) and p not in BY_PATH and p not in NOT_JUDGED]
