@@ -269,3 +269,17 @@ def test_attack_a_drill_image_inspect_served_by_the_target(emulator):
         stand_in = served_release(http, "{base_url}/_emulator/inspect", emulator.url)
     assert own.image is None and own.digest is None and "served by the target under test" in own.error
     assert stand_in.image and stand_in.digest
+
+
+def test_attack_gpus_required_set_below_what_the_servers_own_arguments_need(real_world):
+    """The log says TP 8; the container sees 4 GPUs; `gpus_required: 1` may not lower what the server needs."""
+    from k3lib.axes.compat.host import check_gpus
+    from k3lib.axes.compat.run import sources_from_texts
+    from k3lib.core.params import EnvironmentParams
+
+    s = sources_from_texts(server_log=(real_world / "logs/12.txt").read_text(),
+                           collect_env=(real_world / "collect_env/04.txt").read_text())
+    for env in (EnvironmentParams(), EnvironmentParams(gpus_required=1)):
+        f = check_gpus(s, env)
+        assert f.status == "fail" and "needs 8 (TP 8" in f.message, f.message
+    assert "needs 16" in check_gpus(s, EnvironmentParams(gpus_required=16)).message  # raising it is allowed

@@ -18,9 +18,15 @@ _NOT_NVSWITCH_RE = re.compile(r"PCIe|\bNVL\b", re.IGNORECASE)
 
 
 def gpus_required(s: CompatSources, env: EnvironmentParams) -> tuple[int | None, str]:
-    """GPUs one node must see: the parameter, else TP × PP × DP (local) from the log's args."""
-    if env.gpus_required:
+    """GPUs one node must see: the larger of the parameter and TP × PP × DP (local) from the log's args — a
+    parameter may raise what the server's own arguments need, never lower it."""
+    from_log, basis = _gpus_from_log(s)
+    if env.gpus_required and (from_log is None or env.gpus_required >= from_log):
         return env.gpus_required, "axes.environment.gpus_required"
+    return from_log, basis
+
+
+def _gpus_from_log(s: CompatSources) -> tuple[int | None, str]:
     args = engine_args(s)
     if args is None:
         return None, "unknown (no server log, no axes.environment.gpus_required)"
