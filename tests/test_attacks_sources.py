@@ -169,10 +169,22 @@ def test_attack_a_waiting_gauge_stuck_at_zero_while_the_histogram_queues():
     assert held is None and why[-1].startswith("inconclusive: ") and "queue: server 0.0, client 8.0" in why[-1]
 
 
-def test_attack_a_running_gauge_far_below_what_the_kit_has_in_flight():
-    """Another, idler server's /metrics: 0 running while the kit holds 4 requests open."""
-    agreement = window_agreement(STEP, _requests(1000, 1010, 4), _rows(1000, 9, running=0), settle_fraction=0.3)
+def test_attack_a_running_gauge_above_what_the_kit_has_in_flight():
+    """Another client loads the target (or the gauges are a busier deployment's): 9 in the engine, 4 sent."""
+    agreement = window_agreement(STEP, _requests(1000, 1010, 4), _rows(1000, 9, running=8, waiting=1),
+                                 settle_fraction=0.3)
     assert "in flight" in agreement["disagreements"]
+    assert settle_held(True, [], agreement)[0] is None
+
+
+def test_attack_counters_of_an_idle_server_under_the_kits_load():
+    """An idle server's /metrics: its gauges show nothing (the front end could explain that) but its counters never
+    counted the kit's 40 requests."""
+    step = {**STEP, "cross_check": {"counts_agree": False, "disagreements": ["requests sent"],
+                                    "items": [{"quantity": "requests sent", "client": 40, "server": 0,
+                                               "unit": "requests"}]}}
+    agreement = window_agreement(step, _requests(1000, 1010, 4), _rows(1000, 9, running=0), settle_fraction=0.3)
+    assert agreement["disagreements"] == ["counts"] and "requests sent: client 40, server 0" in agreement["items"][0]["note"]
     assert settle_held(True, [], agreement)[0] is None
 
 
