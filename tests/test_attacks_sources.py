@@ -110,13 +110,13 @@ def test_attack_the_server_log_of_another_deployment(healthy_run):
     assert "max_model_len 32768 vs 4096" in said
 
 
-def test_attack_an_image_inspect_of_a_container_created_the_day_before(healthy_run):
+def test_attack_an_image_inspect_of_a_container_started_the_day_before(healthy_run):
     params, records = _run(healthy_run)
     start = records["probe"].data["claims"]["target"]["start_time"]
     old = (dt.datetime.fromtimestamp(start, dt.timezone.utc) - dt.timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    d = compute_decision(params, _claims(records, "environment", "image_inspect", created=old))
+    d = compute_decision(params, _claims(records, "environment", "image_inspect", started=old))
     assert d.decision == "limited-observation"
-    _reason(d, "compat.image", "image_inspect disagrees", "container created")
+    _reason(d, "compat.image", "image_inspect disagrees", "container started")
 
 
 def test_attack_the_target_changed_between_the_probe_and_the_environment_axis(healthy_run):

@@ -98,7 +98,8 @@ def image_inspect(cfg, started_at: str) -> list[dict]:
     RepoDigests (the digest a reviewer archives), the container's creation date."""
     repo = cfg.image.rsplit(":", 1)[0] if ":" in cfg.image.rsplit("/", 1)[-1] else cfg.image
     digest = image_digest(cfg)
-    return [{"Id": digest, "Created": started_at, "Config": {"Image": cfg.image},
+    return [{"Id": digest, "Created": started_at, "State": {"Status": "running", "StartedAt": started_at},
+             "Config": {"Image": cfg.image},
              "Image": digest, "RepoTags": [cfg.image], "RepoDigests": [f"{repo}@{digest}"]}]
 
 

@@ -101,14 +101,14 @@ def _listed(value: Any) -> list[Any]:
 
 def image_claims(image: Any) -> Claims:
     """`docker inspect` / `crictl inspect`: the vLLM version its tag names (`vllm/vllm-openai:v0.33.0`), and when
-    the container was created."""
+    the container last started (its creation date proves nothing of the process: `docker restart` keeps it)."""
     if image is None or getattr(image, "source", "") != "image_inspect":
         return {}
     from ..core.versions import parse_version
 
     tag = (image.reference or "").rsplit("/", 1)[-1].partition("@")[0]
     version = parse_version(tag.partition(":")[2]) if ":" in tag else None
-    return _clean({"vllm_version": str(version) if version else None, "created": image.created})
+    return _clean({"vllm_version": str(version) if version else None, "started": getattr(image, "started", None)})
 
 
 def nvml_claims(info: Any, samples: Iterable[Any] = ()) -> Claims:

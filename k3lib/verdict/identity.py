@@ -27,7 +27,7 @@ from ..core.versions import same_release
 
 TARGET = "target"
 KV_TOLERANCE = 0.10  # the log's "GPU KV cache size" vs cache_config_info's blocks × block size (hybrid rounding)
-START_BEFORE_S = 600.0  # a container is created at most this long before its server process starts
+START_BEFORE_S = 600.0  # a container starts at most this long before its server process does
 # a load-tied flag (True: moved with the kit's load, False: did not) compared with the target itself
 LOAD_TIES = {"busy_under_load": "GPU utilisation moved while the kit loaded the target",
              "kit_requests_counted": "the counters counted the kit's own requests"}
@@ -101,11 +101,11 @@ def _cross(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[tuple[bool, str]]
         if x.get("data_parallel_size") is not None and y.get("engines") is not None:
             out.append((int(x["data_parallel_size"]) == int(y["engines"]),
                         f"data parallel size {x['data_parallel_size']} vs {y['engines']} engine(s) in /metrics"))
-        start, created = _epoch(x.get("start_time")), _epoch(y.get("created"))
-        if start is not None and created is not None:
-            out.append((created - 5 <= start <= created + START_BEFORE_S,
+        start, started = _epoch(x.get("start_time")), _epoch(y.get("started"))
+        if start is not None and started is not None:
+            out.append((started - 5 <= start <= started + START_BEFORE_S,
                         f"server started {dt.datetime.fromtimestamp(start, dt.timezone.utc):%Y-%m-%d %H:%M:%S}Z vs "
-                        f"container created {y['created']}"))
+                        f"container started {y['started']}"))
     return out
 
 

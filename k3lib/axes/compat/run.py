@@ -55,6 +55,7 @@ class ImageRef:
     digest: str | None
     source: str  # "image_inspect" | "parameters"
     created: str | None = None  # the image's (or container's) creation date, when the JSON carries it
+    started: str | None = None  # when the container last started (docker State.StartedAt, crictl status.startedAt)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,7 +122,7 @@ def parse_image_inspect(text: str) -> ImageRef:
         data = data[0] if data and isinstance(data[0], dict) else {}
     if not isinstance(data, dict):
         raise ArtifactError("expected a JSON object (or a list of one) from `docker inspect` / `crictl inspect`")
-    ref = digest = created = None
+    ref = digest = created = started = None
     status = data["status"] if isinstance(data.get("status"), dict) else {}
     config = data["Config"] if isinstance(data.get("Config"), dict) else {}
     # crictl inspect: status.image.image is the reference, status.imageRef the repo@sha256 it resolved to
@@ -130,6 +131,7 @@ def parse_image_inspect(text: str) -> ImageRef:
         ref = image.get("image") if isinstance(image, dict) else None
         digest = _digest_of(status.get("imageRef"))
         created = status.get("createdAt")
+        started = status.get("startedAt")
     # docker container inspect: Config.Image as started; docker image inspect: RepoTags / RepoDigests
     started_as = config.get("Image")
     if ref is None and isinstance(started_as, str) and not started_as.startswith("sha256:"):
@@ -146,13 +148,16 @@ def parse_image_inspect(text: str) -> ImageRef:
         if digest is None and isinstance(data.get(key), str):
             digest = _digest_of(data[key])
     created = created or (data.get("Created") if isinstance(data.get("Created"), str) else None)
+    state = data["State"] if isinstance(data.get("State"), dict) else {}
+    started = started if isinstance(started, str) else state.get("StartedAt") if isinstance(
+        state.get("StartedAt"), str) else None
     if ref is None and digest is None:
         raise ArtifactError("no image reference in this JSON: expected docker inspect's Config.Image or RepoTags, "
                             "crictl inspect's status.image.image, or an \"image\" key")
     if ref and "@sha256:" in ref:
         ref, _, tail = ref.partition("@")
         digest = digest or "sha256:" + tail.removeprefix("sha256:")
-    return ImageRef(reference=ref, digest=digest, source="image_inspect", created=created)
+    return ImageRef(reference=ref, digest=digest, source="image_inspect", created=created, started=started)
 
 
 def _digest_of(value: Any) -> str | None:
