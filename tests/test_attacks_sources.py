@@ -252,24 +252,65 @@ def test_attack_metrics_urls_at_an_idle_server_under_a_kv_starved_target(tmp_pat
     assert ties({"target": {}, url: claims[url]})[url].status == "disputed"
 
 
-def test_attack_an_attestation_served_by_the_target_under_test(emulator, tmp_path):
-    """Served at the target's own address by a target the kit did not start: not evidence, its items stay open."""
+def _serve_text(text: str):
+    """A server the kit did not start, answering `text` on any path (a proxy or a real deployment's sidecar)."""
+    import http.server
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - the stdlib's name
+            body = text.encode()
+            self.send_response(200)
+            self.send_header("content-type", "text/plain")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def _operations_against(url: str, tmp_path, **request):
     from k3lib.axes.operations import run_operations
     from k3lib.core.params import load_params
     from k3lib.core.store import RunStore
     from k3lib.core.target import resolve_target
 
-    params = load_params(["parameters/emulator.yaml"], [f"target.base_url={emulator.url}",
-                                                        "axes.operations.rollback_drill=null"])
-    store = RunStore.create_at(tmp_path / "run")
-    ctx = types.SimpleNamespace(params=params, store=store, target=resolve_target(params))
-    result = run_operations(ctx)
+    from conftest import ROOT
+
+    params = load_params([ROOT / "parameters" / "emulator.yaml"], [f"target.base_url={url}",
+                                                                    "axes.operations.rollback_drill=null"])
+    store = RunStore.create_at(tmp_path / f"run-{len(list(tmp_path.iterdir()))}")
+    if request:
+        store.write_json("request.json", request)
+    result = run_operations(types.SimpleNamespace(params=params, store=store, target=resolve_target(params)))
     (limits,) = [f for f in result.findings if f.rule == "attestation.operator_knows_limits"]
-    assert limits.status == "not-observable" and "served by the target under test" in limits.message
-    # the kit's own emulator (its request names no target URL): the demo's stand-in counts, named as such
-    store.write_json("request.json", {"target": {"base_url": None}})
-    result = run_operations(ctx)
-    (limits,) = [f for f in result.findings if f.rule == "attestation.operator_knows_limits"]
+    return limits
+
+
+def test_attack_an_attestation_served_by_the_target_under_test(emulator, tmp_path):
+    """A target the kit did not start serves, at its own address, an attestation of itself: not evidence — its items
+    stay open; the same attestation from the kit's own emulator is the demo's stand-in, named as such."""
+    import json as _json
+
+    from k3lib.emulator.envreport import operator_attestation
+
+    text = _json.dumps(operator_attestation(emulator.config, dt.date.today().isoformat() + "T00:00:00Z", 4))
+    other = _serve_text(text)
+    try:
+        url = f"http://127.0.0.1:{other.server_address[1]}"
+        limits = _operations_against(url, tmp_path)
+        assert limits.status == "not-observable" and "served by the target under test" in limits.message
+        # a request.json naming a URL is no proof the kit started the target either
+        limits = _operations_against(url, tmp_path, target={"base_url": url})
+        assert limits.status == "not-observable"
+    finally:
+        other.shutdown()
+    limits = _operations_against(emulator.url, tmp_path)  # the emulator this process started
     assert limits.status == "pass" and "k3kit demo operator" in limits.message
 
 

@@ -49,9 +49,12 @@ def _attestation(ctx: AxisContext, value: str) -> tuple[AttestationRecord | None
 
 
 def kit_started(ctx: AxisContext) -> bool:
-    """Whether the target is the kit's own emulator (started here, or by the batch: its `request.json`, hashed in the
-    manifest, names no target URL) — the only target whose self-served attestation is the demo's stand-in."""
-    if ctx.target.emulator is not None:
+    """Whether the target is the kit's own emulator (started by this process, or by the batch: its `request.json`,
+    hashed in the manifest, names no target URL) — the only target whose self-served attestation is the demo's
+    stand-in."""
+    from ..emulator import started_here
+
+    if ctx.target.emulator is not None or started_here(ctx.target.base_url):
         return True
     if not ctx.store.path("request.json").is_file():
         return False

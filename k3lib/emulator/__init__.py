@@ -4,6 +4,6 @@ model, vLLM's metric names and log formats, and switchable faults."""
 from .config import EmulatorConfig
 from .faults import FAULTS
 from .profiles import PROFILES
-from .server import EmulatorHandle, serve_forever, start_emulator
+from .server import EmulatorHandle, serve_forever, start_emulator, started_here
 
-__all__ = ["EmulatorConfig", "EmulatorHandle", "FAULTS", "PROFILES", "serve_forever", "start_emulator"]
+__all__ = ["EmulatorConfig", "EmulatorHandle", "FAULTS", "PROFILES", "serve_forever", "start_emulator", "started_here"]

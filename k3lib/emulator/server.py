@@ -48,6 +48,16 @@ def _server(cfg: EmulatorConfig, url: str):
     return uvicorn.Server(config), emu
 
 
+# The emulators this process started and still serves, by URL: a target the kit started itself (its demo stand-in may
+# vouch for its own operations), as opposed to one at a URL someone gave it.
+_RUNNING: set[str] = set()
+
+
+def started_here(url: str | None) -> bool:
+    """Whether `url` is an emulator this process started and still serves."""
+    return bool(url) and str(url).rstrip("/") in _RUNNING
+
+
 class EmulatorUrls:
     """Where an emulator (or one node of it) serves its `/metrics` and its dcgm-exporter page, from its `url`."""
 
@@ -74,6 +84,7 @@ class EmulatorHandle(EmulatorUrls):
     _sock: socket.socket
 
     def stop(self, timeout_s: float = 10.0) -> None:
+        _RUNNING.discard(self.url)
         self._server.should_exit = True
         self._thread.join(timeout_s)
         try:
@@ -106,6 +117,7 @@ def start_emulator(cfg: EmulatorConfig | None = None, host: str = "127.0.0.1", p
             sock.close()
             raise TargetUnreachable(f"the emulator did not start serving on {url} within {ready_timeout_s:.0f} s")
         time.sleep(0.01)
+    _RUNNING.add(url)
     return EmulatorHandle(url, real_port, cfg, server, thread, sock)
 
 
