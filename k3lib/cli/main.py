@@ -80,6 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_target_options(r)  # the embedded emulator there is the incident drill's target
     r.add_argument("--demo", metavar="SCENARIO",
                    help="generate and review a deterministic three-week history: steady, idle-heavy, spiky, poor")
+    r.add_argument("--from-exports", action="store_true",
+                   help="with --demo: write the scenario's records as exports (FOCUS bill, PagerDuty, Jira, API "
+                        "usage) and review the files `k3 import` makes of them")
     r.set_defaults(func=cmd_review)
 
     add_import_parser(sub, _Parser)

@@ -41,13 +41,13 @@ class CostSource(_M):
 
 def mismatched_items(amounts: dict[str, float | None], sources: tuple[CostSource, ...]) -> list[str]:
     """The items whose amount is not the sum of what the sources list for them (one line each)."""
-    totals: dict[str, float] = {}
+    totals: dict[str, float] = {}  # item → the sources' sum
     for s in sources:
         for item, value in s.items.items():
             totals[item] = totals.get(item, 0.0) + value
     out = []
-    for item, total in sorted(totals.items()):
-        have = amounts.get(item)
+    for name, total in sorted(totals.items()):
+        have = amounts.get(name)
         if have is None or abs(have - total) > SUM_TOLERANCE:
-            out.append(f"{item} is {'blank' if have is None else have} but its sources sum to {round(total, 2)}")
+            out.append(f"{name} is {'blank' if have is None else have} but its sources sum to {round(total, 2)}")
     return out

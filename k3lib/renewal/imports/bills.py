@@ -50,7 +50,8 @@ def focus_lines(path: str | Path, p: CostParams) -> list[CostLine]:
                         currency=cell(row, "BillingCurrency", _currency), service=str(row.get("ServiceName") or ""),
                         category=category, item=item, resource=str(row.get("ResourceId") or ""),
                         tags=tuple(sorted(cell(row, "Tags", mapping, required=False, default={}).items())),
-                        commitment=str(row.get("CommitmentDiscountId") or ""))
+                        commitment=str(row.get("CommitmentDiscountId") or ""),
+                        prepaid=row.get("ChargeCategory") == "Purchase")
     return _lines(path, rows, one)
 
 
@@ -68,6 +69,7 @@ CUR_COLUMNS = ("line_item_usage_start_date", "line_item_usage_end_date", "line_i
 CUR_MONITORING = {"AmazonCloudWatch", "AmazonPrometheus", "AmazonGrafana", "AWSXRay", "AmazonManagedService"}
 CUR_STORAGE = {"AmazonS3", "AmazonEFS", "AmazonFSx", "AWSBackup", "AmazonS3GlacierDeepArchive", "AmazonECR"}
 CUR_NETWORK = {"AWSDataTransfer", "AmazonVPC", "AWSELB", "AmazonCloudFront", "AWSDirectConnect", "AmazonRoute53"}
+CUR_PREPAID = {"Fee", "SavingsPlanUpfrontFee"}  # one-time: Capacity Blocks, RI and Savings Plans upfront fees
 CUR_CAPACITY = {"AmazonEC2", "AmazonSageMaker", "AmazonEKS", "AmazonECS", "AWSOutposts"}
 
 
@@ -130,7 +132,7 @@ def cur_lines(path: str | Path, p: CostParams) -> list[CostLine]:
                         currency=cell(row, "line_item_currency_code", _currency), service=code, category=family,
                         item=cur_item(code, family, str(row.get("line_item_usage_type") or "")),
                         resource=str(row.get("line_item_resource_id") or ""), tags=tuple(sorted(_cur_tags(row).items())),
-                        commitment=commitment)
+                        commitment=commitment, prepaid=row.get("line_item_line_item_type") in CUR_PREPAID)
     return _lines(path, rows, one)
 
 
@@ -235,7 +237,8 @@ def invoice_lines(path: str | Path, p: CostParams) -> list[CostLine]:
         return CostLine(line=row["_line"], start=start, end=end, amount=cell(row, "amount", to_float),
                         currency=cell(row, "currency", _currency), service=str(row.get("service") or "invoice"),
                         category=str(row.get("description") or ""), item=cell(row, "item", item),
-                        resource=str(row.get("resource") or ""), commitment=str(row.get("commitment") or ""))
+                        resource=str(row.get("resource") or ""), commitment=str(row.get("commitment") or ""),
+                        prepaid=not blank(row.get("commitment")))
     return _lines(path, rows, one)
 
 

@@ -121,7 +121,7 @@ def import_worklogs(source: str | Path, out: str | Path, section: ImportSection,
         raise BadInputError("no mapping to the nine categories; expected imports.hours.labels, components, issues or "
                             "projects (see parameters/imports.example.yaml)", source="k3 import jira")
     rows, notes = hours_by_week(read_worklogs(source, p), p, window)
-    owns = set(maps.values())
+    owns: set[str] = set(maps.values())
     mapping_words = "; ".join(f"{what} {dict(m)}" for what, m in (("issues", p.issues), ("components", p.components),
                                                                    ("labels", p.labels), ("projects", p.projects)) if m)
     prov = Provenance.of("jira", source, window, mapped=[f"worklog start → ISO week ({p.timezone}); {mapping_words}"],

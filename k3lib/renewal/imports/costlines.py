@@ -31,6 +31,7 @@ class CostLine:
     resource: str = ""
     tags: tuple[tuple[str, str], ...] = ()
     commitment: str = ""  # the commitment / reservation it belongs to, when the export says
+    prepaid: bool = False  # a one-time purchase or upfront fee (FOCUS Purchase, CUR Fee…): what `commitments` spread
 
 
 @dataclasses.dataclass
@@ -83,7 +84,7 @@ def check_selector(p: CostParams) -> None:
 def selected(line: CostLine, p: CostParams) -> bool:
     if p.services and line.service.lower() not in {s.lower() for s in p.services}:
         return False
-    if p.all_rows or any(c.id in (line.commitment, line.resource) for c in p.commitments if c.id):
+    if p.all_rows or _term(line, p.commitments) is not None:  # naming a purchase selects it, not what it covers
         return True
     tags = {_norm_key(k): v for k, v in line.tags}
     if p.tags and all(tags.get(_norm_key(k)) == v for k, v in p.tags.items()):
@@ -92,6 +93,9 @@ def selected(line: CostLine, p: CostParams) -> bool:
 
 
 def _term(line: CostLine, commitments: tuple[Commitment, ...]) -> Commitment | None:
+    """The named commitment a prepaid line buys (usage a commitment covers keeps its own charge period)."""
+    if not line.prepaid:
+        return None
     return next((c for c in commitments if c.id and c.id in (line.commitment, line.resource)), None)
 
 

@@ -118,8 +118,8 @@ def opsgenie_incident(row: Row, p: IncidentParams) -> Incident:
         except ValueError as exc:
             raise RowError(f"extraProperties.{q}", str(exc)) from None
     return Incident(id=str(row.get("id") or row.get("tinyId") or ""), number=str(row.get("tinyId") or ""),
-                    title=str(row.get("message") or ""), service=", ".join(row.get("impactedServices") or []),
-                    tags=tuple(str(t) for t in tags), started_at=started,
+                    title=str(row.get("message") or ""), service=", ".join(str(x) for x in row.get("impactedServices") or ()),
+                    tags=tuple(str(t) for t in tags or ()), started_at=started,
                     minutes_to_recover=None if minutes is None else round(minutes, 1), values=values,
                     from_record={q for q, v in values.items() if v is not None}, effort={})
 

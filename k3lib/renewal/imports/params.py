@@ -14,7 +14,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ...core.errors import BadInputError
-from ...core.layering import layer, validate_model
+from ...core.layering import _provenance, layer, validate_model
 from ..costsources import CurrencyConversion
 from ..inputs import HoursCategory, IncidentCategory
 
@@ -119,7 +119,7 @@ def _relative(merged: dict[str, Any], prov: dict[str, str]) -> None:
         node = merged.get("imports", {}).get(section)
         if isinstance(node, dict) and isinstance(node.get(key), str):
             p = Path(node[key]).expanduser()
-            origin = prov.get(f"imports.{section}.{key}", "")
+            origin = _provenance(("imports", section, key), prov, "")
             if not p.is_absolute():
                 base = Path(origin).parent if origin and not origin.startswith("--set") else Path.cwd()
                 p = base / p
