@@ -71,6 +71,8 @@ def add_import_parser(sub: argparse._SubParsersAction, parser_class: type) -> No
             _money(p)
         if kind in ("pagerduty", "opsgenie"):
             p.add_argument("--postmortems", metavar="FILE", help="CSV: id, category and the drill's answers")
+            p.add_argument("--service", action="append", default=[], metavar="NAME",
+                           help="only incidents of this service; repeatable")
             p.add_argument("--hours", metavar="FILE",
                            help="(pagerduty, Analytics export) also write the off-hours effort into this hours.csv")
             p.add_argument("--force", action="store_true", help="overwrite answers typed into the output by hand")
@@ -99,13 +101,15 @@ def _sets(ns: argparse.Namespace) -> list[str]:
     out: list[str] = []
     j = json.dumps
     if ns.window:
-        start, end = _pair(ns.window, "/", "START/END", "--window")
-        out += [f"imports.window.start={j(start)}", f"imports.window.end={j(end)}"]
+        from ..renewal.imports.commands import parse_window
+
+        w = parse_window(ns.window)  # a bad window is named as --window, before anything is read
+        out += [f"imports.window.start={j(w.start.isoformat())}", f"imports.window.end={j(w.end.isoformat())}"]
     for t in getattr(ns, "tag", []):
         k, v = _pair(t, "=", "KEY=VALUE", "--tag")
         out.append(f"imports.costs.tags.{k}={j(v)}")
     for flag, key in (("resource", "resources"), ("service", "services")):
-        if getattr(ns, flag, None):
+        if ns.import_kind in BILLS and getattr(ns, flag, None):
             out.append(f"imports.costs.{key}={j(getattr(ns, flag))}")
     if getattr(ns, "all_rows", False):
         out.append("imports.costs.all_rows=true")
@@ -131,9 +135,12 @@ def _sets(ns: argparse.Namespace) -> list[str]:
 
 
 def _incident_sets(ns: argparse.Namespace) -> list[str]:
-    if getattr(ns, "postmortems", None):
-        return [f"imports.incidents.postmortems={json.dumps(ns.postmortems)}"]
-    return []
+    if ns.import_kind not in ("pagerduty", "opsgenie"):
+        return []
+    out = [f"imports.incidents.services={json.dumps(ns.service)}"] if ns.service else []
+    if ns.postmortems:
+        out.append(f"imports.incidents.postmortems={json.dumps(ns.postmortems)}")
+    return out
 
 
 def _usage_sets(ns: argparse.Namespace) -> list[str]:

@@ -69,6 +69,7 @@ CUR_COLUMNS = ("line_item_usage_start_date", "line_item_usage_end_date", "line_i
 CUR_MONITORING = {"AmazonCloudWatch", "AmazonPrometheus", "AmazonGrafana", "AWSXRay", "AmazonManagedService"}
 CUR_STORAGE = {"AmazonS3", "AmazonEFS", "AmazonFSx", "AWSBackup", "AmazonS3GlacierDeepArchive", "AmazonECR"}
 CUR_NETWORK = {"AWSDataTransfer", "AmazonVPC", "AWSELB", "AmazonCloudFront", "AWSDirectConnect", "AmazonRoute53"}
+CUR_COMMITMENT_FEES = {"RIFee", "SavingsPlanRecurringFee", "SavingsPlanUpfrontFee"}  # compute commitments
 CUR_PREPAID = {"Fee", "SavingsPlanUpfrontFee"}  # one-time: Capacity Blocks, RI and Savings Plans upfront fees
 CUR_CAPACITY = {"AmazonEC2", "AmazonSageMaker", "AmazonEKS", "AmazonECS", "AWSOutposts"}
 
@@ -130,7 +131,8 @@ def cur_lines(path: str | Path, p: CostParams) -> list[CostLine]:
         return CostLine(line=row["_line"], start=cell(row, "line_item_usage_start_date", to_time),
                         end=cell(row, "line_item_usage_end_date", to_time), amount=amount,
                         currency=cell(row, "line_item_currency_code", _currency), service=code, category=family,
-                        item=cur_item(code, family, str(row.get("line_item_usage_type") or "")),
+                        item="capacity" if row.get("line_item_line_item_type") in CUR_COMMITMENT_FEES
+                        else cur_item(code, family, str(row.get("line_item_usage_type") or "")),
                         resource=str(row.get("line_item_resource_id") or ""), tags=tuple(sorted(_cur_tags(row).items())),
                         commitment=commitment, prepaid=row.get("line_item_line_item_type") in CUR_PREPAID)
     return _lines(path, rows, one)

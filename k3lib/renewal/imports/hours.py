@@ -27,6 +27,9 @@ LABEL_COLUMNS = ("Labels", "Issue Labels", "labels")
 COMPONENT_COLUMNS = ("Component/s", "Components", "Component", "components")
 
 
+UNDATED = dt.datetime.min.replace(tzinfo=dt.timezone.utc)  # a `Time Spent` total with no dated worklog
+
+
 @dataclasses.dataclass(frozen=True)
 class Worklog:
     issue: str
@@ -101,6 +104,11 @@ def read_worklogs(path: str | Path, p: HoursParams) -> list[Worklog]:
     if rows and not out and any(not blank(r.get("Time Spent")) for r in rows):
         raise BadInputError("only `Time Spent` (an issue's total, undated): expected dated worklogs — Jira's CSV "
                             "with its Log Work columns, or Tempo's worklog export", source=str(path))
+    logged = {w.issue for w in out}
+    for r in rows:  # an issue with a total but no dated worklog: counted nowhere, and said so
+        key = _first(r, KEY_COLUMNS)[1]
+        if not blank(r.get("Time Spent")) and key not in logged:
+            out.append(Worklog(str(key or ""), UNDATED, to_float(r["Time Spent"]) / 3600, (), ()))
     return out
 
 
@@ -143,7 +151,10 @@ def hours_by_week(worklogs: list[Worklog], p: HoursParams, window: Window
     out: dict[tuple[str, str], float] = defaultdict(float)
     unmapped: dict[str, list[Any]] = {}
     outside = 0
+    undated = [w for w in worklogs if w.start == UNDATED]
     for w in worklogs:
+        if w.start == UNDATED:
+            continue
         if not window.contains(w.start):
             outside += 1
             continue
@@ -153,8 +164,9 @@ def hours_by_week(worklogs: list[Worklog], p: HoursParams, window: Window
             entry[0] += w.hours
             continue
         out[(iso_week(w.start, p.timezone), cat)] += w.hours
-    notes = [f"{len(worklogs)} worklog(s) read; {outside} outside the window; "
+    notes = [f"{len(worklogs) - len(undated)} worklog(s) read; {outside} outside the window; "
              f"{len(unmapped)} issue(s) unmapped"]
+    notes += [f"undated (a Time Spent total without worklogs, not counted): {w.issue} {w.hours:.2f} h" for w in undated]
     notes += [f"unmapped: {issue} {h:.2f} h ({why}; labels {', '.join(lab) or '-'}; components "
               f"{', '.join(comp) or '-'})" for issue, (h, why, lab, comp) in sorted(unmapped.items())]
     return dict(out), notes

@@ -29,7 +29,8 @@ def off_hours_seconds(start: dt.datetime, end: dt.datetime, p: IncidentParams) -
             if day.weekday() < 5:
                 open_, close = (dt.datetime.combine(day, dt.time(h), zone) for h in p.business_hours)
                 busy = max(0.0, (min(b, close) - max(a, open_)).total_seconds())
-            out[iso_week(a, p.timezone)] += (b - a).total_seconds() - busy
+            if (b - a).total_seconds() > busy:
+                out[iso_week(a, p.timezone)] += (b - a).total_seconds() - busy
         day += dt.timedelta(days=1)
     return dict(out)
 

@@ -92,12 +92,15 @@ def _parquet_rows(p: Path, what: str) -> list[Row]:
     return rows
 
 
-def json_rows(text: str, p: Path, what: str, keys: tuple[str, ...] = ()) -> list[Row]:
-    """A JSON document's list of objects (at the top, or under the first of `keys` present), or JSON lines."""
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError:
-        doc = None
+def json_rows(text: str, p: Path, what: str, keys: tuple[str, ...] = (), lines: bool = False) -> list[Row]:
+    """A JSON document's list of objects (at the top, or under the first of `keys` present), or JSON lines (always
+    for `lines`: a one-line JSONL file is one record, not a document)."""
+    doc = None
+    if not lines:
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError:
+            pass
     if doc is None:
         out = []
         for n, line in enumerate(text.splitlines(), start=1):
@@ -135,7 +138,7 @@ def read_rows(path: str | Path, what: str, json_keys: tuple[str, ...] = ()) -> l
     text = _text(p, data, what)
     if kind == ".csv" or (kind is None and not text.lstrip().startswith(("{", "["))):
         return csv_rows(text, p, what)
-    return json_rows(text, p, what, json_keys)
+    return json_rows(text, p, what, json_keys, lines=kind in (".jsonl", ".ndjson"))
 
 
 # --- values -----------------------------------------------------------------------------------------------------
