@@ -420,3 +420,47 @@ def test_import_parameters_refuse_unknown_keys(tmp_path):
     with pytest.raises(BadInputError) as info:
         load_import_params([p])
     assert "imports.hours.labells" in info.value.one_line()
+
+
+# --- what the review's readers accept from an import --------------------------------------------------------------
+
+INC_HEADER = ("id,started_at,category,detected_automatically,previous_version_restored,in_flight_resumed_or_cancelled,"
+              "api_failover_without_contract_change,fields_preserved,minutes_to_recover")
+
+
+def test_the_readers_skip_a_provenance_header_and_keep_line_numbers(tmp_path):
+    p = tmp_path / "incidents.csv"
+    p.write_text(f"# Imported by `k3 import pagerduty`\n# k3-import: {{}}\n{INC_HEADER}\n"
+                 "A,2026-07-29T14:00:00Z,node-accelerator,true,,,,,18\nB,2026-07-30T14:00:00Z,,,,,,,\n"
+                 "C,2026-07-30T15:00:00Z,gpu,,,,,,\n")
+    with pytest.raises(BadInputError) as info:
+        read_incidents(p)
+    assert "line 6, column category" in info.value.one_line() and "node/accelerator" in info.value.one_line()
+    p.write_text(p.read_text().rsplit("C,", 1)[0])
+    got = read_incidents(p)
+    # the README's old spelling is read as the code's class; a blank class is not classified (None), never a guess
+    assert [i.category for i in got] == ["node/accelerator", None]
+
+
+def test_costs_conversions_need_a_currency_and_differ_from_it(tmp_path):
+    p = tmp_path / "costs.yaml"
+    p.write_text("capacity: 10\nconversions:\n- {from: USD, rate: 0.9, date: 2026-08-14}\n")
+    with pytest.raises(BadInputError, match="a rate without the currency"):
+        read_costs(p)
+    p.write_text("currency: USD\ncapacity: 10\nconversions:\n- {from: USD, rate: 0.9, date: 2026-08-14}\n")
+    with pytest.raises(BadInputError, match="from USD to itself"):
+        read_costs(p)
+    p.write_text("currency: EUR\ncapacity: 10\nconversions:\n- {from: USD, rate: -1, date: 2026-08-14}\n")
+    with pytest.raises(BadInputError, match="conversions.0.rate"):
+        read_costs(p)
+
+
+def test_the_demo_parameters_point_at_the_imported_files(tmp_path):
+    from k3lib.renewal.batch import load_review_request
+    from k3lib.renewal.imports.exports import materialise_from_exports
+
+    params = materialise_from_exports(load_review_request([], [], "poor"), tmp_path)
+    inp = params.review.inputs
+    assert Path(inp.costs).parent.name == Path(inp.incidents).parent.name == "imported"
+    assert Path(inp.tasks) == tmp_path / "tasks.csv"  # the task log has no standard export: the generated one
+    assert params.review.demo == "poor" and read_costs(inp.costs).sources
