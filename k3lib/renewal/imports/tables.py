@@ -47,6 +47,16 @@ def _text(p: Path, data: bytes, what: str) -> str:
                             source=str(p)) from None
 
 
+def _row(names: list[str], repeated: set[str], cells: list[str]) -> Row:
+    row: Row = {n: [] for n in repeated}
+    for n, c in zip(names, cells):
+        if n not in repeated:
+            row[n] = c
+        elif c.strip():
+            row[n].append(c.strip())
+    return row
+
+
 def csv_rows(text: str, p: Path, what: str) -> list[Row]:
     """Rows keyed by header name; a name the header repeats maps to the list of its non-blank cells."""
     reader = csv.reader(io.StringIO(text))
@@ -58,17 +68,8 @@ def csv_rows(text: str, p: Path, what: str) -> list[Row]:
         repeated = {n for n in names if names.count(n) > 1}
         rows = []
         for cells in reader:
-            if not any(c.strip() for c in cells):
-                continue
-            row: Row = {n: [] for n in repeated}
-            for n, c in zip(names, cells):
-                if n in repeated:
-                    if c.strip():
-                        row[n].append(c.strip())
-                else:
-                    row[n] = c
-            row["_line"] = reader.line_num
-            rows.append(row)
+            if any(c.strip() for c in cells):
+                rows.append({**_row(names, repeated, cells), "_line": reader.line_num})
     except csv.Error as exc:
         raise BadInputError(f"line {reader.line_num}: not readable as CSV ({exc}); expected {what}",
                             source=str(p)) from None
