@@ -42,6 +42,8 @@ def off_hours_effort(efforts: list[dict], p: IncidentParams, window: Window) -> 
     for e in efforts:
         start, end, seconds = e["from"], max(e["to"], e["from"]), e["seconds"]
         if end == start:  # resolved at acknowledgement: the effort sits at that instant
+            if not window.contains(start):
+                continue
             off = off_hours_seconds(start, start + dt.timedelta(seconds=1), p)
             span = 1.0
         else:
