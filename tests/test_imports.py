@@ -464,3 +464,19 @@ def test_the_demo_parameters_point_at_the_imported_files(tmp_path):
     assert Path(inp.costs).parent.name == Path(inp.incidents).parent.name == "imported"
     assert Path(inp.tasks) == tmp_path / "tasks.csv"  # the task log has no standard export: the generated one
     assert params.review.demo == "poor" and read_costs(inp.costs).sources
+
+
+@pytest.mark.slow
+def test_k3_review_demo_from_exports_runs_the_review_on_the_imported_files(tmp_path, capsys):
+    from k3lib.cli.run import review_main
+    from k3lib.core.store import RunStore
+
+    rc = review_main([], [], str(tmp_path), "poor", from_exports=True)
+    out, err = capsys.readouterr()
+    assert rc == 5 and "decision: exit-to-api" in out, err[-2000:]
+    run = next(tmp_path.iterdir())
+    params = json.loads((run / "params.json").read_text())["review"]["inputs"]
+    assert all("/inputs/imported/" in params[k] for k in ("costs", "incidents", "hours"))
+    manifest = RunStore.open(run).manifest()["files"]
+    assert {"inputs/exports/bill.focus.csv", "inputs/imported/costs.yaml", "inputs/imported/hours.csv"} <= set(manifest)
+    assert RunStore.open(run).verify() == []

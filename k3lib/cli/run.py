@@ -125,7 +125,8 @@ def review_main(files: list[str], sets: list[str], out: str | None, demo: str | 
         from ..renewal.imports.exports import materialise_from_exports
 
         params = materialise_from_exports(params, store.path("inputs"))
-        adopt_folder(store, "inputs")
+        for folder in ("inputs", "inputs/exports", "inputs/imported"):
+            adopt_folder(store, folder)
         print(f"imported: {params.review.inputs.costs}, {params.review.inputs.incidents}, "  # type: ignore[union-attr]
               f"{params.review.inputs.hours}", file=sys.stderr)  # type: ignore[union-attr]
     decision = run_review(params, store, on_start=lambda src: print(f"series: {src}", file=sys.stderr))
