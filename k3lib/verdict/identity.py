@@ -156,11 +156,9 @@ def tie_sources(claims: Mapping[str, Mapping[str, Any]]) -> dict[str, SourceTie]
     pairs = _pair_results(claims)
     mismatches: dict[str, list[str]] = {s: [] for s in claims}
     for (a, b), results in pairs.items():
-        for ok, said in results:
-            if not ok:
-                for s, other in ((a, b), (b, a)):
-                    if not s.startswith(TARGET):
-                        mismatches[s].append(f"{said} ({other})")
+        for said in (said for ok, said in results if not ok):
+            for s, other in ((a, b), (b, a)):
+                mismatches[s] += [] if s.startswith(TARGET) else [f"{said} ({other})"]
     for s, fields in claims.items():
         for key, what in LOAD_TIES.items():
             if fields.get(key) is False:
