@@ -51,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--resume", metavar="RUN",
                    help="finish an interrupted run in place: the axes whose notebook and evidence are intact are kept, "
                         "the others re-run against a target started from the run's request.json")
+    v.add_argument("--plan", action="store_true",
+                   help="check the target (the preflight), print what each axis will do and about how long the "
+                        "run will take, and exit 0 without sending any load")
     v.add_argument("--baseline", metavar="RUN",
                    help="an accepted run to compare with: a changed image, driver, vLLM, topology or context limit "
                         "reopens the sheet; metrics outside the accepted band are listed as drift")
@@ -243,19 +246,22 @@ def cmd_schemas(ns: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from ..batch.stop import stop_signals
+
     parser = build_parser()
     try:
         ns = parser.parse_args(argv)
         if not getattr(ns, "func", None):
             parser.print_help()
             return 2
-        return int(ns.func(ns) or 0)
+        with stop_signals():  # SIGINT and SIGTERM stop a batch's load and keep what finished (k3lib.batch.stop)
+            return int(ns.func(ns) or 0)
     except BadInputError as exc:
         print(f"k3: {exc.one_line()}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("k3: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        print(f"k3: {exc.message() if hasattr(exc, 'message') else 'interrupted'}", file=sys.stderr)
+        return int(getattr(exc, "exit_code", 130))
     except K3Error as exc:
         print(f"k3: {exc}", file=sys.stderr)
         return 1

@@ -92,7 +92,16 @@ class TargetParams(_Model):
     restart_timeout_s: PositiveSeconds = 600.0
     emulator: EmulatorParams = EmulatorParams()
 
-    _urls = field_validator("base_url")(classmethod(lambda cls, v: _check_url(v)))
+    @field_validator("base_url")
+    @classmethod
+    def _base_url(cls, v: str | None) -> str | None:
+        v = _check_url(v)
+        if v is not None and urlsplit(v).path.rstrip("/").endswith("/v1"):
+            root = v.rstrip("/")[: -len("/v1")]
+            # the OpenAI SDK's habit: the kit adds /v1/… itself and reads /health, /metrics, /version beside /v1
+            raise ValueError(f"ends in /v1: give the server root {root} (the kit adds /v1/… itself and reads "
+                             "/health, /metrics and /version beside it)")
+        return v
 
     @field_validator("metrics_urls")
     @classmethod
