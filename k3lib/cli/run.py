@@ -61,7 +61,6 @@ def _run_acceptance(params, out: str | None, baseline: str | None = None, resume
         precheck_baseline(baseline, params.recipe.build)
     target = resolve_target(params)
     try:
-        print(f"target: {target.base_url}", file=sys.stderr)
         report = preflight(params, target.base_url, target.metrics_urls, target.headers())
         print(report.line(), file=sys.stderr)
         for note in report.notes:
