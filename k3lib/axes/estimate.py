@@ -21,9 +21,12 @@ __all__ = ["AxisEstimate", "PhaseEstimate", "SpeedLike", "estimate_axes", "DEFAU
 
 # Seconds a notebook adds to its axis' own work on this kind of machine: the cells, the figures, writing the
 # evidence (its kernel starts while the previous notebook runs).
-NOTEBOOK_S = 1.0
+NOTEBOOK_S = 1.5
 # The summary notebook and the report's pages and index.
-REPORT_S = 4.0
+REPORT_S = 5.0
+# The capacity axis' own work around its phases: the samplers' start and stop, the server log read, the series
+# written, the judgement and its figures.
+CAPACITY_FIXED_S = 3.0
 # How long a model's answer in the agent scenario is assumed to be, in output tokens (never above the limit).
 AGENT_ANSWER_TOKENS = 96
 # The capacity axis' client self-calibration against a local known-timing server, per calibrated concurrency.
@@ -33,8 +36,14 @@ DRILL_RESTART_S = 120.0
 
 
 class SpeedLike(Protocol):
-    ttft_s: float
-    per_token_s: float
+    @property
+    def ttft_s(self) -> float: ...
+
+    @property
+    def per_token_s(self) -> float: ...
+
+    @property
+    def sharing(self) -> float | None: ...
 
     def request_s(self, output_tokens: int) -> float: ...
 
@@ -43,6 +52,7 @@ class SpeedLike(Protocol):
 class _Speed:
     ttft_s: float
     per_token_s: float
+    sharing: float | None = None
 
     def request_s(self, output_tokens: int) -> float:
         return self.ttft_s + output_tokens * self.per_token_s
@@ -79,19 +89,28 @@ class AxisEstimate:
                 "requests": self.requests, "phases": [dataclasses.asdict(p) for p in self.phases]}
 
 
-def _share(c: int) -> float:
-    return math.sqrt(max(1, c))
+# How a request's time grows with concurrency, at least: `c ** SHARING`. The preflight's two short requests at once
+# underestimate it (a batch of two tiny requests is all overhead, a load step's long prompts are compute), so their
+# measure only raises it. A GPU engine's load phases end by their duration, where this does not count.
+SHARING = 0.5
+# What the kit adds to each load request beyond the server's time: its record built, checked and appended (fsync).
+CLIENT_S = 0.02
 
 
-def _bounded(name: str, *, requests: int, concurrency: int, request_s: float, duration_s: float | None
-             ) -> PhaseEstimate:
+def _share(c: int, speed: SpeedLike) -> float:
+    """How many times longer a request lasts at `c` streams than alone."""
+    return max(1, c) ** max(SHARING, speed.sharing or 0.0)
+
+
+def _bounded(name: str, *, requests: int, concurrency: int, request_s: float, duration_s: float | None,
+             speed: SpeedLike) -> PhaseEstimate:
     """A closed-loop phase: `concurrency` streams until `requests` or `duration_s`, what is in flight then
     finishing (one request's time)."""
-    by_requests = math.ceil(requests / max(1, concurrency)) * request_s * _share(concurrency)
+    each = request_s * _share(concurrency, speed)
+    by_requests = math.ceil(requests / max(1, concurrency)) * each
     if duration_s is None or by_requests <= duration_s:
         return PhaseEstimate(name, requests, by_requests, "requests")
-    done = int(duration_s / (request_s * _share(concurrency)) * concurrency)
-    return PhaseEstimate(name, min(requests, done), duration_s + request_s * _share(concurrency), "duration")
+    return PhaseEstimate(name, min(requests, int(duration_s / each * concurrency)), duration_s + each, "duration")
 
 
 def agent_phases(params: Params, speed: SpeedLike) -> tuple[PhaseEstimate, ...]:
@@ -110,7 +129,7 @@ def agent_phases(params: Params, speed: SpeedLike) -> tuple[PhaseEstimate, ...]:
         reps = max(a.repetitions, level)
         workers = min(level, reps)
         requests = min(a.max_requests, reps * per_rep)
-        seconds = math.ceil(reps / workers) * per_rep * speed.request_s(answer) * _share(workers)
+        seconds = math.ceil(reps / workers) * per_rep * speed.request_s(answer) * _share(workers, speed)
         bound = "requests"
         if seconds > a.max_duration_s:
             seconds, bound = a.max_duration_s, "duration"
@@ -126,18 +145,20 @@ def capacity_phases(params: Params, speed: SpeedLike) -> tuple[PhaseEstimate, ..
 
     plan = plan_capacity(params)
     lc = len(plan.context_lengths_tokens) * plan.long_context_repeats + 1
-    out = [PhaseEstimate("cold load (the server already serving)", 0, 0.5, "a poll"),
+    out = [PhaseEstimate("samplers, server log, series and figures", 0, CAPACITY_FIXED_S, "fixed"),
+           PhaseEstimate("cold load (the server already serving)", 0, 0.5, "a poll"),
            PhaseEstimate(f"long context ({lc} requests, one at a time)", lc,
                          lc * speed.request_s(plan.long_context_output_tokens), "requests")]
     if plan.calibration_concurrencies:
         out.append(PhaseEstimate("client self-calibration (local)", 0,
                                  CALIBRATION_S * (1 + len(plan.calibration_concurrencies)), "fixed"))
-    request_s = speed.request_s(plan.output_tokens)
+    request_s = speed.request_s(plan.output_tokens) + CLIENT_S
     for c in plan.steps:
         out.append(_bounded(f"step at concurrency {c}", requests=plan.step_max_requests, concurrency=c,
-                            request_s=request_s, duration_s=plan.step_duration_s))
+                            request_s=request_s, duration_s=plan.step_duration_s, speed=speed))
     out.append(_bounded(f"soak at concurrency {plan.planned_concurrency}", requests=plan.soak_max_requests,
-                        concurrency=plan.planned_concurrency, request_s=request_s, duration_s=plan.soak_duration_s))
+                        concurrency=plan.planned_concurrency, request_s=request_s, duration_s=plan.soak_duration_s,
+                        speed=speed))
     return tuple(out)
 
 

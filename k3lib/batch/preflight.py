@@ -16,6 +16,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import json
+import math
 import socket
 import time
 from typing import Any
@@ -36,11 +37,14 @@ CHAT_TOKENS = 16
 
 @dataclasses.dataclass(frozen=True)
 class Speed:
-    """How fast the target answered the preflight's chat request: time to first token and per output token."""
+    """How fast the target answered the preflight's chat requests: time to first token and per output token of a
+    request alone, and how a request's time grows with concurrency (`sharing`: at `c` streams a request lasts
+    `c ** sharing` times longer; 0 a perfectly batching engine, 1 one that serves one at a time)."""
 
     ttft_s: float
     per_token_s: float
     tokens: int
+    sharing: float | None = None  # None: not measured (the estimate then takes 0.5)
 
     def request_s(self, output_tokens: int) -> float:
         return self.ttft_s + output_tokens * self.per_token_s
@@ -63,8 +67,11 @@ class PreflightReport:
         served = f"{self.kind}{' ' + self.version if self.version else ''} serving {self.model}"
         if self.max_model_len:
             served += f" (max_model_len {self.max_model_len})"
-        chat = (f"chat path answers ({self.speed.tokens} tokens in {self.speed.request_s(self.speed.tokens):.2f} s)"
-                if self.speed else "chat path answers")
+        chat = "chat path answers"
+        if self.speed:
+            sp = self.speed
+            chat += (f" ({sp.tokens} tokens in {sp.request_s(sp.tokens):.2f} s"
+                     + (f", x{2 ** sp.sharing:.2f} at 2 at once" if sp.sharing is not None else "") + ")")
         return (f"preflight: {self.base_url}: {served}; key {self.key}; {chat}; {self.metrics} "
                 f"({self.duration_s:.1f} s)")
 
@@ -211,9 +218,29 @@ def _metrics(client: httpx.Client, urls: tuple[str, ...], clock: _Clock) -> tupl
 
 def _chat(client: httpx.Client, base: str, model: str, clock: _Clock, key_env: str | None
           ) -> tuple[Speed | None, str | None]:
-    """One short streamed chat request: (speed, None), or (None, why it gave no speed). Only a refused key and a
-    missing chat path are a wrong target; a reply that fails otherwise (a 5xx, a broken stream, a slow engine) is
-    the axes' to measure and report, so the run goes on and the estimate uses a default speed."""
+    """Short streamed chat requests: the first proves the chat path, the second alone gives the speed, two more at
+    once how it shares (each only while the budget allows). Only a refused key and a missing chat path are a
+    wrong target; a reply that fails otherwise (a 5xx, a broken stream, a slow engine) is the axes' to measure, so
+    the run goes on and the estimate uses a default speed: (speed or None, why there is none)."""
+    first, why = _timed_chat(client, base, model, clock, key_env)
+    if first is None:
+        return None, why
+    alone, _ = _timed_chat(client, base, model, clock, key_env) if clock.left() > 3 * first[0] else (None, None)
+    ttft, total, tokens = alone or first
+    per_token = (total - ttft) / (tokens - 1) if tokens > 1 else 0.0
+    sharing = None
+    if clock.left() > 4 * total:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+            pair = list(pool.map(lambda _: _timed_chat(client, base, model, clock, key_env)[0], range(2)))
+        if all(p is not None for p in pair) and total > 0:
+            grown = max(p[1] for p in pair if p is not None) / total  # type: ignore[index]
+            sharing = round(min(1.0, max(0.0, math.log2(max(grown, 1.0)))), 3)
+    return Speed(round(ttft, 4), round(per_token, 5), tokens, sharing), None
+
+
+def _timed_chat(client: httpx.Client, base: str, model: str, clock: _Clock, key_env: str | None
+                ) -> tuple[tuple[float, float, int] | None, str | None]:
+    """One request: ((first token s, last token s, tokens), None), or (None, why it gave no timing)."""
     url = f"{base}/v1/chat/completions"
     body = {"model": model, "stream": True, "stream_options": {"include_usage": True}, "max_tokens": CHAT_TOKENS,
             "messages": [{"role": "user", "content": "Count from 1 to 20, separated by spaces."}]}
@@ -239,9 +266,7 @@ def _chat(client: httpx.Client, base: str, model: str, clock: _Clock, key_env: s
         return None, f"the chat reply broke ({type(exc).__name__}: {_reason(exc)[:120]}): the axes measure it"
     if not marks:
         return None, "the chat reply carried no choices: the axes measure it"
-    tokens = tokens or len(marks)  # an engine that sends no usage: one chunk taken for one token
-    per_token = (marks[-1] - marks[0]) / (tokens - 1) if tokens > 1 else 0.0
-    return Speed(round(marks[0] - t0, 4), round(per_token, 5), tokens), None
+    return (marks[0] - t0, marks[-1] - t0, tokens or len(marks)), None
 
 
 def _chat_line(line: str, marks: list[float], tokens: int) -> int:

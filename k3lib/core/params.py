@@ -199,7 +199,8 @@ class PrefixCacheParams(_Model):
     """Axis 4, prefix caching: cold then warm requests per session and prefix length, counters scraped around each."""
 
     sessions: PositiveInt = 3  # repeat the cold/warm pair this many times per prefix length (rules out luck)
-    prefix_tokens: tuple[PositiveInt, ...] = (2048, 8192)  # whole cold prompt sizes, measured with /tokenize
+    # whole cold prompt sizes, measured with /tokenize; unset: from the contract's context (`prefix_lengths`)
+    prefix_tokens: tuple[PositiveInt, ...] = (2048, 8192)
     max_tokens: PositiveInt = 16  # only TTFT matters; a short answer keeps each window short
     # a unique cache_salt per session (vLLM mixes it into block 0) and/or a never-sent nonce heading the prompt
     isolation: Literal["salt+fresh-prefix", "salt", "fresh-prefix"] = "salt+fresh-prefix"
@@ -310,6 +311,12 @@ class RunParams(_Model):
     notebook_timeout_s: PositiveSeconds = 900.0
 
 
+def prefix_lengths(context_tokens: int) -> tuple[int, int]:
+    """The prefix-cache axis' default prompt sizes: 1/16 and 1/4 of the contract's context (2,048 and 8,192 at
+    the recipe's 32,768), never below a few cache blocks."""
+    return max(256, context_tokens // 16), max(512, context_tokens // 4)
+
+
 class Params(_Model):
     """The whole, resolved parameter set of one run."""
 
@@ -319,6 +326,22 @@ class Params(_Model):
     axes: AxesParams = AxesParams()
     load: LoadParams = LoadParams()
     run: RunParams = RunParams()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _defaults_from_the_contract(cls, data: Any) -> Any:
+        """Defaults that follow the contract: prefix lengths the parameters leave unset are sized to its context
+        (a fixed 8,192 would not fit a 4,096-token contract, and every pair would end in vLLM's 400)."""
+        if not isinstance(data, dict):
+            return data
+        axes: dict[str, Any] = data["axes"] if isinstance(data.get("axes"), dict) else {}
+        pc: dict[str, Any] = axes["prefix_cache"] if isinstance(axes.get("prefix_cache"), dict) else {}
+        contract = data.get("contract")
+        context = contract.get("max_context_tokens") if isinstance(contract, dict) else None
+        if "prefix_tokens" in pc or (context is not None and not isinstance(context, int)):
+            return data
+        lengths = prefix_lengths(context or ContractParams().max_context_tokens)
+        return {**data, "axes": {**axes, "prefix_cache": {**pc, "prefix_tokens": list(lengths)}}}
 
     def public_dict(self) -> dict[str, Any]:
         """JSON-ready dict. Holds no secret by construction: keys are referenced by variable name."""
@@ -349,7 +372,21 @@ def validate_params(data: dict[str, Any], prov: dict[str, str] | None = None, *,
 
     params = validate_model(Params, data, source=default_source, prov=prov)
     check(params.public_dict(), prov, default_source=default_source)
+    _check_prefix_fits(params, prov or {}, default_source)
     return params
+
+
+def _check_prefix_fits(params: Params, prov: dict[str, str], default_source: str) -> None:
+    """Every prefix length leaves room for its answer in the contract's context (else vLLM answers 400)."""
+    p, limit = params.axes.prefix_cache, params.contract.max_context_tokens
+    room = limit - p.max_tokens
+    over = [n for n in p.prefix_tokens if n > room]
+    if over:
+        key = "axes.prefix_cache.prefix_tokens"
+        raise BadInputError(f"{over} do not fit the contract's {limit}-token context with max_tokens {p.max_tokens}: "
+                            f"each must be at most {room} (or leave the key out: the lengths then follow the "
+                            "contract)", source=prov.get(key) or prov.get("contract.max_context_tokens")
+                            or default_source, field=key)
 
 
 def load_params_json(path: str | Path) -> Params:
