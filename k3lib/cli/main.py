@@ -15,6 +15,7 @@ import sys
 from ..core.errors import BadInputError, K3Error
 from ..io.readers.kinds import KINDS as INSPECTORS
 from .baseline import cmd_compare, cmd_fleet, cmd_golive, cmd_history
+from .init import cmd_init
 from .inspect import cmd_inspect
 from .run import cmd_demo, cmd_emulator, cmd_paths, cmd_review, cmd_validate
 from .sign import cmd_sign, cmd_verify
@@ -95,6 +96,20 @@ def build_parser() -> argparse.ArgumentParser:
     pa.add_argument("--out", metavar="DIR", help="folder that receives the run folder (default: outputs/)")
     pa.add_argument("--compare", metavar="RUN", help="an earlier `k3 paths` run: flag any fixed element that changed")
     pa.set_defaults(func=cmd_paths)
+
+    ini = sub.add_parser("init", help="write a commented parameters file for a target, from what it shows",
+                         description="Ask the server at URL what it can tell (kind, version, served models and their "
+                                     "context limit, cache configuration, whether it asks for a key, a "
+                                     "dcgm-exporter beside it) with a few GETs and no load, and write a commented "
+                                     "parameters file: those values filled in, the sources only the operator can "
+                                     "provide listed. Exit 0 written, 2 bad input (the server does not answer, the "
+                                     "file exists).")
+    ini.add_argument("url", metavar="URL", help="the server root, e.g. http://vllm.internal:8000")
+    ini.add_argument("--out", metavar="FILE", help="the file to write (default: HOST-acceptance.yaml here)")
+    ini.add_argument("--api-key-env", metavar="VAR",
+                     help="the NAME of the environment variable holding the server's key (read, never written)")
+    ini.add_argument("--force", action="store_true", help="replace FILE if it exists")
+    ini.set_defaults(func=cmd_init)
 
     e = sub.add_parser("emulator", help="serve the vLLM-compatible emulator",
                        description="Serve the embedded vLLM-compatible emulator; prints its URL on the first "

@@ -138,7 +138,9 @@ def group_reasons(decision: dict[str, Any]) -> list[OpenItem]:
         entry.texts = entry.texts or [own_text.get(gid, "")]
         found = _SET.search(entry.text)
         entry.closes = found.group(1) if found else CLOSERS.get(gid)
-        failed = status.get(gid) == "fail" or (gid not in status and entry.level != "limited-observation")
+        # a failing item, or any reason stronger than limited observation (a rebuild, a capacity extension), is a
+        # defect measured on the target: no parameter closes it
+        failed = status.get(gid) == "fail" or entry.level != "limited-observation"
         entry.kind = ("measured" if failed or (entry.closes is None and gid not in info) else
                       "nothing-to-compare" if gid in info and not found else "missing")
     return list(items.values())
