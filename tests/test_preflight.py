@@ -272,3 +272,12 @@ def test_a_review_with_an_unreachable_prometheus_stops_before_any_notebook(tmp_p
     line = _refused(err)
     assert code == 2 and time.monotonic() - t0 < BOUND_S
     assert "review.series.prometheus_url" in line and "Prometheus does not answer" in line
+
+
+def test_the_right_server_with_an_engine_not_ready_is_judged_not_refused(capsys):
+    """A vLLM whose engine never became ready (a startup OOM: /health and /v1/models answer 503) is the right target in
+    a bad state: the batch runs and judges it (tests/test_batch.py: environment-rebuild), the preflight says so."""
+    code = main(["validate", "-p", EMULATOR_YAML, "--fault", "oom-startup", "--plan"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "the engine is not ready or dead (/health 503, /v1/models 503)" in err and "target.restart" in err

@@ -67,8 +67,9 @@ class PreflightReport:
         served = f"{self.kind}{' ' + self.version if self.version else ''} serving {self.model}"
         if self.max_model_len:
             served += f" (max_model_len {self.max_model_len})"
-        chat = "chat path answers"
+        chat = "chat path not measured (see the notes)"
         if self.speed:
+            chat = "chat path answers"
             sp = self.speed
             chat += (f" ({sp.tokens} tokens in {sp.request_s(sp.tokens):.2f} s"
                      + (f", x{2 ** sp.sharing:.2f} at 2 at once" if sp.sharing is not None else "") + ")")
@@ -167,13 +168,18 @@ def server_kind(version_resp: httpx.Response | None, metrics_bodies: list[str]) 
     return "an OpenAI-compatible server (engine unknown)"
 
 
-def _models(client: httpx.Client, base: str, clock: _Clock, key_env: str | None) -> list[dict[str, Any]]:
+def _models(client: httpx.Client, base: str, clock: _Clock, key_env: str | None
+            ) -> tuple[list[dict[str, Any]], int]:
+    """The served model cards and /v1/models' status. A 5xx is an engine not ready or dead (the batch judges it),
+    anything else without a model list is not an OpenAI-compatible server."""
     url = f"{base}/v1/models"
     resp = _get(client, url, clock, "an OpenAI-compatible server")
     if resp.status_code in (401, 403):
         raise _refused_key(resp, url, key_env)
     body = _json(resp)
     cards = body.get("data") if isinstance(body, dict) else None
+    if resp.status_code >= 500:
+        return [], resp.status_code
     if resp.status_code != 200 or not isinstance(cards, list):
         what = resp.headers.get("content-type", "no content type").split(";")[0]
         raise BadInputError(f"{url} answers {resp.status_code} ({what}) with no model list: this is not an "
@@ -182,7 +188,7 @@ def _models(client: httpx.Client, base: str, clock: _Clock, key_env: str | None)
     cards = [c for c in cards if isinstance(c, dict) and c.get("id")]
     if not cards:
         raise BadInputError(f"{url} lists no model: the server serves nothing yet", field="target.base_url")
-    return cards
+    return cards, resp.status_code
 
 
 def _served(cards: list[dict[str, Any]], wanted: str | None, base: str) -> dict[str, Any]:
@@ -288,7 +294,11 @@ def preflight(params: Any, base_url: str, metrics_urls: tuple[str, ...], headers
               budget_s: float = BUDGET_S) -> PreflightReport:
     """Every check above, in order; the first that fails raises one BadInputError line. `params`: the acceptance
     parameters (their target, recipe); `headers`: the target's auth header, read from the environment by the
-    caller (`Target.headers()`), never stored here."""
+    caller (`Target.headers()`), never stored here.
+
+    The right server in a bad state is not a wrong target: an engine not ready or dead (/health or /v1/models
+    answering 5xx) is noted and the batch judges it (a startup OOM is an `environment-rebuild` with its evidence,
+    and `target.restart` may bring it back); only a server of another kind is then still refused."""
     clock = _Clock(budget_s)
     tp, recipe = params.target, params.recipe
     check_consent(base_url, tp.allow_remote_load)
@@ -296,15 +306,20 @@ def preflight(params: Any, base_url: str, metrics_urls: tuple[str, ...], headers
     notes: list[str] = []
     with httpx.Client(headers=headers, follow_redirects=False) as client:
         health = _get(client, f"{base_url}/health", clock, "an inference server")
-        cards = _models(client, base_url, clock, tp.api_key_env)
-        card = _served(cards, tp.model, base_url)
+        cards, models_status = _models(client, base_url, clock, tp.api_key_env)
+        card = _served(cards, tp.model, base_url) if cards else {"id": tp.model or "(not listed)"}
         version = _get(client, f"{base_url}/version", clock, "a vLLM server")
         bodies, metrics = _metrics(client, metrics_urls, clock)
         kind = server_kind(version, bodies)
         vbody = _json(version) if version.status_code == 200 else None
         vllm_version = str(vbody["version"]) if isinstance(vbody, dict) and vbody.get("version") else None
-        _check_kind(kind, health, recipe, base_url, notes)
-        speed, why = _chat(client, base_url, str(card["id"]), clock, tp.api_key_env)
+        down = health.status_code >= 500 or models_status >= 500
+        _check_kind(kind, health, recipe, base_url, notes, engine_down=down)
+        speed, why = (None, None) if down else _chat(client, base_url, str(card["id"]), clock, tp.api_key_env)
+    if down:
+        notes.append(f"the engine is not ready or dead (/health {health.status_code}, /v1/models {models_status}): "
+                     "the batch runs and judges it" + (", its capacity axis restarting it with target.restart"
+                                                       if tp.restart else "; no target.restart brings it back"))
     if why:
         notes.append(why)
     key = f"accepted (${tp.api_key_env})" if tp.api_key_env else "none asked"
@@ -314,18 +329,18 @@ def preflight(params: Any, base_url: str, metrics_urls: tuple[str, ...], headers
                            round(clock.elapsed(), 2))
 
 
-def _check_kind(kind: str, health: httpx.Response, recipe: Any, base_url: str, notes: list[str]) -> None:
-    """A recipe that asks for vLLM refuses another engine; the vLLM engine must be healthy."""
+def _check_kind(kind: str, health: httpx.Response, recipe: Any, base_url: str, notes: list[str], *,
+                engine_down: bool) -> None:
+    """A recipe that asks for vLLM refuses another engine: one that says what it is (its metrics), or, while the
+    engine answers, one that does not look like vLLM at all."""
     wants_vllm = bool(recipe.vllm_min or recipe.vllm_max)
-    if kind != "vLLM":
-        if wants_vllm:
-            raise BadInputError(
-                f"{base_url} is not a vLLM server: it looks like {kind} (no vllm: series on /metrics, /health "
-                f"{health.status_code}); the recipe {recipe.name!r} asks for vLLM — point target.base_url at the "
-                "vLLM server, or use a recipe without vllm_min for another engine", field="target.base_url")
-        notes.append(f"not a vLLM server ({kind}): the checks that need vLLM will be not observable")
+    if kind == "vLLM":
         return
-    if health.status_code != 200:
-        raise BadInputError(f"the vLLM engine at {base_url} is not healthy: /health answers {health.status_code} "
-                            "(a dead or stuck engine gives no evidence); restart it and run again",
-                            field="target.base_url")
+    other = kind in ("SGLang", "llama.cpp")
+    if wants_vllm and (other or not engine_down):
+        raise BadInputError(
+            f"{base_url} is not a vLLM server: it looks like {kind} (no vllm: series on /metrics, /health "
+            f"{health.status_code}); the recipe {recipe.name!r} asks for vLLM — point target.base_url at the "
+            "vLLM server, or use a recipe without vllm_min for another engine", field="target.base_url")
+    notes.append(f"not a vLLM server ({kind}): the checks that need vLLM will be not observable" if not engine_down
+                 else f"the server does not say what it is while its engine is down ({kind})")
