@@ -113,11 +113,14 @@ def test_a_copied_parameters_file_still_finds_its_recipe(tmp_path):
 
 # -- defaults that follow the contract -----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("context, lengths", [(32768, (2048, 8192)), (4096, (256, 1024)), (2048, (256, 512))])
-def test_prefix_lengths_follow_the_contract(context, lengths):
+@pytest.mark.parametrize("context", [32768, 4096, 2048])
+def test_prefix_lengths_follow_the_contract(context):
+    """The issue's case: 2,048 and 8,192 against a 4,096-token contract ended 15 of 18 pairs in vLLM's 400."""
+    from k3lib.axes.prefix.run import prefix_lengths
+
     p = load_params([PRODUCTION], [f"contract.max_context_tokens={context}"])
-    assert p.axes.prefix_cache.prefix_tokens == lengths
-    assert all(n + p.axes.prefix_cache.max_tokens <= context for n in lengths)
+    lengths = prefix_lengths(p)
+    assert len(lengths) == 2 and all(n + p.axes.prefix_cache.max_tokens <= context for n in lengths), lengths
 
 
 def test_a_prefix_length_beyond_the_contract_is_bad_input():

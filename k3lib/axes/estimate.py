@@ -165,13 +165,16 @@ def capacity_phases(params: Params, speed: SpeedLike) -> tuple[PhaseEstimate, ..
 def prefix_phases(params: Params, speed: SpeedLike) -> tuple[PhaseEstimate, ...]:
     """A cold and a warm request per session and prefix length (the extra sessions, taken only while the gain is
     undecided, are not counted), within the axis' duration bound."""
+    from .prefix.run import prefix_lengths
+
     p = params.axes.prefix_cache
-    pairs = len(p.prefix_tokens) * p.sessions
+    lengths = prefix_lengths(params)
+    pairs = len(lengths) * p.sessions
     seconds = pairs * 2 * (speed.request_s(p.max_tokens) + 0.05)  # + the scrapes around each request
     bound = "requests"
     if seconds > p.max_duration_s:
         seconds, bound = p.max_duration_s, "duration"
-    return (PhaseEstimate(f"{pairs} cold/warm pairs ({len(p.prefix_tokens)} lengths x {p.sessions} sessions)",
+    return (PhaseEstimate(f"{pairs} cold/warm pairs ({len(lengths)} lengths x {p.sessions} sessions)",
                           2 * pairs, seconds, bound),)
 
 

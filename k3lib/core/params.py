@@ -150,6 +150,10 @@ class ContractParams(_Model):
     max_context_tokens: PositiveInt = 32768
     planned_concurrency: PositiveInt = 5
     max_output_tokens: PositiveInt = 1024
+    # the sizes of a typical request: the floor of the load's request sizes (k3lib.core.thresholds); null: half of
+    # the context limit for the prompt, max_output_tokens for the answer
+    typical_prompt_tokens: PositiveInt | None = None
+    typical_output_tokens: PositiveInt | None = None
     ttft_p95_ms: PositiveSeconds | None = None
     e2e_p95_ms: PositiveSeconds | None = None
     queue_p95_ms: PositiveSeconds | None = None
@@ -158,6 +162,16 @@ class ContractParams(_Model):
     # in k3lib.core.thresholds)
     max_error_share: Annotated[float, Field(ge=0, le=1)] = 0.0
     images_served: bool = False
+
+    @model_validator(mode="after")
+    def _typical_fits(self) -> "ContractParams":
+        if self.typical_prompt_tokens is not None and self.typical_prompt_tokens >= self.max_context_tokens:
+            raise ValueError(f"typical_prompt_tokens {self.typical_prompt_tokens} must be below max_context_tokens "
+                             f"{self.max_context_tokens}")
+        if self.typical_output_tokens is not None and self.typical_output_tokens > self.max_output_tokens:
+            raise ValueError(f"typical_output_tokens {self.typical_output_tokens} must be at most max_output_tokens "
+                             f"{self.max_output_tokens}")
+        return self
 
 
 class ProbeParams(_Model):
@@ -199,8 +213,9 @@ class PrefixCacheParams(_Model):
     """Axis 4, prefix caching: cold then warm requests per session and prefix length, counters scraped around each."""
 
     sessions: PositiveInt = 3  # repeat the cold/warm pair this many times per prefix length (rules out luck)
-    # whole cold prompt sizes, measured with /tokenize; unset: from the contract's context (`prefix_lengths`)
-    prefix_tokens: tuple[PositiveInt, ...] = (2048, 8192)
+    # whole cold prompt sizes, measured with /tokenize; empty: a quarter of the contract's typical prompt and the
+    # typical prompt itself (k3lib.core.thresholds.prefix_floor_tokens)
+    prefix_tokens: tuple[PositiveInt, ...] = ()
     max_tokens: PositiveInt = 16  # only TTFT matters; a short answer keeps each window short
     # a unique cache_salt per session (vLLM mixes it into block 0) and/or a never-sent nonce heading the prompt
     isolation: Literal["salt+fresh-prefix", "salt", "fresh-prefix"] = "salt+fresh-prefix"
@@ -246,8 +261,10 @@ class CapacityParams(_Model):
     out_of_contract_extra_tokens: PositiveInt = 256  # the refused probe: contract context + this many tokens
     # progressive concurrency: empty = 1, 2, 4, … up to contract.planned_concurrency, plus one step beyond
     concurrency_steps: tuple[PositiveInt, ...] = ()
-    prompt_tokens: PositiveInt | None = None  # null: half of contract.max_context_tokens
-    output_tokens: PositiveInt | None = None  # null: contract.max_output_tokens
+    # null: the contract's typical sizes (contract.typical_prompt_tokens, else half of max_context_tokens;
+    # contract.typical_output_tokens, else max_output_tokens); below them the run is listed as loosened
+    prompt_tokens: PositiveInt | None = None
+    output_tokens: PositiveInt | None = None
     step_duration_s: PositiveSeconds = 120.0  # each step is held this long so running/waiting settle
     step_max_requests: PositiveInt = 5000
     settle_fraction: Annotated[float, Field(ge=0, lt=1)] = 0.3  # the head of a step not judged (ramp-up)
@@ -311,12 +328,6 @@ class RunParams(_Model):
     notebook_timeout_s: PositiveSeconds = 900.0
 
 
-def prefix_lengths(context_tokens: int) -> tuple[int, int]:
-    """The prefix-cache axis' default prompt sizes: 1/16 and 1/4 of the contract's context (2,048 and 8,192 at
-    the recipe's 32,768), never below a few cache blocks."""
-    return max(256, context_tokens // 16), max(512, context_tokens // 4)
-
-
 class Params(_Model):
     """The whole, resolved parameter set of one run."""
 
@@ -326,22 +337,6 @@ class Params(_Model):
     axes: AxesParams = AxesParams()
     load: LoadParams = LoadParams()
     run: RunParams = RunParams()
-
-    @model_validator(mode="before")
-    @classmethod
-    def _defaults_from_the_contract(cls, data: Any) -> Any:
-        """Defaults that follow the contract: prefix lengths the parameters leave unset are sized to its context
-        (a fixed 8,192 would not fit a 4,096-token contract, and every pair would end in vLLM's 400)."""
-        if not isinstance(data, dict):
-            return data
-        axes: dict[str, Any] = data["axes"] if isinstance(data.get("axes"), dict) else {}
-        pc: dict[str, Any] = axes["prefix_cache"] if isinstance(axes.get("prefix_cache"), dict) else {}
-        contract = data.get("contract")
-        context = contract.get("max_context_tokens") if isinstance(contract, dict) else None
-        if "prefix_tokens" in pc or (context is not None and not isinstance(context, int)):
-            return data
-        lengths = prefix_lengths(context or ContractParams().max_context_tokens)
-        return {**data, "axes": {**axes, "prefix_cache": {**pc, "prefix_tokens": list(lengths)}}}
 
     def public_dict(self) -> dict[str, Any]:
         """JSON-ready dict. Holds no secret by construction: keys are referenced by variable name."""
@@ -377,7 +372,8 @@ def validate_params(data: dict[str, Any], prov: dict[str, str] | None = None, *,
 
 
 def _check_prefix_fits(params: Params, prov: dict[str, str], default_source: str) -> None:
-    """Every prefix length leaves room for its answer in the contract's context (else vLLM answers 400)."""
+    """Every prefix length set explicitly leaves room for its answer in the contract's context (else vLLM answers
+    400 to every pair); unset, the lengths follow the contract (k3lib.core.thresholds.prefix_floor_tokens)."""
     p, limit = params.axes.prefix_cache, params.contract.max_context_tokens
     room = limit - p.max_tokens
     over = [n for n in p.prefix_tokens if n > room]
