@@ -86,6 +86,21 @@ def _item_of(rule: str, checklist: list[dict[str, Any]]) -> dict[str, Any] | Non
     return None
 
 
+def _loosened(decision: dict[str, Any]) -> list[str]:
+    """The settings looser than their floor that nobody accepted, each in a few words (`path = value (floor x)`)."""
+    from ..core.thresholds import Loosened
+
+    out = []
+    for d in decision.get("loosened_thresholds") or ():
+        try:
+            t = Loosened.from_dict(d)
+        except (TypeError, ValueError):
+            continue
+        if not t.accepted:
+            out.append(t.short())
+    return out
+
+
 def _parse(reason: str) -> tuple[str, str, str, str | None] | None:
     """(level, key, text, the item's title when the reason is a sheet item's own) of a raw reason, or None for a
     reason that raises nothing (the traffic cap, accepted thresholds, a production's closing sentence)."""
@@ -134,6 +149,8 @@ def group_reasons(decision: dict[str, Any]) -> list[OpenItem]:
         if text not in entry.texts:
             entry.texts.append(text)
         entry.rules.append(key)
+    if "loosened threshold" in items:
+        items["loosened threshold"].texts = _loosened(decision) or items["loosened threshold"].texts
     for gid, entry in items.items():
         entry.texts = entry.texts or [own_text.get(gid, "")]
         found = _SET.search(entry.text)
