@@ -40,7 +40,8 @@ class AxisProgress:
         self._write(force=True)
 
     def phase(self, name: str, *, requests: int = 0, duration_s: float | None = None) -> None:
-        """A new phase: its name, the requests it plans (0: unknown) and the longest it may take (None: unknown)."""
+        """A new phase: its name, its request bound (0: none) and its duration bound (None: none); whichever ends
+        it first, the display projects from the rate so far (`expected`)."""
         with self._lock:
             self.phase_name, self.done, self.planned = name, 0, max(0, int(requests))
             self.phase_started, self.phase_s = time.monotonic(), duration_s
@@ -60,9 +61,20 @@ class AxisProgress:
             None if self.phase_s is None else self.phase_s - (now - self.phase_started)) if x is not None]
         return max(0.0, *left) if left else None
 
+    def expected(self) -> tuple[int, bool]:
+        """The requests this phase will take: its request bound, or, for a phase its duration may end first, what
+        the rate so far reaches by then (`True`: a projection)."""
+        elapsed = time.monotonic() - self.phase_started
+        if self.phase_s is None or not self.planned or elapsed < 2.0 or not self.done:
+            return self.planned, False
+        projected = int(self.done / elapsed * self.phase_s)
+        return (projected, True) if projected < self.planned else (self.planned, False)
+
     def status(self) -> dict[str, Any]:
         with self._lock:
-            return {"axis": self.axis, "phase": self.phase_name, "done": self.done, "planned": self.planned,
+            planned, approx = self.expected()
+            return {"axis": self.axis, "phase": self.phase_name, "done": self.done, "planned": planned,
+                    "approx": approx, "request_bound": self.planned,
                     "elapsed_s": round(time.monotonic() - self.started, 1),
                     "left_s": None if (left := self.left_s()) is None else round(left, 1),
                     "estimate_s": self.estimate_s, "at": time.time()}
@@ -113,7 +125,7 @@ def describe(status: dict[str, Any]) -> str:
     parts = [str(status.get("phase") or "")]
     done, planned = status.get("done") or 0, status.get("planned") or 0
     if planned:
-        parts.append(f"{done}/{planned} requests")
+        parts.append(f"{done}/{'~' if status.get('approx') else ''}{planned} requests")
     elif done:
         parts.append(f"{done} requests")
     parts.append(f"{_clock(status.get('elapsed_s'))} elapsed")
