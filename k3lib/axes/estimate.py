@@ -23,10 +23,10 @@ __all__ = ["AxisEstimate", "PhaseEstimate", "SpeedLike", "estimate_axes", "DEFAU
 # evidence (its kernel starts while the previous notebook runs).
 NOTEBOOK_S = 1.5
 # The summary notebook and the report's pages and index.
-REPORT_S = 5.0
+REPORT_S = 3.5
 # The capacity axis' own work around its phases: the samplers' start and stop, the server log read, the series
 # written, the judgement and its figures.
-CAPACITY_FIXED_S = 3.0
+CAPACITY_FIXED_S = 2.0
 # How long a model's answer in the agent scenario is assumed to be, in output tokens (never above the limit).
 AGENT_ANSWER_TOKENS = 96
 # The capacity axis' client self-calibration against a local known-timing server, per calibrated concurrency.
@@ -182,7 +182,7 @@ def operations_phases(params: Params, *, embedded: bool) -> tuple[PhaseEstimate,
     o = params.axes.operations
     if not o.rollback_drill:
         return (PhaseEstimate("attestation read (no rollback drill configured)", 0, 0.2, "fixed"),)
-    restart = 0.5 if embedded else min(o.drill_timeout_s, DRILL_RESTART_S)
+    restart = 0.2 if embedded else min(o.drill_timeout_s, DRILL_RESTART_S)
     steps = 2 if o.roll_forward else 1
     return (PhaseEstimate(f"rollback drill ({steps} restart{'s' if steps > 1 else ''}"
                           + ("" if embedded else f", each assumed {restart:.0f} s") + ")", 0, steps * restart,
