@@ -104,7 +104,7 @@ def test_nothing_below_the_batches_imports_them(rel):
 
 
 # the command line's adapters, the emulator's own server command, and the batch's progress lines (to their stream)
-MAY_PRINT = {"cli", "emulator", "batch/execute.py"}
+MAY_PRINT = {"cli", "emulator", "batch/progress.py"}
 
 
 def test_library_modules_return_values_and_leave_printing_and_argparse_to_the_cli():

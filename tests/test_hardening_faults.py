@@ -59,12 +59,13 @@ TINY = [
 
 LOAD_AXES = {"agent": "02_agent_tools.ipynb", "capacity": "03_capacity.ipynb", "prefix_cache": "04_prefix_cache.ipynb"}
 
+# A target that refuses every connection never reaches the axes: the preflight ends the run with one line, exit 2
+# (tests/test_preflight.py). The cases below answer the preflight and misbehave on the chat path.
 # case → (how the target misbehaves: a proxy mode, emulator faults or a closed port; extra --set; the cause, as a
 # regex that every load axis' evidence must show). The agent plays its scenario streamed where the fault is in
 # the stream, so that all three load axes meet the same defect.
 STREAMED = ["axes.agent.stream=true"]
 CASES = [
-    pytest.param("refused", None, [], [], r"cannot connect|Connect(ion)?Error|[Cc]onnection refused", id="refused"),
     pytest.param("proxy", "die-mid-stream", [], STREAMED, r"broke mid-reply", id="dies-mid-stream"),
     pytest.param("emulator", None, ["flaky-5xx=0.6"], [], r"\b50[03]\b", id="flaky-5xx"),
     pytest.param("emulator", None, ["slow=2000"], [], r"within 3 s|Timeout|timed out|deadline", id="stalls"),
@@ -152,7 +153,8 @@ def test_batch_survives_a_misbehaving_target(tmp_path, capsys, upstream, kind, m
         assert record["status"] in ("fail", "not-observable", "warn"), (axis, record["status"], record["summary"])
         assert re.search(cause, json.dumps(record)), \
             f"{axis}: the cause ({cause}) is not in its evidence: {record['summary']}"
-        assert durations[nb][0] == "ok", (nb, durations[nb])
+        # the notebook ran to its end, and its progress line shows the axis' verdict, not "ok"
+        assert durations[nb][0] == record["status"], (nb, durations[nb], record["status"])
 
     # every load phase stopped within its configured bound, and the load notebooks together took well under the
     # sum of those bounds (a notebook adds its kernel start and figures: a few seconds)

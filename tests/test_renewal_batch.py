@@ -145,20 +145,20 @@ def test_review_batch_on_a_demo(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_a_review_whose_axes_cannot_be_computed_says_so_and_still_decides(tmp_path, capsys):
-    """The axes computed ahead of the notebooks fail on a bad task log: one line on the batch's stream (stderr),
-    naming the input, and the batch goes on to a decision (each notebook reports the error in its own page)."""
+def test_a_review_with_a_bad_task_log_stops_before_any_notebook(tmp_path, capsys):
+    """A bad input is one line naming it, exit 2, before a run folder or a notebook (issue 36: a bad tasks CSV used to
+    run every notebook for 83 s and decide exit-to-api)."""
+    from k3lib.cli.main import main
     from k3lib.renewal.demo import generate
 
     paths = generate("steady", tmp_path / "inputs")
     with open(paths["tasks"], "a", encoding="utf-8") as f:
-        f.write("T-broken,2026-08-01\n")  # a row with too few cells: load_review raises BadInputError
-    rc = review_main([str(paths["params"])], [], str(tmp_path / "out"), None)
+        f.write("T-broken,2026-08-01\n")  # a row with too few cells: the task reader raises BadInputError
+    rc = main(["review", "-p", str(paths["params"]), "--out", str(tmp_path / "out")])
     out, err = capsys.readouterr()
-    shown = [line for line in err.splitlines() if line.startswith("axes not computed before the notebooks: ")]
-    assert len(shown) == 1 and str(paths["tasks"]) in shown[0] and "cells, expected" in shown[0]
-    assert "Traceback" not in err and "internal error" not in shown[0]
-    assert rc in (0, 3, 4, 5) and "decision: " in out
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert rc == 2 and len(lines) == 1 and str(paths["tasks"]) in lines[0] and "cells, expected" in lines[0]
+    assert "decision: " not in out and not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("path, expected", [

@@ -12,6 +12,7 @@ from typing import Any
 
 from .attestation import (AttestationRecord, DrillResult, accepted_release, attestation_findings,
                           parse_attestation_text, read_attestation, rollback_drill)
+from ..core import progress
 from ..core.evidence import DrillData, EvidenceRecord, Finding, OperationsData, axis_status
 from ..core.session import AxisContext, find_path
 
@@ -85,6 +86,7 @@ def run_operations(ctx: AxisContext) -> OperationsResult:
     inspect = ctx.params.axes.environment.image_inspect
     key = ctx.target.headers().get("Authorization", "").removeprefix("Bearer ") or None
     if ops.rollback_drill:
+        progress.phase("rollback drill", duration_s=ops.drill_timeout_s)
         drill = rollback_drill(ops.rollback_drill, ctx.target.base_url, ops.drill_timeout_s,
                                model=ctx.params.target.model, api_key=key, inspect=inspect,
                                rollback_to=ops.rollback_to, roll_forward=ops.roll_forward, trust_target=own)

@@ -1,6 +1,7 @@
 """The acceptance batch: the axis notebooks against the target (started here when the parameters name none), the
 target checked and restarted between stages, then the summary's decision — on the shared batch layer
-(`k3lib.batch`), as the renewal review is.
+(`k3lib.batch`), as the renewal review is. Before it, the preflight (`k3lib.batch.preflight`) and the plan: what
+each axis will do and about how long it will take (`k3lib.axes.estimate`).
 """
 
 from __future__ import annotations
@@ -8,13 +9,15 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from .execute import Progress, publish, run_batch
+from ..axes.estimate import REPORT_S, AxisEstimate, estimate_axes
 from ..verdict.decision import Decision
 from ..core.errors import BadInputError
+from ..core.numbers import figure
 from ..core.params import Params
 from ..core.plan import ACCEPTANCE_STAGES, acceptance_plan
 from ..core.store import RunStore
 from ..report.summary import decide_run
-from ..core.target import pin_target, recover, resolve_target
+from ..core.target import Target, pin_target, recover, resolve_target
 
 
 def check_resume(store: RunStore) -> None:
@@ -40,19 +43,22 @@ def check_resume(store: RunStore) -> None:
 
 
 def run_acceptance(params: Params, store: RunStore, *, progress: Progress | None = None,
-                   on_start: Callable[[str], None] | None = None, resume: bool = False) -> Decision:
+                   on_start: Callable[[str], None] | None = None, resume: bool = False,
+                   target: Target | None = None) -> Decision:
     """Run every acceptance notebook against the target (starting the emulator if needed), then decide.
 
     The parameters as requested go to `request.json`, so that `--resume` can start the same kind of target
-    again; `params.json` holds them with the running target pinned, which is what the notebooks read.
+    again; `params.json` holds them with the running target pinned, which is what the notebooks read. `target`:
+    one already resolved (and preflighted) by the caller, who then stops it; else it is resolved and stopped here.
     """
     if not resume:
         store.write_json("request.json", params.public_dict())
-    target = resolve_target(params)
+    owned = target is None
+    target = target or resolve_target(params)
     if on_start:
         on_start(target.base_url)
     plan = acceptance_plan(ACCEPTANCE_STAGES)
-    progress = progress or Progress(len(plan.notebooks))
+    progress = progress or Progress(len(plan.notebooks), run_dir=store.root)
     events: list[dict[str, Any]] = []
 
     def between(last: str) -> None:
@@ -70,10 +76,48 @@ def run_acceptance(params: Params, store: RunStore, *, progress: Progress | None
         result = run_batch(store, plan, timeout_s=params.run.notebook_timeout_s, progress=progress, resume=resume,
                            between=between)
     finally:
-        target.stop()
+        if owned:
+            target.stop()
     if result.decision_data is None:
         decision = decide_run(params, store, result.records)  # the summary failed: same rules over the same records
     else:
         decision = Decision.from_dict(result.decision_data)
     publish(store, result, decision.to_dict())
     return decision
+
+
+def plan_estimates(params: Params, speed: Any, *, embedded: bool) -> tuple[list[AxisEstimate], float]:
+    """Each axis' estimate and the batch's whole duration: stage by stage (a stage lasts as long as its longest
+    notebook), then the summary and the report."""
+    axes = estimate_axes(params, speed, embedded=embedded)
+    by_nb = {a.notebook: a for a in axes}
+    total = sum(max(by_nb[nb].seconds for nb, _ in stage if nb in by_nb) for stage in ACCEPTANCE_STAGES) + REPORT_S
+    return axes, total
+
+
+def plan_lines(params: Params, speed: Any, *, embedded: bool, measured: bool) -> list[str]:
+    """The plan as the batch prints it before it starts (and `k3 validate --plan` alone)."""
+    axes, total = plan_estimates(params, speed, embedded=embedded)
+    basis = "the parameters and the target's speed in the preflight" if measured else \
+        "the parameters and a default speed (the preflight measured none)"
+    lines = [f"plan: {len(axes)} axes and the summary, about {duration(total)} in all (from {basis})"]
+    for a in axes:
+        reqs = f", {a.requests} requests" if a.requests else ""
+        lines.append(f"  {a.notebook:<24} about {duration(a.seconds)}{reqs}")
+        for p in a.phases:
+            lines.append(f"      {p.name}: {duration(p.seconds)}"
+                         + (f", {p.requests} requests" if p.requests else "") + f" (ends by {p.bound})")
+    lines.append(f"  99_acceptance.ipynb      about {duration(REPORT_S)} (the decision and the report)")
+    return lines
+
+
+def duration(seconds: float) -> str:
+    """`42 s`, `3 min 20 s`, `1 h 04 min`."""
+    s = int(round(seconds))
+    if s < 10:
+        return f"{figure(round(max(seconds, 0.1), 1))} s"
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"

@@ -10,13 +10,11 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
-import sys
 import tempfile
-import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from pathlib import Path
-from typing import Any, Callable, Sequence, TextIO
+from typing import Any, Callable, Sequence
 
 from ..core.evidence import EvidenceRecord, Finding, read_records
 from ..core.plan import BatchPlan
@@ -24,6 +22,8 @@ from ..report.index import write_index
 from ..report.pages import render_pages
 from ..core.session import PROJECT_ROOT
 from ..core.store import RunStore
+from . import stop
+from .progress import Progress
 
 NOTEBOOKS = PROJECT_ROOT / "notebooks"
 
@@ -34,25 +34,6 @@ class NotebookOutcome:
     status: str  # ok | failed | timeout | dead-kernel
     duration_s: float
     error: str | None
-
-
-class Progress:
-    """One line per finished notebook on stderr: `[2/7] 01_environment.ipynb   ok    3.1s`."""
-
-    def __init__(self, total: int, stream: TextIO | None = None) -> None:
-        self.total, self.n, self.stream = total, 0, stream or sys.stderr
-        self._lock = threading.Lock()
-
-    def note(self, line: str) -> None:
-        """A line between the progress lines (the acceptance batch's target recovery), on the same stream."""
-        with self._lock:
-            print(line, file=self.stream, flush=True)
-
-    def done(self, outcome: NotebookOutcome) -> None:
-        with self._lock:
-            self.n += 1
-            print(f"[{self.n}/{self.total}] {outcome.notebook:<28} {outcome.status:<11} {outcome.duration_s:6.1f}s",
-                  file=self.stream, flush=True)
 
 
 # What every notebook of both batches imports in its first cells (the figures' plotly and pandas), imported by a
@@ -138,52 +119,80 @@ def _handing_over(kernel: WarmKernel) -> type:
     return HandedOver
 
 
+def _registering(created: list[Any]) -> type:
+    """papermill's own kernel manager class, each instance registered with `k3lib.batch.stop` while it lives (so a
+    stop reaches a kernel papermill started itself) and listed in `created`."""
+    from jupyter_client import AsyncKernelManager
+
+    class Registered(AsyncKernelManager):  # type: ignore[misc]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            stop.register(self)
+            created.append(self)
+
+    return Registered
+
+
 def execute_notebook(name: str, store: RunStore, *, timeout_s: float,
                      kernel: "Future[WarmKernel] | None" = None) -> NotebookOutcome:
     """Run one notebook with papermill into the run folder. `kernel`: a kernel being started ahead for it; when
-    its start failed, papermill starts one as usual."""
-    import papermill as pm
-    from nbclient.exceptions import CellTimeoutError, DeadKernelError
-
+    its start failed, papermill starts one as usual. The kernel is registered with `k3lib.batch.stop` while the
+    notebook runs, so that a stop interrupts it; a notebook so stopped ends `interrupted`, its partial output left
+    beside the run's notebooks, out of the manifest."""
     warm = None
     if kernel is not None:
         try:
             warm = kernel.result()
         except Exception:  # noqa: BLE001 - a kernel that could not start ahead: start one the usual way
             warm = None
+    created: list[Any] = []
+    if warm is not None:
+        stop.register(warm.km)
+        created.append(warm.km)
     sockets = warm.sockets if warm else tempfile.mkdtemp(prefix="k3-kernel-")
-    extra: dict[str, Any] = {"kernel_manager_class": _handing_over(warm)} if warm else {}
-
-    src = NOTEBOOKS / name
-    final = store.path(f"notebooks/{name}")
+    manager = _handing_over(warm) if warm else _registering(created)
     partial = store.path(f"notebooks/.{Path(name).stem}.partial.ipynb")
     t0 = time.monotonic()
-    status, error = "ok", None
     try:
-        pm.execute_notebook(
-            str(src), str(partial), kernel_name="python3", cwd=str(NOTEBOOKS), progress_bar=False,
-            parameters={"params_file": str(store.path("params.json")), "overrides": [], "run_dir": str(store.root),
-                        "interactive": False},
-            execution_timeout=timeout_s, interrupt_on_timeout=True, shutdown_kernel="immediate",
-            log_output=False, report_mode=False, config=_kernel_config(sockets), **extra)
-    except pm.PapermillExecutionError as exc:
-        status = "timeout" if "CellTimeoutError" in exc.ename or "Interrupt" in exc.ename else "failed"
-        error = f"cell {exc.exec_count}: {exc.ename}: {exc.evalue}"
-    except DeadKernelError as exc:
-        status, error = "dead-kernel", f"kernel died: {exc}"
-    except CellTimeoutError as exc:
-        status, error = "timeout", f"cell timed out after {timeout_s}s: {exc}"
-    except Exception as exc:  # noqa: BLE001 - one notebook's failure must not stop the batch
-        status, error = "failed", f"{type(exc).__name__}: {exc}"
+        status, error = _papermill(name, store, partial, sockets, manager, timeout_s)
     finally:
+        for km in created:
+            stop.unregister(km)
         if warm is not None:
             warm.discard()  # nothing left to stop when nbclient shut it down; the socket folder goes either way
         else:
             shutil.rmtree(sockets, ignore_errors=True)
+    if stop.requested():
+        return NotebookOutcome(name, "interrupted", round(time.monotonic() - t0, 2), "stopped by the operator")
     if partial.exists():
-        os.replace(partial, final)
+        os.replace(partial, store.path(f"notebooks/{name}"))
         store.adopt(f"notebooks/{name}")
     return NotebookOutcome(name, status, round(time.monotonic() - t0, 2), error)
+
+
+def _papermill(name: str, store: RunStore, partial: Path, sockets: str, manager: type, timeout_s: float
+               ) -> tuple[str, str | None]:
+    """papermill's run of one notebook: (status, error)."""
+    import papermill as pm
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+    try:
+        pm.execute_notebook(
+            str(NOTEBOOKS / name), str(partial), kernel_name="python3", cwd=str(NOTEBOOKS), progress_bar=False,
+            parameters={"params_file": str(store.path("params.json")), "overrides": [], "run_dir": str(store.root),
+                        "interactive": False},
+            execution_timeout=timeout_s, interrupt_on_timeout=True, shutdown_kernel="immediate",
+            log_output=False, report_mode=False, config=_kernel_config(sockets), kernel_manager_class=manager)
+    except pm.PapermillExecutionError as exc:
+        status = "timeout" if "CellTimeoutError" in exc.ename or "Interrupt" in exc.ename else "failed"
+        return status, f"cell {exc.exec_count}: {exc.ename}: {exc.evalue}"
+    except DeadKernelError as exc:
+        return "dead-kernel", f"kernel died: {exc}"
+    except CellTimeoutError as exc:
+        return "timeout", f"cell timed out after {timeout_s}s: {exc}"
+    except Exception as exc:  # noqa: BLE001 - one notebook's failure must not stop the batch
+        return "failed", f"{type(exc).__name__}: {exc}"
+    return "ok", None
 
 
 def record_failure(store: RunStore, axis: str, outcome: NotebookOutcome) -> None:
@@ -208,6 +217,42 @@ def _finished(store: RunStore, nb: str, axis: str | None, manifest: dict[str, An
     return all(rel in manifest for rel in rels) and not any(p.split(":")[0] in rels for p in store.verify())
 
 
+def _run_stage(store: RunStore, todo: Sequence[tuple[str, str | None]], mine: Sequence[Future[WarmKernel]], *,
+               timeout_s: float, progress: Progress, start_next: Callable[[], None]) -> dict[str, NotebookOutcome]:
+    """One stage's notebooks at the same time (two at most). On an interrupt (SIGINT, SIGTERM: `stop.Stopped`),
+    every running kernel is stopped (`stop.halt`) before the interrupt goes on: no notebook is left loading."""
+    outcomes: dict[str, NotebookOutcome] = {}
+    with ThreadPoolExecutor(max_workers=min(2, len(todo)), thread_name_prefix="k3-notebook") as pool:
+        futures = {}
+        for i, (nb, axis) in enumerate(todo):
+            futures[pool.submit(execute_notebook, nb, store, timeout_s=timeout_s,
+                                **({"kernel": mine[i]} if i < len(mine) else {}))] = (nb, axis)
+            progress.start(nb, axis)
+        try:
+            start_next()
+            for future in as_completed(futures):
+                outcome = future.result()
+                nb, axis = futures[future]
+                if outcome.status not in ("ok", "interrupted") and axis:
+                    record_failure(store, axis, outcome)
+                outcomes[outcome.notebook] = outcome
+                progress.done(outcome, axis_status(store, axis) if outcome.status == "ok" else None)
+        except KeyboardInterrupt:
+            stop.halt()
+            raise
+    return outcomes
+
+
+def axis_status(store: RunStore, axis: str | None) -> str | None:
+    """The status an axis notebook recorded (pass, warn, fail, open…), or None (the summary, an unreadable
+    record): a notebook that ran to its end is not `ok` when its checks failed."""
+    if axis is None:
+        return None
+    data = store.read_json(f"evidence/{axis}.json") if store.path(f"evidence/{axis}.json").is_file() else None
+    status = data.get("status") if isinstance(data, dict) else None
+    return status if isinstance(status, str) else None
+
+
 def run_notebooks(store: RunStore, stages: Sequence[Sequence[tuple[str, str | None]]], *, timeout_s: float,
                   progress: Progress, resume: bool = False,
                   between: Callable[[str], None] | None = None,
@@ -217,10 +262,12 @@ def run_notebooks(store: RunStore, stages: Sequence[Sequence[tuple[str, str | No
     recorded as a failing axis and the batch goes on. With `resume`, finished axes are kept, not re-run.
     `between(last_notebook)` runs after each stage (the acceptance batch checks the target there). While a stage
     runs, the kernels of the next one start and import `preload` (`start_kernel_ahead`). `prepare()`, when given,
-    runs in this thread while the first stage's kernels start ahead (the review computes its axes there)."""
+    runs in this thread while the first stage's kernels start ahead (the review computes its axes there).
+    An interrupt stops every running notebook (`k3lib.batch.stop`) and goes on up: the finished ones are kept."""
     import papermill  # noqa: F401 - imported once here: threads importing jupyter_client at the same time fail
     from jupyter_client import AsyncKernelManager  # noqa: F401 - ("partially initialized module")
 
+    stop.reset()
     outcomes: dict[str, NotebookOutcome] = {}
     manifest = store.manifest()["files"] if resume else {}
     # the next stage's kernels start (and import PRELOAD) while this stage's notebooks run
@@ -238,25 +285,22 @@ def run_notebooks(store: RunStore, stages: Sequence[Sequence[tuple[str, str | No
             for nb, axis in stage:
                 if resume and _finished(store, nb, axis, manifest):
                     outcomes[nb] = NotebookOutcome(nb, "kept", 0.0, None)
-                    progress.done(outcomes[nb])
+                    progress.done(outcomes[nb], axis_status(store, axis))
                 else:
                     todo.append((nb, axis))
             mine, unused, kernels = kernels[:len(todo)], unused + kernels[len(todo):], []
             if not todo:
                 continue
-            with ThreadPoolExecutor(max_workers=min(2, len(todo)), thread_name_prefix="k3-notebook") as pool:
-                futures = {pool.submit(execute_notebook, nb, store, timeout_s=timeout_s,
-                                       **({"kernel": mine[i]} if i < len(mine) else {})): axis
-                           for i, (nb, axis) in enumerate(todo)}
+
+            def start_next(n: int = n) -> None:
+                nonlocal kernels
                 if n + 1 < len(stages):
                     kernels = [ahead.submit(start_kernel_ahead, preload) for _ in stages[n + 1]]
-                for future in as_completed(futures):
-                    outcome = future.result()
-                    if outcome.status != "ok" and (failed_axis := futures[future]):
-                        record_failure(store, failed_axis, outcome)
-                    outcomes[outcome.notebook] = outcome
-                    progress.done(outcome)
+
+            outcomes.update(_run_stage(store, todo, mine, timeout_s=timeout_s, progress=progress,
+                                       start_next=start_next))
     finally:
+        progress.close()
         ahead.shutdown(wait=True)
         for f in unused + kernels:  # kernels no notebook took (a stage of kept notebooks, an error)
             if f.exception() is None:

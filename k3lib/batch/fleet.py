@@ -182,19 +182,26 @@ def default_baseline(folder: Path) -> Path | None:
 
 
 RUN_LINE = re.compile(r"^run: (.+)$", re.M)
+#: after a timeout's SIGTERM, how long the batch has to stop its kernels' load before the group is killed
+STOP_GRACE_S = 10.0
 
 
 def run_validate(args: Sequence[str], timeout_s: float | None = None) -> tuple[int, Path | None]:
     """`k3 validate ARGS` in a child process (the same interpreter), its output passed through; the exit code and
     the run folder it printed (`run: PATH`, first on stderr when the folder is created)."""
-    # its own session: a timeout kills the whole tree (the batch, its kernels, an embedded emulator)
+    # its own session: a timeout stops the whole tree. SIGTERM first: the batch then stops its notebook kernels
+    # (they run in sessions of their own, out of this group's reach) and their load; SIGKILL what is left after that
     proc = subprocess.Popen([sys.executable, "-m", "k3lib", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
     try:
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            out, err = proc.communicate(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
         sys.stdout.write(out)
         sys.stderr.write(err)
         raise K3Error(f"k3 validate ran past {timeout_s:.0f} s and was killed") from None

@@ -16,6 +16,7 @@ from ..core.errors import BadInputError, K3Error
 from ..io.readers.kinds import KINDS as INSPECTORS
 from .baseline import cmd_compare, cmd_fleet, cmd_golive, cmd_history
 from .imports import add_import_parser
+from .init import cmd_init
 from .inspect import cmd_inspect
 from .run import cmd_demo, cmd_emulator, cmd_paths, cmd_review, cmd_validate
 from .sign import cmd_sign, cmd_verify
@@ -52,6 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--resume", metavar="RUN",
                    help="finish an interrupted run in place: the axes whose notebook and evidence are intact are kept, "
                         "the others re-run against a target started from the run's request.json")
+    v.add_argument("--plan", action="store_true",
+                   help="check the target (the preflight), print what each axis will do and about how long the "
+                        "run will take, and exit 0 without sending any load")
     v.add_argument("--baseline", metavar="RUN",
                    help="an accepted run to compare with: a changed image, driver, vLLM, topology or context limit "
                         "reopens the sheet; metrics outside the accepted band are listed as drift")
@@ -98,6 +102,20 @@ def build_parser() -> argparse.ArgumentParser:
     pa.add_argument("--out", metavar="DIR", help="folder that receives the run folder (default: outputs/)")
     pa.add_argument("--compare", metavar="RUN", help="an earlier `k3 paths` run: flag any fixed element that changed")
     pa.set_defaults(func=cmd_paths)
+
+    ini = sub.add_parser("init", help="write a commented parameters file for a target, from what it shows",
+                         description="Ask the server at URL what it can tell (kind, version, served models and their "
+                                     "context limit, cache configuration, whether it asks for a key, a "
+                                     "dcgm-exporter beside it) with a few GETs and no load, and write a commented "
+                                     "parameters file: those values filled in, the sources only the operator can "
+                                     "provide listed. Exit 0 written, 2 bad input (the server does not answer, the "
+                                     "file exists).")
+    ini.add_argument("url", metavar="URL", help="the server root, e.g. http://vllm.internal:8000")
+    ini.add_argument("--out", metavar="FILE", help="the file to write (default: HOST-acceptance.yaml here)")
+    ini.add_argument("--api-key-env", metavar="VAR",
+                     help="the NAME of the environment variable holding the server's key (read, never written)")
+    ini.add_argument("--force", action="store_true", help="replace FILE if it exists")
+    ini.set_defaults(func=cmd_init)
 
     e = sub.add_parser("emulator", help="serve the vLLM-compatible emulator",
                        description="Serve the embedded vLLM-compatible emulator; prints its URL on the first "
@@ -249,19 +267,22 @@ def cmd_schemas(ns: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from ..batch.stop import stop_signals
+
     parser = build_parser()
     try:
         ns = parser.parse_args(argv)
         if not getattr(ns, "func", None):
             parser.print_help()
             return 2
-        return int(ns.func(ns) or 0)
+        with stop_signals():  # SIGINT and SIGTERM stop a batch's load and keep what finished (k3lib.batch.stop)
+            return int(ns.func(ns) or 0)
     except BadInputError as exc:
         print(f"k3: {exc.one_line()}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("k3: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        print(f"k3: {exc.message() if hasattr(exc, 'message') else 'interrupted'}", file=sys.stderr)
+        return int(getattr(exc, "exit_code", 130))
     except K3Error as exc:
         print(f"k3: {exc}", file=sys.stderr)
         return 1

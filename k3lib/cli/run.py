@@ -46,22 +46,56 @@ def _load(files: list[str], sets: list[str], faults: list[str], profile: str | N
     return params
 
 
-def _run_acceptance(params, out: str | None, baseline: str | None = None, resume: str | None = None) -> int:
-    from ..batch.acceptance import run_acceptance
-    from ..core.session import outputs_dir
-    from ..core.store import RunStore
-    from ..core.target import require_api_key
+def _run_acceptance(params, out: str | None, baseline: str | None = None, resume: str | None = None,
+                    plan_only: bool = False) -> int:
+    """The target resolved (the emulator started when the parameters name none), the preflight, the plan; then,
+    unless `plan_only`, the run folder and the batch. Any preflight failure is bad input: exit 2, no run folder."""
+    from ..batch.acceptance import plan_estimates, plan_lines
+    from ..batch.preflight import preflight
+    from ..core.target import require_api_key, resolve_target
 
     require_api_key(params)
     if baseline:
         from ..verdict.baseline import precheck_baseline
 
         precheck_baseline(baseline, params.recipe.build)
+    target = resolve_target(params)
+    try:
+        report = preflight(params, target.base_url, target.metrics_urls, target.headers())
+        print(report.line(), file=sys.stderr)
+        for note in report.notes:
+            print(f"preflight: note: {note}", file=sys.stderr)
+        embedded = target.emulator is not None
+        for line in plan_lines(params, report.speed, embedded=embedded, measured=report.speed is not None):
+            print(line, file=sys.stderr if not plan_only else sys.stdout)
+        if plan_only:
+            return 0
+        axes, total = plan_estimates(params, report.speed, embedded=embedded)
+        plan = {"total_s": round(total, 1), "axes": [a.to_dict() for a in axes], "speed": report.to_dict()["speed"]}
+        return _acceptance_batch(params, target, report, plan, out, baseline, resume)
+    finally:
+        target.stop()
+
+
+def _acceptance_batch(params, target, report, plan: dict, out: str | None, baseline: str | None,
+                      resume: str | None) -> int:
+    import time
+
+    from ..batch.acceptance import run_acceptance
+    from ..batch.acceptance import duration
+    from ..core.session import outputs_dir
+    from ..core.store import RunStore
+
     store = RunStore.open(resume) if resume else RunStore.create(Path(out) if out else outputs_dir(),
                                                                  label=params.run.label)
     print(f"run: {store.root}", file=sys.stderr)
-    decision = run_acceptance(params, store, on_start=lambda url: print(f"target: {url}", file=sys.stderr),
-                              resume=bool(resume))
+    store.write_json("preflight.json", report.to_dict())
+    store.write_json("plan.json", plan)  # what the axes count their time left from
+    t0 = time.monotonic()
+    try:
+        decision = run_acceptance(params, store, resume=bool(resume), target=target)
+    except KeyboardInterrupt as exc:
+        raise Interrupted(exc, store.root, f"k3 validate --resume {store.root}") from None
     if baseline:
         from ..verdict.baseline import compare_with_baseline
 
@@ -69,12 +103,37 @@ def _run_acceptance(params, out: str | None, baseline: str | None = None, resume
         store.write_json("baseline.json", comparison.to_dict())
         for line in comparison.lines():
             print(line)
+    _print_decision(decision, store)
+    print(f"took {duration(time.monotonic() - t0)} (planned about {duration(plan['total_s'])})", file=sys.stderr)
+    return decision.exit_code
+
+
+def _print_decision(decision, store) -> None:
+    from ..report.missing import missing_lines
+
     print(f"decision: {decision.decision}")
-    for reason in decision.reasons:
-        print(f"  - {reason}")
+    for line in missing_lines(decision.to_dict()):
+        print(line)
     print(f"report: {store.path('report/index.html')}")
     print(f"run: {store.root}")
-    return decision.exit_code
+
+
+class Interrupted(KeyboardInterrupt):
+    """A batch stopped by SIGINT/SIGTERM: what the CLI says (the finished evidence kept, how to go on) and exits
+    with (128 + the signal)."""
+
+    def __init__(self, cause: BaseException, run: Path, resume: str | None) -> None:
+        from ..batch.stop import Stopped
+
+        self.signal_name = cause.signal_name if isinstance(cause, Stopped) else "SIGINT"
+        self.exit_code = cause.exit_code if isinstance(cause, Stopped) else 130
+        self.run, self.resume = run, resume
+        super().__init__(self.message())
+
+    def message(self) -> str:
+        then = f"; to finish it: {self.resume}" if self.resume else "; run the same command again for a new review"
+        return (f"stopped by {self.signal_name}: every request in flight was cancelled and the load ended; the "
+                f"finished axes are kept in {self.run}{then}")
 
 
 def cmd_validate(ns: argparse.Namespace) -> int:
@@ -91,9 +150,9 @@ def cmd_validate(ns: argparse.Namespace) -> int:
         from ..core.store import RunStore
 
         check_resume(RunStore.open(ns.resume))  # before trusting request.json or any finished axis
-        return _run_acceptance(load_params_json(request), None, ns.baseline, ns.resume)
+        return _run_acceptance(load_params_json(request), None, ns.baseline, ns.resume, plan_only=ns.plan)
     params = _load(ns.params, ns.sets, ns.fault, ns.profile)
-    return _run_acceptance(params, ns.out, ns.baseline)
+    return _run_acceptance(params, ns.out, ns.baseline, plan_only=ns.plan)
 
 
 def cmd_demo(ns: argparse.Namespace) -> int:
@@ -113,7 +172,7 @@ def review_main(files: list[str], sets: list[str], out: str | None, demo: str | 
     """`k3 review -p FILE … [--set K=V] [--out DIR] [--demo SCENARIO]`: run the review, print the decision, return
     its exit code (`Decision.exit_code`: 0 renew, 3 reduce, 4 dual-circuit, 5 exit-to-api). Bad input raises
     BadInputError before any run folder exists."""
-    from ..renewal.batch import load_review_request, run_review
+    from ..renewal.batch import check_review_inputs, load_review_request, run_review
     from ..renewal.decision import Decision
     from ..core.session import outputs_dir
     from ..core.store import RunStore
@@ -122,6 +181,7 @@ def review_main(files: list[str], sets: list[str], out: str | None, demo: str | 
         raise BadInputError("--from-exports reviews a demo scenario from its exports; expected --demo SCENARIO (for "
                             "your own records: k3 import, then k3 review -p FILE)", source="--from-exports")
     params = load_review_request(files, sets, demo)
+    check_review_inputs(params)  # every input read and Prometheus reached before a run folder or a notebook
     store = RunStore.create(Path(out) if out else outputs_dir(), label=params.run.label or "review")
     print(f"run: {store.root}", file=sys.stderr)
     if from_exports:  # the sheet's exports written and imported into the run's inputs/, hashed as evidence
@@ -133,7 +193,10 @@ def review_main(files: list[str], sets: list[str], out: str | None, demo: str | 
             adopt_folder(store, folder)
         print(f"imported: {params.review.inputs.costs}, {params.review.inputs.incidents}, "  # type: ignore[union-attr]
               f"{params.review.inputs.hours}", file=sys.stderr)  # type: ignore[union-attr]
-    decision = run_review(params, store, on_start=lambda src: print(f"series: {src}", file=sys.stderr))
+    try:
+        decision = run_review(params, store, on_start=lambda src: print(f"series: {src}", file=sys.stderr))
+    except KeyboardInterrupt as exc:
+        raise Interrupted(exc, store.root, None) from None
     print(f"decision: {decision.decision}")
     print(f"rule: {decision.rule}")
     for reason in decision.reasons:

@@ -94,8 +94,26 @@ def _expected(err: Mapping[str, Any], reference: str = "parameters/production.ex
     return msg
 
 
+#: the profiles the kit ships (`kimi-k3.yaml`…): what a bare `extends:` name falls back to
+KIT_PARAMETERS = Path(__file__).resolve().parents[2] / "parameters"
+
+
+def _parent(path: Path, parent: str) -> Path:
+    """An `extends:` entry: relative to the file that names it; a name not found there is one of the kit's own
+    profiles (so a parameters file copied out of the repository, `extends: kimi-k3.yaml`, still works)."""
+    beside = (path.parent / parent).resolve()
+    if beside.exists() or Path(parent).is_absolute():
+        return beside
+    shipped = (KIT_PARAMETERS / parent).resolve()
+    if shipped.is_file():
+        return shipped
+    raise BadInputError(f"{parent} not found beside this file ({beside}) nor among the kit's profiles "
+                        f"({KIT_PARAMETERS})", source=str(path), field="extends")
+
+
 def _layer(path: Path, merged: dict[str, Any], prov: dict[str, str], seen: tuple[Path, ...] = ()) -> None:
-    """One file, after the files it `extends:` (paths relative to it), so a target file can reuse a recipe."""
+    """One file, after the files it `extends:` (paths relative to it, else the kit's own profiles), so a target
+    file can reuse a recipe."""
     data = _read_yaml(path)
     parents = data.pop("extends", None)
     if parents is not None:
@@ -104,7 +122,7 @@ def _layer(path: Path, merged: dict[str, Any], prov: dict[str, str], seen: tuple
         if not isinstance(parents, list) or not all(isinstance(x, str) for x in parents):
             raise BadInputError("expected a file name or a list of file names", source=str(path), field="extends")
         for parent in parents:
-            ppath = (path.parent / parent).resolve()
+            ppath = _parent(path, parent)
             if ppath in seen:
                 raise BadInputError(f"extends itself through {parent}", source=str(path), field="extends")
             _layer(ppath, merged, prov, seen + (ppath,))

@@ -91,7 +91,16 @@ class TargetParams(_Model):
     restart_timeout_s: PositiveSeconds = 600.0
     emulator: EmulatorParams = EmulatorParams()
 
-    _urls = field_validator("base_url")(classmethod(lambda cls, v: _check_url(v)))
+    @field_validator("base_url")
+    @classmethod
+    def _base_url(cls, v: str | None) -> str | None:
+        v = _check_url(v)
+        if v is not None and urlsplit(v).path.rstrip("/").endswith("/v1"):
+            root = v.rstrip("/")[: -len("/v1")]
+            # the OpenAI SDK's habit: the kit adds /v1/… itself and reads /health, /metrics, /version beside /v1
+            raise ValueError(f"ends in /v1: give the server root {root} (the kit adds /v1/… itself and reads "
+                             "/health, /metrics and /version beside it)")
+        return v
 
     @field_validator("metrics_urls")
     @classmethod
@@ -362,7 +371,22 @@ def validate_params(data: dict[str, Any], prov: dict[str, str] | None = None, *,
     resolved = params.public_dict()
     check_recipe(resolved.get("recipe") or {}, prov, default_source=default_source)
     check(resolved, prov, default_source=default_source)
+    _check_prefix_fits(params, prov or {}, default_source)
     return params
+
+
+def _check_prefix_fits(params: Params, prov: dict[str, str], default_source: str) -> None:
+    """Every prefix length set explicitly leaves room for its answer in the contract's context (else vLLM answers
+    400 to every pair); unset, the lengths follow the contract (k3lib.core.thresholds.prefix_floor_tokens)."""
+    p, limit = params.axes.prefix_cache, params.contract.max_context_tokens
+    room = limit - p.max_tokens
+    over = [n for n in p.prefix_tokens if n > room]
+    if over:
+        key = "axes.prefix_cache.prefix_tokens"
+        raise BadInputError(f"{over} do not fit the contract's {limit}-token context with max_tokens {p.max_tokens}: "
+                            f"each must be at most {room} (or leave the key out: the lengths then follow the "
+                            "contract)", source=prov.get(key) or prov.get("contract.max_context_tokens")
+                            or default_source, field=key)
 
 
 def load_params_json(path: str | Path) -> Params:

@@ -14,6 +14,7 @@ import dataclasses
 import time
 from pathlib import Path
 
+from . import progress
 from .errors import BadInputError
 from .evidence import EvidenceRecord, read_records
 from .params import Params, load_any
@@ -54,8 +55,15 @@ class AxisContext:
     _t0: float = dataclasses.field(default_factory=time.monotonic)
 
     def record(self, record: EvidenceRecord) -> EvidenceRecord:
-        """Stamp timing and target onto the axis record and write `evidence/<axis>.json` atomically."""
-        return write_record(self.store, record, started_at=self.started_at, t0=self._t0, target=self.target.base_url)
+        """Stamp timing and target onto the axis record and write `evidence/<axis>.json` atomically; the axis'
+        progress ends there."""
+        written = write_record(self.store, record, started_at=self.started_at, t0=self._t0,
+                               target=self.target.base_url)
+        reporter = progress.current()
+        if reporter is not None and reporter.axis == self.axis:
+            reporter.close()
+            progress.set_current(None)
+        return written
 
     def __repr__(self) -> str:
         return f"AxisContext(axis={self.axis!r}, run={str(self.store.root)!r}, target={self.target!r})"

@@ -244,8 +244,10 @@ def summarize(stats: Sequence[RequestStat], *, name: str, kind: str, target_url:
 def check_load_target(url: str, allow_remote_load: bool) -> None:
     """Load goes to loopback only unless the caller says otherwise: a mistyped URL must not load production."""
     if not allow_remote_load and not is_loopback_url(url):
-        raise BadInputError(f"refusing to send load to non-loopback target {url}; pass allow_remote_load=True "
-                            "if this server is meant to take the load", field="allow_remote_load")
+        raise BadInputError(f"refusing to send load to non-loopback target {url}; if this server is meant to take "
+                            "the load, set `allow_remote_load: true` under `target:` in the parameters file (a "
+                            "direct call of the load functions: allow_remote_load=True)",
+                            field="target.allow_remote_load")
 
 
 def _body_for(bodies: BodySource, i: int) -> dict[str, Any]:

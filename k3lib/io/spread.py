@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from .calibration import (DEFAULT_MAX_ERROR_MS, CalibrationReport, LoopLagReport, assess, calibration_body,
                           calibration_timeout_s)
 from .client import ChatClient, ChatRecord
+from ..core import progress
 from ..core.errors import BadInputError
 from .load import CANCEL_GRACE_S, _Phase
 from .workerproc import ClientSettings
@@ -84,6 +85,7 @@ async def spread_phase(pool: WorkerPool, client: ChatClient, bodies: Any, *, mod
 
     def on_record(w: int, rec: ChatRecord) -> None:
         had = phase.sink_error
+        progress.tick()  # a worker's request ended: it counts in this process' running axis
         phase.deliver(rec)
         if had is None and phase.sink_error is not None:
             pool.stop()

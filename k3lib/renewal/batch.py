@@ -20,8 +20,11 @@ from .records import decide_review
 from .review import write_axes_cache
 from .session import with_demo_inputs
 
-__all__ = ["DEMO_PARAMS", "REVIEW", "REVIEW_STAGES", "REVIEW_SUMMARY", "load_review_request", "parameters_line",
-           "run_review"]
+__all__ = ["DEMO_PARAMS", "REVIEW", "REVIEW_STAGES", "REVIEW_SUMMARY", "check_review_inputs", "load_review_request",
+           "parameters_line", "run_review"]
+
+#: how long the review waits for Prometheus to answer one instant query before the run is refused
+PROMETHEUS_CHECK_S = 5.0
 
 DEMO_PARAMS = PROJECT_ROOT / "parameters" / "renewal-demo.yaml"
 
@@ -36,11 +39,14 @@ def run_review(params: RenewalParams, store: RunStore, *, progress: Progress | N
     store.write_json("params.json", params.public_dict())
 
     plan = review_plan(REVIEW_STAGES)
-    lines = progress or Progress(len(plan.notebooks))  # the batch's progress stream: prepare's error goes there too
+    # the batch's progress stream: prepare's error goes there too
+    lines = progress or Progress(len(plan.notebooks), run_dir=store.root)
 
     def prepare() -> None:  # while the first notebooks' kernels start: the inputs read, the axes computed, once
         try:
             write_axes_cache(params, store)  # each notebook reads them (review/axes.json)
+        except BadInputError:
+            raise  # a bad input (a history file that does not parse) ends the review before any notebook runs
         except Exception as exc:  # noqa: BLE001 - the batch goes on: each notebook reports it in its own page
             lines.note(f"axes not computed before the notebooks: {_one_line(exc)} (each notebook reports it)")
 
@@ -59,6 +65,36 @@ def run_review(params: RenewalParams, store: RunStore, *, progress: Progress | N
                  "transfer_triggers", [])]}
     publish(store, result, shown)
     return decision
+
+
+def check_review_inputs(params: RenewalParams) -> None:
+    """Before a run folder exists: every input file read with the review's own readers (one BadInputError line for
+    the first bad value) and Prometheus answering, within seconds. A demo's inputs are generated: nothing to read."""
+    from .inputs import read_costs, read_hours, read_incidents, read_tasks, resolve_currency
+
+    inp, series = params.review.inputs, params.review.series
+    if inp is not None:
+        read_tasks(inp.tasks)
+        resolve_currency(params.review.currency, read_costs(inp.costs), inp.costs)
+        read_incidents(inp.incidents)
+        read_hours(inp.hours)
+    if series is not None and series.prometheus_url:
+        _reach_prometheus(series.prometheus_url)
+
+
+def _reach_prometheus(url: str) -> None:
+    import httpx
+
+    where = f"{url}/api/v1/query"
+    try:
+        resp = httpx.get(where, params={"query": "1"}, timeout=PROMETHEUS_CHECK_S)
+        body = resp.json() if resp.status_code == 200 else None
+    except (httpx.HTTPError, ValueError) as exc:
+        raise BadInputError(f"Prometheus does not answer at {url} ({type(exc).__name__}: {exc}); check the URL and "
+                            "that this machine reaches it", field="review.series.prometheus_url") from None
+    if not isinstance(body, dict) or body.get("status") != "success":
+        raise BadInputError(f"{where} answers {resp.status_code} without a Prometheus query result: is this the "
+                            "Prometheus server's root URL?", field="review.series.prometheus_url")
 
 
 def _one_line(exc: Exception) -> str:

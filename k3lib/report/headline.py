@@ -152,7 +152,8 @@ def headline_numbers(run: Any) -> list[tuple[str, str, str]]:
     return out
 
 
-def figures_block(run: Any) -> str:
+def figures_block(run: Any, *, numbers: bool = True) -> str:
+    """The headline figures drawn, and (`numbers`) their values in a table."""
     figs = []
     for build in (fig_ttft_kv, lambda r: fig_memory_phases(r, r.root), fig_cold_warm, fig_tool_rate):
         try:
@@ -165,6 +166,7 @@ def figures_block(run: Any) -> str:
                                                                 include_mathjax=False,
                                                                 config={"displaylogo": False,
                                                                         "staticPlot": True}) + "</div>")
-    rows = [[esc(a), esc(b), f"<small>{esc(c)}</small>"] for a, b, c in headline_numbers(run)]
-    return ("<section><h2>Headline figures</h2><div class='k3-figs'>" + "".join(figs) + "</div>"
-            + _table(("figure", "value", "source"), rows, "k3-numbers") + "</section>")
+    table = _table(("figure", "value", "source"), [[esc(a), esc(b), f"<small>{esc(c)}</small>"]
+                                                    for a, b, c in headline_numbers(run)], "k3-numbers") if numbers else ""
+    return ("<section><h2>Headline figures" + ("" if numbers else ", drawn") + "</h2><div class='k3-figs'>"
+            + "".join(figs) + "</div>" + table + "</section>")

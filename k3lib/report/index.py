@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..core.store import RunStore
-from .headline import figures_block
+from .headline import figures_block, headline_numbers
+from .missing import missing_html
 from .markup import _badge, _fmt, _one_line, _table, _typed, esc, page_head
 from .pages import _refuse_if_signed, clean_text, ensure_assets, path_rewrites, render_pages, run_kind
 
@@ -35,9 +36,16 @@ def _cap_text(cap: Any) -> str:
 def decision_block(decision: dict[str, Any] | None, *, cap_label: str = "Traffic cap") -> str:
     if not decision:
         return "<section class='k3-decision'><h2>Decision: none (the summary did not complete)</h2></section>"
-    out = [f"<section class='k3-decision'><h2>Decision: {_badge(decision.get('decision'))}</h2><ul>"]
-    out += [f"<li>{esc(str(r))}</li>" for r in decision.get("reasons", [])]
-    out.append("</ul>")
+    out = [f"<section class='k3-decision'><h2>Decision: {_badge(decision.get('decision'))}</h2>"]
+    reasons = [f"<li>{esc(str(r))}</li>" for r in decision.get("reasons", [])]
+    grouped = missing_html(decision) if decision.get("checklist") is not None else ""
+    if grouped:
+        # the list a reviewer acts on, one line per item; every reason as the rules gave it, one click away
+        out.append(grouped)
+        out.append(f"<details><summary>Every reason as the rules gave it ({len(reasons)})</summary><ul>"
+                   + "".join(reasons) + "</ul></details>")
+    else:
+        out.append("<ul>" + "".join(reasons) + "</ul>")
     if decision.get("condition"):
         out.append(f"<p><b>Condition:</b> {esc(str(decision['condition']))}</p>")
     if "traffic_cap" in decision:
@@ -184,9 +192,14 @@ def acceptance_index(store: RunStore, title: str, decision: dict[str, Any] | Non
     identity = _table(("item", "value", "read from"),
                       [[esc(a), esc(b), f"<small>{esc(c)}</small>"] for a, b, c in identity_rows(run)], "k3-identity")
     checklist = (decision or {}).get("checklist") or []
+    numbers = _table(("figure", "value", "source"),
+                     [[esc(a), esc(b), f"<small>{esc(c)}</small>"] for a, b, c in headline_numbers(run)], "k3-numbers")
+    # above the fold: the decision with what stands between the run and production, beside the headline figures
+    # and the deployment they were measured on; the plotted figures and the sheet follow
     top = (f"<header><h1>{esc(title)}</h1><p>Run <code>{esc(store.run_id)}</code></p></header>"
-           f"<div class='k3-top'>{decision_block(decision)}<section><h2>Deployment</h2>{identity}</section></div>")
-    return "".join([page_head(title), top, sheet_block(store, checklist), figures_block(run),
+           f"<div class='k3-top'>{decision_block(decision)}<div><section><h2>Headline figures</h2>{numbers}</section>"
+           f"<section><h2>Deployment</h2>{identity}</section></div></div>")
+    return "".join([page_head(title), top, figures_block(run, numbers=False), sheet_block(store, checklist),
                     integrity_block(store), baseline_block(store), pages_block(pages), "</body></html>"])
 
 

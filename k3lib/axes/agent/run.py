@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ...core import progress
 from ...io.chatstream import ToolCall
 from ...io.client import ChatClient, ChatRecord
 from ...core.errors import TargetError
@@ -131,6 +132,10 @@ class ScenarioRunner:
         return [{"case": c.id, "reason": "contract.images_served is false: the multimodal case is not run"}
                 for c in self.sample.cases if c.requires_images and not self.s.images_served]
 
+    def _per_repetition(self) -> int:
+        """Requests one repetition takes from a model that does as the sample expects (progress only)."""
+        return sum(1 + (1 if t.expect_tool else 0) for c in self._cases() for t in c.turns)
+
     def _cases(self) -> list[CaseSpec]:
         return [c for c in self.sample.cases if not (c.requires_images and not self.s.images_served)]
 
@@ -144,6 +149,9 @@ class ScenarioRunner:
 
     async def run_level(self, level: int) -> dict[str, Any]:
         reps = max(self.s.repetitions, level)  # fewer repetitions than the level would never reach it
+        progress.phase(f"level {self.s.levels.index(level) + 1} of {len(self.s.levels)}: concurrency {level}, the "
+                       f"scenario {reps} times", requests=min(self.s.max_requests, reps * self._per_repetition()),
+                       duration_s=self.s.max_duration_s)
         t0 = time.perf_counter_ns()
         budget = RequestBudget(self.s.max_requests, t0 + int(self.s.max_duration_s * 1e9))
         pending = iter(range(reps))

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from ...core import progress
 from ...core.errors import TargetError
 from ...core.params import Params
 from ...io.client import run_sync
@@ -47,6 +48,7 @@ class CapacityRunner(StartupPhase, LongContextPhase, ConcurrencyPhase, SoakPhase
         entry = {"phase": name, "start_wall": time.time(), "end_wall": None, "status": "running", "note": ""}
         self.phases.append(entry)
         self._phase = name
+        progress.phase(name, duration_s=self.plan.phase_budget_s(name))
         try:
             async with asyncio.timeout(self.plan.phase_budget_s(name)):
                 note = await work()

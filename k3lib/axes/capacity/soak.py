@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ...core import progress
 from .agreement import calibration_error_at, window_agreement
 from .analysis import soak_analysis
 from .calibration import CalibrationPhase
@@ -28,6 +29,8 @@ class SoakPhase(CalibrationPhase):
             prompts = await self._prompts(sizing, count=n, tokens=plan.prompt_tokens, seed=71,
                                           shared_prefix_tokens=plan.shared_prefix_tokens)
             bodies = [self._body(p, plan.output_tokens) for p in prompts]
+            progress.phase(f"soak: concurrency {plan.planned_concurrency}", requests=plan.soak_max_requests,
+                           duration_s=plan.soak_duration_s + plan.soak_drain_s)
             bucket: list[dict[str, Any]] = []
             before = await boundary_snapshot(self.urls)
             t0 = time.time()

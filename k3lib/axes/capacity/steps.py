@@ -8,6 +8,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ...core import progress
 from ...io.prompts import BuiltPrompt
 from .agreement import calibration_error_at, settle_held, window_agreement
 from .analysis import judge_step, settled_stats
@@ -36,6 +37,8 @@ class ConcurrencyPhase(CalibrationPhase):
                                        "out_of_contract": c > plan.planned_concurrency, "note": "engine dead"})
                     continue
                 bodies = self._salted(prompts, plan.output_tokens, f"{label}")
+                progress.phase(f"step {plan.steps.index(c) + 1} of {len(plan.steps)}: concurrency {c}",
+                               requests=plan.step_max_requests, duration_s=2 * plan.step_duration_s)
                 bucket: list[dict[str, Any]] = []
                 before = await boundary_snapshot(self.urls)
                 t0 = time.time()

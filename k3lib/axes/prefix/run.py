@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 
 from ...io.client import ChatRecord, SyncChatClient
+from ...core import progress
 from ...core.errors import APIError, EvidenceError, TargetError
 from ...core.numbers import figure
 from ...io.load import check_load_target
@@ -291,6 +292,8 @@ def run_prefix_cache(ctx: Any) -> PrefixCacheResult:
     t_end = time.monotonic() + p.max_duration_s
     lengths = prefix_lengths(ctx.params)
     planned = [(size, s) for size in lengths for s in range(p.sessions)]
+    progress.phase(f"cold/warm pairs: {len(lengths)} lengths x {p.sessions} sessions",
+                   requests=2 * len(planned), duration_s=p.max_duration_s)
 
     def sessions() -> Any:
         """The planned sessions, then more at the longest prefix (where the verdict judges the gain) while the

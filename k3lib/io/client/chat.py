@@ -16,6 +16,7 @@ from typing import Any
 import aiohttp
 import httpx
 
+from k3lib.core import progress
 from k3lib.core.errors import APIError, ProtocolError, TargetUnreachable
 from k3lib.core.guards import require_key_env
 
@@ -300,7 +301,17 @@ class ChatClient:
         `deadline_ns` (a perf mark) is a hard stop shared by a load phase: a request still running then is
         recorded as cancelled. `semaphore`, when given, is acquired inside the measured client-queue window.
         With `strict=True` a raised TargetError carries the partial record (`record_of(exc)`).
+        Each request ended counts once in the running axis' progress (`k3lib.core.progress`).
         """
+        try:
+            return await self._chat_body(body, strict=strict, request_id=request_id, timeout_s=timeout_s,
+                                         enqueued_ns=enqueued_ns, deadline_ns=deadline_ns, semaphore=semaphore)
+        finally:
+            progress.tick()
+
+    async def _chat_body(self, body: Mapping[str, Any], *, strict: bool, request_id: str | None,
+                         timeout_s: float | None, enqueued_ns: int | None, deadline_ns: int | None,
+                         semaphore: asyncio.Semaphore | None) -> ChatRecord:
         # build the first pool (and the TLS context, ~20 ms) before the anchor: it is set-up, not queueing
         self._pools()
         if self._transport is None:
