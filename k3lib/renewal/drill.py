@@ -129,6 +129,20 @@ class _InFlight(threading.Thread):
             self.first_chunk.set()
 
 
+def _kill(drill: DrillParams, task: _InFlight, base_url: str, client: httpx.Client, timeout_s: float,
+          steps: list[str]) -> bool:
+    """Run the kill steps; True when the streamed task was in flight as the last of them began (a kill whose
+    earlier steps only wait, or that comes after the stream ended, shows nothing about in-flight tasks)."""
+    in_flight = task.in_flight()
+    for n, step in enumerate(drill.kill):
+        if n == len(drill.kill) - 1:
+            in_flight = task.in_flight()
+            steps.append(f"streamed task as the last kill step began: "
+                         f"{'in flight' if in_flight else task.outcome} ({task.chunks} event(s) received)")
+        steps.append(f"kill: {run_step(step, base_url, client, timeout_s)}")
+    return in_flight
+
+
 def _wait_health(client: httpx.Client, base_url: str, want_ok: bool, timeout_s: float) -> tuple[bool, float, str]:
     t0 = time.monotonic()
     last = "no reply"
@@ -209,10 +223,7 @@ def run_drill(base_url: str, drill: DrillParams, *, api_base_url: str | None = N
         task = _InFlight(client, f"{base_url}/v1/chat/completions", inflight_body, drill.recovery_timeout_s)
         task.start()
         task.first_chunk.wait(t_req)
-        in_flight_at_kill = task.in_flight()  # read before the kill: a task that had already ended proves nothing
-        steps.append(f"streamed task at the kill: {'in flight' if in_flight_at_kill else task.outcome} "
-                     f"({task.chunks} event(s) received)")
-        steps += [f"kill: {run_step(s, base_url, client, t_req)}" for s in drill.kill]
+        in_flight_at_kill = _kill(drill, task, base_url, client, t_req, steps)
         note("; ".join(steps[-len(drill.kill):]) if drill.kill else "kill: no command given")
         detected, detect_s, health = _wait_health(client, base_url, False, drill.recovery_timeout_s)
         steps.append(f"health after kill: {health} after {figure(detect_s)} s")
