@@ -419,3 +419,47 @@ def test_an_infinite_amount_is_refused(demos, tmp_path, value):
     with pytest.raises(BadInputError) as ei:
         review(paths)
     assert "key api_bill_same_tasks" in ei.value.one_line() and "finite" in ei.value.one_line()
+
+
+# --- 1. one deployment, on real vLLM scrapes ----------------------------------------------------------------------
+
+def _history_of(scrape: str, path) -> None:
+    """A real /metrics scrape (Prometheus text) as an OpenMetrics history: its review series at two instants."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from k3lib.renewal.series import VLLM_SERIES
+    from k3lib.io.metrics.names import spec_for
+
+    def esc(v: str) -> str:
+        return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+    wanted = {n for c in VLLM_SERIES for n in spec_for(c).names}
+    lines = []
+    for family in text_string_to_metric_families(scrape):
+        for s in family.samples:
+            if s.name in wanted:
+                labels = ",".join(f'{k}="{esc(v)}"' for k, v in sorted(s.labels.items()))
+                lines += [f"{s.name}{{{labels}}} {s.value!r} {t}" for t in (1_784_851_350, 1_784_851_650)]
+    lines.sort(key=lambda x: x.rsplit(" ", 1)[0])  # one series after another, each in time order
+    path.write_text("\n".join(lines + ["# EOF"]) + "\n", encoding="utf-8")
+
+
+@pytest.mark.parametrize("name", [f"0{i}.prom" for i in range(1, 9)])
+def test_real_vllm_series_are_selected_by_their_model_name(real_world, tmp_path, name):
+    """Real vLLM scrapes (one to four engines): the served model's series are kept by `model_name`, every engine
+    summed; named another model, every one of them is left out and counted, none read."""
+    import json
+
+    from k3lib.renewal.identity import Identity
+    from k3lib.renewal.series import series_from_file
+
+    label = json.loads((real_world / "labels.json").read_text())[f"metrics/{name}"]
+    history = tmp_path / "history.om"
+    _history_of((real_world / "metrics" / name).read_text(encoding="utf-8"), history)
+    grid = Grid(1_784_851_200.0, 1_784_851_800.0, 300.0)
+    own = series_from_file(history, grid, Identity(label["model_name"], hostnames=("node-a",), gpus=4))
+    running = next(rs for n, rs in own.raw.items() if n.endswith("num_requests_running"))
+    assert own.left_out == () and len(running.values) == label["engines"]
+    assert sum(v[0] for v in running.values.values()) == label["values"]["num_requests_running"]
+    other = series_from_file(history, grid, Identity("moonshotai/Kimi-K3-other", hostnames=("node-a",), gpus=4))
+    assert other.raw == {} and {x.reason for x in other.left_out} == {f"another model ({label['model_name']})"}

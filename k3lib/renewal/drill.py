@@ -129,6 +129,17 @@ class _InFlight(threading.Thread):
             self.first_chunk.set()
 
 
+def _failover(client: httpx.Client, api_base_url: str | None, bodies: list[dict[str, Any]], headers: dict[str, str],
+              timeout_s: float, steps: list[str]) -> dict[str, Any] | None:
+    """The identical request bodies (the tool call, then the tool answer) sent to the API: only the base URL changes,
+    so the agent's contract is untouched. None: no API configured."""
+    if not api_base_url:
+        return None
+    call, answer = (_chat(client, api_base_url, body, headers, timeout_s) for body in bodies)
+    steps.append(f"fail-over to {api_base_url}: tool call HTTP {call[0]}, tool answer HTTP {answer[0]}")
+    return {"call": (call[0], _fields(_message(call[1]))), "answer": (answer[0], _fields(_message(answer[1])))}
+
+
 def _kill(drill: DrillParams, task: _InFlight, base_url: str, client: httpx.Client, timeout_s: float,
           steps: list[str]) -> bool:
     """Run the kill steps; True when the streamed task was in flight as the last of them began (a kill whose
@@ -250,14 +261,7 @@ def run_drill(base_url: str, drill: DrillParams, *, api_base_url: str | None = N
         steps.append(f"after restore: tool call HTTP {status3}, tool answer HTTP {status4}, resumed conversation "
                      f"HTTP {status5}, fields {after_fields}")
 
-        failover = None
-        if api_base_url:
-            # the identical request bodies, only the base URL changes: the agent's contract is untouched
-            api_first = _chat(client, api_base_url, first, headers, t_req)
-            api_turn = _chat(client, api_base_url, _tool_turn(model, before_msg), headers, t_req)
-            failover = {"call": (api_first[0], _fields(_message(api_first[1]))),
-                        "answer": (api_turn[0], _fields(_message(api_turn[1])))}
-            steps.append(f"fail-over to {api_base_url}: tool call HTTP {api_first[0]}, tool answer HTTP {api_turn[0]}")
+        failover = _failover(client, api_base_url, [first, _tool_turn(model, before_msg)], headers, t_req, steps)
 
     seen = Observed(
         detected=detected, detect_s=detect_s, health_after_kill=health, task_outcome=task_outcome,

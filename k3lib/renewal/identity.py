@@ -91,7 +91,8 @@ class LeftOut:
 
 def select(name: str, keys: Iterable[LabelKey], identity: Identity) -> tuple[list[LabelKey], list[LeftOut]]:
     """The label sets of `name` that are the deployment's, and the others counted by reason."""
-    kept, reasons = [], Counter()
+    kept: list[LabelKey] = []
+    reasons: Counter[str] = Counter()
     for key in keys:
         why = why_not(name, key, identity)
         if why is None:

@@ -75,8 +75,8 @@ def _accepted_identity(folder: str) -> tuple[str, dict[str, Any]]:
     if decision not in ACCEPTED:
         raise BadInputError(f"{run.run_id} decided {decision or 'nothing'}; expected an accepted acceptance run "
                             f"({' or '.join(ACCEPTED)}) of the reviewed deployment", source=source)
-    target = run.params.get("target") if isinstance(run.params.get("target"), dict) else {}
-    if not target.get("base_url"):
+    target = run.params.get("target")
+    if not isinstance(target, dict) or not target.get("base_url"):
         raise BadInputError(f"{run.run_id} ran against the embedded emulator: it identifies no deployment; expected "
                             "an acceptance run of the reviewed deployment", source=source)
     model, gpus = acc.served_model(run), acc.gpu_count(run)

@@ -203,9 +203,7 @@ def evaluate_on_grid(points: list[tuple[float, float]], grid: Grid, how: str = "
     one (`last_over_time`, for counters); NaN where the slot holds no sample. (Prometheus 2.x closes the range on
     the left too; the demo's samples sit mid-slot, so both give the same slots.)"""
     times = [t for t, _ in points]
-    prefix = [0.0]
-    for _, v in points:
-        prefix.append(prefix[-1] + v)
+    values = [v for _, v in points]
     out = []
     for t in grid.times():
         hi = bisect_right(times, t)
@@ -213,9 +211,9 @@ def evaluate_on_grid(points: list[tuple[float, float]], grid: Grid, how: str = "
         if hi <= lo:
             out.append(math.nan)
         elif how == "last":
-            out.append(points[hi - 1][1])
-        else:
-            out.append((prefix[hi] - prefix[lo]) / (hi - lo))
+            out.append(values[hi - 1])
+        else:  # an exact sum (one sample is itself, as Prometheus gives it back)
+            out.append(math.fsum(values[lo:hi]) / (hi - lo))
     return tuple(out)
 
 
@@ -323,7 +321,7 @@ def series_from_prometheus(url: str, grid: Grid, identity: Identity, *, selector
         """The series of `name` in the window that the deployment's matchers left out, counted by reason."""
         match = ",".join(m for m in (f'__name__="{name}"', selector) if m)
         found = call(f"series look-up for {name}", lambda: prom.get_series(
-            start=dt.datetime.fromtimestamp(grid.start_s, dt.timezone.utc), end=end, params={"match[]": match}))
+            start=dt.datetime.fromtimestamp(grid.start_s, dt.timezone.utc), end=end, params={"match[]": f"{{{match}}}"}))
         keys = {tuple(sorted((k, v) for k, v in s.items() if k != "__name__")) for s in found or ()}
         _, left = select(name, keys, identity)
         return left
