@@ -283,20 +283,25 @@ def _write_incidents(sim: dict, path: Path) -> None:
     path.write_text("\n".join(rows) + "\n", encoding="utf-8")
 
 
-def _window_weeks() -> list[str]:
-    """Every ISO week the window touches (the first and last ones in part), as YYYY-Www."""
+def _window_weeks() -> dict[str, int]:
+    """Every ISO week the window touches (YYYY-Www) → its days inside the window (the first and last in part)."""
     start = ANCHOR_END - dt.timedelta(days=WINDOW_DAYS)
-    days = [start + dt.timedelta(days=d) for d in range(WINDOW_DAYS)]
-    return sorted({f"{d.isocalendar().year}-W{d.isocalendar().week:02d}" for d in days})
+    out: dict[str, int] = {}
+    for d in range(WINDOW_DAYS):
+        day = (start + dt.timedelta(days=d)).isocalendar()
+        key = f"{day.year}-W{day.week:02d}"
+        out[key] = out.get(key, 0) + 1
+    return out
 
 
 def _write_hours(sc: Scenario, path: Path) -> None:
     split = {"install": 0.1, "vllm-tuning": 0.15, "monitoring": 0.25, "upgrades": 0.1, "failed-task-diagnosis": 0.15,
              "documentation": 0.05, "product-communication": 0.08, "out-of-hours": 0.07, "api-comparison": 0.05}
     rows = ["week,category,hours"]
-    weeks = _window_weeks()
-    for n, week in enumerate(weeks):
-        total = sc.ops_hours_week * (1.4 if n == 0 else 0.9)  # installation weighs on the first week
+    for n, (week, days) in enumerate(sorted(_window_weeks().items())):
+        # the hours of the window's days only (as `k3 import` writes worklogs dated inside it); installation weighs
+        # on the first week
+        total = sc.ops_hours_week * (1.4 if n == 0 else 0.9) * days / 7
         rows += [f"{week},{cat},{total * share:.1f}" for cat, share in split.items()]
     path.write_text("\n".join(rows) + "\n", encoding="utf-8")
 

@@ -37,7 +37,7 @@ class ReviewData:
     tasks: tuple[TaskRecord, ...]  # inside the window
     costs: CostsInput
     incidents: tuple[IncidentRecord, ...]  # inside the window
-    hours: tuple[HoursRecord, ...]  # of the window's ISO weeks, partial weeks pro rata
+    hours: tuple[HoursRecord, ...]  # of the ISO weeks the window touches
     window: ReviewWindow
     clipped: dict[str, Clipped]  # tasks, incidents, hours: what clipping kept and left out
 

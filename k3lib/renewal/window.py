@@ -1,9 +1,10 @@
 """The review window: every input clipped to it, what fell outside counted, and how much of it each source covers.
 
 Tasks belong to the window by their submission time, incidents by their start, hours rows by their ISO week (a
-week partly in the window counts for its days inside, pro rata). Nothing outside is read as evidence; the counts
-say what was left out. A source's coverage is the share of the window it shows: a source that covers less than
-`rules.min_coverage_share` is "not shown" — its gaps are never read as idle, nor as busy.
+week the window touches counts; the weekly effort is then divided by the window's length in weeks, never by the
+number of week labels). Nothing outside is read as evidence; the counts say what was left out. A source's
+coverage is the share of the window it shows: a source that covers less than `rules.min_coverage_share` is "not
+shown" — its gaps are never read as idle, nor as busy.
 """
 
 from __future__ import annotations
@@ -85,16 +86,12 @@ def week_overlap(week: str, window: ReviewWindow) -> float:
 
 
 def clip_hours(hours: Sequence[HoursRecord], window: ReviewWindow) -> Clipped:
-    """Hours rows of the ISO weeks the window touches, each counted for the share of its week inside the window
-    (a week's hours are a weekly total: three of its days in the window count three sevenths)."""
-    kept, out = [], []
-    for h in hours:
-        share = week_overlap(h.week, window)
-        if share <= 0:
-            out.append(h)
-        else:
-            kept.append(h.model_copy(update={"hours": h.hours * share}) if share < 1 else h)
-    return Clipped(tuple(kept), len(out), tuple(sorted({f"{h.week} {h.category}" for h in out}))[:5])
+    """Hours rows of the ISO weeks the window touches; rows of other weeks are left out and counted. A week the
+    window touches only in part counts whole: its row is a weekly total the review cannot split (`k3 import` writes
+    only the worklogs dated inside the window), and counting it whole never lowers the effort."""
+    kept = tuple(h for h in hours if week_overlap(h.week, window) > 0)
+    out = [h for h in hours if week_overlap(h.week, window) <= 0]
+    return Clipped(kept, len(out), tuple(sorted({f"{h.week} {h.category}" for h in out}))[:5])
 
 
 # --- coverage ------------------------------------------------------------------------------------------------------
