@@ -115,6 +115,7 @@ def test_an_unchecked_drill_counts_for_nothing():
     assert stability["recoverable"] is None and set(stability["not_shown"]) == set(QUESTIONS)
 
 
+@pytest.mark.slow
 def test_attack_a_kill_after_the_stream_ended_shows_no_in_flight_task(servers):
     """The kill's first step only waits until the streamed task has finished: nothing was in flight when the engine
     died, so "in-flight tasks resumed or cancelled" is not shown (it used to read the finished task as yes)."""
