@@ -400,7 +400,3 @@ def write_schemas(folder: Path = SCHEMA_DIR) -> list[Path]:
     return paths
 
 
-
-if __name__ == "__main__":  # `python -m k3lib.renewal.results` (what `k3 schemas` also does)
-    for written in write_schemas():
-        print(f"wrote {written}")
