@@ -1,7 +1,7 @@
 """The six renewal analyses' results as typed, frozen models — what an axis record holds and what the decision
 reads. Each is validated when its record is written and when it is read back; a record written by another kit
 version (no schema id, or another one) is refused with one line naming the file. Their JSON Schemas live in
-`schemas/renewal/` (`python -m k3lib.renewal.results` rewrites them; a test keeps them in step).
+`schemas/renewal/` (`k3 schemas` rewrites them; a test keeps them in step).
 """
 
 from __future__ import annotations
