@@ -394,8 +394,12 @@ def test_review_comparison_record_reads_the_live_run(tmp_path, capsys):
         rc, out, runs = _run(tmp_path, capsys, params)
     assert rc == 0, out.err
     pair = read_paths_record(runs[-1]).pairs[0]
-    ctx = renewal.open_review("comparison", "parameters/renewal-demo.yaml", [f"review.live_paths={runs[-1]}"],
-                              str(tmp_path / "review"))
+    # the review reads a live run of its own task set (its hash) on its model, and on 6 tasks only with the minimum
+    # sample lowered to them (issue 39)
+    task_set = next(f.sha256 for f in read_paths_record(runs[-1]).fixed if f.name == "task_set")
+    ctx = renewal.open_review("comparison", "parameters/renewal-demo.yaml",
+                              [f"review.live_paths={runs[-1]}", f"review.fixed.task_set.live_sha256={task_set}",
+                               "review.rules.min_sample_tasks=6"], str(tmp_path / "review"))
     comparison = renewal.axis_result(ctx)
     live_section(ctx)
     record = renewal.record_axis(ctx, comparison)

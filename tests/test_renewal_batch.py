@@ -119,9 +119,12 @@ def test_the_kernel_sees_renewal():
 
 @pytest.mark.slow
 def test_review_batch_on_a_demo(tmp_path, capsys):
-    rc = review_main([], [], str(tmp_path), "idle-heavy")
+    rc = review_main([], ["review.rules.min_sample_tasks=20"], str(tmp_path), "idle-heavy")
     out = capsys.readouterr().out
     assert rc == 3 and "decision: reduce" in out and "condition: restore the previous capacity" in out
+    # a rule loosened toward renew is in the terminal output: the reasons and the condition name it
+    assert "decided on loosened rules (set past the built-in default toward renew): rules.min_sample_tasks 20" in out
+    assert "decided on loosened rules — rules.min_sample_tasks 20 (built-in 30)" in out
     run = Path(out.strip().splitlines()[-1].removeprefix("run: "))
     store = RunStore.open(run)
     assert store.verify() == []
@@ -129,7 +132,13 @@ def test_review_batch_on_a_demo(tmp_path, capsys):
     records = read_records(store)
     assert set(records) >= set(AXES) and all(not r.error for r in records.values())
     drill = records["stability"].data["result"]["drill"]
-    assert drill["summary"].startswith("5/5")
+    # the demo's drill ran against the embedded emulator: it answers nothing about the reviewed deployment, and
+    # what it saw there is kept apart
+    assert drill["summary"].startswith("0/5 about the reviewed deployment — the drill ran against the embedded "
+                                       "emulator") and "on its target: 5/5 questions answered yes" in drill["summary"]
+    assert drill["deployment"]["is_deployment"] is False and drill["in_flight_at_kill"] is True
+    assert {a["answer"] for a in drill["answers"].values()} == {"not shown"}
+    assert {a["answer"] for a in drill["deployment"]["observed"].values()} == {"yes"}
     # the demo's restore is a rollback: the previous release is served again, shown from GET /version
     assert drill["versions"] == {"before": "0.33.0", "after_restore": PREVIOUS_VERSION,
                                  "expected_previous": PREVIOUS_VERSION}
@@ -137,7 +146,8 @@ def test_review_batch_on_a_demo(tmp_path, capsys):
     index = (run / "report" / "index.html").read_text()
     assert "rule: reduce.idle-or-irregular" in index and "from built-in default" not in index
     # every fixed element and threshold from the demo file; the report names kit files, not machine paths
-    assert "23 from <kit>/parameters/renewal-demo.yaml" in html.unescape(index)
+    assert "27 from <kit>/parameters/renewal-demo.yaml, 1 from --set" in html.unescape(index)
+    assert "loosened toward renew: rules.min_sample_tasks 20 (built-in 30)" in html.unescape(index)
     # the summary notebook shows the decision through the view registered when its session opened
     page = (run / "report" / "19_renewal.html").read_text()
     assert "<b>Rule:</b> <code>reduce.idle-or-irregular</code>" in page and "Decision: " in page

@@ -98,7 +98,8 @@ def _seen(**over):
     base = dict(detected=True, detect_s=0.2, health_after_kill="HTTP 503", task_outcome="error",
                 task_detail="error event: engine dead", restore_steps=1, restored=True, recovery_s=1.0,
                 version_before="0.33.0", version_after="0.32.0", previous_version=None, first_after_status=200,
-                resumed_status=200, before_fields=fields, after_fields=fields, failover=None, timeout_s=10.0)
+                resumed_status=200, before_fields=fields, after_fields=fields, failover=None, timeout_s=10.0,
+                in_flight_at_kill=True)
     return Observed(**(base | over))
 
 

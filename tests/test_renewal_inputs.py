@@ -196,10 +196,12 @@ def test_review_paths_are_relative_to_the_file(tmp_path):
     (tmp_path / "sub").mkdir()
     p = _write(tmp_path / "sub", "review.yaml",
                "review:\n  inputs: {tasks: t.csv, costs: c.yaml, incidents: i.csv, hours: h.csv}\n"
-               "  series: {history_file: h.om, start: 2026-07-24T00:00:00Z, end: 2026-08-14T00:00:00Z}\n")
+               "  series: {history_file: h.om, start: 2026-07-24T00:00:00Z, end: 2026-08-14T00:00:00Z}\n"
+               "  deployment: {acceptance_run: ../runs/accepted}\n")
     params = load_review_params([p])
     assert params.review.inputs.tasks == str((tmp_path / "sub" / "t.csv").resolve())
     assert params.review.series.history_file == str((tmp_path / "sub" / "h.om").resolve())
+    assert params.review.deployment.acceptance_run == str((tmp_path / "runs" / "accepted").resolve())
 
 
 def test_grid_respects_the_prometheus_points_limit():

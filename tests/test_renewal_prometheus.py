@@ -1,4 +1,6 @@
-"""A demo history backfilled into a real Prometheus server gives the same analysis as the file itself."""
+"""A demo history backfilled into a real Prometheus server gives the same analysis as the file itself — slot means
+by `avg_over_time`, the deployment's own series by its label matchers, and the others (another node's GPUs, another
+model's vLLM) left out and counted the same way on both paths."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ import shutil
 import socket
 import subprocess
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -30,7 +33,19 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def backfilled(tmp_path_factory):
     root = tmp_path_factory.mktemp("prom")
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from renewal_attack import add_to_family, samples
+
     paths = demo.generate("spiky", root / "inputs")
+    # the same Prometheus also scrapes another node and another model: neither is the reviewed deployment
+    stamps = [ts for _, _, ts in samples(paths["history"], 'DCGM_FI_DEV_GPU_UTIL{gpu="0"')]
+    add_to_family(paths["history"], "DCGM_FI_DEV_GPU_UTIL",
+                  [f'DCGM_FI_DEV_GPU_UTIL{{gpu="{g}",Hostname="node-b",modelName="NVIDIA H200"}} 99 {ts}'
+                   for g in range(2) for ts in stamps])
+    add_to_family(paths["history"], "vllm:num_requests_waiting",
+                  [f'vllm:num_requests_waiting{{model_name="llama-70b",engine="0"}} 40 {ts}' for ts in stamps])
     data = root / "data"
     # 24 h blocks: one tenth of the blocks (and the time) of promtool's 2 h default
     subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", "--max-block-duration=24h",
@@ -71,4 +86,8 @@ def test_prometheus_and_file_give_the_same_analysis(backfilled):
     for name in from_file.raw:
         assert from_prom.raw[name].values.keys() == from_file.raw[name].values.keys(), name
     assert from_prom.frame.equals(from_file.frame)
-    assert analyse(from_prom) == analyse(from_file)
+    left_out = {(x.name, x.reason, x.series) for x in from_file.series.left_out}
+    assert left_out == {("DCGM_FI_DEV_GPU_UTIL", "another host (node-b)", 2),
+                        ("vllm:num_requests_waiting", "another model (llama-70b)", 1)}
+    assert {(x.name, x.reason, x.series) for x in from_prom.series.left_out} == left_out
+    assert from_prom.gpus == 4 and analyse(from_prom) == analyse(from_file)

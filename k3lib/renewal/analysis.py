@@ -1,23 +1,28 @@
-"""The six renewal axes as pure functions: load frame, task log, costs, incidents and hours in, JSON-ready
-figures out. Nothing here reads a file or a clock; a blank cost stays None through every sum it enters."""
+"""The renewal analyses other than the load (`load.py`) as pure functions: task log, costs, incidents and hours in,
+JSON-ready figures out. Nothing here reads a file or a clock; a blank cost stays None through every sum it enters.
+
+Only the fixed task set counts (`fixed.task_set.categories`); a task retried more often than the fixed retry policy
+allows is counted and named, its retries enter the means at the policy's bound and it is not accepted under the
+policy; a rate on fewer than `rules.min_sample_tasks` tasks is inconclusive, and above that its 95 % interval
+(Wilson; Newcombe for a paired difference) decides, never the point estimate.
+"""
 
 from __future__ import annotations
 
 import math
 import statistics
 from collections import Counter, defaultdict
-from typing import Any, Iterable, Sequence
-from zoneinfo import ZoneInfo
+from typing import Any, Sequence
 
 from ..core.numbers import figure
-from ..core.stats import percentile
+from ..core.stats import paired_difference_interval, percentile, wilson_interval
 from .inputs import FIVE_QUESTIONS, CostsInput, HoursRecord, IncidentRecord, TaskRecord
+from .load import CATEGORIES, PERIODS, analyse_load, slot_index  # noqa: F401  (re-exported)
 from .rules import DeclaredBenefits, FixedElements, RenewalRules, accepted as is_accepted
 from .series import Grid
 
-CATEGORIES = ("batch", "agent", "peak", "test", "maintenance")
-PERIODS = ("business", "night", "weekend", "peak-slots")
 SELF, API = "self-hosted", "api"
+EXAMPLES = 10  # task ids named in a finding
 
 
 def _r(x: float | None, nd: int = 3) -> float | None:
@@ -26,141 +31,26 @@ def _r(x: float | None, nd: int = 3) -> float | None:
     return round(float(x), nd)
 
 
-def _slot_index(ts: float, grid: Grid) -> int:
-    """Slot k covers (t_k − step, t_k] with t_k = start + (k+1)·step."""
-    return math.ceil((ts - grid.start_s) / grid.step_s) - 1
+def interval(k: int, n: int) -> tuple[float | None, float | None]:
+    """The 95 % Wilson interval of k of n, rounded; (None, None) without trials."""
+    ci = wilson_interval(k, n)
+    return (None, None) if ci is None else (round(ci[0], 4), round(ci[1], 4))
 
 
-def _occupancy(intervals: Iterable[tuple[float, float]], grid: Grid, n: int) -> list[float]:
-    """How many intervals overlap each slot (a difference array, linear in tasks + slots)."""
-    diff = [0.0] * (n + 1)
-    for a, b in intervals:
-        i, j = max(_slot_index(a, grid), 0), min(_slot_index(b, grid), n - 1)
-        if j < 0 or i >= n or j < i:
-            continue
-        diff[i] += 1
-        diff[j + 1] -= 1
-    out, acc = [], 0.0
-    for k in range(n):
-        acc += diff[k]
-        out.append(acc)
-    return out
+def in_policy(t: TaskRecord, fixed: FixedElements) -> bool:
+    return t.retries <= fixed.retry_policy.max_retries
 
 
-def _period(local_hour: int, weekday: int, rules: RenewalRules) -> str:
-    if weekday >= 5:
-        return "weekend"
-    lo, hi = rules.business_hours
-    return "business" if lo <= local_hour < hi else "night"
+def delivered(t: TaskRecord, fixed: FixedElements) -> bool:
+    """Accepted under the fixed quality rule AND run under the fixed retry policy (a task that needed more retries
+    than the policy allows would have been stopped by it: it is not a delivery under the same conditions)."""
+    return is_accepted(t, fixed.quality_rule) and in_policy(t, fixed)
 
 
-# --- 1. load ----------------------------------------------------------------------------------------------------
-
-def analyse_load(frame, tasks: Sequence[TaskRecord], rules: RenewalRules, grid: Grid, gpus: int) -> dict[str, Any]:
-    """Used vs reserved capacity per load category and per period; idle time split into demand and scheduling."""
-    n = len(frame)
-    step_h = grid.step_s / 3600
-    util = [0.0 if math.isnan(u) else float(u) for u in frame["gpu_util"]]
-    waiting_srv = [0.0 if math.isnan(w) else float(w) for w in frame["waiting"]]
-    sh = [t for t in tasks if t.path == SELF]
-    waiting_log = _occupancy(((t.submitted_at.timestamp(), t.started_at.timestamp()) for t in sh
-                              if t.started_at is not None and t.wait_s > 0), grid, n)
-    active = {c: _occupancy(((t.started_at.timestamp(), t.finished_at.timestamp()) for t in sh
-                             if t.category == c and t.started_at and t.finished_at), grid, n) for c in CATEGORIES}
-    tz = ZoneInfo(rules.timezone)
-    periods = []
-    for ts in frame.index:
-        local = ts.tz_convert(tz)
-        periods.append(_period(local.hour, local.weekday(), rules))
-    reserved_gpu_h = gpus * n * step_h
-    used_by_cat: dict[str, float] = defaultdict(float)
-    hours_by_cat: dict[str, float] = defaultdict(float)
-    idle_kind = []
-    per = {p: {"slots": 0, "busy": 0, "util_sum": 0.0, "idle_demand": 0, "idle_scheduling": 0, "waiting_sum": 0.0}
-           for p in PERIODS}
-    for k in range(n):
-        used = util[k] * gpus * step_h
-        counts = {c: active[c][k] for c in CATEGORIES}
-        total = sum(counts.values())
-        if total > 0:
-            for c, v in counts.items():
-                used_by_cat[c] += used * v / total
-                hours_by_cat[c] += step_h * v / total
-        else:
-            used_by_cat["none"] += used
-            hours_by_cat["none"] += step_h
-        busy = util[k] >= rules.idle_util_max
-        queued = waiting_srv[k] > 0 or waiting_log[k] > 0
-        kind = "busy" if busy else ("scheduling" if queued else "demand")
-        idle_kind.append(kind)
-        names = [periods[k]] + (["peak-slots"] if util[k] >= rules.peak_util_min else [])
-        for p in names:
-            agg = per[p]
-            agg["slots"] += 1
-            agg["busy"] += busy
-            agg["util_sum"] += util[k]
-            agg["waiting_sum"] += waiting_srv[k]
-            agg["idle_demand"] += kind == "demand"
-            agg["idle_scheduling"] += kind == "scheduling"
-    # idle stretches at least large_idle_min_h long
-    large_slots, run = 0, 0
-    min_run = max(1, math.ceil(rules.large_idle_min_h / step_h))
-    for kind in idle_kind + ["busy"]:
-        if kind != "busy":
-            run += 1
-            continue
-        if run >= min_run:
-            large_slots += run
-        run = 0
-    # weekday GPU-hours: regular load means a similar amount of work every working day
-    daily: dict[str, float] = defaultdict(float)
-    for k, ts in enumerate(frame.index):
-        local = ts.tz_convert(tz)
-        if local.weekday() < 5:
-            daily[local.date().isoformat()] += util[k] * gpus * step_h
-    days = list(daily.values())
-    cv = statistics.pstdev(days) / statistics.mean(days) if days and statistics.mean(days) > 0 else None
-    # demand shape: arrivals per hour over the window (both paths: demand exists wherever it was served)
-    hourly = Counter(int((t.submitted_at.timestamp() - grid.start_s) // 3600) for t in sh)
-    n_hours = max(1, int(n * step_h))
-    arrivals = [hourly.get(h, 0) for h in range(n_hours)]
-    mean_arr = sum(arrivals) / n_hours
-    p99 = percentile(arrivals, 99)
-    assert p99 is not None  # arrivals holds at least one hour
-    used_total = sum(used_by_cat.values())
-    idle_slots = sum(1 for k in idle_kind if k != "busy")
-    return {
-        "gpus": gpus,
-        "window_h": _r(n * step_h, 2),
-        "step_s": grid.step_s,
-        "reserved_gpu_h": _r(reserved_gpu_h, 1),
-        "used_gpu_h": _r(used_total, 1),
-        "utilisation": _r(used_total / reserved_gpu_h if reserved_gpu_h else None),
-        "by_category": [
-            {"category": c, "hours": _r(hours_by_cat.get(c, 0.0), 1), "used_gpu_h": _r(used_by_cat.get(c, 0.0), 1),
-             "share_of_reserved": _r(used_by_cat.get(c, 0.0) / reserved_gpu_h if reserved_gpu_h else None)}
-            for c in (*CATEGORIES, "none")],
-        "by_period": [
-            {"period": p, "hours": _r(a["slots"] * step_h, 1),
-             "mean_util": _r(a["util_sum"] / a["slots"] if a["slots"] else None),
-             "busy_share": _r(a["busy"] / a["slots"] if a["slots"] else None),
-             "idle_demand_share": _r(a["idle_demand"] / a["slots"] if a["slots"] else None),
-             "idle_scheduling_share": _r(a["idle_scheduling"] / a["slots"] if a["slots"] else None),
-             "mean_waiting": _r(a["waiting_sum"] / a["slots"] if a["slots"] else None, 2)}
-            for p, a in per.items()],
-        "idle_share": _r(idle_slots / n if n else None),
-        "idle_demand_share": _r(idle_kind.count("demand") / n if n else None),
-        "idle_scheduling_share": _r(idle_kind.count("scheduling") / n if n else None),
-        "large_idle_share": _r(large_slots / n if n else None),
-        "business_busy_share": _r(per["business"]["busy"] / per["business"]["slots"]
-                                  if per["business"]["slots"] else None),
-        "weekday_gpu_h_cv": _r(cv),
-        "arrivals_per_h_mean": _r(mean_arr, 2),
-        "arrivals_per_h_p99": _r(p99, 2),
-        "peak_to_mean": _r(p99 / mean_arr if mean_arr else None, 2),
-        "slots": {"busy": idle_kind.count("busy"), "idle_demand": idle_kind.count("demand"),
-                  "idle_scheduling": idle_kind.count("scheduling")},
-    }
+def bounded_retries(rows: Sequence[TaskRecord], fixed: FixedElements) -> int:
+    """Retries summed with each task's count bounded by the policy: one row of 100,000 cannot move a mean."""
+    cap = fixed.retry_policy.max_retries
+    return sum(min(t.retries, cap) for t in rows)
 
 
 # --- 2. useful production ---------------------------------------------------------------------------------------
@@ -170,41 +60,78 @@ def _saturated_slots(frame, rules: RenewalRules) -> set[int]:
             if (not math.isnan(w) and w > 0) or (not math.isnan(kv) and kv >= 0.9)}
 
 
+def in_task_set(rows: Sequence[TaskRecord], fixed: FixedElements) -> tuple[list[TaskRecord], dict[str, int]]:
+    """The rows of the fixed task set's categories, and the others counted by category (they deliver nothing the
+    review weighs, however many and however quickly accepted)."""
+    cats = set(fixed.task_set.categories)
+    outside = Counter(t.category for t in rows if t.category not in cats)
+    return [t for t in rows if t.category in cats], dict(sorted(outside.items()))
+
+
+def _production_not_shown(n: int, coverage: float | None, rules: RenewalRules) -> list[str]:
+    why = []
+    if n < rules.min_sample_tasks:
+        why.append(f"{n} task(s) of the fixed task set in the window, fewer than {rules.min_sample_tasks} "
+                   "(rules.min_sample_tasks): the rates are inconclusive")
+    if coverage is not None and coverage < rules.min_coverage_share:
+        why.append(f"the task log records tasks on {coverage:.0%} of the window's days (rule: at least "
+                   f"{rules.min_coverage_share:.0%})")
+    return why
+
+
 def analyse_production(frame, tasks: Sequence[TaskRecord], rules: RenewalRules, grid: Grid,
-                       fixed: FixedElements = FixedElements()) -> dict[str, Any]:
-    """Accepted tasks (under the fixed quality rule) per operating hour and what was lost on the way
-    (self-hosted path)."""
-    sh = [t for t in tasks if t.path == SELF]
-    operating_h = len(frame) * grid.step_s / 3600
-    accepted = sum(is_accepted(t, fixed.quality_rule) for t in sh)
-    finished = sum(1 for t in sh if t.finished_at is not None)
-    saturated = _saturated_slots(frame, rules)
-    sat_wait_s = sum(t.wait_s for t in sh if _slot_index(t.submitted_at.timestamp(), grid) in saturated)
-    gen_tokens = float(frame["generation_tokens"].fillna(0).sum())
+                       fixed: FixedElements = FixedElements(), *, coverage: float | None = None,
+                       outside_window: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Accepted tasks of the fixed task set (under the fixed quality rule and retry policy) per operating hour, with
+    their 95 % intervals, and what was lost on the way (self-hosted path). `coverage`: the task log's share of the
+    window's days; `outside_window`: what clipping the log to the window left out."""
+    sh_all = [t for t in tasks if t.path == SELF]
+    sh, outside_set = in_task_set(sh_all, fixed)
     n = len(sh)
+    operating_h = len(frame) * grid.step_s / 3600
+    accepted = sum(delivered(t, fixed) for t in sh)
+    off_policy = [t.task_id for t in sh if not in_policy(t, fixed)]
+    tool_tasks = sum(1 for t in sh if t.tool_call_errors > 0)
+    saturated = _saturated_slots(frame, rules)
+    sat_wait_s = sum(t.wait_s for t in sh if slot_index(t.submitted_at.timestamp(), grid) in saturated)
+    gen_tokens = float(frame["generation_tokens"].fillna(0).sum())
+    retries = bounded_retries(sh, fixed)
+    acc_ci, tool_ci = interval(accepted, n), interval(tool_tasks, n)
+    why = _production_not_shown(n, coverage, rules)
     return {
         "tasks": n,
-        "finished": finished,
+        "finished": sum(1 for t in sh if t.finished_at is not None),
         "accepted": accepted,
         "acceptance_rate": _r(accepted / n if n else None),
+        "acceptance_low": acc_ci[0], "acceptance_high": acc_ci[1],
         "operating_h": _r(operating_h, 1),
         "accepted_per_operating_h": _r(accepted / operating_h if operating_h else None),
         "generation_tokens": int(gen_tokens),
         "generation_tokens_per_accepted_task": _r(gen_tokens / accepted if accepted else None, 0),
         "losses": {
-            "retries": sum(t.retries for t in sh),
-            "retries_per_task": _r(sum(t.retries for t in sh) / n if n else None),
-            "tasks_with_malformed_tool_calls": sum(1 for t in sh if t.tool_call_errors > 0),
-            "tool_error_share": _r(sum(1 for t in sh if t.tool_call_errors > 0) / n if n else None),
+            "retries": retries,
+            "retries_per_task": _r(retries / n if n else None),
+            "tasks_with_malformed_tool_calls": tool_tasks,
+            "tool_error_share": _r(tool_tasks / n if n else None),
             "timeouts": sum(t.timed_out for t in sh),
             "manual_corrections": sum(t.manual_correction for t in sh),
             "routed_to_api": sum(t.routed_to_api for t in sh),
             "wait_h": _r(sum(t.wait_s for t in sh) / 3600, 1),
             "saturation_wait_h": _r(sat_wait_s / 3600, 1),
         },
-        # the retry policy fixed before the review: a task retried more often was not run under it
-        "over_retry_policy": sum(t.retries > fixed.retry_policy.max_retries for t in sh),
+        "tool_error_low": tool_ci[0], "tool_error_high": tool_ci[1],
+        # the retry policy fixed before the review: a task retried more often was not run under it (named, its
+        # retries counted at the policy's bound, not accepted)
+        "over_retry_policy": len(off_policy),
+        "over_retry_policy_tasks": off_policy[:EXAMPLES],
         "retry_policy_max_retries": fixed.retry_policy.max_retries,
+        "task_set": list(fixed.task_set.categories),
+        "outside_task_set": outside_set,
+        "outside_window": outside_window or {"inside": len(tasks), "outside": 0, "outside_examples": []},
+        "task_log_coverage": coverage,
+        "min_sample_tasks": rules.min_sample_tasks,
+        "shown": not why,
+        "not_shown_because": why,
     }
 
 
@@ -213,23 +140,55 @@ def analyse_production(frame, tasks: Sequence[TaskRecord], rules: RenewalRules, 
 def _path_figures(rows: Sequence[TaskRecord], fixed: FixedElements) -> dict[str, Any]:
     n = len(rows)
     delivery = [(t.finished_at - t.submitted_at).total_seconds() for t in rows if t.finished_at is not None]
+    accepted = sum(delivered(t, fixed) for t in rows)
+    low, high = interval(accepted, n)
     return {
         "tasks": n,
-        "accepted": sum(is_accepted(t, fixed.quality_rule) for t in rows),
-        "acceptance_rate": _r(sum(is_accepted(t, fixed.quality_rule) for t in rows) / n if n else None),
-        "over_retry_policy": sum(t.retries > fixed.retry_policy.max_retries for t in rows),
+        "accepted": accepted,
+        "acceptance_rate": _r(accepted / n if n else None),
+        "acceptance_low": low, "acceptance_high": high,
+        "over_retry_policy": sum(not in_policy(t, fixed) for t in rows),
         "delivery_median_s": _r(statistics.median(delivery) if delivery else None, 1),
         "delivery_p95_s": _r(percentile(delivery, 95), 1),
-        "retries_per_task": _r(sum(t.retries for t in rows) / n if n else None),
+        "retries_per_task": _r(bounded_retries(rows, fixed) / n if n else None),
         "tool_error_share": _r(sum(1 for t in rows if t.tool_call_errors > 0) / n if n else None),
         "manual_correction_share": _r(sum(t.manual_correction for t in rows) / n if n else None),
     }
 
 
+def _paired(a: Sequence[bool], b: Sequence[bool]) -> tuple[float, float, float] | None:
+    """A − B rate over the same tasks (a[i], b[i] the outcomes of task i) with Newcombe's 95 % interval."""
+    cells = Counter((x, y) for x, y in zip(a, b))
+    return paired_difference_interval(cells[(True, True)], cells[(True, False)], cells[(False, True)],
+                                      cells[(False, False)])
+
+
+def _within(ci: tuple[float, float, float] | None, gap: float) -> bool | None:
+    """A difference wholly at or below `gap` (True), wholly above it (False), straddling it (None)."""
+    if ci is None:
+        return None
+    return True if ci[2] <= gap else False if ci[1] > gap else None
+
+
+def _equivalence(pairs: list[tuple[TaskRecord, TaskRecord]], fixed: FixedElements, gap: float) -> dict[str, Any]:
+    """Whether the API reaches equivalent quality on the same tasks: self-hosted − API acceptance, and API −
+    self-hosted share of tasks with malformed tool calls, each with its Newcombe interval against the gap."""
+    acc = _paired([delivered(s, fixed) for s, _ in pairs], [delivered(a, fixed) for _, a in pairs])
+    tools = _paired([a.tool_call_errors > 0 for _, a in pairs], [s.tool_call_errors > 0 for s, _ in pairs])
+    ok_acc, ok_tools = _within(acc, gap), _within(tools, gap)
+    verdict = False if False in (ok_acc, ok_tools) else None if None in (ok_acc, ok_tools) else True
+    return {"difference": None if acc is None else _r(acc[0], 4),
+            "difference_low": None if acc is None else _r(acc[1], 4),
+            "difference_high": None if acc is None else _r(acc[2], 4),
+            "tool_error_difference_high": None if tools is None else _r(tools[2], 4),
+            "api_equivalent": verdict}
+
+
 def compare_paths(tasks: Sequence[TaskRecord], hours: Sequence[HoursRecord], fixed: FixedElements = FixedElements(),
                   rules: RenewalRules = RenewalRules()) -> dict[str, Any]:
     """Acceptance, delivery time, retries, tool-call quality and human time on the tasks of the fixed task set
-    both paths ran, judged by the same quality rule; whether the API reaches equivalent quality."""
+    both paths ran, judged by the same quality rule and retry policy; whether the API reaches equivalent quality
+    there — shown only on at least `rules.min_sample_tasks` shared tasks, by the interval of the paired difference."""
     by_path: dict[str, dict[str, TaskRecord]] = {SELF: {}, API: {}}
     for t in tasks:
         if t.category in fixed.task_set.categories:
@@ -242,20 +201,22 @@ def compare_paths(tasks: Sequence[TaskRecord], hours: Sequence[HoursRecord], fix
         human[h.category] += h.hours
     monitoring_h = human["monitoring"] + human["failed-task-diagnosis"] + human["out-of-hours"]
     sh, api = _path_figures(sets[SELF], fixed), _path_figures(sets[API], fixed)
-    gap = rules.api_equivalent_gap_max
-    equivalent = None
-    if paired and None not in (sh["acceptance_rate"], api["acceptance_rate"], sh["tool_error_share"],
-                               api["tool_error_share"]):
-        equivalent = api["acceptance_rate"] >= sh["acceptance_rate"] - gap \
-            and api["tool_error_share"] <= sh["tool_error_share"] + gap
-    out = {"basis": basis, "paired_tasks": len(paired), "task_set": list(fixed.task_set.categories),
-           SELF: {**sh, "human_monitoring_h": _r(monitoring_h, 1)},
-           API: {**api,
-                 # the hours file has no API monitoring line; unknown is shown as unknown
-                 "human_monitoring_h": None},
-           # None: no task ran on both paths, so equivalence is not shown either way
-           "api_equivalent": equivalent}
-    return out
+    enough = len(paired) >= rules.min_sample_tasks
+    equivalence = _equivalence([(by_path[SELF][i], by_path[API][i]) for i in paired], fixed,
+                               rules.api_equivalent_gap_max) if enough else {
+        "difference": None, "difference_low": None, "difference_high": None, "tool_error_difference_high": None,
+        "api_equivalent": None}
+    api_all = list(by_path[API].values())
+    return {"basis": basis, "paired_tasks": len(paired), "task_set": list(fixed.task_set.categories),
+            "min_sample_tasks": rules.min_sample_tasks,
+            SELF: {**sh, "human_monitoring_h": _r(monitoring_h, 1)},
+            # the hours file has no API monitoring line; unknown is shown as unknown
+            API: {**api, "human_monitoring_h": None},
+            # every API task of the set (what its bill covers) and how many of them also ran self-hosted
+            "api_tasks": len(api_all), "api_accepted": sum(delivered(t, fixed) for t in api_all),
+            "api_tasks_not_on_both": len(api_all) - len(paired),
+            # None: fewer shared tasks than the rule, or an interval straddling the gap — not shown either way
+            **equivalence}
 
 
 # --- 4. full cost -----------------------------------------------------------------------------------------------
@@ -264,9 +225,35 @@ SELF_COST_ITEMS = ("capacity", "storage", "network", "monitoring", "install_upgr
                    "failed_requests", "tasks_transferred_to_api", "teams_waiting_time")
 
 
-def full_cost(costs: CostsInput, production: dict[str, Any], comparison: dict[str, Any]) -> dict[str, Any]:
-    """Self-hosted and API cost per accepted task where every item is known; a blank item leaves the total blank
-    (its known part is shown apart, labelled as partial)."""
+def _per_task(total: float | None, n: int, low: float | None, high: float | None
+              ) -> tuple[float | None, float | None]:
+    """The interval of a total per accepted task that the acceptance rate's 95 % interval gives (n tasks); the
+    upper bound is None when no acceptance is shown above zero."""
+    if total is None or not n or low is None or high is None or high <= 0:
+        return None, None
+    return total / (n * high), (total / (n * low) if low > 0 else None)
+
+
+def _cost_comparable(production: dict[str, Any], comparison: dict[str, Any], rules: RenewalRules) -> list[str]:
+    """Why the cost per accepted task cannot be compared with the API's on the same tasks ([] when it can)."""
+    why = []
+    paired, api_tasks = comparison.get("paired_tasks") or 0, comparison.get("api_tasks") or 0
+    if paired < rules.min_sample_tasks:
+        why.append(f"{paired} task(s) of the fixed task set ran on both paths, fewer than {rules.min_sample_tasks} "
+                   "(rules.min_sample_tasks): the API bill is not shown to be for the same tasks")
+    elif api_tasks and paired / api_tasks < rules.min_coverage_share:
+        why.append(f"only {paired} of the {api_tasks} API tasks the bill covers also ran self-hosted "
+                   f"({paired / api_tasks:.0%}, rule: at least {rules.min_coverage_share:.0%})")
+    if not production.get("shown", True):
+        why.append("the useful production is not shown")
+    return why
+
+
+def full_cost(costs: CostsInput, production: dict[str, Any], comparison: dict[str, Any],
+              rules: RenewalRules = RenewalRules()) -> dict[str, Any]:
+    """Self-hosted and API cost per accepted task of the fixed task set where every item is known, each with the
+    interval its acceptance rate's gives; a blank item leaves the total blank (its known part is shown apart,
+    labelled as partial). Cheaper is shown only when the two intervals do not overlap, on the same tasks."""
     hours_cost = (costs.install_upgrade_rollback_hours * costs.hourly_rate
                   if costs.install_upgrade_rollback_hours is not None and costs.hourly_rate is not None else None)
     items = {k: getattr(costs, k) for k in SELF_COST_ITEMS if k != "install_upgrade_rollback"}
@@ -274,13 +261,21 @@ def full_cost(costs: CostsInput, production: dict[str, Any], comparison: dict[st
     blanks = [k for k in SELF_COST_ITEMS if items[k] is None]
     known = sum(v for v in items.values() if v is not None)
     total = None if blanks else known
-    accepted = production.get("accepted") or 0
-    api = comparison.get(API, {})
-    api_accepted = api.get("accepted") or 0
-    sh_paired = comparison.get(SELF, {})
+    accepted, n = production.get("accepted") or 0, production.get("tasks") or 0
+    api_n, api_accepted = comparison.get("api_tasks") or 0, comparison.get("api_accepted") or 0
+    sh_low, sh_high = _per_task(total, n, production.get("acceptance_low"), production.get("acceptance_high"))
+    a_low, a_high = interval(api_accepted, api_n)
+    api_low, api_high = _per_task(costs.api_bill_same_tasks, api_n, a_low, a_high)
     sh_per = _r(total / accepted if total is not None and accepted else None, 2)
     api_per = _r(costs.api_bill_same_tasks / api_accepted
                  if costs.api_bill_same_tasks is not None and api_accepted else None, 2)
+    why = _cost_comparable(production, comparison, rules)
+    cheaper = None
+    if not why and sh_high is not None and api_low is not None:
+        # cheaper: even the self-hosted upper bound ≤ the API's lower bound; dearer: its lower bound above the API's
+        # upper bound; overlapping intervals show neither
+        cheaper = True if sh_high <= api_low else False if (api_high is not None and sh_low is not None
+                                                             and sh_low > api_high) else None
     return {
         "currency": costs.currency,
         "self_hosted": {
@@ -290,18 +285,21 @@ def full_cost(costs: CostsInput, production: dict[str, Any], comparison: dict[st
             "total": _r(total, 2),
             "accepted_tasks": accepted,
             "per_accepted_task": sh_per,
+            "per_accepted_task_low": _r(sh_low, 2), "per_accepted_task_high": _r(sh_high, 2),
         },
         "api": {
             "bill_same_tasks": costs.api_bill_same_tasks,
-            "tasks": api.get("tasks"),
+            "tasks": api_n,
             "accepted_tasks": api_accepted,
             "per_accepted_task": api_per,
-            "self_hosted_accepted_on_same_set": sh_paired.get("accepted") or 0,
+            "per_accepted_task_low": _r(api_low, 2), "per_accepted_task_high": _r(api_high, 2),
+            "self_hosted_accepted_on_same_set": (comparison.get(SELF) or {}).get("accepted") or 0,
         },
         "delivered_tasks_value": costs.delivered_tasks_value,
         "hourly_rate": costs.hourly_rate,
-        # None when a blank leaves either side blank: the comparison is then not shown, never assumed
-        "self_hosted_cheaper_per_task": None if sh_per is None or api_per is None else sh_per <= api_per,
+        "not_comparable_because": why,
+        # None when a blank leaves either side blank, the tasks are not the same, or the intervals overlap
+        "self_hosted_cheaper_per_task": cheaper,
         "total_within_delivered_value": None if total is None or costs.delivered_tasks_value is None
         else total <= costs.delivered_tasks_value,
     }
@@ -311,9 +309,20 @@ def full_cost(costs: CostsInput, production: dict[str, Any], comparison: dict[st
 
 UNCLASSIFIED = "unclassified"  # an incident whose class is blank (imported, its postmortem not written yet)
 
+
+def drill_answers(drill: dict[str, Any] | None) -> dict[str, Any]:
+    """The drill's answers about the reviewed deployment: none unless the drill was shown to have touched it (a
+    drill against the embedded emulator or another server answers nothing about the deployment)."""
+    if not drill or not (drill.get("deployment") or {}).get("is_deployment"):
+        return {}
+    return {q: a.get("answer") for q, a in (drill.get("answers") or {}).items()}
+
+
 def analyse_stability(incidents: Sequence[IncidentRecord], rules: RenewalRules,
-                      drill: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Incidents by class, time to recover, the five questions over the log, and the drill's answers if any."""
+                      drill: dict[str, Any] | None = None, *, outside_window: dict[str, Any] | None = None
+                      ) -> dict[str, Any]:
+    """Incidents of the window by class, time to recover, the five questions over the log, and the drill's answers
+    if it touched the deployment. `outside_window`: the incidents clipping left out (counted, never read)."""
     by_cat: dict[str, list[IncidentRecord]] = defaultdict(list)
     for inc in incidents:
         by_cat[inc.category or UNCLASSIFIED].append(inc)
@@ -328,12 +337,12 @@ def analyse_stability(incidents: Sequence[IncidentRecord], rules: RenewalRules,
                      "no": sum(1 for i in incidents if getattr(i, q) is False),
                      "unknown": sum(1 for i in incidents if getattr(i, q) is None)} for q in FIVE_QUESTIONS}
     slow = [i.id for i in incidents if i.minutes_to_recover is None or i.minutes_to_recover > rules.max_recovery_min]
-    drill_answers = {q: a.get("answer") for q, a in ((drill or {}).get("answers") or {}).items()}
-    drill_no = [q for q, a in drill_answers.items() if a == "no"]
+    answers = drill_answers(drill)
+    drill_no = [q for q, a in answers.items() if a == "no"]
     log_no = [q for q, c in questions.items() if c["no"] > 0]
     # a question is shown when the drill or a logged incident answered it yes; a blank or "not shown" never is
     unshown = [q for q in FIVE_QUESTIONS if q not in drill_no and q not in log_no
-               and drill_answers.get(q) != "yes" and questions[q]["yes"] == 0]
+               and answers.get(q) != "yes" and questions[q]["yes"] == 0]
     failed = bool(slow or drill_no or log_no)
     unclassified = [i.id for i in incidents if i.category is None]  # a blank class is not shown, never favourable
     return {
@@ -343,6 +352,7 @@ def analyse_stability(incidents: Sequence[IncidentRecord], rules: RenewalRules,
         "slow_or_unrecovered": slow,
         "recovered_within_rule_share": _r((len(incidents) - len(slow)) / len(incidents) if incidents else None),
         "drill": drill,
+        "outside_window": outside_window or {"inside": len(incidents), "outside": 0, "outside_examples": []},
         "not_shown": unshown,
         # False: a failure was seen; None: nothing failed but some question was never shown (never counted as yes)
         "recoverable": False if failed else None if unshown or unclassified else True,
@@ -359,29 +369,39 @@ def analyse_stability(incidents: Sequence[IncidentRecord], rules: RenewalRules,
 # --- 6. operations ----------------------------------------------------------------------------------------------
 
 def analyse_operations(hours: Sequence[HoursRecord], comparison: dict[str, Any], production: dict[str, Any],
-                       rules: RenewalRules) -> dict[str, Any]:
-    """Hours by category and week against the delivery gain: time saved on the accepted self-hosted tasks."""
+                       rules: RenewalRules, *, window_weeks: float | None = None, coverage: float | None = None,
+                       outside_window: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Hours by category and week against the delivery gain: time saved on the accepted self-hosted tasks. The
+    weekly effort is the hours of the window over its length in weeks (`window_weeks`), never over the number of
+    week labels; hours files covering less of the window than the rule leave the effort not shown."""
     by_cat: dict[str, float] = defaultdict(float)
     by_week: dict[str, float] = defaultdict(float)
     for h in hours:
         by_cat[h.category] += h.hours
         by_week[h.week] += h.hours
     total = sum(by_cat.values())
-    weeks = len(by_week) or 1
+    weeks = window_weeks if window_weeks else (len(by_week) or 1)
+    why = ([f"the hours file covers {coverage:.0%} of the window by ISO week (rule: at least "
+            f"{rules.min_coverage_share:.0%})"] if coverage is not None and coverage < rules.min_coverage_share
+           else [])
     sh, api = comparison.get(SELF, {}), comparison.get(API, {})
     gain_h = None
     if sh.get("delivery_median_s") is not None and api.get("delivery_median_s") is not None:
         gain_h = (api["delivery_median_s"] - sh["delivery_median_s"]) * (production.get("accepted") or 0) / 3600
+    per_week = None if why else total / weeks
     return {
         "total_h": _r(total, 1),
-        "per_week_h": _r(total / weeks, 1),
-        "weeks": weeks,
+        "per_week_h": _r(per_week, 1),
+        "weeks": _r(weeks, 2),
         "by_category": [{"category": c, "hours": _r(v, 1)} for c, v in sorted(by_cat.items(), key=lambda x: -x[1])],
         "by_week": [{"week": w, "hours": _r(v, 1)} for w, v in sorted(by_week.items())],
         "delivery_gain_h": _r(gain_h, 1),
         "gain_basis": "API median delivery − self-hosted median delivery, × accepted self-hosted tasks",
-        "effort_contained": total / weeks <= rules.max_ops_hours_per_week,
-        "effort_exceeds_gain": None if gain_h is None else total > gain_h,
+        "effort_contained": None if per_week is None else per_week <= rules.max_ops_hours_per_week,
+        "effort_exceeds_gain": None if gain_h is None or why else total > gain_h,
+        "hours_coverage": coverage,
+        "outside_window": outside_window or {"inside": len(hours), "outside": 0, "outside_examples": []},
+        "not_shown_because": why,
     }
 
 

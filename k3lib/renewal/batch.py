@@ -17,7 +17,7 @@ from ..core.store import RunStore
 from .decision import DECISIONS, RenewalDecision
 from .params import RenewalParams, load_review_params
 from .records import decide_review
-from .review import write_axes_cache
+from .review import resolve_deployment, write_axes_cache
 from .session import with_demo_inputs
 
 __all__ = ["DEMO_PARAMS", "REVIEW", "REVIEW_STAGES", "REVIEW_SUMMARY", "check_review_inputs", "load_review_request",
@@ -32,7 +32,7 @@ DEMO_PARAMS = PROJECT_ROOT / "parameters" / "renewal-demo.yaml"
 def run_review(params: RenewalParams, store: RunStore, *, progress: Progress | None = None,
                on_start: Callable[[str], None] | None = None) -> RenewalDecision:
     """Run every review notebook on the run's inputs, then decide from the evidence records."""
-    params = with_demo_inputs(params, store)
+    params = resolve_deployment(with_demo_inputs(params, store))  # the acceptance run read once, recorded
     if on_start:
         s = params.review.series
         on_start(s.history_file or s.prometheus_url or "")  # type: ignore[union-attr]
@@ -114,8 +114,11 @@ def parameters_line(params: RenewalParams) -> str:
 
     keys = [k for k in tracked_keys() if k.startswith(("review.fixed.", "review.rules."))]
     by_origin = Counter(params.review.origin(k) for k in keys)
+    loosened = params.review.loosened()
     return ("fixed elements and thresholds (each with its origin on top of 19_renewal): "
-            + ", ".join(f"{n} from {origin}" for origin, n in by_origin.most_common()))
+            + ", ".join(f"{n} from {origin}" for origin, n in by_origin.most_common())
+            + ("; loosened toward renew: " + ", ".join(f"{x['name']} {x['value']} (built-in {x['default']})"
+                                                       for x in loosened) if loosened else ""))
 
 
 def load_review_request(files: list[str], sets: list[str], demo: str | None) -> RenewalParams:

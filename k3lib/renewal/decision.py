@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from ..core.numbers import figure
 from .findings import RenewalFinding, money  # noqa: F401  (money: re-exported for the views)
-from .live import category_routing, live_equivalence, live_quality
+from .indicators import AXES, Indicators, indicators, typed_axes  # noqa: F401  (re-exported)
+from .live import category_routing
 from .rules import RenewalRules
 
 if TYPE_CHECKING:
@@ -45,27 +46,8 @@ class Decision(enum.StrEnum):
 
 DECISIONS = tuple(d.value for d in Decision)
 EXIT_CODES = {d.value: d.exit_code for d in Decision}
-AXES = ("load", "production", "comparison", "cost", "stability", "operations")
 TRANSFER_TRIGGERS = ("capacity unavailable", "queue too long", "repeated tool-call errors",
                      "business deadline exceeded", "consumption below expectation")
-
-
-@dataclasses.dataclass(frozen=True)
-class Indicators:
-    """What the rules read. None: not shown by the evidence (never counted as favourable)."""
-
-    regular_load: bool | None = None  # load
-    large_idle: bool | None = None  # load
-    spiky: bool | None = None  # load
-    quality_ok: bool | None = None  # useful production
-    recoverable: bool | None = None  # stability (incident log and drill)
-    effort_ok: bool | None = None  # operations: hours per week within the rule and not above the delivery gain
-    control_need: bool = False  # declared benefits
-    api_equivalent: bool | None = None  # comparison: the API reaches equivalent quality on the same tasks
-    cheaper_than_api: bool | None = None  # cost: self-hosted cost per accepted task ≤ the API's (None: a blank)
-    within_value: bool | None = None  # cost: the self-hosted total ≤ the value of the delivered tasks
-    # live (`k3 paths`): the API path's acceptance on the same tasks meets the quality rule (None: no live run)
-    api_meets_quality: bool | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,7 +111,13 @@ class Rule:
 
 
 def _exit_on_quality(i: Indicators) -> bool:
-    return i.quality_ok is not True and (_under_used(i) or _heavy(i))
+    # a firm exit needs the quality miss shown (its interval below the rule, on enough tasks): a production not
+    # shown — too few tasks, a task log covering too little — is inconclusive, never an exit
+    return i.quality_ok is False and (_under_used(i) or _heavy(i))
+
+
+def _load_not_shown(i: Indicators) -> bool:
+    return i.regular_load is None or i.large_idle is None
 
 
 def _exit_on_equivalence(i: Indicators) -> bool:
@@ -159,8 +147,14 @@ RULES: tuple[Rule, ...] = (
          "the delivery gain: test the dual circuit first",
          lambda i: i.quality_ok is True and i.regular_load is True and _heavy(i)),
     Rule("dual.quality-missed", Decision.DUAL_CIRCUIT, ("production",),
-         "capacity well used but the quality rule is missed: route the failing task types to the API",
+         "the quality rule is missed or not shown (too few tasks, an interval straddling the rule): route the "
+         "failing task types to the API and keep measuring",
          lambda i: i.quality_ok is not True),
+    Rule("dual.load-not-shown", Decision.DUAL_CIRCUIT, ("load",),
+         "the load is not shown (a series covers too little of the window, or none is the deployment's): neither "
+         "idle nor busy is shown, so neither renewing nor resizing is — keep the API path beside the capacity and "
+         "measure the load",
+         _load_not_shown),
     Rule("reduce.idle-or-irregular", Decision.REDUCE, ("load",),
          "useful tasks but large idle periods or irregular load: test a smaller capacity first",
          lambda i: _under_used(i) or bool(i.spiky)),
@@ -174,113 +168,6 @@ RULES: tuple[Rule, ...] = (
          "than the API converge",
          lambda i: True),
 )
-
-
-_ANALYSIS = {"load": "load", "production": "useful production", "comparison": "self-hosted vs API",
-             "cost": "full cost", "stability": "stability", "operations": "operations"}
-
-
-def indicators(axes: Mapping[str, Mapping[str, Any] | None], rules: RenewalRules,
-               declared_benefits: list[str], live: PathsResult | None = None,
-               live_source: str | None = None) -> tuple[Indicators, list[RenewalFinding]]:
-    """Indicators and, for each, the finding with the figures and the rule it was judged by; `live` is the `k3 paths`
-    record of the same tasks on both paths (None: the comparison rests on the task log only, an open item)."""
-    found: list[RenewalFinding] = []
-    load, prod, comp, cost, stab, ops = typed_axes(axes)
-    regular = large_idle = spiky = quality = recoverable = effort = None
-    api_equivalent = cheaper = within_value = None
-
-    def none(axis: str) -> None:
-        found.append(RenewalFinding(f"{axis}.no_evidence", None, {"analysis": _ANALYSIS[axis]}))
-
-    if load is not None:
-        bb, cv = load.business_busy_share, load.weekday_gpu_h_cv
-        regular = bb is not None and cv is not None and bb >= rules.regular_busy_share_min \
-            and cv <= rules.regular_daily_cv_max
-        found.append(RenewalFinding("load.regular", regular, {
-            "business_busy_share": bb, "weekday_gpu_h_cv": cv, "regular_busy_share_min": rules.regular_busy_share_min,
-            "regular_daily_cv_max": rules.regular_daily_cv_max}))
-        li = load.large_idle_share
-        large_idle = None if li is None else li > rules.large_idle_share_max
-        found.append(RenewalFinding("load.large_idle", large_idle, {
-            "large_idle_share": li, "large_idle_min_h": rules.large_idle_min_h,
-            "large_idle_share_max": rules.large_idle_share_max, "utilisation": load.utilisation,
-            "idle_demand_share": load.idle_demand_share, "idle_scheduling_share": load.idle_scheduling_share}))
-        ptm = load.peak_to_mean
-        spiky = ptm is not None and ptm >= rules.peak_to_mean_min
-        found.append(RenewalFinding("load.peaks", spiky, {"peak_to_mean": ptm,
-                                                          "peak_to_mean_min": rules.peak_to_mean_min}))
-    else:
-        none("load")
-    if prod is not None:
-        acc, rpt, tes = prod.acceptance_rate, prod.losses.retries_per_task, prod.losses.tool_error_share
-        quality = acc is not None and acc >= rules.min_acceptance_rate and (rpt or 0) <= rules.max_retries_per_task \
-            and (tes or 0) <= rules.max_tool_error_rate
-        found.append(RenewalFinding("production.quality", quality, {
-            "acceptance_rate": acc, "min_acceptance_rate": rules.min_acceptance_rate, "retries_per_task": rpt,
-            "max_retries_per_task": rules.max_retries_per_task, "tool_error_share": tes,
-            "max_tool_error_rate": rules.max_tool_error_rate, "accepted_per_operating_h": prod.accepted_per_operating_h,
-            "over_retry_policy": prod.over_retry_policy, "retry_policy_max_retries": prod.retry_policy_max_retries}))
-    else:
-        none("production")
-    task_log = None
-    if comp is not None:
-        sh, api = comp.self_hosted, comp.api
-        task_log = {"paired_tasks": comp.paired_tasks, "api_equivalent_gap_max": rules.api_equivalent_gap_max,
-                    **{f"{name}_{k}": getattr(path, k) for name, path in (("self_hosted", sh), ("api", api))
-                       for k in ("acceptance_rate", "tool_error_share", "delivery_median_s")},
-                    "api_equivalent": comp.api_equivalent}
-    else:
-        none("comparison")
-    # a live run of the same tasks on both paths judges the equivalence; the task log's figure is then context only
-    live_equivalent = live_equivalence(live, live_source, rules, task_log)
-    if live_equivalent is not None:
-        api_equivalent = live_equivalent.outcome
-        found.append(live_equivalent)
-    elif task_log is not None:
-        api_equivalent = task_log["api_equivalent"]
-        found.append(RenewalFinding("comparison.api_equivalent", api_equivalent,
-                                    {k: v for k, v in task_log.items() if k != "api_equivalent"}))
-    live_finding = live_quality(live, live_source, rules)
-    found.append(live_finding)
-    if cost is not None:
-        cheaper, within_value = cost.self_hosted_cheaper_per_task, cost.total_within_delivered_value
-        found.append(RenewalFinding("cost.per_accepted_task", cheaper, {
-            "currency": cost.currency, "self_hosted_per_accepted_task": cost.self_hosted.per_accepted_task,
-            "api_per_accepted_task": cost.api.per_accepted_task, "self_hosted_total": cost.self_hosted.total,
-            "blank_items": list(cost.self_hosted.blank_items), "delivered_tasks_value": cost.delivered_tasks_value,
-            "within_value": within_value}))
-    else:
-        none("cost")
-    if stab is not None:
-        recoverable = stab.recoverable
-        found.append(RenewalFinding("stability.recoverable", recoverable, {
-            "incidents": stab.incidents, "recovered_within_rule_share": stab.recovered_within_rule_share,
-            "max_recovery_min": rules.max_recovery_min, "not_recoverable_because": list(stab.not_recoverable_because),
-            "drill_summary": None if stab.drill is None else stab.drill.summary}))
-    else:
-        none("stability")
-    if ops is not None:
-        per_week, exceeds = ops.per_week_h, ops.effort_exceeds_gain
-        within_rule = per_week is not None and per_week <= rules.max_ops_hours_per_week
-        # contained: within the weekly rule AND not above the delivery gain; an unknown gain is not shown
-        effort = False if not within_rule or exceeds is True else None if exceeds is None else True
-        found.append(RenewalFinding("operations.effort", effort, {
-            "per_week_h": per_week, "max_ops_hours_per_week": rules.max_ops_hours_per_week,
-            "delivery_gain_h": ops.delivery_gain_h, "total_h": ops.total_h, "effort_exceeds_gain": exceeds}))
-    else:
-        none("operations")
-    control = bool(declared_benefits)
-    found.append(RenewalFinding("benefits.declared", control, {"declared": list(declared_benefits)}))
-    return Indicators(regular, large_idle, spiky, quality, recoverable, effort, control, api_equivalent, cheaper,
-                      within_value, live_finding.outcome), found
-
-
-def typed_axes(axes: Mapping[str, Any]) -> tuple[Any, ...]:
-    """The six results as their typed models (None: no evidence); a dict that does not fit is refused."""
-    from .results import typed
-
-    return tuple(None if axes.get(a) is None else typed(a, axes[a]) for a in AXES)
 
 
 def choose(ind: Indicators) -> tuple[str, str]:
@@ -346,24 +233,31 @@ def checklist(axes: Mapping[str, Mapping[str, Any] | None], statuses: Mapping[st
 def decide_renewal(axes: Mapping[str, Mapping[str, Any] | None], rules: RenewalRules, declared_benefits: list[str],
                    *, statuses: Mapping[str, str] | None = None, today: dt.date | None = None,
                    defaulted: list[str] | tuple[str, ...] = (), live: PathsResult | None = None,
-                   live_source: str | None = None) -> RenewalDecision:
+                   live_source: str | None = None, loosened: list[dict[str, Any]] | tuple[()] = (),
+                   live_refused: str | None = None) -> RenewalDecision:
     """The decision from the six analyses and, when given, the live run of the same tasks on both paths (`live`, a
-    `k3 paths` record); `defaulted` names the thresholds and fixed elements left at their built-in defaults, which
-    the decision and its condition then state."""
-    ind, found = indicators(axes, rules, declared_benefits, live, live_source)
+    `k3 paths` record; `live_refused`: why a run named was not read); `defaulted` names the thresholds and fixed
+    elements left at their built-in defaults and `loosened` those set past their default toward renew — the
+    decision's reasons and its condition state both."""
+    ind, found = indicators(axes, rules, declared_benefits, live, live_source, live_refused)
     rule = decide_rule(ind)
     verdict = rule.decision.value
     reexamine = ((today or dt.date.today()) + dt.timedelta(days=rules.reexamine_after_days)).isoformat()
     missing = [a for a in AXES if axes.get(a) is None]
     findings = [RenewalFinding("decision.rule", True, {"decision": verdict, "rule": rule.id, "when": rule.when})]
     cond = condition(verdict, rules, reexamine)
+    if loosened:
+        findings.append(RenewalFinding("review.loosened", None, {"rules": [dict(x) for x in loosened]}))
+        cond += ("; decided on loosened rules — " + ", ".join(
+            f"{x['name']} {figure(x['value'])} (built-in {figure(x['default'])})" for x in loosened)
+            + ": the decision holds only under them")
     if defaulted:
         findings.append(RenewalFinding("review.defaults", None,
                                        {"names": [k.removeprefix("review.") for k in defaulted]}))
         cond += (f"; decided on built-in defaults for {len(defaulted)} threshold(s) or fixed element(s) — write "
                  "them in the parameters file and re-run before signing")
     findings += found
-    categories = category_routing(live, live_source) if verdict == "dual-circuit" else None
+    categories = category_routing(None if live_refused else live, live_source) if verdict == "dual-circuit" else None
     if categories is not None:
         findings.append(categories)
     if missing:

@@ -24,6 +24,7 @@ WINDOW_DAYS = 21
 STEP_S = 300
 CAPACITY = 16  # concurrent tasks the reserved capacity serves (max_num_seqs x engines)
 GPUS = 4
+MODEL_NAME, HOSTNAME = "kimi-k3", "node-a"  # the demo deployment's labels in its history
 GPU_MIB = 143_771
 PREVIOUS_VERSION = "0.32.0"  # the release the demo drill rolls back to (the emulator serves 0.33.0 by default)
 FILES = {"history": "history.om", "tasks": "tasks.csv", "costs": "costs.yaml", "incidents": "incidents.csv",
@@ -217,7 +218,7 @@ def _fmt(v: float) -> str:
 def write_history(series: dict, path: Path) -> None:
     """One family at a time, each series in ascending time, counters named *_total, `# EOF` last."""
     mids = series["mids"]
-    base = 'model_name="kimi-k3",engine="0"'
+    base = f'model_name="{MODEL_NAME}",engine="0"'
     families = [
         ("vllm:num_requests_running", "gauge", [(f"vllm:num_requests_running{{{base}}}", series["running"])]),
         ("vllm:num_requests_waiting", "gauge", [(f"vllm:num_requests_waiting{{{base}}}", series["waiting"])]),
@@ -227,10 +228,10 @@ def write_history(series: dict, path: Path) -> None:
         ("vllm:request_success", "counter",
          [(f'vllm:request_success_total{{{base},finished_reason="stop"}}', series["ok"])]),
         ("DCGM_FI_DEV_GPU_UTIL", "gauge",
-         [(f'DCGM_FI_DEV_GPU_UTIL{{gpu="{g}",Hostname="node-a",modelName="NVIDIA H200"}}', series["util"][g])
+         [(f'DCGM_FI_DEV_GPU_UTIL{{gpu="{g}",Hostname="{HOSTNAME}",modelName="NVIDIA H200"}}', series["util"][g])
           for g in range(GPUS)]),
         ("DCGM_FI_DEV_FB_USED", "gauge",
-         [(f'DCGM_FI_DEV_FB_USED{{gpu="{g}",Hostname="node-a",modelName="NVIDIA H200"}}', series["mem"][g])
+         [(f'DCGM_FI_DEV_FB_USED{{gpu="{g}",Hostname="{HOSTNAME}",modelName="NVIDIA H200"}}', series["mem"][g])
           for g in range(GPUS)]),
     ]
     lines = []
@@ -282,13 +283,26 @@ def _write_incidents(sim: dict, path: Path) -> None:
     path.write_text("\n".join(rows) + "\n", encoding="utf-8")
 
 
+def _window_weeks() -> dict[str, int]:
+    """Every ISO week the window touches (YYYY-Www) → its days inside the window (the first and last in part)."""
+    start = ANCHOR_END - dt.timedelta(days=WINDOW_DAYS)
+    out: dict[str, int] = {}
+    for d in range(WINDOW_DAYS):
+        day = (start + dt.timedelta(days=d)).isocalendar()
+        key = f"{day.year}-W{day.week:02d}"
+        out[key] = out.get(key, 0) + 1
+    return out
+
+
 def _write_hours(sc: Scenario, path: Path) -> None:
     split = {"install": 0.1, "vllm-tuning": 0.15, "monitoring": 0.25, "upgrades": 0.1, "failed-task-diagnosis": 0.15,
              "documentation": 0.05, "product-communication": 0.08, "out-of-hours": 0.07, "api-comparison": 0.05}
     rows = ["week,category,hours"]
-    for week in (31, 32, 33):
-        total = sc.ops_hours_week * (1.4 if week == 31 else 0.8)  # installation weighs on the first week
-        rows += [f"2026-W{week},{cat},{total * share:.1f}" for cat, share in split.items()]
+    for n, (week, days) in enumerate(sorted(_window_weeks().items())):
+        # the hours of the window's days only (as `k3 import` writes worklogs dated inside it); installation weighs
+        # on the first week
+        total = sc.ops_hours_week * (1.4 if n == 0 else 0.9) * days / 7
+        rows += [f"{week},{cat},{total * share:.1f}" for cat, share in split.items()]
     path.write_text("\n".join(rows) + "\n", encoding="utf-8")
 
 
@@ -306,6 +320,8 @@ def _write_params(scenario: str, sc: Scenario, start: dt.datetime, path: Path) -
             "inputs": {k: FILES[k] for k in ("tasks", "costs", "incidents", "hours")},
             "series": {"history_file": FILES["history"], "start": _iso(start.timestamp()),
                        "end": _iso(ANCHOR_END.timestamp()), "step_s": STEP_S},
+            # the one deployment the history's series are selected by (its vLLM model_name, its node's Hostname)
+            "deployment": {"model_name": MODEL_NAME, "hostnames": [HOSTNAME], "gpus": GPUS},
             "benefits": dict(sc.benefits),
             # the emulator's kill: arm its crash fault, then one request makes the engine die under load;
             # against a real server this is e.g. {argv: [kubectl, delete, pod, vllm-0]}

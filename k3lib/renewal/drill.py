@@ -9,6 +9,10 @@ the fields whose preservation is asked. "not shown" is never counted as yes.
 Only the OpenAI-compatible HTTP API is used against the target; the kill and restore commands are parameters
 (HTTP calls or argv), so the same drill runs against the embedded emulator (its `/_emulator/*` admin paths) and
 against a real server (`kubectl delete pod …`, `systemctl restart vllm`, a rollback script).
+
+The answers speak for the reviewed deployment only when the drill touched it (`for_deployment`): a drill against
+the embedded emulator, or a server serving another model or at another address, answers "not shown" to all five
+questions about it — what it saw there is kept apart, as `deployment.observed`.
 """
 
 from __future__ import annotations
@@ -78,8 +82,13 @@ class _InFlight(threading.Thread):
         super().__init__(daemon=True)
         self.client, self.url, self.body, self.timeout_s = client, url, body, timeout_s
         self.first_chunk = threading.Event()
+        self.chunks = 0  # streamed events received: the request is in flight while it has some and no end
         self.outcome = "hanging"
         self.detail = ""
+
+    def in_flight(self) -> bool:
+        """Streaming now: started, at least one event received, not ended."""
+        return self.is_alive() and self.chunks > 0 and self.outcome == "hanging"
 
     def run(self) -> None:
         try:
@@ -105,6 +114,7 @@ class _InFlight(threading.Thread):
                         self.outcome = "error"
                         self.detail = f"error event: {err.get('message', err) if isinstance(err, dict) else err}"
                         continue
+                    self.chunks += 1
                     self.first_chunk.set()
                     for ch in event.get("choices") or []:
                         if ch.get("finish_reason"):
@@ -117,6 +127,31 @@ class _InFlight(threading.Thread):
             self.outcome, self.detail = "cut", f"connection dropped ({type(exc).__name__})"
         finally:
             self.first_chunk.set()
+
+
+def _failover(client: httpx.Client, api_base_url: str | None, bodies: list[dict[str, Any]], headers: dict[str, str],
+              timeout_s: float, steps: list[str]) -> dict[str, Any] | None:
+    """The identical request bodies (the tool call, then the tool answer) sent to the API: only the base URL changes,
+    so the agent's contract is untouched. None: no API configured."""
+    if not api_base_url:
+        return None
+    call, answer = (_chat(client, api_base_url, body, headers, timeout_s) for body in bodies)
+    steps.append(f"fail-over to {api_base_url}: tool call HTTP {call[0]}, tool answer HTTP {answer[0]}")
+    return {"call": (call[0], _fields(_message(call[1]))), "answer": (answer[0], _fields(_message(answer[1])))}
+
+
+def _kill(drill: DrillParams, task: _InFlight, base_url: str, client: httpx.Client, timeout_s: float,
+          steps: list[str]) -> bool:
+    """Run the kill steps; True when the streamed task was in flight as the last of them began (a kill whose
+    earlier steps only wait, or that comes after the stream ended, shows nothing about in-flight tasks)."""
+    in_flight = task.in_flight()
+    for n, step in enumerate(drill.kill):
+        if n == len(drill.kill) - 1:
+            in_flight = task.in_flight()
+            steps.append(f"streamed task as the last kill step began: "
+                         f"{'in flight' if in_flight else task.outcome} ({task.chunks} event(s) received)")
+        steps.append(f"kill: {run_step(step, base_url, client, timeout_s)}")
+    return in_flight
 
 
 def _wait_health(client: httpx.Client, base_url: str, want_ok: bool, timeout_s: float) -> tuple[bool, float, str]:
@@ -177,11 +212,9 @@ def run_drill(base_url: str, drill: DrillParams, *, api_base_url: str | None = N
     note = (log or (lambda s: None))
     t_req = drill.request_timeout_s
     with httpx.Client(headers=headers) as client:
+        served = _served_models(client, base_url, t_req)
         if model is None:
-            try:
-                model = client.get(f"{base_url}/v1/models", timeout=t_req).json()["data"][0]["id"]
-            except (httpx.HTTPError, ValueError, KeyError, IndexError):
-                model = None
+            model = served[0] if served else None
         version_before = _version(client, base_url, t_req)
         first = {"messages": [_USER], "tools": [_TOOL], "max_tokens": 256,
                  "tool_choice": {"type": "function", "function": {"name": "get_weather"}}}
@@ -201,7 +234,7 @@ def run_drill(base_url: str, drill: DrillParams, *, api_base_url: str | None = N
         task = _InFlight(client, f"{base_url}/v1/chat/completions", inflight_body, drill.recovery_timeout_s)
         task.start()
         task.first_chunk.wait(t_req)
-        steps += [f"kill: {run_step(s, base_url, client, t_req)}" for s in drill.kill]
+        in_flight_at_kill = _kill(drill, task, base_url, client, t_req, steps)
         note("; ".join(steps[-len(drill.kill):]) if drill.kill else "kill: no command given")
         detected, detect_s, health = _wait_health(client, base_url, False, drill.recovery_timeout_s)
         steps.append(f"health after kill: {health} after {figure(detect_s)} s")
@@ -228,29 +261,81 @@ def run_drill(base_url: str, drill: DrillParams, *, api_base_url: str | None = N
         steps.append(f"after restore: tool call HTTP {status3}, tool answer HTTP {status4}, resumed conversation "
                      f"HTTP {status5}, fields {after_fields}")
 
-        failover = None
-        if api_base_url:
-            # the identical request bodies, only the base URL changes: the agent's contract is untouched
-            api_first = _chat(client, api_base_url, first, headers, t_req)
-            api_turn = _chat(client, api_base_url, _tool_turn(model, before_msg), headers, t_req)
-            failover = {"call": (api_first[0], _fields(_message(api_first[1]))),
-                        "answer": (api_turn[0], _fields(_message(api_turn[1])))}
-            steps.append(f"fail-over to {api_base_url}: tool call HTTP {api_first[0]}, tool answer HTTP {api_turn[0]}")
+        failover = _failover(client, api_base_url, [first, _tool_turn(model, before_msg)], headers, t_req, steps)
 
     seen = Observed(
         detected=detected, detect_s=detect_s, health_after_kill=health, task_outcome=task_outcome,
         task_detail=task_detail, restore_steps=len(drill.restore), restored=restored, recovery_s=recovery_s,
         version_before=version_before, version_after=version_after, previous_version=drill.previous_version,
         first_after_status=status3, resumed_status=status5, before_fields=before_fields, after_fields=after_fields,
-        failover=failover, timeout_s=drill.recovery_timeout_s)
+        failover=failover, timeout_s=drill.recovery_timeout_s, in_flight_at_kill=in_flight_at_kill)
     answers = answer_questions(seen)
-    n_yes = sum(a.answer == "yes" for a in answers.values())
     return {"target": base_url, "api": api_base_url, "answers": {k: a.model_dump() for k, a in answers.items()},
+            # until for_deployment checks the target against the reviewed deployment, the answers speak for no one
+            "deployment": {"is_deployment": False, "why": "not checked against the reviewed deployment"},
+            "served_models": served, "in_flight_at_kill": in_flight_at_kill,
             "steps": steps, "recovery_s": round(recovery_s, 2), "went_down": seen.went_down,
             "versions": {"before": version_before, "after_restore": version_after,
                          "expected_previous": drill.previous_version},
-            "summary": f"{n_yes}/5 questions answered yes"
-            + "".join(f"; {k}: {a.answer}" for k, a in answers.items() if a.answer != "yes")}
+            "summary": _summary(answers)}
+
+
+def _summary(answers: dict[str, Any]) -> str:
+    def answer(a: Any) -> str:
+        return a.answer if isinstance(a, DrillAnswer) else a["answer"]
+
+    n_yes = sum(answer(a) == "yes" for a in answers.values())
+    return f"{n_yes}/5 questions answered yes" + "".join(f"; {k}: {answer(a)}" for k, a in answers.items()
+                                                         if answer(a) != "yes")
+
+
+def _served_models(client: httpx.Client, base_url: str, timeout_s: float) -> list[str]:
+    try:
+        data = client.get(f"{base_url}/v1/models", timeout=timeout_s).json()["data"]
+        return [str(m["id"]) for m in data if isinstance(m, dict) and "id" in m]
+    except (httpx.HTTPError, ValueError, KeyError, TypeError):
+        return []
+
+
+def _host_port(url: str) -> str:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return f"{parts.hostname}:{port}"
+
+
+def is_deployment(result: dict[str, Any], *, emulator: bool, model_name: str | None,
+                  instances: tuple[str, ...] = (), addresses: tuple[str, ...] = ()) -> tuple[bool, str]:
+    """Did the drill touch the reviewed deployment? Not when it ran against the embedded emulator; otherwise its
+    target must serve the deployment's model (GET /v1/models) and, when the deployment names its instances, be
+    reached at one of them (`addresses`: the target's base and metrics URLs)."""
+    if emulator:
+        return False, "the drill ran against the embedded emulator, not the reviewed deployment"
+    served = result.get("served_models") or []
+    if model_name is None or model_name not in served:
+        return False, (f"{result['target']} serves {', '.join(served) or 'no model it would name'}, not the reviewed "
+                       f"model {model_name}")
+    if instances:
+        reached = sorted({_host_port(a) for a in addresses})
+        if not set(reached) & set(instances):
+            return False, (f"{result['target']} is reached at {', '.join(reached)}, none of the deployment's "
+                           f"instances {', '.join(instances)}")
+    return True, f"{result['target']} serves the reviewed model {model_name}" + (
+        f" at one of its instances ({', '.join(instances)})" if instances else "")
+
+
+def for_deployment(result: dict[str, Any], proves: bool, why: str) -> dict[str, Any]:
+    """The drill's result as evidence about the reviewed deployment: its answers kept when the drill touched it;
+    otherwise every answer "not shown" (why, and what was observed on the drill's target, kept apart)."""
+    if proves:
+        return {**result, "deployment": {"is_deployment": True, "why": why}}
+    observed = result["answers"]
+    answers = {q: {"question": a["question"], "answer": NOT_SHOWN,
+                   "evidence": f"{why}: it answers nothing about the deployment (observed there: {a['answer']})"}
+               for q, a in observed.items()}
+    return {**result, "answers": answers, "summary": f"0/5 about the reviewed deployment — {why} (on its target: "
+            f"{result['summary']})", "deployment": {"is_deployment": False, "why": why, "observed": observed}}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -274,6 +359,7 @@ class Observed:
     after_fields: dict[str, dict[str, bool]]
     failover: dict[str, Any] | None
     timeout_s: float
+    in_flight_at_kill: bool  # a streamed request was in flight (events received, no end) when the kill ran
 
     @property
     def went_down(self) -> bool:
@@ -326,9 +412,12 @@ def answer_questions(seen: Observed) -> dict[str, DrillAnswer]:
     else:
         detected = (NOT_SHOWN, f"nothing went down: /health stayed {seen.health_after_kill} and the streamed task "
                                f"{seen.task_outcome} ({seen.task_detail})")
-    if not down:
-        in_flight: tuple[Answer, str] = (NOT_SHOWN, f"the engine was never seen down; the streamed task: "
-                                                    f"{seen.task_outcome} ({seen.task_detail})")
+    if not seen.in_flight_at_kill:
+        in_flight: tuple[Answer, str] = (NOT_SHOWN, f"no request was observed in flight when the kill ran; the "
+                                                    f"streamed task: {seen.task_outcome} ({seen.task_detail})")
+    elif not down:
+        in_flight = (NOT_SHOWN, f"the engine was never seen down; the streamed task: "
+                                f"{seen.task_outcome} ({seen.task_detail})")
     elif seen.task_outcome in ("error", "finished"):
         in_flight = ("yes", f"the streamed task ended with: {seen.task_detail}")
     elif seen.task_outcome == "hanging":

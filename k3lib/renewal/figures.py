@@ -21,8 +21,9 @@ def rules_table(params: RenewalParams) -> Any:
     review = params.review.model_dump(mode="json")
     rows = []
     for key in tracked_keys():
-        section, name = key.split(".")[1], key.split(".")[-1]
-        value = review[section][name] if section in ("fixed", "rules", "benefits") else review[name]
+        value: Any = review
+        for part in key.split(".")[1:]:  # e.g. review.rules.min_window_days, review.series.step_s
+            value = value.get(part) if isinstance(value, dict) else None
         origin = params.review.origin(key)
         if value is None and key == "review.currency":  # no default: the costs file states it, or it is refused
             value, origin = "as stated in the costs file", (params.review.inputs.costs if params.review.inputs

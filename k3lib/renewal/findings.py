@@ -66,6 +66,25 @@ def _decision(o: bool | None, m: Measured) -> str:
     return f"{m['decision']}: {m['when']}"
 
 
+def _loosened(o: bool | None, m: Measured) -> str:
+    return ("decided on loosened rules (set past the built-in default toward renew): " + ", ".join(
+        f"{x['name']} {figure(x['value'])} (built-in {figure(x['default'])}, from {x['origin']})" for x in m["rules"]))
+
+
+def _scope(o: bool | None, m: Measured) -> str:
+    where = ", ".join(m["hostnames"]) or f"{m['gpu_uuids']} named GPU(s)"
+    left = "; ".join(f"{x['series']} {x['name']} series: {x['reason']}" for x in m["left_out"])
+    outside = [f"{n} {what}" for n, what in ((m["tasks_outside"], "task(s)"), (m["incidents_outside"], "incident(s)"),
+                                              (m["hours_rows_outside"], "hours row(s)")) if n]
+    return (f"one deployment, one window: {m['model_name']} on {where}, {m['gpus']} reserved GPU(s) "
+            f"({m['gpus_in_series']} in the series)"
+            + (f", identified from acceptance run {_run_name(m['acceptance_run'])}" if m.get("acceptance_run") else "")
+            + f"; window {m['start'][:10]} to {m['end'][:10]} ({figure(m['days'])} days, slot means over "
+            f"{figure(m['step_s'])} s)"
+            + (f"; series left out: {left}" if left else "")
+            + (f"; outside the window, not read: {', '.join(outside)}" if outside else ""))
+
+
 def _defaults(o: bool | None, m: Measured) -> str:
     return f"decided on built-in defaults (illustrative values, not this team's rules) for: {', '.join(m['names'])}"
 
@@ -78,20 +97,30 @@ def _no_evidence(o: bool | None, m: Measured) -> str:
     return f"{m['analysis']}: no evidence"
 
 
+def _not_shown(m: Measured) -> str:
+    return "; ".join(m.get("not_shown_because") or []) or "no figure"
+
+
 def _regular(o: bool | None, m: Measured) -> str:
     bb = m["business_busy_share"]
-    if bb is None:
-        return "load: no business-hour slots"
+    if o is None:
+        return f"load not shown (neither idle nor busy): {_not_shown(m)}" if not m.get("shown", True) else \
+            f"load regularity not shown: business-hour slots busy {_p(bb)}, utilisation {_p(m.get('utilisation'))}"
     return (f"load {'regular' if o else 'not regular'}: business-hour slots busy {bb:.0%} "
             f"(rule ≥ {m['regular_busy_share_min']:.0%}), weekday GPU-hours CV {_f(m['weekday_gpu_h_cv'])} "
-            f"(rule ≤ {figure(m['regular_daily_cv_max'])})")
+            f"(rule ≤ {figure(m['regular_daily_cv_max'])}), mean utilisation of the reserved GPUs "
+            f"{_p(m.get('utilisation'))} (rule ≥ {m.get('min_utilisation', 0):.0%})")
 
 
 def _large_idle(o: bool | None, m: Measured) -> str:
+    if not m.get("shown", True):
+        return f"idle periods not shown: {_not_shown(m)}"
     return (f"{_p(m['large_idle_share'])} of the window in idle stretches ≥ {figure(m['large_idle_min_h'])} h "
             f"(rule: large idle above {m['large_idle_share_max']:.0%}); utilisation {_p(m['utilisation'])}"
-            f", idle for lack of demand {_p(m['idle_demand_share'])}, idle while tasks wait "
-            f"{_p(m['idle_scheduling_share'])}")
+            f", idle for lack of demand {_p(m['idle_demand_share'])}"
+            + (f" (rule: under-used above {m['idle_demand_share_max']:.0%})" if "idle_demand_share_max" in m else "")
+            + f", idle while tasks wait {_p(m['idle_scheduling_share'])}"
+            + (f" — slot means over {figure(m['step_s'])} s" if m.get("step_s") else ""))
 
 
 def _peaks(o: bool | None, m: Measured) -> str:
@@ -99,23 +128,41 @@ def _peaks(o: bool | None, m: Measured) -> str:
             f"(rule: spiky from {figure(m['peak_to_mean_min'])})")
 
 
+def _ci(low: Any, high: Any) -> str:
+    return "" if low is None or high is None else f", 95 % {_pp(low)}–{_pp(high)}"
+
+
 def _quality(o: bool | None, m: Measured) -> str:
     over = m["over_retry_policy"]
-    return (f"useful production {'meets' if o else 'misses'} the rule: acceptance {_p(m['acceptance_rate'])} "
-            f"(≥ {m['min_acceptance_rate']:.0%}), retries/task {_f(m['retries_per_task'])} "
-            f"(≤ {figure(m['max_retries_per_task'])}), tasks with malformed tool calls {_p(m['tool_error_share'])} "
+    verdict = {True: "meets", False: "misses", None: "is not shown to meet"}[o]
+    outside = m.get("outside_task_set") or {}
+    tasks = m.get("tasks")
+    return (f"useful production {verdict} the rule: acceptance {_p(m['acceptance_rate'])}"
+            f"{_ci(m.get('acceptance_low'), m.get('acceptance_high'))} (≥ {m['min_acceptance_rate']:.0%})"
+            + ("" if tasks is None else f" on {figure(tasks)} task(s) of the task set ({', '.join(m['task_set'])})")
+            + f", retries/task {_f(m['retries_per_task'])} (≤ {figure(m['max_retries_per_task'])}, each task's "
+            f"bounded by the retry policy's {m['retry_policy_max_retries']}), tasks with malformed tool calls "
+            f"{_p(m['tool_error_share'])}{_ci(m.get('tool_error_low'), m.get('tool_error_high'))} "
             f"(≤ {m['max_tool_error_rate']:.0%}); "
             f"{_f(m['accepted_per_operating_h'], ' accepted tasks per operating hour')}"
-            + (f"; {over} task(s) retried more than the fixed retry policy's {m['retry_policy_max_retries']}"
-               if over else ""))
+            + (f"; {over} task(s) retried more than the fixed retry policy's {m['retry_policy_max_retries']}, not "
+               f"accepted under it: {', '.join(m.get('over_retry_policy_tasks') or [])}" if over else "")
+            + (f"; not counted: {', '.join(f'{n} {c}' for c, n in outside.items())} task(s) outside the task set"
+               if outside else "")
+            + (f"; not shown: {_not_shown(m)}" if m.get("not_shown_because") else ""))
 
 
 def _api_equivalent(o: bool | None, m: Measured) -> str:
     verdict = {True: "reaches", False: "does not reach", None: "is not shown to reach"}[o]
     if m.get("source") == "live":
         return _api_equivalent_live(verdict, m)
-    return (f"the API {verdict} equivalent quality on {m['paired_tasks']} tasks run on both paths in the task log: "
-            f"acceptance {_p(m['self_hosted_acceptance_rate'])} self-hosted vs {_p(m['api_acceptance_rate'])} API, "
+    few = m.get("min_sample_tasks") is not None and m["paired_tasks"] < m["min_sample_tasks"]
+    diff = ("" if m.get("difference_low") is None else
+            f" (self-hosted − API {m['difference']:+.1%}, 95 % {m['difference_low']:+.1%} to "
+            f"{m['difference_high']:+.1%})")
+    return (f"the API {verdict} equivalent quality on {m['paired_tasks']} tasks run on both paths in the task log"
+            + (f" (fewer than {m['min_sample_tasks']}, rules.min_sample_tasks: not shown)" if few else "") + ": "
+            f"acceptance {_p(m['self_hosted_acceptance_rate'])} self-hosted vs {_p(m['api_acceptance_rate'])} API{diff}, "
             f"malformed tool calls {_p(m['self_hosted_tool_error_share'])} vs {_p(m['api_tool_error_share'])} "
             f"(equivalent within {m['api_equivalent_gap_max']:.0%}), median delivery "
             f"{_f(m['self_hosted_delivery_median_s'], ' s')} vs {_f(m['api_delivery_median_s'], ' s')}")
@@ -147,12 +194,22 @@ def _api_equivalent_live(verdict: str, m: Measured) -> str:
             + context)
 
 
+def _range(low: Any, high: Any, cur: str | None) -> str:
+    if low is None:
+        return ""
+    return f" (95 % {money(low, cur)}–{'no bound' if high is None else money(high, cur)})"
+
+
 def _cost(o: bool | None, m: Measured) -> str:
     cur, blanks = m["currency"], m["blank_items"]
     verdict = {True: "at most", False: "above", None: "not comparable with"}[o]
-    return (f"full cost per accepted task {money(m['self_hosted_per_accepted_task'], cur)} self-hosted, {verdict} "
-            f"the API's {money(m['api_per_accepted_task'], cur)} on the same tasks; self-hosted total "
-            f"{money(m['self_hosted_total'], cur)}"
+    why = m.get("not_comparable_because") or []
+    return (f"full cost per accepted task {money(m['self_hosted_per_accepted_task'], cur)} self-hosted"
+            f"{_range(m.get('self_hosted_low'), m.get('self_hosted_high'), cur)}, {verdict} "
+            f"the API's {money(m['api_per_accepted_task'], cur)}{_range(m.get('api_low'), m.get('api_high'), cur)} "
+            f"on the same tasks"
+            + (f" — {'; '.join(why)}" if why else "")
+            + f"; self-hosted total {money(m['self_hosted_total'], cur)}"
             + (f" (blank: {', '.join(blanks)} — a blank item leaves the total blank, never estimated)"
                if blanks else "")
             + ("" if m["delivered_tasks_value"] is None else
@@ -165,11 +222,14 @@ def _recoverable(o: bool | None, m: Measured) -> str:
     return (f"incidents {verdict}: {m['incidents']} in the log, "
             f"{_p(m['recovered_within_rule_share'])} recovered within {figure(m['max_recovery_min'])} min"
             + ("" if o else " — " + "; ".join(m["not_recoverable_because"]))
+            + (f"; {m['outside_window']} incident(s) outside the window not read" if m.get("outside_window") else "")
             + ("; no live drill run" if drill is None else f"; drill: {drill}"))
 
 
 def _effort(o: bool | None, m: Measured) -> str:
     verdict = {True: "contained", False: "heavy", None: "not shown contained"}[o]
+    if m.get("not_shown_because"):
+        return f"operations effort not shown: {_not_shown(m)}"
     exceeds = m["effort_exceeds_gain"]
     return (f"operations effort {verdict}: {_f(m['per_week_h'], ' h/week')} "
             f"(rule ≤ {figure(m['max_ops_hours_per_week'])}); "
@@ -187,7 +247,20 @@ def _run_name(source: str) -> str:
     return p.parent.parent.name if p.name == "paths.json" and p.parent.name == "evidence" else p.name
 
 
+def _aside(aside: Any) -> str:
+    return "; ".join(f"{p}: " + ", ".join(f"{n} on {k}" for k, n in kinds.items()) for p, kinds in (aside or {}).items())
+
+
 def _live(o: bool | None, m: Measured) -> str:
+    if m.get("refused"):
+        return (f"open: the live run {_run_name(m['source'] or 'named')} is not the review's — {m['refused']}; it is not "
+                "read (the comparison rests on the task log only)")
+    if m.get("source") is not None and "tasks" not in m and "paired" in m:
+        aside = _aside(m.get("set_aside"))
+        return (f"open: the live run {_run_name(m['source'])} is inconclusive — {m['paired']} task(s) on both paths "
+                f"with an answer attempt (rule: at least {m['min_sample_tasks']})"
+                + (f"; set aside as transport or authentication failures, not quality misses: {aside}" if aside else "")
+                + " — it neither allows nor blocks exit-to-api")
     if m.get("source") is None:
         return ("open: the self-hosted vs API comparison rests on the task log only, not on the same tasks run on "
                 "both paths (no `k3 paths` run named by review.live_paths) — exit-to-api is not backed by a live run")
@@ -202,7 +275,9 @@ def _live(o: bool | None, m: Measured) -> str:
             f"{m['self_hosted_acceptance_rate']:.0%} ({_pp(m['self_hosted_acceptance_low'])}–"
             f"{_pp(m['self_hosted_acceptance_high'])}); the API path {'meets' if o else 'misses'} the quality rule: "
             f"its lower bound {_pp(m['api_acceptance_low'])} {sign} {_pp(m['bar'])} ({m['bar_from']})"
-            + ("" if o else " — exit-to-api is not allowed"))
+            + ("" if o else " — exit-to-api is not allowed")
+            + (f"; set aside as transport or authentication failures: {_aside(m['set_aside'])}"
+               if m.get("set_aside") else ""))
 
 
 def _categories(o: bool | None, m: Measured) -> str:
@@ -233,6 +308,8 @@ def _categories(o: bool | None, m: Measured) -> str:
 SENTENCES: dict[str, Callable[[bool | None, Measured], str]] = {
     "decision.rule": _decision,
     "review.defaults": _defaults,
+    "review.loosened": _loosened,
+    "review.scope": _scope,
     "review.missing": _missing,
     "no_evidence": _no_evidence,  # "<axis>.no_evidence"
     "load.regular": _regular,

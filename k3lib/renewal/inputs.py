@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import io
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Iterator, Literal
@@ -26,8 +27,9 @@ IncidentCategory = Literal["node/accelerator", "vllm-engine", "memory-cache", "t
 HoursCategory = Literal["install", "vllm-tuning", "monitoring", "upgrades", "failed-task-diagnosis",
                         "documentation", "product-communication", "out-of-hours", "api-comparison"]
 NonNegInt = Annotated[int, Field(ge=0)]
-NonNegFloat = Annotated[float, Field(ge=0)]
-Money = Annotated[float, Field(ge=0)] | None
+# finite: `.inf` or `nan` is no amount, no duration and no number of hours (YAML reads `.inf` as a float)
+NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Money = Annotated[float, Field(ge=0, allow_inf_nan=False)] | None
 
 TASK_COLUMNS = ("task_id", "category", "path", "submitted_at", "started_at", "finished_at", "accepted", "retries",
                 "tool_call_errors", "timed_out", "manual_correction", "routed_to_api", "wait_s")
@@ -121,10 +123,37 @@ class IncidentRecord(_Row):
     _c = field_validator("category", mode="before")(classmethod(lambda cls, v: _incident_class(v)))
 
 
+# --- ISO weeks: the hours file's week column -----------------------------------------------------------------------
+
+ISO_WEEK = re.compile(r"^(?P<year>[0-9]{4})-W(?P<week>[0-9]{2})$")
+
+
+def iso_week_start(week: str) -> dt.datetime:
+    """Monday 00:00 UTC of an ISO week written YYYY-Www (e.g. 2026-W31)."""
+    m = ISO_WEEK.match(week)
+    if m is None:
+        raise ValueError(f"expected an ISO week such as 2026-W31 (year, W, two-digit week), got {week!r}")
+    try:
+        day = dt.date.fromisocalendar(int(m["year"]), int(m["week"]), 1)
+    except ValueError:
+        raise ValueError(f"{week!r} is not a week of {m['year']}; expected an ISO week such as 2026-W31") from None
+    return dt.datetime.combine(day, dt.time(), tzinfo=dt.timezone.utc)
+
+
+def _iso_week(v: Any) -> Any:
+    # a week without its year (`W31`, `31`) would be placed in no window: refused rather than guessed
+    if isinstance(v, str):
+        iso_week_start(v.strip())
+        return v.strip()
+    return v
+
+
 class HoursRecord(_Row):
-    week: Annotated[str, Field(min_length=1)]  # e.g. 2026-W31 or 1
+    week: str  # an ISO week, YYYY-Www: the hours are clipped to the review window by it
     category: HoursCategory
     hours: NonNegFloat
+
+    _w = field_validator("week", mode="before")(classmethod(lambda cls, v: _iso_week(v)))
 
 
 class CostsInput(BaseModel):
@@ -239,10 +268,24 @@ def read_csv_rows(path: str | Path, columns: tuple[str, ...], model: type[_Row],
     return rows
 
 
+def contradiction(t: TaskRecord) -> str | None:
+    """What makes a task row contradict itself, or None: such a row is refused with its line, never averaged in."""
+    if t.accepted and t.timed_out:
+        return "column timed_out: true on an accepted task; expected a timed-out task not accepted (or not timed out)"
+    if t.accepted and t.finished_at is None:
+        return "column finished_at: blank on an accepted task; expected the time the accepted task finished"
+    if t.finished_at is not None and t.started_at is None:
+        return "column started_at: blank on a task that finished; expected the time it started"
+    return None
+
+
 def read_tasks(path: str | Path) -> list[TaskRecord]:
     rows = read_csv_rows(path, TASK_COLUMNS, TaskRecord, "a task log CSV")
     seen: set[tuple[str, str]] = set()
     for line, t in rows:
+        problem = contradiction(t)
+        if problem is not None:
+            raise BadInputError(f"line {line}, {problem}", source=str(path))
         if (t.task_id, t.path) in seen:
             # the same task may run once per path (the API comparison); twice on one path is a duplicated export
             raise BadInputError(f"line {line}, column task_id: {t.task_id!r} appears twice on path {t.path}; "

@@ -29,10 +29,12 @@ def record_axis(ctx: ReviewContext, result: dict[str, Any]) -> EvidenceRecord:
 
 def review_drill(ctx: ReviewContext) -> dict[str, Any] | None:
     """The live incident drill on the review's target (the embedded emulator when no base_url is given, with a
-    second emulator standing in for the API), plus the pipeline artifact check when a manifest is named."""
+    second emulator standing in for the API), plus the pipeline artifact check when a manifest is named. Its
+    answers speak for the reviewed deployment only when the target is it (not the emulator; its model, and its
+    instance when named); otherwise they are all "not shown", and the drill's observations are kept apart."""
     from ..core.target import resolve_target
     from .artifacts import check_pipeline
-    from .drill import run_drill
+    from .drill import for_deployment, is_deployment, run_drill
 
     drill = ctx.params.review.drill
     if not drill.enabled:
@@ -51,6 +53,12 @@ def review_drill(ctx: ReviewContext) -> dict[str, Any] | None:
                            model=ctx.params.target.model)
         if stand_in is not None:
             result["api_note"] = "the API path is a second embedded emulator standing in for the provider's API"
+        # the answers speak for the reviewed deployment only if the drill touched it
+        deployment = ctx.params.review.deployment
+        proves, why = is_deployment(result, emulator=target.emulator is not None, model_name=deployment.model_name,
+                                    instances=deployment.instances,
+                                    addresses=(target.base_url, *ctx.params.target.metrics_urls))
+        result = for_deployment(result, proves, why)
     finally:
         if stand_in is not None:
             stand_in.stop()

@@ -22,7 +22,7 @@ from ..core.errors import ArtifactError, BadInputError
 from ..core.layering import COMMAND_SECTIONS, _provenance, layer, validate_model
 from ..core.params import RunParams, TargetParams, _check_url
 from ..axes.paths.record import read_paths_record
-from .rules import DEFAULT, DeclaredBenefits, FixedElements, RenewalRules
+from .rules import DEFAULT, DeclaredBenefits, FixedElements, RenewalRules, is_looser
 
 INPUT_KEYS = ("tasks", "costs", "incidents", "hours")
 
@@ -43,10 +43,12 @@ class SeriesSource(_Model):
 
     history_file: str | None = None
     prometheus_url: str | None = None
-    selector: str = ""  # extra PromQL label matchers, e.g. job="vllm"
-    start: dt.datetime
+    selector: str = ""  # extra PromQL label matchers on every query, e.g. job="vllm" (the deployment's own are added)
+    start: dt.datetime  # the review window: every input is clipped to [start, end)
     end: dt.datetime
-    step_s: Annotated[float, Field(gt=0)] = 300.0
+    # each slot is the mean over its step (avg_over_time), never one instant; bounded so that a slot stays shorter
+    # than the idle stretches it must show (a coarser step than the default is a loosened setting)
+    step_s: Annotated[float, Field(ge=15, le=900)] = 300.0
 
     _url = field_validator("prometheus_url")(classmethod(lambda cls, v: _check_url(v)))
 
@@ -59,6 +61,33 @@ class SeriesSource(_Model):
         if self.end <= self.start:
             raise ValueError("expected end after start")
         return self
+
+
+class DeploymentIdentity(_Model):
+    """The one deployment the review counts: its series are selected by these labels (series of other hosts,
+    GPUs or models are left out and counted), the drill and the live run must have touched it. Named here, or read
+    from an accepted acceptance run (`acceptance_run`: its served model and GPU count, checked against what is
+    named here)."""
+
+    model_name: Annotated[str, Field(min_length=1)] | None = None  # vLLM's model_name label (the served model)
+    instances: tuple[str, ...] = ()  # the vLLM scrapes' instance labels (host:port); empty: any instance of the model
+    hostnames: tuple[str, ...] = ()  # dcgm-exporter's Hostname label of each node of the deployment
+    gpu_uuids: tuple[str, ...] = ()  # dcgm-exporter's UUID label of each GPU (needed when a node has others)
+    gpus: Annotated[int, Field(gt=0)] | None = None  # the GPUs the capacity reserves (stated, checked)
+    acceptance_run: str | None = None  # an accepted `k3 validate` run folder of this deployment
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "DeploymentIdentity":
+        if self.gpu_uuids and self.gpus is not None and len(set(self.gpu_uuids)) != self.gpus:
+            raise ValueError(f"{len(set(self.gpu_uuids))} gpu_uuids named but gpus is {self.gpus}; expected one UUID "
+                             "per reserved GPU")
+        return self
+
+    def missing(self) -> list[str]:
+        """What the review still needs to select the deployment's series (after the acceptance run is read)."""
+        out = [] if self.model_name else ["model_name"]
+        out += [] if self.gpus else ["gpus"]
+        return out + ([] if self.hostnames or self.gpu_uuids else ["hostnames or gpu_uuids"])
 
 
 class HttpStep(_Model):
@@ -100,6 +129,7 @@ class DrillParams(_Model):
 class ReviewParams(_Model):
     inputs: InputFiles | None = None  # None only with `demo`: generated into the run folder
     series: SeriesSource | None = None
+    deployment: DeploymentIdentity = DeploymentIdentity()  # the one deployment reviewed (required with series)
     fixed: FixedElements = FixedElements()  # task set, request format, retry policy, quality rule
     rules: RenewalRules = RenewalRules()
     # ISO 4217 code of every amount in the costs file (which may state it too; the two must agree)
@@ -120,6 +150,23 @@ class ReviewParams(_Model):
         """The thresholds and fixed elements this review would decide on built-in defaults."""
         return [k for k in tracked_keys() if k.startswith(("review.fixed.", "review.rules."))
                 and self.origin(k) == DEFAULT]
+
+    def loosened(self) -> list[dict[str, Any]]:
+        """Each threshold (and the series step) set past its built-in default toward renew, with its origin: the
+        decision lists them in its reasons and its condition, and the terminal output prints both."""
+        out = []
+        values = [(f"rules.{k}", getattr(self.rules, k), f.default) for k, f in RenewalRules.model_fields.items()]
+        if self.series is not None:
+            values.append(("series.step_s", self.series.step_s, SeriesSource.model_fields["step_s"].default))
+        for name, value, default in values:
+            if not isinstance(value, (int, float)) or not isinstance(default, (int, float)):
+                continue
+            # a coarser step averages a short burst over a longer slot: fewer idle slots, shorter idle stretches
+            looser = value > default if name == "series.step_s" else is_looser(name.removeprefix("rules."), value,
+                                                                             default)
+            if looser:
+                out.append({"name": name, "value": value, "default": default, "origin": self.origin(f"review.{name}")})
+        return out
 
     @field_validator("currency")
     @classmethod
@@ -142,6 +189,17 @@ class ReviewParams(_Model):
     def _inputs_or_demo(self) -> "ReviewParams":
         if self.demo is None and (self.inputs is None or self.series is None):
             raise ValueError("expected review.inputs and review.series (or review.demo: steady|idle-heavy|spiky|poor)")
+        if self.series is not None:
+            days = (self.series.end - self.series.start).total_seconds() / 86400
+            if days < self.rules.min_window_days:
+                raise ValueError(f"review.series: a window of {days:.3g} days; expected at least "
+                                 f"{self.rules.min_window_days:g} days (review.rules.min_window_days: seed 004 reviews "
+                                 "three weeks; a shorter minimum is a loosened rule, listed in the decision)")
+            d = self.deployment
+            if d.acceptance_run is None and d.missing():
+                raise ValueError("review.deployment: expected the deployment under review, whose series alone are "
+                                 f"counted — missing {', '.join(d.missing())} (or acceptance_run: an accepted k3 "
+                                 "validate run giving its model and GPU count)")
         return self
 
 
@@ -160,7 +218,8 @@ def tracked_keys() -> list[str]:
     """The parameters printed on top of the report with their origin."""
     return ([f"review.fixed.{k}" for k in FixedElements.model_fields] + [f"review.rules.{k}" for k in
             RenewalRules.model_fields] + [f"review.benefits.{k}" for k in DeclaredBenefits.model_fields]
-            + ["review.currency"])
+            + ["review.currency", "review.series.step_s"]
+            + [f"review.deployment.{k}" for k in DeploymentIdentity.model_fields])
 
 
 def _origin(key: str, merged: dict[str, Any], prov: dict[str, str], before: dict[str, str]) -> str:
@@ -206,7 +265,8 @@ def _resolve_paths(merged: dict[str, Any], prov: dict[str, str]) -> None:
     review = merged.get("review")
     if not isinstance(review, dict):
         return
-    slots = [("inputs", k) for k in INPUT_KEYS] + [("series", "history_file"), ("drill", "artifacts_manifest")]
+    slots = [("inputs", k) for k in INPUT_KEYS] + [("series", "history_file"), ("drill", "artifacts_manifest"),
+                                                   ("deployment", "acceptance_run")]
     for section, key in [*slots, ("", "live_paths")]:
         node = review.get(section) if section else review
         if not isinstance(node, dict) or not isinstance(node.get(key), str):

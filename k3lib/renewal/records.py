@@ -11,7 +11,7 @@ from .decision import AXES, RenewalDecision, indicators, money
 from .live import live_quality
 from .params import RenewalParams
 from .results import read_record_data, record_data, typed
-from .review import decide_from_axes
+from .review import decide_from_axes, live_refusal
 
 TITLES = {"load": "Load: used vs reserved capacity", "production": "Useful production",
           "comparison": "Self-hosted vs API on the same tasks", "cost": "Full cost per accepted task",
@@ -25,7 +25,8 @@ def _findings(axis: str, result: Any, params: RenewalParams, live: PathsResult |
     read back); `live`, the review's live run, judges the comparison's equivalence as the decision does."""
     rules = params.review.rules
     result = typed(axis, result)
-    _, found = indicators({axis: result}, rules, params.review.benefits.declared(), live, params.review.live_paths)
+    _, found = indicators({axis: result}, rules, params.review.benefits.declared(), live, params.review.live_paths,
+                          live_refusal(params, live))
     by = {f.rule: f for f in found}
     out: list[Finding] = []
 
@@ -35,14 +36,15 @@ def _findings(axis: str, result: Any, params: RenewalParams, live: PathsResult |
 
     if axis == "load":
         m = by["load.large_idle"].measured
-        add("load.regular", "pass" if by["load.regular"].outcome else "warn",
+        add("review.scope", "info", observed=by["review.scope"].measured["left_out"])
+        add("load.regular", {True: "pass", False: "warn", None: "not-observable"}[by["load.regular"].outcome],
             observed=by["load.regular"].measured["business_busy_share"])
-        add("load.large_idle", "warn" if by["load.large_idle"].outcome else "pass", observed=m["large_idle_share"],
-            expected=f"≤ {m['large_idle_share_max']}")
+        add("load.large_idle", {True: "warn", False: "pass", None: "not-observable"}[by["load.large_idle"].outcome],
+            observed=m["large_idle_share"], expected=f"≤ {m['large_idle_share_max']}")
         add("load.peaks", "info", observed=by["load.peaks"].measured["peak_to_mean"])
     elif axis == "production":
         m = by["production.quality"].measured
-        add("production.quality", "pass" if by["production.quality"].outcome else "fail",
+        add("production.quality", _SHOWN[by["production.quality"].outcome],
             observed=m["acceptance_rate"], expected=f"≥ {m['min_acceptance_rate']}")
         over, allowed = m["over_retry_policy"], m["retry_policy_max_retries"]
         if over:
@@ -122,13 +124,14 @@ def live_findings(params: RenewalParams, store: RunStore) -> list[Finding]:
     pair's paired difference against the review's `api_equivalent_gap_max`."""
     rules = params.review.rules
     result = live_run(params, store)
-    quality = live_quality(result, params.review.live_paths, rules)
+    refused = live_refusal(params, result)
+    quality = live_quality(result, params.review.live_paths, rules, refused=refused)
     m = quality.measured
     by_outcome: dict[bool | None, FindingStatus] = {True: "warn", False: "pass", None: "not-observable"}
     out = [Finding(rule="renewal.comparison.live", status=by_outcome[
         quality.outcome], message=quality.sentence, observed=m.get("api_acceptance_low"),
         expected=None if "bar" not in m else f"≥ {m['bar']} ({m['bar_from']})")]
-    if result is None:
+    if result is None or refused is not None:
         return out
     gap = rules.api_equivalent_gap_max
     out.append(Finding(rule="renewal.comparison.live_fixed", status="info",

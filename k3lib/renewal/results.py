@@ -1,7 +1,7 @@
 """The six renewal analyses' results as typed, frozen models — what an axis record holds and what the decision
 reads. Each is validated when its record is written and when it is read back; a record written by another kit
 version (no schema id, or another one) is refused with one line naming the file. Their JSON Schemas live in
-`schemas/renewal/` (`python -m k3lib.renewal.results` rewrites them; a test keeps them in step).
+`schemas/renewal/` (`k3 schemas` rewrites them; a test keeps them in step).
 """
 
 from __future__ import annotations
@@ -45,6 +45,47 @@ class SlotCounts(_M):
     busy: int
     idle_demand: int
     idle_scheduling: int
+    not_shown: int  # no measure from every reserved GPU: neither idle nor busy
+
+
+class LoadCoverage(_M):
+    gpu_util: Num  # share of the window's slots with a measure from every reserved GPU
+    vllm: Num  # share with vLLM's running gauge
+    min_share: float
+
+
+class LeftOutSeries(_M):
+    name: str
+    reason: str  # e.g. "another host (node-b)", "another model (llama)"
+    series: int
+
+
+class DeploymentUse(_M):
+    """The deployment the load counts: its identity, the GPUs found for it and the series left out."""
+
+    model_name: str | None
+    instances: tuple[str, ...]
+    hostnames: tuple[str, ...]
+    gpu_uuids: tuple[str, ...]
+    gpus: int | None  # stated (or read from the acceptance run)
+    gpus_in_series: int
+    acceptance_run: str | None
+    left_out: tuple[LeftOutSeries, ...]
+
+
+class WindowUse(_M):
+    start: str
+    end: str
+    days: float
+    step_s: float  # each slot is the mean over this step
+
+
+class Clipping(_M):
+    """What clipping one input to the window kept and left out."""
+
+    inside: int
+    outside: int
+    outside_examples: tuple[str, ...]
 
 
 class LoadResult(_M):
@@ -66,6 +107,11 @@ class LoadResult(_M):
     arrivals_per_h_p99: Num
     peak_to_mean: Num
     slots: SlotCounts
+    coverage: LoadCoverage
+    shown: bool  # False: a source covers too little of the window; the load figures the decision reads are None
+    not_shown_because: tuple[str, ...]
+    deployment: DeploymentUse
+    window: WindowUse
 
 
 # --- 2. useful production -----------------------------------------------------------------------------------------
@@ -83,17 +129,29 @@ class Losses(_M):
 
 
 class ProductionResult(_M):
-    tasks: int
+    tasks: int  # self-hosted tasks of the fixed task set in the window
     finished: int
-    accepted: int  # under the fixed quality rule
+    accepted: int  # under the fixed quality rule and retry policy
     acceptance_rate: Num
+    acceptance_low: Num  # Wilson 95 %
+    acceptance_high: Num
     operating_h: Num
     accepted_per_operating_h: Num
     generation_tokens: int
     generation_tokens_per_accepted_task: Num
     losses: Losses
+    tool_error_low: Num
+    tool_error_high: Num
     over_retry_policy: int
+    over_retry_policy_tasks: tuple[str, ...]  # the first ones, by id
     retry_policy_max_retries: int
+    task_set: tuple[str, ...]
+    outside_task_set: dict[str, int]  # tasks of other categories, by category: counted, never delivered
+    outside_window: Clipping
+    task_log_coverage: Num
+    min_sample_tasks: int
+    shown: bool
+    not_shown_because: tuple[str, ...]
 
 
 # --- 3. self-hosted vs API ----------------------------------------------------------------------------------------
@@ -102,6 +160,8 @@ class PathFigures(_M):
     tasks: int
     accepted: int
     acceptance_rate: Num
+    acceptance_low: Num
+    acceptance_high: Num
     over_retry_policy: int
     delivery_median_s: Num
     delivery_p95_s: Num
@@ -117,7 +177,15 @@ class ComparisonResult(_M):
     task_set: tuple[str, ...]
     self_hosted: PathFigures = Field(alias="self-hosted")
     api: PathFigures
-    api_equivalent: bool | None  # None: no task ran on both paths
+    min_sample_tasks: int
+    api_tasks: int  # every API task of the set (what the bill covers)
+    api_accepted: int
+    api_tasks_not_on_both: int
+    difference: Num  # self-hosted − API acceptance on the shared tasks, Newcombe 95 %
+    difference_low: Num
+    difference_high: Num
+    tool_error_difference_high: Num  # API − self-hosted share with malformed tool calls, upper bound
+    api_equivalent: bool | None  # None: too few shared tasks, or an interval straddling the gap
 
 
 # --- 4. full cost -------------------------------------------------------------------------------------------------
@@ -134,6 +202,8 @@ class SelfHostedCost(_M):
     total: Num
     accepted_tasks: int
     per_accepted_task: Num
+    per_accepted_task_low: Num  # from the acceptance rate's 95 % interval
+    per_accepted_task_high: Num
 
 
 class ApiCost(_M):
@@ -141,6 +211,8 @@ class ApiCost(_M):
     tasks: int | None
     accepted_tasks: int
     per_accepted_task: Num
+    per_accepted_task_low: Num
+    per_accepted_task_high: Num
     self_hosted_accepted_on_same_set: int
 
 
@@ -150,7 +222,8 @@ class CostResult(_M):
     api: ApiCost
     delivered_tasks_value: Num
     hourly_rate: Num
-    self_hosted_cheaper_per_task: bool | None  # None: a blank on either side
+    not_comparable_because: tuple[str, ...]
+    self_hosted_cheaper_per_task: bool | None  # None: a blank, not the same tasks, or overlapping intervals
     total_within_delivered_value: bool | None
 
 
@@ -205,10 +278,21 @@ class PipelineCheck(_M):
     evidence: Any = None
 
 
+class DrillTarget(_M):
+    """Whether the drill touched the reviewed deployment; only then do its answers speak for it."""
+
+    is_deployment: bool
+    why: str
+    observed: FiveAnswers | None = None  # what the drill saw on its target when that was not the deployment
+
+
 class DrillResult(_M):
     target: str
     api: str | None
-    answers: FiveAnswers
+    answers: FiveAnswers  # about the reviewed deployment ("not shown" when the drill did not touch it)
+    deployment: DrillTarget
+    served_models: tuple[str, ...] = ()  # the target's /v1/models ids
+    in_flight_at_kill: bool | None = None  # a streamed request was observed in flight when the kill ran
     steps: tuple[str, ...]
     recovery_s: float
     went_down: bool
@@ -225,6 +309,7 @@ class StabilityResult(_M):
     slow_or_unrecovered: tuple[str, ...]
     recovered_within_rule_share: Num
     drill: DrillResult | None
+    outside_window: Clipping
     not_shown: tuple[str, ...]
     recoverable: bool | None  # None: nothing failed but a question was never shown
     not_recoverable_because: tuple[str, ...]
@@ -244,19 +329,22 @@ class WeekRow(_M):
 
 class OperationsResult(_M):
     total_h: Num
-    per_week_h: Num
-    weeks: int
+    per_week_h: Num  # None: the hours cover too little of the window
+    weeks: Num  # the window's length in weeks (the hours are divided by it)
     by_category: tuple[HoursRow, ...]
     by_week: tuple[WeekRow, ...]
     delivery_gain_h: Num
     gain_basis: str
-    effort_contained: bool  # the weekly rule alone; the decision also weighs effort_exceeds_gain
+    effort_contained: bool | None  # the weekly rule alone; the decision also weighs effort_exceeds_gain
     effort_exceeds_gain: bool | None  # None: the delivery gain is unknown
+    hours_coverage: Num
+    outside_window: Clipping
+    not_shown_because: tuple[str, ...]
 
 
 RESULTS: dict[str, type[_M]] = {"load": LoadResult, "production": ProductionResult, "comparison": ComparisonResult,
                                 "cost": CostResult, "stability": StabilityResult, "operations": OperationsResult}
-SCHEMA_VERSION = 2  # 1: the untyped dicts of earlier kits (no schema id in the record)
+SCHEMA_VERSION = 3  # 1: untyped dicts; 2: before one deployment, one window and intervals (issue 39)
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schemas" / "renewal"
 
 
@@ -310,4 +398,5 @@ def write_schemas(folder: Path = SCHEMA_DIR) -> list[Path]:
         p.write_text(json.dumps(schema, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         paths.append(p)
     return paths
+
 

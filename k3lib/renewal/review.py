@@ -1,4 +1,5 @@
-"""One review's data, loaded once from the parameters: inputs read, series on the grid, the six axes computed.
+"""One review's data, loaded once from the parameters: the deployment resolved, inputs read and clipped to the
+window, the deployment's series on the grid, the six axes computed.
 
 The notebooks and the batch call the same two functions, so a re-run from files or from Prometheus gives the
 same figures as the report shows.
@@ -13,30 +14,41 @@ from pathlib import Path
 from typing import Any
 
 from ..axes.paths.record import PathsResult
+from ..core.errors import BadInputError
 from ..core.store import RunStore, sha256_file, to_json_bytes
-from .analysis import (analyse_load, analyse_operations, analyse_production, analyse_stability, benefits_summary,
-                       compare_paths, full_cost)
+from .analysis import (analyse_operations, analyse_production, analyse_stability, benefits_summary, compare_paths,
+                       full_cost)
 from .decision import RenewalDecision, decide_renewal
+from .identity import Identity
 from .inputs import (CostsInput, HoursRecord, IncidentRecord, TaskRecord, read_costs, read_hours, read_incidents,
                      read_tasks, resolve_currency)
+from .load import analyse_load
 from .params import RenewalParams
-from .series import Grid, RawSeries, gpu_count, load_frame, series_from_file, series_from_prometheus
+from .series import Grid, ReviewSeries, load_frame, series_from_file, series_from_prometheus
+from .window import Clipped, ReviewWindow, clip_hours, clip_incidents, clip_tasks, hours_coverage, task_log_coverage
 
 
 @dataclasses.dataclass(frozen=True)
 class ReviewData:
-    params: RenewalParams
+    params: RenewalParams  # the deployment resolved (resolve_deployment)
     grid: Grid
-    raw: dict[str, RawSeries]
+    series: ReviewSeries  # the deployment's series, and those left out
     frame: Any  # pandas DataFrame on the grid (series.FRAME_COLUMNS)
-    tasks: tuple[TaskRecord, ...]
+    tasks: tuple[TaskRecord, ...]  # inside the window
     costs: CostsInput
-    incidents: tuple[IncidentRecord, ...]
-    hours: tuple[HoursRecord, ...]
+    incidents: tuple[IncidentRecord, ...]  # inside the window
+    hours: tuple[HoursRecord, ...]  # of the ISO weeks the window touches
+    window: ReviewWindow
+    clipped: dict[str, Clipped]  # tasks, incidents, hours: what clipping kept and left out
+
+    @property
+    def raw(self) -> dict[str, Any]:
+        return self.series.raw
 
     @property
     def gpus(self) -> int:
-        return gpu_count(self.raw)
+        """The GPUs the capacity reserves (stated, checked against the series)."""
+        return self.params.review.deployment.gpus or self.series.gpus_in_series
 
     @property
     def source(self) -> str:
@@ -49,39 +61,122 @@ class ReviewData:
                 f"gpus={self.gpus}, tasks={len(self.tasks)}, incidents={len(self.incidents)})")
 
 
-def load_series(params: RenewalParams) -> tuple[Grid, dict[str, RawSeries]]:
+ACCEPTED = ("production", "limited-observation")  # an acceptance decision that put the deployment in service
+
+
+def _accepted_identity(folder: str) -> tuple[str, dict[str, Any]]:
+    """The served model and GPU count an accepted acceptance run recorded (its run id first); bad input when the
+    folder is no run, its decision did not accept the deployment, or it ran against the embedded emulator."""
+    from ..verdict import accepted as acc
+
+    run = acc.read_run(folder)
+    source = "review.deployment.acceptance_run"
+    decision = (run.decision or {}).get("decision")
+    if decision not in ACCEPTED:
+        raise BadInputError(f"{run.run_id} decided {decision or 'nothing'}; expected an accepted acceptance run "
+                            f"({' or '.join(ACCEPTED)}) of the reviewed deployment", source=source)
+    target = run.params.get("target")
+    if not isinstance(target, dict) or not target.get("base_url"):
+        raise BadInputError(f"{run.run_id} ran against the embedded emulator: it identifies no deployment; expected "
+                            "an acceptance run of the reviewed deployment", source=source)
+    model, gpus = acc.served_model(run), acc.gpu_count(run)
+    return run.run_id, {"model_name": model.value, "gpus": None if gpus.value is None else int(gpus.value)}
+
+
+def resolve_deployment(params: RenewalParams) -> RenewalParams:
+    """The parameters with the deployment's identity complete: what `review.deployment` names, and what its
+    acceptance run recorded for the rest (origins say which). A value named here that the acceptance run
+    contradicts (another model, another GPU count) is bad input, as is an identity still incomplete."""
+    review = params.review
+    d = review.deployment
+    if review.series is None:
+        return params
+    found: dict[str, Any] = {}
+    origins = dict(review.origins)
+    if d.acceptance_run is not None:
+        run_id, recorded = _accepted_identity(d.acceptance_run)
+        for key, value in recorded.items():
+            named = getattr(d, key)
+            if value is not None and named is not None and named != value:
+                raise BadInputError(f"{named!r} but the acceptance run {run_id} accepted {value!r}; expected the "
+                                    "deployment that was accepted", source=f"review.deployment.{key}")
+            if named is None and value is not None:
+                found[key] = value
+                origins[f"review.deployment.{key}"] = f"acceptance run {run_id}"
+    d = d.model_copy(update=found)
+    if d.missing():
+        raise BadInputError(f"missing {', '.join(d.missing())}; expected the deployment under review named in the "
+                            "parameters (or read from its acceptance run)", source="review.deployment")
+    if d.gpu_uuids and d.gpus is not None and len(set(d.gpu_uuids)) != d.gpus:
+        raise BadInputError(f"{len(set(d.gpu_uuids))} gpu_uuids but {d.gpus} GPUs; expected one UUID per reserved GPU",
+                            source="review.deployment")
+    return params.model_copy(update={"review": review.model_copy(update={"deployment": d, "origins": origins})})
+
+
+def load_series(params: RenewalParams) -> tuple[Grid, ReviewSeries]:
     s = params.review.series
     assert s is not None, "demo parameters are materialised before the series are read"
     grid = Grid.for_window(s.start, s.end, s.step_s)
+    identity = Identity.of(params.review.deployment)
     if s.history_file:
-        return grid, series_from_file(s.history_file, grid)
-    return grid, series_from_prometheus(s.prometheus_url or "", grid, selector=s.selector)
+        return grid, series_from_file(s.history_file, grid, identity)
+    return grid, series_from_prometheus(s.prometheus_url or "", grid, identity, selector=s.selector)
+
+
+def window_of(params: RenewalParams) -> ReviewWindow:
+    s = params.review.series
+    assert s is not None, "demo parameters are materialised before the window is read"
+    return ReviewWindow(s.start, s.end)
+
+
+def review_incidents(params: RenewalParams) -> Clipped:
+    """The incident log clipped to the window (the drill notebook recomputes stability from it)."""
+    inp = params.review.inputs
+    assert inp is not None, "demo parameters are materialised before the inputs are read"
+    return clip_incidents(read_incidents(inp.incidents), window_of(params))
 
 
 def load_review(params: RenewalParams) -> ReviewData:
-    """Read every input (each bad value: one BadInputError line) and the series for the window."""
+    """Read every input (each bad value: one BadInputError line), clip it to the window, and read the deployment's
+    series for the window."""
+    params = resolve_deployment(params)
     inp = params.review.inputs
     assert inp is not None, "demo parameters are materialised before the inputs are read"
-    tasks = tuple(read_tasks(inp.tasks))
+    window = window_of(params)
+    tasks = clip_tasks(read_tasks(inp.tasks), window)
     costs = resolve_currency(params.review.currency, read_costs(inp.costs), inp.costs)
-    incidents, hours = tuple(read_incidents(inp.incidents)), tuple(read_hours(inp.hours))
-    grid, raw = load_series(params)
-    return ReviewData(params, grid, raw, load_frame(raw, grid), tasks, costs, incidents, hours)
+    incidents, hours = review_incidents(params), clip_hours(read_hours(inp.hours), window)
+    grid, series = load_series(params)
+    frame = load_frame(series.raw, grid, params.review.deployment.gpus)
+    return ReviewData(params, grid, series, frame, tasks.kept, costs, incidents.kept, hours.kept, window,
+                      {"tasks": tasks, "incidents": incidents, "hours": hours})
+
+
+def deployment_use(data: ReviewData) -> dict[str, Any]:
+    d = data.params.review.deployment
+    return {**Identity.of(d).describe(), "gpus_in_series": data.series.gpus_in_series,
+            "acceptance_run": d.acceptance_run, "left_out": [x.describe() for x in data.series.left_out]}
 
 
 def analyse(data: ReviewData, drill: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
     """The six axes as JSON-ready dicts, keyed by axis id."""
     rules, fixed = data.params.review.rules, data.params.review.fixed
-    load = analyse_load(data.frame, data.tasks, rules, data.grid, data.gpus)
-    production = analyse_production(data.frame, data.tasks, rules, data.grid, fixed)
+    load = {**analyse_load(data.frame, data.tasks, rules, data.grid, data.gpus),
+            "deployment": deployment_use(data), "window": {**data.window.describe(), "step_s": data.grid.step_s}}
+    production = analyse_production(data.frame, data.tasks, rules, data.grid, fixed,
+                                    coverage=task_log_coverage(data.tasks, data.window),
+                                    outside_window=data.clipped["tasks"].describe())
     comparison = compare_paths(data.tasks, data.hours, fixed, rules)
     return {
         "load": load,
         "production": production,
         "comparison": comparison,
-        "cost": full_cost(data.costs, production, comparison),
-        "stability": analyse_stability(data.incidents, rules, drill),
-        "operations": analyse_operations(data.hours, comparison, production, rules),
+        "cost": full_cost(data.costs, production, comparison, rules),
+        "stability": analyse_stability(data.incidents, rules, drill,
+                                       outside_window=data.clipped["incidents"].describe()),
+        "operations": analyse_operations(data.hours, comparison, production, rules, window_weeks=data.window.weeks,
+                                         coverage=hours_coverage(data.hours, data.window),
+                                         outside_window=data.clipped["hours"].describe()),
         "benefits": benefits_summary(data.params.review.benefits),
     }
 
@@ -153,10 +248,23 @@ def read_axes_cache(params: RenewalParams, store: RunStore) -> dict[str, dict[st
     return cached.get("axes") if cached is not None else None
 
 
+def live_refusal(params: RenewalParams, live: PathsResult | None) -> str | None:
+    """Why the named live run is not this review's (another task set, another model), or None."""
+    from .live import match_live
+
+    if live is None:
+        return None
+    return match_live(live, model=params.review.deployment.model_name,
+                      task_set_sha256=params.review.fixed.task_set.live_sha256)
+
+
 def decide_from_axes(params: RenewalParams, axes: dict[str, Any], statuses: dict[str, str] | None = None,
                      today=None, live: PathsResult | None = None) -> RenewalDecision:
     """The decision with the review's rules; `live`: the `k3 paths` record `review.live_paths` names (None: the
-    comparison rests on the task log only)."""
-    return decide_renewal(axes, params.review.rules, params.review.benefits.declared(), statuses=statuses,
-                          today=today, defaulted=params.review.defaulted(), live=live,
-                          live_source=params.review.live_paths if live is not None else None)
+    comparison rests on the task log only), read only when it ran the review's task set against its model."""
+    review = params.review
+    refused = live_refusal(params, live)
+    return decide_renewal(axes, review.rules, review.benefits.declared(), statuses=statuses,
+                          today=today, defaulted=review.defaulted(), live=live,
+                          live_source=review.live_paths if live is not None else None,
+                          loosened=review.loosened(), live_refused=refused)

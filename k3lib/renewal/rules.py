@@ -48,6 +48,18 @@ class RenewalRules(BaseModel):
     queue_wait_p95_max_s: NonNegative = 600.0  # business threshold on the queue (reduce/dual exit condition)
     business_deadline_s: NonNegative = 3600.0  # a task delivered later than this missed its business deadline
     reexamine_after_days: Annotated[int, Field(gt=0)] = 21  # the next billing cycle
+    # --- what counts as evidence (issue 39): one window long enough, sources that cover it, samples large enough
+    min_window_days: Annotated[float, Field(gt=0)] = 21.0  # seed 004 reviews three weeks; shorter is a loosened rule
+    # a source (GPU series, vLLM series, task log, hours) covering less of the window than this is "not shown":
+    # never read as idle, never as busy
+    min_coverage_share: Fraction = 0.90
+    # regular load also needs the reserved GPUs used on average at least this much (slot means, not instants) …
+    min_utilisation: Fraction = 0.25
+    # … and at most this share of the covered window idle for lack of demand (GPUs idle, no task waiting)
+    idle_demand_share_max: Fraction = 0.40
+    # a rate (acceptance, tool-call errors, the same tasks on both paths, a live run) on fewer tasks than this is
+    # inconclusive, whatever its value; above it, its 95 % interval decides, never the point estimate
+    min_sample_tasks: Annotated[int, Field(ge=1)] = 30
 
     @field_validator("timezone")
     @classmethod
@@ -66,6 +78,25 @@ class RenewalRules(BaseModel):
         if not 0 <= v[0] < v[1] <= 24:
             raise ValueError(f"expected [start, end) hours with 0 ≤ start < end ≤ 24, got {list(v)}")
         return v
+
+
+# The direction in which each threshold moves the decision toward `renew`. A value set past its built-in default in
+# that direction is a *loosened* rule: listed in the decision's reasons, its condition and the terminal output.
+# Thresholds that only shape the exit condition, the dual circuit or the API comparison are not listed.
+LOOSER: dict[str, Literal["lower", "higher"]] = {
+    "idle_util_max": "lower", "large_idle_min_h": "higher", "large_idle_share_max": "higher",
+    "regular_busy_share_min": "lower", "regular_daily_cv_max": "higher", "peak_to_mean_min": "higher",
+    "min_acceptance_rate": "lower", "max_retries_per_task": "higher", "max_tool_error_rate": "higher",
+    "max_recovery_min": "higher", "max_ops_hours_per_week": "higher", "min_window_days": "lower",
+    "min_coverage_share": "lower", "min_utilisation": "lower", "idle_demand_share_max": "higher",
+    "min_sample_tasks": "lower",
+}
+
+
+def is_looser(name: str, value: float, default: float) -> bool:
+    """`value` of the rule `name` moves the decision toward renew compared with `default`."""
+    way = LOOSER.get(name)
+    return (way == "lower" and value < default) or (way == "higher" and value > default)
 
 
 class DeclaredBenefits(BaseModel):
@@ -95,6 +126,9 @@ class TaskSet(BaseModel):
 
     description: str = "every task of the log on both paths (no representative set declared)"
     categories: tuple[LoadCategory, ...] = ("batch", "agent", "peak", "test", "maintenance")
+    # the sha256 of the task set a live `k3 paths` run sent (printed on top of that run): the review reads a live run
+    # only when it ran this very set; null: no live run is tied to the review (one named is not read)
+    live_sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] | None = None
 
     @field_validator("categories")
     @classmethod

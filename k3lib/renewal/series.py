@@ -1,9 +1,11 @@
 """The load series of the review window, on one time grid, from a history file or from a Prometheus server.
 
-Both sources end in the same `RawSeries` (label set → values on the grid) under Prometheus' own evaluation rule,
-so the analysis cannot tell them apart: the value at grid time t is the latest sample in [t − lookback, t]
-(lookback 5 min, Prometheus' default). The history file is resampled by that rule here; a server evaluates it
-itself in a range query. Counters are turned into per-step increases after that, with resets detected.
+Both sources end in the same `RawSeries` (label set → values on the grid), so the analysis cannot tell them apart.
+Each slot (t − step, t] holds a *measure of the slot*, never one instant: a gauge's mean over the slot (a server
+evaluates `avg_over_time(x[step])`), a counter's last value in it (`last_over_time`), turned into per-slot increases
+after that, with resets detected. A slot without a sample is NaN: not shown, never idle and never busy.
+
+Only the reviewed deployment's series are kept (`identity`): the others are counted by reason and reported.
 """
 
 from __future__ import annotations
@@ -13,13 +15,14 @@ import datetime as dt
 import math
 from bisect import bisect_right
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from ..core.errors import ArtifactError, BadInputError, TargetUnreachable
 from ..io.metrics.names import spec_for
+from .identity import Identity, LeftOut, gpu_hosts, gpu_key, matchers, select
 
 MAX_POINTS_PER_SERIES = 11_000  # Prometheus refuses a range query above this resolution
-LOOKBACK_S = 300.0  # Prometheus' default --query.lookback-delta
+MAX_STEP_S = 900.0  # a slot stays well under the idle stretches it must show (review.series.step_s is bounded so)
 DCGM_GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
 DCGM_FB_USED = "DCGM_FI_DEV_FB_USED"
 # canonical name → how it is aggregated across label sets (engines, ranks, GPUs)
@@ -51,6 +54,12 @@ class Grid:
                                 source="review.series.window")
         # A coarser step when the window would exceed Prometheus' per-series limit (both sources use it).
         step = max(float(step_s), math.ceil(duration / (MAX_POINTS_PER_SERIES - 1)))
+        if step > MAX_STEP_S:
+            raise BadInputError(f"a window of {duration / 86400:.0f} days needs a step of {step:g} s under "
+                                f"Prometheus' {MAX_POINTS_PER_SERIES:,} points per series, above the {MAX_STEP_S:g} s a "
+                                "slot may last; expected a window of at most "
+                                f"{MAX_STEP_S * (MAX_POINTS_PER_SERIES - 1) / 86400:.0f} days (review one cycle at a time)",
+                                source="review.series.window")
         return cls(start.timestamp(), end.timestamp(), step)
 
     def times(self) -> list[float]:
@@ -60,10 +69,19 @@ class Grid:
 
 @dataclasses.dataclass(frozen=True)
 class RawSeries:
-    """Every label set of one exposed name, evaluated on the grid (NaN where no sample was in the lookback)."""
+    """Every kept label set of one exposed name, measured per slot on the grid (NaN: no sample in the slot)."""
 
     name: str
     values: Mapping[LabelKey, tuple[float, ...]]
+
+
+@dataclasses.dataclass(frozen=True)
+class ReviewSeries:
+    """The deployment's series on the grid and what was left out of them (other hosts, GPUs, models)."""
+
+    raw: dict[str, RawSeries]
+    left_out: tuple[LeftOut, ...]
+    gpus_in_series: int  # distinct GPUs of the deployment in the utilisation series
 
 
 # --- the history file --------------------------------------------------------------------------------------------
@@ -180,14 +198,22 @@ def read_history(path: str | Path, names: Iterable[str] | None = None
     return out
 
 
-def evaluate_on_grid(points: list[tuple[float, float]], grid: Grid, lookback_s: float = LOOKBACK_S
-                     ) -> tuple[float, ...]:
-    """Prometheus' instant-vector rule at each grid time: the latest sample in [t − lookback, t], else NaN."""
+def evaluate_on_grid(points: list[tuple[float, float]], grid: Grid, how: str = "mean") -> tuple[float, ...]:
+    """Each slot (t − step, t] of the grid measured from the samples in it: their mean (`avg_over_time`) or the last
+    one (`last_over_time`, for counters); NaN where the slot holds no sample. (Prometheus 2.x closes the range on
+    the left too; the demo's samples sit mid-slot, so both give the same slots.)"""
     times = [t for t, _ in points]
+    values = [v for _, v in points]
     out = []
     for t in grid.times():
-        i = bisect_right(times, t) - 1
-        out.append(points[i][1] if i >= 0 and times[i] >= t - lookback_s else math.nan)
+        hi = bisect_right(times, t)
+        lo = bisect_right(times, t - grid.step_s)
+        if hi <= lo:
+            out.append(math.nan)
+        elif how == "last":
+            out.append(values[hi - 1])
+        else:  # an exact sum (one sample is itself, as Prometheus gives it back)
+            out.append(math.fsum(values[lo:hi]) / (hi - lo))
     return tuple(out)
 
 
@@ -197,40 +223,89 @@ def _pick_names(available: Iterable[str]) -> list[str]:
     return picked + [DCGM_GPU_UTIL, DCGM_FB_USED]
 
 
-def series_from_file(path: str | Path, grid: Grid) -> dict[str, RawSeries]:
-    """The review series from a history file, evaluated on `grid` as a Prometheus range query would be."""
+def _how(name: str) -> str:
+    return "last" if name.endswith("_total") else "mean"
+
+
+def _kept(name: str, values: Mapping[LabelKey, tuple[float, ...]], identity: Identity
+          ) -> tuple[RawSeries | None, list[LeftOut]]:
+    keys, left = select(name, sorted(values), identity)
+    return (RawSeries(name, {k: values[k] for k in keys}) if keys else None), left
+
+
+def review_series(evaluated: Mapping[str, Mapping[LabelKey, tuple[float, ...]]], identity: Identity,
+                  left_before: list[LeftOut], source: str) -> ReviewSeries:
+    """The deployment's series among those evaluated, the others counted; the GPUs kept must be the GPUs the
+    capacity reserves (`identity.gpus`), else one line naming the source."""
+    raw: dict[str, RawSeries] = {}
+    left = list(left_before)
+    for name, values in evaluated.items():
+        kept, out = _kept(name, values, identity)
+        left += out
+        if kept is not None:
+            raw[name] = kept
+    util = raw.get(DCGM_GPU_UTIL)
+    gpus = len({gpu_key(k) for k in util.values}) if util else 0
+    if util and identity.gpus is not None and gpus != identity.gpus:
+        hosts = ", ".join(gpu_hosts(util.values))
+        raise BadInputError(f"{gpus} GPUs of the deployment ({hosts}) in {DCGM_GPU_UTIL} but review.deployment.gpus "
+                            f"is {identity.gpus}; expected the reserved GPUs alone — name them by "
+                            "review.deployment.gpu_uuids when their nodes hold others", source=source)
+    merged: dict[tuple[str, str], LeftOut] = {}
+    for x in left:
+        have = merged.get((x.name, x.reason))
+        merged[(x.name, x.reason)] = LeftOut(x.name, x.reason, x.series + (have.series if have else 0))
+    return ReviewSeries(raw, tuple(merged.values()), gpus)
+
+
+def series_from_file(path: str | Path, grid: Grid, identity: Identity) -> ReviewSeries:
+    """The deployment's review series from a history file, measured on `grid` as the range queries would be."""
     wanted = {n for c in VLLM_SERIES for n in spec_for(c).names} | {DCGM_GPU_UTIL, DCGM_FB_USED}
     history = read_history(path, wanted)
-    out = {}
+    evaluated = {}
     for name in _pick_names(history):
         if name in history:
-            out[name] = RawSeries(name, {k: evaluate_on_grid(v, grid) for k, v in sorted(history[name].items())})
-    return out
+            keys, _ = select(name, history[name], identity)
+            # only the deployment's label sets are measured; the others are counted by review_series
+            evaluated[name] = {k: evaluate_on_grid(v, grid, _how(name)) if k in keys else () for k, v in
+                               sorted(history[name].items())}
+    return review_series(evaluated, identity, [], str(path))
 
 
 # --- a Prometheus server -----------------------------------------------------------------------------------------
 
-def series_from_prometheus(url: str, grid: Grid, *, selector: str = "", timeout_s: float = 30.0
-                           ) -> dict[str, RawSeries]:
-    """The same series by range queries; `selector` adds label matchers, e.g. `job="vllm"`."""
+def _connect(url: str) -> Any:
     try:
         from prometheus_api_client import PrometheusConnect
     except ImportError:  # pragma: no cover - an optional part, installed with the kit
         raise BadInputError("prometheus-api-client is not installed (pip install prometheus-api-client)",
                             source="review.series.prometheus_url") from None
-    prom = PrometheusConnect(url=url, disable_ssl=True)
+    return PrometheusConnect(url=url, disable_ssl=True)
+
+
+def series_from_prometheus(url: str, grid: Grid, identity: Identity, *, selector: str = "",
+                           timeout_s: float = 30.0) -> ReviewSeries:
+    """The same series by range queries: each slot the gauge's `avg_over_time` (a counter's `last_over_time`) over
+    the step, the deployment's label matchers added to `selector` (extra matchers, e.g. `job="vllm"`). What the
+    matchers leave out is counted from the series metadata of the window (`/api/v1/series`, labels only)."""
+    prom = _connect(url)
     start = dt.datetime.fromtimestamp(grid.start_s + grid.step_s, dt.timezone.utc)
     end = dt.datetime.fromtimestamp(grid.times()[-1], dt.timezone.utc)
-    extra = f",{selector}" if selector else ""
     times = grid.times()
     index = {t: i for i, t in enumerate(times)}
 
-    def fetch(name: str) -> dict[LabelKey, tuple[float, ...]]:
+    def call(what: str, fn: Any) -> Any:
         try:
-            result = prom.custom_query_range(f'{{__name__="{name}"{extra}}}', start_time=start, end_time=end,
-                                             step=f"{grid.step_s:g}s", params={"timeout": f"{timeout_s:g}s"})
+            return fn()
         except Exception as exc:  # requests' and the client's own errors: the server is the problem
-            raise TargetUnreachable(f"Prometheus range query for {name} at {url} failed: {exc}") from exc
+            raise TargetUnreachable(f"Prometheus {what} at {url} failed: {exc}") from exc
+
+    def fetch(name: str) -> dict[LabelKey, tuple[float, ...]]:
+        match = ",".join(m for m in (f'__name__="{name}"', matchers(name, identity), selector) if m)
+        fn = "last_over_time" if _how(name) == "last" else "avg_over_time"
+        result = call(f"range query for {name}", lambda: prom.custom_query_range(
+            f"{fn}({{{match}}}[{grid.step_s:g}s])", start_time=start, end_time=end, step=f"{grid.step_s:g}s",
+            params={"timeout": f"{timeout_s:g}s"}))
         series = {}
         for item in result:
             labels = tuple(sorted((k, v) for k, v in item["metric"].items() if k != "__name__"))
@@ -242,18 +317,26 @@ def series_from_prometheus(url: str, grid: Grid, *, selector: str = "", timeout_
             series[labels] = tuple(vals)
         return dict(sorted(series.items()))
 
-    out = {}
-    for canonical in VLLM_SERIES:
-        for name in spec_for(canonical).names:  # preferred name first, as on a live endpoint
+    def others(name: str) -> list[LeftOut]:
+        """The series of `name` in the window that the deployment's matchers left out, counted by reason."""
+        match = ",".join(m for m in (f'__name__="{name}"', selector) if m)
+        found = call(f"series look-up for {name}", lambda: prom.get_series(
+            start=dt.datetime.fromtimestamp(grid.start_s, dt.timezone.utc), end=end, params={"match[]": f"{{{match}}}"}))
+        keys = {tuple(sorted((k, v) for k, v in s.items() if k != "__name__")) for s in found or ()}
+        _, left = select(name, keys, identity)
+        return left
+
+    evaluated: dict[str, dict[LabelKey, tuple[float, ...]]] = {}
+    left: list[LeftOut] = []
+    families = [spec_for(c).names for c in VLLM_SERIES] + [(DCGM_GPU_UTIL,), (DCGM_FB_USED,)]
+    for names in families:  # the preferred name first, as on a live endpoint
+        for name in names:
             got = fetch(name)
+            left += others(name)
             if got:
-                out[name] = RawSeries(name, got)
+                evaluated[name] = got
                 break
-    for name in (DCGM_GPU_UTIL, DCGM_FB_USED):
-        got = fetch(name)
-        if got:
-            out[name] = RawSeries(name, got)
-    return out
+    return review_series(evaluated, identity, left, url)
 
 
 # --- the common frame ----------------------------------------------------------------------------------------------
@@ -274,8 +357,24 @@ def counter_increases(values: tuple[float, ...]) -> list[float]:
     return out
 
 
-def load_frame(raw: Mapping[str, RawSeries], grid: Grid):
-    """RawSeries → a pandas DataFrame on the grid (UTC index) with FRAME_COLUMNS."""
+def _per_gpu(rs: RawSeries):
+    """One row per GPU (its series merged: a relabelled GPU keeps one row), slot by slot the mean of its values."""
+    import warnings
+
+    import numpy as np
+
+    rows: dict[str, list[tuple[float, ...]]] = {}
+    for key, values in rs.values.items():
+        rows.setdefault(gpu_key(key), []).append(values)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # "mean of empty slice": a slot none of its series covers
+        return np.array([np.nanmean(np.array(v, dtype=float), axis=0) for _, v in sorted(rows.items())])
+
+
+def load_frame(raw: Mapping[str, RawSeries], grid: Grid, gpus: int | None = None):
+    """RawSeries → a pandas DataFrame on the grid (UTC index) with FRAME_COLUMNS. A slot's `gpu_util` is the mean
+    over the reserved GPUs (`gpus`; None: those in the series) and is shown only when every one of them reports in
+    it: a missing GPU is never read as idle, and dropping an idle GPU's samples never raises the mean."""
     import numpy as np
     import pandas as pd
 
@@ -298,9 +397,10 @@ def load_frame(raw: Mapping[str, RawSeries], grid: Grid):
     util = raw.get(DCGM_GPU_UTIL)
     mem = raw.get(DCGM_FB_USED)
     if util and util.values:
-        arr = np.array(list(util.values.values()), dtype=float) / 100.0  # dcgm reports percent
+        arr = _per_gpu(util) / 100.0  # dcgm reports percent
         reporting = (~np.isnan(arr)).sum(axis=0)
-        frame["gpu_util"] = np.where(reporting > 0, np.nansum(arr, axis=0) / np.maximum(reporting, 1), np.nan)
+        need = gpus if gpus is not None else len(arr)
+        frame["gpu_util"] = np.where(reporting >= need, np.nansum(arr, axis=0) / np.maximum(reporting, 1), np.nan)
         frame["gpus_reporting"] = reporting
     else:
         frame["gpu_util"] = np.nan
@@ -314,5 +414,6 @@ def load_frame(raw: Mapping[str, RawSeries], grid: Grid):
 
 
 def gpu_count(raw: Mapping[str, RawSeries]) -> int:
+    """Distinct GPUs in the utilisation series (a GPU relabelled across a restart counts once)."""
     util = raw.get(DCGM_GPU_UTIL)
-    return len(util.values) if util else 0
+    return len({gpu_key(k) for k in util.values}) if util else 0

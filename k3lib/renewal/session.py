@@ -14,8 +14,8 @@ from ..core.store import RunStore, utc_now
 from .figures import register_views
 from .params import RenewalParams, load_any_review
 from .analysis import analyse_stability
-from .inputs import read_incidents
-from .review import ReviewData, analyse, load_review, read_axes_cache, read_hourly_cache
+from .review import (ReviewData, analyse, load_review, read_axes_cache, read_hourly_cache, resolve_deployment,
+                     review_incidents)
 
 
 @dataclasses.dataclass
@@ -43,8 +43,9 @@ class ReviewContext:
         if cached is None:
             return analyse(self.data, drill)
         if drill is not None:
-            incidents = tuple(read_incidents(self.params.review.inputs.incidents))  # type: ignore[union-attr]
-            cached["stability"] = analyse_stability(incidents, self.params.review.rules, drill)
+            incidents = review_incidents(self.params)  # clipped to the window, as the cached axes were
+            cached["stability"] = analyse_stability(incidents.kept, self.params.review.rules, drill,
+                                                    outside_window=incidents.describe())
         return cached
 
     def load_frame(self) -> Any:
@@ -84,7 +85,7 @@ def open_review_run(params_file: str, overrides: list[str] | None = None, run_di
     register_views()
     params = load_any_review(find_path(params_file), list(overrides or []))
     store = open_run_folder(run_dir, params.run.label)
-    params = with_demo_inputs(params, store)
+    params = resolve_deployment(with_demo_inputs(params, store))
     if not store.path("params.json").exists():
         store.write_json("params.json", params.public_dict())
     return params, store

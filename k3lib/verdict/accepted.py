@@ -28,6 +28,7 @@ from ..core.store import MANIFEST
 Candidate = tuple[str, str, float]
 CANDIDATES: dict[str, tuple[Candidate, ...]] = {
     "vllm_version": (("probe", "vllm_version", 1), ("environment", "observed.vllm", 1)),
+    "served_model": (("probe", "model", 1), ("probe", "served_models.0.id", 1)),
     "driver_version": (("environment", "observed.driver", 1),),
     # inspected only: a digest typed into the parameters proves nothing about the running image
     "image_digest": (("environment", "observed.image_digest", 1),),
@@ -291,6 +292,11 @@ def _measured(run: RunEvidence, name: str) -> Level:
 
 def vllm_version(run: RunEvidence) -> Level:
     return _text(_lookup(run, "vllm_version"))
+
+
+def served_model(run: RunEvidence) -> Level:
+    """The model name the accepted deployment served (what vLLM labels its series with, `model_name`)."""
+    return _text(_lookup(run, "served_model"))
 
 
 def driver_version(run: RunEvidence) -> Level:

@@ -116,9 +116,12 @@ def jira_worklogs(hours_csv: Path, window: Window) -> str:
     for n, h in enumerate(read_hours(hours_csv), start=1):
         year, week = int(h.week[:4]), int(h.week.split("W")[1])
         monday = dt.datetime.fromisocalendar(year, week, 1).replace(hour=10, tzinfo=dt.timezone.utc)
+        # logged on days of the week inside the window (its first and last weeks are partly outside)
+        first_day = max(monday, window.start.replace(hour=10))
+        last_day = min(first_day + dt.timedelta(days=2), window.end - dt.timedelta(hours=14))
         seconds = round(h.hours * 3600)
         first = seconds // 2 // 360 * 360
-        logs = [(monday, first), (monday + dt.timedelta(days=2), seconds - first)]
+        logs = [(first_day, first), (last_day, seconds - first)]
         cells = [f"{h.category} work;{t.strftime('%d/%b/%y %I:%M %p')};ops{n % 3};{s}" for t, s in logs if s]
         rows.append([f"K3OPS-{n}", f"{h.category} {h.week}", LABELS[h.category], "kimi-k3", str(seconds), *cells,
                      *[""] * (2 - len(cells))])
