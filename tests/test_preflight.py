@@ -245,7 +245,8 @@ def _review_files(tmp_path: Path, **change: str) -> Path:
         series["prometheus_url"] = change["prometheus_url"]
     path = tmp_path / "review.yaml"
     path.write_text(json.dumps({"extends": str(ROOT / "parameters" / "renewal-demo.yaml"),
-                                "review": {"demo": None, "inputs": inputs, "series": series}}))
+                                "review": {"demo": None, "inputs": inputs, "series": series,
+                                           "deployment": data["deployment"]}}))
     return path
 
 
