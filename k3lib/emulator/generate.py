@@ -51,6 +51,38 @@ def _extend_for_ignore_eos(rt: Runtime, plan: ReplyPlan, body: dict, max_tokens:
     return ReplyPlan(plan.tokens + tuple(extra[: want - len(plan.tokens)]), plan.calls, plan.named_choice)
 
 
+_RF_TYPES = ("text", "json_object", "json_schema", "structural_tag")
+
+
+def _request_error(rt: Runtime, body: dict) -> JSONResponse | None:
+    """vLLM's request validation of `tools`, `tool_choice` and `response_format` (0.32's protocol validators: the
+    texts seen on a real server), before any work."""
+    tools, choice = body.get("tools"), body.get("tool_choice")
+    if tools == []:
+        return error_reply(rt, 400, "`tools` must not be an empty array. Either provide at least one tool or omit "
+                                    "the field entirely.", param="tools")
+    if choice is not None and choice != "none":
+        if tools is None:
+            return error_reply(rt, 400, "When using `tool_choice`, `tools` must be set.", param="tool_choice")
+        if choice not in ("auto", "required") and not isinstance(choice, dict):
+            return error_reply(rt, 400, f"Invalid value for `tool_choice`: {choice}! Only named tools, \"none\", "
+                                        "\"auto\" or \"required\" are supported.", param="tool_choice")
+    rf = body.get("response_format")
+    if isinstance(rf, dict):
+        if rf.get("type") not in _RF_TYPES:
+            return error_reply(rt, 400, "response_format.type: Input should be 'text', 'json_object', 'json_schema' "
+                                        "or 'structural_tag'", param="response_format")
+        if rf["type"] == "json_schema":
+            js = rf.get("json_schema")
+            if js is None:
+                return error_reply(rt, 400, "When response_format type is 'json_schema', the 'json_schema' field "
+                                            "must be provided.", param="response_format")
+            if not isinstance(js, dict) or not isinstance(js.get("schema", {}), dict):
+                return error_reply(rt, 400, "response_format.json_schema.schema: Input should be a valid "
+                                            "dictionary", param="response_format")
+    return _tool_choice_error(rt, body)
+
+
 def _tool_choice_error(rt: Runtime, body: dict) -> JSONResponse | None:
     if not body.get("tools"):
         return None
@@ -98,7 +130,7 @@ async def chat_completions(request: Request) -> Response:
     if isinstance(admitted, Response):
         return admitted
     rt, body = admitted
-    refused = _tool_choice_error(rt, body)
+    refused = _request_error(rt, body)
     if refused:
         return refused
     if not isinstance(body.get("messages"), list) or not body["messages"]:
