@@ -48,7 +48,8 @@ def _extend_for_ignore_eos(rt: Runtime, plan: ReplyPlan, body: dict, max_tokens:
     while len(plan.tokens) + len(extra) < want:
         extra += _pad_tokens(rt.tokenizer, rt.cfg.seed, k)
         k += 1
-    return ReplyPlan(plan.tokens + tuple(extra[: want - len(plan.tokens)]), plan.calls, plan.named_choice)
+    return ReplyPlan(plan.tokens + tuple(extra[: want - len(plan.tokens)]), plan.calls, plan.named_choice,
+                     plan.marks)
 
 
 _RF_TYPES = ("text", "json_object", "json_schema", "structural_tag")
@@ -152,7 +153,8 @@ async def chat_completions(request: Request) -> Response:
     model = rt.cfg.served_model_name
     if body.get("stream"):
         opts = body.get("stream_options") or {}
-        return StreamingResponse(_chat_stream(rt, req, plan, created, fp, model, bool(opts.get("include_usage"))),
+        return StreamingResponse(_chat_stream(rt, req, plan, created, fp, model, bool(opts.get("include_usage")),
+                                              _stream_faults(rt, body)),
                                  media_type="text/event-stream")
     async for _ in _run(rt, req):
         pass
@@ -161,6 +163,10 @@ async def chat_completions(request: Request) -> Response:
     assert req.finish_reason is not None  # `_run` ends on the engine's "finish" event, which sets it
     msg = assemble(plan, req.num_output)
     reasoning_tokens = sum(1 for t in plan.tokens[:req.num_output] if t.kind == "reasoning")
+    if "reasoning-as-content" in plan.marks and req.finish_reason == "length" and msg.content is None:
+        msg.content, msg.reasoning = msg.reasoning, None  # cut inside the think channel: all of it read as content
+    if "strip-reasoning" in rt.faults:
+        msg.reasoning = None
     message = protocol.chat_message(rt.cfg, msg)
     if (plan.named_choice or body.get("tool_choice") == "required") and message.get("tool_calls"):
         message["content"] = message.get("content") or ""  # vLLM's named/required path: `content or ""`
@@ -179,8 +185,18 @@ def _sse(obj: dict) -> str:
     return "data: " + json.dumps(obj, ensure_ascii=False) + "\n\n"
 
 
+def _stream_faults(rt: Runtime, body: dict) -> frozenset[str]:
+    """The stream-only faults that apply to this request."""
+    out = {f for f in ("strip-reasoning", "args-stall") if f in rt.faults}
+    history = any(m.get("role") == "assistant" and (m.get("reasoning") or m.get("reasoning_content"))
+                  for m in body.get("messages") or () if isinstance(m, dict))
+    if history and "stream-history-leak" in rt.faults:
+        out.add("stream-history-leak")
+    return frozenset(out)
+
+
 async def _chat_stream(rt: Runtime, req: EngineRequest, plan: ReplyPlan, created: int, fp: str | None, model: str,
-                       include_usage: bool):
+                       include_usage: bool, faults: frozenset[str] = frozenset()):
     v032 = rt.cfg.at_least("0.32")
 
     def chunk(delta: dict | None, finish: str | None = None, first: bool = False) -> str:
@@ -206,12 +222,24 @@ async def _chat_stream(rt: Runtime, req: EngineRequest, plan: ReplyPlan, created
     # vLLM 0.32's kimi_k3 parser holds a call back until its block closes, then sends it whole in one delta
     whole_calls = rt.cfg.tool_call_parser == "kimi_k3"
     call_at_end = {c.end: i for i, c in enumerate(call_by_index)} if whole_calls else {}
+    think = {"open": False, "content": False}  # stream-history-leak: the think channel as content
     async for batch in _run(rt, req):
         out = []
         for kind, value in batch:
             if kind == "token":
                 tok = plan.tokens[value - 1]
                 delta = None
+                if tok.kind == "reasoning" and "stream-history-leak" in faults:
+                    out.append(fast("content", ("" if think["open"] else "<|open|>think<|sep|>") + tok.piece))
+                    think["open"] = True
+                    continue
+                if think["open"] and tok.kind != "reasoning":
+                    out.append(fast("content", "<|close|>think<|sep|>"))
+                    think["open"] = False
+                if tok.kind == "reasoning" and "strip-reasoning" in faults:
+                    continue
+                if tok.kind == "content":
+                    think["content"] = True
                 if tok.kind == "reasoning":
                     delta = {reasoning_key: tok.piece}
                     if rt.cfg.at_least("0.12") and not rt.cfg.at_least("0.16"):
@@ -224,6 +252,12 @@ async def _chat_stream(rt: Runtime, req: EngineRequest, plan: ReplyPlan, created
                     continue
                 elif whole_calls:
                     if value in call_at_end:
+                        if "args-stall" in faults:
+                            # the arguments do not stream: the call comes whole after a long silence
+                            if out:
+                                yield "".join(out)
+                                out = []
+                            await asyncio.sleep((rt.faults.value("args-stall") or 0.0) * rt.cfg.time_scale)
                         c = call_by_index[call_at_end[value]]
                         delta = {"tool_calls": [{"index": call_at_end[value], "id": c.id, "type": "function",
                                                  "function": {"name": c.name, "arguments": c.arguments}}]}
@@ -240,6 +274,10 @@ async def _chat_stream(rt: Runtime, req: EngineRequest, plan: ReplyPlan, created
                 if value == "error":
                     out.append(_sse(protocol.error_body(rt.cfg, 500, protocol.DEAD_ENGINE_MESSAGE)))
                 else:
+                    if think["open"]:
+                        out.append(fast("content", "<|close|>think<|sep|>"))
+                    if think["content"] and "channel-leak" in plan.marks:
+                        out.append(fast("content", "<|close|>message<|sep|>"))  # a missed channel terminator
                     done = assemble(plan, req.num_output)
                     out.append(chunk({}, protocol.finish_reason(value, bool(done.calls), plan.named_choice)))
                     if include_usage:

@@ -42,6 +42,8 @@ class ReplyPlan:
     tokens: tuple[OutToken, ...]
     calls: tuple[PlannedCall, ...]
     named_choice: bool = False
+    # the output faults this reply drew, which the reply's assembly applies (e.g. "reasoning-as-content")
+    marks: frozenset[str] = frozenset()
 
     @property
     def ids(self) -> list[int]:
@@ -124,6 +126,8 @@ def plan_chat(body: dict, *, cfg, tok: Tokenizer, faults: FaultSet, reply_no: in
     thinking = kwargs.get("thinking", kwargs.get("enable_thinking", True)) is not False \
         and body.get("include_reasoning", True) is not False
     key = json.dumps(messages[-1:], sort_keys=True, default=str)
+    marks = _marks(faults, reply_no, choice, bool(chosen), thinking and bool(cfg.reasoning_parser),
+                   cfg.tool_call_parser == "kimi_k3")
 
     out: list[OutToken] = []
     if thinking:
@@ -137,6 +141,9 @@ def plan_chat(body: dict, *, cfg, tok: Tokenizer, faults: FaultSet, reply_no: in
             why = "I can answer directly."
         gist = " ".join(user_text.split()[:12])
         reasoning = f"The user asks: {gist}. {why}"
+        if "reasoning-as-content" in marks:
+            # K3 thinks at length: past max_tokens, so the reply is cut inside its reasoning
+            reasoning += " " + filler_text(cfg.seed, key + "think", int(body.get("max_tokens") or 64) + 8)
         if cfg.reasoning_parser:
             out += _tokens(tok, reasoning, "reasoning")
         elif cfg.tool_call_parser == "kimi_k3":
@@ -159,10 +166,15 @@ def plan_chat(body: dict, *, cfg, tok: Tokenizer, faults: FaultSet, reply_no: in
             if not isinstance(args, dict):
                 args = {}
             n = reply_no * 16 + i
+            if "loose-strict-args" in marks:
+                args = toolcalls.loosen_arguments(args, schema)
             text = (toolcalls.break_arguments(args, schema, faults.draw("bad-tool-args-kind", n))
                     if faults.share_hit("bad-tool-args", n) else json.dumps(args, ensure_ascii=False))
             made.append((name, args, text))
-        if faults.share_hit("tool-markup-leak", reply_no):
+        if "call-in-reasoning" in marks:
+            # no think terminator: the parser takes the whole turn, its call section included, for reasoning
+            out += _tokens(tok, toolcalls.kimi_k3_markup([(n, a) for n, a, _ in made]), "reasoning")
+        elif faults.share_hit("tool-markup-leak", reply_no) or "required-as-text" in marks:
             # The parser missed the section: the raw markup is the content and no tool_calls come back.
             out += _tokens(tok, toolcalls.kimi_k3_markup([(n, a) for n, a, _ in made]), "content")
         else:
@@ -192,7 +204,25 @@ def plan_chat(body: dict, *, cfg, tok: Tokenizer, faults: FaultSet, reply_no: in
         else:
             n_words = 16 + _digest(cfg.seed, key) % 33
             out += _tokens(tok, filler_text(cfg.seed, key, n_words), "content")
-    return ReplyPlan(tuple(out), tuple(calls), named_choice=isinstance(choice, dict))
+    return ReplyPlan(tuple(out), tuple(calls), named_choice=isinstance(choice, dict), marks=marks)
+
+
+def _marks(faults: FaultSet, reply_no: int, choice: Any, calling: bool, parsed_thinking: bool,
+           kimi_k3: bool) -> frozenset[str]:
+    """The output faults this reply draws (each at its share, reproducibly from the reply's number)."""
+    forced = choice == "required" or isinstance(choice, dict)
+    out = set()
+    if calling and kimi_k3 and not forced and faults.share_hit("call-in-reasoning", reply_no):
+        out.add("call-in-reasoning")
+    if calling and choice == "required" and "required-as-text" in faults:
+        out.add("required-as-text")
+    if calling and forced and "loose-strict-args" in faults:
+        out.add("loose-strict-args")
+    if parsed_thinking and faults.share_hit("reasoning-as-content", reply_no):
+        out.add("reasoning-as-content")
+    if faults.share_hit("channel-leak", reply_no):
+        out.add("channel-leak")
+    return frozenset(out)
 
 
 def plan_completion(prompt_key: str, *, cfg, tok: Tokenizer) -> ReplyPlan:

@@ -181,7 +181,8 @@ def check_markup(content: str | None, reasoning: str | None, calls: Sequence[Too
     family = detect_reasoning_markup(content)
     if family:
         return Outcome("no_markup_leak", False, f"leak: {family} think channel in content: the reasoning was not "
-                                                "parsed out (no --reasoning-parser on the server?)")
+                                                "parsed out (no --reasoning-parser on the server, or its streaming "
+                                                "path missed the channel?)")
     for where, text in (("content", content), ("reasoning", reasoning)):
         token = detect_k3_leak(text)
         if token:

@@ -62,22 +62,23 @@ def failure_rate_finding(turns: Sequence[Mapping[str, Any]], settings: Mapping[s
     observed.update(rate=round(len(failed) / n, 6), interval=[round(lo, 6), round(hi, 6)])
     head = (f"{len(failed)} of {n} tool turns failed ({pct(len(failed) / n)}, Wilson 95 % {pct(lo)}–{pct(hi)}); "
             f"{len(recovered)} recovered by one retry, {len(failed) - len(recovered)} not")
-    scope = (f"the contract tolerates {pct(max_rate)}" if tolerance == max_rate else
-             f"judged at {pct(tolerance)}, the most {planned} turns can bound: the contract's {pct(max_rate)} "
-             f"needs {needed} (axes.agent.tool_turns)")
+    bound = pct(tolerance)
+    note = ("" if tolerance == max_rate else
+            f" ({bound} is the most {planned} turns can bound; the contract's {pct(max_rate)} needs {needed}: "
+            "axes.agent.tool_turns)")
     causes = _causes(failed)
     why = (" — " + "; ".join(f"{c} ×{k}" for c, k in causes.most_common(3))) if causes else ""
-    expected = f"Wilson 95 % upper bound <= {pct(tolerance)}"
+    expected = f"Wilson 95 % upper bound <= {bound}"
     if hi <= tolerance:
         return Finding(rule=RULE, status="pass", observed=observed, expected=expected,
-                       message=f"tool-call failure rate: {head}; upper bound within {scope}")
+                       message=f"tool-call failure rate: {head}; upper bound at or below {bound}{note}")
     if lo > tolerance:
         return Finding(rule=RULE, status="fail", observed=observed, expected=expected,
-                       message=f"tool-call failure rate: {head}; above what {scope} over the whole interval{why}",
+                       message=f"tool-call failure rate: {head}; above {bound} over the whole interval{note}{why}",
                        evidence={"category": "tool-calls", "blocks": "agents"})
     short = f"; {n} of {planned} planned turns ran" if n < planned else ""
     return Finding(rule=RULE, status="not-observable", observed=observed, expected=expected,
-                   message=f"tool-call failure rate inconclusive: {head}; the interval straddles what {scope}"
+                   message=f"tool-call failure rate inconclusive: {head}; the interval straddles {bound}{note}"
                            f"{short}{why}")
 
 

@@ -52,8 +52,10 @@ def turn_outcomes(rec: ChatRecord, turn: TurnSpec, offered: Sequence[str], schem
 
 
 def failure_of(outcomes: Sequence[C.Outcome]) -> str | None:
-    """The first failing outcome as the turn's failure ("<check>: <detail>"), None when every one held."""
-    bad = next((o for o in outcomes if not o.passed), None)
+    """The first failing outcome as the turn's failure ("<check>: <detail>"), None when every one held. A reply
+    without its reasoning field still carries a usable call: that is `reasoning_present`'s finding, not a failed
+    tool turn."""
+    bad = next((o for o in outcomes if not o.passed and o.check != "reasoning_present"), None)
     return None if bad is None else f"{bad.check}: {bad.detail}"
 
 
