@@ -226,6 +226,8 @@ def non_default_args(cfg) -> dict:
     # the flag's default is None (resolved per model: off for hybrid models such as Kimi K3), so passing
     # --enable-prefix-caching or --no-enable-prefix-caching always lists it, as the emulated deployments do
     args["enable_prefix_caching"] = cfg.enable_prefix_caching
+    if cfg.hybrid_retention:
+        args["prefix_cache_retention_interval"] = cfg.prefix_cache_retention_interval
     args["max_num_batched_tokens"] = cfg.max_num_batched_tokens
     args["max_num_seqs"] = cfg.max_num_seqs
     if cfg.enable_auto_tool_choice:

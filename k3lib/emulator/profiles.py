@@ -83,8 +83,13 @@ _DEMO: dict[str, Any] = dict(
 _DEMO_2NODE: dict[str, Any] = dict(_DEMO, data_parallel_size=4, gpu_count=4, gpus_per_node=2,
                                    weights_bytes=_DEMO["weights_bytes"] * 4)
 
+# `demo` as Kimi K3's hybrid attention keeps its prefixes: the recurrent state is retained on a prefix's second hit
+# (vLLM's K3 blog; vllm#45238, #52527), so a cold/warm pair reuses nothing and the third sighting does.
+_DEMO_HYBRID: dict[str, Any] = dict(_DEMO, hybrid_retention=True)
+
 PROFILES: Mapping[str, Mapping[str, Any]] = MappingProxyType({
     "kimi-k3-h200x16": MappingProxyType(_KIMI_K3),
     "demo": MappingProxyType(_DEMO),
     "demo-2node": MappingProxyType(_DEMO_2NODE),
+    "demo-hybrid": MappingProxyType(_DEMO_HYBRID),
 })

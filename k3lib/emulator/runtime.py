@@ -88,7 +88,9 @@ class Runtime:
         self.gpu = GpuBoard(cfg, self.plan)
         self.gpu.process_alive = self.ready
         self.lag_s: deque[float] = deque(maxlen=50_000)
-        self.engines = [Engine(i, KVCache(plan.num_blocks, cfg.block_size, enable_prefix_caching=prefix),
+        self.engines = [Engine(i, KVCache(plan.num_blocks, cfg.block_size, enable_prefix_caching=prefix,
+                                          hybrid_retention=cfg.hybrid_retention,
+                                          checkpoint_shared="sparse-retention-miss" not in self.faults),
                                max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=cfg.max_num_batched_tokens,
                                step_model=model, observer=self, lag_samples=self.lag_s)
                         for i, (plan, model, prefix) in enumerate(self.rank_plans)]
@@ -166,6 +168,9 @@ class Runtime:
         self.metrics.on_admit(engine, queried, hit, resumed)
         if not resumed:
             self._recent_hits[engine].append((queried, hit))
+
+    def on_sparse_miss(self, engine: int, tokens: int) -> None:
+        self.metrics.on_sparse_miss(engine, tokens)
 
     def on_preempt(self, engine: int, req: EngineRequest) -> None:
         self.metrics.on_preempt(engine)
