@@ -56,6 +56,10 @@ class EmulatorConfig:
     # second sighting; the interval is --prefix-cache-retention-interval (0: only prompt-end states)
     hybrid_retention: bool = False
     prefix_cache_retention_interval: int = 0
+    # speculative decoding (--speculative-config, DSpark for Kimi K3): tokens drafted per step, 0 for none, and the
+    # share of drafted tokens accepted
+    speculative_tokens: int = 0
+    spec_acceptance: float = 0.5
     block_size: int = 16
     max_num_seqs: int = 8
     max_num_batched_tokens: int = 512

@@ -228,6 +228,9 @@ def non_default_args(cfg) -> dict:
     args["enable_prefix_caching"] = cfg.enable_prefix_caching
     if cfg.hybrid_retention:
         args["prefix_cache_retention_interval"] = cfg.prefix_cache_retention_interval
+    if cfg.speculative_tokens:
+        args["speculative_config"] = {"method": "dspark", "model": "Inferact/Kimi-K3-DSpark",
+                                      "num_speculative_tokens": cfg.speculative_tokens}
     args["max_num_batched_tokens"] = cfg.max_num_batched_tokens
     args["max_num_seqs"] = cfg.max_num_seqs
     if cfg.enable_auto_tool_choice:

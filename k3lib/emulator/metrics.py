@@ -68,6 +68,15 @@ class ServerMetrics:
                                       "Prefix cache tokens matched but not reused: no recurrent-state checkpoint "
                                       "inside the shared prefix.", labels, registry=r)
                               if cfg.hybrid_retention else None)
+        # speculative decoding (DSpark for Kimi K3): one draft of `speculative_tokens` per decode step, a share of
+        # its tokens accepted (dspark-low-accept: almost none)
+        self.spec = None
+        if cfg.speculative_tokens:
+            self.spec = tuple(Counter(n, h, labels, registry=r) for n, h in (
+                ("vllm:spec_decode_num_drafts", "Number of spec decoding drafts."),
+                ("vllm:spec_decode_num_draft_tokens", "Number of draft tokens."),
+                ("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.")))
+        self.spec_acceptance = 0.02 if "dspark-low-accept" in cfg.fault_set() else cfg.spec_acceptance
         self.gpu_queries = self.gpu_hits = None
         if self.old_names:
             self.gpu_queries = Counter("vllm:gpu_prefix_cache_queries",
@@ -169,8 +178,8 @@ class ServerMetrics:
                 for source in ("local_compute", "local_cache_hit", "external_kv_transfer"):
                     self.by_source.labels(self.model, e, source)
             self.set_gauges(i, 0, 0, 0.0)
-            for c in (self.queries, self.hits, self.sparse_misses, self.gpu_queries, self.gpu_hits, self.preemptions,
-                      self.prompt_tokens,
+            for c in (self.queries, self.hits, self.sparse_misses, *(self.spec or ()), self.gpu_queries,
+                      self.gpu_hits, self.preemptions, self.prompt_tokens,
                       self.generation_tokens, self.cached, *self.zero_counters):
                 if c is not None:
                     c.labels(self.model, e)
@@ -238,6 +247,11 @@ class ServerMetrics:
         e = self._labels[engine]
         if generated:
             self.generation_tokens.labels(self.model, e).inc(generated)
+            if self.spec is not None:
+                k = self.cfg.speculative_tokens
+                for counter, value in zip(self.spec, (generated, generated * k,
+                                                      generated * k * self.spec_acceptance)):
+                    counter.labels(self.model, e).inc(value)
         if all_prompt:
             self.prompt_tokens.labels(self.model, e).inc(all_prompt)
         # 0.24+ counts only computed prompt tokens per step; before, the full prompt of finished prefills.
