@@ -89,11 +89,12 @@ class RollbackRehearsedItem(_Model):
 
 
 class ThresholdAccepted(_Model):
-    """A judgement threshold the operator accepts looser than the kit's default (`k3lib.core.thresholds`): the same
-    path and value as the parameters, and why. The attestation's `who` is who accepted it."""
+    """A setting the operator accepts looser than its floor (`k3lib.core.thresholds`: the kit's default for a
+    judgement threshold, what the contract sets for a size, length or level): the same path and value as the
+    parameters, and why. The attestation's `who` is who accepted it."""
 
     path: Text
-    value: float | int | bool
+    value: bool | int | float | tuple[int, ...]
     why: Text
 
     @model_validator(mode="after")
@@ -101,7 +102,8 @@ class ThresholdAccepted(_Model):
         from .thresholds import BY_PATH
 
         if self.path not in BY_PATH:
-            raise ValueError(f"{self.path!r} is not a judgement threshold; expected one of " + ", ".join(BY_PATH))
+            raise ValueError(f"{self.path!r} is not a judgement threshold or a setting of the table; expected one of "
+                             + ", ".join(BY_PATH))
         return self
 
 

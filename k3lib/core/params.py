@@ -155,6 +155,10 @@ class ContractParams(_Model):
     max_context_tokens: PositiveInt = 32768
     planned_concurrency: PositiveInt = 5
     max_output_tokens: PositiveInt = 1024
+    # the sizes of a typical request: the floor of the load's request sizes (k3lib.core.thresholds); null: half of
+    # the context limit for the prompt, max_output_tokens for the answer
+    typical_prompt_tokens: PositiveInt | None = None
+    typical_output_tokens: PositiveInt | None = None
     ttft_p95_ms: PositiveSeconds | None = None
     e2e_p95_ms: PositiveSeconds | None = None
     queue_p95_ms: PositiveSeconds | None = None
@@ -174,6 +178,16 @@ class ContractParams(_Model):
     sampling_pinned: bool = False
     client_idle_timeout_s: PositiveSeconds | None = None
     gateway_timeout_s: PositiveSeconds | None = None
+
+    @model_validator(mode="after")
+    def _typical_fits(self) -> "ContractParams":
+        if self.typical_prompt_tokens is not None and self.typical_prompt_tokens >= self.max_context_tokens:
+            raise ValueError(f"typical_prompt_tokens {self.typical_prompt_tokens} must be below max_context_tokens "
+                             f"{self.max_context_tokens}")
+        if self.typical_output_tokens is not None and self.typical_output_tokens > self.max_output_tokens:
+            raise ValueError(f"typical_output_tokens {self.typical_output_tokens} must be at most max_output_tokens "
+                             f"{self.max_output_tokens}")
+        return self
 
 
 class ProbeParams(_Model):
@@ -219,7 +233,9 @@ class PrefixCacheParams(_Model):
     """Axis 4, prefix caching: cold then warm requests per session and prefix length, counters scraped around each."""
 
     sessions: PositiveInt = 3  # repeat the cold/warm pair this many times per prefix length (rules out luck)
-    prefix_tokens: tuple[PositiveInt, ...] = (2048, 8192)  # whole cold prompt sizes, measured with /tokenize
+    # whole cold prompt sizes, measured with /tokenize; empty: a quarter of the contract's typical prompt and the
+    # typical prompt itself (k3lib.core.thresholds.prefix_floor_tokens)
+    prefix_tokens: tuple[PositiveInt, ...] = ()
     max_tokens: PositiveInt = 16  # only TTFT matters; a short answer keeps each window short
     # a unique cache_salt per session (vLLM mixes it into block 0) and/or a never-sent nonce heading the prompt
     isolation: Literal["salt+fresh-prefix", "salt", "fresh-prefix"] = "salt+fresh-prefix"
@@ -265,8 +281,10 @@ class CapacityParams(_Model):
     out_of_contract_extra_tokens: PositiveInt = 256  # the refused probe: contract context + this many tokens
     # progressive concurrency: empty = 1, 2, 4, … up to contract.planned_concurrency, plus one step beyond
     concurrency_steps: tuple[PositiveInt, ...] = ()
-    prompt_tokens: PositiveInt | None = None  # null: half of contract.max_context_tokens
-    output_tokens: PositiveInt | None = None  # null: contract.max_output_tokens
+    # null: the contract's typical sizes (contract.typical_prompt_tokens, else half of max_context_tokens;
+    # contract.typical_output_tokens, else max_output_tokens); below them the run is listed as loosened
+    prompt_tokens: PositiveInt | None = None
+    output_tokens: PositiveInt | None = None
     step_duration_s: PositiveSeconds = 120.0  # each step is held this long so running/waiting settle
     step_max_requests: PositiveInt = 5000
     settle_fraction: Annotated[float, Field(ge=0, lt=1)] = 0.3  # the head of a step not judged (ramp-up)

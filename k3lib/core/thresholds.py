@@ -1,45 +1,65 @@
-"""Every judgement threshold of the acceptance batch, with the bounds the source documents allow and the default
-the kit judges at; and the recipes the kit knows by name, whose requirements a parameters file may tighten but
-never drop.
+"""The settings table: every parameter that shapes what the acceptance measures or how leniently it judges, each
+with the floor the contract or the seeds set for it; and the check that a run set below a floor says so.
 
-A value beyond its bound on the lenient side is refused when the parameters load (one line, exit 2); the
-strict side is never bounded (a tighter threshold cannot steer the verdict to production). A value inside them but looser
-than the default (a shorter soak, a laxer pass rate, a wider calibration error) is *loosened*: the decision, the
-sheet and the index list it, and it forbids `production` unless the operator's attestation names who accepted it
-and why (`items.thresholds_accepted` of the attestation file). Tightening a threshold is always allowed.
+**A row** is a `Setting(path, looser, low, high, basis, unit, kind, floor, measure)`:
 
-The seeds give few numbers; each bound below says which rule of theirs it follows (`basis`).
+- `path` — the dotted parameter (`axes.capacity.prompt_tokens`);
+- `looser` — the direction in which a value judges more leniently: "higher", "lower", or "false" (turning it off);
+- `low`/`high` — the hard bounds on the lenient side: beyond them the parameters are refused when they load (one
+  line, exit 2); the strict side is never bounded (a tighter setting cannot steer the verdict to production);
+- `basis` — the seed's rule the bounds and the floor follow; `unit` for display; `kind` — what the setting is
+  (threshold, size, length, level, duration, repetitions, bound, mode);
+- `floor(resolved) -> (value, basis)` — the strictest-lenient value a run may take without saying so, derived from
+  the resolved parameters (the contract's context limit, planned concurrency, typical request sizes). None: the
+  kit's default is the floor (a judgement threshold);
+- `measure(value, resolved) -> value` — the value compared with the floor: a list reduced to what the floor is
+  about (the longest context length, the highest level), a null filled in the way the axis derives it from the
+  contract. None: the value as set.
+
+A value inside the bounds but looser than its floor is *loosened*: the decision, the sheet and the index list it,
+and it forbids `production` unless the operator's attestation accepts it by path and value, with who and why
+(`items.thresholds_accepted`). Tightening is always allowed.
+
+**Adding a row**: append a `Setting` to `SETTINGS` (its basis names the seed rule), or, for a numeric parameter
+that cannot make a judgement more lenient, add its path to `NOT_JUDGED` with the reason. `unclassified(Params)` walks the
+parameters model; `tests/test_settings_table.py` fails on any numeric `axes.*`/`load.*` field in neither.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterable, Literal, Mapping
+import typing
+from typing import Any, Callable, Iterable, Literal, Mapping
 
 from .errors import BadInputError
 
 Looser = Literal["higher", "lower", "false"]
+Kind = Literal["threshold", "size", "length", "level", "duration", "repetitions", "bound", "mode"]
+Floor = Callable[[Mapping[str, Any]], "tuple[Any, str] | None"]
+Measure = Callable[[Any, Mapping[str, Any]], Any]
 
 
 @dataclasses.dataclass(frozen=True)
-class Threshold:
-    """One judgement threshold: `path` in the parameters, the direction in which it loosens the judgement, the
-    bounds it may take, and the seed's rule the bounds follow."""
+class Setting:
+    """One row of the settings table (see the module docstring)."""
 
     path: str
-    looser: Looser  # "higher": a larger value judges more leniently; "lower": a smaller one; "false": turning it off
+    looser: Looser
     low: float | None
     high: float | None
     basis: str
     unit: str = ""
+    kind: Kind = "threshold"
+    floor: Floor | None = None
+    measure: Measure | None = None
 
     @property
     def axis(self) -> str:
-        """The evidence axis the threshold judges (its sheet items show it)."""
+        """The evidence axis the setting shapes (its sheet items show it)."""
         section, _, rest = self.path.partition(".")
         if section == "axes":
             return rest.partition(".")[0]
-        return "capacity"  # contract.* thresholds judge the load steps
+        return "capacity"  # contract.* and load.* settings shape the load steps
 
     def bounds_text(self) -> str:
         if self.looser == "false":
@@ -48,96 +68,41 @@ class Threshold:
         hi = "" if self.high is None else _fmt(self.high)
         if lo and hi:
             return f"{lo} to {hi}{self.unit}"
+        if not lo and not hi:
+            return "no hard bound (its floor follows the contract)"
         return f"at least {lo}{self.unit}" if lo else f"at most {hi}{self.unit}"
 
-    def is_looser(self, value: Any, default: Any) -> bool:
-        if value is None or default is None:
+    def is_looser(self, value: Any, floor: Any) -> bool:
+        if value is None or floor is None:
             return False
         if self.looser == "false":
-            return bool(default) and not bool(value)
-        return value > default if self.looser == "higher" else value < default
+            return bool(floor) and not bool(value)
+        return value > floor if self.looser == "higher" else value < floor
 
     def in_bounds(self, value: Any) -> bool:
-        if self.looser == "false" or value is None:
+        if self.looser == "false" or value is None or not isinstance(value, (int, float)):
             return True
         return (self.low is None or value >= self.low) and (self.high is None or value <= self.high)
+
+    def floor_of(self, resolved: Mapping[str, Any], defaults: Mapping[str, Any]) -> tuple[Any, str | None]:
+        """(the floor, the words saying where it comes from; None for the kit's default)."""
+        if self.floor is None:
+            return _get(defaults, self.path), None
+        got = self.floor(resolved)
+        return (None, None) if got is None else got
+
+    def measured(self, resolved: Mapping[str, Any]) -> Any:
+        value = _get(resolved, self.path)
+        return self.measure(value, resolved) if self.measure is not None else value
+
+
+Threshold = Setting  # the name the judgement thresholds had before the table held every setting
 
 
 def _fmt(value: Any) -> str:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return str(value)
+        return str(list(value)) if isinstance(value, tuple) else str(value)
     return f"{value:g}"
-
-
-_TOOLS = ("seed 000: the tool-call test passes only if every condition holds, and repeating the scenario must give "
-          "a compatible structure")
-_STABLE = "seed 000: production needs a stable load test; a saturation at nominal load forbids it"
-_SOAK = ("seed 000, phase 4: traffic held for a representative duration to reveal accumulation, eviction or "
-         "fragmentation")
-_CLIENT = "seed 000: a conclusion carries the load parameters and results; a client whose own error is unknown " \
-          "cannot measure the server's latency"
-_CACHE = ("seed 000: a latency drop without a consistent rise in cached tokens does not conclude; the test is "
-          "repeated over several sessions")
-
-THRESHOLDS: tuple[Threshold, ...] = (
-    Threshold("contract.max_error_share", "higher", None, 0.05,
-              _STABLE + " — a step that refuses, times out or loses requests did not hold"),
-    Threshold("axes.agent.min_pass_rate", "lower", 0.9, None, _TOOLS),
-    Threshold("axes.agent.repetitions", "lower", 1, None, "seed 000: a single demonstration success is not "
-              "enough — the scenarios are repeated (one run compares no repetitions: listed, and never enough)",
-              " runs"),
-    Threshold("axes.capacity.waiting_tolerance", "higher", None, 2.0,
-              "seed 000: a queue that is not controlled at nominal concurrency is a saturation", " requests"),
-    Threshold("axes.capacity.settle_fraction", "higher", None, 0.5,
-              "seed 000: running, waiting and preemptions are watched while concurrency rises; at most half a step "
-              "is ramp-up left unjudged"),
-    Threshold("axes.capacity.step_duration_s", "lower", 0.1, None,
-              "seed 000, phase 3: each concurrency step is held long enough for running and waiting to settle",
-              " s"),
-    Threshold("axes.capacity.soak_duration_s", "lower", 0.1, None, _SOAK, " s"),
-    Threshold("axes.capacity.memory_growth_min_mib", "higher", None, 8192.0,
-              "seed 000: a continuous memory growth forbids production", " MiB"),
-    Threshold("axes.capacity.kv_trend_max", "higher", None, 0.5, _SOAK),
-    Threshold("axes.capacity.hit_rate_drop_max", "higher", None, 0.5, _SOAK),
-    Threshold("axes.capacity.fragmentation_share_max", "higher", None, 0.5, _SOAK),
-    Threshold("axes.capacity.calibrate", "false", None, None, _CLIENT),
-    Threshold("axes.capacity.calibration_max_error_ms", "higher", None, 250.0, _CLIENT, " ms"),
-    Threshold("axes.prefix_cache.min_ttft_gain_pct", "lower", 1.0, None, _CACHE, " %"),
-    Threshold("axes.prefix_cache.sessions", "lower", 1, None, _CACHE + " (one session rules out no local luck: "
-              "listed, and never enough)", " sessions"),
-)
-BY_PATH: dict[str, Threshold] = {t.path: t for t in THRESHOLDS}
-
-
-@dataclasses.dataclass(frozen=True)
-class Loosened:
-    """A threshold set looser than the kit's default, and who accepted it (None: nobody did)."""
-
-    path: str
-    value: Any
-    default: Any
-    bounds: str
-    basis: str
-    source: str | None = None  # the parameters file or --set that set it
-    accepted_by: str | None = None
-    accepted_on: str | None = None
-    why: str | None = None
-
-    @property
-    def accepted(self) -> bool:
-        return bool(self.accepted_by and self.why)
-
-    def text(self) -> str:
-        where = f" (set by {self.source})" if self.source else ""
-        return f"{self.path} = {_fmt(self.value)}, looser than the default {_fmt(self.default)}{where}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Loosened":
-        fields: dict[str, Any] = {f.name: d.get(f.name) for f in dataclasses.fields(cls)}
-        return cls(**fields)
 
 
 def _get(tree: Mapping[str, Any], path: str) -> Any:
@@ -149,10 +114,290 @@ def _get(tree: Mapping[str, Any], path: str) -> Any:
     return node
 
 
+# -- floors from the contract ------------------------------------------------------------------------------------
+
+
+def typical_prompt_tokens(resolved: Mapping[str, Any]) -> int:
+    """The contract's typical prompt; unset, half of its context limit (what the load sends by default)."""
+    c = resolved.get("contract") or {}
+    return int(c.get("typical_prompt_tokens") or max(16, int(c.get("max_context_tokens") or 32768) // 2))
+
+
+def typical_output_tokens(resolved: Mapping[str, Any]) -> int:
+    """The contract's typical answer; unset, its max output."""
+    c = resolved.get("contract") or {}
+    return int(c.get("typical_output_tokens") or c.get("max_output_tokens") or 1024)
+
+
+def _planned(resolved: Mapping[str, Any]) -> tuple[int, str]:
+    n = int(_get(resolved, "contract.planned_concurrency") or 1)
+    return n, f"contract.planned_concurrency {n}"
+
+
+def _context_floor(resolved: Mapping[str, Any]) -> tuple[int, str]:
+    ctx, out = int(_get(resolved, "contract.max_context_tokens")), int(_get(resolved, "contract.max_output_tokens"))
+    return ctx - out, (f"the longest prompt reaches the contract's context limit: contract.max_context_tokens {ctx} "
+                       f"− contract.max_output_tokens {out}")
+
+
+def _longest_context(value: Any, resolved: Mapping[str, Any]) -> int:
+    if value:
+        return max(value)  # the long-context phase sends each length as a whole prompt
+    ctx = int(_get(resolved, "contract.max_context_tokens"))
+    return max(ctx - int(_get(resolved, "axes.capacity.long_context_output_tokens") or 0), 16)
+
+
+def _prompt_floor(resolved: Mapping[str, Any]) -> tuple[int, str]:
+    n = typical_prompt_tokens(resolved)
+    said = "contract.typical_prompt_tokens" if _get(resolved, "contract.typical_prompt_tokens") else \
+        "half of contract.max_context_tokens (contract.typical_prompt_tokens unset)"
+    return n, f"the contract's typical prompt: {said} {n}"
+
+
+def _output_floor(resolved: Mapping[str, Any]) -> tuple[int, str]:
+    n = typical_output_tokens(resolved)
+    said = "contract.typical_output_tokens" if _get(resolved, "contract.typical_output_tokens") else \
+        "contract.max_output_tokens (contract.typical_output_tokens unset)"
+    return n, f"the contract's typical answer: {said} {n}"
+
+
+def prefix_floor_tokens(resolved: Mapping[str, Any]) -> int:
+    """The longest cold/warm prompt the prefix protocol must send: the contract's typical prompt, within the
+    context limit once the protocol's short answer is reserved."""
+    ctx = int(_get(resolved, "contract.max_context_tokens"))
+    answer = int(_get(resolved, "axes.prefix_cache.max_tokens") or 16)
+    return max(16, min(typical_prompt_tokens(resolved), ctx - answer - 64))
+
+
+def _prefix_floor(resolved: Mapping[str, Any]) -> tuple[int, str]:
+    return prefix_floor_tokens(resolved), ("the longest prefix reaches the contract's typical prompt (a cache that "
+                                           "keeps short prefixes only must not pass)")
+
+
+def _sample_ceiling(resolved: Mapping[str, Any]) -> tuple[float, str]:
+    step = float(_get(resolved, "axes.capacity.step_duration_s"))
+    settle = float(_get(resolved, "axes.capacity.settle_fraction"))
+    most = step * (1 - settle) / 3
+    return round(most, 6), (f"three /metrics samples in a step's settled part: axes.capacity.step_duration_s "
+                            f"{_fmt(step)} s × (1 − settle_fraction {_fmt(settle)}) ÷ 3")
+
+
+def _requests_floor(resolved: Mapping[str, Any]) -> tuple[int, str]:
+    from .stats import min_samples
+
+    planned, said = _planned(resolved)
+    n = max(min_samples(95), 2 * planned)
+    return n, f"a p95 interval's {min_samples(95)} requests, and two rounds of {said}"
+
+
+def _highest(value: Any, resolved: Mapping[str, Any]) -> Any:
+    return max(value) if value else _planned(resolved)[0]  # null: [1, the planned concurrency]
+
+
+def _or_floor(floor: Callable[[Mapping[str, Any]], tuple[Any, str]]) -> Measure:
+    """A null size is derived from the contract by the axis: it meets its floor by construction."""
+    return lambda value, resolved: floor(resolved)[0] if value is None else value
+
+
+def _longest_prefix(value: Any, resolved: Mapping[str, Any]) -> Any:
+    return max(value) if value else prefix_floor_tokens(resolved)
+
+
+# -- the table ---------------------------------------------------------------------------------------------------
+
+_TOOLS = ("seed 000: the tool-call test passes only if every condition holds, and repeating the scenario must give "
+          "a compatible structure")
+_STABLE = "seed 000: production needs a stable load test; a saturation at nominal load forbids it"
+_SOAK = ("seed 000, phase 4: traffic held for a representative duration to reveal accumulation, eviction or "
+         "fragmentation")
+_CLIENT = "seed 000: a conclusion carries the load parameters and results; a client whose own error is unknown " \
+          "cannot measure the server's latency"
+_CACHE = ("seed 000: a latency drop without a consistent rise in cached tokens does not conclude; the test is "
+          "repeated over several sessions")
+_LOAD = ("seed 000, phase 3: concurrency rises to the planned level with requests of the planned sizes; a test "
+         "smaller than the contract does not accept the contract")
+_LONG = "seed 000, phase 2: long contexts near the planned traffic, up to the context limit the contract promises"
+_AGENTS = ("seed 000: the long exchange grows the cache and the queue, at the concurrency the agents will run; "
+           "tool arguments that break only when requests overlap must show")
+_ROOF = ("seed 000: a figure the configuration cannot explain is a misconfiguration (eager mode, a wrong parallel "
+         "layout), not a capacity")
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("contract.max_error_share", "higher", None, 0.05,
+            _STABLE + " — a step that refuses, times out or loses requests did not hold"),
+    # -- the agent axis
+    Setting("axes.agent.min_pass_rate", "lower", 0.9, None, _TOOLS),
+    Setting("axes.agent.repetitions", "lower", 1, None, "seed 000: a single demonstration success is not enough — "
+            "the scenarios are repeated (one run compares no repetitions: listed, and never enough)", " runs",
+            kind="repetitions"),
+    Setting("axes.agent.concurrency_levels", "lower", None, None, _AGENTS, kind="level",
+            floor=_planned, measure=_highest),
+    Setting("axes.agent.max_tool_rounds", "higher", None, 8, _TOOLS + "; a client that allows more tool round "
+            "trips in one turn accepts a model that loops", " rounds", kind="bound"),
+    Setting("axes.agent.long_context_fraction", "lower", 0.1, None, _AGENTS, kind="length"),
+    # -- the capacity axis: what the load looks like
+    Setting("axes.capacity.context_lengths_tokens", "lower", None, None, _LONG, " tokens", kind="length",
+            floor=_context_floor, measure=_longest_context),
+    Setting("axes.capacity.prompt_tokens", "lower", None, None, _LOAD, " tokens", kind="size",
+            floor=_prompt_floor, measure=_or_floor(_prompt_floor)),
+    Setting("axes.capacity.output_tokens", "lower", None, None, _LOAD, " tokens", kind="size",
+            floor=_output_floor, measure=_or_floor(_output_floor)),
+    Setting("axes.capacity.step_max_requests", "lower", None, None, _LOAD, " requests", kind="bound",
+            floor=_requests_floor),
+    Setting("axes.capacity.soak_max_requests", "lower", None, None, _SOAK, " requests", kind="bound",
+            floor=_requests_floor),
+    Setting("axes.capacity.sample_interval_s", "higher", None, None, "seed 000: running, waiting and preemptions "
+            "are read while each step holds; a figure from fewer than three samples is not observable", " s",
+            kind="bound", floor=_sample_ceiling),
+    Setting("axes.capacity.long_context_repeats", "lower", 1, None, _LONG, " runs", kind="repetitions"),
+    # -- the capacity axis: how it judges
+    Setting("axes.capacity.waiting_tolerance", "higher", None, 2.0,
+            "seed 000: a queue that is not controlled at nominal concurrency is a saturation", " requests"),
+    Setting("axes.capacity.settle_fraction", "higher", None, 0.5,
+            "seed 000: running, waiting and preemptions are watched while concurrency rises; at most half a step "
+            "is ramp-up left unjudged"),
+    Setting("axes.capacity.step_duration_s", "lower", 0.1, None,
+            "seed 000, phase 3: each concurrency step is held long enough for running and waiting to settle",
+            " s", kind="duration"),
+    Setting("axes.capacity.soak_duration_s", "lower", 0.1, None, _SOAK, " s", kind="duration"),
+    Setting("axes.capacity.memory_growth_min_mib", "higher", None, 8192.0,
+            "seed 000: a continuous memory growth forbids production", " MiB"),
+    Setting("axes.capacity.kv_trend_max", "higher", None, 0.5, _SOAK),
+    Setting("axes.capacity.hit_rate_drop_max", "higher", None, 0.5, _SOAK),
+    Setting("axes.capacity.fragmentation_share_max", "higher", None, 0.5, _SOAK),
+    Setting("axes.capacity.calibrate", "false", None, None, _CLIENT, kind="mode"),
+    Setting("axes.capacity.calibration_max_error_ms", "higher", None, 250.0, _CLIENT, " ms"),
+    Setting("axes.capacity.roofline.min_share", "lower", 0.005, None, _ROOF),
+    # -- the prefix-cache axis
+    Setting("axes.prefix_cache.min_ttft_gain_pct", "lower", 1.0, None, _CACHE, " %"),
+    Setting("axes.prefix_cache.sessions", "lower", 1, None, _CACHE + " (one session rules out no local luck: "
+            "listed, and never enough)", " sessions", kind="repetitions"),
+    Setting("axes.prefix_cache.prefix_tokens", "lower", None, None, _CACHE, " tokens", kind="size",
+            floor=_prefix_floor, measure=_longest_prefix),
+)
+THRESHOLDS = SETTINGS
+BY_PATH: dict[str, Setting] = {t.path: t for t in SETTINGS}
+
+_CUT = "a request cut by it counts as not completed: a shorter one can only fail a judgement, never pass one"
+# Numeric parameters that cannot make a judgement more lenient, and why (the settings-table test reads this).
+NOT_JUDGED: dict[str, str] = {
+    "axes.probe.timeout_s": _CUT,
+    "axes.environment.timeout_s": "a source not fetched in time is not observable: its items stay open",
+    "axes.environment.gpus_required": "a floor on the GPUs the host must show; the compat rule takes the larger of "
+                                      "it and the server log's TP × PP × DP, so it can only raise the requirement",
+    "axes.capacity.request_timeout_s": _CUT,
+    "axes.capacity.ready_timeout_s": "a server not ready in time fails the cold load: a shorter one can only fail",
+    "axes.capacity.health_interval_s": "the cold load's polling period: no threshold judges the load time",
+    "axes.capacity.long_context_output_tokens": "judged through the lengths it derives (the floor of "
+                                                "axes.capacity.context_lengths_tokens counts it)",
+    "axes.capacity.out_of_contract_extra_tokens": "sizes the probe beyond the contract that must be refused: any "
+                                                  "positive value is beyond it",
+    "axes.capacity.concurrency_steps": "the plan always adds contract.planned_concurrency and a step beyond it "
+                                       "(k3lib.axes.capacity.shape.plan_capacity)",
+    "axes.capacity.explore_context_tokens": "the OOM explorer's burst (notebooks/explore), not in the acceptance",
+    "axes.capacity.explore_concurrency": "the OOM explorer's burst (notebooks/explore), not in the acceptance",
+    "axes.capacity.explore_output_tokens": "the OOM explorer's burst (notebooks/explore), not in the acceptance",
+    "axes.capacity.explore_max_requests": "the OOM explorer's burst (notebooks/explore), not in the acceptance",
+    "axes.capacity.explore_duration_s": "the OOM explorer's burst (notebooks/explore), not in the acceptance",
+    "axes.capacity.roofline.hbm_tb_s": "a hardware fact stated with its source (hbm_source) and printed in the "
+                                       "roofline table; the roofline only ever warns",
+    "axes.capacity.roofline.active_params_b": "a model fact stated with its source (active_params_source) and "
+                                              "printed in the roofline table; the roofline only ever warns",
+    "axes.agent.max_requests": "a level it stops early warns (agent.budget): never a pass",
+    "axes.agent.max_duration_s": "a level it stops early warns (agent.budget): never a pass",
+    "axes.agent.request_timeout_s": _CUT,
+    "axes.prefix_cache.max_tokens": "only the first token is timed: the answer's length enters no judgement",
+    "axes.prefix_cache.block_size_tokens": "overrides vllm:cache_config_info's block size, named as the source of "
+                                           "every reconciliation; a wrong one leaves the pairs unreconciled",
+    "axes.prefix_cache.max_extra_sessions": "fewer extra pairs can only leave the gain inconclusive (a warning)",
+    "axes.prefix_cache.request_timeout_s": _CUT,
+    "axes.prefix_cache.settle_s": "counters not settled in time leave a pair unreconciled (not observable)",
+    "axes.prefix_cache.max_duration_s": "a protocol it stops early warns (prefix_cache.coverage): never a pass",
+    "axes.operations.drill_timeout_s": "a drill cut by it fails",
+    "load.workers": "how the load is sent, not how much: the client's self-calibration judges its timing",
+}
+
+
+def _numeric(annotation: Any) -> bool:
+    """Whether a field's annotation holds a number (int or float, alone, optional or in a tuple; bool is not)."""
+    if annotation is bool:
+        return False
+    if annotation in (int, float):
+        return True
+    return any(_numeric(a) for a in typing.get_args(annotation) if a is not Ellipsis)
+
+
+def numeric_paths(model: Any, prefix: str = "") -> list[str]:
+    """Every numeric field of a parameters model (`k3lib.core.params.Params`, passed in: the model imports this
+    module), as dotted paths."""
+    from pydantic import BaseModel
+
+    out = []
+    for name, field in model.model_fields.items():
+        ann = field.annotation
+        sub = [a for a in (ann, *typing.get_args(ann)) if isinstance(a, type) and issubclass(a, BaseModel)]
+        if sub:
+            out += numeric_paths(sub[0], f"{prefix}{name}.")
+        elif _numeric(ann):
+            out.append(f"{prefix}{name}")
+    return out
+
+
+def unclassified(model: Any, sections: tuple[str, ...] = ("axes.", "load.")) -> list[str]:
+    """Numeric `axes.*`/`load.*` parameters in neither the table nor `NOT_JUDGED`: a knob that could loosen the
+    test without anyone saying so."""
+    return [p for p in numeric_paths(model) if p.startswith(sections) and p not in BY_PATH and p not in NOT_JUDGED]
+
+
+# -- loosened settings -------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Loosened:
+    """A setting looser than its floor (the kit's default, or what the contract sets), and who accepted it (None:
+    nobody did)."""
+
+    path: str
+    value: Any
+    default: Any  # the floor: the kit's default for a judgement threshold, else what the contract sets
+    bounds: str
+    basis: str
+    source: str | None = None  # the parameters file or --set that set it
+    accepted_by: str | None = None
+    accepted_on: str | None = None
+    why: str | None = None
+    floor_basis: str | None = None  # where a contract-derived floor comes from; None: the kit's default
+
+    @property
+    def accepted(self) -> bool:
+        return bool(self.accepted_by and self.why)
+
+    def text(self) -> str:
+        where = f" (set by {self.source})" if self.source else ""
+        if self.floor_basis:
+            return f"{self.path} = {_fmt(self.value)}, looser than its floor {_fmt(self.default)} — " \
+                   f"{self.floor_basis}{where}"
+        return f"{self.path} = {_fmt(self.value)}, looser than the default {_fmt(self.default)}{where}"
+
+    def short(self) -> str:
+        """`path = value (default x)`, or `(floor x)` for a floor the contract sets."""
+        return f"{self.path} = {_fmt(self.value)} ({'floor' if self.floor_basis else 'default'} {_fmt(self.default)})"
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["value"] = list(self.value) if isinstance(self.value, tuple) else self.value
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Loosened":
+        fields: dict[str, Any] = {f.name: d.get(f.name) for f in dataclasses.fields(cls)}
+        return cls(**fields)
+
+
 def check_bounds(resolved: Mapping[str, Any], prov: Mapping[str, str] | None = None, *,
                  default_source: str = "parameters") -> None:
-    """Refuse (one BadInputError line) a threshold outside the bounds the seeds allow."""
-    for t in THRESHOLDS:
+    """Refuse (one BadInputError line) a setting outside the bounds the seeds allow."""
+    for t in SETTINGS:
         value = _get(resolved, t.path)
         if not t.in_bounds(value):
             raise BadInputError(f"{_fmt(value)} is outside the bounds the acceptance allows ({t.bounds_text()}; "
@@ -161,107 +406,41 @@ def check_bounds(resolved: Mapping[str, Any], prov: Mapping[str, str] | None = N
 
 def loosened(resolved: Mapping[str, Any], defaults: Mapping[str, Any], prov: Mapping[str, str] | None = None,
              accepted: Iterable[Any] = (), who: str | None = None, when: str | None = None) -> list[Loosened]:
-    """Every threshold of `resolved` looser than in `defaults` (`k3lib.core.params.default_tree()`), each with the
-    attestation entry that accepted it (the same path and the same value), if any. `accepted` holds the
+    """Every setting of `resolved` looser than its floor — the value in `defaults`
+    (`k3lib.core.params.default_tree()`) for a judgement threshold, what the contract sets for the others — each
+    with the attestation entry that accepted it (the same path and the same value), if any. `accepted` holds the
     attestation's `thresholds_accepted` entries."""
     by_path = {str(getattr(a, "path", "")): a for a in accepted}
     out = []
-    for t in THRESHOLDS:
-        value, default = _get(resolved, t.path), _get(defaults, t.path)
-        if not t.is_looser(value, default):
+    for t in SETTINGS:
+        floor, floor_basis = t.floor_of(resolved, defaults)
+        if not t.is_looser(t.measured(resolved), floor):
             continue
+        value = _get(resolved, t.path)
         entry = by_path.get(t.path)
         ok = entry is not None and _same(getattr(entry, "value", None), value)
-        out.append(Loosened(t.path, value, default, t.bounds_text(), t.basis, (prov or {}).get(t.path),
-                            who if ok else None, when if ok else None, getattr(entry, "why", None) if ok else None))
+        out.append(Loosened(t.path, value, floor, t.bounds_text(), t.basis, (prov or {}).get(t.path),
+                            who if ok else None, when if ok else None, getattr(entry, "why", None) if ok else None,
+                            floor_basis))
     return out
 
 
 def _same(a: Any, b: Any) -> bool:
     if isinstance(a, bool) or isinstance(b, bool):
         return a is b
+    if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
+        return isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and len(a) == len(b) and all(
+            _same(x, y) for x, y in zip(a, b))
     try:
         return float(a) == float(b)
     except (TypeError, ValueError):
         return a == b
 
 
-# -- recipes known by name -----------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class KnownRecipe:
-    """What the source documents require of a model's deployment; a recipe of this name keeps every one."""
-
-    name: str
-    vllm_min: str
-    cuda_major: int
-    driver_branch_min: int
-    required_flags: tuple[str, ...]
-    prefix_caching: bool
-    basis: str
-
-
-KNOWN_RECIPES: dict[str, KnownRecipe] = {
-    "kimi-k3": KnownRecipe(
-        "kimi-k3", vllm_min="0.27.1", cuda_major=13, driver_branch_min=580,
-        required_flags=("--enable-auto-tool-choice", "--tool-call-parser kimi_k3", "--reasoning-parser kimi_k3",
-                        "--enable-prefix-caching", "--trust-remote-code"),
-        prefix_caching=True,
-        basis="seed 000: Kimi K3 runs vLLM 0.27.1+, a CUDA 13 build on a host driver R580 or newer, with "
-              "--enable-auto-tool-choice, the kimi_k3 parsers and prefix caching; vLLM's K3 recipe and blog: "
-              "--trust-remote-code, and --enable-prefix-caching passed explicitly (off by default for K3)"),
-}
-
-
-def _version_tuple(v: str) -> tuple[int, ...]:
-    parts = []
-    for p in str(v).split("."):
-        digits = "".join(ch for ch in p if ch.isdigit())
-        if not digits:
-            break
-        parts.append(int(digits))
-    return tuple(parts)
-
-
-def check_recipe(recipe: Mapping[str, Any], prov: Mapping[str, str] | None = None, *,
-                 default_source: str = "parameters") -> None:
-    """A recipe named for a known model may raise its requirements, never drop or lower one (one line, exit 2):
-    to judge another build, name another recipe — whose unset requirements then leave their sheet items open."""
-    known = KNOWN_RECIPES.get(str(recipe.get("name") or ""))
-    if known is None:
-        return
-    prov = prov or {}
-    hint = f"name another recipe (recipe.name) to judge another build ({known.basis})"
-
-    def refuse(field: str, what: str) -> None:
-        raise BadInputError(f"the {known.name} recipe requires {what}; {hint}",
-                            source=prov.get(f"recipe.{field}", prov.get("recipe", default_source)),
-                            field=f"recipe.{field}")
-
-    vmin = recipe.get("vllm_min")
-    if vmin is None or _version_tuple(vmin) < _version_tuple(known.vllm_min):
-        refuse("vllm_min", f"vLLM {known.vllm_min} or newer (got {vmin!r})")
-    if recipe.get("cuda_major") != known.cuda_major:
-        refuse("cuda_major", f"a CUDA {known.cuda_major} build (got {recipe.get('cuda_major')!r})")
-    driver = recipe.get("driver_branch_min")
-    if driver is None or driver < known.driver_branch_min:
-        refuse("driver_branch_min", f"a host driver branch R{known.driver_branch_min} or newer (got {driver!r})")
-    below = [b for b in recipe.get("driver_branches_compatible") or () if b < known.driver_branch_min]
-    if below:
-        refuse("driver_branches_compatible", f"a host driver branch R{known.driver_branch_min} or newer (a CUDA "
-               f"{known.cuda_major} build runs on no older branch; got R{below[0]})")
-    flags = {" ".join(str(f).split()) for f in recipe.get("required_flags") or ()}
-    missing = [f for f in known.required_flags if f not in flags]
-    if missing:
-        refuse("required_flags", "the server flags " + ", ".join(missing))
-    if known.prefix_caching and not recipe.get("prefix_caching"):
-        refuse("prefix_caching", "prefix caching on")
-
-
 def check(resolved: Mapping[str, Any], prov: Mapping[str, str] | None = None, *,
           default_source: str = "parameters") -> None:
-    """Both checks, as the parameters load."""
+    """The recipe's requirements and the settings' bounds, as the parameters load."""
+    from .recipes import check_recipe
+
     check_recipe(resolved.get("recipe") or {}, prov, default_source=default_source)
     check_bounds(resolved, prov, default_source=default_source)
-

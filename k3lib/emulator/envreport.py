@@ -151,7 +151,7 @@ def operator_attestation(cfg, started_at: str, concurrency_limit: int | None = N
     }
 
 
-# parameters/emulator.yaml judges at demo sizes (k3lib.core.thresholds): each one looser than the kit's default is
+# parameters/emulator.yaml judges at demo sizes (k3lib.core.thresholds): each one looser than its floor is
 # accepted here by name and value, or the demo could not be production. A real deployment keeps the defaults.
 DEMO_THRESHOLDS_ACCEPTED: tuple[dict, ...] = (
     {"path": "axes.agent.repetitions", "value": 3,
@@ -162,4 +162,7 @@ DEMO_THRESHOLDS_ACCEPTED: tuple[dict, ...] = (
      "why": "demo: at time_scale 0.05 a 3 s soak models one minute; a real soak is 30 minutes"},
     {"path": "axes.capacity.calibration_max_error_ms", "value": 200,
      "why": "demo: the client shares two cores with the emulator and its kernel; real deployments keep 10 ms"},
+    {"path": "axes.capacity.roofline.min_share", "value": 0.01,
+     "why": "demo: the emulator's ~1 ms steps stretch with event-loop lag on two shared cores; real deployments "
+            "keep 5 %"},
 )

@@ -61,18 +61,20 @@ def decision_html(decision: Decision) -> str:
 
 
 def loosened_table(loosened: Any) -> str:
-    """The thresholds the run judged at looser than the kit's defaults, and who accepted each (k3lib.core.thresholds)."""
+    """The settings the run judged at looser than their floors — the kit's default for a judgement threshold, what
+    the contract sets for a size, a length or a level — and who accepted each (k3lib.core.thresholds)."""
     if not loosened:
         return ""
     rows = []
     for t in loosened:
         who = (f"accepted by {t.get('accepted_by')} on {t.get('accepted_on')}: {t.get('why')}"
                if t.get("accepted_by") and t.get("why") else "not accepted by anyone: forbids production")
+        floor = f"{t.get('default')} ({t['floor_basis']})" if t.get("floor_basis") else f"{t.get('default')} (default)"
         rows.append("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in (
-            t.get("path"), t.get("value"), t.get("default"), t.get("bounds"), t.get("basis"), who)) + "</tr>")
-    head = "".join(f"<th>{h}</th>" for h in ("threshold", "value", "default", "bounds", "basis", "acceptance"))
-    return (f"<details class='k3-loosened'><summary>Thresholds looser than the defaults ({len(rows)})</summary>"
-            f"<table class='k3-loosened'><tr>{head}</tr>{''.join(rows)}</table></details>")
+            t.get("path"), t.get("value"), floor, t.get("bounds"), t.get("basis"), who)) + "</tr>")
+    head = "".join(f"<th>{h}</th>" for h in ("setting", "value", "floor", "bounds", "basis", "acceptance"))
+    return (f"<details class='k3-loosened'><summary>Thresholds looser than the defaults or their contract floors "
+            f"({len(rows)})</summary><table class='k3-loosened'><tr>{head}</tr>{''.join(rows)}</table></details>")
 
 
 def record_html(record: EvidenceRecord) -> str:

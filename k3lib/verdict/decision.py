@@ -130,7 +130,7 @@ def decide(records: dict[str, EvidenceRecord], planned: Iterable[str], *, build:
                                             "acceptance's")
     for (who, on), ts in accepted.items():
         reasons.append(f"loosened threshold(s), accepted by {who} on {on} (why: decision.json loosened_thresholds): "
-                       + "; ".join(f"{t.path} = {t.value} (default {t.default})" for t in ts))
+                       + "; ".join(t.short() for t in ts))
     for item in checklist or []:
         if item["status"] == "open":
             why = f"nothing compared: {item['observed']}" if item.get("rules") else "no finding proves it"

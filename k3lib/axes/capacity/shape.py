@@ -89,8 +89,8 @@ def plan_capacity(params: Params) -> CapacityPlan:
     cap = params.axes.capacity
     contract = params.contract
     planned = contract.planned_concurrency
-    output = cap.output_tokens or contract.max_output_tokens
-    prompt = cap.prompt_tokens or max(16, contract.max_context_tokens // 2)
+    output = cap.output_tokens or contract.typical_output_tokens or contract.max_output_tokens
+    prompt = cap.prompt_tokens or contract.typical_prompt_tokens or max(16, contract.max_context_tokens // 2)
     prompt = min(prompt, max(16, contract.max_context_tokens - output))
     lengths = tuple(sorted(set(cap.context_lengths_tokens))) or default_lengths(contract.max_context_tokens,
                                                                                 cap.long_context_output_tokens)

@@ -292,6 +292,17 @@ def gain_undecided(samples: Sequence[RequestSample], min_gain_pct: float) -> boo
     return interval is None or interval.versus(min_gain_pct) == "inconclusive"
 
 
+def prefix_lengths(params: Any) -> tuple[int, ...]:
+    """The cold prompt sizes: `axes.prefix_cache.prefix_tokens`, else a quarter of the contract's typical prompt and
+    the typical prompt itself (within the context limit: `k3lib.core.thresholds.prefix_floor_tokens`)."""
+    from ...core.thresholds import prefix_floor_tokens
+
+    if params.axes.prefix_cache.prefix_tokens:
+        return tuple(params.axes.prefix_cache.prefix_tokens)
+    longest = prefix_floor_tokens(params.public_dict())
+    return tuple(sorted({max(16, longest // 4), longest}))
+
+
 def run_prefix_cache(ctx: Any) -> PrefixCacheResult:
     """Cold then warm, for each prefix length and session, within the axis' request and time bounds.
 
@@ -311,14 +322,15 @@ def run_prefix_cache(ctx: Any) -> PrefixCacheResult:
     sent: dict[str | None, list[list[int]]] = {}  # prompts sent this run, by salt (hash chains never cross salts)
     stopped: str | None = None
     t_end = time.monotonic() + p.max_duration_s
-    planned = [(size, s) for size in p.prefix_tokens for s in range(p.sessions)]
+    lengths = prefix_lengths(ctx.params)
+    planned = [(size, s) for size in lengths for s in range(p.sessions)]
 
     def sessions() -> Any:
         """The planned sessions, then more at the longest prefix (where the verdict judges the gain) while the
         warm-vs-cold gain measured so far straddles its threshold: repeated measurements decide it, not one noisy
         median."""
         yield from planned
-        longest = max(p.prefix_tokens)
+        longest = max(lengths)
         for extra in range(p.max_extra_sessions):
             if not gain_undecided([s for s in samples if s.prefix_target == longest], p.min_ttft_gain_pct):
                 return

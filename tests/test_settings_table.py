@@ -1,0 +1,177 @@
+"""The contract drives the test (issue 34): every numeric setting of the acceptance is in the settings table
+(`k3lib.core.thresholds`) with a floor from the contract or the seeds, or is named as shaping no judgement; a run set
+below a floor is a loosened threshold, listed in the decision, the sheet and the index, and forbids `production`
+unless attested. Each attack below shrinks the test under the contract and must end elsewhere, naming the setting."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic.fields import FieldInfo
+
+from conftest import ROOT
+
+from k3lib.core.attested import parse_attestation
+from k3lib.core.errors import BadInputError
+from k3lib.core.evidence import OperationsData, read_records
+from k3lib.core.params import CapacityParams, LoadParams, default_tree, load_params, load_params_json
+from k3lib.core.params import Params
+from k3lib.core.thresholds import BY_PATH, NOT_JUDGED, SETTINGS, loosened, numeric_paths, unclassified
+from k3lib.report.index import decision_block
+from k3lib.report.summary import compute_decision
+from k3lib.verdict.sheet import ITEMS, sheet_rows
+
+EMULATOR = str(ROOT / "parameters" / "emulator.yaml")
+
+
+# -- a new knob cannot slip past -----------------------------------------------------------------------------------
+
+
+def test_every_numeric_axes_and_load_setting_is_classified():
+    assert unclassified(Params) == []
+    paths = numeric_paths(Params)
+    assert "axes.capacity.prompt_tokens" in paths and "load.workers" in paths
+    assert "axes.capacity.calibrate" not in paths  # a bool is a mode, not a number
+    stale = [p for p in (*BY_PATH, *NOT_JUDGED) if p not in paths and not BY_PATH.get(p, SETTINGS[0]).kind == "mode"]
+    assert stale == [], "rows naming a parameter that no longer exists"
+
+
+@pytest.mark.parametrize("model, name, annotation, path", [
+    pytest.param(CapacityParams, "burst_tokens", int, "axes.capacity.burst_tokens", id="an int size"),
+    pytest.param(CapacityParams, "warmup_share", float | None, "axes.capacity.warmup_share", id="an optional float"),
+    pytest.param(LoadParams, "streams", tuple[int, ...], "load.streams", id="a tuple of levels"),
+])
+def test_a_new_unclassified_numeric_setting_fails_the_walk(monkeypatch, model, name, annotation, path):
+    """The deliberate knob: added to the model, in neither the table nor NOT_JUDGED — the walk names it."""
+    monkeypatch.setitem(model.model_fields, name, FieldInfo(annotation=annotation, default=None))
+    assert unclassified(Params) == [path]
+    monkeypatch.setitem(NOT_JUDGED, path, "a test's knob")
+    assert unclassified(Params) == []
+
+
+def test_a_new_string_setting_is_not_a_number():
+    from k3lib.core.thresholds import _numeric
+
+    assert not _numeric(str | None) and not _numeric(bool) and _numeric(tuple[int, ...]) and _numeric(float | None)
+
+
+def test_the_kits_own_defaults_and_the_k3_profile_are_at_their_floors():
+    tree = default_tree()
+    assert loosened(tree, tree) == []
+    k3 = load_params([str(ROOT / "parameters" / "kimi-k3.yaml")], ["target.base_url=http://127.0.0.1:8000"])
+    assert loosened(k3.public_dict(), tree) == []
+
+
+# -- the floors follow the contract --------------------------------------------------------------------------------
+
+
+def _loose(overrides: list[str]) -> dict[str, object]:
+    params = load_params([EMULATOR], overrides)
+    return {t.path: t for t in loosened(params.public_dict(), default_tree())}
+
+
+@pytest.mark.parametrize("overrides, path, floor", [
+    pytest.param(["axes.capacity.prompt_tokens=200", "axes.capacity.output_tokens=64"], "axes.capacity.prompt_tokens",
+                 1536, id="kv-starved hidden by small requests (prompt)"),
+    pytest.param(["axes.capacity.prompt_tokens=200", "axes.capacity.output_tokens=64"], "axes.capacity.output_tokens",
+                 128, id="kv-starved hidden by small requests (output)"),
+    pytest.param(["axes.capacity.context_lengths_tokens=[1000,2000]"], "axes.capacity.context_lengths_tokens",
+                 4096 - 128, id="an OOM at 3,048 tokens hidden by short lengths"),
+    pytest.param(["axes.capacity.long_context_output_tokens=3000"], "axes.capacity.context_lengths_tokens",
+                 4096 - 128, id="derived lengths shrunk by a long answer"),
+    pytest.param(["axes.agent.concurrency_levels=[1]"], "axes.agent.concurrency_levels", 4,
+                 id="overlapping tool calls hidden at one level"),
+    pytest.param(["axes.capacity.roofline.min_share=0.006"], "axes.capacity.roofline.min_share", 0.05,
+                 id="the bandwidth floor moved"),
+    pytest.param(["axes.capacity.sample_interval_s=1.0"], "axes.capacity.sample_interval_s", 0.35,
+                 id="too few samples per step"),
+    pytest.param(["axes.capacity.step_max_requests=6"], "axes.capacity.step_max_requests", 20,
+                 id="a step of a handful of requests"),
+    pytest.param(["axes.prefix_cache.prefix_tokens=[64,128]"], "axes.prefix_cache.prefix_tokens", 1536,
+                 id="a cache that keeps short prefixes only"),
+    pytest.param(["contract.typical_prompt_tokens=3000", "axes.capacity.prompt_tokens=1536"],
+                 "axes.capacity.prompt_tokens", 3000, id="a demo size under a larger contract"),
+    pytest.param(["contract.typical_prompt_tokens=3000"], "axes.prefix_cache.prefix_tokens", 3000,
+                 id="the demo's prefixes under a larger contract"),
+])
+def test_a_setting_under_its_contract_floor_is_loosened(overrides, path, floor):
+    loose = _loose(overrides)
+    assert path in loose, sorted(loose)
+    t = loose[path]
+    assert t.default == pytest.approx(floor) and not t.accepted
+    # a judgement threshold's floor is the kit's default; a size's, length's or level's is the contract's
+    assert bool(t.floor_basis) == (BY_PATH[path].floor is not None)
+    assert f"{path} = " in t.text() and "looser than " in t.text()
+
+
+def test_a_larger_contract_raises_the_floor_of_a_size_left_unset():
+    """Unset sizes follow the contract (the axis derives them): never loosened, whatever the contract."""
+    params = load_params([EMULATOR], ["contract.typical_prompt_tokens=3000", "axes.capacity.prompt_tokens=null"])
+    assert "axes.capacity.prompt_tokens" not in {t.path for t in loosened(params.public_dict(), default_tree())}
+    from k3lib.axes.capacity.shape import plan_capacity
+
+    assert plan_capacity(params).prompt_tokens == 3000
+
+
+def test_tightening_is_never_listed():
+    loose = _loose(["axes.capacity.prompt_tokens=2000", "axes.agent.concurrency_levels=[1,4,8]",
+                    "axes.capacity.context_lengths_tokens=[1000,4000]", "axes.capacity.sample_interval_s=0.1"])
+    assert not {"axes.capacity.prompt_tokens", "axes.agent.concurrency_levels", "axes.capacity.context_lengths_tokens",
+                "axes.capacity.sample_interval_s"} & set(loose)
+
+
+def test_a_typical_size_beyond_the_context_is_bad_input():
+    with pytest.raises(BadInputError, match="typical_prompt_tokens"):
+        load_params([EMULATOR], ["contract.typical_prompt_tokens=5000"])
+
+
+# -- listed in the decision, the sheet and the index; production only when attested --------------------------------
+
+
+def _records(healthy_run):
+    code, store = healthy_run
+    assert code == 0
+    return load_params_json(store.path("params.json")), read_records(store)
+
+
+@pytest.mark.parametrize("overrides, path", [
+    pytest.param(["target.emulator.faults=[kv-starved]", "axes.capacity.prompt_tokens=200",
+                  "axes.capacity.output_tokens=64"], "axes.capacity.prompt_tokens", id="kv-starved small requests"),
+    pytest.param(["axes.capacity.context_lengths_tokens=[1000,2000]"], "axes.capacity.context_lengths_tokens",
+                 id="short lengths"),
+    pytest.param(["axes.agent.concurrency_levels=[1]"], "axes.agent.concurrency_levels", id="one agent level"),
+    pytest.param(["axes.capacity.roofline.min_share=0.006"], "axes.capacity.roofline.min_share", id="roofline floor"),
+])
+def test_attack_a_shrunk_test_is_not_production_and_names_the_setting(healthy_run, overrides, path):
+    """Whatever the axes found, a run set below its contract floor is listed and forbids production."""
+    params, records = _records(healthy_run)
+    moved = load_params([], overrides, base=params.public_dict())
+    d = compute_decision(moved, records)
+    assert d.decision == "limited-observation"
+    (reason,) = [r for r in d.reasons if path in r]
+    assert "loosened threshold" in reason and "no attestation names who accepted it" in reason
+    axis = BY_PATH[path].axis
+    row = next(r for r in sheet_rows(records, moved.public_dict()) if r["id"] == next(
+        i.id for i in ITEMS if i.axis == axis))
+    assert f"{path} = " in row["configuration"]
+    index = decision_block(d.to_dict())
+    assert path in index and "forbids production" in index and "floor" in index
+
+
+def test_an_attestation_accepts_a_level_list_by_its_value(healthy_run):
+    params, records = _records(healthy_run)
+    moved = load_params([], ["axes.agent.concurrency_levels=[1]"], base=params.public_dict())
+    att = records["operations"].typed().attestation.model_dump(mode="json")
+
+    def with_entry(value):
+        att["items"]["thresholds_accepted"] = [
+            *[t for t in att["items"]["thresholds_accepted"] if t["path"] != "axes.agent.concurrency_levels"],
+            {"path": "axes.agent.concurrency_levels", "value": value, "why": "agents run one at a time here"}]
+        ops = records["operations"].model_copy(update={"data": OperationsData(
+            attestation=parse_attestation(att, "att.yaml")).model_dump(mode="json")})
+        return compute_decision(moved, {**records, "operations": ops})
+
+    assert with_entry([1, 2]).decision == "limited-observation"  # another list: not what the run was set to
+    d = with_entry([1])
+    assert d.decision == "production"
+    (said,) = [r for r in d.reasons if r.startswith("loosened threshold(s), accepted by")]
+    assert "axes.agent.concurrency_levels = [1]" in said
