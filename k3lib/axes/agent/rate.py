@@ -10,14 +10,13 @@ rate its size bounds; it is judged there, and listed as a loosened setting.
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...core.evidence import Finding
 from ...core.numbers import figure
-from ...core.stats import Z95, wilson_interval
+from ...core.stats import Z95, trials_to_bound, wilson_interval
 
 RULE = "agent.tool_call_failure_rate"
 
@@ -29,10 +28,7 @@ def provable_rate(n: int) -> float:
 
 def turns_needed(max_rate: float) -> int:
     """The fewest tool turns whose zero-failure Wilson 95 % upper bound is at or below `max_rate`."""
-    n = max(1, math.ceil(Z95 * Z95 * (1 - max_rate) / max_rate))
-    while provable_rate(n) > max_rate:
-        n += 1
-    return n
+    return trials_to_bound(max_rate)
 
 
 def pct(x: float) -> str:
