@@ -95,6 +95,12 @@ class AgentResult:
     def rates_figure(self) -> Any:
         return figures.rates_figure(self)
 
+    def turns_table(self) -> Any:
+        return figures.turns_table(self)
+
+    def contract_table(self) -> Any:
+        return figures.contract_table(self)
+
     def failing_example(self) -> FailingReply:
         return figures.failing_example(self)
 
