@@ -55,32 +55,45 @@ def _extend_for_ignore_eos(rt: Runtime, plan: ReplyPlan, body: dict, max_tokens:
 _RF_TYPES = ("text", "json_object", "json_schema", "structural_tag")
 
 
+def _validation(rt: Runtime, message: str, param: str) -> JSONResponse:
+    """A VLLMValidationError reply: 0.32 names the parameter at the end of the message (seen on a real server)."""
+    suffix = f" (parameter={param})" if rt.cfg.at_least("0.32") else ""
+    return error_reply(rt, 400, message + suffix, param=param)
+
+
+def _pydantic(rt: Runtime, loc: str, kind: str, msg: str, value: Any) -> JSONResponse:
+    """A request-model validation failure, in the form of vLLM 0.32's message (its first error)."""
+    return error_reply(rt, 400, f"1 validation error:\n  {{'type': {kind!r}, 'loc': {loc!r}, 'msg': {msg!r}, "
+                                f"'input': {value!r}}}")
+
+
 def _request_error(rt: Runtime, body: dict) -> JSONResponse | None:
     """vLLM's request validation of `tools`, `tool_choice` and `response_format` (0.32's protocol validators: the
     texts seen on a real server), before any work."""
     tools, choice = body.get("tools"), body.get("tool_choice")
     if tools == []:
-        return error_reply(rt, 400, "`tools` must not be an empty array. Either provide at least one tool or omit "
-                                    "the field entirely.", param="tools")
+        return _validation(rt, "`tools` must not be an empty array. Either provide at least one tool or omit the "
+                               "field entirely.", "tools")
     if choice is not None and choice != "none":
         if tools is None:
-            return error_reply(rt, 400, "When using `tool_choice`, `tools` must be set.", param="tool_choice")
+            return _validation(rt, "When using `tool_choice`, `tools` must be set.", "tool_choice")
         if choice not in ("auto", "required") and not isinstance(choice, dict):
-            return error_reply(rt, 400, f"Invalid value for `tool_choice`: {choice}! Only named tools, \"none\", "
-                                        "\"auto\" or \"required\" are supported.", param="tool_choice")
+            return _validation(rt, f"Invalid value for `tool_choice`: {choice}! Only named tools, \"none\", \"auto\" "
+                                   "or \"required\" are supported.", "tool_choice")
     rf = body.get("response_format")
     if isinstance(rf, dict):
         if rf.get("type") not in _RF_TYPES:
-            return error_reply(rt, 400, "response_format.type: Input should be 'text', 'json_object', 'json_schema' "
-                                        "or 'structural_tag'", param="response_format")
+            return _pydantic(rt, "body.response_format.type", "literal_error",
+                             "Input should be 'text', 'json_object' or 'json_schema'", rf.get("type"))
         if rf["type"] == "json_schema":
             js = rf.get("json_schema")
             if js is None:
-                return error_reply(rt, 400, "When response_format type is 'json_schema', the 'json_schema' field "
-                                            "must be provided.", param="response_format")
+                return _validation(rt, "When response_format type is 'json_schema', the 'json_schema' field must be "
+                                       "provided.", "response_format")
             if not isinstance(js, dict) or not isinstance(js.get("schema", {}), dict):
-                return error_reply(rt, 400, "response_format.json_schema.schema: Input should be a valid "
-                                            "dictionary", param="response_format")
+                return _pydantic(rt, "body.response_format.json_schema.schema", "dict_type",
+                                 "Input should be a valid dictionary", (js or {}).get("schema") if isinstance(js, dict)
+                                 else js)
     return _tool_choice_error(rt, body)
 
 

@@ -205,7 +205,13 @@ def _first_failure(result: AgentResult, check: str) -> str:
     for s in result.steps:
         for o in s.get("checks", ()):
             if o["check"] == check and not o["passed"]:
-                return f"{s['case']} turn {s['turn']}: {o['detail']}"[:240]
+                where = f"{s['case']} turn {s['turn']}" + (f" round {s['round']}" if s.get("round") else "")
+                mode = (s.get("reply") or {}).get("stream")
+                return f"{where}{'' if mode is None else (' (streamed)' if mode else ' (whole)')}: {o['detail']}"[:280]
+    for t in result.turns:
+        for o in t.get("checks", ()):
+            if o["check"] == check and not o["passed"]:
+                return f"tool turn {t['turn']} ({t['case']}, {t.get('mode')}): {o['detail']}"[:280]
     return ""
 
 
