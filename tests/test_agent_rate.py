@@ -162,3 +162,18 @@ def test_a_gateway_timeout_below_the_end_to_end_objective_is_flagged():
 def test_thinking_checks_say_nothing_when_the_recipe_declares_no_thinking():
     rules = {f.rule for f in iter_findings(result_with([]))}
     assert "agent.reasoning_present" not in rules and "agent.no_reasoning_leak" not in rules
+
+
+@pytest.mark.parametrize("log, said", [
+    pytest.param("non-default args: {'model': 'k3', 'tool_strict_level': 'parameter'}", "parameter (log: non-default args)",
+                 id="from-the-args"),
+    pytest.param("INFO serving with defaults", "states no --tool-strict-level", id="default"),
+    pytest.param(None, "not recorded", id="no-log"),
+])
+def test_the_tool_strict_level_is_recorded_from_the_log(log, said):
+    from k3lib.axes.agent.serving import tool_strict_settings
+
+    r = result_with([])
+    r = AgentResult(r.settings, r.sample, [], [], [], serving={"tool_strict": tool_strict_settings(log)})
+    f = {x.rule: x for x in serving_findings(r)}["agent.tool_strict_level"]
+    assert f.status == "info" and said in f.message

@@ -12,7 +12,7 @@ from .checks import CHECKS, Outcome, ParsedCall, environment_refusal, rates, sta
 from .config import agent_params
 from .contract import CONTRACT_FILE, ContractCheck
 from .series import TURNS_FILE, ToolTurnSeries
-from .serving import SPEC_DECODE
+from .serving import SPEC_DECODE, tool_strict_settings
 from .figures import FailingReply
 from .judge import RUN_FILE, STEPS_FILE, AgentResult, agent_record, iter_findings
 from .run import RunSettings, ScenarioRunner, assistant_message, filler_lines
@@ -83,15 +83,30 @@ def run_agent(ctx: Any) -> AgentResult:
         if settings.contract_check:
             sync.run(contract.run())
     spec = _spec_decode_delta(before, _spec_decode_scrape(ctx))
+    serving = {"tool_strict": tool_strict_settings(_server_log(ctx))}
     for name in (STEPS_FILE, TURNS_FILE, CONTRACT_FILE):
         if ctx.store.path(name).exists():
             ctx.store.adopt(name)
     run: dict[str, Any] = {"settings": settings.to_dict(), "sample": sample_summary(sample, source),
                            "levels": runner.levels, "skipped": runner.skipped_cases(), "series": series.summary,
-                           "spec_decode": spec}
+                           "spec_decode": spec, "serving": serving}
     ctx.store.write_json(RUN_FILE, run)
     return AgentResult(run["settings"], run["sample"], runner.levels, run["skipped"], runner.steps, series.turns,
-                       contract.rows, series.summary, spec)
+                       contract.rows, series.summary, spec, serving)
+
+
+def _server_log(ctx: Any) -> str | None:
+    """The server log's text when the parameters name one (axes.environment.server_log), else None."""
+    import httpx
+
+    from ..compat.run import fetch_text
+
+    source = ctx.params.axes.environment.server_log
+    if not source:
+        return None
+    with httpx.Client(timeout=15.0, headers=ctx.target.headers()) as http:
+        text = fetch_text("server_log", source, ctx.target.base_url, http)
+    return text.text if text.ok else None
 
 
 def _spec_decode_scrape(ctx: Any) -> Any:
@@ -136,4 +151,5 @@ def load_agent_result(store: Any) -> AgentResult:
     run = store.read_json(RUN_FILE) if store.path(RUN_FILE).exists() else {}
     return AgentResult(run.get("settings", {}), run.get("sample", {}), run.get("levels", []),
                        run.get("skipped", []), _read_jsonl(store, STEPS_FILE), _read_jsonl(store, TURNS_FILE),
-                       _read_jsonl(store, CONTRACT_FILE), run.get("series", {}), run.get("spec_decode", {}))
+                       _read_jsonl(store, CONTRACT_FILE), run.get("series", {}), run.get("spec_decode", {}),
+                       run.get("serving", {}))

@@ -45,6 +45,7 @@ class AgentResult:
     contract: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # the vendor contract check
     series: dict[str, Any] = dataclasses.field(default_factory=dict)  # how the series ran
     spec_decode: dict[str, Any] = dataclasses.field(default_factory=dict)  # spec-decode counter deltas, if any
+    serving: dict[str, Any] = dataclasses.field(default_factory=dict)  # serving settings read from the log
 
     # -- derived -------------------------------------------------------------------------------------------------
 

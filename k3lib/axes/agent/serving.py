@@ -5,6 +5,7 @@ decoding's acceptance (DSpark for Kimi K3) from the spec-decode counters moved b
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -118,5 +119,36 @@ def spec_decode_finding(result: AgentResult) -> Finding | None:
                            "the speculator matches the model and its version (DSpark for Kimi K3)")
 
 
+_STRICT = (("log: non-default args", re.compile(r"""['"]tool_strict_level['"]\s*:\s*['"]?(\w+)""")),
+           ("log: --tool-strict-level", re.compile(r"--tool-strict-level[ =](\w+)")),
+           ("log: VLLM_ENFORCE_STRICT_TOOL_CALLING", re.compile(r"VLLM_ENFORCE_STRICT_TOOL_CALLING\s*[=:]\s*'?(\w+)")))
+
+
+def tool_strict_settings(log_text: str | None) -> dict[str, Any]:
+    """`--tool-strict-level` (vLLM 0.32: auto | function | parameter) and `VLLM_ENFORCE_STRICT_TOOL_CALLING` as the
+    server log states them, each with where it was read; empty statements when the log says neither."""
+    found = [{"source": source, "value": m.group(1)} for source, pattern in _STRICT
+             if (m := pattern.search(log_text or ""))]
+    return {"log_read": log_text is not None, "statements": found}
+
+
+def strict_level_finding(result: AgentResult) -> Finding | None:
+    """`agent.tool_strict_level` (info): recorded beside the schema suite, whose result it explains."""
+    st = result.serving.get("tool_strict") if result.serving else None
+    if not st:
+        return None
+    said = "; ".join(f"{s['value']} ({s['source']})" for s in st.get("statements", ()))
+    if said:
+        text = f"tool strict level: {said}"
+    elif st.get("log_read"):
+        text = "the server log states no --tool-strict-level: vLLM's default (auto) applies"
+    else:
+        text = "no server log (axes.environment.server_log): the tool strict level is not recorded"
+    return Finding(rule="agent.tool_strict_level", status="info", observed=st,
+                   message=text + " — `function` constrains the call envelope, `parameter` also pins argument "
+                                  "schemas (the JSON Schema suite's result reads with it)")
+
+
 def serving_findings(result: AgentResult) -> list[Finding]:
-    return [f for f in (silence_finding(result), timeouts_finding(result), spec_decode_finding(result)) if f]
+    return [f for f in (silence_finding(result), timeouts_finding(result), spec_decode_finding(result),
+                        strict_level_finding(result)) if f]
