@@ -208,6 +208,30 @@ def _stream_faults(rt: Runtime, body: dict) -> frozenset[str]:
     return frozenset(out)
 
 
+def _fault_frames(tok: OutToken, faults: frozenset[str], think: dict, fast: Any) -> tuple[list[str], bool]:
+    """What the stream faults make of one token: frames to send first, and whether they replace the token
+    (stream-history-leak: the think channel as content; strip-reasoning: no reasoning delta)."""
+    if tok.kind == "reasoning" and "stream-history-leak" in faults:
+        frames = [fast("content", ("" if think["open"] else "<|open|>think<|sep|>") + tok.piece)]
+        think["open"] = True
+        return frames, True
+    frames = []
+    if think["open"]:
+        frames.append(fast("content", "<|close|>think<|sep|>"))
+        think["open"] = False
+    think["content"] |= tok.kind == "content"
+    return frames, tok.kind == "reasoning" and "strip-reasoning" in faults
+
+
+def _usage_chunk(rt: Runtime, req: EngineRequest, plan: ReplyPlan, created: int, model: str, fp: str | None) -> str:
+    """A stream's last chunk: no choices, the usage (include_usage)."""
+    rtoks = sum(1 for t in plan.tokens[:req.num_output] if t.kind == "reasoning")
+    return _sse({"id": req.request_id, "object": "chat.completion.chunk", "created": created, "model": model,
+                 "system_fingerprint": fp, "choices": [],
+                 "usage": protocol.usage(rt.cfg, len(req.prompt_ids), req.num_output, req.num_cached_tokens, rtoks,
+                                         stream=True)})
+
+
 async def _chat_stream(rt: Runtime, req: EngineRequest, plan: ReplyPlan, created: int, fp: str | None, model: str,
                        include_usage: bool, faults: frozenset[str] = frozenset()):
     v032 = rt.cfg.at_least("0.32")
@@ -242,17 +266,10 @@ async def _chat_stream(rt: Runtime, req: EngineRequest, plan: ReplyPlan, created
             if kind == "token":
                 tok = plan.tokens[value - 1]
                 delta = None
-                if tok.kind == "reasoning" and "stream-history-leak" in faults:
-                    out.append(fast("content", ("" if think["open"] else "<|open|>think<|sep|>") + tok.piece))
-                    think["open"] = True
+                frames, consumed = _fault_frames(tok, faults, think, fast)
+                out += frames
+                if consumed:
                     continue
-                if think["open"] and tok.kind != "reasoning":
-                    out.append(fast("content", "<|close|>think<|sep|>"))
-                    think["open"] = False
-                if tok.kind == "reasoning" and "strip-reasoning" in faults:
-                    continue
-                if tok.kind == "content":
-                    think["content"] = True
                 if tok.kind == "reasoning":
                     delta = {reasoning_key: tok.piece}
                     if rt.cfg.at_least("0.12") and not rt.cfg.at_least("0.16"):
@@ -294,11 +311,7 @@ async def _chat_stream(rt: Runtime, req: EngineRequest, plan: ReplyPlan, created
                     done = assemble(plan, req.num_output)
                     out.append(chunk({}, protocol.finish_reason(value, bool(done.calls), plan.named_choice)))
                     if include_usage:
-                        rtoks = sum(1 for t in plan.tokens[:req.num_output] if t.kind == "reasoning")
-                        out.append(_sse({"id": req.request_id, "object": "chat.completion.chunk", "created": created,
-                                         "model": model, "system_fingerprint": fp, "choices": [],
-                                         "usage": protocol.usage(rt.cfg, len(req.prompt_ids), req.num_output,
-                                                                 req.num_cached_tokens, rtoks, stream=True)}))
+                        out.append(_usage_chunk(rt, req, plan, created, model, fp))
                 out.append("data: [DONE]\n\n")
         if out:
             yield "".join(out)

@@ -131,28 +131,9 @@ def plan_chat(body: dict, *, cfg, tok: Tokenizer, faults: FaultSet, reply_no: in
 
     out: list[OutToken] = []
     if thinking:
-        if chosen:
-            why = f"I should call {', '.join(toolcalls.tool_name(t) for t in chosen)} with the needed arguments."
-        elif last_role == "tool" and tool_failed(last.get("content")):
-            why = "The tool reported a failure; I will say so instead of guessing."
-        elif last_role == "tool":
-            why = "The tool returned its result; I will answer with it."
-        else:
-            why = "I can answer directly."
-        gist = " ".join(user_text.split()[:12])
-        reasoning = f"The user asks: {gist}. {why}"
-        if "reasoning-as-content" in marks:
-            # K3 thinks at length: past max_tokens, so the reply is cut inside its reasoning
-            reasoning += " " + filler_text(cfg.seed, key + "think", int(body.get("max_tokens") or 64) + 8)
-        if cfg.reasoning_parser:
-            out += _tokens(tok, reasoning, "reasoning")
-        elif cfg.tool_call_parser == "kimi_k3":
-            # no reasoning parser: vLLM's kimi_k3 tool parser keeps the think channel as content before a call and
-            # when no tools were offered; an answer with tools offered is unwrapped to its response channel alone
-            if chosen or not tools:
-                out += _tokens(tok, f"<|open|>think<|sep|>{reasoning}<|close|>think<|sep|>", "content")
-        else:  # no reasoning parser: the think block stays in content, as the raw model output
-            out += _tokens(tok, f"<think>{reasoning}</think>", "content")
+        long_by = int(body.get("max_tokens") or 64) + 8 if "reasoning-as-content" in marks else 0
+        out += _think_tokens(cfg, tok, user_text, last, [toolcalls.tool_name(t) for t in chosen], bool(tools),
+                             filler_text(cfg.seed, key + "think", long_by) if long_by else "")
 
     calls: list[PlannedCall] = []
     if chosen:
@@ -205,6 +186,32 @@ def plan_chat(body: dict, *, cfg, tok: Tokenizer, faults: FaultSet, reply_no: in
             n_words = 16 + _digest(cfg.seed, key) % 33
             out += _tokens(tok, filler_text(cfg.seed, key, n_words), "content")
     return ReplyPlan(tuple(out), tuple(calls), named_choice=isinstance(choice, dict), marks=marks)
+
+
+def _think_tokens(cfg, tok: Tokenizer, user_text: str, last: dict, chosen: list[str], offered: bool,
+                  longer: str) -> list[OutToken]:
+    """The think channel: why the model acts as it does (`longer`: K3 thinking on past max_tokens), in the
+    reasoning field with a reasoning parser, else where vLLM leaves it without one."""
+    last_role = str(last.get("role", "user"))
+    if chosen:
+        why = f"I should call {', '.join(chosen)} with the needed arguments."
+    elif last_role == "tool" and tool_failed(last.get("content")):
+        why = "The tool reported a failure; I will say so instead of guessing."
+    elif last_role == "tool":
+        why = "The tool returned its result; I will answer with it."
+    else:
+        why = "I can answer directly."
+    gist = " ".join(user_text.split()[:12])
+    reasoning = f"The user asks: {gist}. {why}" + (f" {longer}" if longer else "")
+    if cfg.reasoning_parser:
+        return _tokens(tok, reasoning, "reasoning")
+    if cfg.tool_call_parser == "kimi_k3":
+        # no reasoning parser: vLLM's kimi_k3 tool parser keeps the think channel as content before a call and
+        # when no tools were offered; an answer with tools offered is unwrapped to its response channel alone
+        if chosen or not offered:
+            return _tokens(tok, f"<|open|>think<|sep|>{reasoning}<|close|>think<|sep|>", "content")
+        return []
+    return _tokens(tok, f"<think>{reasoning}</think>", "content")  # no reasoning parser: the raw model output
 
 
 def _marks(faults: FaultSet, reply_no: int, choice: Any, calling: bool, parsed_thinking: bool,
