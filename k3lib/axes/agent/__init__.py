@@ -10,11 +10,11 @@ from typing import Any
 
 from .checks import CHECKS, Outcome, ParsedCall, environment_refusal, rates, stability_outcomes
 from .config import agent_params
-from .contract import CONTRACT_FILE, ContractCheck
-from .series import TURNS_FILE, ToolTurnSeries
+from .contract import ContractCheck
+from .series import ToolTurnSeries
 from .serving import SPEC_DECODE, tool_strict_settings
 from .figures import FailingReply
-from .judge import RUN_FILE, STEPS_FILE, AgentResult, agent_record, iter_findings
+from .judge import CONTRACT_FILE, RUN_FILE, STEPS_FILE, TURNS_FILE, AgentResult, agent_record, iter_findings
 from .run import RunSettings, ScenarioRunner, assistant_message, filler_lines
 from .sample import AgentSample, load_sample, packaged_sample_path, parse_sample
 from .tools import BUILTIN_TOOLS
@@ -24,6 +24,8 @@ __all__ = [
     "AgentSample",
     "BUILTIN_TOOLS",
     "CHECKS",
+    "CONTRACT_FILE",
+    "ContractCheck",
     "FailingReply",
     "Outcome",
     "ParsedCall",
@@ -31,6 +33,8 @@ __all__ = [
     "RunSettings",
     "STEPS_FILE",
     "ScenarioRunner",
+    "TURNS_FILE",
+    "ToolTurnSeries",
     "agent_record",
     "assistant_message",
     "environment_refusal",

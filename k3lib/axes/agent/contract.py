@@ -22,7 +22,6 @@ from .sample import AgentSample
 from .schemas import SCHEMA_SUITE, TOOL_NAME, suite_tool
 from .tools import execute, result_text
 
-CONTRACT_FILE = "evidence/agent/contract.jsonl"
 #: Sampling values Moonshot's API refuses for K3 (Kimi-Vendor-Verifier's parameter suite, a subset).
 UNPINNED = (("temperature", 1.1), ("top_p", 0.8), ("presence_penalty", 0.5), ("frequency_penalty", 0.5))
 #: Malformed `response_format` values a server must refuse with 400.

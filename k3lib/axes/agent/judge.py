@@ -23,6 +23,8 @@ from .serving import longest_silence, serving_findings
 
 STEPS_FILE = "evidence/agent/requests.jsonl"
 RUN_FILE = "evidence/agent/run.json"
+TURNS_FILE = "evidence/agent/tool_turns.jsonl"  # the tool-turn series (k3lib.axes.agent.series)
+CONTRACT_FILE = "evidence/agent/contract.jsonl"  # the vendor contract check (k3lib.axes.agent.contract)
 #: The checks whose failures in the tool-turn series count as failures of the check itself: a leak is a defect
 #: whatever its rate, while a missing or invalid call there is judged by the failure rate.
 LEAK_CHECKS = ("no_markup_leak", "no_reasoning_leak", "reasoning_present")
@@ -238,7 +240,7 @@ def agent_record(result: AgentResult, ctx: Any) -> EvidenceRecord:
     cap = result.max_clean_concurrency()
     if failed:
         summary += (f"; agents: contract held up to concurrency {cap}" if cap else "; agents blocked")
-    attachments = [p for p in (STEPS_FILE, RUN_FILE) if ctx.store.path(p).exists()]
+    attachments = [p for p in (STEPS_FILE, RUN_FILE, TURNS_FILE, CONTRACT_FILE) if ctx.store.path(p).exists()]
     return EvidenceRecord(
         axis="agent", title="Agent scenario and tool-call contract", status=status, summary=summary,
         findings=findings, attachments=attachments,

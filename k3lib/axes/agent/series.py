@@ -5,7 +5,7 @@ Each turn is one of the sample's opening turns that must call a tool (a system p
 turn), sent at the planned concurrency, the stream modes alternating. A turn fails when the required call is
 missing, misnamed, its arguments break the schema, or a leak shows (markup, a K3 control token, reasoning out of its
 field). A failed turn is sent once more, as vLLM's Kimi K3 blog tells clients to do; whether that retry recovered it
-is kept apart. Every turn lands in `evidence/agent/tool_turns.jsonl` as it finishes.
+is kept apart. Every turn lands in `evidence/agent/tool_turns.jsonl` (`judge.TURNS_FILE`) as it finishes.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from .config import CANCEL_GRACE_S
 from .run import RunSettings, parsed_reply
 from .sample import AgentSample, CaseSpec, TurnSpec
 
-TURNS_FILE = "evidence/agent/tool_turns.jsonl"
 #: The checks a turn's reply is judged on; the leak checks among them are also counted with the scenario's.
 TURN_CHECKS = ("tool_calls_present", "function_name", "arguments_valid", "no_markup_leak", "no_reasoning_leak",
                "reasoning_present")
