@@ -231,6 +231,17 @@ def probe_sparse_retention(c):
     return hits, scrape(c).get("vllm:prefix_cache_sparse_retention_misses_total")
 
 
+def probe_slow_load(c):
+    """/health through the load: 503 while the weights load (slow-load=60 at time scale 0.02: 1.2 s), then 200."""
+    seen, t0 = [], time.perf_counter()
+    while time.perf_counter() - t0 < 5:
+        seen.append(c.get("/health").status_code)
+        if seen[-1] == 200:
+            break
+        time.sleep(0.1)
+    return seen[0], seen[-1], round(time.perf_counter() - t0, 1)
+
+
 def probe_dspark(c):
     restart(c, *[f for f in c.get("/_emulator/faults").json()["faults"]], profile="demo-dspark")
     _chat(c, {"messages": [{"role": "user", "content": "Write a line."}], "max_tokens": 16})
@@ -286,6 +297,8 @@ CASES = [
     pytest.param("sparse-retention-miss", probe_sparse_retention,
                  lambda base, f: base[0][0] == base[0][1] == 0 and base[0][2] > 0 and f[0] == [0, 0, 0]
                  and f[1] > base[1] > 0, id="sparse-retention-miss"),
+    pytest.param("slow-load=60", probe_slow_load, lambda base, f: base[:2] == (200, 200) and f[:2] == (503, 200)
+                 and f[2] >= 0.8, id="slow-load"),
     pytest.param("dspark-low-accept", probe_dspark, lambda base, f: base == 0.5 and f < 0.1, id="dspark-low-accept"),
     pytest.param("crash=2", probe_crash, lambda base, f: base == ([200] * 4, 200, False)
                  and f == ([200, 200, 500, 500], 503, True), id="crash"),

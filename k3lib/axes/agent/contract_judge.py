@@ -1,6 +1,6 @@
 """The vendor contract check judged: which acceptance item each result serves and whether it blocks the agents.
 
-The policy, decided here and written in docs/decision.md:
+The policy, decided here and written in docs/real-engines.md ("Moonshot's vendor contract on stock vLLM 0.32.0"):
 - **blocks the agents** (a failure is `fail`, limited observation with the agents blocked): what an agent's loop
   meets in production — a forced call missing or returned as text, a call under `none`, a strict answer or forced
   strict arguments that break their schema, the previous turn's reasoning not reaching the model, a reply after
