@@ -468,3 +468,31 @@ def test_review_live_paths_is_validated_in_one_line(tmp_path, value, needle):
     with pytest.raises(BadInputError) as ei:
         load_review_params([review_file], [f"review.live_paths={other.parent}"])
     assert "another kit version" in ei.value.one_line()
+
+
+def test_cached_input_price_lowers_the_api_cost_per_accepted_task_on_a_prefix_heavy_set(tmp_path, capsys):
+    """Six tasks behind one long shared system prompt, sent one at a time: after the first, most of each prompt is
+    a prefix-cache hit the server reports in `usage`. The same run priced with the cache-hit input at a tenth of the
+    input price costs less per accepted task than priced flat, by exactly the cached tokens' discount."""
+    shared = "You are the release assistant of the K3 platform team. " + " ".join(
+        f"Rule {n}: answer in one short line and never invent a ticket number." for n in range(120))
+    tasks = [{"id": f"t{n}", "messages": [{"role": "system", "content": shared},
+                                          {"role": "user", "content": f"Say hi to the on-call engineer number {n}"}],
+              "quality": {"regex": "."}} for n in range(6)]
+    f = tmp_path / "tasks.jsonl"
+    f.write_text("".join(json.dumps(t) + "\n" for t in tasks), encoding="utf-8")
+    with _emulator() as api:
+        flat = _ep(api.url, 3.0, 15.0, concurrency=1)
+        params = _params(tmp_path, {"api_flat": flat, "api": {**flat, "price_cached_input_per_mtok": 0.3}},
+                         task_set=str(f))
+        rc, out, runs = _run(tmp_path, capsys, params)
+    assert rc == 0, out.err
+    r = read_paths_record(runs[-1])
+    cached, flat_s = _by(r, "api"), _by(r, "api_flat")
+    assert cached.accepted == flat_s.accepted > 0
+    assert cached.cached_tokens > cached.prompt_tokens / 2  # prefix-heavy: most input tokens hit the cache
+    expected = ((cached.prompt_tokens - cached.cached_tokens) * 3.0 + cached.cached_tokens * 0.3
+                + cached.completion_tokens * 15.0) / 1e6
+    assert cached.cost == pytest.approx(expected, rel=1e-4)
+    assert cached.cost_per_accepted_task < flat_s.cost_per_accepted_task
+    assert [e.price_cached_input_per_mtok for e in r.endpoints] == [None, 0.3]

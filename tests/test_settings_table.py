@@ -175,3 +175,13 @@ def test_an_attestation_accepts_a_level_list_by_its_value(healthy_run):
     assert d.decision == "production"
     (said,) = [r for r in d.reasons if r.startswith("loosened threshold(s), accepted by")]
     assert "axes.agent.concurrency_levels = [1]" in said
+
+
+def test_the_contract_defaults_here_are_the_models():
+    """thresholds.py cannot import the model (the model imports it): its fallbacks must be the model's defaults."""
+    from k3lib.core import thresholds
+    from k3lib.core.params import ContractParams
+
+    fields = ContractParams.model_fields
+    assert thresholds._CONTEXT_DEFAULT == fields["max_context_tokens"].default
+    assert thresholds._OUTPUT_DEFAULT == fields["max_output_tokens"].default

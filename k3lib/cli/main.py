@@ -15,6 +15,7 @@ import sys
 from ..core.errors import BadInputError, K3Error
 from ..io.readers.kinds import KINDS as INSPECTORS
 from .baseline import cmd_compare, cmd_fleet, cmd_golive, cmd_history
+from .imports import add_import_parser
 from .inspect import cmd_inspect
 from .run import cmd_demo, cmd_emulator, cmd_paths, cmd_review, cmd_validate
 from .sign import cmd_sign, cmd_verify
@@ -79,7 +80,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_target_options(r)  # the embedded emulator there is the incident drill's target
     r.add_argument("--demo", metavar="SCENARIO",
                    help="generate and review a deterministic three-week history: steady, idle-heavy, spiky, poor")
+    r.add_argument("--from-exports", action="store_true",
+                   help="with --demo: write the scenario's records as exports (FOCUS bill, PagerDuty, Jira, API "
+                        "usage) and review the files `k3 import` makes of them")
     r.set_defaults(func=cmd_review)
+
+    add_import_parser(sub, _Parser)
 
     pa = sub.add_parser("paths", help="run the same task set on each path (self-hosted vs API), live",
                         description="Send one fixed task set to each named endpoint with one request format, one "

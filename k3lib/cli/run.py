@@ -104,7 +104,8 @@ def cmd_demo(ns: argparse.Namespace) -> int:
     return code
 
 
-def review_main(files: list[str], sets: list[str], out: str | None, demo: str | None) -> int:
+def review_main(files: list[str], sets: list[str], out: str | None, demo: str | None,
+                from_exports: bool = False) -> int:
     """`k3 review -p FILE … [--set K=V] [--out DIR] [--demo SCENARIO]`: run the review, print the decision, return
     its exit code (`Decision.exit_code`: 0 renew, 3 reduce, 4 dual-circuit, 5 exit-to-api). Bad input raises
     BadInputError before any run folder exists."""
@@ -113,9 +114,21 @@ def review_main(files: list[str], sets: list[str], out: str | None, demo: str | 
     from ..core.session import outputs_dir
     from ..core.store import RunStore
 
+    if from_exports and demo is None:
+        raise BadInputError("--from-exports reviews a demo scenario from its exports; expected --demo SCENARIO (for "
+                            "your own records: k3 import, then k3 review -p FILE)", source="--from-exports")
     params = load_review_request(files, sets, demo)
     store = RunStore.create(Path(out) if out else outputs_dir(), label=params.run.label or "review")
     print(f"run: {store.root}", file=sys.stderr)
+    if from_exports:  # the sheet's exports written and imported into the run's inputs/, hashed as evidence
+        from ..core.session import adopt_folder
+        from ..renewal.imports.exports import materialise_from_exports
+
+        params = materialise_from_exports(params, store.path("inputs"))
+        for folder in ("inputs", "inputs/exports", "inputs/imported"):
+            adopt_folder(store, folder)
+        print(f"imported: {params.review.inputs.costs}, {params.review.inputs.incidents}, "  # type: ignore[union-attr]
+              f"{params.review.inputs.hours}", file=sys.stderr)  # type: ignore[union-attr]
     decision = run_review(params, store, on_start=lambda src: print(f"series: {src}", file=sys.stderr))
     print(f"decision: {decision.decision}")
     print(f"rule: {decision.rule}")
@@ -131,7 +144,8 @@ def cmd_review(ns: argparse.Namespace) -> int:
     from ..core.layering import check_command
 
     check_command(list(ns.params or []), "k3 review")
-    return review_main(ns.params, [*ns.sets, *_emulator_sets(ns.fault, ns.profile)], ns.out, ns.demo)
+    return review_main(ns.params, [*ns.sets, *_emulator_sets(ns.fault, ns.profile)], ns.out, ns.demo,
+                       ns.from_exports)
 
 
 def paths_main(files: list[str], sets: list[str], out: str | None, compare: str | None = None) -> int:

@@ -120,16 +120,26 @@ def _get(tree: Mapping[str, Any], path: str) -> Any:
 # -- floors from the contract ------------------------------------------------------------------------------------
 
 
+#: the contract's limits where a partial tree leaves them unset (the defaults of `k3lib.core.params.ContractParams`)
+_CONTEXT_DEFAULT, _OUTPUT_DEFAULT = 32768, 1024
+
+
+def _context_tokens(resolved: Mapping[str, Any]) -> int:
+    return int(_get(resolved, "contract.max_context_tokens") or _CONTEXT_DEFAULT)
+
+
+def _output_tokens(resolved: Mapping[str, Any]) -> int:
+    return int(_get(resolved, "contract.max_output_tokens") or _OUTPUT_DEFAULT)
+
+
 def typical_prompt_tokens(resolved: Mapping[str, Any]) -> int:
     """The contract's typical prompt; unset, half of its context limit (what the load sends by default)."""
-    c = resolved.get("contract") or {}
-    return int(c.get("typical_prompt_tokens") or max(16, int(c.get("max_context_tokens") or 32768) // 2))
+    return int(_get(resolved, "contract.typical_prompt_tokens") or max(16, _context_tokens(resolved) // 2))
 
 
 def typical_output_tokens(resolved: Mapping[str, Any]) -> int:
     """The contract's typical answer; unset, its max output."""
-    c = resolved.get("contract") or {}
-    return int(c.get("typical_output_tokens") or c.get("max_output_tokens") or 1024)
+    return int(_get(resolved, "contract.typical_output_tokens") or _output_tokens(resolved))
 
 
 def _planned(resolved: Mapping[str, Any]) -> tuple[int, str]:
@@ -138,7 +148,7 @@ def _planned(resolved: Mapping[str, Any]) -> tuple[int, str]:
 
 
 def _context_floor(resolved: Mapping[str, Any]) -> tuple[int, str]:
-    ctx, out = int(_get(resolved, "contract.max_context_tokens")), int(_get(resolved, "contract.max_output_tokens"))
+    ctx, out = _context_tokens(resolved), _output_tokens(resolved)
     return ctx - out, (f"the longest prompt reaches the contract's context limit: contract.max_context_tokens {ctx} "
                        f"− contract.max_output_tokens {out}")
 
@@ -146,7 +156,7 @@ def _context_floor(resolved: Mapping[str, Any]) -> tuple[int, str]:
 def _longest_context(value: Any, resolved: Mapping[str, Any]) -> int:
     if value:
         return max(value)  # the long-context phase sends each length as a whole prompt
-    ctx = int(_get(resolved, "contract.max_context_tokens"))
+    ctx = _context_tokens(resolved)
     return max(ctx - int(_get(resolved, "axes.capacity.long_context_output_tokens") or 0), 16)
 
 
@@ -167,7 +177,7 @@ def _output_floor(resolved: Mapping[str, Any]) -> tuple[int, str]:
 def prefix_floor_tokens(resolved: Mapping[str, Any]) -> int:
     """The longest cold/warm prompt the prefix protocol must send: the contract's typical prompt, within the
     context limit once the protocol's short answer is reserved."""
-    ctx = int(_get(resolved, "contract.max_context_tokens"))
+    ctx = _context_tokens(resolved)
     answer = int(_get(resolved, "axes.prefix_cache.max_tokens") or 16)
     return max(16, min(typical_prompt_tokens(resolved), ctx - answer - 64))
 
@@ -445,7 +455,9 @@ def loosened(resolved: Mapping[str, Any], defaults: Mapping[str, Any], prov: Map
     """Every setting of `resolved` looser than its floor — the value in `defaults`
     (`k3lib.core.params.default_tree()`) for a judgement threshold, what the contract sets for the others — each
     with the attestation entry that accepted it (the same path and the same value), if any. `accepted` holds the
-    attestation's `thresholds_accepted` entries."""
+    attestation's `thresholds_accepted` entries. A key `resolved` leaves out takes its default (a partial tree, as
+    the sheet's configuration column passes, judges as the defaults would)."""
+    resolved = _with_defaults(resolved, defaults)
     by_path = {str(getattr(a, "path", "")): a for a in accepted}
     out = []
     for t in SETTINGS:
@@ -458,6 +470,15 @@ def loosened(resolved: Mapping[str, Any], defaults: Mapping[str, Any], prov: Map
         out.append(Loosened(t.path, value, floor, t.bounds_text(), t.basis, (prov or {}).get(t.path),
                             who if ok else None, when if ok else None, getattr(entry, "why", None) if ok else None,
                             floor_basis))
+    return out
+
+
+def _with_defaults(tree: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """`tree` over `defaults`, section by section (a value of `tree` wins; a section it lacks is the default's)."""
+    out = dict(defaults)
+    for key, value in tree.items():
+        base = defaults.get(key)
+        out[key] = _with_defaults(value, base) if isinstance(value, Mapping) and isinstance(base, Mapping) else value
     return out
 
 

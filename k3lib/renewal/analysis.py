@@ -309,12 +309,14 @@ def full_cost(costs: CostsInput, production: dict[str, Any], comparison: dict[st
 
 # --- 5. stability -----------------------------------------------------------------------------------------------
 
+UNCLASSIFIED = "unclassified"  # an incident whose class is blank (imported, its postmortem not written yet)
+
 def analyse_stability(incidents: Sequence[IncidentRecord], rules: RenewalRules,
                       drill: dict[str, Any] | None = None) -> dict[str, Any]:
     """Incidents by class, time to recover, the five questions over the log, and the drill's answers if any."""
     by_cat: dict[str, list[IncidentRecord]] = defaultdict(list)
     for inc in incidents:
-        by_cat[inc.category].append(inc)
+        by_cat[inc.category or UNCLASSIFIED].append(inc)
     rows = []
     for cat, items in sorted(by_cat.items()):
         mins = [i.minutes_to_recover for i in items if i.minutes_to_recover is not None]
@@ -333,6 +335,7 @@ def analyse_stability(incidents: Sequence[IncidentRecord], rules: RenewalRules,
     unshown = [q for q in FIVE_QUESTIONS if q not in drill_no and q not in log_no
                and drill_answers.get(q) != "yes" and questions[q]["yes"] == 0]
     failed = bool(slow or drill_no or log_no)
+    unclassified = [i.id for i in incidents if i.category is None]  # a blank class is not shown, never favourable
     return {
         "incidents": len(incidents),
         "by_category": rows,
@@ -342,13 +345,14 @@ def analyse_stability(incidents: Sequence[IncidentRecord], rules: RenewalRules,
         "drill": drill,
         "not_shown": unshown,
         # False: a failure was seen; None: nothing failed but some question was never shown (never counted as yes)
-        "recoverable": False if failed else None if unshown else True,
+        "recoverable": False if failed else None if unshown or unclassified else True,
         "not_recoverable_because": ([f"{len(slow)} incident(s) recovered later than "
                                      f"{figure(rules.max_recovery_min, ' min')} or never: {', '.join(slow)}"]
                                     if slow else [])
         + ([f"the incident log answers no to: {', '.join(log_no)}"] if log_no else [])
         + ([f"the drill answers no to: {', '.join(drill_no)}"] if drill_no else [])
-        + ([f"neither the drill nor the incident log shows: {', '.join(unshown)}"] if unshown else []),
+        + ([f"neither the drill nor the incident log shows: {', '.join(unshown)}"] if unshown else [])
+        + ([f"{len(unclassified)} incident(s) not classified: {', '.join(unclassified)}"] if unclassified else []),
     }
 
 

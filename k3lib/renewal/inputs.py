@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Annotated, Any, Iterator, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..core.errors import BadInputError
+from .costsources import CostSource, CurrencyConversion, mismatched_items
 
 LoadCategory = Literal["batch", "agent", "peak", "test", "maintenance"]
 TaskPath = Literal["self-hosted", "api"]
@@ -95,10 +96,17 @@ class TaskRecord(_Row):
         classmethod(lambda cls, v: _utc(_blank_none(v))))
 
 
+def _incident_class(v: Any) -> Any:
+    """Blank: not classified yet (an imported incident before its postmortem), shown as such and never counted as
+    recoverable; `node-accelerator` (the spelling an earlier README used) is read as `node/accelerator`."""
+    v = _blank_none(v)
+    return "node/accelerator" if isinstance(v, str) and v.strip() == "node-accelerator" else v
+
+
 class IncidentRecord(_Row):
     id: Annotated[str, Field(min_length=1)]
     started_at: dt.datetime
-    category: IncidentCategory
+    category: IncidentCategory | None = None  # blank: not classified (never favourable)
     # blank: not established for this incident (shown as unknown, never counted as yes)
     detected_automatically: bool | None = None
     previous_version_restored: bool | None = None
@@ -110,6 +118,7 @@ class IncidentRecord(_Row):
     _b = field_validator(*FIVE_QUESTIONS, mode="before")(classmethod(lambda cls, v: _bool(_blank_none(v))))
     _t = field_validator("started_at", mode="before")(classmethod(lambda cls, v: _utc(v)))
     _m = field_validator("minutes_to_recover", mode="before")(classmethod(lambda cls, v: _blank_none(v)))
+    _c = field_validator("category", mode="before")(classmethod(lambda cls, v: _incident_class(v)))
 
 
 class HoursRecord(_Row):
@@ -136,8 +145,24 @@ class CostsInput(BaseModel):
     api_bill_same_tasks: Money = None  # the API bill for the same task set
     delivered_tasks_value: Money = None
     hourly_rate: Money = None
+    # written by `k3 import`: the rates applied to bills in another currency, and what each export gave per item
+    conversions: tuple[CurrencyConversion, ...] = ()
+    sources: tuple[CostSource, ...] = ()
 
     _blank = field_validator(*COST_ITEMS, mode="before")(classmethod(lambda cls, v: _blank_none(v)))
+
+    @model_validator(mode="after")
+    def _sources_agree(self) -> "CostsInput":
+        if self.conversions and self.currency is None:
+            raise ValueError("conversions: a rate without the currency it converts to; expected currency: EUR")
+        same = [c.from_currency for c in self.conversions if c.from_currency == self.currency]
+        if same:
+            raise ValueError(f"conversions: a rate from {same[0]} to itself; expected rates from other currencies")
+        bad = mismatched_items({k: getattr(self, k) for k in COST_ITEMS}, self.sources)
+        if bad:
+            raise ValueError(f"sources: {bad[0]}; expected the amounts the imports wrote (re-run k3 import, or "
+                             "remove that source to set the amount by hand)")
+        return self
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -168,13 +193,25 @@ def _csv_lines(reader: Any, p: Path, what: str) -> Iterator[list[str]]:
         raise BadInputError(f"line {reader.line_num}: not readable as {what} ({exc})", source=str(p)) from None
 
 
+def _blank_leading_comments(text: str) -> str:
+    """The `#` lines before the header (an importer's provenance header) blanked, so line numbers stay the file's."""
+    lines = text.split("\n")
+    for i, line in enumerate(lines):
+        if line.startswith("#"):
+            lines[i] = ""
+        elif line.strip():
+            break
+    return "\n".join(lines)
+
+
 def read_csv_rows(path: str | Path, columns: tuple[str, ...], model: type[_Row], what: str) -> list[tuple[int, Any]]:
-    """(line number, row) of a CSV with exactly `columns` (any order, whitespace tolerated) validated by `model`."""
+    """(line number, row) of a CSV with exactly `columns` (any order, whitespace tolerated) validated by `model`;
+    `#` lines and blank lines before the header are skipped."""
     p = Path(path)
-    text = _read_text(p, what)
+    text = _blank_leading_comments(_read_text(p, what))
     reader = csv.reader(io.StringIO(text))
     lines = _csv_lines(reader, p, what)
-    header = next(lines, None)
+    header = next((row for row in lines if row and any(c.strip() for c in row)), None)
     if header is None:
         raise BadInputError(f"line 1: empty file; expected a header with {', '.join(columns)}", source=str(p))
     names = [h.strip() for h in header]
@@ -182,7 +219,7 @@ def read_csv_rows(path: str | Path, columns: tuple[str, ...], model: type[_Row],
     unknown = [c for c in names if c not in columns]
     if missing or unknown:
         problem = f"missing column {missing[0]!r}" if missing else f"unknown column {unknown[0]!r}"
-        raise BadInputError(f"line 1 (header): {problem}; expected the columns {', '.join(columns)}",
+        raise BadInputError(f"line {reader.line_num} (header): {problem}; expected the columns {', '.join(columns)}",
                             source=str(p))
     rows = []
     for cells in lines:
@@ -256,12 +293,15 @@ def read_costs(path: str | Path) -> CostsInput:
     except ValidationError as exc:
         err = exc.errors()[0]
         key = str(err["loc"][0]) if err.get("loc") else "(top level)"
+        if key in ("conversions", "sources") or not err.get("loc"):
+            where = ".".join(str(x) for x in err.get("loc", ())) or "(top level)"
+            raise BadInputError(f"key {where}: {_expected(err)}", source=str(p)) from None
         line = _key_lines(text).get(key)
         where = f"line {line}, " if line else ""
         if key == "currency":
             msg = f"expected an ISO 4217 code such as EUR or USD (got {err.get('input')!r})"
         elif err.get("type") == "extra_forbidden":
-            msg = f"unknown cost item; expected one of currency, {', '.join(COST_ITEMS)}"
+            msg = f"unknown cost item; expected one of currency, {', '.join(COST_ITEMS)}, conversions, sources"
         else:
             msg = f"{_expected(err)}; expected an amount ≥ 0 or blank"
         raise BadInputError(f"{where}key {key}: {msg}", source=str(p)) from None

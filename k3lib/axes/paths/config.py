@@ -33,6 +33,8 @@ class Endpoint(_Model):
     api_key_env: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")] | None = None  # the variable's NAME
     price_input_per_mtok: Annotated[float, Field(ge=0)] | None = None  # in the review's currency; None: unknown
     price_output_per_mtok: Annotated[float, Field(ge=0)] | None = None
+    # cache-hit input (`usage.prompt_tokens_details.cached_tokens`); None: cache hits priced as input
+    price_cached_input_per_mtok: Annotated[float, Field(ge=0)] | None = None
     concurrency: Annotated[int, Field(ge=1, le=256)] = 4
     connect_timeout_s: Annotated[float, Field(gt=0)] = 10.0
 

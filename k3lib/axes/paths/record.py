@@ -43,6 +43,7 @@ class EndpointInfo(_M):
     price_input_per_mtok: Num
     price_output_per_mtok: Num
     concurrency: int
+    price_cached_input_per_mtok: Num = None  # None: cache hits priced as input (records before it existed too)
 
 
 class TaskOutcome(_M):

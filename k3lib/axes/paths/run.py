@@ -26,6 +26,7 @@ from ...core.retry import RetryPolicy
 from ...core.store import RunStore
 from .config import CANCEL_GRACE_S, Endpoint, PathsParams, RequestFormat
 from .judge import Exchange, call_problem, judge
+from .pricing import token_cost
 from .record import (REQUESTS_FILE, RECORD_FILE, EndpointInfo, FixedElement, PathsResult, TaskOutcome,
                      canonical_hash, paired, record_data, summarise)
 from .tasks import Task, TaskSet, load_task_set
@@ -262,7 +263,9 @@ class PathRunner:
         prompt, completion = _known_sum(tally.prompt), _known_sum(tally.completion)
         if (prompt is None or completion is None) and tally.errors == [] and tally.requests:
             return None
-        return round(((prompt or 0) * pin + (completion or 0) * pout) / 1e6, 8)
+        cost = token_cost(prompt or 0, _known_sum(tally.cached), completion or 0, pin, pout,
+                          self.ep.price_cached_input_per_mtok)
+        return None if cost is None else round(cost, 8)
 
 
 def _known_sum(values: list[int | None]) -> int | None:
@@ -296,7 +299,8 @@ def run_paths(params: PathsParams, store: RunStore, tasks: TaskSet | None = None
         summaries.append(summarise(name, len(tasks.tasks), out, runner.budget.stopped_by, runner.duration_s))
         endpoints.append(EndpointInfo(name=name, base_url=ep.base_url, model=runner.client.model,
                                       api_key_env=ep.api_key_env, price_input_per_mtok=ep.price_input_per_mtok,
-                                      price_output_per_mtok=ep.price_output_per_mtok, concurrency=ep.concurrency))
+                                      price_output_per_mtok=ep.price_output_per_mtok, concurrency=ep.concurrency,
+                                      price_cached_input_per_mtok=ep.price_cached_input_per_mtok))
     if store.path(REQUESTS_FILE).exists():
         store.adopt(REQUESTS_FILE)
     names = list(params.paths.endpoints)

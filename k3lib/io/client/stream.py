@@ -75,6 +75,8 @@ def _usage_fields(usage: Any) -> dict[str, Any]:
     details = usage.get("prompt_tokens_details")
     # null details (vLLM ≤0.22 on a cache miss) and a 0 are different facts: keep None for the former
     out["cached_tokens"] = details.get("cached_tokens") if isinstance(details, dict) else None
+    if out["cached_tokens"] is None and isinstance(usage.get("cached_tokens"), int):
+        out["cached_tokens"] = usage["cached_tokens"]  # Moonshot's (Kimi API) usage puts its cache hits on top
     cdetails = usage.get("completion_tokens_details")
     out["reasoning_tokens"] = cdetails.get("reasoning_tokens") if isinstance(cdetails, dict) else None
     return out

@@ -1,0 +1,168 @@
+"""One function per `k3 import` source: read the export, apply the parameters, write (or update) the review's
+input file with its provenance header, and return the lines the command prints. Bad input is one BadInputError
+line; the file is checked by the review's own reader once written."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+from ...core.errors import BadInputError
+from ..costsources import CostSource, CurrencyConversion
+from ..inputs import read_costs
+from .bills import read_bill
+from .costlines import ITEMS, notes as cost_notes, selection_words, split
+from .costsfile import update_costs
+from .hours import hours_by_week, read_worklogs, update_hours
+from .incidents import read_export, resolve, to_fill, write_incidents
+from .oncall import off_hours_effort
+from .params import ImportSection, WindowParams
+from .provenance import Provenance, Window
+from .usage import notes as usage_notes, read_usage
+
+
+def window_of(section: ImportSection, review_file: str | None = None) -> Window:
+    """The window the parameters name, else the review parameters' series window."""
+    w: WindowParams | None = section.window
+    if w is None and review_file:
+        from ..params import load_review_params
+
+        series = load_review_params([review_file]).review.series
+        if series is not None:
+            w = WindowParams(start=series.start, end=series.end)
+    if w is None:
+        raise BadInputError("no window; expected --window START/END (e.g. 2026-07-24T00:00:00Z/2026-08-14T00:00:00Z), "
+                            "imports.window, or --review FILE (its review.series window)", source="k3 import")
+    return Window(w.start, w.end)
+
+
+def _currency(section: ImportSection, out: Path, billed: set[str]) -> str:
+    if section.currency:
+        return section.currency
+    if out.exists() and (have := read_costs(out).currency):
+        return have
+    if len(billed) == 1:
+        return next(iter(billed))
+    raise BadInputError(f"lines in {', '.join(sorted(billed)) or 'no currency'} and no review currency; expected "
+                        "--currency EUR (with --rate for every other currency)", source="k3 import")
+
+
+def _used(conversions: tuple[CurrencyConversion, ...], currencies: set[str]) -> tuple[CurrencyConversion, ...]:
+    return tuple(c for c in conversions if c.from_currency in currencies)
+
+
+def import_bill(kind: str, source: str | Path, out: str | Path, section: ImportSection, window: Window) -> list[str]:
+    """`k3 import focus|cur|gcp|invoice`: the capacity, storage, network and monitoring items of costs.yaml."""
+    p = section.costs
+    lines = read_bill(kind, source, p)
+    target = _currency(section, Path(out), {line.currency for line in lines})
+    s = split(lines, p, window, target, section.conversions)
+    mapped, blank, notes = cost_notes(s, p)
+    conv = _used(section.conversions, set(s.currencies) - {target})
+    notes += [f"converted {c.from_currency} → {target} at {c.rate:g} ({c.date.isoformat()}"
+              f"{', ' + c.source if c.source else ''})" for c in conv]
+    prov = Provenance.of(kind, source, window, selection=selection_words(p), mapped=mapped, blank=blank,
+                         notes=notes, owns=sorted(s.items))
+    entry = CostSource(importer=kind, file=prov.source, sha256=prov.sha256,  # type: ignore[arg-type]
+                       items=s.items, window=window.label(), selection=prov.selection)  # type: ignore[arg-type]
+    costs = update_costs(out, entry, prov, target, conv)
+    shown = [f"{item}: {getattr(costs, item)} {target}" + (" (this import)" if item in s.items else " (unchanged)")
+             for item in ITEMS]
+    return [f"wrote {out}", *shown, *[f"  {n}" for n in notes]]
+
+
+def import_incidents(kind: str, source: str | Path, out: str | Path, section: ImportSection, window: Window,
+                     hours_out: str | Path | None = None, force: bool = False) -> list[str]:
+    """`k3 import pagerduty|opsgenie`: the incidents file; with `hours_out`, PagerDuty's off-hours effort."""
+    p = section.incidents
+    incidents, notes = resolve(read_export(kind, source, p), p, window)
+    fill = [line for inc in incidents if (line := to_fill(inc))]
+    clock = ("created_at → resolved_at (trigger → resolve; seconds_to_resolve when given)" if kind == "pagerduty"
+             else "impactStartDate → impactEndDate (impact)" if p.clock == "impact" else "createdAt → resolvedAt")
+    derived = sum(inc.values.get("detected_automatically") is not None for inc in incidents)
+    prov = Provenance.of(kind, source, window, selection=f"services {', '.join(p.services) or 'all'}",
+                         mapped=[f"id, started_at, minutes_to_recover on the clock {clock}",
+                                 f"detected_automatically derived for {derived} of {len(incidents)} incident(s)",
+                                 "category and the drill's answers from " + (p.postmortems or "no postmortems file")
+                                 + (f" and the stated classes {dict(p.classes)}" if p.classes else "")],
+                         blank=[f"to fill: {line}" for line in fill], notes=notes, owns=["incidents"])
+    write_incidents(out, incidents, prov, force=force)
+    shown = [f"wrote {out}: {len(incidents)} incident(s), {len(fill)} with blanks to fill (listed below and in "
+             "its header; a blank is never counted as favourable)", *[f"  {line}" for line in fill],
+             *[f"  {n}" for n in notes]]
+    if hours_out is not None:
+        shown += _off_hours(kind, source, hours_out, incidents, section, window, force)
+    return shown
+
+
+def _off_hours(kind: str, source: str | Path, hours_out: str | Path, incidents: list, section: ImportSection,
+               window: Window, force: bool) -> list[str]:
+    p = section.incidents
+    efforts = [{**inc.effort, "id": inc.id} for inc in incidents if inc.effort]
+    if not efforts:
+        raise BadInputError("no engaged_seconds or user_defined_effort_seconds with a resolution time: the off-hours "
+                            "effort needs PagerDuty's Analytics raw incidents export (drop --hours)", source=str(source))
+    by_week, notes = off_hours_effort(efforts, p, window)
+    rows = {(week, "out-of-hours"): h for week, h in by_week.items()}
+    prov = Provenance.of(kind, source, window, mapped=[
+        "out-of-hours: user_defined_effort_seconds (else engaged_seconds) spread over first acknowledgement → "
+        f"resolution; the part outside {p.business_hours[0]}:00–{p.business_hours[1]}:00 Monday–Friday "
+        f"({p.timezone}) counted"], notes=notes)
+    update_hours(hours_out, rows, {"out-of-hours"}, prov, force=force)
+    return [f"wrote {hours_out}: out-of-hours " + ", ".join(f"{w} {h:.2f} h" for (w, _), h in sorted(rows.items()))]
+
+
+def import_worklogs(source: str | Path, out: str | Path, section: ImportSection, window: Window,
+                    force: bool = False) -> list[str]:
+    """`k3 import jira`: hours per ISO week and category."""
+    p = section.hours
+    maps = {**p.projects, **p.labels, **p.components, **p.issues}
+    if not maps:
+        raise BadInputError("no mapping to the nine categories; expected imports.hours.labels, components, issues or "
+                            "projects (see parameters/imports.example.yaml)", source="k3 import jira")
+    rows, notes = hours_by_week(read_worklogs(source, p), p, window)
+    owns: set[str] = set(maps.values())
+    mapping_words = "; ".join(f"{what} {dict(m)}" for what, m in (("issues", p.issues), ("components", p.components),
+                                                                   ("labels", p.labels), ("projects", p.projects)) if m)
+    prov = Provenance.of("jira", source, window, mapped=[f"worklog start → ISO week ({p.timezone}); {mapping_words}"],
+                         blank=[f"{c}: no worklog in the window" for c in sorted(owns - {c for _, c in rows})],
+                         notes=notes)
+    update_hours(out, rows, owns, prov, force=force)
+    total = sum(rows.values())
+    return [f"wrote {out}: {total:.2f} h in {len(rows)} week/category row(s)", *[f"  {n}" for n in notes]]
+
+
+def import_usage(source: str | Path, out: str | Path, section: ImportSection, window: Window) -> list[str]:
+    """`k3 import usage`: api_bill_same_tasks of costs.yaml."""
+    p = section.usage
+    bill = read_usage(source, p, window)
+    target = section.currency or (read_costs(out).currency if Path(out).exists() else None) or bill.currency
+    rate = 1.0
+    conv: tuple[CurrencyConversion, ...] = ()
+    if bill.currency != target:
+        found = [c for c in section.conversions if c.from_currency == bill.currency]
+        if not found:
+            raise BadInputError(f"prices in {bill.currency} and the review in {target}; expected --rate "
+                                f"{bill.currency}=RATE@DATE", source="k3 import usage")
+        rate, conv = found[0].rate, (found[0],)
+    amount = round(bill.cost * rate, 2)
+    mapped, notes = usage_notes(bill, p)
+    notes += [f"converted {c.from_currency} → {target} at {c.rate:g} ({c.date.isoformat()})" for c in conv]
+    prov = Provenance.of("usage", source, window, selection=f"task field {p.task_field or '-'}", mapped=mapped,
+                         notes=notes, owns=["api_bill_same_tasks"])
+    entry = CostSource(importer="usage", file=prov.source, sha256=prov.sha256,
+                       items={"api_bill_same_tasks": amount}, window=window.label(), selection=prov.selection)
+    update_costs(out, entry, prov, target, conv)
+    return [f"wrote {out}: api_bill_same_tasks {amount} {target}", *[f"  {n}" for n in notes]]
+
+
+def parse_window(text: str) -> WindowParams:
+    start, sep, end = text.partition("/")
+    if not sep:
+        raise BadInputError(f"expected START/END (got {text!r})", source="--window")
+    try:
+        return WindowParams(start=dt.datetime.fromisoformat(start.replace("Z", "+00:00")),
+                            end=dt.datetime.fromisoformat(end.replace("Z", "+00:00")))
+    except ValueError as exc:
+        raise BadInputError(f"expected ISO 8601 times, e.g. 2026-07-24T00:00:00Z/2026-08-14T00:00:00Z ({exc})",
+                            source="--window") from None
