@@ -107,8 +107,7 @@ def test_recipe_profile_carries_the_source_document_values():
     p = load_params([ROOT / "parameters" / "emulator.yaml"])
     assert p.recipe.vllm_min == "0.27.1"
     assert set(p.recipe.required_flags) == {"--enable-auto-tool-choice", "--tool-call-parser kimi_k3",
-                                            "--reasoning-parser kimi_k3", "--enable-prefix-caching",
-                                            "--trust-remote-code"}
+                                            "--reasoning-parser kimi_k3", "--trust-remote-code"}
     assert p.recipe.prefix_caching is True
 
 
@@ -122,7 +121,7 @@ def test_the_k3_profile_follows_vllms_k3_recipe():
     assert p.axes.capacity.ready_timeout_s >= 3600 and p.recipe.spec_decode_min_acceptance_length is not None
 
 
-def test_a_kimi_k3_recipe_cannot_drop_the_flags_vllms_recipe_adds(tmp_path):
+def test_a_kimi_k3_recipe_cannot_drop_the_flag_vllms_recipe_adds(tmp_path):
     f = tmp_path / "k3.yaml"
     f.write_text(textwrap.dedent(VALID) + textwrap.dedent("""\
         recipe:
@@ -132,7 +131,7 @@ def test_a_kimi_k3_recipe_cannot_drop_the_flags_vllms_recipe_adds(tmp_path):
           driver_branch_min: 580
           required_flags: [--enable-auto-tool-choice, --tool-call-parser kimi_k3, --reasoning-parser kimi_k3]
         """))
-    with pytest.raises(BadInputError, match=r"--enable-prefix-caching, --trust-remote-code"):
+    with pytest.raises(BadInputError, match=r"the server flags --trust-remote-code"):
         load_params([f])
 
 

@@ -222,16 +222,13 @@ def _tool_turns_floor(resolved: Mapping[str, Any]) -> tuple[int, str]:
 
 
 def _modes_floor(resolved: Mapping[str, Any]) -> tuple[int, str]:
-    modes = tuple(_get(resolved, "contract.client_stream_modes") or ())
-    return len(modes), f"every stream mode the clients use: contract.client_stream_modes {list(modes)}"
+    modes = list(_get(resolved, "contract.client_stream_modes") or ())
+    return len(modes), f"every stream mode the clients use: contract.client_stream_modes {modes}"
 
 
-def _modes_run(value: Any, resolved: Mapping[str, Any]) -> int:
-    """How many of the clients' stream modes the agent axis runs: all of them unless one is forced."""
+def _modes_run(value: Any, resolved: Mapping[str, Any]) -> int:  # the clients' modes the agent axis runs
     modes = tuple(_get(resolved, "contract.client_stream_modes") or ())
-    if value is None:
-        return len(modes)
-    return int(("stream" if value else "non-stream") in modes)
+    return len(modes) if value is None else int(("stream" if value else "non-stream") in modes)
 
 
 def _longest_prefix(value: Any, resolved: Mapping[str, Any]) -> Any:

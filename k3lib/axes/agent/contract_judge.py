@@ -137,3 +137,10 @@ def contract_findings(rows: Sequence[Mapping[str, Any]], settings: Mapping[str, 
                                    f"{r.get('mode')}: {r.get('detail')}" for r in mine[:2]) + ")",
                                evidence=evidence))
     return out
+
+
+def contract_rows(rows: Sequence[Mapping[str, Any]], settings: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The results as the sheet shows them: item, mode, passed, the seed item it serves, blocking, what was seen."""
+    return [{"id": r["id"], "mode": r.get("mode"), "passed": r.get("passed"), "detail": r.get("detail"),
+             "seed_item": ITEMS[r["id"]].seed_item, "blocks": blocks(ITEMS[r["id"]], settings)}
+            for r in [*rows, *derived_rows(rows, settings)] if r["id"] in ITEMS]

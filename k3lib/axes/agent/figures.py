@@ -102,9 +102,10 @@ def contract_table(result: AgentResult) -> Any:
     it blocks the agents, and what was seen."""
     import pandas as pd
 
-    from .judge import contract_rows
+    from .contract_judge import contract_rows
 
-    return pd.DataFrame(contract_rows(result), columns=["id", "mode", "passed", "seed_item", "blocks", "detail"])
+    return pd.DataFrame(contract_rows(result.contract, result.settings),
+                        columns=["id", "mode", "passed", "seed_item", "blocks", "detail"])
 
 
 def rates_figure(result: AgentResult) -> Any:

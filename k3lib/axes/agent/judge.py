@@ -16,7 +16,7 @@ from ...core.numbers import figure
 from . import checks as C
 from . import figures
 from .config import DEFAULT_MIN_PASS_RATE
-from .contract_judge import contract_findings
+from .contract_judge import contract_findings, contract_rows
 from .figures import FailingReply
 from .rate import failure_rate_finding
 from .serving import longest_silence, serving_findings
@@ -249,20 +249,10 @@ def agent_record(result: AgentResult, ctx: Any) -> EvidenceRecord:
               "max_clean_concurrency": result.max_clean_concurrency(),
               "cases": figures.cases_table(result).to_dict(orient="records"),
               "tool_turns": {**result.series, **(_rate_observed(findings))},
-              "contract": contract_rows(result),
+              "contract": contract_rows(result.contract, result.settings),
               "longest_silence_s": longest_silence(result)})
 
 
 def _rate_observed(findings: list[Finding]) -> dict[str, Any]:
     f = next((f for f in findings if f.rule == "agent.tool_call_failure_rate"), None)
     return {"status": f.status, **(f.observed or {})} if f is not None else {}
-
-
-def contract_rows(result: AgentResult) -> list[dict[str, Any]]:
-    """The contract check's results as the sheet shows them: item, mode, passed, seed item, blocking, detail."""
-    from .contract_judge import ITEMS, blocks, derived_rows
-
-    rows = [*result.contract, *derived_rows(result.contract, result.settings)]
-    return [{"id": r["id"], "mode": r.get("mode"), "passed": r.get("passed"), "detail": r.get("detail"),
-             "seed_item": ITEMS[r["id"]].seed_item, "blocks": blocks(ITEMS[r["id"]], result.settings)}
-            for r in rows if r["id"] in ITEMS]
