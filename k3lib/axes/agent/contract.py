@@ -216,14 +216,13 @@ class ContractCheck:
     def _history(self, field: str | None) -> list[dict[str, Any]]:
         """The opening turn, the model's call (with reasoning under `field`, or none), its result: the next request
         of the same turn, where an agent needs its own reasoning back."""
-        args = {"order_id": "A-1042"} if self.expect == "lookup_order" else {}
-        call = {"id": "call-k3kit-0", "type": "function",
-                "function": {"name": self.expect or "lookup_order", "arguments": json.dumps(args)}}
+        name = self.expect or "lookup_order"
+        args = {"order_id": "A-1042"} if name == "lookup_order" else {}
+        call = {"id": "call-k3kit-0", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
         assistant: dict[str, Any] = {"role": "assistant", "content": "", "tool_calls": [call]}
         if field is not None:
             assistant[field] = HISTORY_REASONING
-        result = execute(call["function"]["name"], args) if call["function"]["name"] == "lookup_order" \
-            else {"ok": True}
+        result = execute(name, args) if name == "lookup_order" else {"ok": True}
         return [*self._messages(), assistant,
                 {"role": "tool", "tool_call_id": call["id"], "content": result_text(result)}]
 
