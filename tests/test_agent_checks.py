@@ -184,14 +184,51 @@ def test_executable_check(kwargs, others, ok, detail):
     pytest.param("<|open|>think<|sep|>I should call it.<|close|>think<|sep|>", None, [], "kimi_k3 think",
                  id="k3-think-in-content"),
     pytest.param("<think>I should call it.</think>", None, [], "<think> think", id="think-tags-in-content"),
-    pytest.param(None, "<|open|>think<|sep|>nested", [], None, id="think-in-reasoning-is-no-leak"),
+    # any Kimi K3 control token or stripped call header, in content or reasoning, is a leak named as one
+    pytest.param(None, "<|open|>think<|sep|>nested", [], "Kimi K3 control token '<|open|>think<|sep|>' in reasoning",
+                 id="think-marker-in-reasoning"),
+    pytest.param("The tracking code is ZX-10042.<|close|>message<|sep|>", None, [],
+                 "Kimi K3 control token '<|close|>message<|sep|>' in content", id="close-message-vllm-54273"),
+    pytest.param("Done.<|end_of_msg|>", None, [], "Kimi K3 control token '<|end_of_msg|>'", id="end-of-msg"),
+    pytest.param("Checking. <|sep|>", None, [], "Kimi K3 control token '<|sep|>'", id="bare-sep"),
+    pytest.param('call tool="lookup_order" index="1" {"order_id": "A-1"}', None, [], "kimi_k3 tool-call markup",
+                 id="stripped-call-header"),
+    pytest.param(None, 'argument key="city" type="string" Oslo', [], "kimi_k3 tool-call markup in reasoning",
+                 id="stripped-argument-header"),
+    pytest.param("Use <|im_end|> and |sep| in prose; an open|close door.", None, [], None, id="near-misses"),
 ])
 def test_markup_leak_is_named_by_family(content, reasoning, names, family):
     calls = [call(name=n) for n in names]
     o = C.check_markup(content, reasoning, calls)
     assert o.passed is (family is None)
     if family:
-        assert o.detail.startswith(family)
+        assert o.detail.startswith("leak: ") and o.detail.removeprefix("leak: ").startswith(family), o.detail
+
+
+@pytest.mark.parametrize("thinking, finish, content, reasoning, failing", [
+    pytest.param(True, "length", "The user asks about the order, so I", None, "no_reasoning_leak",
+                 id="truncated-reasoning-as-content-vllm-50258"),
+    pytest.param(True, "stop", "The code is ZX-1.", None, "reasoning_present", id="no-reasoning-field"),
+    pytest.param(True, "length", None, "I think", None, id="cut-inside-reasoning-is-no-leak"),
+    pytest.param(True, "length", "partial answer", "I thought", None, id="answer-cut-after-reasoning"),
+    pytest.param(True, "stop", "ok", "I thought", None, id="healthy"),
+    pytest.param(None, "length", "cut", None, None, id="thinking-not-declared-checks-nothing"),
+])
+def test_reasoning_out_of_its_field_is_named(thinking, finish, content, reasoning, failing):
+    outcomes = C.check_reasoning(thinking, finish, content, reasoning)
+    bad = [o for o in outcomes if not o.passed]
+    assert [o.check for o in bad] == ([failing] if failing else [])
+    if failing == "no_reasoning_leak":
+        assert bad[0].detail.startswith("leak: reasoning truncated into content") and "vllm#50258" in bad[0].detail
+        assert len(outcomes) == 1  # the leak, not also "no reasoning field"
+    if not thinking:
+        assert outcomes == []
+
+
+def test_longest_silence_is_the_widest_gap_between_byte_carrying_moments():
+    s = 1_000_000_000
+    assert C.longest_silence_s([0, s // 10, 2 * s // 10, 95 * s // 10, 96 * s // 10]) == 9.3
+    assert C.longest_silence_s([0, None, s]) == 1.0 and C.longest_silence_s([5]) is None
 
 
 @pytest.mark.parametrize("calls, leaked, ok, detail", [

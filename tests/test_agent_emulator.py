@@ -88,14 +88,18 @@ def test_healthy_every_check_passes_at_every_level(server, tmp_path):
 def test_tool_faults_fail_the_matching_checks_near_the_injected_share(server, tmp_path, fault, share, failing):
     restart(server, fault)
     # ~100 tool calls under load: the measured share's standard error is ~0.045, the tolerance 0.15
-    _ctx, result, record = run(server, tmp_path, "axes.agent.repetitions=24", "axes.agent.concurrency_levels=[8]")
+    _ctx, result, record = run(server, tmp_path, "axes.agent.repetitions=24", "axes.agent.concurrency_levels=[8]",
+                               "axes.agent.tool_turns=1", "axes.agent.contract_check=false")
     assert record.status == "fail"
+    calls = record.by_rule("agent.tool_calls_present").observed["8"]["total"]  # the replies that must carry a call
     for check in failing:
         finding = record.by_rule(f"agent.{check}")
         assert finding.status == "fail" and level_for(finding)[0] == "limited-observation"
         row = finding.observed["8"]
         assert row["total"] >= 60, row
-        assert abs((1 - row["rate"]) - share) <= 0.15, (check, row)
+        # every reply is scanned for leaks, and only the ones carrying a call can leak one
+        failed_share = row["failed"] / calls if check == "no_markup_leak" else 1 - row["rate"]
+        assert abs(failed_share - share) <= 0.15, (check, row)
     verdict = decide({"agent": record}, ["agent"])
     assert verdict.decision == "limited-observation" and verdict.agents_blocked
     untouched = ("function_name", "requests_ok") + (("arguments_valid",) if "leak" in fault else ("no_markup_leak",))

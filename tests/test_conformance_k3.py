@@ -84,6 +84,27 @@ def stream_form(chunks: list[dict[str, Any]]) -> dict[str, Any]:
             "calls": call_forms, "usage": usage_form(usage[-1]) if usage else None}
 
 
+# Requests the vendor contract check sends that a server must refuse with 400 (None: the key is left out).
+REFUSED = (("required without tools", {"tools": None, "tool_choice": "required"}),
+           ("empty tools", {"tools": [], "tool_choice": "required"}),
+           ("invalid tool_choice", {"tool_choice": "bogus"}),
+           ("json_schema without json_schema", {"tools": None, "tool_choice": None,
+                                                "response_format": {"type": "json_schema"}}),
+           ("unknown response_format type", {"tools": None, "tool_choice": None, "response_format": {"type": "bogus"}}),
+           ("schema not an object", {"tools": None, "tool_choice": None, "response_format": {
+               "type": "json_schema", "json_schema": {"name": "x", "schema": "not a schema"}}}))
+
+
+def error_form(reply: Any) -> Any:
+    """An error reply as compared: the message whole, or for a request-model validation failure the location of
+    its first error (the list of alternatives pydantic tried is not the kit's concern)."""
+    if not isinstance(reply, dict) or "error" not in reply:
+        return "not an error"
+    message = str(reply["error"].get("message"))
+    loc = re.search(r"'loc': '([^']+)'", message)
+    return f"validation error at {loc.group(1)}" if "validation error" in message and loc else message
+
+
 class Side:
     """One server and the scenario's requests against it."""
 
@@ -141,6 +162,14 @@ class Side:
         del structured["tools"], structured["tool_choice"]
         status, body = self.post(structured)
         out["structured"] = {"status": status, **message_form(body)}
+        # the vendor contract's request validation (k3lib.axes.agent.contract): refused before any work, and how
+        for name, extra in REFUSED:
+            body = {**self.body([user], **extra)}
+            for key in ("tools", "tool_choice"):
+                if extra.get(key, "") is None:
+                    del body[key]
+            status, reply = self.post(body)
+            out[f"refused {name}"] = {"status": status, "error": error_form(reply)}
         for name, choice in (("named", {"type": "function", "function": {"name": "lookup_order"}}),
                              ("required", "required")):
             status, body = self.post(self.body([user], tool_choice=choice))

@@ -186,8 +186,10 @@ def _emitted_rule_ids() -> set[str]:
     """Rule ids the axes' code can emit: full-id literals, capacity's `_f("name", …)`, the prefix axis'
     `rule + "name"`, the agent's checks, and the runner's `{axis}.notebook` for an axis notebook that failed."""
     from k3lib.axes.agent.checks import CHECKS
+    from k3lib.axes.agent.contract_judge import ITEMS as CONTRACT
 
     out = {f"agent.{c}" for c in CHECKS} | {f"{a}.notebook" for a in AXES}
+    out |= {f"agent.{kind}.{i}" for i in CONTRACT for kind in ("contract", "compat")}  # `agent.{kind}.{item.id}`
     for path in (ROOT / "k3lib").rglob("*.py"):
         if path.name in ("decision.py", "sheet.py") or "renewal" in path.parts:
             continue

@@ -32,8 +32,8 @@ def c(server):
         client.post("/_emulator/restart", json={"faults": [], "time_scale": 0.02})
 
 
-def restart(c, *faults: str, time_scale: float = 0.02) -> None:
-    r = c.post("/_emulator/restart", json={"faults": list(faults), "time_scale": time_scale})
+def restart(c, *faults: str, time_scale: float = 0.02, profile: str = "demo") -> None:
+    r = c.post("/_emulator/restart", json={"faults": list(faults), "time_scale": time_scale, "profile": profile})
     assert r.status_code == 200, r.text
 
 
@@ -142,6 +142,113 @@ def probe_crash(c):
     return codes, c.get("/health").status_code, "EngineDeadError" in c.get("/_emulator/log").text
 
 
+# -- Kimi K3 on vLLM as reported in 2026: each probe reads the reply the way the defect shows ---------------
+def _chat(c, body):
+    return c.post("/v1/chat/completions", json=body).json()
+
+
+def _stream(c, body):
+    """(content, reasoning, tool-call deltas, longest gap between events in s) of a streamed reply."""
+    content, reasoning, calls, marks = "", "", 0, [time.perf_counter()]
+    with c.stream("POST", "/v1/chat/completions", json={**body, "stream": True}) as r:
+        for line in r.iter_lines():
+            if line.startswith("data: {"):
+                marks.append(time.perf_counter())
+                for ch in json.loads(line[6:]).get("choices") or ():
+                    d = ch.get("delta") or {}
+                    content += d.get("content") or ""
+                    reasoning += d.get("reasoning") or ""
+                    calls += len(d.get("tool_calls") or ())
+    return content, reasoning, calls, max(b - a for a, b in zip(marks, marks[1:]))
+
+
+def probe_call_in_reasoning(c):
+    msgs = [_chat(c, TOOL_BODY)["choices"][0] for _ in range(4)]
+    return [(bool(m["message"].get("tool_calls")), "<|open|>tools" in (m["message"].get("reasoning") or ""))
+            for m in msgs]
+
+
+def probe_channel_leak(c):
+    content, _, _, _ = _stream(c, {"messages": [{"role": "user", "content": "Say hello."}]})
+    whole = _chat(c, {"messages": [{"role": "user", "content": "Say hello."}]})["choices"][0]["message"]["content"]
+    return content.endswith("<|close|>message<|sep|>"), "<|close|>" in whole
+
+
+def probe_reasoning_as_content(c):
+    m = _chat(c, {"messages": [{"role": "user", "content": "Think hard."}], "max_tokens": 12})["choices"][0]
+    return m["finish_reason"], m["message"].get("content") is not None, m["message"].get("reasoning") is not None
+
+
+def probe_required_as_text(c):
+    m = _chat(c, {**TOOL_BODY, "tool_choice": "required"})["choices"][0]
+    return bool(m["message"].get("tool_calls")), "<|open|>tools" in (m["message"]["content"] or ""), m["finish_reason"]
+
+
+def probe_args_stall(c):
+    _, _, calls, gap = _stream(c, TOOL_BODY)
+    return calls, gap
+
+
+HISTORY = [{"role": "user", "content": "What is the weather in Oslo?"},
+           {"role": "assistant", "content": "", "reasoning": "I need the weather tool for Oslo, so I call it now.",
+            "tool_calls": [{"id": "c1", "type": "function",
+                            "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}]},
+           {"role": "tool", "tool_call_id": "c1", "content": '{"conditions": "light rain"}'}]
+
+
+def probe_history_dropped(c):
+    with_it = _chat(c, {"messages": HISTORY, "max_tokens": 1})["usage"]["prompt_tokens"]
+    bare = [{k: v for k, v in m.items() if k != "reasoning"} for m in HISTORY]
+    return with_it > _chat(c, {"messages": bare, "max_tokens": 1})["usage"]["prompt_tokens"]
+
+
+def probe_strip_reasoning(c):
+    whole = _chat(c, {"messages": [{"role": "user", "content": "Hi."}]})["choices"][0]["message"].get("reasoning")
+    return whole is not None, bool(_stream(c, {"messages": [{"role": "user", "content": "Hi."}]})[1])
+
+
+def probe_loose_args(c):
+    call = _chat(c, {**TOOL_BODY, "tool_choice": "required"})["choices"][0]["message"]["tool_calls"][0]
+    try:
+        jsonschema.validate(json.loads(call["function"]["arguments"]),
+                            {**WEATHER["function"]["parameters"], "additionalProperties": False})
+        return "valid"
+    except jsonschema.ValidationError:
+        return "invalid"
+
+
+def probe_stream_history(c):
+    content, reasoning, _, _ = _stream(c, {"messages": HISTORY})
+    return "<|open|>think<|sep|>" in content, bool(reasoning)
+
+
+def probe_sparse_retention(c):
+    restart(c, *[f for f in c.get("/_emulator/faults").json()["faults"]], profile="demo-hybrid")
+    msgs = [[{"role": "system", "content": "runbook " * 200}, {"role": "user", "content": f"question {i}"}]
+            for i in range(3)]
+    hits = [_chat(c, {"messages": m, "max_tokens": 1})["usage"]["prompt_tokens_details"]["cached_tokens"]
+            for m in msgs]
+    return hits, scrape(c).get("vllm:prefix_cache_sparse_retention_misses_total")
+
+
+def probe_slow_load(c):
+    """/health through the load: 503 while the weights load (slow-load=60 at time scale 0.02: 1.2 s), then 200."""
+    seen, t0 = [], time.perf_counter()
+    while time.perf_counter() - t0 < 5:
+        seen.append(c.get("/health").status_code)
+        if seen[-1] == 200:
+            break
+        time.sleep(0.1)
+    return seen[0], seen[-1], round(time.perf_counter() - t0, 1)
+
+
+def probe_dspark(c):
+    restart(c, *[f for f in c.get("/_emulator/faults").json()["faults"]], profile="demo-dspark")
+    _chat(c, {"messages": [{"role": "user", "content": "Write a line."}], "max_tokens": 16})
+    m = scrape(c)
+    return round(m["vllm:spec_decode_num_accepted_tokens_total"] / m["vllm:spec_decode_num_draft_tokens_total"], 2)
+
+
 CASES = [
     pytest.param("cuda12-image", probe_cuda12, lambda base, f: f[0] == "12.9" and f[1].endswith("-cu129")
                  and base[0] == "13.0", id="cuda12-image"),
@@ -167,6 +274,32 @@ CASES = [
     pytest.param("flaky-5xx=0.5", probe_flaky, lambda base, f: set(base) == {200} and {500, 503} & set(f)
                  and 200 in f, id="flaky-5xx"),
     pytest.param("memory-leak", probe_leak, lambda base, f: base == 0 and f >= 5 * 48, id="memory-leak"),
+    pytest.param("call-in-reasoning=1", probe_call_in_reasoning, lambda base, f: base == [(True, False)] * 4
+                 and f == [(False, True)] * 4, id="call-in-reasoning"),
+    pytest.param("channel-leak", probe_channel_leak, lambda base, f: base == (False, False) and f == (True, False),
+                 id="channel-leak"),
+    pytest.param("reasoning-as-content", probe_reasoning_as_content,
+                 lambda base, f: base == ("length", False, True) and f == ("length", True, False),
+                 id="reasoning-as-content"),
+    pytest.param("required-as-text", probe_required_as_text,
+                 lambda base, f: base == (True, False, "tool_calls") and f == (False, True, "stop"),
+                 id="required-as-text"),
+    pytest.param("args-stall=50", probe_args_stall, lambda base, f: base[0] == f[0] == 1 and f[1] > 0.8
+                 and f[1] > 4 * base[1], id="args-stall"),
+    pytest.param("history-reasoning-dropped", probe_history_dropped, lambda base, f: base is True and f is False,
+                 id="history-reasoning-dropped"),
+    pytest.param("strip-reasoning", probe_strip_reasoning, lambda base, f: base == (True, True)
+                 and f == (False, False), id="strip-reasoning"),
+    pytest.param("loose-strict-args", probe_loose_args, lambda base, f: base == "valid" and f == "invalid",
+                 id="loose-strict-args"),
+    pytest.param("stream-history-leak", probe_stream_history, lambda base, f: base == (False, True)
+                 and f == (True, False), id="stream-history-leak"),
+    pytest.param("sparse-retention-miss", probe_sparse_retention,
+                 lambda base, f: base[0][0] == base[0][1] == 0 and base[0][2] > 0 and f[0] == [0, 0, 0]
+                 and f[1] > base[1] > 0, id="sparse-retention-miss"),
+    pytest.param("slow-load=60", probe_slow_load, lambda base, f: base[:2] == (200, 200) and f[:2] == (503, 200)
+                 and f[2] >= 0.8, id="slow-load"),
+    pytest.param("dspark-low-accept", probe_dspark, lambda base, f: base == 0.5 and f < 0.1, id="dspark-low-accept"),
     pytest.param("crash=2", probe_crash, lambda base, f: base == ([200] * 4, 200, False)
                  and f == ([200, 200, 500, 500], 503, True), id="crash"),
 ]

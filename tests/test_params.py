@@ -107,8 +107,32 @@ def test_recipe_profile_carries_the_source_document_values():
     p = load_params([ROOT / "parameters" / "emulator.yaml"])
     assert p.recipe.vllm_min == "0.27.1"
     assert set(p.recipe.required_flags) == {"--enable-auto-tool-choice", "--tool-call-parser kimi_k3",
-                                            "--reasoning-parser kimi_k3"}
+                                            "--reasoning-parser kimi_k3", "--trust-remote-code"}
     assert p.recipe.prefix_caching is True
+
+
+def test_the_k3_profile_follows_vllms_k3_recipe():
+    """Production sampling, room for K3's reasoning, both stream modes, a 1 % tool-call tolerance, a cold load
+    waited for as long as the recipe's engine waits (VLLM_ENGINE_READY_TIMEOUT_S=3600)."""
+    p = load_params([ROOT / "parameters" / "production.example.yaml"])
+    s = p.recipe.sampling
+    assert (s.temperature, s.top_p, s.thinking) == (1.0, 0.95, True) and s.max_tokens >= 16384
+    assert p.contract.client_stream_modes == ("non-stream", "stream") and p.contract.max_tool_call_failure_rate == 0.01
+    assert p.axes.capacity.ready_timeout_s >= 3600 and p.recipe.spec_decode_min_acceptance_length is not None
+
+
+def test_a_kimi_k3_recipe_cannot_drop_the_flag_vllms_recipe_adds(tmp_path):
+    f = tmp_path / "k3.yaml"
+    f.write_text(textwrap.dedent(VALID) + textwrap.dedent("""\
+        recipe:
+          name: kimi-k3
+          vllm_min: "0.27.1"
+          cuda_major: 13
+          driver_branch_min: 580
+          required_flags: [--enable-auto-tool-choice, --tool-call-parser kimi_k3, --reasoning-parser kimi_k3]
+        """))
+    with pytest.raises(BadInputError, match=r"the server flags --trust-remote-code"):
+        load_params([f])
 
 
 def test_fault_flag_refused_for_a_real_target(tmp_path, capsys):

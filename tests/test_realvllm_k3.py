@@ -33,9 +33,11 @@ def validated(real_vllm_k3: RealVllm, tmp_path_factory: pytest.TempPathFactory):
 
 
 def agent_alone(server: RealVllm, out: Path, *sets: str) -> tuple[Any, Any, Any]:
-    """The agent axis alone against `server`, once at concurrency 1: (result, record, its decision)."""
+    """The agent axis alone against `server`, once at concurrency 1 (both stream modes), a two-turn series and no
+    contract check (the misconfigurations show in the scenario): (result, record, its decision)."""
     ctx = open_axis("agent", str(K3_PROFILE), [f"target.base_url={server.base_url}", "axes.agent.repetitions=1",
-                                               "axes.agent.concurrency_levels=[1]", *sets], str(out))
+                                               "axes.agent.concurrency_levels=[1]", "axes.agent.tool_turns=2",
+                                               "axes.agent.contract_check=false", *sets], str(out))
     result = agent.run_agent(ctx)
     record = ctx.record(agent.agent_record(result, ctx))
     return result, record, decide({"agent": record}, ["agent"])
@@ -53,33 +55,87 @@ def agent_reasons(decision: Any) -> list[str]:
     return [r for r in decision.reasons if ": agent." in r.split(" — ")[0]]
 
 
+# What stock vLLM 0.32.0 does on the K3 agent path, as measured (docs/real-engines.md): whole replies hold every
+# check; a streamed reply whose history carries reasoning loses its reasoning field and the think channel lands in
+# content (the answer after it may then miss the tool result); forced strict calls leave keys free.
+STREAM_AFTER_HISTORY = ("agent.no_markup_leak", "agent.reasoning_present", "agent.final_answer")
+VLLM_032_DEFECTS = (*STREAM_AFTER_HISTORY, "agent.contract.schema_suite", "agent.contract.history_reply")
+WHOLE_REPLY_CHECKS = ("requests_ok", "tool_calls_present", "function_name", "arguments_valid", "executable",
+                      "tool_error_fallback", "structure_stable", "history_kept", "no_reasoning_leak")
+
+
+def _reasoning_in_history(step: dict) -> bool:
+    return any(m.get("role") == "assistant" and (m.get("reasoning") or m.get("reasoning_content"))
+               for m in step["request"]["messages"])
+
+
 @pytest.mark.timeout(BATCH_TIMEOUT_S)
-def test_every_agent_check_passes_on_the_k3_model(validated):
+def test_the_k3_agent_path_on_real_vllm_as_measured(validated):
+    """Both stream modes, thinking on: whole replies pass every check at both levels, and every reply that leaks is
+    a streamed one after a history carrying reasoning — named as a leak, never as a broken answer."""
     code, _, records, decision = validated
     rec = records["agent"]
     assert not rec.error, rec.error
-    for check in TOOL_CHECKS:
+    for check in WHOLE_REPLY_CHECKS:
         f = rec.by_rule(f"agent.{check}")
         assert f.status == "pass", (check, f.message)
-        for level in ("1", "2"):  # at every concurrency level, with something checked there
+        for level in ("1", "2"):
             assert f.observed[level]["total"] > 0 and f.observed[level]["rate"] == 1.0, (check, level, f.observed)
-    assert rec.by_rule("agent.auto_tool_choice").status == "pass"
+    result = agent.load_agent_result(_store(validated))
+    modes = {s["reply"]["stream"] for s in result.steps}
+    assert modes == {True, False}, "both stream modes by default"
+    leaked = [s for s in result.steps if any(o["check"] == "no_markup_leak" and not o["passed"] for o in s["checks"])]
+    assert leaked and all(s["reply"]["stream"] and _reasoning_in_history(s) for s in leaked)
+    assert all(o["passed"] for s in result.steps if not s["reply"]["stream"] for o in s["checks"]), \
+        "a whole reply failed a check"
+    leak = rec.by_rule("agent.no_markup_leak")
+    assert leak.status == "fail" and "leak: kimi_k3 think channel in content" in leak.message, leak.message
     assert rec.by_rule("agent.reasoning_field").observed.get("reasoning"), "no reply carried vLLM's reasoning field"
-    assert not [f for f in rec.findings if f.status in ("fail", "warn", "not-observable")], \
-        [(f.rule, f.message) for f in rec.findings if f.status != "pass"]
-    assert not [r for r in decision["reasons"] if r.split(": ", 1)[1].startswith("agent.")], decision["reasons"]
+    rate = rec.by_rule("agent.tool_call_failure_rate")
+    assert rate.status == "pass" and rate.observed["turns"] == 20 and rate.observed["failures"] == 0, rate.message
 
 
 @pytest.mark.timeout(BATCH_TIMEOUT_S)
-def test_what_keeps_the_cpu_host_from_production_is_not_the_agent_path(validated):
-    """The reasons left are what a CPU host cannot show (GPU memory, the host driver) and the attestations."""
+def test_the_vendor_contract_check_on_real_vllm(validated):
+    """Moonshot's pre-flight, as measured on stock vLLM 0.32.0 with the kimi_k3 parsers (docs/real-engines.md)."""
+    rec = validated[2]["agent"]
+    expected = {
+        "agent.contract.tool_choice_required": "pass", "agent.contract.tool_choice_named": "pass",
+        "agent.contract.tool_choice_none": "pass", "agent.contract.response_format_strict": "pass",
+        "agent.contract.history_reasoning": "pass", "agent.compat.tool_choice_validation": "pass",
+        "agent.compat.response_format_validation": "pass", "agent.compat.stream_usage": "pass",
+        # the gaps: strict arguments left free by the kimi_k3 structural tag, the streamed reply after a history
+        "agent.contract.schema_suite": "fail", "agent.contract.history_reply": "fail",
+        # client compatibility (does not block): a named call ends with `stop`, sampling not pinned, `reasoning`
+        "agent.compat.forced_finish_reason": "info", "agent.compat.sampling_pinned": "info",
+        "agent.compat.reasoning_field": "info"}
+    got = {f.rule: f.status for f in rec.findings if f.rule.startswith(("agent.contract.", "agent.compat."))}
+    assert got == expected, {k: (got.get(k), v) for k, v in expected.items() if got.get(k) != v}
+    assert "is a required property" in rec.by_rule("agent.contract.schema_suite").message
+    assert "stream: leak: kimi_k3 think channel in content" in rec.by_rule("agent.contract.history_reply").message
+    assert "named call ended with finish_reason 'stop'" in rec.by_rule("agent.compat.forced_finish_reason").message
+    history = rec.by_rule("agent.contract.history_reasoning").evidence["results"]
+    assert all(r["passed"] for r in history) and len(history) == 2  # `reasoning` and `reasoning_content` both count
+
+
+def _store(validated: Any) -> Any:
+    return validated[1]  # the run's RunStore
+
+
+@pytest.mark.timeout(BATCH_TIMEOUT_S)
+def test_what_keeps_the_cpu_host_from_production_is_the_host_and_vllms_k3_defects(validated):
+    """The reasons left are what a CPU host cannot show (GPU memory, the host driver), the attestations, and the
+    defects of stock vLLM 0.32.0 on K3's agent path named above — never another agent item."""
     _, _, records, decision = validated
     print("\nk3 validate on the K3 model:", decision["decision"], *decision["reasons"], sep="\n  ")
-    assert decision["decision"] != "production" or not decision["reasons"][:-1]
+    assert decision["decision"] == "limited-observation"
+    cited = set()
     for reason in decision["reasons"]:
-        if reason.split(": ", 1)[1].startswith("loosened threshold"):
-            continue  # a CPU-sized run (k3lib.core.thresholds): listed, not a finding of the agent path
-        assert ": agent." not in reason.split(" — ")[0] and "tool" not in reason.split(":")[1][:40], reason
+        rule = reason.split(": ", 2)[1] if reason.count(": ") >= 2 else ""
+        if rule.startswith("agent."):
+            assert rule in VLLM_032_DEFECTS, reason
+            cited.add(rule)
+    assert {"agent.contract.schema_suite", "agent.contract.history_reply", "agent.no_markup_leak"} <= cited
 
 
 @pytest.mark.timeout(AGENT_TIMEOUT_S)

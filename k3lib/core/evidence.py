@@ -221,6 +221,7 @@ class PrefixPair(_Data):
     ttft_gain_pct: float | None = None
     matches: bool | None = None
     identical_prefix: bool | None = None
+    sighting: int | None = None  # the sighting of the prefix the judged request was: 2 (warm) or 3 (hybrid retention)
 
 
 class PrefixCacheData(_Data):
@@ -237,6 +238,9 @@ class PrefixCacheData(_Data):
     warm_change: str | None = None
     sized_by: str | None = None
     pairs: list[PrefixPair] = Field(default_factory=list)
+    # hybrid models' retention (cache on the second hit): the settings read and the sighting reuse first showed on
+    retention: Row = Field(default_factory=dict)
+    reuse_sighting: int | None = None
 
 
 class AgentRate(_Data):
@@ -256,6 +260,11 @@ class AgentData(_Data):
     levels: list[Row] = Field(default_factory=list)
     skipped: list[dict[str, str]] = Field(default_factory=list)
     cases: list[Row] = Field(default_factory=list)
+    # the tool-turn series (its plan, how it ran, the failure rate with its interval), the vendor contract check's
+    # results (one row per item and mode: seed item, blocking or not) and the streams' longest silence
+    tool_turns: Row = Field(default_factory=dict)
+    contract: list[Row] = Field(default_factory=list)
+    longest_silence_s: float | None = None
 
     def validity(self, check: str) -> tuple[int, int]:
         """(passed, total) of one check summed over every concurrency level."""

@@ -119,6 +119,16 @@ class TargetParams(_Model):
         return self.base_url is None
 
 
+class SamplingParams(_Model):
+    """How the model is used in production (its recipe's request defaults): what the agent axis samples with. Unset
+    fields are the agent sample's (`defaults:` of k3lib/data/agent_sample.yaml) or the server's."""
+
+    temperature: Annotated[float, Field(ge=0, le=2)] | None = None
+    top_p: Annotated[float, Field(gt=0, le=1)] | None = None
+    max_tokens: PositiveInt | None = None  # room for the reasoning and the answer; capped by contract.max_output_tokens
+    thinking: bool | None = None  # sent as chat_template_kwargs.thinking; true: every reply must carry its reasoning
+
+
 class RecipeParams(_Model):
     """The recipe profile: what the deployment must be built from and started with."""
 
@@ -134,6 +144,10 @@ class RecipeParams(_Model):
     image: str | None = None
     image_digest: str | None = None
     note: str = ""
+    sampling: SamplingParams = SamplingParams()
+    # speculative decoding (DSpark for Kimi K3): when the spec-decode counters move, the mean acceptance length
+    # (1 + accepted tokens per draft) must reach this; null: reported, not judged
+    spec_decode_min_acceptance_length: Annotated[float, Field(ge=1)] | None = None
 
     @field_validator("vllm_min", "vllm_max")
     @classmethod
@@ -163,6 +177,17 @@ class ContractParams(_Model):
     # in k3lib.core.thresholds)
     max_error_share: Annotated[float, Field(ge=0, le=1)] = 0.0
     images_served: bool = False
+    # agents: the tool-call failure rate the clients tolerate (a pass needs its Wilson 95 % upper bound at or below
+    # it, which sets how many tool turns the agent axis sends), the stream modes the clients use, the reasoning
+    # field they read (null: either), whether the deployment promises pinned sampling (Moonshot's API rejects other
+    # values), and the clients' idle (no byte) and gateway (whole request) timeouts
+    max_tool_call_failure_rate: Annotated[float, Field(gt=0, lt=1)] = 0.01
+    client_stream_modes: Annotated[tuple[Literal["non-stream", "stream"], ...], Field(min_length=1)] = \
+        ("non-stream", "stream")
+    client_reasoning_field: Literal["reasoning", "reasoning_content"] | None = None
+    sampling_pinned: bool = False
+    client_idle_timeout_s: PositiveSeconds | None = None
+    gateway_timeout_s: PositiveSeconds | None = None
 
     @model_validator(mode="after")
     def _typical_fits(self) -> "ContractParams":
@@ -198,7 +223,11 @@ class AgentParams(_Model):
     sample: str | None = None  # a YAML/JSON sample file replacing the packaged reference sample
     repetitions: PositiveInt = 10  # the whole scenario N times at each concurrency level
     concurrency_levels: tuple[PositiveInt, ...] | None = None  # null: [1, contract.planned_concurrency]
-    stream: bool = False  # send the scenario streamed (tool-call deltas reassembled) instead of whole replies
+    # null: every stream mode of contract.client_stream_modes; true/false: only streamed / only whole replies
+    stream: bool | None = None
+    # independent tool turns at production sampling; null: as many as contract.max_tool_call_failure_rate needs
+    tool_turns: PositiveInt | None = None
+    contract_check: bool = True  # Moonshot's vendor contract (tool_choice, response_format, schemas, history)
     # what goes back of each reply in later turns: "full" (as received, the contract) or, to show what a client
     # that loses part of the previous reply gets from the server, "drop-reasoning" / "drop-tool-calls"
     history: Literal["full", "drop-reasoning", "drop-tool-calls"] = "full"

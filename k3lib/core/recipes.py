@@ -34,10 +34,12 @@ class KnownRecipe:
 KNOWN_RECIPES: dict[str, KnownRecipe] = {
     "kimi-k3": KnownRecipe(
         "kimi-k3", vllm_min="0.27.1", cuda_major=13, driver_branch_min=580,
-        required_flags=("--enable-auto-tool-choice", "--tool-call-parser kimi_k3", "--reasoning-parser kimi_k3"),
+        required_flags=("--enable-auto-tool-choice", "--tool-call-parser kimi_k3", "--reasoning-parser kimi_k3",
+                        "--trust-remote-code"),
         prefix_caching=True,
         basis="seed 000: Kimi K3 runs vLLM 0.27.1+, a CUDA 13 build on a host driver R580 or newer, with "
-              "--enable-auto-tool-choice, the kimi_k3 parsers and prefix caching",
+              "--enable-auto-tool-choice, the kimi_k3 parsers and prefix caching (passed explicitly: off by default "
+              "for K3); vLLM's K3 recipe: --trust-remote-code",
         models=("moonshotai/Kimi-K3", "Kimi-K3")),
 }
 

@@ -52,10 +52,13 @@ class Setting:
     kind: Kind = "threshold"
     floor: Floor | None = None
     measure: Measure | None = None
+    for_axis: str | None = None  # the axis a contract.* setting shapes, when it is not the load steps
 
     @property
     def axis(self) -> str:
         """The evidence axis the setting shapes (its sheet items show it)."""
+        if self.for_axis:
+            return self.for_axis
         section, _, rest = self.path.partition(".")
         if section == "axes":
             return rest.partition(".")[0]
@@ -209,6 +212,25 @@ def _or_floor(floor: Callable[[Mapping[str, Any]], tuple[Any, str]]) -> Measure:
     return lambda value, resolved: floor(resolved)[0] if value is None else value
 
 
+def _tool_turns_floor(resolved: Mapping[str, Any]) -> tuple[int, str]:
+    from .stats import trials_to_bound
+
+    rate = float(_get(resolved, "contract.max_tool_call_failure_rate") or 0.01)
+    n = trials_to_bound(rate)
+    return n, (f"the tool turns whose Wilson 95 % upper bound can reach contract.max_tool_call_failure_rate "
+               f"{_fmt(rate)} with no failure")
+
+
+def _modes_floor(resolved: Mapping[str, Any]) -> tuple[int, str]:
+    modes = list(_get(resolved, "contract.client_stream_modes") or ())
+    return len(modes), f"every stream mode the clients use: contract.client_stream_modes {modes}"
+
+
+def _modes_run(value: Any, resolved: Mapping[str, Any]) -> int:  # the clients' modes the agent axis runs
+    modes = tuple(_get(resolved, "contract.client_stream_modes") or ())
+    return len(modes) if value is None else int(("stream" if value else "non-stream") in modes)
+
+
 def _longest_prefix(value: Any, resolved: Mapping[str, Any]) -> Any:
     return max(value) if value else prefix_floor_tokens(resolved)
 
@@ -229,6 +251,8 @@ _LOAD = ("seed 000, phase 3: concurrency rises to the planned level with request
 _LONG = "seed 000, phase 2: long contexts near the planned traffic, up to the context limit the contract promises"
 _AGENTS = ("seed 000: the long exchange grows the cache and the queue, at the concurrency the agents will run; "
            "tool arguments that break only when requests overlap must show")
+_RATE = ("seed 000: unstable tool calls block the agents concerned; K3's tool-call failures are stochastic "
+         "(vllm#53246), so a rate is proven only by its interval over enough independent tool turns")
 _ROOF = ("seed 000: a figure the configuration cannot explain is a misconfiguration (eager mode, a wrong parallel "
          "layout), not a capacity")
 
@@ -245,6 +269,15 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("axes.agent.max_tool_rounds", "higher", None, 8, _TOOLS + "; a client that allows more tool round "
             "trips in one turn accepts a model that loops", " rounds", kind="bound"),
     Setting("axes.agent.long_context_fraction", "lower", 0.1, None, _AGENTS, kind="length"),
+    Setting("axes.agent.tool_turns", "lower", 1, None, _RATE, " turns", kind="repetitions", floor=_tool_turns_floor,
+            measure=_or_floor(_tool_turns_floor)),
+    Setting("axes.agent.stream", "lower", None, None, "seed 000: the agent sample is played as production sends it; "
+            "K3's parsers fail differently streamed and whole (vllm#51399, #53246)", " modes", kind="mode",
+            floor=_modes_floor, measure=_modes_run),
+    Setting("axes.agent.contract_check", "false", None, None, "seed 000: tool calls and structured outputs meet the "
+            "client's contract — for K3, Moonshot's vendor contract (Kimi-Vendor-Verifier's pre-flight)",
+            kind="mode"),
+    Setting("contract.max_tool_call_failure_rate", "higher", None, 0.1, _RATE, for_axis="agent"),
     # -- the capacity axis: what the load looks like
     Setting("axes.capacity.context_lengths_tokens", "lower", None, None, _LONG, " tokens", kind="length",
             floor=_context_floor, measure=_longest_context),

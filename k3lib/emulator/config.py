@@ -48,6 +48,14 @@ class EmulatorConfig:
     reasoning_parser: str | None = "kimi_k3"
     enable_prefix_caching: bool = True
     enable_prompt_tokens_details: bool = True
+    # a hybrid model's prefix retention (Kimi K3's KDA state): reuse needs a state checkpoint, kept on a prefix's
+    # second sighting; the interval is --prefix-cache-retention-interval (0: only prompt-end states)
+    hybrid_retention: bool = False
+    prefix_cache_retention_interval: int = 0
+    # speculative decoding (--speculative-config, DSpark for Kimi K3): tokens drafted per step, 0 for none, and the
+    # share of drafted tokens accepted
+    speculative_tokens: int = 0
+    spec_acceptance: float = 0.5
     block_size: int = 16
     max_num_seqs: int = 8
     max_num_batched_tokens: int = 512

@@ -157,6 +157,9 @@ def operator_attestation(cfg, started_at: str, concurrency_limit: int | None = N
 DEMO_THRESHOLDS_ACCEPTED: tuple[dict, ...] = (
     {"path": "axes.agent.repetitions", "value": 3,
      "why": "demo: the scenario three times per level keeps the batch under a minute; the emulator is deterministic"},
+    {"path": "axes.agent.tool_turns", "value": 24,
+     "why": "demo: 24 tool turns bound the failure rate at 13.8 %, not 1 %; the emulator plans its replies (its "
+            "faults draw at a seeded share), so sampling it 381 times proves nothing more"},
     {"path": "axes.capacity.step_duration_s", "value": 1.5,
      "why": "demo: at time_scale 0.05 a 1.5 s step models 30 s of the emulator's time, enough for it to settle"},
     {"path": "axes.capacity.soak_duration_s", "value": 3,

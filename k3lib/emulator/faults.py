@@ -41,6 +41,30 @@ _SPECS = (
     FaultSpec("flaky-5xx", "a share of API requests fail with 500 or 503", 0.2, "share"),
     FaultSpec("memory-leak", "reported GPU memory grows by N MiB per finished request", 48.0, "factor"),
     FaultSpec("crash", "the engine dies after N requests", 20.0, "count"),
+    # Kimi K3 on vLLM as users reported it in 2026 (../shared/research/k3-on-vllm-2026.md §2.2, §6)
+    FaultSpec("call-in-reasoning", "a share of tool turns skip the think terminator: empty tool_calls, the whole "
+                                   "turn and its XTML call in reasoning (vllm#53246)", 0.05, "share"),
+    FaultSpec("channel-leak", "a share of streamed replies leak <|close|>message<|sep|> at the end of their content "
+                              "(vllm#54273, #51399)", 1.0, "share"),
+    FaultSpec("reasoning-as-content", "a share of replies think past max_tokens, and a non-streamed one cut there "
+                                      "returns its reasoning as content, reasoning null (vllm#50258)", 1.0, "share"),
+    FaultSpec("required-as-text", "tool_choice required: the call is written as XTML text in content, no "
+                                  "tool_calls, finish_reason stop (vllm#51355)"),
+    FaultSpec("args-stall", "streamed tool calls arrive whole after N modelled seconds of silence (vllm#50604)",
+              60.0, "factor"),
+    FaultSpec("history-reasoning-dropped", "the reasoning of earlier assistant turns never reaches the prompt (a "
+                                           "gateway, an SDK or a chat template drops it)"),
+    FaultSpec("strip-reasoning", "replies come back without their reasoning field (a gateway strips it)"),
+    FaultSpec("loose-strict-args", "forced calls (required, named) carry arguments that miss required keys and add "
+                                   "unknown ones (vLLM 0.32's kimi_k3 structural tag leaves keys free)"),
+    FaultSpec("stream-history-leak", "a streamed reply to a history that carries reasoning loses its reasoning "
+                                     "field: the think channel lands in content (vLLM 0.32, kimi_k3)"),
+    FaultSpec("sparse-retention-miss", "hybrid prefix retention never keeps a recurrent-state checkpoint inside the "
+                                       "shared prefix: reuse stays at 0 % (vllm#45238)"),
+    FaultSpec("slow-load", "a healthy cold load that takes N modelled seconds (a full Kimi K3 load: llm-d measured "
+                           "5,385 s on 4x8 H100): /health answers 503 until then", 600.0, "factor"),
+    FaultSpec("dspark-low-accept", "speculative decoding accepts almost none of its drafted tokens (a speculator "
+                                   "that does not match the model)"),
 )
 
 FAULTS: Mapping[str, FaultSpec] = MappingProxyType({s.name: s for s in _SPECS})

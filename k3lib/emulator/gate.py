@@ -63,7 +63,12 @@ def gate(request: Request, rt: Runtime, body: dict | None, *, api: bool) -> JSON
 def encode_prompt(rt: Runtime, body: dict) -> list[int]:
     """The prompt's token ids: the chat template over `messages`, or the completion `prompt` (text or ids)."""
     if "messages" in body:
-        text = render_chat(body.get("messages") or [], body.get("tools"),
+        messages = body.get("messages") or []
+        if "history-reasoning-dropped" in rt.faults:
+            # what a gateway, an SDK or a chat template that drops earlier reasoning leaves of the history
+            messages = [{k: v for k, v in m.items() if k not in ("reasoning", "reasoning_content")}
+                        if isinstance(m, dict) else m for m in messages]
+        text = render_chat(messages, body.get("tools"),
                            add_generation_prompt=body.get("add_generation_prompt", True) is not False,
                            image_tokens=rt.cfg.image_tokens)
         return rt.tokenizer.encode(text)

@@ -48,7 +48,53 @@ def _extend_for_ignore_eos(rt: Runtime, plan: ReplyPlan, body: dict, max_tokens:
     while len(plan.tokens) + len(extra) < want:
         extra += _pad_tokens(rt.tokenizer, rt.cfg.seed, k)
         k += 1
-    return ReplyPlan(plan.tokens + tuple(extra[: want - len(plan.tokens)]), plan.calls, plan.named_choice)
+    return ReplyPlan(plan.tokens + tuple(extra[: want - len(plan.tokens)]), plan.calls, plan.named_choice,
+                     plan.marks)
+
+
+_RF_TYPES = ("text", "json_object", "json_schema", "structural_tag")
+
+
+def _validation(rt: Runtime, message: str, param: str) -> JSONResponse:
+    """A VLLMValidationError reply: 0.32 names the parameter at the end of the message (seen on a real server)."""
+    suffix = f" (parameter={param})" if rt.cfg.at_least("0.32") else ""
+    return error_reply(rt, 400, message + suffix, param=param)
+
+
+def _pydantic(rt: Runtime, loc: str, kind: str, msg: str, value: Any) -> JSONResponse:
+    """A request-model validation failure, in the form of vLLM 0.32's message (its first error)."""
+    return error_reply(rt, 400, f"1 validation error:\n  {{'type': {kind!r}, 'loc': {loc!r}, 'msg': {msg!r}, "
+                                f"'input': {value!r}}}")
+
+
+def _request_error(rt: Runtime, body: dict) -> JSONResponse | None:
+    """vLLM's request validation of `tools`, `tool_choice` and `response_format` (0.32's protocol validators: the
+    texts seen on a real server), before any work."""
+    tools, choice = body.get("tools"), body.get("tool_choice")
+    if tools == []:
+        return _validation(rt, "`tools` must not be an empty array. Either provide at least one tool or omit the "
+                               "field entirely.", "tools")
+    if choice is not None and choice != "none":
+        if tools is None:
+            return _validation(rt, "When using `tool_choice`, `tools` must be set.", "tool_choice")
+        if choice not in ("auto", "required") and not isinstance(choice, dict):
+            return _validation(rt, f"Invalid value for `tool_choice`: {choice}! Only named tools, \"none\", \"auto\" "
+                                   "or \"required\" are supported.", "tool_choice")
+    rf = body.get("response_format")
+    if isinstance(rf, dict):
+        if rf.get("type") not in _RF_TYPES:
+            return _pydantic(rt, "body.response_format.type", "literal_error",
+                             "Input should be 'text', 'json_object' or 'json_schema'", rf.get("type"))
+        if rf["type"] == "json_schema":
+            js = rf.get("json_schema")
+            if js is None:
+                return _validation(rt, "When response_format type is 'json_schema', the 'json_schema' field must be "
+                                       "provided.", "response_format")
+            if not isinstance(js, dict) or not isinstance(js.get("schema", {}), dict):
+                return _pydantic(rt, "body.response_format.json_schema.schema", "dict_type",
+                                 "Input should be a valid dictionary", (js or {}).get("schema") if isinstance(js, dict)
+                                 else js)
+    return _tool_choice_error(rt, body)
 
 
 def _tool_choice_error(rt: Runtime, body: dict) -> JSONResponse | None:
@@ -98,7 +144,7 @@ async def chat_completions(request: Request) -> Response:
     if isinstance(admitted, Response):
         return admitted
     rt, body = admitted
-    refused = _tool_choice_error(rt, body)
+    refused = _request_error(rt, body)
     if refused:
         return refused
     if not isinstance(body.get("messages"), list) or not body["messages"]:
@@ -120,7 +166,8 @@ async def chat_completions(request: Request) -> Response:
     model = rt.cfg.served_model_name
     if body.get("stream"):
         opts = body.get("stream_options") or {}
-        return StreamingResponse(_chat_stream(rt, req, plan, created, fp, model, bool(opts.get("include_usage"))),
+        return StreamingResponse(_chat_stream(rt, req, plan, created, fp, model, bool(opts.get("include_usage")),
+                                              _stream_faults(rt, body)),
                                  media_type="text/event-stream")
     async for _ in _run(rt, req):
         pass
@@ -129,6 +176,10 @@ async def chat_completions(request: Request) -> Response:
     assert req.finish_reason is not None  # `_run` ends on the engine's "finish" event, which sets it
     msg = assemble(plan, req.num_output)
     reasoning_tokens = sum(1 for t in plan.tokens[:req.num_output] if t.kind == "reasoning")
+    if "reasoning-as-content" in plan.marks and req.finish_reason == "length" and msg.content is None:
+        msg.content, msg.reasoning = msg.reasoning, None  # cut inside the think channel: all of it read as content
+    if "strip-reasoning" in rt.faults:
+        msg.reasoning = None
     message = protocol.chat_message(rt.cfg, msg)
     if (plan.named_choice or body.get("tool_choice") == "required") and message.get("tool_calls"):
         message["content"] = message.get("content") or ""  # vLLM's named/required path: `content or ""`
@@ -147,8 +198,42 @@ def _sse(obj: dict) -> str:
     return "data: " + json.dumps(obj, ensure_ascii=False) + "\n\n"
 
 
+def _stream_faults(rt: Runtime, body: dict) -> frozenset[str]:
+    """The stream-only faults that apply to this request."""
+    out = {f for f in ("strip-reasoning", "args-stall") if f in rt.faults}
+    history = any(m.get("role") == "assistant" and (m.get("reasoning") or m.get("reasoning_content"))
+                  for m in body.get("messages") or () if isinstance(m, dict))
+    if history and "stream-history-leak" in rt.faults:
+        out.add("stream-history-leak")
+    return frozenset(out)
+
+
+def _fault_frames(tok: OutToken, faults: frozenset[str], think: dict, fast: Any) -> tuple[list[str], bool]:
+    """What the stream faults make of one token: frames to send first, and whether they replace the token
+    (stream-history-leak: the think channel as content; strip-reasoning: no reasoning delta)."""
+    if tok.kind == "reasoning" and "stream-history-leak" in faults:
+        frames = [fast("content", ("" if think["open"] else "<|open|>think<|sep|>") + tok.piece)]
+        think["open"] = True
+        return frames, True
+    frames = []
+    if think["open"]:
+        frames.append(fast("content", "<|close|>think<|sep|>"))
+        think["open"] = False
+    think["content"] |= tok.kind == "content"
+    return frames, tok.kind == "reasoning" and "strip-reasoning" in faults
+
+
+def _usage_chunk(rt: Runtime, req: EngineRequest, plan: ReplyPlan, created: int, model: str, fp: str | None) -> str:
+    """A stream's last chunk: no choices, the usage (include_usage)."""
+    rtoks = sum(1 for t in plan.tokens[:req.num_output] if t.kind == "reasoning")
+    return _sse({"id": req.request_id, "object": "chat.completion.chunk", "created": created, "model": model,
+                 "system_fingerprint": fp, "choices": [],
+                 "usage": protocol.usage(rt.cfg, len(req.prompt_ids), req.num_output, req.num_cached_tokens, rtoks,
+                                         stream=True)})
+
+
 async def _chat_stream(rt: Runtime, req: EngineRequest, plan: ReplyPlan, created: int, fp: str | None, model: str,
-                       include_usage: bool):
+                       include_usage: bool, faults: frozenset[str] = frozenset()):
     v032 = rt.cfg.at_least("0.32")
 
     def chunk(delta: dict | None, finish: str | None = None, first: bool = False) -> str:
@@ -174,12 +259,17 @@ async def _chat_stream(rt: Runtime, req: EngineRequest, plan: ReplyPlan, created
     # vLLM 0.32's kimi_k3 parser holds a call back until its block closes, then sends it whole in one delta
     whole_calls = rt.cfg.tool_call_parser == "kimi_k3"
     call_at_end = {c.end: i for i, c in enumerate(call_by_index)} if whole_calls else {}
+    think = {"open": False, "content": False}  # stream-history-leak: the think channel as content
     async for batch in _run(rt, req):
         out = []
         for kind, value in batch:
             if kind == "token":
                 tok = plan.tokens[value - 1]
                 delta = None
+                frames, consumed = _fault_frames(tok, faults, think, fast)
+                out += frames
+                if consumed:
+                    continue
                 if tok.kind == "reasoning":
                     delta = {reasoning_key: tok.piece}
                     if rt.cfg.at_least("0.12") and not rt.cfg.at_least("0.16"):
@@ -192,6 +282,12 @@ async def _chat_stream(rt: Runtime, req: EngineRequest, plan: ReplyPlan, created
                     continue
                 elif whole_calls:
                     if value in call_at_end:
+                        if "args-stall" in faults:
+                            # the arguments do not stream: the call comes whole after a long silence
+                            if out:
+                                yield "".join(out)
+                                out = []
+                            await asyncio.sleep((rt.faults.value("args-stall") or 0.0) * rt.cfg.time_scale)
                         c = call_by_index[call_at_end[value]]
                         delta = {"tool_calls": [{"index": call_at_end[value], "id": c.id, "type": "function",
                                                  "function": {"name": c.name, "arguments": c.arguments}}]}
@@ -208,14 +304,14 @@ async def _chat_stream(rt: Runtime, req: EngineRequest, plan: ReplyPlan, created
                 if value == "error":
                     out.append(_sse(protocol.error_body(rt.cfg, 500, protocol.DEAD_ENGINE_MESSAGE)))
                 else:
+                    if think["open"]:
+                        out.append(fast("content", "<|close|>think<|sep|>"))
+                    if think["content"] and "channel-leak" in plan.marks:
+                        out.append(fast("content", "<|close|>message<|sep|>"))  # a missed channel terminator
                     done = assemble(plan, req.num_output)
                     out.append(chunk({}, protocol.finish_reason(value, bool(done.calls), plan.named_choice)))
                     if include_usage:
-                        rtoks = sum(1 for t in plan.tokens[:req.num_output] if t.kind == "reasoning")
-                        out.append(_sse({"id": req.request_id, "object": "chat.completion.chunk", "created": created,
-                                         "model": model, "system_fingerprint": fp, "choices": [],
-                                         "usage": protocol.usage(rt.cfg, len(req.prompt_ids), req.num_output,
-                                                                 req.num_cached_tokens, rtoks, stream=True)}))
+                        out.append(_usage_chunk(rt, req, plan, created, model, fp))
                 out.append("data: [DONE]\n\n")
         if out:
             yield "".join(out)

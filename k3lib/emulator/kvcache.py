@@ -34,10 +34,21 @@ def block_hash(parent: bytes, token_ids: Sequence[int], salt: str | None) -> byt
 
 
 class KVCache:
-    def __init__(self, num_blocks: int, block_size: int, *, enable_prefix_caching: bool = True) -> None:
+    """`hybrid_retention`: a hybrid model's recurrent (KDA/Mamba) state is kept only at checkpoints, so a hit must end
+    on one: the prompt's end (retention interval 0), and, Marconi-style, the point where a prefix is shared, admitted
+    on its second sighting ("cache on the second hit": the second request sharing a prefix hits the attention blocks
+    but no state, only the third reuses it). Matched tokens thrown away for want of a checkpoint are counted as
+    sparse-retention misses. `checkpoint_shared=False` (fault sparse-retention-miss) never keeps the shared point."""
+
+    def __init__(self, num_blocks: int, block_size: int, *, enable_prefix_caching: bool = True,
+                 hybrid_retention: bool = False, checkpoint_shared: bool = True) -> None:
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
+        self.hybrid_retention = hybrid_retention
+        self.checkpoint_shared = checkpoint_shared
+        self.checkpoints: set[bytes] = set()  # block hashes at whose end a recurrent state is kept
+        self.sparse_retention_misses = 0  # tokens matched in KV but not reusable (no checkpoint), cumulative
         self.ref = [0] * num_blocks
         self.hash_of: list[bytes | None] = [None] * num_blocks
         self.cached: dict[bytes, int] = {}
@@ -79,7 +90,34 @@ class KVCache:
             if blk is None:
                 break
             hits.append(blk)
+        if self.hybrid_retention:
+            usable = max((i + 1 for i in range(len(hits)) if req.block_hashes[i] in self.checkpoints), default=0)
+            return hits[:usable]
         return hits
+
+    def retain(self, req: CacheUser, prompt_len: int) -> int:
+        """A hybrid model's retention when `req` is first admitted: the tokens it matched but cannot reuse (counted
+        as sparse-retention misses, returned), a checkpoint where it shares a prefix with an earlier prompt (its
+        second sighting), and one at its own prompt's last full block."""
+        if not (self.hybrid_retention and self.enable_prefix_caching) or prompt_len == 0:
+            return 0
+        max_blocks = (prompt_len - 1) // self.block_size
+        hashes = self.extend_hashes(req, prompt_len // self.block_size)
+        matched = 0
+        for h in hashes[:max_blocks]:
+            if h not in self.cached:
+                break
+            matched += 1
+        usable = max((i + 1 for i in range(matched) if hashes[i] in self.checkpoints), default=0)
+        missed = (matched - usable) * self.block_size
+        self.sparse_retention_misses += missed
+        if matched and self.checkpoint_shared:
+            self.checkpoints.add(hashes[matched - 1])
+        if prompt_len % self.block_size == 0:
+            # the prompt-end state sits on a block boundary only when the prompt fills its last block; otherwise it
+            # lies in the partial block, which no later prompt can hit
+            self.checkpoints.add(hashes[prompt_len // self.block_size - 1])
+        return missed
 
     # -- allocation ---------------------------------------------------------------------------------
     def can_allocate(self, req: CacheUser, total_tokens: int, new_hits: Sequence[int] = ()) -> bool:

@@ -223,8 +223,14 @@ def non_default_args(cfg) -> dict:
     default_util = 0.92 if cfg.at_least("0.24") else 0.9
     if cfg.gpu_memory_utilization != default_util:
         args["gpu_memory_utilization"] = cfg.gpu_memory_utilization
-    if not cfg.enable_prefix_caching:
-        args["enable_prefix_caching"] = False
+    # the flag's default is None (resolved per model: off for hybrid models such as Kimi K3), so passing
+    # --enable-prefix-caching or --no-enable-prefix-caching always lists it, as the emulated deployments do
+    args["enable_prefix_caching"] = cfg.enable_prefix_caching
+    if cfg.hybrid_retention:
+        args["prefix_cache_retention_interval"] = cfg.prefix_cache_retention_interval
+    if cfg.speculative_tokens:
+        args["speculative_config"] = {"method": "dspark", "model": "Inferact/Kimi-K3-DSpark",
+                                      "num_speculative_tokens": cfg.speculative_tokens}
     args["max_num_batched_tokens"] = cfg.max_num_batched_tokens
     args["max_num_seqs"] = cfg.max_num_seqs
     if cfg.enable_auto_tool_choice:

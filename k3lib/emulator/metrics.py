@@ -68,6 +68,20 @@ class ServerMetrics:
                                "Prefix cache queries, in terms of number of queried tokens.", labels, registry=r)
         self.hits = Counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
                             labels, registry=r)
+        # a hybrid model's retention (proposed in vllm#52527): matched tokens dropped for want of a state checkpoint
+        self.sparse_misses = (Counter("vllm:prefix_cache_sparse_retention_misses",
+                                      "Prefix cache tokens matched but not reused: no recurrent-state checkpoint "
+                                      "inside the shared prefix.", labels, registry=r)
+                              if cfg.hybrid_retention else None)
+        # speculative decoding (DSpark for Kimi K3): one draft of `speculative_tokens` per decode step, a share of
+        # its tokens accepted (dspark-low-accept: almost none)
+        self.spec = None
+        if cfg.speculative_tokens:
+            self.spec = tuple(Counter(n, h, labels, registry=r) for n, h in (
+                ("vllm:spec_decode_num_drafts", "Number of spec decoding drafts."),
+                ("vllm:spec_decode_num_draft_tokens", "Number of draft tokens."),
+                ("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.")))
+        self.spec_acceptance = 0.02 if "dspark-low-accept" in cfg.fault_set() else cfg.spec_acceptance
         self.gpu_queries = self.gpu_hits = None
         if self.old_names:
             self.gpu_queries = Counter("vllm:gpu_prefix_cache_queries",
@@ -169,7 +183,8 @@ class ServerMetrics:
                 for source in ("local_compute", "local_cache_hit", "external_kv_transfer"):
                     self.by_source.labels(self.model, e, source)
             self.set_gauges(i, 0, 0, 0.0)
-            for c in (self.queries, self.hits, self.gpu_queries, self.gpu_hits, self.preemptions, self.prompt_tokens,
+            for c in (self.queries, self.hits, self.sparse_misses, *(self.spec or ()), self.gpu_queries,
+                      self.gpu_hits, self.preemptions, self.prompt_tokens,
                       self.generation_tokens, self.cached, *self.zero_counters):
                 if c is not None:
                     c.labels(self.model, e)
@@ -214,6 +229,10 @@ class ServerMetrics:
         if self.gpu_usage is not None:
             self.gpu_usage.labels(self.model, e).set(usage)
 
+    def on_sparse_miss(self, engine: int, tokens: int) -> None:
+        if self.sparse_misses is not None and tokens:
+            self.sparse_misses.labels(self.model, self._labels[engine]).inc(tokens)
+
     def on_admit(self, engine: int, queried: int, hit: int, resumed: bool) -> None:
         # 0.12+ keeps re-admissions after preemption out of the exported counters (issue #25780).
         if resumed and not self.old_names:
@@ -233,6 +252,11 @@ class ServerMetrics:
         e = self._labels[engine]
         if generated:
             self.generation_tokens.labels(self.model, e).inc(generated)
+            if self.spec is not None:
+                k = self.cfg.speculative_tokens
+                for counter, value in zip(self.spec, (generated, generated * k,
+                                                      generated * k * self.spec_acceptance)):
+                    counter.labels(self.model, e).inc(value)
         if all_prompt:
             self.prompt_tokens.labels(self.model, e).inc(all_prompt)
         # 0.24+ counts only computed prompt tokens per step; before, the full prompt of finished prefills.
@@ -306,9 +330,11 @@ def cache_config_labels(cfg, num_gpu_blocks: int, kv_tokens: int, max_concurrenc
                  kv_cache_dtype_skip_layers=[], kv_cache_size_tokens=kv_tokens,
                  kv_cache_max_concurrency=round(max_concurrency, 2), kv_sharing_fast_prefill=False,
                  kv_cache_memory_bytes=None, kv_offloading_size=None, kv_offloading_backend="native",
-                 kv_cache_layout=None, prefix_match_unit=None, prefix_cache_retention_interval=0,
+                 kv_cache_layout=None, prefix_match_unit=None,
+                 prefix_cache_retention_interval=cfg.prefix_cache_retention_interval,
                  effective_attention_block_size=cfg.block_size, cache_hit_alignment_tokens=None,
-                 mamba_block_size=None, mamba_cache_dtype="auto", mamba_cache_mode="none",
+                 mamba_block_size=None, mamba_cache_dtype="auto",
+                 mamba_cache_mode="align" if cfg.hybrid_retention else "none",
                  mamba_ssm_cache_dtype="float32", enable_mamba_shared_prefix_checkpoint=False,
                  replayssm_buffer_len=16, skip_page_size_padded=None, swa_bounded_replay=True,
                  use_kda_recoverssm=False, use_replayssm=False)

@@ -83,8 +83,16 @@ _DEMO: dict[str, Any] = dict(
 _DEMO_2NODE: dict[str, Any] = dict(_DEMO, data_parallel_size=4, gpu_count=4, gpus_per_node=2,
                                    weights_bytes=_DEMO["weights_bytes"] * 4)
 
+# `demo` as Kimi K3's hybrid attention keeps its prefixes: the recurrent state is retained on a prefix's second hit
+# (vLLM's K3 blog; vllm#45238, #52527), so a cold/warm pair reuses nothing and the third sighting does.
+_DEMO_HYBRID: dict[str, Any] = dict(_DEMO, hybrid_retention=True)
+# `demo` with speculative decoding configured (DSpark, 7 drafted tokens per step, as vLLM's K3 blog runs it).
+_DEMO_DSPARK: dict[str, Any] = dict(_DEMO, speculative_tokens=7)
+
 PROFILES: Mapping[str, Mapping[str, Any]] = MappingProxyType({
     "kimi-k3-h200x16": MappingProxyType(_KIMI_K3),
     "demo": MappingProxyType(_DEMO),
     "demo-2node": MappingProxyType(_DEMO_2NODE),
+    "demo-hybrid": MappingProxyType(_DEMO_HYBRID),
+    "demo-dspark": MappingProxyType(_DEMO_DSPARK),
 })

@@ -42,6 +42,8 @@ class ReplyPlan:
     tokens: tuple[OutToken, ...]
     calls: tuple[PlannedCall, ...]
     named_choice: bool = False
+    # the output faults this reply drew, which the reply's assembly applies (e.g. "reasoning-as-content")
+    marks: frozenset[str] = frozenset()
 
     @property
     def ids(self) -> list[int]:
@@ -124,28 +126,14 @@ def plan_chat(body: dict, *, cfg, tok: Tokenizer, faults: FaultSet, reply_no: in
     thinking = kwargs.get("thinking", kwargs.get("enable_thinking", True)) is not False \
         and body.get("include_reasoning", True) is not False
     key = json.dumps(messages[-1:], sort_keys=True, default=str)
+    marks = _marks(faults, reply_no, choice, bool(chosen), thinking and bool(cfg.reasoning_parser),
+                   cfg.tool_call_parser == "kimi_k3")
 
     out: list[OutToken] = []
     if thinking:
-        if chosen:
-            why = f"I should call {', '.join(toolcalls.tool_name(t) for t in chosen)} with the needed arguments."
-        elif last_role == "tool" and tool_failed(last.get("content")):
-            why = "The tool reported a failure; I will say so instead of guessing."
-        elif last_role == "tool":
-            why = "The tool returned its result; I will answer with it."
-        else:
-            why = "I can answer directly."
-        gist = " ".join(user_text.split()[:12])
-        reasoning = f"The user asks: {gist}. {why}"
-        if cfg.reasoning_parser:
-            out += _tokens(tok, reasoning, "reasoning")
-        elif cfg.tool_call_parser == "kimi_k3":
-            # no reasoning parser: vLLM's kimi_k3 tool parser keeps the think channel as content before a call and
-            # when no tools were offered; an answer with tools offered is unwrapped to its response channel alone
-            if chosen or not tools:
-                out += _tokens(tok, f"<|open|>think<|sep|>{reasoning}<|close|>think<|sep|>", "content")
-        else:  # no reasoning parser: the think block stays in content, as the raw model output
-            out += _tokens(tok, f"<think>{reasoning}</think>", "content")
+        long_by = int(body.get("max_tokens") or 64) + 8 if "reasoning-as-content" in marks else 0
+        out += _think_tokens(cfg, tok, user_text, last, [toolcalls.tool_name(t) for t in chosen], bool(tools),
+                             filler_text(cfg.seed, key + "think", long_by) if long_by else "")
 
     calls: list[PlannedCall] = []
     if chosen:
@@ -159,10 +147,15 @@ def plan_chat(body: dict, *, cfg, tok: Tokenizer, faults: FaultSet, reply_no: in
             if not isinstance(args, dict):
                 args = {}
             n = reply_no * 16 + i
+            if "loose-strict-args" in marks:
+                args = toolcalls.loosen_arguments(args, schema)
             text = (toolcalls.break_arguments(args, schema, faults.draw("bad-tool-args-kind", n))
                     if faults.share_hit("bad-tool-args", n) else json.dumps(args, ensure_ascii=False))
             made.append((name, args, text))
-        if faults.share_hit("tool-markup-leak", reply_no):
+        if "call-in-reasoning" in marks:
+            # no think terminator: the parser takes the whole turn, its call section included, for reasoning
+            out += _tokens(tok, toolcalls.kimi_k3_markup([(n, a) for n, a, _ in made]), "reasoning")
+        elif faults.share_hit("tool-markup-leak", reply_no) or "required-as-text" in marks:
             # The parser missed the section: the raw markup is the content and no tool_calls come back.
             out += _tokens(tok, toolcalls.kimi_k3_markup([(n, a) for n, a, _ in made]), "content")
         else:
@@ -192,7 +185,51 @@ def plan_chat(body: dict, *, cfg, tok: Tokenizer, faults: FaultSet, reply_no: in
         else:
             n_words = 16 + _digest(cfg.seed, key) % 33
             out += _tokens(tok, filler_text(cfg.seed, key, n_words), "content")
-    return ReplyPlan(tuple(out), tuple(calls), named_choice=isinstance(choice, dict))
+    return ReplyPlan(tuple(out), tuple(calls), named_choice=isinstance(choice, dict), marks=marks)
+
+
+def _think_tokens(cfg, tok: Tokenizer, user_text: str, last: dict, chosen: list[str], offered: bool,
+                  longer: str) -> list[OutToken]:
+    """The think channel: why the model acts as it does (`longer`: K3 thinking on past max_tokens), in the
+    reasoning field with a reasoning parser, else where vLLM leaves it without one."""
+    last_role = str(last.get("role", "user"))
+    if chosen:
+        why = f"I should call {', '.join(chosen)} with the needed arguments."
+    elif last_role == "tool" and tool_failed(last.get("content")):
+        why = "The tool reported a failure; I will say so instead of guessing."
+    elif last_role == "tool":
+        why = "The tool returned its result; I will answer with it."
+    else:
+        why = "I can answer directly."
+    gist = " ".join(user_text.split()[:12])
+    reasoning = f"The user asks: {gist}. {why}" + (f" {longer}" if longer else "")
+    if cfg.reasoning_parser:
+        return _tokens(tok, reasoning, "reasoning")
+    if cfg.tool_call_parser == "kimi_k3":
+        # no reasoning parser: vLLM's kimi_k3 tool parser keeps the think channel as content before a call and
+        # when no tools were offered; an answer with tools offered is unwrapped to its response channel alone
+        if chosen or not offered:
+            return _tokens(tok, f"<|open|>think<|sep|>{reasoning}<|close|>think<|sep|>", "content")
+        return []
+    return _tokens(tok, f"<think>{reasoning}</think>", "content")  # no reasoning parser: the raw model output
+
+
+def _marks(faults: FaultSet, reply_no: int, choice: Any, calling: bool, parsed_thinking: bool,
+           kimi_k3: bool) -> frozenset[str]:
+    """The output faults this reply draws (each at its share, reproducibly from the reply's number)."""
+    forced = choice == "required" or isinstance(choice, dict)
+    out = set()
+    if calling and kimi_k3 and not forced and faults.share_hit("call-in-reasoning", reply_no):
+        out.add("call-in-reasoning")
+    if calling and choice == "required" and "required-as-text" in faults:
+        out.add("required-as-text")
+    if calling and forced and "loose-strict-args" in faults:
+        out.add("loose-strict-args")
+    if parsed_thinking and faults.share_hit("reasoning-as-content", reply_no):
+        out.add("reasoning-as-content")
+    if faults.share_hit("channel-leak", reply_no):
+        out.add("channel-leak")
+    return frozenset(out)
 
 
 def plan_completion(prompt_key: str, *, cfg, tok: Tokenizer) -> ReplyPlan:

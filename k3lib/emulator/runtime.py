@@ -67,6 +67,10 @@ class Runtime:
         self.capacity_error = capacity_error(cfg, self.plan)
         self.startup_oom = "oom-startup" in self.faults
         self.ready = not (self.startup_oom or self.capacity_error)
+        # slow-load: a healthy engine that is still loading its weights (not ready, not failed)
+        self.load_delay_s = (float(self.faults.value("slow-load") or 0.0) * cfg.time_scale
+                             if "slow-load" in self.faults and self.ready else 0.0)
+        self.ready = self.ready and not self.load_delay_s
         self.dead = False
         self.death_cause: str | None = None
         log_dir = Path(cfg.log_dir) if cfg.log_dir else None
@@ -88,7 +92,9 @@ class Runtime:
         self.gpu = GpuBoard(cfg, self.plan)
         self.gpu.process_alive = self.ready
         self.lag_s: deque[float] = deque(maxlen=50_000)
-        self.engines = [Engine(i, KVCache(plan.num_blocks, cfg.block_size, enable_prefix_caching=prefix),
+        self.engines = [Engine(i, KVCache(plan.num_blocks, cfg.block_size, enable_prefix_caching=prefix,
+                                          hybrid_retention=cfg.hybrid_retention,
+                                          checkpoint_shared="sparse-retention-miss" not in self.faults),
                                max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=cfg.max_num_batched_tokens,
                                step_model=model, observer=self, lag_samples=self.lag_s)
                         for i, (plan, model, prefix) in enumerate(self.rank_plans)]
@@ -115,11 +121,25 @@ class Runtime:
 
     # -- lifecycle --------------------------------------------------------------------------------
     async def start(self, url: str) -> None:
+        if self.load_delay_s:
+            self._tasks = [asyncio.get_running_loop().create_task(self._load(url), name="k3-emulator-load")]
+            return
         self.log.startup(self.plan, url=url, startup_oom=self.startup_oom, capacity_error=self.capacity_error)
         if not self.ready:
             return
+        self._run_engines()
+
+    async def _load(self, url: str) -> None:
+        """slow-load: the weights take their time, then the engine starts as usual."""
+        await asyncio.sleep(self.load_delay_s)
+        self.ready = True
+        self.gpu.process_alive = True
+        self.log.startup(self.plan, url=url, startup_oom=False, capacity_error=None)
+        self._run_engines()
+
+    def _run_engines(self) -> None:
         loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(e.run(), name=f"k3-emulator-engine-{e.index}") for e in self.engines]
+        self._tasks += [loop.create_task(e.run(), name=f"k3-emulator-engine-{e.index}") for e in self.engines]
         self._tasks.append(loop.create_task(self._stats_loop(), name="k3-emulator-stats"))
 
     async def stop(self) -> None:
@@ -166,6 +186,9 @@ class Runtime:
         self.metrics.on_admit(engine, queried, hit, resumed)
         if not resumed:
             self._recent_hits[engine].append((queried, hit))
+
+    def on_sparse_miss(self, engine: int, tokens: int) -> None:
+        self.metrics.on_sparse_miss(engine, tokens)
 
     def on_preempt(self, engine: int, req: EngineRequest) -> None:
         self.metrics.on_preempt(engine)

@@ -41,12 +41,21 @@ ITEMS: tuple[SheetItem, ...] = (
               "the startup log read for OOM, load errors and compatibility warnings; required flags in its args",
               "environment", ("compat.startup", "compat.flags"), "01_environment"),
     SheetItem("C06", "The reference agent scenario holds the expected tools and structured outputs",
-              "the reference sample run N times at each concurrency level", "agent",
-              ("agent.tool_calls_present", "agent.function_name", "agent.final_answer", "agent.executable"),
+              "the reference sample run N times at each concurrency level, at the recipe's sampling, in the "
+              "clients' stream modes; Moonshot's vendor contract (tool_choice matrix, history reasoning in "
+              "prompt_tokens)", "agent",
+              ("agent.tool_calls_present", "agent.function_name", "agent.final_answer", "agent.executable",
+               # the vendor contract's blocking items (k3lib.axes.agent.contract_judge)
+               "agent.contract.tool_choice_required", "agent.contract.tool_choice_named",
+               "agent.contract.tool_choice_none", "agent.contract.history_reasoning"),
               "02_agent_tools"),
     SheetItem("C07", "Replies were checked against their schema, not only displayed",
-              "tool arguments parsed and validated with jsonschema; repetitions compared", "agent",
-              ("agent.arguments_valid", "agent.structure_stable", "agent.no_markup_leak"), "02_agent_tools"),
+              "tool arguments parsed and validated with jsonschema; repetitions compared; every leak named; the "
+              "tool-call failure rate of independent tool turns with its Wilson interval; strict schemas forced",
+              "agent",
+              ("agent.arguments_valid", "agent.structure_stable", "agent.no_markup_leak", "agent.no_reasoning_leak",
+               "agent.reasoning_present", "agent.tool_call_failure_rate", "agent.contract.response_format_strict",
+               "agent.contract.schema_suite", "agent.contract.history_reply"), "02_agent_tools"),
     SheetItem("C08", "The cold-load test was kept apart from the long-context test",
               "cold load and long context run as separate bounded phases", "capacity",
               ("capacity.cold_load", "capacity.long_context"), "03_capacity"),

@@ -16,7 +16,7 @@ from typing import Any
 import jsonschema
 
 from ...io.chatstream import ToolCall
-from ...io.readers.tool_markup import detect_markup
+from ...io.readers.tool_markup import detect_k3_leak, detect_markup
 from .config import ECHO_WORDS
 from .sample import FallbackSpec, FinalSpec
 
@@ -30,9 +30,14 @@ CHECKS: Mapping[str, str] = {
     "final_answer": "the final answer meets its contract",
     "tool_error_fallback": "a tool error triggers the planned fallback (retry or acknowledgement)",
     "structure_stable": "repetitions give a compatible structure (same tools, same argument keys)",
-    "no_markup_leak": "no tool-call markup leaked into content or reasoning, no think channel left in content",
+    "no_markup_leak": "no tool-call markup or Kimi K3 control token leaked into content or reasoning, no think "
+                      "channel left in content",
     "history_kept": "each earlier reply goes back whole in later turns (its reasoning and tool calls)",
+    "no_reasoning_leak": "with thinking on, no reasoning cut by max_tokens comes back as content",
+    "reasoning_present": "with thinking on, every answered reply carries its reasoning field",
 }
+#: Checks that apply only when the recipe turns thinking on (`recipe.sampling.thinking`): no finding without it.
+THINKING_CHECKS = ("no_reasoning_leak", "reasoning_present")
 
 # vLLM's exact 400 texts when the server was started without the tool flags (every version 0.10–0.33).
 AUTO_TOOL_CHOICE_TEXT = '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
@@ -164,16 +169,55 @@ def detect_reasoning_markup(text: str | None) -> str | None:
 
 
 def check_markup(content: str | None, reasoning: str | None, calls: Sequence[ToolCall]) -> Outcome:
+    """Every leak a parser lets through, named as a leak: tool-call markup (by family), a think channel left in
+    content, any Kimi K3 control token or stripped call header."""
     for where, text in (("content", content), ("reasoning", reasoning),
                         *(("function name", c.name) for c in calls if isinstance(c.name, str))):
         family = detect_markup(text)
         if family:
-            return Outcome("no_markup_leak", False, f"{family} tool-call markup in {where}")
+            hint = (" (the call stayed in the think channel: vllm#53246)" if where == "reasoning" and
+                    family == "kimi_k3" else "")
+            return Outcome("no_markup_leak", False, f"leak: {family} tool-call markup in {where}{hint}")
     family = detect_reasoning_markup(content)
     if family:
-        return Outcome("no_markup_leak", False, f"{family} think channel in content: the reasoning was not parsed "
-                                                "out (no --reasoning-parser on the server?)")
+        return Outcome("no_markup_leak", False, f"leak: {family} think channel in content: the reasoning was not "
+                                                "parsed out (no --reasoning-parser on the server, or its streaming "
+                                                "path missed the channel?)")
+    for where, text in (("content", content), ("reasoning", reasoning)):
+        token = detect_k3_leak(text)
+        if token:
+            return Outcome("no_markup_leak", False, f"leak: Kimi K3 control token {token!r} in {where}: the parser "
+                                                    "missed a channel terminator (vllm#54273, #51399)")
     return Outcome("no_markup_leak", True, "none")
+
+
+def check_reasoning(thinking: bool | None, finish_reason: str | None, content: str | None,
+                    reasoning: str | None) -> list[Outcome]:
+    """With thinking on (the recipe's sampling), the chain of thought stays in its field: a reply cut by
+    max_tokens that holds content and no reasoning is the reasoning leaked to the user (vllm#50258, #56850,
+    #57353), and a reply with no reasoning at all lost it (no reasoning parser, or a gateway that strips it)."""
+    if not thinking:
+        return []
+    if reasoning is None and finish_reason == "length" and (content or "").strip():
+        return [Outcome("no_reasoning_leak", False,
+                        "leak: reasoning truncated into content (finish_reason length, content set, no reasoning "
+                        "field: vllm#50258): the chain of thought reaches the user as the answer")]
+    out = [Outcome("no_reasoning_leak", True, "no truncated reasoning in content")]
+    if reasoning is None:
+        out.append(Outcome("reasoning_present", False, "thinking is on but the reply has no reasoning field (no "
+                                                       "--reasoning-parser, or a gateway strips it)"))
+    else:
+        out.append(Outcome("reasoning_present", True, "reasoning field present"))
+    return out
+
+
+def longest_silence_s(marks: Sequence[int | None]) -> float | None:
+    """The longest gap between successive byte-carrying moments of a streamed reply (perf marks in ns: send, each
+    output event, end), in seconds: what a client's idle (read) timeout sees. None with fewer than two marks."""
+    ns = [m for m in marks if m is not None]
+    if len(ns) < 2:
+        return None
+    return max(b - a for a, b in zip(ns, ns[1:])) / 1e9
 
 
 def leaked_family(content: str | None, reasoning: str | None) -> str | None:

@@ -71,6 +71,43 @@ def steps_table(result: AgentResult, case: str | None = None) -> Any:
     return pd.DataFrame(rows)
 
 
+def turns_table(result: AgentResult) -> Any:
+    """The tool-turn series: one row per stream mode and one for all, with the failure rate, its Wilson 95 %
+    interval, the failures a retry recovered and those it did not, and the tolerance it is judged against."""
+    import pandas as pd
+
+    from ...core.stats import wilson_interval
+    from .rate import failure_rate_finding
+
+    done = [t for t in result.turns if t.get("failure") != "cancelled"]
+    judged = failure_rate_finding(done, result.settings)
+    rows = []
+    for mode in [*sorted({str(t.get("mode")) for t in done}), "all"]:
+        mine = [t for t in done if mode == "all" or str(t.get("mode")) == mode]
+        failed = [t for t in mine if t.get("failure")]
+        lo, hi = wilson_interval(len(failed), len(mine)) or (None, None)
+        rows.append({"mode": mode, "turns": len(mine), "failed": len(failed),
+                     "recovered_by_retry": sum(1 for t in failed if t.get("recovered")),
+                     "not_recovered": sum(1 for t in failed if not t.get("recovered")),
+                     "rate_pct": round(100 * len(failed) / len(mine), 3) if mine else None,
+                     "wilson95_low_pct": None if lo is None else round(100 * lo, 3),
+                     "wilson95_high_pct": None if hi is None else round(100 * hi, 3),
+                     "judged_at_pct": None if judged is None else round(100 * judged.observed["judged_at"], 3),
+                     "status": judged.status if judged is not None and mode == "all" else ""})
+    return pd.DataFrame(rows)
+
+
+def contract_table(result: AgentResult) -> Any:
+    """The vendor contract check: one row per item and mode — passed or not, the acceptance item it serves, whether
+    it blocks the agents, and what was seen."""
+    import pandas as pd
+
+    from .contract_judge import contract_rows
+
+    return pd.DataFrame(contract_rows(result.contract, result.settings),
+                        columns=["id", "mode", "passed", "seed_item", "blocks", "detail"])
+
+
 def rates_figure(result: AgentResult) -> Any:
     """Pass rate per check, one bar group per concurrency level, labelled passed/total."""
     import plotly.graph_objects as go

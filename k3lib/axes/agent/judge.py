@@ -16,10 +16,18 @@ from ...core.numbers import figure
 from . import checks as C
 from . import figures
 from .config import DEFAULT_MIN_PASS_RATE
+from .contract_judge import contract_findings, contract_rows
 from .figures import FailingReply
+from .rate import failure_rate_finding
+from .serving import longest_silence, serving_findings
 
 STEPS_FILE = "evidence/agent/requests.jsonl"
 RUN_FILE = "evidence/agent/run.json"
+TURNS_FILE = "evidence/agent/tool_turns.jsonl"  # the tool-turn series (k3lib.axes.agent.series)
+CONTRACT_FILE = "evidence/agent/contract.jsonl"  # the vendor contract check (k3lib.axes.agent.contract)
+#: The checks whose failures in the tool-turn series count as failures of the check itself: a leak is a defect
+#: whatever its rate, while a missing or invalid call there is judged by the failure rate.
+LEAK_CHECKS = ("no_markup_leak", "no_reasoning_leak", "reasoning_present")
 
 # What a failing check is about; the decision it forces comes from the one table (k3lib.verdict.decision.RULES).
 ENVIRONMENT = {"category": "environment"}
@@ -35,6 +43,11 @@ class AgentResult:
     levels: list[dict[str, Any]]
     skipped: list[dict[str, str]]
     steps: list[dict[str, Any]]
+    turns: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # the tool-turn series
+    contract: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # the vendor contract check
+    series: dict[str, Any] = dataclasses.field(default_factory=dict)  # how the series ran
+    spec_decode: dict[str, Any] = dataclasses.field(default_factory=dict)  # spec-decode counter deltas, if any
+    serving: dict[str, Any] = dataclasses.field(default_factory=dict)  # serving settings read from the log
 
     # -- derived -------------------------------------------------------------------------------------------------
 
@@ -42,11 +55,17 @@ class AgentResult:
         """Every check outcome with its concurrency level: per reply, then per repetition (stability)."""
         out = [(int(s["level"]), C.Outcome(**o)) for s in self.steps for o in s.get("checks", ())]
         out += [(lvl, o) for lvl, _rep, o in C.stability_outcomes(self.steps)]
+        # a leak in the tool-turn series is a leak like any other (its first attempt: the retry is the client's)
+        out += [(int(t["level"]), C.Outcome(**o)) for t in self.turns for o in t.get("checks", ())
+                if o["check"] in LEAK_CHECKS]
         return out
 
+    def levels_judged(self) -> list[int]:
+        levels = {int(lv["level"]) for lv in self.levels} | {int(s["level"]) for s in self.steps}
+        return sorted(levels | {int(t["level"]) for t in self.turns})
+
     def rate_rows(self) -> list[C.RateRow]:
-        return C.rates(self.outcomes(), [int(lv["level"]) for lv in self.levels] or
-                       sorted({int(s["level"]) for s in self.steps}))
+        return C.rates(self.outcomes(), self.levels_judged())
 
     def environment_refusals(self) -> Counter[str]:
         return Counter(s["environment"] for s in self.steps if s.get("environment"))
@@ -78,6 +97,12 @@ class AgentResult:
 
     def rates_figure(self) -> Any:
         return figures.rates_figure(self)
+
+    def turns_table(self) -> Any:
+        return figures.turns_table(self)
+
+    def contract_table(self) -> Any:
+        return figures.contract_table(self)
 
     def failing_example(self) -> FailingReply:
         return figures.failing_example(self)
@@ -115,6 +140,8 @@ def iter_findings(result: AgentResult) -> list[Finding]:
         mine = [r for r in rows if r.check == check]
         observed = {str(r.level): r.to_dict() for r in mine}
         seen = [r for r in mine if r.total]
+        if not seen and check in C.THINKING_CHECKS and not result.settings.get("thinking"):
+            continue  # the recipe does not turn thinking on: nothing to hold the replies to
         if not seen:
             out.append(Finding(rule=f"agent.{check}", status="not-observable",
                                message=f"{description}: no reply to check", observed=observed))
@@ -151,6 +178,16 @@ def iter_findings(result: AgentResult) -> list[Finding]:
                            message="reasoning came back as " + ", ".join(f"`{k}` ×{v}" for k, v in fields.items())
                                    + "; it was sent back under the same name in later turns",
                            observed=dict(fields)))
+    rate = failure_rate_finding(result.turns, result.settings)
+    if rate is not None:
+        out.append(rate)
+    if result.series.get("stopped_by"):
+        sr = result.series
+        out.append(Finding(rule="agent.budget", status="warn", observed=sr,
+                           message=f"tool-turn series: {sr['stopped_by']} reached after {sr.get('requests')} requests, "
+                                   f"{sr.get('completed')} of {sr.get('planned')} turns complete"))
+    out.extend(contract_findings(result.contract, result.settings))
+    out.extend(serving_findings(result))
     growth = _context_growth(result)
     if growth:
         out.append(Finding(rule="agent.context_growth", status="info",
@@ -171,7 +208,13 @@ def _first_failure(result: AgentResult, check: str) -> str:
     for s in result.steps:
         for o in s.get("checks", ()):
             if o["check"] == check and not o["passed"]:
-                return f"{s['case']} turn {s['turn']}: {o['detail']}"[:240]
+                where = f"{s['case']} turn {s['turn']}" + (f" round {s['round']}" if s.get("round") else "")
+                mode = (s.get("reply") or {}).get("stream")
+                return f"{where}{'' if mode is None else (' (streamed)' if mode else ' (whole)')}: {o['detail']}"[:280]
+    for t in result.turns:
+        for o in t.get("checks", ()):
+            if o["check"] == check and not o["passed"]:
+                return f"tool turn {t['turn']} ({t['case']}, {t.get('mode')}): {o['detail']}"[:280]
     return ""
 
 
@@ -197,11 +240,19 @@ def agent_record(result: AgentResult, ctx: Any) -> EvidenceRecord:
     cap = result.max_clean_concurrency()
     if failed:
         summary += (f"; agents: contract held up to concurrency {cap}" if cap else "; agents blocked")
-    attachments = [p for p in (STEPS_FILE, RUN_FILE) if ctx.store.path(p).exists()]
+    attachments = [p for p in (STEPS_FILE, RUN_FILE, TURNS_FILE, CONTRACT_FILE) if ctx.store.path(p).exists()]
     return EvidenceRecord(
         axis="agent", title="Agent scenario and tool-call contract", status=status, summary=summary,
         findings=findings, attachments=attachments,
         data={"settings": result.settings, "sample": result.sample, "levels": result.levels,
               "skipped": result.skipped, "rates": [r.to_dict() for r in result.rate_rows()],
               "max_clean_concurrency": result.max_clean_concurrency(),
-              "cases": figures.cases_table(result).to_dict(orient="records")})
+              "cases": figures.cases_table(result).to_dict(orient="records"),
+              "tool_turns": {**result.series, **(_rate_observed(findings))},
+              "contract": contract_rows(result.contract, result.settings),
+              "longest_silence_s": longest_silence(result)})
+
+
+def _rate_observed(findings: list[Finding]) -> dict[str, Any]:
+    f = next((f for f in findings if f.rule == "agent.tool_call_failure_rate"), None)
+    return {"status": f.status, **(f.observed or {})} if f is not None else {}

@@ -30,11 +30,12 @@ Sink = Callable[[Step], None]
 
 @dataclasses.dataclass(frozen=True)
 class RunSettings:
-    """The resolved knobs of one agent run (parameters + contract), kept in the evidence as they were used."""
+    """The resolved knobs of one agent run (parameters + contract + the recipe's sampling), kept in the evidence as
+    they were used."""
 
     levels: tuple[int, ...]
     repetitions: int
-    stream: bool
+    stream_modes: tuple[str, ...]  # "non-stream" / "stream": repetition r runs in stream_modes[r % len]
     max_requests: int
     max_duration_s: float
     request_timeout_s: float
@@ -46,20 +47,68 @@ class RunSettings:
     min_pass_rate: float
     sample_source: str
     history: str = "full"
+    # the recipe's sampling (null: the sample's defaults, the server's for top_p and thinking)
+    temperature: float | None = None
+    top_p: float | None = None
+    max_tokens: int | None = None
+    thinking: bool | None = None
+    # the tool-turn series: how many independent tool turns, and the failure rate they must bound
+    tool_turns: int = 0
+    tool_turns_needed: int = 0
+    max_tool_call_failure_rate: float = 0.01
+    contract_check: bool = True
+    client_stream_modes: tuple[str, ...] = ("non-stream", "stream")
+    client_reasoning_field: str | None = None
+    sampling_pinned: bool = False
+    client_idle_timeout_s: float | None = None
+    gateway_timeout_s: float | None = None
+    e2e_p95_ms: float | None = None
+    spec_decode_min_acceptance_length: float | None = None
 
     @classmethod
     def from_params(cls, params: Any, sample_source: str) -> RunSettings:
-        a, contract = agent_params(params), params.contract
+        from .rate import turns_needed
+
+        a, contract, sampling = agent_params(params), params.contract, params.recipe.sampling
         levels = tuple(sorted(set(a.concurrency_levels or (1, contract.planned_concurrency))))
-        return cls(levels=levels, repetitions=a.repetitions, stream=a.stream, max_requests=a.max_requests,
+        modes = tuple(contract.client_stream_modes) if a.stream is None else (("stream",) if a.stream
+                                                                                 else ("non-stream",))
+        needed = turns_needed(contract.max_tool_call_failure_rate)
+        return cls(levels=levels, repetitions=a.repetitions, stream_modes=modes, max_requests=a.max_requests,
                    max_duration_s=a.max_duration_s, request_timeout_s=a.request_timeout_s,
                    max_tool_rounds=a.max_tool_rounds, context_limit=contract.max_context_tokens,
                    max_output_tokens=contract.max_output_tokens, images_served=contract.images_served,
                    long_context_tokens=int(contract.max_context_tokens * a.long_context_fraction),
-                   min_pass_rate=a.min_pass_rate, sample_source=sample_source, history=a.history)
+                   min_pass_rate=a.min_pass_rate, sample_source=sample_source, history=a.history,
+                   temperature=sampling.temperature, top_p=sampling.top_p, max_tokens=sampling.max_tokens,
+                   thinking=sampling.thinking, tool_turns=a.tool_turns or needed, tool_turns_needed=needed,
+                   max_tool_call_failure_rate=contract.max_tool_call_failure_rate, contract_check=a.contract_check,
+                   client_stream_modes=tuple(contract.client_stream_modes),
+                   client_reasoning_field=contract.client_reasoning_field, sampling_pinned=contract.sampling_pinned,
+                   client_idle_timeout_s=contract.client_idle_timeout_s,
+                   gateway_timeout_s=contract.gateway_timeout_s, e2e_p95_ms=contract.e2e_p95_ms,
+                   spec_decode_min_acceptance_length=params.recipe.spec_decode_min_acceptance_length)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def stream_for(self, repetition: int) -> bool:
+        """The stream mode of repetition `repetition`: the modes alternate, so two repetitions cover both."""
+        return self.stream_modes[repetition % len(self.stream_modes)] == "stream"
+
+    def sampled(self, body: dict[str, Any], *, temperature: float | None, max_tokens: int) -> dict[str, Any]:
+        """`body` with the run's sampling: the recipe's temperature, top_p, max_tokens and thinking switch where it
+        sets them (a case's own temperature still wins), `max_tokens` capped by the contract."""
+        temp = temperature if temperature is not None else self.temperature
+        body["max_tokens"] = min(self.max_tokens or max_tokens, self.max_output_tokens)
+        if temp is not None:
+            body["temperature"] = temp
+        if self.top_p is not None:
+            body["top_p"] = self.top_p
+        if self.thinking is not None:
+            # vLLM's Kimi K3 renderer reads chat_template_kwargs.thinking (alias enable_thinking)
+            body["chat_template_kwargs"] = {"thinking": self.thinking}
+        return body
 
 
 class _Stop(Exception):
@@ -114,7 +163,16 @@ def parsed_reply(rec: ChatRecord) -> dict[str, Any]:
     return {"content": rec.content, "reasoning": rec.reasoning, "reasoning_field": rec.reasoning_field,
             "finish_reason": rec.finish_reason, "tool_calls": [c.to_dict() for c in calls],
             "leaked_markup": C.leaked_family(rec.content, rec.reasoning),
-            "prompt_tokens": rec.prompt_tokens, "completion_tokens": rec.completion_tokens}
+            "prompt_tokens": rec.prompt_tokens, "completion_tokens": rec.completion_tokens,
+            "usage_present": rec.usage_present, "longest_silence_s": silence_of(rec)}
+
+
+def silence_of(rec: ChatRecord) -> float | None:
+    """A streamed reply's longest silence (send → first byte, between output events, last output → end), s."""
+    if not rec.stream:
+        return None
+    s = C.longest_silence_s([rec.sent_ns, rec.first_byte_ns, *rec.output_chunk_ns, rec.done_ns])
+    return None if s is None else round(s, 4)
 
 
 class ScenarioRunner:
@@ -148,7 +206,8 @@ class ScenarioRunner:
             self.levels.append(await self.run_level(level))
 
     async def run_level(self, level: int) -> dict[str, Any]:
-        reps = max(self.s.repetitions, level)  # fewer repetitions than the level would never reach it
+        # fewer repetitions than the level would never reach it, fewer than the stream modes would miss one
+        reps = max(self.s.repetitions, level, len(self.s.stream_modes))
         progress.phase(f"level {self.s.levels.index(level) + 1} of {len(self.s.levels)}: concurrency {level}, the "
                        f"scenario {reps} times", requests=min(self.s.max_requests, reps * self._per_repetition()),
                        duration_s=self.s.max_duration_s)
@@ -225,7 +284,7 @@ class ScenarioRunner:
         retries = 0
         last_result: Any = None
         for rnd in range(self.s.max_tool_rounds + 1):
-            body = self._body(case, turn, messages, tools_body)
+            body = self._body(case, turn, messages, tools_body, self.s.stream_for(rep))
             if not budget.take():
                 raise _Stop(budget=True)
             rec = await self.client.chat_body(body, strict=False, timeout_s=self.s.request_timeout_s,
@@ -254,8 +313,8 @@ class ScenarioRunner:
             leaked = parsed["leaked_markup"]
             if rnd == 0 and turn.expect_tool:
                 outcomes.append(C.check_required_call(calls, turn.expect_tool, leaked))
-            if calls or leaked or (rnd == 0 and turn.expect_tool):
-                outcomes.append(C.check_markup(rec.content, rec.reasoning, calls))
+            outcomes.append(C.check_markup(rec.content, rec.reasoning, calls))
+            outcomes += C.check_reasoning(self.s.thinking, rec.finish_reason, rec.content, rec.reasoning)
             ids = [c.id for c in calls]
             for i, call in enumerate(calls):
                 outcomes.append(C.check_name(call, offered))
@@ -321,12 +380,12 @@ class ScenarioRunner:
         messages.append(sent)
 
     def _body(self, case: CaseSpec, turn: TurnSpec, messages: list[dict[str, Any]],
-              tools_body: list[dict[str, Any]]) -> dict[str, Any]:
+              tools_body: list[dict[str, Any]], stream: bool) -> dict[str, Any]:
         d = self.sample.defaults
-        body: dict[str, Any] = {"model": self.client.model, "messages": list(messages),
-                                "max_tokens": min(case.max_tokens or d.max_tokens, self.s.max_output_tokens),
-                                "temperature": case.temperature if case.temperature is not None else d.temperature,
-                                "stream": self.s.stream}
+        body: dict[str, Any] = {"model": self.client.model, "messages": list(messages), "stream": stream}
+        self.s.sampled(body, temperature=case.temperature if case.temperature is not None
+                       else (None if self.s.temperature is not None else d.temperature),
+                       max_tokens=case.max_tokens or d.max_tokens)
         if body["model"] is None:
             del body["model"]  # /v1/models did not answer: the request asks again and records why it failed
         if tools_body:

@@ -39,8 +39,9 @@ class PairReconciliation:
     divergence_at: int | None
     clean: bool  # both requests succeeded, counters observed, no foreign traffic in their windows
     cause: str  # match | prefix-changed | cache-disabled | routed-elsewhere | not-isolated | block-size |
-    #             evicted | failed | contaminated | not-observable
+    #             retention | evicted | failed | contaminated | not-observable
     explanation: str
+    sighting: int = 2  # which sighting of the prefix the judged request was (3: hybrid retention, k3lib.axes.prefix.run)
 
     @property
     def ttft_gain_pct(self) -> float | None:
@@ -68,10 +69,13 @@ def _int(x: float | None) -> int | None:
     return None if x is None else int(round(x))
 
 
-def reconcile_pair(cold: RequestSample, warm: RequestSample, result: PrefixCacheResult) -> PairReconciliation:
-    """Compare the warm request's designed hits with its counter delta and name the cause of any gap."""
+def reconcile_pair(cold: RequestSample, warm: RequestSample, result: PrefixCacheResult,
+                   sighting: int = 2) -> PairReconciliation:
+    """Compare the warm request's (or the judged sighting's) designed hits with its counter delta and name the cause
+    of any gap."""
     observed = _int(warm.hits_delta) if warm.hits_delta is not None else warm.cached_tokens
-    base: dict[str, Any] = dict(session=warm.session, prefix_target=warm.prefix_target, warm_prompt_tokens=warm.prompt_tokens,
+    base: dict[str, Any] = dict(sighting=sighting)
+    base.update(session=warm.session, prefix_target=warm.prefix_target, warm_prompt_tokens=warm.prompt_tokens,
                                 cold_ttft_ms=cold.ttft_ms, warm_ttft_ms=warm.ttft_ms, intended_hits=warm.intended_hits,
                                 designed_hits=warm.designed_hits, observed_hits=observed, cached_tokens=warm.cached_tokens,
                                 cold_designed_hits=cold.designed_hits, cold_observed_hits=_int(cold.hits_delta),
@@ -135,6 +139,11 @@ def reconcile_pair(cold: RequestSample, warm: RequestSample, result: PrefixCache
         return out("not-isolated", f"{observed} tokens hit, {observed - designed} more than this run's own prompts "
                                    "explain: the prefix was cached before the cold request (use a unique "
                                    "cache_salt or a fresh prefix per session)")
+    if observed == 0 and warm.sparse_misses_delta:
+        return out("retention", f"0 of {designed} designed tokens hit on sighting {sighting}: the server matched "
+                                f"{figure(warm.sparse_misses_delta)} tokens and threw them away for want of a "
+                                "recurrent-state checkpoint inside the shared prefix "
+                                "(vllm:prefix_cache_sparse_retention_misses; hybrid retention, vllm#45238)")
     if observed == 0:
         return out("evicted", f"0 of {designed} designed tokens hit although the prefix is identical up to token "
                               f"{warm.common_prefix_tokens}: the cold blocks were evicted before the warm request "
@@ -144,7 +153,27 @@ def reconcile_pair(cold: RequestSample, warm: RequestSample, result: PrefixCache
 
 
 def reconcile(result: PrefixCacheResult) -> list[PairReconciliation]:
-    return [reconcile_pair(cold, warm, result) for cold, warm in result.pairs()]
+    return [reconcile_pair(cold, judged, result, result.sighting_of(judged)) for cold, judged in result.pairs()]
+
+
+def sighting_text(result: PrefixCacheResult, pairs: list[PairReconciliation]) -> str:
+    """On which sighting of its prefix reuse showed, and what the retention settings and counters say of it."""
+    shown = [p for p in pairs if p.clean and p.observed_hits]
+    if not shown:
+        return ""
+    third = [p for p in shown if p.sighting == 3]
+    ret = result.retention or {}
+    setting = (f"retention interval {ret['interval']} ({ret['interval_source']})" if ret.get("interval") is not None
+               else "no retention interval stated by /metrics or the log")
+    if not third:
+        return f"reuse showed on the second sighting of the prefix (the warm request); {setting}"
+    warm = [s for s in result.samples if s.kind == "warm" and (s.session, s.prefix_target)
+            in {(p.session, p.prefix_target) for p in third}]
+    dropped = sum(s.sparse_misses_delta or 0 for s in warm)
+    counter = (f", {figure(dropped)} matched tokens dropped as sparse-retention misses" if any(
+        s.sparse_misses_delta is not None for s in warm) else ", no sparse-retention counter exported")
+    return (f"reuse showed on the third sighting of the prefix on {len(third)} of {len(shown)} pair(s): the second "
+            f"reused nothing{counter} — a hybrid model keeping a prefix's state on its second hit; {setting}")
 
 
 def _median(values: list[float]) -> float | None:
@@ -337,9 +366,11 @@ def _reuse_finding(result: PrefixCacheResult, pairs: list[PairReconciliation]) -
                        message=f"inconclusive: counters show {observed} hit tokens; the warm TTFT gain {shown} "
                                f"straddles {figure(min_gain, '%')} — more cold/warm pairs "
                                "(axes.prefix_cache.sessions) or a quieter client machine decide it")
+    obs["sightings"] = {str(k): sum(1 for p in identical if p.sighting == k) for k in (2, 3)}
     return Finding(rule=rule, status="pass", observed=obs, expected=expected,
                    message=f"reuse proven on {len(identical)} pair(s): {observed} of {designed} designed tokens hit, "
-                           f"warm TTFT gain {shown}, above {figure(min_gain, '%')} over the whole interval")
+                           f"warm TTFT gain {shown}, above {figure(min_gain, '%')} over the whole interval; "
+                           + sighting_text(result, pairs))
 
 
 def _reconcile_finding(pairs: list[PairReconciliation]) -> Finding:
@@ -367,8 +398,9 @@ def _reconcile_finding(pairs: list[PairReconciliation]) -> Finding:
 
 def _cached_tokens_finding(result: PrefixCacheResult, clean: list[PairReconciliation]) -> Finding:
     rule = f"{AXIS}.cached_tokens"
-    warm = {(s.session, s.prefix_target): s for s in result.samples if s.kind == "warm"}
-    rows = [(p, warm[(p.session, p.prefix_target)]) for p in clean if (p.session, p.prefix_target) in warm]
+    judged = {(s.session, s.prefix_target, s.kind): s for s in result.samples}
+    rows = [(p, judged[key]) for p in clean
+            if (key := (p.session, p.prefix_target, "third" if p.sighting == 3 else "warm")) in judged]
     with_usage = [(p, s) for p, s in rows if s.cached_tokens is not None]
     if with_usage:
         bad = [(p, s) for p, s in with_usage if s.hits_delta is not None and s.cached_tokens != _int(s.hits_delta)]
@@ -410,6 +442,8 @@ def prefix_cache_record(result: PrefixCacheResult, ctx: Any = None) -> EvidenceR
     return EvidenceRecord(
         axis=AXIS, title="Prefix caching: measured reuse", status=status, summary=summary, findings=findings,
         data={"gain_counted": reuse.status == "pass", "ttft_gain_pct": None if gain is None else round(gain, 1),
+              "retention": result.retention,
+              "reuse_sighting": min((p.sighting for p in pairs if p.clean and p.observed_hits), default=None),
               "ttft_gain_interval": (reuse.observed or {}).get("ttft_gain_interval")
               if isinstance(reuse.observed, dict) else None,
               "designed_hit_tokens": designed, "observed_hit_tokens": observed, "warm_prompt_tokens": prompts,

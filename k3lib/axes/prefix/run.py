@@ -1,5 +1,7 @@
 """The cold/warm protocol: per session and prefix length, a never-sent prefix then the same prefix with the last
-user turn changed, each request bracketed by /metrics scrapes so counter deltas are tied to what was sent.
+user turn changed, each request bracketed by /metrics scrapes so counter deltas are tied to what was sent; then a
+third sighting of the prefix (another last turn), because a hybrid model (Kimi K3's KDA state) may keep a prefix only
+on its second hit, so reuse first shows on the third request.
 
 Isolation is a unique `cache_salt` per session (vLLM mixes it into the first block) and/or a fresh nonce at
 the head of the system prompt; both are recorded. Sequential requests only, bounded in count and seconds.
@@ -24,6 +26,7 @@ from ...io.metrics import Snapshot, delta, scrape
 from ...io.prompts import EstimateCounter, ServerTokenCounter, TokenCounter, filler_text, fit_count
 from .blocks import common_prefix_len, designed_hits, expected_hits, first_divergence, hit_unit
 from .config import PrefixCacheParams
+from .retention import retention_settings
 
 AXIS = "prefix_cache"
 REQUESTS_JSONL = f"evidence/{AXIS}/requests.jsonl"
@@ -34,7 +37,10 @@ RESULT_JSON = f"evidence/{AXIS}/result.json"
 
 #: cache_config_info labels kept as evidence of how the cache was configured.
 CONFIG_LABELS = ("enable_prefix_caching", "block_size", "hash_block_size", "prefix_match_unit",
-                 "cache_hit_alignment_tokens", "prefix_caching_hash_algo", "num_gpu_blocks", "kv_cache_size_tokens")
+                 "cache_hit_alignment_tokens", "prefix_caching_hash_algo", "num_gpu_blocks", "kv_cache_size_tokens",
+                 "prefix_cache_retention_interval", "mamba_cache_mode", "mamba_block_size")
+#: The requests of one session, in the order sent: the prefix's first, second and third sightings.
+KINDS = ("cold", "warm", "third")
 
 # Two fixed tool schemas: an agent's tool definitions are part of the prefix it expects to be reused.
 TOOLS: tuple[dict[str, Any], ...] = (
@@ -64,7 +70,7 @@ class RequestSample:
 
     session: int
     prefix_target: int
-    kind: str  # "cold" | "warm"
+    kind: str  # "cold" | "warm" | "third": the prefix's first, second and third sightings
     request_id: str
     salt: str | None
     nonce: str
@@ -88,7 +94,8 @@ class RequestSample:
     designed_hits: int | None
     intended_hits: int | None  # what a warm request changed only in its last turn would get
     divergence_at: int | None  # first token where this request differs from its cold request
-    common_prefix_tokens: int | None = None  # tokens shared with its cold request (warm only)
+    common_prefix_tokens: int | None = None  # tokens shared with its cold request (warm and third only)
+    sparse_misses_delta: float | None = None  # vllm:prefix_cache_sparse_retention_misses (hybrid models), if exported
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -121,12 +128,19 @@ class PrefixCacheResult:
     min_ttft_gain_pct: float
     stopped: str | None = None  # why the protocol stopped before its plan, if it did
     planned_pairs: int = 0
+    retention: dict[str, Any] = dataclasses.field(default_factory=dict)  # hybrid retention settings, as read
 
     def pairs(self) -> list[tuple[RequestSample, RequestSample]]:
-        """(cold, warm) per session and prefix length, in the order sent; a missing half drops the pair."""
+        """(cold, the sighting judged) per session and prefix length, in the order sent: the warm request, or the
+        third sighting when the warm one reused nothing and the third did (`judged_sighting`); a missing half drops
+        the pair."""
         cold = {(s.session, s.prefix_target): s for s in self.samples if s.kind == "cold"}
-        return [(cold[(s.session, s.prefix_target)], s) for s in self.samples
-                if s.kind == "warm" and (s.session, s.prefix_target) in cold]
+        third = {(s.session, s.prefix_target): s for s in self.samples if s.kind == "third"}
+        return [(cold[key], judged_sighting(s, third.get(key))[0]) for s in self.samples
+                if s.kind == "warm" and (key := (s.session, s.prefix_target)) in cold]
+
+    def sighting_of(self, sample: RequestSample) -> int:
+        return KINDS.index(sample.kind) + 1 if sample.kind in KINDS else 2
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -219,6 +233,7 @@ def _counter_row(snapshot: Snapshot, request_id: str, kind: str, phase: str) -> 
             "queries": snapshot.value("prefix_cache_queries_total"),
             "hits": snapshot.value("prefix_cache_hits_total"),
             "cached": snapshot.value("prompt_tokens_cached_total"),
+            "sparse_retention_misses": snapshot.value("prefix_cache_sparse_retention_misses_total"),
             "endpoints_ok": sum(1 for e in snapshot.endpoints if e.error is None)}
 
 
@@ -248,13 +263,31 @@ def measure_request(client: SyncChatClient, http: httpx.Client, metrics_urls: Se
 # ---------------------------------------------------------------------------------------------------------
 
 
+def reused(sample: RequestSample | None) -> bool:
+    """Whether a request's own window shows a prefix hit (the counter, else usage's cached_tokens)."""
+    if sample is None or not sample.ok:
+        return False
+    hits = sample.hits_delta if sample.hits_delta is not None else sample.cached_tokens
+    return bool(hits and hits > 0)
+
+
+def judged_sighting(warm: RequestSample, third: RequestSample | None) -> tuple[RequestSample, int]:
+    """The request the reuse verdict reads, and which sighting of the prefix it was: the warm one (2nd), unless it
+    reused nothing and the third did — a hybrid model that keeps a prefix's state only on its second hit."""
+    if not reused(warm) and third is not None and reused(third):
+        return third, 3
+    return warm, 2
+
+
 def gain_undecided(samples: Sequence[RequestSample], min_gain_pct: float) -> bool:
     """True while the warm-vs-cold TTFT gain of the pairs answered so far has no interval, or one that straddles
     `min_gain_pct` (the verdict judges the same way on the pairs it finds clean)."""
     from ...core.stats import median_interval
 
     cold = {(s.session, s.prefix_target): s.ttft_ms for s in samples if s.kind == "cold" and s.ok and s.ttft_ms}
-    gains = [100.0 * (cold[k] - s.ttft_ms) / cold[k] for s in samples if s.kind == "warm" and s.ok
+    third = {(s.session, s.prefix_target): s for s in samples if s.kind == "third"}
+    judged = [judged_sighting(s, third.get((s.session, s.prefix_target)))[0] for s in samples if s.kind == "warm"]
+    gains = [100.0 * (cold[k] - s.ttft_ms) / cold[k] for s in judged if s.ok
              and s.ttft_ms is not None and (k := (s.session, s.prefix_target)) in cold]
     interval = median_interval(gains)
     return interval is None or interval.versus(min_gain_pct) == "inconclusive"
@@ -326,12 +359,14 @@ def run_prefix_cache(ctx: Any) -> PrefixCacheResult:
             except TargetError as exc:  # /tokenize broke mid-run: estimate from here on, and say so
                 counter, sized_by = EstimateCounter(), f"estimate (/tokenize failed: {str(exc)[:200]})"
                 words, pads, _ = client.run(_size_session(counter, nonce, size))
+            early = p.warm_change == "early-token"
             cold_msgs = session_messages(nonce, words, pads, 1)
-            warm_msgs = session_messages(nonce, words, pads, 2, early_change=p.warm_change == "early-token")
+            warm_msgs = session_messages(nonce, words, pads, 2, early_change=early)
+            third_msgs = session_messages(nonce, words, pads, 3, early_change=early)
             intended_msgs = session_messages(nonce, words, pads, 2)
             ids = {name: _ids(client, msgs) for name, msgs in
-                   (("cold", cold_msgs), ("warm", warm_msgs), ("intended", intended_msgs))}
-            for kind, msgs in (("cold", cold_msgs), ("warm", warm_msgs)):
+                   (("cold", cold_msgs), ("warm", warm_msgs), ("third", third_msgs), ("intended", intended_msgs))}
+            for kind, msgs in (("cold", cold_msgs), ("warm", warm_msgs), ("third", third_msgs)):
                 if time.monotonic() >= t_end:
                     stopped = f"max_duration_s ({figure(p.max_duration_s, ' s')}) reached mid-session"
                     break
@@ -349,7 +384,7 @@ def run_prefix_cache(ctx: Any) -> PrefixCacheResult:
                 designed = intended = div = common = None
                 if my_ids is not None and unit is not None:
                     designed = designed_hits(my_ids, sent.get(salt, []), unit)
-                if kind == "warm" and my_ids is not None and ids["cold"] is not None:
+                if kind != "cold" and my_ids is not None and ids["cold"] is not None:
                     div = first_divergence(ids["cold"], my_ids)
                     common = common_prefix_len(ids["cold"], my_ids)
                     if unit is not None and ids["intended"] is not None:
@@ -373,7 +408,8 @@ def run_prefix_cache(ctx: Any) -> PrefixCacheResult:
     result = PrefixCacheResult(
         samples=tuple(samples), counters=tuple(counters), cache_config=cache_config, unit=unit,
         unit_source=unit_source, isolation=p.isolation, warm_change=p.warm_change, metrics_urls=urls,
-        sized_by=sized_by, min_ttft_gain_pct=p.min_ttft_gain_pct, stopped=stopped, planned_pairs=len(planned))
+        sized_by=sized_by, min_ttft_gain_pct=p.min_ttft_gain_pct, stopped=stopped, planned_pairs=len(planned),
+        retention=retention_settings(cache_config, _server_log(ctx)))
     ctx.store.write_json(COUNTERS_JSON, list(counters))
     ctx.store.write_json(RESULT_JSON, result.to_dict())
     return result
@@ -410,6 +446,7 @@ def _sample(record: ChatRecord, before: Snapshot, after: Snapshot, *, session: i
     h = delta(before, after, "prefix_cache_hits_total")
     c = delta(before, after, "prompt_tokens_cached_total")
     ok_reqs = delta(before, after, "request_success_total")
+    sparse = delta(before, after, "prefix_cache_sparse_retention_misses_total")
     prompt = record.prompt_tokens if record.prompt_tokens is not None else tokenized
     settled = q.value is not None and prompt is not None and q.value >= prompt
     sent_wall = (record.wall_ns(record.sent_ns) or record.wall_anchor_ns) / 1e9
@@ -423,4 +460,17 @@ def _sample(record: ChatRecord, before: Snapshot, after: Snapshot, *, session: i
         counter_reset=q.reset or h.reset, settled=settled,
         contaminated=contamination(prompt, q.value, ok_reqs.value),
         designed_hits=designed, intended_hits=intended, divergence_at=div,
-        common_prefix_tokens=common)
+        common_prefix_tokens=common, sparse_misses_delta=sparse.value)
+
+
+def _server_log(ctx: Any) -> str | None:
+    """The server log's text, when the parameters name one (`axes.environment.server_log`); None otherwise or when
+    it cannot be read (the retention settings then come from /metrics alone, and say so)."""
+    source = ctx.params.axes.environment.server_log
+    if not source:
+        return None
+    from ..compat.run import fetch_text
+
+    with httpx.Client(timeout=15.0, headers=ctx.target.headers()) as http:
+        text = fetch_text("server_log", source, ctx.target.base_url, http)
+    return text.text if text.ok else None  # unreadable: the settings come from /metrics; compat reports the log

@@ -61,6 +61,10 @@ SERIES: tuple[SeriesSpec, ...] = (
     # Summed over engines AND finished_reason (stop/length/abort/error/repetition).
     _spec("request_success_total", "counter", "sum", "vllm:request_success_total", "sglang:num_requests_total"),
     _spec("admission_rejections_total", "counter", "sum", "vllm:admission_rejections_total"),
+    # Hybrid (KDA/Mamba) models: matched prefix tokens thrown away because no recurrent-state checkpoint fell inside
+    # the shared prefix (proposed in vllm#52527; read when a server exports it).
+    _spec("prefix_cache_sparse_retention_misses_total", "counter", "sum",
+          "vllm:prefix_cache_sparse_retention_misses_total"),
     _spec("spec_decode_num_drafts_total", "counter", "sum", "vllm:spec_decode_num_drafts_total"),
     _spec("spec_decode_num_draft_tokens_total", "counter", "sum", "vllm:spec_decode_num_draft_tokens_total"),
     _spec("spec_decode_num_accepted_tokens_total", "counter", "sum",

@@ -1,0 +1,147 @@
+"""The tool-turn series: independent tool turns at production sampling, enough of them to bound the tool-call failure
+rate the contract tolerates (`k3lib.axes.agent.rate`).
+
+Each turn is one of the sample's opening turns that must call a tool (a system prompt, the offered tools, the user
+turn), sent at the planned concurrency, the stream modes alternating. A turn fails when the required call is
+missing, misnamed, its arguments break the schema, or a leak shows (markup, a K3 control token, reasoning out of its
+field). A failed turn is sent once more, as vLLM's Kimi K3 blog tells clients to do; whether that retry recovered it
+is kept apart. Every turn lands in `evidence/agent/tool_turns.jsonl` (`judge.TURNS_FILE`) as it finishes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ...io.chatstream import ToolCall
+from ...io.client import ChatClient, ChatRecord
+from ...io.load import RequestBudget
+from . import checks as C
+from .config import CANCEL_GRACE_S
+from .run import RunSettings, parsed_reply
+from .sample import AgentSample, CaseSpec, TurnSpec
+
+#: The checks a turn's reply is judged on; the leak checks among them are also counted with the scenario's.
+TURN_CHECKS = ("tool_calls_present", "function_name", "arguments_valid", "no_markup_leak", "no_reasoning_leak",
+               "reasoning_present")
+
+
+def opening_tool_turns(sample: AgentSample, images_served: bool) -> list[tuple[CaseSpec, TurnSpec]]:
+    """The sample's first turns that must call a tool: each stands alone (no earlier reply to send back)."""
+    return [(c, c.turns[0]) for c in sample.cases
+            if c.turns[0].expect_tool and not (c.requires_images and not images_served)]
+
+
+def turn_outcomes(rec: ChatRecord, turn: TurnSpec, offered: Sequence[str], schemas: Mapping[str, Any],
+                  thinking: bool | None) -> tuple[list[C.Outcome], dict[str, Any]]:
+    """The outcomes of one tool turn's reply and its parse."""
+    if not rec.ok:
+        return [C.check_request(rec.ok, rec.http_status, rec.error)], {}
+    parsed = parsed_reply(rec)
+    calls = [ToolCall.from_dict(c) for c in parsed["tool_calls"]]
+    outcomes = [C.check_required_call(calls, str(turn.expect_tool), parsed["leaked_markup"])]
+    for call in calls:
+        outcomes.append(C.check_name(call, offered))
+        outcomes.append(C.check_arguments(call, schemas.get(call.name) if isinstance(call.name, str) else None))
+    outcomes.append(C.check_markup(rec.content, rec.reasoning, calls))
+    outcomes += C.check_reasoning(thinking, rec.finish_reason, rec.content, rec.reasoning)
+    return outcomes, parsed
+
+
+def failure_of(outcomes: Sequence[C.Outcome]) -> str | None:
+    """The first failing outcome as the turn's failure ("<check>: <detail>"), None when every one held. A reply
+    without its reasoning field still carries a usable call: that is `reasoning_present`'s finding, not a failed
+    tool turn."""
+    bad = next((o for o in outcomes if not o.passed and o.check != "reasoning_present"), None)
+    return None if bad is None else f"{bad.check}: {bad.detail}"
+
+
+class ToolTurnSeries:
+    """Sends `settings.tool_turns` tool turns at `concurrency`, bounded in requests and seconds."""
+
+    def __init__(self, client: ChatClient, sample: AgentSample, settings: RunSettings, concurrency: int,
+                 sink: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.client = client
+        self.sample = sample
+        self.s = settings
+        self.concurrency = max(1, concurrency)
+        self.sink = sink
+        self.turns: list[dict[str, Any]] = []
+        self.summary: dict[str, Any] = {}
+
+    async def run(self) -> None:
+        pool = opening_tool_turns(self.sample, self.s.images_served)
+        planned = self.s.tool_turns if pool else 0
+        t0 = time.perf_counter_ns()
+        budget = RequestBudget(2 * planned, t0 + int(self.s.max_duration_s * 1e9))
+        pending = iter(range(planned))
+
+        async def worker() -> None:
+            for i in pending:
+                if budget.stopped_by:
+                    return
+                case, turn = pool[i % len(pool)]
+                await self._turn(i, case, turn, budget)
+
+        tasks = [asyncio.create_task(worker()) for _ in range(min(self.concurrency, planned))]
+        try:
+            await asyncio.wait_for(asyncio.gather(*tasks), self.s.max_duration_s + CANCEL_GRACE_S)
+        except TimeoutError:
+            budget.stopped_by = budget.stopped_by or "max_duration_s"
+        self.summary = {"planned": planned, "completed": sum(1 for t in self.turns if t["failure"] != "cancelled"),
+                        "concurrency": self.concurrency, "requests": budget.sent, "stopped_by": budget.stopped_by,
+                        "duration_s": round((time.perf_counter_ns() - t0) / 1e9, 3),
+                        "turns_from": [c.id for c, _ in pool]}
+
+    def _body(self, case: CaseSpec, turn: TurnSpec, stream: bool) -> dict[str, Any]:
+        offered = self.sample.offered(case)
+        d = self.sample.defaults
+        body: dict[str, Any] = {"model": self.client.model, "stream": stream,
+                                "messages": [{"role": "system", "content": self.sample.system_prompt},
+                                             {"role": "user", "content": turn.user if isinstance(turn.user, str)
+                                              else [dict(p) for p in turn.user]}],
+                                "tools": [self.sample.tool(n).openai() for n in offered]}  # type: ignore[union-attr]
+        if body["model"] is None:
+            del body["model"]
+        choice = self.sample.tool_choice(case)
+        if choice is not None:
+            body["tool_choice"] = choice
+        return self.s.sampled(body, temperature=case.temperature if case.temperature is not None
+                              else (None if self.s.temperature is not None else d.temperature),
+                              max_tokens=case.max_tokens or d.max_tokens)
+
+    async def _send(self, body: dict[str, Any], rid: str, budget: RequestBudget) -> ChatRecord | None:
+        if not budget.take():
+            return None
+        return await self.client.chat_body(body, strict=False, timeout_s=self.s.request_timeout_s,
+                                           deadline_ns=budget.deadline_ns, request_id=rid)
+
+    async def _turn(self, i: int, case: CaseSpec, turn: TurnSpec, budget: RequestBudget) -> None:
+        stream = self.s.stream_for(i)
+        offered = self.sample.offered(case)
+        schemas = {n: self.sample.tool(n).function.parameters for n in offered}  # type: ignore[union-attr]
+        body = self._body(case, turn, stream)
+        rec = await self._send(body, f"agent-turn-{i}", budget)
+        if rec is None or rec.cancelled:
+            return  # the budget ended before this turn was answered: not a turn
+        outcomes, parsed = turn_outcomes(rec, turn, offered, schemas, self.s.thinking)
+        failure = failure_of(outcomes)
+        step: dict[str, Any] = {"turn": i, "case": case.id, "mode": "stream" if stream else "non-stream",
+                                "level": self.concurrency, "request": body, "reply": rec.to_dict(include_raw=True),
+                                "parsed": parsed, "checks": [o.to_dict() for o in outcomes], "failure": failure,
+                                "retry": None, "recovered": None}
+        if failure is not None:
+            again = await self._send(body, f"agent-turn-{i}-retry", budget)
+            if again is not None and not again.cancelled:
+                r_outcomes, r_parsed = turn_outcomes(again, turn, offered, schemas, self.s.thinking)
+                r_failure = failure_of(r_outcomes)
+                step["retry"] = {"reply": again.to_dict(include_raw=True), "parsed": r_parsed,
+                                 "checks": [o.to_dict() for o in r_outcomes], "failure": r_failure}
+                step["recovered"] = r_failure is None
+            else:
+                step["recovered"] = False
+        self.turns.append(step)
+        if self.sink is not None:
+            self.sink(step)
