@@ -336,3 +336,21 @@ def test_attack_gpus_required_set_below_what_the_servers_own_arguments_need(real
         f = check_gpus(s, env)
         assert f.status == "fail" and "needs 8 (TP 8" in f.message, f.message
     assert "needs 16" in check_gpus(s, EnvironmentParams(gpus_required=16)).message  # raising it is allowed
+
+
+def test_a_short_window_counts_the_queueing_its_histogram_has_not_seen_yet():
+    """Measured on the healthy emulator at concurrency 5 over 4 slots: one request always waits (gauge 1), but a 1 s
+    window's histogram holds only the waits of the requests that finished in it (vLLM observes at finish): the
+    requests still in flight at its end may have waited unseen. Their time in the window widens the tolerance."""
+    step = {**STEP, "start_wall": 1000.0, "end_wall": 1001.0, "queue_mean_ms": 40.0, "queue_count": 5.0}
+    rows = [{"t_wall": 1000.1 + 0.2 * i, "num_requests_running": 4.0, "num_requests_waiting": 1.0,
+             "kv_cache_usage_perc": 0.5} for i in range(5)]
+    finished = [{"sent_wall_ns": 1000.0e9 + i * 1e8, "done_wall_ns": 1000.5e9 + i * 1e8, "ok": True}
+                for i in range(5)]
+    straddling = [{"sent_wall_ns": 1000.6e9, "done_wall_ns": 1001.6e9, "ok": True} for _ in range(5)]
+    alone = window_agreement(step, finished, rows, settle_fraction=0.3)
+    assert "queue" in alone["disagreements"]  # without the edge: gauge 1.0 against 0.2
+    agreement = window_agreement(step, finished + straddling, rows, settle_fraction=0.3)
+    assert "queue" not in agreement["disagreements"], agreement["text"]
+    queue = next(i for i in agreement["items"] if i["quantity"] == "queue")
+    assert queue["agrees"] is True and "unseen" in queue["note"]

@@ -7,8 +7,10 @@ and got back). Where both measure one thing they are compared, each with a state
   instant (sent, not finished): the engine may not hold more than the kit sent, beyond max(1, 25 %) — another
   client's load, or a busier deployment's gauges (fewer is normal: front-end time is outside the engine's gauges);
 - **queue**: the waiting gauge's mean over the window vs the waiting the queue-time histogram implies (Little's law:
-  the sum of the window's queue times ÷ its length): within max(0.5, 50 %) — a gauge stuck at 0 while requests
-  queue shows here (the histogram times a request's first wait only: after a preemption the gauge may exceed it);
+  the sum of the window's queue times ÷ its length): within max(0.5, 50 %), widened by what the kit's requests
+  straddling the window's edges may have waited (vLLM observes a queue time when its request finishes) — a gauge
+  stuck at 0 while requests queue shows here (the histogram times a request's first wait only: after a preemption
+  the gauge may exceed it);
 - **preemptions**: the counter's increase between the window's boundary scrapes vs its increase over the sampled
   series, which lies inside that window: the sampled one can never be larger;
 - **counts**: the server's request and token counters vs the kit's requests and their `usage` (`k3lib.io.crosscheck`:
@@ -66,11 +68,31 @@ def in_flight_item(rows: Sequence[Row], requests: Sequence[Row]) -> dict[str, An
     return _item("in flight", server, client, tol, server - client <= tol, note)
 
 
-def queue_item(rows: Sequence[Row], w: Row, duration_s: float) -> dict[str, Any]:
+def queue_edges_s(requests: Sequence[Row], start: float, end: float) -> tuple[float, float]:
+    """How much queueing the window's histogram may miss or hold from outside it, in request-seconds. vLLM observes a
+    request's queue time when the request finishes: a request still in flight at the window's end may have waited
+    inside it unseen (at most its time in the window), and one that finished inside it after being sent before its
+    start may bring a wait from before (at most that time). Negligible over a 120 s step, most of a 1 s one."""
+    after = before = 0.0
+    for r in requests:
+        sent, done = r.get("sent_wall_ns"), r.get("done_wall_ns")
+        if sent is None:
+            continue
+        sent_s, done_s = float(sent) / 1e9, None if done is None else float(done) / 1e9
+        if sent_s < end and (done_s is None or done_s > end):
+            after += end - max(sent_s, start)
+        elif done_s is not None and start <= done_s <= end and sent_s < start:
+            before += start - sent_s
+    return after, before
+
+
+def queue_item(rows: Sequence[Row], w: Row, duration_s: float,
+               edges_s: tuple[float, float] = (0.0, 0.0)) -> dict[str, Any]:
     waiting = [float(r["num_requests_waiting"]) for r in rows if r.get("num_requests_waiting") is not None]
     mean_ms, count = w.get("queue_mean_ms"), w.get("queue_count")
     note = ("server: the waiting gauge's mean vs Little's law over the queue-time histogram (the window's queue "
-            f"times ÷ its length); tolerance max({QUEUE_ABS:g}, {QUEUE_REL:.0%})")
+            f"times ÷ its length); tolerance max({QUEUE_ABS:g}, {QUEUE_REL:.0%}), widened by the queueing of the "
+            "kit's requests that straddle the window's edges (the histogram counts a request when it finishes)")
     if mean_ms is None or count is None or duration_s <= 0:
         return _item("queue", None, None, None, None, "no queue-time histogram in the window — " + note)
     if len(waiting) < MIN_SAMPLES:
@@ -79,11 +101,14 @@ def queue_item(rows: Sequence[Row], w: Row, duration_s: float) -> dict[str, Any]
     gauge = sum(waiting) / len(waiting)
     implied = float(mean_ms) * float(count) / 1000.0 / duration_s
     tol = max(QUEUE_ABS, QUEUE_REL * max(gauge, implied))
+    unseen, earlier = (e / duration_s for e in edges_s)
     # the histogram times a request's first wait only: a preempted request waits again, counted by the gauge alone
     preempted = bool(w.get("preemptions") or w.get("preemptions_sampled"))
-    ok = gauge >= implied - tol and (preempted or gauge <= implied + tol)
-    return _item("queue", gauge, implied, tol, ok, note + ("; preempted requests wait again, seen by the gauge "
-                                                          "only: it may exceed the histogram" if preempted else ""))
+    ok = gauge >= implied - tol - earlier and (preempted or gauge <= implied + tol + unseen)
+    return _item("queue", gauge, implied, tol + max(unseen, earlier), ok,
+                 note + (f"; edges: up to {unseen:.3g} unseen, {earlier:.3g} from before" if unseen or earlier
+                         else "") + ("; preempted requests wait again, seen by the gauge only: it may exceed the "
+                                     "histogram" if preempted else ""))
 
 
 def preemption_item(w: Row) -> dict[str, Any]:
@@ -129,7 +154,8 @@ def window_agreement(w: Row, requests: Sequence[Row], metric_rows: Sequence[Row]
         return {"agrees": None, "samples": 0, "items": [], "disagreements": [], "text": "no window recorded"}
     whole = window(metric_rows, float(start), float(end))
     settled = window(metric_rows, float(start) + (float(end) - float(start)) * settle_fraction, float(end))
-    items = [counts_item(w), in_flight_item(settled, requests), queue_item(whole, w, float(end) - float(start)),
+    items = [counts_item(w), in_flight_item(settled, requests), queue_item(whole, w, float(end) - float(start),
+                                                                   queue_edges_s(requests, float(start), float(end))),
              preemption_item(w), ttft_item(w, calibration_error_ms)]
     bad = [i for i in items if i["agrees"] is False]
     compared = [i for i in items if i["agrees"] is not None]
