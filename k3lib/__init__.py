@@ -31,9 +31,9 @@ _EXPORTS: dict[str, str] = {
     "TargetUnreachable": ".core.errors",
     "agent": ".axes.agent",
     "capacity": ".axes.capacity",
-    "compat": ".axes.compat",
     "decide": ".verdict.decision",
     "decide_run": ".report.summary",
+    "environment": ".axes.environment",
     "explorer": ".report.explorer",
     "findings_table": ".report.summary",
     "load_params": ".core.params",
@@ -67,7 +67,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
-    from .axes import agent, capacity, compat, operations, paths, prefix
+    from .axes import agent, capacity, environment, operations, paths, prefix
     from .report import explorer
     from . import renewal
     from .verdict.decision import Decision, decide

@@ -97,7 +97,7 @@ def test_attack_a_collect_env_of_a_cuda_12_build_behind_a_passing_chain(healthy_
     store.write_text(rel, store.path(rel).read_text().replace("CUDA used to build PyTorch   : 13.0",
                                                                "CUDA used to build PyTorch   : 12.9"))
     _redecide(store)
-    assert any(line.startswith("evidence/environment.json: compat.cuda_build is pass but its raw data gives fail")
+    assert any(line.startswith("evidence/environment.json: environment.cuda_build is pass but its raw data gives fail")
                for line in _changed(store))
 
 

@@ -2,10 +2,10 @@
 
 The synthetic runs below are written by each axis' own record builder from what that axis observes, never as
 hand-made `data`: capacity (k3lib.axes.capacity.capacity_record) from its load steps, environment
-(k3lib.axes.compat.environment_record) from the emulator's collect_env / nvidia-smi / inspect / log texts, prefix_cache
-(k3lib.axes.prefix.prefix_cache_record) from a measured cold/warm pair, agent (k3lib.axes.agent.judge.agent_record) from its
-replies' check outcomes, probe (k3lib.axes.probe.probe_record) from the endpoints' answers. A field an axis renames
-breaks these tests.
+(k3lib.axes.environment.environment_record) from the emulator's collect_env / nvidia-smi / inspect / log texts,
+prefix_cache (k3lib.axes.prefix.prefix_cache_record) from a measured cold/warm pair, agent
+(k3lib.axes.agent.judge.agent_record) from its replies' check outcomes, probe (k3lib.axes.probe.probe_record)
+from the endpoints' answers. A field an axis renames breaks these tests.
 """
 
 from __future__ import annotations
@@ -57,12 +57,12 @@ def capacity_by_the_axis(steps: list[dict[str, Any]], planned: int) -> dict[str,
 
 
 def environment_by_the_axis(spec: dict[str, Any], planned: int) -> dict[str, Any]:
-    """The environment record as k3lib.axes.compat writes it, from the texts the emulator serves for that host and image
-    (`collect_env`, host `nvidia-smi`, `docker inspect`, the server log's non-default args)."""
+    """The environment record as k3lib.axes.environment writes it, from the texts the emulator serves for that host and
+    image (`collect_env`, host `nvidia-smi`, `docker inspect`, the server log's non-default args)."""
     import json as _json
     from pathlib import Path
 
-    from k3lib.axes.compat import environment_record, evaluate, sources_from_texts
+    from k3lib.axes.environment import environment_record, evaluate, sources_from_texts
     from k3lib.emulator.config import EmulatorConfig
     from k3lib.emulator.envreport import collect_env_report, image_inspect, nvidia_smi_report
     from k3lib.emulator.logs import LogBook, non_default_args

@@ -33,7 +33,7 @@ def _probe(store: Any, rec: EvidenceRecord, params: Params, today: dt.date) -> t
 
 
 def _environment(store: Any, rec: EvidenceRecord, params: Params, today: dt.date) -> tuple[list[Finding], None]:
-    from ..axes.compat.reread import rejudge_environment
+    from ..axes.environment.reread import rejudge_environment
 
     return list(rejudge_environment(store, rec, params).findings), None
 

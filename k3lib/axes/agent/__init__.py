@@ -103,7 +103,7 @@ def _server_log(ctx: Any) -> str | None:
     """The server log's text when the parameters name one (axes.environment.server_log), else None."""
     import httpx
 
-    from ..compat.run import fetch_text
+    from ..environment.run import fetch_text
 
     source = ctx.params.axes.environment.server_log
     if not source:

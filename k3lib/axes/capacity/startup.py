@@ -87,7 +87,7 @@ class StartupPhase(EngineWatch):
 
     def _read_log(self) -> None:
         """The server log, when axes.environment.server_log names it (a file or a URL)."""
-        from ..compat.run import fetch_text
+        from ..environment.run import fetch_text
 
         value = self.params.axes.environment.server_log
         if not value:

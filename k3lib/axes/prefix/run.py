@@ -469,8 +469,9 @@ def _server_log(ctx: Any) -> str | None:
     source = ctx.params.axes.environment.server_log
     if not source:
         return None
-    from ..compat.run import fetch_text
+    from ..environment.run import fetch_text
 
     with httpx.Client(timeout=15.0, headers=ctx.target.headers()) as http:
         text = fetch_text("server_log", source, ctx.target.base_url, http)
-    return text.text if text.ok else None  # unreadable: the settings come from /metrics; compat reports the log
+    return text.text if text.ok else None  # unreadable: the settings come from
+    # /metrics; the environment axis reports the log

@@ -2,15 +2,15 @@
 every proof at hand and compared with the recipe at three levels (host, container, engine)."""
 
 from .figures import environment_table, findings_table, table_rows
-from .judge import CompatResult, check_environment, environment_record, evaluate, iter_findings
+from .judge import EnvironmentResult, check_environment, environment_record, evaluate, iter_findings
 from .rules import RULES, RuleSpec
-from .run import (CompatSources, ImageRef, SourceText, ToolChoiceProbe, classify_tool_probe, gather_sources,
+from .run import (EnvironmentSources, ImageRef, SourceText, ToolChoiceProbe, classify_tool_probe, gather_sources,
                   parse_image_inspect, read_sources, sources_from_texts)
 from .values import in_range, parse_flag, parse_version
 
 __all__ = [
-    "CompatResult",
-    "CompatSources",
+    "EnvironmentResult",
+    "EnvironmentSources",
     "ImageRef",
     "RULES",
     "RuleSpec",

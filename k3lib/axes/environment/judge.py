@@ -17,7 +17,7 @@ from ...io.claims import collect_env_claims, image_claims, log_claims, nvidia_sm
 from .figures import environment_table, table_rows
 from .host import check_driver, check_fabric, check_gpus, check_host_container
 from .rules import Proof, engine_args, finding
-from .run import CompatSources, attachments, gather_sources
+from .run import EnvironmentSources, attachments, gather_sources
 from .startup import check_startup
 
 if TYPE_CHECKING:
@@ -27,8 +27,8 @@ if TYPE_CHECKING:
 
 
 @dataclasses.dataclass(frozen=True)
-class CompatResult:
-    sources: CompatSources
+class EnvironmentResult:
+    sources: EnvironmentSources
     findings: tuple[Finding, ...]
     build: str = "official"
 
@@ -55,32 +55,33 @@ class CompatResult:
         return environment_table(self)
 
 
-def evaluate(sources: CompatSources, recipe: RecipeParams, env: EnvironmentParams) -> CompatResult:
+def evaluate(sources: EnvironmentSources, recipe: RecipeParams, env: EnvironmentParams) -> EnvironmentResult:
     """Pure: the rules over already gathered sources."""
-    return CompatResult(sources, tuple(iter_findings(sources, recipe, env)), sources.build)
+    return EnvironmentResult(sources, tuple(iter_findings(sources, recipe, env)), sources.build)
 
 
-def check_environment(ctx: "AxisContext") -> CompatResult:
+def check_environment(ctx: "AxisContext") -> EnvironmentResult:
     """Gather every source of the chain (attachments kept in the run folder), then apply the rules."""
     return evaluate(gather_sources(ctx), ctx.params.recipe, ctx.params.axes.environment)
 
 
-def check_source_reads(s: CompatSources) -> list[Finding]:
+def check_source_reads(s: EnvironmentSources) -> list[Finding]:
     """A file given for a source that is not what it claims: its own finding, so the reviewer fixes the input."""
     out = []
     for name, why in sorted(s.read_errors.items()):
-        out.append(finding("compat.source", "warn", f"{name} could not be read: {why}",
+        out.append(finding("environment.source", "warn", f"{name} could not be read: {why}",
                            [Proof(name, "unreadable", s.texts[name].location, s.attachment(name))],
                            observed="unreadable", source=name))
     for name in ("collect_env", "nvidia_smi", "server_log", "image_inspect"):
         src = s.texts.get(name)
         if src is not None and src.location is not None and src.error:
-            out.append(finding("compat.source", "not-observable", f"{name} configured but not obtained: {src.error}",
+            out.append(finding("environment.source", "not-observable",
+                               f"{name} configured but not obtained: {src.error}",
                                [Proof(name, "missing", src.location)], observed="missing", source=name))
     return out
 
 
-def iter_findings(s: CompatSources, recipe: RecipeParams, env: EnvironmentParams) -> list[Finding]:
+def iter_findings(s: EnvironmentSources, recipe: RecipeParams, env: EnvironmentParams) -> list[Finding]:
     """Every rule of the chain, host → container → engine."""
     return [
         check_driver(s, recipe), check_host_container(s), check_gpus(s, env, recipe), check_fabric(s, env),
@@ -90,7 +91,7 @@ def iter_findings(s: CompatSources, recipe: RecipeParams, env: EnvironmentParams
     ]
 
 
-def environment_record(result: CompatResult, ctx: "AxisContext") -> EvidenceRecord:
+def environment_record(result: EnvironmentResult, ctx: "AxisContext") -> EvidenceRecord:
     """The `environment` evidence record: findings, the table rows, `mismatch`, `build`, raw sources attached."""
     findings = list(result.findings)
     status = axis_status(findings)
@@ -116,7 +117,7 @@ def environment_record(result: CompatResult, ctx: "AxisContext") -> EvidenceReco
         attachments=attachments(result.sources))
 
 
-def source_claims(s: CompatSources) -> dict[str, dict[str, Any]]:
+def source_claims(s: EnvironmentSources) -> dict[str, dict[str, Any]]:
     """What each source says of the deployment it came from (`k3lib.io.claims`), the server's own answers as
     "target (environment)": `k3lib.verdict.identity` ties each to the target."""
     cache = s.texts.get("cache_config_info")
@@ -127,7 +128,7 @@ def source_claims(s: CompatSources) -> dict[str, dict[str, Any]]:
     return {name: fields for name, fields in got.items() if fields}
 
 
-def topology(s: CompatSources) -> dict[str, Any]:
+def topology(s: EnvironmentSources) -> dict[str, Any]:
     """GPU count and parallel sizes as the server was started: what a re-validation compares (a change of
     topology reopens the sheet). Sizes the log does not print are vLLM's default, 1; no log: all unknown."""
     args = engine_args(s)
@@ -142,7 +143,7 @@ def topology(s: CompatSources) -> dict[str, Any]:
     return sizes
 
 
-def _summary_values(s: CompatSources) -> dict[str, Any]:
+def _summary_values(s: EnvironmentSources) -> dict[str, Any]:
     ce = s.collect_env
     return {
         "vllm": s.api_version or (s.log.vllm_version if s.log else None) or (ce.vllm_version if ce else None),

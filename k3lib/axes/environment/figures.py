@@ -13,7 +13,7 @@ from .rules import ROW_ORDER, RULES
 if TYPE_CHECKING:
     import pandas as pd
 
-    from .judge import CompatResult
+    from .judge import EnvironmentResult
 
 # worst first: a row shows its worst finding
 _SEVERITY = {"fail": 0, "warn": 1, "not-observable": 2, "pass": 3, "info": 4}
@@ -41,7 +41,7 @@ def _proof_cell(finding: Finding) -> str:
     return "; ".join(dict.fromkeys(parts)) or "—"
 
 
-def table_rows(result: CompatResult) -> list[dict[str, Any]]:
+def table_rows(result: EnvironmentResult) -> list[dict[str, Any]]:
     """One row per item of the seed's table; a row with several rules shows the worst and joins the rest."""
     by_item: dict[str, list[Finding]] = {}
     for f in result.findings:
@@ -67,7 +67,7 @@ def table_rows(result: CompatResult) -> list[dict[str, Any]]:
     return rows
 
 
-def environment_table(result: CompatResult) -> "pd.DataFrame":
+def environment_table(result: EnvironmentResult) -> "pd.DataFrame":
     """The seed's evidence table as a DataFrame (item as index)."""
     import pandas as pd
 
@@ -76,7 +76,7 @@ def environment_table(result: CompatResult) -> "pd.DataFrame":
     return frame.set_index("item")
 
 
-def findings_table(result: CompatResult) -> "pd.DataFrame":
+def findings_table(result: EnvironmentResult) -> "pd.DataFrame":
     """Every finding with its level, the sources it used and the decision on mismatch."""
     import pandas as pd
 

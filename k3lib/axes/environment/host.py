@@ -9,7 +9,7 @@ from typing import Any
 from ...core.evidence import Finding, FindingStatus
 from .config import EnvironmentParams, RecipeParams
 from .rules import Proof, engine_args, finding, line_of, missing
-from .run import CompatSources
+from .run import EnvironmentSources
 from .values import cuda_major, driver_branch_ok, expected_driver
 
 # HGX boards whose 8 GPUs talk through NVSwitch: the fabric manager must be up before CUDA can use them.
@@ -17,7 +17,7 @@ _NVSWITCH_GPU_RE = re.compile(r"\b(?:A100-SXM|A800-SXM|H100|H800|H200|H20|B200|B
 _NOT_NVSWITCH_RE = re.compile(r"PCIe|\bNVL\b", re.IGNORECASE)
 
 
-def gpus_required(s: CompatSources, env: EnvironmentParams) -> tuple[int | None, str]:
+def gpus_required(s: EnvironmentSources, env: EnvironmentParams) -> tuple[int | None, str]:
     """GPUs one node must see: the larger of the parameter and TP × PP × DP (local) from the log's args — a
     parameter may raise what the server's own arguments need, never lower it."""
     from_log, basis = _gpus_from_log(s)
@@ -26,7 +26,7 @@ def gpus_required(s: CompatSources, env: EnvironmentParams) -> tuple[int | None,
     return from_log, basis
 
 
-def _gpus_from_log(s: CompatSources) -> tuple[int | None, str]:
+def _gpus_from_log(s: EnvironmentSources) -> tuple[int | None, str]:
     args = engine_args(s)
     if args is None:
         return None, "unknown (no server log, no axes.environment.gpus_required)"
@@ -48,7 +48,7 @@ def _gpus_from_log(s: CompatSources) -> tuple[int | None, str]:
     return total, f"TP {tp} × PP {pp} × DP {dp} (server log args)"
 
 
-def gpu_count_proofs(s: CompatSources) -> list[Proof]:
+def gpu_count_proofs(s: EnvironmentSources) -> list[Proof]:
     out = []
     ce = s.collect_env
     if ce is not None and ce.gpu_count is not None:
@@ -62,7 +62,7 @@ def gpu_count_proofs(s: CompatSources) -> list[Proof]:
     return out
 
 
-def cpu_build_without_gpu_need(s: CompatSources, recipe: RecipeParams | None) -> str | None:
+def cpu_build_without_gpu_need(s: EnvironmentSources, recipe: RecipeParams | None) -> str | None:
     """Why GPU requirements do not apply here, or None: collect_env shows a CPU build and the recipe asks for no
     CUDA version. (A recipe that does require CUDA keeps them: a CPU build is then an environment rebuild.)"""
     ce = s.collect_env
@@ -72,7 +72,7 @@ def cpu_build_without_gpu_need(s: CompatSources, recipe: RecipeParams | None) ->
             "recipe requires no CUDA version")
 
 
-def cpu_proof(s: CompatSources) -> list[Proof]:
+def cpu_proof(s: EnvironmentSources) -> list[Proof]:
     return [Proof("collect_env", "cpu", line_of(s.texts["collect_env"].text, r"PyTorch version\s*:"),
                   s.attachment("collect_env"))]
 
@@ -82,7 +82,7 @@ def _branch(version: Any) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def check_driver(s: CompatSources, recipe: RecipeParams) -> Finding:
+def check_driver(s: EnvironmentSources, recipe: RecipeParams) -> Finding:
     proofs = []
     if s.nvidia_smi is not None and s.nvidia_smi.driver_version:
         proofs.append(Proof("nvidia_smi (host)", s.nvidia_smi.driver_version,
@@ -94,37 +94,38 @@ def check_driver(s: CompatSources, recipe: RecipeParams) -> Finding:
                             line_of(s.texts["collect_env"].text, r"driver version\s*:"), s.attachment("collect_env")))
     expected = expected_driver(recipe)
     if not proofs and expected is None and (why := cpu_build_without_gpu_need(s, recipe)):
-        return finding("compat.driver_branch", "info", f"no GPU driver needed: {why}", cpu_proof(s))
+        return finding("environment.driver_branch", "info", f"no GPU driver needed: {why}", cpu_proof(s))
     if not proofs:
-        return finding("compat.driver_branch", "not-observable",
+        return finding("environment.driver_branch", "not-observable",
                        "host driver version not observable: " + missing(s, "nvidia_smi", "collect_env", "nvml"),
                        expected=expected)
     branches = {b for p in proofs if (b := _branch(p.value)) is not None}
     if not branches:
-        return finding("compat.driver_branch", "warn", f"driver version {proofs[0].value!r} has no readable branch",
-                       proofs, observed=proofs[0].value, expected=expected)
+        return finding("environment.driver_branch", "warn",
+                       f"driver version {proofs[0].value!r} has no readable branch", proofs,
+                       observed=proofs[0].value, expected=expected)
     observed = proofs[0].value
     if len({p.value for p in proofs}) > 1:
         said = ", ".join(f"{p.source} says {p.value}" for p in proofs)
         status: FindingStatus = ("fail" if len(branches) > 1 or not all(driver_branch_ok(b, recipe) for b in branches)
-                                 else "warn")
-        return finding("compat.driver_branch", status,
+                                      else "warn")
+        return finding("environment.driver_branch", status,
                        f"driver sources disagree: {said} — they were not taken on the same host or at the same time",
                        proofs, observed={p.source: p.value for p in proofs}, expected=expected)
     branch = next(iter(branches))
     if expected is None:
-        return finding("compat.driver_branch", "info", f"host driver {observed} (R{branch}); the recipe sets no branch",
-                       proofs, observed=observed)
+        return finding("environment.driver_branch", "info",
+                       f"host driver {observed} (R{branch}); the recipe sets no branch", proofs, observed=observed)
     if driver_branch_ok(branch, recipe):
-        return finding("compat.driver_branch", "pass", f"host driver {observed} is R{branch}, {expected}",
+        return finding("environment.driver_branch", "pass", f"host driver {observed} is R{branch}, {expected}",
                        proofs, observed=observed, expected=expected)
-    return finding("compat.driver_branch", "fail",
+    return finding("environment.driver_branch", "fail",
                    f"host driver {observed} is R{branch}, below the recipe's {expected}"
                    + (f" (a CUDA {recipe.cuda_major} build needs it)" if recipe.cuda_major else ""),
                    proofs, observed=observed, expected=expected)
 
 
-def check_host_container(s: CompatSources) -> Finding:
+def check_host_container(s: EnvironmentSources) -> Finding:
     """C04: what the host says (nvidia-smi or NVML, taken on the host) against what the container reports
     (collect_env): the kernel driver both see, the GPUs, and whether the driver can run the container's CUDA build.
     Without a host-side source nothing was compared: open, never a pass."""
@@ -136,19 +137,19 @@ def check_host_container(s: CompatSources) -> Finding:
         host.append(("nvml (host)", s.nvml.driver_version, s.nvml.cuda_driver_version, None))
     ce = s.collect_env
     if not host:
-        return finding("compat.host_container", "not-observable",
+        return finding("environment.host_container", "not-observable",
                        "nothing compared: no host-side source (set axes.environment.nvidia_smi to the host's "
                        "nvidia-smi output, or run the kit on the host with target.gpu_metrics.source nvml) — "
                        + missing(s, "nvidia_smi", "nvml"))
     if ce is None:
-        return finding("compat.host_container", "not-observable",
+        return finding("environment.host_container", "not-observable",
                        "nothing compared: no container-side report (set axes.environment.collect_env) — "
                        + missing(s, "collect_env"))
     name, driver, can_run, gpus = host[0]
     proofs = [Proof(src, {"driver": d, "driver can run CUDA": c, "GPUs": g}, None,
                     s.attachment("nvidia_smi" if src.startswith("nvidia_smi") else "nvml")) for src, d, c, g in host]
     proofs.append(Proof("collect_env (container)", {"driver": ce.driver_version, "CUDA build": ce.torch_cuda_build,
-                                                    "GPUs": ce.gpu_count},
+                                                         "GPUs": ce.gpu_count},
                         line_of(s.texts["collect_env"].text, r"driver version\s*:"), s.attachment("collect_env")))
     compared: list[str] = []
     problems: list[str] = []
@@ -170,35 +171,35 @@ def check_host_container(s: CompatSources) -> Finding:
     observed = {"host": {"source": name, "driver": driver, "driver_can_run_cuda": can_run, "gpus": gpus},
                 "container": {"driver": ce.driver_version, "cuda_build": ce.torch_cuda_build, "gpus": ce.gpu_count}}
     if problems:
-        return finding("compat.host_container", "fail", "host and container disagree: " + "; ".join(problems),
+        return finding("environment.host_container", "fail", "host and container disagree: " + "; ".join(problems),
                        proofs, observed=observed, expected="the same driver, a CUDA the driver can run")
     if not compared:
-        return finding("compat.host_container", "not-observable",
+        return finding("environment.host_container", "not-observable",
                        f"{name} and collect_env share no figure to compare (driver, CUDA, GPUs)", proofs,
                        observed=observed)
-    return finding("compat.host_container", "pass", f"host ({name}) and container (collect_env) agree: "
+    return finding("environment.host_container", "pass", f"host ({name}) and container (collect_env) agree: "
                    + "; ".join(compared), proofs, observed=observed,
                    expected="the same driver, a CUDA the driver can run")
 
 
-def check_gpus(s: CompatSources, env: EnvironmentParams, recipe: RecipeParams | None = None) -> Finding:
+def check_gpus(s: EnvironmentSources, env: EnvironmentParams, recipe: RecipeParams | None = None) -> Finding:
     required, basis = gpus_required(s, env)
     proofs = gpu_count_proofs(s)
     ce = s.collect_env
     if not env.gpus_required and (why := cpu_build_without_gpu_need(s, recipe)):
         # TP × PP × DP counts engine processes; on a CPU build none of them is a GPU
-        return finding("compat.gpus_visible", "info", f"no GPU needed: {why} ({basis} are CPU processes)",
+        return finding("environment.gpus_visible", "info", f"no GPU needed: {why} ({basis} are CPU processes)",
                        cpu_proof(s), observed=0)
     expected = f">= {required} ({basis})" if required else None
     if ce is not None and ce.cuda_available is False:
-        return finding("compat.gpus_visible", "fail",
+        return finding("environment.gpus_visible", "fail",
                        "the container sees no CUDA device (collect_env: Is CUDA available: False)",
                        proofs, observed=0, expected=expected)
     if s.nvidia_smi is not None and s.nvidia_smi.error:
-        return finding("compat.gpus_visible", "fail", f"nvidia-smi failed on the host: {s.nvidia_smi.error}",
+        return finding("environment.gpus_visible", "fail", f"nvidia-smi failed on the host: {s.nvidia_smi.error}",
                        proofs, observed=0, expected=expected)
     if not proofs:
-        return finding("compat.gpus_visible", "not-observable",
+        return finding("environment.gpus_visible", "not-observable",
                        "GPU visibility not observable: " + missing(s, "collect_env", "nvidia_smi", "nvml"),
                        expected=expected)
     # the container's own view is the one that matters: a host may show 8 GPUs while the pod gets 4
@@ -206,18 +207,19 @@ def check_gpus(s: CompatSources, env: EnvironmentParams, recipe: RecipeParams | 
     observed = {p.source: p.value for p in proofs}
     counts = ", ".join(f"{p.source} {p.value}" for p in proofs)
     if required is None:
-        return finding("compat.gpus_visible", "not-observable",
+        return finding("environment.gpus_visible", "not-observable",
                        f"{counts} GPU(s) visible, but how many the topology needs is unknown: set "
                        "axes.environment.gpus_required or provide the server log", proofs, observed=observed)
     if visible < required:
-        return finding("compat.gpus_visible", "fail",
+        return finding("environment.gpus_visible", "fail",
                        f"{visible} GPU(s) visible ({counts}) but the topology needs {required} ({basis})",
                        proofs, observed=observed, expected=expected)
-    return finding("compat.gpus_visible", "pass", f"{counts} GPU(s) visible; the topology needs {required} ({basis})",
-                   proofs, observed=observed, expected=expected)
+    return finding("environment.gpus_visible", "pass",
+                   f"{counts} GPU(s) visible; the topology needs {required} ({basis})", proofs,
+                   observed=observed, expected=expected)
 
 
-def nvswitch_system(s: CompatSources, env: EnvironmentParams) -> tuple[bool, str]:
+def nvswitch_system(s: EnvironmentSources, env: EnvironmentParams) -> tuple[bool, str]:
     """Whether the host has NVSwitch: the parameter, else an 8-GPU HGX board by GPU model."""
     if env.nvswitch is not None:
         return env.nvswitch, "axes.environment.nvswitch"
@@ -236,14 +238,14 @@ def nvswitch_system(s: CompatSources, env: EnvironmentParams) -> tuple[bool, str
     return False, f"{what}: not an NVSwitch board"
 
 
-def check_fabric(s: CompatSources, env: EnvironmentParams) -> Finding:
+def check_fabric(s: EnvironmentSources, env: EnvironmentParams) -> Finding:
     needed, basis = nvswitch_system(s, env)
     if not needed:
-        return finding("compat.fabric_manager", "info", f"fabric manager not needed ({basis})", observed=basis)
+        return finding("environment.fabric_manager", "info", f"fabric manager not needed ({basis})", observed=basis)
     smi = s.nvidia_smi
     states = [(g.index, g.fabric_state, g.fabric_status) for g in smi.gpus] if smi else []
     if not smi or smi.layout != "query" or not any(st for _, st, _ in states):
-        return finding("compat.fabric_manager", "not-observable",
+        return finding("environment.fabric_manager", "not-observable",
                        f"NVSwitch system ({basis}) but the fabric state is not observable: attach `nvidia-smi -q` "
                        "from the host as axes.environment.nvidia_smi", expected="State Completed, Status Success")
     proof = Proof("nvidia_smi -q (host)", {i: f"{st}/{su}" for i, st, su in states},
@@ -251,9 +253,9 @@ def check_fabric(s: CompatSources, env: EnvironmentParams) -> Finding:
     bad = [(i, st, su) for i, st, su in states if st != "Completed" or (su and su != "Success")]
     if bad:
         listed = ", ".join(f"GPU {i}: {st or 'N/A'}/{su or 'N/A'}" for i, st, su in bad)
-        return finding("compat.fabric_manager", "fail",
+        return finding("environment.fabric_manager", "fail",
                        f"fabric manager not up on an NVSwitch system ({listed}): CUDA cannot use these GPUs together",
                        [proof], observed=proof.value, expected="State Completed, Status Success")
-    return finding("compat.fabric_manager", "pass",
+    return finding("environment.fabric_manager", "pass",
                    f"fabric Completed/Success on all {len(states)} GPUs ({basis})", [proof],
                    observed=proof.value, expected="State Completed, Status Success")

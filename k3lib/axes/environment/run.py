@@ -71,7 +71,7 @@ class ToolChoiceProbe:
 
 
 @dataclasses.dataclass(frozen=True)
-class CompatSources:
+class EnvironmentSources:
     """Every proof of the chain, parsed; `texts` keeps the raw copies and why a source is missing."""
 
     texts: dict[str, SourceText]
@@ -208,7 +208,7 @@ def read_sources(texts: dict[str, SourceText], *, api_version: str | None = None
                  chat_reasoning: bool | None = None, tool_probe: ToolChoiceProbe = ToolChoiceProbe("not-run"),
                  cache_config: dict[str, str] | None = None, cache_config_endpoint: str | None = None,
                  nvml: "GpuSourceInfo | None" = None, declared_image: str | None = None,
-                 declared_digest: str | None = None, build: str = "official") -> CompatSources:
+                 declared_digest: str | None = None, build: str = "official") -> EnvironmentSources:
     """Parse the raw texts with the readers; a text that is not what it claims is a read error, kept by name."""
     errors: dict[str, str] = {}
     parsed: dict[str, Any] = {}
@@ -229,7 +229,7 @@ def read_sources(texts: dict[str, SourceText], *, api_version: str | None = None
     if declared_image or declared_digest:
         if image is None:
             image = ImageRef(declared_image, declared_digest, "parameters")
-    return CompatSources(
+    return EnvironmentSources(
         texts=dict(texts), collect_env=parsed.get("collect_env"), nvidia_smi=parsed.get("nvidia_smi"),
         log=parsed.get("server_log"), read_errors=errors, api_version=api_version, models=tuple(models),
         fingerprint=fingerprint or tool_probe.fingerprint, chat_reasoning=chat_reasoning, tool_probe=tool_probe,
@@ -237,7 +237,7 @@ def read_sources(texts: dict[str, SourceText], *, api_version: str | None = None
         image=image, build=build)
 
 
-def sources_from_texts(build: str = "official", **raw: str | None) -> CompatSources:
+def sources_from_texts(build: str = "official", **raw: str | None) -> EnvironmentSources:
     """Sources from strings (tests, `k3 inspect`): keywords are ARTIFACTS names, plus `version` and `fingerprint`."""
     version = raw.pop("version", None)
     fingerprint = raw.pop("fingerprint", None)
@@ -419,7 +419,7 @@ def _nvml(ctx: "AxisContext") -> "tuple[GpuSourceInfo | None, SourceText]":
     return info, SourceText("nvml", info.endpoint, text, error=None if info.available else info.reason)
 
 
-def gather_sources(ctx: "AxisContext") -> CompatSources:
+def gather_sources(ctx: "AxisContext") -> EnvironmentSources:
     """Fetch every configured source and ask the server; keep each raw copy under evidence/environment/."""
     env = ctx.params.axes.environment
     base = ctx.target.base_url
@@ -447,5 +447,5 @@ def _keep(ctx: "AxisContext", src: SourceText) -> SourceText:
     return dataclasses.replace(src, attachment=rel)
 
 
-def attachments(sources: CompatSources) -> list[str]:
+def attachments(sources: EnvironmentSources) -> list[str]:
     return [s.attachment for s in sources.texts.values() if s.attachment]

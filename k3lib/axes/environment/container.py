@@ -11,13 +11,13 @@ from ...core.versions import public
 from ...core.evidence import Finding
 from .config import OFFICIAL_REPOS, RecipeParams
 from .rules import Proof, finding, line_of, missing, version_proofs
-from .run import CompatSources
+from .run import EnvironmentSources
 from .values import cuda_major, cuda_major_of_tag, parse_version
 
 _TAG_VERSION_RE = re.compile(r"^v?(?P<v>\d+\.\d+(?:\.\d+)*(?:(?:rc|post|\.post|\.dev|a|b)\d+)*)")
 
 
-def check_cuda_build(s: CompatSources, recipe: RecipeParams) -> Finding:
+def check_cuda_build(s: EnvironmentSources, recipe: RecipeParams) -> Finding:
     ce = s.collect_env
     want = recipe.cuda_major
     expected = f"CUDA {want}.x build" if want else None
@@ -26,23 +26,23 @@ def check_cuda_build(s: CompatSources, recipe: RecipeParams) -> Finding:
     if ce is None:
         why = missing(s, "collect_env")
         if driver_cuda:
-            return finding("compat.cuda_build", "not-observable",
+            return finding("environment.cuda_build", "not-observable",
                            f"the only CUDA figure is the driver's 'CUDA Version: {driver_cuda}', which says what the "
                            "driver can run, not what the image was built with; attach the container's collect_env "
                            f"report ({why})", observed={"driver can run": driver_cuda}, expected=expected)
-        return finding("compat.cuda_build", "not-observable", f"the build's CUDA is not observable ({why})",
+        return finding("environment.cuda_build", "not-observable", f"the build's CUDA is not observable ({why})",
                        expected=expected)
     text = s.texts["collect_env"].text
     att = s.attachment("collect_env")
     if ce.platform != "cuda":
         detail = ce.rocm_build and f"ROCm {ce.rocm_build}" or ce.torch_version or ce.platform
         if want is None:
-            return finding("compat.cuda_build", "info",
+            return finding("environment.cuda_build", "info",
                            f"not a CUDA build: platform {ce.platform} ({detail}); the recipe requires no CUDA "
                            "version, so none is checked",
                            [Proof("collect_env", ce.platform, line_of(text, r"PyTorch version\s*:"), att)],
                            observed=ce.platform)
-        return finding("compat.cuda_build", "fail", f"not a CUDA build: platform {ce.platform} ({detail})",
+        return finding("environment.cuda_build", "fail", f"not a CUDA build: platform {ce.platform} ({detail})",
                        [Proof("collect_env", ce.platform, line_of(text, r"PyTorch version\s*:"), att)],
                        observed=ce.platform, expected=expected)
     proofs: list[Proof] = []
@@ -69,7 +69,7 @@ def check_cuda_build(s: CompatSources, recipe: RecipeParams) -> Finding:
     observed = {**{k: v for k, v in majors.items()}, "nvidia-*-cuNN wheels": sorted(libs) or None,
                 "driver can run": driver_cuda}
     if build is None:
-        return finding("compat.cuda_build", "not-observable",
+        return finding("environment.cuda_build", "not-observable",
                        "the collect_env report names no CUDA build (no 'CUDA used to build PyTorch', no cuNN wheels)"
                        + (f"; nvidia-smi's CUDA {driver_cuda} is only what the driver can run" if driver_cuda else ""),
                        proofs, observed=observed, expected=expected)
@@ -82,28 +82,28 @@ def check_cuda_build(s: CompatSources, recipe: RecipeParams) -> Finding:
         story = f"; the host driver R{host_branch} can run CUDA {driver_cuda}"
     if disagree:
         said = ", ".join(f"{k} says CUDA {v}" for k, v in disagree.items())
-        return finding("compat.cuda_build", "fail",
+        return finding("environment.cuda_build", "fail",
                        f"the container's CUDA sources disagree: torch was built for CUDA {build}, but {said}{story}",
                        proofs, observed=observed, expected=expected)
     if driver_cuda and (dm := cuda_major(driver_cuda)) is not None and dm < build:
-        return finding("compat.cuda_build", "fail",
+        return finding("environment.cuda_build", "fail",
                        f"the image is a CUDA {build} build but the host driver can run only CUDA {driver_cuda}",
                        proofs, observed=observed, expected=expected)
     if want is None:
-        return finding("compat.cuda_build", "info", f"CUDA {build} build{story}; the recipe sets no CUDA major",
+        return finding("environment.cuda_build", "info", f"CUDA {build} build{story}; the recipe sets no CUDA major",
                        proofs, observed=observed)
     if build != want:
-        return finding("compat.cuda_build", "fail",
+        return finding("environment.cuda_build", "fail",
                        f"the container is a CUDA {ce.torch_cuda_build or build} build, the recipe needs CUDA {want}"
                        f"{story} — host and container tell different stories",
                        proofs, observed=observed, expected=expected)
     mixed = sorted(libs - {build})
     if mixed:
-        return finding("compat.cuda_build", "warn",
+        return finding("environment.cuda_build", "warn",
                        f"CUDA {build} build, but the image also carries nvidia-*-cu{'/cu'.join(map(str, mixed))} "
                        "wheels (a dependency pulled another CUDA's libraries)", proofs, observed=observed,
                        expected=expected)
-    return finding("compat.cuda_build", "pass", f"CUDA {ce.torch_cuda_build or build} build{story}",
+    return finding("environment.cuda_build", "pass", f"CUDA {ce.torch_cuda_build or build} build{story}",
                    proofs, observed=observed, expected=expected)
 
 
@@ -120,12 +120,12 @@ def _official_repo(repo: str) -> bool:
     return any(path == r or path.endswith("/" + r) for r in OFFICIAL_REPOS)
 
 
-def check_image(s: CompatSources, recipe: RecipeParams) -> Finding:
+def check_image(s: EnvironmentSources, recipe: RecipeParams) -> Finding:
     img = s.image
     expected = recipe.image or None
     if img is None or not img.reference:
         why = missing(s, "image_inspect")
-        return finding("compat.image", "not-observable",
+        return finding("environment.image", "not-observable",
                        "the image is not identified: set axes.environment.image_inspect (docker/crictl inspect JSON) "
                        f"or recipe.image and recipe.image_digest ({why})", expected=expected)
     proofs = [Proof(f"image ({img.source})", img.reference, img.digest, s.attachment("image_inspect"))]
@@ -144,19 +144,20 @@ def check_image(s: CompatSources, recipe: RecipeParams) -> Finding:
         if recipe.cuda_major and (m := cuda_major_of_tag(tag)) is not None and m != recipe.cuda_major:
             problems.append(f"tag {tag} is a CUDA {m} image, the recipe needs CUDA {recipe.cuda_major}")
     if problems:
-        return finding("compat.image", "fail", "; ".join(problems), proofs, observed=observed, expected=expected)
+        return finding("environment.image", "fail", "; ".join(problems), proofs, observed=observed, expected=expected)
     if img.source != "image_inspect":
-        return finding("compat.image", "not-observable",
+        return finding("environment.image", "not-observable",
                        f"image {img.reference} is only declared in the parameters, never inspected: set "
                        "axes.environment.image_inspect (docker/crictl inspect JSON of the running container) "
                        f"({missing(s, 'image_inspect')})", proofs, observed=observed, expected=expected)
     if not img.digest:
-        return finding("compat.image", "not-observable",
+        return finding("environment.image", "not-observable",
                        f"image {img.reference} inspected, but the inspect JSON carries no digest (RepoDigests, "
                        "imageRef): the exact image cannot be archived", proofs, observed=observed,
                        expected=expected)
-    return finding("compat.image", "pass", f"image {img.reference}@{img.digest[:19]}… from the container's inspect "
-                                            "JSON", proofs, observed=observed, expected=expected)
+    return finding("environment.image", "pass",
+                   f"image {img.reference}@{img.digest[:19]}… from the container's inspect JSON", proofs,
+                   observed=observed, expected=expected)
 
 
 def _norm_ref(ref: str) -> str:
@@ -166,7 +167,7 @@ def _norm_ref(ref: str) -> str:
     return ref if ":" in ref.rsplit("/", 1)[-1] else ref + ":latest"
 
 
-def check_build_method(s: CompatSources) -> Finding:
+def check_build_method(s: EnvironmentSources) -> Finding:
     ce = s.collect_env
     official_hints: list[Proof] = []
     custom_hints: list[Proof] = []
@@ -186,24 +187,24 @@ def check_build_method(s: CompatSources) -> Finding:
             dev_hints.append(p)
     proofs = official_hints + custom_hints + dev_hints
     if s.build == "custom":
-        return finding("compat.build_method", "warn",
+        return finding("environment.build_method", "warn",
                        "custom build: an experimental variant, validated on its own sheet with its own rollback; it "
                        "is never declared conforming to the official recipe", proofs, observed="custom",
                        expected="official")
     if custom_hints:
         said = ", ".join(str(p) for p in custom_hints)
-        return finding("compat.build_method", "fail",
+        return finding("environment.build_method", "fail",
                        f"declared official, but the evidence says otherwise ({said}): treat it as a custom build "
                        "(recipe.build: custom) on its own sheet", proofs, observed="custom?", expected="official")
     if dev_hints:
         said = ", ".join(f"{p.source} {p.value}" for p in dev_hints[:2])
-        return finding("compat.build_method", "warn",
+        return finding("environment.build_method", "warn",
                        f"a development build ({said}): a nightly or source build is not an official release",
                        proofs, observed="development build", expected="official release")
     if not official_hints:
-        return finding("compat.build_method", "not-observable",
+        return finding("environment.build_method", "not-observable",
                        "declared official, but nothing shows which image runs: provide the image inspect JSON or "
                        "the collect_env report", observed="official (declared)", expected="official")
     said = ", ".join(str(p) for p in official_hints)
-    return finding("compat.build_method", "pass", f"official build ({said})", proofs, observed="official",
+    return finding("environment.build_method", "pass", f"official build ({said})", proofs, observed="official",
                    expected="official")

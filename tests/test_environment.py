@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from k3lib.axes.compat import (RULES, SourceText, ToolChoiceProbe, classify_tool_probe, environment_table, evaluate,
-                          in_range, parse_flag, parse_image_inspect, parse_version, read_sources, sources_from_texts,
-                          table_rows)
-from k3lib.axes.compat.container import check_build_method, check_cuda_build, check_image
-from k3lib.axes.compat.engine import check_flags, check_prefix_caching, check_version
-from k3lib.axes.compat.host import check_driver, check_fabric, check_gpus, check_host_container
-from k3lib.axes.compat.startup import check_startup
-from k3lib.axes.compat.values import cuda_major_of_tag
-from k3lib.axes.compat.run import AUTO_TOOL_CHOICE_400
+from k3lib.axes.environment import (RULES, SourceText, ToolChoiceProbe, classify_tool_probe, environment_table,
+                                    evaluate, in_range, parse_flag, parse_image_inspect, parse_version, read_sources,
+                                    sources_from_texts, table_rows)
+from k3lib.axes.environment.container import check_build_method, check_cuda_build, check_image
+from k3lib.axes.environment.engine import check_flags, check_prefix_caching, check_version
+from k3lib.axes.environment.host import check_driver, check_fabric, check_gpus, check_host_container
+from k3lib.axes.environment.startup import check_startup
+from k3lib.axes.environment.values import cuda_major_of_tag
+from k3lib.axes.environment.run import AUTO_TOOL_CHOICE_400
 from k3lib.core.errors import ArtifactError
 from k3lib.core.outcomes import rule_for
 from k3lib.core.params import EnvironmentParams, RecipeParams
@@ -202,9 +202,9 @@ def test_unreadable_collect_env_is_a_finding_not_a_crash():
     s = sources_from_texts(collect_env=real("collect_env/14.txt"))
     assert "collect_env" in s.read_errors
     findings = {f.rule: f for f in evaluate(s, K3, ENV).findings}
-    assert findings["compat.source"].status == "warn" and "collect_env" in findings["compat.source"].message
-    assert findings["compat.cuda_build"].status == "not-observable"
-    assert "unreadable" in findings["compat.cuda_build"].message
+    assert findings["environment.source"].status == "warn" and "collect_env" in findings["environment.source"].message
+    assert findings["environment.cuda_build"].status == "not-observable"
+    assert "unreadable" in findings["environment.cuda_build"].message
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -311,10 +311,10 @@ def test_build_method(kw, build, status):
 def test_version_sources_that_disagree_are_a_finding_naming_both():
     s = sources_from_texts(collect_env=real("collect_env/10.txt"), version="0.33.0")
     findings = {f.rule: f for f in check_version(s, K3)}
-    assert findings["compat.vllm_sources"].status == "fail"
-    assert "/version says 0.33.0" in findings["compat.vllm_sources"].message
-    assert "collect_env says 0.16.0" in findings["compat.vllm_sources"].message
-    assert findings["compat.vllm_version"].status == "fail"  # 0.16.0 is out of range
+    assert findings["environment.vllm_sources"].status == "fail"
+    assert "/version says 0.33.0" in findings["environment.vllm_sources"].message
+    assert "collect_env says 0.16.0" in findings["environment.vllm_sources"].message
+    assert findings["environment.vllm_version"].status == "fail"  # 0.16.0 is out of range
 
 
 @pytest.mark.parametrize("kw, status", [
@@ -327,8 +327,8 @@ def test_version_sources_that_disagree_are_a_finding_naming_both():
 def test_vllm_version_range(kw, status):
     kw = {k: (real(v) if k in ("server_log", "collect_env") else v) for k, v in kw.items()}
     findings = check_version(sources_from_texts(**kw), K3)
-    assert [f.status for f in findings if f.rule == "compat.vllm_version"] == [status]
-    assert not [f for f in findings if f.rule == "compat.vllm_sources"]
+    assert [f.status for f in findings if f.rule == "environment.vllm_version"] == [status]
+    assert not [f for f in findings if f.rule == "environment.vllm_sources"]
 
 
 def test_fingerprint_names_the_version():
@@ -551,8 +551,8 @@ def test_a_mismatch_sets_the_flag_and_the_row_shows_the_worst():
 def test_custom_build_is_not_a_mismatch_but_never_passes():
     s = sources_from_texts(build="custom", image_inspect=DOCKER_IMAGE)
     result = evaluate(s, K3, ENV)
-    assert result.experimental and result.by_rule("compat.build_method").status == "warn"
-    assert not any(f.rule == "compat.build_method" and f.status == "fail" for f in result.findings)
+    assert result.experimental and result.by_rule("environment.build_method").status == "warn"
+    assert not any(f.rule == "environment.build_method" and f.status == "fail" for f in result.findings)
 
 
 def _all(kind: str) -> list[str]:
@@ -567,8 +567,8 @@ def test_every_real_world_artifact_combination_evaluates_without_crashing(i):
                            server_log=real(logs[i % len(logs)]), version="0.33.0")
     result = evaluate(s, K3, ENV)
     assert {f.rule for f in result.findings} <= set(RULES)
-    assert {"compat.driver_branch", "compat.cuda_build", "compat.vllm_version", "compat.flags", "compat.startup",
-            "compat.gpus_visible", "compat.fabric_manager", "compat.image", "compat.build_method"} <= \
+    assert {f"environment.{rule}" for rule in ("driver_branch", "cuda_build", "vllm_version", "flags", "startup",
+                                               "gpus_visible", "fabric_manager", "image", "build_method")} <= \
         {f.rule for f in result.findings}
     assert len(environment_table(result)) >= 9
     json.dumps([f.model_dump(mode="json") for f in result.findings])  # the record must serialise

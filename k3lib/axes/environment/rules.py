@@ -11,7 +11,7 @@ from typing import Any, Iterable
 from ...core.evidence import Finding, FindingStatus
 from ...core.outcomes import rule_for
 from ...io.readers._text import numbered_lines
-from .run import CompatSources
+from .run import EnvironmentSources
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,27 +30,30 @@ class RuleSpec:
 
 
 RULES = {r.rule: r for r in (
-    RuleSpec("compat.image", "Image and tag", "container",
+    RuleSpec("environment.image", "Image and tag", "container",
              "do not mix this result with another image's: validate the image the sheet names"),
-    RuleSpec("compat.vllm_version", "vLLM version", "engine",
+    RuleSpec("environment.vllm_version", "vLLM version", "engine",
              "go back to the official recipe if the version is out of range"),
-    RuleSpec("compat.vllm_sources", "vLLM version", "engine",
+    RuleSpec("environment.vllm_sources", "vLLM version", "engine",
              "the proofs come from different builds: collect them again from the running container"),
-    RuleSpec("compat.cuda_build", "CUDA build", "container",
+    RuleSpec("environment.cuda_build", "CUDA build", "container",
              "rebuild the image for the recipe's CUDA, or document an independent (experimental) build"),
-    RuleSpec("compat.driver_branch", "Host driver", "host", "upgrade the host driver before any functional test"),
-    RuleSpec("compat.host_container", "Host vs container", "host",
+    RuleSpec("environment.driver_branch", "Host driver", "host", "upgrade the host driver before any functional test"),
+    RuleSpec("environment.host_container", "Host vs container", "host",
              "collect the host's nvidia-smi and the container's collect_env from the same node, same moment"),
-    RuleSpec("compat.gpus_visible", "GPU visibility", "host",
+    RuleSpec("environment.gpus_visible", "GPU visibility", "host",
              "fix the container runtime (devices, NVIDIA_VISIBLE_DEVICES) before measuring performance"),
-    RuleSpec("compat.fabric_manager", "Fabric manager", "host",
+    RuleSpec("environment.fabric_manager", "Fabric manager", "host",
              "start nvidia-fabricmanager (same branch as the driver) before any test"),
-    RuleSpec("compat.build_method", "Build method", "container",
+    RuleSpec("environment.build_method", "Build method", "container",
              "keep this result apart from the official image's acceptance (its own sheet and rollback)"),
-    RuleSpec("compat.flags", "Server flags", "engine", "restart the server with the recipe's flags"),
-    RuleSpec("compat.prefix_caching", "Server flags", "engine", "restart the server without --no-enable-prefix-caching"),
-    RuleSpec("compat.startup", "Startup", "engine", "the engine never became ready: fix the topology or the image"),
-    RuleSpec("compat.source", "Sources", "—", "provide the artifact again: the file given is not what it claims to be"),
+    RuleSpec("environment.flags", "Server flags", "engine", "restart the server with the recipe's flags"),
+    RuleSpec("environment.prefix_caching", "Server flags", "engine",
+             "restart the server without --no-enable-prefix-caching"),
+    RuleSpec("environment.startup", "Startup", "engine",
+             "the engine never became ready: fix the topology or the image"),
+    RuleSpec("environment.source", "Sources", "—",
+             "provide the artifact again: the file given is not what it claims to be"),
 )}
 ROW_ORDER = ("Image and tag", "vLLM version", "CUDA build", "Host driver", "GPU visibility", "Build method",
              "Host vs container", "Server flags", "Fabric manager", "Startup", "Sources")
@@ -95,7 +98,7 @@ def finding(rule: str, status: FindingStatus, message: str, proofs: Iterable[Pro
                    evidence=evidence)
 
 
-def missing(s: CompatSources, *names: str) -> str:
+def missing(s: EnvironmentSources, *names: str) -> str:
     """Why each named source is not there, for a not-observable message."""
     out = []
     for name in names:
@@ -113,7 +116,7 @@ def missing(s: CompatSources, *names: str) -> str:
 # Observations shared by several rules
 
 
-def version_proofs(s: CompatSources) -> list[Proof]:
+def version_proofs(s: EnvironmentSources) -> list[Proof]:
     """Every source naming the vLLM version, the running server's own answer first."""
     out = []
     if s.api_version:
@@ -129,7 +132,7 @@ def version_proofs(s: CompatSources) -> list[Proof]:
     return out
 
 
-def engine_args(s: CompatSources) -> dict[str, Any] | None:
+def engine_args(s: EnvironmentSources) -> dict[str, Any] | None:
     """The server's arguments as the log printed them: `non-default args` (V1), else V0's full Namespace."""
     if s.log is None:
         return None
@@ -138,5 +141,5 @@ def engine_args(s: CompatSources) -> dict[str, Any] | None:
     return s.log.namespace_args
 
 
-def args_where(s: CompatSources) -> str | None:
+def args_where(s: EnvironmentSources) -> str | None:
     return line_of(s.texts["server_log"].text, r"non-default args|args: Namespace\(") if s.log else None

@@ -9,7 +9,7 @@ from typing import Any
 
 from ...core.evidence import EvidenceRecord
 from ...core.params import Params
-from .judge import CompatResult, evaluate
+from .judge import EnvironmentResult, evaluate
 from .run import SourceText, cache_config_of, read_sources, server_answers
 
 
@@ -20,7 +20,7 @@ def _text(store: Any, rel: str | None) -> str | None:
 
 
 def reread_sources(store: Any, record: EvidenceRecord, params: Params) -> Any:
-    """The CompatSources the axis judged, rebuilt from the kept copies."""
+    """The EnvironmentSources the axis judged, rebuilt from the kept copies."""
     texts: dict[str, SourceText] = {}
     for name, info in (record.data.get("sources") or {}).items():
         text = _text(store, info.get("attachment"))
@@ -42,6 +42,6 @@ def reread_sources(store: Any, record: EvidenceRecord, params: Params) -> Any:
                         build=recipe.build, **server_answers(texts))
 
 
-def rejudge_environment(store: Any, record: EvidenceRecord, params: Params) -> CompatResult:
+def rejudge_environment(store: Any, record: EvidenceRecord, params: Params) -> EnvironmentResult:
     """Every rule of the chain applied again to the sources as kept."""
     return evaluate(reread_sources(store, record, params), params.recipe, params.axes.environment)

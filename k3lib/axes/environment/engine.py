@@ -10,15 +10,15 @@ from ...core.versions import public
 from ...core.evidence import Finding, FindingStatus
 from .config import RecipeParams
 from .rules import Proof, args_where, engine_args, finding, line_of, missing, version_proofs
-from .run import CompatSources
+from .run import EnvironmentSources
 from .values import expected_version, in_range, parse_flag, parse_version, same_value
 
 
-def check_version(s: CompatSources, recipe: RecipeParams) -> list[Finding]:
+def check_version(s: EnvironmentSources, recipe: RecipeParams) -> list[Finding]:
     proofs = version_proofs(s)
     expected = expected_version(recipe)
     if not proofs:
-        return [finding("compat.vllm_version", "not-observable",
+        return [finding("environment.vllm_version", "not-observable",
                         "vLLM version not observable: " + missing(s, "version", "server_log", "collect_env"),
                         expected=expected)]
     out = []
@@ -26,13 +26,13 @@ def check_version(s: CompatSources, recipe: RecipeParams) -> list[Finding]:
     publics = {str(public(v)) for _, v in parsed if v is not None}
     if len(publics) > 1:
         said = ", ".join(f"{p.source} says {p.value}" for p in proofs)
-        out.append(finding("compat.vllm_sources", "fail",
+        out.append(finding("environment.vllm_sources", "fail",
                            f"vLLM version sources disagree: {said} — the proofs come from different builds",
                            proofs, observed={p.source: p.value for p in proofs}))
     unreadable = [p for p, v in parsed if v is None]
     observed = proofs[0].value
     if expected is None:
-        out.append(finding("compat.vllm_version", "info", f"vLLM {observed}; the recipe sets no version range",
+        out.append(finding("environment.vllm_version", "info", f"vLLM {observed}; the recipe sets no version range",
                            proofs, observed=observed))
         return out
     outside = [(p, v) for p, v in parsed if v is not None and not in_range(v, recipe.vllm_min, recipe.vllm_max)]
@@ -41,14 +41,14 @@ def check_version(s: CompatSources, recipe: RecipeParams) -> list[Finding]:
         for p, _ in outside:
             by_value.setdefault(str(p.value), []).append(p.source)
         said = ", ".join(f"{v} ({', '.join(srcs)})" for v, srcs in by_value.items())
-        out.append(finding("compat.vllm_version", "fail", f"vLLM {said} is outside the recipe's range {expected}",
+        out.append(finding("environment.vllm_version", "fail", f"vLLM {said} is outside the recipe's range {expected}",
                            proofs, observed=outside[0][0].value, expected=expected))
     elif len(unreadable) == len(parsed):
-        out.append(finding("compat.vllm_version", "warn",
+        out.append(finding("environment.vllm_version", "warn",
                            f"vLLM version {observed!r} is not a version this kit can compare", proofs,
                            observed=observed, expected=expected))
     else:
-        out.append(finding("compat.vllm_version", "pass", f"vLLM {observed} is within {expected} "
+        out.append(finding("environment.vllm_version", "pass", f"vLLM {observed} is within {expected} "
                            f"({', '.join(p.source for p in proofs)})", proofs, observed=observed, expected=expected))
     return out
 
@@ -57,7 +57,7 @@ def check_version(s: CompatSources, recipe: RecipeParams) -> list[Finding]:
 _TOOL_FLAGS = ("enable_auto_tool_choice", "tool_call_parser")
 
 
-def _flag_verdict(s: CompatSources, name: str, value: Any, args: dict[str, Any] | None) -> tuple[str, str]:
+def _flag_verdict(s: EnvironmentSources, name: str, value: Any, args: dict[str, Any] | None) -> tuple[str, str]:
     """(status, why) for one required flag, from the log's args and, where it can, from behaviour."""
     probe = s.tool_probe
     log_says = None  # True present with the right value, False absent or wrong, None no log args
@@ -98,9 +98,9 @@ def _flag_verdict(s: CompatSources, name: str, value: Any, args: dict[str, Any] 
     return "not-observable", "no server log and no behaviour that shows it"
 
 
-def check_flags(s: CompatSources, recipe: RecipeParams) -> Finding:
+def check_flags(s: EnvironmentSources, recipe: RecipeParams) -> Finding:
     if not recipe.required_flags:
-        return finding("compat.flags", "info", "the recipe requires no server flag")
+        return finding("environment.flags", "info", "the recipe requires no server flag")
     args = engine_args(s)
     verdicts = {}
     for flag in recipe.required_flags:
@@ -109,7 +109,7 @@ def check_flags(s: CompatSources, recipe: RecipeParams) -> Finding:
     proofs = []
     if args is not None:
         proofs.append(Proof("server_log: non-default args", {parse_flag(f)[0]: args.get(parse_flag(f)[0])
-                                                             for f in recipe.required_flags}, args_where(s),
+                                                                  for f in recipe.required_flags}, args_where(s),
                             s.attachment("server_log")))
     if s.tool_probe.outcome != "not-run":
         proofs.append(Proof('chat with tool_choice "auto"', f"{s.tool_probe.outcome} (HTTP {s.tool_probe.status})",
@@ -126,13 +126,14 @@ def check_flags(s: CompatSources, recipe: RecipeParams) -> Finding:
         message = "flag(s) only partly confirmed: " + "; ".join(bad)
     else:
         message = "flag(s) not observable: " + "; ".join(bad) + " — " + missing(s, "server_log", "tool_choice")
-    return finding("compat.flags", status, message, proofs, observed=observed, expected=list(recipe.required_flags),
+    return finding("environment.flags", status, message, proofs, observed=observed,
+                   expected=list(recipe.required_flags),
                    verdicts={f: {"status": st, "why": why} for f, (st, why) in verdicts.items()})
 
 
-def check_prefix_caching(s: CompatSources, recipe: RecipeParams) -> Finding:
+def check_prefix_caching(s: EnvironmentSources, recipe: RecipeParams) -> Finding:
     if not recipe.prefix_caching:
-        return finding("compat.prefix_caching", "info", "the recipe does not require prefix caching")
+        return finding("environment.prefix_caching", "info", "the recipe does not require prefix caching")
     proofs = []
     label = s.cache_config.get("enable_prefix_caching")
     if label is not None:
@@ -151,19 +152,19 @@ def check_prefix_caching(s: CompatSources, recipe: RecipeParams) -> Finding:
     states = {str(p.value).rsplit("=", 1)[1].lower() == "true" for p in proofs}
     if not proofs:
         if args is not None:
-            return finding("compat.prefix_caching", "pass",
+            return finding("environment.prefix_caching", "pass",
                            "prefix caching is not disabled in the non-default args (on by default in vLLM V1)",
                            observed=None, expected=True)
-        return finding("compat.prefix_caching", "not-observable",
+        return finding("environment.prefix_caching", "not-observable",
                        "prefix caching not observable: " + missing(s, "cache_config_info", "server_log"),
                        expected=True)
     if len(states) > 1:
         said = ", ".join(str(p) for p in proofs)
-        return finding("compat.prefix_caching", "fail", f"prefix-caching sources disagree: {said}", proofs,
+        return finding("environment.prefix_caching", "fail", f"prefix-caching sources disagree: {said}", proofs,
                        observed={p.source: p.value for p in proofs}, expected=True)
     if states == {False}:
-        return finding("compat.prefix_caching", "fail",
+        return finding("environment.prefix_caching", "fail",
                        f"prefix caching is disabled ({proofs[0]}): agent prompts re-prefill their whole history",
                        proofs, observed=False, expected=True)
-    return finding("compat.prefix_caching", "pass", f"prefix caching enabled ({proofs[0]})", proofs, observed=True,
+    return finding("environment.prefix_caching", "pass", f"prefix caching enabled ({proofs[0]})", proofs, observed=True,
                    expected=True)

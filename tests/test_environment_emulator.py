@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from k3lib.axes.compat import check_environment, environment_record, environment_table
+from k3lib.axes.environment import check_environment, environment_record, environment_table
 from k3lib.verdict.decision import level_for
 from k3lib.core.evidence import parse_record
 from k3lib.report.notebook import open_axis
@@ -46,18 +46,19 @@ def test_healthy_emulator_passes_with_every_proof_kept(tmp_path):
     assert (table["status"].isin(["pass", "info"])).all()
     assert table.loc["vLLM version", "observed"] == "0.33.0"
     # C01 rests on the inspected digest, C04 on the host's nvidia-smi compared with the container's collect_env
-    image = record.by_rule("compat.image")
+    image = record.by_rule("environment.image")
     assert image.status == "pass" and "@sha256:" in image.message and image.observed["digest"].startswith("sha256:")
-    host = record.by_rule("compat.host_container")
+    host = record.by_rule("environment.host_container")
     assert host.status == "pass" and "nvidia_smi (host)" in host.message
 
 
 @pytest.mark.parametrize("fault, rule, says", [
-    pytest.param("cuda12-image", "compat.cuda_build", "CUDA 12.9 build", id="cuda12-image"),
-    pytest.param("old-driver", "compat.driver_branch", "570.172.08 is R570, below", id="old-driver"),
-    pytest.param("old-vllm", "compat.vllm_version", "0.27.0", id="old-vllm"),
-    pytest.param("no-tool-parser", "compat.flags", "--enable-auto-tool-choice", id="no-tool-parser"),
-    pytest.param("oom-startup", "compat.startup", "the engine never became ready: OOM at startup", id="oom-startup"),
+    pytest.param("cuda12-image", "environment.cuda_build", "CUDA 12.9 build", id="cuda12-image"),
+    pytest.param("old-driver", "environment.driver_branch", "570.172.08 is R570, below", id="old-driver"),
+    pytest.param("old-vllm", "environment.vllm_version", "0.27.0", id="old-vllm"),
+    pytest.param("no-tool-parser", "environment.flags", "--enable-auto-tool-choice", id="no-tool-parser"),
+    pytest.param("oom-startup", "environment.startup", "the engine never became ready: OOM at startup",
+                 id="oom-startup"),
 ])
 def test_each_environment_fault_fails_with_a_finding_naming_its_cause(tmp_path, fault, rule, says):
     _, result, record = _run(tmp_path, (fault,))
@@ -72,7 +73,7 @@ def test_each_environment_fault_fails_with_a_finding_naming_its_cause(tmp_path, 
 def test_no_tool_parser_is_proven_by_behaviour_too(tmp_path):
     _, result, _ = _run(tmp_path, ("no-tool-parser",))
     assert result.sources.tool_probe.outcome == "rejected-flags"
-    assert "400" in result.by_rule("compat.flags").message
+    assert "400" in result.by_rule("environment.flags").message
 
 
 def test_unconfigured_and_unreachable_sources_are_not_observable_never_raised(tmp_path):
@@ -80,11 +81,11 @@ def test_unconfigured_and_unreachable_sources_are_not_observable_never_raised(tm
                              "axes.environment.nvidia_smi={base_url}/_emulator/no-such-artifact",
                              f"axes.environment.collect_env={tmp_path}/missing.txt")
     findings = {(f.rule, f.evidence.get("source")): f for f in record.findings}
-    assert findings[("compat.image", None)].status == "not-observable"
-    assert findings[("compat.source", "nvidia_smi")].status == "not-observable"
-    assert "HTTP 404" in findings[("compat.source", "nvidia_smi")].message
-    assert "file not found" in findings[("compat.source", "collect_env")].message
-    assert record.by_rule("compat.cuda_build").status == "not-observable"
+    assert findings[("environment.image", None)].status == "not-observable"
+    assert findings[("environment.source", "nvidia_smi")].status == "not-observable"
+    assert "HTTP 404" in findings[("environment.source", "nvidia_smi")].message
+    assert "file not found" in findings[("environment.source", "collect_env")].message
+    assert record.by_rule("environment.cuda_build").status == "not-observable"
     assert record.status == "warn"
 
 

@@ -17,7 +17,7 @@ from ...core.evidence import Finding
 from ...io.readers.vllm_log import VllmLogReport
 from .config import STARTUP_LINES_QUOTED
 from .rules import Proof, finding, missing
-from .run import CompatSources
+from .run import EnvironmentSources
 
 # A warning about the chain itself (driver, CUDA, build, kernels, versions), not about a request or a deprecated
 # flag: those are common in healthy logs and say nothing of the environment.
@@ -65,29 +65,29 @@ def startup_lines(log: VllmLogReport) -> StartupLines:
     return StartupLines(first, last, errors, tuple(warnings))
 
 
-def _models_server_error(s: CompatSources, models: Any) -> Finding | None:
+def _models_server_error(s: EnvironmentSources, models: Any) -> Finding | None:
     """C05 failed by the server itself when /v1/models answered a server error; None when it did not."""
     if models is None or models.status is None or models.status < 500:
         return None
-    return finding("compat.startup", "fail",
+    return finding("environment.startup", "fail",
                    f"the engine is not ready: /v1/models answered HTTP {models.status} ({models.error})",
                    [Proof("/v1/models", models.status, models.error, s.attachment("models"))],
                    observed=f"HTTP {models.status}", expected="ready")
 
 
-def check_startup(s: CompatSources) -> Finding:
+def check_startup(s: EnvironmentSources) -> Finding:
     log = s.log
     models = s.texts.get("models")
     answering = bool(s.models)
     att = s.attachment("server_log")
     if log is not None and log.oom is not None and log.oom.phase == "startup":
         proof = Proof("server_log", log.oom.text, f"line {log.oom.line}", att)
-        return finding("compat.startup", "fail",
+        return finding("environment.startup", "fail",
                        f"the engine never became ready: OOM at startup (line {log.oom.line}: {log.oom.text[:160]}) "
                        "→ topology or image", [proof], observed="oom at startup", expected="ready")
     if log is not None and log.engine_death is not None and not log.ready:
         d = log.engine_death
-        return finding("compat.startup", "fail",
+        return finding("environment.startup", "fail",
                        f"the engine never became ready: it died at startup (line {d.line}: {d.text[:160]}) "
                        "→ topology or image", [Proof("server_log", d.text, f"line {d.line}", att)],
                        observed="engine dead at startup", expected="ready")
@@ -96,35 +96,35 @@ def check_startup(s: CompatSources) -> Finding:
     if log is None:
         answers = (f"; the server answers /v1/models ({len(s.models)} model(s)), which proves it started, not that "
                    "it started clean") if answering else ""
-        return finding("compat.startup", "not-observable",
+        return finding("environment.startup", "not-observable",
                        "the startup log was not read, so no one checked it for loading or compatibility errors: "
                        + missing(s, "server_log") + answers, expected="a startup log with no error before ready")
     window = startup_lines(log)
     span = f"lines {window.first}–{window.last}" if window.last else f"lines {window.first}–end (never ready)"
     if window.errors:
         proofs = [Proof("server_log", text, f"line {n}", att) for n, text in window.errors[:5]]
-        return finding("compat.startup", "fail",
+        return finding("environment.startup", "fail",
                        f"{len(window.errors)} error(s) in the startup log before ready ({span}): "
                        f"{window.quote(window.errors)} → image, dependencies or topology",
                        proofs, observed={"errors": len(window.errors), "window": span},
                        expected="no error before ready")
     if not log.ready:
         if answering:
-            return finding("compat.startup", "not-observable",
+            return finding("environment.startup", "not-observable",
                            "the log does not show the server's startup up to ready (an excerpt?), so its startup "
                            "was not read; the server answers /v1/models", expected="the log from the start")
         if down := _models_server_error(s, models):
             return down
-        return finding("compat.startup", "not-observable", "readiness not observable: the log shows no ready "
+        return finding("environment.startup", "not-observable", "readiness not observable: the log shows no ready "
                        "line and " + missing(s, "models"), expected="ready")
     if window.warnings:
         proofs = [Proof("server_log", text, f"line {n}", att) for n, text in window.warnings[:5]]
-        return finding("compat.startup", "warn",
+        return finding("environment.startup", "warn",
                        f"{len(window.warnings)} compatibility warning(s) before ready ({span}): "
                        f"{window.quote(window.warnings)} — handle or explain each before accepting",
                        proofs, observed={"compatibility_warnings": len(window.warnings), "window": span},
                        expected="no compatibility warning before ready")
-    return finding("compat.startup", "pass",
+    return finding("environment.startup", "pass",
                    f"the startup log holds no error and no compatibility warning before ready ({span}; ready at "
                    f"log line {window.last})", [Proof("server_log", "ready", f"line {window.last}", att)],
                    observed={"errors": 0, "compatibility_warnings": 0, "window": span},
