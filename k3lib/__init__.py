@@ -32,7 +32,7 @@ _EXPORTS: dict[str, str] = {
     "agent": ".axes.agent",
     "capacity": ".axes.capacity",
     "decide": ".verdict.decision",
-    "decide_run": ".report.summary",
+    "decide_run": ".verdict.assemble",
     "environment": ".axes.environment",
     "explorer": ".report.explorer",
     "findings_table": ".report.summary",
@@ -46,6 +46,7 @@ _EXPORTS: dict[str, str] = {
     "read_records": ".core.evidence",
     "records_table": ".report.summary",
     "renewal": ".renewal",
+    "review": ".report.review",
     "run_probe": ".axes.probe",
 }
 
@@ -68,7 +69,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from .axes import agent, capacity, environment, operations, paths, prefix
-    from .report import explorer
+    from .report import explorer, review
     from . import renewal
     from .verdict.decision import Decision, decide
     from .core.errors import (APIError, ArtifactError, BadInputError, EvidenceError, K3Error, MissingSeriesError,
@@ -79,4 +80,5 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from .report.notebook import open_axis, open_summary
     from .core.session import AxisContext
     from .core.store import RunStore
-    from .report.summary import decide_run, findings_table, records_table
+    from .report.summary import findings_table, records_table
+    from .verdict.assemble import decide_run

@@ -17,7 +17,7 @@ from k3lib.axes.capacity.result import CapacityResult
 from k3lib.axes.capacity.saturation import saturation_findings
 from k3lib.core.evidence import read_records
 from k3lib.core.params import load_params_json
-from k3lib.report.summary import compute_decision
+from k3lib.verdict.assemble import compute_decision
 from k3lib.verdict.identity import identify, tie_sources
 
 GPU_OTHER_NODE = {"hosts": ["gpu-node-7"], "host_gpu_count": 8, "gpu_names": ["NVIDIA H100 80GB HBM3"],

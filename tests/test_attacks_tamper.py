@@ -19,7 +19,7 @@ from k3lib.core.params import load_params, load_params_json
 from k3lib.core.recipes import served_recipe, skeleton
 from k3lib.core.store import RunStore
 from k3lib.report.signing import sign_run, verify_run
-from k3lib.report.summary import compute_decision
+from k3lib.verdict.assemble import compute_decision
 
 EMULATOR = str(ROOT / "parameters" / "emulator.yaml")
 

@@ -19,7 +19,7 @@ from k3lib.core.params import load_params, load_params_json
 from k3lib.report.index import decision_block
 from k3lib.verdict.sheet import ITEMS, item_status, sheet_rows
 from k3lib.report.signing import sign_run, verify_run
-from k3lib.report.summary import compute_decision
+from k3lib.verdict.assemble import compute_decision
 from k3lib.core.thresholds import BY_PATH, THRESHOLDS, loosened
 
 EMULATOR = str(ROOT / "parameters" / "emulator.yaml")

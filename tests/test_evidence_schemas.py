@@ -83,7 +83,7 @@ def test_the_prefix_pairs_model_declares_what_the_axis_writes_and_the_report_rea
 
 
 @pytest.mark.parametrize("module", ["report/pages", "verdict/sheet", "verdict/golive", "verdict/baseline",
-                                    "verdict/accepted", "verdict/decision", "report/history", "report/summary"])
+                                    "verdict/accepted", "verdict/decision", "report/history", "verdict/assemble"])
 def test_the_readers_of_axis_evidence_read_typed_fields_never_raw_data_keys(module):
     """`rec.typed()` gives the axis' model (declared fields only, checked by mypy); a raw `data.get("…")` or
     `data["…"]` would read a key no model declares and find nothing, silently."""

@@ -172,7 +172,7 @@ def review_main(files: list[str], sets: list[str], out: str | None, demo: str | 
     """`k3 review -p FILE … [--set K=V] [--out DIR] [--demo SCENARIO]`: run the review, print the decision, return
     its exit code (`Decision.exit_code`: 0 renew, 3 reduce, 4 dual-circuit, 5 exit-to-api). Bad input raises
     BadInputError before any run folder exists."""
-    from ..renewal.batch import check_review_inputs, load_review_request, run_review
+    from ..batch.renewal import check_review_inputs, load_review_request, run_review
     from ..renewal.decision import Decision
     from ..core.session import outputs_dir
     from ..core.store import RunStore

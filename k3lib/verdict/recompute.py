@@ -4,10 +4,10 @@
 The manifest proves that no file changed since it was written, not that `decision.json` says what the evidence
 says: a decision edited by hand, with the manifest rewritten around it, verifies. So both commands read the run's
 resolved `params.json` and `evidence/*.json`, run the same pure decision the batch ran (acceptance:
-`k3lib.report.summary.compute_decision`; renewal: `k3lib.renewal.review.decide_from_axes`) and name every field of
+`k3lib.verdict.assemble.compute_decision`; renewal: `k3lib.renewal.review.decide_from_axes`) and name every field of
 `decision.json` that differs from it. And a finding flipped in an axis record, with the decision and the manifest
 rewritten around it, decides the same from the edited findings: so each acceptance axis is also judged again from the
-raw data it kept (`k3lib.report.rejudge`), and every finding it does not give is named.
+raw data it kept (`k3lib.verdict.rejudge`), and every finding it does not give is named.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def _decided_on(stored: dict[str, Any], days: int) -> dt.date | None:
 def recomputed(store: RunStore, stored: dict[str, Any]) -> dict[str, Any]:
     """The decision the run's evidence gives, as `decision.json` would hold it."""
     from ..core.evidence import read_records
-    from .pages import run_kind
+    from ..core.plan import run_kind
 
     records = read_records(store)
     if run_kind(store) == "renewal":
@@ -49,7 +49,7 @@ def recomputed(store: RunStore, stored: dict[str, Any]) -> dict[str, Any]:
         return decide_from_axes(rparams, axes, statuses, live=live_run(rparams, store)).to_dict()
     from ..core.outcomes import REEXAMINE_AFTER_DAYS
     from ..core.params import load_params_json
-    from .summary import compute_decision
+    from .assemble import compute_decision
 
     params = load_params_json(store.path("params.json"))
     return compute_decision(params, records, today=_decided_on(stored, REEXAMINE_AFTER_DAYS)).to_dict()
@@ -90,7 +90,7 @@ def decision_problems(store: RunStore) -> list[str]:
 
 
 def raw_data_problems(store: RunStore, stored: dict[str, Any]) -> list[str]:
-    """Each acceptance axis judged again from its raw data (`k3lib.report.rejudge`): one line per finding that
+    """Each acceptance axis judged again from its raw data (`k3lib.verdict.rejudge`): one line per finding that
     differs."""
     from ..core.evidence import read_records
     from ..core.outcomes import REEXAMINE_AFTER_DAYS

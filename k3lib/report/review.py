@@ -1,13 +1,18 @@
-"""The review notebooks' calls, one per cell: the axis result, its table and figure, the drill, the record."""
+"""The review notebooks' calls, one per cell (`k3lib.review` in a notebook): the context, the axis result, its table
+and figure, the drill, the record, the rules table and the decision."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from ..core.evidence import EvidenceRecord
-from . import figures
-from .records import axis_record
-from .session import ReviewContext
+from . import review_figures as figures
+from ..renewal.records import axis_record, decide_review
+from .review_figures import rules_table
+from .review_session import ReviewContext, open_review, open_review_summary
+
+__all__ = ["ReviewContext", "axis_figure", "axis_result", "axis_table", "decide_review", "drill_table", "open_review",
+           "open_review_summary", "record_axis", "review_drill", "rules_table"]
 
 
 def axis_result(ctx: ReviewContext, drill: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -33,8 +38,8 @@ def review_drill(ctx: ReviewContext) -> dict[str, Any] | None:
     answers speak for the reviewed deployment only when the target is it (not the emulator; its model, and its
     instance when named); otherwise they are all "not shown", and the drill's observations are kept apart."""
     from ..core.target import resolve_target
-    from .artifacts import check_pipeline
-    from .drill import for_deployment, is_deployment, run_drill
+    from ..renewal.artifacts import check_pipeline
+    from ..renewal.drill import for_deployment, is_deployment, run_drill
 
     drill = ctx.params.review.drill
     if not drill.enabled:

@@ -7,14 +7,14 @@ import dataclasses
 import time
 from typing import Any
 
-from ..report import views
+from . import views
 from ..core.evidence import EvidenceRecord
 from ..core.session import adopt_folder, find_path, open_run_folder, write_record
 from ..core.store import RunStore, utc_now
-from .figures import register_views
-from .params import RenewalParams, load_any_review
-from .analysis import analyse_stability
-from .review import (ReviewData, analyse, load_review, read_axes_cache, read_hourly_cache, resolve_deployment,
+from .review_figures import register_views
+from ..renewal.params import RenewalParams, load_any_review
+from ..renewal.analysis import analyse_stability
+from ..renewal.review import (ReviewData, analyse, load_review, read_axes_cache, read_hourly_cache, resolve_deployment,
                      review_incidents)
 
 
@@ -72,7 +72,7 @@ def with_demo_inputs(params: RenewalParams, store: RunStore) -> RenewalParams:
     hashed into its manifest (generated inputs are evidence too), and the parameters returned point at them."""
     if params.review.demo is None or params.review.inputs is not None:
         return params
-    from .demo import materialise
+    from ..renewal.demo import materialise
 
     params = materialise(params, store.path("inputs"))
     adopt_folder(store, "inputs")

@@ -6,8 +6,8 @@ import html
 from typing import Any
 
 from ..core.numbers import figure
-from .decision import RenewalDecision, money
-from .params import RenewalParams
+from ..renewal.decision import RenewalDecision, money
+from ..renewal.params import RenewalParams
 
 
 def rules_table(params: RenewalParams) -> Any:
@@ -16,7 +16,7 @@ def rules_table(params: RenewalParams) -> Any:
     of the report, whole (a pandas Styler; `.data` is the table)."""
     import pandas as pd
 
-    from .params import tracked_keys
+    from ..renewal.params import tracked_keys
 
     review = params.review.model_dump(mode="json")
     rows = []
@@ -137,7 +137,7 @@ def register_views() -> None:
 
 
 def decision_html(decision: RenewalDecision) -> str:
-    from ..report.views import badge
+    from .views import badge
 
     esc = html.escape
     parts = [f'<h2 style="margin:0.2em 0">Decision: {badge(decision.decision)}</h2>',
