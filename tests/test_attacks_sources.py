@@ -279,7 +279,7 @@ def _operations_against(url: str, tmp_path, **request):
     from k3lib.axes.operations import run_operations
     from k3lib.core.params import load_params
     from k3lib.core.store import RunStore
-    from k3lib.core.target import resolve_target
+    from k3lib.io.target import resolve_target
 
     from conftest import ROOT
 

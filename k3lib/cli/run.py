@@ -40,7 +40,7 @@ def _load(files: list[str], sets: list[str], faults: list[str], profile: str | N
         raise BadInputError("--fault and --profile apply to the embedded emulator only, but target.base_url is "
                             f"set to {params.target.base_url}", source="--fault/--profile")
     if params.target.uses_emulator:
-        from ..core.target import emulator_config
+        from ..io.target import emulator_config
 
         emulator_config(params)  # a fault on a rank the profile lacks is bad input before a run folder exists
     return params
@@ -52,7 +52,8 @@ def _run_acceptance(params, out: str | None, baseline: str | None = None, resume
     unless `plan_only`, the run folder and the batch. Any preflight failure is bad input: exit 2, no run folder."""
     from ..batch.acceptance import plan_estimates, plan_lines
     from ..batch.preflight import preflight
-    from ..core.target import require_api_key, resolve_target
+    from ..core.target import require_api_key
+    from ..io.target import resolve_target
 
     require_api_key(params)
     if baseline:

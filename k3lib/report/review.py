@@ -37,7 +37,7 @@ def review_drill(ctx: ReviewContext) -> dict[str, Any] | None:
     second emulator standing in for the API), plus the pipeline artifact check when a manifest is named. Its
     answers speak for the reviewed deployment only when the target is it (not the emulator; its model, and its
     instance when named); otherwise they are all "not shown", and the drill's observations are kept apart."""
-    from ..core.target import resolve_target
+    from ..io.target import resolve_target
     from ..renewal.artifacts import check_pipeline
     from ..renewal.drill import for_deployment, is_deployment, run_drill
 
@@ -50,7 +50,7 @@ def review_drill(ctx: ReviewContext) -> dict[str, Any] | None:
     try:
         if api is None and target.emulator is not None:
             from ..emulator import start_emulator
-            from ..core.target import emulator_config
+            from ..io.target import emulator_config
 
             stand_in = start_emulator(emulator_config(ctx.params), host="127.0.0.1", port=0)
             api = stand_in.url
