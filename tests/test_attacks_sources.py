@@ -328,7 +328,7 @@ def test_attack_a_drill_image_inspect_served_by_the_target(emulator):
 def test_attack_gpus_required_set_below_what_the_servers_own_arguments_need(real_world):
     """The log says TP 8; the container sees 4 GPUs; `gpus_required: 1` may not lower what the server needs."""
     from k3lib.axes.environment.host import check_gpus
-    from k3lib.axes.environment.run import sources_from_texts
+    from k3lib.axes.environment.sources import sources_from_texts
     from k3lib.core.params import EnvironmentParams
 
     s = sources_from_texts(server_log=(real_world / "logs/12.txt").read_text(),

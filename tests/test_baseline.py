@@ -116,7 +116,8 @@ def agent_by_the_axis(spec: dict[str, Any], tmp_path: Any) -> dict[str, Any]:
     valid arguments."""
     import types
 
-    from k3lib.axes.agent.judge import AgentResult, agent_record
+    from k3lib.axes.agent.judge import agent_record
+    from k3lib.axes.agent.result import AgentResult
 
     replies = [agent_reply(spec["level"], i, i < spec["valid"]) for i in range(spec["replies"])]
     result = AgentResult({"min_pass_rate": 1.0}, {"cases": [{"id": "weather", "title": "weather"}]},
@@ -380,7 +381,8 @@ def test_tool_call_validity_from_the_agent_rates_table(tmp_path):
     """The agent record built by the agent axis' own record builder from its per-reply check outcomes."""
     import types
 
-    from k3lib.axes.agent.judge import AgentResult, agent_record
+    from k3lib.axes.agent.judge import agent_record
+    from k3lib.axes.agent.result import AgentResult
 
     steps = [agent_reply(1, i, True, other_check=False) for i in range(10)] + \
         [agent_reply(8, i, i >= 2, other_check=False) for i in range(30)]

@@ -16,7 +16,7 @@ from k3lib.axes.environment.engine import check_flags, check_prefix_caching, che
 from k3lib.axes.environment.host import check_driver, check_fabric, check_gpus, check_host_container
 from k3lib.axes.environment.startup import check_startup
 from k3lib.axes.environment.values import cuda_major_of_tag
-from k3lib.axes.environment.run import AUTO_TOOL_CHOICE_400
+from k3lib.axes.environment.sources import AUTO_TOOL_CHOICE_400
 from k3lib.core.errors import ArtifactError
 from k3lib.core.outcomes import rule_for
 from k3lib.core.params import EnvironmentParams, RecipeParams

@@ -14,7 +14,7 @@ from k3lib.axes.capacity.records import window_numbers
 from k3lib.axes.capacity.result import LOG_TXT, RUN_JSON, read_capacity
 from k3lib.axes.environment.container import check_cuda_build
 from k3lib.axes.environment.host import check_driver, check_gpus
-from k3lib.axes.environment.run import sources_from_texts
+from k3lib.axes.environment.sources import sources_from_texts
 from k3lib.io.metrics import histogram_quantile, quantile_bounds, window_histogram
 from k3lib.io.metrics.snapshot import Snapshot
 from k3lib.core.params import EnvironmentParams, RecipeParams

@@ -1,11 +1,12 @@
 """Axis 1, the compatibility chain: CUDA build, host driver branch, vLLM version, image, GPUs and flags, read from
 every proof at hand and compared with the recipe at three levels (host, container, engine)."""
 
-from .figures import environment_table, findings_table, table_rows
-from .judge import EnvironmentResult, check_environment, environment_record, evaluate, iter_findings
+from .figures import environment_table, findings_table
+from .judge import EnvironmentResult, environment_record, evaluate, iter_findings, table_rows
 from .rules import RULES, RuleSpec
-from .run import (EnvironmentSources, ImageRef, SourceText, ToolChoiceProbe, classify_tool_probe, gather_sources,
-                  parse_image_inspect, read_sources, sources_from_texts)
+from .run import check_environment, gather_sources
+from .sources import (EnvironmentSources, ImageRef, SourceText, ToolChoiceProbe, classify_tool_probe,
+                      parse_image_inspect, read_sources, sources_from_texts)
 from .values import in_range, parse_flag, parse_version
 
 __all__ = [

@@ -11,7 +11,7 @@ from ...core.versions import public
 from ...core.evidence import Finding
 from .config import OFFICIAL_REPOS, RecipeParams
 from .rules import Proof, finding, line_of, missing, version_proofs
-from .run import EnvironmentSources
+from .sources import EnvironmentSources
 from .values import cuda_major, cuda_major_of_tag, parse_version
 
 _TAG_VERSION_RE = re.compile(r"^v?(?P<v>\d+\.\d+(?:\.\d+)*(?:(?:rc|post|\.post|\.dev|a|b)\d+)*)")

@@ -10,7 +10,7 @@ from ...core.versions import public
 from ...core.evidence import Finding, FindingStatus
 from .config import RecipeParams
 from .rules import Proof, args_where, engine_args, finding, line_of, missing, version_proofs
-from .run import EnvironmentSources
+from .sources import EnvironmentSources
 from .values import expected_version, in_range, parse_flag, parse_version, same_value
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from ...core.evidence import Finding, FindingStatus
 from .config import EnvironmentParams, RecipeParams
 from .rules import Proof, engine_args, finding, line_of, missing
-from .run import EnvironmentSources
+from .sources import EnvironmentSources
 from .values import cuda_major, driver_branch_ok, expected_driver
 
 # HGX boards whose 8 GPUs talk through NVSwitch: the fabric manager must be up before CUDA can use them.

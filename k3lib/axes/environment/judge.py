@@ -1,6 +1,7 @@
-"""The compatibility chain's entry points: every rule over the gathered sources, host → container → engine (the
-rules themselves live in `host`, `container`, `engine` and `startup`), the result they make, and the `environment`
-evidence record. A custom build gets its own, experimental, sheet.
+"""The compatibility chain judged, purely: every rule over already gathered sources, host → container → engine (the
+rules themselves live in `host`, `container`, `engine` and `startup`), the result they make, the rows of the seed's
+evidence sheet and the `environment` evidence record. A custom build gets its own, experimental, sheet. Gathering
+the sources is `run.py` (`check_environment`, the notebook's call); showing them `figures.py`.
 """
 
 from __future__ import annotations
@@ -14,15 +15,12 @@ from .config import EnvironmentParams, RecipeParams
 from .container import check_build_method, check_cuda_build, check_image
 from .engine import check_flags, check_prefix_caching, check_version
 from ...io.claims import collect_env_claims, image_claims, log_claims, nvidia_smi_claims, nvml_claims, target_claims
-from .figures import environment_table, table_rows
 from .host import check_driver, check_fabric, check_gpus, check_host_container
-from .rules import Proof, engine_args, finding
-from .run import EnvironmentSources, attachments, gather_sources
+from .rules import ROW_ORDER, RULES, Proof, engine_args, finding
+from .sources import EnvironmentSources, attachments
 from .startup import check_startup
 
 if TYPE_CHECKING:
-    import pandas as pd
-
     from ...core.session import AxisContext
 
 
@@ -51,18 +49,10 @@ class EnvironmentResult:
     def by_rule(self, rule: str) -> Finding | None:
         return next((f for f in self.findings if f.rule == rule), None)
 
-    def table(self) -> "pd.DataFrame":
-        return environment_table(self)
-
 
 def evaluate(sources: EnvironmentSources, recipe: RecipeParams, env: EnvironmentParams) -> EnvironmentResult:
     """Pure: the rules over already gathered sources."""
     return EnvironmentResult(sources, tuple(iter_findings(sources, recipe, env)), sources.build)
-
-
-def check_environment(ctx: "AxisContext") -> EnvironmentResult:
-    """Gather every source of the chain (attachments kept in the run folder), then apply the rules."""
-    return evaluate(gather_sources(ctx), ctx.params.recipe, ctx.params.axes.environment)
 
 
 def check_source_reads(s: EnvironmentSources) -> list[Finding]:
@@ -156,3 +146,57 @@ def _summary_values(s: EnvironmentSources) -> dict[str, Any]:
         "fingerprint": s.fingerprint,
         "tool_choice_auto": s.tool_probe.outcome,
     }
+
+
+# -- the evidence sheet's rows (the record keeps them; `figures.environment_table` shows them) -----------------
+
+# worst first: a row shows its worst finding
+_SEVERITY = {"fail": 0, "warn": 1, "not-observable": 2, "pass": 3, "info": 4}
+COLUMNS = ("item", "level", "observed", "proof kept", "expected", "status", "decision on mismatch")
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, dict):
+        return "; ".join(f"{k}: {_cell(v)}" for k, v in value.items() if v is not None) or "—"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_cell(v) for v in value) or "—"
+    return str(value)
+
+
+def proof_cell(finding: Finding) -> str:
+    proofs = finding.evidence.get("proofs") or []
+    parts = []
+    for p in proofs:
+        where = p.get("attachment") or ""
+        line = p.get("where")
+        line = line.split(":", 1)[0] if isinstance(line, str) and line.startswith("line ") else None
+        parts.append(p["source"] + (f" [{where}{', ' + line if line else ''}]" if where else ""))
+    return "; ".join(dict.fromkeys(parts)) or "—"
+
+
+def table_rows(result: EnvironmentResult) -> list[dict[str, Any]]:
+    """One row per item of the seed's table; a row with several rules shows the worst and joins the rest."""
+    by_item: dict[str, list[Finding]] = {}
+    for f in result.findings:
+        by_item.setdefault(RULES[f.rule].item, []).append(f)
+    rows = []
+    for item in ROW_ORDER:
+        found = sorted(by_item.get(item, []), key=lambda f: _SEVERITY[f.status])
+        if not found:
+            continue
+        head = found[0]
+        spec = RULES[head.rule]
+        rows.append({
+            "item": item,
+            "level": spec.level,
+            "observed": " | ".join(dict.fromkeys(_cell(f.observed) for f in found if f.observed is not None)) or "—",
+            "proof kept": " | ".join(dict.fromkeys(proof_cell(f) for f in found)),
+            "expected": _cell(head.expected),
+            "status": head.status,
+            "decision on mismatch": f"{spec.on_mismatch} ({spec.decision})",
+            "finding": " / ".join(f.message for f in found if f.status == head.status),
+            "rules": [f.rule for f in found],
+        })
+    return rows

@@ -10,7 +10,7 @@ from typing import Any
 from ...core.evidence import EvidenceRecord
 from ...core.params import Params
 from .judge import EnvironmentResult, evaluate
-from .run import SourceText, cache_config_of, read_sources, server_answers
+from .sources import SourceText, cache_config_of, read_sources, server_answers
 
 
 def _text(store: Any, rel: str | None) -> str | None:

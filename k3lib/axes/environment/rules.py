@@ -11,7 +11,7 @@ from typing import Any, Iterable
 from ...core.evidence import Finding, FindingStatus
 from ...core.outcomes import rule_for
 from ...io.readers._text import numbered_lines
-from .run import EnvironmentSources
+from .sources import EnvironmentSources
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,7 +17,7 @@ from ...core.evidence import Finding
 from ...io.readers.vllm_log import VllmLogReport
 from .config import STARTUP_LINES_QUOTED
 from .rules import Proof, finding, missing
-from .run import EnvironmentSources
+from .sources import EnvironmentSources
 
 # A warning about the chain itself (driver, CUDA, build, kernels, versions), not about a request or a deprecated
 # flag: those are common in healthy logs and say nothing of the environment.
