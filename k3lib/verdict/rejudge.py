@@ -53,7 +53,7 @@ def _agent(store: Any, rec: EvidenceRecord, params: Params, today: dt.date) -> t
 
 def _prefix(store: Any, rec: EvidenceRecord, params: Params, today: dt.date) -> tuple[list[Finding], None]:
     from ..axes.prefix.judge import prefix_cache_record
-    from ..axes.prefix.run import PrefixCacheResult
+    from ..axes.prefix.result import PrefixCacheResult
 
     return prefix_cache_record(PrefixCacheResult.load(store)).findings, None
 

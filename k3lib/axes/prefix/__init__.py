@@ -14,7 +14,8 @@ from .blocks import (
 )
 from .config import CANDIDATE_UNITS
 from .figures import counters_figure, hits_figure, hits_table, pairs_table, requests_table, ttft_figure
-from .run import TOOLS, PrefixCacheResult, RequestSample, contamination, run_prefix_cache, session_messages
+from .result import PrefixCacheResult, RequestSample
+from .run import TOOLS, contamination, run_prefix_cache, session_messages
 from .judge import NO_REUSE, PairReconciliation, iter_findings, prefix_cache_record, reconcile, reconcile_pair
 
 __all__ = [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .run import PrefixCacheResult
+from .result import PrefixCacheResult
 from .judge import reconcile
 
 _COLD, _WARM, _DESIGNED, _OBSERVED, _CACHED = "#8c959f", "#0969da", "#bf8700", "#1a7f37", "#8250df"

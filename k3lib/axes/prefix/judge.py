@@ -15,7 +15,7 @@ from ...core.evidence import EvidenceRecord, Finding, axis_status
 from ...core.numbers import figure
 from ...core.stats import MIN_SAMPLES, Interval, median_interval
 from .blocks import hits_for, units_reproducing
-from .run import AXIS, COUNTERS_JSON, RESULT_JSON, SAMPLES_JSONL, TOKEN_IDS_JSONL, PrefixCacheResult, \
+from .result import AXIS, COUNTERS_JSON, RESULT_JSON, SAMPLES_JSONL, TOKEN_IDS_JSONL, PrefixCacheResult, \
     RequestSample
 
 NO_REUSE = ("no reuse on an identical prefix → the expected gain is not counted; fix configuration and protocol")
