@@ -50,7 +50,7 @@ def test_a_record_is_stamped_once_and_keeps_what_it_already_says(tmp_path):
 
 def test_both_sessions_write_their_record_through_the_same_stamp():
     """AxisContext.record and ReviewContext.record are one implementation, not two copies."""
-    for rel in ("core/session.py", "renewal/session.py"):
+    for rel in ("core/session.py", "report/review_session.py"):
         tree = ast.parse((K3LIB / rel).read_text())
         record = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "record")
         calls = {n.func.id for n in ast.walk(record) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
@@ -98,7 +98,7 @@ def _imports(rel: str) -> set[str]:
 @pytest.mark.parametrize("rel", ["report/pages.py", "core/plan.py", "core/session.py", "report/review_session.py"])
 def test_nothing_below_the_batches_imports_them(rel):
     """The report, the plans and the sessions sit under both batches: none imports a batch, even inside a function
-    (renewal.batch ↔ report ↔ runner was a cycle)."""
+    (batch.renewal ↔ report ↔ runner was a cycle)."""
     above = {"k3lib.batch.acceptance", "k3lib.batch.renewal", "k3lib.batch.execute", "k3lib.cli.main"}
     assert not _imports(rel) & above, rel
 
