@@ -72,8 +72,8 @@ def test_typed_data_is_validated_once_per_data_and_again_for_new_data():
 
 def test_the_prefix_pairs_model_declares_what_the_axis_writes_and_the_report_reads_it_typed(tmp_path):
     from k3lib.core.evidence import PrefixCacheData, PrefixPair
-    from k3lib.axes.prefix import prefix_cache_record
-    from test_prefix_verdict import result
+    from k3lib.axes.prefix_cache import prefix_cache_record
+    from test_prefix_cache_verdict import result
 
     rec = prefix_cache_record(result())
     typed = rec.typed()

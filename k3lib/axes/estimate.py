@@ -165,7 +165,7 @@ def capacity_phases(params: Params, speed: SpeedLike) -> tuple[PhaseEstimate, ..
 def prefix_phases(params: Params, speed: SpeedLike) -> tuple[PhaseEstimate, ...]:
     """A cold and a warm request per session and prefix length (the extra sessions, taken only while the gain is
     undecided, are not counted), within the axis' duration bound."""
-    from .prefix.run import prefix_lengths
+    from .prefix_cache.run import prefix_lengths
 
     p = params.axes.prefix_cache
     lengths = prefix_lengths(params)

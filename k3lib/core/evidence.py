@@ -200,7 +200,7 @@ class ProbeData(_Data):
 
 
 class PrefixPair(_Data):
-    """One cold/warm pair as reconciled (k3lib.axes.prefix.judge.PairReconciliation.to_dict): designed vs observed
+    """One cold/warm pair as reconciled (k3lib.axes.prefix_cache.judge.PairReconciliation.to_dict): designed vs observed
     hits, both TTFTs, and the named cause of any gap."""
 
     session: int

@@ -52,8 +52,8 @@ def _agent(store: Any, rec: EvidenceRecord, params: Params, today: dt.date) -> t
 
 
 def _prefix(store: Any, rec: EvidenceRecord, params: Params, today: dt.date) -> tuple[list[Finding], None]:
-    from ..axes.prefix.judge import prefix_cache_record
-    from ..axes.prefix.run import PrefixCacheResult
+    from ..axes.prefix_cache.judge import prefix_cache_record
+    from ..axes.prefix_cache.run import PrefixCacheResult
 
     return prefix_cache_record(PrefixCacheResult.load(store)).findings, None
 

@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .checks import CHECKS, Outcome, ParsedCall, environment_refusal, rates, stability_outcomes
 from .config import agent_params
@@ -18,6 +18,9 @@ from .judge import CONTRACT_FILE, RUN_FILE, STEPS_FILE, TURNS_FILE, AgentResult,
 from .run import RunSettings, ScenarioRunner, assistant_message, filler_lines
 from .sample import AgentSample, load_sample, packaged_sample_path, parse_sample
 from .tools import BUILTIN_TOOLS
+
+if TYPE_CHECKING:
+    from ...core.session import AxisContext
 
 __all__ = [
     "AgentResult",
@@ -58,7 +61,7 @@ def sample_summary(sample: AgentSample, source: str) -> dict[str, Any]:
                        "grows_context": any(t.filler for t in c.turns)} for c in sample.cases]}
 
 
-def run_agent(ctx: Any) -> AgentResult:
+def run_agent(ctx: AxisContext) -> AgentResult:
     """Play the sample at every concurrency level against `ctx.target`, then the tool-turn series at the planned
     concurrency and the vendor contract check; requests land in the run folder as they finish. Target misbehaviour
     becomes findings; only an unusable sample or target set-up raises."""
@@ -99,7 +102,7 @@ def run_agent(ctx: Any) -> AgentResult:
                        contract.rows, series.summary, spec, serving)
 
 
-def _server_log(ctx: Any) -> str | None:
+def _server_log(ctx: AxisContext) -> str | None:
     """The server log's text when the parameters name one (axes.environment.server_log), else None."""
     import httpx
 
@@ -113,7 +116,7 @@ def _server_log(ctx: Any) -> str | None:
     return text.text if text.ok else None
 
 
-def _spec_decode_scrape(ctx: Any) -> Any:
+def _spec_decode_scrape(ctx: AxisContext) -> Any:
     """A /metrics snapshot for the spec-decode counters (None when the target exposes none: not an error here)."""
     from ...io.metrics import scrape
 

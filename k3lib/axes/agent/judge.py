@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...core.evidence import EvidenceRecord, Finding, axis_status
 from ...core.numbers import figure
@@ -20,6 +20,9 @@ from .contract_judge import contract_findings, contract_rows
 from .figures import FailingReply
 from .rate import failure_rate_finding
 from .serving import longest_silence, serving_findings
+
+if TYPE_CHECKING:
+    from ...core.session import AxisContext
 
 STEPS_FILE = "evidence/agent/requests.jsonl"
 RUN_FILE = "evidence/agent/run.json"
@@ -228,7 +231,7 @@ def _context_growth(result: AgentResult) -> dict[str, Any] | None:
             "context_limit": result.settings.get("context_limit")}
 
 
-def agent_record(result: AgentResult, ctx: Any) -> EvidenceRecord:
+def agent_record(result: AgentResult, ctx: AxisContext) -> EvidenceRecord:
     """The axis record: findings, the rates table and the attachments (steps JSONL, run summary)."""
     findings = iter_findings(result)
     status = axis_status(findings)

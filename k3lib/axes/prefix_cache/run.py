@@ -13,7 +13,7 @@ import dataclasses
 import secrets
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -27,6 +27,9 @@ from ...io.prompts import EstimateCounter, ServerTokenCounter, TokenCounter, fil
 from .blocks import common_prefix_len, designed_hits, expected_hits, first_divergence, hit_unit
 from .config import PrefixCacheParams
 from .retention import retention_settings
+
+if TYPE_CHECKING:
+    from ...core.session import AxisContext
 
 AXIS = "prefix_cache"
 REQUESTS_JSONL = f"evidence/{AXIS}/requests.jsonl"
@@ -304,7 +307,7 @@ def prefix_lengths(params: Any) -> tuple[int, ...]:
     return tuple(sorted({max(16, longest // 4), longest}))
 
 
-def run_prefix_cache(ctx: Any) -> PrefixCacheResult:
+def run_prefix_cache(ctx: AxisContext) -> PrefixCacheResult:
     """Cold then warm, for each prefix length and session, within the axis' request and time bounds.
 
     Request records stream to `evidence/prefix_cache/requests.jsonl` as they finish, so a killed run keeps
@@ -463,7 +466,7 @@ def _sample(record: ChatRecord, before: Snapshot, after: Snapshot, *, session: i
         common_prefix_tokens=common, sparse_misses_delta=sparse.value)
 
 
-def _server_log(ctx: Any) -> str | None:
+def _server_log(ctx: AxisContext) -> str | None:
     """The server log's text, when the parameters name one (`axes.environment.server_log`); None otherwise or when
     it cannot be read (the retention settings then come from /metrics alone, and say so)."""
     source = ctx.params.axes.environment.server_log
