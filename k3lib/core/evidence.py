@@ -63,7 +63,7 @@ class CapacityStep(_Data):
     start_wall: float | None = None
     end_wall: float | None = None
     engine_alive_after: bool | None = None
-    # client side (k3lib.axes.capacity.records.record_stats)
+    # client side (k3lib.axes.capacity.window.record_stats)
     sent: int | None = None
     ok: int | None = None
     server_errors: int | None = None
@@ -79,7 +79,7 @@ class CapacityStep(_Data):
     e2e_p95_interval: dict[str, float] | None = None
     prompt_tokens_mean: float | None = None
     completion_tokens_mean: float | None = None
-    # server window (k3lib.axes.capacity.records.window_numbers)
+    # server window (k3lib.axes.capacity.window.window_numbers)
     preemptions: float | None = None
     server_ttft_p95_ms: float | None = None
     queue_p95_ms: float | None = None
