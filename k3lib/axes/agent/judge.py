@@ -32,7 +32,7 @@ CONTRACT_FILE = "evidence/agent/contract.jsonl"  # the vendor contract check (k3
 #: whatever its rate, while a missing or invalid call there is judged by the failure rate.
 LEAK_CHECKS = ("no_markup_leak", "no_reasoning_leak", "reasoning_present")
 
-# What a failing check is about; the decision it forces comes from the one table (k3lib.verdict.decision.RULES).
+# What a failing check is about; the decision it forces comes from the one table (k3lib.core.outcomes.RULES).
 ENVIRONMENT = {"category": "environment"}
 AGENTS_BLOCKED = {"category": "tool-calls", "blocks": "agents"}
 
