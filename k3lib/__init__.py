@@ -41,7 +41,7 @@ _EXPORTS: dict[str, str] = {
     "open_summary": ".report.notebook",
     "operations": ".axes.operations",
     "paths": ".axes.paths",
-    "prefix": ".axes.prefix",
+    "prefix_cache": ".axes.prefix_cache",
     "probe_record": ".axes.probe",
     "read_records": ".core.evidence",
     "records_table": ".report.summary",
@@ -68,7 +68,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
-    from .axes import agent, capacity, environment, operations, paths, prefix
+    from .axes import agent, capacity, environment, operations, paths, prefix_cache
     from .report import explorer, review
     from . import renewal
     from .verdict.decision import Decision, decide

@@ -57,6 +57,7 @@ class Graph:
 
     def __init__(self) -> None:
         self.edges: dict[str, set[str]] = defaultdict(set)
+        self.missing: set[tuple[str, str]] = set()  # (module, a module of the package it names that does not exist)
 
     def add(self, module: str, imports: set[str] | None = None) -> None:
         self.edges[module] |= imports or set()
@@ -119,11 +120,13 @@ def _modules(root: Path) -> dict[str, tuple[Path, bool]]:
 
 
 def _imported(name: str, is_package: bool, tree: ast.Module, modules: dict[str, tuple[Path, bool]],
-              top: str = "k3lib") -> set[str]:
+              top: str = "k3lib", missing: set[tuple[str, str]] | None = None) -> set[str]:
     """The modules of package `top` that module `name` imports, wherever the import stands (a function, an
     `if TYPE_CHECKING:` block): the deepest module each import names (`from .capacity import run` is
-    `capacity.run`, `from .capacity import CapacityResult` is `capacity`)."""
+    `capacity.run`, `from .capacity import CapacityResult` is `capacity`). A `from X import …` whose X is no
+    module of the package (a type-only import left behind by a move: it never runs) goes to `missing`."""
     package = [p for p in (name.split(".") if is_package else name.split(".")[:-1]) if p]
+    missing = set() if missing is None else missing
 
     def resolve(dotted: str) -> str | None:
         parts = dotted.split(".")
@@ -144,6 +147,9 @@ def _imported(name: str, is_package: bool, tree: ast.Module, modules: dict[str, 
                 module = ".".join([top, *base, *([node.module] if node.module else [])])
             else:
                 module = node.module or ""
+            if module.split(".")[0] == top and module.partition(".")[2] not in modules:
+                missing.add((name, module.partition(".")[2]))
+                continue
             found.update(t for alias in node.names if (t := resolve(f"{module}.{alias.name}")) is not None)
     found.discard(name)
     return found
@@ -155,7 +161,7 @@ def import_graph(root: Path = K3LIB) -> Graph:
     graph = Graph()
     for name, (path, is_package) in modules.items():
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        graph.add(name, _imported(name, is_package, tree, modules, top=root.name))
+        graph.add(name, _imported(name, is_package, tree, modules, top=root.name, missing=graph.missing))
     return graph
 
 
@@ -169,6 +175,7 @@ def violations(graph: Graph) -> list[str]:
     graph keeps the layers."""
     out = [f"{m or '(package)'} stands in no layer (add its folder to LAYERS)" for m in sorted(graph)
            if layer_of(m) is None]
+    out += [f"{a or '(package)'} imports {b}, which does not exist" for a, b in sorted(graph.missing)]
     out += ["import cycle: " + " <-> ".join(sorted(c)) for c in sorted(graph.cycles(), key=sorted)]
     out += [f"upward import: {a or '(package)'} [{layer_of(a)}] -> {b} [{layer_of(b)}]"
             for a, b in sorted(graph.pairs())
@@ -198,8 +205,8 @@ def test_the_layers_hold(graph):
 
 def test_the_checker_names_a_deliberate_cycle_and_upward_import(tmp_path):
     """The same checker over a made-up k3lib: the evidence model importing a report view inside a function, an
-    axis' judge and figures importing each other (the figures only for type checking), a stray top-level module.
-    Each is named; the same package without them passes."""
+    axis' judge and figures importing each other (the figures only for type checking), a stray top-level module, a
+    type-only import of a module that moved away. Each is named; the same package without them passes."""
     pkg = tmp_path / "k3lib"
     files = {
         "__init__.py": "",
@@ -213,18 +220,21 @@ def test_the_checker_names_a_deliberate_cycle_and_upward_import(tmp_path):
         "axes/toy/figures.py": ("from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n"
                                 "    from .judge import ToyResult\n"),
         "stray.py": "",
+        "axes/toy/run.py": "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from .session import Gone\n",
     }
     for rel, text in files.items():
         (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
         (pkg / rel).write_text(text, encoding="utf-8")
     found = violations(import_graph(pkg))
     assert found == ["stray stands in no layer (add its folder to LAYERS)",
+                     "axes.toy.run imports axes.toy.session, which does not exist",
                      "import cycle: axes.toy.figures <-> axes.toy.judge",
                      "import cycle: core.evidence <-> report.views",
                      "upward import: core.evidence [core] -> report.views [report]"]
     with pytest.raises(AssertionError, match=r"upward import: core\.evidence \[core\] -> report\.views \[report\]"):
         test_the_layers_hold(import_graph(pkg))
     (pkg / "stray.py").unlink()
+    (pkg / "axes/toy/run.py").write_text("", encoding="utf-8")
     (pkg / "core/evidence.py").write_text("def badge_of(rec):\n    return rec\n", encoding="utf-8")
     (pkg / "axes/toy/figures.py").write_text("from .judge import ToyResult\n", encoding="utf-8")
     (pkg / "axes/toy/judge.py").write_text("class ToyResult:\n    pass\n", encoding="utf-8")

@@ -3,7 +3,7 @@
 The synthetic runs below are written by each axis' own record builder from what that axis observes, never as
 hand-made `data`: capacity (k3lib.axes.capacity.capacity_record) from its load steps, environment
 (k3lib.axes.environment.environment_record) from the emulator's collect_env / nvidia-smi / inspect / log texts,
-prefix_cache (k3lib.axes.prefix.prefix_cache_record) from a measured cold/warm pair, agent
+prefix_cache (k3lib.axes.prefix_cache.prefix_cache_record) from a measured cold/warm pair, agent
 (k3lib.axes.agent.judge.agent_record) from its replies' check outcomes, probe (k3lib.axes.probe.probe_record)
 from the endpoints' answers. A field an axis renames breaks these tests.
 """
@@ -90,10 +90,10 @@ def environment_by_the_axis(spec: dict[str, Any], planned: int) -> dict[str, Any
 
 
 def prefix_cache_by_the_axis(spec: dict[str, Any]) -> dict[str, Any]:
-    """The prefix_cache record as k3lib.axes.prefix writes it, from one cold/warm pair of measured requests whose warm
+    """The prefix_cache record as k3lib.axes.prefix_cache writes it, from one cold/warm pair of measured requests whose warm
     request's counters moved by `observed_hit_tokens` on a prompt of `warm_prompt_tokens`."""
-    from k3lib.axes.prefix import prefix_cache_record
-    from test_prefix_verdict import A0, result, sample
+    from k3lib.axes.prefix_cache import prefix_cache_record
+    from test_prefix_cache_verdict import A0, result, sample
 
     hits, prompt = spec["observed_hit_tokens"], spec["warm_prompt_tokens"]
     size = dict(prompt_tokens=prompt, tokenized_tokens=prompt, queries_delta=float(prompt), replica_queries={A0: prompt})

@@ -200,11 +200,11 @@ def _emitted_rule_ids() -> set[str]:
             elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "_f"
                   and path.parent.name == "capacity" and node.args and isinstance(node.args[0], ast.Constant)):
                 out.add(f"capacity.{node.args[0].value}")
-            elif (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and path.parent.name == "prefix"
+            elif (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and path.parent.name == "prefix_cache"
                   and isinstance(node.left, ast.Name) and node.left.id == "rule"
                   and isinstance(node.right, ast.Constant) and isinstance(node.right.value, str)):
                 out.add(f"prefix_cache.{node.right.value}")
-            elif (isinstance(node, ast.JoinedStr) and path.parent.name == "prefix" and len(node.values) == 2
+            elif (isinstance(node, ast.JoinedStr) and path.parent.name == "prefix_cache" and len(node.values) == 2
                   and isinstance(node.values[0], ast.FormattedValue) and isinstance(node.values[0].value, ast.Name)
                   and node.values[0].value.id == "AXIS" and isinstance(node.values[1], ast.Constant)):
                 out.add(f"prefix_cache{node.values[1].value}")

@@ -116,7 +116,7 @@ def test_a_copied_parameters_file_still_finds_its_recipe(tmp_path):
 @pytest.mark.parametrize("context", [32768, 4096, 2048])
 def test_prefix_lengths_follow_the_contract(context):
     """The issue's case: 2,048 and 8,192 against a 4,096-token contract ended 15 of 18 pairs in vLLM's 400."""
-    from k3lib.axes.prefix.run import prefix_lengths
+    from k3lib.axes.prefix_cache.run import prefix_lengths
 
     p = load_params([PRODUCTION], [f"contract.max_context_tokens={context}"])
     lengths = prefix_lengths(p)

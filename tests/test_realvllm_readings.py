@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from k3lib.axes.capacity.analysis import judge_step, queue_verdict
-from k3lib.axes.capacity.records import window_numbers
+from k3lib.axes.capacity.window import window_numbers
 from k3lib.axes.capacity.result import LOG_TXT, RUN_JSON, read_capacity
 from k3lib.axes.environment.container import check_cuda_build
 from k3lib.axes.environment.host import check_driver, check_gpus

@@ -51,9 +51,9 @@ def _agent(store: Any, rec: EvidenceRecord, params: Params, today: dt.date) -> t
     return agent_record(load_agent_result(store), _ctx(store=store, params=params)).findings, None
 
 
-def _prefix(store: Any, rec: EvidenceRecord, params: Params, today: dt.date) -> tuple[list[Finding], None]:
-    from ..axes.prefix.judge import prefix_cache_record
-    from ..axes.prefix.result import PrefixCacheResult
+def _prefix_cache(store: Any, rec: EvidenceRecord, params: Params, today: dt.date) -> tuple[list[Finding], None]:
+    from ..axes.prefix_cache.judge import prefix_cache_record
+    from ..axes.prefix_cache.result import PrefixCacheResult
 
     return prefix_cache_record(PrefixCacheResult.load(store)).findings, None
 
@@ -82,7 +82,7 @@ def _operations(store: Any, rec: EvidenceRecord, params: Params, today: dt.date)
 
 
 AXES: dict[str, Rejudge] = {"probe": _probe, "environment": _environment, "capacity": _capacity, "agent": _agent,
-                            "prefix_cache": _prefix, "operations": _operations}
+                            "prefix_cache": _prefix_cache, "operations": _operations}
 
 
 def _statuses(findings: list[Finding], rules: set[str] | None) -> dict[str, Counter[str]]:

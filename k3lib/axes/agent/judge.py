@@ -8,7 +8,7 @@ so a run can be re-rendered without sending a request again.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...core.evidence import EvidenceRecord, Finding, axis_status
 from ...core.numbers import figure
@@ -19,7 +19,10 @@ from .rate import failure_rate_finding
 from .result import CONTRACT_FILE, RUN_FILE, STEPS_FILE, TURNS_FILE, AgentResult
 from .serving import longest_silence, serving_findings
 
-# What a failing check is about; the decision it forces comes from the one table (k3lib.verdict.decision.RULES).
+if TYPE_CHECKING:
+    from ...core.session import AxisContext
+
+# What a failing check is about; the decision it forces comes from the one table (k3lib.core.outcomes.RULES).
 ENVIRONMENT = {"category": "environment"}
 AGENTS_BLOCKED = {"category": "tool-calls", "blocks": "agents"}
 
@@ -144,7 +147,7 @@ def _context_growth(result: AgentResult) -> dict[str, Any] | None:
             "context_limit": result.settings.get("context_limit")}
 
 
-def agent_record(result: AgentResult, ctx: Any) -> EvidenceRecord:
+def agent_record(result: AgentResult, ctx: AxisContext) -> EvidenceRecord:
     """The axis record: findings, the rates table and the attachments (steps JSONL, run summary)."""
     findings = iter_findings(result)
     status = axis_status(findings)

@@ -4,7 +4,7 @@ finishes, and returns the `AgentResult`; `load_agent_result(store)` rebuilds it 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .config import agent_params
 from .contract import ContractCheck
@@ -14,6 +14,9 @@ from .scenario import RunSettings, ScenarioRunner
 from .series import ToolTurnSeries
 from .serving import SPEC_DECODE, tool_strict_settings
 
+if TYPE_CHECKING:
+    from ...core.session import AxisContext
+
 
 def sample_summary(sample: AgentSample, source: str) -> dict[str, Any]:
     return {"name": sample.name, "version": sample.version, "source": source,
@@ -22,7 +25,7 @@ def sample_summary(sample: AgentSample, source: str) -> dict[str, Any]:
                        "grows_context": any(t.filler for t in c.turns)} for c in sample.cases]}
 
 
-def run_agent(ctx: Any) -> AgentResult:
+def run_agent(ctx: AxisContext) -> AgentResult:
     """Play the sample at every concurrency level against `ctx.target`, then the tool-turn series at the planned
     concurrency and the vendor contract check; requests land in the run folder as they finish. Target misbehaviour
     becomes findings; only an unusable sample or target set-up raises."""
@@ -63,7 +66,7 @@ def run_agent(ctx: Any) -> AgentResult:
                        contract.rows, series.summary, spec, serving)
 
 
-def _server_log(ctx: Any) -> str | None:
+def _server_log(ctx: AxisContext) -> str | None:
     """The server log's text when the parameters name one (axes.environment.server_log), else None."""
     import httpx
 
@@ -77,7 +80,7 @@ def _server_log(ctx: Any) -> str | None:
     return text.text if text.ok else None
 
 
-def _spec_decode_scrape(ctx: Any) -> Any:
+def _spec_decode_scrape(ctx: AxisContext) -> Any:
     """A /metrics snapshot for the spec-decode counters (None when the target exposes none: not an error here)."""
     from ...io.metrics import scrape
 

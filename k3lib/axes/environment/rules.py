@@ -25,7 +25,7 @@ class RuleSpec:
 
     @property
     def decision(self) -> str:
-        """What a failing finding of this rule decides: read from the one table (k3lib.verdict.decision.RULES)."""
+        """What a failing finding of this rule decides: read from the one table (k3lib.core.outcomes.RULES)."""
         return rule_for(self.rule).level.value
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -29,6 +29,8 @@ from .result import (CONFIG_LABELS, COUNTERS_JSON, REQUESTS_JSONL, RESULT_JSON, 
                      TOKEN_IDS_JSONL, PrefixCacheResult, RequestSample, judged_sighting)
 from .retention import retention_settings
 
+if TYPE_CHECKING:
+    from ...core.session import AxisContext
 
 # Two fixed tool schemas: an agent's tool definitions are part of the prefix it expects to be reused.
 TOOLS: tuple[dict[str, Any], ...] = (
@@ -165,7 +167,7 @@ def prefix_lengths(params: Any) -> tuple[int, ...]:
     return tuple(sorted({max(16, longest // 4), longest}))
 
 
-def run_prefix_cache(ctx: Any) -> PrefixCacheResult:
+def run_prefix_cache(ctx: AxisContext) -> PrefixCacheResult:
     """Cold then warm, for each prefix length and session, within the axis' request and time bounds.
 
     Request records stream to `evidence/prefix_cache/requests.jsonl` as they finish, so a killed run keeps
@@ -324,7 +326,7 @@ def _sample(record: ChatRecord, before: Snapshot, after: Snapshot, *, session: i
         common_prefix_tokens=common, sparse_misses_delta=sparse.value)
 
 
-def _server_log(ctx: Any) -> str | None:
+def _server_log(ctx: AxisContext) -> str | None:
     """The server log's text, when the parameters name one (`axes.environment.server_log`); None otherwise or when
     it cannot be read (the retention settings then come from /metrics alone, and say so)."""
     source = ctx.params.axes.environment.server_log

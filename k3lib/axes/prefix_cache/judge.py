@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...core.evidence import EvidenceRecord, Finding, axis_status
 from ...core.numbers import figure
@@ -17,6 +17,9 @@ from ...core.stats import MIN_SAMPLES, Interval, median_interval
 from .blocks import hits_for, units_reproducing
 from .result import AXIS, COUNTERS_JSON, RESULT_JSON, SAMPLES_JSONL, TOKEN_IDS_JSONL, PrefixCacheResult, \
     RequestSample
+
+if TYPE_CHECKING:
+    from ...core.session import AxisContext
 
 NO_REUSE = ("no reuse on an identical prefix → the expected gain is not counted; fix configuration and protocol")
 
@@ -41,7 +44,7 @@ class PairReconciliation:
     cause: str  # match | prefix-changed | cache-disabled | routed-elsewhere | not-isolated | block-size |
     #             retention | evicted | failed | contaminated | not-observable
     explanation: str
-    sighting: int = 2  # which sighting of the prefix the judged request was (3: hybrid retention, k3lib.axes.prefix.run)
+    sighting: int = 2  # which sighting of the prefix the judged request was (3: hybrid retention, k3lib.axes.prefix_cache.run)
 
     @property
     def ttft_gain_pct(self) -> float | None:
@@ -423,7 +426,7 @@ def _cached_tokens_finding(result: PrefixCacheResult, clean: list[PairReconcilia
                            "--enable-prompt-tokens-details to see per-request cached tokens")
 
 
-def prefix_cache_record(result: PrefixCacheResult, ctx: Any = None) -> EvidenceRecord:
+def prefix_cache_record(result: PrefixCacheResult, ctx: AxisContext | None = None) -> EvidenceRecord:
     """The axis record. `data.gain_counted` tells the decision whether the cache gain may be counted."""
     pairs = reconcile(result)
     findings = iter_findings(result, pairs)

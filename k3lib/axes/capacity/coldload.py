@@ -19,7 +19,7 @@ from .result import LOG_TXT
 from .watch import EngineWatch, boundary_snapshot
 
 
-class StartupPhase(EngineWatch):
+class ColdLoadPhase(EngineWatch):
     """The cold load and the server facts read at ready."""
 
     async def _cold_load(self) -> str:

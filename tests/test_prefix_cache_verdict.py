@@ -7,8 +7,8 @@ import dataclasses
 import pytest
 
 from k3lib.verdict.decision import decide
-from k3lib.axes.prefix import NO_REUSE, PrefixCacheResult, RequestSample, iter_findings, prefix_cache_record, reconcile
-from k3lib.axes.prefix.judge import reconcile_pair
+from k3lib.axes.prefix_cache import NO_REUSE, PrefixCacheResult, RequestSample, iter_findings, prefix_cache_record, reconcile
+from k3lib.axes.prefix_cache.judge import reconcile_pair
 
 A0, A1, B0 = "http://a/metrics engine=0", "http://a/metrics engine=1", "http://b/metrics engine=0"
 
@@ -157,7 +157,7 @@ def test_the_gain_is_judged_at_the_longest_prefix_where_it_is_largest():
 
 
 def test_more_pairs_are_measured_only_while_the_gain_is_undecided():
-    from k3lib.axes.prefix.run import gain_undecided
+    from k3lib.axes.prefix_cache.run import gain_undecided
 
     decided = [x for pair in _gains(5, 5, 5) for x in pair]
     assert not gain_undecided(decided, 10.0)

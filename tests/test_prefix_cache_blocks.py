@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from k3lib.axes.prefix import (
+from k3lib.axes.prefix_cache import (
     aligned_hits,
     cap_tokens,
     common_prefix_len,

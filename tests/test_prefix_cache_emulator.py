@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 import k3lib
-import k3lib.axes.prefix as prefix
+import k3lib.axes.prefix_cache as prefix_cache
 from k3lib.verdict.decision import decide
 from k3lib.emulator import EmulatorConfig, start_emulator
 from k3lib.core.store import RunStore
@@ -38,8 +38,8 @@ def healthy():
 
 def _run(h, tmp_path, *extra: str):
     ctx = k3lib.open_axis("prefix_cache", PARAMS, [f"target.base_url={h.url}", *SMALL, *extra], str(tmp_path / "run"))
-    result = prefix.run_prefix_cache(ctx)
-    return ctx, result, ctx.record(prefix.prefix_cache_record(result, ctx))
+    result = prefix_cache.run_prefix_cache(ctx)
+    return ctx, result, ctx.record(prefix_cache.prefix_cache_record(result, ctx))
 
 
 def _why(record):
@@ -49,7 +49,7 @@ def _why(record):
 def test_healthy_server_reuse_is_proven_with_observed_hits_equal_to_designed(healthy, tmp_path):
     ctx, result, record = _run(healthy, tmp_path)
     assert record.status == "pass", _why(record)
-    pairs = prefix.reconcile(result)
+    pairs = prefix_cache.reconcile(result)
     # 2 planned sessions per length, then more at the longest prefix until the gain's interval is decided
     assert len(pairs) >= 5 and all(p.cause == "match" for p in pairs)
     assert {p.prefix_target for p in pairs[4:]} == {1200}
@@ -64,8 +64,8 @@ def test_healthy_server_reuse_is_proven_with_observed_hits_equal_to_designed(hea
     assert record.data["gain_counted"] is True
     # evidence kept, hashed, and enough to re-render without the target
     assert RunStore(ctx.store.root).verify() == []
-    again = prefix.PrefixCacheResult.load(ctx.store)
-    assert prefix.hits_table(again).equals(prefix.hits_table(result))
+    again = prefix_cache.PrefixCacheResult.load(ctx.store)
+    assert prefix_cache.hits_table(again).equals(prefix_cache.hits_table(result))
     lines = ctx.store.path("evidence/prefix_cache/requests.jsonl").read_text().splitlines()
     # cold, warm and the third sighting per session
     assert len(lines) == 3 * len(pairs) and json.loads(lines[0])["request_id"].endswith("cold")
@@ -73,7 +73,7 @@ def test_healthy_server_reuse_is_proven_with_observed_hits_equal_to_designed(hea
 
 def test_an_early_one_token_change_is_explained_not_blamed_on_the_cache(healthy, tmp_path):
     _, result, record = _run(healthy, tmp_path, "axes.prefix_cache.warm_change=early-token")
-    pairs = prefix.reconcile(result)
+    pairs = prefix_cache.reconcile(result)
     assert {p.cause for p in pairs} == {"prefix-changed"}
     for p in pairs:
         assert p.observed_hits == p.designed_hits < p.intended_hits
@@ -92,9 +92,9 @@ def test_no_prefix_caching_fails_with_no_reuse_and_the_gain_is_not_counted(tmp_p
         h.stop()
     assert record.status == "fail"
     reuse = record.by_rule("prefix_cache.reuse")
-    assert reuse.status == "fail" and reuse.message.startswith(prefix.NO_REUSE)
+    assert reuse.status == "fail" and reuse.message.startswith(prefix_cache.NO_REUSE)
     assert record.by_rule("prefix_cache.flag").status == "fail"
-    assert {p.cause for p in prefix.reconcile(result)} == {"cache-disabled"}
+    assert {p.cause for p in prefix_cache.reconcile(result)} == {"cache-disabled"}
     assert record.data["gain_counted"] is False
     assert decide({"prefix_cache": record}, ["prefix_cache"]).decision == "limited-observation"
 
@@ -130,16 +130,9 @@ def test_concurrent_load_on_the_target_is_detected(tmp_path):
 
 
 @pytest.mark.slow
-def test_notebook_runs_under_papermill_and_writes_its_record(healthy, tmp_path, monkeypatch):
+def test_notebook_runs_under_papermill_and_writes_its_record(healthy, tmp_path):
     import papermill as pm
 
-    if "prefix" not in (ROOT / "k3lib" / "__init__.py").read_text():
-        # until k3lib/__init__.py re-exports the module, a kernel startup file imports it (IPython reads
-        # $IPYTHONDIR/profile_default/startup/ at kernel start)
-        startup = tmp_path / "ipython" / "profile_default" / "startup"
-        startup.mkdir(parents=True)
-        (startup / "00-k3lib-prefix.py").write_text("import k3lib.axes.prefix\n")
-        monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
     run = tmp_path / "run"
     pm.execute_notebook(
         str(ROOT / "notebooks/04_prefix_cache.ipynb"), str(tmp_path / "out.ipynb"), kernel_name="python3",
@@ -156,7 +149,7 @@ def test_without_a_salt_the_shared_tool_block_is_designed_into_later_cold_reques
     """Fresh-prefix isolation only: the tool definitions (rendered before the nonce) are shared across
     sessions, and the designed hits of a cold request account for what this run sent before it."""
     _, result, record = _run(healthy, tmp_path, "axes.prefix_cache.isolation=fresh-prefix")
-    pairs = prefix.reconcile(result)
+    pairs = prefix_cache.reconcile(result)
     assert all(p.cold_observed_hits == p.cold_designed_hits for p in pairs)
     assert pairs[0].cold_designed_hits == 0 and pairs[1].cold_designed_hits > 0
     assert all(s.salt is None for s in result.samples)

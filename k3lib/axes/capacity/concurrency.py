@@ -14,7 +14,7 @@ from .agreement import calibration_error_at, settle_held, window_agreement
 from .analysis import judge_step, settled_stats
 from .calibration import CalibrationPhase
 from .ranks import rank_window
-from .records import record_stats, window_numbers
+from .window import record_stats, window_numbers
 from .trust import calibration_summary
 from .watch import boundary_snapshot
 
