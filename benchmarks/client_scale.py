@@ -36,7 +36,7 @@ from k3lib.io.calibration import calibrate  # noqa: E402
 from k3lib.io.knowntiming import KnownTimingConfig, KnownTimingServer  # noqa: E402
 from k3lib.io.client import ChatClient  # noqa: E402
 from k3lib.io.load import run_closed_loop  # noqa: E402
-from k3lib.io.spread import calibrate_workers  # noqa: E402
+from k3lib.io.workers import calibrate_workers  # noqa: E402
 from k3lib.io.workers import WorkerPool, available_cpus  # noqa: E402
 
 LADDER = (64, 128, 192, 256, 320, 384, 448, 512)

@@ -6,7 +6,7 @@ its time goes — per notebook, kernel start/shutdown, HTML rendering, and runni
     .venv/bin/python benchmarks/demo_batch.py --modes staged  # only the batch as `make demo` runs it
 
 Each mode runs the same code as `k3 demo`: `k3lib.batch.acceptance.run_acceptance` on `parameters/emulator.yaml`, then
-`k3lib.renewal.batch.run_review` on the steady scenario. "staged" is the batch as shipped (the read-only notebooks
+`k3lib.batch.renewal.run_review` on the steady scenario. "staged" is the batch as shipped (the read-only notebooks
 of a stage two at a time); "sequential" replaces the stages with one-notebook stages in this process only, so the
 difference is what running two at a time saves. The kit's functions are wrapped (never edited) to time each
 notebook, each HTML rendering and the emulator's start. The kernel's own cost is a parameters-only notebook run
@@ -34,7 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import k3lib.renewal.batch as review_batch
+import k3lib.batch.renewal as review_batch
 from k3lib.core import plan
 from k3lib.report import pages as report
 from k3lib.batch import acceptance as runner

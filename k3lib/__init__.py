@@ -31,9 +31,9 @@ _EXPORTS: dict[str, str] = {
     "TargetUnreachable": ".core.errors",
     "agent": ".axes.agent",
     "capacity": ".axes.capacity",
-    "compat": ".axes.compat",
     "decide": ".verdict.decision",
-    "decide_run": ".report.summary",
+    "decide_run": ".verdict.assemble",
+    "environment": ".axes.environment",
     "explorer": ".report.explorer",
     "findings_table": ".report.summary",
     "load_params": ".core.params",
@@ -41,11 +41,12 @@ _EXPORTS: dict[str, str] = {
     "open_summary": ".report.notebook",
     "operations": ".axes.operations",
     "paths": ".axes.paths",
-    "prefix": ".axes.prefix",
+    "prefix_cache": ".axes.prefix_cache",
     "probe_record": ".axes.probe",
     "read_records": ".core.evidence",
     "records_table": ".report.summary",
     "renewal": ".renewal",
+    "review": ".report.review",
     "run_probe": ".axes.probe",
 }
 
@@ -67,8 +68,8 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
-    from .axes import agent, capacity, compat, operations, paths, prefix
-    from .report import explorer
+    from .axes import agent, capacity, environment, operations, paths, prefix_cache
+    from .report import explorer, review
     from . import renewal
     from .verdict.decision import Decision, decide
     from .core.errors import (APIError, ArtifactError, BadInputError, EvidenceError, K3Error, MissingSeriesError,
@@ -79,4 +80,5 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from .report.notebook import open_axis, open_summary
     from .core.session import AxisContext
     from .core.store import RunStore
-    from .report.summary import decide_run, findings_table, records_table
+    from .report.summary import findings_table, records_table
+    from .verdict.assemble import decide_run

@@ -10,9 +10,10 @@ import yaml
 
 import k3lib.axes.agent
 from k3lib.axes.agent import checks as C
-from k3lib.axes.agent.figures import FailingReply
-from k3lib.axes.agent.judge import AgentResult, iter_findings
-from k3lib.axes.agent.run import assistant_message, filler_lines, history_message, parsed_reply
+from k3lib.axes.agent.figures import FailingReply, cases_table
+from k3lib.axes.agent.judge import iter_findings
+from k3lib.axes.agent.result import AgentResult
+from k3lib.axes.agent.scenario import assistant_message, filler_lines, history_message, parsed_reply
 from k3lib.axes.agent.sample import FallbackSpec, FinalSpec, load_sample, packaged_sample_path
 from k3lib.axes.agent.tools import BUILTIN_TOOLS, execute
 from k3lib.io.client import ChatRecord, ToolCall
@@ -429,7 +430,7 @@ def test_failing_reply_is_escaped():
     assert "<script>" not in html and "<img" not in html and "<u>" not in html
     assert "&lt;script&gt;" in html and "&lt;|open|&gt;tools" in html
     assert "No reply failed" in FailingReply(None, [])._repr_html_()
-    assert "<script>" not in _result([step]).cases_table().to_html()
+    assert "<script>" not in cases_table(_result([step])).to_html()
 
 
 def test_public_names_are_sorted_and_exist():

@@ -12,6 +12,7 @@ import pytest
 import k3lib.axes.agent as agent  # noqa: F401  (until k3lib/__init__.py imports it)
 from k3lib.verdict.decision import decide, level_for
 from k3lib.emulator import EmulatorConfig, start_emulator
+from k3lib.axes.agent.figures import failing_example, rates_table
 from k3lib.report.notebook import open_axis
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,9 +75,9 @@ def test_healthy_every_check_passes_at_every_level(server, tmp_path):
 
     # the run folder re-renders the same result without a request
     again = agent.load_agent_result(ctx.store)
-    assert again.rates_table().equals(result.rates_table())
+    assert rates_table(again).equals(rates_table(result))
     assert ctx.store.verify() == []
-    assert result.failing_example().step is None
+    assert failing_example(result).step is None
 
 
 @pytest.mark.slow
@@ -105,7 +106,7 @@ def test_tool_faults_fail_the_matching_checks_near_the_injected_share(server, tm
     untouched = ("function_name", "requests_ok") + (("arguments_valid",) if "leak" in fault else ("no_markup_leak",))
     for check in untouched:
         assert record.by_rule(f"agent.{check}").status == "pass", check
-    example = result.failing_example()
+    example = failing_example(result)
     assert example.step is not None and {o["check"] for o in example.failures} & set(failing)
     if "leak" in fault:
         assert "kimi_k3" in record.by_rule("agent.no_markup_leak").message
@@ -134,7 +135,7 @@ def test_streamed_scenario_and_request_bound(server, tmp_path):
     assert result.levels[0]["stopped_by"] == "max_requests"
     assert record.by_rule("agent.budget").status == "warn"
     assert record.by_rule("agent.arguments_valid").status == "fail"
-    bad = result.failing_example()
+    bad = failing_example(result)
     assert bad.step is not None and "data: " in bad.raw_text()
 
 

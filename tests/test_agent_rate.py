@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from k3lib.axes.agent.contract_judge import ITEMS, contract_findings
-from k3lib.axes.agent.judge import AgentResult, iter_findings
+from k3lib.axes.agent.judge import iter_findings
+from k3lib.axes.agent.result import AgentResult
 from k3lib.axes.agent.rate import failure_rate_finding, provable_rate, turns_needed
 from k3lib.axes.agent.serving import serving_findings
 from k3lib.core.params import load_params

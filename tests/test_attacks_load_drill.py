@@ -20,7 +20,7 @@ import pytest
 
 from k3lib.axes.capacity.analysis import describe_incomplete, incomplete_load, judge_step
 from k3lib.axes.capacity.judge import iter_findings
-from k3lib.axes.capacity.records import record_stats
+from k3lib.axes.capacity.window import record_stats
 from k3lib.axes.capacity.result import CapacityResult
 from k3lib.io.crosscheck import cross_check
 from k3lib.verdict.decision import decide, level_for

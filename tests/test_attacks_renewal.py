@@ -177,7 +177,7 @@ def test_attack_a_short_window_is_refused(idle, sets, needle):
 def test_a_short_window_allowed_by_a_loosened_rule_clips_the_tasks_and_says_so(idle):
     """Nine hours of one day with the minimum lowered: the three weeks of tasks are not divided by nine hours, and
     the decision, its condition and the report's parameter line name the loosened rule."""
-    from k3lib.renewal.batch import parameters_line
+    from k3lib.batch.renewal import parameters_line
     from k3lib.renewal.params import load_review_params
 
     sets = ["review.rules.min_window_days=0.3", f"review.series.start={iso(START + dt.timedelta(days=20, hours=9))}",

@@ -17,7 +17,7 @@ from k3lib.axes.capacity.result import CapacityResult
 from k3lib.axes.capacity.saturation import saturation_findings
 from k3lib.core.evidence import read_records
 from k3lib.core.params import load_params_json
-from k3lib.report.summary import compute_decision
+from k3lib.verdict.assemble import compute_decision
 from k3lib.verdict.identity import identify, tie_sources
 
 GPU_OTHER_NODE = {"hosts": ["gpu-node-7"], "host_gpu_count": 8, "gpu_names": ["NVIDIA H100 80GB HBM3"],
@@ -75,7 +75,7 @@ def test_attack_host_artifacts_of_another_server_hide_the_targets_r570_driver(he
     params, records = _run(healthy_run)
     d = compute_decision(params, _claims(records, "capacity", "gpu_metrics", driver="570.86.10"))
     assert d.decision == "limited-observation"
-    said = _reason(d, "compat.driver_branch", "open:")
+    said = _reason(d, "environment.driver_branch", "open:")
     assert "driver 580.95.05 vs 570.86.10" in said
     assert next(r for r in d.checklist if r["id"] == "C03")["status"] == "open"
 
@@ -98,7 +98,7 @@ def test_attack_a_host_source_that_shares_nothing_with_the_target(healthy_run):
     cut = _claims(_claims(records, "environment", "collect_env"), "capacity", "gpu_metrics")
     d = compute_decision(params, cut)
     assert d.decision == "limited-observation"
-    _reason(d, "compat.driver_branch", "nvidia_smi shares nothing the kit can check with the target")
+    _reason(d, "environment.driver_branch", "nvidia_smi shares nothing the kit can check with the target")
 
 
 def test_attack_the_server_log_of_another_deployment(healthy_run):
@@ -106,7 +106,7 @@ def test_attack_the_server_log_of_another_deployment(healthy_run):
     d = compute_decision(params, _claims(records, "environment", "server_log", max_model_len=32768,
                                          models=["acme/Other-70B"], kv_cache_tokens=900000))
     assert d.decision == "limited-observation"
-    said = _reason(d, "compat.startup", "server_log disagrees")
+    said = _reason(d, "environment.startup", "server_log disagrees")
     assert "max_model_len 32768 vs 4096" in said
 
 
@@ -116,14 +116,15 @@ def test_attack_an_image_inspect_of_a_container_started_the_day_before(healthy_r
     old = (dt.datetime.fromtimestamp(start, dt.timezone.utc) - dt.timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
     d = compute_decision(params, _claims(records, "environment", "image_inspect", started=old))
     assert d.decision == "limited-observation"
-    _reason(d, "compat.image", "image_inspect disagrees", "container started")
+    _reason(d, "environment.image", "image_inspect disagrees", "container started")
 
 
 def test_attack_the_target_changed_between_the_probe_and_the_environment_axis(healthy_run):
     params, records = _run(healthy_run)
     d = compute_decision(params, _claims(records, "environment", "target (environment)", vllm_version="0.32.1"))
     assert d.decision == "limited-observation"
-    _reason(d, "compat.vllm_version", "the target changed between the probe and this axis", "vLLM 0.33.0 vs 0.32.1")
+    _reason(d, "environment.vllm_version", "the target changed between the probe and this axis",
+            "vLLM 0.33.0 vs 0.32.1")
 
 
 def test_ties_chain_through_tied_sources_and_disputes_both_sides_of_a_mismatch():
@@ -278,7 +279,7 @@ def _operations_against(url: str, tmp_path, **request):
     from k3lib.axes.operations import run_operations
     from k3lib.core.params import load_params
     from k3lib.core.store import RunStore
-    from k3lib.core.target import resolve_target
+    from k3lib.io.target import resolve_target
 
     from conftest import ROOT
 
@@ -326,8 +327,8 @@ def test_attack_a_drill_image_inspect_served_by_the_target(emulator):
 
 def test_attack_gpus_required_set_below_what_the_servers_own_arguments_need(real_world):
     """The log says TP 8; the container sees 4 GPUs; `gpus_required: 1` may not lower what the server needs."""
-    from k3lib.axes.compat.host import check_gpus
-    from k3lib.axes.compat.run import sources_from_texts
+    from k3lib.axes.environment.host import check_gpus
+    from k3lib.axes.environment.sources import sources_from_texts
     from k3lib.core.params import EnvironmentParams
 
     s = sources_from_texts(server_log=(real_world / "logs/12.txt").read_text(),

@@ -19,7 +19,7 @@ from k3lib.core.params import load_params, load_params_json
 from k3lib.core.recipes import served_recipe, skeleton
 from k3lib.core.store import RunStore
 from k3lib.report.signing import sign_run, verify_run
-from k3lib.report.summary import compute_decision
+from k3lib.verdict.assemble import compute_decision
 
 EMULATOR = str(ROOT / "parameters" / "emulator.yaml")
 
@@ -97,7 +97,7 @@ def test_attack_a_collect_env_of_a_cuda_12_build_behind_a_passing_chain(healthy_
     store.write_text(rel, store.path(rel).read_text().replace("CUDA used to build PyTorch   : 13.0",
                                                                "CUDA used to build PyTorch   : 12.9"))
     _redecide(store)
-    assert any(line.startswith("evidence/environment.json: compat.cuda_build is pass but its raw data gives fail")
+    assert any(line.startswith("evidence/environment.json: environment.cuda_build is pass but its raw data gives fail")
                for line in _changed(store))
 
 

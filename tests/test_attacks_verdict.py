@@ -19,7 +19,7 @@ from k3lib.core.params import load_params, load_params_json
 from k3lib.report.index import decision_block
 from k3lib.verdict.sheet import ITEMS, item_status, sheet_rows
 from k3lib.report.signing import sign_run, verify_run
-from k3lib.report.summary import compute_decision
+from k3lib.verdict.assemble import compute_decision
 from k3lib.core.thresholds import BY_PATH, THRESHOLDS, loosened
 
 EMULATOR = str(ROOT / "parameters" / "emulator.yaml")
@@ -36,9 +36,10 @@ def _records(healthy_run):
 
 def test_attack_a_recipe_with_no_requirement_leaves_the_cuda_and_driver_items_open():
     """The recipe sets no CUDA major and no driver branch: the findings say so as `info`; C02 and C03 stay open."""
-    findings = [Finding(rule="compat.cuda_build", status="info", message="CUDA 12 build; the recipe sets no CUDA major"),
-                Finding(rule="compat.driver_branch", status="info", message="host driver 570.86 (R570); the recipe "
-                                                                             "sets no branch")]
+    findings = [Finding(rule="environment.cuda_build", status="info",
+                        message="CUDA 12 build; the recipe sets no CUDA major"),
+                Finding(rule="environment.driver_branch", status="info",
+                        message="host driver 570.86 (R570); the recipe sets no branch")]
     env = EvidenceRecord(axis="environment", title="env", status=axis_status(findings), findings=findings)
     assert env.status == "pass"  # the axis alone would let it through
     rows = {r["id"]: r for r in sheet_rows({"environment": env})}
@@ -51,11 +52,11 @@ def test_attack_a_recipe_with_no_requirement_leaves_the_cuda_and_driver_items_op
 
 def test_an_info_finding_beside_passing_ones_still_leaves_the_item_open():
     item = next(i for i in ITEMS if i.id == "C05")
-    findings = [Finding(rule="compat.startup", status="pass", message="clean start"),
-                Finding(rule="compat.flags", status="info", message="the recipe requires no server flag")]
+    findings = [Finding(rule="environment.startup", status="pass", message="clean start"),
+                Finding(rule="environment.flags", status="info", message="the recipe requires no server flag")]
     env = EvidenceRecord(axis="environment", title="env", status="pass", findings=findings)
     assert item_status(item, {"environment": env})[0] == "open"
-    findings[1] = Finding(rule="compat.flags", status="pass", message="the required flags are set")
+    findings[1] = Finding(rule="environment.flags", status="pass", message="the required flags are set")
     env = EvidenceRecord(axis="environment", title="env", status="pass", findings=findings)
     assert item_status(item, {"environment": env})[0] == "pass"
 

@@ -2,10 +2,10 @@
 
 The synthetic runs below are written by each axis' own record builder from what that axis observes, never as
 hand-made `data`: capacity (k3lib.axes.capacity.capacity_record) from its load steps, environment
-(k3lib.axes.compat.environment_record) from the emulator's collect_env / nvidia-smi / inspect / log texts, prefix_cache
-(k3lib.axes.prefix.prefix_cache_record) from a measured cold/warm pair, agent (k3lib.axes.agent.judge.agent_record) from its
-replies' check outcomes, probe (k3lib.axes.probe.probe_record) from the endpoints' answers. A field an axis renames
-breaks these tests.
+(k3lib.axes.environment.environment_record) from the emulator's collect_env / nvidia-smi / inspect / log texts,
+prefix_cache (k3lib.axes.prefix_cache.prefix_cache_record) from a measured cold/warm pair, agent
+(k3lib.axes.agent.judge.agent_record) from its replies' check outcomes, probe (k3lib.axes.probe.probe_record)
+from the endpoints' answers. A field an axis renames breaks these tests.
 """
 
 from __future__ import annotations
@@ -57,12 +57,12 @@ def capacity_by_the_axis(steps: list[dict[str, Any]], planned: int) -> dict[str,
 
 
 def environment_by_the_axis(spec: dict[str, Any], planned: int) -> dict[str, Any]:
-    """The environment record as k3lib.axes.compat writes it, from the texts the emulator serves for that host and image
-    (`collect_env`, host `nvidia-smi`, `docker inspect`, the server log's non-default args)."""
+    """The environment record as k3lib.axes.environment writes it, from the texts the emulator serves for that host and
+    image (`collect_env`, host `nvidia-smi`, `docker inspect`, the server log's non-default args)."""
     import json as _json
     from pathlib import Path
 
-    from k3lib.axes.compat import environment_record, evaluate, sources_from_texts
+    from k3lib.axes.environment import environment_record, evaluate, sources_from_texts
     from k3lib.emulator.config import EmulatorConfig
     from k3lib.emulator.envreport import collect_env_report, image_inspect, nvidia_smi_report
     from k3lib.emulator.logs import LogBook, non_default_args
@@ -90,10 +90,10 @@ def environment_by_the_axis(spec: dict[str, Any], planned: int) -> dict[str, Any
 
 
 def prefix_cache_by_the_axis(spec: dict[str, Any]) -> dict[str, Any]:
-    """The prefix_cache record as k3lib.axes.prefix writes it, from one cold/warm pair of measured requests whose warm
+    """The prefix_cache record as k3lib.axes.prefix_cache writes it, from one cold/warm pair of measured requests whose warm
     request's counters moved by `observed_hit_tokens` on a prompt of `warm_prompt_tokens`."""
-    from k3lib.axes.prefix import prefix_cache_record
-    from test_prefix_verdict import A0, result, sample
+    from k3lib.axes.prefix_cache import prefix_cache_record
+    from test_prefix_cache_verdict import A0, result, sample
 
     hits, prompt = spec["observed_hit_tokens"], spec["warm_prompt_tokens"]
     size = dict(prompt_tokens=prompt, tokenized_tokens=prompt, queries_delta=float(prompt), replica_queries={A0: prompt})
@@ -116,7 +116,8 @@ def agent_by_the_axis(spec: dict[str, Any], tmp_path: Any) -> dict[str, Any]:
     valid arguments."""
     import types
 
-    from k3lib.axes.agent.judge import AgentResult, agent_record
+    from k3lib.axes.agent.judge import agent_record
+    from k3lib.axes.agent.result import AgentResult
 
     replies = [agent_reply(spec["level"], i, i < spec["valid"]) for i in range(spec["replies"])]
     result = AgentResult({"min_pass_rate": 1.0}, {"cases": [{"id": "weather", "title": "weather"}]},
@@ -380,7 +381,8 @@ def test_tool_call_validity_from_the_agent_rates_table(tmp_path):
     """The agent record built by the agent axis' own record builder from its per-reply check outcomes."""
     import types
 
-    from k3lib.axes.agent.judge import AgentResult, agent_record
+    from k3lib.axes.agent.judge import agent_record
+    from k3lib.axes.agent.result import AgentResult
 
     steps = [agent_reply(1, i, True, other_check=False) for i in range(10)] + \
         [agent_reply(8, i, i >= 2, other_check=False) for i in range(30)]

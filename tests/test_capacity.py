@@ -371,7 +371,7 @@ def _spread(n: int, centre: float, width: float) -> list[float]:
 ])
 def test_a_steps_latency_is_judged_on_its_p95_interval(objective, expected):
     from k3lib.axes.capacity.analysis import latency_verdict
-    from k3lib.axes.capacity.records import record_stats
+    from k3lib.axes.capacity.window import record_stats
 
     step = record_stats(_requests(_spread(200, 200.0, 50.0)), intervals=True)
     interval = step["ttft_p95_interval"]
@@ -385,7 +385,7 @@ def test_a_steps_latency_is_judged_on_its_p95_interval(objective, expected):
 
 def test_an_interval_that_straddles_the_objective_is_inconclusive_never_a_flipped_verdict():
     from k3lib.axes.capacity.analysis import latency_verdict
-    from k3lib.axes.capacity.records import record_stats
+    from k3lib.axes.capacity.window import record_stats
 
     step = record_stats(_requests(_spread(60, 200.0, 50.0)), intervals=True)
     interval = step["ttft_p95_interval"]
@@ -410,7 +410,7 @@ def test_the_capacity_record_judges_the_planned_steps_latency_on_its_interval(ce
 
     from k3lib.axes.capacity import capacity_record
     from k3lib.axes.capacity.result import CapacityResult
-    from k3lib.axes.capacity.records import record_stats
+    from k3lib.axes.capacity.window import record_stats
     from k3lib.verdict.decision import rule_for, strongest
 
     params = load_params([ROOT / "parameters" / "emulator.yaml"],

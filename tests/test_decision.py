@@ -30,7 +30,7 @@ CASES = [
     pytest.param({"probe": rec("probe", probe__health="fail")}, ["probe"], "environment-rebuild", id="unhealthy"),
     pytest.param({"probe": rec("probe", probe__health="pass", probe__metrics="not-observable")}, ["probe"],
                  "limited-observation", id="not-observable-is-not-a-pass"),
-    pytest.param({"environment": rec("environment", compat__cuda_build="fail")}, ["environment"],
+    pytest.param({"environment": rec("environment", environment__cuda_build="fail")}, ["environment"],
                  "environment-rebuild", id="cuda12-image"),
     pytest.param({"agent": rec("agent", agent__arguments_valid="fail")}, ["agent"], "limited-observation",
                  id="bad-tool-args-blocks-agents"),
@@ -39,7 +39,7 @@ CASES = [
     pytest.param({"prefix_cache": rec("prefix_cache", prefix_cache__reuse="fail")}, ["prefix_cache"],
                  "limited-observation", id="no-prefix-caching"),
     pytest.param({"capacity": rec("capacity", capacity__saturation="fail"),
-                  "environment": rec("environment", compat__driver_branch="fail")}, ["environment", "capacity"],
+                  "environment": rec("environment", environment__driver_branch="fail")}, ["environment", "capacity"],
                  "environment-rebuild", id="two-faults-strongest-wins"),
     pytest.param({"capacity": rec("capacity", capacity__oom="fail"),
                   "agent": rec("agent", agent__no_markup_leak="fail")}, ["agent", "capacity"],
@@ -117,7 +117,7 @@ def test_no_step_held_caps_at_one_request_with_the_reason():
 
 
 @pytest.mark.parametrize("rule, level", [
-    ("compat.driver_branch", "environment-rebuild"),
+    ("environment.driver_branch", "environment-rebuild"),
     ("agent.auto_tool_choice", "environment-rebuild"),
     ("agent.arguments_valid", "limited-observation"),
     ("capacity.cold_load", "environment-rebuild"),
@@ -125,7 +125,7 @@ def test_no_step_held_caps_at_one_request_with_the_reason():
     ("capacity.oom", "capacity-extension"),
     ("capacity.memory_growth", "limited-observation"),
     ("capacity.notebook", "limited-observation"),
-    ("compat.build_method", "limited-observation"),
+    ("environment.build_method", "limited-observation"),
     ("prefix_cache.reuse", "limited-observation"),
     ("something.else", "limited-observation"),
 ])
@@ -148,7 +148,8 @@ def test_an_item_without_a_proving_finding_stays_open_and_blocks_production():
 
 
 def test_item_status_reads_matching_findings():
-    env = rec("environment", compat__image="pass", compat__vllm_version="pass", compat__cuda_build="fail")
+    env = rec("environment", environment__image="pass", environment__vllm_version="pass",
+              environment__cuda_build="fail")
     assert item_status(ITEMS[0], {"environment": env})[0] == "pass"
     assert item_status(ITEMS[1], {"environment": env})[0] == "fail"
     assert item_status(ITEMS[2], {"environment": env})[0] == "open"
@@ -165,8 +166,8 @@ def test_the_one_table_decides_whatever_a_finding_carries():
     """No hint inside a finding changes the decision: the rule id and the status decide, through RULES only."""
     hinted = Finding(rule="capacity.oom", status="fail", message="x", evidence={"decision": "production"})
     assert level_for(hinted) == level_for(Finding(rule="capacity.oom", status="fail", message="x"))
-    assert level_for(Finding(rule="compat.cuda_build", status="warn", message="x"))[0] == "limited-observation"
-    assert level_for(Finding(rule="compat.cuda_build", status="pass", message="x"))[0] == "production"
+    assert level_for(Finding(rule="environment.cuda_build", status="warn", message="x"))[0] == "limited-observation"
+    assert level_for(Finding(rule="environment.cuda_build", status="pass", message="x"))[0] == "production"
 
 
 def test_the_four_decisions_and_their_exit_codes_are_defined_once():
@@ -178,7 +179,7 @@ def test_the_four_decisions_and_their_exit_codes_are_defined_once():
 
 # -- every rule id the sheet or the decision cites is emitted by some axis ------------------------------------------
 
-AXES = ("probe", "compat", "agent", "capacity", "prefix_cache", "attestation")
+AXES = ("probe", "environment", "agent", "capacity", "prefix_cache", "attestation")
 _ID = re.compile(rf"^(?:{'|'.join(AXES)})\.[a-z_]+$")
 
 
@@ -199,11 +200,11 @@ def _emitted_rule_ids() -> set[str]:
             elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "_f"
                   and path.parent.name == "capacity" and node.args and isinstance(node.args[0], ast.Constant)):
                 out.add(f"capacity.{node.args[0].value}")
-            elif (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and path.parent.name == "prefix"
+            elif (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and path.parent.name == "prefix_cache"
                   and isinstance(node.left, ast.Name) and node.left.id == "rule"
                   and isinstance(node.right, ast.Constant) and isinstance(node.right.value, str)):
                 out.add(f"prefix_cache.{node.right.value}")
-            elif (isinstance(node, ast.JoinedStr) and path.parent.name == "prefix" and len(node.values) == 2
+            elif (isinstance(node, ast.JoinedStr) and path.parent.name == "prefix_cache" and len(node.values) == 2
                   and isinstance(node.values[0], ast.FormattedValue) and isinstance(node.values[0].value, ast.Name)
                   and node.values[0].value.id == "AXIS" and isinstance(node.values[1], ast.Constant)):
                 out.add(f"prefix_cache{node.values[1].value}")
@@ -222,4 +223,4 @@ def test_every_rule_the_sheet_or_the_decision_cites_is_emitted_by_some_axis():
     cited = {p for item in ITEMS for p in item.rules} | {r.pattern for r in RULES if r.pattern != "*"}
     orphans = sorted(p for p in cited if not any(fnmatch.fnmatchcase(e, p) for e in emitted))
     assert not orphans, f"cited but emitted by no axis: {orphans}"
-    assert {"compat.host_container", "capacity.startup_oom", "attestation.rollback_rehearsed"} <= emitted
+    assert {"environment.host_container", "capacity.startup_oom", "attestation.rollback_rehearsed"} <= emitted

@@ -28,9 +28,19 @@ def test_a_record_from_another_kit_version_is_refused_in_one_line():
         parse_record(old, "evidence/capacity.json")
     message = str(exc.value)
     assert "\n" not in message and "evidence schema 1" in message and f"reads {SCHEMA_VERSION}" in message
-    # a record of the previous schema (2: extra keys let through) is refused the same way, not by a field error
-    with pytest.raises(EvidenceError, match=r"evidence schema 2, this kit reads 3\): re-run the axis"):
+    # a record of an earlier schema (2: extra keys let through) is refused the same way, not by a field error
+    with pytest.raises(EvidenceError, match=rf"evidence schema 2, this kit reads {SCHEMA_VERSION}\): re-run the axis"):
         parse_record({**old, "schema_version": 2}, "evidence/capacity.json")
+    # 3: the environment axis' rules were compat.*, which the decision table no longer names (read as-is, a failing
+    # compat.* finding would fall to the table's catch-all and decide less than environment-rebuild)
+    env = {"schema_version": 3, "axis": "environment", "title": "x", "status": "fail",
+           "findings": [{"rule": "compat.cuda_build", "status": "fail", "message": "CUDA 11 build"}]}
+    with pytest.raises(EvidenceError, match=rf"evidence schema 3, this kit reads {SCHEMA_VERSION}\): re-run the axis"):
+        parse_record(env, "evidence/environment.json")
+    # ... while a schema-3 record of another axis means what it meant, and is read
+    probe = {"schema_version": 3, "axis": "probe", "title": "x", "status": "pass",
+             "findings": [{"rule": "probe.health", "status": "pass", "message": "200"}]}
+    assert parse_record(probe, "evidence/probe.json").by_rule("probe.health").status == "pass"
 
 
 @pytest.mark.parametrize("axis, data", [
@@ -72,8 +82,8 @@ def test_typed_data_is_validated_once_per_data_and_again_for_new_data():
 
 def test_the_prefix_pairs_model_declares_what_the_axis_writes_and_the_report_reads_it_typed(tmp_path):
     from k3lib.core.evidence import PrefixCacheData, PrefixPair
-    from k3lib.axes.prefix import prefix_cache_record
-    from test_prefix_verdict import result
+    from k3lib.axes.prefix_cache import prefix_cache_record
+    from test_prefix_cache_verdict import result
 
     rec = prefix_cache_record(result())
     typed = rec.typed()
@@ -83,7 +93,7 @@ def test_the_prefix_pairs_model_declares_what_the_axis_writes_and_the_report_rea
 
 
 @pytest.mark.parametrize("module", ["report/pages", "verdict/sheet", "verdict/golive", "verdict/baseline",
-                                    "verdict/accepted", "verdict/decision", "report/history", "report/summary"])
+                                    "verdict/accepted", "verdict/decision", "report/history", "verdict/assemble"])
 def test_the_readers_of_axis_evidence_read_typed_fields_never_raw_data_keys(module):
     """`rec.typed()` gives the axis' model (declared fields only, checked by mypy); a raw `data.get("…")` or
     `data["…"]` would read a key no model declares and find nothing, silently."""

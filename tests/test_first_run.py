@@ -116,7 +116,7 @@ def test_a_copied_parameters_file_still_finds_its_recipe(tmp_path):
 @pytest.mark.parametrize("context", [32768, 4096, 2048])
 def test_prefix_lengths_follow_the_contract(context):
     """The issue's case: 2,048 and 8,192 against a 4,096-token contract ended 15 of 18 pairs in vLLM's 400."""
-    from k3lib.axes.prefix.run import prefix_lengths
+    from k3lib.axes.prefix_cache.run import prefix_lengths
 
     p = load_params([PRODUCTION], [f"contract.max_context_tokens={context}"])
     lengths = prefix_lengths(p)
@@ -180,13 +180,13 @@ def _decision(*reasons: str, checklist=()) -> dict:
 def test_a_finding_and_its_sheet_item_are_one_item_stated_once():
     from k3lib.report.missing import group_reasons, missing_lines
 
-    finding = ("limited-observation: compat.host_container: nothing compared: no host-side source (set "
+    finding = ("limited-observation: environment.host_container: nothing compared: no host-side source (set "
                "axes.environment.nvidia_smi to the host's nvidia-smi output)")
     item = ("limited-observation: C04 The versions seen by the host and by the container were compared: still open "
             "(nothing compared: nothing compared: no host-side source (set axes.environment.nvidia_smi to the "
             "host's nvidia-smi output))")
     row = {"id": "C04", "title": "The versions seen by the host and by the container were compared",
-           "status": "open", "rules": ["compat.host_container"]}
+           "status": "open", "rules": ["environment.host_container"]}
     items = group_reasons(_decision(finding, item, "traffic cap: 1 concurrent request(s) — none measured",
                                     checklist=[row]))
     assert [(i.key, i.kind, i.closes) for i in items] == [("C04", "missing", "axes.environment.nvidia_smi")]
@@ -203,7 +203,8 @@ def test_a_measured_defect_is_not_listed_as_something_to_provide():
             "fails 6 of 6 (unstable tool calls: block the agents concerned)")
     row = {"id": "C06", "title": "The reference agent scenario holds", "status": "fail",
            "rules": ["agent.tool_calls_present"]}
-    rebuild = "environment-rebuild: compat.cuda_build: CUDA 12 build, the recipe asks 13 (out of the official scope)"
+    rebuild = ("environment-rebuild: environment.cuda_build: CUDA 12 build, the recipe asks 13 (out of the official "
+               "scope)")
     items = {i.key: i for i in group_reasons(_decision(fail, rebuild, checklist=[row]))}
     assert items["C06"].kind == "measured" and items["C02"].kind == "measured"
     assert items["C02"].level == "environment-rebuild"

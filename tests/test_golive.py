@@ -172,7 +172,7 @@ def test_dashboard_has_the_required_panels(tmp_path):
 def test_rollback_md_lists_triggers_and_what_reopens(tmp_path):
     _, _, out = kit_for(tmp_path, traffic_hit_rate=0.6)
     text = (out / ROLLBACK_FILE).read_text()
-    # the digest the environment axis inspected for the emulated image (k3lib.axes.compat over its inspect JSON)
+    # the digest the environment axis inspected for the emulated image (k3lib.axes.environment over its inspect JSON)
     digest = json.loads((tmp_path / "run" / "evidence" / "environment.json").read_text())["data"]["observed"][
         "image_digest"]
     assert digest and digest.startswith("sha256:")

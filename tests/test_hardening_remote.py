@@ -105,10 +105,10 @@ def connections(monkeypatch):
 def _run(axis: str):
     import k3lib.axes.agent
     import k3lib.axes.capacity
-    import k3lib.axes.prefix
+    import k3lib.axes.prefix_cache
 
     return {"agent": k3lib.agent.run_agent, "capacity": k3lib.capacity.run_capacity,
-            "prefix_cache": k3lib.prefix.run_prefix_cache}[axis]
+            "prefix_cache": k3lib.prefix_cache.run_prefix_cache}[axis]
 
 
 # small bounds for the control run, where the axis is allowed to try the remote target

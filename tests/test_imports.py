@@ -456,7 +456,7 @@ def test_costs_conversions_need_a_currency_and_differ_from_it(tmp_path):
 
 
 def test_the_demo_parameters_point_at_the_imported_files(tmp_path):
-    from k3lib.renewal.batch import load_review_request
+    from k3lib.batch.renewal import load_review_request
     from k3lib.renewal.imports.exports import materialise_from_exports
 
     params = materialise_from_exports(load_review_request([], [], "poor"), tmp_path)

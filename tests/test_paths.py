@@ -386,7 +386,7 @@ def test_paths_exports_are_sorted_and_exist():
 
 
 def test_review_comparison_record_reads_the_live_run(tmp_path, capsys):
-    from k3lib import renewal
+    from k3lib.report import review
     from k3lib.axes.paths import live_section
 
     with _emulator() as good, _emulator("tool-markup-leak=1.0") as leaky:
@@ -397,12 +397,12 @@ def test_review_comparison_record_reads_the_live_run(tmp_path, capsys):
     # the review reads a live run of its own task set (its hash) on its model, and on 6 tasks only with the minimum
     # sample lowered to them (issue 39)
     task_set = next(f.sha256 for f in read_paths_record(runs[-1]).fixed if f.name == "task_set")
-    ctx = renewal.open_review("comparison", "parameters/renewal-demo.yaml",
+    ctx = review.open_review("comparison", "parameters/renewal-demo.yaml",
                               [f"review.live_paths={runs[-1]}", f"review.fixed.task_set.live_sha256={task_set}",
                                "review.rules.min_sample_tasks=6"], str(tmp_path / "review"))
-    comparison = renewal.axis_result(ctx)
+    comparison = review.axis_result(ctx)
     live_section(ctx)
-    record = renewal.record_axis(ctx, comparison)
+    record = review.record_axis(ctx, comparison)
     live = record.by_rule("renewal.comparison.live.api")
     assert live is not None and live.observed == pair.difference
     # known from the tasks, not from the record: the leaking API path fails the five tool tasks the self-hosted
@@ -426,10 +426,10 @@ def test_review_comparison_record_reads_the_live_run(tmp_path, capsys):
     from k3lib.core.session import read_records
 
     ctx.axis = "load"
-    renewal.record_axis(ctx, renewal.axis_result(ctx))
+    review.record_axis(ctx, review.axis_result(ctx))
     records = read_records(ctx.store)
     assert set(records) == {"comparison", "load"}
-    decision = renewal.decide_review(ctx.params, ctx.store, records)
+    decision = review.decide_review(ctx.params, ctx.store, records)
     live = decision.finding("comparison.live")
     assert live.outcome is False and live.measured["source"] == str(runs[-1].resolve())
     assert live.measured["api_accepted"] == api.accepted
@@ -444,10 +444,10 @@ def test_review_comparison_record_reads_the_live_run(tmp_path, capsys):
 
 
 def test_review_without_a_live_run_leaves_the_comparison_open(tmp_path):
-    from k3lib import renewal
+    from k3lib.report import review
 
-    ctx = renewal.open_review("comparison", "parameters/renewal-demo.yaml", [], str(tmp_path / "review"))
-    record = renewal.record_axis(ctx, renewal.axis_result(ctx))
+    ctx = review.open_review("comparison", "parameters/renewal-demo.yaml", [], str(tmp_path / "review"))
+    record = review.record_axis(ctx, review.axis_result(ctx))
     live = record.by_rule("renewal.comparison.live")
     assert live.status == "not-observable" and "rests on the task log only" in live.message
     assert record.status != "pass"  # an open item, never a silent pass

@@ -234,7 +234,7 @@ def _review_files(tmp_path: Path, **change: str) -> Path:
     """A real review's parameters over the steady demo's generated inputs (written once here)."""
     from k3lib.core.params import load_params  # noqa: F401 - the kit installed
     from k3lib.renewal.demo import materialise
-    from k3lib.renewal.batch import load_review_request
+    from k3lib.batch.renewal import load_review_request
 
     params = materialise(load_review_request([], [], "steady"), tmp_path / "inputs")
     data = params.public_dict()["review"]

@@ -10,7 +10,7 @@ import jsonschema
 import pytest
 
 from k3lib.cli.main import main
-from k3lib.axes.compat.rules import line_of
+from k3lib.axes.environment.rules import line_of
 from k3lib.core.errors import ArtifactError
 from k3lib.io.metrics.parse import parse_exposition
 from k3lib.io.readers._cutjson import CutText, read_cut_json

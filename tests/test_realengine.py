@@ -29,8 +29,8 @@ PROFILE = ROOT / "parameters" / "llamacpp.example.yaml"
 VLLM_ONLY_SURFACES = ("/metrics", "/version", "cache_config_info", "collect_env")
 # Rules that, on this engine, have nothing at all to read (vLLM's /version, /metrics series, cache_config_info,
 # collect_env, usage.prompt_tokens_details): each must say exactly "not observable" when its axis runs.
-NOT_OBSERVABLE_HERE = ("probe.version", "probe.metrics", "compat.vllm_version", "compat.cuda_build",
-                       "compat.prefix_caching", "prefix_cache.flag", "prefix_cache.counters",
+NOT_OBSERVABLE_HERE = ("probe.version", "probe.metrics", "environment.vllm_version", "environment.cuda_build",
+                       "environment.prefix_caching", "prefix_cache.flag", "prefix_cache.counters",
                        "prefix_cache.cached_tokens")
 # Verdicts that need one of those as proof: never a pass here (a warm request being faster proves no reuse).
 NEVER_PASS_HERE = ("prefix_cache.reuse", "prefix_cache.designed_vs_observed")

@@ -79,7 +79,7 @@ def test_every_reason_is_a_finding_of_the_evidence(validated):
 @pytest.mark.timeout(BATCH_TIMEOUT_S)
 def test_reads_vllm_0_32_0_everywhere(validated):
     _, _, records, _ = validated
-    version = _one(records, "compat.vllm_version")
+    version = _one(records, "environment.vllm_version")
     assert version.status == "pass" and VLLM_VERSION in version.message, version.message
     probe = _one(records, "probe.version")
     assert probe.status == "pass" and VLLM_VERSION in probe.message, probe.message
@@ -90,7 +90,7 @@ def test_reads_vllm_0_32_0_everywhere(validated):
 def test_cpu_build_is_not_judged_as_a_broken_gpu_build(validated):
     """Misreading 3: the recipe asks for no CUDA version, so a CPU build fails neither the CUDA nor the GPU check."""
     _, _, records, decision = validated
-    for rule in ("compat.cuda_build", "compat.gpus_visible", "compat.driver_branch"):
+    for rule in ("environment.cuda_build", "environment.gpus_visible", "environment.driver_branch"):
         f = _one(records, rule)
         assert f.status == "info" and "CPU build" in f.message or "not a CUDA build" in f.message, (rule, f.message)
     assert not [r for r in decision["reasons"] if r.startswith("environment-rebuild")], decision["reasons"]
@@ -148,7 +148,7 @@ def test_the_random_model_fails_the_tool_contract_case_by_case(validated):
 def test_log_lines_are_numbered_the_same_by_every_axis(validated):
     """Misreading 2: the environment axis and the capacity axis cite the same line for the same log event."""
     _, store, records, _ = validated
-    startup = _one(records, "compat.startup")
+    startup = _one(records, "environment.startup")
     m = re.search(r"log line (\d+)", startup.message)
     assert m, startup.message
     from k3lib.axes.capacity.result import read_capacity

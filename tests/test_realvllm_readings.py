@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from k3lib.axes.capacity.analysis import judge_step, queue_verdict
-from k3lib.axes.capacity.records import window_numbers
+from k3lib.axes.capacity.window import window_numbers
 from k3lib.axes.capacity.result import LOG_TXT, RUN_JSON, read_capacity
-from k3lib.axes.compat.container import check_cuda_build
-from k3lib.axes.compat.host import check_driver, check_gpus
-from k3lib.axes.compat.run import sources_from_texts
+from k3lib.axes.environment.container import check_cuda_build
+from k3lib.axes.environment.host import check_driver, check_gpus
+from k3lib.axes.environment.sources import sources_from_texts
 from k3lib.io.metrics import histogram_quantile, quantile_bounds, window_histogram
 from k3lib.io.metrics.snapshot import Snapshot
 from k3lib.core.params import EnvironmentParams, RecipeParams
@@ -96,7 +96,7 @@ def test_real_startup_log_carries_carriage_returns():
 
 def test_capacity_re_read_numbers_the_log_as_the_environment_axis_does(tmp_path):
     raw = (DATA / "server-startup.log").read_bytes()
-    environment = parse_vllm_log(raw)  # compat sources read the file's bytes
+    environment = parse_vllm_log(raw)  # the environment sources read the file's bytes
     store = RunStore(tmp_path)
     store.write_json(RUN_JSON, {"plan": {}})
     store.write_text(LOG_TXT, raw.decode("utf-8"))  # what the capacity axis keeps of the same log

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from k3lib import renewal
-from k3lib.renewal import figures
+from k3lib.report import review
+from k3lib.report import review_figures as figures
 from k3lib.renewal.inputs import FIVE_QUESTIONS
 from k3lib.renewal.review import AXES_CACHE, analyse, load_review, read_axes_cache, write_axes_cache
 
@@ -18,14 +18,14 @@ DEMO = "parameters/renewal-demo.yaml"
 
 @pytest.fixture()
 def run(tmp_path):
-    ctx = renewal.open_review("load", DEMO, [], str(tmp_path / "r"))
+    ctx = review.open_review("load", DEMO, [], str(tmp_path / "r"))
     computed = analyse(load_review(ctx.params))
     return ctx, computed
 
 
 def reopen(ctx, axis="load", overrides=()):
     """A notebook of the same run, as `run_review` opens it: the run's params.json and run folder."""
-    return renewal.open_review(axis, str(ctx.store.path("params.json")), list(overrides), str(ctx.store.root))
+    return review.open_review(axis, str(ctx.store.path("params.json")), list(overrides), str(ctx.store.root))
 
 
 def test_the_notebooks_read_the_axes_the_run_computed_once(run):
@@ -38,7 +38,7 @@ def test_the_notebooks_read_the_axes_the_run_computed_once(run):
     assert nb.axes() == computed
     assert nb._data is None  # read from the cache: the inputs and series were not loaded
     load = reopen(ctx, "load")
-    figure = renewal.axis_figure(load, load.axes()["load"]).to_json()
+    figure = review.axis_figure(load, load.axes()["load"]).to_json()
     assert load._data is None
     assert figure == figures.axis_figure("load", computed["load"], load_review(ctx.params).frame).to_json()
 

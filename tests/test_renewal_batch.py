@@ -13,9 +13,10 @@ import nbformat
 import pytest
 
 import k3lib.renewal as renewal
+from k3lib.report import review
 from k3lib.core.errors import BadInputError
 from k3lib.cli.run import review_main
-from k3lib.renewal.batch import REVIEW, REVIEW_SUMMARY
+from k3lib.batch.renewal import REVIEW, REVIEW_SUMMARY
 from k3lib.renewal.demo import PREVIOUS_VERSION
 from k3lib.renewal.decision import AXES
 from k3lib.core.session import read_records
@@ -25,14 +26,15 @@ ROOT = Path(__file__).resolve().parents[1]
 DEMO = "parameters/renewal-demo.yaml"
 
 
-def test_all_is_sorted_and_complete():
-    assert renewal.__all__ == sorted(renewal.__all__)
-    assert all(hasattr(renewal, n) for n in renewal.__all__)
+@pytest.mark.parametrize("module", [renewal, review], ids=["renewal", "review"])
+def test_all_is_sorted_and_complete(module):
+    assert module.__all__ == sorted(module.__all__)
+    assert all(hasattr(module, n) for n in module.__all__)
 
 
 @pytest.mark.parametrize("nb", [nb for nb, _ in REVIEW] + [REVIEW_SUMMARY])
 def test_notebook_calls_exist(nb):
-    """Every `k3lib.renewal.X` a review notebook calls is exported; the axis it opens is the batch's axis."""
+    """Every `k3lib.review.X` a review notebook calls is exported; the axis it opens is the batch's axis."""
     book = nbformat.read(ROOT / "notebooks" / nb, as_version=4)
     called = set()
     for cell in book.cells:
@@ -40,18 +42,18 @@ def test_notebook_calls_exist(nb):
             continue
         for node in ast.walk(ast.parse(cell.source)):
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) \
-                    and getattr(node.value.value, "id", None) == "k3lib" and node.value.attr == "renewal":
+                    and getattr(node.value.value, "id", None) == "k3lib" and node.value.attr == "review":
                 called.add(node.attr)
             if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "open_review":
                 assert node.args[0].value == dict(REVIEW)[nb]
-    assert called and called <= set(renewal.__all__)
+    assert called and called <= set(review.__all__)
     assert DEMO in book.cells[1].source or any(DEMO in c.source for c in book.cells)
 
 
 @pytest.fixture(scope="module")
 def steady_run(tmp_path_factory):
     run = tmp_path_factory.mktemp("run")
-    ctx = renewal.open_review("load", DEMO, [], str(run / "r"))
+    ctx = review.open_review("load", DEMO, [], str(run / "r"))
     return ctx
 
 
@@ -65,7 +67,7 @@ def test_open_review_materialises_the_demo_into_the_run(steady_run):
     assert saved["review"]["inputs"]["tasks"] == ctx.params.review.inputs.tasks
     assert ctx.store.verify() == [] and "inputs/history.om" in ctx.store.manifest()["files"]
     # params.json reopens the same run without regenerating
-    again = renewal.open_review("cost", str(ctx.store.path("params.json")), [], str(ctx.store.root))
+    again = review.open_review("cost", str(ctx.store.path("params.json")), [], str(ctx.store.root))
     assert again.params.review.inputs == ctx.params.review.inputs
 
 
@@ -74,7 +76,7 @@ def test_records_then_decision_from_records_only(steady_run):
     axes = ctx.axes()
     for axis in AXES:
         ctx.axis = axis
-        rec = renewal.record_axis(ctx, axes[axis])
+        rec = review.record_axis(ctx, axes[axis])
         assert rec.findings and rec.status in ("pass", "warn", "fail")
     records = read_records(ctx.store)
     assert set(records) == set(AXES)
@@ -205,7 +207,8 @@ def test_a_review_session_shows_the_decision_as_html():
         "why = RenewalFinding('decision.rule', True, {'decision': 'reduce', 'when': 'test'})\n"
         "d = r.RenewalDecision('reduce', (why,), (), 'restore the previous capacity')\n"
         "assert 'text/html' not in shell.display_formatter.format(d)[0]\n"
-        f"r.open_review_summary({DEMO!r}, [], tempfile.mkdtemp() + '/run')\n"
+        f"from k3lib.report.review import open_review_summary\n"
+        f"open_review_summary({DEMO!r}, [], tempfile.mkdtemp() + '/run')\n"
         "html = shell.display_formatter.format(d)[0]['text/html']\n"
         "assert 'Decision:' in html and 'restore the previous capacity' in html and '<li>reduce: test</li>' in html\n"
     )

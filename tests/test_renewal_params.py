@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from k3lib.core.errors import BadInputError
-from k3lib.renewal import demo, figures
+from k3lib.renewal import demo
+from k3lib.report import review_figures as figures
 from k3lib.cli.run import review_main
 from k3lib.renewal.params import load_any_review, load_review_params, tracked_keys
 from k3lib.renewal.review import analyse, decide_from_axes, load_review

@@ -10,6 +10,7 @@ import jsonschema
 import pytest
 
 import k3lib.renewal as renewal
+from k3lib.report import review
 from k3lib.core.errors import ArtifactError
 from k3lib.renewal.decision import AXES
 from k3lib.renewal.results import RESULTS, SCHEMA_DIR, read_record_data, record_data, schema_id, schemas, typed
@@ -21,11 +22,11 @@ DEMO = "parameters/renewal-demo.yaml"
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    ctx = renewal.open_review("load", DEMO, [], str(tmp_path_factory.mktemp("run") / "r"))
+    ctx = review.open_review("load", DEMO, [], str(tmp_path_factory.mktemp("run") / "r"))
     axes = ctx.axes()
     for axis in AXES:
         ctx.axis = axis
-        renewal.record_axis(ctx, axes[axis])
+        review.record_axis(ctx, axes[axis])
     return ctx, axes
 
 

@@ -17,7 +17,7 @@ from k3lib.core.params import CapacityParams, LoadParams, default_tree, load_par
 from k3lib.core.params import Params
 from k3lib.core.thresholds import BY_PATH, NOT_JUDGED, SETTINGS, loosened, numeric_paths, unclassified
 from k3lib.report.index import decision_block
-from k3lib.report.summary import compute_decision
+from k3lib.verdict.assemble import compute_decision
 from k3lib.verdict.sheet import ITEMS, sheet_rows
 
 EMULATOR = str(ROOT / "parameters" / "emulator.yaml")

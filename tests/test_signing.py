@@ -15,7 +15,7 @@ from conftest import ROOT, needs_tool
 
 from k3lib.cli.sign import cmd_sign as sign_main
 from k3lib.core.params import load_params
-from k3lib.report.summary import compute_decision
+from k3lib.verdict.assemble import compute_decision
 from k3lib.cli.sign import cmd_verify as verify_main
 from k3lib.axes.probe import EndpointProbe, probe_record, probe_result
 from k3lib.core.errors import BadInputError, EvidenceError

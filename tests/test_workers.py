@@ -23,7 +23,7 @@ from k3lib.io.client import ChatClient, ChatRecord
 from k3lib.core.errors import BadInputError
 from k3lib.io.load import run_closed_loop, run_open_loop
 from k3lib.core.params import LoadParams
-from k3lib.io.spread import calibrate_workers
+from k3lib.io.workers import calibrate_workers
 from k3lib.io.workers import WORKERS_MAX, WorkerPool, default_workers, resolve_workers
 
 MSG = [{"role": "user", "content": "load"}]

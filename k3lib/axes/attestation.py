@@ -165,7 +165,7 @@ def served_by_target(location: str | None, base: str) -> bool:
     what the deployment says of itself proves nothing about it, except from the kit's own demo stand-in."""
     from urllib.parse import urlsplit
 
-    from .compat.run import substitute
+    from .environment.sources import substitute
 
     if not location:
         return False
@@ -178,7 +178,8 @@ def served_release(http: Any, inspect: str | None, base: str, *, trust_target: b
     With `trust_target` False, an inspect served by the target itself is not read: it proves nothing."""
     import httpx
 
-    from .compat.run import fetch_text, parse_image_inspect
+    from .environment.run import fetch_text
+    from .environment.sources import parse_image_inspect
     from ..core.errors import ArtifactError
 
     version = image = digest = None

@@ -162,10 +162,10 @@ def capacity_phases(params: Params, speed: SpeedLike) -> tuple[PhaseEstimate, ..
     return tuple(out)
 
 
-def prefix_phases(params: Params, speed: SpeedLike) -> tuple[PhaseEstimate, ...]:
+def prefix_cache_phases(params: Params, speed: SpeedLike) -> tuple[PhaseEstimate, ...]:
     """A cold and a warm request per session and prefix length (the extra sessions, taken only while the gain is
     undecided, are not counted), within the axis' duration bound."""
-    from .prefix.run import prefix_lengths
+    from .prefix_cache.run import prefix_lengths
 
     p = params.axes.prefix_cache
     lengths = prefix_lengths(params)
@@ -198,7 +198,7 @@ def estimate_axes(params: Params, speed: SpeedLike | None, *, embedded: bool) ->
         AxisEstimate("01_environment.ipynb", "environment", (PhaseEstimate("sources read", 0, 0.5, "fixed"),)),
         AxisEstimate("02_agent_tools.ipynb", "agent", agent_phases(params, sp)),
         AxisEstimate("03_capacity.ipynb", "capacity", capacity_phases(params, sp)),
-        AxisEstimate("04_prefix_cache.ipynb", "prefix_cache", prefix_phases(params, sp)),
+        AxisEstimate("04_prefix_cache.ipynb", "prefix_cache", prefix_cache_phases(params, sp)),
         AxisEstimate("05_operations.ipynb", "operations", operations_phases(params, embedded=embedded)),
     ]
 

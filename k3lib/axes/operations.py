@@ -36,7 +36,8 @@ def _attestation(ctx: AxisContext, value: str) -> tuple[AttestationRecord | None
     there or an invalid attestation is one bad-input line; a URL that does not answer leaves the items open."""
     import httpx
 
-    from .compat.run import fetch_text, substitute
+    from .environment.run import fetch_text
+    from .environment.sources import substitute
 
     if not substitute(value, ctx.target.base_url).startswith(("http://", "https://")):
         path = find_path(value)

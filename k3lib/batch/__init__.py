@@ -6,6 +6,6 @@ report. The run folder a notebook opens and the axis record it writes are shared
 (`open_run_folder`, `write_record`, `adopt_folder`), which both batches' sessions call.
 
 What each batch adds on top stays with it: `k3lib.batch.acceptance` the target, its recovery between stages and the
-acceptance rules; `k3lib.renewal.batch` the demo inputs and the renewal rules. This package imports nothing on
+acceptance rules; `k3lib.batch.renewal` the demo inputs and the renewal rules. This package imports nothing on
 import, so that using one part never loads the rest.
 """

@@ -16,8 +16,9 @@ from ..core.numbers import figure
 from ..core.params import Params
 from ..core.plan import ACCEPTANCE_STAGES, acceptance_plan
 from ..core.store import RunStore
-from ..report.summary import decide_run
-from ..core.target import Target, pin_target, recover, resolve_target
+from ..verdict.assemble import decide_run
+from ..core.target import Target, pin_target
+from ..io.target import recover, resolve_target
 
 
 def check_resume(store: RunStore) -> None:

@@ -40,7 +40,7 @@ def _load(files: list[str], sets: list[str], faults: list[str], profile: str | N
         raise BadInputError("--fault and --profile apply to the embedded emulator only, but target.base_url is "
                             f"set to {params.target.base_url}", source="--fault/--profile")
     if params.target.uses_emulator:
-        from ..core.target import emulator_config
+        from ..io.target import emulator_config
 
         emulator_config(params)  # a fault on a rank the profile lacks is bad input before a run folder exists
     return params
@@ -52,7 +52,8 @@ def _run_acceptance(params, out: str | None, baseline: str | None = None, resume
     unless `plan_only`, the run folder and the batch. Any preflight failure is bad input: exit 2, no run folder."""
     from ..batch.acceptance import plan_estimates, plan_lines
     from ..batch.preflight import preflight
-    from ..core.target import require_api_key, resolve_target
+    from ..core.target import require_api_key
+    from ..io.target import resolve_target
 
     require_api_key(params)
     if baseline:
@@ -172,7 +173,7 @@ def review_main(files: list[str], sets: list[str], out: str | None, demo: str | 
     """`k3 review -p FILE … [--set K=V] [--out DIR] [--demo SCENARIO]`: run the review, print the decision, return
     its exit code (`Decision.exit_code`: 0 renew, 3 reduce, 4 dual-circuit, 5 exit-to-api). Bad input raises
     BadInputError before any run folder exists."""
-    from ..renewal.batch import check_review_inputs, load_review_request, run_review
+    from ..batch.renewal import check_review_inputs, load_review_request, run_review
     from ..renewal.decision import Decision
     from ..core.session import outputs_dir
     from ..core.store import RunStore

@@ -23,8 +23,16 @@ AxisStatus = Literal["pass", "fail", "warn", "not-run"]
 FindingStatus = Literal["pass", "fail", "warn", "info", "not-observable"]
 Decision = Literal["production", "limited-observation", "capacity-extension", "environment-rebuild"]
 # 2: each acceptance axis' `data` is typed (the models below); 3: every key declared (extra keys refused), capacity
-# steps and the operations axis typed. A record of another schema is refused in one line, never guessed at.
-SCHEMA_VERSION = 3
+# steps and the operations axis typed; 4: the environment axis' rule ids are environment.* (were compat.*, which
+# the decision table no longer names: read as-is they would decide differently and fail the raw-data re-judgement),
+# so a schema-3 record of any other axis means what it meant and is read. A record of another schema is refused in
+# one line, never guessed at.
+SCHEMA_VERSION = 4
+_STILL_READ = {3: lambda axis: axis != "environment"}  # earlier schemas whose records mean the same, by axis
+
+
+def _readable(version: Any, axis: Any) -> bool:
+    return version == SCHEMA_VERSION or (version in _STILL_READ and _STILL_READ[version](axis))
 SCHEMAS_DIR = Path(__file__).resolve().parents[2] / "schemas"
 
 
@@ -63,7 +71,7 @@ class CapacityStep(_Data):
     start_wall: float | None = None
     end_wall: float | None = None
     engine_alive_after: bool | None = None
-    # client side (k3lib.axes.capacity.records.record_stats)
+    # client side (k3lib.axes.capacity.window.record_stats)
     sent: int | None = None
     ok: int | None = None
     server_errors: int | None = None
@@ -79,7 +87,7 @@ class CapacityStep(_Data):
     e2e_p95_interval: dict[str, float] | None = None
     prompt_tokens_mean: float | None = None
     completion_tokens_mean: float | None = None
-    # server window (k3lib.axes.capacity.records.window_numbers)
+    # server window (k3lib.axes.capacity.window.window_numbers)
     preemptions: float | None = None
     server_ttft_p95_ms: float | None = None
     queue_p95_ms: float | None = None
@@ -200,7 +208,7 @@ class ProbeData(_Data):
 
 
 class PrefixPair(_Data):
-    """One cold/warm pair as reconciled (k3lib.axes.prefix.judge.PairReconciliation.to_dict): designed vs observed
+    """One cold/warm pair as reconciled (k3lib.axes.prefix_cache.judge.PairReconciliation.to_dict): designed vs observed
     hits, both TTFTs, and the named cause of any gap."""
 
     session: int
@@ -362,7 +370,7 @@ class EvidenceRecord(BaseModel):
 
     @model_validator(mode="after")
     def _typed_data(self) -> "EvidenceRecord":
-        if self.schema_version != SCHEMA_VERSION:
+        if not _readable(self.schema_version, self.axis):
             raise ValueError(f"written by another kit version (evidence schema {self.schema_version}, this kit reads "
                              f"{SCHEMA_VERSION}): re-run the axis with this kit")
         self._typed_cache = None
@@ -402,7 +410,7 @@ def axis_status(findings: list[Finding]) -> AxisStatus:
 
 
 def parse_record(data: Any, source: str) -> EvidenceRecord:
-    if isinstance(data, dict) and data.get("schema_version", SCHEMA_VERSION) != SCHEMA_VERSION:
+    if isinstance(data, dict) and not _readable(data.get("schema_version", SCHEMA_VERSION), data.get("axis")):
         raise EvidenceError(f"{source}: written by another kit version (evidence schema {data.get('schema_version')}, "
                             f"this kit reads {SCHEMA_VERSION}): re-run the axis with this kit")
     if isinstance(data, dict) and "schema" in data and "axis" not in data:

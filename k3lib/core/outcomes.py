@@ -57,10 +57,10 @@ RULES: tuple[Rule, ...] = (
     Rule("*.notebook", Outcome.LIMITED, "the axis did not complete: missing evidence, not a measured defect"),
     Rule("probe.health", Outcome.REBUILD, "the server is not healthy"),
     Rule("probe.context_limit", Outcome.EXTENSION, "the contract promises more than the server's limits"),
-    Rule("compat.build_method", Outcome.LIMITED, "not the declared build: re-run as recipe.build custom, on its own "
-                                                 "sheet"),
-    Rule("compat.prefix_caching", Outcome.LIMITED, "prefix caching off: the expected cache gain is not counted"),
-    Rule("compat.*", Outcome.REBUILD, "compatibility chain out of the recipe's scope"),
+    Rule("environment.build_method", Outcome.LIMITED, "not the declared build: re-run as recipe.build custom, on its "
+                                                      "own sheet"),
+    Rule("environment.prefix_caching", Outcome.LIMITED, "prefix caching off: the expected cache gain is not counted"),
+    Rule("environment.*", Outcome.REBUILD, "compatibility chain out of the recipe's scope"),
     Rule("agent.auto_tool_choice", Outcome.REBUILD, "a required recipe flag is missing"),
     Rule("agent.*", Outcome.LIMITED, "unstable tool calls: block the agents concerned, plain text may go live"),
     Rule("capacity.cold_load", Outcome.REBUILD, "the server never became ready: rework the topology or the image"),

@@ -7,6 +7,7 @@ Both batches, acceptance and renewal review, are described here as data (`BatchP
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 Stage = tuple[tuple[str, str], ...]  # (notebook file in notebooks/, axis id written to evidence/<axis>.json)
 
@@ -64,3 +65,9 @@ def acceptance_plan(stages: tuple[Stage, ...] = ACCEPTANCE_STAGES) -> BatchPlan:
 
 def review_plan(stages: tuple[Stage, ...] = REVIEW_STAGES) -> BatchPlan:
     return BatchPlan("renewal", "k3kit renewal review", stages, REVIEW_SUMMARY)
+
+
+def run_kind(store: Any) -> str:
+    """Which batch made the run folder `store` (a RunStore): "renewal" when it holds the review's summary notebook,
+    else "acceptance"."""
+    return "renewal" if store.path(f"notebooks/{REVIEW_SUMMARY}").is_file() else "acceptance"

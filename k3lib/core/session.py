@@ -69,7 +69,7 @@ class AxisContext:
         return f"AxisContext(axis={self.axis!r}, run={str(self.store.root)!r}, target={self.target!r})"
 
 
-# -- shared by both batches' sessions (acceptance here, renewal in k3lib.renewal.session) ---------------------------
+# -- shared by both batches' sessions (acceptance here, renewal in k3lib.report.review_session) ---------------------------
 
 def open_run_folder(run_dir: str | Path = "", label: str = "") -> RunStore:
     """The run folder named by `run_dir` (a run folder, or an empty or new folder to create one in), or a new one

@@ -1,13 +1,12 @@
-"""The deployment under test, resolved: URLs, model, auth header by env-var name, or an embedded emulator."""
+"""The deployment under test, resolved: URLs, model, auth header by env-var name, and the handle of the embedded
+emulator when the kit started one. Starting it (and restarting a target between stages) is `k3lib.io.target`: the
+foundation names a target, it never starts a server."""
 
 from __future__ import annotations
 
-import atexit
 import dataclasses
-import os
 from typing import Any, Protocol
 
-from .errors import BadInputError
 from .guards import api_key, require_key_env
 from .params import Params, TargetParams
 
@@ -24,7 +23,7 @@ class Target:
     base_url: str
     metrics_urls: tuple[str, ...]
     params: TargetParams
-    emulator: Any = None  # the EmulatorHandle when the kit started one itself
+    emulator: Any = None  # the EmulatorHandle when the kit started one itself (k3lib.io.target)
 
     @property
     def api_key_env(self) -> str | None:
@@ -49,52 +48,6 @@ def require_api_key(params: WithTarget) -> None:
     require_key_env(params.target.api_key_env, source="target.api_key_env")
 
 
-def emulator_config(params: WithTarget) -> Any:
-    """The EmulatorConfig the parameters describe (contract and recipe shape the emulator like the target)."""
-    from ..emulator import EmulatorConfig
-
-    em = params.target.emulator
-    kwargs: dict[str, Any] = {"faults": tuple(em.faults), "time_scale": em.time_scale}
-    if em.vllm_version:
-        kwargs["vllm_version"] = em.vllm_version
-    if params.target.api_key_env:  # the emulator then guards /v1 with the same key, as `vllm serve --api-key`
-        kwargs["api_key"] = os.environ.get(params.target.api_key_env)
-    try:
-        return EmulatorConfig.from_profile(em.profile, **kwargs)
-    except (KeyError, ValueError) as exc:
-        raise BadInputError(f"{exc}", source="target.emulator") from None
-
-
-def start_embedded(params: WithTarget) -> Any:
-    """The emulator in a thread of this process, or, for a profile spanning nodes, one process per node."""
-    from ..emulator import start_emulator
-
-    cfg = emulator_config(params)
-    nodes = params.target.emulator.nodes or cfg.nodes
-    if nodes > 1:
-        from ..emulator.cluster import start_cluster
-
-        return start_cluster(cfg, nodes, host="127.0.0.1")
-    return start_emulator(cfg, host="127.0.0.1", port=0)
-
-
-def resolve_target(params: WithTarget, *, start: bool = True) -> Target:
-    """Point at `target.base_url`, or start the embedded emulator when none is given."""
-    tp = params.target
-    require_api_key(params)
-    handle = None
-    base = tp.base_url
-    if base is None:
-        if not start:
-            raise BadInputError("no target.base_url and starting the emulator was not allowed", source="target")
-        handle = start_embedded(params)
-        atexit.register(handle.stop)
-        base = handle.url
-    # every node's /metrics when the kit started several (a real deployment names its own in target.metrics_urls)
-    metrics = tp.metrics_urls or tuple(getattr(handle, "metrics_urls", None) or (f"{base}/metrics",))
-    return Target(base_url=base, metrics_urls=tuple(metrics), params=tp, emulator=handle)
-
-
 def pin_target(params: Params, target: Target) -> Params:
     """Parameters with the running target's URLs written in, so every notebook of a batch hits the same server."""
     data = params.public_dict()
@@ -104,38 +57,3 @@ def pin_target(params: Params, target: Target) -> Params:
         data["target"]["gpu_metrics"] = {"source": "dcgm", "url": target.emulator.dcgm_url, "selector": "",
                                          "urls": list(getattr(target.emulator, "dcgm_urls", ()))}
     return Params.model_validate(data)
-
-
-def recover(target: Target, *, after: str) -> dict[str, Any] | None:
-    """Between batch stages: when /health is not 200 and `target.restart` is set, restart and wait for 200.
-    Returns what happened (for the run's events), or None when the target was healthy."""
-    import time
-
-    import httpx
-
-    def health() -> int | None:
-        try:
-            return httpx.get(f"{target.base_url}/health", timeout=5.0).status_code
-        except httpx.HTTPError:
-            return None
-
-    before = health()
-    if before == 200:
-        return None
-    event: dict[str, Any] = {"after": after, "health_before": before, "restarted": False}
-    command = target.params.restart
-    if not command:
-        event["detail"] = "no target.restart command: the next axes meet the target as it is"
-        return event
-    from .operator import run_operator_command
-
-    event["command"] = command if isinstance(command, str) else " ".join(command)
-    t0 = time.monotonic()
-    ok, detail = run_operator_command(command, target.base_url, target.params.restart_timeout_s, target.headers())
-    status = health()
-    while ok and status != 200 and time.monotonic() - t0 < target.params.restart_timeout_s:
-        time.sleep(0.25)
-        status = health()
-    event.update(restarted=ok and status == 200, detail=detail, health_after=status,
-                 duration_s=round(time.monotonic() - t0, 2))
-    return event

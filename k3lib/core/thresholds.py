@@ -326,8 +326,9 @@ _CUT = "a request cut by it counts as not completed: a shorter one can only fail
 NOT_JUDGED: dict[str, str] = {
     "axes.probe.timeout_s": _CUT,
     "axes.environment.timeout_s": "a source not fetched in time is not observable: its items stay open",
-    "axes.environment.gpus_required": "a floor on the GPUs the host must show; the compat rule takes the larger of "
-                                      "it and the server log's TP × PP × DP, so it can only raise the requirement",
+    "axes.environment.gpus_required": "a floor on the GPUs the host must show; the environment rule takes the "
+                                      "larger of it and the server log's TP × PP × DP, so it can only raise the "
+                                      "requirement",
     "axes.capacity.request_timeout_s": _CUT,
     "axes.capacity.ready_timeout_s": "a server not ready in time fails the cold load: a shorter one can only fail",
     "axes.capacity.health_interval_s": "the cold load's polling period: no threshold judges the load time",

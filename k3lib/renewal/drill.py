@@ -370,7 +370,7 @@ class Observed:
 def _rollback(seen: Observed) -> tuple[Answer, str]:
     """Was the previous version served again? Yes only when the version after the restore is the named previous
     version (or, none named, an older release than the one before), and the server answers again."""
-    from ..axes.compat.values import parse_version
+    from ..axes.environment.values import parse_version
 
     before, after, want = seen.version_before, seen.version_after, seen.previous_version
     if not seen.restore_steps:

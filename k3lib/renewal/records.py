@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from ..core.evidence import EvidenceRecord, Finding, FindingStatus, axis_status
 from ..axes.paths.record import REVIEW_COPY, PathsResult, read_paths_record
@@ -12,6 +12,22 @@ from .live import live_quality
 from .params import RenewalParams
 from .results import read_record_data, record_data, typed
 from .review import decide_from_axes, live_refusal
+
+
+
+class ReviewAxis(Protocol):
+    """What recording a review axis reads of its context (`k3lib.report.review_session.ReviewContext`, which stands
+    above this floor and is passed in)."""
+
+    @property
+    def axis(self) -> str: ...
+
+    @property
+    def params(self) -> RenewalParams: ...
+
+    @property
+    def store(self) -> RunStore: ...
+
 
 TITLES = {"load": "Load: used vs reserved capacity", "production": "Useful production",
           "comparison": "Self-hosted vs API on the same tasks", "cost": "Full cost per accepted task",
@@ -75,7 +91,7 @@ def _findings(axis: str, result: Any, params: RenewalParams, live: PathsResult |
     return out
 
 
-def axis_record(ctx: Any, result: dict[str, Any]) -> EvidenceRecord:
+def axis_record(ctx: ReviewAxis, result: dict[str, Any]) -> EvidenceRecord:
     """The evidence record of `ctx.axis` from its result, validated against the axis' typed model."""
     data = record_data(ctx.axis, result)
     live = live_run(ctx.params, ctx.store) if ctx.axis == "comparison" else None

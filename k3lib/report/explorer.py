@@ -14,7 +14,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..axes.capacity.analysis import MIB, gpu_keys, gpu_label, increase
-from ..axes.capacity.records import failure_kind, record_stats
+from ..axes.capacity.window import failure_kind, record_stats
 from ..axes.capacity.run import pinned_params
 from ..io.client import ChatClient
 from ..core.errors import APIError, TargetError

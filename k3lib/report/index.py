@@ -14,7 +14,8 @@ from ..core.store import RunStore
 from .headline import figures_block, headline_numbers
 from .missing import missing_html
 from .markup import _badge, _fmt, _one_line, _table, _typed, esc, page_head
-from .pages import _refuse_if_signed, clean_text, ensure_assets, path_rewrites, render_pages, run_kind
+from ..core.plan import run_kind
+from .pages import _refuse_if_signed, clean_text, ensure_assets, path_rewrites, render_pages
 
 
 def _cap_text(cap: Any) -> str:

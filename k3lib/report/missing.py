@@ -3,8 +3,8 @@
 close it. The terminal (`k3 validate`) and the index print the same list; `decision.json` keeps every reason.
 
 A finding and the sheet item it leaves open say the same thing twice in the raw reasons ("C04 …: still open
-(nothing compared: nothing compared: no host-side source …)" beside "compat.host_container: nothing compared: …");
-here the item is stated once, in the finding's words.
+(nothing compared: nothing compared: no host-side source …)" beside "environment.host_container: nothing compared:
+…"); here the item is stated once, in the finding's words.
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ from ..core import progress
 from ..core.params import Params
 from ..core.session import AxisContext, open_run
 from ..core.store import RunStore
-from ..core.target import pin_target, resolve_target
+from ..core.target import pin_target
+from ..io.target import resolve_target
 
 
 def open_axis(axis: str, params_file: str, overrides: list[str] | None = None, run_dir: str = "",

@@ -174,12 +174,6 @@ def render_pages(store: RunStore, notebooks: Sequence[str], axis_of: dict[str, s
     return pages
 
 
-def run_kind(store: RunStore) -> str:
-    from ..core.plan import REVIEW_SUMMARY
-
-    return "renewal" if store.path(f"notebooks/{REVIEW_SUMMARY}").is_file() else "acceptance"
-
-
 def _refuse_if_signed(store: RunStore, what: str) -> None:
     from ..core.errors import BadInputError
 

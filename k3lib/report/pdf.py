@@ -8,7 +8,8 @@ from typing import Any, Sequence
 
 from ..core.store import RunStore
 from .markup import _badge, _table, esc
-from .pages import REPORT_JSON, _refuse_if_signed, run_kind
+from ..core.plan import run_kind
+from .pages import REPORT_JSON, _refuse_if_signed
 
 
 def full_sheet_block(checklist: Sequence[dict[str, Any]]) -> str:

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..core.errors import BadInputError, EvidenceError
 from ..core.numbers import figure
-from .recompute import decision_problems
+from ..verdict.recompute import decision_problems
 from ..core.store import MANIFEST, RunStore, atomic_write_bytes, to_json_bytes
 
 SIGNATURE = "signature.json"
@@ -167,7 +167,7 @@ def _unlisted(store: RunStore, listed: set[str]) -> list[str]:
 
 def verify_run(run_dir: str | Path, *, allowed_signers: str | Path | None = None) -> VerifyResult:
     """Every hash, then signature.json against the manifest, then the SSH signature when there is one; when all
-    of them hold, decision.json against the decision its evidence gives (`k3lib.report.recompute`)."""
+    of them hold, decision.json against the decision its evidence gives (`k3lib.verdict.recompute`)."""
     result = _verify_files(run_dir, allowed_signers=allowed_signers)
     if not result.ok:
         return result

@@ -2,7 +2,7 @@
 
 The data model (`Decision`, `EvidenceRecord`, `CapacityResult`) carries no `_repr_html_` and never imports this
 module; the session openers the notebooks call first (`k3lib.open_axis`, `k3lib.open_summary`,
-`k3lib.renewal.open_review`, …) call `install()`, which registers each renderer below for its type with the running
+`k3lib.review.open_review`, …) call `install()`, which registers each renderer below for its type with the running
 IPython shell. Outside IPython (scripts, the CLI, tests) `install()` only sets the plotly renderer.
 """
 

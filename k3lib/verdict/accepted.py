@@ -367,7 +367,7 @@ def error_ratio(run: RunEvidence) -> Level:
 
 
 def prefix_hit_rate(run: RunEvidence) -> Level:
-    """Token hit rate of the controlled warm requests: hit tokens over warm prompt tokens (k3lib.axes.prefix writes both
+    """Token hit rate of the controlled warm requests: hit tokens over warm prompt tokens (k3lib.axes.prefix_cache writes both
     sums, over clean pairs, as `observed_hit_tokens` and `warm_prompt_tokens`)."""
     rec = run.records.get("prefix_cache")
     data = _typed(rec, PrefixCacheData)

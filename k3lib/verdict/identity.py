@@ -196,8 +196,8 @@ def target_changed(claims: Mapping[str, Mapping[str, Any]]) -> list[str]:
 
 # -- from records, and back onto their findings --------------------------------------------------------------------
 
-# The sources a compat proof may name ("nvidia_smi (host)", "collect_env: torch wheel tag", "image (image_inspect)",
-# "server_log: non-default args"), and the target's own answers it may cite.
+# The sources an environment proof may name ("nvidia_smi (host)", "collect_env: torch wheel tag",
+# "image (image_inspect)", "server_log: non-default args"), and the target's own answers it may cite.
 NAMED = ("collect_env", "nvidia_smi", "server_log", "image_inspect", "nvml")
 OWN = ("/version", "/v1/models", "system_fingerprint", "vllm:cache_config_info", "cache_config_info", "chat")
 # Findings of other axes resting on one source: the GPU metrics carry the memory curves and the GPU name.
@@ -231,7 +231,7 @@ def _source_name(text: str) -> str | None:
 
 
 def sources_of(finding: Finding) -> set[str]:
-    """The sources a finding rests on: its proofs' and its `source` (compat rules), or the table above."""
+    """The sources a finding rests on: its proofs' and its `source` (environment rules), or the table above."""
     names = set(RESTS_ON.get(finding.rule, ()))
     ev = finding.evidence if isinstance(finding.evidence, dict) else {}
     texts = [str(p["source"]) for p in ev.get("proofs") or () if isinstance(p, dict) and p.get("source")]

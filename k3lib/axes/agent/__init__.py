@@ -1,21 +1,23 @@
 """Acceptance axis 2: the reference agent scenario and the tool-call contract, under load.
 
-`run_agent(ctx)` plays the sample at each concurrency level and writes every request to the run folder;
-`agent_record(result, ctx)` turns it into findings. `load_agent_result(store)` re-renders a finished run.
+`run_agent(ctx)` (`run.py`) plays the sample at each concurrency level and writes every request to the run folder;
+`agent_record(result, ctx)` (`judge.py`) turns it into findings; the tables and the figure (`figures.py`) show it.
+`load_agent_result(store)` re-renders a finished run.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from .checks import CHECKS, Outcome, ParsedCall, environment_refusal, rates, stability_outcomes
 from .config import agent_params
 from .contract import ContractCheck
 from .series import ToolTurnSeries
 from .serving import SPEC_DECODE, tool_strict_settings
-from .figures import FailingReply
-from .judge import CONTRACT_FILE, RUN_FILE, STEPS_FILE, TURNS_FILE, AgentResult, agent_record, iter_findings
-from .run import RunSettings, ScenarioRunner, assistant_message, filler_lines
+from .figures import (FailingReply, cases_table, contract_table, failing_example, rates_figure, rates_table,
+                      steps_table, turns_table)
+from .judge import agent_record, iter_findings
+from .result import CONTRACT_FILE, RUN_FILE, STEPS_FILE, TURNS_FILE, AgentResult
+from .run import load_agent_result, run_agent, sample_summary
+from .scenario import RunSettings, ScenarioRunner, assistant_message, filler_lines
 from .sample import AgentSample, load_sample, packaged_sample_path, parse_sample
 from .tools import BUILTIN_TOOLS
 
@@ -37,7 +39,10 @@ __all__ = [
     "ToolTurnSeries",
     "agent_record",
     "assistant_message",
+    "cases_table",
+    "contract_table",
     "environment_refusal",
+    "failing_example",
     "filler_lines",
     "iter_findings",
     "load_agent_result",
@@ -45,115 +50,11 @@ __all__ = [
     "packaged_sample_path",
     "parse_sample",
     "rates",
+    "rates_figure",
+    "rates_table",
     "run_agent",
     "sample_summary",
     "stability_outcomes",
+    "steps_table",
+    "turns_table",
 ]
-
-
-def sample_summary(sample: AgentSample, source: str) -> dict[str, Any]:
-    return {"name": sample.name, "version": sample.version, "source": source,
-            "tools": [t.function.name for t in sample.tools],
-            "cases": [{"id": c.id, "title": c.title, "turns": len(c.turns), "requires_images": c.requires_images,
-                       "grows_context": any(t.filler for t in c.turns)} for c in sample.cases]}
-
-
-def run_agent(ctx: Any) -> AgentResult:
-    """Play the sample at every concurrency level against `ctx.target`, then the tool-turn series at the planned
-    concurrency and the vendor contract check; requests land in the run folder as they finish. Target misbehaviour
-    becomes findings; only an unusable sample or target set-up raises."""
-    from ...io.client import SyncChatClient
-    from ...io.load import check_load_target
-    from ...core.session import find_path
-
-    params = ctx.params
-    path = agent_params(params).sample
-    source = str(find_path(path)) if path else str(packaged_sample_path())
-    sample = load_sample(find_path(path) if path else None)
-    settings = RunSettings.from_params(params, source)
-    check_load_target(ctx.target.base_url, params.target.allow_remote_load)
-
-    def sink(name: str) -> Any:
-        return lambda row: ctx.store.append_jsonl(name, row)
-
-    before = _spec_decode_scrape(ctx)
-    with SyncChatClient(ctx.target.base_url, model=params.target.model, api_key_env=ctx.target.api_key_env,
-                        timeout_s=settings.request_timeout_s) as sync:
-        runner = ScenarioRunner(sync.client, sample, settings, sink(STEPS_FILE))
-        sync.run(runner.run())
-        series = ToolTurnSeries(sync.client, sample, settings, max(settings.levels), sink(TURNS_FILE))
-        sync.run(series.run())
-        contract = ContractCheck(sync.client, sample, settings, sink(CONTRACT_FILE))
-        if settings.contract_check:
-            sync.run(contract.run())
-    spec = _spec_decode_delta(before, _spec_decode_scrape(ctx))
-    serving = {"tool_strict": tool_strict_settings(_server_log(ctx))}
-    for name in (STEPS_FILE, TURNS_FILE, CONTRACT_FILE):
-        if ctx.store.path(name).exists():
-            ctx.store.adopt(name)
-    run: dict[str, Any] = {"settings": settings.to_dict(), "sample": sample_summary(sample, source),
-                           "levels": runner.levels, "skipped": runner.skipped_cases(), "series": series.summary,
-                           "spec_decode": spec, "serving": serving}
-    ctx.store.write_json(RUN_FILE, run)
-    return AgentResult(run["settings"], run["sample"], runner.levels, run["skipped"], runner.steps, series.turns,
-                       contract.rows, series.summary, spec, serving)
-
-
-def _server_log(ctx: Any) -> str | None:
-    """The server log's text when the parameters name one (axes.environment.server_log), else None."""
-    import httpx
-
-    from ..compat.run import fetch_text
-
-    source = ctx.params.axes.environment.server_log
-    if not source:
-        return None
-    with httpx.Client(timeout=15.0, headers=ctx.target.headers()) as http:
-        text = fetch_text("server_log", source, ctx.target.base_url, http)
-    return text.text if text.ok else None
-
-
-def _spec_decode_scrape(ctx: Any) -> Any:
-    """A /metrics snapshot for the spec-decode counters (None when the target exposes none: not an error here)."""
-    from ...io.metrics import scrape
-
-    urls = tuple(getattr(ctx.target, "metrics_urls", ()) or ())
-    if not urls:
-        return None
-    try:
-        return scrape(urls, strict=False)
-    except Exception:  # noqa: BLE001 - a /metrics that cannot be read leaves DSpark unjudged, said by its absence
-        return None
-
-
-def _spec_decode_delta(before: Any, after: Any) -> dict[str, Any]:
-    from ...io.metrics import delta
-
-    if before is None or after is None:
-        return {}
-    values = {key: delta(before, after, name).value for key, name in
-              (("drafts", SPEC_DECODE[0]), ("draft_tokens", SPEC_DECODE[1]), ("accepted", SPEC_DECODE[2]))}
-    return values if values["drafts"] is not None else {}
-
-
-def _read_jsonl(store: Any, name: str) -> list[dict[str, Any]]:
-    import json
-
-    out = []
-    path = store.path(name)
-    if path.exists():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                break  # a line cut by a kill: the ones before it are whole
-    return out
-
-
-def load_agent_result(store: Any) -> AgentResult:
-    """Rebuild the result from `evidence/agent/` (whole lines only: a killed run keeps what it measured)."""
-    run = store.read_json(RUN_FILE) if store.path(RUN_FILE).exists() else {}
-    return AgentResult(run.get("settings", {}), run.get("sample", {}), run.get("levels", []),
-                       run.get("skipped", []), _read_jsonl(store, STEPS_FILE), _read_jsonl(store, TURNS_FILE),
-                       _read_jsonl(store, CONTRACT_FILE), run.get("series", {}), run.get("spec_decode", {}),
-                       run.get("serving", {}))

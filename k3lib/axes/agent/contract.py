@@ -17,7 +17,7 @@ from typing import Any
 from ...io.chatstream import ToolCall
 from ...io.client import ChatClient, ChatRecord
 from . import checks as C
-from .run import RunSettings, parsed_reply
+from .scenario import RunSettings, parsed_reply
 from .sample import AgentSample
 from .schemas import SCHEMA_SUITE, TOOL_NAME, suite_tool
 from .tools import execute, result_text

@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import html
 import json
-from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...core.numbers import figure
 from . import checks as C
 from .config import DEFAULT_MIN_PASS_RATE
+from .judge import case_rows
+from .result import AgentResult
 
-if TYPE_CHECKING:
-    from .judge import AgentResult
 
 
 def rates_table(result: AgentResult) -> Any:
@@ -28,28 +27,11 @@ def rates_table(result: AgentResult) -> Any:
 
 
 def cases_table(result: AgentResult) -> Any:
-    """One row per case: runs, failing checks with counts, the first failing evidence, the usual decision."""
+    """One row per case (`judge.case_rows`): runs, failing checks with counts, the first failing evidence, the
+    usual decision."""
     import pandas as pd
 
-    titles = {c["id"]: c.get("title", "") for c in result.sample.get("cases", [])}
-    rows = []
-    for case in titles:
-        steps = [s for s in result.steps if s["case"] == case]
-        runs = {(s["level"], s["repetition"]) for s in steps}
-        failed_runs = {(s["level"], s["repetition"]) for s in steps
-                       if any(not o["passed"] for o in s.get("checks", ()))}
-        fails = Counter(o["check"] for s in steps for o in s.get("checks", ()) if not o["passed"])
-        first = next((f"{o['check']}: {o['detail']}" for s in steps for o in s.get("checks", ())
-                      if not o["passed"]), "")
-        skipped = next((k["reason"] for k in result.skipped if k["case"] == case), None)
-        status = "skipped" if skipped else ("not run" if not runs else ("fail" if failed_runs else "pass"))
-        decisions = Counter(s["decision"] for s in steps if s.get("decision"))
-        rows.append({"case": case, "title": titles[case], "status": status, "runs": len(runs),
-                     "failed_runs": len(failed_runs), "requests": len(steps),
-                     "failing_checks": ", ".join(f"{k} ×{v}" for k, v in sorted(fails.items())),
-                     "evidence": skipped or first[:200],
-                     "usual_decision": decisions.most_common(1)[0][0][:120] if decisions else ""})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(case_rows(result))
 
 
 def steps_table(result: AgentResult, case: str | None = None) -> Any:

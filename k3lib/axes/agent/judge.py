@@ -7,105 +7,24 @@ so a run can be re-rendered without sending a request again.
 
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...core.evidence import EvidenceRecord, Finding, axis_status
 from ...core.numbers import figure
 from . import checks as C
-from . import figures
 from .config import DEFAULT_MIN_PASS_RATE
 from .contract_judge import contract_findings, contract_rows
-from .figures import FailingReply
 from .rate import failure_rate_finding
+from .result import CONTRACT_FILE, RUN_FILE, STEPS_FILE, TURNS_FILE, AgentResult
 from .serving import longest_silence, serving_findings
 
-STEPS_FILE = "evidence/agent/requests.jsonl"
-RUN_FILE = "evidence/agent/run.json"
-TURNS_FILE = "evidence/agent/tool_turns.jsonl"  # the tool-turn series (k3lib.axes.agent.series)
-CONTRACT_FILE = "evidence/agent/contract.jsonl"  # the vendor contract check (k3lib.axes.agent.contract)
-#: The checks whose failures in the tool-turn series count as failures of the check itself: a leak is a defect
-#: whatever its rate, while a missing or invalid call there is judged by the failure rate.
-LEAK_CHECKS = ("no_markup_leak", "no_reasoning_leak", "reasoning_present")
+if TYPE_CHECKING:
+    from ...core.session import AxisContext
 
-# What a failing check is about; the decision it forces comes from the one table (k3lib.verdict.decision.RULES).
+# What a failing check is about; the decision it forces comes from the one table (k3lib.core.outcomes.RULES).
 ENVIRONMENT = {"category": "environment"}
 AGENTS_BLOCKED = {"category": "tool-calls", "blocks": "agents"}
-
-
-@dataclasses.dataclass(frozen=True)
-class AgentResult:
-    """One agent run as written to the run folder: its settings, the sample played, each level and each step."""
-
-    settings: dict[str, Any]
-    sample: dict[str, Any]  # name, version, case ids and titles
-    levels: list[dict[str, Any]]
-    skipped: list[dict[str, str]]
-    steps: list[dict[str, Any]]
-    turns: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # the tool-turn series
-    contract: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # the vendor contract check
-    series: dict[str, Any] = dataclasses.field(default_factory=dict)  # how the series ran
-    spec_decode: dict[str, Any] = dataclasses.field(default_factory=dict)  # spec-decode counter deltas, if any
-    serving: dict[str, Any] = dataclasses.field(default_factory=dict)  # serving settings read from the log
-
-    # -- derived -------------------------------------------------------------------------------------------------
-
-    def outcomes(self) -> list[tuple[int, C.Outcome]]:
-        """Every check outcome with its concurrency level: per reply, then per repetition (stability)."""
-        out = [(int(s["level"]), C.Outcome(**o)) for s in self.steps for o in s.get("checks", ())]
-        out += [(lvl, o) for lvl, _rep, o in C.stability_outcomes(self.steps)]
-        # a leak in the tool-turn series is a leak like any other (its first attempt: the retry is the client's)
-        out += [(int(t["level"]), C.Outcome(**o)) for t in self.turns for o in t.get("checks", ())
-                if o["check"] in LEAK_CHECKS]
-        return out
-
-    def levels_judged(self) -> list[int]:
-        levels = {int(lv["level"]) for lv in self.levels} | {int(s["level"]) for s in self.steps}
-        return sorted(levels | {int(t["level"]) for t in self.turns})
-
-    def rate_rows(self) -> list[C.RateRow]:
-        return C.rates(self.outcomes(), self.levels_judged())
-
-    def environment_refusals(self) -> Counter[str]:
-        return Counter(s["environment"] for s in self.steps if s.get("environment"))
-
-    def max_clean_concurrency(self) -> int | None:
-        """The highest level at which, like every level below it, every check held: the agents' traffic cap.
-        None when the first level already failed (agents blocked) or a server flag is missing."""
-        if self.environment_refusals():
-            return None
-        threshold = float(self.settings.get("min_pass_rate", DEFAULT_MIN_PASS_RATE))
-        clean = None
-        rows = self.rate_rows()
-        for level in sorted({r.level for r in rows}):
-            if any(r.total and (r.rate or 0) < threshold for r in rows if r.level == level):
-                break
-            clean = level
-        return clean
-
-    # -- tables and figures (`k3lib.axes.agent.figures`), as methods for the notebook's cells ------------------
-
-    def rates_table(self) -> Any:
-        return figures.rates_table(self)
-
-    def cases_table(self) -> Any:
-        return figures.cases_table(self)
-
-    def steps_table(self, case: str | None = None) -> Any:
-        return figures.steps_table(self, case)
-
-    def rates_figure(self) -> Any:
-        return figures.rates_figure(self)
-
-    def turns_table(self) -> Any:
-        return figures.turns_table(self)
-
-    def contract_table(self) -> Any:
-        return figures.contract_table(self)
-
-    def failing_example(self) -> FailingReply:
-        return figures.failing_example(self)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -228,7 +147,7 @@ def _context_growth(result: AgentResult) -> dict[str, Any] | None:
             "context_limit": result.settings.get("context_limit")}
 
 
-def agent_record(result: AgentResult, ctx: Any) -> EvidenceRecord:
+def agent_record(result: AgentResult, ctx: AxisContext) -> EvidenceRecord:
     """The axis record: findings, the rates table and the attachments (steps JSONL, run summary)."""
     findings = iter_findings(result)
     status = axis_status(findings)
@@ -247,7 +166,7 @@ def agent_record(result: AgentResult, ctx: Any) -> EvidenceRecord:
         data={"settings": result.settings, "sample": result.sample, "levels": result.levels,
               "skipped": result.skipped, "rates": [r.to_dict() for r in result.rate_rows()],
               "max_clean_concurrency": result.max_clean_concurrency(),
-              "cases": figures.cases_table(result).to_dict(orient="records"),
+              "cases": case_rows(result),
               "tool_turns": {**result.series, **(_rate_observed(findings))},
               "contract": contract_rows(result.contract, result.settings),
               "longest_silence_s": longest_silence(result)})
@@ -256,3 +175,27 @@ def agent_record(result: AgentResult, ctx: Any) -> EvidenceRecord:
 def _rate_observed(findings: list[Finding]) -> dict[str, Any]:
     f = next((f for f in findings if f.rule == "agent.tool_call_failure_rate"), None)
     return {"status": f.status, **(f.observed or {})} if f is not None else {}
+
+
+def case_rows(result: AgentResult) -> list[dict[str, Any]]:
+    """One row per case: runs, failing checks with counts, the first failing evidence, the usual decision (the
+    record keeps them; `figures.cases_table` shows them)."""
+    titles = {c["id"]: c.get("title", "") for c in result.sample.get("cases", [])}
+    rows: list[dict[str, Any]] = []
+    for case in titles:
+        steps = [s for s in result.steps if s["case"] == case]
+        runs = {(s["level"], s["repetition"]) for s in steps}
+        failed_runs = {(s["level"], s["repetition"]) for s in steps
+                       if any(not o["passed"] for o in s.get("checks", ()))}
+        fails = Counter(o["check"] for s in steps for o in s.get("checks", ()) if not o["passed"])
+        first = next((f"{o['check']}: {o['detail']}" for s in steps for o in s.get("checks", ())
+                      if not o["passed"]), "")
+        skipped = next((k["reason"] for k in result.skipped if k["case"] == case), None)
+        status = "skipped" if skipped else ("not run" if not runs else ("fail" if failed_runs else "pass"))
+        decisions = Counter(s["decision"] for s in steps if s.get("decision"))
+        rows.append({"case": case, "title": titles[case], "status": status, "runs": len(runs),
+                     "failed_runs": len(failed_runs), "requests": len(steps),
+                     "failing_checks": ", ".join(f"{k} ×{v}" for k, v in sorted(fails.items())),
+                     "evidence": skipped or first[:200],
+                     "usual_decision": decisions.most_common(1)[0][0][:120] if decisions else ""})
+    return rows

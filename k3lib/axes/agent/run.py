@@ -1,424 +1,126 @@
-"""The scenario runner: plays the sample as an agent would, at each concurrency level, bounded in requests and time.
-
-Tools run locally; the assistant message goes back with its `reasoning`/`reasoning_content` and `tool_calls`
-exactly as received. Every request becomes one step (request body, limits, raw reply, parse, checks, the
-client's decision) handed to `sink` as soon as it finishes, so a killed run keeps what it measured.
-"""
+"""Axis 2's entry point: `run_agent(ctx)` plays the sample (`scenario.py`), the tool-turn series (`series.py`) and
+the vendor contract check (`contract.py`) against the target, writes every request to the run folder as it
+finishes, and returns the `AgentResult`; `load_agent_result(store)` rebuilds it from a finished run folder."""
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
-import time
-from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ...core import progress
-from ...io.chatstream import ToolCall
-from ...io.client import ChatClient, ChatRecord
-from ...core.errors import TargetError
-from ...io.load import RequestBudget
-from . import checks as C
-from .config import CANCEL_GRACE_S, MAX_FILLER_LINES, TOKENS_PER_LINE_GUESS, agent_params
-from .sample import AgentSample, CaseSpec, TurnSpec
-from .filler import filler_lines
-from .tools import execute, result_text
+from .config import agent_params
+from .contract import ContractCheck
+from .result import CONTRACT_FILE, RUN_FILE, STEPS_FILE, TURNS_FILE, AgentResult
+from .sample import AgentSample, load_sample, packaged_sample_path
+from .scenario import RunSettings, ScenarioRunner
+from .series import ToolTurnSeries
+from .serving import SPEC_DECODE, tool_strict_settings
 
-Step = dict[str, Any]
-Sink = Callable[[Step], None]
+if TYPE_CHECKING:
+    from ...core.session import AxisContext
 
 
-@dataclasses.dataclass(frozen=True)
-class RunSettings:
-    """The resolved knobs of one agent run (parameters + contract + the recipe's sampling), kept in the evidence as
-    they were used."""
-
-    levels: tuple[int, ...]
-    repetitions: int
-    stream_modes: tuple[str, ...]  # "non-stream" / "stream": repetition r runs in stream_modes[r % len]
-    max_requests: int
-    max_duration_s: float
-    request_timeout_s: float
-    max_tool_rounds: int
-    context_limit: int
-    max_output_tokens: int
-    images_served: bool
-    long_context_tokens: int
-    min_pass_rate: float
-    sample_source: str
-    history: str = "full"
-    # the recipe's sampling (null: the sample's defaults, the server's for top_p and thinking)
-    temperature: float | None = None
-    top_p: float | None = None
-    max_tokens: int | None = None
-    thinking: bool | None = None
-    # the tool-turn series: how many independent tool turns, and the failure rate they must bound
-    tool_turns: int = 0
-    tool_turns_needed: int = 0
-    max_tool_call_failure_rate: float = 0.01
-    contract_check: bool = True
-    client_stream_modes: tuple[str, ...] = ("non-stream", "stream")
-    client_reasoning_field: str | None = None
-    sampling_pinned: bool = False
-    client_idle_timeout_s: float | None = None
-    gateway_timeout_s: float | None = None
-    e2e_p95_ms: float | None = None
-    spec_decode_min_acceptance_length: float | None = None
-
-    @classmethod
-    def from_params(cls, params: Any, sample_source: str) -> RunSettings:
-        from .rate import turns_needed
-
-        a, contract, sampling = agent_params(params), params.contract, params.recipe.sampling
-        levels = tuple(sorted(set(a.concurrency_levels or (1, contract.planned_concurrency))))
-        modes = tuple(contract.client_stream_modes) if a.stream is None else (("stream",) if a.stream
-                                                                                 else ("non-stream",))
-        needed = turns_needed(contract.max_tool_call_failure_rate)
-        return cls(levels=levels, repetitions=a.repetitions, stream_modes=modes, max_requests=a.max_requests,
-                   max_duration_s=a.max_duration_s, request_timeout_s=a.request_timeout_s,
-                   max_tool_rounds=a.max_tool_rounds, context_limit=contract.max_context_tokens,
-                   max_output_tokens=contract.max_output_tokens, images_served=contract.images_served,
-                   long_context_tokens=int(contract.max_context_tokens * a.long_context_fraction),
-                   min_pass_rate=a.min_pass_rate, sample_source=sample_source, history=a.history,
-                   temperature=sampling.temperature, top_p=sampling.top_p, max_tokens=sampling.max_tokens,
-                   thinking=sampling.thinking, tool_turns=a.tool_turns or needed, tool_turns_needed=needed,
-                   max_tool_call_failure_rate=contract.max_tool_call_failure_rate, contract_check=a.contract_check,
-                   client_stream_modes=tuple(contract.client_stream_modes),
-                   client_reasoning_field=contract.client_reasoning_field, sampling_pinned=contract.sampling_pinned,
-                   client_idle_timeout_s=contract.client_idle_timeout_s,
-                   gateway_timeout_s=contract.gateway_timeout_s, e2e_p95_ms=contract.e2e_p95_ms,
-                   spec_decode_min_acceptance_length=params.recipe.spec_decode_min_acceptance_length)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    def stream_for(self, repetition: int) -> bool:
-        """The stream mode of repetition `repetition`: the modes alternate, so two repetitions cover both."""
-        return self.stream_modes[repetition % len(self.stream_modes)] == "stream"
-
-    def sampled(self, body: dict[str, Any], *, temperature: float | None, max_tokens: int) -> dict[str, Any]:
-        """`body` with the run's sampling: the recipe's temperature, top_p, max_tokens and thinking switch where it
-        sets them (a case's own temperature still wins), `max_tokens` capped by the contract."""
-        temp = temperature if temperature is not None else self.temperature
-        body["max_tokens"] = min(self.max_tokens or max_tokens, self.max_output_tokens)
-        if temp is not None:
-            body["temperature"] = temp
-        if self.top_p is not None:
-            body["top_p"] = self.top_p
-        if self.thinking is not None:
-            # vLLM's Kimi K3 renderer reads chat_template_kwargs.thinking (alias enable_thinking)
-            body["chat_template_kwargs"] = {"thinking": self.thinking}
-        return body
+def sample_summary(sample: AgentSample, source: str) -> dict[str, Any]:
+    return {"name": sample.name, "version": sample.version, "source": source,
+            "tools": [t.function.name for t in sample.tools],
+            "cases": [{"id": c.id, "title": c.title, "turns": len(c.turns), "requires_images": c.requires_images,
+                       "grows_context": any(t.filler for t in c.turns)} for c in sample.cases]}
 
 
-class _Stop(Exception):
-    """The case cannot go on (the reply cannot be acted upon, or the level's budget is spent)."""
+def run_agent(ctx: AxisContext) -> AgentResult:
+    """Play the sample at every concurrency level against `ctx.target`, then the tool-turn series at the planned
+    concurrency and the vendor contract check; requests land in the run folder as they finish. Target misbehaviour
+    becomes findings; only an unusable sample or target set-up raises."""
+    from ...io.client import SyncChatClient
+    from ...io.load import check_load_target
+    from ...core.session import find_path
 
-    def __init__(self, budget: bool = False) -> None:
-        self.budget = budget
+    params = ctx.params
+    path = agent_params(params).sample
+    source = str(find_path(path)) if path else str(packaged_sample_path())
+    sample = load_sample(find_path(path) if path else None)
+    settings = RunSettings.from_params(params, source)
+    check_load_target(ctx.target.base_url, params.target.allow_remote_load)
+
+    def sink(name: str) -> Any:
+        return lambda row: ctx.store.append_jsonl(name, row)
+
+    before = _spec_decode_scrape(ctx)
+    with SyncChatClient(ctx.target.base_url, model=params.target.model, api_key_env=ctx.target.api_key_env,
+                        timeout_s=settings.request_timeout_s) as sync:
+        runner = ScenarioRunner(sync.client, sample, settings, sink(STEPS_FILE))
+        sync.run(runner.run())
+        series = ToolTurnSeries(sync.client, sample, settings, max(settings.levels), sink(TURNS_FILE))
+        sync.run(series.run())
+        contract = ContractCheck(sync.client, sample, settings, sink(CONTRACT_FILE))
+        if settings.contract_check:
+            sync.run(contract.run())
+    spec = _spec_decode_delta(before, _spec_decode_scrape(ctx))
+    serving = {"tool_strict": tool_strict_settings(_server_log(ctx))}
+    for name in (STEPS_FILE, TURNS_FILE, CONTRACT_FILE):
+        if ctx.store.path(name).exists():
+            ctx.store.adopt(name)
+    run: dict[str, Any] = {"settings": settings.to_dict(), "sample": sample_summary(sample, source),
+                           "levels": runner.levels, "skipped": runner.skipped_cases(), "series": series.summary,
+                           "spec_decode": spec, "serving": serving}
+    ctx.store.write_json(RUN_FILE, run)
+    return AgentResult(run["settings"], run["sample"], runner.levels, run["skipped"], runner.steps, series.turns,
+                       contract.rows, series.summary, spec, serving)
 
 
-def assistant_message(rec: ChatRecord) -> dict[str, Any]:
-    """The assistant turn to send back, as received: reasoning under the field name(s) the server used and
-    the tool calls untouched (ids, argument strings), so the server's template sees its own output again."""
-    raw = rec.raw_json
-    if not rec.stream and isinstance(raw, dict):
-        choice = next((c for c in raw.get("choices") or () if isinstance(c, dict) and c.get("index", 0) == 0), None)
-        msg = (choice or {}).get("message")
-        if isinstance(msg, dict):
-            out = {"role": "assistant", "content": msg.get("content")}
-            for key in ("reasoning", "reasoning_content"):
-                if msg.get(key) is not None:
-                    out[key] = msg[key]
-            if msg.get("tool_calls"):
-                out["tool_calls"] = msg["tool_calls"]
-            return out
-    out = {"role": "assistant", "content": rec.content}
-    if rec.reasoning is not None:
-        for key in (("reasoning", "reasoning_content") if rec.reasoning_field == "both"
-                    else (rec.reasoning_field or "reasoning",)):
-            out[key] = rec.reasoning
-    if rec.tool_calls:
-        out["tool_calls"] = [tc.to_openai() for tc in rec.tool_calls]
+def _server_log(ctx: AxisContext) -> str | None:
+    """The server log's text when the parameters name one (axes.environment.server_log), else None."""
+    import httpx
+
+    from ..environment.run import fetch_text
+
+    source = ctx.params.axes.environment.server_log
+    if not source:
+        return None
+    with httpx.Client(timeout=15.0, headers=ctx.target.headers()) as http:
+        text = fetch_text("server_log", source, ctx.target.base_url, http)
+    return text.text if text.ok else None
+
+
+def _spec_decode_scrape(ctx: AxisContext) -> Any:
+    """A /metrics snapshot for the spec-decode counters (None when the target exposes none: not an error here)."""
+    from ...io.metrics import scrape
+
+    urls = tuple(getattr(ctx.target, "metrics_urls", ()) or ())
+    if not urls:
+        return None
+    try:
+        return scrape(urls, strict=False)
+    except Exception:  # noqa: BLE001 - a /metrics that cannot be read leaves DSpark unjudged, said by its absence
+        return None
+
+
+def _spec_decode_delta(before: Any, after: Any) -> dict[str, Any]:
+    from ...io.metrics import delta
+
+    if before is None or after is None:
+        return {}
+    values = {key: delta(before, after, name).value for key, name in
+              (("drafts", SPEC_DECODE[0]), ("draft_tokens", SPEC_DECODE[1]), ("accepted", SPEC_DECODE[2]))}
+    return values if values["drafts"] is not None else {}
+
+
+def _read_jsonl(store: Any, name: str) -> list[dict[str, Any]]:
+    import json
+
+    out = []
+    path = store.path(name)
+    if path.exists():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                break  # a line cut by a kill: the ones before it are whole
     return out
 
 
-def history_message(message: dict[str, Any], mode: str) -> dict[str, Any]:
-    """The reply as the client sends it back: whole ("full"), or without what a lossy client drops."""
-    drop = {"full": (), "drop-reasoning": ("reasoning", "reasoning_content"),
-            "drop-tool-calls": ("tool_calls",)}[mode]
-    return {k: v for k, v in message.items() if k not in drop}
-
-
-def parsed_reply(rec: ChatRecord) -> dict[str, Any]:
-    """The reply as the client reads it: calls parsed from the raw message when there is one (an `arguments`
-    object is then seen as such), from the reassembled stream otherwise."""
-    calls: list[ToolCall]
-    raw = rec.raw_json
-    if not rec.stream and isinstance(raw, dict) and rec.ok:
-        choice = next((c for c in raw.get("choices") or () if isinstance(c, dict) and c.get("index", 0) == 0), {})
-        calls = C.calls_of_message(choice.get("message"))
-    else:
-        calls = [dataclasses.replace(tc, index=i) for i, tc in enumerate(rec.tool_calls)]
-    return {"content": rec.content, "reasoning": rec.reasoning, "reasoning_field": rec.reasoning_field,
-            "finish_reason": rec.finish_reason, "tool_calls": [c.to_dict() for c in calls],
-            "leaked_markup": C.leaked_family(rec.content, rec.reasoning),
-            "prompt_tokens": rec.prompt_tokens, "completion_tokens": rec.completion_tokens,
-            "usage_present": rec.usage_present, "longest_silence_s": silence_of(rec)}
-
-
-def silence_of(rec: ChatRecord) -> float | None:
-    """A streamed reply's longest silence (send → first byte, between output events, last output → end), s."""
-    if not rec.stream:
-        return None
-    s = C.longest_silence_s([rec.sent_ns, rec.first_byte_ns, *rec.output_chunk_ns, rec.done_ns])
-    return None if s is None else round(s, 4)
-
-
-class ScenarioRunner:
-    """Runs the sample's cases against one target; `run()` covers every concurrency level in turn."""
-
-    def __init__(self, client: ChatClient, sample: AgentSample, settings: RunSettings, sink: Sink | None = None):
-        self.client = client
-        self.sample = sample
-        self.s = settings
-        self.sink = sink
-        self.steps: list[Step] = []
-        self.levels: list[dict[str, Any]] = []
-
-    def skipped_cases(self) -> list[dict[str, str]]:
-        return [{"case": c.id, "reason": "contract.images_served is false: the multimodal case is not run"}
-                for c in self.sample.cases if c.requires_images and not self.s.images_served]
-
-    def _per_repetition(self) -> int:
-        """Requests one repetition takes from a model that does as the sample expects (progress only)."""
-        return sum(1 + (1 if t.expect_tool else 0) for c in self._cases() for t in c.turns)
-
-    def _cases(self) -> list[CaseSpec]:
-        return [c for c in self.sample.cases if not (c.requires_images and not self.s.images_served)]
-
-    async def run(self) -> None:
-        try:
-            await self.client.resolve_model()
-        except TargetError:
-            pass  # each request then asks /v1/models itself and records why it failed: a finding, not a crash
-        for level in self.s.levels:
-            self.levels.append(await self.run_level(level))
-
-    async def run_level(self, level: int) -> dict[str, Any]:
-        # fewer repetitions than the level would never reach it, fewer than the stream modes would miss one
-        reps = max(self.s.repetitions, level, len(self.s.stream_modes))
-        progress.phase(f"level {self.s.levels.index(level) + 1} of {len(self.s.levels)}: concurrency {level}, the "
-                       f"scenario {reps} times", requests=min(self.s.max_requests, reps * self._per_repetition()),
-                       duration_s=self.s.max_duration_s)
-        t0 = time.perf_counter_ns()
-        budget = RequestBudget(self.s.max_requests, t0 + int(self.s.max_duration_s * 1e9))
-        pending = iter(range(reps))
-        done: list[int] = []
-
-        async def worker() -> None:
-            for rep in pending:
-                if budget.stopped_by:
-                    return
-                if await self._repetition(level, rep, budget):
-                    done.append(rep)
-
-        tasks = [asyncio.create_task(worker()) for _ in range(min(level, reps))]
-        try:
-            await asyncio.wait_for(asyncio.gather(*tasks), self.s.max_duration_s + CANCEL_GRACE_S)
-        except TimeoutError:
-            budget.stopped_by = budget.stopped_by or "max_duration_s"
-        return {"level": level, "in_flight": min(level, reps), "repetitions_planned": reps,
-                "repetitions_completed": len(done), "requests": budget.sent, "stopped_by": budget.stopped_by,
-                "duration_s": round((time.perf_counter_ns() - t0) / 1e9, 3)}
-
-    async def _repetition(self, level: int, rep: int, budget: RequestBudget) -> bool:
-        seq = [0]
-        for case in self._cases():
-            try:
-                await self._case(level, rep, case, budget, seq)
-            except _Stop as stop:
-                if stop.budget:
-                    return False
-        return True
-
-    # -- one case ---------------------------------------------------------------------------------------------
-
-    async def _case(self, level: int, rep: int, case: CaseSpec, budget: RequestBudget, seq: list[int]) -> None:
-        sample = self.sample
-        offered = sample.offered(case)
-        schemas = {n: sample.tool(n).function.parameters for n in offered}  # type: ignore[union-attr]
-        tools_body = [sample.tool(n).openai() for n in offered]  # type: ignore[union-attr]
-        messages: list[dict[str, Any]] = [{"role": "system", "content": sample.system_prompt}]
-        growth = {"context": 0, "tokens_per_line": TOKENS_PER_LINE_GUESS,
-                  "fillers_left": sum(1 for t in case.turns if t.filler)}
-        kept: list[tuple[dict[str, Any], dict[str, Any]]] = []  # (reply as received, as sent back), in order
-        for t, turn in enumerate(case.turns):
-            user = turn.user if isinstance(turn.user, str) else [dict(p) for p in turn.user]
-            lines = 0
-            if turn.filler:
-                lines = self._filler_size(growth)
-                user = f"{user}\n\n{filler_lines(f'{case.id}:{t}', lines)}"
-                growth["fillers_left"] -= 1
-            messages.append({"role": "user", "content": user})
-            before = growth["context"]
-            await self._turn(level, rep, case, t, turn, messages, offered, schemas, tools_body, budget, seq, growth,
-                             kept)
-            if turn.filler and lines and growth["context"] > before:
-                growth["tokens_per_line"] = max(4, (growth["context"] - before) // lines)
-
-    def _filler_size(self, growth: dict[str, int]) -> int:
-        room = self.s.long_context_tokens - growth["context"]
-        if room <= 0:
-            return 0
-        per_turn = room / max(1, growth["fillers_left"])
-        return max(1, min(MAX_FILLER_LINES, int(per_turn / max(1, growth["tokens_per_line"]))))
-
-    async def _turn(self, level: int, rep: int, case: CaseSpec, t: int, turn: TurnSpec, messages: list[dict[str, Any]],
-                    offered: list[str], schemas: Mapping[str, Any], tools_body: list[dict[str, Any]],
-                    budget: RequestBudget, seq: list[int], growth: dict[str, int],
-                    kept: list[tuple[dict[str, Any], dict[str, Any]]]) -> None:
-        sample = self.sample
-        error_pending = turn.tool_error is not None
-        after_error = False
-        retries = 0
-        last_result: Any = None
-        for rnd in range(self.s.max_tool_rounds + 1):
-            body = self._body(case, turn, messages, tools_body, self.s.stream_for(rep))
-            if not budget.take():
-                raise _Stop(budget=True)
-            rec = await self.client.chat_body(body, strict=False, timeout_s=self.s.request_timeout_s,
-                                              deadline_ns=budget.deadline_ns,
-                                              request_id=f"agent-c{level}-r{rep}-{case.id}-t{t}-{rnd}")
-            step = self._step(level, rep, case, t, rnd, "after-error" if after_error else
-                              ("initial" if rnd == 0 else "after-tool"), body, turn, schemas, rec, seq)
-            outcomes: list[C.Outcome] = [C.check_history(kept, self.s.history)] if kept else []
-            if rec.cancelled:
-                step["decision"] = f"stop: the level's budget ({budget.stopped_by or 'deadline'}) ended the request"
-                self._emit(step, outcomes)
-                raise _Stop(budget=True)
-            env = C.environment_refusal(rec.http_status, rec.error)
-            if env is None:  # a refusal for missing server flags is the environment finding, not a failed request
-                outcomes.append(C.check_request(rec.ok, rec.http_status, rec.error))
-            if not rec.ok:
-                step["environment"] = env
-                step["decision"] = ("stop case: the server refuses tool calls (" + env + " flags missing)" if env
-                                    else f"stop case: request failed ({(rec.error or '')[:120]})")
-                self._emit(step, outcomes)
-                raise _Stop()
-            if rec.prompt_tokens is not None:
-                growth["context"] = rec.prompt_tokens + (rec.completion_tokens or 0)
-            parsed = step["parsed"]
-            calls = [ToolCall.from_dict(c) for c in parsed["tool_calls"]]
-            leaked = parsed["leaked_markup"]
-            if rnd == 0 and turn.expect_tool:
-                outcomes.append(C.check_required_call(calls, turn.expect_tool, leaked))
-            outcomes.append(C.check_markup(rec.content, rec.reasoning, calls))
-            outcomes += C.check_reasoning(self.s.thinking, rec.finish_reason, rec.content, rec.reasoning)
-            ids = [c.id for c in calls]
-            for i, call in enumerate(calls):
-                outcomes.append(C.check_name(call, offered))
-                outcomes.append(C.check_arguments(call, schemas.get(call.name) if isinstance(call.name, str) else None))
-                outcomes.append(C.check_executable(call, schemas, ids[:i] + ids[i + 1:]))
-            if after_error and turn.fallback is not None and turn.expect_tool:
-                outcomes.append(C.check_fallback(calls, rec.content, turn.expect_tool, turn.fallback, retries,
-                                                 sent=turn.tool_error))
-            if not calls:
-                if rnd == 0 and turn.expect_tool:
-                    step["decision"] = ("stop case: required tool call missing" +
-                                        (f" ({leaked} markup in the text)" if leaked else ""))
-                    self._emit(step, outcomes)
-                    raise _Stop()
-                self._send_back(messages, kept, rec)
-                if after_error:
-                    fb = outcomes[-1]
-                    step["decision"] = ("fallback accepted: " if fb.passed else "fallback rejected: ") + fb.detail
-                else:
-                    fin = C.check_final(rec.content, rec.finish_reason, turn.final, turn.final_schema(), last_result)
-                    outcomes.append(fin)
-                    step["decision"] = "answer accepted" if fin.passed else f"answer rejected: {fin.detail}"
-                self._emit(step, outcomes)
-                return
-            broken = [o for o in outcomes if o.check == "executable" and not o.passed]
-            if broken:
-                step["decision"] = f"stop case: call not executable ({broken[0].detail})"
-                self._emit(step, outcomes)
-                raise _Stop()
-            if after_error and not outcomes[-1].passed:
-                step["decision"] = f"stop case: {outcomes[-1].detail}"
-                self._emit(step, outcomes)
-                raise _Stop()
-            if rnd == self.s.max_tool_rounds:
-                step["decision"] = f"stop case: still calling tools after {self.s.max_tool_rounds} rounds"
-                outcomes.append(C.Outcome("final_answer", False, step["decision"].removeprefix("stop case: ")))
-                self._emit(step, outcomes)
-                raise _Stop()
-            if after_error:
-                retries += 1
-            self._send_back(messages, kept, rec)
-            actions, next_after_error = [], False
-            for call in calls:
-                spec = sample.tool(call.name)
-                if error_pending and call.name == turn.expect_tool:
-                    result, error_pending, next_after_error = turn.tool_error, False, True
-                    actions.append(f"{call.name}: planned error returned")
-                else:
-                    result = execute(call.name, call.parsed, spec.result if spec else None)
-                    last_result = result
-                    actions.append(f"{call.name}: executed")
-                messages.append({"role": "tool", "tool_call_id": call.id, "content": result_text(result)})
-            step["decision"] = "; ".join(actions)
-            step["tool_results"] = messages[-len(calls):]
-            self._emit(step, outcomes)
-            after_error = next_after_error
-
-    def _send_back(self, messages: list[dict[str, Any]], kept: list[tuple[dict[str, Any], dict[str, Any]]],
-                   rec: ChatRecord) -> None:
-        got = assistant_message(rec)
-        sent = history_message(got, self.s.history)
-        kept.append((got, sent))
-        messages.append(sent)
-
-    def _body(self, case: CaseSpec, turn: TurnSpec, messages: list[dict[str, Any]],
-              tools_body: list[dict[str, Any]], stream: bool) -> dict[str, Any]:
-        d = self.sample.defaults
-        body: dict[str, Any] = {"model": self.client.model, "messages": list(messages), "stream": stream}
-        self.s.sampled(body, temperature=case.temperature if case.temperature is not None
-                       else (None if self.s.temperature is not None else d.temperature),
-                       max_tokens=case.max_tokens or d.max_tokens)
-        if body["model"] is None:
-            del body["model"]  # /v1/models did not answer: the request asks again and records why it failed
-        if tools_body:
-            body["tools"] = tools_body
-            choice = self.sample.tool_choice(case)
-            if choice is not None:
-                body["tool_choice"] = choice
-        if turn.response_format is not None:
-            body["response_format"] = turn.response_format
-        return body
-
-    def _step(self, level: int, rep: int, case: CaseSpec, t: int, rnd: int, phase: str, body: dict[str, Any],
-              turn: TurnSpec, schemas: Mapping[str, Any], rec: ChatRecord, seq: list[int]) -> Step:
-        seq[0] += 1
-        parsed = parsed_reply(rec) if rec.ok else {"content": rec.content, "reasoning": rec.reasoning,
-                                                   "reasoning_field": rec.reasoning_field,
-                                                   "finish_reason": rec.finish_reason, "tool_calls": [],
-                                                   "leaked_markup": None, "prompt_tokens": None,
-                                                   "completion_tokens": None}
-        called = [c["name"] for c in parsed["tool_calls"] if isinstance(c.get("name"), str)]
-        wanted = [n for n in dict.fromkeys([*([turn.expect_tool] if turn.expect_tool else []), *called])
-                  if n in schemas]
-        return {"level": level, "repetition": rep, "seq": seq[0], "case": case.id, "turn": t, "round": rnd,
-                "phase": phase, "request": body, "max_tokens": body.get("max_tokens"),
-                "context_limit": self.s.context_limit, "temperature": body.get("temperature"),
-                "tool_choice": body.get("tool_choice"), "tools": [x["function"]["name"] for x in body.get("tools", [])],
-                "tool_schema": {n: schemas[n] for n in wanted},
-                "response_format": body.get("response_format"),
-                "reply": rec.to_dict(include_raw=True), "parsed": parsed, "decision": "", "checks": [],
-                "environment": None}
-
-    def _emit(self, step: Step, outcomes: list[C.Outcome]) -> None:
-        step["checks"] = [o.to_dict() for o in outcomes]
-        self.steps.append(step)
-        if self.sink is not None:
-            self.sink(step)
+def load_agent_result(store: Any) -> AgentResult:
+    """Rebuild the result from `evidence/agent/` (whole lines only: a killed run keeps what it measured)."""
+    run = store.read_json(RUN_FILE) if store.path(RUN_FILE).exists() else {}
+    return AgentResult(run.get("settings", {}), run.get("sample", {}), run.get("levels", []),
+                       run.get("skipped", []), _read_jsonl(store, STEPS_FILE), _read_jsonl(store, TURNS_FILE),
+                       _read_jsonl(store, CONTRACT_FILE), run.get("series", {}), run.get("spec_decode", {}),
+                       run.get("serving", {}))

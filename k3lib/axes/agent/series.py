@@ -20,7 +20,7 @@ from ...io.client import ChatClient, ChatRecord
 from ...io.load import RequestBudget
 from . import checks as C
 from .config import CANCEL_GRACE_S
-from .run import RunSettings, parsed_reply
+from .scenario import RunSettings, parsed_reply
 from .sample import AgentSample, CaseSpec, TurnSpec
 
 #: The checks a turn's reply is judged on; the leak checks among them are also counted with the scenario's.

@@ -14,7 +14,7 @@ from ...core.numbers import figure
 from .checks import longest_silence_s
 
 if TYPE_CHECKING:
-    from .judge import AgentResult
+    from .result import AgentResult
 
 #: The spec-decode counters (canonical names, k3lib.io.metrics.names) the agent run brackets with two scrapes.
 SPEC_DECODE = ("spec_decode_num_drafts_total", "spec_decode_num_draft_tokens_total",

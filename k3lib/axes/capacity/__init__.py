@@ -10,7 +10,7 @@ from .judge import capacity_record, implied_decision, iter_findings, traffic_cap
 from .ranks import rank_findings, rank_window
 from .result import CapacityResult, oom_event, read_capacity
 from .roofline import roofline, roofline_figure, roofline_findings, roofline_table
-from .records import failure_kind
+from .window import failure_kind
 from .run import CapacityRunner, Timeline, run_capacity
 from .shape import PHASES, CapacityPlan, plan_capacity
 

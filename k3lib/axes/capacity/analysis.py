@@ -109,7 +109,7 @@ def settled_stats(metric_rows: Sequence[Row], start: float, end: float, settle_f
     }
 
 
-# How a request that did not complete is counted in a load window (k3lib.axes.capacity.records.record_stats), and
+# How a request that did not complete is counted in a load window (k3lib.axes.capacity.window.record_stats), and
 # how the findings name it. Every kind counts against the contract's completed share: a request a gateway refused (429,
 # 503), one the client gave up on, one that never connected and one cut at the window's end were all load the
 # deployment did not serve.
@@ -214,7 +214,7 @@ def queue_verdict(step: Mapping[str, Any], objective_ms: float | None
 def latency_verdict(step: Mapping[str, Any], key: str, objective_ms: float | None
                     ) -> tuple[Literal["pass", "fail", "inconclusive"] | None, str, dict[str, Any] | None]:
     """Whether a window's client p95 (`key`: "ttft" or "e2e") meets the objective, judged on the bootstrap interval
-    of the p95 over the window's requests (`<key>_p95_interval`, see k3lib.axes.capacity.records.record_stats):
+    of the p95 over the window's requests (`<key>_p95_interval`, see k3lib.axes.capacity.window.record_stats):
     ("pass" | "fail" | "inconclusive" | None, the sentence, the interval). None: no objective. A pass needs the
     whole interval at or under the objective, a fail the whole interval above it; an interval that straddles it
     (or too few requests for one) is inconclusive — never a pass or a fail that the machine's load would flip."""

@@ -17,7 +17,7 @@ from ...io.knowntiming import KnownTimingServer
 from ...io.client import ChatClient
 from ...io.crosscheck import cross_check
 from ...io.metrics import Snapshot
-from ...io.spread import calibrate_workers
+from ...io.workers import calibrate_workers
 from ...io.workers import WorkerPool
 from .config import CALIBRATION_BOUND_S
 from .trust import (calibration_rounds, calibration_summary, cross_check_data, failed_report, gate_step,

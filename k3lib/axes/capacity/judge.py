@@ -1,5 +1,5 @@
 """The capacity axis' findings and evidence record: OOM and saturation turned into findings whose rule ids the
-one decision table (k3lib.verdict.decision.RULES) maps to a decision. Pure over a `CapacityResult` and the parameters;
+one decision table (k3lib.core.outcomes.RULES) maps to a decision. Pure over a `CapacityResult` and the parameters;
 the record carries the saturation point and the traffic cap it justifies."""
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from typing import Any
 from ...io.client import ChatClient
 from ...io.load import run_closed_loop
 from ...io.prompts import BuiltPrompt
-from .records import failure_kind, record_stats, window_numbers
+from .window import failure_kind, record_stats, window_numbers
 from .watch import EngineWatch, boundary_snapshot
 
 _CONTEXT_REFUSAL = re.compile(r"maximum context length|is too long|too large|longer than the maximum model length",

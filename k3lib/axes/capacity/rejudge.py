@@ -14,7 +14,7 @@ from typing import Any
 from ...core.params import Params
 from .agreement import calibration_error_at, settle_held, window_agreement
 from .analysis import judge_step, settled_stats, soak_analysis
-from .records import record_stats
+from .window import record_stats
 from .result import CapacityResult, read_capacity
 
 Row = Mapping[str, Any]

@@ -2,7 +2,7 @@
 shared by the /metrics sampler, the GPU sampler and the client records; everything lands in the run folder.
 
 I/O lives here and in the modules of the run's parts, and only there: `state` (what the phases share), `watch`
-(recording and health), `startup`, `longcontext`, `calibration`, `steps` and `soak`; `run_capacity` and the order of
+(recording and health), `coldload`, `longcontext`, `calibration`, `concurrency` and `soak`; `run_capacity` and the order of
 the phases are here. Request records are appended to `evidence/capacity/requests.jsonl` as they finish; the sampled
 series, health polls and phase windows are rewritten after every phase, so a killed run keeps what it measured. A
 dead engine (health not 200) ends the run early: the later phases are recorded as skipped, with the reason.
@@ -27,8 +27,8 @@ from .longcontext import LongContextPhase
 from .result import CapacityResult, read_capacity
 from .shape import PHASES
 from .soak import SoakPhase
-from .startup import StartupPhase
-from .steps import ConcurrencyPhase
+from .coldload import ColdLoadPhase
+from .concurrency import ConcurrencyPhase
 
 if TYPE_CHECKING:
     from ...core.session import AxisContext
@@ -40,7 +40,7 @@ def pinned_params(ctx: "AxisContext") -> Params:
     return pin_target(ctx.params, ctx.target)
 
 
-class CapacityRunner(StartupPhase, LongContextPhase, ConcurrencyPhase, SoakPhase):
+class CapacityRunner(ColdLoadPhase, LongContextPhase, ConcurrencyPhase, SoakPhase):
     """One run: its phases (cold load, long context, concurrency steps, soak, each from its own module) over the
     shared state; `run()` drives them in order and writes the run folder."""
 

@@ -11,7 +11,7 @@ from .agreement import calibration_error_at, window_agreement
 from .analysis import soak_analysis
 from .calibration import CalibrationPhase
 from .ranks import rank_window
-from .records import record_stats
+from .window import record_stats
 from .trust import calibration_summary
 from .watch import boundary_snapshot
 

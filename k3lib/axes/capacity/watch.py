@@ -13,7 +13,7 @@ from ...io.load import run_closed_loop, run_soak
 from ...io.metrics import Snapshot, scrape_async
 from ...io.sampling import SCRAPE_TIMEOUT_S
 from .config import HEALTH_TIMEOUT_S
-from .records import failure_kind
+from .window import failure_kind
 from .result import REQUESTS
 from .state import RunnerState
 

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .record import REVIEW_COPY, PathsResult, read_paths_record, record_data
 from .figures import paths_lines
+
+if TYPE_CHECKING:
+    from ...core.store import RunStore
 
 
 @dataclass(frozen=True)
@@ -32,7 +35,18 @@ class LiveSection:
         return "<pre>" + html.escape(str(self)) + "</pre>"
 
 
-def live_section(ctx: Any) -> LiveSection:
+class ReviewRun(Protocol):
+    """What the live section reads of the review's context (k3lib.report.review_session.ReviewContext): the review
+    parameters (`params.review.live_paths`) and the run folder it copies the record into."""
+
+    @property
+    def params(self) -> Any: ...
+
+    @property
+    def store(self) -> RunStore: ...
+
+
+def live_section(ctx: ReviewRun) -> LiveSection:
     """The run named by `review.live_paths`, copied into this review's run as `live/paths.json` (atomic, in the
     manifest), where the comparison record and the decision read it."""
     source = getattr(ctx.params.review, "live_paths", None)

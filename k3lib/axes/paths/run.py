@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..agent.run import assistant_message, parsed_reply
+from ..agent.scenario import assistant_message, parsed_reply
 from ..agent.tools import execute, result_text
 from ...io.chatstream import ToolCall
 from ...io.client import ChatClient, ChatRecord, run_sync

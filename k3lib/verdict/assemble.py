@@ -1,0 +1,66 @@
+"""The acceptance run's decision, assembled from its evidence records alone: every finding resting on a source not
+tied to the target opened, the sheet's items of the planned axes, the loosened thresholds each with the attestation
+entry that accepted it; then written to `decision.json` (`decide_run`, the summary notebook's call, and the batch's
+when the summary notebook failed).
+
+What the summary notebook shows of it (the tables) is `k3lib.report.summary`; its HTML is `k3lib.report.views`."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from .decision import Decision, decide
+from ..core.evidence import EvidenceRecord
+from ..core.params import Params, default_tree
+from ..core.plan import ACCEPTANCE_AXES
+from .sheet import ITEMS, sheet_rows
+from ..core.store import RunStore
+from ..core.recipes import recipe_loosened
+from ..core.thresholds import Loosened, loosened
+
+__all__ = ["compute_decision", "decide_run", "loosened_thresholds", "served_models"]
+
+
+def loosened_thresholds(params: Params, records: dict[str, EvidenceRecord]) -> list[Loosened]:
+    """The thresholds `params` sets looser than the defaults, each with the entry of the attestation the operations
+    axis read (its evidence, not the file as it is now) that accepted it."""
+    ops = records.get("operations")
+    att = ops.typed().attestation if ops is not None and ops.axis == "operations" else None
+    accepted = att.items.thresholds_accepted if att is not None else ()
+    who, when = (att.who, att.when.isoformat()) if att else (None, None)
+    return loosened(params.public_dict(), default_tree(), accepted=accepted, who=who, when=when) + \
+        recipe_loosened(params.recipe.model_dump(), served_models(records), accepted, who, when)
+
+
+def served_models(records: dict[str, EvidenceRecord]) -> list[str]:
+    """The model ids and roots the target serves (the probe's `/v1/models`), whatever the parameters name."""
+    probe = records.get("probe")
+    if probe is None or probe.axis != "probe":
+        return []
+    cards = probe.typed().served_models
+    return [str(v) for c in cards for v in (c.id, c.root) if v]
+
+
+def compute_decision(params: Params, records: dict[str, EvidenceRecord], *,
+                     today: dt.date | None = None) -> Decision:
+    """Decide from the records alone (the sheet's items of the planned axes, the loosened thresholds), once every
+    finding resting on a source not tied to the target is opened (`k3lib.verdict.identity`)."""
+    import dataclasses
+
+    from .identity import identify, tie_records
+
+    identity = identify(records)
+    tied = tie_records(records, identity)
+    planned = set(ACCEPTANCE_AXES)
+    rows = [r for r in sheet_rows(tied, params.public_dict(), params.run.reviewer)
+            if next(i for i in ITEMS if i.id == r["id"]).axis in planned]
+    decision = decide(tied, ACCEPTANCE_AXES, build=params.recipe.build, checklist=rows or None, today=today,
+                      loosened=loosened_thresholds(params, records))
+    return dataclasses.replace(decision, identity=identity.to_dict())
+
+
+def decide_run(params: Params, store: RunStore, records: dict[str, EvidenceRecord]) -> Decision:
+    """Decide from the records alone and write `decision.json`."""
+    decision = compute_decision(params, records)
+    store.write_json("decision.json", decision.to_dict())
+    return decision

@@ -1,0 +1,126 @@
+"""The decision of a run, decided again from its evidence, and each axis judged again from its raw data: what
+`k3 verify` and `k3 sign` check before trusting `decision.json` and `evidence/*.json`.
+
+The manifest proves that no file changed since it was written, not that `decision.json` says what the evidence
+says: a decision edited by hand, with the manifest rewritten around it, verifies. So both commands read the run's
+resolved `params.json` and `evidence/*.json`, run the same pure decision the batch ran (acceptance:
+`k3lib.verdict.assemble.compute_decision`; renewal: `k3lib.renewal.review.decide_from_axes`) and name every field of
+`decision.json` that differs from it. And a finding flipped in an axis record, with the decision and the manifest
+rewritten around it, decides the same from the edited findings: so each acceptance axis is also judged again from the
+raw data it kept (`k3lib.verdict.rejudge`), and every finding it does not give is named.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any
+
+from ..core.errors import BadInputError, EvidenceError
+from ..core.store import RunStore
+
+# The fields both decide and store; the re-examination date is compared apart (it counts from the day decided).
+ACCEPTANCE_FIELDS = ("decision", "reasons", "checklist", "traffic_cap", "build", "agents_blocked",
+                     "cache_gain_counted", "loosened_thresholds", "identity")
+RENEWAL_FIELDS = ("decision", "rule", "reasons", "findings", "checklist", "condition", "routing")
+
+
+def _decided_on(stored: dict[str, Any], days: int) -> dt.date | None:
+    """The day the stored decision was taken, from its re-examination date (None when it has none)."""
+    try:
+        return dt.date.fromisoformat(str(stored["reexamine_on"])) - dt.timedelta(days=days)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def recomputed(store: RunStore, stored: dict[str, Any]) -> dict[str, Any]:
+    """The decision the run's evidence gives, as `decision.json` would hold it."""
+    from ..core.evidence import read_records
+    from ..core.plan import run_kind
+
+    records = read_records(store)
+    if run_kind(store) == "renewal":
+        from ..renewal.params import load_any_review
+        from ..renewal.records import axes_from_records, live_run
+        from ..renewal.review import decide_from_axes
+
+        rparams = load_any_review(store.path("params.json"))
+        axes, statuses = axes_from_records(records)
+        return decide_from_axes(rparams, axes, statuses, live=live_run(rparams, store)).to_dict()
+    from ..core.outcomes import REEXAMINE_AFTER_DAYS
+    from ..core.params import load_params_json
+    from .assemble import compute_decision
+
+    params = load_params_json(store.path("params.json"))
+    return compute_decision(params, records, today=_decided_on(stored, REEXAMINE_AFTER_DAYS)).to_dict()
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= 160 else text[:157] + "…"
+
+
+def decision_problems(store: RunStore) -> list[str]:
+    """One line per field of `decision.json` that the evidence does not give; [] when they agree or when the run
+    holds no decision yet. A run whose evidence cannot be decided again says so in one line."""
+    if not store.path("decision.json").is_file():
+        return []
+    stored = store.read_json("decision.json")
+    if not isinstance(stored, dict):
+        return ["decision.json: not a decision (expected a JSON object)"]
+    try:
+        fresh = recomputed(store, stored)
+    except (BadInputError, EvidenceError, OSError, ValueError, KeyError, TypeError) as exc:
+        return [f"decision.json: cannot be decided again from params.json and evidence/ "
+                f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else exc})"]
+    fields = RENEWAL_FIELDS if "rule" in fresh else ACCEPTANCE_FIELDS
+    out = []
+    for key in fields:
+        a, b = _canonical(stored.get(key)), _canonical(fresh.get(key))
+        if a != b:
+            out.append(f"decision.json: {key} is {_short(stored.get(key))} but the evidence gives {_short(fresh.get(key))}"
+                       if key in ("decision", "rule", "build", "condition") else
+                       f"decision.json: {key} differs from what the evidence gives ({_first_difference(a, b)})")
+    if bool(stored.get("reexamine_on")) != bool(fresh.get("reexamine_on")):
+        out.append(f"decision.json: reexamine_on is {_short(stored.get('reexamine_on'))} but the evidence's decision "
+                   + ("carries a re-examination date" if fresh.get("reexamine_on") else "carries none"))
+    if fields is ACCEPTANCE_FIELDS:
+        out += raw_data_problems(store, stored)
+    return out
+
+
+def raw_data_problems(store: RunStore, stored: dict[str, Any]) -> list[str]:
+    """Each acceptance axis judged again from its raw data (`k3lib.verdict.rejudge`): one line per finding that
+    differs."""
+    from ..core.evidence import read_records
+    from ..core.outcomes import REEXAMINE_AFTER_DAYS
+    from ..core.params import load_params_json
+    from .rejudge import rejudge_problems
+
+    params = load_params_json(store.path("params.json"))
+    today = _decided_on(stored, REEXAMINE_AFTER_DAYS) or _run_day(store) or dt.date.today()
+    return rejudge_problems(store, params, read_records(store), today)
+
+
+def _run_day(store: RunStore) -> dt.date | None:
+    """The day the run's operations axis finished (a decision without a re-examination date names none)."""
+    rec = store.read_json("evidence/operations.json") if store.path("evidence/operations.json").is_file() else None
+    if not isinstance(rec, dict):
+        return None
+    try:
+        return dt.datetime.fromisoformat(str(rec["finished_at"]).replace("Z", "+00:00")).date()
+    except (KeyError, ValueError):
+        return None
+
+
+def _canonical(value: Any) -> Any:
+    return json.loads(json.dumps(value, sort_keys=True, default=str))
+
+
+def _first_difference(a: Any, b: Any) -> str:
+    if isinstance(a, list) and isinstance(b, list):
+        for i, (x, y) in enumerate(zip(a, b)):
+            if x != y:
+                return f"item {i + 1}: stored {_short(x)}, evidence {_short(y)}"
+        return f"stored {len(a)} item(s), evidence {len(b)}"
+    return f"stored {_short(a)}, evidence {_short(b)}"
