@@ -371,7 +371,9 @@ def run_prefix_cache(ctx: Any) -> PrefixCacheResult:
     finally:
         http.close()
         client.close()
-    _adopt_streams(ctx.store)
+    for rel in (REQUESTS_JSONL, SAMPLES_JSONL, TOKEN_IDS_JSONL):
+        if ctx.store.path(rel).exists():
+            ctx.store.adopt(rel)
     result = PrefixCacheResult(
         samples=tuple(samples), counters=tuple(counters), cache_config=cache_config, unit=unit,
         unit_source=unit_source, isolation=p.isolation, warm_change=p.warm_change, metrics_urls=urls,
@@ -404,13 +406,6 @@ def _sized_session(client: SyncChatClient, counter: TokenCounter, sized_by: str,
         counter, sized_by = EstimateCounter(), f"estimate (/tokenize failed: {str(exc)[:200]})"
         words, pads, _ = client.run(_size_session(counter, nonce, size))
     return words, pads, counter, sized_by
-
-
-def _adopt_streams(store: Any) -> None:
-    """Put the request, sample and token-id streams written so far into the evidence manifest."""
-    for rel in (REQUESTS_JSONL, SAMPLES_JSONL, TOKEN_IDS_JSONL):
-        if store.path(rel).exists():
-            store.adopt(rel)
 
 
 def _session_prompts(nonce: str, words: int, pads: int, *, early_change: bool) -> dict[str, list[dict[str, Any]]]:
