@@ -45,6 +45,25 @@ def build_parser() -> argparse.ArgumentParser:
                                             "deployment.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
+    # one function per command group, in the order `k3 --help` lists them
+    _add_acceptance_commands(sub)
+    _add_renewal_commands(sub)
+    _add_setup_commands(sub)
+    _add_signature_commands(sub)
+    _add_operations_commands(sub)
+    _add_fleet_commands(sub)
+
+    sc = sub.add_parser("schemas", help="rewrite the JSON Schemas in schemas/ from the code (for developers)",
+                        description="Write the JSON Schemas of the evidence record, of each acceptance axis' data, "
+                                    "of each renewal result and of the paths record into the repository's schemas/ "
+                                    "folder, one line per file written. The tests fail while a committed schema "
+                                    "differs from the code.")
+    sc.set_defaults(func=cmd_schemas)
+    return parser
+
+
+def _add_acceptance_commands(sub: argparse._SubParsersAction) -> None:
+    """`validate` and `demo`: the acceptance batch against a target or the embedded emulator."""
     v = sub.add_parser("validate", help="run the acceptance batch and decide",
                        description="Run the acceptance notebooks against the target, write the evidence, the "
                                    "rendered report and decision.json. Exit 0 production, 3 limited-observation, "
@@ -77,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--no-review", action="store_true", help="run the acceptance batch only")
     d.set_defaults(func=cmd_demo)
 
+
+def _add_renewal_commands(sub: argparse._SubParsersAction) -> None:
+    """`review`, `import` and `paths`: the renewal review, the records it reads and the live path comparison."""
     r = sub.add_parser("review", help="run the three-week renewal review and decide",
                        description="Read three weeks of operation (series from Prometheus or a history file, task "
                                    "log, costs, incidents, hours), run the incident drill, and decide: exit 0 renew, "
@@ -103,6 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
     pa.add_argument("--compare", metavar="RUN", help="an earlier `k3 paths` run: flag any fixed element that changed")
     pa.set_defaults(func=cmd_paths)
 
+
+def _add_setup_commands(sub: argparse._SubParsersAction) -> None:
+    """`init`, `emulator` and `inspect`: a parameters file from a target, the emulator, what artifacts show."""
     ini = sub.add_parser("init", help="write a commented parameters file for a target, from what it shows",
                          description="Ask the server at URL what it can tell (kind, version, served models and their "
                                      "context limit, cache configuration, whether it asks for a key, a "
@@ -140,6 +165,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="print one JSON line per file, with its path and kind, instead of aligned text")
         k.set_defaults(func=cmd_inspect, inspect_kind=kind)
 
+
+def _add_signature_commands(sub: argparse._SubParsersAction) -> None:
+    """`sign` and `verify`: the reviewer's signature over a run and its check."""
     sg = sub.add_parser("sign", help="sign a run's decision as its reviewer",
                         description="Write signature.json (reviewer, time, decision, the manifest's sha256); with "
                                     "--key, also sign manifest.json with `ssh-keygen -Y sign` (manifest.json.sig), "
@@ -161,6 +189,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="ssh allowed-signers file to verify manifest.json.sig against")
     ver.set_defaults(func=cmd_verify)
 
+
+def _add_operations_commands(sub: argparse._SubParsersAction) -> None:
+    """`golive`, `compare` and `report`: what follows an accepted run."""
     gl = sub.add_parser("golive", help="write alert rules, dashboard and rollback triggers from an accepted run",
                         description="From an accepted run: Prometheus alerting rules whose thresholds come from the "
                                     "run, a Grafana dashboard and ROLLBACK.md. A threshold that cannot be derived "
@@ -192,6 +223,9 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--pdf", metavar="FILE", help="write the PDF here (inside RUN, it is listed in the manifest)")
     rp.set_defaults(func=cmd_report)
 
+
+def _add_fleet_commands(sub: argparse._SubParsersAction) -> None:
+    """`history` and `fleet`: the runs of one deployment over time, and every deployment of a fleet."""
     hi = sub.add_parser("history", help="trend page over every run under DIR; --textfile for node_exporter",
                         description="Read every run folder under DIR (acceptance and renewal), write DIR/history.html "
                                     "(decision per run, headline figures over time, drift against the accepted "
@@ -218,14 +252,6 @@ def build_parser() -> argparse.ArgumentParser:
     fl.add_argument("--list", action="store_true", help="print the deployments' names, one a line, and exit")
     fl.add_argument("--timeout", type=float, metavar="SECONDS", help="kill a deployment's validate after this long")
     fl.set_defaults(func=cmd_fleet)
-
-    sc = sub.add_parser("schemas", help="rewrite the JSON Schemas in schemas/ from the code (for developers)",
-                        description="Write the JSON Schemas of the evidence record, of each acceptance axis' data, "
-                                    "of each renewal result and of the paths record into the repository's schemas/ "
-                                    "folder, one line per file written. The tests fail while a committed schema "
-                                    "differs from the code.")
-    sc.set_defaults(func=cmd_schemas)
-    return parser
 
 
 def _emulator_arguments(e: argparse.ArgumentParser) -> None:

@@ -232,87 +232,110 @@ def _usage_chunk(rt: Runtime, req: EngineRequest, plan: ReplyPlan, created: int,
                                          stream=True)})
 
 
-async def _chat_stream(rt: Runtime, req: EngineRequest, plan: ReplyPlan, created: int, fp: str | None, model: str,
-                       include_usage: bool, faults: frozenset[str] = frozenset()):
-    v032 = rt.cfg.at_least("0.32")
+class _ChatFrames:
+    """The SSE frames of one streamed chat reply, in the chunk shapes of the configured vLLM version."""
 
-    def chunk(delta: dict | None, finish: str | None = None, first: bool = False) -> str:
+    def __init__(self, rt: Runtime, req: EngineRequest, plan: ReplyPlan, created: int, fp: str | None,
+                 model: str) -> None:
+        self.rt, self.req, self.plan, self.created, self.fp, self.model = rt, req, plan, created, fp, model
+        self.v032 = rt.cfg.at_least("0.32")
+        # Hot path (one chunk per token per stream): a pre-serialised frame with only the piece escaped per token.
+        self.head, _, self.tail = self.chunk({"\u0000": 0}).partition('{"\\u0000": 0}')
+        self.reasoning_key = "reasoning" if rt.cfg.at_least("0.12") else "reasoning_content"
+        self.both_reasoning_fields = rt.cfg.at_least("0.12") and not rt.cfg.at_least("0.16")
+        self.started: set[int] = set()
+        self.calls = list(plan.calls)
+        # vLLM 0.32's kimi_k3 parser holds a call back until its block closes, then sends it whole in one delta
+        self.whole_calls = rt.cfg.tool_call_parser == "kimi_k3"
+        self.call_at_end = {c.end: i for i, c in enumerate(self.calls)} if self.whole_calls else {}
+        self.think = {"open": False, "content": False}  # stream-history-leak: the think channel as content
+
+    def chunk(self, delta: dict | None, finish: str | None = None, first: bool = False) -> str:
         choice = {"index": 0, "delta": delta or {}, "logprobs": None, "finish_reason": finish}
         if finish is not None:
             choice["stop_reason"] = None
-        if v032 and not first:
+        if self.v032 and not first:
             choice["token_ids"] = None
-        head = {"prompt_token_ids": None, "prompt_text": None} if v032 and first else {}
-        return _sse({"id": req.request_id, "object": "chat.completion.chunk", "created": created, "model": model,
-                     **protocol.stream_fingerprint(rt.cfg, fp), "choices": [choice], **head})
+        head = {"prompt_token_ids": None, "prompt_text": None} if self.v032 and first else {}
+        return _sse({"id": self.req.request_id, "object": "chat.completion.chunk", "created": self.created,
+                     "model": self.model, **protocol.stream_fingerprint(self.rt.cfg, self.fp), "choices": [choice],
+                     **head})
 
-    # Hot path (one chunk per token per stream): a pre-serialised frame with only the piece escaped per token.
-    head, _, tail = chunk({"\u0000": 0}).partition('{"\\u0000": 0}')
+    def fast(self, key: str, piece: str) -> str:
+        return self.head + "{" + json.dumps(key) + ": " + json.dumps(piece, ensure_ascii=False) + "}" + self.tail
 
-    def fast(key: str, piece: str) -> str:
-        return head + "{" + json.dumps(key) + ": " + json.dumps(piece, ensure_ascii=False) + "}" + tail
+    def holds_whole_call(self, value: int, tok: OutToken) -> bool:
+        """Whether token `value` closes a call that the kimi_k3 parser sends whole."""
+        return self.whole_calls and tok.kind not in ("reasoning", "content") and value in self.call_at_end
 
-    yield chunk({"role": "assistant", "content": ""}, first=True)
-    reasoning_key = "reasoning" if rt.cfg.at_least("0.12") else "reasoning_content"
-    started: set[int] = set()
-    call_by_index = list(plan.calls)
-    # vLLM 0.32's kimi_k3 parser holds a call back until its block closes, then sends it whole in one delta
-    whole_calls = rt.cfg.tool_call_parser == "kimi_k3"
-    call_at_end = {c.end: i for i, c in enumerate(call_by_index)} if whole_calls else {}
-    think = {"open": False, "content": False}  # stream-history-leak: the think channel as content
-    async for batch in _run(rt, req):
+    def token(self, value: int, tok: OutToken) -> list[str]:
+        """A token's frames: reasoning and content on the hot path, tool calls as the server's parser sends them."""
+        if tok.kind == "reasoning":
+            if self.both_reasoning_fields:
+                return [self.chunk({self.reasoning_key: tok.piece, "reasoning_content": tok.piece})]
+            return [self.fast(self.reasoning_key, tok.piece)]
+        if tok.kind == "content":
+            return [self.fast("content", tok.piece)]
+        delta = self._call_delta(value, tok)
+        return [self.chunk(delta)] if delta else []
+
+    def _call_delta(self, value: int, tok: OutToken) -> dict | None:
+        if self.whole_calls:
+            i = self.call_at_end.get(value)
+            if i is None:
+                return None
+            c = self.calls[i]
+            return {"tool_calls": [{"index": i, "id": c.id, "type": "function",
+                                    "function": {"name": c.name, "arguments": c.arguments}}]}
+        if tok.kind == "call" and tok.call not in self.started and tok.call < len(self.calls):
+            self.started.add(tok.call)
+            c = self.calls[tok.call]
+            return {"tool_calls": [{"index": tok.call, "id": c.id, "type": "function",
+                                    "function": {"name": c.name, "arguments": ""}}]}
+        if tok.kind == "args" and tok.call in self.started:
+            return {"tool_calls": [{"index": tok.call, "function": {"arguments": tok.piece}}]}
+        return None
+
+    def finish(self, value: str, include_usage: bool) -> list[str]:
+        """The stream's end: the finish chunk (after any channel left open) and the usage, or the engine's error."""
+        if value == "error":
+            return [_sse(protocol.error_body(self.rt.cfg, 500, protocol.DEAD_ENGINE_MESSAGE)), "data: [DONE]\n\n"]
         out = []
+        if self.think["open"]:
+            out.append(self.fast("content", "<|close|>think<|sep|>"))
+        if self.think["content"] and "channel-leak" in self.plan.marks:
+            out.append(self.fast("content", "<|close|>message<|sep|>"))  # a missed channel terminator
+        done = assemble(self.plan, self.req.num_output)
+        out.append(self.chunk({}, protocol.finish_reason(value, bool(done.calls), self.plan.named_choice)))
+        if include_usage:
+            out.append(_usage_chunk(self.rt, self.req, self.plan, self.created, self.model, self.fp))
+        out.append("data: [DONE]\n\n")
+        return out
+
+
+async def _chat_stream(rt: Runtime, req: EngineRequest, plan: ReplyPlan, created: int, fp: str | None, model: str,
+                       include_usage: bool, faults: frozenset[str] = frozenset()):
+    frames = _ChatFrames(rt, req, plan, created, fp, model)
+    yield frames.chunk({"role": "assistant", "content": ""}, first=True)
+    async for batch in _run(rt, req):
+        out: list[str] = []
         for kind, value in batch:
-            if kind == "token":
-                tok = plan.tokens[value - 1]
-                delta = None
-                frames, consumed = _fault_frames(tok, faults, think, fast)
-                out += frames
-                if consumed:
-                    continue
-                if tok.kind == "reasoning":
-                    delta = {reasoning_key: tok.piece}
-                    if rt.cfg.at_least("0.12") and not rt.cfg.at_least("0.16"):
-                        delta["reasoning_content"] = tok.piece
-                    else:
-                        out.append(fast(reasoning_key, tok.piece))
-                        continue
-                elif tok.kind == "content":
-                    out.append(fast("content", tok.piece))
-                    continue
-                elif whole_calls:
-                    if value in call_at_end:
-                        if "args-stall" in faults:
-                            # the arguments do not stream: the call comes whole after a long silence
-                            if out:
-                                yield "".join(out)
-                                out = []
-                            await asyncio.sleep((rt.faults.value("args-stall") or 0.0) * rt.cfg.time_scale)
-                        c = call_by_index[call_at_end[value]]
-                        delta = {"tool_calls": [{"index": call_at_end[value], "id": c.id, "type": "function",
-                                                 "function": {"name": c.name, "arguments": c.arguments}}]}
-                elif tok.kind == "call" and tok.call not in started and tok.call < len(call_by_index):
-                    started.add(tok.call)
-                    c = call_by_index[tok.call]
-                    delta = {"tool_calls": [{"index": tok.call, "id": c.id, "type": "function",
-                                             "function": {"name": c.name, "arguments": ""}}]}
-                elif tok.kind == "args" and tok.call in started:
-                    delta = {"tool_calls": [{"index": tok.call, "function": {"arguments": tok.piece}}]}
-                if delta:
-                    out.append(chunk(delta))
-            elif kind == "finish":
-                if value == "error":
-                    out.append(_sse(protocol.error_body(rt.cfg, 500, protocol.DEAD_ENGINE_MESSAGE)))
-                else:
-                    if think["open"]:
-                        out.append(fast("content", "<|close|>think<|sep|>"))
-                    if think["content"] and "channel-leak" in plan.marks:
-                        out.append(fast("content", "<|close|>message<|sep|>"))  # a missed channel terminator
-                    done = assemble(plan, req.num_output)
-                    out.append(chunk({}, protocol.finish_reason(value, bool(done.calls), plan.named_choice)))
-                    if include_usage:
-                        out.append(_usage_chunk(rt, req, plan, created, model, fp))
-                out.append("data: [DONE]\n\n")
+            if kind == "finish":
+                out += frames.finish(value, include_usage)
+            if kind != "token":
+                continue
+            tok = plan.tokens[value - 1]
+            fault, consumed = _fault_frames(tok, faults, frames.think, frames.fast)
+            out += fault
+            if consumed:
+                continue
+            if "args-stall" in faults and frames.holds_whole_call(value, tok):
+                # the arguments do not stream: the call comes whole after a long silence
+                if out:
+                    yield "".join(out)
+                    out = []
+                await asyncio.sleep((rt.faults.value("args-stall") or 0.0) * rt.cfg.time_scale)
+            out += frames.token(value, tok)
         if out:
             yield "".join(out)
 

@@ -52,6 +52,18 @@ class ServerMetrics:
         self.model = cfg.served_model_name
         labels = ["model_name", "engine"]
         self.old_names = v < (0, 12)   # deprecated aliases exported (0.10) or hidden-but-listed (0.11)
+        self._add_scheduler_gauges(r, labels, v)
+        self._add_cache_and_draft_counters(r, labels)
+        self._add_token_and_request_counters(r, labels, v)
+        self._add_histograms(r, labels, v)
+        self._precreate_series(r, num_gpu_blocks, kv_cache_size_tokens, max_concurrency, per_engine)
+        # the per-token series, looked up once: `labels()` on every token of 256 streams was engine-step lag
+        self._token_series = {i: tuple(h.labels(self.model, e) for h in (self.itl, self.tpot_old) if h is not None)
+                              for i, e in enumerate(self._labels)}
+
+    # -- the families, one group each, created in the order they are exposed -------------------------
+    def _add_scheduler_gauges(self, r: CollectorRegistry, labels: list[str], v: tuple[int, ...]) -> None:
+        """Running and waiting requests and KV-cache usage (with the 0.10–0.11 `gpu_` alias)."""
         self.running = Gauge("vllm:num_requests_running", "Number of requests in model execution batches.",
                              labels, registry=r)
         self.waiting = Gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
@@ -64,6 +76,10 @@ class ServerMetrics:
         self.gpu_usage = (Gauge("vllm:gpu_cache_usage_perc",
                                 "GPU KV-cache usage. 1 means 100 percent usage.", labels, registry=r)
                           if self.old_names else None)
+
+    def _add_cache_and_draft_counters(self, r: CollectorRegistry, labels: list[str]) -> None:
+        """Prefix-cache queries and hits (a hybrid's retention misses, the 0.10–0.11 `gpu_` aliases) and the
+        speculative decoder's drafts."""
         self.queries = Counter("vllm:prefix_cache_queries",
                                "Prefix cache queries, in terms of number of queried tokens.", labels, registry=r)
         self.hits = Counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
@@ -72,16 +88,16 @@ class ServerMetrics:
         self.sparse_misses = (Counter("vllm:prefix_cache_sparse_retention_misses",
                                       "Prefix cache tokens matched but not reused: no recurrent-state checkpoint "
                                       "inside the shared prefix.", labels, registry=r)
-                              if cfg.hybrid_retention else None)
+                              if self.cfg.hybrid_retention else None)
         # speculative decoding (DSpark for Kimi K3): one draft of `speculative_tokens` per decode step, a share of
         # its tokens accepted (dspark-low-accept: almost none)
         self.spec = None
-        if cfg.speculative_tokens:
+        if self.cfg.speculative_tokens:
             self.spec = tuple(Counter(n, h, labels, registry=r) for n, h in (
                 ("vllm:spec_decode_num_drafts", "Number of spec decoding drafts."),
                 ("vllm:spec_decode_num_draft_tokens", "Number of draft tokens."),
                 ("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.")))
-        self.spec_acceptance = 0.02 if "dspark-low-accept" in cfg.fault_set() else cfg.spec_acceptance
+        self.spec_acceptance = 0.02 if "dspark-low-accept" in self.cfg.fault_set() else self.cfg.spec_acceptance
         self.gpu_queries = self.gpu_hits = None
         if self.old_names:
             self.gpu_queries = Counter("vllm:gpu_prefix_cache_queries",
@@ -89,6 +105,10 @@ class ServerMetrics:
                                        registry=r)
             self.gpu_hits = Counter("vllm:gpu_prefix_cache_hits",
                                     "GPU prefix cache hits, in terms of number of cached tokens.", labels, registry=r)
+
+    def _add_token_and_request_counters(self, r: CollectorRegistry, labels: list[str], v: tuple[int, ...]) -> None:
+        """Tokens, preemptions, finished requests by reason, admission rejections, the tool parser's invocations,
+        the counters exported at zero and the sleep state."""
         self.preemptions = Counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.",
                                    labels, registry=r)
         self.prompt_tokens = Counter("vllm:prompt_tokens", "Number of prefill tokens processed.", labels, registry=r)
@@ -113,7 +133,7 @@ class ServerMetrics:
         self.tool_parser_calls = (Counter("vllm:tool_call_parser_invocations",
                                           "Number of tool call parser invocations.",
                                           ["mode", "model_name", "outcome", "request_type"], registry=r)
-                                  if v >= (0, 32) and cfg.tool_call_parser else None)
+                                  if v >= (0, 32) and self.cfg.tool_call_parser else None)
         # exported whether or not the feature is in use (a real 0.32.0 text-only server shows them all at zero)
         self.zero_counters = [Counter(name, help_, labels, registry=r) for name, help_, since in (
             ("vllm:external_prefix_cache_queries", "External prefix cache queries, in tokens.", (0, 12)),
@@ -127,12 +147,14 @@ class ServerMetrics:
         self.sleep_state = (Gauge("vllm:engine_sleep_state", "Engine sleep state; awake = 1 when not sleeping.",
                                   labels + ["sleep_state"], registry=r) if v >= (0, 12) else None)
 
+    def _add_histograms(self, r: CollectorRegistry, labels: list[str], v: tuple[int, ...]) -> None:
+        """Per-request and per-step histograms, each where the version exports it."""
         def hist(name: str, help_: str, buckets, since: tuple = (0,), until: tuple | None = None):
             if v < since or (until is not None and v >= until):
                 return None
             return Histogram(name, help_, labels, buckets=buckets, registry=r)
 
-        tok_buckets = buckets_1_2_5(cfg.max_model_len)
+        tok_buckets = buckets_1_2_5(self.cfg.max_model_len)
         self.iteration = hist("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.",
                               _ITERATION_BUCKETS)
         self.req_prompt = hist("vllm:request_prompt_tokens", "Number of prefill tokens processed.", tok_buckets)
@@ -165,6 +187,11 @@ class ServerMetrics:
                             "Histogram of time spent in PREFILL phase for request.", _LATENCY_BUCKETS)
         self.decode = hist("vllm:request_decode_time_seconds",
                            "Histogram of time spent in DECODE phase for request.", _LATENCY_BUCKETS)
+
+    def _precreate_series(self, r: CollectorRegistry, num_gpu_blocks: int, kv_cache_size_tokens: int,
+                          max_concurrency: float, per_engine: list[tuple[int, int, bool]] | None) -> None:
+        """The cache configuration per engine, and every labelled series at zero."""
+        cfg = self.cfg
         info = cache_config_labels(cfg, num_gpu_blocks, kv_cache_size_tokens, max_concurrency)
         self.cache_info = Gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
                                 list(info) + ["engine"], registry=r)
@@ -204,9 +231,6 @@ class ServerMetrics:
                 for outcome in ("tool_call", "no_tool_call"):
                     for kind in ("chat_completions", "responses", "other"):
                         self.tool_parser_calls.labels(mode, self.model, outcome, kind)
-        # the per-token series, looked up once: `labels()` on every token of 256 streams was engine-step lag
-        self._token_series = {i: tuple(h.labels(self.model, e) for h in (self.itl, self.tpot_old) if h is not None)
-                              for i, e in enumerate(self._labels)}
 
     def _histograms(self):
         return [h for h in (self.iteration, self.req_prompt, self.req_gen, self.req_max_gen, self.req_n,

@@ -64,39 +64,83 @@ def _chat_prompt_tokens(messages: Any) -> int:
 def build_known_timing_app(config: KnownTimingConfig) -> Any:
     """The Starlette app. Imported lazily so nothing heavy happens at `import k3lib.io.knowntiming`."""
     from starlette.applications import Starlette
-    from starlette.requests import Request
-    from starlette.responses import JSONResponse, Response
-    from starlette.routing import Route
+    from starlette.responses import JSONResponse
 
-    def sse(obj: Any) -> bytes:
-        return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+    chat = _ChatRoute(config, JSONResponse)
+    rest = Starlette(routes=_rest_routes(config))
 
-    base = {"id": "chatcmpl-known", "model": config.model, "system_fingerprint": "known-timing-1"}
-    tpc = config.tokens_per_chunk
-    # one content event, split around its send stamp: the server's cost per event is what bounds how late a
-    # burst of streams gets its chunks, so each is two joins and one integer, no JSON encoder
-    stamped = sse({**base, "object": "chat.completion.chunk", "k3_sent_ns": 0,
-                   "choices": [{"index": 0, "delta": {"content": "\x00"}}]})
-    head, remainder = stamped.split(b'"k3_sent_ns":0', 1)
-    head += b'"k3_sent_ns":'
-    middle, tail = remainder.split(b"\\u0000", 1)
-    burst = b"".join(sse({**base, "object": "chat.completion.chunk", "choices": [
-        {"index": 0, "delta": {"content": " w0 w1"[: 3 * tpc]}}]}) for _ in range(config.events_per_write))
-    role = sse({**base, "object": "chat.completion.chunk",
-                "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
-    finish = sse({**base, "object": "chat.completion.chunk",
-                  "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
-    sse_headers = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        # the chat route ahead of the router and its middleware: a burst of requests queues behind every
+        # handler's start on the server's one loop, so what each costs is what the last one waits
+        if scope["type"] == "http" and scope["path"] == "/v1/chat/completions" and scope["method"] == "POST":
+            await chat(scope, receive, send)
+        else:
+            await rest(scope, receive, send)
 
-    async def sleep_until(target_ns: int) -> None:
-        # again while early: a loop's timers may wake up to a millisecond before their time (libuv's resolution),
-        # and a chunk sent before its schedule would hide the client's own delay
-        while (delay := (target_ns - time.perf_counter_ns()) / 1e9) > 0:
-            await asyncio.sleep(delay)
+    return app
 
-    async def chat(scope: Any, receive: Any, send: Any) -> None:
-        """The chat route as a bare ASGI app: each event goes straight to the server's `send`, without a
-        streaming response's task group in between."""
+
+def _sse(obj: Any) -> bytes:
+    return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+
+async def _sleep_until(target_ns: int) -> None:
+    # again while early: a loop's timers may wake up to a millisecond before their time (libuv's resolution),
+    # and a chunk sent before its schedule would hide the client's own delay
+    while (delay := (target_ns - time.perf_counter_ns()) / 1e9) > 0:
+        await asyncio.sleep(delay)
+
+
+async def _read_body(receive: Any) -> bytes:
+    raw = bytearray()
+    while True:
+        message = await receive()
+        raw += message.get("body", b"")
+        if not message.get("more_body"):
+            return bytes(raw)
+
+
+@dataclass(frozen=True)
+class _Schedule:
+    """One reply's schedule: the server's, or the request's `k3_*` overrides."""
+
+    ttft_ns: int
+    itl_ns: int
+    chunks: int
+    stall_s: float
+
+    @classmethod
+    def of(cls, body: dict[str, Any], config: KnownTimingConfig) -> _Schedule:
+        return cls(ttft_ns=int(float(body.get("k3_ttft_ms", config.ttft_ms)) * 1e6),
+                   itl_ns=int(float(body.get("k3_itl_ms", config.itl_ms)) * 1e6),
+                   chunks=int(body.get("k3_chunks", config.chunks)), stall_s=float(body.get("k3_stall_s", 0.0)))
+
+
+class _ChatRoute:
+    """The chat route as a bare ASGI app: each event goes straight to the server's `send`, without a streaming
+    response's task group in between."""
+
+    def __init__(self, config: KnownTimingConfig, json_response: Any) -> None:
+        self.config = config
+        self.json_response = json_response
+        self.base = {"id": "chatcmpl-known", "model": config.model, "system_fingerprint": "known-timing-1"}
+        self.tpc = tpc = config.tokens_per_chunk
+        # one content event, split around its send stamp: the server's cost per event is what bounds how late a
+        # burst of streams gets its chunks, so each is two joins and one integer, no JSON encoder
+        stamped = _sse({**self.base, "object": "chat.completion.chunk", "k3_sent_ns": 0,
+                        "choices": [{"index": 0, "delta": {"content": "\x00"}}]})
+        head, remainder = stamped.split(b'"k3_sent_ns":0', 1)
+        self.head = head + b'"k3_sent_ns":'
+        self.middle, self.tail = remainder.split(b"\\u0000", 1)
+        self.burst = b"".join(_sse({**self.base, "object": "chat.completion.chunk", "choices": [
+            {"index": 0, "delta": {"content": " w0 w1"[: 3 * tpc]}}]}) for _ in range(config.events_per_write))
+        self.role = _sse({**self.base, "object": "chat.completion.chunk",
+                          "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
+        self.finish = _sse({**self.base, "object": "chat.completion.chunk",
+                            "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+        self.sse_headers = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         # the schedule runs from the request's arrival (see `_arrival_stamped_protocol`), not from when this
         # handler got its turn: a burst of requests waits behind the others' handlers on the server's one loop,
         # and that wait is the instrument's own, not the client's timing error
@@ -105,64 +149,72 @@ def build_known_timing_app(config: KnownTimingConfig) -> Any:
         # sending at once) otherwise starts all its handlers in one iteration, and the arrivals still in the socket
         # buffers behind it are stamped only once that long iteration ends, late by all of it
         await loop_turns().turn()
-        raw = bytearray()
-        while True:
-            message = await receive()
-            raw += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        raw = await _read_body(receive)
         try:
             body = json.loads(raw)
         except ValueError:
-            await JSONResponse({"object": "error", "message": "body is not JSON", "type": "BadRequestError",
-                                "code": 400}, status_code=400)(scope, receive, send)
+            await self.json_response({"object": "error", "message": "body is not JSON", "type": "BadRequestError",
+                                      "code": 400}, status_code=400)(scope, receive, send)
             return
-        ttft_ns = int(float(body.get("k3_ttft_ms", config.ttft_ms)) * 1e6)
-        itl_ns = int(float(body.get("k3_itl_ms", config.itl_ms)) * 1e6)
-        chunks = int(body.get("k3_chunks", config.chunks))
-        stall_s = float(body.get("k3_stall_s", 0.0))
+        plan = _Schedule.of(body, self.config)
         prompt_tokens = _chat_prompt_tokens(body.get("messages"))
-        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": chunks * tpc,
-                 "total_tokens": prompt_tokens + chunks * tpc, "prompt_tokens_details": {"cached_tokens": 0}}
-
+        out_tokens = plan.chunks * self.tpc
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": out_tokens,
+                 "total_tokens": prompt_tokens + out_tokens, "prompt_tokens_details": {"cached_tokens": 0}}
         if not body.get("stream"):
-            await sleep_until(t0 + ttft_ns + max(0, chunks - 1) * itl_ns)
-            if stall_s:
-                await asyncio.sleep(stall_s)
-            text = " ".join(f"w{i}" for i in range(chunks * tpc))
-            await JSONResponse({**base, "object": "chat.completion", "usage": usage, "choices": [
+            await _sleep_until(t0 + plan.ttft_ns + max(0, plan.chunks - 1) * plan.itl_ns)
+            if plan.stall_s:
+                await asyncio.sleep(plan.stall_s)
+            text = " ".join(f"w{i}" for i in range(out_tokens))
+            await self.json_response({**self.base, "object": "chat.completion", "usage": usage, "choices": [
                 {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}]}
             )(scope, receive, send)
             return
+        await self._stream(plan, t0, send)
+        if (body.get("stream_options") or {}).get("include_usage"):
+            await send({"type": "http.response.body", "more_body": True,
+                        "body": _sse({**self.base, "object": "chat.completion.chunk", "choices": [], "usage": usage})})
+        await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
 
-        await send({"type": "http.response.start", "status": 200, "headers": sse_headers})
+    async def _stream(self, plan: _Schedule, t0: int, send: Any) -> None:
+        """The streamed reply on its schedule, up to its finish event."""
+        events_per_write = self.config.events_per_write
+        await send({"type": "http.response.start", "status": 200, "headers": self.sse_headers})
         # the role event goes out with the first output, as vLLM's stream sends it once the first token exists
-        lead = role
+        lead = self.role
         k = 0
-        while k < chunks:
-            await sleep_until(t0 + ttft_ns + k * itl_ns)
-            n = min(config.events_per_write, chunks - k)
-            if itl_ns == 0 and n == config.events_per_write > 1:
+        while k < plan.chunks:
+            await _sleep_until(t0 + plan.ttft_ns + k * plan.itl_ns)
+            n = min(events_per_write, plan.chunks - k)
+            if plan.itl_ns == 0 and n == events_per_write > 1:
                 # throughput mode: one pre-serialized block, so the server's cost per event stays far
                 # below the client's and the client is what gets measured
-                block = burst
+                block = self.burst
             else:
-                parts: list[bytes] = []
-                for j in range(k, k + n):
-                    words = "".join(f" w{j * tpc + i}" for i in range(tpc)).encode()
-                    parts += (head, b"%d" % time.perf_counter_ns(), middle, words, tail)
-                block = b"".join(parts)
+                block = self._stamped(k, n)
             if lead:
                 block, lead = lead + block, b""
             await send({"type": "http.response.body", "body": block, "more_body": True})
             k += n
-            if stall_s and k == 1:
-                await asyncio.sleep(stall_s)
-        await send({"type": "http.response.body", "body": lead + finish, "more_body": True})
-        if (body.get("stream_options") or {}).get("include_usage"):
-            await send({"type": "http.response.body", "more_body": True,
-                        "body": sse({**base, "object": "chat.completion.chunk", "choices": [], "usage": usage})})
-        await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
+            if plan.stall_s and k == 1:
+                await asyncio.sleep(plan.stall_s)
+        await send({"type": "http.response.body", "body": lead + self.finish, "more_body": True})
+
+    def _stamped(self, k: int, n: int) -> bytes:
+        """Content events k … k+n-1, each stamped with the `perf_counter_ns` it is built at."""
+        tpc, head, middle, tail = self.tpc, self.head, self.middle, self.tail
+        parts: list[bytes] = []
+        for j in range(k, k + n):
+            words = "".join(f" w{j * tpc + i}" for i in range(tpc)).encode()
+            parts += (head, b"%d" % time.perf_counter_ns(), middle, words, tail)
+        return b"".join(parts)
+
+
+def _rest_routes(config: KnownTimingConfig) -> list[Any]:
+    """Everything but the chat route: /tokenize (the toy tokenizer), /v1/models, /health, /version."""
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Route
 
     async def tokenize(request: Request) -> Response:
         body = await request.json()
@@ -184,22 +236,8 @@ def build_known_timing_app(config: KnownTimingConfig) -> Any:
     async def version(request: Request) -> Response:
         return JSONResponse({"version": "known-timing"})
 
-    rest = Starlette(routes=[
-        Route("/tokenize", tokenize, methods=["POST"]),
-        Route("/v1/models", models),
-        Route("/health", health),
-        Route("/version", version),
-    ])
-
-    async def app(scope: Any, receive: Any, send: Any) -> None:
-        # the chat route ahead of the router and its middleware: a burst of requests queues behind every
-        # handler's start on the server's one loop, so what each costs is what the last one waits
-        if scope["type"] == "http" and scope["path"] == "/v1/chat/completions" and scope["method"] == "POST":
-            await chat(scope, receive, send)
-        else:
-            await rest(scope, receive, send)
-
-    return app
+    return [Route("/tokenize", tokenize, methods=["POST"]), Route("/v1/models", models), Route("/health", health),
+            Route("/version", version)]
 
 
 def _bind_loopback() -> socket.socket:

@@ -98,27 +98,8 @@ class _InFlight(threading.Thread):
                     self.first_chunk.set()
                     return
                 for payload in sse_payloads(r.iter_lines()):
-                    data = payload.strip()
-                    if data == "[DONE]":
-                        if self.outcome == "hanging":
-                            self.outcome = "cut"
-                            self.detail = "[DONE] without a finish_reason"
+                    if self._take(payload.strip()):
                         return
-                    try:
-                        event = json.loads(data)
-                    except ValueError:
-                        self.outcome, self.detail = "cut", f"unreadable event {data[:60]!r}"
-                        return
-                    if "error" in event or event.get("object") == "error":
-                        err = event.get("error", event)
-                        self.outcome = "error"
-                        self.detail = f"error event: {err.get('message', err) if isinstance(err, dict) else err}"
-                        continue
-                    self.chunks += 1
-                    self.first_chunk.set()
-                    for ch in event.get("choices") or []:
-                        if ch.get("finish_reason"):
-                            self.outcome, self.detail = "finished", f"finish_reason {ch['finish_reason']}"
             if self.outcome == "hanging":
                 self.outcome, self.detail = "cut", "stream closed without [DONE] or an error"
         except httpx.TimeoutException:
@@ -127,6 +108,30 @@ class _InFlight(threading.Thread):
             self.outcome, self.detail = "cut", f"connection dropped ({type(exc).__name__})"
         finally:
             self.first_chunk.set()
+
+    def _take(self, data: str) -> bool:
+        """Read one SSE payload into the outcome; whether the stream is over ([DONE], or an unreadable event)."""
+        if data == "[DONE]":
+            if self.outcome == "hanging":
+                self.outcome = "cut"
+                self.detail = "[DONE] without a finish_reason"
+            return True
+        try:
+            event = json.loads(data)
+        except ValueError:
+            self.outcome, self.detail = "cut", f"unreadable event {data[:60]!r}"
+            return True
+        if "error" in event or event.get("object") == "error":
+            err = event.get("error", event)
+            self.outcome = "error"
+            self.detail = f"error event: {err.get('message', err) if isinstance(err, dict) else err}"
+            return False
+        self.chunks += 1
+        self.first_chunk.set()
+        for ch in event.get("choices") or []:
+            if ch.get("finish_reason"):
+                self.outcome, self.detail = "finished", f"finish_reason {ch['finish_reason']}"
+        return False
 
 
 def _failover(client: httpx.Client, api_base_url: str | None, bodies: list[dict[str, Any]], headers: dict[str, str],

@@ -176,13 +176,7 @@ def read_history(path: str | Path, names: Iterable[str] | None = None
                 ts = stamp
             else:
                 name, key = known
-                try:
-                    value, ts = _number(rest[0]), _number(rest[1])
-                    if len(rest) > 2 or not math.isfinite(ts):
-                        raise ValueError(rest[1])
-                except ValueError:
-                    raise ArtifactError(f"line {line_no}: expected a number and a Unix timestamp in seconds, got "
-                                        f"{' '.join(rest[:3])!r}", source=source) from None
+                value, ts = _value_and_time(rest, line_no, source)
             if ts > 1e11:
                 # promtool accepts milliseconds silently and writes blocks in the year 58877
                 raise ArtifactError(f"line {line_no}: timestamp {rest[1]} looks like milliseconds; OpenMetrics "
@@ -196,6 +190,18 @@ def read_history(path: str | Path, names: Iterable[str] | None = None
     if not seen_sample:
         raise ArtifactError("no samples; expected OpenMetrics text with timestamps", source=source)
     return out
+
+
+def _value_and_time(rest: list[str], line_no: int, source: str) -> tuple[float, float]:
+    """The value and Unix-seconds timestamp after a series' head already read (the fast path of `read_history`)."""
+    try:
+        value, ts = _number(rest[0]), _number(rest[1])
+        if len(rest) > 2 or not math.isfinite(ts):
+            raise ValueError(rest[1])
+    except ValueError:
+        raise ArtifactError(f"line {line_no}: expected a number and a Unix timestamp in seconds, got "
+                            f"{' '.join(rest[:3])!r}", source=source) from None
+    return value, ts
 
 
 def evaluate_on_grid(points: list[tuple[float, float]], grid: Grid, how: str = "mean") -> tuple[float, ...]:

@@ -33,27 +33,62 @@ AGENTS_BLOCKED = {"category": "tool-calls", "blocks": "agents"}
 
 def iter_findings(result: AgentResult) -> list[Finding]:
     """The axis's findings: server flags, each check's pass rate per level, budgets hit, cases skipped, context."""
-    out: list[Finding] = []
-    threshold = float(result.settings.get("min_pass_rate", DEFAULT_MIN_PASS_RATE))
+    out: list[Finding] = [_tool_choice_finding(result)]
+    out.extend(_check_findings(result))
+    out.extend(_budget_findings(result))
+    out.extend(Finding(rule="agent.case_skipped", status="info", message=f"{sk['case']}: {sk['reason']}")
+               for sk in result.skipped)
+    fields = Counter(s["parsed"].get("reasoning_field") for s in result.steps
+                     if s["reply"].get("ok") and s["parsed"].get("reasoning_field"))
+    if fields:
+        out.append(Finding(rule="agent.reasoning_field", status="info",
+                           message="reasoning came back as " + ", ".join(f"`{k}` ×{v}" for k, v in fields.items())
+                                   + "; it was sent back under the same name in later turns",
+                           observed=dict(fields)))
+    rate = failure_rate_finding(result.turns, result.settings)
+    if rate is not None:
+        out.append(rate)
+    if result.series.get("stopped_by"):
+        sr = result.series
+        out.append(Finding(rule="agent.budget", status="warn", observed=sr,
+                           message=f"tool-turn series: {sr['stopped_by']} reached after {sr.get('requests')} requests, "
+                                   f"{sr.get('completed')} of {sr.get('planned')} turns complete"))
+    out.extend(contract_findings(result.contract, result.settings))
+    out.extend(serving_findings(result))
+    growth = _context_growth(result)
+    if growth:
+        out.append(Finding(rule="agent.context_growth", status="info",
+                           message=f"the long exchange reached {growth['max_prompt_tokens']} prompt tokens "
+                                   f"(target {growth['target_tokens']}, context limit {growth['context_limit']})",
+                           observed=growth))
+    return out
+
+
+def _tool_choice_finding(result: AgentResult) -> Finding:
+    """Whether the server takes tools at all: its refusals name the missing flags, else the answered tool requests."""
     refusals = result.environment_refusals()
     if refusals:
         what = {"auto-tool-choice": "auto tool choice not enabled on the server",
                 "tool-parser": "no tool-call parser configured on the server"}
         names = sorted(refusals)
-        out.append(Finding(
+        return Finding(
             rule="agent.auto_tool_choice", status="fail",
             message="; ".join(what[n] for n in names) + " — restart vLLM with --enable-auto-tool-choice "
                     "--tool-call-parser <parser> (Kimi K3: kimi_k3); agents cannot be accepted until then",
             observed={n: refusals[n] for n in names},
             expected="--enable-auto-tool-choice and --tool-call-parser set",
-            evidence={**ENVIRONMENT, "server_text": C.AUTO_TOOL_CHOICE_TEXT}))
-    else:
-        tooled = sum(1 for s in result.steps if s.get("tools") and s["reply"].get("ok"))
-        out.append(Finding(rule="agent.auto_tool_choice", status="pass" if tooled else "not-observable",
-                           message=(f"the server accepted {tooled} requests offering tools with tool_choice "
-                                    f"{_choices(result)}" if tooled else "no request offering tools was answered"),
-                           observed=tooled))
+            evidence={**ENVIRONMENT, "server_text": C.AUTO_TOOL_CHOICE_TEXT})
+    tooled = sum(1 for s in result.steps if s.get("tools") and s["reply"].get("ok"))
+    return Finding(rule="agent.auto_tool_choice", status="pass" if tooled else "not-observable",
+                   message=(f"the server accepted {tooled} requests offering tools with tool_choice "
+                            f"{_choices(result)}" if tooled else "no request offering tools was answered"),
+                   observed=tooled)
 
+
+def _check_findings(result: AgentResult) -> list[Finding]:
+    """One finding per check: its pass rate at every concurrency level against the settings' threshold."""
+    out: list[Finding] = []
+    threshold = float(result.settings.get("min_pass_rate", DEFAULT_MIN_PASS_RATE))
     rows = result.rate_rows()
     for check, description in C.CHECKS.items():
         mine = [r for r in rows if r.check == check]
@@ -80,40 +115,16 @@ def iter_findings(result: AgentResult) -> list[Finding]:
         else:
             out.append(Finding(rule=f"agent.{check}", status="pass", message=f"{description} ({rates_txt})",
                                observed=observed))
-
-    for lv in result.levels:
-        if lv.get("stopped_by"):
-            out.append(Finding(
-                rule="agent.budget", status="warn",
-                message=f"concurrency {lv['level']}: {lv['stopped_by']} reached after {lv['requests']} requests, "
-                        f"{lv['repetitions_completed']} of {lv['repetitions_planned']} repetitions complete",
-                observed=lv))
-    for sk in result.skipped:
-        out.append(Finding(rule="agent.case_skipped", status="info", message=f"{sk['case']}: {sk['reason']}"))
-    fields = Counter(s["parsed"].get("reasoning_field") for s in result.steps
-                     if s["reply"].get("ok") and s["parsed"].get("reasoning_field"))
-    if fields:
-        out.append(Finding(rule="agent.reasoning_field", status="info",
-                           message="reasoning came back as " + ", ".join(f"`{k}` ×{v}" for k, v in fields.items())
-                                   + "; it was sent back under the same name in later turns",
-                           observed=dict(fields)))
-    rate = failure_rate_finding(result.turns, result.settings)
-    if rate is not None:
-        out.append(rate)
-    if result.series.get("stopped_by"):
-        sr = result.series
-        out.append(Finding(rule="agent.budget", status="warn", observed=sr,
-                           message=f"tool-turn series: {sr['stopped_by']} reached after {sr.get('requests')} requests, "
-                                   f"{sr.get('completed')} of {sr.get('planned')} turns complete"))
-    out.extend(contract_findings(result.contract, result.settings))
-    out.extend(serving_findings(result))
-    growth = _context_growth(result)
-    if growth:
-        out.append(Finding(rule="agent.context_growth", status="info",
-                           message=f"the long exchange reached {growth['max_prompt_tokens']} prompt tokens "
-                                   f"(target {growth['target_tokens']}, context limit {growth['context_limit']})",
-                           observed=growth))
     return out
+
+
+def _budget_findings(result: AgentResult) -> list[Finding]:
+    """A warning for every concurrency level a budget stopped before its repetitions were done."""
+    return [Finding(
+        rule="agent.budget", status="warn",
+        message=f"concurrency {lv['level']}: {lv['stopped_by']} reached after {lv['requests']} requests, "
+                f"{lv['repetitions_completed']} of {lv['repetitions_planned']} repetitions complete",
+        observed=lv) for lv in result.levels if lv.get("stopped_by")]
 
 
 def _choices(result: AgentResult) -> str:

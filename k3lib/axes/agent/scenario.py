@@ -11,7 +11,7 @@ import asyncio
 import dataclasses
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 from ...core import progress
 from ...io.chatstream import ToolCall
@@ -278,7 +278,6 @@ class ScenarioRunner:
                     offered: list[str], schemas: Mapping[str, Any], tools_body: list[dict[str, Any]],
                     budget: RequestBudget, seq: list[int], growth: dict[str, int],
                     kept: list[tuple[dict[str, Any], dict[str, Any]]]) -> None:
-        sample = self.sample
         error_pending = turn.tool_error is not None
         after_error = False
         retries = 0
@@ -294,41 +293,28 @@ class ScenarioRunner:
                               ("initial" if rnd == 0 else "after-tool"), body, turn, schemas, rec, seq)
             outcomes: list[C.Outcome] = [C.check_history(kept, self.s.history)] if kept else []
             if rec.cancelled:
-                step["decision"] = f"stop: the level's budget ({budget.stopped_by or 'deadline'}) ended the request"
-                self._emit(step, outcomes)
-                raise _Stop(budget=True)
+                self._stop(step, outcomes, f"stop: the level's budget ({budget.stopped_by or 'deadline'}) ended the "
+                                           "request", budget=True)
             env = C.environment_refusal(rec.http_status, rec.error)
             if env is None:  # a refusal for missing server flags is the environment finding, not a failed request
                 outcomes.append(C.check_request(rec.ok, rec.http_status, rec.error))
             if not rec.ok:
                 step["environment"] = env
-                step["decision"] = ("stop case: the server refuses tool calls (" + env + " flags missing)" if env
-                                    else f"stop case: request failed ({(rec.error or '')[:120]})")
-                self._emit(step, outcomes)
-                raise _Stop()
+                self._stop(step, outcomes, "stop case: the server refuses tool calls (" + env + " flags missing)"
+                           if env else f"stop case: request failed ({(rec.error or '')[:120]})")
             if rec.prompt_tokens is not None:
                 growth["context"] = rec.prompt_tokens + (rec.completion_tokens or 0)
-            parsed = step["parsed"]
-            calls = [ToolCall.from_dict(c) for c in parsed["tool_calls"]]
-            leaked = parsed["leaked_markup"]
-            if rnd == 0 and turn.expect_tool:
-                outcomes.append(C.check_required_call(calls, turn.expect_tool, leaked))
-            outcomes.append(C.check_markup(rec.content, rec.reasoning, calls))
-            outcomes += C.check_reasoning(self.s.thinking, rec.finish_reason, rec.content, rec.reasoning)
-            ids = [c.id for c in calls]
-            for i, call in enumerate(calls):
-                outcomes.append(C.check_name(call, offered))
-                outcomes.append(C.check_arguments(call, schemas.get(call.name) if isinstance(call.name, str) else None))
-                outcomes.append(C.check_executable(call, schemas, ids[:i] + ids[i + 1:]))
+            calls = [ToolCall.from_dict(c) for c in step["parsed"]["tool_calls"]]
+            leaked = step["parsed"]["leaked_markup"]
+            outcomes += self._reply_outcomes(rec, calls, leaked, turn.expect_tool if rnd == 0 else None, offered,
+                                             schemas)
             if after_error and turn.fallback is not None and turn.expect_tool:
                 outcomes.append(C.check_fallback(calls, rec.content, turn.expect_tool, turn.fallback, retries,
                                                  sent=turn.tool_error))
             if not calls:
                 if rnd == 0 and turn.expect_tool:
-                    step["decision"] = ("stop case: required tool call missing" +
-                                        (f" ({leaked} markup in the text)" if leaked else ""))
-                    self._emit(step, outcomes)
-                    raise _Stop()
+                    self._stop(step, outcomes, "stop case: required tool call missing" +
+                               (f" ({leaked} markup in the text)" if leaked else ""))
                 self._send_back(messages, kept, rec)
                 if after_error:
                     fb = outcomes[-1]
@@ -341,36 +327,60 @@ class ScenarioRunner:
                 return
             broken = [o for o in outcomes if o.check == "executable" and not o.passed]
             if broken:
-                step["decision"] = f"stop case: call not executable ({broken[0].detail})"
-                self._emit(step, outcomes)
-                raise _Stop()
+                self._stop(step, outcomes, f"stop case: call not executable ({broken[0].detail})")
             if after_error and not outcomes[-1].passed:
-                step["decision"] = f"stop case: {outcomes[-1].detail}"
-                self._emit(step, outcomes)
-                raise _Stop()
+                self._stop(step, outcomes, f"stop case: {outcomes[-1].detail}")
             if rnd == self.s.max_tool_rounds:
-                step["decision"] = f"stop case: still calling tools after {self.s.max_tool_rounds} rounds"
-                outcomes.append(C.Outcome("final_answer", False, step["decision"].removeprefix("stop case: ")))
-                self._emit(step, outcomes)
-                raise _Stop()
+                why = f"still calling tools after {self.s.max_tool_rounds} rounds"
+                self._stop(step, [*outcomes, C.Outcome("final_answer", False, why)], f"stop case: {why}")
             if after_error:
                 retries += 1
             self._send_back(messages, kept, rec)
-            actions, next_after_error = [], False
-            for call in calls:
-                spec = sample.tool(call.name)
-                if error_pending and call.name == turn.expect_tool:
-                    result, error_pending, next_after_error = turn.tool_error, False, True
-                    actions.append(f"{call.name}: planned error returned")
-                else:
-                    result = execute(call.name, call.parsed, spec.result if spec else None)
-                    last_result = result
-                    actions.append(f"{call.name}: executed")
-                messages.append({"role": "tool", "tool_call_id": call.id, "content": result_text(result)})
+            actions, error_pending, next_after_error, last_result = self._answer_calls(
+                calls, turn, messages, error_pending, last_result)
             step["decision"] = "; ".join(actions)
             step["tool_results"] = messages[-len(calls):]
             self._emit(step, outcomes)
             after_error = next_after_error
+
+    def _reply_outcomes(self, rec: ChatRecord, calls: list[ToolCall], leaked: Any, required: str | None,
+                        offered: list[str], schemas: Mapping[str, Any]) -> list[C.Outcome]:
+        """The checks every reply gets: the required call (first round only), markup, reasoning, and each call's
+        name, arguments and executability."""
+        outcomes = [C.check_required_call(calls, required, leaked)] if required else []
+        outcomes.append(C.check_markup(rec.content, rec.reasoning, calls))
+        outcomes += C.check_reasoning(self.s.thinking, rec.finish_reason, rec.content, rec.reasoning)
+        ids = [c.id for c in calls]
+        for i, call in enumerate(calls):
+            outcomes.append(C.check_name(call, offered))
+            outcomes.append(C.check_arguments(call, schemas.get(call.name) if isinstance(call.name, str) else None))
+            outcomes.append(C.check_executable(call, schemas, ids[:i] + ids[i + 1:]))
+        return outcomes
+
+    def _answer_calls(self, calls: list[ToolCall], turn: TurnSpec, messages: list[dict[str, Any]],
+                      error_pending: bool, last_result: Any) -> tuple[list[str], bool, bool, Any]:
+        """Run the calls' tools and append their results; the turn's planned error answers its first expected call.
+
+        Returns what was done, whether the planned error is still to send, whether it was sent now, and the last
+        result a tool really returned."""
+        actions, sent_error = [], False
+        for call in calls:
+            spec = self.sample.tool(call.name)
+            if error_pending and call.name == turn.expect_tool:
+                result, error_pending, sent_error = turn.tool_error, False, True
+                actions.append(f"{call.name}: planned error returned")
+            else:
+                result = execute(call.name, call.parsed, spec.result if spec else None)
+                last_result = result
+                actions.append(f"{call.name}: executed")
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": result_text(result)})
+        return actions, error_pending, sent_error, last_result
+
+    def _stop(self, step: Step, outcomes: list[C.Outcome], decision: str, *, budget: bool = False) -> NoReturn:
+        """Record the step with the decision that ends the case (or, for the budget, the repetition)."""
+        step["decision"] = decision
+        self._emit(step, outcomes)
+        raise _Stop(budget=budget)
 
     def _send_back(self, messages: list[dict[str, Any]], kept: list[tuple[dict[str, Any], dict[str, Any]]],
                    rec: ChatRecord) -> None:

@@ -45,25 +45,7 @@ def check_cuda_build(s: EnvironmentSources, recipe: RecipeParams) -> Finding:
         return finding("environment.cuda_build", "fail", f"not a CUDA build: platform {ce.platform} ({detail})",
                        [Proof("collect_env", ce.platform, line_of(text, r"PyTorch version\s*:"), att)],
                        observed=ce.platform, expected=expected)
-    proofs: list[Proof] = []
-    majors: dict[str, int] = {}
-    if ce.torch_cuda_build:
-        proofs.append(Proof("collect_env: CUDA used to build PyTorch", ce.torch_cuda_build,
-                            line_of(text, r"CUDA used to build PyTorch"), att))
-        if (m := cuda_major(ce.torch_cuda_build)) is not None:
-            majors["torch build"] = m
-    if (m := cuda_major_of_tag(ce.torch_version)) is not None:
-        proofs.append(Proof("collect_env: torch wheel tag", ce.torch_version, line_of(text, r"PyTorch version"), att))
-        majors.setdefault("torch build", m)
-    for major in ce.cuda_library_majors:
-        wheels = [p.name for p in ce.cuda_library_packages if p.name.lower().endswith(f"cu{major}")]
-        proofs.append(Proof(f"collect_env: nvidia-*-cu{major} wheels", ", ".join(wheels[:4]) + ("…" if len(wheels) > 4 else ""),
-                            line_of(text, re.escape(wheels[0])) if wheels else None, att))
-    if (m := cuda_major_of_tag(ce.vllm_version)) is not None:
-        majors["vLLM wheel tag"] = m
-    if s.image and s.image.reference and (m := cuda_major_of_tag(s.image.reference.rpartition(":")[2])) is not None:
-        majors["image tag"] = m
-        proofs.append(Proof(f"image ({s.image.source})", s.image.reference, None, s.attachment("image_inspect")))
+    proofs, majors = _cuda_build_claims(s)
     libs = set(ce.cuda_library_majors)
     build = majors.get("torch build") or (min(libs) if len(libs) == 1 else None)
     observed = {**{k: v for k, v in majors.items()}, "nvidia-*-cuNN wheels": sorted(libs) or None,
@@ -105,6 +87,35 @@ def check_cuda_build(s: EnvironmentSources, recipe: RecipeParams) -> Finding:
                        expected=expected)
     return finding("environment.cuda_build", "pass", f"CUDA {ce.torch_cuda_build or build} build{story}",
                    proofs, observed=observed, expected=expected)
+
+
+def _cuda_build_claims(s: EnvironmentSources) -> tuple[list[Proof], dict[str, int]]:
+    """What each source in the container says of its CUDA build: the proofs shown, and the major each one names."""
+    proofs: list[Proof] = []
+    majors: dict[str, int] = {}
+    ce = s.collect_env
+    if ce is None:
+        return proofs, majors
+    text = s.texts["collect_env"].text
+    att = s.attachment("collect_env")
+    if ce.torch_cuda_build:
+        proofs.append(Proof("collect_env: CUDA used to build PyTorch", ce.torch_cuda_build,
+                            line_of(text, r"CUDA used to build PyTorch"), att))
+        if (m := cuda_major(ce.torch_cuda_build)) is not None:
+            majors["torch build"] = m
+    if (m := cuda_major_of_tag(ce.torch_version)) is not None:
+        proofs.append(Proof("collect_env: torch wheel tag", ce.torch_version, line_of(text, r"PyTorch version"), att))
+        majors.setdefault("torch build", m)
+    for major in ce.cuda_library_majors:
+        wheels = [p.name for p in ce.cuda_library_packages if p.name.lower().endswith(f"cu{major}")]
+        proofs.append(Proof(f"collect_env: nvidia-*-cu{major} wheels", ", ".join(wheels[:4]) + ("…" if len(wheels) > 4 else ""),
+                            line_of(text, re.escape(wheels[0])) if wheels else None, att))
+    if (m := cuda_major_of_tag(ce.vllm_version)) is not None:
+        majors["vLLM wheel tag"] = m
+    if s.image and s.image.reference and (m := cuda_major_of_tag(s.image.reference.rpartition(":")[2])) is not None:
+        majors["image tag"] = m
+        proofs.append(Proof(f"image ({s.image.source})", s.image.reference, None, s.attachment("image_inspect")))
+    return proofs, majors
 
 
 def _repo_and_tag(reference: str) -> tuple[str, str | None]:

@@ -127,12 +127,7 @@ def reconcile_pair(cold: RequestSample, warm: RequestSample, result: PrefixCache
                                        f"of its {warm.prompt_tokens} prompt tokens: another replica, whose /metrics "
                                        "is not in target.metrics_urls, served it")
     # another hit unit reproducing the observation exactly comes first: a wrong unit makes observed > designed too
-    # (only where the design is the cold/warm pair alone, so the lengths below are the whole story)
-    units: tuple[int, ...] = ()
-    common, cold_len, warm_len = warm.common_prefix_tokens, cold.tokenized_tokens, warm.tokenized_tokens
-    if observed > 0 and result.unit and common is not None and cold_len is not None and warm_len is not None \
-            and hits_for(common, cold_len, warm_len, result.unit) == designed:
-        units = tuple(u for u in units_reproducing(observed, common, cold_len, warm_len) if u != result.unit)
+    units = _other_units(cold, warm, observed, designed, result.unit)
     if units:
         return out("block-size", f"{observed} of {designed} designed tokens hit: that is what a {units[0]}-token "
                                  f"hit unit gives, not {result.unit} ({result.unit_source}); set "
@@ -153,6 +148,20 @@ def reconcile_pair(cold: RequestSample, warm: RequestSample, result: PrefixCache
                               "(KV pool too small, other traffic), or the lookup was skipped (prompt_logprobs)")
     return out("evicted", f"only {observed} of {designed} designed tokens hit: the cold prompt's tail blocks were "
                           "evicted before the warm request (LRU frees a request's last blocks first)")
+
+
+def _other_units(cold: RequestSample, warm: RequestSample, observed: int, designed: int,
+                 unit: int | None) -> tuple[int, ...]:
+    """The hit units other than `unit` that would give exactly `observed` hits on this pair's prompts.
+
+    Only where `unit` itself gives the designed hits from the pair's lengths alone (the design is the cold/warm pair,
+    so those lengths are the whole story).
+    """
+    common, cold_len, warm_len = warm.common_prefix_tokens, cold.tokenized_tokens, warm.tokenized_tokens
+    if observed > 0 and unit and common is not None and cold_len is not None and warm_len is not None \
+            and hits_for(common, cold_len, warm_len, unit) == designed:
+        return tuple(u for u in units_reproducing(observed, common, cold_len, warm_len) if u != unit)
+    return ()
 
 
 def reconcile(result: PrefixCacheResult) -> list[PairReconciliation]:
@@ -186,62 +195,9 @@ def _median(values: list[float]) -> float | None:
 def iter_findings(result: PrefixCacheResult, pairs: list[PairReconciliation] | None = None) -> list[Finding]:
     """The axis findings, in the protocol's order: prerequisite, isolation, counters, reuse, reconciliation."""
     pairs = reconcile(result) if pairs is None else pairs
-    out: list[Finding] = []
     rule = f"{AXIS}."
-    flag = result.cache_config.get("enable_prefix_caching")
-    if flag is None:
-        out.append(Finding(rule=rule + "flag", status="not-observable",
-                           message="no vllm:cache_config_info: whether prefix caching is enabled is unknown "
-                                   "(the measured reuse below still decides)"))
-    elif str(flag) == "False":
-        out.append(Finding(rule=rule + "flag", status="fail", observed=flag, expected="True",
-                           message="the server runs with enable_prefix_caching=False (--no-enable-prefix-caching): "
-                                   "no prompt can reuse cached blocks; restart it with prefix caching on"))
-    else:
-        out.append(Finding(rule=rule + "flag", status="info", observed=flag,
-                           message=f"enable_prefix_caching={flag}: a prerequisite, not a proof; hit unit "
-                                   f"{result.unit} tokens ({result.unit_source})",
-                           evidence={"cache_config_info": result.cache_config}))
-
     clean = [p for p in pairs if p.clean]
-    not_cold = [p for p in clean if p.cold_observed_hits is not None and p.cold_designed_hits is not None
-                and p.cold_observed_hits > p.cold_designed_hits]
-    iso = {"isolation": result.isolation, "salts": sorted({s.salt for s in result.samples if s.salt}),
-           "nonces": sorted({s.nonce for s in result.samples})}
-    if not_cold:
-        out.append(Finding(rule=rule + "isolation", status="warn", evidence=iso,
-                           message=f"{len(not_cold)} cold request(s) hit more than this run explains: the prefix was "
-                                   "cached before, so they were not cold (use isolation salt+fresh-prefix)"))
-    else:
-        out.append(Finding(rule=rule + "isolation", status="info", evidence=iso,
-                           message=f"isolated by {result.isolation}: "
-                                   f"{len(iso['salts'])} cache_salt(s), {len(iso['nonces'])} prefix nonce(s)"))
-
-    counted = [s for s in result.samples if s.ok]
-    if not counted or all(s.queries_delta is None and s.hits_delta is None for s in counted):
-        out.append(Finding(rule=rule + "counters", status="not-observable",
-                           message="no vllm:prefix_cache_queries/hits at " + (", ".join(result.metrics_urls) or
-                                                                               "any metrics URL")))
-    else:
-        dirty = [s for s in counted if s.contaminated]
-        unsettled = [s for s in counted if not s.settled and not s.contaminated]
-        resets = [s for s in counted if s.counter_reset]
-        if dirty:
-            out.append(Finding(rule=rule + "counters", status="warn", observed=len(dirty),
-                               message=f"concurrent load detected in {len(dirty)} of {len(counted)} request windows "
-                                       f"({dirty[0].contaminated}); those pairs are excluded — isolate the instance",
-                               evidence={"requests": [s.request_id for s in dirty]}))
-        elif unsettled or resets:
-            out.append(Finding(rule=rule + "counters", status="warn",
-                               message=f"{len(unsettled)} request(s) not counted in full by the scraped endpoints, "
-                                       f"{len(resets)} counter reset(s): counters cannot be tied to every request",
-                               evidence={"unsettled": [s.request_id for s in unsettled],
-                                         "reset": [s.request_id for s in resets]}))
-        else:
-            out.append(Finding(rule=rule + "counters", status="pass",
-                               message=f"prefix-cache queries rose by exactly each request's prompt tokens in all "
-                                       f"{len(counted)} windows: the deltas are tied to the content sent"))
-
+    out: list[Finding] = [_flag_finding(result), _isolation_finding(result, clean), _counters_finding(result)]
     cold = {s.prefix_target: s.prompt_tokens for s in result.samples if s.kind == "cold" and s.prompt_tokens}
     out.append(Finding(rule=rule + "sizing", status="info", observed=cold, expected=list(cold),
                        message=f"cold prompts sized by {result.sized_by}: "
@@ -266,6 +222,67 @@ def iter_findings(result: PrefixCacheResult, pairs: list[PairReconciliation] | N
                            message=f"{len(pairs)} of {result.planned_pairs} planned cold/warm pairs ran"
                                    + (f" ({result.stopped})" if result.stopped else "")))
     return out
+
+
+def _flag_finding(result: PrefixCacheResult) -> Finding:
+    """The server's enable_prefix_caching flag: a prerequisite, never a proof of reuse."""
+    rule = f"{AXIS}.flag"
+    flag = result.cache_config.get("enable_prefix_caching")
+    if flag is None:
+        return Finding(rule=rule, status="not-observable",
+                       message="no vllm:cache_config_info: whether prefix caching is enabled is unknown "
+                               "(the measured reuse below still decides)")
+    if str(flag) == "False":
+        return Finding(rule=rule, status="fail", observed=flag, expected="True",
+                       message="the server runs with enable_prefix_caching=False (--no-enable-prefix-caching): "
+                               "no prompt can reuse cached blocks; restart it with prefix caching on")
+    return Finding(rule=rule, status="info", observed=flag,
+                   message=f"enable_prefix_caching={flag}: a prerequisite, not a proof; hit unit "
+                           f"{result.unit} tokens ({result.unit_source})",
+                   evidence={"cache_config_info": result.cache_config})
+
+
+def _isolation_finding(result: PrefixCacheResult, clean: list[PairReconciliation]) -> Finding:
+    """Whether the cold requests were cold: a cold hit beyond what this run explains means the prefix was cached."""
+    rule = f"{AXIS}.isolation"
+    not_cold = [p for p in clean if p.cold_observed_hits is not None and p.cold_designed_hits is not None
+                and p.cold_observed_hits > p.cold_designed_hits]
+    iso = {"isolation": result.isolation, "salts": sorted({s.salt for s in result.samples if s.salt}),
+           "nonces": sorted({s.nonce for s in result.samples})}
+    if not_cold:
+        return Finding(rule=rule, status="warn", evidence=iso,
+                       message=f"{len(not_cold)} cold request(s) hit more than this run explains: the prefix was "
+                               "cached before, so they were not cold (use isolation salt+fresh-prefix)")
+    return Finding(rule=rule, status="info", evidence=iso,
+                   message=f"isolated by {result.isolation}: "
+                           f"{len(iso['salts'])} cache_salt(s), {len(iso['nonces'])} prefix nonce(s)")
+
+
+def _counters_finding(result: PrefixCacheResult) -> Finding:
+    """Whether the prefix-cache counters can be tied to each request: concurrent load, partial counts, resets."""
+    rule = f"{AXIS}.counters"
+    counted = [s for s in result.samples if s.ok]
+    if not counted or all(s.queries_delta is None and s.hits_delta is None for s in counted):
+        return Finding(rule=rule, status="not-observable",
+                       message="no vllm:prefix_cache_queries/hits at " + (", ".join(result.metrics_urls) or
+                                                                           "any metrics URL"))
+    dirty = [s for s in counted if s.contaminated]
+    unsettled = [s for s in counted if not s.settled and not s.contaminated]
+    resets = [s for s in counted if s.counter_reset]
+    if dirty:
+        return Finding(rule=rule, status="warn", observed=len(dirty),
+                       message=f"concurrent load detected in {len(dirty)} of {len(counted)} request windows "
+                               f"({dirty[0].contaminated}); those pairs are excluded — isolate the instance",
+                       evidence={"requests": [s.request_id for s in dirty]})
+    if unsettled or resets:
+        return Finding(rule=rule, status="warn",
+                       message=f"{len(unsettled)} request(s) not counted in full by the scraped endpoints, "
+                               f"{len(resets)} counter reset(s): counters cannot be tied to every request",
+                       evidence={"unsettled": [s.request_id for s in unsettled],
+                                 "reset": [s.request_id for s in resets]})
+    return Finding(rule=rule, status="pass",
+                   message=f"prefix-cache queries rose by exactly each request's prompt tokens in all "
+                           f"{len(counted)} windows: the deltas are tied to the content sent")
 
 
 def _ranks_finding(result: PrefixCacheResult) -> Finding | None:

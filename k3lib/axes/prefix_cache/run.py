@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -190,18 +190,6 @@ def run_prefix_cache(ctx: AxisContext) -> PrefixCacheResult:
     planned = [(size, s) for size in lengths for s in range(p.sessions)]
     progress.phase(f"cold/warm pairs: {len(lengths)} lengths x {p.sessions} sessions",
                    requests=2 * len(planned), duration_s=p.max_duration_s)
-
-    def sessions() -> Any:
-        """The planned sessions, then more at the longest prefix (where the verdict judges the gain) while the
-        warm-vs-cold gain measured so far straddles its threshold: repeated measurements decide it, not one noisy
-        median."""
-        yield from planned
-        longest = max(lengths)
-        for extra in range(p.max_extra_sessions):
-            if not gain_undecided([s for s in samples if s.prefix_target == longest], p.min_ttft_gain_pct):
-                return
-            yield longest, p.sessions + extra
-
     client = SyncChatClient(target.base_url, model=ctx.params.target.model, api_key_env=target.api_key_env,
                             timeout_s=p.request_timeout_s)
     http = httpx.Client(timeout=min(10.0, p.request_timeout_s), headers=target.headers())
@@ -210,33 +198,22 @@ def run_prefix_cache(ctx: AxisContext) -> PrefixCacheResult:
         cache_config = {k: v for k, v in first.cache_config_info().items() if k in CONFIG_LABELS}
         unit, unit_source = hit_unit(cache_config, p.block_size_tokens)
         counter, sized_by = _token_counter(client)
-        for size, session in sessions():
+        for size, session in _sessions(planned, lengths, p, samples):
             if time.monotonic() >= t_end:
                 stopped = f"max_duration_s ({figure(p.max_duration_s, ' s')}) reached before every session ran"
                 break
             # Without a fresh nonce the prefix is the same in every session: only the salt isolates them.
             nonce = f"{run_tag}-{size}-{session}" if fresh else f"k3kit-{size}"
             salt = f"k3kit-{run_tag}-{size}-{session}" if use_salt else None
-            try:
-                words, pads, _ = client.run(_size_session(counter, nonce, size))
-            except TargetError as exc:  # /tokenize broke mid-run: estimate from here on, and say so
-                counter, sized_by = EstimateCounter(), f"estimate (/tokenize failed: {str(exc)[:200]})"
-                words, pads, _ = client.run(_size_session(counter, nonce, size))
-            early = p.warm_change == "early-token"
-            cold_msgs = session_messages(nonce, words, pads, 1)
-            warm_msgs = session_messages(nonce, words, pads, 2, early_change=early)
-            third_msgs = session_messages(nonce, words, pads, 3, early_change=early)
-            intended_msgs = session_messages(nonce, words, pads, 2)
-            ids = {name: _ids(client, msgs) for name, msgs in
-                   (("cold", cold_msgs), ("warm", warm_msgs), ("third", third_msgs), ("intended", intended_msgs))}
-            for kind, msgs in (("cold", cold_msgs), ("warm", warm_msgs), ("third", third_msgs)):
+            words, pads, counter, sized_by = _sized_session(client, counter, sized_by, nonce, size)
+            prompts = _session_prompts(nonce, words, pads, early_change=p.warm_change == "early-token")
+            ids = {name: _ids(client, msgs) for name, msgs in prompts.items()}
+            for kind in ("cold", "warm", "third"):
                 if time.monotonic() >= t_end:
                     stopped = f"max_duration_s ({figure(p.max_duration_s, ' s')}) reached mid-session"
                     break
-                body = {"messages": msgs, "tools": list(TOOLS), "tool_choice": "none", "stream": True,
-                        "max_tokens": p.max_tokens, "temperature": 0.0}
-                if salt is not None:
-                    body["cache_salt"] = salt
+                body = {"messages": prompts[kind], "tools": list(TOOLS), "tool_choice": "none", "stream": True,
+                        "max_tokens": p.max_tokens, "temperature": 0.0, **({"cache_salt": salt} if salt else {})}
                 rid = f"prefix-{run_tag}-{size}-{session}-{kind}"
                 record, before, after, extra = measure_request(
                     client, http, urls, body, request_id=rid, timeout_s=p.request_timeout_s, settle_s=p.settle_s)
@@ -244,20 +221,12 @@ def run_prefix_cache(ctx: AxisContext) -> PrefixCacheResult:
                 for snap, phase in [(before, "before"), *((s, "settling") for s in extra), (after, "after")]:
                     counters.append(_counter_row(snap, rid, kind, phase))
                 my_ids = ids[kind]
-                designed = intended = div = common = None
-                if my_ids is not None and unit is not None:
-                    designed = designed_hits(my_ids, sent.get(salt, []), unit)
-                if kind != "cold" and my_ids is not None and ids["cold"] is not None:
-                    div = first_divergence(ids["cold"], my_ids)
-                    common = common_prefix_len(ids["cold"], my_ids)
-                    if unit is not None and ids["intended"] is not None:
-                        intended = expected_hits(ids["cold"], ids["intended"], unit)
+                design = _design(kind, ids, sent.get(salt, []), unit)
                 if my_ids is not None and record.ok:
                     sent.setdefault(salt, []).append(list(my_ids))
                     ctx.store.append_jsonl(TOKEN_IDS_JSONL, {"request_id": rid, "salt": salt, "ids": list(my_ids)})
                 sample = _sample(record, before, after, session=session, size=size, kind=kind, rid=rid, salt=salt,
-                                 nonce=nonce, tokenized=None if my_ids is None else len(my_ids),
-                                 designed=designed, intended=intended, div=div, common=common)
+                                 nonce=nonce, tokenized=None if my_ids is None else len(my_ids), **design)
                 samples.append(sample)
                 ctx.store.append_jsonl(SAMPLES_JSONL, sample.to_dict())
             if stopped:
@@ -276,6 +245,53 @@ def run_prefix_cache(ctx: AxisContext) -> PrefixCacheResult:
     ctx.store.write_json(COUNTERS_JSON, list(counters))
     ctx.store.write_json(RESULT_JSON, result.to_dict())
     return result
+
+
+def _sessions(planned: list[tuple[int, int]], lengths: Sequence[int], p: PrefixCacheParams,
+              samples: list[RequestSample]) -> Iterator[tuple[int, int]]:
+    """The planned sessions, then more at the longest prefix (where the verdict judges the gain) while the
+    warm-vs-cold gain measured so far straddles its threshold: repeated measurements decide it, not one noisy
+    median. `samples` is read as it grows."""
+    yield from planned
+    longest = max(lengths)
+    for extra in range(p.max_extra_sessions):
+        if not gain_undecided([s for s in samples if s.prefix_target == longest], p.min_ttft_gain_pct):
+            return
+        yield longest, p.sessions + extra
+
+
+def _sized_session(client: SyncChatClient, counter: TokenCounter, sized_by: str, nonce: str,
+                   size: int) -> tuple[int, int, TokenCounter, str]:
+    """The session's (words, pads) for a `size`-token cold prompt, and the counter to size the next one with."""
+    try:
+        words, pads, _ = client.run(_size_session(counter, nonce, size))
+    except TargetError as exc:  # /tokenize broke mid-run: estimate from here on, and say so
+        counter, sized_by = EstimateCounter(), f"estimate (/tokenize failed: {str(exc)[:200]})"
+        words, pads, _ = client.run(_size_session(counter, nonce, size))
+    return words, pads, counter, sized_by
+
+
+def _session_prompts(nonce: str, words: int, pads: int, *, early_change: bool) -> dict[str, list[dict[str, Any]]]:
+    """The session's three sightings, and the warm prompt as intended (changed only in its last user turn)."""
+    return {"cold": session_messages(nonce, words, pads, 1),
+            "warm": session_messages(nonce, words, pads, 2, early_change=early_change),
+            "third": session_messages(nonce, words, pads, 3, early_change=early_change),
+            "intended": session_messages(nonce, words, pads, 2)}
+
+
+def _design(kind: str, ids: Mapping[str, tuple[int, ...] | None], sent: list[list[int]],
+            unit: int | None) -> dict[str, int | None]:
+    """What a request should hit: its designed hits over the prompts sent before it with its salt; for a warm or
+    third sighting, where it leaves the cold prompt, their common prefix, and what the intended warm prompt hits."""
+    mine, cold = ids[kind], ids["cold"]
+    design: dict[str, int | None] = dict(designed=None, intended=None, div=None, common=None)
+    if mine is not None and unit is not None:
+        design["designed"] = designed_hits(mine, sent, unit)
+    if kind != "cold" and mine is not None and cold is not None:
+        design.update(div=first_divergence(cold, mine), common=common_prefix_len(cold, mine))
+        if unit is not None and ids["intended"] is not None:
+            design["intended"] = expected_hits(cold, ids["intended"], unit)
+    return design
 
 
 def _token_counter(client: SyncChatClient) -> tuple[TokenCounter, str]:

@@ -138,11 +138,7 @@ def parse_collect_env(text: str | bytes, *, source: str | None = None) -> Collec
     rocm_build = first_token(field_value(fields, "rocm_build"))
     xpu_build = first_token(field_value(fields, "xpu_build"))
     cuda_runtime = version_like(field_value(fields, "cuda_runtime"))
-    driver_version = first_token(field_value(fields, "driver_version"))
-    driver_match = DRIVER_RE.match(driver_version or "")
-    if driver_match is None:
-        driver_version = None
-    driver_branch = int(driver_match.group("major")) if driver_match else None
+    driver_version, driver_branch = _driver(fields)
 
     topo_count, nvlinks, links = read_topology(topology)
     pkgs = tuple(packages)
@@ -151,17 +147,7 @@ def parse_collect_env(text: str | bytes, *, source: str | None = None) -> Collec
 
     platform = _platform(fields, torch_version, vllm_version, pkgs, env, detected, gpu_lines, links, npu_smi)
 
-    gpu_models_raw = fields.get("gpu_models")
-    gpus: tuple[str, ...]
-    if gpu_lines:
-        gpus = tuple(gpu_lines[i] for i in sorted(gpu_lines))
-    elif gpu_models_raw and not is_null(gpu_models_raw):
-        gpus = (gpu_models_raw,)  # ROCm prints the current device's name alone, without "GPU 0:"
-    else:
-        gpus = ()
-    gpu_count = _gpu_count(platform, gpu_lines, gpus, topo_count, gpu_models_raw)
-    if cut_in_gpus and not topo_count and platform not in ("cpu", "npu"):
-        gpu_count = None
+    gpus, gpu_count = _gpus(platform, fields, gpu_lines, topo_count, cut_in_gpus)
 
     neuron = field_value(fields, "neuron_sdk")
     if neuron and neuron_block:
@@ -201,6 +187,34 @@ def parse_collect_env(text: str | bytes, *, source: str | None = None) -> Collec
         warnings=tuple(s.warnings),
         fields=tuple(s.raw_pairs),
     )
+
+
+def _driver(fields: dict[str, str]) -> tuple[str | None, int | None]:
+    """The NVIDIA driver version and its branch (its major), or (None, None) when the field holds no version."""
+    driver_version = first_token(field_value(fields, "driver_version"))
+    driver_match = DRIVER_RE.match(driver_version or "")
+    if driver_match is None:
+        return None, None
+    return driver_version, int(driver_match.group("major"))
+
+
+def _gpus(platform: str, fields: dict[str, str], gpu_lines: dict[int, str], topo_count: int | None,
+          cut_in_gpus: bool) -> tuple[tuple[str, ...], int | None]:
+    """The GPU names as listed, and how many there are (None where the list was cut and no topology counts them)."""
+    gpu_models_raw = fields.get("gpu_models")
+    gpus: tuple[str, ...]
+    if gpu_lines:
+        gpus = tuple(gpu_lines[i] for i in sorted(gpu_lines))
+    elif gpu_models_raw and not is_null(gpu_models_raw):
+        gpus = (gpu_models_raw,)  # ROCm prints the current device's name alone, without "GPU 0:"
+    else:
+        gpus = ()
+    gpu_count = _gpu_count(platform, gpu_lines, gpus, topo_count, gpu_models_raw)
+    if cut_in_gpus and not topo_count and platform not in ("cpu", "npu"):
+        gpu_count = None
+    return gpus, gpu_count
+
+
 def inspect_collect_env(text: str | bytes, *, source: str | None = None) -> dict[str, Any]:
     """`{"vllm_version", "torch_version", …, "platform"}` for `k3 inspect collect-env --json`."""
     return parse_collect_env(text, source=source).to_inspect()

@@ -123,7 +123,6 @@ def read_sections(lines: list[str]) -> Sections:
     in_neuron = False
     sectioned = False
     npu_smi = False  # vllm-ascend appends an `npu-smi info` table
-
     for line in lines:
         stripped = line.strip()
         if _SECTION_RULE_RE.match(stripped):
@@ -156,8 +155,7 @@ def read_sections(lines: list[str]) -> Sections:
             if stripped.lower().startswith(("legend", "nic legend")):
                 in_topology = False
                 continue
-            known = _KEY_RE.match(stripped)
-            if not (known and " ".join(known.group("key").split()).lower() in LABELS):
+            if _label_of(stripped) not in LABELS:
                 topology.append(stripped)
                 continue
             in_topology = False  # a labelled line: the matrix is over (reordered or trimmed pastes)
@@ -185,15 +183,23 @@ def read_sections(lines: list[str]) -> Sections:
         elif name == "gpu_models" and (g := _GPU_LINE_RE.match(value)):
             gpu_lines.setdefault(int(g.group("index")), g.group("name"))
 
-    # A report always goes on after its GPU list (driver, cuDNN, …); a paste whose last line is a GPU line was cut
-    # inside the list.
-    last = next((ln.strip() for ln in reversed(lines) if ln.strip()), "")
-    cut_in_gpus = bool(gpu_lines) and bool(_GPU_LINE_RE.match(last) or (
-        fields.get("gpu_models") is not None and _KEY_RE.match(last) and LABELS.get(
-            " ".join(_KEY_RE.match(last).group("key").split()).lower()) == "gpu_models"))  # type: ignore[union-attr]
     return Sections(fields=fields, raw_pairs=raw_pairs, gpu_lines=gpu_lines, packages=packages, env=env,
                     warnings=warnings, detected=detected, topology=topology, neuron_block=neuron_block,
-                    sectioned=sectioned, npu_smi=npu_smi, cut_in_gpus=cut_in_gpus)
+                    sectioned=sectioned, npu_smi=npu_smi, cut_in_gpus=_cut_in_gpus(lines, fields, gpu_lines))
+
+
+def _label_of(line: str) -> str | None:
+    """The normalised label of a `label: value` line (blanks folded, lower case), None for any other line."""
+    m = _KEY_RE.match(line)
+    return " ".join(m.group("key").split()).lower() if m else None
+
+
+def _cut_in_gpus(lines: list[str], fields: dict[str, str], gpu_lines: dict[int, str]) -> bool:
+    """Whether the paste was cut inside its GPU list: a report always goes on after it (driver, cuDNN, …), so a
+    paste whose last line is a GPU line (or the GPU models' label) ends there."""
+    last = next((ln.strip() for ln in reversed(lines) if ln.strip()), "")
+    return bool(gpu_lines) and bool(_GPU_LINE_RE.match(last) or (
+        fields.get("gpu_models") is not None and LABELS.get(_label_of(last) or "") == "gpu_models"))
 
 
 # --- values ----------------------------------------------------------------------------------------------

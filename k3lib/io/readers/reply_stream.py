@@ -91,22 +91,7 @@ def reassemble_stream(chunks: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
             idx = raw_index if isinstance(raw_index, int) else pos
             acc = choices.setdefault(idx, {"content": [], "reasoning": [], "calls": ToolCallAssembler(),
                                            "finish_reason": None, "role": None})
-            raw_delta = choice.get("delta")
-            # Some proxies send whole messages in chunks.
-            delta = raw_delta if isinstance(raw_delta, Mapping) else as_mapping(choice.get("message"))
-            if isinstance(delta.get("role"), str):
-                acc["role"] = delta["role"]
-            if isinstance(delta.get("content"), str):
-                acc["content"].append(delta["content"])
-            for key in ("reasoning", "reasoning_content"):
-                if isinstance(delta.get(key), str):
-                    # 0.12–0.14 send both fields with the same text; keep one copy.
-                    if key == "reasoning_content" and isinstance(delta.get("reasoning"), str):
-                        continue
-                    acc["reasoning"].append(delta[key])
-            acc["calls"].feed(as_list(delta.get("tool_calls")))
-            if choice.get("finish_reason") is not None:
-                acc["finish_reason"] = choice["finish_reason"]
+            _feed_choice(acc, choice)
     out_choices = []
     for idx in sorted(choices):
         acc = choices[idx]
@@ -119,6 +104,26 @@ def reassemble_stream(chunks: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         }
         out_choices.append({"index": idx, "message": message, "finish_reason": acc["finish_reason"]})
     return {**head, "object": "chat.completion", "choices": out_choices}
+
+
+def _feed_choice(acc: dict[str, Any], choice: Mapping[str, Any]) -> None:
+    """Add one chunk's choice to what its index has gathered: role, content, reasoning, tool-call deltas, finish."""
+    raw_delta = choice.get("delta")
+    # Some proxies send whole messages in chunks.
+    delta = raw_delta if isinstance(raw_delta, Mapping) else as_mapping(choice.get("message"))
+    if isinstance(delta.get("role"), str):
+        acc["role"] = delta["role"]
+    if isinstance(delta.get("content"), str):
+        acc["content"].append(delta["content"])
+    for key in ("reasoning", "reasoning_content"):
+        if isinstance(delta.get(key), str):
+            # 0.12–0.14 send both fields with the same text; keep one copy.
+            if key == "reasoning_content" and isinstance(delta.get("reasoning"), str):
+                continue
+            acc["reasoning"].append(delta[key])
+    acc["calls"].feed(as_list(delta.get("tool_calls")))
+    if choice.get("finish_reason") is not None:
+        acc["finish_reason"] = choice["finish_reason"]
 
 
 def from_responses(value: Any, truncated: bool) -> dict[str, Any] | None:

@@ -96,13 +96,35 @@ def _classify_data(value: Any, source_format: str, loaded: Loaded | None = None)
     value = to_plain(value)
     truncated = bool(loaded and loaded.truncated)
     cut = loaded.cut if loaded else None
-    request: dict[str, Any] | None = None
     error = error_message(value)
     if error is not None:
         return ToolReplyClassification(
             has_tool_calls=False, function_names=(), leaked_markup=None, arguments_valid_json=None, tool_calls=(),
             content=None, reasoning=None, finish_reason=None, source_format=source_format, leak_location=None,
             offered_tools=None, unknown_function_names=(), truncated=truncated, error=error)
+    completion, request, source_format = _completion(value, source_format, truncated)
+    unseen = truncated and _message_unseen(completion, cut)
+    contents, reasonings, calls, finish_reason = _read_choices(completion, cut)
+    content = "".join(contents) if contents else None
+    reasoning = "\n".join(reasonings) if reasonings else None
+    leak, where = _leak(content, reasoning, calls)
+    names = tuple(rec.name for rec in calls if rec.name)
+    offered = _offered(request)
+    unknown = tuple(n for n in names if offered is not None and n not in offered)
+    verdicts = [rec.arguments_valid_json for rec in calls]
+    valid = None if not calls else False if False in verdicts else None if None in verdicts else True
+    return ToolReplyClassification(
+        has_tool_calls=True if calls else None if unseen else False, function_names=names, leaked_markup=leak,
+        arguments_valid_json=valid, tool_calls=tuple(calls), content=content, reasoning=reasoning,
+        finish_reason=finish_reason, source_format=source_format, leak_location=where, offered_tools=offered,
+        unknown_function_names=unknown, truncated=truncated)
+
+
+def _completion(value: Any, source_format: str,
+                truncated: bool) -> tuple[dict[str, Any], dict[str, Any] | None, str]:
+    """The chat completion in `value` (a Responses reply, chunks reassembled, a wrapped or listed reply), the request
+    found beside it, and the format read. Raises ArtifactError when there is none, or its `choices` is no list."""
+    request: dict[str, Any] | None = None
     if isinstance(value, list) and not value:
         raise ArtifactError(f"an empty list: no chunk and no reply in it (tried {FORMATS_TRIED})")
     responses = from_responses(value, truncated)
@@ -131,8 +153,12 @@ def _classify_data(value: Any, source_format: str, loaded: Loaded | None = None)
                             f"`message` (or `delta`); tried {FORMATS_TRIED}")
     if not choices and not truncated:
         raise ArtifactError(f"`choices` is empty: the reply holds no message to read; tried {FORMATS_TRIED}")
-    unseen = truncated and _message_unseen(completion, cut)
+    return completion, request, source_format
 
+
+def _read_choices(completion: Mapping[str, Any],
+                  cut: CutJson | None) -> tuple[list[str], list[str], list[ToolCall], str | None]:
+    """Every choice's content parts, reasoning texts (each once) and tool calls, and the first finish reason."""
     contents: list[str] = []
     reasonings: list[str] = []
     calls: list[ToolCall] = []
@@ -162,35 +188,21 @@ def _classify_data(value: Any, source_format: str, loaded: Loaded | None = None)
         if isinstance(message.get("function_call"), Mapping):
             # The legacy single-call field is structured too.
             raw_calls = raw_calls + [{"type": "function", "function": message["function_call"]}]
-        for i, call in enumerate(raw_calls):
-            rec = _record(i, call)
-            if rec is not None:
-                calls.append(rec)
+        calls.extend(rec for i, call in enumerate(raw_calls) if (rec := _record(i, call)) is not None)
+    return contents, reasonings, calls, finish_reason
 
-    content = "".join(contents) if contents else None
-    reasoning = "\n".join(reasonings) if reasonings else None
-    leak, where = None, None
+
+def _leak(content: str | None, reasoning: str | None, calls: list[ToolCall]) -> tuple[str | None, str | None]:
+    """The first tool-call markup leaked into the text, the reasoning or a function name, and where it was."""
     for location, text in (("content", content), ("reasoning", reasoning)):
         leak = detect_markup(text)
         if leak:
-            where = location
-            break
-    if leak is None:
-        for rec in calls:
-            leak = detect_markup(rec.name)
-            if leak:
-                where = "function_name"
-                break
-    names = tuple(rec.name for rec in calls if rec.name)
-    offered = _offered(request)
-    unknown = tuple(n for n in names if offered is not None and n not in offered)
-    verdicts = [rec.arguments_valid_json for rec in calls]
-    valid = None if not calls else False if False in verdicts else None if None in verdicts else True
-    return ToolReplyClassification(
-        has_tool_calls=True if calls else None if unseen else False, function_names=names, leaked_markup=leak,
-        arguments_valid_json=valid, tool_calls=tuple(calls), content=content, reasoning=reasoning,
-        finish_reason=finish_reason, source_format=source_format, leak_location=where, offered_tools=offered,
-        unknown_function_names=unknown, truncated=truncated)
+            return leak, location
+    for rec in calls:
+        leak = detect_markup(rec.name)
+        if leak:
+            return leak, "function_name"
+    return None, None
 
 
 def _open_in(cut: CutJson, rel: tuple[Any, ...]) -> bool:

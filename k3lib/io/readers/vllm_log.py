@@ -5,6 +5,8 @@ collector prefixes (kubectl timestamps, pod tags, ANSI colour, CRLF) people past
 from __future__ import annotations
 
 import dataclasses
+import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,209 +107,266 @@ class VllmLogReport:
         }
 
 
-def parse_vllm_log(text: str | bytes) -> VllmLogReport:
-    """Read a vLLM server log (startup, runtime or an excerpt of either)."""
+@dataclass
+class _StartFigures:
+    """What one server start printed about itself; a restart in the same paste begins a new one."""
+
+    version: str | None = None
+    version_engine: str | None = None    # the engine core's own version line (V1), used when the banner is missing
+    model: str | None = None
+    non_default: dict[str, Any] | str | None = None
+    namespace: dict[str, Any] | None = None
+    kv_tokens: int | None = None
+    max_conc: float | None = None
+
+
+@dataclass
+class _Scan:
+    """The reader's state after the lines read so far: the current start's figures, and what happened over the
+    whole paste (readiness, OOM, death, rejections, errors, stats)."""
+
+    lines: tuple[LogLine, ...]
+    cursor: Cursor = field(default_factory=Cursor)
+    figures: _StartFigures = field(default_factory=_StartFigures)
+    startups: int = 1
+    restarted: bool = False               # this line began a new start (set by the first rule, for the window)
+    serving: bool = False                 # state of the current run (a restart in the same log resets it)
+    ready_line: int | None = None
+    start_from: int | None = None         # the window C05 reads: the last start's first line…
+    start_ready: int | None = None        # …and where that start was first seen serving
+    oom: OomEvent | None = None
+    death: EngineDeath | None = None
+    errors: list[LogErrorRecord] = field(default_factory=list)
+    exception_tail: tuple[Any, ...] | None = None  # the log record whose exception line was the last error
+    stats: list[StatsRecord] = field(default_factory=list)
+    preempt: list[int] = field(default_factory=list)
+    server_rej: list[tuple[str, tuple[int, ...], list[int], str, str | None]] = field(default_factory=list)
+    client_rej: list[tuple[str, tuple[int, ...], int, str]] = field(default_factory=list)
+    last_access_line: int = 0
+    recognised: int = 0                   # lines in a vLLM, uvicorn or engine format
+
+    def now_serving(self, number: int) -> None:
+        self.serving = True
+        if self.ready_line is None:
+            self.ready_line = number
+
+
+@dataclass(frozen=True)
+class _Line:
+    """One line with the facts several rules read, each matched once."""
+
+    ln: LogLine
+    msg: str
+    banner: bool                          # the API server's version line or the logo's version
+    started: bool                         # a (re)start line: the banner or the engine core's version
+    access: re.Match[str] | None          # a uvicorn access line
+    is_stats: bool                        # a periodic stats line
+    informational: bool                   # INFO or DEBUG: never an OOM or a death, whatever it quotes
+
+    @classmethod
+    def read(cls, ln: LogLine) -> _Line:
+        msg = ln.message
+        banner = bool(SERVER_VERSION.search(msg) or (LOGO_CHARS.search(msg) and LOGO_VERSION.search(msg)))
+        return cls(ln=ln, msg=msg, banner=banner, started=banner or bool(ENGINE_VERSION.search(msg)),
+                   access=ACCESS.search(msg), is_stats=bool(STATS.search(msg)),
+                   informational=ln.level in ("INFO", "DEBUG"))
+
+
+def _restart(scan: _Scan, line: _Line) -> None:
+    # A (re)start of the server: when a paste holds several, the figures (version, args, KV capacity) are the
+    # last one's; what happened (ready, OOM, death, rejections) is kept over the whole paste.
+    if line.ln.level or line.ln.process:
+        scan.recognised += 1
+    f = scan.figures
+    scan.restarted = line.started and (scan.ready_line is not None or f.kv_tokens is not None
+                                       or scan.oom is not None or scan.death is not None or f.max_conc is not None)
+    if scan.restarted:
+        scan.startups += 1
+        scan.figures = _StartFigures()
+
+
+def _version(scan: _Scan, line: _Line) -> None:
+    # The version and model; a version line also marks a (re)start of the server.
+    f, msg = scan.figures, line.msg
+    m = SERVER_VERSION.search(msg)
+    if m:
+        if f.version is None:
+            f.version = m.group("v").rstrip(".,")
+            f.model = f.model or m.group("model")
+        scan.serving = False
+        scan.recognised += 1
+        return
+    if LOGO_CHARS.search(msg):
+        m = LOGO_VERSION.search(msg)
+        if m:
+            f.version = f.version if f.version is not None else m.group("v")
+            scan.serving = False
+        m = LOGO_MODEL.search(msg)
+        if m and f.model is None:
+            f.model = m.group("model")
+    m = ENGINE_VERSION.search(msg)
+    if m and f.version_engine is None:
+        f.version_engine = m.group("v")
+        scan.recognised += 1
+
+
+# The start's figures: the first line matching each pattern gives its value.
+_FIRST_SEEN: tuple[tuple[str, re.Pattern[str], Callable[[re.Match[str]], Any]], ...] = (
+    ("model", ENGINE_MODEL, lambda m: m.group("model")),
+    ("non_default", NON_DEFAULT, lambda m: parse_non_default(m.group("args"))),
+    ("namespace", NAMESPACE, lambda m: parse_namespace(m.group("ns"))),
+    ("kv_tokens", KV_TOKENS, lambda m: to_int(m.group("n"))),
+    ("max_conc", MAX_CONC, lambda m: to_float(m.group("x"))),
+)
+
+
+def _figures(scan: _Scan, line: _Line) -> None:
+    for name, pattern, value in _FIRST_SEEN:
+        if getattr(scan.figures, name) is None:
+            m = pattern.search(line.msg)
+            if m:
+                setattr(scan.figures, name, value(m))
+
+
+def _readiness(scan: _Scan, line: _Line) -> None:
+    ln, msg, access = line.ln, line.msg, line.access
+    if access:
+        scan.recognised += 1
+        scan.last_access_line = ln.number
+    # Any answered request (a 400 for a too-long prompt too) proves the API server was up; a 5xx may come from a
+    # server whose engine is already gone.
+    if READY.search(msg) or (access and int(access.group("status")) < 500) or SERVING_HINT.search(msg):
+        scan.now_serving(ln.number)
+    if line.is_stats:
+        rec = parse_stats(ln, msg, scan.cursor)
+        scan.stats.append(rec)
+        # A stats line with work in flight proves serving in an excerpt that starts after startup.
+        if (rec.running or 0) > 0 or (rec.generation_throughput_tps or 0) > 0:
+            scan.now_serving(ln.number)
+    if V0_PREEMPTION.search(msg):
+        scan.preempt.append(ln.number)
+
+
+def _oom(scan: _Scan, line: _Line) -> None:
+    # Memory failures: the first one decides the phase.
+    ln = line.ln
+    if scan.oom is None and not line.informational and not line.is_stats and OOM.search(line.msg):
+        start = max(0, ln.number - 1 - OOM_CONTEXT_LINES)
+        scan.oom = OomEvent(phase="serving" if scan.serving else "startup", line=ln.number, text=ln.text,
+                            lines_before=tuple(x.text for x in scan.lines[start:ln.number - 1]),
+                            logged_at=scan.cursor.logged_at, collected_at=scan.cursor.collected_at)
+    if OUTPUT_HANDLER_FAILED.search(line.msg):
+        scan.now_serving(ln.number)
+        if scan.oom is not None and scan.oom.phase == "startup":
+            scan.oom = dataclasses.replace(scan.oom, phase="serving")
+
+
+def _engine_death(scan: _Scan, line: _Line) -> None:
+    # Only once serving: a failed startup is a startup failure.
+    if scan.death is None and scan.serving and not line.informational and ENGINE_DEAD.search(line.msg):
+        scan.death = EngineDeath(line=line.ln.number, text=line.ln.text, logged_at=scan.cursor.logged_at,
+                                 collected_at=scan.cursor.collected_at)
+
+
+def _startup_window(scan: _Scan, line: _Line) -> None:
+    # The window C05 reads: from the last server start line (a failed start before it is not this start's).
+    if line.started and (scan.start_from is None or scan.restarted or line.banner):
+        scan.start_from, scan.start_ready = line.ln.number, None
+    if scan.serving and scan.start_ready is None:
+        scan.start_ready = line.ln.number
+
+
+def _rejection(scan: _Scan, line: _Line) -> None:
+    # The request logger echoes prompts ("Received request …: prompt: …"); a prompt quoting an error is not a
+    # rejection.
+    ln, msg = line.ln, line.msg
+    m = None if REQUEST_ECHO.match(msg) else REJECTION.search(msg)
+    if not m:
+        return
+    scan.now_serving(ln.number)  # a request rejected for its length was received by a serving server
+    key = rejection_key(m.lastgroup or "context_length", msg, m.start())
+    if CLIENT_SIDE.search(msg):
+        scan.client_rej.append((key[0], key[1], ln.number, ln.text))
+        return
+    prev = scan.server_rej[-1] if scan.server_rej else None
+    # A chained traceback repeats the same message inside one log record (same timestamp); with no request
+    # finished in between it is the same request, not a retry.
+    if (prev and prev[0] == key[0] and prev[1] == key[1] and prev[2][-1] > scan.last_access_line
+            and prev[4] == scan.cursor.logged_at and ln.number - prev[2][-1] <= 60):
+        prev[2].append(ln.number)
+    else:
+        scan.server_rej.append((key[0], key[1], [ln.number], ln.text, scan.cursor.logged_at))
+
+
+def _error(scan: _Scan, line: _Line) -> None:
+    ln, msg = line.ln, line.msg
+    stripped = msg.strip()
+    record_key = (ln.process, ln.level, ln.logged_at, ln.source)
+    em = EXCEPTION_LINE.match(stripped)
+    if em and not msg.startswith((" ", "\t")):
+        if len(scan.errors) < _MAX_ERRORS:
+            scan.errors.append(LogErrorRecord(line=ln.number, text=stripped, exception=em.group("exc")))
+        scan.exception_tail = record_key
+        return
+    if scan.exception_tail is not None and record_key == scan.exception_tail and stripped:
+        # The remaining lines of a multi-line exception message (CUDA's "might be asynchronously reported…"
+        # hints) belong to the exception already recorded.
+        return
+    scan.exception_tail = None
+    if (len(scan.errors) < _MAX_ERRORS and ln.level in ("ERROR", "CRITICAL", "FATAL") and stripped
+            and not msg.startswith((" ", "\t"))
+            and not stripped.startswith(("Traceback", "File ", "The above exception", "During handling"))):
+        scan.errors.append(LogErrorRecord(line=ln.number, text=stripped, exception=None))
+
+
+# Every line goes through every rule, in this order: a rule reads what the rules before it set on this line
+# (a restart resets the figures before the version is read; readiness before an OOM's phase; serving before
+# the engine's death, the startup window and the rejections).
+_LINE_RULES: tuple[Callable[[_Scan, _Line], None], ...] = (
+    _restart, _version, _figures, _readiness, _oom, _engine_death, _startup_window, _rejection, _error)
+
+
+def _decoded(text: str | bytes) -> str:
     if isinstance(text, (bytes, bytearray)):
         text = bytes(text).decode("utf-8", errors="replace")
     if not isinstance(text, str):
         raise ArtifactError(f"a vLLM log must be text, not {type(text).__name__}")
     if not text.strip():
         raise ArtifactError("the log is empty: paste the server's stdout/stderr (`kubectl logs`, `docker logs`)")
-    text = text.replace("\x00", "")
+    return text.replace("\x00", "")
+
+
+def parse_vllm_log(text: str | bytes) -> VllmLogReport:
+    """Read a vLLM server log (startup, runtime or an excerpt of either)."""
+    text = _decoded(text)
     truncated = not text.endswith(("\n", "\r"))
-    lines = tuple(split_line(number, raw) for number, raw in numbered_lines(text))
+    scan = _Scan(lines=tuple(split_line(number, raw) for number, raw in numbered_lines(text)))
+    for ln in scan.lines:
+        scan.cursor.update(ln)
+        line = _Line.read(ln)
+        for rule in _LINE_RULES:
+            rule(scan, line)
+    return _report(scan, truncated)
 
-    version = version_engine = model = None
-    non_default: dict[str, Any] | str | None = None
-    namespace: dict[str, Any] | None = None
-    kv_tokens: int | None = None
-    max_conc: float | None = None
-    ready_line: int | None = None
-    serving = False                       # state of the current run (a restart in the same log resets it)
-    oom: OomEvent | None = None
-    death: EngineDeath | None = None
-    errors: list[LogErrorRecord] = []
-    stats: list[StatsRecord] = []
-    preempt: list[int] = []
-    server_rej: list[tuple[str, tuple[int, ...], list[int], str, str | None]] = []
-    client_rej: list[tuple[str, tuple[int, ...], int, str]] = []
-    last_access_line = 0
-    exception_tail: tuple[Any, ...] | None = None
-    recognised = 0
-    startups = 1
-    cursor = Cursor()
 
-    start_from = start_ready = None
-    for ln in lines:
-        cursor.update(ln)
-        msg = ln.message
-        starts_before = startups
-        if ln.level or ln.process:
-            recognised += 1
-
-        # --- a (re)start of the server: when a paste holds several, the figures (version, args, KV capacity) are
-        # the last one's; what happened (ready, OOM, death, rejections) is kept over the whole paste.
-        started = bool(SERVER_VERSION.search(msg) or (LOGO_CHARS.search(msg) and LOGO_VERSION.search(msg))
-                       or ENGINE_VERSION.search(msg))
-        if started and (ready_line is not None or kv_tokens is not None or oom is not None or death is not None
-                        or max_conc is not None):
-            startups += 1
-            version = version_engine = model = non_default = namespace = kv_tokens = max_conc = None
-
-        # --- version and model; a version line also marks a (re)start of the server
-        m = SERVER_VERSION.search(msg)
-        if m:
-            if version is None:
-                version = m.group("v").rstrip(".,")
-                model = model or m.group("model")
-            serving = False
-            recognised += 1
-        else:
-            if LOGO_CHARS.search(msg):
-                m = LOGO_VERSION.search(msg)
-                if m:
-                    if version is None:
-                        version = m.group("v")
-                    serving = False
-                m = LOGO_MODEL.search(msg)
-                if m and model is None:
-                    model = m.group("model")
-            m = ENGINE_VERSION.search(msg)
-            if m and version_engine is None:
-                version_engine = m.group("v")
-                recognised += 1
-
-        if model is None:
-            m = ENGINE_MODEL.search(msg)
-            if m:
-                model = m.group("model")
-        if non_default is None:
-            m = NON_DEFAULT.search(msg)
-            if m:
-                non_default = parse_non_default(m.group("args"))
-        if namespace is None:
-            m = NAMESPACE.search(msg)
-            if m:
-                namespace = parse_namespace(m.group("ns"))
-        if kv_tokens is None:
-            m = KV_TOKENS.search(msg)
-            if m:
-                kv_tokens = to_int(m.group("n"))
-        if max_conc is None:
-            m = MAX_CONC.search(msg)
-            if m:
-                max_conc = to_float(m.group("x"))
-
-        # --- readiness
-        access = ACCESS.search(msg)
-        if access:
-            recognised += 1
-            last_access_line = ln.number
-        # Any answered request (a 400 for a too-long prompt too) proves the API server was up; a 5xx may come
-        # from a server whose engine is already gone.
-        if READY.search(msg) or (access and int(access.group("status")) < 500) or SERVING_HINT.search(msg):
-            serving = True
-            if ready_line is None:
-                ready_line = ln.number
-        is_stats = bool(STATS.search(msg))
-        if is_stats:
-            rec = parse_stats(ln, msg, cursor)
-            stats.append(rec)
-            # A stats line with work in flight proves serving in an excerpt that starts after startup.
-            if (rec.running or 0) > 0 or (rec.generation_throughput_tps or 0) > 0:
-                serving = True
-                if ready_line is None:
-                    ready_line = ln.number
-        if V0_PREEMPTION.search(msg):
-            preempt.append(ln.number)
-
-        # --- memory failures: the first one decides the phase
-        informational = ln.level in ("INFO", "DEBUG")
-        if oom is None and not informational and not is_stats and OOM.search(msg):
-            start = max(0, ln.number - 1 - OOM_CONTEXT_LINES)
-            oom = OomEvent(phase="serving" if serving else "startup", line=ln.number, text=ln.text,
-                           lines_before=tuple(x.text for x in lines[start:ln.number - 1]),
-                           logged_at=cursor.logged_at, collected_at=cursor.collected_at)
-
-        if OUTPUT_HANDLER_FAILED.search(msg):
-            serving = True
-            if ready_line is None:
-                ready_line = ln.number
-            if oom is not None and oom.phase == "startup":
-                oom = dataclasses.replace(oom, phase="serving")
-
-        # --- engine death: only once serving; a failed startup is a startup failure
-        if death is None and serving and not informational and ENGINE_DEAD.search(msg):
-            death = EngineDeath(line=ln.number, text=ln.text, logged_at=cursor.logged_at,
-                                collected_at=cursor.collected_at)
-
-        # the window C05 reads: from the last server start line (a failed start before it is not this start's)
-        if started and (start_from is None or startups != starts_before or SERVER_VERSION.search(msg)
-                        or (LOGO_CHARS.search(msg) and LOGO_VERSION.search(msg))):
-            start_from, start_ready = ln.number, None
-        if serving and start_ready is None:
-            start_ready = ln.number
-
-        # --- context-length rejections
-        # The request logger echoes prompts ("Received request …: prompt: …"); a prompt quoting an error is
-        # not a rejection.
-        m = None if REQUEST_ECHO.match(msg) else REJECTION.search(msg)
-        if m:
-            # A request rejected for its length was received by a serving server.
-            serving = True
-            if ready_line is None:
-                ready_line = ln.number
-            kind = m.lastgroup or "context_length"
-            key = rejection_key(kind, msg, m.start())
-            if CLIENT_SIDE.search(msg):
-                client_rej.append((key[0], key[1], ln.number, ln.text))
-            else:
-                prev = server_rej[-1] if server_rej else None
-                # A chained traceback repeats the same message inside one log record (same timestamp); with no
-                # request finished in between it is the same request, not a retry.
-                if (prev and prev[0] == key[0] and prev[1] == key[1] and prev[2][-1] > last_access_line
-                        and prev[4] == cursor.logged_at and ln.number - prev[2][-1] <= 60):
-                    prev[2].append(ln.number)
-                else:
-                    server_rej.append((key[0], key[1], [ln.number], ln.text, cursor.logged_at))
-
-        # --- errors
-        stripped = msg.strip()
-        record_key = (ln.process, ln.level, ln.logged_at, ln.source)
-        em = EXCEPTION_LINE.match(stripped)
-        if em and not msg.startswith((" ", "\t")):
-            if len(errors) < _MAX_ERRORS:
-                errors.append(LogErrorRecord(line=ln.number, text=stripped, exception=em.group("exc")))
-            exception_tail = record_key
-        elif exception_tail is not None and record_key == exception_tail and stripped:
-            # The remaining lines of a multi-line exception message (CUDA's "might be asynchronously
-            # reported…" hints) belong to the exception already recorded.
-            pass
-        else:
-            exception_tail = None
-            if (len(errors) < _MAX_ERRORS and ln.level in ("ERROR", "CRITICAL", "FATAL") and stripped
-                    and not msg.startswith((" ", "\t"))
-                    and not stripped.startswith(("Traceback", "File ", "The above exception", "During handling"))):
-                errors.append(LogErrorRecord(line=ln.number, text=stripped, exception=None))
-
-    rejections = merge_rejections(server_rej, client_rej)
-    errors = dedupe_errors(errors)
-    version = version or version_engine
-
-    findings = (version, non_default, namespace, kv_tokens, max_conc, ready_line, oom, death, rejections,
-                stats, preempt)
-    if recognised == 0 and not any(findings):
+def _report(scan: _Scan, truncated: bool) -> VllmLogReport:
+    f = scan.figures
+    rejections = merge_rejections(scan.server_rej, scan.client_rej)
+    version = f.version or f.version_engine
+    findings = (version, f.non_default, f.namespace, f.kv_tokens, f.max_conc, scan.ready_line, scan.oom,
+                scan.death, rejections, scan.stats, scan.preempt)
+    if scan.recognised == 0 and not any(findings):
         raise ArtifactError("this is not a vLLM server log: no vLLM, uvicorn or engine line in it "
                             "(expected lines like `INFO 05-23 15:53:18 [api_server.py:1] …`)")
-    notes = []
-    if truncated:
-        notes.append("the log ends mid-line")
     return VllmLogReport(
-        lines=lines, vllm_version=version, model=model, non_default_args=non_default, namespace_args=namespace,
-        kv_cache_tokens=kv_tokens, max_concurrency=max_conc, ready=ready_line is not None, ready_line=ready_line,
-        oom=oom, engine_death=death, context_rejections=rejections, errors=tuple(errors), stats=tuple(stats),
-        preemption_warnings=tuple(preempt), truncated=truncated, notes=tuple(notes), startups=startups,
-        startup_from_line=start_from, startup_ready_line=start_ready if start_from is not None else ready_line)
+        lines=scan.lines, vllm_version=version, model=f.model, non_default_args=f.non_default,
+        namespace_args=f.namespace, kv_cache_tokens=f.kv_tokens, max_concurrency=f.max_conc,
+        ready=scan.ready_line is not None, ready_line=scan.ready_line, oom=scan.oom, engine_death=scan.death,
+        context_rejections=rejections, errors=tuple(dedupe_errors(scan.errors)), stats=tuple(scan.stats),
+        preemption_warnings=tuple(scan.preempt), truncated=truncated,
+        notes=("the log ends mid-line",) if truncated else (), startups=scan.startups,
+        startup_from_line=scan.start_from,
+        startup_ready_line=scan.start_ready if scan.start_from is not None else scan.ready_line)
 
 
 def inspect_log(text: str | bytes) -> dict[str, Any]:
