@@ -16,6 +16,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from ..core._deferred import defer_rfc3987_syntax
 from ..core.evidence import EvidenceRecord, Finding, read_records
 from ..core.plan import BatchPlan
 from ..report.index import write_index
@@ -264,6 +265,7 @@ def run_notebooks(store: RunStore, stages: Sequence[Sequence[tuple[str, str | No
     runs, the kernels of the next one start and import `preload` (`start_kernel_ahead`). `prepare()`, when given,
     runs in this thread while the first stage's kernels start ahead (the review computes its axes there).
     An interrupt stops every running notebook (`k3lib.batch.stop`) and goes on up: the finished ones are kept."""
+    defer_rfc3987_syntax()  # papermill imports nbformat, hence jsonschema (see k3lib/core/_deferred.py)
     import papermill  # noqa: F401 - imported once here: threads importing jupyter_client at the same time fail
     from jupyter_client import AsyncKernelManager  # noqa: F401 - ("partially initialized module")
 
