@@ -109,3 +109,23 @@ def test_sigkill_mid_write_leaves_finished_files_verifiable(tmp_path):
     for path in (store.root / "evidence").iterdir():
         assert path.name.startswith(".") or f"evidence/{path.name}" in manifest["files"] or \
             path.stat().st_size == 200_000
+
+
+def test_a_notebook_papermill_wrote_is_moved_in_durably_and_hashed(tmp_path, monkeypatch):
+    """The executed notebook is evidence: the partial file is fsynced before it replaces the final name, the
+    folder after, and its hash goes into the manifest, as for the kit's own writes."""
+    store = RunStore.create_at(tmp_path / "run")
+    partial = store.path("notebooks/.03_capacity.partial.ipynb")
+    partial.write_text('{"cells": []}')
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    store.move_in(partial, "notebooks/03_capacity.ipynb")
+    assert not partial.exists() and store.path("notebooks/03_capacity.ipynb").read_text() == '{"cells": []}'
+    assert synced[:2] == [str(partial), str(store.path("notebooks"))]
+    assert "notebooks/03_capacity.ipynb" in store.manifest()["files"] and store.verify() == []

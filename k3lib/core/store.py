@@ -70,7 +70,23 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
+    _fsync_folder(path.parent)
+
+
+def durable_replace(src: Path, path: Path) -> None:
+    """A finished file written by someone else (papermill's partial output) into place at `path` as
+    `atomic_write_bytes` would: fsync it, replace, fsync the folder. `src` must be in the same file system."""
+    fd = os.open(src, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(src, path)
+    _fsync_folder(path.parent)
+
+
+def _fsync_folder(folder: Path) -> None:
+    dir_fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
     finally:
@@ -157,6 +173,12 @@ class RunStore:
         target = self.root / rel
         self._update_manifest({rel: (sha256_file(target), target.stat().st_size)})
         return target
+
+    def move_in(self, src: Path, rel: str) -> Path:
+        """A finished file written by someone else (papermill's partial output) moved durably to `rel`
+        (`durable_replace`), then its hash recorded (`adopt`)."""
+        durable_replace(src, self.root / rel)
+        return self.adopt(rel)
 
     def append_jsonl(self, rel: str, obj: Any) -> None:
         """Append one record and fsync: streams of request records survive a kill line by line.

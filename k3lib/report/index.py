@@ -7,6 +7,7 @@ It reads the evidence through `k3lib.verdict.accepted` and the sheet.
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -14,7 +15,10 @@ from ..core.store import RunStore
 from .headline import figures_block, headline_numbers
 from .missing import missing_html
 from .markup import _badge, _fmt, _one_line, _table, _typed, esc, page_head
-from .pages import _refuse_if_signed, clean_text, ensure_assets, path_rewrites, render_pages, run_kind
+from .pages import (_refuse_if_signed, clean_text, ensure_assets, path_rewrites, read_notebook, render_pages,
+                    run_kind)
+
+log = logging.getLogger(__name__)
 
 
 def _cap_text(cap: Any) -> str:
@@ -109,14 +113,13 @@ def identity_rows(run: Any) -> list[tuple[str, str, str]]:
 
 def cell_anchor(store: RunStore, page: str, needles: Sequence[str]) -> str:
     """`page#cell-id=…` of the first code cell of the page's notebook whose output names one of `needles`."""
-    import nbformat
-
     nb_path = store.path(f"notebooks/{Path(page).stem}.ipynb")
     if not needles or not nb_path.is_file():
         return page
     try:
-        nb = nbformat.read(str(nb_path), as_version=4)
-    except Exception:  # noqa: BLE001 - an unreadable notebook: link the page only
+        nb = read_notebook(store, f"notebooks/{nb_path.name}")
+    except (OSError, ValueError) as exc:  # an unreadable notebook (its page row says so): link the page only
+        log.warning("notebooks/%s cannot be read to link its cell: %s: %s", nb_path.name, type(exc).__name__, exc)
         return page
     for cell in nb.cells:
         if cell.cell_type != "code" or not cell.get("id"):
