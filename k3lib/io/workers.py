@@ -5,10 +5,10 @@ One asyncio loop is one core: past a few hundred streams its own work (reading, 
 the client's timing error exceed the calibration bound however many cores the host has. A `WorkerPool` holds
 plain interpreters (`python -c`, as the known-timing server: multiprocessing's spawn would re-import a script's or
 notebook's `__main__`) that each run their share of a phase with the same code as a one-process phase
-(`k3lib.io.load.closed_loop_work` / `open_loop_work` on a `_Phase` given the shared start instant). The clock is the
-host's monotonic clock, which `time.perf_counter_ns` reads in every process, so records of all workers share one
-time axis; ramp offsets and open-loop arrivals are taken from the one schedule of the whole phase (worker `w` of
-`n` has the streams and arrivals `w, w+n, …`, and the request indices `w, w+n, …` up to `max_requests`).
+(`k3lib.io.load.closed_loop_work` on a `_Phase` given the shared start instant). The clock is the host's monotonic
+clock, which `time.perf_counter_ns` reads in every process, so records of all workers share one time axis; ramp
+offsets are taken from the one schedule of the whole phase (worker `w` of `n` has the streams `w, w+n, …`, and the
+request indices `w, w+n, …` up to `max_requests`).
 
 Transport: per worker, two OS pipes carrying `multiprocessing.connection.Connection` frames (length-prefixed
 pickles), results read in the parent by one thread per worker. A frame is written by `os.write` straight into the
