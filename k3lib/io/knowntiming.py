@@ -358,6 +358,3 @@ def _wait_healthy(url: str, timeout_s: float) -> None:
         time.sleep(0.05)
     raise RuntimeError(f"known-timing server at {url} never became healthy")
 
-
-def start_known_timing_server(config: KnownTimingConfig | None = None, **kwargs: Any) -> KnownTimingServer:
-    return KnownTimingServer(config, **kwargs).start()

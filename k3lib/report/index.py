@@ -266,13 +266,6 @@ def write_index(store: RunStore, title: str, decision: dict[str, Any] | None,
     return "report/index.html"
 
 
-def index_html(title: str, decision: dict[str, Any] | None, pages: list[tuple[str, str, str]],
-               run_id: str) -> str:
-    """A minimal index without the run's evidence (kept for callers that have no store)."""
-    return "".join([page_head(title, plotly=False), f"<h1>{esc(title)}</h1><p>Run <code>{esc(run_id)}</code></p>",
-                    decision_block(decision), pages_block(pages), "</body></html>"])
-
-
 # -- re-rendering a finished run ----------------------------------------------------------------------------------
 
 def rerender(store: RunStore) -> str:
