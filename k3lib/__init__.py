@@ -8,10 +8,6 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .core._deferred import defer_rfc3987_syntax
-
-defer_rfc3987_syntax()  # seconds per notebook kernel otherwise (see k3lib/core/_deferred.py)
-
 # public name → module that defines it (a subpackage is named by itself)
 _EXPORTS: dict[str, str] = {
     "APIError": ".core.errors",

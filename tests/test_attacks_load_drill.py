@@ -8,8 +8,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -108,23 +106,17 @@ def serve_gateway(upstream: str, limit: int, status: int = 429,
                   echo_tool_errors: bool = False) -> Iterator[tuple[str, Gateway]]:
     import uvicorn
 
-    from k3lib.emulator.server import _bind
+    from k3lib.core.serving import bind_tcp, serve_in_thread
 
     gateway = Gateway(upstream, limit, status, echo_tool_errors)
-    sock = _bind("127.0.0.1", 0)
+    sock = bind_tcp("127.0.0.1", 0)
     server = uvicorn.Server(uvicorn.Config(gateway, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert server.started, "the gateway did not start"
+    serving = serve_in_thread(server, sock, name="k3-test-gateway", ready_timeout_s=20)
+    assert serving is not None, "the gateway did not start"
     try:
         yield f"http://127.0.0.1:{sock.getsockname()[1]}", gateway
     finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
+        serving.stop()
 
 
 # -- 1. load that does not complete counts --------------------------------------------------------------------

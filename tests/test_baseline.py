@@ -336,8 +336,13 @@ def test_a_hand_edited_mistyped_level_is_refused_with_its_reason_not_guessed(tmp
 
 
 def test_every_evidence_path_the_levels_read_is_declared_by_its_axis_model():
-    assert acc.undeclared_paths() == []
-    from k3lib.core.evidence import ProbeData
+    from k3lib.core.evidence import DATA_MODELS, CapacityStep, ProbeData
+
+    undeclared = [f"{axis}.{dotted}" for cands in acc.CANDIDATES.values() for axis, dotted, _ in cands
+                  if axis != "params" and (axis not in DATA_MODELS or not acc.declared_path(DATA_MODELS[axis], dotted))]
+    undeclared += [f"capacity.steps.{key}" for keys in acc.STEP_KEYS.values() for key, _ in keys
+                   if not acc.declared_path(CapacityStep, key)]
+    assert undeclared == []
 
     assert not acc.declared_path(ProbeData, "served_models.0.max_ok_len")
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import statistics
-import threading
 import time
 from typing import Any
 
@@ -229,7 +228,8 @@ def test_arrival_stamp_is_taken_before_the_handler_runs() -> None:
     # before the app's handler got its turn on the loop
     import uvicorn
 
-    from k3lib.io.knowntiming import ARRIVAL_EXTENSION, _arrival_stamped_protocol, _bind_loopback
+    from k3lib.core.serving import bind_tcp, serve_in_thread
+    from k3lib.io.knowntiming import ARRIVAL_EXTENSION, _arrival_stamped_protocol
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
         handler_ns = time.perf_counter_ns()
@@ -239,14 +239,11 @@ def test_arrival_stamp_is_taken_before_the_handler_runs() -> None:
 
     protocol = _arrival_stamped_protocol()
     assert protocol != "auto", "httptools is a dependency: the stamped protocol must be available"
-    sock = _bind_loopback()
+    sock = bind_tcp("127.0.0.1", 0)
     server = uvicorn.Server(uvicorn.Config(app, http=protocol, log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
+    serving = serve_in_thread(server, sock, name="k3-test-arrival", ready_timeout_s=20)
+    assert serving is not None, "the stamped server did not start"
     try:
-        deadline = time.monotonic() + 20
-        while not server.started and time.monotonic() < deadline:
-            time.sleep(0.01)
         url = f"http://127.0.0.1:{sock.getsockname()[1]}/"
         with httpx.Client(trust_env=False) as http:
             stamps = []
@@ -257,5 +254,4 @@ def test_arrival_stamp_is_taken_before_the_handler_runs() -> None:
                 stamps.append(arrival)
             assert stamps == sorted(set(stamps))
     finally:
-        server.should_exit = True
-        thread.join(10)
+        serving.stop()

@@ -104,3 +104,42 @@ def test_bad_emulator_options_are_one_line_exit_2(argv, needle, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and needle in err[0], err
+
+
+def test_the_library_logs_and_only_the_cli_shows_it_at_the_level_asked(tmp_path, capsys, monkeypatch):
+    """k3lib installs no handler; `k3 -v`/`-vv` or K3_LOG_LEVEL show its records on stderr; a bad level is one
+    line, exit 2."""
+    import logging
+
+    from k3lib.cli import verbosity
+
+    logger = logging.getLogger("k3lib.test")
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    monkeypatch.delenv(verbosity.LOG_LEVEL_ENV, raising=False)
+    try:
+        assert main(["inspect", "auto", str(empty)]) == 2
+        logger.info("not shown at the default level")
+        assert main(["-vv", "inspect", "auto", str(empty)]) == 2
+        logger.debug("shown with -vv")
+        monkeypatch.setenv(verbosity.LOG_LEVEL_ENV, "error")
+        assert main(["inspect", "auto", str(empty)]) == 2
+        logger.warning("not shown at ERROR")
+        err = capsys.readouterr().err
+        assert "k3 DEBUG k3lib.test: shown with -vv" in err and "not shown" not in err
+        monkeypatch.setenv(verbosity.LOG_LEVEL_ENV, "loud")
+        assert main(["inspect", "auto", str(empty)]) == 2
+        assert capsys.readouterr().err.strip().splitlines() == [
+            "k3: K3_LOG_LEVEL: 'loud' is not a log level (DEBUG, INFO, WARNING, ERROR or a number)"]
+    finally:
+        k3 = logging.getLogger("k3lib")
+        for handler in list(k3.handlers):
+            k3.removeHandler(handler)
+        k3.setLevel(logging.NOTSET)
+
+
+def test_importing_the_library_installs_no_log_handler():
+    code = "import logging, k3lib, k3lib.batch.execute, k3lib.io.gpu; print(logging.getLogger('k3lib').handlers)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

@@ -132,3 +132,26 @@ def test_dead_engine_health_status(c, version, status):
     c.post("/v1/completions", json={"prompt": "b", "max_tokens": 1})
     r = c.get("/health")
     assert r.status_code == status and r.content == b""
+
+
+def test_the_emulator_reads_its_version_with_the_kits_one_parser():
+    """No second parser: the emulator's release numbers come from k3lib.core.versions (PEP 440), a local tag and a
+    candidate read as their release, anything else refused; only core/versions.py imports packaging's."""
+    import ast
+    import pathlib
+
+    from k3lib.core.errors import BadInputError
+
+    cfg = EmulatorConfig.from_profile("demo", vllm_version="0.27.0rc9+cu130")
+    assert cfg.version() == (0, 27, 0) and cfg.at_least("0.27") and not cfg.at_least("0.27.1")
+    with pytest.raises(BadInputError, match="not a vLLM version"):
+        EmulatorConfig.from_profile("demo", vllm_version="latest")
+    root = pathlib.Path(__file__).resolve().parents[1] / "k3lib"
+    parsers = []
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("packaging"):
+                parsers.append(str(path.relative_to(root)))
+            if isinstance(node, ast.FunctionDef) and node.name == "parse_version":
+                parsers.append(f"{path.relative_to(root)} def parse_version")
+    assert sorted(parsers) == ["core/versions.py", "core/versions.py def parse_version"]

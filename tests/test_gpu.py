@@ -199,6 +199,29 @@ def test_nvml_init_failure_is_described(monkeypatch):
     assert source.describe().reason == "NVML unavailable: Driver Not Loaded"
 
 
+def test_nvml_misspelt_function_raises_rather_than_reading_zero_gpus(monkeypatch):
+    """Only NVML's own errors become 'field unknown'; a bug in a call (here a function NVML does not have) must
+    not turn into "0 GPUs"."""
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml())
+    source = NvmlSource(host="h")
+    assert source._init() is not None
+    with pytest.raises(AttributeError):
+        source._call("nvmlDeviceGetCout")
+    module = sys.modules["pynvml"]
+    monkeypatch.setattr(module, "nvmlDeviceGetCount", lambda: 1 / 0)  # a non-NVML failure inside a call
+    with pytest.raises(ZeroDivisionError):
+        source.sample()
+
+
+def test_nvml_unsupported_field_is_logged_and_left_unknown(monkeypatch, caplog):
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml())
+    with caplog.at_level("DEBUG", logger="k3lib.io.gpu"):
+        _, g1 = NvmlSource(host="h").sample()
+    assert g1.util_pct is None
+    assert any("nvmlDeviceGetUtilizationRates" in r.getMessage() and "Not Supported" in r.getMessage()
+               for r in caplog.records)
+
+
 @pytest.mark.parametrize("encoded, text", [pytest.param(12040, "12.4", id="12.4"),
                                            pytest.param(13010, "13.1", id="13.1"),
                                            pytest.param(11080, "11.8", id="11.8")])

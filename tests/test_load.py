@@ -1,5 +1,5 @@
-"""Load phases: bounded by request count and duration (even against a stalled server), Poisson arrivals
-deterministic for a seed, records delivered to the sink as they finish, remote targets refused."""
+"""Load phases: bounded by request count and duration (even against a stalled server), a linear ramp, records
+delivered to the sink as they finish, remote targets refused."""
 
 from __future__ import annotations
 
@@ -16,11 +16,9 @@ from k3lib.io.client import ChatClient, ChatRecord
 from k3lib.core.errors import BadInputError
 from k3lib.io.load import (
     RequestStat,
-    arrival_offsets_s,
     check_load_target,
     ramp_offsets_s,
     run_closed_loop,
-    run_open_loop,
     run_soak,
     summarize,
 )
@@ -41,36 +39,6 @@ def run(coro_factory: Any) -> Any:
 
 
 # -- pure parts ---------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("rate, n, dur, expected", [
-    pytest.param(10.0, 5, 100.0, [0.0, 0.1, 0.2, 0.3, 0.4], id="count-bound"),
-    pytest.param(2.0, 100, 2.0, [0.0, 0.5, 1.0, 1.5], id="duration-bound"),
-])
-def test_constant_arrivals(rate: float, n: int, dur: float, expected: list[float]) -> None:
-    assert arrival_offsets_s(rate, max_requests=n, max_duration_s=dur) == pytest.approx(expected)
-
-
-def test_poisson_arrivals_seeded_and_plausible() -> None:
-    a = arrival_offsets_s(50.0, max_requests=100_000, max_duration_s=20.0, process="poisson", seed=7)
-    b = arrival_offsets_s(50.0, max_requests=100_000, max_duration_s=20.0, process="poisson", seed=7)
-    c = arrival_offsets_s(50.0, max_requests=100_000, max_duration_s=20.0, process="poisson", seed=8)
-    assert a == b and a != c
-    # expected 1000 arrivals, sd ~32: five sigma either side
-    assert 840 <= len(a) <= 1160
-    assert all(x < y for x, y in zip(a, a[1:])) and a[-1] < 20.0
-    gaps = [y - x for x, y in zip(a, a[1:])]
-    assert sum(gaps) / len(gaps) == pytest.approx(1 / 50.0, rel=0.1)
-    assert len(arrival_offsets_s(50.0, max_requests=10, max_duration_s=20.0, process="poisson")) == 10
-
-
-@pytest.mark.parametrize("bad", [
-    pytest.param(dict(rate_rps=0.0), id="zero-rate"),
-    pytest.param(dict(rate_rps=1.0, process="bursty"), id="unknown-process"),
-])
-def test_bad_arrival_parameters(bad: dict[str, Any]) -> None:
-    with pytest.raises(BadInputError):
-        arrival_offsets_s(max_requests=3, max_duration_s=1.0, **bad)
 
 
 def test_linear_ramp() -> None:
@@ -141,8 +109,7 @@ def test_closed_loop_stops_at_request_bound_and_sinks_every_record(server: Known
     assert s.concurrency == 4 and s.loop_lag_ms_p99 is not None
 
 
-@pytest.mark.parametrize("kind", ["closed", "open"])
-def test_a_phase_measures_with_the_heap_out_of_the_collector(server: KnownTimingServer, kind: str) -> None:
+def test_a_phase_measures_with_the_heap_out_of_the_collector(server: KnownTimingServer) -> None:
     # a full collection of a notebook's heap stops the loop for tens of ms, late marks for every chunk then due:
     # while a phase runs, what existed before it is frozen out of the collector, and it is unfrozen afterwards
     import gc
@@ -151,11 +118,7 @@ def test_a_phase_measures_with_the_heap_out_of_the_collector(server: KnownTiming
     frozen_while_running: list[int] = []
     client = ChatClient(server.url)
     sink = lambda rec: frozen_while_running.append(gc.get_freeze_count())
-    if kind == "closed":
-        phase = lambda: run_closed_loop(client, [FAST], concurrency=2, max_requests=4, max_duration_s=20, sink=sink)
-    else:
-        phase = lambda: run_open_loop(client, [FAST], rate_rps=50, max_requests=4, max_duration_s=20, sink=sink)
-    run(phase)
+    run(lambda: run_closed_loop(client, [FAST], concurrency=2, max_requests=4, max_duration_s=20, sink=sink))
     assert len(frozen_while_running) == 4 and all(n > before for n in frozen_while_running)
     assert gc.get_freeze_count() == before
 
@@ -170,8 +133,7 @@ def test_the_collection_before_a_phase_is_not_in_its_window(server: KnownTimingS
     monkeypatch.setattr(gc, "collect", lambda *a: (time.sleep(0.4), real(*a))[1])
     s = run(lambda: run_closed_loop(ChatClient(server.url), [FAST], concurrency=2, max_requests=4,
                                     max_duration_s=0.2, drain_s=5))
-    o = run(lambda: run_open_loop(ChatClient(server.url), [FAST], rate_rps=20, max_requests=2, max_duration_s=0.2))
-    assert s.sent >= 1 and s.ok == s.sent and o.sent >= 1 and o.ok == o.sent
+    assert s.sent >= 1 and s.ok == s.sent
 
 
 def test_quiet_collector_nests() -> None:
@@ -246,35 +208,6 @@ def test_ramp_spreads_worker_starts(server: KnownTimingServer) -> None:
     offsets = [(s - t0) / 1e9 for s in starts]
     assert offsets[1] >= 0.3 - 0.05 and offsets[2] >= 0.6 - 0.05, offsets
     assert offsets[2] - offsets[0] >= 0.3, offsets
-
-
-@pytest.mark.parametrize("arrival", ["constant", "poisson"])
-def test_open_loop_request_bound(server: KnownTimingServer, arrival: str) -> None:
-    seen: list[ChatRecord] = []
-    s = run(lambda: run_open_loop(ChatClient(server.url), lambda i: {**FAST, "messages": [
-        {"role": "user", "content": f"q{i}"}]}, rate_rps=50, arrival=arrival, seed=3, max_requests=12,
-        max_duration_s=20, sink=seen.append))
-    assert (s.sent, s.ok, s.stopped_by) == (12, 12, "max_requests") and s.rate_rps == 50
-    assert s.kind == f"open-loop-{arrival}" and len(seen) == 12
-
-
-def test_open_loop_duration_bound_with_stalled_server(server: KnownTimingServer) -> None:
-    seen: list[ChatRecord] = []
-    t0 = time.perf_counter()
-    s = run(lambda: run_open_loop(ChatClient(server.url), [STALL], rate_rps=10, max_requests=10_000,
-                                  max_duration_s=0.8, sink=seen.append))
-    assert time.perf_counter() - t0 < 4.0
-    assert s.stopped_by == "max_duration" and s.ok == 0 and s.cancelled == s.sent == len(seen)
-    assert 6 <= s.sent <= 9
-
-
-def test_open_loop_max_in_flight_shows_as_client_queue(server: KnownTimingServer) -> None:
-    slow = {**FAST, "k3_ttft_ms": 150, "k3_chunks": 1}
-    s = run(lambda: run_open_loop(ChatClient(server.url), [slow], rate_rps=100, max_requests=4,
-                                  max_in_flight=1, max_duration_s=10))
-    assert s.ok == 4
-    # requests scheduled 10 ms apart behind one slot wait for the ones before them
-    assert s.client_queue_ms.max > 300 and s.ttft_ms.max < 300
 
 
 def test_soak_windows(server: KnownTimingServer) -> None:

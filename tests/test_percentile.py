@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from k3lib.core.stats import percentile
+from k3lib.core.stats import percentile, percentile_rounded
 
 
 @pytest.mark.parametrize("values, q, expected", [
@@ -37,16 +37,27 @@ def test_percentile_refuses_a_fraction_out_of_range() -> None:
         percentile([1.0], 150)
 
 
+def test_the_rounded_percentile_takes_q_on_the_same_scale() -> None:
+    # the records' rounded figures: q from 0 to 100 like `percentile` (paths once passed 0.95, capacity 95)
+    assert percentile_rounded([1.0, 2.0, 3.0, 4.0], 95) == round(percentile([1.0, 2.0, 3.0, 4.0], 95), 3) == 3.85
+    assert percentile_rounded([0.12345, 0.12345], 50) == 0.123 and percentile_rounded([None], 50) is None
+    with pytest.raises(ValueError, match="outside 0–100"):
+        percentile_rounded([1.0], 95.0 * 100)
+
+
 def test_no_module_defines_its_own_percentile() -> None:
-    """Every percentile of measured values comes from k3lib.core.stats (issue 17: there were four definitions). Wrappers
-    that round its result and the server-side histogram quantiles (Prometheus buckets) are not definitions."""
+    """Every percentile of measured values comes from k3lib.core.stats (issue 17: there were four definitions; issue
+    38: `_pct` wrappers on two scales, q 0–1 and 0–100, now `percentile_rounded`, q 0–100 everywhere). The
+    server-side histogram quantiles (Prometheus buckets) are not definitions."""
     root = pathlib.Path(__file__).resolve().parent.parent / "k3lib"
     own = []
     for path in root.rglob("*.py"):
         if path.name == "stats.py" and path.parent == root / "core":
             continue
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.FunctionDef) and node.name.lstrip("_") == "percentile":
+            wraps = isinstance(node, ast.FunctionDef) and node.name.lstrip("_") == "pct" and any(
+                isinstance(n, ast.Name) and n.id == "percentile" for n in ast.walk(node))  # a wrapper of its own
+            if wraps or isinstance(node, ast.FunctionDef) and node.name.lstrip("_") == "percentile":
                 own.append(f"{path.relative_to(root)}:{node.lineno} def {node.name}")
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and (
                     (node.value.id == "statistics" and node.attr == "quantiles")

@@ -207,3 +207,21 @@ def test_pdf_refuses_a_bad_name_in_one_line(healthy_run, tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert "expected a file name ending in .pdf" in err and len(err.splitlines()) == 1
     assert main(["report", str(tmp_path / "nothing")]) == 2
+
+
+def test_an_unreadable_notebook_is_named_in_the_index_not_skipped(tmp_path, caplog):
+    """A run's executed notebook that cannot be read (a torn write, an edit) keeps its row in the index, with why,
+    and leaves a warning in the log; the index is still written."""
+    from k3lib.report.index import write_index
+    from k3lib.report.pages import UNREADABLE, render_pages
+
+    store = RunStore.create_at(tmp_path / "run")
+    store.write_text("notebooks/03_capacity.ipynb", '{"cells": [')
+    with caplog.at_level("WARNING", logger="k3lib"):
+        rows = render_pages(store, ["03_capacity.ipynb"], {"03_capacity.ipynb": "capacity"}, {})
+    ((label, href, status),) = rows
+    assert status == UNREADABLE and label.startswith("03_capacity.ipynb (NotJSONError")
+    assert href == "../notebooks/03_capacity.ipynb" and not store.path("report/03_capacity.html").exists()
+    assert any("notebooks/03_capacity.ipynb" in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+    index = store.path(write_index(store, "acceptance", None, rows)).read_text()
+    assert "03_capacity.ipynb (NotJSONError" in index and ">unreadable<" in index

@@ -127,3 +127,16 @@ def _kernels() -> list:
 
     return [p for p in psutil.Process().children(recursive=True) if p.is_running()
             and p.status() != psutil.STATUS_ZOMBIE]
+
+
+def test_a_kernel_that_failed_to_start_ahead_leaves_its_reason_in_the_log(caplog):
+    """The notebook still runs (papermill starts a kernel itself), but why the warm one failed is not dropped."""
+    from concurrent.futures import Future
+
+    failed: Future = Future()
+    failed.set_exception(RuntimeError("Kernel didn't respond in 60 seconds"))
+    with caplog.at_level("WARNING", logger="k3lib"):
+        assert runner._taken(failed, "03_capacity.ipynb") is None
+    (record,) = [r for r in caplog.records if r.name == "k3lib.batch.execute"]
+    assert record.levelname == "WARNING"
+    assert "03_capacity.ipynb" in record.getMessage() and "didn't respond in 60 seconds" in record.getMessage()

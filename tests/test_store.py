@@ -10,6 +10,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 
 from k3lib.cli.main import main
 from k3lib.core.store import RunStore, sha256_file
@@ -109,3 +111,66 @@ def test_sigkill_mid_write_leaves_finished_files_verifiable(tmp_path):
     for path in (store.root / "evidence").iterdir():
         assert path.name.startswith(".") or f"evidence/{path.name}" in manifest["files"] or \
             path.stat().st_size == 200_000
+
+
+def test_a_notebook_papermill_wrote_is_moved_in_durably_and_hashed(tmp_path, monkeypatch):
+    """The executed notebook is evidence: the partial file is fsynced before it replaces the final name, the
+    folder after, and its hash goes into the manifest, as for the kit's own writes."""
+    store = RunStore.create_at(tmp_path / "run")
+    partial = store.path("notebooks/.03_capacity.partial.ipynb")
+    partial.write_text('{"cells": []}')
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    store.move_in(partial, "notebooks/03_capacity.ipynb")
+    assert not partial.exists() and store.path("notebooks/03_capacity.ipynb").read_text() == '{"cells": []}'
+    assert synced[:2] == [str(partial), str(store.path("notebooks"))]
+    assert "notebooks/03_capacity.ipynb" in store.manifest()["files"] and store.verify() == []
+
+
+def test_a_jsonl_stream_has_one_rule_a_torn_last_line_is_skipped_a_bad_middle_line_refused(tmp_path, caplog):
+    """What a kill can leave (a last line without its newline) is skipped and logged; a bad line anywhere else was
+    put there after the kit wrote it, and every reader of a stream refuses it rather than judge part of it."""
+    from k3lib.axes.agent import STEPS_FILE, load_agent_result
+    from k3lib.core.errors import EvidenceError
+
+    store = RunStore.create_at(tmp_path / "run")
+    for i in range(3):
+        store.append_jsonl(STEPS_FILE, {"i": i})
+    path = store.path(STEPS_FILE)
+    whole = path.read_bytes()
+    path.write_bytes(whole + b'{"i": 3, "cut')
+    with caplog.at_level("WARNING", logger="k3lib.core.store"):
+        assert [r["i"] for r in store.read_jsonl(STEPS_FILE)] == [0, 1, 2]
+    assert any("last line" in r.getMessage() for r in caplog.records)
+    assert [r["i"] for r in load_agent_result(store).steps] == [0, 1, 2]  # the agent axis reads by the same rule
+    path.write_bytes(whole + b'{"i": 3}')  # whole but for its newline: kept
+    assert [r["i"] for r in store.read_jsonl(STEPS_FILE)] == [0, 1, 2, 3]
+    for bad in (b"{not json}\n", b"[1, 2]\n"):
+        lines = whole.splitlines(keepends=True)
+        path.write_bytes(lines[0] + bad + b"".join(lines[1:]))
+        with pytest.raises(EvidenceError, match="line 2"):
+            store.read_jsonl(STEPS_FILE)
+        with pytest.raises(EvidenceError, match="line 2"):
+            load_agent_result(store)
+    assert store.read_jsonl("evidence/none.jsonl") == []
+
+
+def test_appending_after_a_dead_writer_cuts_its_torn_line_so_it_never_sits_mid_stream(tmp_path):
+    rel = "evidence/capacity/requests.jsonl"
+    store = RunStore.create_at(tmp_path / "run")
+    path = store.path(rel)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b'{"i": 0}\n{"i": 1, "cu')  # a writer killed mid-line, then the axis runs again
+    store.append_jsonl(rel, {"i": 2})
+    assert path.read_bytes() == b'{"i": 0}\n{"i": 2}\n'
+    other = RunStore.create_at(tmp_path / "other")
+    other.path("evidence").mkdir(exist_ok=True)
+    other.path("evidence/s.jsonl").write_bytes(b'{"i": 0}')  # whole but for its newline: kept
+    other.append_jsonl("evidence/s.jsonl", {"i": 1})
+    assert [r["i"] for r in other.read_jsonl("evidence/s.jsonl")] == [0, 1]

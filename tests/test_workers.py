@@ -21,7 +21,7 @@ from k3lib.io.calibration import gate_phase
 from k3lib.io.knowntiming import KnownTimingConfig, KnownTimingServer
 from k3lib.io.client import ChatClient, ChatRecord
 from k3lib.core.errors import BadInputError
-from k3lib.io.load import run_closed_loop, run_open_loop
+from k3lib.io.load import run_closed_loop
 from k3lib.core.params import LoadParams
 from k3lib.io.workers import calibrate_workers
 from k3lib.io.workers import WORKERS_MAX, WorkerPool, default_workers, resolve_workers
@@ -107,22 +107,6 @@ def test_one_start_instant_and_one_ramp_across_workers(server: KnownTimingServer
     for k, t in enumerate(sent):
         assert 0.4 * k - 0.005 <= t < 0.4 * k + 0.35, sent
     assert s.workers == 2
-
-
-def test_an_open_loop_over_two_workers_keeps_the_one_schedule(server: KnownTimingServer, pool: WorkerPool) -> None:
-    got: list[ChatRecord] = []
-
-    async def go() -> Any:
-        return await run_open_loop(ChatClient(server.url), [FAST], rate_rps=40, max_requests=20, max_duration_s=5,
-                                   sink=got.append, workers=pool)
-
-    s = asyncio.run(go())
-    assert s.workers == 2 and s.sent == 20 and _ids(got) == list(range(20))
-    # each request's enqueued mark is its scheduled arrival, i / 40 s after the one start
-    base = min(r.enqueued_ns for r in got)
-    for r in got:
-        i = int(r.request_id.rsplit("-", 1)[1])
-        assert abs((r.enqueued_ns - base) / 1e9 - i / 40) < 1e-6
 
 
 def test_a_sink_failure_stops_every_worker_and_propagates(server: KnownTimingServer, pool: WorkerPool) -> None:

@@ -8,6 +8,7 @@ partial file that is renamed into place and hashed into the manifest only once f
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import shutil
 import tempfile
@@ -16,6 +17,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from ..core._deferred import defer_rfc3987_syntax
 from ..core.evidence import EvidenceRecord, Finding, read_records
 from ..core.plan import BatchPlan
 from ..report.index import write_index
@@ -24,6 +26,8 @@ from ..core.session import PROJECT_ROOT
 from ..core.store import RunStore
 from . import stop
 from .progress import Progress
+
+log = logging.getLogger(__name__)
 
 NOTEBOOKS = PROJECT_ROOT / "notebooks"
 
@@ -69,8 +73,8 @@ class WarmKernel:
         try:
             if self.km.has_kernel:
                 asyncio_run(self.km.shutdown_kernel(now=True))
-        except Exception:  # noqa: BLE001 - best effort: the process is killed with the batch anyway
-            pass
+        except Exception as exc:  # noqa: BLE001 - best effort: the process is killed with the batch anyway
+            log.debug("a kernel started ahead did not shut down: %s: %s", type(exc).__name__, exc)
         shutil.rmtree(self.sockets, ignore_errors=True)
 
 
@@ -133,18 +137,26 @@ def _registering(created: list[Any]) -> type:
     return Registered
 
 
+def _taken(kernel: "Future[WarmKernel] | None", name: str) -> WarmKernel | None:
+    """The kernel started ahead for notebook `name`, or None: a start that failed is logged with its reason
+    (papermill then starts one the usual way, so the notebook runs, only slower)."""
+    if kernel is None:
+        return None
+    try:
+        return kernel.result()
+    except Exception as exc:  # noqa: BLE001 - a kernel that could not start ahead: start one the usual way
+        log.warning("the kernel started ahead for %s failed (%s: %s); papermill starts one itself",
+                    name, type(exc).__name__, exc)
+        return None
+
+
 def execute_notebook(name: str, store: RunStore, *, timeout_s: float,
                      kernel: "Future[WarmKernel] | None" = None) -> NotebookOutcome:
     """Run one notebook with papermill into the run folder. `kernel`: a kernel being started ahead for it; when
     its start failed, papermill starts one as usual. The kernel is registered with `k3lib.batch.stop` while the
     notebook runs, so that a stop interrupts it; a notebook so stopped ends `interrupted`, its partial output left
     beside the run's notebooks, out of the manifest."""
-    warm = None
-    if kernel is not None:
-        try:
-            warm = kernel.result()
-        except Exception:  # noqa: BLE001 - a kernel that could not start ahead: start one the usual way
-            warm = None
+    warm = _taken(kernel, name)
     created: list[Any] = []
     if warm is not None:
         stop.register(warm.km)
@@ -165,8 +177,7 @@ def execute_notebook(name: str, store: RunStore, *, timeout_s: float,
     if stop.requested():
         return NotebookOutcome(name, "interrupted", round(time.monotonic() - t0, 2), "stopped by the operator")
     if partial.exists():
-        os.replace(partial, store.path(f"notebooks/{name}"))
-        store.adopt(f"notebooks/{name}")
+        store.move_in(partial, f"notebooks/{name}")  # evidence: fsynced, replaced, the folder fsynced, hashed
     return NotebookOutcome(name, status, round(time.monotonic() - t0, 2), error)
 
 
@@ -264,6 +275,7 @@ def run_notebooks(store: RunStore, stages: Sequence[Sequence[tuple[str, str | No
     runs, the kernels of the next one start and import `preload` (`start_kernel_ahead`). `prepare()`, when given,
     runs in this thread while the first stage's kernels start ahead (the review computes its axes there).
     An interrupt stops every running notebook (`k3lib.batch.stop`) and goes on up: the finished ones are kept."""
+    defer_rfc3987_syntax()  # papermill imports nbformat, hence jsonschema (see k3lib/core/_deferred.py)
     import papermill  # noqa: F401 - imported once here: threads importing jupyter_client at the same time fail
     from jupyter_client import AsyncKernelManager  # noqa: F401 - ("partially initialized module")
 

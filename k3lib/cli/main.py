@@ -20,6 +20,7 @@ from .init import cmd_init
 from .inspect import cmd_inspect
 from .run import cmd_demo, cmd_emulator, cmd_paths, cmd_review, cmd_validate
 from .sign import cmd_sign, cmd_verify
+from . import verbosity
 
 
 class _Parser(argparse.ArgumentParser):
@@ -43,6 +44,8 @@ def _add_target_options(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="k3", description="k3kit: evidence-backed acceptance of a vLLM / OpenAI-compatible "
                                             "deployment.")
+    parser.add_argument("-v", "--verbose", action="count", default=0,
+                        help="show the library's log on stderr: -v INFO, -vv DEBUG (default WARNING, or K3_LOG_LEVEL)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     # one function per command group, in the order `k3 --help` lists them
@@ -298,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
         ns = parser.parse_args(argv)
+        verbosity.configure(ns.verbose)
         if not getattr(ns, "func", None):
             parser.print_help()
             return 2

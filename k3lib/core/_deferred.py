@@ -5,6 +5,10 @@ Earley parser for RFC 3987 when imported: 1-4 s on the demo's 2 cores. nbformat 
 imports nbformat as soon as a figure is displayed, so every notebook kernel of a batch paid it, and so did the
 runner, though no demo schema uses those formats. A stand-in module answers jsonschema's import with a
 `is_valid_syntax` that imports the real module on its first call: the same checks, the same answers.
+
+Importing k3lib installs nothing: the stand-in is put in place only by an explicit call, where the kit is about to
+import jsonschema itself: the batch runner before papermill (`k3lib.batch.execute.run_notebooks`) and a notebook's
+display set-up (`k3lib.core.plotting.use_offline_renderer`, run by every session opener).
 """
 
 from __future__ import annotations

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._deferred import defer_rfc3987_syntax
+
 RENDERER = "k3_offline"
 
 
@@ -27,7 +29,9 @@ def _renderer_class() -> type:
 
 
 def use_offline_renderer() -> None:
-    """Make `fig.show()` / display(fig) export offline; called by the notebooks' first cell, never at import."""
+    """Make `fig.show()` / display(fig) export offline; called by the notebooks' first cell, never at import.
+    Displaying a figure imports nbformat, hence jsonschema: its costly optional import is deferred here first."""
+    defer_rfc3987_syntax()
     import plotly.io as pio
 
     if RENDERER not in pio.renderers:

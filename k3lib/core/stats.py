@@ -104,6 +104,12 @@ def percentile(values: Iterable[float | None], q: float) -> float | None:
     return float(np.percentile(np.asarray(data, dtype=float), q, method="linear"))
 
 
+def percentile_rounded(values: Iterable[float | None], q: float, digits: int = 3) -> float | None:
+    """`percentile` (q from 0 to 100) rounded to `digits` decimals, as the records store it."""
+    got = percentile(values, q)
+    return None if got is None else round(got, digits)
+
+
 Z95 = 1.959963984540054  # the two-sided 95 % normal quantile
 
 

@@ -13,9 +13,11 @@ import datetime as dt
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import secrets
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -23,6 +25,12 @@ from .errors import BadInputError, EvidenceError
 
 MANIFEST = "manifest.json"
 _LOCK = ".manifest.lock"
+
+log = logging.getLogger(__name__)
+
+# JSONL streams whose tail this process has checked before its first append (`_cut_torn_tail`)
+_TAILS_CHECKED: set[Path] = set()
+_TAILS_LOCK = threading.Lock()
 
 
 def utc_now() -> str:
@@ -70,7 +78,23 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
+    _fsync_folder(path.parent)
+
+
+def durable_replace(src: Path, path: Path) -> None:
+    """A finished file written by someone else (papermill's partial output) into place at `path` as
+    `atomic_write_bytes` would: fsync it, replace, fsync the folder. `src` must be in the same file system."""
+    fd = os.open(src, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(src, path)
+    _fsync_folder(path.parent)
+
+
+def _fsync_folder(folder: Path) -> None:
+    dir_fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
     finally:
@@ -158,13 +182,25 @@ class RunStore:
         self._update_manifest({rel: (sha256_file(target), target.stat().st_size)})
         return target
 
+    def move_in(self, src: Path, rel: str) -> Path:
+        """A finished file written by someone else (papermill's partial output) moved durably to `rel`
+        (`durable_replace`), then its hash recorded (`adopt`)."""
+        durable_replace(src, self.root / rel)
+        return self.adopt(rel)
+
     def append_jsonl(self, rel: str, obj: Any) -> None:
         """Append one record and fsync: streams of request records survive a kill line by line.
 
-        A JSONL stream is hashed when it is closed (`adopt`); until then a reader trusts whole lines only.
+        A JSONL stream is hashed when it is closed (`adopt`); until then a reader trusts whole lines only
+        (`read_jsonl`). A torn last line left by a writer that died mid-line is cut before this process' first
+        append, so that only a stream's last line can ever be torn.
         """
         target = self.root / rel
         target.parent.mkdir(parents=True, exist_ok=True)
+        with _TAILS_LOCK:
+            if target not in _TAILS_CHECKED:
+                _cut_torn_tail(target)
+                _TAILS_CHECKED.add(target)
         line = json.dumps(obj, ensure_ascii=False, default=_json_default) + "\n"
         with open(target, "a", encoding="utf-8") as fh:
             fh.write(line)
@@ -200,6 +236,27 @@ class RunStore:
         data.setdefault("files", {})
         return data
 
+    def read_jsonl(self, rel: str) -> list[dict[str, Any]]:
+        """The records of a JSONL stream (`append_jsonl`), [] when there is none. One rule for every stream: a
+        last line without its newline that does not parse is a write cut by a kill or a crash, skipped (and
+        logged); any other line that is not a JSON object means the file was changed after it was written:
+        EvidenceError naming the line, rather than a judgement over part of the evidence."""
+        path = self.root / rel
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return []
+        lines = data.split(b"\n")
+        torn = lines.pop()  # b"" when the stream ends with its newline, as every whole stream does
+        out = [_jsonl_record(path, n, line) for n, line in enumerate(lines, 1) if line.strip()]
+        if torn.strip():
+            try:
+                out.append(_jsonl_record(path, len(lines) + 1, torn))
+            except EvidenceError:
+                log.warning("%s: its last line (%d bytes, no newline) was cut by a kill or a crash; skipped",
+                            path, len(torn))
+        return out
+
     def read_json(self, rel: str) -> Any:
         try:
             return json.loads((self.root / rel).read_text(encoding="utf-8"))
@@ -221,3 +278,46 @@ class RunStore:
 
     def manifest_sha256(self) -> str:
         return sha256_file(self.root / MANIFEST)
+
+
+def _jsonl_record(path: Path, number: int, line: bytes) -> dict[str, Any]:
+    try:
+        record = json.loads(line)
+    except ValueError as exc:
+        raise EvidenceError(f"{path}: line {number} is not JSON ({exc}); only a stream's last line may be cut by "
+                            "a kill: this file was changed after the kit wrote it") from None
+    if not isinstance(record, dict):
+        raise EvidenceError(f"{path}: line {number} is {type(record).__name__}, not a record (a JSON object): this "
+                            "file was changed after the kit wrote it")
+    return record
+
+
+def _cut_torn_tail(path: Path) -> None:
+    """Cut what follows the last newline of `path` (a line a dead writer left unfinished): appended to, it would
+    become a bad line in the middle of the stream."""
+    try:
+        fh = open(path, "r+b")
+    except FileNotFoundError:
+        return
+    with fh:
+        end = fh.seek(0, os.SEEK_END)
+        pos = end
+        while pos > 0:
+            start = max(0, pos - (1 << 16))
+            fh.seek(start)
+            newline = fh.read(pos - start).rfind(b"\n")
+            if newline >= 0:
+                pos = start + newline + 1
+                break
+            pos = start
+        if pos == end:
+            return
+        fh.seek(pos)
+        try:
+            _jsonl_record(path, 0, fh.read())
+            fh.write(b"\n")  # whole but for its newline: kept
+        except EvidenceError:
+            log.warning("%s: cut its unfinished last line (%d bytes) left by an interrupted writer", path, end - pos)
+            fh.truncate(pos)
+        fh.flush()
+        os.fsync(fh.fileno())

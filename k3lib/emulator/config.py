@@ -7,7 +7,6 @@ utilization, no tool parser …), so the rest of the emulator reads one plain co
 from __future__ import annotations
 
 import dataclasses
-import functools
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Mapping
@@ -19,16 +18,6 @@ from .profiles import PROFILES
 
 DEFAULT_VLLM_VERSION = "0.33.0"
 OLD_VLLM_VERSION = "0.27.0"  # below the seed's 0.27.1 minimum (the newer recipe asks 0.29.0)
-
-
-@functools.lru_cache(maxsize=256)
-def parse_version(text: str) -> tuple[int, ...]:
-    """`"0.10.1.1"` → (0, 10, 1, 1), read by the kit's one parser (PEP 440, `k3lib.core.versions`): a local tag such
-    as `+cu130` says nothing of the release, and `0.27.0rc9` is a candidate of 0.27.0, (0, 27, 0)."""
-    parts = release(text)
-    if parts is None:
-        raise BadInputError(f"not a vLLM version: {text!r} (expected e.g. 0.33.0)", field="vllm_version")
-    return parts
 
 
 @dataclass(frozen=True)
@@ -120,7 +109,9 @@ class EmulatorConfig:
                                 field="fault")
         if cfg.time_scale <= 0:
             raise BadInputError("time_scale must be > 0", field="time_scale")
-        parse_version(cfg.vllm_version)
+        if release(cfg.vllm_version) is None:
+            raise BadInputError(f"not a vLLM version: {cfg.vllm_version!r} (expected e.g. 0.33.0)",
+                                field="vllm_version")
         return cfg
 
     def replace(self, **changes: Any) -> "EmulatorConfig":
@@ -156,10 +147,14 @@ class EmulatorConfig:
         return FaultSet.parse(self.faults, self.seed)
 
     def version(self) -> tuple[int, ...]:
-        return parse_version(self.vllm_version)
+        """The release numbers of the emulated vLLM, read by the kit's one parser (`k3lib.core.versions`, PEP 440):
+        `0.10.1.1` → (0, 10, 1, 1); a local tag (`+cu130`) says nothing of the release, and a candidate such as
+        `0.27.0rc9` already behaves as its release (0, 27, 0) does. (A config is checked when made: `()` never.)"""
+        return release(self.vllm_version) or ()
 
     def at_least(self, text: str) -> bool:
-        return self.version() >= parse_version(text)
+        """Whether the emulated vLLM behaves as `text` or later (on the release numbers, see `version`)."""
+        return self.version() >= (release(text) or ())
 
     def resolved(self) -> "EmulatorConfig":
         """The config the emulated server actually runs with, once the faults are applied."""
@@ -167,7 +162,7 @@ class EmulatorConfig:
 
         fs = self.fault_set()
         cfg = self
-        if "old-vllm" in fs and cfg.version() >= parse_version(OLD_VLLM_VERSION):
+        if "old-vllm" in fs and cfg.at_least(OLD_VLLM_VERSION):
             cfg = cfg.replace(vllm_version=OLD_VLLM_VERSION)
         if "cuda12-image" in fs:
             cfg = cfg.replace(cuda_build="12.9", cuda_runtime="12.9.86",

@@ -235,8 +235,8 @@ class Runtime:
 
     # -- introspection ----------------------------------------------------------------------------
     def state(self) -> dict:
-        def pct(p: float) -> float:
-            got = percentile(self.lag_s, p * 100)
+        def lag_ms(q: float) -> float:
+            got = percentile(self.lag_s, q)
             return 0.0 if got is None else round(got * 1000, 3)
 
         return {
@@ -263,8 +263,8 @@ class Runtime:
                          "kv_cache_usage_perc": e.kv.usage(), "steps": e.steps} for e in self.engines],
             "requests_admitted": self.admitted,
             "requests_finished": self.finished,
-            "step_lag_ms_p50": pct(0.50),
-            "step_lag_ms_p99": pct(0.99),
+            "step_lag_ms_p50": lag_ms(50),
+            "step_lag_ms_p99": lag_ms(99),
             "step_lag_ms_max": round(max(self.lag_s) * 1000, 3) if self.lag_s else 0.0,
             "step_lag_samples": len(self.lag_s),
         }

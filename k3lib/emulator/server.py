@@ -12,21 +12,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..core.errors import TargetUnreachable
+from ..core.serving import ServingThread, bind_tcp, serve_in_thread
 from .config import EmulatorConfig
 
 if TYPE_CHECKING:
-    import uvicorn
+    pass
 
 
 def _bind(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # proto=IPPROTO_TCP matters: asyncio only sets TCP_NODELAY on accepted sockets whose proto says TCP, and
-    # without it the body write after the header write waits ~40 ms for a delayed ACK (Nagle).
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.bind((host, port))
-    sock.listen(2048)
+    sock = bind_tcp(host, port, backlog=2048)
     sock.set_inheritable(True)
     return sock
 
@@ -79,18 +73,11 @@ class EmulatorHandle(EmulatorUrls):
     url: str
     port: int
     config: EmulatorConfig
-    _server: uvicorn.Server
-    _thread: threading.Thread
-    _sock: socket.socket
+    _serving: ServingThread
 
     def stop(self, timeout_s: float = 10.0) -> None:
         _RUNNING.discard(self.url)
-        self._server.should_exit = True
-        self._thread.join(timeout_s)
-        try:
-            self._sock.close()
-        except OSError:
-            pass
+        self._serving.stop(timeout_s)
 
     def __enter__(self) -> "EmulatorHandle":
         return self
@@ -107,18 +94,11 @@ def start_emulator(cfg: EmulatorConfig | None = None, host: str = "127.0.0.1", p
     real_port = sock.getsockname()[1]
     url = _url(host, real_port)
     server, _ = _server(cfg, url)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name=f"k3-emulator-{real_port}",
-                              daemon=True)
-    thread.start()
-    deadline = time.monotonic() + ready_timeout_s
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            server.should_exit = True
-            sock.close()
-            raise TargetUnreachable(f"the emulator did not start serving on {url} within {ready_timeout_s:.0f} s")
-        time.sleep(0.01)
+    serving = serve_in_thread(server, sock, name=f"k3-emulator-{real_port}", ready_timeout_s=ready_timeout_s)
+    if serving is None:
+        raise TargetUnreachable(f"the emulator did not start serving on {url} within {ready_timeout_s:.0f} s")
     _RUNNING.add(url)
-    return EmulatorHandle(url, real_port, cfg, server, thread, sock)
+    return EmulatorHandle(url, real_port, cfg, serving)
 
 
 def _exit_with_parent() -> None:

@@ -4,6 +4,7 @@ or the same DCGM series in a Prometheus server (multi-node clusters). NVML missi
 
 from __future__ import annotations
 
+import logging
 import math
 import socket
 import threading
@@ -18,6 +19,8 @@ from k3lib.core.errors import APIError, ProtocolError, TargetUnreachable
 from k3lib.io.metrics.parse import Sample, parse_exposition
 from k3lib.io.metrics.sampler import IntervalSampler
 from k3lib.io.metrics.scrape import DEFAULT_TIMEOUT_S
+
+log = logging.getLogger(__name__)
 
 MIB = 1024 * 1024
 
@@ -83,7 +86,8 @@ def cuda_version_text(encoded: int) -> str:
 
 class NvmlSource:
     """Local GPUs through NVML (`pynvml`, from the nvidia-ml-py package), imported on first use. Without the
-    package or the driver library, `sample()` returns [] and `describe()` says why; it never raises."""
+    package or the driver library, `sample()` returns [] and `describe()` says why; NVML's own errors never raise
+    (they are logged), a bug in a call does."""
 
     def __init__(self, host: str | None = None) -> None:
         self.host = host or socket.gethostname()
@@ -103,16 +107,21 @@ class NvmlSource:
                     return None
                 try:
                     pynvml.nvmlInit()
-                except Exception as exc:  # NVMLError_LibraryNotFound, _DriverNotLoaded, …: all mean "no NVML here"
+                except pynvml.NVMLError as exc:  # _LibraryNotFound, _DriverNotLoaded, …: all mean "no NVML here"
                     self._reason = f"NVML unavailable: {_text(exc) or type(exc).__name__}"
+                    log.info("%s", self._reason)
                     return None
                 self._nvml = pynvml
             return self._nvml
 
     def _call(self, fn: str, *args: Any) -> Any:
+        """One NVML call; an NVMLError (a field a GPU does not support: MIG parent utilization, …) is logged and
+        the field stays None. Anything else (a misspelt function, a wrong argument) is a bug and raises."""
+        function = getattr(self._nvml, fn)
         try:
-            return getattr(self._nvml, fn)(*args)
-        except Exception:  # a field a GPU does not support (MIG parent utilization, …) stays None
+            return function(*args)
+        except self._nvml.NVMLError as exc:
+            log.debug("NVML %s%r failed: %s", fn, args, _text(exc) or type(exc).__name__)
             return None
 
     def sample(self) -> list[GpuSample]:
@@ -145,7 +154,8 @@ class NvmlSource:
         if nvml is None:
             return GpuSourceInfo("nvml", False, reason=self._reason, endpoint=self.host)
         driver = self._call("nvmlSystemGetDriverVersion")
-        cuda = self._call("nvmlSystemGetCudaDriverVersion_v2")
+        has_v2 = hasattr(nvml, "nvmlSystemGetCudaDriverVersion_v2")  # older nvidia-ml-py has only the first
+        cuda = self._call("nvmlSystemGetCudaDriverVersion_v2") if has_v2 else None
         if cuda is None:
             cuda = self._call("nvmlSystemGetCudaDriverVersion")
         return GpuSourceInfo(
@@ -160,8 +170,8 @@ class NvmlSource:
             if self._nvml is not None:
                 try:
                     self._nvml.nvmlShutdown()
-                except Exception:
-                    pass
+                except self._nvml.NVMLError as exc:
+                    log.debug("NVML shutdown failed: %s", _text(exc) or type(exc).__name__)
             self._nvml, self._started = None, False
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
-import socket
 import subprocess
 import sys
 import threading
@@ -20,6 +19,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from k3lib.core.procs import end_process
+from k3lib.core.serving import ServingThread, bind_tcp, serve_in_thread
 from k3lib.core.turns import loop_turns
 
 
@@ -240,16 +240,6 @@ def _rest_routes(config: KnownTimingConfig) -> list[Any]:
             Route("/version", version)]
 
 
-def _bind_loopback() -> socket.socket:
-    # proto=IPPROTO_TCP matters: asyncio only sets TCP_NODELAY on accepted sockets whose proto says TCP, and
-    # without it Nagle + delayed ACK hold each small SSE event ~40 ms — a fake TTFT floor
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(4096)
-    return sock
-
-
 #: ASGI scope extension carrying the `perf_counter_ns` at which the server read a request's first bytes
 ARRIVAL_EXTENSION = "k3.arrival_ns"
 
@@ -301,7 +291,7 @@ def serve_forever_from_argv(argv: Sequence[str]) -> None:
     config = KnownTimingConfig(**json.loads(argv[0]))
     if len(argv) > 1 and argv[1] != "" and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {int(argv[1])})
-    sock = _bind_loopback()
+    sock = bind_tcp("127.0.0.1", 0, backlog=4096)
     sys.stdout.write(f"{sock.getsockname()[1]}\n")
     sys.stdout.flush()
     server = _uvicorn_server(config)
@@ -324,23 +314,17 @@ class KnownTimingServer:
         self.in_process = in_process
         self.cpu = cpu
         self.url = ""
-        self._server: Any = None
-        self._thread: threading.Thread | None = None
+        self._serving: ServingThread | None = None
         self._process: Any = None
 
     def start(self, timeout_s: float = 20.0) -> KnownTimingServer:
         if self.in_process:
-            sock = _bind_loopback()
-            self._server = _uvicorn_server(self.config)
-            self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]},
-                                            name="k3lib-known-timing", daemon=True)
-            self._thread.start()
-            deadline = time.monotonic() + timeout_s
-            while not self._server.started:
-                if time.monotonic() > deadline or not self._thread.is_alive():
-                    raise RuntimeError("known-timing server did not start")
-                time.sleep(0.01)
+            sock = bind_tcp("127.0.0.1", 0, backlog=4096)
             port = sock.getsockname()[1]
+            self._serving = serve_in_thread(_uvicorn_server(self.config), sock, name="k3lib-known-timing",
+                                            ready_timeout_s=timeout_s)
+            if self._serving is None:
+                raise RuntimeError("known-timing server did not start")
         else:
             # a plain subprocess, not multiprocessing: spawn would re-import a notebook's or script's __main__
             code = "import sys; from k3lib.io.knowntiming import serve_forever_from_argv as s; s(sys.argv[1:])"
@@ -357,11 +341,9 @@ class KnownTimingServer:
         return self
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.should_exit = True
-            if self._thread is not None:
-                self._thread.join(timeout=10)
-            self._server = None
+        if self._serving is not None:
+            self._serving.stop(timeout_s=10)
+            self._serving = None
         if self._process is not None:
             end_process(self._process)
             if self._process.stdout is not None:
@@ -396,6 +378,3 @@ def _wait_healthy(url: str, timeout_s: float) -> None:
         time.sleep(0.05)
     raise RuntimeError(f"known-timing server at {url} never became healthy")
 
-
-def start_known_timing_server(config: KnownTimingConfig | None = None, **kwargs: Any) -> KnownTimingServer:
-    return KnownTimingServer(config, **kwargs).start()

@@ -1,4 +1,4 @@
-"""Load generator: closed-loop (linear ramp), open-loop (constant or Poisson arrivals) and soak phases.
+"""Load generator: closed-loop phases (a linear ramp of streams) and soak phases.
 
 Every phase is bounded by a request count AND a duration and stops by itself: requests still running at the
 deadline are cancelled and recorded as such. Each finished request goes to `sink` at once, so a killed run
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -162,31 +161,6 @@ class RequestBudget:
         return True
 
 
-def arrival_offsets_s(rate_rps: float, *, max_requests: int, max_duration_s: float, process: str = "constant",
-                      seed: int = 0) -> list[float]:
-    """Send times (s from phase start) for an open-loop phase, cut at both bounds. Deterministic for a seed."""
-    if rate_rps <= 0:
-        raise BadInputError(f"rate_rps must be > 0, got {rate_rps}", field="rate_rps")
-    offsets: list[float] = []
-    if process == "constant":
-        for i in range(max_requests):
-            t = i / rate_rps
-            if t >= max_duration_s:
-                break
-            offsets.append(t)
-    elif process == "poisson":
-        rng = random.Random(seed)
-        t = 0.0
-        while len(offsets) < max_requests:
-            if t >= max_duration_s:
-                break
-            offsets.append(t)
-            t += rng.expovariate(rate_rps)
-    else:
-        raise BadInputError(f"arrival process {process!r} is not one of 'constant', 'poisson'", field="arrival")
-    return offsets
-
-
 def ramp_offsets_s(concurrency: int, ramp_s: float) -> list[float]:
     """When each closed-loop worker starts: a linear ramp from 1 worker at t=0 to all of them at `ramp_s`."""
     if concurrency <= 1 or ramp_s <= 0:
@@ -265,7 +239,7 @@ def _body_for(bodies: BodySource, i: int) -> dict[str, Any]:
 class _Phase:
     def __init__(self, client: ChatClient, bodies: BodySource, *, name: str, max_requests: int,
                  max_duration_s: float, request_timeout_s: float, sink: Sink | None,
-                 semaphore: asyncio.Semaphore | None = None, drain_s: float = 0.0, start_ns: int | None = None,
+                 drain_s: float = 0.0, start_ns: int | None = None,
                  wall_ns: int | None = None, first_index: int = 0, index_step: int = 1) -> None:
         if max_requests < 0 or max_duration_s <= 0:
             raise BadInputError("a load phase needs max_requests >= 0 and max_duration_s > 0",
@@ -276,7 +250,7 @@ class _Phase:
             raise BadInputError("a load phase needs at least one request body", field="bodies")
         self.client, self.bodies, self.name = client, bodies, name
         self.max_requests, self.max_duration_s = max_requests, max_duration_s
-        self.request_timeout_s, self.sink, self.semaphore = request_timeout_s, sink, semaphore
+        self.request_timeout_s, self.sink = request_timeout_s, sink
         # a phase spread over worker processes has one start instant for all (`start_ns`, on the host's monotonic
         # clock that every process shares) and each worker takes every `index_step`-th request from `first_index`
         self.start_ns = time.perf_counter_ns() if start_ns is None else start_ns
@@ -306,8 +280,7 @@ class _Phase:
         try:
             rec = await self.client.chat_body(
                 _body_for(self.bodies, i), strict=False, request_id=f"{self.name}-{i}",
-                timeout_s=self.request_timeout_s, enqueued_ns=enqueued_ns, deadline_ns=self.deadline_ns,
-                semaphore=self.semaphore)
+                timeout_s=self.request_timeout_s, enqueued_ns=enqueued_ns, deadline_ns=self.deadline_ns)
         except asyncio.CancelledError as exc:
             rec = record_of(exc) or _cancelled_record(self.client, f"{self.name}-{i}", enqueued_ns)
             self.deliver(rec)
@@ -333,14 +306,14 @@ class _Phase:
         if pending:
             await asyncio.wait(pending, timeout=CANCEL_GRACE_S)
 
-    def summary(self, *, kind: str, concurrency: int | None, rate_rps: float | None, planned: int,
+    def summary(self, *, kind: str, concurrency: int | None, planned: int,
                 lag_ms_p99: float | None, window_s: float | None) -> PhaseSummary:
         if self.sink_error is not None:
             raise self.sink_error
         duration = (max(time.perf_counter_ns(), self.start_ns) - self.start_ns) / 1e9
         return summarize(self.stats, name=self.name, kind=kind, target_url=self.client.base_url,
                          started_wall_ns=self.wall_ns, duration_s=duration, max_requests=self.max_requests,
-                         max_duration_s=self.max_duration_s, concurrency=concurrency, rate_rps=rate_rps,
+                         max_duration_s=self.max_duration_s, concurrency=concurrency,
                          planned=planned, client_cpu_s=time.process_time() - self.cpu0,
                          loop_lag_ms_p99=lag_ms_p99, window_s=window_s)
 
@@ -381,23 +354,6 @@ async def closed_loop_work(phase: _Phase, start_offsets_s: Sequence[float]) -> N
     await phase.wait([asyncio.create_task(stream(off)) for off in start_offsets_s])
 
 
-async def open_loop_work(phase: _Phase, offsets_s: Sequence[float]) -> None:
-    """One request per send time (s from the phase's start), whatever the server does."""
-    tasks: list[asyncio.Task[None]] = []
-    try:
-        for off in offsets_s:
-            due_ns = phase.start_ns + int(off * 1e9)
-            delay = (due_ns - time.perf_counter_ns()) / 1e9
-            if delay > 0:
-                await asyncio.sleep(delay)
-            i = phase.take_index()
-            if i is None:
-                break
-            tasks.append(asyncio.create_task(phase.one(i, due_ns)))
-    finally:
-        await phase.wait(tasks)
-
-
 def _spread(workers: Any, streams: int | None) -> bool:
     """Whether a phase goes to worker processes: a started `k3lib.io.workers.WorkerPool` of more than one worker,
     and more than one stream. (The pool is passed in, not made here: `k3lib.io.workers` stands on this module.)"""
@@ -427,45 +383,16 @@ async def run_closed_loop(client: ChatClient, bodies: BodySource, *, concurrency
         raise BadInputError(f"concurrency must be >= 1, got {concurrency}", field="concurrency")
     if _spread(workers, concurrency):
         return await workers.spread_phase(
-            client, bodies, mode="closed", offsets_s=ramp_offsets_s(concurrency, ramp_s), name=name,
+            client, bodies, offsets_s=ramp_offsets_s(concurrency, ramp_s), name=name,
             kind=_kind, max_requests=max_requests, max_duration_s=max_duration_s, drain_s=drain_s,
             request_timeout_s=request_timeout_s, sink=sink, window_s=window_s, concurrency=concurrency,
-            rate_rps=None, planned=max_requests)
+            planned=max_requests)
     phase = _Phase(client, bodies, name=name, max_requests=max_requests, max_duration_s=max_duration_s,
                    request_timeout_s=request_timeout_s, sink=sink, drain_s=drain_s)
 
     lag = await _with_lag(phase, closed_loop_work(phase, ramp_offsets_s(concurrency, ramp_s)))
-    return phase.summary(kind=_kind, concurrency=concurrency, rate_rps=None, planned=max_requests,
+    return phase.summary(kind=_kind, concurrency=concurrency, planned=max_requests,
                          lag_ms_p99=lag, window_s=window_s)
-
-
-async def run_open_loop(client: ChatClient, bodies: BodySource, *, rate_rps: float, max_requests: int,
-                        max_duration_s: float, arrival: str = "constant", seed: int = 0,
-                        max_in_flight: int | None = None, request_timeout_s: float = 600.0,
-                        sink: Sink | None = None, name: str = "open-loop", allow_remote_load: bool = False,
-                        window_s: float | None = None, workers: Workers = None) -> PhaseSummary:
-    """Requests leave on a schedule whatever the server does (constant or seeded Poisson arrivals).
-
-    A request's `enqueued_ns` is its *scheduled* time, so a late dispatcher or a full `max_in_flight` shows as
-    client queueing instead of silently stretching the schedule (coordinated omission). With `workers`, each
-    worker process sends every n-th arrival of the one schedule (and holds its share of `max_in_flight`).
-    """
-    check_load_target(client.base_url, allow_remote_load)
-    offsets = arrival_offsets_s(rate_rps, max_requests=max_requests, max_duration_s=max_duration_s,
-                                process=arrival, seed=seed)
-    if _spread(workers, None):
-        return await workers.spread_phase(
-            client, bodies, mode="open", offsets_s=offsets, name=name, kind=f"open-loop-{arrival}",
-            max_requests=max_requests, max_duration_s=max_duration_s, drain_s=0.0,
-            request_timeout_s=request_timeout_s, sink=sink, window_s=window_s, concurrency=max_in_flight,
-            rate_rps=rate_rps, planned=len(offsets), max_in_flight=max_in_flight)
-    sem = asyncio.Semaphore(max_in_flight) if max_in_flight else None
-    phase = _Phase(client, bodies, name=name, max_requests=max_requests, max_duration_s=max_duration_s,
-                   request_timeout_s=request_timeout_s, sink=sink, semaphore=sem)
-
-    lag = await _with_lag(phase, open_loop_work(phase, offsets))
-    return phase.summary(kind=f"open-loop-{arrival}", concurrency=max_in_flight, rate_rps=rate_rps,
-                         planned=len(offsets), lag_ms_p99=lag, window_s=window_s)
 
 
 async def run_soak(client: ChatClient, bodies: BodySource, *, concurrency: int, duration_s: float,

@@ -20,7 +20,7 @@ from typing import Any
 from .calibration import calibration_records, warm_up
 from .client import ChatClient, ChatRecord
 from ..core.errors import BadInputError
-from .load import _Phase, _with_lag, closed_loop_work, open_loop_work
+from .load import _Phase, _with_lag, closed_loop_work
 
 
 @dataclass(frozen=True)
@@ -120,14 +120,12 @@ class _Worker:
             for rec in records:
                 send(rec)
             return {"cpu_s": time.process_time() - cpu0, "lag": lag.to_dict()}
-        sem = asyncio.Semaphore(job["max_in_flight"]) if job.get("max_in_flight") else None
         phase = _Phase(client, job["bodies"], name=job["name"], max_requests=job["max_requests"],
                        max_duration_s=job["max_duration_s"], request_timeout_s=job["request_timeout_s"], sink=send,
-                       semaphore=sem, drain_s=job["drain_s"], start_ns=job["start_ns"], wall_ns=job["wall_ns"],
+                       drain_s=job["drain_s"], start_ns=job["start_ns"], wall_ns=job["wall_ns"],
                        first_index=job["first_index"], index_step=job["index_step"])
         self.phase = phase
-        work = closed_loop_work if job["mode"] == "closed" else open_loop_work
-        lag_p99_ms = await _with_lag(phase, work(phase, job["offsets_s"]))
+        lag_p99_ms = await _with_lag(phase, closed_loop_work(phase, job["offsets_s"]))
         return {"cpu_s": time.process_time() - cpu0, "lag_p99_ms": lag_p99_ms, "issued": phase.issued}
 
 

@@ -5,10 +5,10 @@ One asyncio loop is one core: past a few hundred streams its own work (reading, 
 the client's timing error exceed the calibration bound however many cores the host has. A `WorkerPool` holds
 plain interpreters (`python -c`, as the known-timing server: multiprocessing's spawn would re-import a script's or
 notebook's `__main__`) that each run their share of a phase with the same code as a one-process phase
-(`k3lib.io.load.closed_loop_work` / `open_loop_work` on a `_Phase` given the shared start instant). The clock is the
-host's monotonic clock, which `time.perf_counter_ns` reads in every process, so records of all workers share one
-time axis; ramp offsets and open-loop arrivals are taken from the one schedule of the whole phase (worker `w` of
-`n` has the streams and arrivals `w, w+n, …`, and the request indices `w, w+n, …` up to `max_requests`).
+(`k3lib.io.load.closed_loop_work` on a `_Phase` given the shared start instant). The clock is the host's monotonic
+clock, which `time.perf_counter_ns` reads in every process, so records of all workers share one time axis; ramp
+offsets are taken from the one schedule of the whole phase (worker `w` of `n` has the streams `w, w+n, …`, and the
+request indices `w, w+n, …` up to `max_requests`).
 
 Transport: per worker, two OS pipes carrying `multiprocessing.connection.Connection` frames (length-prefixed
 pickles), results read in the parent by one thread per worker. A frame is written by `os.write` straight into the
@@ -24,7 +24,6 @@ a spread phase or calibration (the jobs, and the summary over every worker's rec
 from __future__ import annotations
 
 import asyncio
-import math
 import os
 import pickle
 import signal
@@ -302,13 +301,12 @@ def degraded_reason(outcomes: Sequence[Outcome], what: str = "phase") -> str | N
     return "; ".join(parts) or None
 
 
-async def spread_phase(pool: WorkerPool, client: ChatClient, bodies: Any, *, mode: str,
+async def spread_phase(pool: WorkerPool, client: ChatClient, bodies: Any, *,
                        offsets_s: Sequence[float], name: str, kind: str, max_requests: int, max_duration_s: float,
                        drain_s: float, request_timeout_s: float, sink: Any, window_s: float | None,
-                       concurrency: int | None, rate_rps: float | None, planned: int,
-                       max_in_flight: int | None = None) -> Any:
-    """A load phase (k3lib.io.load) sent by the pool's worker processes; the summary is the parent's, over every
-    record."""
+                       concurrency: int | None, planned: int) -> Any:
+    """A closed-loop load phase (k3lib.io.load), one stream per start offset in `offsets_s`, sent by the pool's
+    worker processes; the summary is the parent's, over every record."""
     # the phase's own checks, before any process is touched
     _Phase(client, bodies, name=name, max_requests=max_requests, max_duration_s=max_duration_s,
            request_timeout_s=request_timeout_s, sink=None, drain_s=drain_s)
@@ -318,17 +316,16 @@ async def spread_phase(pool: WorkerPool, client: ChatClient, bodies: Any, *, mod
     except (pickle.PicklingError, TypeError, AttributeError) as exc:
         raise BadInputError(f"a phase spread over worker processes needs bodies that pickle (a list, or an instance "
                             f"of a module-level class): {exc}", field="bodies") from None
-    n = max(1, min(pool.size, len(offsets_s))) if mode == "closed" else pool.size
+    n = max(1, min(pool.size, len(offsets_s)))
     perf, wall = time.perf_counter_ns(), time.time_ns()
     start_ns = perf + int(START_MARGIN_S * 1e9)
     phase = _Phase(client, bodies, name=name, max_requests=max_requests, max_duration_s=max_duration_s,
                    request_timeout_s=request_timeout_s, sink=sink, drain_s=drain_s, start_ns=start_ns,
                    wall_ns=wall + (start_ns - perf))
-    share = None if not max_in_flight else math.ceil(max_in_flight / n)
-    jobs = [{"kind": "phase", "client": settings, "mode": mode, "bodies": bodies, "name": name,
+    jobs = [{"kind": "phase", "client": settings, "bodies": bodies, "name": name,
              "max_requests": max_requests, "max_duration_s": max_duration_s, "drain_s": drain_s,
              "request_timeout_s": request_timeout_s, "start_ns": start_ns, "wall_ns": phase.wall_ns,
-             "first_index": w, "index_step": n, "offsets_s": list(offsets_s[w::n]), "max_in_flight": share}
+             "first_index": w, "index_step": n, "offsets_s": list(offsets_s[w::n])}
             for w in range(n)]
 
     def on_record(w: int, rec: ChatRecord) -> None:
@@ -344,7 +341,7 @@ async def spread_phase(pool: WorkerPool, client: ChatClient, bodies: Any, *, mod
     parent_cpu = time.process_time() - cpu0
     lags = tuple(o.info.get("lag_p99_ms") for o in outcomes)
     worst = max((x for x in lags if x is not None), default=None)
-    summary = phase.summary(kind=kind, concurrency=concurrency, rate_rps=rate_rps, planned=planned,
+    summary = phase.summary(kind=kind, concurrency=concurrency, planned=planned,
                             lag_ms_p99=worst, window_s=window_s)
     return replace(summary, client_cpu_s=parent_cpu + sum(o.info.get("cpu_s", 0.0) for o in outcomes), workers=n,
                    worker_loop_lag_ms_p99=lags, degraded=degraded_reason(outcomes))

@@ -7,6 +7,7 @@ It reads the evidence through `k3lib.verdict.accepted` and the sheet.
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -15,7 +16,9 @@ from .headline import figures_block, headline_numbers
 from .missing import missing_html
 from .markup import _badge, _fmt, _one_line, _table, _typed, esc, page_head
 from ..core.plan import run_kind
-from .pages import _refuse_if_signed, clean_text, ensure_assets, path_rewrites, render_pages
+from .pages import _refuse_if_signed, clean_text, ensure_assets, path_rewrites, read_notebook, render_pages
+
+log = logging.getLogger(__name__)
 
 
 def _cap_text(cap: Any) -> str:
@@ -110,14 +113,13 @@ def identity_rows(run: Any) -> list[tuple[str, str, str]]:
 
 def cell_anchor(store: RunStore, page: str, needles: Sequence[str]) -> str:
     """`page#cell-id=…` of the first code cell of the page's notebook whose output names one of `needles`."""
-    import nbformat
-
     nb_path = store.path(f"notebooks/{Path(page).stem}.ipynb")
     if not needles or not nb_path.is_file():
         return page
     try:
-        nb = nbformat.read(str(nb_path), as_version=4)
-    except Exception:  # noqa: BLE001 - an unreadable notebook: link the page only
+        nb = read_notebook(store, f"notebooks/{nb_path.name}")
+    except (OSError, ValueError) as exc:  # an unreadable notebook (its page row says so): link the page only
+        log.warning("notebooks/%s cannot be read to link its cell: %s: %s", nb_path.name, type(exc).__name__, exc)
         return page
     for cell in nb.cells:
         if cell.cell_type != "code" or not cell.get("id"):
@@ -262,13 +264,6 @@ def write_index(store: RunStore, title: str, decision: dict[str, Any] | None,
     build = renewal_index if kind == "renewal" else acceptance_index
     store.write_text("report/index.html", clean_text(build(store, title, decision, pages), path_rewrites(store.root)))
     return "report/index.html"
-
-
-def index_html(title: str, decision: dict[str, Any] | None, pages: list[tuple[str, str, str]],
-               run_id: str) -> str:
-    """A minimal index without the run's evidence (kept for callers that have no store)."""
-    return "".join([page_head(title, plotly=False), f"<h1>{esc(title)}</h1><p>Run <code>{esc(run_id)}</code></p>",
-                    decision_block(decision), pages_block(pages), "</body></html>"])
 
 
 # -- re-rendering a finished run ----------------------------------------------------------------------------------

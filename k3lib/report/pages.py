@@ -8,6 +8,7 @@ the archive, `k3lib.report.pdf`.
 
 from __future__ import annotations
 
+import logging
 import re
 import sys
 from pathlib import Path
@@ -20,6 +21,9 @@ KIT_ROOT = Path(__file__).resolve().parents[2]
 PLOTLY_JS = "plotly.min.js"
 STYLESHEET = "k3report.css"
 REPORT_JSON = "report.json"
+UNREADABLE = "unreadable"  # a page's status when its executed notebook cannot be read
+
+log = logging.getLogger(__name__)
 
 # Reprs that say nothing to a reviewer: dataclass-style `Name(field=…)`, `<x.Y object at 0x…>`, paths.
 _REPR = re.compile(r"^\s*(<[\w.]+ object at 0x[0-9a-f]+>|(Posix|Windows)?Path\(|[A-Z]\w*\(\w+=)", re.S)
@@ -146,12 +150,18 @@ def _exporter() -> Any:
     return HTMLExporter(config=c)
 
 
-def render_notebook(store: RunStore, nb_rel: str) -> str:
-    """notebooks/X.ipynb → report/X.html, written atomically. Returns the report path relative to the run."""
+def read_notebook(store: RunStore, nb_rel: str) -> Any:
+    """An executed notebook of the run. Raises OSError or ValueError (not JSON, not a notebook, not UTF-8)."""
     import nbformat
 
+    return nbformat.read(str(store.path(nb_rel)), as_version=4)
+
+
+def render_notebook(store: RunStore, nb_rel: str, nb: Any = None) -> str:
+    """notebooks/X.ipynb (or `nb`, read from it) → report/X.html, written atomically. Returns the report path
+    relative to the run."""
     ensure_assets(store)
-    nb = clean_notebook(nbformat.read(str(store.path(nb_rel)), as_version=4), store.root)
+    nb = clean_notebook(read_notebook(store, nb_rel) if nb is None else nb, store.root)
     body, _ = _exporter().from_notebook_node(nb, resources={"metadata": {"name": Path(nb_rel).stem}})
     rel = f"report/{Path(nb_rel).stem}.html"
     store.write_text(rel, body)
@@ -163,12 +173,20 @@ def render_notebook(store: RunStore, nb_rel: str) -> str:
 def render_pages(store: RunStore, notebooks: Sequence[str], axis_of: dict[str, str], records: dict[str, Any],
                  failed: Iterable[str] = ()) -> list[tuple[str, str, str]]:
     """Every executed notebook to offline HTML: (label, page, status) rows for the index. A page's status is its
-    axis record's, else fail for a notebook in `failed` (it did not complete), else pass."""
+    axis record's, else fail for a notebook in `failed` (it did not complete), else pass; a notebook that cannot be
+    read is named with why, status `unreadable`, linked to its file."""
     failed = set(failed)
     pages = []
     for nb in notebooks:
         if store.path(f"notebooks/{nb}").is_file():
-            rel = render_notebook(store, f"notebooks/{nb}")
+            try:
+                node = read_notebook(store, f"notebooks/{nb}")
+            except (OSError, ValueError) as exc:  # not JSON, not a notebook, not UTF-8: named, never skipped
+                reason = f"{type(exc).__name__}: {' '.join(str(exc).split())[:160]}"
+                log.warning("notebooks/%s cannot be read for the report: %s", nb, reason)
+                pages.append((f"{nb} ({reason})", f"../notebooks/{nb}", UNREADABLE))
+                continue
+            rel = render_notebook(store, f"notebooks/{nb}", node)
             rec = records.get(axis_of.get(nb, ""))
             pages.append((nb, Path(rel).name, rec.status if rec else ("fail" if nb in failed else "pass")))
     return pages

@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable, Mapping
 from ..core.errors import BadInputError, EvidenceError
 from pydantic import BaseModel
 
-from ..core.evidence import (DATA_MODELS, AgentData, CapacityData, CapacityStep, EvidenceRecord, PrefixCacheData, other_document,
+from ..core.evidence import (AgentData, CapacityData, CapacityStep, EvidenceRecord, PrefixCacheData, other_document,
                        parse_record)
 from ..core.store import MANIFEST
 
@@ -139,14 +139,6 @@ def declared_path(model: type[BaseModel], dotted: str) -> bool:
             return False
         node = node.model_fields[part].annotation
     return True
-
-
-def undeclared_paths() -> list[str]:
-    """Paths in CANDIDATES and STEP_KEYS that no axis model declares (a test keeps this empty)."""
-    out = [f"{axis}.{dotted}" for cands in CANDIDATES.values() for axis, dotted, _ in cands
-           if axis != "params" and (axis not in DATA_MODELS or not declared_path(DATA_MODELS[axis], dotted))]
-    return out + [f"capacity.steps.{key}" for keys in STEP_KEYS.values() for key, _ in keys
-                  if not declared_path(CapacityStep, key)]
 
 
 def _typed(rec: EvidenceRecord | None, model: type[BaseModel]) -> Any:

@@ -103,24 +103,10 @@ def _spec_decode_delta(before: Any, after: Any) -> dict[str, Any]:
     return values if values["drafts"] is not None else {}
 
 
-def _read_jsonl(store: Any, name: str) -> list[dict[str, Any]]:
-    import json
-
-    out = []
-    path = store.path(name)
-    if path.exists():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                break  # a line cut by a kill: the ones before it are whole
-    return out
-
-
 def load_agent_result(store: Any) -> AgentResult:
-    """Rebuild the result from `evidence/agent/` (whole lines only: a killed run keeps what it measured)."""
+    """Rebuild the result from `evidence/agent/` (`RunStore.read_jsonl`: a killed run keeps what it measured)."""
     run = store.read_json(RUN_FILE) if store.path(RUN_FILE).exists() else {}
     return AgentResult(run.get("settings", {}), run.get("sample", {}), run.get("levels", []),
-                       run.get("skipped", []), _read_jsonl(store, STEPS_FILE), _read_jsonl(store, TURNS_FILE),
-                       _read_jsonl(store, CONTRACT_FILE), run.get("series", {}), run.get("spec_decode", {}),
+                       run.get("skipped", []), store.read_jsonl(STEPS_FILE), store.read_jsonl(TURNS_FILE),
+                       store.read_jsonl(CONTRACT_FILE), run.get("series", {}), run.get("spec_decode", {}),
                        run.get("serving", {}))

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import json
 from typing import Any
 
 from ...core.errors import ArtifactError
@@ -54,16 +53,6 @@ class CapacityResult:
         return next((s for s in self.steps if s["concurrency"] == concurrency), None)
 
 
-def _jsonl(text: str) -> list[dict[str, Any]]:
-    out = []
-    for line in text.splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue  # a line cut by a kill: whole lines only are trusted
-    return out
-
-
 def read_capacity(store: RunStore) -> CapacityResult:
     """Everything the capacity axis wrote to a run folder, with the OOM event assembled."""
     run = store.read_json(RUN_JSON)
@@ -71,8 +60,7 @@ def read_capacity(store: RunStore) -> CapacityResult:
         raise ArtifactError(f"{store.path(RUN_JSON)}: no capacity run here (run the capacity axis first)")
     metrics = store.read_json(METRICS_JSON) or []
     gpu = store.read_json(GPU_JSON) or []
-    req_path = store.path(REQUESTS)
-    requests = _jsonl(req_path.read_text(encoding="utf-8")) if req_path.exists() else []
+    requests = store.read_jsonl(REQUESTS)
     log = None
     log_path = store.path(LOG_TXT)
     if log_path.exists():

@@ -8,7 +8,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ...core.stats import percentile, percentile_interval
+from ...core.stats import percentile_interval, percentile_rounded
 from ...io.metrics import HistogramWindow, Snapshot, delta, window_histogram, window_quantile
 
 
@@ -62,11 +62,6 @@ def queue_numbers(queue: HistogramWindow | None) -> dict[str, Any]:
             "queue_mean_ms": ms(queue.mean), "queue_count": queue.count}
 
 
-def _pct(values: Sequence[float], q: float) -> float | None:
-    got = percentile(values, q)
-    return None if got is None else round(got, 3)
-
-
 def _p95_interval(values: Sequence[float]) -> dict[str, float] | None:
     got = percentile_interval(values, 95)
     return None if got is None else got.to_dict()
@@ -87,7 +82,8 @@ def record_stats(records: Sequence[Mapping[str, Any]], *, intervals: bool = Fals
             "refused": kinds.count("refused"), "timeouts": kinds.count("timeout"),
             "unreachable": kinds.count("unreachable"), "cancelled": kinds.count("cancelled"),
             "error_statuses": dict(sorted(statuses.items())),
-            "ttft_p50_ms": _pct(ttft, 50), "ttft_p95_ms": _pct(ttft, 95), "e2e_p95_ms": _pct(e2e, 95),
+            "ttft_p50_ms": percentile_rounded(ttft, 50), "ttft_p95_ms": percentile_rounded(ttft, 95),
+            "e2e_p95_ms": percentile_rounded(e2e, 95),
             "prompt_tokens_mean": (round(sum(r.get("prompt_tokens") or 0 for r in ok) / len(ok), 1) if ok else None),
             "completion_tokens_mean": (round(sum(r.get("completion_tokens") or 0 for r in ok) / len(ok), 1)
                                        if ok else None),

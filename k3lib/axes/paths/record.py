@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ...core.errors import ArtifactError
-from ...core.stats import paired_difference_interval, percentile, wilson_interval
+from ...core.stats import paired_difference_interval, percentile_rounded, wilson_interval
 
 SCHEMA_ID = "k3kit/renewal/paths/1"
 SCHEMA_FILE = Path(__file__).resolve().parents[3] / "schemas" / "renewal" / "paths.schema.json"
@@ -132,11 +132,6 @@ def canonical_hash(value: Any) -> str:
                           .encode("utf-8")).hexdigest()
 
 
-def _pct(values: list[float], q: float) -> Num:
-    got = percentile(values, q * 100)
-    return None if got is None else round(got, 3)
-
-
 def _sum(values: list[int | None]) -> int:
     return sum(v for v in values if v is not None)
 
@@ -158,8 +153,8 @@ def summarise(path: str, planned: int, rows: list[TaskOutcome], stopped_by: str 
         retries=sum(r.retries for r in run), accepted_after_retry=sum(r.accepted and r.retries > 0 for r in run),
         tool_call_errors=sum(r.tool_call_errors for r in run),
         tasks_with_tool_call_errors=sum(r.tool_call_errors > 0 for r in run),
-        ttft_p50_ms=_pct(ttft, 0.5), ttft_p95_ms=_pct(ttft, 0.95),
-        latency_p50_ms=_pct(lat, 0.5), latency_p95_ms=_pct(lat, 0.95),
+        ttft_p50_ms=percentile_rounded(ttft, 50), ttft_p95_ms=percentile_rounded(ttft, 95),
+        latency_p50_ms=percentile_rounded(lat, 50), latency_p95_ms=percentile_rounded(lat, 95),
         prompt_tokens=_sum([r.prompt_tokens for r in run]), cached_tokens=_sum([r.cached_tokens for r in run]),
         completion_tokens=_sum([r.completion_tokens for r in run]), cost=cost,
         cost_per_accepted_task=round(cost / accepted, 6) if cost is not None and accepted else None,

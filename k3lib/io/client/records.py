@@ -23,7 +23,7 @@ class ChatRecord:
 
     All `*_ns` marks are `time.perf_counter_ns()` values; `wall_anchor_ns` (`time.time_ns()`) was taken at the
     same instant as `perf_anchor_ns`, so `wall_ns(mark)` places any mark on the Prometheus/NVML time axis.
-    `enqueued_ns` is when the caller handed the request over (or its scheduled arrival, for open-loop load);
+    `enqueued_ns` is when the caller handed the request over (or the time it gives as `enqueued_ns`);
     `sent_ns` when the request headers started onto the wire. TTFT, ITL and e2e are measured from `sent_ns`;
     the wait before it is `client_queue_ms`, reported apart (vllm#54101).
     """

@@ -76,11 +76,6 @@ def terminal_view(line: str) -> str:
     return parts[-1] if parts else ""
 
 
-def normalise_newlines(text: str) -> str:
-    """Line ends as `numbered_lines` reads them, joined with LF."""
-    return "\n".join(line for _, line in numbered_lines(text))
-
-
 def strip_ansi(text: str) -> str:
     """Remove terminal escape sequences, including those whose ESC byte was lost in copying."""
     return _ORPHAN_SGR_RE.sub("", _ANSI_RE.sub("", text))
