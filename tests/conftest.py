@@ -1,4 +1,5 @@
-"""Shared fixtures: where the real-world artifacts live, and one emulator per test session on a real socket."""
+"""Shared fixtures: where the real-world artifacts live, one emulator per test session on a real socket, and the
+real servers (llama.cpp, real vLLM), each started at most once per session."""
 
 from __future__ import annotations
 
@@ -6,6 +7,11 @@ import os
 from pathlib import Path
 
 import pytest
+
+# The real servers' fixtures, registered here once for the whole session: a fixture imported into each test module
+# that uses it is a fixture per module, and its server would start once per module (five CPU vLLM starts).
+from realengine import real_engine  # noqa: F401
+from realvllm import real_vllm, real_vllm_k3, real_vllm_small_kv  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL_WORLD = ROOT.parent / "shared" / "real-world"
