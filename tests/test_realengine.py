@@ -35,6 +35,20 @@ NOT_OBSERVABLE_HERE = ("probe.version", "probe.metrics", "compat.vllm_version", 
 # Verdicts that need one of those as proof: never a pass here (a warm request being faster proves no reuse).
 NEVER_PASS_HERE = ("prefix_cache.reuse", "prefix_cache.designed_vs_observed")
 BATCH_TIMEOUT_S = 1500
+# Every phase of every axis still runs, each shorter than the example profile's (a user's first try on this engine):
+# what this module asserts (no crash, never production, not observable where vLLM's surfaces are missing, the real
+# replies kept) holds of one repetition as of two, and of a 8 s step as of a 20 s one.
+SMALLER = [
+    "axes.agent.repetitions=1",
+    "axes.agent.tool_turns=2",
+    "axes.agent.long_context_fraction=0.25",
+    "axes.capacity.step_duration_s=8",
+    "axes.capacity.soak_duration_s=10",
+    "axes.capacity.explore_duration_s=8",
+    "axes.capacity.context_lengths_tokens=[1024, 2048]",
+    "axes.prefix_cache.sessions=1",
+    "axes.prefix_cache.prefix_tokens=[512, 1024]",
+]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -49,7 +63,8 @@ def validated(real_engine: RealEngine, tmp_path_factory: pytest.TempPathFactory)
     out = tmp_path_factory.mktemp("realengine-run")
     code = main(["validate", "-p", str(PROFILE), "--out", str(out),
                  "--set", f"target.base_url={real_engine.base_url}",
-                 "--set", f"axes.environment.server_log={real_engine.log_path}"])
+                 "--set", f"axes.environment.server_log={real_engine.log_path}",
+                 *(arg for setting in SMALLER for arg in ("--set", setting))])
     (run,) = [p for p in out.iterdir() if p.is_dir()]
     store = RunStore(run)
     return code, store, read_records(store), store.read_json("decision.json")
