@@ -36,6 +36,18 @@ def real_world_missing(*values: object) -> object:
     return pytest.param(*values, id="real-world-missing", marks=pytest.mark.real_world_missing)
 
 
+# A test that reads a real server, or a whole batch shared through a session fixture, is marked by what it uses: the
+# unit layer (`make test-fast`: -m "not slow and not realengine and not realvllm and not airflow") leaves it out.
+FIXTURE_MARKS = {"real_engine": "realengine", "real_vllm": "realvllm", "real_vllm_k3": "realvllm",
+                 "real_vllm_small_kv": "realvllm", "healthy_run": "slow", "renewal_run": "slow"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        for mark in sorted({FIXTURE_MARKS[f] for f in getattr(item, "fixturenames", ()) if f in FIXTURE_MARKS}):
+            item.add_marker(mark)
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("real_world_missing") is not None:
         pytest.fail(f"{REAL_WORLD} is missing: CI keeps ../shared beside the checkout")
