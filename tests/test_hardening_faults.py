@@ -67,13 +67,14 @@ LOAD_AXES = {"agent": "02_agent_tools.ipynb", "capacity": "03_capacity.ipynb", "
 STREAMED = ["axes.agent.stream=true"]
 # Two cases run the whole batch through the CLI (a decision, the report, the notebooks' progress lines: the batch's
 # assembly is the point); the others run the three load axes in-process against the same target, with the same
-# assertions on each axis' record and on every load phase's bound.
+# assertions on each axis' record and on every load phase's bound. The stalled target is one of those: its whole
+# batch takes about three minutes on two cores, nearly all of it outside the load axes.
 CASES = [
     pytest.param("proxy", "die-mid-stream", [], STREAMED, r"broke mid-reply", id="dies-mid-stream"),
-    pytest.param("emulator", None, ["slow=2000"], [], r"within 3 s|Timeout|timed out|deadline", id="stalls"),
+    pytest.param("emulator", None, ["flaky-5xx=0.6"], [], r"\b50[03]\b", id="flaky-5xx"),
 ]
 AXIS_CASES = [
-    pytest.param("emulator", None, ["flaky-5xx=0.6"], [], r"\b50[03]\b", id="flaky-5xx"),
+    pytest.param("emulator", None, ["slow=2000"], [], r"within 3 s|Timeout|timed out|deadline", id="stalls"),
     pytest.param("proxy", "truncated-sse", [], STREAMED, r"without `data: \[DONE\]`", id="truncated-sse"),
     pytest.param("proxy", "invalid-sse", [], STREAMED, r"invalid JSON in SSE", id="invalid-sse"),
     pytest.param("proxy", "unknown-shape", [], [], r"not a chat completion", id="unknown-shape"),
