@@ -210,6 +210,7 @@ def test_each_load_axis_survives_a_misbehaving_target(tmp_path, upstream, kind, 
         assert re.search(cause, json.dumps(record.model_dump(mode="json"))), \
             f"{axis}: the cause ({cause}) is not in its evidence: {record.summary}"
     spans = _assert_bounded(store)
-    assert sum(took.values()) < 0.75 * sum(bound for _, _, bound in spans) + 3 * 2.0, (took, spans)
+    # the three axes together well under the sum of their phases' bounds, with the whole batch's allowance per axis
+    assert sum(took.values()) < 0.75 * sum(bound for _, _, bound in spans) + 3 * 8.0, (took, spans)
     assert decide(records, list(LOAD_AXES)).decision != "production"
     assert store.verify() == []

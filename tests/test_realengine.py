@@ -19,7 +19,7 @@ from k3lib.core.plan import ACCEPTANCE_AXES
 from k3lib.io.prompts import build_prompts
 from k3lib.core.session import read_records
 from k3lib.core.store import RunStore
-from realengine import ROOT, RealEngine
+from realengine import ROOT, RealEngine, real_engine  # noqa: F401 - the fixture is used by name
 
 pytestmark = pytest.mark.realengine
 
@@ -35,20 +35,6 @@ NOT_OBSERVABLE_HERE = ("probe.version", "probe.metrics", "compat.vllm_version", 
 # Verdicts that need one of those as proof: never a pass here (a warm request being faster proves no reuse).
 NEVER_PASS_HERE = ("prefix_cache.reuse", "prefix_cache.designed_vs_observed")
 BATCH_TIMEOUT_S = 1500
-# Every phase of every axis still runs, each shorter than the example profile's (a user's first try on this engine):
-# what this module asserts (no crash, never production, not observable where vLLM's surfaces are missing, the real
-# replies kept) holds of one repetition as of two, and of a 8 s step as of a 20 s one.
-SMALLER = [
-    "axes.agent.repetitions=1",
-    "axes.agent.tool_turns=2",
-    "axes.agent.long_context_fraction=0.25",
-    "axes.capacity.step_duration_s=8",
-    "axes.capacity.soak_duration_s=10",
-    "axes.capacity.explore_duration_s=8",
-    "axes.capacity.context_lengths_tokens=[1024, 2048]",
-    "axes.prefix_cache.sessions=1",
-    "axes.prefix_cache.prefix_tokens=[512, 1024]",
-]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -56,15 +42,14 @@ SMALLER = [
 
 
 @pytest.fixture(scope="module")
-def validated(real_engine: RealEngine, tmp_path_factory: pytest.TempPathFactory):
+def validated(real_engine: RealEngine, tmp_path_factory: pytest.TempPathFactory):  # noqa: F811
     """`k3 validate -p parameters/llamacpp.example.yaml` against the server: (exit code, store, records, decision)."""
     from k3lib.cli.main import main
 
     out = tmp_path_factory.mktemp("realengine-run")
     code = main(["validate", "-p", str(PROFILE), "--out", str(out),
                  "--set", f"target.base_url={real_engine.base_url}",
-                 "--set", f"axes.environment.server_log={real_engine.log_path}",
-                 *(arg for setting in SMALLER for arg in ("--set", setting))])
+                 "--set", f"axes.environment.server_log={real_engine.log_path}"])
     (run,) = [p for p in out.iterdir() if p.is_dir()]
     store = RunStore(run)
     return code, store, read_records(store), store.read_json("decision.json")
@@ -189,7 +174,7 @@ def test_agent_evidence_holds_the_models_real_replies(validated):
 # The client and the prompt builder, directly
 
 
-def test_client_streams_a_real_completion(real_engine: RealEngine):
+def test_client_streams_a_real_completion(real_engine: RealEngine):  # noqa: F811
     messages = [{"role": "user", "content": "Name three colours."}]
     with SyncChatClient(real_engine.base_url, timeout_s=120) as client:
         streamed = client.chat(messages, max_tokens=16, temperature=0)
@@ -211,7 +196,7 @@ def test_client_streams_a_real_completion(real_engine: RealEngine):
     assert whole.completion_tokens and 0 < whole.completion_tokens <= 16
 
 
-def test_prompts_fall_back_to_estimate_without_vllm_tokenize(real_engine: RealEngine):
+def test_prompts_fall_back_to_estimate_without_vllm_tokenize(real_engine: RealEngine):  # noqa: F811
     client = ChatClient(real_engine.base_url, timeout_s=120)
     prompts = run_sync(build_prompts(client, count=2, target_tokens=200, shared_prefix_tokens=50))
     assert [p.sized_by for p in prompts] == ["estimate", "estimate"]
