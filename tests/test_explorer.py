@@ -29,7 +29,8 @@ def test_settings_follow_the_parameters_then_the_contract(tmp_path):
     with start_emulator(EmulatorConfig.from_profile("demo", time_scale=0.02), host="127.0.0.1", port=0) as h:
         ctx = _ctx(tmp_path, h, "axes.capacity.explore_concurrency=7")
     s = explorer.settings_from(ctx)
-    assert s.concurrency == 7 and s.output_tokens == ctx.params.contract.max_output_tokens
+    contract = ctx.params.contract
+    assert s.concurrency == 7 and s.output_tokens == (contract.typical_output_tokens or contract.max_output_tokens)
     assert s.context_tokens == ctx.params.contract.max_context_tokens - s.output_tokens
     assert explorer.settings_from(ctx, concurrency=2).concurrency == 2
     table = explorer.explorer(ctx)  # headless: a table, no widget is created

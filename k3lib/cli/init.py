@@ -186,7 +186,8 @@ def _contract_lines(found: Found, limit: int | None) -> list[str]:
     else:
         out.append("  max_context_tokens: 4096    # TODO: the context clients send (the server did not say)")
     out += ["  planned_concurrency: 4      # TODO: concurrent requests planned (at most the server's --max-num-seqs)",
-            "  max_output_tokens: 512      # TODO: the longest answer clients ask for"]
+            "  max_output_tokens: 16384    # TODO: the longest answer clients ask for (K3 reasons first: room for both)",
+            "  typical_output_tokens: 1024 # TODO: a typical answer, what the load phases ask (at most the longest)"]
     if found.cache.get("block_size"):
         out.append(f"  # the KV cache: block_size {found.cache['block_size']}"
                    + (f", gpu_memory_utilization {found.cache['gpu_memory_utilization']}"
@@ -239,6 +240,6 @@ def cmd_init(ns: argparse.Namespace) -> int:
           + (", dcgm-exporter found" if found.dcgm_url else ""))
     print("to provide for production (commented in the file): collect_env, server_log, image_inspect, nvidia_smi, "
           "restart, attestation, rollback_drill" + ("" if found.dcgm_url else ", gpu_metrics")
-          + "; to decide: contract.planned_concurrency, contract.max_output_tokens")
+          + "; to decide: contract.planned_concurrency, contract.max_output_tokens, contract.typical_output_tokens")
     print(f"next: k3 validate -p {out} --plan")
     return 0

@@ -314,7 +314,7 @@ class CapacityParams(_Model):
     # the OOM explorer's headless burst (notebooks/explore/oom_explorer.ipynb)
     explore_context_tokens: PositiveInt | None = None  # null: the long-context phase's largest length
     explore_concurrency: PositiveInt | None = None  # null: contract.planned_concurrency
-    explore_output_tokens: PositiveInt | None = None  # null: contract.max_output_tokens
+    explore_output_tokens: PositiveInt | None = None  # null: contract.typical_output_tokens, else max_output_tokens
     explore_max_requests: PositiveInt = 64
     explore_duration_s: PositiveSeconds = 60.0
     roofline: RooflineParams = RooflineParams()

@@ -43,10 +43,10 @@ class BurstSettings:
 
 def settings_from(ctx: "AxisContext", **changes: Any) -> BurstSettings:
     """The headless burst: `axes.capacity.explore_*`, else the contract's largest prompt, planned concurrency
-    and output length."""
+    and typical output length (its longest where it names no typical one)."""
     cap = ctx.params.axes.capacity
     contract = ctx.params.contract
-    output = cap.explore_output_tokens or contract.max_output_tokens
+    output = cap.explore_output_tokens or contract.typical_output_tokens or contract.max_output_tokens
     base = BurstSettings(
         context_tokens=cap.explore_context_tokens or max(16, contract.max_context_tokens - output),
         concurrency=cap.explore_concurrency or contract.planned_concurrency, output_tokens=output,
