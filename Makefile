@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test venv clean lint
+.PHONY: demo test test-fast venv clean lint
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,6 +20,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The unit layer alone (docs/development.md): no real server, no whole batch, under 3 minutes on two cores.
+FAST_MARKS := not slow and not realengine and not realvllm and not airflow
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "$(FAST_MARKS)" $(PYTEST_ARGS)
 
 # ruff (pyflakes, pycodestyle, bugbear) over the code and mypy over k3lib/, both configured in pyproject.toml
 lint: $(STAMP)

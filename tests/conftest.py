@@ -1,4 +1,5 @@
-"""Shared fixtures: where the real-world artifacts live, and one emulator per test session on a real socket."""
+"""Shared fixtures: where the real-world artifacts live, one emulator per test session on a real socket, and the
+real servers (llama.cpp, real vLLM), each started at most once per session."""
 
 from __future__ import annotations
 
@@ -6,6 +7,11 @@ import os
 from pathlib import Path
 
 import pytest
+
+# The real servers' fixtures, registered here once for the whole session: a fixture imported into each test module
+# that uses it is a fixture per module, and its server would start once per module (five CPU vLLM starts).
+from realengine import real_engine  # noqa: F401
+from realvllm import real_vllm, real_vllm_k3, real_vllm_small_kv  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL_WORLD = ROOT.parent / "shared" / "real-world"
@@ -19,9 +25,32 @@ def needs_tool(available: bool, reason: str) -> pytest.MarkDecorator:
 
 @pytest.fixture(scope="session")
 def real_world() -> Path:
-    if not REAL_WORLD.is_dir():
+    if not REAL_WORLD.is_dir() or not (REAL_WORLD / "labels.json").is_file():
         pytest.fail(f"{REAL_WORLD} is missing: CI keeps ../shared beside the checkout")
     return REAL_WORLD
+
+
+def real_world_missing(*values: object) -> object:
+    """The one case a test parametrized over the real-world artifacts collects when they are absent: it fails
+    (`pytest_runtest_setup` below), never a silent skip nor an empty parameter set that pytest skips."""
+    return pytest.param(*values, id="real-world-missing", marks=pytest.mark.real_world_missing)
+
+
+# A test that reads a real server, or a whole batch shared through a session fixture, is marked by what it uses: the
+# unit layer (`make test-fast`: -m "not slow and not realengine and not realvllm and not airflow") leaves it out.
+FIXTURE_MARKS = {"real_engine": "realengine", "real_vllm": "realvllm", "real_vllm_k3": "realvllm",
+                 "real_vllm_small_kv": "realvllm", "healthy_run": "slow", "renewal_run": "slow"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        for mark in sorted({FIXTURE_MARKS[f] for f in getattr(item, "fixturenames", ()) if f in FIXTURE_MARKS}):
+            item.add_marker(mark)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("real_world_missing") is not None:
+        pytest.fail(f"{REAL_WORLD} is missing: CI keeps ../shared beside the checkout")
 
 
 @pytest.fixture(scope="session")
@@ -43,14 +72,23 @@ def clean_env(monkeypatch):
     return monkeypatch
 
 
+# The healthy run's API key: the embedded emulator then guards /v1 with it (as `vllm serve --api-key`), so the batch
+# must send it on every request, and tests/test_batch.py checks that its value reached no file of the run.
+HEALTHY_KEY_ENV, HEALTHY_KEY = "K3_TEST_API_KEY", "k3-test-secret-6f1c2a9e4b7d"
+
+
 @pytest.fixture(scope="session")
 def healthy_run(tmp_path_factory):
-    """`k3 validate -p parameters/emulator.yaml` once per session: (exit code, RunStore)."""
+    """`k3 validate -p parameters/emulator.yaml --set target.api_key_env=K3_TEST_API_KEY` once per session, the key
+    set only while it runs: (exit code, RunStore)."""
     from k3lib.cli.main import main
     from k3lib.core.store import RunStore
 
     out = tmp_path_factory.mktemp("healthy")
-    code = main(["validate", "-p", str(ROOT / "parameters" / "emulator.yaml"), "--out", str(out)])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(HEALTHY_KEY_ENV, HEALTHY_KEY)
+        code = main(["validate", "-p", str(ROOT / "parameters" / "emulator.yaml"), "--out", str(out),
+                     "--set", f"target.api_key_env={HEALTHY_KEY_ENV}"])
     (run,) = [p for p in out.iterdir() if p.is_dir()]
     return code, RunStore(run)
 

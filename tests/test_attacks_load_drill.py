@@ -231,22 +231,28 @@ def test_describe_names_every_kind():
 
 
 @pytest.mark.slow
-def test_a_gateway_refusing_load_beyond_two_in_flight_is_not_production(tmp_path):
+def test_a_gateway_refusing_load_beyond_two_in_flight_is_not_production(healthy_run, tmp_path):
     """The attack as seen: a real gateway in front of the emulator answers 429 beyond 2 requests in flight. Every
-    capacity step "held" and `k3 validate` decided production (exit 0); now the run ends elsewhere, and the
-    decision's reasons name the refused requests and their status."""
-    from k3lib.cli.main import main
+    capacity step "held" and `k3 validate` decided production (exit 0). The capacity axis, run against the gateway,
+    replaces its record in the healthy run's evidence: the decision is now capacity-extension, and its reasons name
+    the refused requests and their status."""
+    import k3lib
+    from k3lib.core.evidence import read_records
+    from k3lib.core.plan import ACCEPTANCE_AXES
     from k3lib.emulator import EmulatorConfig, start_emulator
+    from test_batch import _axis_record
 
     with start_emulator(EmulatorConfig.from_profile("demo", time_scale=0.05)) as emu:
         with serve_gateway(emu.url, limit=2) as (url, gateway):
-            code = main(["validate", "-p", str(PARAMS), "--set", f"target.base_url={url}",
-                         "--out", str(tmp_path)])
+            ctx = k3lib.open_axis("capacity", str(PARAMS), [f"target.base_url={url}"], str(tmp_path / "run"))
+            record = ctx.record(_axis_record("capacity", ctx))
     assert gateway.refused > 0 and gateway.passed > 0
-    (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
-    decision = json.loads((run / "decision.json").read_text())
-    assert code != 0 and decision["decision"] == "capacity-extension", decision["reasons"]
-    reasons = "\n".join(decision["reasons"])
+    records = read_records(healthy_run[1])
+    assert decide(records, ACCEPTANCE_AXES).decision == "production"
+    records["capacity"] = record
+    decision = decide(records, ACCEPTANCE_AXES)
+    assert decision.exit_code != 0 and decision.decision == "capacity-extension", decision.reasons
+    reasons = "\n".join(decision.reasons)
     assert "capacity.incomplete_load" in reasons and "HTTP 429" in reasons and "refused" in reasons, reasons
 
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from conftest import HEALTHY_KEY, HEALTHY_KEY_ENV
 from k3lib.cli.main import main
 from k3lib.core.store import RunStore
 
@@ -57,18 +59,11 @@ def test_report_is_self_contained(healthy_run):
     assert "k3-hide-code" in page  # code hidden by default, shown on request
 
 
-# fault → (decision, exit code, the axis whose finding names the cause)
+# fault → (decision, exit code, the axis whose finding names the cause). A whole batch where the assembly is the
+# point: two faults on two axes (the stronger decision wins), and a fault every load axis meets (the long-context
+# OOM leaves the engine dead mid-axis: the restart and the other axes' evidence must not change the decision).
 MATRIX = [
-    pytest.param(["oom-startup"], "environment-rebuild", "probe", id="oom-startup"),
-    pytest.param(["cuda12-image"], "environment-rebuild", "environment", id="cuda12-image"),
-    pytest.param(["old-driver"], "environment-rebuild", "environment", id="old-driver"),
-    pytest.param(["old-vllm"], "environment-rebuild", "environment", id="old-vllm"),
-    pytest.param(["no-tool-parser"], "environment-rebuild", "environment", id="no-tool-parser"),
-    pytest.param(["kv-starved"], "capacity-extension", "capacity", id="kv-starved"),
     pytest.param(["oom-long-context"], "capacity-extension", "capacity", id="oom-long-context"),
-    pytest.param(["tool-markup-leak"], "limited-observation", "agent", id="tool-markup-leak"),
-    pytest.param(["bad-tool-args"], "limited-observation", "agent", id="bad-tool-args"),
-    pytest.param(["no-prefix-caching"], "limited-observation", "prefix_cache", id="no-prefix-caching"),
     pytest.param(["bad-tool-args", "kv-starved"], "capacity-extension", "capacity", id="two-faults-stronger-wins"),
     pytest.param(["no-prefix-caching", "old-driver"], "environment-rebuild", "environment",
                  id="two-faults-rebuild-wins"),
@@ -93,19 +88,79 @@ def test_fault_matrix(tmp_path, capsys, faults, expected, axis):
     assert store.verify() == []
 
 
-def test_api_key_value_never_reaches_an_output(tmp_path, monkeypatch):
-    secret = "k3-test-secret-6f1c2a9e4b7d"
-    monkeypatch.setenv("K3_TEST_API_KEY", secret)
-    code = main(["validate", "-p", EMULATOR_YAML, "--set", "target.api_key_env=K3_TEST_API_KEY",
-                 "--out", str(tmp_path)])
-    store = _only_run(tmp_path)
+def _axis_record(axis: str, ctx: Any) -> Any:
+    """What the axis' notebook does between `open_axis` and `ctx.record` (notebooks/0*_*.ipynb), in-process."""
+    import k3lib
+
+    if axis == "probe":
+        return k3lib.probe_record(k3lib.run_probe(ctx), ctx)
+    if axis == "environment":
+        return k3lib.compat.environment_record(k3lib.compat.check_environment(ctx), ctx)
+    if axis == "agent":
+        return k3lib.agent.agent_record(k3lib.agent.run_agent(ctx), ctx)
+    if axis == "capacity":
+        return k3lib.capacity.capacity_record(k3lib.capacity.run_capacity(ctx), ctx)
+    assert axis == "prefix_cache", axis
+    return k3lib.prefix.prefix_cache_record(k3lib.prefix.run_prefix_cache(ctx), ctx)
+
+
+# One fault, one axis: the axis whose finding names the cause runs against the faulted emulator, and its record
+# replaces that axis' record in the healthy batch's evidence; the decision rule over that evidence must reach the
+# fault's decision, for the reason of that axis' failing finding. The batch's assembly is shown by the whole-batch
+# cases above and by the healthy batch.
+AXIS_MATRIX = [
+    pytest.param("oom-startup", "environment-rebuild", "probe", id="oom-startup"),
+    pytest.param("cuda12-image", "environment-rebuild", "environment", id="cuda12-image"),
+    pytest.param("old-driver", "environment-rebuild", "environment", id="old-driver"),
+    pytest.param("old-vllm", "environment-rebuild", "environment", id="old-vllm"),
+    pytest.param("no-tool-parser", "environment-rebuild", "environment", id="no-tool-parser"),
+    pytest.param("kv-starved", "capacity-extension", "capacity", id="kv-starved"),
+    pytest.param("tool-markup-leak", "limited-observation", "agent", id="tool-markup-leak"),
+    pytest.param("bad-tool-args", "limited-observation", "agent", id="bad-tool-args"),
+    pytest.param("no-prefix-caching", "limited-observation", "prefix_cache", id="no-prefix-caching"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault, expected, axis", AXIS_MATRIX)
+def test_fault_decides_through_its_axis(healthy_run, tmp_path, fault, expected, axis):
+    import k3lib
+    from k3lib.core.evidence import read_records
+    from k3lib.core.plan import ACCEPTANCE_AXES
+    from k3lib.emulator import EmulatorConfig, start_emulator
+    from k3lib.verdict.decision import EXIT_CODES, decide
+
+    code, healthy = healthy_run
+    assert code == 0
+    with start_emulator(EmulatorConfig.from_profile("demo", faults=(fault,), time_scale=0.05),
+                        host="127.0.0.1", port=0) as handle:
+        ctx = k3lib.open_axis(axis, EMULATOR_YAML, [f"target.base_url={handle.url}"], str(tmp_path / "run"))
+        record = ctx.record(_axis_record(axis, ctx))
+    assert record.status == "fail", [(f.rule, f.status, f.message) for f in record.findings]
+    records = read_records(healthy)
+    assert decide(records, ACCEPTANCE_AXES).decision == "production"  # the healthy evidence alone
+    records[axis] = record
+    decision = decide(records, ACCEPTANCE_AXES)
+    assert decision.decision == expected, decision.reasons
+    assert decision.exit_code == EXIT_CODES[expected] == \
+        {"environment-rebuild": 5, "capacity-extension": 4, "limited-observation": 3}[expected]
+    # the decision rests on the faulted axis' own failing finding, at the fault's level
+    assert any(r.startswith(f"{expected}: {f.rule}:") for f in record.failed() for r in decision.reasons), \
+        decision.reasons
+    assert RunStore(ctx.store.root).verify() == []
+
+
+def test_api_key_value_never_reaches_an_output(healthy_run):
+    """The healthy run sends a key (its emulator refuses /v1 without it, and the run decides production): the key's
+    value is in no file of the run, its variable's name is in params.json."""
+    code, store = healthy_run
     assert code == 0, store.read_json("decision.json")
     files = [p for p in store.root.rglob("*") if p.is_file()]
     assert len(files) > 8
     for path in files:
-        assert secret.encode() not in path.read_bytes(), f"the key leaked into {path}"
+        assert HEALTHY_KEY.encode() not in path.read_bytes(), f"the key leaked into {path}"
     params = json.loads(store.path("params.json").read_text())
-    assert params["target"]["api_key_env"] == "K3_TEST_API_KEY"
+    assert params["target"]["api_key_env"] == HEALTHY_KEY_ENV
 
 
 def test_missing_api_key_variable_is_bad_input(tmp_path, monkeypatch, capsys):

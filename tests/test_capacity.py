@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import real_world_missing
+
 from k3lib.axes.capacity import (classify_log, classify_oom, failure_kind, judge_step, memory_growth, plan_capacity,
                             saturation_point, server_config, settled_stats, soak_analysis)
 from k3lib.axes.capacity.analysis import increase, linear_fit
@@ -42,7 +44,9 @@ def _labels(real_world):
 
 
 def _log_cases():
-    labels = json.loads((REAL_WORLD / "labels.json").read_text()) if (REAL_WORLD / "labels.json").exists() else {}
+    if not (REAL_WORLD / "labels.json").exists():
+        return [real_world_missing(None, None)]
+    labels = json.loads((REAL_WORLD / "labels.json").read_text())
     return [pytest.param(name, lab, id=name) for name, lab in sorted(labels.items()) if name.startswith("logs/")]
 
 

@@ -25,7 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from k3lib.io.readers.collect_env import parse_collect_env
 from k3lib.io.readers.vllm_log import parse_vllm_log
-from realvllm import SERVED_NAME, VLLM_VERSION, RealVllm, real_vllm  # noqa: F401 - the fixture is used by name
+from realvllm import SERVED_NAME, VLLM_VERSION, RealVllm
 
 
 ALLOWLIST = Path(__file__).parent / "data" / "conformance-allowlist.yaml"
@@ -255,7 +255,7 @@ def emulated() -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def both(real_vllm: RealVllm, emulated: str) -> dict[str, Any]:  # noqa: F811
+def both(real_vllm: RealVllm, emulated: str) -> dict[str, Any]:
     """Everything observed from both sides, once per module."""
     sides: dict[str, Any] = {}
     for side, url in (("vllm", real_vllm.base_url), ("emulator", emulated)):

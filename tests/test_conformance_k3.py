@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from k3lib.axes.agent import load_sample
-from realvllm import K3_SERVED_NAME, VLLM_VERSION, RealVllm, real_vllm_k3  # noqa: F401 - fixture used by name
+from realvllm import K3_SERVED_NAME, VLLM_VERSION, RealVllm
 
 pytestmark = [pytest.mark.realvllm, pytest.mark.slow]
 
@@ -191,7 +191,7 @@ def emulated() -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def both(real_vllm_k3: RealVllm, emulated: str) -> dict[str, dict[str, Any]]:  # noqa: F811
+def both(real_vllm_k3: RealVllm, emulated: str) -> dict[str, dict[str, Any]]:
     return {"vllm": Side(real_vllm_k3.base_url).observe(), "emulator": Side(emulated).observe()}
 
 

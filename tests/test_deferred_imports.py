@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 CHECKS = """
@@ -30,6 +32,7 @@ def run(prelude: str) -> dict:
     return json.loads(out.stdout)
 
 
+@pytest.mark.slow
 def test_rfc3987_syntax_is_imported_on_first_use_with_the_same_answers():
     # installed with jupyterlab (jupyter-events needs jsonschema[format-nongpl]): a skip here would hide a
     # broken deferral in CI, so a missing module fails instead

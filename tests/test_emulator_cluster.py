@@ -16,6 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from conftest import needs_tool
+
 from k3lib.axes.capacity.ranks import rank_window
 from k3lib.emulator import EmulatorConfig
 from k3lib.emulator.cluster import start_cluster
@@ -125,7 +127,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.skipif(not shutil.which("prometheus"), reason="prometheus not on PATH (Debian: apt-get install prometheus)")
+@needs_tool(shutil.which("prometheus") is not None, "prometheus not on PATH (Debian: apt-get install prometheus)")
+@pytest.mark.slow
 def test_prometheus_scrapes_the_nodes_as_a_cluster(tmp_path):
     """A real Prometheus with one target per node sees every rank once, under its node's instance, with the same
     per-rank counts the kit reads from the nodes directly."""

@@ -16,7 +16,6 @@ import yaml
 from k3lib.cli.main import main
 from k3lib.core.errors import BadInputError
 from k3lib.core.params import load_params
-from realvllm import RealVllm, real_vllm  # noqa: F401 - fixture by name
 
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCTION = ROOT / "parameters" / "production.example.yaml"
@@ -76,7 +75,7 @@ def test_init_names_the_key_variable_a_keyed_server_asks_for(tmp_path, capsys, c
 
 @pytest.mark.slow
 @pytest.mark.realvllm
-def test_init_against_real_vllm(tmp_path, capsys, real_vllm):  # noqa: F811
+def test_init_against_real_vllm(tmp_path, capsys, real_vllm):
     out = tmp_path / "vllm.yaml"
     _, data = _init(real_vllm.base_url, out, capsys)
     assert data["target"]["model"] == "tiny-llama" and data["contract"]["max_context_tokens"] == 2048

@@ -65,9 +65,15 @@ LOAD_AXES = {"agent": "02_agent_tools.ipynb", "capacity": "03_capacity.ipynb", "
 # regex that every load axis' evidence must show). The agent plays its scenario streamed where the fault is in
 # the stream, so that all three load axes meet the same defect.
 STREAMED = ["axes.agent.stream=true"]
+# Two cases run the whole batch through the CLI (a decision, the report, the notebooks' progress lines: the batch's
+# assembly is the point); the others run the three load axes in-process against the same target, with the same
+# assertions on each axis' record and on every load phase's bound. The stalled target is one of those: its whole
+# batch takes about three minutes on two cores, nearly all of it outside the load axes.
 CASES = [
     pytest.param("proxy", "die-mid-stream", [], STREAMED, r"broke mid-reply", id="dies-mid-stream"),
     pytest.param("emulator", None, ["flaky-5xx=0.6"], [], r"\b50[03]\b", id="flaky-5xx"),
+]
+AXIS_CASES = [
     pytest.param("emulator", None, ["slow=2000"], [], r"within 3 s|Timeout|timed out|deadline", id="stalls"),
     pytest.param("proxy", "truncated-sse", [], STREAMED, r"without `data: \[DONE\]`", id="truncated-sse"),
     pytest.param("proxy", "invalid-sse", [], STREAMED, r"invalid JSON in SSE", id="invalid-sse"),
@@ -158,9 +164,53 @@ def test_batch_survives_a_misbehaving_target(tmp_path, capsys, upstream, kind, m
 
     # every load phase stopped within its configured bound, and the load notebooks together took well under the
     # sum of those bounds (a notebook adds its kernel start and figures: a few seconds)
+    spans = _assert_bounded(store)
+    load_s = sum(durations[nb][1] for nb in LOAD_AXES.values())
+    assert load_s < 0.75 * sum(bound for _, _, bound in spans) + 3 * 8.0, (load_s, spans)
+
+
+def _assert_bounded(store: RunStore) -> list[tuple[str, float, float]]:
     spans = load_spans(store)
     assert {s[0].split()[0] for s in spans} == {"capacity", "agent", "prefix_cache"}, spans
     for what, seconds, bound in spans:
         assert seconds <= bound + 1.0, f"{what} lasted {seconds:.1f} s, bound {bound:.1f} s"
-    load_s = sum(durations[nb][1] for nb in LOAD_AXES.values())
-    assert load_s < 0.75 * sum(bound for _, _, bound in spans) + 3 * 8.0, (load_s, spans)
+    return spans
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind, mode, faults, sets, cause", AXIS_CASES)
+def test_each_load_axis_survives_a_misbehaving_target(tmp_path, upstream, kind, mode, faults, sets, cause):
+    """What the whole batch above shows of each load axis, in-process: its record names the cause and is a verdict
+    (an axis that raises fails this test), every load phase stops within its bound, and the decision over the three
+    records is never production."""
+    import time
+
+    import k3lib
+    from k3lib.emulator import EmulatorConfig, start_emulator
+    from k3lib.verdict.decision import decide
+    from test_batch import _axis_record
+
+    with ExitStack() as stack:
+        if kind == "proxy":
+            url = stack.enter_context(Misbehaving(upstream.url, mode)).url
+        else:  # the batch's embedded emulator: the demo profile at the parameters' time scale, with the faults
+            url = stack.enter_context(start_emulator(
+                EmulatorConfig.from_profile("demo", faults=tuple(faults), time_scale=0.05), host="127.0.0.1",
+                port=0)).url
+        records, took = {}, {}
+        for axis in LOAD_AXES:
+            ctx = k3lib.open_axis(axis, EMULATOR_YAML, [f"target.base_url={url}", *TINY, *sets],
+                                  str(tmp_path / "run"))
+            t0 = time.monotonic()
+            records[axis] = ctx.record(_axis_record(axis, ctx))
+            took[axis] = time.monotonic() - t0
+    store = RunStore(tmp_path / "run")
+    for axis, record in records.items():
+        assert record.status in ("fail", "not-observable", "warn"), (axis, record.status, record.summary)
+        assert re.search(cause, json.dumps(record.model_dump(mode="json"))), \
+            f"{axis}: the cause ({cause}) is not in its evidence: {record.summary}"
+    spans = _assert_bounded(store)
+    # the three axes together well under the sum of their phases' bounds, with the whole batch's allowance per axis
+    assert sum(took.values()) < 0.75 * sum(bound for _, _, bound in spans) + 3 * 8.0, (took, spans)
+    assert decide(records, list(LOAD_AXES)).decision != "production"
+    assert store.verify() == []

@@ -16,6 +16,8 @@ from conftest import needs_tool
 from chromium import CHROMIUM, Recorder, console_errors, page_requests, proxy, render  # noqa: F401 - fixture
 from k3lib.cli.main import main
 from k3lib.core.store import RunStore
+from k3lib.renewal.decision import EXIT_CODES as RENEWAL_EXIT_CODES
+from k3lib.verdict.decision import EXIT_CODES
 from test_hardening_faults import EMULATOR_YAML, TINY
 from test_hardening_server import IMG_PAYLOAD, LOG_PAYLOAD, PAYLOAD, SCRIPT_PAYLOAD, Misbehaving
 
@@ -60,7 +62,8 @@ def test_review_drill_never_writes_the_key(tmp_path, capsys, monkeypatch):
     code = main(["review", "--demo", "steady", "--set", f"target.api_key_env={KEY_ENV}", "--out", str(tmp_path)])
     out, err = capsys.readouterr()
     store = _only_run(tmp_path)
-    assert code in (0, 3, 4, 5), err
+    decided = json.loads(store.path("decision.json").read_text())["decision"]
+    assert code == RENEWAL_EXIT_CODES[decided], (code, decided, err)
     drill = json.loads(store.path("drill/drill.json").read_text())
     # the emulator refuses /v1 without the key (401): a chat answered 200 proves the drill sent it. The demo's drill
     # touches the embedded emulator, not the reviewed deployment: what it observed there is kept apart
@@ -113,7 +116,8 @@ def injected_run(tmp_path_factory):
 def test_acceptance_outputs_never_hold_the_key(injected_run):
     code, store, output, chats = injected_run
     assert chats > 5, "the batch must have talked to the key-guarded server"
-    assert code in (0, 3, 4, 5), output
+    decided = json.loads(store.path("decision.json").read_text())["decision"]
+    assert code == EXIT_CODES[decided], (code, decided, output)
     assert assert_no_secret(store.root, output) > 20
     assert store.verify() == []
 

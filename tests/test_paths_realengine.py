@@ -11,12 +11,12 @@ from k3lib.cli.main import main
 from k3lib.emulator import EmulatorConfig, start_emulator
 from k3lib.axes.paths import builtin_task_set, read_paths_record
 from k3lib.axes.paths.record import SCHEMA_FILE
-from realengine import RealEngine, real_engine  # noqa: F401 - the fixture is used by name
+from realengine import RealEngine
 
 import jsonschema
 
 
-def test_emulator_vs_llama_cpp_same_tasks(real_engine: RealEngine, tmp_path, capsys):  # noqa: F811
+def test_emulator_vs_llama_cpp_same_tasks(real_engine: RealEngine, tmp_path, capsys):
     with start_emulator(EmulatorConfig.from_profile("demo", time_scale=0.02), host="127.0.0.1", port=0) as emu:
         section = {"task_set": "builtin", "currency": "EUR", "max_duration_s": 600,
                    "request": {"max_tokens": 256, "max_tool_rounds": 3},

@@ -202,6 +202,7 @@ def test_a_model_that_is_not_served_is_named_with_what_is(tmp_path, capsys, emul
     assert code == 2 and took < BOUND_S and "target.model" in line and "'kimi-k2'" in line and "'kimi-k3'" in line
 
 
+@pytest.mark.slow
 def test_a_stalled_server_is_refused_within_the_bound(tmp_path, capsys):
     """A socket that accepts and never answers (a server still loading its model looks like this)."""
     import socket

@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
+
+from conftest import real_world_missing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -22,8 +24,7 @@ INSPECT_KEYS = {"has_tool_calls", "leaked_markup", "arguments_valid_json", "func
 
 def _real_world_cases() -> list:
     if not LABELS_FILE.exists():
-        return [pytest.param(None, None, id="real-world-missing",
-                             marks=pytest.mark.skip(reason=f"{REAL_WORLD} is not beside the checkout"))]
+        return [real_world_missing(None, None)]
     labels = json.loads(LABELS_FILE.read_text(encoding="utf-8"))
     return [pytest.param(key, value, id=Path(key).name)
             for key, value in sorted(labels.items()) if key.startswith("toolcalls/")]

@@ -19,7 +19,7 @@ from k3lib.core.plan import ACCEPTANCE_AXES
 from k3lib.io.prompts import build_prompts
 from k3lib.core.session import read_records
 from k3lib.core.store import RunStore
-from realengine import ROOT, RealEngine, real_engine  # noqa: F401 - the fixture is used by name
+from realengine import ROOT, RealEngine
 
 pytestmark = pytest.mark.realengine
 
@@ -42,7 +42,7 @@ BATCH_TIMEOUT_S = 1500
 
 
 @pytest.fixture(scope="module")
-def validated(real_engine: RealEngine, tmp_path_factory: pytest.TempPathFactory):  # noqa: F811
+def validated(real_engine: RealEngine, tmp_path_factory: pytest.TempPathFactory):
     """`k3 validate -p parameters/llamacpp.example.yaml` against the server: (exit code, store, records, decision)."""
     from k3lib.cli.main import main
 
@@ -174,7 +174,7 @@ def test_agent_evidence_holds_the_models_real_replies(validated):
 # The client and the prompt builder, directly
 
 
-def test_client_streams_a_real_completion(real_engine: RealEngine):  # noqa: F811
+def test_client_streams_a_real_completion(real_engine: RealEngine):
     messages = [{"role": "user", "content": "Name three colours."}]
     with SyncChatClient(real_engine.base_url, timeout_s=120) as client:
         streamed = client.chat(messages, max_tokens=16, temperature=0)
@@ -196,7 +196,7 @@ def test_client_streams_a_real_completion(real_engine: RealEngine):  # noqa: F81
     assert whole.completion_tokens and 0 < whole.completion_tokens <= 16
 
 
-def test_prompts_fall_back_to_estimate_without_vllm_tokenize(real_engine: RealEngine):  # noqa: F811
+def test_prompts_fall_back_to_estimate_without_vllm_tokenize(real_engine: RealEngine):
     client = ChatClient(real_engine.base_url, timeout_s=120)
     prompts = run_sync(build_prompts(client, count=2, target_tokens=200, shared_prefix_tokens=50))
     assert [p.sized_by for p in prompts] == ["estimate", "estimate"]

@@ -16,7 +16,7 @@ from k3lib.verdict.decision import EXIT_CODES
 from k3lib.core.evidence import EvidenceRecord
 from k3lib.core.plan import ACCEPTANCE_AXES
 from k3lib.verdict.sheet import sheet_rows
-from realvllm import PROFILE, VLLM_VERSION, RealVllm, real_vllm, validate_against  # noqa: F401 - fixture by name
+from realvllm import PROFILE, VLLM_VERSION, RealVllm, validate_against
 
 pytestmark = [pytest.mark.realvllm, pytest.mark.slow]
 
@@ -25,7 +25,7 @@ QUEUE_OBJECTIVE_MS = 100
 
 
 @pytest.fixture(scope="module")
-def validated(real_vllm: RealVllm, tmp_path_factory: pytest.TempPathFactory):  # noqa: F811
+def validated(real_vllm: RealVllm, tmp_path_factory: pytest.TempPathFactory):
     """`k3 validate -p parameters/vllm-cpu.example.yaml` against the server: (exit code, store, records, decision)."""
     return validate_against(real_vllm, PROFILE, tmp_path_factory.mktemp("realvllm-run"),
                             f"contract.queue_p95_ms={QUEUE_OBJECTIVE_MS}")

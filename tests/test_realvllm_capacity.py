@@ -11,7 +11,7 @@ import pytest
 
 import k3lib
 import k3lib.axes.capacity as capacity
-from realvllm import PROFILE, RealVllm, real_vllm_small_kv  # noqa: F401 - the fixture is used by name
+from realvllm import PROFILE, RealVllm
 
 pytestmark = [pytest.mark.realvllm, pytest.mark.slow]
 
@@ -24,7 +24,7 @@ LOAD = ["contract.planned_concurrency=8", "contract.max_output_tokens=128", "axe
 
 
 @pytest.fixture(scope="module")
-def small_pool_run(real_vllm_small_kv: RealVllm, tmp_path_factory: pytest.TempPathFactory):  # noqa: F811
+def small_pool_run(real_vllm_small_kv: RealVllm, tmp_path_factory: pytest.TempPathFactory):
     run_dir = tmp_path_factory.mktemp("realvllm-small-kv-run") / "run"
     ctx = k3lib.open_axis("capacity", str(PROFILE),
                           [f"target.base_url={real_vllm_small_kv.base_url}",

@@ -17,7 +17,7 @@ import pytest
 import k3lib.axes.agent as agent
 from k3lib.verdict.decision import decide
 from k3lib.report.notebook import open_axis
-from realvllm import K3_PROFILE, RealVllm, real_vllm_k3, require_k3, serve, validate_against  # noqa: F401
+from realvllm import K3_PROFILE, RealVllm, require_k3, serve, validate_against
 
 pytestmark = [pytest.mark.realvllm, pytest.mark.slow]
 
@@ -27,7 +27,7 @@ TOOL_CHECKS = tuple(agent.CHECKS)
 
 
 @pytest.fixture(scope="module")
-def validated(real_vllm_k3: RealVllm, tmp_path_factory: pytest.TempPathFactory):  # noqa: F811
+def validated(real_vllm_k3: RealVllm, tmp_path_factory: pytest.TempPathFactory):
     """`k3 validate -p parameters/vllm-cpu-k3.example.yaml` against the good server."""
     return validate_against(real_vllm_k3, K3_PROFILE, tmp_path_factory.mktemp("realvllm-k3-run"))
 
@@ -140,7 +140,7 @@ def test_what_keeps_the_cpu_host_from_production_is_the_host_and_vllms_k3_defect
 
 @pytest.mark.timeout(AGENT_TIMEOUT_S)
 @pytest.mark.parametrize("history, lost", [("drop-reasoning", "reasoning"), ("drop-tool-calls", "tool calls")])
-def test_a_client_that_drops_part_of_the_history_is_caught(real_vllm_k3, tmp_path, history, lost):  # noqa: F811
+def test_a_client_that_drops_part_of_the_history_is_caught(real_vllm_k3, tmp_path, history, lost):
     """The kit's client sends each reply back without its reasoning (or tool calls): the model answers differently
     (no tool result used) and the reason names the lossy history."""
     _, record, decision = agent_alone(real_vllm_k3, tmp_path / "run", f"axes.agent.history={history}")

@@ -85,6 +85,7 @@ def test_rollback_to_any_older_release_is_the_previous_version(servers):
                   "in_flight_resumed_or_cancelled": "not shown", "fields_preserved": "not shown"},
                  id="no-op-kill-and-restore-show-nothing"),
 ])
+@pytest.mark.slow
 def test_drill_answers_no_or_not_shown_when_the_evidence_says_so(servers, drill, api, expected):
     target, api_server = servers
     result = run_drill(target.url, _drill(**drill), api_base_url=api_server.url if api else None)
@@ -183,6 +184,7 @@ def test_pipeline_manifest_that_is_not_one(tmp_path):
     assert str(p) in ei.value.one_line()
 
 
+@pytest.mark.slow
 def test_a_no_op_drill_never_makes_incidents_recoverable(servers):
     """Through the stability analysis and its typed record: nothing shown is 'recovery not shown', never yes."""
     from k3lib.renewal.analysis import analyse_stability

@@ -18,10 +18,12 @@ from k3lib.core.store import RunStore
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _kill_when(out: Path, rel: str, timeout_s: float = 240) -> RunStore:
-    proc = subprocess.Popen([sys.executable, "-m", "k3lib", "validate", "-p", str(ROOT / "parameters/emulator.yaml"),
-                             "--out", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)  # its own process group: the kernels die with it
+def _kill_when(out: Path, rel: str, resume: Path | None = None, timeout_s: float = 240) -> RunStore:
+    """Start `k3 validate` (a new run under `out`, or `--resume` of the run `resume`) and SIGKILL it, kernels
+    included, as soon as `rel` is in its manifest."""
+    args = ["--resume", str(resume)] if resume else ["-p", str(ROOT / "parameters/emulator.yaml"), "--out", str(out)]
+    proc = subprocess.Popen([sys.executable, "-m", "k3lib", "validate", *args], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)  # its own group: the kernels die too
     deadline = time.monotonic() + timeout_s
     store = None
     try:
@@ -40,15 +42,36 @@ def _kill_when(out: Path, rel: str, timeout_s: float = 240) -> RunStore:
     return store
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("kill_after", ["notebooks/01_environment.ipynb", "notebooks/03_capacity.ipynb"],
-                         ids=["after-environment", "after-capacity"])
-def test_sigkill_then_resume(tmp_path, capsys, kill_after):
-    store = _kill_when(tmp_path, kill_after)
-    before = dict(store.manifest()["files"])
+def _killed_run_holds(store: RunStore, before: dict[str, str] | None = None) -> dict[str, str]:
+    """What a SIGKILL leaves: every finished file verifies, no decision yet, and (after a resume) every file kept
+    from before is untouched. Returns the manifest's files."""
+    files = dict(store.manifest()["files"])
     assert store.verify() == [], "every file finished before the kill verifies"
     assert main(["verify", str(store.root)]) == 0
     assert not store.path("decision.json").exists()
+    if before is not None:
+        kept = _kept(before)
+        assert kept and all(files[rel] == before[rel] for rel in kept), "kept evidence is untouched"
+    return files
+
+
+def _kept(before: dict[str, str]) -> list[str]:
+    """The evidence of every axis whose executed notebook was in place before the kill (finished, so kept)."""
+    from k3lib.core.plan import ACCEPTANCE
+
+    return [f"evidence/{axis}.json" for nb, axis in ACCEPTANCE if f"notebooks/{nb}" in before]
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume(tmp_path, capsys):
+    """Killed after the environment axis, resumed, killed again after capacity, resumed to the end: each kill keeps
+    every finished file verifiable, each resume keeps the finished axes untouched, and the run ends with the
+    healthy emulator's decision."""
+    store = _kill_when(tmp_path, "notebooks/01_environment.ipynb")
+    first = _killed_run_holds(store)
+    assert "notebooks/03_capacity.ipynb" not in first
+    store = _kill_when(tmp_path, "notebooks/03_capacity.ipynb", resume=store.root)
+    before = _killed_run_holds(store, first)
     capsys.readouterr()
 
     code = main(["validate", "--resume", str(store.root)])
@@ -61,11 +84,9 @@ def test_sigkill_then_resume(tmp_path, capsys, kill_after):
     assert (code == 0 and decision["decision"] == "production") or gated, decision["reasons"]
     assert "kept" in captured.err, "finished axes are kept, not re-run"
     after = store.manifest()["files"]
-    from k3lib.core.plan import ACCEPTANCE
-
-    # an axis counts as finished when its executed notebook was in place before the kill
-    kept = [f"evidence/{axis}.json" for nb, axis in ACCEPTANCE if f"notebooks/{nb}" in before]
-    assert kept and all(after[rel] == before[rel] for rel in kept), "kept evidence is untouched"
+    kept = _kept(before)
+    assert len(kept) > len(_kept(first)) and all(after[rel] == before[rel] for rel in kept), \
+        "kept evidence is untouched"
     assert store.verify() == []
     assert store.path("report/index.html").exists()
 

@@ -25,7 +25,7 @@ import httpx
 import pytest
 
 from k3lib.core.store import RunStore
-from realvllm import PROFILE, RealVllm, real_vllm  # noqa: F401 - fixture by name
+from realvllm import PROFILE
 
 ROOT = Path(__file__).resolve().parents[1]
 K3 = [sys.executable, "-m", "k3lib"]
@@ -237,7 +237,7 @@ def test_sigterm_during_the_soak_over_worker_processes_stops_the_load(tmp_path, 
 
 @pytest.mark.slow
 @pytest.mark.realvllm
-def test_sigint_during_the_soak_on_real_vllm_stops_the_load(tmp_path, real_vllm):  # noqa: F811
+def test_sigint_during_the_soak_on_real_vllm_stops_the_load(tmp_path, real_vllm):
     params = _params(tmp_path, PROFILE, real_vllm.base_url,
                      f"  allow_remote_load: false\naxes:\n  environment:\n    server_log: {real_vllm.log_path}\n"
                      "  agent:\n    repetitions: 1\n  capacity:\n    step_max_requests: 6\n"

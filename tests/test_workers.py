@@ -90,6 +90,7 @@ def test_a_closed_loop_over_two_workers_sends_each_index_once(server: KnownTimin
     assert s.client_cpu_s > 0
 
 
+@pytest.mark.slow
 def test_one_start_instant_and_one_ramp_across_workers(server: KnownTimingServer, pool: WorkerPool) -> None:
     got: list[ChatRecord] = []
     # one request per stream: each takes longer than the phase sends for
@@ -138,6 +139,7 @@ def test_workers_one_stays_in_this_process(server: KnownTimingServer) -> None:
 # -- killed processes ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_worker_killed_with_minus_9_mid_phase_loses_no_finished_record(server: KnownTimingServer,
                                                                           tmp_path: Path) -> None:
     got: list[ChatRecord] = []
