@@ -35,9 +35,11 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # the axes: each measures one thing (run.py) and judges it purely (judge.py) into an evidence record
     ("axes", ("axes",)),
     # records in, a decision out: the acceptance decision assembled, recomputed and judged again from raw data,
-    # the post-run judgements against an accepted run; and the renewal review, whose inputs, analyses, records and
-    # decision stand on the same floor (it reads the accepted acceptance run)
-    ("verdict", ("verdict", "renewal")),
+    # the post-run judgements against an accepted run
+    ("verdict", ("verdict",)),
+    # the renewal review: its inputs, analyses, records and decision, and a review run decided again; above the
+    # acceptance verdict, whose accepted run it reads (`verdict.accepted`)
+    ("renewal", ("renewal",)),
     # what a person reads: the notebooks' openers and calls, the HTML views, the tables, the report, its signature
     ("report", ("report",)),
     # running the notebooks: papermill stage by stage, the acceptance and renewal batches, the fleet

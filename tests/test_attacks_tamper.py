@@ -211,3 +211,23 @@ def test_the_served_model_picks_the_recipe():
     assert served_recipe(["acme/Kimi-K3-Instruct-FP8"])[0].name == "kimi-k3"  # a variant keeps the requirements
     assert served_recipe(["kіmi-k3"])[0].name == "kimi-k3"  # a served name spelled with a Cyrillic і
     assert served_recipe(["tiny-llama", "models/vllm-tiny-llama"]) is None
+
+
+def test_a_review_decision_edited_to_renew_is_named_by_verify_and_refused_by_sign(renewal_run, tmp_path):
+    """The renewal side of the same attack: a review run's decision.json rewritten through the store (manifest
+    recomputed) to a decision its evidence does not give. `k3 verify` decides the review again by the renewal rules
+    (passed down to the verdict's check, which does not import the review) and names the field; the copy left alone
+    verifies."""
+    dest = tmp_path / renewal_run.root.name
+    shutil.copytree(renewal_run.root, dest)
+    store = RunStore.open(dest)
+    assert verify_run(store.root).ok  # untouched: the evidence gives the stored decision
+    stored = store.read_json("decision.json")
+    assert stored["decision"] == "renew"
+    store.write_json("decision.json", {**stored, "decision": "reduce", "rule": "reduce.edited-by-hand"})
+    assert store.verify() == []  # the hashes hold: only deciding again shows it
+    changed = _changed(store)
+    assert any(line.startswith("decision.json: decision is") for line in changed), changed
+    assert any("rule" in line for line in changed), changed
+    with pytest.raises(EvidenceError, match="does not give"):
+        sign_run(store.root, "Alice Martin", now=None)

@@ -1,9 +1,10 @@
 """The three-week renewal review (seed 004): load, useful production, API comparison, full cost, stability
 drill, operations, and the renew / reduce / dual-circuit / exit-to-api decision.
 
-It stands on the verdict floor: its inputs, analyses, records and decision import only `core`, `io`, `axes` and
-`verdict`. What the review notebooks call (their context, tables, figures) is `k3lib.report.review`; the review
-batch is `k3lib.batch.renewal`."""
+It stands on its own floor, just above the acceptance verdict: its inputs, analyses, records and decision import
+only `core`, `io`, `axes` and `verdict` (the accepted run it reads), and nothing below imports it. What the review
+notebooks call (their context, tables, figures) is `k3lib.report.review`; the review batch is
+`k3lib.batch.renewal`."""
 
 from .decision import DECISIONS, EXIT_CODES, RULES, Decision, Indicators, RenewalDecision, choose, decide_renewal
 from .findings import RenewalFinding

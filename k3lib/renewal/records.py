@@ -126,6 +126,18 @@ def axes_from_records(records: dict[str, EvidenceRecord]) -> tuple[dict[str, Any
     return axes, statuses
 
 
+def decided_again(store: RunStore, stored: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The decision a review run's evidence gives, as `decision.json` would hold it: its resolved `params.json`
+    and `evidence/*.json` through the same pure rules the batch ran (`k3 verify` and `k3 sign` compare it with the
+    stored one). `stored` is unused: a review decides the same whatever day it is checked."""
+    from ..core.evidence import read_records
+    from .params import load_any_review
+
+    params = load_any_review(store.path("params.json"))
+    axes, statuses = axes_from_records(read_records(store))
+    return decide_from_axes(params, axes, statuses, live=live_run(params, store)).to_dict()
+
+
 def decide_review(params: RenewalParams, store: RunStore, records: dict[str, EvidenceRecord]) -> RenewalDecision:
     """Decide from the records alone, with the rules fixed in the parameters, and write `decision.json`."""
     axes, statuses = axes_from_records(records)

@@ -17,7 +17,8 @@ from typing import Any
 
 from ..core.errors import BadInputError, EvidenceError
 from ..core.numbers import figure
-from ..verdict.recompute import decision_problems
+from ..core.plan import run_kind
+from ..verdict.recompute import decision_problems, recomputed
 from ..core.store import MANIFEST, RunStore, atomic_write_bytes, to_json_bytes
 
 SIGNATURE = "signature.json"
@@ -117,7 +118,7 @@ def sign_run(run_dir: str | Path, reviewer: str, *, key: str | Path | None = Non
     problems = list(store.verify())
     if problems:
         raise EvidenceError(f"{store.root}: refusing to sign a run that does not verify: " + "; ".join(problems))
-    problems = decision_problems(store)
+    problems = decision_problems(store, _decide_again(store))
     if problems:
         raise EvidenceError(f"{store.root}: refusing to sign a decision its evidence does not give: "
                             + "; ".join(problems))
@@ -165,13 +166,24 @@ def _unlisted(store: RunStore, listed: set[str]) -> list[str]:
     return out
 
 
+def _decide_again(store: RunStore) -> Any:
+    """How this run's decision is decided again: a review's by the renewal rules, an acceptance run's by the
+    table (both pure, in the layers below)."""
+    if run_kind(store) == "renewal":
+        from ..renewal.records import decided_again
+
+        return decided_again
+    return recomputed
+
+
 def verify_run(run_dir: str | Path, *, allowed_signers: str | Path | None = None) -> VerifyResult:
     """Every hash, then signature.json against the manifest, then the SSH signature when there is one; when all
     of them hold, decision.json against the decision its evidence gives (`k3lib.verdict.recompute`)."""
     result = _verify_files(run_dir, allowed_signers=allowed_signers)
     if not result.ok:
         return result
-    problems = decision_problems(RunStore.open(run_dir))
+    store = RunStore.open(run_dir)
+    problems = decision_problems(store, _decide_again(store))
     return dataclasses.replace(result, changed=tuple(problems)) if problems else result
 
 

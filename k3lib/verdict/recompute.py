@@ -4,8 +4,9 @@
 The manifest proves that no file changed since it was written, not that `decision.json` says what the evidence
 says: a decision edited by hand, with the manifest rewritten around it, verifies. So both commands read the run's
 resolved `params.json` and `evidence/*.json`, run the same pure decision the batch ran (acceptance:
-`k3lib.verdict.assemble.compute_decision`; renewal: `k3lib.renewal.review.decide_from_axes`) and name every field of
-`decision.json` that differs from it. And a finding flipped in an axis record, with the decision and the manifest
+`recomputed` here, through `k3lib.verdict.assemble.compute_decision`; renewal: `k3lib.renewal.records.decided_again`,
+passed in by the caller, since the renewal review stands above this floor) and name every field of `decision.json`
+that differs from it. And a finding flipped in an axis record, with the decision and the manifest
 rewritten around it, decides the same from the edited findings: so each acceptance axis is also judged again from the
 raw data it kept (`k3lib.verdict.rejudge`), and every finding it does not give is named.
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from typing import Any
+from typing import Any, Callable
 
 from ..core.errors import BadInputError, EvidenceError
 from ..core.store import RunStore
@@ -23,6 +24,9 @@ from ..core.store import RunStore
 ACCEPTANCE_FIELDS = ("decision", "reasons", "checklist", "traffic_cap", "build", "agents_blocked",
                      "cache_gain_counted", "loosened_thresholds", "identity")
 RENEWAL_FIELDS = ("decision", "rule", "reasons", "findings", "checklist", "condition", "routing")
+
+# (the run, its stored decision) -> the decision its evidence gives, as decision.json would hold it
+DecideAgain = Callable[[RunStore, dict[str, Any]], dict[str, Any]]
 
 
 def _decided_on(stored: dict[str, Any], days: int) -> dt.date | None:
@@ -34,25 +38,15 @@ def _decided_on(stored: dict[str, Any], days: int) -> dt.date | None:
 
 
 def recomputed(store: RunStore, stored: dict[str, Any]) -> dict[str, Any]:
-    """The decision the run's evidence gives, as `decision.json` would hold it."""
+    """The acceptance decision the run's evidence gives, as `decision.json` would hold it."""
     from ..core.evidence import read_records
-    from ..core.plan import run_kind
-
-    records = read_records(store)
-    if run_kind(store) == "renewal":
-        from ..renewal.params import load_any_review
-        from ..renewal.records import axes_from_records, live_run
-        from ..renewal.review import decide_from_axes
-
-        rparams = load_any_review(store.path("params.json"))
-        axes, statuses = axes_from_records(records)
-        return decide_from_axes(rparams, axes, statuses, live=live_run(rparams, store)).to_dict()
     from ..core.outcomes import REEXAMINE_AFTER_DAYS
     from ..core.params import load_params_json
     from .assemble import compute_decision
 
     params = load_params_json(store.path("params.json"))
-    return compute_decision(params, records, today=_decided_on(stored, REEXAMINE_AFTER_DAYS)).to_dict()
+    return compute_decision(params, read_records(store),
+                            today=_decided_on(stored, REEXAMINE_AFTER_DAYS)).to_dict()
 
 
 def _short(value: Any) -> str:
@@ -60,16 +54,17 @@ def _short(value: Any) -> str:
     return text if len(text) <= 160 else text[:157] + "…"
 
 
-def decision_problems(store: RunStore) -> list[str]:
-    """One line per field of `decision.json` that the evidence does not give; [] when they agree or when the run
-    holds no decision yet. A run whose evidence cannot be decided again says so in one line."""
+def decision_problems(store: RunStore, decide_again: DecideAgain = recomputed) -> list[str]:
+    """One line per field of `decision.json` that the evidence does not give (decided again by `decide_again`: a
+    review run passes the renewal's); [] when they agree or when the run holds no decision yet. A run whose evidence
+    cannot be decided again says so in one line."""
     if not store.path("decision.json").is_file():
         return []
     stored = store.read_json("decision.json")
     if not isinstance(stored, dict):
         return ["decision.json: not a decision (expected a JSON object)"]
     try:
-        fresh = recomputed(store, stored)
+        fresh = decide_again(store, stored)
     except (BadInputError, EvidenceError, OSError, ValueError, KeyError, TypeError) as exc:
         return [f"decision.json: cannot be decided again from params.json and evidence/ "
                 f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else exc})"]
