@@ -141,3 +141,33 @@ def test_hybrid_retention_that_never_checkpoints_is_no_reuse_by_name(server, tmp
     reuse = record.by_rule("prefix_cache.reuse")
     assert reuse.status == "fail" and "retention" in reuse.message and "sparse_retention_misses" in reuse.message
     assert decision.decision == "limited-observation" and not decision.cache_gain_counted
+
+
+def test_the_contract_check_ends_by_its_bound_against_a_stalled_target(server, tmp_path):
+    """Against a target that stalls, the contract check ends by `axes.agent.max_duration_s`, as each level and the
+    tool-turn series do, and the items it did not reach are left open (not judged), never failed as the model's. It
+    used to send its ~30 requests in turn, each waiting for its own timeout: minutes past the axis' bound."""
+    import time
+
+    from k3lib.axes.agent.contract import ContractCheck
+    from k3lib.axes.agent.sample import load_sample
+    from k3lib.axes.agent.scenario import RunSettings
+    from k3lib.io.client import SyncChatClient
+
+    restart(server, "slow=2000")
+    try:
+        ctx = open_axis("agent", PARAMS, [f"target.base_url={server.url}", *CHEAP, "axes.agent.max_duration_s=2",
+                                          "axes.agent.request_timeout_s=5"], str(tmp_path / "run"))
+        settings = RunSettings.from_params(ctx.params, "packaged")
+        with SyncChatClient(ctx.target.base_url, model=ctx.params.target.model, timeout_s=5) as sync:
+            check = ContractCheck(sync.client, load_sample(None), settings)
+            t0 = time.monotonic()
+            sync.run(check.run())
+            took = time.monotonic() - t0
+    finally:
+        restart(server)
+    assert took < settings.max_duration_s + settings.request_timeout_s, took  # unbounded: one timeout per item
+    sent = [r for r in check.rows if r["reply"] is not None]
+    assert len(sent) >= 10, "every item still has its row"
+    unjudged = [r for r in sent if r["passed"] is None and r["detail"].startswith("not judged")]
+    assert unjudged and not any(r["passed"] is False and r["reply"]["cancelled"] for r in sent), check.rows

@@ -11,6 +11,7 @@ findings. A wrong target answer is a row, never an exception.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -43,6 +44,7 @@ class ContractCheck:
         self.s = settings
         self.sink = sink
         self.rows: list[dict[str, Any]] = []
+        self.deadline_ns: int | None = None  # set by run(): the check ends by axes.agent.max_duration_s, as each level
         self.modes = tuple(m == "stream" for m in self.s.stream_modes)
         opening = next((c for c in sample.cases if c.turns[0].expect_tool and not c.requires_images), None)
         self.case = opening
@@ -67,10 +69,13 @@ class ContractCheck:
 
     async def _send(self, item: str, body: dict[str, Any], tag: str) -> ChatRecord:
         return await self.client.chat_body(body, strict=False, timeout_s=self.s.request_timeout_s,
-                                           request_id=f"agent-contract-{item}-{tag}")
+                                           deadline_ns=self.deadline_ns, request_id=f"agent-contract-{item}-{tag}")
 
     def _row(self, item: str, mode: str, passed: bool | None, detail: str, body: dict[str, Any] | None,
              rec: ChatRecord | None, **observed: Any) -> None:
+        if rec is not None and rec.cancelled:  # its time bound (or a stop) ended it: not a reply to judge
+            passed, detail = None, (f"not judged: the contract check ended at its bound (axes.agent.max_duration_s "
+                                    f"{self.s.max_duration_s:g} s) or was stopped before this reply")
         row = {"id": item, "mode": mode, "passed": passed, "detail": detail, "request": body,
                "http_status": rec.http_status if rec else None,
                "reply": rec.to_dict(include_raw=True) if rec else None, "observed": observed}
@@ -83,6 +88,9 @@ class ContractCheck:
         return "stream" if stream else "non-stream"
 
     async def run(self) -> None:
+        """Every item in turn, within `axes.agent.max_duration_s` like each level and the tool-turn series: against a
+        stalled target the check ends by its bound, the items it did not reach left open."""
+        self.deadline_ns = time.perf_counter_ns() + int(self.s.max_duration_s * 1e9)
         await self.tool_choice()
         await self.tool_choice_validation()
         await self.response_format()
