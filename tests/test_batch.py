@@ -95,13 +95,13 @@ def _axis_record(axis: str, ctx: Any) -> Any:
     if axis == "probe":
         return k3lib.probe_record(k3lib.run_probe(ctx), ctx)
     if axis == "environment":
-        return k3lib.compat.environment_record(k3lib.compat.check_environment(ctx), ctx)
+        return k3lib.environment.environment_record(k3lib.environment.check_environment(ctx), ctx)
     if axis == "agent":
         return k3lib.agent.agent_record(k3lib.agent.run_agent(ctx), ctx)
     if axis == "capacity":
         return k3lib.capacity.capacity_record(k3lib.capacity.run_capacity(ctx), ctx)
     assert axis == "prefix_cache", axis
-    return k3lib.prefix.prefix_cache_record(k3lib.prefix.run_prefix_cache(ctx), ctx)
+    return k3lib.prefix_cache.prefix_cache_record(k3lib.prefix_cache.run_prefix_cache(ctx), ctx)
 
 
 # One fault, one axis: the axis whose finding names the cause runs against the faulted emulator, and its record

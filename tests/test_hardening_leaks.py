@@ -85,16 +85,18 @@ def injected_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("injected")
     old = os.environ.get(KEY_ENV)
     os.environ[KEY_ENV] = SECRET
-    # an OOM on the long prompt makes the capacity page quote the server log's lines around it
+    # an OOM on the long prompt makes the capacity page quote the server log's lines around it; above 3,300 tokens,
+    # so that the agent's history, swollen by the injected markup (about 2,500 tokens), never kills the engine before
+    # its replies carry the markup to its page
     upstream = start_emulator(EmulatorConfig.from_profile("demo", time_scale=0.05, api_key=SECRET,
                                                           served_model_name=INJECTED_MODEL,
-                                                          faults=("oom-long-context",)),
+                                                          faults=("oom-long-context=3300",)),
                               host="127.0.0.1", port=0)
     try:
         with Misbehaving(upstream.url, "inject") as proxy_server:
             argv = ["validate", "-p", EMULATOR_YAML, "--out", str(out), "--set", f"target.base_url={proxy_server.url}",
                     "--set", f"target.api_key_env={KEY_ENV}"]
-            for s in [*TINY, "axes.capacity.context_lengths_tokens=[3000]"]:
+            for s in [*TINY, "axes.capacity.context_lengths_tokens=[3600]"]:
                 argv += ["--set", s]
             import contextlib
             import io
