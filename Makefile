@@ -18,13 +18,18 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/k3 demo
 
+# Two workers (pytest-xdist); a real server's tests run on one of them, each module's tests together
+# (tests/conftest.py). WORKERS=0 runs everything in one process.
+WORKERS ?= 2
+XDIST   := -n $(WORKERS) --dist loadgroup --no-loadscope-reorder
+
 test: $(STAMP)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
 
 # The unit layer alone (docs/development.md): no real server, no whole batch, under 3 minutes on two cores.
 FAST_MARKS := not slow and not realengine and not realvllm and not airflow
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "$(FAST_MARKS)" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "$(FAST_MARKS)" $(XDIST) $(PYTEST_ARGS)
 
 # ruff (pyflakes, pycodestyle, bugbear) over the code and mypy over k3lib/, both configured in pyproject.toml
 lint: $(STAMP)

@@ -42,10 +42,35 @@ FIXTURE_MARKS = {"real_engine": "realengine", "real_vllm": "realvllm", "real_vll
                  "real_vllm_small_kv": "realvllm", "healthy_run": "slow", "renewal_run": "slow"}
 
 
+# Under pytest-xdist (`make test`: `-n 2 --dist loadgroup`) a group runs whole on one worker. Every test of a real
+# server is in that server's group, so each server starts once and two CPU servers never share the two cores; any
+# other test is grouped by its module, whose module fixtures (a batch, an emulator) are then built once. The real
+# servers' groups are handed out first (the longest), then the modules holding whole batches, then the rest.
+SERVER_GROUPS = ("realvllm", "realengine", "airflow")
+
+
+def _group(item: pytest.Item) -> tuple[int, str]:
+    for rank, mark in enumerate(SERVER_GROUPS):
+        if item.get_closest_marker(mark) is not None:
+            return rank, mark
+    return len(SERVER_GROUPS), item.nodeid.split("::", 1)[0]
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups off the marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         for mark in sorted({FIXTURE_MARKS[f] for f in getattr(item, "fixturenames", ()) if f in FIXTURE_MARKS}):
             item.add_marker(mark)
+    groups = {item.nodeid: _group(item) for item in items}
+    slow_modules = {groups[i.nodeid][1] for i in items if i.get_closest_marker("slow") is not None}
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(groups[item.nodeid][1]))
+    # stable: the order inside a group is the collection's
+    def order(item: pytest.Item) -> int:
+        rank, group = groups[item.nodeid]
+        return rank if rank < len(SERVER_GROUPS) else rank + (0 if group in slow_modules else 1)
+
+    items.sort(key=order)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -35,7 +35,7 @@ from k3lib.core.params import load_params
 ROOT = Path(__file__).resolve().parents[1]
 PARAMS = str(ROOT / "parameters" / "emulator.yaml")
 FAST = ["axes.capacity.step_duration_s=1.0", "axes.capacity.soak_duration_s=1.5",
-        "axes.capacity.context_lengths_tokens=[1000]", "axes.capacity.sample_interval_s=0.2",
+        "axes.capacity.context_lengths_tokens=[1000]", "axes.capacity.sample_interval_s=0.1",
         "axes.environment.timeout_s=3"]
 LAG = LoopLagReport(1.0, 5.0, 10, 0.1, 0.2, 0.3)
 TIMING = {"known_ttft_ms": 20.0, "known_itl_ms": 5.0, "chunks": 20}

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PARAMS = str(ROOT / "parameters" / "emulator.yaml")
 # Smaller than the demo profile's already short phases: the suite must stay fast on two cores.
 FAST = ["axes.capacity.step_duration_s=1.0", "axes.capacity.soak_duration_s=1.5",
-        "axes.capacity.context_lengths_tokens=[1000, 3000]", "axes.capacity.sample_interval_s=0.2",
+        "axes.capacity.context_lengths_tokens=[1000, 3000]", "axes.capacity.sample_interval_s=0.1",
         "axes.environment.timeout_s=3"]
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import time
+from pathlib import Path
 
 import pytest
 
@@ -57,16 +59,19 @@ def folders(tmp_path, monkeypatch):
         (nbs / name).write_text(json.dumps(notebook(PROBE)))
     (nbs / "fails.ipynb").write_text(json.dumps(notebook("raise ValueError('on purpose')")))
     monkeypatch.setattr(runner, "NOTEBOOKS", nbs)
-    sockets = tmp_path / "sockets"
-    sockets.mkdir()
-    monkeypatch.setenv("TMPDIR", str(sockets))  # the kernels' socket folders, to see that none is left
     import tempfile
+
+    # the kernels' socket folders, to see that none is left; short, as an IPC socket path holds at most 107
+    # characters (pytest's tmp_path under xdist is longer)
+    sockets = Path(tempfile.mkdtemp(prefix="k3s-", dir="/tmp"))
+    monkeypatch.setenv("TMPDIR", str(sockets))
 
     monkeypatch.setattr(tempfile, "tempdir", None)
     store = RunStore.create_at(tmp_path / "run")
     store.write_json("params.json", {})
     yield nbs, sockets, store
     monkeypatch.setattr(tempfile, "tempdir", None)
+    shutil.rmtree(sockets, ignore_errors=True)
 
 
 def test_later_stages_run_in_kernels_started_ahead_with_the_same_results(folders):
