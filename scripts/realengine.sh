@@ -111,9 +111,16 @@ cmd_serve() {
     log "not the profile's port: k3 validate -p parameters/llamacpp.example.yaml --set target.base_url=$url"
   fi
   echo "$url"
+  # K3_REALENGINE_THREADS: the engine's threads, for decoding and prefill alike (llama.cpp's default: half the cores
+  # to decode, all of them to prefill). The tests set 1: beside a second worker, two prefill threads on two shared
+  # cores spin at each barrier (the real-engine batch took 754 s instead of 350 s).
+  local threads=()
+  if [ -n "${K3_REALENGINE_THREADS:-}" ]; then
+    threads=(--n_threads "$K3_REALENGINE_THREADS" --n_threads_batch "$K3_REALENGINE_THREADS")
+  fi
   # exec: the server replaces this shell, so whoever started us (make, a pytest fixture) signals the server itself.
   exec "$VENV/bin/python" -m llama_cpp.server --host 127.0.0.1 --port "$port" --model "$MODEL" \
-    --chat_format gemma --n_ctx "$N_CTX" >"$logfile" 2>&1
+    --chat_format gemma --n_ctx "$N_CTX" "${threads[@]}" >"$logfile" 2>&1
 }
 
 cmd_status() {

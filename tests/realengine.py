@@ -95,7 +95,8 @@ def serve(log_path: Path, *, ready_timeout_s: float = READY_TIMEOUT_S) -> Iterat
     """Start `scripts/realengine.sh serve PORT` (the script execs the server, so the pid is the server's)."""
     port = free_port()
     base_url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "K3_REALENGINE_LOG": str(log_path)}
+    # one engine thread: the suite's two workers share the two cores (scripts/realengine.sh, K3_REALENGINE_THREADS)
+    env = {"K3_REALENGINE_THREADS": "1", **os.environ, "K3_REALENGINE_LOG": str(log_path)}
     # the script's own words (before it execs the server) go beside the server's log, for the failure message
     script_out = log_path.with_name(log_path.stem + ".script.txt")
     with open(script_out, "wb") as out:
