@@ -27,8 +27,11 @@ QUEUE_OBJECTIVE_MS = 100
 @pytest.fixture(scope="module")
 def validated(real_vllm: RealVllm, tmp_path_factory: pytest.TempPathFactory):
     """`k3 validate -p parameters/vllm-cpu.example.yaml` against the server: (exit code, store, records, decision)."""
+    # six cold/warm pairs per prefix length, not the profile's two: the batch runs beside the suite's other worker,
+    # and the kit's 95 % interval of the warm TTFT gain then straddled 10 % on two (-16 to 44 %, median 36 %): the
+    # finding said so and asked for more pairs (about 20 s more here)
     return validate_against(real_vllm, PROFILE, tmp_path_factory.mktemp("realvllm-run"),
-                            f"contract.queue_p95_ms={QUEUE_OBJECTIVE_MS}")
+                            f"contract.queue_p95_ms={QUEUE_OBJECTIVE_MS}", "axes.prefix_cache.sessions=6")
 
 
 def _findings(records: dict[str, EvidenceRecord]) -> Iterator[tuple[str, Any]]:
