@@ -11,7 +11,7 @@ from ...core.errors import BadInputError
 from ..costsources import CostSource, CurrencyConversion
 from ..inputs import read_costs
 from .bills import read_bill
-from .costlines import ITEMS, notes as cost_notes, selection_words, split
+from .costlines import ITEMS, credits, notes as cost_notes, selection_words, split, tidy
 from .costsfile import update_costs
 from .hours import hours_by_week, read_worklogs, update_hours
 from .incidents import read_export, resolve, to_fill, write_incidents
@@ -52,19 +52,26 @@ def _used(conversions: tuple[CurrencyConversion, ...], currencies: set[str]) -> 
 
 
 def import_bill(kind: str, source: str | Path, out: str | Path, section: ImportSection, window: Window) -> list[str]:
-    """`k3 import focus|cur|gcp|invoice`: the capacity, storage, network and monitoring items of costs.yaml."""
+    """`k3 import focus|cur|gcp|invoice`: the capacity, storage, network and monitoring items of costs.yaml; the
+    credits, refunds and adjustments the window's selected lines carry are listed apart (header and `credits` of
+    the import's `# k3-import:` line), never netted into an item."""
     p = section.costs
-    lines = read_bill(kind, source, p)
-    target = _currency(section, Path(out), {line.currency for line in lines})
-    s = split(lines, p, window, target, section.conversions)
+    groups, fmt, rows, not_selected = read_bill(kind, source, p, window)
+    target = _currency(section, Path(out), {key[0] for key in groups})
+    s = split(groups, fmt, p, window, target, section.conversions, rows, not_selected)
     mapped, blank, notes = cost_notes(s, p)
     conv = _used(section.conversions, set(s.currencies) - {target})
     notes += [f"converted {c.from_currency} → {target} at {c.rate:g} ({c.date.isoformat()}"
               f"{', ' + c.source if c.source else ''})" for c in conv]
+    if not s.items:
+        raise BadInputError(f"nothing mapped: {'; '.join(notes[:1] + notes[2:5])}; expected at least one selected "
+                            "line in the window that maps to capacity, storage, network or monitoring (check the "
+                            "selection, the window and --service)", source=str(source))
     prov = Provenance.of(kind, source, window, selection=selection_words(p), mapped=mapped, blank=blank,
-                         notes=notes, owns=sorted(s.items))
+                         notes=notes, owns=sorted(s.items), extra={"credits": credits(s)})
+    items = {k: tidy(v) for k, v in s.items.items()}
     entry = CostSource(importer=kind, file=prov.source, sha256=prov.sha256,  # type: ignore[arg-type]
-                       items=s.items, window=window.label(), selection=prov.selection)  # type: ignore[arg-type]
+                       items=items, window=window.label(), selection=prov.selection)  # type: ignore[arg-type]
     costs = update_costs(out, entry, prov, target, conv)
     shown = [f"{item}: {getattr(costs, item)} {target}" + (" (this import)" if item in s.items else " (unchanged)")
              for item in ITEMS]

@@ -36,7 +36,7 @@ def _amounts(existing: CostsInput | None, sources: list[CostSource]) -> dict[str
     for s in sources:
         for item, value in s.items.items():
             covered[item] = covered.get(item, 0.0) + value
-    amounts.update({k: round(v, 2) for k, v in covered.items()})
+    amounts.update({k: float(f"{v:.12g}") for k, v in covered.items()})  # unrounded: 0.000195 stays
     return amounts
 
 

@@ -68,6 +68,7 @@ class Provenance:
     blank: list[str] = dataclasses.field(default_factory=list)  # what was left blank, and why
     notes: list[str] = dataclasses.field(default_factory=list)  # figures a reader checks (rows kept, left out…)
     owns: list[str] = dataclasses.field(default_factory=list)  # the rows or items this source wrote
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)  # more of the meta line (a bill's credits)
 
     @classmethod
     def of(cls, importer: str, source: str | Path, window: Window, **kw: Any) -> "Provenance":
@@ -82,7 +83,8 @@ class Provenance:
         out += [f"#   mapped: {m}" for m in self.mapped]
         out += [f"#   left blank: {b}" for b in self.blank]
         out += [f"#   {n}" for n in self.notes]
-        meta = {"importer": self.importer, "source": self.source, "sha256": self.sha256, "owns": self.owns}
+        meta = {"importer": self.importer, "source": self.source, "sha256": self.sha256, "owns": self.owns,
+                **self.extra}
         out.append(MARK + json.dumps(meta, sort_keys=True, ensure_ascii=False))
         return [" ".join(line.split("\n")) for line in out]
 

@@ -112,14 +112,13 @@ def json_rows(text: str, p: Path, what: str, keys: tuple[str, ...] = (), lines: 
             except json.JSONDecodeError as exc:
                 raise BadInputError(f"line {n}: not JSON ({exc.msg}); expected {what}", source=str(p)) from None
         doc = out
-    if isinstance(doc, dict):
+    if isinstance(doc, dict):  # the list a tool wraps, one record under its key (`incident`), or one record
         key = next((k for k in keys if isinstance(doc.get(k), list)), None)
-        if key is None:
-            raise BadInputError(f"a JSON object without a list under {' or '.join(keys) or 'any key'}; expected "
-                                f"{what}", source=str(p))
-        doc = doc[key]
+        one = next((k for k in keys if isinstance(doc.get(k), dict)), None)
+        doc = doc[key] if key is not None else [doc[one]] if one is not None else [doc]
     if not isinstance(doc, list) or not all(isinstance(r, dict) for r in doc):
-        raise BadInputError(f"expected {what} (a list of objects)", source=str(p))
+        raise BadInputError(f"{shape_of(doc)}; expected {what} (a list of objects, JSON lines or one object)",
+                            source=str(p))
     for n, row in enumerate(doc, start=1):
         row.setdefault("_line", n)
     return doc
@@ -257,3 +256,47 @@ def require_columns(path: str | Path, rows: list[Row], columns: tuple[str, ...],
     if missing:
         raise BadInputError(f"no column {missing[0]!r}; expected {what} with the columns {', '.join(columns)}",
                             source=str(path))
+
+
+# --- what an export looks like, for a file no importer recognises ---------------------------------------------------
+
+SIGNATURES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("a FOCUS export (k3 import focus)", ("BilledCost", "ChargePeriodStart")),
+    ("an AWS CUR 2.0 export (k3 import cur)", ("line_item_usage_start_date", "line_item_unblended_cost")),
+    ("a legacy AWS CUR export (k3 import cur)", ("lineItem/UsageStartDate",)),
+    ("a Google Cloud billing export (k3 import gcp)", ("usage_start_time", "cost")),
+    ("invoice lines (k3 import invoice)", ("period_start", "amount")),
+    ("a PagerDuty incidents export (k3 import pagerduty)", ("incident_number",)),
+    ("an Opsgenie incidents export (k3 import opsgenie)", ("tinyId",)),
+    ("a Jira CSV with Log Work columns (k3 import jira)", ("Log Work",)),
+    ("Jira worklogs (k3 import jira)", ("issueId", "timeSpentSeconds")),
+    ("Tempo worklogs (k3 import jira)", ("tempoWorklogId",)),
+    ("a Jira issues export (k3 import jira --issues)", ("key", "fields")),
+    ("an OpenAI Batch output (k3 import usage)", ("custom_id", "response")),
+    ("Anthropic Message Batch results (k3 import usage)", ("custom_id", "result")),
+    ("API responses with usage (k3 import usage)", ("usage",)),
+    ("a LiteLLM spend log (k3 import usage)", ("request_id", "spend")),
+)
+
+
+def looks_like(names: list[str], nesting: str = "") -> str:
+    """`looks like X (columns a, b, c, …)`: the known export whose columns it carries, else what it is."""
+    have = {n.strip() for n in names}
+    guess = next((w for w, sig in SIGNATURES if all(s in have for s in sig)), None)
+    shown = ", ".join(sorted(have)[:8]) + (", …" if len(have) > 8 else "")
+    return (f"looks like {guess or 'no known export'} ({nesting or 'columns'} {shown or 'none'})")
+
+
+def shape_of(doc: Any) -> str:
+    """The nesting of a JSON document, in words: its top-level keys and the keys of its first record."""
+    if isinstance(doc, list):
+        first = next((r for r in doc if isinstance(r, dict)), None)
+        return f"a JSON list of {len(doc)} item(s)" + (f" whose first has the keys {_keys(first)}" if first else "")
+    if isinstance(doc, dict):
+        return f"a JSON object with the keys {_keys(doc)}"
+    return f"a JSON {type(doc).__name__}"
+
+
+def _keys(d: dict) -> str:
+    ks = [k for k in d if k != "_line"]
+    return ", ".join(ks[:8]) + (", …" if len(ks) > 8 else "")
