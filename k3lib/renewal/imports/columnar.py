@@ -293,12 +293,17 @@ def _has(tags: Any, key: str, value: str) -> bool:
 
 
 def _map_matches(col: pa.MapArray, wanted: dict[str, str], found: dict[str, np.ndarray]) -> None:
+    """A map column's pairs: keys normalised once per distinct key, values compared only where the key matched."""
     offsets = col.offsets.to_numpy()
     lo, hi = int(offsets[0]), int(offsets[-1])
-    keys, items = col.keys.slice(lo, hi - lo), col.items.slice(lo, hi - lo).cast(pa.string())
+    keys = pc.dictionary_encode(col.keys.slice(lo, hi - lo))
+    key_idx = pc.fill_null(keys.indices, -1).to_numpy(zero_copy_only=False)
     parents = np.repeat(np.arange(len(col)), np.diff(offsets))
-    norm = pc.replace_substring(pc.replace_substring_regex(pc.utf8_lower(pc.utf8_trim_whitespace(keys)),
-                                                           r"^(user:|user_|tag:|tags/)", ""), ":", "_")
+    distinct = [_norm_key(str(k)) for k in keys.dictionary.to_pylist()] + [""]
     for k, v in wanted.items():
-        hit = np.asarray(pc.fill_null(pc.and_(pc.equal(norm, _norm_key(k)), pc.equal(items, v)), False))
-        found[k][np.unique(parents[hit])] = True
+        at = np.nonzero(np.array([d == _norm_key(k) for d in distinct], dtype=bool)[key_idx])[0]
+        if not len(at):
+            continue
+        values = col.items.slice(lo, hi - lo).take(pa.array(at)).cast(pa.string())
+        hit = np.asarray(pc.fill_null(pc.equal(values, v), False), dtype=bool)
+        found[k][parents[at[hit]]] = True
