@@ -17,7 +17,8 @@ BILLS = {"focus": "a FOCUS 1.0–1.2 cost export (CSV or Parquet; AWS, Google Cl
 OTHERS = {"pagerduty": "PagerDuty incidents (REST or Analytics raw incidents; JSON or CSV)",
           "opsgenie": "Opsgenie incidents (JSON or CSV)",
           "jira": "Jira worklogs (the CSV's Log Work columns) or Tempo's worklog export",
-          "usage": "per-request usage (JSON lines of API responses, or a gateway's request log)"}
+          "usage": "per-request usage: chat completions, OpenAI Batch output, Anthropic Message Batch results, a "
+                   "LiteLLM spend log or a gateway's request log (JSON lines, a JSON array or one object)"}
 WRITES = {**{k: "costs.yaml" for k in BILLS}, "pagerduty": "incidents.csv", "opsgenie": "incidents.csv",
           "jira": "hours.csv", "usage": "costs.yaml"}
 
@@ -80,7 +81,11 @@ def add_import_parser(sub: argparse._SubParsersAction, parser_class: type) -> No
             p.add_argument("--force", action="store_true", help="replace hand-set rows of the mapped categories")
         if kind == "usage":
             _money(p)
-            for name in ("input", "cached-input", "output"):
+            p.add_argument("--batch-dates", metavar="START/END",
+                           help="a batch's created_at/ended_at: places its results, which carry no time")
+            p.add_argument("--all-rows", action="store_true",
+                           help="lines without a time are the window's (the operator's word)")
+            for name in ("input", "cached-input", "cache-write", "output"):
                 p.add_argument(f"--price-{name}", type=float, metavar="PRICE",
                                help=f"{name.replace('-', ' ')} price per million tokens (the 'default' model)")
             p.add_argument("--price-currency", metavar="CODE", help="the prices' currency (default USD)")
@@ -103,7 +108,7 @@ def _sets(ns: argparse.Namespace) -> list[str]:
     if ns.window:
         from ..renewal.imports.commands import parse_window
 
-        w = parse_window(ns.window)  # a bad window is named as --window, before anything is read
+        w = parse_window(ns.window, "--window")  # a bad window is named as --window, before anything is read
         out += [f"imports.window.start={j(w.start.isoformat())}", f"imports.window.end={j(w.end.isoformat())}"]
     for t in getattr(ns, "tag", []):
         k, v = _pair(t, "=", "KEY=VALUE", "--tag")
@@ -112,7 +117,7 @@ def _sets(ns: argparse.Namespace) -> list[str]:
         if ns.import_kind in BILLS and getattr(ns, flag, None):
             out.append(f"imports.costs.{key}={j(getattr(ns, flag))}")
     if getattr(ns, "all_rows", False):
-        out.append("imports.costs.all_rows=true")
+        out.append(f"imports.{'usage' if ns.import_kind == 'usage' else 'costs'}.all_rows=true")
     if getattr(ns, "basis", None):
         out.append(f"imports.costs.basis={ns.basis}")
     if getattr(ns, "commitment", None):
@@ -147,18 +152,25 @@ def _usage_sets(ns: argparse.Namespace) -> list[str]:
     if ns.import_kind != "usage":
         return []
     out = []
-    prices = {k: getattr(ns, f"price_{k.replace('-', '_')}") for k in ("input", "cached-input", "output")}
+    prices = {k: getattr(ns, f"price_{k.replace('-', '_')}") for k in ("input", "cached-input", "cache-write",
+                                                                        "output")}
     if any(v is not None for v in prices.values()):
         if prices["input"] is None or prices["output"] is None:
             raise BadInputError("expected both --price-input and --price-output (and --price-cached-input for cache "
                                 "hits)", source="k3 import usage")
         price = {"input_per_mtok": prices["input"], "output_per_mtok": prices["output"],
-                 "cached_input_per_mtok": prices["cached-input"], "currency": ns.price_currency or "USD"}
+                 "cached_input_per_mtok": prices["cached-input"], "cache_write_input_per_mtok": prices["cache-write"],
+                 "currency": ns.price_currency or "USD"}
         out.append(f"imports.usage.prices={json.dumps({'default': price})}")
     if ns.tasks:
         out.append(f"imports.usage.tasks={json.dumps(ns.tasks)}")
     if ns.task_field:
         out.append(f"imports.usage.task_field={json.dumps(ns.task_field)}")
+    if ns.batch_dates:
+        from ..renewal.imports.commands import parse_window
+
+        w = parse_window(ns.batch_dates, "--batch-dates")
+        out.append(f"imports.usage.batch={json.dumps({'start': w.start.isoformat(), 'end': w.end.isoformat()})}")
     return out
 
 

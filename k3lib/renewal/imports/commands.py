@@ -152,7 +152,7 @@ def import_usage(source: str | Path, out: str | Path, section: ImportSection, wi
             raise BadInputError(f"prices in {bill.currency} and the review in {target}; expected --rate "
                                 f"{bill.currency}=RATE@DATE", source="k3 import usage")
         rate, conv = found[0].rate, (found[0],)
-    amount = round(bill.cost * rate, 2)
+    amount = tidy(bill.cost * rate)  # unrounded: a 0.000195 USD bill is not 0
     mapped, notes = usage_notes(bill, p)
     notes += [f"converted {c.from_currency} → {target} at {c.rate:g} ({c.date.isoformat()})" for c in conv]
     prov = Provenance.of("usage", source, window, selection=f"task field {p.task_field or '-'}", mapped=mapped,
@@ -163,13 +163,13 @@ def import_usage(source: str | Path, out: str | Path, section: ImportSection, wi
     return [f"wrote {out}: api_bill_same_tasks {amount} {target}", *[f"  {n}" for n in notes]]
 
 
-def parse_window(text: str) -> WindowParams:
+def parse_window(text: str, flag: str = "--window") -> WindowParams:
     start, sep, end = text.partition("/")
     if not sep:
-        raise BadInputError(f"expected START/END (got {text!r})", source="--window")
+        raise BadInputError(f"expected START/END (got {text!r})", source=flag)
     try:
         return WindowParams(start=dt.datetime.fromisoformat(start.replace("Z", "+00:00")),
                             end=dt.datetime.fromisoformat(end.replace("Z", "+00:00")))
     except ValueError as exc:
         raise BadInputError(f"expected ISO 8601 times, e.g. 2026-07-24T00:00:00Z/2026-08-14T00:00:00Z ({exc})",
-                            source="--window") from None
+                            source=flag) from None

@@ -90,6 +90,7 @@ class Prices(_M):
     input_per_mtok: Annotated[float, Field(ge=0)]
     output_per_mtok: Annotated[float, Field(ge=0)]
     cached_input_per_mtok: Annotated[float, Field(ge=0)] | None = None  # None: cache hits priced as input
+    cache_write_input_per_mtok: Annotated[float, Field(ge=0)] | None = None  # Anthropic's cache writes; None: input
     currency: Annotated[str, Field(pattern=r"^[A-Z]{3}$")] = "USD"
 
 
@@ -97,6 +98,8 @@ class UsageParams(_M):
     prices: dict[str, Prices] = {}  # model name (or `default`) → prices
     task_field: str | None = None  # dotted path of the task id in a log line, e.g. metadata.task_id
     tasks: str | None = None  # the review's task log: only the API path's tasks are billed
+    batch: WindowParams | None = None  # a batch's own dates (created_at, ended_at): place lines without a time
+    all_rows: bool = False  # lines without a time are the window's, on the operator's word
 
 
 class ImportSection(_M):
