@@ -16,7 +16,8 @@ BILLS = {"focus": "a FOCUS 1.0–1.2 cost export (CSV or Parquet; AWS, Google Cl
                     "days closing at a stated local hour"}
 OTHERS = {"pagerduty": "PagerDuty incidents (REST or Analytics raw incidents; JSON or CSV)",
           "opsgenie": "Opsgenie incidents (JSON or CSV)",
-          "jira": "Jira worklogs (the CSV's Log Work columns) or Tempo's worklog export",
+          "jira": "Jira worklogs (the CSV's Log Work columns, REST worklogs, issues with their worklogs) or Tempo's "
+                  "worklog export (CSV, v4 JSON)",
           "usage": "per-request usage: chat completions, OpenAI Batch output, Anthropic Message Batch results, a "
                    "LiteLLM spend log or a gateway's request log (JSON lines, a JSON array or one object)"}
 WRITES = {**{k: "costs.yaml" for k in BILLS}, "pagerduty": "incidents.csv", "opsgenie": "incidents.csv",
@@ -79,6 +80,8 @@ def add_import_parser(sub: argparse._SubParsersAction, parser_class: type) -> No
             p.add_argument("--force", action="store_true", help="overwrite answers typed into the output by hand")
         if kind == "jira":
             p.add_argument("--force", action="store_true", help="replace hand-set rows of the mapped categories")
+            p.add_argument("--issues", metavar="FILE", help="Jira's issues export (search JSON or CSV): resolves "
+                                                            "worklogs that name their issue by id (REST, Tempo v4)")
         if kind == "usage":
             _money(p)
             p.add_argument("--batch-dates", metavar="START/END",
@@ -136,7 +139,7 @@ def _sets(ns: argparse.Namespace) -> list[str]:
             rate, date = _pair(rest, "@", "CUR=RATE@DATE", "--rate")
             rates.append({"from": cur, "rate": rate, "date": date})
         out.append(f"imports.conversions={j(rates)}")
-    return out + _incident_sets(ns) + _usage_sets(ns)
+    return out + _incident_sets(ns) + _usage_sets(ns) + _jira_sets(ns)
 
 
 def _incident_sets(ns: argparse.Namespace) -> list[str]:
@@ -146,6 +149,12 @@ def _incident_sets(ns: argparse.Namespace) -> list[str]:
     if ns.postmortems:
         out.append(f"imports.incidents.postmortems={json.dumps(ns.postmortems)}")
     return out
+
+
+def _jira_sets(ns: argparse.Namespace) -> list[str]:
+    if ns.import_kind != "jira" or not ns.issues:
+        return []
+    return [f"imports.hours.issues_export={json.dumps(ns.issues)}"]
 
 
 def _usage_sets(ns: argparse.Namespace) -> list[str]:

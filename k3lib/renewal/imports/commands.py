@@ -13,7 +13,7 @@ from ..inputs import read_costs
 from .bills import read_bill
 from .costlines import ITEMS, credits, notes as cost_notes, selection_words, split, tidy
 from .costsfile import update_costs
-from .hours import hours_by_week, read_worklogs, update_hours
+from .hours import hours_by_week, read_issues, read_worklogs, resolve_ids, update_hours
 from .incidents import read_export, resolve, to_fill, write_incidents
 from .oncall import off_hours_effort
 from .params import ImportSection, WindowParams
@@ -127,7 +127,13 @@ def import_worklogs(source: str | Path, out: str | Path, section: ImportSection,
     if not maps:
         raise BadInputError("no mapping to the nine categories; expected imports.hours.labels, components, issues or "
                             "projects (see parameters/imports.example.yaml)", source="k3 import jira")
-    rows, notes = hours_by_week(read_worklogs(source, p), p, window)
+    worklogs = read_worklogs(source, p)
+    if p.issues_export:
+        worklogs = resolve_ids(worklogs, read_issues(p.issues_export))
+    rows, notes = hours_by_week(worklogs, p, window)
+    if not rows:
+        raise BadInputError(f"nothing mapped: {'; '.join(notes[:4])}; expected at least one worklog in the window "
+                            "that maps to a category", source=str(source))
     owns: set[str] = set(maps.values())
     mapping_words = "; ".join(f"{what} {dict(m)}" for what, m in (("issues", p.issues), ("components", p.components),
                                                                    ("labels", p.labels), ("projects", p.projects)) if m)

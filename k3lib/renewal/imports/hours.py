@@ -1,7 +1,11 @@
-"""The review's hours file from imports: Jira worklogs (the "all fields" CSV's `Log Work` columns, or a worklog
-report with a work date and hours) and Tempo's worklog export (CSV, or the REST API's JSON), clipped to the window,
-put in ISO weeks and mapped to the nine categories by issue, component, label or project; unmapped work is
-listed, never guessed. Each import owns the categories its map names, so two sources never count one hour twice."""
+"""The review's hours file from imports: Jira worklogs (the "all fields" CSV's `Log Work` columns, a worklog report
+with a work date and hours, the REST API's worklog lists keyed by `issueId`, or issues whose JSON carries
+`fields.worklog.worklogs`) and Tempo's worklog export (CSV, or the REST API's v4 JSON, whose issue is an id),
+clipped to the window, put in ISO weeks and mapped to the nine categories by issue, component, label or project.
+A worklog that names its issue by id only is resolved to the key, labels and components through an issues export
+(`--issues FILE`: Jira's search JSON or its CSV), or mapped by the id itself (`imports.hours.issues`); unmapped
+work is listed, never guessed, and an import that maps nothing is refused. Each import owns the categories its
+map names, so two sources never count one hour twice."""
 
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ from ...core.errors import BadInputError
 from ..inputs import HOURS_COLUMNS, read_hours
 from .params import HoursParams
 from .provenance import Provenance, Window, blocks, iso_week, read_header, write_text
-from .tables import Row, RowError, blank, read_rows, row_error, to_float, to_time
+from .tables import Row, RowError, blank, looks_like, read_rows, row_error, to_float, to_time
 
 KEY_COLUMNS = ("Issue key", "Issue Key", "Key", "Issue", "issue_key", "issueKey")
 DATE_COLUMNS = ("Work date", "Work Date", "Worklog Started", "Started", "started", "Date", "date", "startDate")
@@ -37,6 +41,14 @@ class Worklog:
     hours: float
     labels: tuple[str, ...]
     components: tuple[str, ...]
+    issue_id: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class IssueInfo:
+    key: str
+    labels: tuple[str, ...]
+    components: tuple[str, ...]
 
 
 def _first(row: Row, names: tuple[str, ...]) -> tuple[str | None, Any]:
@@ -44,8 +56,64 @@ def _first(row: Row, names: tuple[str, ...]) -> tuple[str | None, Any]:
         if n in row and not blank(row[n]) and row[n] != []:
             return n, row[n]
     if "issue" in row and isinstance(row["issue"], dict) and names is KEY_COLUMNS:
-        return "issue.key", row["issue"].get("key") or row["issue"].get("id")
+        return "issue.key", row["issue"].get("key")
     return None, None
+
+
+def _issue_id(row: Row) -> str:
+    v = row.get("issueId", row.get("Issue id", row.get("issue_id")))
+    if blank(v) and isinstance(row.get("issue"), dict):
+        v = row["issue"].get("id")
+    return "" if blank(v) else str(v)
+
+
+def _names(v: Any) -> tuple[str, ...]:
+    """Labels or components as Jira's JSON gives them: strings, or objects with a name."""
+    if isinstance(v, list):
+        return tuple(str(x.get("name") if isinstance(x, dict) else x).strip() for x in v
+                     if str(x.get("name") if isinstance(x, dict) else x).strip())
+    return _list(v)
+
+
+def _issue_rows(row: Row) -> list[Row]:
+    """An issue whose JSON carries its worklogs (`fields.worklog.worklogs`): one worklog row each, with the
+    issue's key, id, labels and components."""
+    fields = row.get("fields") if isinstance(row.get("fields"), dict) else {}
+    logs = (fields.get("worklog") or {}).get("worklogs") if isinstance(fields.get("worklog"), dict) else None
+    if not isinstance(logs, list):
+        return [row]
+    return [{**w, "Issue key": row.get("key"), "issueId": row.get("id") or w.get("issueId"),
+             "Labels": list(_names(fields.get("labels"))), "Components": list(_names(fields.get("components"))),
+             "_line": row.get("_line")} for w in logs if isinstance(w, dict)]
+
+
+def read_issues(path: str | Path) -> dict[str, IssueInfo]:
+    """issue id → key, labels and components, from an issues export: Jira's search JSON (`issues[]` with `id`,
+    `key`, `fields.labels`, `fields.components`) or its CSV (`Issue id`, `Issue key`, `Labels`, `Component/s`)."""
+    rows = read_rows(path, "a Jira issues export (the search API's JSON, or the CSV with Issue id and Issue key)",
+                     ("issues",))
+    out: dict[str, IssueInfo] = {}
+    for row in rows:
+        fields = row.get("fields") if isinstance(row.get("fields"), dict) else row
+        key = row.get("key", row.get("Issue key", row.get("Issue Key")))
+        iid = row.get("id", row.get("Issue id"))
+        if blank(key) or blank(iid):
+            raise BadInputError(f"{looks_like([k for k in row if k != '_line'])}; expected an issues export whose "
+                                "every issue has an id and a key", source=str(path))
+        labels = tuple(x for c in ("labels", *LABEL_COLUMNS) if c in fields for x in _names(fields[c]))
+        comps = tuple(x for c in ("components", *COMPONENT_COLUMNS) if c in fields for x in _names(fields[c]))
+        out[str(iid)] = IssueInfo(str(key), labels, comps)
+    return out
+
+
+def resolve_ids(worklogs: list[Worklog], issues: dict[str, IssueInfo]) -> list[Worklog]:
+    """Worklogs that name their issue by id only, given the issue's key, labels and components."""
+    out = []
+    for w in worklogs:
+        info = issues.get(w.issue_id) if not w.issue and w.issue_id else None
+        out.append(dataclasses.replace(w, issue=info.key, labels=w.labels + info.labels,
+                                       components=w.components + info.components) if info else w)
+    return out
 
 
 def _list(v: Any) -> tuple[str, ...]:
@@ -94,7 +162,13 @@ def _log_work(row: Row, cell: str, p: HoursParams) -> tuple[dt.datetime, float]:
 
 
 def read_worklogs(path: str | Path, p: HoursParams) -> list[Worklog]:
-    rows = read_rows(path, "a Jira or Tempo worklog export (CSV or JSON)", ("results", "worklogs"))
+    rows = read_rows(path, "a Jira or Tempo worklog export (CSV or JSON)", ("results", "worklogs", "issues"))
+    rows = [r for row in rows for r in _issue_rows(row)]
+    known = (*KEY_COLUMNS, *DATE_COLUMNS, *HOUR_COLUMNS, *SECOND_COLUMNS, "Log Work", "Time Spent", "issueId", "issue")
+    if rows and not any(k in r for r in rows[:200] for k in known):
+        keys = sorted({k for r in rows[:50] for k in r if k != "_line"})
+        raise BadInputError(f"{looks_like(keys)}; expected Jira worklogs (the CSV's Log Work columns, the REST "
+                            "API's worklogs, issues with fields.worklog) or Tempo's worklogs", source=str(path))
     out: list[Worklog] = []
     for row in rows:
         try:
@@ -114,14 +188,15 @@ def read_worklogs(path: str | Path, p: HoursParams) -> list[Worklog]:
 
 def _row_worklogs(row: Row, p: HoursParams) -> list[Worklog]:
     _, key = _first(row, KEY_COLUMNS)
-    labels = tuple(x for c in LABEL_COLUMNS if c in row for x in _list(row[c]))
-    components = tuple(x for c in COMPONENT_COLUMNS if c in row for x in _list(row[c]))
+    labels = tuple(x for c in LABEL_COLUMNS if c in row for x in _names(row[c]))
+    components = tuple(x for c in COMPONENT_COLUMNS if c in row for x in _names(row[c]))
+    iid = _issue_id(row)
     if "Log Work" in row:
         cells = row["Log Work"] if isinstance(row["Log Work"], list) else _list_cells(row["Log Work"])
-        return [Worklog(str(key or ""), *_log_work(row, c, p), labels, components) for c in cells]
+        return [Worklog(str(key or ""), *_log_work(row, c, p), labels, components, iid) for c in cells]
     if _first(row, DATE_COLUMNS)[0] is None and _first(row, HOUR_COLUMNS + SECOND_COLUMNS)[0] is None:
         return []
-    return [Worklog(str(key or ""), _start(row, p), _hours(row), labels, components)]
+    return [Worklog(str(key or ""), _start(row, p), _hours(row), labels, components, iid)]
 
 
 def _list_cells(v: Any) -> list[str]:
@@ -133,6 +208,11 @@ def category_of(w: Worklog, p: HoursParams) -> tuple[str | None, str]:
     ambiguous and left unmapped."""
     if w.issue in p.issues:
         return p.issues[w.issue], f"issue {w.issue}"
+    if w.issue_id and w.issue_id in p.issues:
+        return p.issues[w.issue_id], f"issue id {w.issue_id}"
+    if not w.issue and w.issue_id:
+        return None, (f"issue id {w.issue_id} not resolved to a key: expected --issues FILE (an issues export) or "
+                      "imports.hours.issues keyed by the id")
     for what, names, table in (("component", w.components, p.components), ("label", w.labels, p.labels)):
         found = {table[n] for n in names if n in table}
         if len(found) > 1:
@@ -160,7 +240,8 @@ def hours_by_week(worklogs: list[Worklog], p: HoursParams, window: Window
             continue
         cat, why = category_of(w, p)
         if cat is None:
-            entry = unmapped.setdefault(w.issue or "(no issue key)", [0.0, why, w.labels, w.components])
+            name = w.issue or (f"issue id {w.issue_id}" if w.issue_id else "(no issue key)")
+            entry = unmapped.setdefault(name, [0.0, why, w.labels, w.components])
             entry[0] += w.hours
             continue
         out[(iso_week(w.start, p.timezone), cat)] += w.hours

@@ -80,6 +80,7 @@ class HoursParams(_M):
     components: dict[str, HoursCategory] = {}
     issues: dict[str, HoursCategory] = {}  # issue key → category (wins over components and labels)
     projects: dict[str, HoursCategory] = {}  # project key (the key's prefix) → category (loses to the rest)
+    issues_export: str | None = None  # Jira's issues (search JSON or CSV): resolves worklogs that carry an issue id
     timezone: str = "UTC"  # worklog times without an offset are in this zone (the exporting user's)
     date_formats: tuple[str, ...] = ("%d/%b/%y %I:%M %p", "%d/%b/%Y %I:%M %p", "%Y-%m-%d %H:%M", "%Y-%m-%d")
 
@@ -118,7 +119,7 @@ class ImportParams(_M):
 
 def _relative(merged: dict[str, Any], prov: dict[str, str]) -> None:
     """File paths in the parameters are relative to the file that set them."""
-    for section, key in (("incidents", "postmortems"), ("usage", "tasks")):
+    for section, key in (("incidents", "postmortems"), ("usage", "tasks"), ("hours", "issues_export")):
         node = merged.get("imports", {}).get(section)
         if isinstance(node, dict) and isinstance(node.get(key), str):
             p = Path(node[key]).expanduser()
