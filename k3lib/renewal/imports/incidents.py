@@ -16,7 +16,7 @@ from ...core.errors import BadInputError
 from ..inputs import FIVE_QUESTIONS, INCIDENT_COLUMNS, IncidentCategory, read_incidents
 from .params import IncidentParams
 from .provenance import Provenance, Window, iso, write_text
-from .tables import Row, RowError, blank, cell, mapping, read_rows, row_error, to_float, to_time
+from .tables import Row, RowError, blank, cell, looks_like, mapping, read_rows, row_error, to_float, to_time
 
 CLASSES: tuple[str, ...] = IncidentCategory.__args__  # type: ignore[attr-defined]
 ANSWERS = FIVE_QUESTIONS[1:]  # the drill's four: no incident tool carries them
@@ -37,6 +37,7 @@ class Incident:
     values: dict[str, Any]  # category and the five answers: str/bool, or None (blank)
     from_record: set[str]  # which of `values` the export itself gave
     effort: dict[str, Any]  # PagerDuty analytics: engaged window and effort seconds
+    warnings: list[str] = dataclasses.field(default_factory=list)  # what the record says against itself
 
 
 def _bool(v: Any) -> bool | None:
@@ -82,12 +83,29 @@ def _effort(row: Row, created: dt.datetime, resolved: dt.datetime | None) -> dic
     return {"seconds": seconds, "from": created + dt.timedelta(seconds=ack), "to": resolved}
 
 
+def _recovery(row: Row, created: dt.datetime, resolved: dt.datetime | None) -> tuple[float | None, list[str]]:
+    """Minutes to recover (seconds_to_resolve, else resolved − created) and what the record says against itself:
+    a resolution before the trigger (left blank: never favourable), or seconds_to_resolve that disagree with the
+    two times by more than a minute (seconds_to_resolve kept, as PagerDuty computes it)."""
+    seconds = cell(row, "seconds_to_resolve", to_float, required=False)
+    span = (resolved - created).total_seconds() if resolved is not None else None
+    if span is not None and span < 0:
+        return None, [f"resolved_at {iso(resolved)} before created_at {iso(created)}: minutes_to_recover left "
+                      "blank"]  # type: ignore[arg-type]
+    warn = []
+    if seconds is not None and span is not None and abs(seconds - span) > 60:
+        warn.append(f"seconds_to_resolve {seconds:g} disagrees with resolved_at − created_at ({span:g} s): "
+                    "seconds_to_resolve used")
+    if seconds is not None and seconds < 0:
+        return None, [f"seconds_to_resolve {seconds:g} is negative: minutes_to_recover left blank"]
+    return (seconds / 60 if seconds is not None else span / 60 if span is not None else None), warn
+
+
 def pagerduty_incident(row: Row) -> Incident:
     created = cell(row, "created_at" if "created_at" in row else "created_on", to_time)
     resolved_col = next((c for c in ("resolved_at", "resolved_on") if not blank(row.get(c))), None)
     resolved = cell(row, resolved_col, to_time) if resolved_col else None
-    seconds = cell(row, "seconds_to_resolve", to_float, required=False)
-    minutes = seconds / 60 if seconds is not None else (resolved - created).total_seconds() / 60 if resolved else None
+    minutes, warnings = _recovery(row, created, resolved)
     svc = row.get("service")
     service = row.get("service_name") or (svc.get("summary") if isinstance(svc, dict) else svc) or ""
     detected = _detected(row)
@@ -97,10 +115,22 @@ def pagerduty_incident(row: Row) -> Incident:
                     service=str(service or ""), tags=tuple(t for t in (str(row.get("incident_type_name") or ""),) if t),
                     started_at=created, minutes_to_recover=None if minutes is None else round(minutes, 1),
                     values={"detected_automatically": detected}, from_record={"detected_automatically"}
-                    if detected is not None else set(), effort=_effort(row, created, resolved))
+                    if detected is not None else set(), effort=_effort(row, created, resolved), warnings=warnings)
 
 
-def opsgenie_incident(row: Row, p: IncidentParams) -> Incident:
+def _service_names(row: Row, names: dict[str, str]) -> str:
+    """Opsgenie's impacted services by name where the export carries them (objects with a name, or the
+    document's `services` list), else as the ids it gives."""
+    out = []
+    for x in row.get("impactedServices") or ():
+        if isinstance(x, dict):
+            out.append(str(x.get("name") or names.get(str(x.get("id"))) or x.get("id") or ""))
+        else:
+            out.append(names.get(str(x), str(x)))
+    return ", ".join(out)
+
+
+def opsgenie_incident(row: Row, p: IncidentParams, names: dict[str, str] | None = None) -> Incident:
     created = cell(row, "createdAt", to_time)
     start = cell(row, "impactStartDate", to_time, required=False) if p.clock == "impact" else None
     end = cell(row, "impactEndDate", to_time, required=False) if p.clock == "impact" else None
@@ -108,6 +138,10 @@ def opsgenie_incident(row: Row, p: IncidentParams) -> Incident:
         end = cell(row, "resolvedAt", to_time, required=False)
     started = start or created
     minutes = (end - started).total_seconds() / 60 if end is not None else None
+    warnings = []
+    if minutes is not None and minutes < 0:
+        warnings.append(f"ends {iso(end)} before it starts {iso(started)}: minutes_to_recover left blank")  # type: ignore[arg-type]
+        minutes = None
     extra = cell(row, "extraProperties", mapping, required=False, default={})
     tags = row.get("tags") if isinstance(row.get("tags"), list) else [
         t.strip() for t in str(row.get("tags") or "").split(",") if t.strip()]
@@ -118,20 +152,38 @@ def opsgenie_incident(row: Row, p: IncidentParams) -> Incident:
         except ValueError as exc:
             raise RowError(f"extraProperties.{q}", str(exc)) from None
     return Incident(id=str(row.get("id") or row.get("tinyId") or ""), number=str(row.get("tinyId") or ""),
-                    title=str(row.get("message") or ""), service=", ".join(str(x) for x in row.get("impactedServices") or ()),
+                    title=str(row.get("message") or ""), service=_service_names(row, names or {}), warnings=warnings,
                     tags=tuple(str(t) for t in tags or ()), started_at=started,
                     minutes_to_recover=None if minutes is None else round(minutes, 1), values=values,
                     from_record={q for q, v in values.items() if v is not None}, effort={})
 
 
+def _names_in_document(path: str | Path) -> dict[str, str]:
+    """Opsgenie service id → name from a JSON export that carries its services (`services`: [{id, name}])."""
+    import json
+
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8-sig"))
+    except (ValueError, OSError):
+        return {}
+    services = doc.get("services") if isinstance(doc, dict) else None
+    return {str(s["id"]): str(s["name"]) for s in services or () if isinstance(s, dict) and s.get("id")
+            and s.get("name")}
+
+
 def read_export(kind: str, path: str | Path, p: IncidentParams) -> list[Incident]:
-    what = {"pagerduty": "a PagerDuty incidents export (REST or Analytics; JSON or CSV)",
+    what = {"pagerduty": "a PagerDuty incidents export (REST or Analytics; JSON or CSV; one incident too)",
             "opsgenie": "an Opsgenie incidents export (JSON or CSV)"}[kind]
-    rows = read_rows(path, what, ("incidents", "data", "results"))
+    rows = read_rows(path, what, ("incidents", "data", "results", "incident"))
+    needed = ("created_at", "created_on") if kind == "pagerduty" else ("createdAt",)
+    if rows and not any(k in r for r in rows[:50] for k in needed):
+        keys = sorted({k for r in rows[:50] for k in r if k != "_line"})
+        raise BadInputError(f"{looks_like(keys)}; expected {what} with {' or '.join(needed)}", source=str(path))
+    names = _names_in_document(path) if kind == "opsgenie" and Path(path).suffix.lower() == ".json" else {}
     out = []
     for row in rows:
         try:
-            inc = pagerduty_incident(row) if kind == "pagerduty" else opsgenie_incident(row, p)
+            inc = pagerduty_incident(row) if kind == "pagerduty" else opsgenie_incident(row, p, names)
         except RowError as exc:
             raise row_error(path, row, exc) from None
         if not inc.id:
@@ -184,6 +236,13 @@ def resolve(incidents: list[Incident], p: IncidentParams, window: Window) -> tup
         kept.append(inc)
     seen = {k for inc in kept for k in (inc.id, inc.number)}
     notes = [f"{len(incidents)} incident(s) read; {outside} started outside the window; {other} of other services"]
+    if not kept:
+        services = sorted({inc.service for inc in incidents})
+        raise BadInputError(f"nothing kept: {notes[0]} (services in the export: {', '.join(services[:6]) or 'none'}"
+                            f"); expected at least one incident of {', '.join(p.services) or 'any service'} in the "
+                            "window (a window without incidents is an incidents.csv with its header only, written "
+                            "by hand)", source="k3 import")
+    notes += [f"warning: {inc.id}: {w}" for inc in kept for w in inc.warnings]
     stray = sorted(k for k in posts if k not in seen)
     if stray:
         notes.append(f"postmortem rows for no incident kept here: {', '.join(stray)}")
