@@ -146,14 +146,14 @@ def bill_row(row: Row, p: UsageParams, window: Window, tasks: set[str] | None, b
     if p.task_field:
         task = dig(row, p.task_field)
         task = dig(resp, p.task_field) if blank(task) else task
+    if _failed(row, resp):
+        bill.errors += 1  # an error reply is not billed (a batch's failed line may carry no time at all)
+        return
     if not _placed(row, resp, p, window, bill):
         bill.outside += 1
         return
     if tasks is not None and (blank(task) or str(task) not in tasks):
         bill.other_tasks += 1
-        return
-    if _failed(row, resp):
-        bill.errors += 1  # an error reply is not billed
         return
     if str(row.get("cache_hit")).lower() == "true":
         bill.gateway_cache += 1  # LiteLLM served it from its own cache: the provider billed nothing
