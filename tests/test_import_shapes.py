@@ -188,7 +188,8 @@ def test_legacy_cur_reads_as_cur_2_0(tmp_path, container):
         pa = pytest.importorskip("pyarrow")
         pq = pytest.importorskip("pyarrow.parquet")
         parse = lambda v: dt.datetime.fromisoformat(v.replace("Z", ""))  # noqa: E731
-        data = {k: pa.array([parse(r[k]) for r in rows], pa.timestamp("ms")) if k.startswith("line_item_usage_") and k.endswith("_date") else
+        stamp = ("line_item_usage_start_date", "line_item_usage_end_date")
+        data = {k: pa.array([parse(r[k]) for r in rows], pa.timestamp("ms")) if k in stamp else
                 pa.array([float(r[k]) if r[k] else None for r in rows]) if k.endswith(("_cost", "_to_date",
                                                                                       "_commitment")) else
                 pa.array([r[k] or None for r in rows], pa.string()) for k in LEGACY}

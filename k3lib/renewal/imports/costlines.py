@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa

@@ -21,7 +21,7 @@ from ...core.errors import BadInputError
 from ..inputs import HOURS_COLUMNS, read_hours
 from .params import HoursParams
 from .provenance import Provenance, Window, blocks, iso_week, read_header, write_text
-from .tables import Row, RowError, blank, looks_like, read_rows, row_error, to_float, to_time
+from .tables import Row, RowError, blank, looks_like, obj, read_rows, row_error, to_float, to_time
 
 KEY_COLUMNS = ("Issue key", "Issue Key", "Key", "Issue", "issue_key", "issueKey")
 DATE_COLUMNS = ("Work date", "Work Date", "Worklog Started", "Started", "started", "Date", "date", "startDate")
@@ -78,8 +78,8 @@ def _names(v: Any) -> tuple[str, ...]:
 def _issue_rows(row: Row) -> list[Row]:
     """An issue whose JSON carries its worklogs (`fields.worklog.worklogs`): one worklog row each, with the
     issue's key, id, labels and components."""
-    fields = row.get("fields") if isinstance(row.get("fields"), dict) else {}
-    logs = (fields.get("worklog") or {}).get("worklogs") if isinstance(fields.get("worklog"), dict) else None
+    fields = obj(row.get("fields"))
+    logs = obj(fields.get("worklog")).get("worklogs")
     if not isinstance(logs, list):
         return [row]
     return [{**w, "Issue key": row.get("key"), "issueId": row.get("id") or w.get("issueId"),
@@ -94,7 +94,7 @@ def read_issues(path: str | Path) -> dict[str, IssueInfo]:
                      ("issues",))
     out: dict[str, IssueInfo] = {}
     for row in rows:
-        fields = row.get("fields") if isinstance(row.get("fields"), dict) else row
+        fields = obj(row.get("fields")) or row
         key = row.get("key", row.get("Issue key", row.get("Issue Key")))
         iid = row.get("id", row.get("Issue id"))
         if blank(key) or blank(iid):

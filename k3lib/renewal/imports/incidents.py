@@ -89,9 +89,8 @@ def _recovery(row: Row, created: dt.datetime, resolved: dt.datetime | None) -> t
     two times by more than a minute (seconds_to_resolve kept, as PagerDuty computes it)."""
     seconds = cell(row, "seconds_to_resolve", to_float, required=False)
     span = (resolved - created).total_seconds() if resolved is not None else None
-    if span is not None and span < 0:
-        return None, [f"resolved_at {iso(resolved)} before created_at {iso(created)}: minutes_to_recover left "
-                      "blank"]  # type: ignore[arg-type]
+    if resolved is not None and resolved < created:
+        return None, [f"resolved_at {iso(resolved)} before created_at {iso(created)}: minutes_to_recover left blank"]
     warn = []
     if seconds is not None and span is not None and abs(seconds - span) > 60:
         warn.append(f"seconds_to_resolve {seconds:g} disagrees with resolved_at − created_at ({span:g} s): "
@@ -140,7 +139,8 @@ def opsgenie_incident(row: Row, p: IncidentParams, names: dict[str, str] | None 
     minutes = (end - started).total_seconds() / 60 if end is not None else None
     warnings = []
     if minutes is not None and minutes < 0:
-        warnings.append(f"ends {iso(end)} before it starts {iso(started)}: minutes_to_recover left blank")  # type: ignore[arg-type]
+        warnings.append(f"ends {iso(end)} before it starts {iso(started)}: minutes_to_recover left "  # type: ignore[arg-type]
+                        "blank")
         minutes = None
     extra = cell(row, "extraProperties", mapping, required=False, default={})
     tags = row.get("tags") if isinstance(row.get("tags"), list) else [

@@ -211,6 +211,11 @@ def mapping(v: Any) -> dict[str, str]:
     raise ValueError(f"expected tags as a mapping (got {type(v).__name__})")
 
 
+def obj(v: Any) -> dict[str, Any]:
+    """`v` when it is a JSON object, else an empty one."""
+    return v if isinstance(v, dict) else {}
+
+
 def dig(row: Any, path: str) -> Any:
     """`a.b.c` in nested objects (None when any part is absent)."""
     node = row

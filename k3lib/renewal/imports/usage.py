@@ -21,7 +21,7 @@ from ...core.errors import BadInputError
 from ..inputs import read_tasks
 from .params import Prices, UsageParams
 from .provenance import Window, iso
-from .tables import Row, RowError, blank, dig, looks_like, read_rows, row_error, to_time
+from .tables import Row, RowError, blank, dig, looks_like, obj, read_rows, row_error, to_time
 
 TIME_KEYS = ("created", "created_at", "timestamp", "startTime", "start_time", "request_time", "time")
 WRAPPERS = ("response", "response_body", "body", "result", "message")
@@ -61,7 +61,7 @@ def _response(row: Row) -> dict[str, Any]:
 
 
 def _time(row: Row, resp: dict[str, Any]) -> Any:
-    for node in (resp, row, row.get("response") if isinstance(row.get("response"), dict) else {}):
+    for node in (resp, row, obj(row.get("response"))):
         for key in TIME_KEYS:
             if not blank(node.get(key)):
                 return key, node[key]
@@ -70,9 +70,9 @@ def _time(row: Row, resp: dict[str, Any]) -> Any:
 
 def _failed(row: Row, resp: dict[str, Any]) -> bool:
     status = row.get("status_code", row.get("status"))
-    inner = row.get("response") if isinstance(row.get("response"), dict) else {}
+    inner = obj(row.get("response"))
     code = inner.get("status_code") if isinstance(inner.get("status_code"), int) else status
-    result = row.get("result") if isinstance(row.get("result"), dict) else {}
+    result = obj(row.get("result"))
     return (bool(row.get("error") or resp.get("error") or inner.get("error"))
             or (isinstance(code, int) and code >= 400) or str(status).lower() == "failure"
             or result.get("type") in ("errored", "canceled", "expired"))
@@ -113,7 +113,7 @@ def _usage(row: Row, resp: dict[str, Any]) -> dict[str, Any]:
     for node in (resp.get("usage"), dig(row, "metadata.usage_object"), row):
         if isinstance(node, dict) and tokens_of(node) is not None:
             return node
-    return resp.get("usage") if isinstance(resp.get("usage"), dict) else row
+    return obj(resp.get("usage")) or row
 
 
 def _placed(row: Row, resp: dict[str, Any], p: UsageParams, window: Window, bill: UsageBill) -> bool:
