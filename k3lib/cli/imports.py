@@ -9,9 +9,9 @@ import json
 
 from ..core.errors import BadInputError
 
-BILLS = {"focus": "a FOCUS 1.0–1.2 cost export (CSV or Parquet; AWS, Google Cloud, Azure, OCI)",
-         "cur": "an AWS CUR 2.0 export (CSV or Parquet), amortised as AWS amortises it",
-         "gcp": "Google Cloud's BigQuery billing export (JSON lines or Parquet): cost plus credits",
+BILLS = {"focus": "a FOCUS 1.0–1.2 cost export (CSV, gzip CSV or Parquet; AWS, Google Cloud, Azure, OCI)",
+         "cur": "an AWS CUR 2.0 or legacy CUR export (CSV, gzip CSV or Parquet), amortised as AWS amortises it",
+         "gcp": "Google Cloud's BigQuery billing export (JSON lines, JSON, CSV with dotted headers, or Parquet)",
          "invoice": "a GPU cloud's invoice lines (CSV: period_start, period_end, amount, currency, item), billing "
                     "days closing at a stated local hour"}
 OTHERS = {"pagerduty": "PagerDuty incidents (REST or Analytics raw incidents; JSON or CSV)",

@@ -1,6 +1,6 @@
 """An export file read as rows: CSV (a repeated column, like Jira's `Labels` or `Log Work`, kept as a list),
-JSON (a list, or the list under the key a tool wraps it in), JSON lines, or Parquet (pyarrow, installed with
-`pip install 'k3kit[parquet]'`); gzip-compressed too. Values stay as the file gives them; each importer parses
+JSON (a list, the list under the key a tool wraps it in, or one object), JSON lines, or Parquet (pyarrow); gzip
+compressed too. Bills are read columnar instead (columnar.py). Values stay as the file gives them; each importer parses
 its own columns and names the row and column of a bad value."""
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def _parquet_rows(p: Path, what: str) -> list[Row]:
     try:
         import pyarrow.parquet as pq
     except ImportError:
-        raise BadInputError("reading Parquet needs pyarrow: pip install 'k3kit[parquet]' (or export CSV)",
+        raise BadInputError("reading Parquet needs pyarrow: pip install pyarrow (or export CSV)",
                             source=str(p)) from None
     try:
         table = pq.read_table(p)
