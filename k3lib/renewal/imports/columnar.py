@@ -79,7 +79,7 @@ class Export:
             reader = _csv_reader(self.path, physical)
             for batch in reader:
                 yield batch
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
+        except (pa.ArrowException, OSError) as exc:
             raise BadInputError(f"not readable ({' '.join(str(exc).split())[:200]}); expected {self.what}",
                                 source=str(self.path)) from None
 
@@ -154,7 +154,7 @@ def open_export(path: str | Path, what: str) -> Export:
     if suffix == ".parquet" or head == b"PAR1":
         try:
             physical = pq.ParquetFile(p).schema_arrow.names
-        except (pa.ArrowInvalid, OSError) as exc:
+        except (pa.ArrowException, OSError) as exc:
             raise BadInputError(f"not a readable Parquet file ({exc}); expected {what}", source=str(p)) from None
         return Export(p, what, {canonical(n): n for n in physical}, "parquet")
     if suffix in (".json", ".jsonl", ".ndjson") or (suffix is None and _starts_json(p)):
@@ -162,7 +162,7 @@ def open_export(path: str | Path, what: str) -> Export:
         return Export(p, what, _json_names(rows), "rows", rows)
     try:
         physical = _csv_header(p)
-    except (pa.ArrowInvalid, OSError) as exc:
+    except (pa.ArrowException, OSError) as exc:
         raise BadInputError(f"not readable as CSV ({' '.join(str(exc).split())[:200]}); expected {what}",
                             source=str(p)) from None
     return Export(p, what, {canonical(n): n for n in physical}, "csv")
