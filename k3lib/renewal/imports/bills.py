@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ...core.errors import BadInputError
-from .columnar import Export, fail, numbers, open_export, strings, tag_mask, times
+from .columnar import Export, fail, norm_key, numbers, open_export, strings, tag_mask, times
 from .costlines import NORM, Format, check_selector, fold
 from .params import CostParams
 from .provenance import Window
@@ -331,10 +331,12 @@ WANTED = {"focus": (*FOCUS_COLUMNS, "ServiceSubcategory", "ResourceId", "Commitm
           "invoice": (*INVOICE_COLUMNS, "service", "resource", "commitment", "description")}
 
 
-def _wanted(kind: str, export: Export) -> list[str]:
+def _wanted(kind: str, export: Export, p: CostParams) -> list[str]:
     extra: list[str] = []
-    if kind == "cur":
-        extra = [n for n in export.names if n.startswith("resource_tags_")]
+    if kind == "cur":  # legacy CUR's one column per tag: only those of the selection's keys
+        keys = {norm_key(k) for k in p.tags}
+        extra = [n for n in export.names if n.startswith("resource_tags_")
+                 and norm_key(n[len("resource_tags_"):]) in keys]
         if not export.has("product_product_family"):
             extra.append("product")
     return [*WANTED[kind], *extra]
@@ -351,7 +353,7 @@ def read_bill(kind: str, path: str | Path, p: CostParams, window: Window) -> tup
     export.require(required if kind != "gcp" else GCP_COLUMNS, what)
     groups: dict[tuple, list[float]] = {}
     rows = not_selected = 0
-    for first, table in export.batches(_wanted(kind, export)):
+    for first, table in export.batches(_wanted(kind, export, p)):
         rows += table.num_rows
         not_selected += fold(normalise((export, table, first), p), p, window, groups)
     if rows == 0:

@@ -247,7 +247,7 @@ def times(export: Export, table: pa.Table, first: int, column: str, tz: str = "U
     return np.asarray(values, dtype=np.int64)[enc.indices.to_numpy(zero_copy_only=False)]
 
 
-def _norm_key(k: str) -> str:
+def norm_key(k: str) -> str:
     k = k.strip().lower()
     for prefix in ("user:", "user_", "tag:", "tags/"):
         if k.startswith(prefix):
@@ -275,9 +275,9 @@ def tag_mask(table: pa.Table, column: str, wanted: dict[str, str], flat_prefix: 
                 found[k] |= hit[idx]
     for name in table.column_names if flat_prefix else ():
         if name.startswith(flat_prefix):
-            key = _norm_key(name[len(flat_prefix):])
+            key = norm_key(name[len(flat_prefix):])
             for k, v in wanted.items():
-                if _norm_key(k) == key:
+                if norm_key(k) == key:
                     found[k] |= np.asarray(pc.fill_null(pc.equal(strings(table, name), v), False))
     out = np.ones(n, dtype=bool)
     for m in found.values():
@@ -290,7 +290,7 @@ def _has(tags: Any, key: str, value: str) -> bool:
         got = mapping(tags)
     except ValueError:
         return False
-    return any(_norm_key(k) == _norm_key(key) and v == value for k, v in got.items())
+    return any(norm_key(k) == norm_key(key) and v == value for k, v in got.items())
 
 
 def _map_matches(col: pa.MapArray, wanted: dict[str, str], found: dict[str, np.ndarray]) -> None:
@@ -300,9 +300,9 @@ def _map_matches(col: pa.MapArray, wanted: dict[str, str], found: dict[str, np.n
     keys = pc.dictionary_encode(col.keys.slice(lo, hi - lo))
     key_idx = pc.fill_null(keys.indices, -1).to_numpy(zero_copy_only=False)
     parents = np.repeat(np.arange(len(col)), np.diff(offsets))
-    distinct = [_norm_key(str(k)) for k in keys.dictionary.to_pylist()] + [""]
+    distinct = [norm_key(str(k)) for k in keys.dictionary.to_pylist()] + [""]
     for k, v in wanted.items():
-        at = np.nonzero(np.array([d == _norm_key(k) for d in distinct], dtype=bool)[key_idx])[0]
+        at = np.nonzero(np.array([d == norm_key(k) for d in distinct], dtype=bool)[key_idx])[0]
         if not len(at):
             continue
         values = col.items.slice(lo, hi - lo).take(pa.array(at)).cast(pa.string())
