@@ -20,9 +20,12 @@ A value inside the bounds but looser than its floor is *loosened*: the decision,
 and it forbids `production` unless the operator's attestation accepts it by path and value, with who and why
 (`items.thresholds_accepted`). Tightening is always allowed.
 
-**Adding a row**: append a `Setting` to `SETTINGS` (its basis names the seed rule), or, for a numeric parameter
-that cannot make a judgement more lenient, add its path to `NOT_JUDGED` with the reason. `unclassified(Params)` walks the
-parameters model; `tests/test_settings_table.py` fails on any numeric `axes.*`/`load.*` field in neither.
+**Every leaf declares its role** where it is declared, on its pydantic field (`k3lib.core.roles`: `Judged(looser,
+basis)` or `Cosmetic(why)`), whatever its type (bool, string, null, list, command, number). A judged leaf has its
+row here (its floor and basis; the recipe's build requirements are `k3lib.core.recipes.weaker_fields`'); a cosmetic
+one says why it cannot loosen. `unclassified(Params)` walks every leaf; `tests/test_settings_table.py` fails on a leaf
+without a role, or judged without a floor. `NOT_JUDGED` lists cosmetic numeric fields only (the reasons older
+readers print).
 """
 
 from __future__ import annotations
@@ -53,6 +56,8 @@ class Setting:
     floor: Floor | None = None
     measure: Measure | None = None
     for_axis: str | None = None  # the axis a contract.* setting shapes, when it is not the load steps
+    null_looser: bool = False  # a null (the check it feeds dropped) is looser than a floor that is set
+    order: Callable[[Any], Any] | None = None  # what is compared, for a value not ordered by itself (a dtype)
 
     @property
     def axis(self) -> str:
@@ -62,11 +67,15 @@ class Setting:
         section, _, rest = self.path.partition(".")
         if section == "axes":
             return rest.partition(".")[0]
+        if section == "recipe":
+            return "environment"
         return "capacity"  # contract.* and load.* settings shape the load steps
 
     def bounds_text(self) -> str:
         if self.looser == "false":
             return "true (false only when attested)"
+        if self.looser == "other":
+            return "the reference's value (another only when attested)"
         lo = "" if self.low is None else _fmt(self.low)
         hi = "" if self.high is None else _fmt(self.high)
         if lo and hi:
@@ -76,14 +85,20 @@ class Setting:
         return f"at least {lo}{self.unit}" if lo else f"at most {hi}{self.unit}"
 
     def is_looser(self, value: Any, floor: Any) -> bool:
-        if value is None or floor is None:
+        if floor is None:
             return False
+        if value is None:
+            return self.null_looser
         if self.looser == "false":
             return bool(floor) and not bool(value)
+        if self.looser == "other":
+            return not _same(value, floor)
+        if self.order is not None:
+            value, floor = self.order(value), self.order(floor)
         return value > floor if self.looser == "higher" else value < floor
 
     def in_bounds(self, value: Any) -> bool:
-        if self.looser == "false" or value is None or not isinstance(value, (int, float)):
+        if self.looser in ("false", "other") or value is None or not isinstance(value, (int, float)):
             return True
         return (self.low is None or value >= self.low) and (self.high is None or value <= self.high)
 
@@ -235,6 +250,64 @@ def _longest_prefix(value: Any, resolved: Mapping[str, Any]) -> Any:
     return max(value) if value else prefix_floor_tokens(resolved)
 
 
+# -- floors from what the target served, and from the served model's recipe --------------------------------------
+
+#: the key under which the decision adds what the target showed of itself to the resolved parameters (the served
+#: model's recipe, the GPU the samples show and its HBM bandwidth from the kit's table: `k3lib.verdict.served`);
+#: without it (the parameters as they load) these floors are unknown and judge nothing
+SERVED = "__served__"
+
+# bytes per parameter as stored: the microscaling formats carry one scale per block (MXFP4: an 8-bit scale per 32
+# values, 4.25 bits; NVFP4: an FP8 scale per 16 values, 4.5 bits)
+DTYPE_BYTES: Mapping[str, float] = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0,
+                                    "mxfp4": 4.25 / 8, "nvfp4": 4.5 / 8, "int4": 0.5}
+
+
+def _served(resolved: Mapping[str, Any], key: str) -> Any:
+    facts = resolved.get(SERVED)
+    return facts.get(key) if isinstance(facts, Mapping) else None
+
+
+def _recipe_floor(path: str) -> Floor:
+    """The value the served model's recipe (`k3lib.core.recipes.KnownRecipe.judged`) gives `path`, if any."""
+    def floor(resolved: Mapping[str, Any]) -> tuple[Any, str] | None:
+        recipe = _served(resolved, "recipe") or {}
+        if path not in recipe:
+            return None
+        return recipe[path], (f"the recipe of the model the target serves ({_served(resolved, 'recipe_model')}: "
+                              f"{_served(resolved, 'recipe_name')}), whatever the parameters' recipe says")
+    return floor
+
+
+def _hbm_floor(resolved: Mapping[str, Any]) -> tuple[Any, str] | None:
+    tb_s = _served(resolved, "hbm_tb_s")
+    if tb_s is None:
+        return None
+    return tb_s, f"the kit's HBM table for the GPU the samples show ({_served(resolved, 'gpu')})"
+
+
+def _gpu_floor(resolved: Mapping[str, Any]) -> tuple[Any, str] | None:
+    gpu = _served(resolved, "gpu")
+    return None if gpu is None else (gpu, "the GPU the samples show (nvidia-smi/dcgm modelName)")
+
+
+def _or_served(floor: Callable[[Mapping[str, Any]], "tuple[Any, str] | None"]) -> Measure:
+    """A null is filled from what the target shows (the axis does so): it meets its floor by construction."""
+    return lambda value, resolved: (floor(resolved) or (None,))[0] if value is None else value
+
+
+def _nvswitch_floor(resolved: Mapping[str, Any]) -> tuple[Any, str]:
+    return True, ("null infers NVSwitch from the GPU model (HGX H100/H200/B200 boards carry it) and checks the "
+                  "fabric manager; false drops the check")
+
+
+_SAMPLE = "k3lib/data/agent_sample.yaml"
+
+
+def _dtype_bytes(value: Any) -> float:
+    return DTYPE_BYTES.get(str(value), 0.0)
+
+
 # -- the table ---------------------------------------------------------------------------------------------------
 
 _TOOLS = ("seed 000: the tool-call test passes only if every condition holds, and repeating the scenario must give "
@@ -317,6 +390,42 @@ SETTINGS: tuple[Setting, ...] = (
             "listed, and never enough)", " sessions", kind="repetitions"),
     Setting("axes.prefix_cache.prefix_tokens", "lower", None, None, _CACHE, " tokens", kind="size",
             floor=_prefix_floor, measure=_longest_prefix),
+    Setting("axes.prefix_cache.isolation", "other", None, None, _CACHE + "; a cold request must be cold (a unique "
+            "salt and a fresh prefix)", kind="mode"),
+    Setting("axes.prefix_cache.warm_change", "other", None, None, _CACHE + "; early-token is the diagnosis' "
+            "negative control, not the test", kind="mode"),
+    # -- every other type: modes, files, nulls (issue 43)
+    Setting("axes.agent.sample", "other", None, None, "seed 000: the reference agent scenario; another sample is "
+            "another test", kind="mode", floor=lambda r: (_SAMPLE, "the kit's reference sample"),
+            measure=lambda v, r: v or _SAMPLE),
+    Setting("axes.agent.history", "other", None, None, _TOOLS + "; the history goes back as received (the vendor "
+            "contract)", kind="mode"),
+    Setting("axes.environment.nvswitch", "false", None, None, "seed 000: the host's interconnect is part of the "
+            "compatibility chain (a fabric manager down leaves NVSwitch GPUs unable to talk)", kind="mode",
+            floor=_nvswitch_floor, measure=lambda v, r: True if v is None else v),
+    Setting("recipe.sampling.temperature", "other", None, None, _RATE + "; the agent axis samples as production "
+            "does (a lower temperature hides stochastic failures)", kind="mode",
+            floor=_recipe_floor("recipe.sampling.temperature"), for_axis="agent", null_looser=True),
+    Setting("recipe.sampling.top_p", "other", None, None, _RATE + "; the agent axis samples as production does",
+            kind="mode", floor=_recipe_floor("recipe.sampling.top_p"), for_axis="agent", null_looser=True),
+    Setting("recipe.sampling.thinking", "false", None, None, "seed 000: the deployment is tested as its recipe "
+            "runs it; the served model's recipe turns thinking on, so every reply must carry its reasoning (off or "
+            "unset, the thinking checks are dropped)", kind="mode",
+            floor=_recipe_floor("recipe.sampling.thinking"), for_axis="agent", null_looser=True),
+    Setting("recipe.spec_decode_min_acceptance_length", "lower", None, None, "seed 000: the deployment is tested "
+            "as its recipe runs it; the served model's recipe sets DSpark's mean acceptance length (null: reported, "
+            "not judged)", " tokens",
+            floor=_recipe_floor("recipe.spec_decode_min_acceptance_length"), for_axis="agent", null_looser=True),
+    Setting("axes.capacity.roofline.hbm_tb_s", "lower", None, None, _ROOF + "; a lower bandwidth lowers the bound",
+            " TB/s", kind="bound", floor=_hbm_floor, measure=_or_served(_hbm_floor)),
+    Setting("axes.capacity.roofline.gpu", "other", None, None, _ROOF + "; the bound is the GPU's the target runs on",
+            kind="mode", floor=_gpu_floor, measure=_or_served(_gpu_floor)),
+    Setting("axes.capacity.roofline.active_params_b", "higher", None, None, _ROOF + "; more bytes per token lowers "
+            "the bound (null: no bound known)", " B", kind="bound",
+            floor=_recipe_floor("axes.capacity.roofline.active_params_b"), null_looser=True),
+    Setting("axes.capacity.roofline.weight_dtype", "higher", None, None, _ROOF + "; wider weights lower the bound "
+            "(null: no bound known)", kind="mode", floor=_recipe_floor("axes.capacity.roofline.weight_dtype"),
+            null_looser=True, order=_dtype_bytes),
 )
 THRESHOLDS = SETTINGS
 BY_PATH: dict[str, Setting] = {t.path: t for t in SETTINGS}
@@ -343,10 +452,6 @@ NOT_JUDGED: dict[str, str] = {
     "axes.capacity.explore_output_tokens": "the OOM explorer's burst (notebooks/explore), not in the acceptance",
     "axes.capacity.explore_max_requests": "the OOM explorer's burst (notebooks/explore), not in the acceptance",
     "axes.capacity.explore_duration_s": "the OOM explorer's burst (notebooks/explore), not in the acceptance",
-    "axes.capacity.roofline.hbm_tb_s": "a hardware fact stated with its source (hbm_source) and printed in the "
-                                       "roofline table; the roofline only ever warns",
-    "axes.capacity.roofline.active_params_b": "a model fact stated with its source (active_params_source) and "
-                                              "printed in the roofline table; the roofline only ever warns",
     "axes.agent.max_requests": "a level it stops early warns (agent.budget): never a pass",
     "axes.agent.max_duration_s": "a level it stops early warns (agent.budget): never a pass",
     "axes.agent.request_timeout_s": _CUT,
@@ -387,10 +492,35 @@ def numeric_paths(model: Any, prefix: str = "") -> list[str]:
     return out
 
 
-def unclassified(model: Any, sections: tuple[str, ...] = ("axes.", "load.")) -> list[str]:
-    """Numeric `axes.*`/`load.*` parameters in neither the table nor `NOT_JUDGED`: a knob that could loosen the
-    test without anyone saying so."""
-    return [p for p in numeric_paths(model) if p.startswith(sections) and p not in BY_PATH and p not in NOT_JUDGED]
+def leaves(model: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    """Every leaf of a parameters model (`k3lib.core.params.Params`, passed in: the model imports this module) —
+    bool, string, null, list, command, number — as (dotted path, its pydantic `FieldInfo`)."""
+    from pydantic import BaseModel
+
+    out: list[tuple[str, Any]] = []
+    for name, field in model.model_fields.items():
+        ann = field.annotation
+        sub = [a for a in (ann, *typing.get_args(ann)) if isinstance(a, type) and issubclass(a, BaseModel)]
+        out += leaves(sub[0], f"{prefix}{name}.") if sub else [(f"{prefix}{name}", field)]
+    return out
+
+
+def roles(model: Any) -> dict[str, Any]:
+    """Each leaf's declared role (`k3lib.core.roles`; None where it declares none)."""
+    from .roles import role_of
+
+    return {path: role_of(field) for path, field in leaves(model)}
+
+
+def unclassified(model: Any, judged_elsewhere: Iterable[str] = ()) -> list[str]:
+    """The leaves that could loosen the test without anyone saying so: a leaf of any type that declares no role,
+    and a leaf declared judged that no row of the table (nor `judged_elsewhere`: the recipe's build requirements,
+    `k3lib.core.recipes.RECIPE_FIELDS`) gives a floor."""
+    from .roles import Judged
+
+    elsewhere = set(judged_elsewhere)
+    return [p for p, r in roles(model).items()
+            if r is None or (isinstance(r, Judged) and p not in BY_PATH and p not in elsewhere)]
 
 
 # -- loosened settings -------------------------------------------------------------------------------------------
@@ -449,13 +579,15 @@ def check_bounds(resolved: Mapping[str, Any], prov: Mapping[str, str] | None = N
 
 
 def loosened(resolved: Mapping[str, Any], defaults: Mapping[str, Any], prov: Mapping[str, str] | None = None,
-             accepted: Iterable[Any] = (), who: str | None = None, when: str | None = None) -> list[Loosened]:
+             accepted: Iterable[Any] = (), who: str | None = None, when: str | None = None,
+             served: Mapping[str, Any] | None = None) -> list[Loosened]:
     """Every setting of `resolved` looser than its floor — the value in `defaults`
     (`k3lib.core.params.default_tree()`) for a judgement threshold, what the contract sets for the others — each
     with the attestation entry that accepted it (the same path and the same value), if any. `accepted` holds the
     attestation's `thresholds_accepted` entries. A key `resolved` leaves out takes its default (a partial tree, as
-    the sheet's configuration column passes, judges as the defaults would)."""
-    resolved = _with_defaults(resolved, defaults)
+    the sheet's configuration column passes, judges as the defaults would). `served` is what the target showed of
+    itself (`SERVED`): without it, the floors that rest on it are unknown and judge nothing."""
+    resolved = {**_with_defaults(resolved, defaults), SERVED: dict(served or {})}
     by_path = {str(getattr(a, "path", "")): a for a in accepted}
     out = []
     for t in SETTINGS:

@@ -17,28 +17,22 @@ from .sheet import ITEMS, sheet_rows
 from ..core.store import RunStore
 from ..core.recipes import recipe_loosened
 from ..core.thresholds import Loosened, loosened
+from .served import served_facts, served_models
 
 __all__ = ["compute_decision", "decide_run", "loosened_thresholds", "served_models"]
 
 
 def loosened_thresholds(params: Params, records: dict[str, EvidenceRecord]) -> list[Loosened]:
-    """The thresholds `params` sets looser than the defaults, each with the entry of the attestation the operations
-    axis read (its evidence, not the file as it is now) that accepted it."""
+    """The settings `params` sets looser than their floors — the kit's defaults, the contract, the served model's
+    recipe and what the target showed of itself (`k3lib.verdict.served`) — each with the entry of the attestation
+    the operations axis read (its evidence, not the file as it is now) that accepted it."""
     ops = records.get("operations")
     att = ops.typed().attestation if ops is not None and ops.axis == "operations" else None
     accepted = att.items.thresholds_accepted if att is not None else ()
     who, when = (att.who, att.when.isoformat()) if att else (None, None)
-    return loosened(params.public_dict(), default_tree(), accepted=accepted, who=who, when=when) + \
+    return loosened(params.public_dict(), default_tree(), accepted=accepted, who=who, when=when,
+                    served=served_facts(records, params.recipe.name)) + \
         recipe_loosened(params.recipe.model_dump(), served_models(records), accepted, who, when)
-
-
-def served_models(records: dict[str, EvidenceRecord]) -> list[str]:
-    """The model ids and roots the target serves (the probe's `/v1/models`), whatever the parameters name."""
-    probe = records.get("probe")
-    if probe is None or probe.axis != "probe":
-        return []
-    cards = probe.typed().served_models
-    return [str(v) for c in cards for v in (c.id, c.root) if v]
 
 
 def compute_decision(params: Params, records: dict[str, EvidenceRecord], *,

@@ -157,7 +157,10 @@ def _configuration(axis: str, params: dict[str, Any] | None, records: dict[str, 
     from ..core.recipes import recipe_loosened
     from ..core.thresholds import BY_PATH, loosened
 
-    loose = [t for t in loosened(params, default_tree()) if BY_PATH[t.path].axis == axis]
+    from .served import served_facts
+
+    facts = served_facts(records or {}, (params.get("recipe") or {}).get("name"))
+    loose = [t for t in loosened(params, default_tree(), served=facts) if BY_PATH[t.path].axis == axis]
     if axis == "environment":  # the recipe of the model the target serves, whatever recipe.name says
         probe = (records or {}).get("probe")
         cards = probe.typed().served_models if probe is not None and probe.axis == "probe" else []
