@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from .decision import Decision, decide
+from .decision import Decision, decide, is_demo
 from ..core.evidence import EvidenceRecord
 from ..core.params import Params, default_tree
 from ..core.plan import ACCEPTANCE_AXES
@@ -50,7 +50,36 @@ def compute_decision(params: Params, records: dict[str, EvidenceRecord], *,
             if next(i for i in ITEMS if i.id == r["id"]).axis in planned]
     decision = decide(tied, ACCEPTANCE_AXES, build=params.recipe.build, checklist=rows or None, today=today,
                       loosened=loosened_thresholds(params, records))
-    return dataclasses.replace(decision, identity=identity.to_dict())
+    kind = target_kind(records)
+    if is_demo(kind):
+        reasons = (*decision.reasons, f"demo: the target is the kit's emulator ({kind}: {_kind_basis(records)}) — "
+                   "a demonstration of the kit, not an acceptance of a deployment; `k3 sign` refuses it")
+        decision = dataclasses.replace(decision, reasons=reasons)
+    return dataclasses.replace(decision, identity=identity.to_dict(), target_kind=kind)
+
+
+def target_kind(records: dict[str, EvidenceRecord]) -> str | None:
+    """What the probe found the target to be (`k3lib.axes.probe.target_kind`); a probe record written before the
+    kit recorded it: its kept `/version` body, declaring the kit's emulator or not."""
+    probe = records.get("probe")
+    if probe is None or probe.axis != "probe":
+        return None
+    data = probe.data if isinstance(probe.data, dict) else {}
+    if data.get("target_kind"):
+        return str(data["target_kind"])
+    import json
+
+    try:
+        version = json.loads(((data.get("endpoints") or {}).get("version") or {}).get("body") or "null")
+    except ValueError:
+        version = None
+    return "external-emulator" if isinstance(version, dict) and version.get("emulator") else None
+
+
+def _kind_basis(records: dict[str, EvidenceRecord]) -> str:
+    probe = records.get("probe")
+    data = probe.data if probe is not None and isinstance(probe.data, dict) else {}
+    return str(data.get("target_kind_basis") or "its /version declares the kit's emulator")
 
 
 def decide_run(params: Params, store: RunStore, records: dict[str, EvidenceRecord]) -> Decision:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...core.evidence import Finding
 from ...core.numbers import figure
-from ...core.thresholds import DTYPE_BYTES
+from ...core.floors import DTYPE_BYTES
 
 if TYPE_CHECKING:
     from ...core.params import Params
