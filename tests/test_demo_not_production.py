@@ -78,3 +78,27 @@ def test_the_index_says_demo(healthy_run):
     _, store = healthy_run
     index = store.path("report/index.html").read_text(encoding="utf-8")
     assert "(demo)" in index and "k3 sign</code> refuses it" in index
+
+
+def test_attack_a_demo_relabelled_engine_to_be_signed(healthy_run, tmp_path):
+    """The probe's record edited to say `engine` and the decision recomputed through the kit's own store: the
+    hashes hold, but the kept /version body and request.json give the emulator back — verify and sign name it."""
+    from k3lib.core.errors import EvidenceError
+    from k3lib.core.evidence import read_records
+    from k3lib.core.params import load_params_json
+    from k3lib.report.signing import sign_run, verify_run
+
+    _, original = healthy_run
+    shutil.copytree(original.root, tmp_path / "run")
+    store = RunStore.open(tmp_path / "run")
+    probe = store.read_json("evidence/probe.json")
+    probe["data"]["target_kind"] = "engine"
+    store.write_json("evidence/probe.json", probe)
+    params = load_params_json(store.path("params.json"))
+    store.write_json("decision.json", compute_decision(params, read_records(store)).to_dict())
+    assert store.verify() == [] and store.read_json("decision.json")["target_kind"] == "engine"
+    result = verify_run(store.root)
+    assert not result.ok
+    assert "evidence/probe.json: target_kind is engine but its raw data gives embedded-emulator" in result.changed
+    with pytest.raises(EvidenceError, match="target_kind is engine"):
+        sign_run(store.root, "Alice Martin")
