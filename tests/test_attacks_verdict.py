@@ -212,6 +212,10 @@ def test_an_edited_reason_alone_fails_verify(healthy_run, tmp_path):
 
 
 def test_a_run_decided_with_the_same_evidence_verifies_and_signs(healthy_run, tmp_path):
+    """The healthy demo verifies; being a demo (its target the kit's emulator, issue 43), it signs only as one."""
     store = _copy_run(healthy_run, tmp_path)
-    record = sign_run(store.root, "Alice Martin", now=dt.datetime(2026, 12, 4, tzinfo=dt.timezone.utc))
-    assert record.decision == "production" and verify_run(store.root).ok
+    assert verify_run(store.root).ok
+    with pytest.raises(BadInputError, match="is a demo: its target is the kit's emulator"):
+        sign_run(store.root, "Alice Martin", now=dt.datetime(2026, 12, 4, tzinfo=dt.timezone.utc))
+    record = sign_run(store.root, "Alice Martin", now=dt.datetime(2026, 12, 4, tzinfo=dt.timezone.utc), demo=True)
+    assert record.decision == "production" and record.demo and verify_run(store.root).ok

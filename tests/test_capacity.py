@@ -314,6 +314,11 @@ READY = {"ready": True, "polls": 1, "waited_s": 0.4, "ready_at_wall": 1.0, "last
     pytest.param({**READY, "observed_transition": False, "restart": {"command": "target.restart", "ok": False,
                                                                       "detail": "exit status 1"}},
                  "not-observable", "target.restart failed (exit status 1)", id="restart-failed"),
+    pytest.param({**READY, "observed_transition": False, "restart": {
+        "command": "target.restart", "ok": True, "detail": "exit status 0",
+        "effect": "no effect seen: /health never left 200 and its process start time did not change — nothing "
+                  "restarted"}},
+                 "not-observable", "nothing restarted: the cold load was not observed", id="restart-without-effect"),
 ])
 def test_cold_load_is_measured_only_across_a_restart(ready, status, words):
     f = _finding(_cold_result(ready), "cold_load")

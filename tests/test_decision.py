@@ -155,6 +155,37 @@ def test_item_status_reads_matching_findings():
     assert item_status(ITEMS[2], {"environment": env})[0] == "open"
 
 
+def _item(item_id: str):
+    return next(i for i in ITEMS if i.id == item_id)
+
+
+def test_attack_an_item_passes_only_when_every_rule_it_rests_on_passes():
+    """Issue 43: C08 (cold load apart from long context) passed on `capacity.cold_load` alone; every rule it rests
+    on must now have a passing finding, or it stays open and production is refused."""
+    partial = {"capacity": rec("capacity", capacity__cold_load="pass")}
+    status, _ = item_status(_item("C08"), partial)
+    assert status == "open"
+    (row,) = [r for r in sheet_rows(partial) if r["id"] == "C08"]
+    assert "no finding for capacity.long_context" in row["observed"]
+    assert decide(partial, ["capacity"], checklist=[row]).decision == "limited-observation"
+    whole = {"capacity": rec("capacity", capacity__cold_load="pass", capacity__long_context="pass")}
+    assert item_status(_item("C08"), whole)[0] == "pass"
+
+
+def test_one_name_of_an_event_suffices_and_a_setting_turned_off_drops_its_rules():
+    """An OOM is reported as capacity.oom or capacity.startup_oom (one suffices); the thinking checks apply only
+    when the agent axis ran with thinking on (off, the settings table lists it as loosened)."""
+    cap = rec("capacity", capacity__oom="pass", capacity__context_refusal="pass")
+    assert item_status(_item("C10"), {"capacity": cap})[0] == "pass"
+    c07 = [r for r in _item("C07").rules if r not in ("agent.reasoning_present", "agent.no_reasoning_leak")
+           and not r.startswith("agent.contract.")]
+    agent = rec("agent", **{r.replace(".", "__"): "pass" for r in c07})
+    with_settings = agent.model_copy(update={"data": {"settings": {"thinking": False, "contract_check": False}}})
+    assert item_status(_item("C07"), {"agent": with_settings})[0] == "pass"
+    thinking = agent.model_copy(update={"data": {"settings": {"thinking": True, "contract_check": False}}})
+    assert item_status(_item("C07"), {"agent": thinking})[0] == "open"
+
+
 def test_decision_json_shape():
     d = decide({"probe": OK_PROBE}, ["probe"]).to_dict()
     assert set(d) >= {"decision", "reasons", "checklist", "traffic_cap", "reexamine_on", "build"}

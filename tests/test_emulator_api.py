@@ -50,7 +50,8 @@ def test_health_is_empty_200(client):
 
 
 def test_version_and_models_card(client):
-    assert client.get("/version").json() == {"version": "0.33.0"}
+    # vLLM's /version, and the emulator naming itself (a run against it is a demo, issue 43)
+    assert client.get("/version").json() == {"version": "0.33.0", "emulator": "k3kit-emulator"}
     card = client.get("/v1/models").json()["data"][0]
     assert card["id"] == "kimi-k3" and card["root"] == "moonshotai/Kimi-K3"
     assert card["owned_by"] == "vllm" and card["max_model_len"] == 4096 and card["object"] == "model"

@@ -193,7 +193,7 @@ def test_pdf_is_printed_recorded_and_verified(healthy_run, tmp_path, capsys):
     assert "acceptance.pdf: PDF changed" in capsys.readouterr().out
 
     outside.write_bytes(data)
-    assert main(["sign", str(store.root), "--reviewer", "R. Eviewer"]) == 0
+    assert main(["sign", str(store.root), "--reviewer", "R. Eviewer", "--demo"]) == 0  # the demo, signed as one
     capsys.readouterr()
     assert main(["report", str(store.root), "--pdf", str(tmp_path / "again.pdf")]) == 2
     err = capsys.readouterr().err

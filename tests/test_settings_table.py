@@ -13,9 +13,11 @@ from conftest import ROOT
 from k3lib.core.attested import parse_attestation
 from k3lib.core.errors import BadInputError
 from k3lib.core.evidence import OperationsData, read_records
-from k3lib.core.params import CapacityParams, LoadParams, default_tree, load_params, load_params_json
-from k3lib.core.params import Params
-from k3lib.core.thresholds import BY_PATH, NOT_JUDGED, SETTINGS, loosened, numeric_paths, unclassified
+from k3lib.core.params import CapacityParams, ContractParams, LoadParams, RecipeParams, TargetParams, default_tree
+from k3lib.core.params import Params, load_params, load_params_json
+from k3lib.core.recipes import RECIPE_FIELDS
+from k3lib.core.roles import Cosmetic, Judged
+from k3lib.core.thresholds import BY_PATH, NOT_JUDGED, SETTINGS, loosened, numeric_paths, roles, unclassified
 from k3lib.report.index import decision_block
 from k3lib.verdict.assemble import compute_decision
 from k3lib.verdict.sheet import ITEMS, sheet_rows
@@ -26,12 +28,36 @@ EMULATOR = str(ROOT / "parameters" / "emulator.yaml")
 # -- a new knob cannot slip past -----------------------------------------------------------------------------------
 
 
+RECIPE_REQUIREMENTS = [f"recipe.{f}" for f in RECIPE_FIELDS]
+
+
+def test_every_leaf_of_every_type_declares_its_role():
+    """Issue 43: bool, string, null, list, command and number alike — each leaf says on its field whether it loosens
+    (and its floor's basis) or why it cannot."""
+    assert unclassified(Params, RECIPE_REQUIREMENTS) == []
+    declared = roles(Params)
+    assert len(declared) > 120 and all(r is not None for r in declared.values())
+    for path in ("recipe.sampling.thinking", "recipe.spec_decode_min_acceptance_length", "axes.environment.nvswitch",
+                 "axes.capacity.roofline.weight_dtype", "axes.capacity.roofline.hbm_tb_s",
+                 "axes.capacity.roofline.active_params_b"):
+        assert isinstance(declared[path], Judged) and path in BY_PATH, path
+    assert isinstance(declared["target.restart"], Cosmetic) and "effect" in declared["target.restart"].why
+    # every row of the table is a judged leaf, its direction the one the field declares
+    for t in SETTINGS:
+        assert isinstance(declared.get(t.path), Judged) and declared[t.path].looser == t.looser, t.path
+    assert all(isinstance(declared[p], Judged) and declared[p].basis == "recipe" for p in RECIPE_REQUIREMENTS)
+
+
+def test_not_judged_keeps_only_cosmetic_fields():
+    declared = roles(Params)
+    assert [p for p in NOT_JUDGED if not isinstance(declared.get(p), Cosmetic)] == []
+
+
 def test_every_numeric_axes_and_load_setting_is_classified():
-    assert unclassified(Params) == []
     paths = numeric_paths(Params)
     assert "axes.capacity.prompt_tokens" in paths and "load.workers" in paths
     assert "axes.capacity.calibrate" not in paths  # a bool is a mode, not a number
-    stale = [p for p in (*BY_PATH, *NOT_JUDGED) if p not in paths and not BY_PATH.get(p, SETTINGS[0]).kind == "mode"]
+    stale = [p for p in (*BY_PATH, *NOT_JUDGED) if p not in roles(Params)]
     assert stale == [], "rows naming a parameter that no longer exists"
 
 
@@ -39,13 +65,24 @@ def test_every_numeric_axes_and_load_setting_is_classified():
     pytest.param(CapacityParams, "burst_tokens", int, "axes.capacity.burst_tokens", id="an int size"),
     pytest.param(CapacityParams, "warmup_share", float | None, "axes.capacity.warmup_share", id="an optional float"),
     pytest.param(LoadParams, "streams", tuple[int, ...], "load.streams", id="a tuple of levels"),
+    pytest.param(CapacityParams, "skip_soak", bool, "axes.capacity.skip_soak", id="a bool"),
+    pytest.param(RecipeParams, "parser", str | None, "recipe.parser", id="a nullable string"),
+    pytest.param(TargetParams, "warmup", str | list[str] | None, "target.warmup", id="a command"),
+    pytest.param(ContractParams, "regions", tuple[str, ...], "contract.regions", id="a list of strings"),
 ])
-def test_a_new_unclassified_numeric_setting_fails_the_walk(monkeypatch, model, name, annotation, path):
-    """The deliberate knob: added to the model, in neither the table nor NOT_JUDGED — the walk names it."""
+def test_a_new_leaf_without_a_role_fails_the_walk(monkeypatch, model, name, annotation, path):
+    """The deliberate knob, of any type: added to the model with no role — the walk names it; declared cosmetic
+    (with its reason) it passes; declared judged, it needs a row of the table."""
     monkeypatch.setitem(model.model_fields, name, FieldInfo(annotation=annotation, default=None))
-    assert unclassified(Params) == [path]
-    monkeypatch.setitem(NOT_JUDGED, path, "a test's knob")
-    assert unclassified(Params) == []
+    assert unclassified(Params, RECIPE_REQUIREMENTS) == [path]
+    judged = FieldInfo(annotation=annotation, default=None)
+    judged.metadata = [Judged("other", "defaults")]
+    monkeypatch.setitem(model.model_fields, name, judged)
+    assert unclassified(Params, RECIPE_REQUIREMENTS) == [path]  # judged, but no floor anywhere
+    cosmetic = FieldInfo(annotation=annotation, default=None)
+    cosmetic.metadata = [Cosmetic("a test's knob")]
+    monkeypatch.setitem(model.model_fields, name, cosmetic)
+    assert unclassified(Params, RECIPE_REQUIREMENTS) == []
 
 
 def test_a_new_string_setting_is_not_a_number():
@@ -59,6 +96,7 @@ def test_the_kits_own_defaults_and_the_k3_profile_are_at_their_floors():
     assert loosened(tree, tree) == []
     k3 = load_params([str(ROOT / "parameters" / "kimi-k3.yaml")], ["target.base_url=http://127.0.0.1:8000"])
     assert loosened(k3.public_dict(), tree) == []
+    assert loosened(k3.public_dict(), tree, served=K3_SERVED) == []  # and at the served K3 recipe's floors
 
 
 # -- the floors follow the contract --------------------------------------------------------------------------------
@@ -179,9 +217,83 @@ def test_an_attestation_accepts_a_level_list_by_its_value(healthy_run):
 
 def test_the_contract_defaults_here_are_the_models():
     """thresholds.py cannot import the model (the model imports it): its fallbacks must be the model's defaults."""
-    from k3lib.core import thresholds
+    from k3lib.core import floors as thresholds
     from k3lib.core.params import ContractParams
 
     fields = ContractParams.model_fields
     assert thresholds._CONTEXT_DEFAULT == fields["max_context_tokens"].default
     assert thresholds._OUTPUT_DEFAULT == fields["max_output_tokens"].default
+
+
+# -- every type: the served model's recipe and the kit's modes (issue 43) ------------------------------------------
+
+
+def _k3_served() -> dict[str, object]:
+    from k3lib.core.recipes import KNOWN_RECIPES
+
+    return {"recipe": dict(KNOWN_RECIPES["kimi-k3"].judged), "recipe_name": "kimi-k3",
+            "recipe_model": "moonshotai/Kimi-K3", "gpu": "NVIDIA H200", "hbm_tb_s": 4.8}
+
+
+K3_SERVED = _k3_served()
+
+
+@pytest.mark.parametrize("overrides, path", [
+    pytest.param(["recipe.sampling.thinking=false"], "recipe.sampling.thinking", id="attack 3: thinking off"),
+    pytest.param(["recipe.sampling.thinking=null"], "recipe.sampling.thinking", id="thinking unset"),
+    pytest.param(["recipe.sampling.temperature=0.2"], "recipe.sampling.temperature", id="a cooler sampling"),
+    pytest.param(["recipe.spec_decode_min_acceptance_length=null"], "recipe.spec_decode_min_acceptance_length",
+                 id="attack 6: no DSpark floor"),
+    pytest.param(["axes.capacity.roofline.weight_dtype=null"], "axes.capacity.roofline.weight_dtype",
+                 id="attack 7: no dtype"),
+    pytest.param(["axes.capacity.roofline.weight_dtype=bf16"], "axes.capacity.roofline.weight_dtype",
+                 id="wider weights"),
+    pytest.param(["axes.capacity.roofline.active_params_b=null"], "axes.capacity.roofline.active_params_b",
+                 id="no active parameters"),
+    pytest.param(["axes.capacity.roofline.hbm_tb_s=0.5"], "axes.capacity.roofline.hbm_tb_s",
+                 id="a bandwidth below the GPU's"),
+    pytest.param(["axes.capacity.roofline.gpu=L40S"], "axes.capacity.roofline.gpu", id="another GPU named"),
+    pytest.param(["axes.environment.nvswitch=false"], "axes.environment.nvswitch", id="NVSwitch said absent"),
+    pytest.param(["axes.agent.history=drop-reasoning"], "axes.agent.history", id="a history mode"),
+    pytest.param(["axes.prefix_cache.isolation=salt"], "axes.prefix_cache.isolation", id="an isolation mode"),
+    pytest.param(["axes.agent.sample=/tmp/easy.yaml"], "axes.agent.sample", id="another agent sample"),
+])
+def test_attack_a_non_numeric_or_null_setting_is_loosened(overrides, path):
+    """Each leaf the third review named (and its kin) set looser than its reference is listed: the served K3 recipe
+    for the sampling, the DSpark floor and the bytes per token; the kit's table for the bandwidth; the kit's modes."""
+    base = load_params([str(ROOT / "parameters" / "kimi-k3.yaml")], ["target.base_url=http://127.0.0.1:8000"])
+    moved = load_params([], overrides, base=base.public_dict())
+    loose = {t.path: t for t in loosened(moved.public_dict(), default_tree(), served=K3_SERVED)}
+    assert path in loose, sorted(loose)
+    assert not loose[path].accepted and f"{path} = " in loose[path].text()
+
+
+def test_tightening_a_non_numeric_setting_is_never_listed():
+    base = load_params([str(ROOT / "parameters" / "kimi-k3.yaml")], ["target.base_url=http://127.0.0.1:8000"])
+    moved = load_params([], ["axes.environment.nvswitch=true", "axes.capacity.roofline.weight_dtype=int4",
+                             "axes.capacity.roofline.hbm_tb_s=8", "axes.capacity.roofline.active_params_b=40",
+                             "recipe.spec_decode_min_acceptance_length=2.5"], base=base.public_dict())
+    assert loosened(moved.public_dict(), default_tree(), served=K3_SERVED) == []
+
+
+def test_without_a_known_served_recipe_its_floors_judge_nothing():
+    """A generic model: the recipe basis gives no floor (the kit's defaults are null)."""
+    moved = load_params([], ["recipe.sampling.thinking=false", "axes.capacity.roofline.weight_dtype=null"],
+                        base=default_tree())
+    assert loosened(moved.public_dict(), default_tree(), served={"gpu": "NVIDIA H200", "hbm_tb_s": 4.8}) == []
+
+
+def test_attack_thinking_off_is_not_production_until_accepted(healthy_run):
+    """Attack 3 at the decision: the healthy demo's records, thinking turned off — listed, and production only once
+    an attestation accepts the same path and value."""
+    params, records = _records(healthy_run)
+    moved = load_params([], ["recipe.sampling.thinking=false"], base=params.public_dict())
+    d = compute_decision(moved, records)
+    assert d.decision == "limited-observation"
+    assert any("recipe.sampling.thinking" in r and "loosened threshold" in r for r in d.reasons)
+    att = records["operations"].typed().attestation.model_dump(mode="json")
+    att["items"]["thresholds_accepted"] = [*att["items"]["thresholds_accepted"], {
+        "path": "recipe.sampling.thinking", "value": False, "why": "this deployment serves K3 without reasoning"}]
+    ops = records["operations"].model_copy(update={"data": OperationsData(
+        attestation=parse_attestation(att, "att.yaml")).model_dump(mode="json")})
+    assert compute_decision(moved, {**records, "operations": ops}).decision == "production"

@@ -160,17 +160,53 @@ def _newer(a: str | None, b: str | None) -> bool:
     return va is not None and vb is not None and va > vb
 
 
-def served_by_target(location: str | None, base: str) -> bool:
-    """Whether a source's URL (`{base_url}` allowed) is served by the target under test itself (same host and port):
-    what the deployment says of itself proves nothing about it, except from the kit's own demo stand-in."""
+def served_by_target(location: str | None, base: str, *, timeout_s: float = 3.0) -> bool:
+    """Whether a source's URL (`{base_url}` allowed) is served by the target under test itself: what the deployment
+    says of itself proves nothing about it, except from the kit's own demo stand-in. The host is compared by what
+    its name resolves to (`localhost`, `127.0.0.1`, `::1`, another DNS name of the same address are one host,
+    `k3lib.io.addresses`); on the same host at another port, the server there is the target when it states the
+    target's own identity (its process start time, or the root of a model it serves)."""
     from urllib.parse import urlsplit
 
     from .environment.sources import substitute
+    from ..io.addresses import origin, same_host, same_origin
 
     if not location:
         return False
-    url, own = urlsplit(substitute(location, base)), urlsplit(base)
-    return url.scheme in ("http", "https") and (url.hostname, url.port) == (own.hostname, own.port)
+    url = substitute(location, base)
+    if urlsplit(url).scheme not in ("http", "https"):
+        return False
+    if same_origin(url, base):
+        return True
+    if not same_host(urlsplit(url).hostname, urlsplit(base).hostname):
+        return False
+    mine, theirs = server_identity(base, timeout_s), server_identity(origin(url), timeout_s)
+    return bool(theirs["roots"] & mine["roots"]) or (
+        mine["start"] is not None and theirs["start"] == mine["start"])
+
+
+def server_identity(base: str, timeout_s: float = 3.0) -> dict[str, Any]:
+    """What a server says of itself that another cannot share: the roots of the models `/v1/models` lists and the
+    process start time its `/metrics` states (either may be absent: a server that is not a model server)."""
+    import httpx
+
+    from ..io.claims import metrics_claims
+
+    roots: set[str] = set()
+    start = None
+    with httpx.Client(base_url=base, timeout=timeout_s) as http:
+        try:
+            body = http.get("/v1/models").json()
+            cards = body.get("data", []) if isinstance(body, dict) else []
+            roots = {str(c.get("root")) for c in cards if isinstance(c, dict) and c.get("root")}
+        except (httpx.HTTPError, ValueError):
+            pass
+        try:
+            resp = http.get("/metrics")
+            start = metrics_claims([resp.text]).get("start_time") if resp.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            pass
+    return {"roots": frozenset(roots), "start": start}
 
 
 def served_release(http: Any, inspect: str | None, base: str, *, trust_target: bool = True) -> Served:

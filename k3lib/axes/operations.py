@@ -50,7 +50,7 @@ def _attestation(ctx: AxisContext, value: str) -> tuple[AttestationRecord | None
     return parse_attestation_text(src.text or "", str(src.location)), str(src.location), src.text or ""
 
 
-def kit_started(ctx: AxisContext) -> bool:
+def kit_started(ctx: "AxisContext | Any") -> bool:
     """Whether the target is the kit's own emulator (started by this process, or by the batch: its `request.json`,
     hashed in the manifest, names no target URL) — the only target whose self-served attestation is the demo's
     stand-in."""

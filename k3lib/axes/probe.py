@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -198,9 +199,36 @@ def iter_findings(result: ProbeResult, ctx: AxisContext) -> list[Finding]:
     return out
 
 
+def target_kind(result: ProbeResult, ctx: Any) -> tuple[str, str]:
+    """What the target is, and how the kit knows: `embedded-emulator` when the kit started it itself (this process,
+    or the batch whose request names no target URL), `external-emulator` when its `/version` declares the kit's
+    emulator (as a product names itself), `engine` otherwise. Either emulator makes the run a demo."""
+    from .operations import kit_started
+
+    declared = None
+    body = result.endpoints["version"].json() if "version" in result.endpoints else None
+    if isinstance(body, dict) and body.get("emulator"):
+        declared = str(body["emulator"])
+    started = False
+    if getattr(ctx, "store", None) is not None:
+        # a judge's context (k3 verify) carries no target: only the batch's request.json can say who started it
+        own = ctx if getattr(ctx, "target", None) is not None else \
+            SimpleNamespace(target=SimpleNamespace(emulator=None, base_url=None), store=ctx.store)
+        try:
+            started = kit_started(own)
+        except (AttributeError, OSError, ValueError):
+            started = False
+    if started:
+        return "embedded-emulator", "the kit started its embedded emulator itself"
+    if declared:
+        return "external-emulator", f"/version declares the kit's emulator ({declared!r})"
+    return "engine", "the target declares no emulator in /version and the kit did not start it"
+
+
 def probe_record(result: ProbeResult, ctx: AxisContext) -> EvidenceRecord:
     """Findings plus the raw bodies, written as attachments next to the record."""
     findings = iter_findings(result, ctx)
+    kind, kind_basis = target_kind(result, ctx)
     attachments = []
     for key, p in result.endpoints.items():
         rel = f"evidence/probe/{key.replace('[', '_').replace(']', '')}.txt"
@@ -220,5 +248,6 @@ def probe_record(result: ProbeResult, ctx: AxisContext) -> EvidenceRecord:
               # the deployment's identity from the target itself: /version, the /v1/models cards, its /metrics
               "claims": {"target": target_claims(result.vllm_version, result.served_models,
                                                  [p.body for k, p in result.endpoints.items()
-                                                  if k.startswith("metrics") and p.ok])}},
+                                                  if k.startswith("metrics") and p.ok])},
+              "target_kind": kind, "target_kind_basis": kind_basis},
         attachments=attachments)

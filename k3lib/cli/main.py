@@ -181,6 +181,9 @@ def _add_signature_commands(sub: argparse._SubParsersAction) -> None:
     sg.add_argument("--identity", metavar="PRINCIPAL",
                     help="signer identity for the allowed-signers file (default: the reviewer)")
     sg.add_argument("--force", action="store_true", help="replace an existing signature")
+    sg.add_argument("--demo", action="store_true",
+                    help="sign a run against the kit's emulator as a demo (refused without it: a demo is not an "
+                         "acceptance); signature.json then says demo: true")
     sg.set_defaults(func=cmd_sign)
 
     ver = sub.add_parser("verify", help="check every file of a run against its manifest and signature",

@@ -112,7 +112,7 @@ def _acceptance_batch(params, target, report, plan: dict, out: str | None, basel
 def _print_decision(decision, store) -> None:
     from ..report.missing import missing_lines
 
-    print(f"decision: {decision.decision}")
+    print(f"decision: {decision.line}")
     for line in missing_lines(decision.to_dict()):
         print(line)
     print(f"report: {store.path('report/index.html')}")

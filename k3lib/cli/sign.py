@@ -7,12 +7,13 @@ import argparse
 
 
 def cmd_sign(ns: argparse.Namespace) -> int:
-    """`k3 sign RUN --reviewer NAME [--key FILE] [--identity ID] [--force]`."""
+    """`k3 sign RUN --reviewer NAME [--key FILE] [--identity ID] [--force] [--demo]`."""
     from ..report.signing import SSH_SIG, sign_run
 
     record = sign_run(ns.run, ns.reviewer, key=getattr(ns, "key", None), identity=getattr(ns, "identity", None),
-                      force=bool(getattr(ns, "force", False)))
-    print(f"signed {record.run_id}: decision {record.decision}, reviewer {record.reviewer}, "
+                      force=bool(getattr(ns, "force", False)), demo=bool(getattr(ns, "demo", False)))
+    print(f"signed {record.run_id}: decision {record.decision}{' (demo)' if record.demo else ''}, reviewer "
+          f"{record.reviewer}, "
           f"manifest sha256 {record.manifest_sha256}")
     print("ssh signature: " + (f"{SSH_SIG} ({record.key_fingerprint})" if record.namespace else "none (no --key)"))
     return 0

@@ -205,6 +205,10 @@ class ProbeData(_Data):
     served_models: list[ServedModel] = Field(default_factory=list)
     endpoints: dict[str, Row] = Field(default_factory=dict)
     claims: dict[str, Row] = Field(default_factory=dict)  # the target's identity (k3lib.io.claims.target_claims)
+    # what the target is (k3lib.axes.probe.target_kind): the kit's own emulator (started by the kit, or declaring
+    # itself in /version) makes the run a demo, never an acceptance
+    target_kind: Literal["embedded-emulator", "external-emulator", "engine"] | None = None
+    target_kind_basis: str | None = None
 
 
 class PrefixPair(_Data):

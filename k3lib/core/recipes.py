@@ -29,6 +29,9 @@ class KnownRecipe:
     prefix_caching: bool
     basis: str
     models: tuple[str, ...] = ()  # the model ids/roots a target serves it under (/v1/models)
+    # the settings whose floor this recipe gives (`k3lib.core.thresholds.SETTINGS` rows of basis "recipe"), by path:
+    # how the model is used in production and what its roofline rests on
+    judged: tuple[tuple[str, Any], ...] = ()
 
 
 KNOWN_RECIPES: dict[str, KnownRecipe] = {
@@ -40,7 +43,13 @@ KNOWN_RECIPES: dict[str, KnownRecipe] = {
         basis="seed 000: Kimi K3 runs vLLM 0.27.1+, a CUDA 13 build on a host driver R580 or newer, with "
               "--enable-auto-tool-choice, the kimi_k3 parsers and prefix caching (passed explicitly: off by default "
               "for K3); vLLM's K3 recipe: --trust-remote-code",
-        models=("moonshotai/Kimi-K3", "Kimi-K3")),
+        models=("moonshotai/Kimi-K3", "Kimi-K3"),
+        # Moonshot's API pins temperature 1.0 and top_p 0.95 and thinking is on (Kimi-Vendor-Verifier, vLLM's K3
+        # blog); DSpark accepts ~2.6 tokens per step, 2.0 the floor; 2.8T parameters, 16 of 896 experts active per
+        # token (~50B read per token), MXFP4 weights (parameters/kimi-k3.yaml says the same, with its sources)
+        judged=(("recipe.sampling.temperature", 1.0), ("recipe.sampling.top_p", 0.95),
+                ("recipe.sampling.thinking", True), ("recipe.spec_decode_min_acceptance_length", 2.0),
+                ("axes.capacity.roofline.active_params_b", 50.0), ("axes.capacity.roofline.weight_dtype", "mxfp4"))),
 }
 
 # Letters of other scripts drawn like Latin ones (Cyrillic, Greek): a name is compared by its skeleton.

@@ -20,9 +20,12 @@ A value inside the bounds but looser than its floor is *loosened*: the decision,
 and it forbids `production` unless the operator's attestation accepts it by path and value, with who and why
 (`items.thresholds_accepted`). Tightening is always allowed.
 
-**Adding a row**: append a `Setting` to `SETTINGS` (its basis names the seed rule), or, for a numeric parameter
-that cannot make a judgement more lenient, add its path to `NOT_JUDGED` with the reason. `unclassified(Params)` walks the
-parameters model; `tests/test_settings_table.py` fails on any numeric `axes.*`/`load.*` field in neither.
+**Every leaf declares its role** where it is declared, on its pydantic field (`k3lib.core.roles`: `Judged(looser,
+basis)` or `Cosmetic(why)`), whatever its type (bool, string, null, list, command, number). A judged leaf has its
+row here (its floor and basis; the recipe's build requirements are `k3lib.core.recipes.weaker_fields`'); a cosmetic
+one says why it cannot loosen. `unclassified(Params)` walks every leaf; `tests/test_settings_table.py` fails on a leaf
+without a role, or judged without a floor. `NOT_JUDGED` lists cosmetic numeric fields only (the reasons older
+readers print).
 """
 
 from __future__ import annotations
@@ -32,11 +35,14 @@ import typing
 from typing import Any, Callable, Iterable, Literal, Mapping
 
 from .errors import BadInputError
+from .floors import (_SAMPLE, SERVED, Floor, Measure, _context_floor, _dtype_bytes, _fmt, _get, _gpu_floor,
+                     _hbm_floor, _highest, _longest_context, _longest_prefix, _modes_floor, _modes_run,
+                     _nvswitch_floor, _or_floor, _or_served, _output_floor, _planned, _prefix_floor, _prompt_floor,
+                     _recipe_floor, _requests_floor, _sample_ceiling, _tool_turns_floor)
+from .floors import DTYPE_BYTES, prefix_floor_tokens, typical_output_tokens, typical_prompt_tokens  # noqa: F401
 
-Looser = Literal["higher", "lower", "false"]
+Looser = Literal["higher", "lower", "false", "other"]
 Kind = Literal["threshold", "size", "length", "level", "duration", "repetitions", "bound", "mode"]
-Floor = Callable[[Mapping[str, Any]], "tuple[Any, str] | None"]
-Measure = Callable[[Any, Mapping[str, Any]], Any]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +59,8 @@ class Setting:
     floor: Floor | None = None
     measure: Measure | None = None
     for_axis: str | None = None  # the axis a contract.* setting shapes, when it is not the load steps
+    null_looser: bool = False  # a null (the check it feeds dropped) is looser than a floor that is set
+    order: Callable[[Any], Any] | None = None  # what is compared, for a value not ordered by itself (a dtype)
 
     @property
     def axis(self) -> str:
@@ -62,11 +70,15 @@ class Setting:
         section, _, rest = self.path.partition(".")
         if section == "axes":
             return rest.partition(".")[0]
+        if section == "recipe":
+            return "environment"
         return "capacity"  # contract.* and load.* settings shape the load steps
 
     def bounds_text(self) -> str:
         if self.looser == "false":
             return "true (false only when attested)"
+        if self.looser == "other":
+            return "the reference's value (another only when attested)"
         lo = "" if self.low is None else _fmt(self.low)
         hi = "" if self.high is None else _fmt(self.high)
         if lo and hi:
@@ -76,14 +88,20 @@ class Setting:
         return f"at least {lo}{self.unit}" if lo else f"at most {hi}{self.unit}"
 
     def is_looser(self, value: Any, floor: Any) -> bool:
-        if value is None or floor is None:
+        if floor is None:
             return False
+        if value is None:
+            return self.null_looser
         if self.looser == "false":
             return bool(floor) and not bool(value)
+        if self.looser == "other":
+            return not _same(value, floor)
+        if self.order is not None:
+            value, floor = self.order(value), self.order(floor)
         return value > floor if self.looser == "higher" else value < floor
 
     def in_bounds(self, value: Any) -> bool:
-        if self.looser == "false" or value is None or not isinstance(value, (int, float)):
+        if self.looser in ("false", "other") or value is None or not isinstance(value, (int, float)):
             return True
         return (self.low is None or value >= self.low) and (self.high is None or value <= self.high)
 
@@ -100,139 +118,6 @@ class Setting:
 
 
 Threshold = Setting  # the name the judgement thresholds had before the table held every setting
-
-
-def _fmt(value: Any) -> str:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return str(list(value)) if isinstance(value, tuple) else str(value)
-    return f"{value:g}"
-
-
-def _get(tree: Mapping[str, Any], path: str) -> Any:
-    node: Any = tree
-    for key in path.split("."):
-        if not isinstance(node, Mapping) or key not in node:
-            return None
-        node = node[key]
-    return node
-
-
-# -- floors from the contract ------------------------------------------------------------------------------------
-
-
-#: the contract's limits where a partial tree leaves them unset (the defaults of `k3lib.core.params.ContractParams`)
-_CONTEXT_DEFAULT, _OUTPUT_DEFAULT = 32768, 1024
-
-
-def _context_tokens(resolved: Mapping[str, Any]) -> int:
-    return int(_get(resolved, "contract.max_context_tokens") or _CONTEXT_DEFAULT)
-
-
-def _output_tokens(resolved: Mapping[str, Any]) -> int:
-    return int(_get(resolved, "contract.max_output_tokens") or _OUTPUT_DEFAULT)
-
-
-def typical_prompt_tokens(resolved: Mapping[str, Any]) -> int:
-    """The contract's typical prompt; unset, half of its context limit (what the load sends by default)."""
-    return int(_get(resolved, "contract.typical_prompt_tokens") or max(16, _context_tokens(resolved) // 2))
-
-
-def typical_output_tokens(resolved: Mapping[str, Any]) -> int:
-    """The contract's typical answer; unset, its max output."""
-    return int(_get(resolved, "contract.typical_output_tokens") or _output_tokens(resolved))
-
-
-def _planned(resolved: Mapping[str, Any]) -> tuple[int, str]:
-    n = int(_get(resolved, "contract.planned_concurrency") or 1)
-    return n, f"contract.planned_concurrency {n}"
-
-
-def _context_floor(resolved: Mapping[str, Any]) -> tuple[int, str]:
-    ctx, out = _context_tokens(resolved), _output_tokens(resolved)
-    return ctx - out, (f"the longest prompt reaches the contract's context limit: contract.max_context_tokens {ctx} "
-                       f"− contract.max_output_tokens {out}")
-
-
-def _longest_context(value: Any, resolved: Mapping[str, Any]) -> int:
-    if value:
-        return max(value)  # the long-context phase sends each length as a whole prompt
-    ctx = _context_tokens(resolved)
-    return max(ctx - int(_get(resolved, "axes.capacity.long_context_output_tokens") or 0), 16)
-
-
-def _prompt_floor(resolved: Mapping[str, Any]) -> tuple[int, str]:
-    n = typical_prompt_tokens(resolved)
-    said = "contract.typical_prompt_tokens" if _get(resolved, "contract.typical_prompt_tokens") else \
-        "half of contract.max_context_tokens (contract.typical_prompt_tokens unset)"
-    return n, f"the contract's typical prompt: {said} {n}"
-
-
-def _output_floor(resolved: Mapping[str, Any]) -> tuple[int, str]:
-    n = typical_output_tokens(resolved)
-    said = "contract.typical_output_tokens" if _get(resolved, "contract.typical_output_tokens") else \
-        "contract.max_output_tokens (contract.typical_output_tokens unset)"
-    return n, f"the contract's typical answer: {said} {n}"
-
-
-def prefix_floor_tokens(resolved: Mapping[str, Any]) -> int:
-    """The longest cold/warm prompt the prefix protocol must send: the contract's typical prompt, within the
-    context limit once the protocol's short answer is reserved."""
-    ctx = _context_tokens(resolved)
-    answer = int(_get(resolved, "axes.prefix_cache.max_tokens") or 16)
-    return max(16, min(typical_prompt_tokens(resolved), ctx - answer - 64))
-
-
-def _prefix_floor(resolved: Mapping[str, Any]) -> tuple[int, str]:
-    return prefix_floor_tokens(resolved), ("the longest prefix reaches the contract's typical prompt (a cache that "
-                                           "keeps short prefixes only must not pass)")
-
-
-def _sample_ceiling(resolved: Mapping[str, Any]) -> tuple[float, str]:
-    step = float(_get(resolved, "axes.capacity.step_duration_s"))
-    settle = float(_get(resolved, "axes.capacity.settle_fraction"))
-    most = step * (1 - settle) / 3
-    return round(most, 6), (f"three /metrics samples in a step's settled part: axes.capacity.step_duration_s "
-                            f"{_fmt(step)} s × (1 − settle_fraction {_fmt(settle)}) ÷ 3")
-
-
-def _requests_floor(resolved: Mapping[str, Any]) -> tuple[int, str]:
-    from .stats import min_samples
-
-    planned, said = _planned(resolved)
-    n = max(min_samples(95), 2 * planned)
-    return n, f"a p95 interval's {min_samples(95)} requests, and two rounds of {said}"
-
-
-def _highest(value: Any, resolved: Mapping[str, Any]) -> Any:
-    return max(value) if value else _planned(resolved)[0]  # null: [1, the planned concurrency]
-
-
-def _or_floor(floor: Callable[[Mapping[str, Any]], tuple[Any, str]]) -> Measure:
-    """A null size is derived from the contract by the axis: it meets its floor by construction."""
-    return lambda value, resolved: floor(resolved)[0] if value is None else value
-
-
-def _tool_turns_floor(resolved: Mapping[str, Any]) -> tuple[int, str]:
-    from .stats import trials_to_bound
-
-    rate = float(_get(resolved, "contract.max_tool_call_failure_rate") or 0.01)
-    n = trials_to_bound(rate)
-    return n, (f"the tool turns whose Wilson 95 % upper bound can reach contract.max_tool_call_failure_rate "
-               f"{_fmt(rate)} with no failure")
-
-
-def _modes_floor(resolved: Mapping[str, Any]) -> tuple[int, str]:
-    modes = list(_get(resolved, "contract.client_stream_modes") or ())
-    return len(modes), f"every stream mode the clients use: contract.client_stream_modes {modes}"
-
-
-def _modes_run(value: Any, resolved: Mapping[str, Any]) -> int:  # the clients' modes the agent axis runs
-    modes = tuple(_get(resolved, "contract.client_stream_modes") or ())
-    return len(modes) if value is None else int(("stream" if value else "non-stream") in modes)
-
-
-def _longest_prefix(value: Any, resolved: Mapping[str, Any]) -> Any:
-    return max(value) if value else prefix_floor_tokens(resolved)
 
 
 # -- the table ---------------------------------------------------------------------------------------------------
@@ -317,6 +202,42 @@ SETTINGS: tuple[Setting, ...] = (
             "listed, and never enough)", " sessions", kind="repetitions"),
     Setting("axes.prefix_cache.prefix_tokens", "lower", None, None, _CACHE, " tokens", kind="size",
             floor=_prefix_floor, measure=_longest_prefix),
+    Setting("axes.prefix_cache.isolation", "other", None, None, _CACHE + "; a cold request must be cold (a unique "
+            "salt and a fresh prefix)", kind="mode"),
+    Setting("axes.prefix_cache.warm_change", "other", None, None, _CACHE + "; early-token is the diagnosis' "
+            "negative control, not the test", kind="mode"),
+    # -- every other type: modes, files, nulls (issue 43)
+    Setting("axes.agent.sample", "other", None, None, "seed 000: the reference agent scenario; another sample is "
+            "another test", kind="mode", floor=lambda r: (_SAMPLE, "the kit's reference sample"),
+            measure=lambda v, r: v or _SAMPLE),
+    Setting("axes.agent.history", "other", None, None, _TOOLS + "; the history goes back as received (the vendor "
+            "contract)", kind="mode"),
+    Setting("axes.environment.nvswitch", "false", None, None, "seed 000: the host's interconnect is part of the "
+            "compatibility chain (a fabric manager down leaves NVSwitch GPUs unable to talk)", kind="mode",
+            floor=_nvswitch_floor, measure=lambda v, r: True if v is None else v),
+    Setting("recipe.sampling.temperature", "other", None, None, _RATE + "; the agent axis samples as production "
+            "does (a lower temperature hides stochastic failures)", kind="mode",
+            floor=_recipe_floor("recipe.sampling.temperature"), for_axis="agent", null_looser=True),
+    Setting("recipe.sampling.top_p", "other", None, None, _RATE + "; the agent axis samples as production does",
+            kind="mode", floor=_recipe_floor("recipe.sampling.top_p"), for_axis="agent", null_looser=True),
+    Setting("recipe.sampling.thinking", "false", None, None, "seed 000: the deployment is tested as its recipe "
+            "runs it; the served model's recipe turns thinking on, so every reply must carry its reasoning (off or "
+            "unset, the thinking checks are dropped)", kind="mode",
+            floor=_recipe_floor("recipe.sampling.thinking"), for_axis="agent", null_looser=True),
+    Setting("recipe.spec_decode_min_acceptance_length", "lower", None, None, "seed 000: the deployment is tested "
+            "as its recipe runs it; the served model's recipe sets DSpark's mean acceptance length (null: reported, "
+            "not judged)", " tokens",
+            floor=_recipe_floor("recipe.spec_decode_min_acceptance_length"), for_axis="agent", null_looser=True),
+    Setting("axes.capacity.roofline.hbm_tb_s", "lower", None, None, _ROOF + "; a lower bandwidth lowers the bound",
+            " TB/s", kind="bound", floor=_hbm_floor, measure=_or_served(_hbm_floor)),
+    Setting("axes.capacity.roofline.gpu", "other", None, None, _ROOF + "; the bound is the GPU's the target runs on",
+            kind="mode", floor=_gpu_floor, measure=_or_served(_gpu_floor)),
+    Setting("axes.capacity.roofline.active_params_b", "higher", None, None, _ROOF + "; more bytes per token lowers "
+            "the bound (null: no bound known)", " B", kind="bound",
+            floor=_recipe_floor("axes.capacity.roofline.active_params_b"), null_looser=True),
+    Setting("axes.capacity.roofline.weight_dtype", "higher", None, None, _ROOF + "; wider weights lower the bound "
+            "(null: no bound known)", kind="mode", floor=_recipe_floor("axes.capacity.roofline.weight_dtype"),
+            null_looser=True, order=_dtype_bytes),
 )
 THRESHOLDS = SETTINGS
 BY_PATH: dict[str, Setting] = {t.path: t for t in SETTINGS}
@@ -343,10 +264,6 @@ NOT_JUDGED: dict[str, str] = {
     "axes.capacity.explore_output_tokens": "the OOM explorer's burst (notebooks/explore), not in the acceptance",
     "axes.capacity.explore_max_requests": "the OOM explorer's burst (notebooks/explore), not in the acceptance",
     "axes.capacity.explore_duration_s": "the OOM explorer's burst (notebooks/explore), not in the acceptance",
-    "axes.capacity.roofline.hbm_tb_s": "a hardware fact stated with its source (hbm_source) and printed in the "
-                                       "roofline table; the roofline only ever warns",
-    "axes.capacity.roofline.active_params_b": "a model fact stated with its source (active_params_source) and "
-                                              "printed in the roofline table; the roofline only ever warns",
     "axes.agent.max_requests": "a level it stops early warns (agent.budget): never a pass",
     "axes.agent.max_duration_s": "a level it stops early warns (agent.budget): never a pass",
     "axes.agent.request_timeout_s": _CUT,
@@ -387,10 +304,35 @@ def numeric_paths(model: Any, prefix: str = "") -> list[str]:
     return out
 
 
-def unclassified(model: Any, sections: tuple[str, ...] = ("axes.", "load.")) -> list[str]:
-    """Numeric `axes.*`/`load.*` parameters in neither the table nor `NOT_JUDGED`: a knob that could loosen the
-    test without anyone saying so."""
-    return [p for p in numeric_paths(model) if p.startswith(sections) and p not in BY_PATH and p not in NOT_JUDGED]
+def leaves(model: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    """Every leaf of a parameters model (`k3lib.core.params.Params`, passed in: the model imports this module) —
+    bool, string, null, list, command, number — as (dotted path, its pydantic `FieldInfo`)."""
+    from pydantic import BaseModel
+
+    out: list[tuple[str, Any]] = []
+    for name, field in model.model_fields.items():
+        ann = field.annotation
+        sub = [a for a in (ann, *typing.get_args(ann)) if isinstance(a, type) and issubclass(a, BaseModel)]
+        out += leaves(sub[0], f"{prefix}{name}.") if sub else [(f"{prefix}{name}", field)]
+    return out
+
+
+def roles(model: Any) -> dict[str, Any]:
+    """Each leaf's declared role (`k3lib.core.roles`; None where it declares none)."""
+    from .roles import role_of
+
+    return {path: role_of(field) for path, field in leaves(model)}
+
+
+def unclassified(model: Any, judged_elsewhere: Iterable[str] = ()) -> list[str]:
+    """The leaves that could loosen the test without anyone saying so: a leaf of any type that declares no role,
+    and a leaf declared judged that no row of the table (nor `judged_elsewhere`: the recipe's build requirements,
+    `k3lib.core.recipes.RECIPE_FIELDS`) gives a floor."""
+    from .roles import Judged
+
+    elsewhere = set(judged_elsewhere)
+    return [p for p, r in roles(model).items()
+            if r is None or (isinstance(r, Judged) and p not in BY_PATH and p not in elsewhere)]
 
 
 # -- loosened settings -------------------------------------------------------------------------------------------
@@ -449,13 +391,15 @@ def check_bounds(resolved: Mapping[str, Any], prov: Mapping[str, str] | None = N
 
 
 def loosened(resolved: Mapping[str, Any], defaults: Mapping[str, Any], prov: Mapping[str, str] | None = None,
-             accepted: Iterable[Any] = (), who: str | None = None, when: str | None = None) -> list[Loosened]:
+             accepted: Iterable[Any] = (), who: str | None = None, when: str | None = None,
+             served: Mapping[str, Any] | None = None) -> list[Loosened]:
     """Every setting of `resolved` looser than its floor — the value in `defaults`
     (`k3lib.core.params.default_tree()`) for a judgement threshold, what the contract sets for the others — each
     with the attestation entry that accepted it (the same path and the same value), if any. `accepted` holds the
     attestation's `thresholds_accepted` entries. A key `resolved` leaves out takes its default (a partial tree, as
-    the sheet's configuration column passes, judges as the defaults would)."""
-    resolved = _with_defaults(resolved, defaults)
+    the sheet's configuration column passes, judges as the defaults would). `served` is what the target showed of
+    itself (`SERVED`): without it, the floors that rest on it are unknown and judge nothing."""
+    resolved = {**_with_defaults(resolved, defaults), SERVED: dict(served or {})}
     by_path = {str(getattr(a, "path", "")): a for a in accepted}
     out = []
     for t in SETTINGS:

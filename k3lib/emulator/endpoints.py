@@ -17,9 +17,15 @@ async def health(request: Request) -> Response:
     return Response(status_code=200)
 
 
+#: what the emulator's /version declares itself as (beside vLLM's own `version`)
+EMULATOR_NAME = "k3kit-emulator"
+
+
 async def version(request: Request) -> Response:
     rt = request.app.state.emu.runtime
-    return gate(request, rt, None, api=False) or JSONResponse({"version": rt.cfg.vllm_version})
+    # the emulator says what it is, as a product does: a run against it is a demo (k3lib.axes.probe.target_kind)
+    return gate(request, rt, None, api=False) or JSONResponse({"version": rt.cfg.vllm_version,
+                                                               "emulator": EMULATOR_NAME})
 
 
 async def models(request: Request) -> Response:

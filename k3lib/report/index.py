@@ -40,7 +40,15 @@ def _cap_text(cap: Any) -> str:
 def decision_block(decision: dict[str, Any] | None, *, cap_label: str = "Traffic cap") -> str:
     if not decision:
         return "<section class='k3-decision'><h2>Decision: none (the summary did not complete)</h2></section>"
-    out = [f"<section class='k3-decision'><h2>Decision: {_badge(decision.get('decision'))}</h2>"]
+    from ..verdict.decision import is_demo
+
+    demo = is_demo(decision.get("target_kind"))
+    out = [f"<section class='k3-decision'><h2>Decision: {_badge(decision.get('decision'))}"
+           + (" <span class='k3-demo'>(demo)</span>" if demo else "") + "</h2>"]
+    if demo:
+        out.append(f"<p class='k3-demo'><b>Demo:</b> the target is the kit's emulator "
+                   f"({esc(str(decision.get('target_kind')))}): a demonstration of the kit, not an acceptance of a "
+                   "deployment; <code>k3 sign</code> refuses it.</p>")
     reasons = [f"<li>{esc(str(r))}</li>" for r in decision.get("reasons", [])]
     grouped = missing_html(decision) if decision.get("checklist") is not None else ""
     if grouped:

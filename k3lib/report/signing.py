@@ -18,6 +18,7 @@ from typing import Any
 from ..core.errors import BadInputError, EvidenceError
 from ..core.numbers import figure
 from ..core.plan import run_kind
+from ..verdict.decision import decision_line, is_demo
 from ..verdict.recompute import decision_problems, recomputed
 from ..core.store import MANIFEST, RunStore, atomic_write_bytes, to_json_bytes
 
@@ -39,6 +40,7 @@ class SignatureRecord:
     manifest_sha256: str
     namespace: str | None = None  # set when an SSH signature was made
     key_fingerprint: str | None = None
+    demo: bool = False  # a demo run (its target the kit's emulator), signed as one with --demo
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -100,8 +102,10 @@ def _fingerprint(key: Path) -> str | None:
 
 
 def sign_run(run_dir: str | Path, reviewer: str, *, key: str | Path | None = None, identity: str | None = None,
-             now: dt.datetime | None = None, force: bool = False) -> SignatureRecord:
-    """Sign a finished run: it must verify, hold decision.json, and not be signed already (unless `force`)."""
+             now: dt.datetime | None = None, force: bool = False, demo: bool = False) -> SignatureRecord:
+    """Sign a finished run: it must verify, hold decision.json, and not be signed already (unless `force`). A run
+    against the kit's emulator is a demo, not an acceptance: refused, unless `demo` signs it as one (marked so in
+    signature.json)."""
     store = RunStore.open(run_dir)
     reviewer = " ".join(str(reviewer or "").split())
     if not reviewer:
@@ -126,7 +130,14 @@ def sign_run(run_dir: str | Path, reviewer: str, *, key: str | Path | None = Non
     if "decision.json" not in manifest["files"]:
         raise BadInputError("no decision.json in the manifest: run `k3 validate` to the end before signing",
                             source=str(store.root))
-    decision = (store.read_json("decision.json") or {}).get("decision")
+    decided = store.read_json("decision.json") or {}
+    decision = decided.get("decision")
+    is_demo_run = is_demo(decided.get("target_kind"))
+    if is_demo_run and not demo:
+        raise BadInputError(f"{store.run_id} is a demo: its target is the kit's emulator ({decided.get('target_kind')})"
+                            f", so `{decision_line(str(decision), decided.get('target_kind'))}` is a demonstration, "
+                            "not an acceptance; sign a run against the real deployment (--demo signs a demo as one)",
+                            source=str(store.root))
     # Hash and sign the same bytes: read once, feed ssh-keygen from memory.
     manifest_bytes = (store.root / MANIFEST).read_bytes()
     digest = hashlib.sha256(manifest_bytes).hexdigest()
@@ -146,7 +157,7 @@ def sign_run(run_dir: str | Path, reviewer: str, *, key: str | Path | None = Non
     when = (now or dt.datetime.now(dt.timezone.utc)).astimezone(dt.timezone.utc)
     stamp = when.isoformat(timespec="seconds").replace("+00:00", "Z")
     record = SignatureRecord(store.run_id, reviewer, identity, stamp, decision, digest,
-                             NAMESPACE if sig_bytes else None, fingerprint)
+                             NAMESPACE if sig_bytes else None, fingerprint, is_demo_run)
     # Written beside the manifest, never through RunStore.write_*: that would add them to the manifest just signed.
     if sig_bytes is not None:
         atomic_write_bytes(store.root / SSH_SIG, sig_bytes)

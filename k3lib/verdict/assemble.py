@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from .decision import Decision, decide
+from .decision import Decision, decide, is_demo
 from ..core.evidence import EvidenceRecord
 from ..core.params import Params, default_tree
 from ..core.plan import ACCEPTANCE_AXES
@@ -17,28 +17,22 @@ from .sheet import ITEMS, sheet_rows
 from ..core.store import RunStore
 from ..core.recipes import recipe_loosened
 from ..core.thresholds import Loosened, loosened
+from .served import served_facts, served_models
 
 __all__ = ["compute_decision", "decide_run", "loosened_thresholds", "served_models"]
 
 
 def loosened_thresholds(params: Params, records: dict[str, EvidenceRecord]) -> list[Loosened]:
-    """The thresholds `params` sets looser than the defaults, each with the entry of the attestation the operations
-    axis read (its evidence, not the file as it is now) that accepted it."""
+    """The settings `params` sets looser than their floors — the kit's defaults, the contract, the served model's
+    recipe and what the target showed of itself (`k3lib.verdict.served`) — each with the entry of the attestation
+    the operations axis read (its evidence, not the file as it is now) that accepted it."""
     ops = records.get("operations")
     att = ops.typed().attestation if ops is not None and ops.axis == "operations" else None
     accepted = att.items.thresholds_accepted if att is not None else ()
     who, when = (att.who, att.when.isoformat()) if att else (None, None)
-    return loosened(params.public_dict(), default_tree(), accepted=accepted, who=who, when=when) + \
+    return loosened(params.public_dict(), default_tree(), accepted=accepted, who=who, when=when,
+                    served=served_facts(records, params.recipe.name)) + \
         recipe_loosened(params.recipe.model_dump(), served_models(records), accepted, who, when)
-
-
-def served_models(records: dict[str, EvidenceRecord]) -> list[str]:
-    """The model ids and roots the target serves (the probe's `/v1/models`), whatever the parameters name."""
-    probe = records.get("probe")
-    if probe is None or probe.axis != "probe":
-        return []
-    cards = probe.typed().served_models
-    return [str(v) for c in cards for v in (c.id, c.root) if v]
 
 
 def compute_decision(params: Params, records: dict[str, EvidenceRecord], *,
@@ -56,7 +50,36 @@ def compute_decision(params: Params, records: dict[str, EvidenceRecord], *,
             if next(i for i in ITEMS if i.id == r["id"]).axis in planned]
     decision = decide(tied, ACCEPTANCE_AXES, build=params.recipe.build, checklist=rows or None, today=today,
                       loosened=loosened_thresholds(params, records))
-    return dataclasses.replace(decision, identity=identity.to_dict())
+    kind = target_kind(records)
+    if is_demo(kind):
+        reasons = (*decision.reasons, f"demo: the target is the kit's emulator ({kind}: {_kind_basis(records)}) — "
+                   "a demonstration of the kit, not an acceptance of a deployment; `k3 sign` refuses it")
+        decision = dataclasses.replace(decision, reasons=reasons)
+    return dataclasses.replace(decision, identity=identity.to_dict(), target_kind=kind)
+
+
+def target_kind(records: dict[str, EvidenceRecord]) -> str | None:
+    """What the probe found the target to be (`k3lib.axes.probe.target_kind`); a probe record written before the
+    kit recorded it: its kept `/version` body, declaring the kit's emulator or not."""
+    probe = records.get("probe")
+    if probe is None or probe.axis != "probe":
+        return None
+    data = probe.data if isinstance(probe.data, dict) else {}
+    if data.get("target_kind"):
+        return str(data["target_kind"])
+    import json
+
+    try:
+        version = json.loads(((data.get("endpoints") or {}).get("version") or {}).get("body") or "null")
+    except ValueError:
+        version = None
+    return "external-emulator" if isinstance(version, dict) and version.get("emulator") else None
+
+
+def _kind_basis(records: dict[str, EvidenceRecord]) -> str:
+    probe = records.get("probe")
+    data = probe.data if probe is not None and isinstance(probe.data, dict) else {}
+    return str(data.get("target_kind_basis") or "its /version declares the kit's emulator")
 
 
 def decide_run(params: Params, store: RunStore, records: dict[str, EvidenceRecord]) -> Decision:

@@ -34,23 +34,49 @@ class Decision:
     cache_gain_counted: bool = True
     loosened_thresholds: tuple[dict[str, Any], ...] = ()  # k3lib.core.thresholds.Loosened, accepted or not
     identity: dict[str, Any] | None = None  # each source tied to the target or not (k3lib.verdict.identity)
+    # what the target is (k3lib.axes.probe.target_kind): embedded-emulator, external-emulator or engine
+    target_kind: str | None = None
 
     @property
     def exit_code(self) -> int:
         return EXIT_CODES[self.decision]
 
+    @property
+    def demo(self) -> bool:
+        """A run against the kit's emulator: a demonstration, never an acceptance (`k3 sign` refuses it)."""
+        return is_demo(self.target_kind)
+
+    @property
+    def line(self) -> str:
+        """The decision as the CLI and the report state it: `production (demo)` against the kit's emulator."""
+        return decision_line(self.decision, self.target_kind)
+
     def to_dict(self) -> dict[str, Any]:
         return {"decision": self.decision, "reasons": list(self.reasons), "checklist": list(self.checklist),
                 "traffic_cap": self.traffic_cap, "reexamine_on": self.reexamine_on, "build": self.build,
                 "agents_blocked": self.agents_blocked, "cache_gain_counted": self.cache_gain_counted,
-                "loosened_thresholds": list(self.loosened_thresholds), "identity": self.identity}
+                "loosened_thresholds": list(self.loosened_thresholds), "identity": self.identity,
+                "target_kind": self.target_kind}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Decision":
         return cls(d["decision"], tuple(d.get("reasons", ())), tuple(d.get("checklist", ())), d.get("traffic_cap"),
                    d.get("reexamine_on"), d.get("build", "official"), bool(d.get("agents_blocked", False)),
                    bool(d.get("cache_gain_counted", True)), tuple(d.get("loosened_thresholds", ())),
-                   d.get("identity"))
+                   d.get("identity"), d.get("target_kind"))
+
+
+EMULATOR_KINDS = ("embedded-emulator", "external-emulator")
+
+
+def is_demo(target_kind: object) -> bool:
+    """Whether a target kind is the kit's emulator (a demo)."""
+    return target_kind in EMULATOR_KINDS
+
+
+def decision_line(decision: str, target_kind: object) -> str:
+    """`production`, or `production (demo)` for a run against the kit's emulator."""
+    return f"{decision} (demo)" if is_demo(target_kind) else decision
 
 
 def axis_checklist(records: dict[str, EvidenceRecord], planned: Iterable[str]) -> list[dict[str, Any]]:

@@ -119,4 +119,22 @@ def rejudge_problems(store: Any, params: Params, records: dict[str, EvidenceReco
             if stored.get(rule) != again.get(rule):
                 out.append(f"evidence/{axis}.json: {rule} is {_said(stored.get(rule))} but its raw data gives "
                            f"{_said(again.get(rule))}")
-    return out
+    return out + target_kind_problems(store, params, records)
+
+
+def target_kind_problems(store: Any, params: Params, records: dict[str, EvidenceRecord]) -> list[str]:
+    """The target kind the probe recorded against the one its kept `/version` body and the run's `request.json` give
+    (`k3lib.axes.probe.target_kind`): a demo relabelled `engine` to be signed is named."""
+    from ..axes.probe import read_probe, target_kind
+
+    rec = records.get("probe")
+    if rec is None or rec.error or rec.status == "not-run" or not isinstance(rec.data, dict):
+        return []
+    stored = rec.data.get("target_kind")
+    try:
+        again, _ = target_kind(read_probe(store, rec, params.target.model), _ctx(params=params, store=store))
+    except Exception as exc:  # any reader's failure means the raw data does not back the record
+        return [f"evidence/probe.json: target_kind cannot be judged again ({type(exc).__name__})"]
+    if stored is not None and stored != again:
+        return [f"evidence/probe.json: target_kind is {stored} but its raw data gives {again}"]
+    return []

@@ -90,9 +90,37 @@ def _matching(findings: Iterable[Finding], patterns: tuple[str, ...]) -> list[Fi
     return [f for f in findings if any(fnmatch.fnmatchcase(f.rule, p) for p in patterns)]
 
 
+#: rules that report one event under one name or another (an OOM at startup or while serving): one of them suffices
+EITHER: tuple[frozenset[str], ...] = (frozenset({"capacity.oom", "capacity.startup_oom"}),)
+#: rules that apply only when the agent axis ran with a setting on (its record's `data.settings`): thinking off or
+#: the vendor contract skipped drops them, and the settings table lists that setting as loosened when its floor
+#: (the served model's recipe, the kit's default) has it on
+WHEN_SET: dict[str, str] = {"agent.reasoning_present": "thinking", "agent.no_reasoning_leak": "thinking",
+                            **{f"agent.contract.{r}": "contract_check" for r in (
+                                "tool_choice_required", "tool_choice_named", "tool_choice_none", "history_reasoning",
+                                "response_format_strict", "schema_suite", "history_reply")}}
+
+
+def unproven_rules(item: SheetItem, found: Iterable[Finding], rec: EvidenceRecord | None = None) -> list[str]:
+    """The rules of `item` no finding speaks to: the item rests on every one of them (save one its record's
+    settings turned off, `WHEN_SET`, and the alternative names of one event, `EITHER`)."""
+    found = list(found)
+    settings = (rec.data or {}).get("settings") if rec is not None and isinstance(rec.data, dict) else None
+    settings = settings if isinstance(settings, dict) else {}
+
+    def spoken(pattern: str) -> bool:
+        names = next((g for g in EITHER if pattern in g), {pattern})
+        return any(fnmatch.fnmatchcase(f.rule, p) for f in found for p in names)
+
+    return [p for p in item.rules
+            if not spoken(p) and not (p in WHEN_SET and settings.get(WHEN_SET[p]) is not True)]
+
+
 def item_status(item: SheetItem, records: dict[str, EvidenceRecord]) -> tuple[str, list[Finding]]:
     """pass / fail / warn / open, and the findings it rests on. Only findings that compared something prove an
-    item: every matched finding passes. One that could not be observed, or an `info` one, leaves it open."""
+    item: every matched finding passes, and every rule it rests on has one (a part of the item no finding speaks to
+    leaves it open, however well the others pass). One that could not be observed, or an `info` one, leaves it
+    open."""
     rec = records.get(item.axis)
     if rec is None:
         return "open", []
@@ -104,9 +132,9 @@ def item_status(item: SheetItem, records: dict[str, EvidenceRecord]) -> tuple[st
         return "fail", found
     if statuses & {"warn", "not-observable"}:
         return "warn" if "warn" in statuses else "open", found
-    if "info" in statuses:
+    if "info" in statuses or unproven_rules(item, found, rec):
         # an `info` finding compared nothing ("the recipe sets no requirement", "not stated by the server"):
-        # it proves no item, even beside findings that pass
+        # it proves no item, even beside findings that pass; nor does a rule with no finding at all
         return "open", found
     return "pass", found
 
@@ -120,6 +148,9 @@ def sheet_rows(records: dict[str, EvidenceRecord], params: dict[str, Any] | None
         rec = records.get(item.axis)
         observed = "; ".join(_observed(f) for f in found) if found else (
             "no evidence record" if rec is None else "no finding proves this item")
+        missing = unproven_rules(item, found, rec) if found else []
+        if missing:
+            observed += "; no finding for " + ", ".join(missing) + " (the item rests on it: open)"
         rows.append({
             "id": item.id, "title": item.title, "status": status, "test": item.test,
             "configuration": _configuration(item.axis, params, records),
@@ -157,7 +188,10 @@ def _configuration(axis: str, params: dict[str, Any] | None, records: dict[str, 
     from ..core.recipes import recipe_loosened
     from ..core.thresholds import BY_PATH, loosened
 
-    loose = [t for t in loosened(params, default_tree()) if BY_PATH[t.path].axis == axis]
+    from .served import served_facts
+
+    facts = served_facts(records or {}, (params.get("recipe") or {}).get("name"))
+    loose = [t for t in loosened(params, default_tree(), served=facts) if BY_PATH[t.path].axis == axis]
     if axis == "environment":  # the recipe of the model the target serves, whatever recipe.name says
         probe = (records or {}).get("probe")
         cards = probe.typed().served_models if probe is not None and probe.axis == "probe" else []

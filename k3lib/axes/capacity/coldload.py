@@ -32,6 +32,7 @@ class ColdLoadPhase(EngineWatch):
         start = time.perf_counter()
         restart: dict[str, Any] = {"command": None, "ok": None, "detail": "no target.restart: the cold load is not observed"}
         command = self.params.target.restart
+        started_before = await self._process_start() if command else None
         if command:
             # the restart counts in the cold load: command and polls together stay within ready_timeout_s
             ok, detail = await asyncio.to_thread(run_operator_command, command, self.ctx.target.base_url,
@@ -53,7 +54,11 @@ class ColdLoadPhase(EngineWatch):
                     break
                 await asyncio.sleep(min(cap.health_interval_s, remaining))
             ready = row["status"] == 200
-            restarted = bool(restart["ok"])
+            # a restart is proven by its effect, never by the command's exit: /health left 200, or the server's
+            # process start time changed (a command that exits 0 and restarts nothing observes no cold load)
+            restarted = False
+            if command and restart["ok"] and ready:
+                restarted, restart["effect"] = restart_effect(not_ready, started_before, await self._process_start())
             self.ready = {"ready": ready, "observed_transition": ready and (not_ready > 0 or restarted),
                           "restart": restart, "polls": not_ready + 1,
                           "ready_at_wall": row["t_wall"] if ready else None,
@@ -71,6 +76,13 @@ class ColdLoadPhase(EngineWatch):
         self.ready["memory_at_ready"] = memory_at(self.timeline.gpu_rows(), self.ready["ready_at_wall"]) \
             if self.timeline and self.timeline.gpu is not None else []
         return "ready" + (" (was already running)" if not self.ready["observed_transition"] else "")
+
+    async def _process_start(self) -> float | None:
+        """The server's own `process_start_time_seconds` (None where its /metrics does not say it: vLLM's
+        multiprocess mode)."""
+        snap = await boundary_snapshot(self.urls)
+        starts = [s.value for e in snap.endpoints for s in e.samples if s.name == "process_start_time_seconds"]
+        return min(starts) if starts else None
 
     async def _read_server_facts(self, client: ChatClient) -> None:
         try:
@@ -104,3 +116,15 @@ class ColdLoadPhase(EngineWatch):
             self.log_error = None
         except K3Error as exc:
             self.log_error = str(exc)
+
+
+def restart_effect(not_ready: int, before: float | None, after: float | None) -> tuple[bool, str]:
+    """Whether a restart command had an effect the kit saw, and the words: /health answered other than 200 at least
+    once, or the process start time the server states changed."""
+    if not_ready > 0:
+        return True, f"/health left 200 ({not_ready} poll(s) not ready)"
+    if before is not None and after is not None and after != before:
+        return True, f"the server's process start time changed ({before:.3f} → {after:.3f})"
+    said = ("its process start time did not change" if before is not None and after is not None else
+            "its /metrics states no process start time")
+    return False, f"no effect seen: /health never left 200 and {said} — nothing restarted"

@@ -38,9 +38,14 @@ def cold_load_finding(result: CapacityResult) -> Finding:
         return _f("cold_load", "not-observable", f"target.restart failed ({restart.get('detail')}): the cold load was "
                                                  f"not observed; memory now: {mem_text}", observed=ready)
     if ready.get("observed_transition"):
-        how = "restarted with target.restart, " if restart.get("ok") else ""
+        how = f"restarted with target.restart ({restart['effect']}), " if restart.get("effect") else \
+            ("restarted with target.restart, " if restart.get("ok") else "")
         return _f("cold_load", "pass", f"{how}not ready → ready in {figure(ready['waited_s'], ' s')} of loading; "
                                        f"memory at ready: {mem_text}", observed=ready, memory_at_ready=memory)
+    if restart.get("command") and restart.get("effect"):
+        return _f("cold_load", "not-observable", f"target.restart returned ({restart.get('detail')}) but "
+                                                 f"{restart['effect']}: the cold load was not observed; memory now: "
+                                                 f"{mem_text}", observed=ready, memory_at_ready=memory)
     seen = (f"; the startup log shows a clean start to ready (line {log.ready_line})"
             if log is not None and log.ready and (log.oom is None or log.oom.phase != "startup") else "")
     return _f("cold_load", "not-observable", f"not observed: the server was already running and no target.restart "

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...core.evidence import Finding
 from ...core.numbers import figure
+from ...core.floors import DTYPE_BYTES
 
 if TYPE_CHECKING:
     from ...core.params import Params
@@ -42,12 +43,6 @@ HBM_TABLE: tuple[tuple[str, float, str], ...] = (
     ("MI325X", 6.0, "AMD Instinct MI325X data sheet: 6 TB/s HBM3E"),
     ("MI300X", 5.3, "AMD Instinct MI300X data sheet: 5.3 TB/s HBM3"),
 )
-# bytes per parameter as stored: the microscaling formats carry one scale per block (MXFP4: an 8-bit scale per 32
-# values, 4.25 bits; NVFP4: an FP8 scale per 16 values, 4.5 bits)
-DTYPE_BYTES: Mapping[str, float] = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0,
-                                    "mxfp4": 4.25 / 8, "nvfp4": 4.5 / 8, "int4": 0.5}
-
-
 def hbm_for(gpu_name: str | None) -> tuple[float, str] | None:
     """(TB/s, source) for a GPU name as nvidia-smi or dcgm-exporter print it; None when the table lacks it."""
     if not gpu_name:
@@ -69,9 +64,13 @@ def bound(result: "CapacityResult", rp: "RooflineParams") -> dict[str, Any]:
     when one is missing — a CPU target, a GPU the table does not hold, no active parameter count."""
     values = (result.run.get("config") or {}).get("values") or {}
     sources = (result.run.get("config") or {}).get("sources") or {}
-    gpu = rp.gpu or _gpu_name(result)
+    shown = _gpu_name(result)
+    gpu = rp.gpu or shown
+    table = hbm_for(shown)
+    # what the target shows, whatever the parameters say: the settings table's floors (k3lib.verdict.served)
     out: dict[str, Any] = {"gpu": gpu, "gpu_source": "axes.capacity.roofline.gpu" if rp.gpu else
-                           ("GPU samples" if gpu else None)}
+                           ("GPU samples" if gpu else None), "gpu_shown": shown,
+                           "hbm_table_tb_s": table[0] if table else None}
     sizes = {}
     for key in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
         v = values.get(key)

@@ -1,0 +1,47 @@
+"""What the target showed of itself, as the settings table's floors need it (`k3lib.core.thresholds.SERVED`): the
+model it serves (its `/v1/models`, from the probe's record) and that model's known recipe, and the GPU its samples
+show with the bandwidth the kit's table gives it (the capacity record's roofline). Read from the records alone, so a
+run is judged again the same way; whatever the parameters say, these are the target's own answers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..core.evidence import EvidenceRecord
+from ..core.recipes import known_recipe, served_recipe
+
+__all__ = ["served_facts", "served_models"]
+
+
+def served_models(records: dict[str, EvidenceRecord]) -> list[str]:
+    """The model ids and roots the target serves (the probe's `/v1/models`), whatever the parameters name."""
+    probe = records.get("probe")
+    if probe is None or probe.axis != "probe":
+        return []
+    cards = probe.typed().served_models
+    return [str(v) for c in cards for v in (c.id, c.root) if v]
+
+
+def _roofline_bound(records: dict[str, EvidenceRecord]) -> dict[str, Any]:
+    cap = records.get("capacity")
+    for f in (cap.findings if cap is not None else ()):
+        if f.rule == "capacity.roofline" and isinstance(f.evidence, dict):
+            bound = f.evidence.get("bound")
+            return bound if isinstance(bound, dict) else {}
+    return {}
+
+
+def served_facts(records: dict[str, EvidenceRecord], recipe_name: object = None) -> dict[str, Any]:
+    """The facts the served-basis floors rest on. The recipe is the served model's; with no model read (no probe
+    record), the one `recipe_name` names, if the kit knows it."""
+    models = served_models(records)
+    found = served_recipe(models)
+    if found is None and not models and (named := known_recipe(recipe_name)) is not None:
+        found = (named, str(recipe_name))
+    out: dict[str, Any] = {}
+    if found is not None:
+        out.update(recipe=dict(found[0].judged), recipe_name=found[0].name, recipe_model=found[1])
+    bound = _roofline_bound(records)
+    if bound.get("gpu_shown"):
+        out.update(gpu=bound["gpu_shown"], hbm_tb_s=bound.get("hbm_table_tb_s"))
+    return out

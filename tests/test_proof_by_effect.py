@@ -1,0 +1,147 @@
+"""Issue 43, proof by effect: an operator's action counts by what it did to the target, never by its surface (a
+command that exits 0, a host string). A restart is observed only when /health left 200 or the server's process start
+time changed; a source served by the target under any of its names (localhost, 127.0.0.1, ::1, another DNS name of
+the same address) is the target's word about itself."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+import k3lib
+from k3lib.axes.capacity.run import CapacityRunner
+from k3lib.emulator import EmulatorConfig, start_emulator
+
+ROOT = Path(__file__).resolve().parents[1]
+PARAMS = str(ROOT / "parameters" / "emulator.yaml")
+
+
+def _cold_load(tmp_path, url: str, restart: str) -> dict:
+    ctx = k3lib.open_axis("capacity", PARAMS, [f"target.base_url={url}", f"target.restart={restart}",
+                                               "axes.capacity.ready_timeout_s=5", "axes.environment.timeout_s=3"],
+                          str(tmp_path / "run"))
+    runner = CapacityRunner(ctx)
+    asyncio.run(runner._cold_load())
+    return runner.ready
+
+
+def test_attack_a_restart_command_that_restarts_nothing_observes_no_cold_load(tmp_path):
+    """Attack 5: `target.restart: ["true"]` exits 0 on a server that never restarts — before the fix the cold load
+    counted as "not ready → ready"; the emulator's own restart (a new process start time) still counts."""
+    with start_emulator(EmulatorConfig.from_profile("demo", time_scale=0.02), host="127.0.0.1", port=0) as h:
+        idle = _cold_load(tmp_path / "a", h.url, '["true"]')
+        real = _cold_load(tmp_path / "b", h.url, "'http:POST:{base_url}/_emulator/restart:{}'")
+    assert idle["restart"]["ok"] is True and idle["observed_transition"] is False
+    assert "nothing restarted" in idle["restart"].get("effect", "")
+    assert real["observed_transition"] is True
+    assert "changed" in real["restart"].get("effect", "") or "left 200" in real["restart"].get("effect", "")
+
+
+@pytest.mark.parametrize("not_ready, before, after, seen", [
+    pytest.param(2, 10.0, 10.0, True, id="health left 200"),
+    pytest.param(0, 10.0, 11.5, True, id="a new process"),
+    pytest.param(0, 10.0, 10.0, False, id="same process, always ready"),
+    pytest.param(0, None, None, False, id="no start time stated, always ready"),
+])
+def test_a_restart_is_proven_by_health_or_start_time(not_ready, before, after, seen):
+    from k3lib.axes.capacity.coldload import restart_effect
+
+    assert restart_effect(not_ready, before, after)[0] is seen
+
+
+# -- identity: resolved addresses and the server's own identity ---------------------------------------------------
+
+
+def _serve(routes: dict[str, str]):
+    """A server the kit did not start, answering `routes[path]` (or `routes["*"]`) on GET."""
+    import http.server
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - the stdlib's name
+            body = routes.get(self.path.split("?")[0], routes.get("*", "")).encode()
+            self.send_response(200 if body else 404)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def _limits(url: str, attestation: str, tmp_path):
+    import types
+
+    from k3lib.axes.operations import run_operations
+    from k3lib.core.params import load_params
+    from k3lib.core.store import RunStore
+    from k3lib.io.target import resolve_target
+
+    params = load_params([PARAMS], [f"target.base_url={url}", f"axes.operations.attestation={attestation}",
+                                    "axes.operations.rollback_drill=null"])
+    store = RunStore.create_at(tmp_path / f"run-{len(list(tmp_path.iterdir()))}")
+    result = run_operations(types.SimpleNamespace(params=params, store=store, target=resolve_target(params)))
+    (limits,) = [f for f in result.findings if f.rule == "attestation.operator_knows_limits"]
+    return limits
+
+
+def test_attack_the_targets_own_attestation_reached_under_another_name(emulator, tmp_path):
+    """Attack 4: the target is http://localhost:P, its attestation http://127.0.0.1:P/… (or the reverse): before the
+    fix the host strings differed, and the deployment's word about itself passed C15."""
+    import datetime as dt
+    import json
+
+    from k3lib.emulator.envreport import operator_attestation
+
+    text = json.dumps(operator_attestation(emulator.config, dt.date.today().isoformat() + "T00:00:00Z", 4))
+    other = _serve({"*": text})
+    port = other.server_address[1]
+    try:
+        for target, att in ((f"http://localhost:{port}", f"http://127.0.0.1:{port}/attestation"),
+                            (f"http://127.0.0.1:{port}", f"http://localhost:{port}/attestation")):
+            limits = _limits(target, att, tmp_path)
+            assert limits.status == "not-observable" and "served by the target under test" in limits.message, \
+                limits.message
+    finally:
+        other.shutdown()
+
+
+def test_another_port_of_the_same_server_is_the_target(tmp_path):
+    """On the same host at another port, the server there is the target when it states the target's identity (a
+    served model root, a process start time); another server of the same host is not."""
+    from k3lib.axes.attestation import served_by_target
+
+    models = json.dumps({"data": [{"id": "kimi-k3", "root": "/models/moonshotai/Kimi-K3"}]})
+    metrics = "process_start_time_seconds 1765000000.5\n"
+    target = _serve({"/v1/models": models, "/metrics": metrics})
+    twin = _serve({"/v1/models": models, "/attestation": "who: me"})
+    clock = _serve({"/metrics": metrics, "/attestation": "who: me"})
+    wiki = _serve({"/attestation": "who: someone else"})
+    base = f"http://127.0.0.1:{target.server_address[1]}"
+    try:
+        assert served_by_target(f"http://localhost:{twin.server_address[1]}/attestation", base)
+        assert served_by_target(f"http://[::1]:{target.server_address[1]}/attestation", base)  # ::1 is this host
+        assert served_by_target(f"http://localhost:{clock.server_address[1]}/attestation", base)
+        assert not served_by_target(f"http://localhost:{wiki.server_address[1]}/attestation", base)
+        assert not served_by_target("/tmp/attestation.yaml", base)
+    finally:
+        for s in (target, twin, clock, wiki):
+            s.shutdown()
+
+
+def test_attack_an_image_inspect_served_by_the_target_under_another_name(emulator):
+    import httpx
+
+    from k3lib.axes.attestation import served_release
+
+    other = emulator.url.replace("127.0.0.1", "localhost")
+    with httpx.Client(base_url=emulator.url, timeout=5) as http:
+        own = served_release(http, f"{other}/_emulator/inspect", emulator.url, trust_target=False)
+    assert own.image is None and "served by the target under test" in own.error
