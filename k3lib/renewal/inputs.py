@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..core.errors import BadInputError
+from ..core.yamlsafe import safe_load as yaml_load
 from .costsources import CostSource, CurrencyConversion, mismatched_items
 
 LoadCategory = Literal["batch", "agent", "peak", "test", "maintenance"]
@@ -321,7 +322,7 @@ def read_costs(path: str | Path) -> CostsInput:
     p = Path(path)
     text = _read_text(p, "a costs YAML file")
     try:
-        data = yaml.safe_load(text)
+        data = yaml_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else "YAML"
