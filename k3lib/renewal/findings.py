@@ -66,9 +66,20 @@ def _decision(o: bool | None, m: Measured) -> str:
     return f"{m['decision']}: {m['when']}"
 
 
+def _v(v: Any) -> str:
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(str(x) for x in v) + "]"
+    return figure(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else str(v)
+
+
 def _loosened(o: bool | None, m: Measured) -> str:
-    return ("decided on loosened rules (set past the built-in default toward renew): " + ", ".join(
-        f"{x['name']} {figure(x['value'])} (built-in {figure(x['default'])}, from {x['origin']})" for x in m["rules"]))
+    rows = m["rules"]
+    open_ = [x for x in rows if not x.get("accepted_by")]
+    return ("decided on loosened rules or scopes (set past the reference review's toward renew, or other than it): "
+            + ", ".join(f"{x['name']} {_v(x['value'])} (built-in {_v(x['default'])}, from {x['origin']}"
+                        + (f"; accepted by {x['accepted_by']}: {x.get('accepted_why')}" if x.get("accepted_by")
+                           else "; not accepted") + ")" for x in rows)
+            + (f" — {len(open_)} not accepted: renew is not allowed on them" if open_ else ""))
 
 
 def _scope(o: bool | None, m: Measured) -> str:
@@ -213,7 +224,24 @@ def _cost(o: bool | None, m: Measured) -> str:
             + (f" (blank: {', '.join(blanks)} — a blank item leaves the total blank, never estimated)"
                if blanks else "")
             + ("" if m["delivered_tasks_value"] is None else
-               f"; value of the delivered tasks {money(m['delivered_tasks_value'], cur)}"))
+               f"; value of the delivered tasks {money(m['delivered_tasks_value'], cur)}")
+            + _credit_lines(m.get("credits") or [], cur)
+            + (f"; {m['routed_to_api_tasks']} self-hosted task(s) finished by the API, counted as self-hosted "
+               "failures" if m.get("routed_to_api_tasks") else ""))
+
+
+def _credit_lines(credits: list[dict[str, Any]], cur: str | None) -> str:
+    if not credits:
+        return ""
+    def one(c: dict[str, Any]) -> str:
+        what = c.get("charge_category") or "credit"
+        return (f"{money(c['amount'], cur)} ({what}, {c['item']}"
+                + (f", {c['description']}" if c.get("description") else "") + ")")
+    netted = [one(c) for c in credits if c["netted"]]
+    apart = [one(c) for c in credits if not c["netted"]]
+    return ((f"; credits and refunds listed apart, not netted (netted only when recurring and accepted): "
+             f"{', '.join(apart)}" if apart else "")
+            + (f"; recurring credits netted as accepted: {', '.join(netted)}" if netted else ""))
 
 
 def _recoverable(o: bool | None, m: Measured) -> str:

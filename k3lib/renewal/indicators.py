@@ -38,6 +38,8 @@ class Indicators:
     within_value: bool | None = None  # cost: the self-hosted total ≤ the value of the delivered tasks
     # live (`k3 paths`): the API path's acceptance on the same tasks meets the quality rule (None: no live run)
     api_meets_quality: bool | None = None
+    # a rule or scope set looser than the reference review and not accepted before it (review.accepted_loosened)
+    loosened_unaccepted: bool = False
 
 
 def typed_axes(axes: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -132,7 +134,8 @@ def cost_finding(cost: Any) -> RenewalFinding:
         "api_high": api.per_accepted_task_high, "self_hosted_total": sh.total,
         "blank_items": list(sh.blank_items), "delivered_tasks_value": cost.delivered_tasks_value,
         "within_value": cost.total_within_delivered_value,
-        "not_comparable_because": list(cost.not_comparable_because)})
+        "not_comparable_because": list(cost.not_comparable_because),
+        "credits": [c.model_dump() for c in cost.credits], "routed_to_api_tasks": cost.routed_to_api_tasks})
 
 
 def effort_finding(ops: Any, rules: RenewalRules) -> RenewalFinding:

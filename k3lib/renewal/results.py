@@ -181,6 +181,7 @@ class ComparisonResult(_M):
     api_tasks: int  # every API task of the set (what the bill covers)
     api_accepted: int
     api_tasks_not_on_both: int
+    api_tasks_outside_task_set: int = 0  # API tasks of the log the bill covers but the task set leaves out
     difference: Num  # self-hosted − API acceptance on the shared tasks, Newcombe 95 %
     difference_low: Num
     difference_high: Num
@@ -216,12 +217,24 @@ class ApiCost(_M):
     self_hosted_accepted_on_same_set: int
 
 
+class CreditLine(_M):
+    amount: float  # as the bill writes it (a credit is negative)
+    item: str
+    description: str
+    charge_category: str | None
+    recurring: bool
+    accepted_by: str | None
+    netted: bool  # True only when recurring and accepted: netted into its item
+
+
 class CostResult(_M):
     currency: str | None  # every amount below is in it
     self_hosted: SelfHostedCost
     api: ApiCost
     delivered_tasks_value: Num
     hourly_rate: Num
+    credits: tuple[CreditLine, ...] = ()  # listed apart; not netted unless recurring and accepted
+    routed_to_api_tasks: int = 0  # self-hosted tasks the API finished: failures, their API cost an item
     not_comparable_because: tuple[str, ...]
     self_hosted_cheaper_per_task: bool | None  # None: a blank, not the same tasks, or overlapping intervals
     total_within_delivered_value: bool | None

@@ -136,6 +136,17 @@ def review_incidents(params: RenewalParams) -> Clipped:
     return clip_incidents(read_incidents(inp.incidents), window_of(params))
 
 
+def _billed_nodes_reviewed(costs: CostsInput, params: RenewalParams, source: str) -> None:
+    """Every node the capacity bill reserves is the reviewed deployment's: a billed node left out of the review would
+    be paid for and never judged (its idle GPUs left out of the load)."""
+    d = params.review.deployment
+    missing = [n for n in costs.capacity_nodes if n not in d.hostnames]
+    if missing:
+        raise BadInputError(f"key capacity_nodes: {', '.join(missing)} billed but not in review.deployment.hostnames "
+                            f"({', '.join(d.hostnames) or 'none'}); expected every billed node reviewed — add it to "
+                            "hostnames and its GPUs to review.deployment.gpus", source=source)
+
+
 def load_review(params: RenewalParams) -> ReviewData:
     """Read every input (each bad value: one BadInputError line), clip it to the window, and read the deployment's
     series for the window."""
@@ -146,6 +157,7 @@ def load_review(params: RenewalParams) -> ReviewData:
     tasks = clip_tasks(read_tasks(inp.tasks), window)
     costs = resolve_currency(params.review.currency, read_costs(inp.costs), inp.costs)
     incidents, hours = review_incidents(params), clip_hours(read_hours(inp.hours), window)
+    _billed_nodes_reviewed(costs, params, inp.costs)
     grid, series = load_series(params)
     frame = load_frame(series.raw, grid, params.review.deployment.gpus)
     return ReviewData(params, grid, series, frame, tasks.kept, costs, incidents.kept, hours.kept, window,
