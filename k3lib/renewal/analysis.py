@@ -354,6 +354,15 @@ def drill_answers(drill: dict[str, Any] | None) -> dict[str, Any]:
     return {q: a.get("answer") for q, a in (drill.get("answers") or {}).items()}
 
 
+def drill_not_shown(drill: dict[str, Any] | None) -> str | None:
+    """Why a drill given to the analysis shows nothing about the reviewed deployment (None: it touched it, or no
+    drill was given — the incident log alone is then read, as in a review computed without its drill)."""
+    if not drill:
+        return None
+    target = drill.get("deployment") or {}
+    return None if target.get("is_deployment") else str(target.get("why") or "the drill did not touch the deployment")
+
+
 def analyse_stability(incidents: Sequence[IncidentRecord], rules: RenewalRules,
                       drill: dict[str, Any] | None = None, *, outside_window: dict[str, Any] | None = None
                       ) -> dict[str, Any]:
@@ -379,8 +388,13 @@ def analyse_stability(incidents: Sequence[IncidentRecord], rules: RenewalRules,
     # a question is shown when the drill or a logged incident answered it yes; a blank or "not shown" never is
     unshown = [q for q in FIVE_QUESTIONS if q not in drill_no and q not in log_no
                and answers.get(q) != "yes" and questions[q]["yes"] == 0]
+    # each incident is shown by its own answers: one row answering yes answers for itself, never for the others
+    blank = {i.id: [q for q in FIVE_QUESTIONS if getattr(i, q) is None] for i in incidents}
+    unanswered = {k: v for k, v in blank.items() if v}
     failed = bool(slow or drill_no or log_no)
     unclassified = [i.id for i in incidents if i.category is None]  # a blank class is not shown, never favourable
+    # the drill is a premise of its own: a drill that did not touch the reviewed deployment shows nothing
+    drill_why = drill_not_shown(drill)
     return {
         "incidents": len(incidents),
         "by_category": rows,
@@ -391,14 +405,19 @@ def analyse_stability(incidents: Sequence[IncidentRecord], rules: RenewalRules,
         "outside_window": outside_window or {"inside": len(incidents), "outside": 0, "outside_examples": []},
         "not_shown": unshown,
         # False: a failure was seen; None: nothing failed but some question was never shown (never counted as yes)
-        "recoverable": False if failed else None if unshown or unclassified else True,
+        "recoverable": False if failed else None if unshown or unclassified or unanswered or drill_why else True,
+        "incidents_without_evidence": [f"{k} ({', '.join(v)})" for k, v in unanswered.items()],
         "not_recoverable_because": ([f"{len(slow)} incident(s) recovered later than "
                                      f"{figure(rules.max_recovery_min, ' min')} or never: {', '.join(slow)}"]
                                     if slow else [])
         + ([f"the incident log answers no to: {', '.join(log_no)}"] if log_no else [])
         + ([f"the drill answers no to: {', '.join(drill_no)}"] if drill_no else [])
         + ([f"neither the drill nor the incident log shows: {', '.join(unshown)}"] if unshown else [])
-        + ([f"{len(unclassified)} incident(s) not classified: {', '.join(unclassified)}"] if unclassified else []),
+        + ([f"{len(unclassified)} incident(s) not classified: {', '.join(unclassified)}"] if unclassified else [])
+        + ([f"{len(unanswered)} incident(s) without their own answers (one row answers only for itself): "
+            + "; ".join(f"{k} ({', '.join(v)})" for k, v in list(unanswered.items())[:EXAMPLES])]
+           if unanswered else [])
+        + ([f"the drill premise is not shown: {drill_why}"] if drill_why else []),
     }
 
 

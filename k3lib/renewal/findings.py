@@ -131,7 +131,26 @@ def _large_idle(o: bool | None, m: Measured) -> str:
             f", idle for lack of demand {_p(m['idle_demand_share'])}"
             + (f" (rule: under-used above {m['idle_demand_share_max']:.0%})" if "idle_demand_share_max" in m else "")
             + f", idle while tasks wait {_p(m['idle_scheduling_share'])}"
-            + (f" — slot means over {figure(m['step_s'])} s" if m.get("step_s") else ""))
+            + _waiting(m.get("waiting_causes"))
+            + (f" — slot means over {figure(m['step_s'])} s" if m.get("step_s") else "")
+            + (f"; worst case over the gap: {_not_shown(m)}" if not m.get("shown", True) else ""))
+
+
+def _waiting(w: Any) -> str:
+    """Idle time is read as "tasks waiting" only where the queue gauge and the task log both show it."""
+    if not w:
+        return ""
+    parts = []
+    if w["gauge_only_idle_slots"]:
+        parts.append(f"{w['gauge_only_idle_slots']} idle slot(s) where only the queue gauge shows requests waiting "
+                     "(no task of the log waiting: a stuck gauge?)")
+    if w["log_only_idle_slots"]:
+        parts.append(f"{w['log_only_idle_slots']} where only the task log does")
+    if w["long_waiting_count"]:
+        parts.append(f"{w['long_waiting_count']} task(s) waiting longer than a large idle stretch "
+                     f"({', '.join(w['long_waiting_tasks'])})")
+    return (" (read as tasks waiting only where the queue gauge and the task log both show it; not read: "
+            + "; ".join(parts) + ")") if parts else ""
 
 
 def _peaks(o: bool | None, m: Measured) -> str:

@@ -77,8 +77,12 @@ def load_indicators(load: Any, rules: RenewalRules) -> tuple[bool | None, bool |
     li, idle_demand = load.large_idle_share, load.idle_demand_share
     large_idle = None if not shown or None in (li, idle_demand) else (
         li > rules.large_idle_share_max or idle_demand > rules.idle_demand_share_max)
-    common = {"shown": load.shown, "not_shown_because": list(load.not_shown_because),
-              "coverage_gpu_util": load.coverage.gpu_util, "min_coverage_share": rules.min_coverage_share}
+    gap = _gap_changes(load, rules, regular, large_idle)
+    if gap:
+        regular, large_idle = None, None
+    common = {"shown": load.shown and not gap, "not_shown_because": list(load.not_shown_because) + gap,
+              "coverage_gpu_util": load.coverage.gpu_util, "min_coverage_share": rules.min_coverage_share,
+              "worst_case": None if load.worst_case is None else load.worst_case.model_dump()}
     ptm = load.peak_to_mean
     spiky = ptm is not None and ptm >= rules.peak_to_mean_min
     return regular, large_idle, spiky, [
@@ -90,8 +94,32 @@ def load_indicators(load: Any, rules: RenewalRules) -> tuple[bool | None, bool |
             **common, "large_idle_share": li, "large_idle_min_h": rules.large_idle_min_h,
             "large_idle_share_max": rules.large_idle_share_max, "utilisation": util,
             "idle_demand_share": idle_demand, "idle_demand_share_max": rules.idle_demand_share_max,
-            "idle_scheduling_share": load.idle_scheduling_share, "step_s": load.step_s}),
+            "idle_scheduling_share": load.idle_scheduling_share, "step_s": load.step_s,
+            "waiting_causes": None if load.waiting_causes is None else load.waiting_causes.model_dump()}),
         RenewalFinding("load.peaks", spiky, {"peak_to_mean": ptm, "peak_to_mean_min": rules.peak_to_mean_min})]
+
+
+def _gap_changes(load: Any, rules: RenewalRules, regular: bool | None, large_idle: bool | None) -> list[str]:
+    """Why the slots not shown could change the load premise ([] when they cannot): the worst case over the gap —
+    every slot not shown idle for lack of demand, at utilisation 0 — judged by the same rules."""
+    w = load.worst_case
+    if w is None or regular is None or large_idle is None or not load.slots.not_shown:
+        return []
+    worst_regular = (w.business_busy_share is not None and w.utilisation is not None
+                     and w.business_busy_share >= rules.regular_busy_share_min
+                     and load.weekday_gpu_h_cv <= rules.regular_daily_cv_max and w.utilisation >= rules.min_utilisation)
+    worst_idle = (None not in (w.large_idle_share, w.idle_demand_share)
+                  and (w.large_idle_share > rules.large_idle_share_max
+                       or w.idle_demand_share > rules.idle_demand_share_max))
+    if worst_regular == regular and worst_idle == large_idle:
+        return []
+    def p(x: float | None) -> str:
+        return "blank" if x is None else f"{x:.0%}"
+
+    return [f"the {load.slots.not_shown} slot(s) not shown could change the load premise: read idle, as the worst "
+            f"case, idle for lack of demand would be {p(w.idle_demand_share)} (measured "
+            f"{p(load.idle_demand_share)}), large idle {p(w.large_idle_share)}, utilisation {p(w.utilisation)}, "
+            f"business-hour slots busy {p(w.business_busy_share)} — missing data is not random"]
 
 
 def production_quality(prod: Any, rules: RenewalRules) -> RenewalFinding:

@@ -52,6 +52,25 @@ class LoadCoverage(_M):
     gpu_util: Num  # share of the window's slots with a measure from every reserved GPU
     vllm: Num  # share with vLLM's running gauge
     min_share: float
+    by_period: dict[str, Num] = {}  # business, night, weekend: each period type's share of its slots shown
+
+
+class WaitingCauses(_M):
+    """Idle slots where one source alone shows something waiting (not read as idle while tasks wait)."""
+
+    gauge_only_idle_slots: int  # the queue gauge > 0, no task of the log waiting: a stuck gauge is named here
+    log_only_idle_slots: int
+    long_waiting_tasks: tuple[str, ...]  # rows waiting longer than a large idle stretch: named, not demand waiting
+    long_waiting_count: int
+
+
+class WorstCase(_M):
+    """The load's shares with every slot not shown read the least favourable way (idle, utilisation 0)."""
+
+    utilisation: Num
+    idle_demand_share: Num
+    large_idle_share: Num
+    business_busy_share: Num
 
 
 class LeftOutSeries(_M):
@@ -108,6 +127,8 @@ class LoadResult(_M):
     peak_to_mean: Num
     slots: SlotCounts
     coverage: LoadCoverage
+    worst_case: WorstCase | None = None
+    waiting_causes: WaitingCauses | None = None
     shown: bool  # False: a source covers too little of the window; the load figures the decision reads are None
     not_shown_because: tuple[str, ...]
     deployment: DeploymentUse
@@ -325,6 +346,7 @@ class StabilityResult(_M):
     outside_window: Clipping
     not_shown: tuple[str, ...]
     recoverable: bool | None  # None: nothing failed but a question was never shown
+    incidents_without_evidence: tuple[str, ...] = ()  # an incident with a blank answer: unknown, never yes
     not_recoverable_because: tuple[str, ...]
 
 
