@@ -457,6 +457,7 @@ def analyse_operations(hours: Sequence[HoursRecord], comparison: dict[str, Any],
         "hours_coverage": coverage,
         "outside_window": outside_window or {"inside": len(hours), "outside": 0, "outside_examples": []},
         "not_shown_because": why,
+        "unclassified_h": _r(by_cat.get("unclassified"), 1),
     }
 
 

@@ -236,6 +236,18 @@ def checklist(axes: Mapping[str, Mapping[str, Any] | None], statuses: Mapping[st
              "evidence": f"evidence/{a}.json" if axes.get(a) is not None else None} for a in AXES]
 
 
+def thin_evidence(rule: Rule, ind: Indicators, found: list[RenewalFinding]) -> RenewalFinding | None:
+    """The decision fired on a premise the evidence does not show (the load, or the useful production): the data
+    is too thin for any of the four decisions — it is stated and not signed (the dual circuit is no fallback for
+    missing evidence)."""
+    shown_by = {"dual.load-not-shown": ("load.regular", "load.large_idle"), "dual.quality-missed": ("production.quality",)}
+    if rule.id not in shown_by or (rule.id == "dual.quality-missed" and ind.quality_ok is not None):
+        return None
+    why = [s for f in found if f.rule in shown_by[rule.id] and f.outcome is None
+           for s in (f.measured.get("not_shown_because") or [])]
+    return RenewalFinding("review.thin", None, {"rule": rule.id, "because": sorted(set(why))})
+
+
 def _value(v: Any) -> str:
     if isinstance(v, (list, tuple)):
         return "[" + ", ".join(str(x) for x in v) + "]"
@@ -277,5 +289,9 @@ def decide_renewal(axes: Mapping[str, Mapping[str, Any] | None], rules: RenewalR
         findings.append(categories)
     if missing:
         findings.append(RenewalFinding("review.missing", None, {"axes": missing}))
+    thin = thin_evidence(rule, ind, found)
+    if thin is not None:
+        findings.insert(1, thin)
+        cond += "; not signable: decided on data too thin to show its premise (k3 sign refuses it)"
     return RenewalDecision(verdict, tuple(findings), tuple(checklist(axes, statuses or {})), cond,
                            routing(rules, categories) if verdict == "dual-circuit" else None, reexamine, rule.id)

@@ -100,6 +100,12 @@ def _defaults(o: bool | None, m: Measured) -> str:
     return f"decided on built-in defaults (illustrative values, not this team's rules) for: {', '.join(m['names'])}"
 
 
+def _thin(o: bool | None, m: Measured) -> str:
+    return (f"too thin to decide: {'; '.join(m['because']) or 'a premise is not shown'} — {m['rule']} fired on what "
+            "the evidence does not show, so none of the four decisions is signed on it; supply the missing data "
+            "(the task log, the series of the window) and re-run")
+
+
 def _missing(o: bool | None, m: Measured) -> str:
     return f"no evidence for: {', '.join(m['axes'])}"
 
@@ -281,7 +287,9 @@ def _effort(o: bool | None, m: Measured) -> str:
     return (f"operations effort {verdict}: {_f(m['per_week_h'], ' h/week')} "
             f"(rule ≤ {figure(m['max_ops_hours_per_week'])}); "
             f"delivery gain {_f(m['delivery_gain_h'], ' h')} against {_f(m['total_h'], ' h')} spent"
-            + {True: " (effort exceeds the gain)", False: "", None: " (gain unknown)"}[exceeds])
+            + {True: " (effort exceeds the gain)", False: "", None: " (gain unknown)"}[exceeds]
+            + (f"; {figure(m['unclassified_h'])} h of it unclassified (no category mapped), counted"
+               if m.get("unclassified_h") else ""))
 
 
 def _benefits(o: bool | None, m: Measured) -> str:
@@ -358,6 +366,7 @@ SENTENCES: dict[str, Callable[[bool | None, Measured], str]] = {
     "review.loosened": _loosened,
     "review.scope": _scope,
     "review.missing": _missing,
+    "review.thin": _thin,
     "no_evidence": _no_evidence,  # "<axis>.no_evidence"
     "load.regular": _regular,
     "load.large_idle": _large_idle,

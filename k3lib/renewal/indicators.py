@@ -177,7 +177,7 @@ def effort_finding(ops: Any, rules: RenewalRules) -> RenewalFinding:
     return RenewalFinding("operations.effort", effort, {
         "per_week_h": per_week, "max_ops_hours_per_week": rules.max_ops_hours_per_week,
         "delivery_gain_h": ops.delivery_gain_h, "total_h": ops.total_h, "effort_exceeds_gain": exceeds,
-        "weeks": ops.weeks, "not_shown_because": list(ops.not_shown_because),
+        "weeks": ops.weeks, "not_shown_because": list(ops.not_shown_because), "unclassified_h": ops.unclassified_h,
         "outside_window": ops.outside_window.outside})
 
 

@@ -26,7 +26,10 @@ TaskPath = Literal["self-hosted", "api"]
 IncidentCategory = Literal["node/accelerator", "vllm-engine", "memory-cache", "tool-call-format",
                            "business-connector", "network-timeout", "version-dependency", "human-upgrade"]
 HoursCategory = Literal["install", "vllm-tuning", "monitoring", "upgrades", "failed-task-diagnosis",
-                        "documentation", "product-communication", "out-of-hours", "api-comparison"]
+                        "documentation", "product-communication", "out-of-hours", "api-comparison",
+                        # worked hours no label maps to a category (`k3 import jira`'s unmapped worklogs): counted in
+                        # the effort and listed, never dropped
+                        "unclassified"]
 NonNegInt = Annotated[int, Field(ge=0)]
 # finite: `.inf` or `nan` is no amount, no duration and no number of hours (YAML reads `.inf` as a float)
 NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]

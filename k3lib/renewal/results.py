@@ -375,6 +375,7 @@ class OperationsResult(_M):
     hours_coverage: Num
     outside_window: Clipping
     not_shown_because: tuple[str, ...]
+    unclassified_h: Num = None  # hours of no category: counted in the effort, listed apart
 
 
 RESULTS: dict[str, type[_M]] = {"load": LoadResult, "production": ProductionResult, "comparison": ComparisonResult,

@@ -126,7 +126,12 @@ def sign_run(run_dir: str | Path, reviewer: str, *, key: str | Path | None = Non
     if "decision.json" not in manifest["files"]:
         raise BadInputError("no decision.json in the manifest: run `k3 validate` to the end before signing",
                             source=str(store.root))
-    decision = (store.read_json("decision.json") or {}).get("decision")
+    stored = store.read_json("decision.json") or {}
+    decision = stored.get("decision")
+    thin = next((f for f in stored.get("findings") or () if isinstance(f, dict) and f.get("rule") == "review.thin"),
+                None)
+    if thin is not None:
+        raise BadInputError(f"refusing to sign: {thin.get('sentence')}", source=str(store.root))
     # Hash and sign the same bytes: read once, feed ssh-keygen from memory.
     manifest_bytes = (store.root / MANIFEST).read_bytes()
     digest = hashlib.sha256(manifest_bytes).hexdigest()
