@@ -82,7 +82,7 @@ def load_indicators(load: Any, rules: RenewalRules) -> tuple[bool | None, bool |
         regular, large_idle = None, None
     common = {"shown": load.shown and not gap, "not_shown_because": list(load.not_shown_because) + gap,
               "coverage_gpu_util": load.coverage.gpu_util, "min_coverage_share": rules.min_coverage_share,
-              "worst_case": None if load.worst_case is None else load.worst_case.model_dump()}
+              "worst_case": None if load.worst_case is None else load.worst_case.model_dump(mode="json")}
     ptm = load.peak_to_mean
     spiky = ptm is not None and ptm >= rules.peak_to_mean_min
     return regular, large_idle, spiky, [
@@ -95,7 +95,7 @@ def load_indicators(load: Any, rules: RenewalRules) -> tuple[bool | None, bool |
             "large_idle_share_max": rules.large_idle_share_max, "utilisation": util,
             "idle_demand_share": idle_demand, "idle_demand_share_max": rules.idle_demand_share_max,
             "idle_scheduling_share": load.idle_scheduling_share, "step_s": load.step_s,
-            "waiting_causes": None if load.waiting_causes is None else load.waiting_causes.model_dump()}),
+            "waiting_causes": None if load.waiting_causes is None else load.waiting_causes.model_dump(mode="json")}),
         RenewalFinding("load.peaks", spiky, {"peak_to_mean": ptm, "peak_to_mean_min": rules.peak_to_mean_min})]
 
 
@@ -163,7 +163,7 @@ def cost_finding(cost: Any) -> RenewalFinding:
         "blank_items": list(sh.blank_items), "delivered_tasks_value": cost.delivered_tasks_value,
         "within_value": cost.total_within_delivered_value,
         "not_comparable_because": list(cost.not_comparable_because),
-        "credits": [c.model_dump() for c in cost.credits], "routed_to_api_tasks": cost.routed_to_api_tasks})
+        "credits": [c.model_dump(mode="json") for c in cost.credits], "routed_to_api_tasks": cost.routed_to_api_tasks})
 
 
 def effort_finding(ops: Any, rules: RenewalRules) -> RenewalFinding:

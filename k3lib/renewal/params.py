@@ -165,7 +165,7 @@ class ReviewParams(_Model):
     def origin(self, key: str) -> str:
         """Where `key` was set; a key inside a tracked one (review.fixed.task_set.categories) takes its origin."""
         parts = key.split(".")
-        for n in range(len(parts), 2, -1):
+        for n in range(len(parts), 1, -1):
             hit = self.origins.get(".".join(parts[:n]))
             if hit is not None:
                 return hit
