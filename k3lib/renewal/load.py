@@ -218,7 +218,7 @@ def worst_case(kinds: list[str | None], util: list[float | None], step_h: float,
     if not n:
         return {"utilisation": None, "idle_demand_share": None, "large_idle_share": None,
                 "business_busy_share": None}
-    worst = [k if k is not None else "demand" for k in kinds]
+    worst: list[str | None] = [k if k is not None else "demand" for k in kinds]
     biz = [k for k, b in zip(worst, business) if b]
     return {"utilisation": _r(sum(u for u in util if u is not None) / n),
             "idle_demand_share": _r(worst.count("demand") / n),

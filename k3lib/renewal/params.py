@@ -179,7 +179,7 @@ class ReviewParams(_Model):
     def loosened(self) -> list[dict[str, Any]]:
         """Each threshold (and the series step) set past its built-in default toward renew, with its origin: the
         decision lists them in its reasons and its condition, and the terminal output prints both."""
-        out = []
+        out: list[dict[str, Any]] = []
         values = [(f"rules.{k}", getattr(self.rules, k), f.default) for k, f in RenewalRules.model_fields.items()]
         if self.series is not None:
             values.append(("series.step_s", self.series.step_s, SeriesSource.model_fields["step_s"].default))
@@ -202,7 +202,7 @@ class ReviewParams(_Model):
         categories' failures no longer count), other business hours or another time zone (which slots must be
         busy), a laxer retry policy — whichever way they differ, a reviewer cannot tell that they do not favour
         renew."""
-        out = []
+        out: list[dict[str, Any]] = []
         ref_rules, ref_fixed = RenewalRules(), FixedElements()
         scopes = [("fixed.task_set.categories", list(self.fixed.task_set.categories),
                    list(ref_fixed.task_set.categories)),
