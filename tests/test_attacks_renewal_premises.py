@@ -7,7 +7,6 @@ on nothing. Each ends in another decision than `renew`, with a reason naming the
 from __future__ import annotations
 
 import datetime as dt
-import math
 
 import pytest
 
@@ -24,7 +23,7 @@ from k3lib.renewal.inputs import HoursRecord, IncidentRecord, read_costs
 from k3lib.renewal.params import load_review_params
 from k3lib.renewal.results import typed
 from k3lib.renewal.rules import RenewalRules
-from k3lib.renewal.series import RawSeries, read_history, review_series
+from k3lib.renewal.series import Grid, read_history, series_from_file
 from k3lib.renewal.identity import Identity
 
 
@@ -66,12 +65,22 @@ def test_attack_a_sample_out_of_range_is_refused_with_its_line(tmp_path, value, 
     assert line.startswith(f"{f}: line 2: DCGM_FI_DEV_GPU_UTIL") and needle in line, line
 
 
-def test_attack_utilisation_written_as_a_fraction_is_refused():
-    """0.38 for a 38 %-busy GPU would read as idle (and reduce): refused, naming the series and what is expected."""
-    util = RawSeries("DCGM_FI_DEV_GPU_UTIL", {(("Hostname", "node-a"), ("gpu", "0")): (0.38, 0.41, math.nan, 0.0)})
+def test_attack_utilisation_written_as_a_fraction_is_refused(tmp_path):
+    """0.38 for a 38 %-busy GPU would read as idle (and reduce): refused, naming the series and what is expected;
+    an idle GPU's whole percents (0 and 1, whose slot means are fractions) are not."""
+    f = tmp_path / "history.om"
+    grid = Grid(1785000000, 1785000000 + 4 * 300, 300)
+    ident = Identity("kimi-k3", hostnames=("node-a",), gpus=1)
+
+    def write(values):
+        f.write_text("".join(f'DCGM_FI_DEV_GPU_UTIL{{gpu="0",Hostname="node-a"}} {v} {1785000000 + 150 * (i + 1)}\n'
+                             for i, v in enumerate(values)), encoding="utf-8")
+
+    write([0.38, 0.41, 0.0, 0.9])
     with pytest.raises(BadInputError, match="reads fractions such as 0.38.*expected utilisation in percent, 0–100"):
-        review_series({"DCGM_FI_DEV_GPU_UTIL": util.values}, Identity("kimi-k3", hostnames=("node-a",), gpus=1),
-                      [], "history.om")
+        series_from_file(f, grid, ident)
+    write([0, 1, 1, 0, 0, 1])
+    assert series_from_file(f, grid, ident).gpus_in_series == 1
 
 
 def test_attack_a_repeated_yaml_key_is_refused_in_the_costs_and_the_parameters(steady):

@@ -279,8 +279,6 @@ def review_series(evaluated: Mapping[str, Mapping[LabelKey, tuple[float, ...]]],
         if kept is not None:
             raw[name] = kept
     util = raw.get(DCGM_GPU_UTIL)
-    if util:
-        _refuse_fraction(util, source)
     gpus = len({gpu_key(k) for k in util.values}) if util else 0
     if util and identity.gpus is not None and gpus != identity.gpus:
         hosts = ", ".join(gpu_hosts(util.values))
@@ -294,10 +292,12 @@ def review_series(evaluated: Mapping[str, Mapping[LabelKey, tuple[float, ...]]],
     return ReviewSeries(raw, tuple(merged.values()), gpus)
 
 
-def _refuse_fraction(util: RawSeries, source: str) -> None:
+def _refuse_fraction(values: list[float], source: str) -> None:
     """A utilisation series that never exceeds 1 while reading fractions (0.38) was written as a share, not in
-    dcgm-exporter's percent: read as percent it would show a busy deployment idle. Refused, naming the series."""
-    values = [v for vals in util.values.values() for v in vals if not math.isnan(v)]
+    dcgm-exporter's percent: read as percent it would show a busy deployment idle. Refused, naming the series. A
+    history file is judged on its raw samples (dcgm-exporter writes whole percents); Prometheus on its slot means,
+    so there a deployment whose GPUs never exceed 1 % in the whole window is refused too (and says why)."""
+    values = [v for v in values if not math.isnan(v)]
     if values and max(values) <= 1.0 and any(0 < v < 1 for v in values):
         raise BadInputError(f"{DCGM_GPU_UTIL} of the deployment never exceeds {max(values):g} and reads fractions such "
                             f"as {next(v for v in values if 0 < v < 1):g}: a share written where dcgm-exporter writes "
@@ -313,6 +313,8 @@ def series_from_file(path: str | Path, grid: Grid, identity: Identity) -> Review
     for name in _pick_names(history):
         if name in history:
             keys, _ = select(name, history[name], identity)
+            if name == DCGM_GPU_UTIL:
+                _refuse_fraction([v for k in keys for _, v in history[name][k]], str(path))
             # only the deployment's label sets are measured; the others are counted by review_series
             evaluated[name] = {k: evaluate_on_grid(v, grid, _how(name)) if k in keys else () for k, v in
                                sorted(history[name].items())}
@@ -387,6 +389,8 @@ def series_from_prometheus(url: str, grid: Grid, identity: Identity, *, selector
             if got:
                 evaluated[name] = got
                 break
+    if DCGM_GPU_UTIL in evaluated:
+        _refuse_fraction([v for vals in evaluated[DCGM_GPU_UTIL].values() for v in vals], url)
     return review_series(evaluated, identity, left, url)
 
 
