@@ -291,3 +291,20 @@ def test_the_one_task_review_exits_2(steady, capsys):
     code = main(["review", "-p", str(steady["params"]), "--out", str(steady["params"].parent / "runs")])
     err = capsys.readouterr().err
     assert code == 2 and "no GPU utilisation sample of the deployment" in err and "(series left out: " in err, err
+
+
+def test_a_decision_on_thin_data_is_not_signed(tmp_path):
+    """A dual circuit fired on a load not shown carries review.thin: k3 sign refuses it, naming why."""
+    from k3lib.core.store import RunStore
+    from k3lib.renewal.decision import Indicators, RULES, thin_evidence
+    from k3lib.renewal.findings import RenewalFinding
+    from k3lib.report.signing import sign_run
+
+    rule = next(r for r in RULES if r.id == "dual.load-not-shown")
+    found = [RenewalFinding("load.regular", None, {"not_shown_because": ["the GPU series cover 12% of the window"]})]
+    thin = thin_evidence(rule, Indicators(quality_ok=True), found)
+    assert thin is not None and "the GPU series cover 12% of the window" in thin.sentence
+    store = RunStore.create(tmp_path / "run")
+    store.write_json("decision.json", {"decision": "dual-circuit", "findings": [thin.to_dict()]})
+    with pytest.raises(BadInputError, match="refusing to sign: too thin to decide: the GPU series cover 12%"):
+        sign_run(store.root, "reviewer")
