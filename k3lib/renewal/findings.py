@@ -137,9 +137,19 @@ def _large_idle(o: bool | None, m: Measured) -> str:
             f", idle for lack of demand {_p(m['idle_demand_share'])}"
             + (f" (rule: under-used above {m['idle_demand_share_max']:.0%})" if "idle_demand_share_max" in m else "")
             + f", idle while tasks wait {_p(m['idle_scheduling_share'])}"
+            + _worst(m)
             + _waiting(m.get("waiting_causes"))
             + (f" — slot means over {figure(m['step_s'])} s" if m.get("step_s") else "")
             + (f"; worst case over the gap: {_not_shown(m)}" if not m.get("shown", True) else ""))
+
+
+def _worst(m: Measured) -> str:
+    """Each share with its worst case over the gap (every slot not shown read idle), when the gap could move it."""
+    w = m.get("worst_case")
+    if not w or (w["idle_demand_share"], w["large_idle_share"]) == (m["idle_demand_share"], m["large_idle_share"]):
+        return ""
+    return (f" (worst case over the slots not shown: idle for lack of demand {_p(w['idle_demand_share'])}, large "
+            f"idle {_p(w['large_idle_share'])}, utilisation {_p(w['utilisation'])})")
 
 
 def _waiting(w: Any) -> str:
