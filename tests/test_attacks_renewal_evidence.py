@@ -103,8 +103,12 @@ def test_a_drill_on_the_deployment_itself_answers_for_it(demos, tmp_path, full_d
     proves, reason = is_deployment(result, emulator=False, model_name="kimi-k3", instances=(host_port,),
                                    addresses=(target.url,))
     assert proves and "serves the reviewed model kimi-k3" in reason
-    d = _with_drill(_unshown_steady(demos, tmp_path), for_deployment(result, proves, reason))
+    drill = for_deployment(result, proves, reason)
+    d = _with_drill(copy_scenario(demos["steady"], tmp_path / "steady"), drill)
     assert d.finding("stability.recoverable").outcome is True
+    # the drill answers for the deployment, never for a logged incident that leaves its own answer blank (issue 44)
+    blank = _with_drill(_unshown_steady(demos, tmp_path / "blank"), drill).finding("stability.recoverable")
+    assert blank.outcome is None and "INC-001 (fields_preserved)" in blank.sentence
 
 
 def test_an_unchecked_drill_counts_for_nothing():

@@ -65,10 +65,10 @@ def test_review_drill_never_writes_the_key(tmp_path, capsys, monkeypatch):
     decided = json.loads(store.path("decision.json").read_text())["decision"]
     assert code == RENEWAL_EXIT_CODES[decided], (code, decided, err)
     drill = json.loads(store.path("drill/drill.json").read_text())
-    # the emulator refuses /v1 without the key (401): a chat answered 200 proves the drill sent it. The demo's drill
-    # touches the embedded emulator, not the reviewed deployment: what it observed there is kept apart
-    assert drill["deployment"]["is_deployment"] is False
-    evidence = " ".join(str(a.get("evidence")) for a in drill["deployment"]["observed"].values())
+    # the emulator refuses /v1 without the key (401): a chat answered 200 proves the drill sent it. A demo's
+    # deployment is the embedded emulator its series describe (issue 44: a real review never drills it)
+    assert drill["deployment"]["is_deployment"] is True
+    evidence = " ".join(str(a.get("evidence")) for a in drill["answers"].values())
     assert "HTTP 200" in evidence, evidence
     assert assert_no_secret(store.root, out, err) > 10
     assert KEY_ENV in store.path("params.json").read_text()

@@ -125,8 +125,9 @@ def test_review_batch_on_a_demo(tmp_path, capsys):
     out = capsys.readouterr().out
     assert rc == 3 and "decision: reduce" in out and "condition: restore the previous capacity" in out
     # a rule loosened toward renew is in the terminal output: the reasons and the condition name it
-    assert "decided on loosened rules (set past the built-in default toward renew): rules.min_sample_tasks 20" in out
-    assert "decided on loosened rules — rules.min_sample_tasks 20 (built-in 30)" in out
+    assert ("decided on loosened rules or scopes (set past the reference review's toward renew, or other than it): "
+            "rules.min_sample_tasks 20 (built-in 30") in out
+    assert "rules.min_sample_tasks 20 (built-in 30), not accepted" in out  # the condition names it too
     run = Path(out.strip().splitlines()[-1].removeprefix("run: "))
     store = RunStore.open(run)
     assert store.verify() == []
@@ -134,13 +135,11 @@ def test_review_batch_on_a_demo(tmp_path, capsys):
     records = read_records(store)
     assert set(records) >= set(AXES) and all(not r.error for r in records.values())
     drill = records["stability"].data["result"]["drill"]
-    # the demo's drill ran against the embedded emulator: it answers nothing about the reviewed deployment, and
-    # what it saw there is kept apart
-    assert drill["summary"].startswith("0/5 about the reviewed deployment — the drill ran against the embedded "
-                                       "emulator") and "on its target: 5/5 questions answered yes" in drill["summary"]
-    assert drill["deployment"]["is_deployment"] is False and drill["in_flight_at_kill"] is True
-    assert {a["answer"] for a in drill["answers"].values()} == {"not shown"}
-    assert {a["answer"] for a in drill["deployment"]["observed"].values()} == {"yes"}
+    # a demo's deployment is the embedded emulator its series describe: its drill answers for it (issue 44: a real
+    # review without a deployment URL is not drilled at all — tests/test_attacks_renewal_premises.py)
+    assert drill["summary"] == "5/5 questions answered yes"
+    assert drill["deployment"]["is_deployment"] is True and drill["in_flight_at_kill"] is True
+    assert {a["answer"] for a in drill["answers"].values()} == {"yes"}
     # the demo's restore is a rollback: the previous release is served again, shown from GET /version
     assert drill["versions"] == {"before": "0.33.0", "after_restore": PREVIOUS_VERSION,
                                  "expected_previous": PREVIOUS_VERSION}

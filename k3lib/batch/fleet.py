@@ -32,6 +32,7 @@ import yaml
 from pydantic import Field, model_validator
 
 from ..core.errors import BadInputError, K3Error
+from ..core.yamlsafe import safe_load as yaml_load
 from ..core.layering import validate_model
 from ..core.params import _Model
 
@@ -114,7 +115,7 @@ class FleetFile:
 def load_fleet(path: str | Path) -> FleetFile:
     p = Path(path)
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        data = yaml_load(p.read_text(encoding="utf-8"))
     except OSError as exc:
         raise BadInputError(f"cannot read the fleet file: {exc.strerror}", source=str(p)) from None
     except yaml.YAMLError as exc:

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Mapping
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from .errors import BadInputError
+from .yamlsafe import safe_load as yaml_load
 from .layering import read_yaml, validate_model
 
 Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
@@ -141,7 +142,7 @@ def parse_attestation_text(text: str, source: str) -> AttestationRecord:
     import yaml
 
     try:
-        data = yaml.safe_load(text)
+        data = yaml_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else "YAML"

@@ -14,6 +14,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from .errors import BadInputError
+from .yamlsafe import safe_load as yaml_load
 
 
 def read_yaml(path: Path, what: str) -> Any:
@@ -25,7 +26,7 @@ def read_yaml(path: Path, what: str) -> Any:
     except (OSError, UnicodeDecodeError) as exc:
         raise BadInputError(f"cannot read: {exc}", source=str(path)) from None
     try:
-        return yaml.safe_load(text)
+        return yaml_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else "YAML"
@@ -60,7 +61,7 @@ def parse_set(expr: str) -> tuple[list[str], Any]:
     if not sep or not key.strip() or any(not p for p in key.strip().split(".")):
         raise BadInputError(f"expected key.path=value, got {expr!r}", source="--set")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else None
+        value = yaml_load(raw) if raw.strip() else None
     except yaml.YAMLError:
         value = raw
     return key.strip().split("."), value
@@ -158,7 +159,7 @@ def check_command(files: Sequence[str | Path], command: str) -> None:
     """A parameters file written for the other command is named as such (one line), before any field error."""
     for f in files:
         try:
-            top = yaml.safe_load(Path(f).read_text(encoding="utf-8"))
+            top = yaml_load(Path(f).read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, yaml.YAMLError):
             continue  # the loader itself says what is wrong with it
         if not isinstance(top, dict):

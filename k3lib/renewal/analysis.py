@@ -44,7 +44,13 @@ def in_policy(t: TaskRecord, fixed: FixedElements) -> bool:
 def delivered(t: TaskRecord, fixed: FixedElements) -> bool:
     """Accepted under the fixed quality rule AND run under the fixed retry policy (a task that needed more retries
     than the policy allows would have been stopped by it: it is not a delivery under the same conditions)."""
-    return is_accepted(t, fixed.quality_rule) and in_policy(t, fixed)
+    return is_accepted(t, fixed.quality_rule) and in_policy(t, fixed) and not finished_by_api(t)
+
+
+def finished_by_api(t: TaskRecord) -> bool:
+    """A self-hosted task the API finished (`routed_to_api`): the API's delivery, never the capacity's — a
+    self-hosted failure whose API cost is the cost sheet's `tasks_transferred_to_api`."""
+    return t.path == SELF and t.routed_to_api
 
 
 def bounded_retries(rows: Sequence[TaskRecord], fixed: FixedElements) -> int:
@@ -207,6 +213,9 @@ def compare_paths(tasks: Sequence[TaskRecord], hours: Sequence[HoursRecord], fix
         "difference": None, "difference_low": None, "difference_high": None, "tool_error_difference_high": None,
         "api_equivalent": None}
     api_all = list(by_path[API].values())
+    # the API bill covers every API task of the log in the window; a task set narrower than the log leaves some of
+    # them outside the divisor (the bill is then not for the same tasks: re-import it for the task set)
+    api_outside = sum(1 for t in tasks if t.path == API and t.category not in fixed.task_set.categories)
     return {"basis": basis, "paired_tasks": len(paired), "task_set": list(fixed.task_set.categories),
             "min_sample_tasks": rules.min_sample_tasks,
             SELF: {**sh, "human_monitoring_h": _r(monitoring_h, 1)},
@@ -215,6 +224,7 @@ def compare_paths(tasks: Sequence[TaskRecord], hours: Sequence[HoursRecord], fix
             # every API task of the set (what its bill covers) and how many of them also ran self-hosted
             "api_tasks": len(api_all), "api_accepted": sum(delivered(t, fixed) for t in api_all),
             "api_tasks_not_on_both": len(api_all) - len(paired),
+            "api_tasks_outside_task_set": api_outside,
             # None: fewer shared tasks than the rule, or an interval straddling the gap — not shown either way
             **equivalence}
 
@@ -244,9 +254,26 @@ def _cost_comparable(production: dict[str, Any], comparison: dict[str, Any], rul
     elif api_tasks and paired / api_tasks < rules.min_coverage_share:
         why.append(f"only {paired} of the {api_tasks} API tasks the bill covers also ran self-hosted "
                    f"({paired / api_tasks:.0%}, rule: at least {rules.min_coverage_share:.0%})")
+    outside = comparison.get("api_tasks_outside_task_set") or 0
+    if outside:
+        why.append(f"the API bill covers the log's API tasks of the window, {outside} of them outside the task set "
+                   f"({', '.join(comparison.get('task_set') or [])}): it is not the bill of the tasks it is divided by "
+                   "— re-import it for the task set's tasks (k3 import usage --tasks)")
     if not production.get("shown", True):
         why.append("the useful production is not shown")
     return why
+
+
+def _credits(costs: CostsInput, items: dict[str, float | None]) -> list[dict[str, Any]]:
+    """The costs file's credits and refunds, each listed; netted into its item only when recurring and accepted."""
+    out = []
+    for c in costs.credits:
+        if c.netted and c.item in items and items[c.item] is not None:
+            items[c.item] = items[c.item] + c.amount  # type: ignore[operator]
+        out.append({"amount": c.amount, "item": c.item, "description": c.description,
+                    "charge_category": c.charge_category, "recurring": c.recurring, "accepted_by": c.accepted_by,
+                    "netted": c.netted and c.item in items})
+    return out
 
 
 def full_cost(costs: CostsInput, production: dict[str, Any], comparison: dict[str, Any],
@@ -258,6 +285,10 @@ def full_cost(costs: CostsInput, production: dict[str, Any], comparison: dict[st
                   if costs.install_upgrade_rollback_hours is not None and costs.hourly_rate is not None else None)
     items = {k: getattr(costs, k) for k in SELF_COST_ITEMS if k != "install_upgrade_rollback"}
     items["install_upgrade_rollback"] = hours_cost
+    routed = (production.get("losses") or {}).get("routed_to_api") or 0
+    if routed and not items["tasks_transferred_to_api"]:
+        items["tasks_transferred_to_api"] = None  # tasks the API finished without their API cost: not known
+    credits = _credits(costs, items)
     blanks = [k for k in SELF_COST_ITEMS if items[k] is None]
     known = sum(v for v in items.values() if v is not None)
     total = None if blanks else known
@@ -270,6 +301,9 @@ def full_cost(costs: CostsInput, production: dict[str, Any], comparison: dict[st
     api_per = _r(costs.api_bill_same_tasks / api_accepted
                  if costs.api_bill_same_tasks is not None and api_accepted else None, 2)
     why = _cost_comparable(production, comparison, rules)
+    if routed and not costs.tasks_transferred_to_api:
+        why.append(f"{routed} self-hosted task(s) finished by the API (routed_to_api) but tasks_transferred_to_api is "
+                   f"{'blank' if costs.tasks_transferred_to_api is None else 0}: their API cost is missing")
     cheaper = None
     if not why and sh_high is not None and api_low is not None:
         # cheaper: even the self-hosted upper bound ≤ the API's lower bound; dearer: its lower bound above the API's
@@ -297,6 +331,8 @@ def full_cost(costs: CostsInput, production: dict[str, Any], comparison: dict[st
         },
         "delivered_tasks_value": costs.delivered_tasks_value,
         "hourly_rate": costs.hourly_rate,
+        "credits": credits,
+        "routed_to_api_tasks": routed,
         "not_comparable_because": why,
         # None when a blank leaves either side blank, the tasks are not the same, or the intervals overlap
         "self_hosted_cheaper_per_task": cheaper,
@@ -316,6 +352,15 @@ def drill_answers(drill: dict[str, Any] | None) -> dict[str, Any]:
     if not drill or not (drill.get("deployment") or {}).get("is_deployment"):
         return {}
     return {q: a.get("answer") for q, a in (drill.get("answers") or {}).items()}
+
+
+def drill_not_shown(drill: dict[str, Any] | None) -> str | None:
+    """Why a drill given to the analysis shows nothing about the reviewed deployment (None: it touched it, or no
+    drill was given — the incident log alone is then read, as in a review computed without its drill)."""
+    if not drill:
+        return None
+    target = drill.get("deployment") or {}
+    return None if target.get("is_deployment") else str(target.get("why") or "the drill did not touch the deployment")
 
 
 def analyse_stability(incidents: Sequence[IncidentRecord], rules: RenewalRules,
@@ -343,8 +388,13 @@ def analyse_stability(incidents: Sequence[IncidentRecord], rules: RenewalRules,
     # a question is shown when the drill or a logged incident answered it yes; a blank or "not shown" never is
     unshown = [q for q in FIVE_QUESTIONS if q not in drill_no and q not in log_no
                and answers.get(q) != "yes" and questions[q]["yes"] == 0]
+    # each incident is shown by its own answers: one row answering yes answers for itself, never for the others
+    blank = {i.id: [q for q in FIVE_QUESTIONS if getattr(i, q) is None] for i in incidents}
+    unanswered = {k: v for k, v in blank.items() if v}
     failed = bool(slow or drill_no or log_no)
     unclassified = [i.id for i in incidents if i.category is None]  # a blank class is not shown, never favourable
+    # the drill is a premise of its own: a drill that did not touch the reviewed deployment shows nothing
+    drill_why = drill_not_shown(drill)
     return {
         "incidents": len(incidents),
         "by_category": rows,
@@ -355,14 +405,19 @@ def analyse_stability(incidents: Sequence[IncidentRecord], rules: RenewalRules,
         "outside_window": outside_window or {"inside": len(incidents), "outside": 0, "outside_examples": []},
         "not_shown": unshown,
         # False: a failure was seen; None: nothing failed but some question was never shown (never counted as yes)
-        "recoverable": False if failed else None if unshown or unclassified else True,
+        "recoverable": False if failed else None if unshown or unclassified or unanswered or drill_why else True,
+        "incidents_without_evidence": [f"{k} ({', '.join(v)})" for k, v in unanswered.items()],
         "not_recoverable_because": ([f"{len(slow)} incident(s) recovered later than "
                                      f"{figure(rules.max_recovery_min, ' min')} or never: {', '.join(slow)}"]
                                     if slow else [])
         + ([f"the incident log answers no to: {', '.join(log_no)}"] if log_no else [])
         + ([f"the drill answers no to: {', '.join(drill_no)}"] if drill_no else [])
         + ([f"neither the drill nor the incident log shows: {', '.join(unshown)}"] if unshown else [])
-        + ([f"{len(unclassified)} incident(s) not classified: {', '.join(unclassified)}"] if unclassified else []),
+        + ([f"{len(unclassified)} incident(s) not classified: {', '.join(unclassified)}"] if unclassified else [])
+        + ([f"{len(unanswered)} incident(s) without their own answers (one row answers only for itself): "
+            + "; ".join(f"{k} ({', '.join(v)})" for k, v in list(unanswered.items())[:EXAMPLES])]
+           if unanswered else [])
+        + ([f"the drill premise is not shown: {drill_why}"] if drill_why else []),
     }
 
 
@@ -402,6 +457,7 @@ def analyse_operations(hours: Sequence[HoursRecord], comparison: dict[str, Any],
         "hours_coverage": coverage,
         "outside_window": outside_window or {"inside": len(hours), "outside": 0, "outside_examples": []},
         "not_shown_because": why,
+        "unclassified_h": _r(by_cat.get("unclassified"), 1),
     }
 
 

@@ -39,6 +39,23 @@ class CostSource(_M):
     selection: str | None = None  # the filters, in words
 
 
+class Credit(_M):
+    """A credit or refund the bill lists (FOCUS `ChargeCategory` Credit, a CUR `Credit`/`Refund` line), kept apart
+    from the items: the review lists it and nets it into its item only when it recurs (it will be there next cycle
+    too) and someone accepted netting it — a one-off credit says nothing about what renewing costs."""
+
+    amount: Annotated[float, Field(allow_inf_nan=False)]  # as the bill writes it: a credit is negative
+    item: ImportedItem = "capacity"
+    description: str = ""
+    charge_category: str | None = None  # e.g. "Credit", "Refund"
+    recurring: bool = False
+    accepted_by: str | None = None  # who accepted netting it into the item; null: listed, not netted
+
+    @property
+    def netted(self) -> bool:
+        return self.recurring and bool(self.accepted_by)
+
+
 def mismatched_items(amounts: dict[str, float | None], sources: tuple[CostSource, ...]) -> list[str]:
     """The items whose amount is not the sum of what the sources list for them (one line each)."""
     totals: dict[str, float] = {}  # item → the sources' sum

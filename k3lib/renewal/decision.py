@@ -163,6 +163,12 @@ RULES: tuple[Rule, ...] = (
          "or above the API's on the same tasks, or the total exceeds the value delivered — keep the API path "
          "beside the capacity and measure it",
          lambda i: i.cheaper_than_api is not True or i.within_value is False),
+    Rule("dual.loosened-not-accepted", Decision.DUAL_CIRCUIT, ("rules",),
+         "the evidence converges only under rules or scopes looser than the reference review (task set, business "
+         "hours, time zone, thresholds) that nobody accepted before the review: renewing is not shown under the "
+         "reference rules — keep the API path beside the capacity, or accept each loosening "
+         "(review.accepted_loosened: name, value, by, why) and re-run",
+         lambda i: i.loosened_unaccepted),
     Rule("renew.converge", Decision.RENEW, AXES,
          "regular load, accepted tasks, recoverable incidents, contained effort and a lower cost per accepted task "
          "than the API converge",
@@ -230,6 +236,24 @@ def checklist(axes: Mapping[str, Mapping[str, Any] | None], statuses: Mapping[st
              "evidence": f"evidence/{a}.json" if axes.get(a) is not None else None} for a in AXES]
 
 
+def thin_evidence(rule: Rule, ind: Indicators, found: list[RenewalFinding]) -> RenewalFinding | None:
+    """The decision fired on a premise the evidence does not show (the load, or the useful production): the data
+    is too thin for any of the four decisions — it is stated and not signed (the dual circuit is no fallback for
+    missing evidence)."""
+    shown_by = {"dual.load-not-shown": ("load.regular", "load.large_idle"), "dual.quality-missed": ("production.quality",)}
+    if rule.id not in shown_by or (rule.id == "dual.quality-missed" and ind.quality_ok is not None):
+        return None
+    why = [s for f in found if f.rule in shown_by[rule.id] and f.outcome is None
+           for s in (f.measured.get("not_shown_because") or [])]
+    return RenewalFinding("review.thin", None, {"rule": rule.id, "because": sorted(set(why))})
+
+
+def _value(v: Any) -> str:
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(str(x) for x in v) + "]"
+    return figure(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else str(v)
+
+
 def decide_renewal(axes: Mapping[str, Mapping[str, Any] | None], rules: RenewalRules, declared_benefits: list[str],
                    *, statuses: Mapping[str, str] | None = None, today: dt.date | None = None,
                    defaulted: list[str] | tuple[str, ...] = (), live: PathsResult | None = None,
@@ -240,6 +264,8 @@ def decide_renewal(axes: Mapping[str, Mapping[str, Any] | None], rules: RenewalR
     elements left at their built-in defaults and `loosened` those set past their default toward renew — the
     decision's reasons and its condition state both."""
     ind, found = indicators(axes, rules, declared_benefits, live, live_source, live_refused)
+    if any(not x.get("accepted_by") for x in loosened):
+        ind = dataclasses.replace(ind, loosened_unaccepted=True)
     rule = decide_rule(ind)
     verdict = rule.decision.value
     reexamine = ((today or dt.date.today()) + dt.timedelta(days=rules.reexamine_after_days)).isoformat()
@@ -249,8 +275,9 @@ def decide_renewal(axes: Mapping[str, Mapping[str, Any] | None], rules: RenewalR
     if loosened:
         findings.append(RenewalFinding("review.loosened", None, {"rules": [dict(x) for x in loosened]}))
         cond += ("; decided on loosened rules — " + ", ".join(
-            f"{x['name']} {figure(x['value'])} (built-in {figure(x['default'])})" for x in loosened)
-            + ": the decision holds only under them")
+            f"{x['name']} {_value(x['value'])} (built-in {_value(x['default'])})"
+            + (f", accepted by {x['accepted_by']}" if x.get("accepted_by") else ", not accepted")
+            for x in loosened) + ": the decision holds only under them")
     if defaulted:
         findings.append(RenewalFinding("review.defaults", None,
                                        {"names": [k.removeprefix("review.") for k in defaulted]}))
@@ -262,5 +289,9 @@ def decide_renewal(axes: Mapping[str, Mapping[str, Any] | None], rules: RenewalR
         findings.append(categories)
     if missing:
         findings.append(RenewalFinding("review.missing", None, {"axes": missing}))
+    thin = thin_evidence(rule, ind, found)
+    if thin is not None:
+        findings.insert(1, thin)
+        cond += "; not signable: decided on data too thin to show its premise (k3 sign refuses it)"
     return RenewalDecision(verdict, tuple(findings), tuple(checklist(axes, statuses or {})), cond,
                            routing(rules, categories) if verdict == "dual-circuit" else None, reexamine, rule.id)

@@ -343,6 +343,18 @@ def for_deployment(result: dict[str, Any], proves: bool, why: str) -> dict[str, 
             f"{result['summary']})", "deployment": {"is_deployment": False, "why": why, "observed": observed}}
 
 
+def not_run(why: str) -> dict[str, Any]:
+    """The drill's record when it was not run against the reviewed deployment (no deployment URL, the drill
+    disabled): every answer "not shown" with the reason — the drill premise is not shown, never drilled elsewhere."""
+    answers = {q: {"question": text, "answer": NOT_SHOWN, "evidence": f"the drill was not run: {why}"}
+               for q, text in QUESTIONS.items()}
+    return {"target": "none", "api": None, "answers": answers,
+            "deployment": {"is_deployment": False, "why": f"the drill was not run: {why}"},
+            "steps": [], "recovery_s": 0.0, "went_down": False,
+            "versions": {"before": None, "after_restore": None, "expected_previous": None},
+            "summary": f"0/5 about the reviewed deployment — the drill was not run: {why}"}
+
+
 @dataclasses.dataclass(frozen=True)
 class Observed:
     """What the drill saw, and nothing else: the five answers are read from these fields only."""

@@ -66,9 +66,20 @@ def _decision(o: bool | None, m: Measured) -> str:
     return f"{m['decision']}: {m['when']}"
 
 
+def _v(v: Any) -> str:
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(str(x) for x in v) + "]"
+    return figure(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else str(v)
+
+
 def _loosened(o: bool | None, m: Measured) -> str:
-    return ("decided on loosened rules (set past the built-in default toward renew): " + ", ".join(
-        f"{x['name']} {figure(x['value'])} (built-in {figure(x['default'])}, from {x['origin']})" for x in m["rules"]))
+    rows = m["rules"]
+    open_ = [x for x in rows if not x.get("accepted_by")]
+    return ("decided on loosened rules or scopes (set past the reference review's toward renew, or other than it): "
+            + ", ".join(f"{x['name']} {_v(x['value'])} (built-in {_v(x['default'])}, from {x['origin']}"
+                        + (f"; accepted by {x['accepted_by']}: {x.get('accepted_why')}" if x.get("accepted_by")
+                           else "; not accepted") + ")" for x in rows)
+            + (f" — {len(open_)} not accepted: renew is not allowed on them" if open_ else ""))
 
 
 def _scope(o: bool | None, m: Measured) -> str:
@@ -87,6 +98,12 @@ def _scope(o: bool | None, m: Measured) -> str:
 
 def _defaults(o: bool | None, m: Measured) -> str:
     return f"decided on built-in defaults (illustrative values, not this team's rules) for: {', '.join(m['names'])}"
+
+
+def _thin(o: bool | None, m: Measured) -> str:
+    return (f"too thin to decide: {'; '.join(m['because']) or 'a premise is not shown'} — {m['rule']} fired on what "
+            "the evidence does not show, so none of the four decisions is signed on it; supply the missing data "
+            "(the task log, the series of the window) and re-run")
 
 
 def _missing(o: bool | None, m: Measured) -> str:
@@ -120,7 +137,36 @@ def _large_idle(o: bool | None, m: Measured) -> str:
             f", idle for lack of demand {_p(m['idle_demand_share'])}"
             + (f" (rule: under-used above {m['idle_demand_share_max']:.0%})" if "idle_demand_share_max" in m else "")
             + f", idle while tasks wait {_p(m['idle_scheduling_share'])}"
-            + (f" — slot means over {figure(m['step_s'])} s" if m.get("step_s") else ""))
+            + _worst(m)
+            + _waiting(m.get("waiting_causes"))
+            + (f" — slot means over {figure(m['step_s'])} s" if m.get("step_s") else "")
+            + (f"; worst case over the gap: {_not_shown(m)}" if not m.get("shown", True) else ""))
+
+
+def _worst(m: Measured) -> str:
+    """Each share with its worst case over the gap (every slot not shown read idle), when the gap could move it."""
+    w = m.get("worst_case")
+    if not w or (w["idle_demand_share"], w["large_idle_share"]) == (m["idle_demand_share"], m["large_idle_share"]):
+        return ""
+    return (f" (worst case over the slots not shown: idle for lack of demand {_p(w['idle_demand_share'])}, large "
+            f"idle {_p(w['large_idle_share'])}, utilisation {_p(w['utilisation'])})")
+
+
+def _waiting(w: Any) -> str:
+    """Idle time is read as "tasks waiting" only where the queue gauge and the task log both show it."""
+    if not w:
+        return ""
+    parts = []
+    if w["gauge_only_idle_slots"]:
+        parts.append(f"{w['gauge_only_idle_slots']} idle slot(s) where only the queue gauge shows requests waiting "
+                     "(no task of the log waiting: a stuck gauge?)")
+    if w["log_only_idle_slots"]:
+        parts.append(f"{w['log_only_idle_slots']} where only the task log does")
+    if w["long_waiting_count"]:
+        parts.append(f"{w['long_waiting_count']} task(s) waiting longer than a large idle stretch "
+                     f"({', '.join(w['long_waiting_tasks'])})")
+    return (" (read as tasks waiting only where the queue gauge and the task log both show it; not read: "
+            + "; ".join(parts) + ")") if parts else ""
 
 
 def _peaks(o: bool | None, m: Measured) -> str:
@@ -213,7 +259,24 @@ def _cost(o: bool | None, m: Measured) -> str:
             + (f" (blank: {', '.join(blanks)} — a blank item leaves the total blank, never estimated)"
                if blanks else "")
             + ("" if m["delivered_tasks_value"] is None else
-               f"; value of the delivered tasks {money(m['delivered_tasks_value'], cur)}"))
+               f"; value of the delivered tasks {money(m['delivered_tasks_value'], cur)}")
+            + _credit_lines(m.get("credits") or [], cur)
+            + (f"; {m['routed_to_api_tasks']} self-hosted task(s) finished by the API, counted as self-hosted "
+               "failures" if m.get("routed_to_api_tasks") else ""))
+
+
+def _credit_lines(credits: list[dict[str, Any]], cur: str | None) -> str:
+    if not credits:
+        return ""
+    def one(c: dict[str, Any]) -> str:
+        what = c.get("charge_category") or "credit"
+        return (f"{money(c['amount'], cur)} ({what}, {c['item']}"
+                + (f", {c['description']}" if c.get("description") else "") + ")")
+    netted = [one(c) for c in credits if c["netted"]]
+    apart = [one(c) for c in credits if not c["netted"]]
+    return ((f"; credits and refunds listed apart, not netted (netted only when recurring and accepted): "
+             f"{', '.join(apart)}" if apart else "")
+            + (f"; recurring credits netted as accepted: {', '.join(netted)}" if netted else ""))
 
 
 def _recoverable(o: bool | None, m: Measured) -> str:
@@ -234,7 +297,9 @@ def _effort(o: bool | None, m: Measured) -> str:
     return (f"operations effort {verdict}: {_f(m['per_week_h'], ' h/week')} "
             f"(rule ≤ {figure(m['max_ops_hours_per_week'])}); "
             f"delivery gain {_f(m['delivery_gain_h'], ' h')} against {_f(m['total_h'], ' h')} spent"
-            + {True: " (effort exceeds the gain)", False: "", None: " (gain unknown)"}[exceeds])
+            + {True: " (effort exceeds the gain)", False: "", None: " (gain unknown)"}[exceeds]
+            + (f"; {figure(m['unclassified_h'])} h of it unclassified (no category mapped), counted"
+               if m.get("unclassified_h") else ""))
 
 
 def _benefits(o: bool | None, m: Measured) -> str:
@@ -311,6 +376,7 @@ SENTENCES: dict[str, Callable[[bool | None, Measured], str]] = {
     "review.loosened": _loosened,
     "review.scope": _scope,
     "review.missing": _missing,
+    "review.thin": _thin,
     "no_evidence": _no_evidence,  # "<axis>.no_evidence"
     "load.regular": _regular,
     "load.large_idle": _large_idle,

@@ -38,6 +38,8 @@ class Indicators:
     within_value: bool | None = None  # cost: the self-hosted total ≤ the value of the delivered tasks
     # live (`k3 paths`): the API path's acceptance on the same tasks meets the quality rule (None: no live run)
     api_meets_quality: bool | None = None
+    # a rule or scope set looser than the reference review and not accepted before it (review.accepted_loosened)
+    loosened_unaccepted: bool = False
 
 
 def typed_axes(axes: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -75,8 +77,12 @@ def load_indicators(load: Any, rules: RenewalRules) -> tuple[bool | None, bool |
     li, idle_demand = load.large_idle_share, load.idle_demand_share
     large_idle = None if not shown or None in (li, idle_demand) else (
         li > rules.large_idle_share_max or idle_demand > rules.idle_demand_share_max)
-    common = {"shown": load.shown, "not_shown_because": list(load.not_shown_because),
-              "coverage_gpu_util": load.coverage.gpu_util, "min_coverage_share": rules.min_coverage_share}
+    gap = _gap_changes(load, rules, regular, large_idle)
+    if gap:
+        regular, large_idle = None, None
+    common = {"shown": load.shown and not gap, "not_shown_because": list(load.not_shown_because) + gap,
+              "coverage_gpu_util": load.coverage.gpu_util, "min_coverage_share": rules.min_coverage_share,
+              "worst_case": None if load.worst_case is None else load.worst_case.model_dump(mode="json")}
     ptm = load.peak_to_mean
     spiky = ptm is not None and ptm >= rules.peak_to_mean_min
     return regular, large_idle, spiky, [
@@ -88,8 +94,32 @@ def load_indicators(load: Any, rules: RenewalRules) -> tuple[bool | None, bool |
             **common, "large_idle_share": li, "large_idle_min_h": rules.large_idle_min_h,
             "large_idle_share_max": rules.large_idle_share_max, "utilisation": util,
             "idle_demand_share": idle_demand, "idle_demand_share_max": rules.idle_demand_share_max,
-            "idle_scheduling_share": load.idle_scheduling_share, "step_s": load.step_s}),
+            "idle_scheduling_share": load.idle_scheduling_share, "step_s": load.step_s,
+            "waiting_causes": None if load.waiting_causes is None else load.waiting_causes.model_dump(mode="json")}),
         RenewalFinding("load.peaks", spiky, {"peak_to_mean": ptm, "peak_to_mean_min": rules.peak_to_mean_min})]
+
+
+def _gap_changes(load: Any, rules: RenewalRules, regular: bool | None, large_idle: bool | None) -> list[str]:
+    """Why the slots not shown could change the load premise ([] when they cannot): the worst case over the gap —
+    every slot not shown idle for lack of demand, at utilisation 0 — judged by the same rules."""
+    w = load.worst_case
+    if w is None or regular is None or large_idle is None or not load.slots.not_shown:
+        return []
+    worst_regular = (w.business_busy_share is not None and w.utilisation is not None
+                     and w.business_busy_share >= rules.regular_busy_share_min
+                     and load.weekday_gpu_h_cv <= rules.regular_daily_cv_max and w.utilisation >= rules.min_utilisation)
+    worst_idle = (None not in (w.large_idle_share, w.idle_demand_share)
+                  and (w.large_idle_share > rules.large_idle_share_max
+                       or w.idle_demand_share > rules.idle_demand_share_max))
+    if worst_regular == regular and worst_idle == large_idle:
+        return []
+    def p(x: float | None) -> str:
+        return "blank" if x is None else f"{x:.0%}"
+
+    return [f"the {load.slots.not_shown} slot(s) not shown could change the load premise: read idle, as the worst "
+            f"case, idle for lack of demand would be {p(w.idle_demand_share)} (measured "
+            f"{p(load.idle_demand_share)}), large idle {p(w.large_idle_share)}, utilisation {p(w.utilisation)}, "
+            f"business-hour slots busy {p(w.business_busy_share)} — missing data is not random"]
 
 
 def production_quality(prod: Any, rules: RenewalRules) -> RenewalFinding:
@@ -132,7 +162,8 @@ def cost_finding(cost: Any) -> RenewalFinding:
         "api_high": api.per_accepted_task_high, "self_hosted_total": sh.total,
         "blank_items": list(sh.blank_items), "delivered_tasks_value": cost.delivered_tasks_value,
         "within_value": cost.total_within_delivered_value,
-        "not_comparable_because": list(cost.not_comparable_because)})
+        "not_comparable_because": list(cost.not_comparable_because),
+        "credits": [c.model_dump(mode="json") for c in cost.credits], "routed_to_api_tasks": cost.routed_to_api_tasks})
 
 
 def effort_finding(ops: Any, rules: RenewalRules) -> RenewalFinding:
@@ -146,7 +177,7 @@ def effort_finding(ops: Any, rules: RenewalRules) -> RenewalFinding:
     return RenewalFinding("operations.effort", effort, {
         "per_week_h": per_week, "max_ops_hours_per_week": rules.max_ops_hours_per_week,
         "delivery_gain_h": ops.delivery_gain_h, "total_h": ops.total_h, "effort_exceeds_gain": exceeds,
-        "weeks": ops.weeks, "not_shown_because": list(ops.not_shown_because),
+        "weeks": ops.weeks, "not_shown_because": list(ops.not_shown_because), "unclassified_h": ops.unclassified_h,
         "outside_window": ops.outside_window.outside})
 
 

@@ -18,14 +18,18 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..core.errors import BadInputError
-from .costsources import CostSource, CurrencyConversion, mismatched_items
+from ..core.yamlsafe import safe_load as yaml_load
+from .costsources import CostSource, Credit, CurrencyConversion, mismatched_items
 
 LoadCategory = Literal["batch", "agent", "peak", "test", "maintenance"]
 TaskPath = Literal["self-hosted", "api"]
 IncidentCategory = Literal["node/accelerator", "vllm-engine", "memory-cache", "tool-call-format",
                            "business-connector", "network-timeout", "version-dependency", "human-upgrade"]
 HoursCategory = Literal["install", "vllm-tuning", "monitoring", "upgrades", "failed-task-diagnosis",
-                        "documentation", "product-communication", "out-of-hours", "api-comparison"]
+                        "documentation", "product-communication", "out-of-hours", "api-comparison",
+                        # worked hours no label maps to a category (`k3 import jira`'s unmapped worklogs): counted in
+                        # the effort and listed, never dropped
+                        "unclassified"]
 NonNegInt = Annotated[int, Field(ge=0)]
 # finite: `.inf` or `nan` is no amount, no duration and no number of hours (YAML reads `.inf` as a float)
 NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
@@ -177,6 +181,11 @@ class CostsInput(BaseModel):
     # written by `k3 import`: the rates applied to bills in another currency, and what each export gave per item
     conversions: tuple[CurrencyConversion, ...] = ()
     sources: tuple[CostSource, ...] = ()
+    # credits and refunds, apart from the items: listed, netted into their item only when recurring and accepted
+    credits: tuple[Credit, ...] = ()
+    # the nodes the capacity bill (or the inventory) reserves, as dcgm-exporter's Hostname names them: each must be
+    # one of review.deployment.hostnames (a billed node is reviewed, never left out); empty: not stated
+    capacity_nodes: tuple[str, ...] = ()
 
     _blank = field_validator(*COST_ITEMS, mode="before")(classmethod(lambda cls, v: _blank_none(v)))
 
@@ -321,7 +330,7 @@ def read_costs(path: str | Path) -> CostsInput:
     p = Path(path)
     text = _read_text(p, "a costs YAML file")
     try:
-        data = yaml.safe_load(text)
+        data = yaml_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else "YAML"
@@ -336,7 +345,7 @@ def read_costs(path: str | Path) -> CostsInput:
     except ValidationError as exc:
         err = exc.errors()[0]
         key = str(err["loc"][0]) if err.get("loc") else "(top level)"
-        if key in ("conversions", "sources") or not err.get("loc"):
+        if key in ("conversions", "sources", "credits", "capacity_nodes") or not err.get("loc"):
             where = ".".join(str(x) for x in err.get("loc", ())) or "(top level)"
             raise BadInputError(f"key {where}: {_expected(err)}", source=str(p)) from None
         line = _key_lines(text).get(key)
@@ -344,7 +353,8 @@ def read_costs(path: str | Path) -> CostsInput:
         if key == "currency":
             msg = f"expected an ISO 4217 code such as EUR or USD (got {err.get('input')!r})"
         elif err.get("type") == "extra_forbidden":
-            msg = f"unknown cost item; expected one of currency, {', '.join(COST_ITEMS)}, conversions, sources"
+            msg = (f"unknown cost item; expected one of currency, {', '.join(COST_ITEMS)}, conversions, sources, "
+                   "credits, capacity_nodes")
         else:
             msg = f"{_expected(err)}; expected an amount ≥ 0 or blank"
         raise BadInputError(f"{where}key {key}: {msg}", source=str(p)) from None

@@ -61,7 +61,9 @@ def _period(local_hour: int, weekday: int, rules: RenewalRules) -> str:
 
 def _kinds(util: list[float | None], waiting_srv: list[float], waiting_log: list[float], rules: RenewalRules
            ) -> list[str | None]:
-    """Each slot busy, idle for lack of demand, idle while tasks wait (scheduling), or None: not shown."""
+    """Each slot busy, idle for lack of demand, idle while tasks wait (scheduling), or None: not shown. Idle while
+    tasks wait needs its cause shown by both sources: the server's queue gauge AND the task log's waiting tasks —
+    a gauge alone may be stuck, a log alone may hold one row waiting for days (`waiting_causes` names both)."""
     out: list[str | None] = []
     for u, ws, wl in zip(util, waiting_srv, waiting_log):
         if u is None:
@@ -69,8 +71,19 @@ def _kinds(util: list[float | None], waiting_srv: list[float], waiting_log: list
         elif u >= rules.idle_util_max:
             out.append("busy")
         else:
-            out.append("scheduling" if ws > 0 or wl > 0 else "demand")
+            out.append("scheduling" if ws > 0 and wl > 0 else "demand")
     return out
+
+
+def waiting_causes(util: list[float | None], waiting_srv: list[float], waiting_log: list[float],
+                   long_waits: list[str], rules: RenewalRules) -> dict[str, Any]:
+    """What an idle slot with something "waiting" rests on, when only one source says so: the queue gauge without
+    a waiting task in the log (a stuck gauge), the log without the gauge, and the rows waiting longer than a large
+    idle stretch (named, not read as demand waiting)."""
+    idle = [k for k, u in enumerate(util) if u is not None and u < rules.idle_util_max]
+    return {"gauge_only_idle_slots": sum(1 for k in idle if waiting_srv[k] > 0 and waiting_log[k] <= 0),
+            "log_only_idle_slots": sum(1 for k in idle if waiting_log[k] > 0 and waiting_srv[k] <= 0),
+            "long_waiting_tasks": long_waits[:10], "long_waiting_count": len(long_waits)}
 
 
 def large_idle_slots(kinds: list[str | None], step_h: float, rules: RenewalRules) -> int:
@@ -166,7 +179,21 @@ def coverage(frame: Any) -> dict[str, float | None]:
             "vllm": _r(float(frame["running"].notna().sum()) / n, 4)}
 
 
-def not_shown(cover: dict[str, float | None], gpus: int, rules: RenewalRules) -> list[str]:
+def period_coverage(frame: Any, util: list[float | None], rules: RenewalRules) -> dict[str, float | None]:
+    """The share of each period type's slots (business, night, weekend) that every reserved GPU shows: a gap is
+    judged against its own period (a weekend lost is a third of the weekends, not 5 % of the window)."""
+    tz = ZoneInfo(rules.timezone)
+    seen: Counter[str] = Counter()
+    shown: Counter[str] = Counter()
+    for k, ts in enumerate(frame.index):
+        local = ts.tz_convert(tz)
+        p = _period(local.hour, local.weekday(), rules)
+        seen[p] += 1
+        shown[p] += util[k] is not None
+    return {p: _r(shown[p] / seen[p], 4) if seen[p] else None for p in PERIODS[:3]}
+
+
+def not_shown(cover: dict[str, Any], gpus: int, rules: RenewalRules) -> list[str]:
     """Why the load is not shown ([] when it is)."""
     if not gpus:
         return ["no GPU utilisation series of the deployment in the window"]
@@ -175,7 +202,28 @@ def not_shown(cover: dict[str, float | None], gpus: int, rules: RenewalRules) ->
         return [f"the GPU utilisation series cover {share:.0%} of the window's slots with every one of the "
                 f"{gpus} reserved GPUs (rule: at least {rules.min_coverage_share:.0%}); a slot not shown is never "
                 f"read as idle or busy"]
+    low = {p: c for p, c in (cover.get("by_period") or {}).items() if c is not None and c < rules.min_coverage_share}
+    if low:
+        return [f"the GPU utilisation series cover {', '.join(f'{c:.0%} of the {p} slots' for p, c in low.items())} "
+                f"(rule: at least {rules.min_coverage_share:.0%} of each period type): missing data is not random, "
+                "a gap is judged against its own period"]
     return []
+
+
+def worst_case(kinds: list[str | None], util: list[float | None], step_h: float, rules: RenewalRules,
+               business: list[bool]) -> dict[str, float | None]:
+    """The shares with every slot not shown read the least favourable way (idle for lack of demand, utilisation 0):
+    what the gap could hide. The decision reads the load only where this worst case decides the same."""
+    n = len(kinds)
+    if not n:
+        return {"utilisation": None, "idle_demand_share": None, "large_idle_share": None,
+                "business_busy_share": None}
+    worst: list[str | None] = [k if k is not None else "demand" for k in kinds]
+    biz = [k for k, b in zip(worst, business) if b]
+    return {"utilisation": _r(sum(u for u in util if u is not None) / n),
+            "idle_demand_share": _r(worst.count("demand") / n),
+            "large_idle_share": _r(large_idle_slots(worst, step_h, rules) / n),
+            "business_busy_share": _r(biz.count("busy") / len(biz)) if biz else None}
 
 
 def analyse_load(frame, tasks: Sequence[TaskRecord], rules: RenewalRules, grid: Grid, gpus: int) -> dict[str, Any]:
@@ -186,8 +234,10 @@ def analyse_load(frame, tasks: Sequence[TaskRecord], rules: RenewalRules, grid: 
     util: list[float | None] = [None if math.isnan(u) else float(u) for u in frame["gpu_util"]]
     waiting_srv = [0.0 if math.isnan(w) else float(w) for w in frame["waiting"]]
     sh = [t for t in tasks if t.path == SELF]
+    long_s = rules.large_idle_min_h * 3600
+    long_waits = [t.task_id for t in sh if t.wait_s > long_s]
     waiting_log = occupancy(((t.submitted_at.timestamp(), t.started_at.timestamp()) for t in sh
-                             if t.started_at is not None and t.wait_s > 0), grid, n)
+                             if t.started_at is not None and 0 < t.wait_s <= long_s), grid, n)
     active = {c: occupancy(((t.started_at.timestamp(), t.finished_at.timestamp()) for t in sh
                             if t.category == c and t.started_at and t.finished_at), grid, n) for c in CATEGORIES}
     kinds = _kinds(util, waiting_srv, waiting_log, rules)
@@ -195,8 +245,11 @@ def analyse_load(frame, tasks: Sequence[TaskRecord], rules: RenewalRules, grid: 
     n_shown = len(shown_slots)
     reserved_gpu_h = gpus * n * step_h
     used_total = sum(shown_slots) * gpus * step_h
-    cover = coverage(frame)
+    cover = {**coverage(frame), "by_period": period_coverage(frame, util, rules)}
     why = not_shown(cover, gpus, rules)
+    tz = ZoneInfo(rules.timezone)
+    business_slot = [_period(ts.tz_convert(tz).hour, ts.tz_convert(tz).weekday(), rules) == "business"
+                     for ts in frame.index]
     per = _per_period(frame, util, kinds, waiting_srv, rules, step_h)
     mean_arr, p99 = _arrivals(sh, grid, n, step_h)
     business = next(p for p in per if p["period"] == "business")
@@ -226,6 +279,8 @@ def analyse_load(frame, tasks: Sequence[TaskRecord], rules: RenewalRules, grid: 
         "slots": {"busy": kinds.count("busy"), "idle_demand": kinds.count("demand"),
                   "idle_scheduling": kinds.count("scheduling"), "not_shown": kinds.count(None)},
         "coverage": {**cover, "min_share": rules.min_coverage_share},
+        "worst_case": worst_case(kinds, util, step_h, rules, business_slot),
+        "waiting_causes": waiting_causes(util, waiting_srv, waiting_log, long_waits, rules),
         "shown": not why,
         "not_shown_because": why,
     }

@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..core.errors import ArtifactError, BadInputError
+from ..core.yamlsafe import safe_load as yaml_load
 from ..core.layering import COMMAND_SECTIONS, _provenance, layer, validate_model
 from ..core.params import RunParams, TargetParams, _check_url
 from ..axes.paths.record import read_paths_record
@@ -126,6 +127,22 @@ class DrillParams(_Model):
     _url = field_validator("api_base_url")(classmethod(lambda cls, v: _check_url(v)))
 
 
+class AcceptedLoosening(_Model):
+    """A loosened setting accepted before the review, by someone, with the reason: it then no longer forbids
+    `renew` (it is still listed). It accepts the setting only at the very value written here."""
+
+    name: str  # as the decision lists it, e.g. "fixed.task_set.categories", "rules.business_hours"
+    value: Any
+    by: Annotated[str, Field(min_length=1)]
+    why: Annotated[str, Field(min_length=1)]
+
+
+def _same(a: Any, b: Any) -> bool:
+    norm = (lambda v: sorted(v) if isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v)
+            else list(v) if isinstance(v, tuple) else v)
+    return bool(norm(a) == norm(b))
+
+
 class ReviewParams(_Model):
     inputs: InputFiles | None = None  # None only with `demo`: generated into the run folder
     series: SeriesSource | None = None
@@ -141,10 +158,18 @@ class ReviewParams(_Model):
     # that names it: shown in 13_api_comparison's live section and read by the decision; null: the comparison rests
     # on the task log only (an open item of the decision)
     live_paths: str | None = None
+    # loosened settings (see loosened()) accepted before the review: each by name and value, who and why
+    accepted_loosened: tuple[AcceptedLoosening, ...] = ()
     origins: dict[str, str] = {}  # written by the loader: "review.rules.x" → the file that set it, or the default
 
     def origin(self, key: str) -> str:
-        return self.origins.get(key, DEFAULT)
+        """Where `key` was set; a key inside a tracked one (review.fixed.task_set.categories) takes its origin."""
+        parts = key.split(".")
+        for n in range(len(parts), 1, -1):
+            hit = self.origins.get(".".join(parts[:n]))
+            if hit is not None:
+                return hit
+        return DEFAULT
 
     def defaulted(self) -> list[str]:
         """The thresholds and fixed elements this review would decide on built-in defaults."""
@@ -154,7 +179,7 @@ class ReviewParams(_Model):
     def loosened(self) -> list[dict[str, Any]]:
         """Each threshold (and the series step) set past its built-in default toward renew, with its origin: the
         decision lists them in its reasons and its condition, and the terminal output prints both."""
-        out = []
+        out: list[dict[str, Any]] = []
         values = [(f"rules.{k}", getattr(self.rules, k), f.default) for k, f in RenewalRules.model_fields.items()]
         if self.series is not None:
             values.append(("series.step_s", self.series.step_s, SeriesSource.model_fields["step_s"].default))
@@ -166,6 +191,30 @@ class ReviewParams(_Model):
                                                                              default)
             if looser:
                 out.append({"name": name, "value": value, "default": default, "origin": self.origin(f"review.{name}")})
+        out += self._scope_loosened()
+        for x in out:
+            hit = next((a for a in self.accepted_loosened if a.name == x["name"] and _same(a.value, x["value"])), None)
+            x["accepted_by"], x["accepted_why"] = (hit.by, hit.why) if hit else (None, None)
+        return out
+
+    def _scope_loosened(self) -> list[dict[str, Any]]:
+        """Scopes that differ from the reference review (the built-in defaults): a narrower task set (the other
+        categories' failures no longer count), other business hours or another time zone (which slots must be
+        busy), a laxer retry policy — whichever way they differ, a reviewer cannot tell that they do not favour
+        renew."""
+        out: list[dict[str, Any]] = []
+        ref_rules, ref_fixed = RenewalRules(), FixedElements()
+        scopes = [("fixed.task_set.categories", list(self.fixed.task_set.categories),
+                   list(ref_fixed.task_set.categories)),
+                  ("rules.business_hours", list(self.rules.business_hours), list(ref_rules.business_hours)),
+                  ("rules.timezone", self.rules.timezone, ref_rules.timezone)]
+        for name, value, default in scopes:
+            if not _same(value, default):
+                out.append({"name": name, "value": value, "default": default, "origin": self.origin(f"review.{name}")})
+        retries, ref_retries = self.fixed.retry_policy.max_retries, ref_fixed.retry_policy.max_retries
+        if retries > ref_retries:
+            out.append({"name": "fixed.retry_policy.max_retries", "value": retries, "default": ref_retries,
+                        "origin": self.origin("review.fixed.retry_policy.max_retries")})
         return out
 
     @field_validator("currency")
@@ -315,7 +364,7 @@ def is_review_file(path: str | Path) -> bool:
     import yaml
 
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        data = yaml_load(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return False
     return isinstance(data, dict) and "review" in data

@@ -52,6 +52,25 @@ class LoadCoverage(_M):
     gpu_util: Num  # share of the window's slots with a measure from every reserved GPU
     vllm: Num  # share with vLLM's running gauge
     min_share: float
+    by_period: dict[str, Num] = {}  # business, night, weekend: each period type's share of its slots shown
+
+
+class WaitingCauses(_M):
+    """Idle slots where one source alone shows something waiting (not read as idle while tasks wait)."""
+
+    gauge_only_idle_slots: int  # the queue gauge > 0, no task of the log waiting: a stuck gauge is named here
+    log_only_idle_slots: int
+    long_waiting_tasks: tuple[str, ...]  # rows waiting longer than a large idle stretch: named, not demand waiting
+    long_waiting_count: int
+
+
+class WorstCase(_M):
+    """The load's shares with every slot not shown read the least favourable way (idle, utilisation 0)."""
+
+    utilisation: Num
+    idle_demand_share: Num
+    large_idle_share: Num
+    business_busy_share: Num
 
 
 class LeftOutSeries(_M):
@@ -108,6 +127,8 @@ class LoadResult(_M):
     peak_to_mean: Num
     slots: SlotCounts
     coverage: LoadCoverage
+    worst_case: WorstCase | None = None
+    waiting_causes: WaitingCauses | None = None
     shown: bool  # False: a source covers too little of the window; the load figures the decision reads are None
     not_shown_because: tuple[str, ...]
     deployment: DeploymentUse
@@ -181,6 +202,7 @@ class ComparisonResult(_M):
     api_tasks: int  # every API task of the set (what the bill covers)
     api_accepted: int
     api_tasks_not_on_both: int
+    api_tasks_outside_task_set: int = 0  # API tasks of the log the bill covers but the task set leaves out
     difference: Num  # self-hosted − API acceptance on the shared tasks, Newcombe 95 %
     difference_low: Num
     difference_high: Num
@@ -216,12 +238,24 @@ class ApiCost(_M):
     self_hosted_accepted_on_same_set: int
 
 
+class CreditLine(_M):
+    amount: float  # as the bill writes it (a credit is negative)
+    item: str
+    description: str
+    charge_category: str | None
+    recurring: bool
+    accepted_by: str | None
+    netted: bool  # True only when recurring and accepted: netted into its item
+
+
 class CostResult(_M):
     currency: str | None  # every amount below is in it
     self_hosted: SelfHostedCost
     api: ApiCost
     delivered_tasks_value: Num
     hourly_rate: Num
+    credits: tuple[CreditLine, ...] = ()  # listed apart; not netted unless recurring and accepted
+    routed_to_api_tasks: int = 0  # self-hosted tasks the API finished: failures, their API cost an item
     not_comparable_because: tuple[str, ...]
     self_hosted_cheaper_per_task: bool | None  # None: a blank, not the same tasks, or overlapping intervals
     total_within_delivered_value: bool | None
@@ -312,6 +346,7 @@ class StabilityResult(_M):
     outside_window: Clipping
     not_shown: tuple[str, ...]
     recoverable: bool | None  # None: nothing failed but a question was never shown
+    incidents_without_evidence: tuple[str, ...] = ()  # an incident with a blank answer: unknown, never yes
     not_recoverable_because: tuple[str, ...]
 
 
@@ -340,6 +375,7 @@ class OperationsResult(_M):
     hours_coverage: Num
     outside_window: Clipping
     not_shown_because: tuple[str, ...]
+    unclassified_h: Num = None  # hours of no category: counted in the effort, listed apart
 
 
 RESULTS: dict[str, type[_M]] = {"load": LoadResult, "production": ProductionResult, "comparison": ComparisonResult,

@@ -8,6 +8,7 @@ same figures as the report shows.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import hashlib
 import json
 from pathlib import Path
@@ -136,6 +137,48 @@ def review_incidents(params: RenewalParams) -> Clipped:
     return clip_incidents(read_incidents(inp.incidents), window_of(params))
 
 
+def _billed_nodes_reviewed(costs: CostsInput, params: RenewalParams, source: str) -> None:
+    """Every node the capacity bill reserves is the reviewed deployment's: a billed node left out of the review would
+    be paid for and never judged (its idle GPUs left out of the load)."""
+    d = params.review.deployment
+    missing = [n for n in costs.capacity_nodes if n not in d.hostnames]
+    if missing:
+        raise BadInputError(f"key capacity_nodes: {', '.join(missing)} billed but not in review.deployment.hostnames "
+                            f"({', '.join(d.hostnames) or 'none'}); expected every billed node reviewed — add it to "
+                            "hostnames and its GPUs to review.deployment.gpus", source=source)
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def nothing_to_decide(params: RenewalParams, tasks: Clipped, frame: Any, series: ReviewSeries) -> None:
+    """A premise with no evidence at all in the window is bad input, not a decision: a window that has not ended,
+    no task of the task set, no sample of the deployment's GPUs. One line naming what is missing and what would
+    supply it (exit 2) — never a decision whose own reasons say the series cover 0 % of the window."""
+    s, inp = params.review.series, params.review.inputs
+    assert s is not None and inp is not None, "demo parameters are materialised before the inputs are read"
+    now = _now()
+    if s.end > now:
+        raise BadInputError(f"the window ends {s.end.isoformat()}, after now ({now.isoformat(timespec='seconds')}); "
+                            "expected a window that has ended — its series, tasks and bills do not exist yet",
+                            source="review.series.end")
+    cats = set(params.review.fixed.task_set.categories)
+    own = [t for t in tasks.kept if t.path == "self-hosted" and t.category in cats]
+    if not own:
+        raise BadInputError(f"no self-hosted task of the task set ({', '.join(sorted(cats))}) submitted in the window "
+                            f"{s.start.date()} to {s.end.date()} ({len(tasks.kept)} task(s) inside it, "
+                            f"{tasks.outside} outside); expected the window's task log (the orchestrator's or "
+                            "gateway's job log, one row per task: see docs/renewal.md)", source=inp.tasks)
+    if not bool(frame["gpus_reporting"].gt(0).any()):
+        left = "; ".join(f"{x.series} {x.name} series: {x.reason}" for x in series.left_out) or "none in the source"
+        raise BadInputError(f"no GPU utilisation sample of the deployment in the window {s.start.date()} to "
+                            f"{s.end.date()} (series left out: {left}); expected dcgm-exporter's "
+                            "DCGM_FI_DEV_GPU_UTIL for the deployment's hosts over the window (a history file of "
+                            "that window, or the Prometheus that scraped them)",
+                            source=s.history_file or s.prometheus_url or "review.series")
+
+
 def load_review(params: RenewalParams) -> ReviewData:
     """Read every input (each bad value: one BadInputError line), clip it to the window, and read the deployment's
     series for the window."""
@@ -146,8 +189,10 @@ def load_review(params: RenewalParams) -> ReviewData:
     tasks = clip_tasks(read_tasks(inp.tasks), window)
     costs = resolve_currency(params.review.currency, read_costs(inp.costs), inp.costs)
     incidents, hours = review_incidents(params), clip_hours(read_hours(inp.hours), window)
+    _billed_nodes_reviewed(costs, params, inp.costs)
     grid, series = load_series(params)
     frame = load_frame(series.raw, grid, params.review.deployment.gpus)
+    nothing_to_decide(params, tasks, frame, series)
     return ReviewData(params, grid, series, frame, tasks.kept, costs, incidents.kept, hours.kept, window,
                       {"tasks": tasks, "incidents": incidents, "hours": hours})
 

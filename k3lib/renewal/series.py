@@ -37,6 +37,31 @@ _COLUMN = {"num_requests_running": "running", "num_requests_waiting": "waiting",
 
 LabelKey = tuple[tuple[str, str], ...]
 
+# dcgm-exporter writes DCGM's "blank" values as numbers when a field has no reading: DCGM_INT32_BLANK 0x7FFFFFF0
+# (2147483632) and its NOT_FOUND/NOT_SUPPORTED/NOT_PERMISSIONED neighbours, DCGM_INT64_BLANK 0x7FFFFFFFFFFFFFF0,
+# DCGM_FP64_BLANK 2^47 (140737488355328) and theirs. No GPU utilisation (percent) or framebuffer size (MiB) reaches
+# them: any DCGM value at or above the smallest is a blank, never a measure.
+DCGM_BLANK_MIN = float(0x7FFFFFF0)
+_PERCENT = {"DCGM_FI_DEV_GPU_UTIL"}  # 0–100
+_FRACTION = {"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"}  # 0–1
+
+
+def sample_problem(name: str, value: float) -> str | None:
+    """Why a sample of `name` is no measure (None: it is one): NaN or ±Inf, a DCGM blank sentinel, a utilisation
+    outside 0–100, a share outside 0–1, a negative gauge or counter."""
+    if not math.isfinite(value):
+        return f"{name} is {value}; expected a finite number (a missing reading is a missing sample, not NaN or Inf)"
+    if name.startswith("DCGM_FI_") and value >= DCGM_BLANK_MIN:
+        return (f"{name} is {value:.0f}, a DCGM blank value (no reading: 0x7FFFFFF0 and above); expected a measure — "
+                "drop the sample")
+    if value < 0:
+        return f"{name} is {value:g}; expected a value ≥ 0"
+    if name in _PERCENT and value > 100:
+        return f"{name} is {value:g}; expected a utilisation in percent, 0–100"
+    if name in _FRACTION and value > 1:
+        return f"{name} is {value:g}; expected a share 0–1"
+    return None
+
 
 @dataclasses.dataclass(frozen=True)
 class Grid:
@@ -181,6 +206,9 @@ def read_history(path: str | Path, names: Iterable[str] | None = None
                 # promtool accepts milliseconds silently and writes blocks in the year 58877
                 raise ArtifactError(f"line {line_no}: timestamp {rest[1]} looks like milliseconds; OpenMetrics "
                                     "timestamps are Unix seconds", source=source)
+            problem = sample_problem(name, value)
+            if problem is not None:
+                raise ArtifactError(f"line {line_no}: {problem}", source=source)
             series = out.setdefault(name, {}).setdefault(key, [])
             if series and ts <= series[-1][0]:
                 # promtool drops out-of-order and duplicate samples silently; say so instead
@@ -264,6 +292,19 @@ def review_series(evaluated: Mapping[str, Mapping[LabelKey, tuple[float, ...]]],
     return ReviewSeries(raw, tuple(merged.values()), gpus)
 
 
+def _refuse_fraction(values: list[float], source: str) -> None:
+    """A utilisation series that never exceeds 1 while reading fractions (0.38) was written as a share, not in
+    dcgm-exporter's percent: read as percent it would show a busy deployment idle. Refused, naming the series. A
+    history file is judged on its raw samples (dcgm-exporter writes whole percents); Prometheus on its slot means,
+    so there a deployment whose GPUs never exceed 1 % in the whole window is refused too (and says why)."""
+    values = [v for v in values if not math.isnan(v)]
+    if values and max(values) <= 1.0 and any(0 < v < 1 for v in values):
+        raise BadInputError(f"{DCGM_GPU_UTIL} of the deployment never exceeds {max(values):g} and reads fractions such "
+                            f"as {next(v for v in values if 0 < v < 1):g}: a share written where dcgm-exporter writes "
+                            "percent; expected utilisation in percent, 0–100 (multiply the series by 100)",
+                            source=source)
+
+
 def series_from_file(path: str | Path, grid: Grid, identity: Identity) -> ReviewSeries:
     """The deployment's review series from a history file, measured on `grid` as the range queries would be."""
     wanted = {n for c in VLLM_SERIES for n in spec_for(c).names} | {DCGM_GPU_UTIL, DCGM_FB_USED}
@@ -272,6 +313,8 @@ def series_from_file(path: str | Path, grid: Grid, identity: Identity) -> Review
     for name in _pick_names(history):
         if name in history:
             keys, _ = select(name, history[name], identity)
+            if name == DCGM_GPU_UTIL:
+                _refuse_fraction([v for k in keys for _, v in history[name][k]], str(path))
             # only the deployment's label sets are measured; the others are counted by review_series
             evaluated[name] = {k: evaluate_on_grid(v, grid, _how(name)) if k in keys else () for k, v in
                                sorted(history[name].items())}
@@ -320,6 +363,10 @@ def series_from_prometheus(url: str, grid: Grid, identity: Identity, *, selector
                 i = index.get(float(ts))
                 if i is not None:
                     vals[i] = float(val)
+                    problem = sample_problem(name, vals[i])
+                    if problem is not None:
+                        at = dt.datetime.fromtimestamp(float(ts), dt.timezone.utc).isoformat()
+                        raise BadInputError(f"{problem} ({dict(labels)} at {at})", source=url)
             series[labels] = tuple(vals)
         return dict(sorted(series.items()))
 
@@ -342,6 +389,8 @@ def series_from_prometheus(url: str, grid: Grid, identity: Identity, *, selector
             if got:
                 evaluated[name] = got
                 break
+    if DCGM_GPU_UTIL in evaluated:
+        _refuse_fraction([v for vals in evaluated[DCGM_GPU_UTIL].values() for v in vals], url)
     return review_series(evaluated, identity, left, url)
 
 

@@ -39,11 +39,17 @@ def review_drill(ctx: ReviewContext) -> dict[str, Any] | None:
     instance when named); otherwise they are all "not shown", and the drill's observations are kept apart."""
     from ..io.target import resolve_target
     from ..renewal.artifacts import check_pipeline
-    from ..renewal.drill import for_deployment, is_deployment, run_drill
+    from ..renewal.drill import for_deployment, is_deployment, not_run, run_drill
 
     drill = ctx.params.review.drill
-    if not drill.enabled:
-        return None
+    demo = ctx.params.review.demo is not None  # a demo's deployment is the embedded emulator its series describe
+    why = drill_not_run(ctx.params)
+    if why is not None:
+        if demo:
+            return None
+        result = not_run(why)
+        ctx.store.write_json("drill/drill.json", result)
+        return result
     target = resolve_target(ctx.params)  # duck-typed: it reads params.target only
     stand_in = None
     api = drill.api_base_url
@@ -60,10 +66,10 @@ def review_drill(ctx: ReviewContext) -> dict[str, Any] | None:
             result["api_note"] = "the API path is a second embedded emulator standing in for the provider's API"
         # the answers speak for the reviewed deployment only if the drill touched it
         deployment = ctx.params.review.deployment
-        proves, why = is_deployment(result, emulator=target.emulator is not None, model_name=deployment.model_name,
-                                    instances=deployment.instances,
-                                    addresses=(target.base_url, *ctx.params.target.metrics_urls))
-        result = for_deployment(result, proves, why)
+        proves, reason = is_deployment(result, emulator=target.emulator is not None and not demo,
+                                       model_name=deployment.model_name, instances=deployment.instances,
+                                       addresses=(target.base_url, *ctx.params.target.metrics_urls))
+        result = for_deployment(result, proves, reason)
     finally:
         if stand_in is not None:
             stand_in.stop()
@@ -72,6 +78,17 @@ def review_drill(ctx: ReviewContext) -> dict[str, Any] | None:
         result["pipeline"] = check_pipeline(drill.artifacts_manifest)
     ctx.store.write_json("drill/drill.json", result)  # raw steps; evidence/ holds records only
     return result
+
+
+def drill_not_run(params: Any) -> str | None:
+    """Why the drill is not run (None: it is): disabled, or a review with no deployment URL — the embedded emulator
+    is drilled only for a demo, whose deployment it is; never in place of a real deployment."""
+    if not params.review.drill.enabled:
+        return "review.drill.enabled is false"
+    if params.target.base_url is None and params.review.demo is None:
+        return ("no deployment URL (target.base_url): the embedded emulator is not the reviewed deployment — name "
+                "the deployment's base URL and the kill/restore steps to show the drill premise")
+    return None
 
 
 def drill_table(result: dict[str, Any] | None) -> Any:

@@ -65,6 +65,11 @@ def axis_table(axis: str, result: dict[str, Any]) -> Any:
                   "api": result["api"]["per_accepted_task"]},
                  {"item": "API bill for the same tasks", "api": result["api"]["bill_same_tasks"]},
                  {"item": "value of delivered tasks", "self-hosted": result["delivered_tasks_value"]}]
+        # credits and refunds apart: netted into their item only when recurring and accepted (issue 44)
+        rows += [{"item": f"{c.get('charge_category') or 'credit'} on {c['item']}"
+                          + (f" ({c['description']})" if c.get("description") else "")
+                          + (" — netted (recurring, accepted)" if c["netted"] else " — listed apart, not netted"),
+                  "self-hosted": c["amount"]} for c in result.get("credits") or ()]
         # every amount carries its currency; a blank stays an empty cell, never 0
         shown = [{"item": r["item"], **{k: money(r.get(k), cur) if r.get(k) is not None else ""
                                         for k in ("self-hosted", "api")}} for r in rows]

@@ -101,6 +101,19 @@ def _fingerprint(key: Path) -> str | None:
     return parts[1] if proc.returncode == 0 and len(parts) > 1 else None
 
 
+def _refuse_thin(store: RunStore) -> None:
+    """A renewal decision fired on a premise the evidence does not show (`review.thin`) is not signed: the data is
+    too thin for any of the four decisions (removing the finding is a decision its evidence does not give, which
+    the check below refuses)."""
+    if not store.path("decision.json").is_file():
+        return
+    stored = store.read_json("decision.json")
+    findings = stored.get("findings") if isinstance(stored, dict) else None
+    thin = next((f for f in findings or () if isinstance(f, dict) and f.get("rule") == "review.thin"), None)
+    if thin is not None:
+        raise BadInputError(f"refusing to sign: {thin.get('sentence')}", source=str(store.root))
+
+
 def sign_run(run_dir: str | Path, reviewer: str, *, key: str | Path | None = None, identity: str | None = None,
              now: dt.datetime | None = None, force: bool = False, demo: bool = False) -> SignatureRecord:
     """Sign a finished run: it must verify, hold decision.json, and not be signed already (unless `force`). A run
@@ -119,6 +132,7 @@ def sign_run(run_dir: str | Path, reviewer: str, *, key: str | Path | None = Non
         prior = store.read_json(SIGNATURE) or {}
         raise BadInputError(f"already signed by {prior.get('reviewer')!r} at {prior.get('signed_at')}; "
                             "re-sign only with --force", source=str(store.root / SIGNATURE))
+    _refuse_thin(store)
     problems = list(store.verify())
     if problems:
         raise EvidenceError(f"{store.root}: refusing to sign a run that does not verify: " + "; ".join(problems))

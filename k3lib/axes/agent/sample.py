@@ -16,6 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ...core.errors import BadInputError
+from ...core.yamlsafe import safe_load as yaml_load
 from ...core.layering import validate_model
 from .tools import BUILTIN_TOOLS
 
@@ -216,9 +217,11 @@ def load_sample(path: str | Path | None = None) -> AgentSample:
     except (OSError, UnicodeDecodeError) as exc:
         raise BadInputError(f"cannot read: {exc}", source=str(p)) from None
     try:
-        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+        data = json.loads(text) if p.suffix == ".json" else yaml_load(text)
     except (ValueError, yaml.YAMLError) as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}: " if mark else ""
-        raise BadInputError(f"{where}not valid {'JSON' if p.suffix == '.json' else 'YAML'}", source=str(p)) from None
+        raise BadInputError(f"{where}not valid {'JSON' if p.suffix == '.json' else 'YAML'}"
+                            f" ({getattr(exc, 'problem', None) or getattr(exc, 'msg', None) or 'unreadable'})",
+                            source=str(p)) from None
     return parse_sample(data, str(p))

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ..agent.sample import AgentSample, ToolSpec, _check_schema, check_response_format, load_sample
 from ...core.errors import BadInputError
+from ...core.yamlsafe import safe_load as yaml_load
 from ...core.layering import validate_model
 
 BUILTIN = "builtin"
@@ -227,10 +228,11 @@ def load_task_set(path: str | Path) -> TaskSet:
             raise BadInputError("no tasks; expected one task object per line", source=str(p))
         return parse_task_set(items, str(p))
     try:
-        data = yaml.safe_load(text)
+        data = yaml_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        raise BadInputError(f"{'line ' + str(mark.line + 1) + ': ' if mark else ''}not valid YAML",
+        raise BadInputError(f"{'line ' + str(mark.line + 1) + ': ' if mark else ''}not valid YAML"
+                            f" ({getattr(exc, 'problem', None) or 'unreadable'})",
                             source=str(p)) from None
     return parse_task_set(data, str(p))
 
