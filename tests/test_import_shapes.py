@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from k3lib.cli.main import main
+from k3lib.renewal.inputs import read_costs
 from k3lib.core.errors import BadInputError
 from k3lib.renewal.imports import commands
 from k3lib.renewal.imports.columnar import canonical
@@ -136,6 +137,13 @@ def test_focus_null_literals_blank_and_credits_listed_apart(tmp_path, version, c
     credits = {(c["category"], c["amount"]) for c in _meta(out)["credits"]}
     assert credits == {("credit", -500.0), ("adjustment", -120.0), ("correction", 75.0)}
     assert any("listed apart (credit, never netted into an item): Virtual Machines -500.00 EUR" in x for x in lines)
+    # the review reads them as costs.yaml credits: listed, not netted (neither recurring nor accepted), and a
+    # re-import of the same file replaces its own entries rather than adding them twice
+    review_credits = read_costs(out).credits
+    assert sorted(c.amount for c in review_credits) == [-500.0, -120.0, 75.0]
+    assert not any(c.netted for c in review_credits)
+    commands.import_bill("focus", path, out, _section(currency="EUR", costs=K3), WINDOW)
+    assert len(read_costs(out).credits) == 3
 
 
 def test_focus_an_unknown_charge_category_is_one_line(tmp_path, capsys):

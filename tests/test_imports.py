@@ -283,14 +283,15 @@ def test_jira_all_fields_csv_maps_labels_and_lists_unmapped_work(steady, tmp_pat
     lines = commands.import_worklogs(DATA / "jira-all-fields.csv", out, _section(hours={"labels": {
         "setup": "install", "tuning": "vllm-tuning", "docs": "documentation"}}), WINDOW)
     got = {(h.week, h.category): h.hours for h in read_hours(out)}
+    # K3OPS-4's labels map to two categories: its half hour is counted as unclassified effort, never dropped
     assert got == {("2026-W31", "install"): 4.0, ("2026-W31", "vllm-tuning"): 1.5, ("2026-W32", "install"): 1.0,
-                   ("2026-W33", "documentation"): 0.75}
+                   ("2026-W33", "documentation"): 0.75, ("2026-W33", "unclassified"): 0.5}
     text = "\n".join(lines)
-    assert "unmapped: K3OPS-4 0.50 h (labels map to install, vllm-tuning" in text
+    assert "unmapped, counted as unclassified: K3OPS-4 0.50 h (labels map to install, vllm-tuning" in text
     assert "undated (a Time Spent total without worklogs, not counted): K3OPS-5 1.00 h" in text
     hand = tmp_path / "hand.csv"
     hand.write_text("week,category,hours\n2026-W31,install,4\n2026-W31,vllm-tuning,1.5\n2026-W32,install,1\n"
-                    "2026-W33,documentation,0.75\n")
+                    "2026-W33,documentation,0.75\n2026-W33,unclassified,0.5\n")
     assert _decide(steady, hours=out)[0]["operations"] == _decide(steady, hours=hand)[0]["operations"]
     assert _decide(steady, hours=out)[1].decision == _decide(steady, hours=hand)[1].decision
 
@@ -301,8 +302,14 @@ def test_tempo_json_by_issue_and_project(tmp_path):
         "issues": {"K3OPS-1": "install", "K3OPS-2": "vllm-tuning"}, "projects": {"OPS": "out-of-hours"}}), WINDOW)
     assert {(h.week, h.category): h.hours for h in read_hours(out)} == {
         ("2026-W31", "install"): 4.0, ("2026-W31", "vllm-tuning"): 1.5, ("2026-W32", "install"): 1.0,
-        ("2026-W32", "out-of-hours"): 0.5}
-    assert "unmapped: HR-3 2.00 h" in out.read_text()
+        ("2026-W32", "out-of-hours"): 0.5, ("2026-W32", "unclassified"): 2.0}
+    assert "unmapped, counted as unclassified: HR-3 2.00 h" in out.read_text()
+    commands.import_worklogs(DATA / "tempo.json", out, _section(hours={
+        "issues": {"K3OPS-1": "install", "K3OPS-2": "vllm-tuning"}, "projects": {"OPS": "out-of-hours", "HR": "none"}}),
+        WINDOW)
+    # the operator's word that HR's work is not the deployment's: listed with its hours, not counted
+    assert ("2026-W32", "unclassified") not in {(h.week, h.category) for h in read_hours(out)}
+    assert "not the deployment's work (mapped to none), not counted: HR-3 2.00 h" in out.read_text()
 
 
 def test_two_sources_never_count_one_category_twice(tmp_path):

@@ -13,7 +13,7 @@ from ..inputs import read_costs
 from .bills import read_bill
 from .costlines import ITEMS, credits, notes as cost_notes, selection_words, split, tidy
 from .costsfile import update_costs
-from .hours import hours_by_week, read_issues, read_worklogs, resolve_ids, update_hours
+from .hours import NOT_OURS, UNCLASSIFIED, hours_by_week, read_issues, read_worklogs, resolve_ids, update_hours
 from .incidents import read_export, resolve, to_fill, write_incidents
 from .oncall import off_hours_effort
 from .params import ImportSection, WindowParams
@@ -67,12 +67,13 @@ def import_bill(kind: str, source: str | Path, out: str | Path, section: ImportS
         raise BadInputError(f"nothing mapped: {'; '.join(notes[:1] + notes[2:5])}; expected at least one selected "
                             "line in the window that maps to capacity, storage, network or monitoring (check the "
                             "selection, the window and --service)", source=str(source))
+    listed = credits(s)
     prov = Provenance.of(kind, source, window, selection=selection_words(p), mapped=mapped, blank=blank,
-                         notes=notes, owns=sorted(s.items), extra={"credits": credits(s)})
+                         notes=notes, owns=sorted(s.items), extra={"credits": listed})
     items = {k: tidy(v) for k, v in s.items.items()}
     entry = CostSource(importer=kind, file=prov.source, sha256=prov.sha256,  # type: ignore[arg-type]
                        items=items, window=window.label(), selection=prov.selection)  # type: ignore[arg-type]
-    costs = update_costs(out, entry, prov, target, conv)
+    costs = update_costs(out, entry, prov, target, conv, listed)
     shown = [f"{item}: {getattr(costs, item)} {target}" + (" (this import)" if item in s.items else " (unchanged)")
              for item in ITEMS]
     return [f"wrote {out}", *shown, *[f"  {n}" for n in notes]]
@@ -131,10 +132,11 @@ def import_worklogs(source: str | Path, out: str | Path, section: ImportSection,
     if p.issues_export:
         worklogs = resolve_ids(worklogs, read_issues(p.issues_export))
     rows, notes = hours_by_week(worklogs, p, window)
-    if not rows:
+    if not any(c != UNCLASSIFIED for _, c in rows):
         raise BadInputError(f"nothing mapped: {'; '.join(notes[:4])}; expected at least one worklog in the window "
                             "that maps to a category", source=str(source))
-    owns: set[str] = set(maps.values())
+    owns: set[str] = (set(maps.values()) - {NOT_OURS}) | ({UNCLASSIFIED} if any(c == UNCLASSIFIED for _, c in rows)
+                                                         else set())
     mapping_words = "; ".join(f"{what} {dict(m)}" for what, m in (("issues", p.issues), ("components", p.components),
                                                                    ("labels", p.labels), ("projects", p.projects)) if m)
     prov = Provenance.of("jira", source, window, mapped=[f"worklog start → ISO week ({p.timezone}); {mapping_words}"],

@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from ...core.errors import BadInputError
-from ..costsources import CostSource, CurrencyConversion
+from ..costsources import CostSource, Credit, CurrencyConversion
 from ..inputs import COST_ITEMS, CostsInput, read_costs
 from .provenance import MARK, Provenance, blocks, read_header, write_text
 
@@ -45,7 +45,8 @@ def _yaml_block(key: str, value: Any) -> str:
 
 
 def render_costs(currency: str, amounts: dict[str, float | None], conversions: tuple[CurrencyConversion, ...],
-                 sources: list[CostSource], header: list[str]) -> str:
+                 sources: list[CostSource], header: list[str], credits: tuple[Credit, ...] = (),
+                 capacity_nodes: tuple[str, ...] = ()) -> str:
     lines = [f"# Amounts for the review's window, in {currency}. A blank item stays blank in every output.",
              "# Items under sources: come from `k3 import` (re-import to change them); the others are set by hand.",
              *header, f"currency: {currency}"]
@@ -56,11 +57,33 @@ def render_costs(currency: str, amounts: dict[str, float | None], conversions: t
                                             for c in conversions])
     if sources:
         text += _yaml_block("sources", [s.model_dump(mode="json", exclude_none=True) for s in sources])
+    if credits:
+        text += _yaml_block("credits", [c.model_dump(mode="json") for c in credits])
+    if capacity_nodes:
+        text += _yaml_block("capacity_nodes", list(capacity_nodes))
     return text
 
 
+def _credit_origin(importer: str, file: str) -> str:
+    return f" (k3 import {importer} {file})"
+
+
+def merged_credits(existing: CostsInput | None, source: CostSource,
+                   listed: list[dict[str, object]]) -> tuple[Credit, ...]:
+    """The file's credits with this import's replaced: each credit, refund or adjustment the bill listed apart
+    becomes a `credits:` entry of its own (listed by the review, netted only when someone marks it recurring and
+    accepted); a hand-written credit and another import's stay."""
+    origin = _credit_origin(source.importer, source.file)
+    kept = [c for c in (existing.credits if existing else ()) if not c.description.endswith(origin)]
+    new = [Credit(amount=float(str(c["amount"])), charge_category=str(c["category"]),
+                  description=f"{c['service'] or '(no service)'}, {c['lines']} line(s){origin}")
+           for c in listed]
+    return tuple(kept + new)
+
+
 def update_costs(out: str | Path, source: CostSource, prov: Provenance, currency: str,
-                 conversions: tuple[CurrencyConversion, ...]) -> CostsInput:
+                 conversions: tuple[CurrencyConversion, ...],
+                 listed_apart: list[dict[str, object]] | None = None) -> CostsInput:
     """Merge one import into `out` (created when absent) and return the file as the review reads it."""
     path = Path(out)
     existing = read_costs(path) if path.exists() else None
@@ -76,14 +99,17 @@ def update_costs(out: str | Path, source: CostSource, prov: Provenance, currency
             {(s.importer, s.file) for s in sources} - {(source.importer, source.file)}]
     header = [line for b in kept for line in b] + prov.lines()
     amounts = _amounts(existing, sources)
+    credits = merged_credits(existing, source, listed_apart or [])
+    nodes = existing.capacity_nodes if existing else ()
     data = {"currency": currency, **amounts, "conversions": [c.model_dump(by_alias=True) for c in merged_conv],
-            "sources": [s.model_dump() for s in sources]}
+            "sources": [s.model_dump() for s in sources], "credits": [c.model_dump() for c in credits],
+            "capacity_nodes": list(nodes)}
     try:
         CostsInput.model_validate(data)
     except ValueError as exc:
         raise BadInputError(f"the merged costs would not be valid: {' '.join(str(exc).split())[:300]}",
                             source=str(path)) from None
-    write_text(path, render_costs(currency, amounts, merged_conv, sources, header))
+    write_text(path, render_costs(currency, amounts, merged_conv, sources, header, credits, nodes))
     return read_costs(path)
 
 

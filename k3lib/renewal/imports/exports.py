@@ -190,7 +190,7 @@ def write_exports(folder: str | Path, window: Window) -> dict[str, Path]:
         "conversions": [{"from": "USD", "rate": RATE, "date": RATE_DATE, "source": "the demo's stated rate"}],
         "costs": {"tags": TAG},  # the prepaid block is amortised by the bill's EffectiveCost
         "incidents": {"postmortems": "postmortems.csv", "services": ["kimi-k3-vllm"]},
-        "hours": {"labels": {v: k for k, v in LABELS.items()}},
+        "hours": {"labels": {**{v: k for k, v in LABELS.items()}, "hiring": "none"}},
         "usage": {"prices": {"default": prices} if prices else {}, "task_field": "metadata.task_id",
                   "tasks": "../tasks.csv"}}}
     write_text(out / "imports.yaml", "# What the team states to import its records (k3 import -p imports.yaml)\n"

@@ -225,11 +225,17 @@ def category_of(w: Worklog, p: HoursParams) -> tuple[str | None, str]:
     return None, "no mapping for its issue, components or labels"
 
 
+UNCLASSIFIED = "unclassified"  # the category of hours whose issue maps to none of the nine
+NOT_OURS = "none"  # a mapping's word that the work is not the deployment's
+
+
 def hours_by_week(worklogs: list[Worklog], p: HoursParams, window: Window
                   ) -> tuple[dict[tuple[str, str], float], list[str]]:
-    """(week, category) → hours, and the notes: what was outside the window and each unmapped issue."""
+    """(week, category) → hours, and the notes: what was outside the window and each unmapped issue (its hours
+    counted under `unclassified`: effort nobody mapped is still effort)."""
     out: dict[tuple[str, str], float] = defaultdict(float)
     unmapped: dict[str, list[Any]] = {}
+    excluded: dict[str, list[Any]] = {}  # mapped to `none` by the operator: listed, not counted
     outside = 0
     undated = [w for w in worklogs if w.start == UNDATED]
     for w in worklogs:
@@ -239,17 +245,24 @@ def hours_by_week(worklogs: list[Worklog], p: HoursParams, window: Window
             outside += 1
             continue
         cat, why = category_of(w, p)
+        if cat == NOT_OURS:
+            name = w.issue or f"issue id {w.issue_id}"
+            excluded.setdefault(name, [0.0, why])[0] += w.hours
+            continue
         if cat is None:
             name = w.issue or (f"issue id {w.issue_id}" if w.issue_id else "(no issue key)")
             entry = unmapped.setdefault(name, [0.0, why, w.labels, w.components])
             entry[0] += w.hours
+            out[(iso_week(w.start, p.timezone), UNCLASSIFIED)] += w.hours  # counted as effort, never dropped
             continue
         out[(iso_week(w.start, p.timezone), cat)] += w.hours
     notes = [f"{len(worklogs) - len(undated)} worklog(s) read; {outside} outside the window; "
              f"{len(unmapped)} issue(s) unmapped"]
     notes += [f"undated (a Time Spent total without worklogs, not counted): {w.issue} {w.hours:.2f} h" for w in undated]
-    notes += [f"unmapped: {issue} {h:.2f} h ({why}; labels {', '.join(lab) or '-'}; components "
+    notes += [f"unmapped, counted as {UNCLASSIFIED}: {issue} {h:.2f} h ({why}; labels {', '.join(lab) or '-'}; components "
               f"{', '.join(comp) or '-'})" for issue, (h, why, lab, comp) in sorted(unmapped.items())]
+    notes += [f"not the deployment's work (mapped to none), not counted: {issue} {h:.2f} h ({why})"
+              for issue, (h, why) in sorted(excluded.items())]
     return dict(out), notes
 
 

@@ -75,11 +75,16 @@ class IncidentParams(_M):
     _tz = field_validator("timezone")(classmethod(lambda cls, v: _zone(v)))
 
 
+# a category, or `none`: the operator's word that the work is not the deployment's (hiring, another team's
+# project): listed with its hours, not counted. Work no mapping names is counted as `unclassified`, never dropped.
+HoursMapping = HoursCategory | Literal["none"]
+
+
 class HoursParams(_M):
-    labels: dict[str, HoursCategory] = {}
-    components: dict[str, HoursCategory] = {}
-    issues: dict[str, HoursCategory] = {}  # issue key → category (wins over components and labels)
-    projects: dict[str, HoursCategory] = {}  # project key (the key's prefix) → category (loses to the rest)
+    labels: dict[str, HoursMapping] = {}
+    components: dict[str, HoursMapping] = {}
+    issues: dict[str, HoursMapping] = {}  # issue key → category (wins over components and labels)
+    projects: dict[str, HoursMapping] = {}  # project key (the key's prefix) → category (loses to the rest)
     issues_export: str | None = None  # Jira's issues (search JSON or CSV): resolves worklogs that carry an issue id
     timezone: str = "UTC"  # worklog times without an offset are in this zone (the exporting user's)
     date_formats: tuple[str, ...] = ("%d/%b/%y %I:%M %p", "%d/%b/%Y %I:%M %p", "%Y-%m-%d %H:%M", "%Y-%m-%d")
