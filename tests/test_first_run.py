@@ -57,20 +57,69 @@ def test_init_refuses_to_replace_a_file_and_a_server_that_does_not_answer(tmp_pa
     assert "nothing answers" in capsys.readouterr().err and not (tmp_path / "x.yaml").exists()
 
 
-def test_init_names_the_key_variable_a_keyed_server_asks_for(tmp_path, capsys, clean_env):
+def test_init_refuses_a_missing_or_wrong_key_as_the_preflight_does(tmp_path, capsys, clean_env):
+    """No key, or a wrong one: exit 2 with the preflight's own line and no file (a file written without the served
+    model would carry the generic recipe, and a Kimi K3 would be judged without its checks). The right key: the
+    served Kimi K3's recipe, by `extends`."""
     from k3lib.emulator import EmulatorConfig, start_emulator
 
     handle = start_emulator(EmulatorConfig.from_profile("demo", api_key="k3-secret-value-1"), host="127.0.0.1",
                             port=0)
     try:
-        _, data = _init(handle.url, tmp_path / "keyed.yaml", capsys)
-        assert data["target"]["api_key_env"] == "VLLM_API_KEY" and "model" not in data["target"]
+        out = tmp_path / "keyed.yaml"
+        assert main(["init", handle.url, "--out", str(out)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and "target.api_key_env: the server asks for an API key (HTTP 401" in err
+        clean_env.setenv("K3_INIT_KEY", "not-the-key")
+        assert main(["init", handle.url, "--out", str(out), "--api-key-env", "K3_INIT_KEY"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "the server refused the key in $K3_INIT_KEY (HTTP 401" in err and not out.exists()
         clean_env.setenv("K3_INIT_KEY", "k3-secret-value-1")
-        _, data = _init(handle.url, tmp_path / "keyed2.yaml", capsys, "--api-key-env", "K3_INIT_KEY")
+        _, data = _init(handle.url, out, capsys, "--api-key-env", "K3_INIT_KEY")
         assert data["target"]["api_key_env"] == "K3_INIT_KEY" and data["target"]["model"] == "kimi-k3"
-        assert "k3-secret-value-1" not in (tmp_path / "keyed2.yaml").read_text()  # the name, never the value
+        assert data["extends"] == "kimi-k3.yaml" and load_params([out]).recipe.name == "kimi-k3"
+        assert "k3-secret-value-1" not in out.read_text()  # the name, never the value
     finally:
         handle.stop()
+
+
+def test_init_says_what_validate_says_of_a_url_without_scheme_and_an_unknown_host(tmp_path, capsys):
+    """The same lines as `k3 validate` (the parameters' URL check, the preflight's DNS check), not "is the server
+    running?"."""
+    out = tmp_path / "x.yaml"
+    for url, validate_args in (("vm:8011", []), ("http://nosuchhost.invalid:8011",
+                                                 ["--set", "target.allow_remote_load=true"])):
+        assert main(["init", url, "--out", str(out)]) == 2
+        said = capsys.readouterr().err.strip().split("target.base_url: ")[-1]
+        assert main(["validate", "-p", str(ROOT / "parameters/emulator.yaml"), "--set", f"target.base_url={url}",
+                     *validate_args, "--plan"]) == 2
+        assert said in capsys.readouterr().err and "is the server running" not in said and not out.exists()
+
+
+def test_init_refuses_a_model_list_it_cannot_read(tmp_path, capsys):
+    """A 5xx on /v1/models (an engine not ready): one line saying the served model cannot be read, no file."""
+    import http.server
+    import threading
+
+    class Down(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            self.send_response(503)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Down)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        out = tmp_path / "x.yaml"
+        assert main(["init", f"http://127.0.0.1:{server.server_port}", "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert "/v1/models answers 503" in err and "cannot be read" in err and not out.exists()
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 @pytest.mark.slow
