@@ -42,7 +42,28 @@ def _kill_when(out: Path, ready: Callable[[RunStore], bool], resume: Path | None
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(30)
+        _kernels_gone(proc.pid)
     return store
+
+
+def _kernels_gone(parent: int, timeout_s: float = 20) -> None:
+    """Wait for the killed batch's kernels to end: jupyter_client starts each in a session of its own (the kill of
+    the batch's group misses them) and ipykernel ends one within a second of its parent's death. Until then a
+    kernel may still write (a record, the manifest), and the checks below would race it."""
+    mark = f"JPY_PARENT_PID={parent}".encode()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        alive = []
+        for environ in Path("/proc").glob("[0-9]*/environ"):
+            try:
+                if mark in environ.read_bytes().split(b"\0"):
+                    alive.append(environ.parent.name)
+            except OSError:
+                continue
+        if not alive:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"the kernels of the killed batch {parent} are still running: {alive}")
 
 
 def _mid(axis: str, stream: str, lines: int = 4) -> Callable[[RunStore], bool]:
