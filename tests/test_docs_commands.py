@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from chromium import needs_chromium
+from conftest import needs_tool
 from k3lib.cli.main import build_parser, main
 from k3lib.core.store import RunStore
 
@@ -73,7 +74,8 @@ def test_the_walkthrough_is_the_readme_s():
 
 
 @needs_chromium
-@pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="ssh-keygen (openssh-client) is missing")
+@needs_tool(shutil.which("pdftotext") is not None, "poppler's pdftotext (apt package poppler-utils), installed by .ci/run")
+@needs_tool(shutil.which("ssh-keygen") is not None, "ssh-keygen (openssh-client), installed by .ci/run")
 def test_the_first_run_walkthrough_runs_against_the_emulator(healthy_run, emulator, tmp_path, capsys,
                                                              monkeypatch):
     """docs/first-run.md's commands, as written there, with its placeholders filled in: the server is the session's
@@ -100,3 +102,24 @@ def test_the_first_run_walkthrough_runs_against_the_emulator(healthy_run, emulat
     store = RunStore(tmp_path / "RUN")
     assert store.read_json("signature.json")["reviewer"] == "Camille Durand"
     assert (tmp_path / "RUN" / "acceptance.pdf").is_file() and any((tmp_path / "golive").iterdir())
+    _every_reason_whole_in_the_pdf(store, tmp_path / "RUN" / "acceptance.pdf")
+
+
+def _every_reason_whole_in_the_pdf(store: RunStore, pdf: Path) -> None:
+    """The PDF a reviewer signs, read back by poppler: every reason of the decision and every sheet item's observed
+    text is there whole (compared without white space and hyphens, which a wrapped line breaks or pdftotext drops
+    at a line's end), and no cell is cut with "…"."""
+    text = subprocess.run(["pdftotext", str(pdf), "-"], capture_output=True, text=True, check=True,
+                          timeout=120).stdout
+    flat = _squeezed(text)
+    decision = store.read_json("decision.json")
+    said = [*decision["reasons"], *(item["observed"] for item in decision["checklist"])]
+    assert said and all(_squeezed(s) in flat for s in said), [s[:80] for s in said if _squeezed(s) not in flat]
+    cut = [m for m in re.findall(r"(\S+)…", text) if not re.fullmatch(r".*[0-9a-f]{3,}", m)]  # a digest, maybe split
+    assert not cut, f"only a digest is shortened with …, not {cut[:5]}"
+    css = (store.root / "report" / "k3report.css").read_text()
+    assert "break-inside: avoid" in css and "overflow-wrap: anywhere" in css  # plots whole, reasons wrapped
+
+
+def _squeezed(text: str) -> str:
+    return re.sub(r"[\s\-]+", "", text)

@@ -258,13 +258,51 @@ def test_a_measured_defect_is_not_listed_as_something_to_provide():
     assert items["C02"].level == "environment-rebuild"
 
 
+def test_what_is_missing_comes_in_its_groups_each_in_the_checklist_order_and_colour():
+    """The target's defects; the sources the operator has not configured (each with its parameter); the kit's own
+    limits on this machine (its client's calibration on a loaded host): each under its own heading in the
+    terminal and in its own colour in the index, the items of a group in the checklist's order, nothing cut."""
+    from k3lib.report.missing import group_reasons, missing_html, missing_lines
+
+    inspect = ("limited-observation: environment.image: the image and its digest were not observed "
+               "(image_inspect: not configured; collect_env: not configured)")
+    cal = ("limited-observation: capacity.client_calibration: the client's own timing error at concurrency 5 was "
+           "2,100 ms against a known-timing server, above its 50 ms gate: this machine was too loaded to time the "
+           "target " + "and its latency is not read " * 8)
+    fail = ("limited-observation: agent.tool_calls_present: `tool_calls` present when the turn requires a call: "
+            "fails 6 of 6")
+    rows = [{"id": "C06", "title": "The reference agent scenario holds", "status": "fail",
+             "rules": ["agent.tool_calls_present"]},
+            {"id": "C01", "title": "The image is the signed one", "status": "open", "rules": ["environment.image"]}]
+    decision = _decision(cal, fail, inspect, checklist=rows)
+    kinds = [(i.key, i.kind) for i in group_reasons(decision)]
+    assert ("C06", "measured") in kinds and ("C01", "missing") in kinds and ("capacity.client_calibration", "kit") in kinds
+    items = {i.key: i for i in group_reasons(decision)}
+    assert items["C01"].closes == "axes.environment.image_inspect"
+    lines = missing_lines(decision, width=100)
+    heads = [line for line in lines if not line.startswith(" ")]
+    assert heads[:3] == ["the target's defects, measured on it (1):",
+                         "sources not configured: provide each and run again (1):",
+                         "the kit's own limits on this machine (not the target's) (1):"]
+    assert all(len(line) <= 100 for line in lines) and "…" not in "".join(lines)
+    joined = re.sub(r"\n    (?=\S)", " ", "\n".join(lines))
+    assert "and its latency is not read " * 7 in joined  # the whole reason, wrapped
+    html = missing_html(decision)
+    order = [html.index(f"k3-missing-{k}") for k in ("measured", "missing", "kit")]
+    assert order == sorted(order)
+    assert all(f".k3-missing-{k} {{ color:" in (ROOT / "k3lib/report/templates/k3offline/static/k3report.css")
+               .read_text() for k in ("measured", "missing", "kit"))
+
+
 @pytest.mark.slow
 def test_the_demo_run_states_each_open_item_once_in_the_terminal_and_the_index(tmp_path, capsys):
     """A demo run with two sources left out: each missing item once, with its parameter, above the fold."""
     code = main(["validate", "-p", str(ROOT / "parameters" / "emulator.yaml"), "--out", str(tmp_path),
                  "--set", "axes.environment.nvidia_smi=null", "--set", "axes.operations.attestation=null"])
-    out = capsys.readouterr().out
-    assert code == 3, out
+    wrapped = capsys.readouterr().out
+    assert code == 3, wrapped
+    assert all(len(line) <= 160 for line in wrapped.splitlines()) and "…" not in wrapped  # wrapped, never cut
+    out = re.sub(r"\n    (?=\S)", " ", wrapped)  # an item's continuation lines joined back
     assert re.search(r"^  - C04 .*→ axes\.environment\.nvidia_smi$", out, re.M), out
     assert re.search(r"^  - C15 .*→ axes\.operations\.attestation", out, re.M), out
     assert "nothing compared: nothing compared" not in out

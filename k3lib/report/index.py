@@ -211,7 +211,7 @@ def renewal_index(store: RunStore, title: str, decision: dict[str, Any] | None,
     from ..core.evidence import read_records
 
     records = read_records(store)
-    rows = [[esc(r.axis), esc(r.title), _badge(r.status), esc(_one_line(r.summary, 200)),
+    rows = [[esc(r.axis), esc(r.title), _badge(r.status), esc(_one_line(r.summary)),
              f"<code>evidence/{esc(r.axis)}.json</code>"] for r in records.values()]
     analyses = ("<section><h2>The analyses</h2>"
                 + _table(("axis", "analysis", "verdict", "summary", "evidence"), rows, "k3-sheet") + "</section>")
