@@ -39,7 +39,8 @@ def cmd_history(ns: argparse.Namespace) -> int:
     for p in points:
         flags = f" drift {len(p.drift)}" if p.drift else ""
         flags += " REOPENED" if p.reopened else ""
-        print(f"{p.started:%Y-%m-%d %H:%M} {p.kind:<10} {str(p.decision):<20} {p.run_id}{flags}")
+        decided = p.decision or ("no decision (bursts)" if p.kind == "explorer" else "no decision")
+        print(f"{p.started:%Y-%m-%d %H:%M} {p.kind:<10} {decided:<20} {p.run_id}{flags}")
     print(f"history: {out}")
     if ns.textfile:
         print(f"textfile: {ns.textfile}")

@@ -130,6 +130,15 @@ def cell_anchor(store: RunStore, page: str, needles: Sequence[str]) -> str:
     return page
 
 
+def _observed_cell(text: str, short: int = 160) -> str:
+    """What an item observed, whole: a long one opens on its first clause, the rest one click away (the printed
+    copy carries the full sheet, every cell whole); never cut with "…"."""
+    head, sep, rest = text.partition("; ")
+    if len(text) <= short or not sep:
+        return esc(text)
+    return f"<details><summary>{esc(head)};</summary>{esc(rest)}</details>"
+
+
 def sheet_block(store: RunStore, checklist: Sequence[dict[str, Any]]) -> str:
     rows = []
     for item in checklist:
@@ -140,7 +149,7 @@ def sheet_block(store: RunStore, checklist: Sequence[dict[str, Any]]) -> str:
             link = f"<a href='{esc(href)}'>{esc(Path(page).stem)}</a>"
         evidence = f"<code>{esc(str(item['evidence']))}</code>" if item.get("evidence") else ""
         rows.append([esc(str(item.get("id", ""))), esc(str(item.get("title", ""))), _badge(item.get("status")),
-                     esc(_one_line(item.get("observed"))), " ".join(x for x in (link, evidence) if x)])
+                     _observed_cell(_one_line(item.get("observed"))), " ".join(x for x in (link, evidence) if x)])
     counts: dict[str, int] = {}
     for item in checklist:
         counts[str(item.get("status"))] = counts.get(str(item.get("status")), 0) + 1
