@@ -111,3 +111,22 @@ def test_with_a_plan_the_axis_counts_every_request_against_it_and_stops_before_p
     assert p.sent == 3 and not p.over()
     p.tick(url="http://127.0.0.1:8000")
     assert p.over()
+
+
+def test_a_bar_shows_its_phase_once(tmp_path):
+    """On a terminal the bar's label is the notebook and its phase; the counts beside it do not repeat the phase
+    (a phase named `level 1 of 2: concurrency 1` was printed twice)."""
+    stream = io.StringIO()
+    batch = Progress(1, stream, run_dir=tmp_path, bars=True)
+    axis = AxisProgress("agent", tmp_path, estimate_s=30, planned=157)
+    axis.phase("level 1 of 2: concurrency 1", requests=42)
+    batch.start("02_agent_tools.ipynb", "agent")
+    deadline = time.monotonic() + 10
+    while "requests" not in stream.getvalue() and time.monotonic() < deadline:
+        axis.tick(2)
+        axis._write(force=True)
+        time.sleep(0.2)
+    batch.close()
+    shown = [line for line in stream.getvalue().replace("\r", "\n").splitlines() if "requests" in line]
+    assert shown and all(line.count("concurrency 1") == 1 for line in shown), shown
+    assert all("/157 requests" in line for line in shown)

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..core.progress import describe, read_status
+from ..core.progress import counts, describe, read_status
 
 #: without a terminal, how often the running notebooks' progress is printed
 LINE_EVERY_S = 30.0
@@ -91,12 +91,12 @@ class Progress:
             from tqdm import tqdm
 
             entry["bar"] = tqdm(total=0, file=self.stream, leave=False, dynamic_ncols=True,
-                                bar_format="{desc} {bar} {postfix}", position=len(self._running) - 1)
+                                bar_format="{desc} {bar}{postfix}", position=len(self._running) - 1)
         bar = entry["bar"]
         bar.total = status.get("planned") or None
         bar.n = status.get("done") or 0
         bar.set_description_str(f"{notebook[:-6]}: {status.get('phase')}", refresh=False)
-        bar.set_postfix_str(describe(status).split(": ", 1)[-1], refresh=False)
+        bar.set_postfix_str(counts(status), refresh=False)  # the phase is the label, shown once
         bar.refresh()
 
     def _print(self, line: str) -> None:

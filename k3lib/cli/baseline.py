@@ -18,6 +18,8 @@ def cmd_golive(ns: argparse.Namespace) -> int:
                          sustained_for=getattr(ns, "sustained_for", None) or "10m",
                          traffic_hit_rate=getattr(ns, "traffic_hit_rate", None))
     kit = write_golive_kit(ns.run, ns.out, options=opts)
+    for warning in kit.warnings:
+        print(f"golive: warning: {warning}", file=sys.stderr)
     for path in kit.files:
         print(f"wrote {path}")
     print("alerts: " + ", ".join(kit.alerts))

@@ -160,7 +160,13 @@ def read_status(run_dir: str | Path, axis: str) -> dict[str, Any] | None:
 
 def describe(status: dict[str, Any]) -> str:
     """`phase: 48/98 requests, 31 s elapsed, about 25 s left` — the line both displays print."""
-    parts = [str(status.get("phase") or "")]
+    return f"{status.get('phase') or ''}: {counts(status)}"
+
+
+def counts(status: dict[str, Any]) -> str:
+    """`48/98 requests, 31 s elapsed, about 25 s left`: the status without its phase (a bar shows the phase as its
+    label, once)."""
+    parts = []
     done, planned = status.get("done") or 0, status.get("planned") or 0
     if planned:
         parts.append(f"{done}/{'~' if status.get('approx') else ''}{planned} requests")
@@ -169,7 +175,7 @@ def describe(status: dict[str, Any]) -> str:
     parts.append(f"{_clock(status.get('elapsed_s'))} elapsed")
     if status.get("left_s") is not None:
         parts.append(f"about {_clock(status['left_s'])} left")
-    return parts[0] + ": " + ", ".join(parts[1:])
+    return ", ".join(parts)
 
 
 def _clock(seconds: Any) -> str:
