@@ -251,6 +251,21 @@ def set_aside(store: RunStore, nb: str, axis: str | None, under: str) -> list[st
     return moved
 
 
+def _to_run(store: RunStore, stage: Sequence[tuple[str, str | None]], outcomes: dict[str, NotebookOutcome],
+            progress: Progress, manifest: dict[str, Any], aside: str) -> list[tuple[str, str | None]]:
+    """On a resume, a stage's notebooks still to run: a finished axis is kept (its outcome `kept`), an unfinished
+    one's cut attempt set aside first (`set_aside`)."""
+    todo = []
+    for nb, axis in stage:
+        if _finished(store, nb, axis, manifest):
+            outcomes[nb] = NotebookOutcome(nb, "kept", 0.0, None)
+            progress.done(outcomes[nb], axis_status(store, axis))
+        else:
+            set_aside(store, nb, axis, aside)
+            todo.append((nb, axis))
+    return todo
+
+
 def _run_stage(store: RunStore, todo: Sequence[tuple[str, str | None]], mine: Sequence[Future[WarmKernel]], *,
                timeout_s: float, progress: Progress, start_next: Callable[[], None]) -> dict[str, NotebookOutcome]:
     """One stage's notebooks at the same time (two at most). On an interrupt (SIGINT, SIGTERM: `stop.Stopped`),
@@ -318,15 +333,7 @@ def run_notebooks(store: RunStore, stages: Sequence[Sequence[tuple[str, str | No
         for n, stage in enumerate(stages):
             if between and n:
                 between(stages[n - 1][-1][0])
-            todo = []
-            for nb, axis in stage:
-                if resume and _finished(store, nb, axis, manifest):
-                    outcomes[nb] = NotebookOutcome(nb, "kept", 0.0, None)
-                    progress.done(outcomes[nb], axis_status(store, axis))
-                else:
-                    if resume:
-                        set_aside(store, nb, axis, aside)
-                    todo.append((nb, axis))
+            todo = _to_run(store, stage, outcomes, progress, manifest, aside) if resume else list(stage)
             mine, unused, kernels = kernels[:len(todo)], unused + kernels[len(todo):], []
             if not todo:
                 continue

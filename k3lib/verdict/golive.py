@@ -11,6 +11,7 @@ import hashlib
 import json
 import re
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 import yaml
@@ -477,10 +478,9 @@ def write_golive_kit(run_dir: str | Path, out_dir: str | Path, *, options: Goliv
                      golive_warnings(run.decision or {}))
 
 
-def golive_warnings(decision: dict[str, Any]) -> tuple[str, ...]:
-    """A kit from a `limited-observation` run holds under its traffic cap only, and a run shortened by loosened
-    settings (steps, soak, repetitions below their floors) measured its levels on less load than the defaults:
-    both are said before the alerts are armed."""
+def golive_warnings(decision: Mapping[str, Any]) -> tuple[str, ...]:
+    """Said before arming: a `limited-observation` run's kit holds under its traffic cap only; a run shortened by
+    loosened settings (steps, soak, repetitions below their floors) measured its levels on less load."""
     from ..core.thresholds import Loosened
 
     out = []
