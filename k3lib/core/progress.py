@@ -46,6 +46,7 @@ class AxisProgress:
         self.path = Path(run_dir) / PROGRESS_DIR / f"{axis}.json" if run_dir else None
         self.started = time.monotonic()
         self.phase_name, self.done, self.planned = "starting", 0, 0
+        self.phase_done = 0  # requests ended in the running phase
         self.sent = 0  # requests to the target admitted so far (the consent's count)
         self.phase_started, self.phase_s = self.started, None  # type: float, float | None
         self._lock = threading.Lock()
@@ -57,7 +58,7 @@ class AxisProgress:
         """A new phase: its name, its request bound (0: none) and its duration bound (None: none); whichever ends
         it first, the display projects from the rate so far (`expected`). With a plan the count runs on."""
         with self._lock:
-            self.phase_name, self.planned = name, max(0, int(requests))
+            self.phase_name, self.planned, self.phase_done = name, max(0, int(requests)), 0
             if self.axis_planned is None:
                 self.done = 0
             self.phase_started, self.phase_s = time.monotonic(), duration_s
@@ -86,6 +87,7 @@ class AxisProgress:
             return
         with self._lock:
             self.done += n
+            self.phase_done += n
         self._write()
 
     def left_s(self) -> float | None:
@@ -111,7 +113,8 @@ class AxisProgress:
     def status(self) -> dict[str, Any]:
         with self._lock:
             planned, approx = self.expected()
-            return {"axis": self.axis, "phase": self.phase_name, "done": self.done, "planned": planned,
+            return {"axis": self.axis, "phase": self.phase_name, "done": self.done, "phase_done": self.phase_done,
+                    "planned": planned,
                     "approx": approx, "request_bound": self.planned, "at_most": self.at_most,
                     "elapsed_s": round(time.monotonic() - self.started, 1),
                     "left_s": None if (left := self.left_s()) is None else round(left, 1),
