@@ -96,8 +96,8 @@ def _kept(before: dict[str, str]) -> list[str]:
 
 @pytest.mark.slow
 def test_sigkill_then_resume(tmp_path, capsys):
-    """Killed in the middle of the agent axis, resumed, killed again in the middle of a capacity phase, resumed to
-    the end: each kill keeps every finished file verifiable, each resume keeps the finished axes untouched and sets
+    """Killed in the middle of the agent axis, resumed, killed again in the middle of a capacity phase, then of the
+    prefix-cache pairs, resumed to the end (the axes that send load; the others send none to cut): each kill keeps every finished file verifiable, each resume keeps the finished axes untouched and sets
     the cut attempt apart (hashed, marked aborted, read by nothing), and the run ends with the healthy emulator's
     decision, which `k3 verify`'s re-judge reaches from the same raw requests."""
     store = _kill_when(tmp_path, _mid("agent", "requests.jsonl"))
@@ -105,9 +105,12 @@ def test_sigkill_then_resume(tmp_path, capsys):
     assert "notebooks/03_capacity.ipynb" not in first
     cut_agent = store.read_jsonl("evidence/agent/requests.jsonl")
     store = _kill_when(tmp_path, _mid("capacity", "requests.jsonl"), resume=store.root)
-    before = _killed_run_holds(store, first)
-    assert "notebooks/03_capacity.ipynb" not in before
+    second = _killed_run_holds(store, first)
+    assert "notebooks/03_capacity.ipynb" not in second
     cut_capacity = store.read_jsonl("evidence/capacity/requests.jsonl")
+    store = _kill_when(tmp_path, _mid("prefix_cache", "requests.jsonl"), resume=store.root)
+    before = _killed_run_holds(store, second)
+    cut_prefix = store.read_jsonl("evidence/prefix_cache/requests.jsonl")
     capsys.readouterr()
 
     code = main(["validate", "--resume", str(store.root)])
@@ -126,7 +129,7 @@ def test_sigkill_then_resume(tmp_path, capsys):
     assert store.verify() == []
     assert store.path("report/index.html").exists()
     # each cut attempt is kept apart, whole, hashed and marked aborted; the axis' own stream holds only the new one
-    for n, axis, cut in ((1, "agent", cut_agent), (2, "capacity", cut_capacity)):
+    for n, axis, cut in ((1, "agent", cut_agent), (2, "capacity", cut_capacity), (3, "prefix_cache", cut_prefix)):
         marker = store.read_json(f"aborted/{n}/{axis}.aborted.json")
         assert marker["aborted"] is True and f"aborted/{n}/evidence/{axis}/requests.jsonl" in after
         assert store.read_jsonl(f"aborted/{n}/evidence/{axis}/requests.jsonl")[:len(cut)] == cut
