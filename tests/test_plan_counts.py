@@ -78,3 +78,18 @@ def test_the_plan_counts_what_the_healthy_run_sends_per_axis(healthy_run):
     assert plan["prefix_cache"]["requests"] <= sent["prefix_cache"] <= plan["prefix_cache"]["at_most"]
     for axis, entry in plan.items():
         assert sent[axis] <= entry["at_most"], f"{axis} sent more than the plan's at-most"
+
+
+def test_a_too_short_step_is_an_inconclusive_finding_not_a_saturation_point():
+    from k3lib.axes.capacity.result import CapacityResult
+    from k3lib.axes.capacity.saturation import saturation_findings
+
+    s = 1_000_000_000
+    wave = [{"ok": True, "sent_wall_ns": 10 * s, "done_wall_ns": 38 * s, "e2e_ms": 28_000.0} for _ in range(4)]
+    held, why = too_short(wave, 20.0, True, [])
+    steps = [{"concurrency": c, "held": held, "why": why, "sent": c, "ok": c} for c in (1, 2, 4, 5)]
+    result = CapacityResult({"plan": {}, "steps": steps}, [], [], [], None, None)
+    params = load_params([EMULATOR])
+    (sat,) = [f for f in saturation_findings(result, params) if f.rule.endswith("saturation")]
+    assert result.saturation_point is None and sat.status == "warn"
+    assert "too short to measure sustained load" in sat.message and "saturation point none" in sat.message

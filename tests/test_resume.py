@@ -97,9 +97,10 @@ def _kept(before: dict[str, str]) -> list[str]:
 @pytest.mark.slow
 def test_sigkill_then_resume(tmp_path, capsys):
     """Killed in the middle of the agent axis, resumed, killed again in the middle of a capacity phase, then of the
-    prefix-cache pairs, resumed to the end (the axes that send load; the others send none to cut): each kill keeps every finished file verifiable, each resume keeps the finished axes untouched and sets
-    the cut attempt apart (hashed, marked aborted, read by nothing), and the run ends with the healthy emulator's
-    decision, which `k3 verify`'s re-judge reaches from the same raw requests."""
+    prefix-cache pairs, resumed to the end (the axes that send load; the others send none to cut): each kill keeps
+    every finished file verifiable, each resume keeps the finished axes untouched and sets the cut attempt apart
+    (hashed, marked aborted, read by nothing), and the run ends with the healthy emulator's decision, which
+    `k3 verify`'s re-judge reaches from the same raw requests."""
     store = _kill_when(tmp_path, _mid("agent", "requests.jsonl"))
     first = _killed_run_holds(store)
     assert "notebooks/03_capacity.ipynb" not in first
