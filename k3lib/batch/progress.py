@@ -90,6 +90,9 @@ class Progress:
         if entry["bar"] is None:
             from tqdm import tqdm
 
+            # no tqdm monitor thread: it refreshes a bar on its own, outside this lock, and its write could land in
+            # the middle of a finished notebook's line (a stray `[` before `2/7]`); the poll below refreshes them
+            tqdm.monitor_interval = 0
             entry["bar"] = tqdm(total=0, file=self.stream, leave=False, dynamic_ncols=True,
                                 bar_format="{desc} {bar}{postfix}", position=len(self._running) - 1)
         bar = entry["bar"]
