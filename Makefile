@@ -31,6 +31,15 @@ FAST_MARKS := not slow and not realengine and not realvllm and not airflow
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "$(FAST_MARKS)" $(XDIST) $(PYTEST_ARGS)
 
+# JupyterLab on the loopback, in notebooks/ (docs/notebooks.md), with current flags: --allow-root when run as root
+# (a container), the token from K3_LAB_TOKEN (--IdentityProvider.token) or one generated and printed in the URL.
+LAB_PORT ?= 8888
+.PHONY: lab
+lab: $(STAMP)
+	$(BIN)/jupyter lab --no-browser --ServerApp.ip=127.0.0.1 --ServerApp.port=$(LAB_PORT) \
+		--ServerApp.root_dir=notebooks $(if $(filter 0,$(shell id -u)),--allow-root) \
+		$(if $(K3_LAB_TOKEN),--IdentityProvider.token=$(K3_LAB_TOKEN))
+
 # ruff (pyflakes, pycodestyle, bugbear) over the code and mypy over k3lib/, both configured in pyproject.toml
 lint: $(STAMP)
 	$(BIN)/ruff check k3lib tests benchmarks scripts deploy

@@ -102,7 +102,7 @@ def test_roofline_flags_a_decode_rate_above_the_bandwidth_bound():
     assert b["hbm_source"].startswith("NVIDIA H200") and b["weight_dtype"] == "mxfp4"
     (f,) = roofline_findings(_h200_run(5000.0), params)
     assert f.status == "warn" and "measurement error" in f.message
-    assert "concurrency 1: 5000 tokens/s per sequence > 1446" in f.message
+    assert "concurrency 1: 5,000 tokens/s per sequence > 1,446" in f.message
     assert "8 GPU(s) of tensor parallelism × 4.8 TB/s" in f.message and "26.6 GB read per token" in f.message
     assert level_for(f)[0] == "limited-observation"
 

@@ -266,6 +266,7 @@ def test_kimi_profile_realistic_scale():
     assert plan.kv_tokens > 5 * cfg.max_model_len  # the recipe's 5 × 32k fit comfortably
 
 
+@pytest.mark.slow  # a timing: in the slow layer, so that `make test-fast` holds beside another run
 def test_small_replies_are_not_delayed_by_nagle(client):
     """A JSON reply is two writes (head, body); without TCP_NODELAY the body waits ~40 ms for an ACK on every
     request. The fastest of 15 is what the server can do: load delays some requests, never all of them."""

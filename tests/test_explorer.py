@@ -100,3 +100,22 @@ def test_explorer_notebook_headless_under_papermill(tmp_path, monkeypatch):
     assert "application/vnd.jupyter.widget-view+json" not in text and "text/html" in text
     burst = json.loads((run / "explore/burst-1/burst.json").read_text())
     assert burst["stats"]["ok"] == 8
+
+
+def test_the_sliders_stop_at_what_the_server_serves_and_a_bad_override_names_its_key(tmp_path, emulator):
+    """The demo serves 4,096 tokens: the context slider stops below it, not at twice a larger contract; a bad
+    override says which key; the explorer's run folder is listed in `k3 history` as an explorer run, not as an
+    acceptance that decided nothing."""
+    from k3lib.core.errors import BadInputError
+    from k3lib.report.history import read_point
+
+    ctx = k3lib.open_axis("oom-explorer", PARAMS, [f"target.base_url={emulator.url}",
+                                                   "contract.max_context_tokens=4096"], str(tmp_path / "run"))
+    assert explorer.served_context(ctx) == 4096
+    bounds = explorer.slider_bounds(ctx, explorer.settings_from(ctx))
+    assert bounds["context_tokens"] < 4096 and bounds["output_tokens"] < 4096
+    with pytest.raises(BadInputError) as info:
+        k3lib.open_axis("oom-explorer", PARAMS, ["axes.capacity.explore_contex_tokens=100"], str(tmp_path / "r2"))
+    assert "axes.capacity.explore_contex_tokens" in str(info.value)  # a notebook's traceback shows str()
+    ctx.store.write_json("explore/burst-1/settings.json", {"concurrency": 1})
+    assert read_point(ctx.store.root).kind == "explorer"

@@ -57,20 +57,69 @@ def test_init_refuses_to_replace_a_file_and_a_server_that_does_not_answer(tmp_pa
     assert "nothing answers" in capsys.readouterr().err and not (tmp_path / "x.yaml").exists()
 
 
-def test_init_names_the_key_variable_a_keyed_server_asks_for(tmp_path, capsys, clean_env):
+def test_init_refuses_a_missing_or_wrong_key_as_the_preflight_does(tmp_path, capsys, clean_env):
+    """No key, or a wrong one: exit 2 with the preflight's own line and no file (a file written without the served
+    model would carry the generic recipe, and a Kimi K3 would be judged without its checks). The right key: the
+    served Kimi K3's recipe, by `extends`."""
     from k3lib.emulator import EmulatorConfig, start_emulator
 
     handle = start_emulator(EmulatorConfig.from_profile("demo", api_key="k3-secret-value-1"), host="127.0.0.1",
                             port=0)
     try:
-        _, data = _init(handle.url, tmp_path / "keyed.yaml", capsys)
-        assert data["target"]["api_key_env"] == "VLLM_API_KEY" and "model" not in data["target"]
+        out = tmp_path / "keyed.yaml"
+        assert main(["init", handle.url, "--out", str(out)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and "target.api_key_env: the server asks for an API key (HTTP 401" in err
+        clean_env.setenv("K3_INIT_KEY", "not-the-key")
+        assert main(["init", handle.url, "--out", str(out), "--api-key-env", "K3_INIT_KEY"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "the server refused the key in $K3_INIT_KEY (HTTP 401" in err and not out.exists()
         clean_env.setenv("K3_INIT_KEY", "k3-secret-value-1")
-        _, data = _init(handle.url, tmp_path / "keyed2.yaml", capsys, "--api-key-env", "K3_INIT_KEY")
+        _, data = _init(handle.url, out, capsys, "--api-key-env", "K3_INIT_KEY")
         assert data["target"]["api_key_env"] == "K3_INIT_KEY" and data["target"]["model"] == "kimi-k3"
-        assert "k3-secret-value-1" not in (tmp_path / "keyed2.yaml").read_text()  # the name, never the value
+        assert data["extends"] == "kimi-k3.yaml" and load_params([out]).recipe.name == "kimi-k3"
+        assert "k3-secret-value-1" not in out.read_text()  # the name, never the value
     finally:
         handle.stop()
+
+
+def test_init_says_what_validate_says_of_a_url_without_scheme_and_an_unknown_host(tmp_path, capsys):
+    """The same lines as `k3 validate` (the parameters' URL check, the preflight's DNS check), not "is the server
+    running?"."""
+    out = tmp_path / "x.yaml"
+    for url, validate_args in (("vm:8011", []), ("http://nosuchhost.invalid:8011",
+                                                 ["--set", "target.allow_remote_load=true"])):
+        assert main(["init", url, "--out", str(out)]) == 2
+        said = capsys.readouterr().err.strip().split("target.base_url: ")[-1]
+        assert main(["validate", "-p", str(ROOT / "parameters/emulator.yaml"), "--set", f"target.base_url={url}",
+                     *validate_args, "--plan"]) == 2
+        assert said in capsys.readouterr().err and "is the server running" not in said and not out.exists()
+
+
+def test_init_refuses_a_model_list_it_cannot_read(tmp_path, capsys):
+    """A 5xx on /v1/models (an engine not ready): one line saying the served model cannot be read, no file."""
+    import http.server
+    import threading
+
+    class Down(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            self.send_response(503)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Down)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        out = tmp_path / "x.yaml"
+        assert main(["init", f"http://127.0.0.1:{server.server_port}", "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert "/v1/models answers 503" in err and "cannot be read" in err and not out.exists()
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 @pytest.mark.slow
@@ -209,13 +258,51 @@ def test_a_measured_defect_is_not_listed_as_something_to_provide():
     assert items["C02"].level == "environment-rebuild"
 
 
+def test_what_is_missing_comes_in_its_groups_each_in_the_checklist_order_and_colour():
+    """The target's defects; the sources the operator has not configured (each with its parameter); the kit's own
+    limits on this machine (its client's calibration on a loaded host): each under its own heading in the
+    terminal and in its own colour in the index, the items of a group in the checklist's order, nothing cut."""
+    from k3lib.report.missing import group_reasons, missing_html, missing_lines
+
+    inspect = ("limited-observation: environment.image: the image and its digest were not observed "
+               "(image_inspect: not configured; collect_env: not configured)")
+    cal = ("limited-observation: capacity.client_calibration: the client's own timing error at concurrency 5 was "
+           "2,100 ms against a known-timing server, above its 50 ms gate: this machine was too loaded to time the "
+           "target " + "and its latency is not read " * 8)
+    fail = ("limited-observation: agent.tool_calls_present: `tool_calls` present when the turn requires a call: "
+            "fails 6 of 6")
+    rows = [{"id": "C06", "title": "The reference agent scenario holds", "status": "fail",
+             "rules": ["agent.tool_calls_present"]},
+            {"id": "C01", "title": "The image is the signed one", "status": "open", "rules": ["environment.image"]}]
+    decision = _decision(cal, fail, inspect, checklist=rows)
+    kinds = [(i.key, i.kind) for i in group_reasons(decision)]
+    assert ("C06", "measured") in kinds and ("C01", "missing") in kinds and ("capacity.client_calibration", "kit") in kinds
+    items = {i.key: i for i in group_reasons(decision)}
+    assert items["C01"].closes == "axes.environment.image_inspect"
+    lines = missing_lines(decision, width=100)
+    heads = [line for line in lines if not line.startswith(" ")]
+    assert heads[:3] == ["the target's defects, measured on it (1):",
+                         "sources not configured: provide each and run again (1):",
+                         "the kit's own limits on this machine (not the target's) (1):"]
+    assert all(len(line) <= 100 for line in lines) and "…" not in "".join(lines)
+    joined = re.sub(r"\n    (?=\S)", " ", "\n".join(lines))
+    assert "and its latency is not read " * 7 in joined  # the whole reason, wrapped
+    html = missing_html(decision)
+    order = [html.index(f"k3-missing-{k}") for k in ("measured", "missing", "kit")]
+    assert order == sorted(order)
+    assert all(f".k3-missing-{k} {{ color:" in (ROOT / "k3lib/report/templates/k3offline/static/k3report.css")
+               .read_text() for k in ("measured", "missing", "kit"))
+
+
 @pytest.mark.slow
 def test_the_demo_run_states_each_open_item_once_in_the_terminal_and_the_index(tmp_path, capsys):
     """A demo run with two sources left out: each missing item once, with its parameter, above the fold."""
     code = main(["validate", "-p", str(ROOT / "parameters" / "emulator.yaml"), "--out", str(tmp_path),
                  "--set", "axes.environment.nvidia_smi=null", "--set", "axes.operations.attestation=null"])
-    out = capsys.readouterr().out
-    assert code == 3, out
+    wrapped = capsys.readouterr().out
+    assert code == 3, wrapped
+    assert all(len(line) <= 160 for line in wrapped.splitlines()) and "…" not in wrapped  # wrapped, never cut
+    out = re.sub(r"\n    (?=\S)", " ", wrapped)  # an item's continuation lines joined back
     assert re.search(r"^  - C04 .*→ axes\.environment\.nvidia_smi$", out, re.M), out
     assert re.search(r"^  - C15 .*→ axes\.operations\.attestation", out, re.M), out
     assert "nothing compared: nothing compared" not in out

@@ -306,3 +306,17 @@ def test_promtool_each_alert_fires_on_its_case_and_stays_silent_on_an_ordinary_d
     (out / "case.yml").write_text(yaml.safe_dump(test, sort_keys=False))
     proc = promtool("test", "rules", "case.yml", cwd=out)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_a_kit_from_a_shortened_limited_observation_run_says_so_before_arming():
+    """`k3 golive` on a limited-observation run: its alerts hold under the traffic cap only; on a run shortened by
+    loosened settings (20 s steps), its levels came from less load than the recipe's: both said, in words."""
+    from k3lib.core.thresholds import Loosened
+    from k3lib.verdict.golive import golive_warnings
+
+    step = Loosened("axes.capacity.step_duration_s", 20.0, 120.0, "> 0", "kit default").to_dict()
+    said = golive_warnings({"decision": "limited-observation", "traffic_cap": {"max_concurrency": 2},
+                            "reexamine_on": "2027-01-04", "loosened_thresholds": [step]})
+    assert len(said) == 2 and "traffic cap" in said[0] and "2027-01-04" in said[0]
+    assert "axes.capacity.step_duration_s = 20 (default 120)" in said[1]
+    assert golive_warnings({"decision": "production", "loosened_thresholds": []}) == ()

@@ -400,7 +400,8 @@ def test_the_command_line_writes_each_file(tmp_path, capsys):
     assert main(["import", "pagerduty", str(DATA / "pagerduty-rest.json"), "--out", str(tmp_path / "i.csv"),
                  "--window", window, "--postmortems", str(DATA / "postmortems.csv"), "--service", "kimi-k3-vllm"]) == 0
     out = capsys.readouterr().out
-    assert "capacity: 21000.0 EUR (this import)" in out and "api_bill_same_tasks 0.2268 EUR" in out
+    assert "capacity: 21,000 EUR (this import)" in out and "api_bill_same_tasks 0.2268 EUR" in out
+    assert "None EUR" not in out and "None USD" not in out  # an item no import gave yet is said to be not set
     assert "i.csv: 2 incident(s), 0 with blanks to fill" in out
 
 

@@ -224,3 +224,15 @@ def test_oom_explorer_runs_in_jupyterlab_and_its_widgets_redraw(lab, browser, tm
     # the bursts are kept in the run folder, outside the evidence
     bursts = sorted((tmp_path / "run" / "explore").glob("burst-*/burst.json"))
     assert len(bursts) >= 2 and json.loads(bursts[-1].read_text())["settings"]["concurrency"] == 3
+
+
+def test_make_lab_uses_current_flags_and_runs_as_root():
+    """`make lab`, the documented command: --allow-root for root (JupyterLab as root exits at once without it), the
+    token as --IdentityProvider.token (--ServerApp.token and --NotebookApp.* are deprecated), on the loopback."""
+    out = subprocess.run(["make", "-n", "lab", "K3_LAB_TOKEN=t0ken"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+    line = " ".join(out.replace("\\\n", " ").split())
+    assert "jupyter lab" in line and "--IdentityProvider.token=t0ken" in line and "--ServerApp.ip=127.0.0.1" in line
+    assert ("--allow-root" in line) == (os.geteuid() == 0)
+    assert "--ServerApp.token" not in line and "NotebookApp" not in line
+    assert "make lab" in (ROOT / "docs" / "notebooks.md").read_text()

@@ -86,3 +86,47 @@ def test_the_batch_prints_the_running_axis_and_each_verdict(tmp_path):
     text = stream.getvalue()
     assert "      03_capacity.ipynb: step 1 of 4: concurrency 1: " in text and " requests, " in text
     assert "[1/2] 03_capacity.ipynb" in text and " fail " in text and " ok " not in text
+
+
+def test_with_a_plan_the_axis_counts_every_request_against_it_and_stops_before_passing_it(tmp_path):
+    """The plan's numbers (plan.json): sent/planned over the whole axis, whatever phase is named (the agent's
+    series and contract check run after its last named level), time left from the estimate, not a phase's
+    15-minute bound; a request past the plan's `at most` is refused before it is sent; a request to another
+    server (the kit's local calibration) does not count."""
+    p = AxisProgress("agent", tmp_path, estimate_s=60.0, planned=157, at_most=3, target="http://127.0.0.1:8000")
+    p.phase("level 1 of 2: concurrency 1", requests=42, duration_s=900)
+    for _ in range(2):
+        p.admit("http://127.0.0.1:8000")
+        p.tick(url="http://127.0.0.1:8000/v1/chat/completions")
+    p.phase("level 2 of 2: concurrency 4", requests=56, duration_s=900)
+    p.admit("http://127.0.0.1:8000")
+    p.tick(url="http://127.0.0.1:8000")
+    p.admit("http://127.0.0.1:9999")  # the local calibration server: neither admitted against the plan nor counted
+    p.tick(url="http://127.0.0.1:9999/v1/chat/completions")
+    status = p.status()
+    assert (status["done"], status["planned"], status["at_most"]) == (3, 157, 3)
+    assert status["left_s"] <= 60.0 and "3/157 requests" in describe(status)
+    with pytest.raises(progress.ConsentExceeded, match="the 3 requests the plan showed"):
+        p.admit("http://127.0.0.1:8000")
+    assert p.sent == 3 and not p.over()
+    p.tick(url="http://127.0.0.1:8000")
+    assert p.over()
+
+
+def test_a_bar_shows_its_phase_once(tmp_path):
+    """On a terminal the bar's label is the notebook and its phase; the counts beside it do not repeat the phase
+    (a phase named `level 1 of 2: concurrency 1` was printed twice)."""
+    stream = io.StringIO()
+    batch = Progress(1, stream, run_dir=tmp_path, bars=True)
+    axis = AxisProgress("agent", tmp_path, estimate_s=30, planned=157)
+    axis.phase("level 1 of 2: concurrency 1", requests=42)
+    batch.start("02_agent_tools.ipynb", "agent")
+    deadline = time.monotonic() + 10
+    while "requests" not in stream.getvalue() and time.monotonic() < deadline:
+        axis.tick(2)
+        axis._write(force=True)
+        time.sleep(0.2)
+    batch.close()
+    shown = [line for line in stream.getvalue().replace("\r", "\n").splitlines() if "requests" in line]
+    assert shown and all(line.count("concurrency 1") == 1 for line in shown), shown
+    assert all("/157 requests" in line for line in shown)

@@ -9,18 +9,21 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
 from k3lib.cli.main import main
+from k3lib.core.plan import ACCEPTANCE
 from k3lib.core.store import RunStore
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _kill_when(out: Path, rel: str, resume: Path | None = None, timeout_s: float = 240) -> RunStore:
+def _kill_when(out: Path, ready: Callable[[RunStore], bool], resume: Path | None = None,
+               timeout_s: float = 240) -> RunStore:
     """Start `k3 validate` (a new run under `out`, or `--resume` of the run `resume`) and SIGKILL it, kernels
-    included, as soon as `rel` is in its manifest."""
+    included, as soon as `ready(store)` holds."""
     args = ["--resume", str(resume)] if resume else ["-p", str(ROOT / "parameters/emulator.yaml"), "--out", str(out)]
     proc = subprocess.Popen([sys.executable, "-m", "k3lib", "validate", *args], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)  # its own group: the kernels die too
@@ -31,15 +34,46 @@ def _kill_when(out: Path, rel: str, resume: Path | None = None, timeout_s: float
             runs = [p for p in out.iterdir() if p.is_dir()]
             if runs and (runs[0] / "manifest.json").exists():
                 store = RunStore(runs[0])
-                if rel in store.manifest()["files"]:
+                if ready(store):
                     break
             time.sleep(0.1)
         assert proc.poll() is None, "the batch ended before the kill point"
-        assert store is not None and rel in store.manifest()["files"], f"{rel} never finished"
+        assert store is not None and ready(store), "the kill point never came"
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(30)
+        _kernels_gone(proc.pid)
     return store
+
+
+def _kernels_gone(parent: int, timeout_s: float = 20) -> None:
+    """Wait for the killed batch's kernels to end: jupyter_client starts each in a session of its own (the kill of
+    the batch's group misses them) and ipykernel ends one within a second of its parent's death. Until then a
+    kernel may still write (a record, the manifest), and the checks below would race it."""
+    mark = f"JPY_PARENT_PID={parent}".encode()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        alive = []
+        for environ in Path("/proc").glob("[0-9]*/environ"):
+            try:
+                if mark in environ.read_bytes().split(b"\0"):
+                    alive.append(environ.parent.name)
+            except OSError:
+                continue
+        if not alive:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"the kernels of the killed batch {parent} are still running: {alive}")
+
+
+def _mid(axis: str, stream: str, lines: int = 4) -> Callable[[RunStore], bool]:
+    """Kill point: the axis has streamed `lines` requests to `stream` and its notebook has not finished."""
+    def ready(store: RunStore) -> bool:
+        path = store.path(f"evidence/{axis}/{stream}")
+        done = f"notebooks/{dict((a, nb) for nb, a in ACCEPTANCE)[axis]}" in store.manifest()["files"]
+        return not done and path.is_file() and path.read_bytes().count(b"\n") >= lines
+
+    return ready
 
 
 def _killed_run_holds(store: RunStore, before: dict[str, str] | None = None) -> dict[str, str]:
@@ -57,21 +91,27 @@ def _killed_run_holds(store: RunStore, before: dict[str, str] | None = None) -> 
 
 def _kept(before: dict[str, str]) -> list[str]:
     """The evidence of every axis whose executed notebook was in place before the kill (finished, so kept)."""
-    from k3lib.core.plan import ACCEPTANCE
-
     return [f"evidence/{axis}.json" for nb, axis in ACCEPTANCE if f"notebooks/{nb}" in before]
 
 
 @pytest.mark.slow
 def test_sigkill_then_resume(tmp_path, capsys):
-    """Killed after the environment axis, resumed, killed again after capacity, resumed to the end: each kill keeps
-    every finished file verifiable, each resume keeps the finished axes untouched, and the run ends with the
-    healthy emulator's decision."""
-    store = _kill_when(tmp_path, "notebooks/01_environment.ipynb")
+    """Killed in the middle of the agent axis, resumed, killed again in the middle of a capacity phase, then of the
+    prefix-cache pairs, resumed to the end (the axes that send load; the others send none to cut): each kill keeps
+    every finished file verifiable, each resume keeps the finished axes untouched and sets the cut attempt apart
+    (hashed, marked aborted, read by nothing), and the run ends with the healthy emulator's decision, which
+    `k3 verify`'s re-judge reaches from the same raw requests."""
+    store = _kill_when(tmp_path, _mid("agent", "requests.jsonl"))
     first = _killed_run_holds(store)
     assert "notebooks/03_capacity.ipynb" not in first
-    store = _kill_when(tmp_path, "notebooks/03_capacity.ipynb", resume=store.root)
-    before = _killed_run_holds(store, first)
+    cut_agent = store.read_jsonl("evidence/agent/requests.jsonl")
+    store = _kill_when(tmp_path, _mid("capacity", "requests.jsonl"), resume=store.root)
+    second = _killed_run_holds(store, first)
+    assert "notebooks/03_capacity.ipynb" not in second
+    cut_capacity = store.read_jsonl("evidence/capacity/requests.jsonl")
+    store = _kill_when(tmp_path, _mid("prefix_cache", "requests.jsonl"), resume=store.root)
+    before = _killed_run_holds(store, second)
+    cut_prefix = store.read_jsonl("evidence/prefix_cache/requests.jsonl")
     capsys.readouterr()
 
     code = main(["validate", "--resume", str(store.root)])
@@ -89,6 +129,16 @@ def test_sigkill_then_resume(tmp_path, capsys):
         "kept evidence is untouched"
     assert store.verify() == []
     assert store.path("report/index.html").exists()
+    # each cut attempt is kept apart, whole, hashed and marked aborted; the axis' own stream holds only the new one
+    for n, axis, cut in ((1, "agent", cut_agent), (2, "capacity", cut_capacity), (3, "prefix_cache", cut_prefix)):
+        marker = store.read_json(f"aborted/{n}/{axis}.aborted.json")
+        assert marker["aborted"] is True and f"aborted/{n}/evidence/{axis}/requests.jsonl" in after
+        assert store.read_jsonl(f"aborted/{n}/evidence/{axis}/requests.jsonl")[:len(cut)] == cut
+    sent = [r["sent_wall_ns"] for r in store.read_jsonl("evidence/capacity/requests.jsonl")]
+    assert sent and min(sent) > max(r["sent_wall_ns"] for r in cut_capacity), "no cut request is mixed in"
+    # the decision and the re-judge read the same requests: the resumed run verifies, and signs, as an
+    # uninterrupted one
+    assert main(["verify", str(store.root)]) == 0, capsys.readouterr().err
 
 
 def test_resume_refuses_other_options_and_non_runs(tmp_path, capsys):

@@ -202,10 +202,23 @@ def test_force_resign_without_key_drops_the_stale_ssh_signature(tmp_path):
     assert verify_run(store.root).signature_mode == "unsigned-key"
 
 
-def test_identity_with_spaces_is_bad_input(tmp_path):
+@needs_ssh
+def test_a_reviewer_name_with_spaces_signs_and_verifies(tmp_path):
+    """The README's `k3 sign RUN --reviewer "Camille Durand" --key ...`: the name is the identity, written in
+    double quotes in the allowed-signers file (OpenSSH reads a quoted principal)."""
     store = make_run(tmp_path)
-    with pytest.raises(BadInputError, match="--identity"):
-        sign_run(store.root, "Alice Martin", key=tmp_path / "k", identity="Alice Martin")
+    key = keypair(tmp_path, "k")
+    record = sign_run(store.root, "Camille  Durand", key=key, now=NOW)
+    assert record.reviewer == record.identity == "Camille Durand"
+    assert verify_run(store.root, allowed_signers=allowed_signers(tmp_path, '"Camille Durand"', key)).ok
+    assert not verify_run(store.root, allowed_signers=allowed_signers(tmp_path, '"Camille Dupont"', key)).ok
+
+
+def test_an_identity_an_allowed_signers_file_cannot_hold_is_bad_input(tmp_path):
+    store = make_run(tmp_path)
+    for identity in ('Alice "A" Martin', "Martin, Alice"):
+        with pytest.raises(BadInputError, match="--identity"):
+            sign_run(store.root, "Alice Martin", key=tmp_path / "k", identity=identity)
 
 
 def test_missing_key_is_bad_input(tmp_path):

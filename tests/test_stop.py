@@ -163,7 +163,7 @@ def _wait_for_phase(proc: subprocess.Popen, err: list[str], axis: str, phase: st
         found = [m.group(1) for line in err if (m := re.match(r"run: (.+)$", line.strip()))]
         run = Path(found[0]) if found else None
         status = _status(run, axis) if run else None
-        if status and status["phase"].startswith(phase) and status["done"] >= min_done:
+        if status and status["phase"].startswith(phase) and status.get("phase_done", status["done"]) >= min_done:
             return run  # type: ignore[return-value]
         time.sleep(0.2)
     raise AssertionError(f"{axis} never reached {phase!r} with {min_done} requests done:\n" + "".join(err))

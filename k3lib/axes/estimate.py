@@ -68,6 +68,12 @@ class PhaseEstimate:
     requests: int  # planned requests (0: none or unknown)
     seconds: float
     bound: str  # what ends it: "requests", "duration", "both" or a few words
+    at_most: int | None = None  # the most it can send (its request bound); None: `requests`, exactly
+    warning: str | None = None  # a phase the plan already sees measuring nothing (a step shorter than a request)
+
+    @property
+    def most(self) -> int:
+        return self.requests if self.at_most is None else max(self.at_most, self.requests)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,9 +90,16 @@ class AxisEstimate:
     def requests(self) -> int:
         return sum(p.requests for p in self.phases)
 
+    @property
+    def at_most(self) -> int:
+        """The most requests the axis can send to the target: what the operator consents to with the plan, and
+        what the run refuses to pass (`k3lib.core.progress.AxisProgress.admit`)."""
+        return sum(p.most for p in self.phases)
+
     def to_dict(self) -> dict[str, Any]:
         return {"notebook": self.notebook, "axis": self.axis, "seconds": round(self.seconds, 1),
-                "requests": self.requests, "phases": [dataclasses.asdict(p) for p in self.phases]}
+                "requests": self.requests, "at_most": self.at_most,
+                "phases": [dataclasses.asdict(p) for p in self.phases]}
 
 
 # How a request's time grows with concurrency, at least: `c ** SHARING`. The preflight's two short requests at once
@@ -110,7 +123,19 @@ def _bounded(name: str, *, requests: int, concurrency: int, request_s: float, du
     by_requests = math.ceil(requests / max(1, concurrency)) * each
     if duration_s is None or by_requests <= duration_s:
         return PhaseEstimate(name, requests, by_requests, "requests")
-    return PhaseEstimate(name, min(requests, int(duration_s / each * concurrency)), duration_s + each, "duration")
+    warning = None
+    if each > duration_s:
+        warning = (f"{name}: a request takes about {each:.1f} s here, longer than the step's {duration_s:g} s: no "
+                   "request would complete within it, so it would measure no sustained load (the step is then "
+                   f"inconclusive, not held); set axes.capacity.step_duration_s above {math.ceil(2 * each)} s")
+    return PhaseEstimate(name, min(requests, closed_loop_sent(concurrency, duration_s, each)), duration_s + each,
+                         "duration", at_most=requests, warning=warning)
+
+
+def closed_loop_sent(concurrency: int, duration_s: float, each_s: float) -> int:
+    """The requests a closed loop sends in `duration_s` when each lasts `each_s`: every stream sends its first at
+    once, then one after each it completes, until the duration ends."""
+    return max(1, concurrency) * max(1, math.ceil(duration_s / max(each_s, 1e-6)))
 
 
 def agent_phases(params: Params, speed: SpeedLike) -> tuple[PhaseEstimate, ...]:
@@ -121,8 +146,9 @@ def agent_phases(params: Params, speed: SpeedLike) -> tuple[PhaseEstimate, ...]:
 
     a, contract = params.axes.agent, params.contract
     sample = load_sample(find_path(a.sample) if a.sample else None)
-    per_rep = sum(1 + (1 if t.expect_tool else 0) for c in sample.cases
-                  if contract.images_served or not c.requires_images for t in c.turns)
+    played = [t for c in sample.cases if contract.images_served or not c.requires_images for t in c.turns]
+    per_rep = sum(1 + (1 if t.expect_tool else 0) for t in played)
+    most_per_rep = len(played) * (1 + a.max_tool_rounds)  # a model that calls tools on every round of every turn
     answer = min(AGENT_ANSWER_TOKENS, contract.max_output_tokens)
     out = []
     for level in sorted(set(a.concurrency_levels or (1, contract.planned_concurrency))):
@@ -134,7 +160,34 @@ def agent_phases(params: Params, speed: SpeedLike) -> tuple[PhaseEstimate, ...]:
         if seconds > a.max_duration_s:
             seconds, bound = a.max_duration_s, "duration"
         out.append(PhaseEstimate(f"level {level} ({reps} x the scenario, {workers} at a time)", requests, seconds,
-                                 bound))
+                                 bound, at_most=min(a.max_requests, reps * most_per_rep)))
+    return (*out, *_agent_checks(params, speed, sample, answer))
+
+
+def _agent_checks(params: Params, speed: SpeedLike, sample: Any, answer: int) -> tuple[PhaseEstimate, ...]:
+    """The tool-turn series (at the highest level; a failed turn is sent once more: not counted, a healthy target
+    fails few) and the vendor contract check (one request per item and stream mode), each counted from the code
+    that sends them."""
+    from typing import cast
+
+    from .agent.contract import ContractCheck
+    from .agent.scenario import RunSettings
+    from .agent.series import opening_tool_turns
+
+    settings = RunSettings.from_params(params, "the plan")
+    a = params.axes.agent
+    conc = max(settings.levels)
+    turns = settings.tool_turns if opening_tool_turns(sample, settings.images_served) else 0
+    each = speed.request_s(answer) * _share(min(conc, max(1, turns)), speed)
+    seconds, bound = math.ceil(turns / conc) * each, "requests"
+    if seconds > a.max_duration_s:
+        seconds, bound = a.max_duration_s, "duration"
+    out = [PhaseEstimate(f"tool-turn series ({turns} turns, {conc} at a time)", turns, seconds, bound,
+                         at_most=2 * turns)]  # each failed turn sent once more
+    if settings.contract_check:
+        n = ContractCheck(cast(Any, None), sample, settings).planned_requests()
+        out.append(PhaseEstimate(f"vendor contract check ({n} requests, one at a time)", n,
+                                 min(a.max_duration_s, n * speed.request_s(answer)), "requests"))
     return tuple(out)
 
 
@@ -174,8 +227,9 @@ def prefix_cache_phases(params: Params, speed: SpeedLike) -> tuple[PhaseEstimate
     bound = "requests"
     if seconds > p.max_duration_s:
         seconds, bound = p.max_duration_s, "duration"
-    return (PhaseEstimate(f"{pairs} cold/warm pairs ({len(lengths)} lengths x {p.sessions} sessions)",
-                          2 * pairs, seconds, bound),)
+    return (PhaseEstimate(f"{pairs} cold/warm pairs ({len(lengths)} lengths x {p.sessions} sessions; up to "
+                          f"{p.max_extra_sessions} more at the longest while the gain is undecided)",
+                          2 * pairs, seconds, bound, at_most=2 * (pairs + p.max_extra_sessions)),)
 
 
 def operations_phases(params: Params, *, embedded: bool) -> tuple[PhaseEstimate, ...]:

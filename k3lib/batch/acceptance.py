@@ -103,12 +103,15 @@ def plan_lines(params: Params, speed: Any, *, embedded: bool, measured: bool) ->
         "the parameters and a default speed (the preflight measured none)"
     lines = [f"plan: {len(axes)} axes and the summary, about {duration(total)} in all (from {basis})"]
     for a in axes:
-        reqs = f", {a.requests} requests" if a.requests else ""
-        lines.append(f"  {a.notebook:<24} about {duration(a.seconds)}{reqs}")
+        reqs = f", {a.requests:,} requests" if a.requests else ""
+        most = f" (at most {a.at_most:,}: the run stops before it sends more)" if a.at_most > a.requests else ""
+        lines.append(f"  {a.notebook:<24} about {duration(a.seconds)}{reqs}{most}")
         for p in a.phases:
             lines.append(f"      {p.name}: {duration(p.seconds)}"
-                         + (f", {p.requests} requests" if p.requests else "") + f" (ends by {p.bound})")
+                         + (f", {p.requests:,} requests" if p.requests else "")
+                         + (f" (at most {p.most:,})" if p.most > p.requests else "") + f" (ends by {p.bound})")
     lines.append(f"  99_acceptance.ipynb      about {duration(REPORT_S)} (the decision and the report)")
+    lines += [f"plan: warning: {p.warning}" for a in axes for p in a.phases if p.warning]
     return lines
 
 

@@ -23,7 +23,7 @@ from ..core.plan import BatchPlan
 from ..report.index import write_index
 from ..report.pages import render_pages
 from ..core.session import PROJECT_ROOT
-from ..core.store import RunStore
+from ..core.store import RunStore, utc_now
 from . import stop
 from .progress import Progress
 
@@ -228,6 +228,44 @@ def _finished(store: RunStore, nb: str, axis: str | None, manifest: dict[str, An
     return all(rel in manifest for rel in rels) and not any(p.split(":")[0] in rels for p in store.verify())
 
 
+def aborted_folder(store: RunStore) -> str:
+    """Where this resume sets aside the attempts a kill or a stop cut: `aborted/<n>`, n one more than the last."""
+    seen = [int(p.name) for p in store.path("aborted").glob("*") if p.name.isdigit()]
+    return f"aborted/{max(seen, default=0) + 1}"
+
+
+def set_aside(store: RunStore, nb: str, axis: str | None, under: str) -> list[str]:
+    """Before an unfinished axis runs again, what its cut attempt left (its evidence folder and record, its
+    notebook, papermill's partial output) moves to `under`, hashed and marked aborted: the new attempt's raw data
+    is then the only one the decision and `k3 verify`'s re-judge read, and the cut attempt is kept, not dropped."""
+    rels = [f"notebooks/{nb}", f"notebooks/.{Path(nb).stem}.partial.ipynb"]
+    if axis is not None:
+        rels += [f"evidence/{axis}", f"evidence/{axis}.json"]
+    moved = store.set_aside(rels, under)
+    if moved:
+        store.write_json(f"{under}/{axis or Path(nb).stem}.aborted.json", {
+            "aborted": True, "axis": axis, "notebook": nb, "set_aside_at": utc_now(), "files": moved,
+            "why": "an attempt cut by a kill or a stop, kept apart: neither the decision nor `k3 verify` reads it; "
+                   "the axis ran again from its start"})
+        log.warning("%s: the cut attempt's %d files are kept apart in %s (aborted)", nb, len(moved), under)
+    return moved
+
+
+def _to_run(store: RunStore, stage: Sequence[tuple[str, str | None]], outcomes: dict[str, NotebookOutcome],
+            progress: Progress, manifest: dict[str, Any], aside: str) -> list[tuple[str, str | None]]:
+    """On a resume, a stage's notebooks still to run: a finished axis is kept (its outcome `kept`), an unfinished
+    one's cut attempt set aside first (`set_aside`)."""
+    todo = []
+    for nb, axis in stage:
+        if _finished(store, nb, axis, manifest):
+            outcomes[nb] = NotebookOutcome(nb, "kept", 0.0, None)
+            progress.done(outcomes[nb], axis_status(store, axis))
+        else:
+            set_aside(store, nb, axis, aside)
+            todo.append((nb, axis))
+    return todo
+
+
 def _run_stage(store: RunStore, todo: Sequence[tuple[str, str | None]], mine: Sequence[Future[WarmKernel]], *,
                timeout_s: float, progress: Progress, start_next: Callable[[], None]) -> dict[str, NotebookOutcome]:
     """One stage's notebooks at the same time (two at most). On an interrupt (SIGINT, SIGTERM: `stop.Stopped`),
@@ -270,7 +308,8 @@ def run_notebooks(store: RunStore, stages: Sequence[Sequence[tuple[str, str | No
                   preload: Sequence[str] = PRELOAD,
                   prepare: Callable[[], None] | None = None) -> dict[str, NotebookOutcome]:
     """Each stage's notebooks run at the same time (two at most), stages in order. A failing axis notebook is
-    recorded as a failing axis and the batch goes on. With `resume`, finished axes are kept, not re-run.
+    recorded as a failing axis and the batch goes on. With `resume`, finished axes are kept, not re-run,
+    and what an unfinished one's cut attempt left is set aside first (`set_aside`).
     `between(last_notebook)` runs after each stage (the acceptance batch checks the target there). While a stage
     runs, the kernels of the next one start and import `preload` (`start_kernel_ahead`). `prepare()`, when given,
     runs in this thread while the first stage's kernels start ahead (the review computes its axes there).
@@ -282,6 +321,7 @@ def run_notebooks(store: RunStore, stages: Sequence[Sequence[tuple[str, str | No
     stop.reset()
     outcomes: dict[str, NotebookOutcome] = {}
     manifest = store.manifest()["files"] if resume else {}
+    aside = aborted_folder(store)
     # the next stage's kernels start (and import PRELOAD) while this stage's notebooks run
     ahead = ThreadPoolExecutor(max_workers=2, thread_name_prefix="k3-kernel-ahead")
     kernels: list[Future[WarmKernel]] = []
@@ -293,13 +333,7 @@ def run_notebooks(store: RunStore, stages: Sequence[Sequence[tuple[str, str | No
         for n, stage in enumerate(stages):
             if between and n:
                 between(stages[n - 1][-1][0])
-            todo = []
-            for nb, axis in stage:
-                if resume and _finished(store, nb, axis, manifest):
-                    outcomes[nb] = NotebookOutcome(nb, "kept", 0.0, None)
-                    progress.done(outcomes[nb], axis_status(store, axis))
-                else:
-                    todo.append((nb, axis))
+            todo = _to_run(store, stage, outcomes, progress, manifest, aside) if resume else list(stage)
             mine, unused, kernels = kernels[:len(todo)], unused + kernels[len(todo):], []
             if not todo:
                 continue

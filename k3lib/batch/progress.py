@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..core.progress import describe, read_status
+from ..core.progress import counts, describe, read_status
 
 #: without a terminal, how often the running notebooks' progress is printed
 LINE_EVERY_S = 30.0
@@ -90,13 +90,16 @@ class Progress:
         if entry["bar"] is None:
             from tqdm import tqdm
 
+            # no tqdm monitor thread: it refreshes a bar on its own, outside this lock, and its write could land in
+            # the middle of a finished notebook's line (a stray `[` before `2/7]`); the poll below refreshes them
+            tqdm.monitor_interval = 0
             entry["bar"] = tqdm(total=0, file=self.stream, leave=False, dynamic_ncols=True,
-                                bar_format="{desc} {bar} {postfix}", position=len(self._running) - 1)
+                                bar_format="{desc} {bar}{postfix}", position=len(self._running) - 1)
         bar = entry["bar"]
         bar.total = status.get("planned") or None
         bar.n = status.get("done") or 0
         bar.set_description_str(f"{notebook[:-6]}: {status.get('phase')}", refresh=False)
-        bar.set_postfix_str(describe(status).split(": ", 1)[-1], refresh=False)
+        bar.set_postfix_str(counts(status), refresh=False)  # the phase is the label, shown once
         bar.refresh()
 
     def _print(self, line: str) -> None:

@@ -18,6 +18,8 @@ def cmd_golive(ns: argparse.Namespace) -> int:
                          sustained_for=getattr(ns, "sustained_for", None) or "10m",
                          traffic_hit_rate=getattr(ns, "traffic_hit_rate", None))
     kit = write_golive_kit(ns.run, ns.out, options=opts)
+    for warning in kit.warnings:
+        print(f"golive: warning: {warning}", file=sys.stderr)
     for path in kit.files:
         print(f"wrote {path}")
     print("alerts: " + ", ".join(kit.alerts))
@@ -39,7 +41,8 @@ def cmd_history(ns: argparse.Namespace) -> int:
     for p in points:
         flags = f" drift {len(p.drift)}" if p.drift else ""
         flags += " REOPENED" if p.reopened else ""
-        print(f"{p.started:%Y-%m-%d %H:%M} {p.kind:<10} {str(p.decision):<20} {p.run_id}{flags}")
+        decided = p.decision or ("no decision (bursts)" if p.kind == "explorer" else "no decision")
+        print(f"{p.started:%Y-%m-%d %H:%M} {p.kind:<10} {decided:<20} {p.run_id}{flags}")
     print(f"history: {out}")
     if ns.textfile:
         print(f"textfile: {ns.textfile}")

@@ -37,7 +37,6 @@ class Found:
     cache: dict[str, str] = dataclasses.field(default_factory=dict)
     metrics: bool = False
     dcgm_url: str | None = None
-    key_needed: bool = False
 
     @property
     def model(self) -> dict[str, Any]:
@@ -56,20 +55,24 @@ def _get(client: httpx.Client, url: str) -> httpx.Response | None:
         return None
 
 
-def probe(base_url: str, headers: dict[str, str]) -> Found:
-    """Ask the server what it can tell; a server that does not answer at all is bad input."""
-    from ..batch.preflight import server_kind
+def probe(base_url: str, headers: dict[str, str], key_env: str | None = None) -> Found:
+    """Ask the server what it can tell. The checks `k3 validate`'s preflight makes of a target come first, with its
+    lines: the host resolves, something answers, the key (if any) is accepted and `/v1/models` lists what is
+    served. A server whose model list cannot be read is refused, one line saying what is missing: a file written
+    without the served model would miss its recipe (a Kimi K3 read as generic)."""
+    from ..batch.preflight import BUDGET_S, _Clock, _models, check_host, server_kind
     from ..io.metrics.parse import parse_exposition
 
+    clock = _Clock(BUDGET_S)
+    check_host(base_url, clock)
     found = Found(base_url)
     with httpx.Client(headers=headers) as client:
-        models = _get(client, f"{base_url}/v1/models")
-        if models is None:
-            raise BadInputError(f"nothing answers at {base_url}/v1/models: is the server running?", source="k3 init")
-        found.key_needed = models.status_code in (401, 403)
-        body = _json(models)
-        if isinstance(body, dict) and isinstance(body.get("data"), list):
-            found.models = [c for c in body["data"] if isinstance(c, dict) and c.get("id")]
+        cards, status = _models(client, base_url, clock, key_env)
+        if status >= 500:
+            raise BadInputError(f"{base_url}/v1/models answers {status}: the engine is not ready or dead, so the "
+                                "served model (and with it the recipe) cannot be read; run `k3 init` again once it "
+                                "serves", field="target.base_url")
+        found.models = cards
         version = _get(client, f"{base_url}/version")
         metrics = _get(client, f"{base_url}/metrics")
         text = metrics.text if metrics is not None and metrics.status_code == 200 else ""
@@ -82,9 +85,6 @@ def probe(base_url: str, headers: dict[str, str]) -> Found:
         dcgm = f"{host.scheme}://{host.hostname}:{DCGM_PORT}/metrics"
         resp = _get(client, dcgm)
         found.dcgm_url = dcgm if resp is not None and "DCGM_FI_DEV_FB_USED" in resp.text else None
-    if not found.models and not found.key_needed:
-        raise BadInputError(f"{base_url}/v1/models lists no model: not an OpenAI-compatible server, or it serves "
-                            "nothing yet", source="k3 init")
     return found
 
 
@@ -122,11 +122,9 @@ def render(found: Found, api_key_env: str | None) -> str:
              "# each left out keeps its checklist item open (docs/first-run.md).",
              "extends: kimi-k3.yaml   # Kimi K3's recipe (found beside this file, else among the kit's profiles)"
              if found.k3 else "", "target:", f"  base_url: {found.base_url}",
-             f"  model: {_quote(m.get('id'))}" + "                # from /v1/models" if m.get("id") else
-             "  # model: null            # /v1/models needs the key: set it once api_key_env is set"]
-    if api_key_env or found.key_needed:
-        lines.append(f"  api_key_env: {api_key_env or 'VLLM_API_KEY'}"
-                     + "   # the NAME of the variable holding the key (the server asked for one)")
+             f"  model: {_quote(m.get('id'))}" + "                # from /v1/models"]
+    if api_key_env:
+        lines.append(f"  api_key_env: {api_key_env}   # the NAME of the variable holding the key, never its value")
     if remote:
         lines += ["  # this server is not on this machine: the agent, capacity and prefix-cache axes send it load;",
                   "  # set true once it may take that load (the preflight refuses it until then)",
@@ -213,19 +211,20 @@ def _source_lines() -> list[str]:
 
 def cmd_init(ns: argparse.Namespace) -> int:
     """`k3 init URL [--out FILE] [--api-key-env VAR] [--force]`: write the file, say what was filled and what not."""
-    from ..core.params import load_params
     from ..core.guards import api_key
+    from ..core.params import _check_url, load_params
 
     url = ns.url.strip().rstrip("/")
-    if not urlsplit(url).scheme:
-        raise BadInputError(f"expected an http(s) URL such as http://127.0.0.1:8000, got {ns.url!r}",
-                            source="k3 init")
+    try:
+        _check_url(url)  # the same check, and line, as `target.base_url` in a parameters file
+    except ValueError as exc:
+        raise BadInputError(str(exc), source="k3 init", field="target.base_url") from None
     if urlsplit(url).path.endswith("/v1"):
         url = url[: -len("/v1")]
         print(f"init: {ns.url} ends in /v1: the file names the server root {url} (the kit adds /v1 itself)",
               file=sys.stderr)
     key = api_key(ns.api_key_env, source="--api-key-env")
-    found = probe(url, {"Authorization": f"Bearer {key}"} if key else {})
+    found = probe(url, {"Authorization": f"Bearer {key}"} if key else {}, ns.api_key_env if key else None)
     out = Path(ns.out or f"{_label(found)}.yaml")
     if out.exists() and not ns.force:
         raise BadInputError("exists; choose another --out or pass --force to replace it", source=str(out))
@@ -236,7 +235,7 @@ def cmd_init(ns: argparse.Namespace) -> int:
     except BadInputError as exc:  # the kit wrote something it cannot read: its own bug, said as such
         raise K3Error(f"k3 init wrote {out} but it does not validate: {exc.one_line()}") from None
     print(f"wrote {out}: {found.kind}{' ' + found.version if found.version else ''}, model "
-          f"{found.model.get('id', '(behind the key)')}, context {found.model.get('max_model_len', '?')}"
+          f"{found.model.get('id')}, context {found.model.get('max_model_len', '?')}"
           + (", dcgm-exporter found" if found.dcgm_url else ""))
     print("to provide for production (commented in the file): collect_env, server_log, image_inspect, nvidia_smi, "
           "restart, attestation, rollback_drill" + ("" if found.dcgm_url else ", gpu_metrics")

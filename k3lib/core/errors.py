@@ -27,13 +27,19 @@ class BadInputError(K3Error):
     def __init__(self, message: str, *, source: str | None = None, field: str | None = None) -> None:
         self.source = source
         self.field = field
+        self.message = message
         super().__init__(message)
 
     def one_line(self) -> str:
         """The single line the CLI prints: which input, which field, what is wrong and what is expected."""
         where = ": ".join(" ".join(str(p).split()) for p in (self.source, self.field) if p)
-        text = " ".join(str(self).split())
+        text = " ".join(str(self.message).split())
         return f"{where}: {text}" if where else text
+
+    def __str__(self) -> str:
+        # a notebook's traceback (a bad override in the OOM explorer) names the input as the CLI does, not only
+        # "unknown key"
+        return self.one_line()
 
 
 class ArtifactError(BadInputError):

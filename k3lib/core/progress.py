@@ -17,22 +17,37 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PROGRESS_DIR", "AxisProgress", "current", "phase", "read_status", "set_current", "tick"]
+from .errors import K3Error
+
+__all__ = ["PROGRESS_DIR", "AxisProgress", "ConsentExceeded", "admit", "current", "over", "phase", "read_status",
+           "set_current", "tick"]
 
 PROGRESS_DIR = ".progress"
 WRITE_EVERY_S = 0.5
 
 
+class ConsentExceeded(K3Error):
+    """An axis was about to send more requests to the target than the plan the operator consented to."""
+
+
 class AxisProgress:
-    """Phase, requests done of planned, and time left of one axis. `estimate_s`: the axis' estimated duration
-    (`k3lib.axes.estimate`), which gives the time left beside each phase's own bound."""
+    """Phase, requests sent of planned, and time left of one axis. `estimate_s`, `planned`, `at_most`: the axis'
+    estimated duration, its expected requests and the most it may send, as the plan showed them
+    (`k3lib.axes.estimate`, `plan.json`). With a plan, the requests are the axis' own total (every phase, the
+    series and checks between them) against the plan's count, the time left is the estimate's, and a request
+    past `at_most` is refused before it is sent (`admit`). Without one, each phase's own bounds are shown.
+    `target`: the server the plan counts (a request to another, the kit's local calibration, is not counted)."""
 
     def __init__(self, axis: str, run_dir: str | Path | None = None, *, estimate_s: float | None = None,
-                 show: bool = False) -> None:
+                 show: bool = False, planned: int | None = None, at_most: int | None = None,
+                 target: str | None = None) -> None:
         self.axis, self.estimate_s = axis, estimate_s
+        self.axis_planned, self.at_most, self.target = planned, at_most, target
         self.path = Path(run_dir) / PROGRESS_DIR / f"{axis}.json" if run_dir else None
         self.started = time.monotonic()
         self.phase_name, self.done, self.planned = "starting", 0, 0
+        self.phase_done = 0  # requests ended in the running phase
+        self.sent = 0  # requests to the target admitted so far (the consent's count)
         self.phase_started, self.phase_s = self.started, None  # type: float, float | None
         self._lock = threading.Lock()
         self._written = 0.0
@@ -41,29 +56,54 @@ class AxisProgress:
 
     def phase(self, name: str, *, requests: int = 0, duration_s: float | None = None) -> None:
         """A new phase: its name, its request bound (0: none) and its duration bound (None: none); whichever ends
-        it first, the display projects from the rate so far (`expected`)."""
+        it first, the display projects from the rate so far (`expected`). With a plan the count runs on."""
         with self._lock:
-            self.phase_name, self.done, self.planned = name, 0, max(0, int(requests))
+            self.phase_name, self.planned, self.phase_done = name, max(0, int(requests)), 0
+            if self.axis_planned is None:
+                self.done = 0
             self.phase_started, self.phase_s = time.monotonic(), duration_s
         self._write(force=True)
 
-    def tick(self, n: int = 1) -> None:
+    def counts(self, url: str | None) -> bool:
+        return url is None or self.target is None or url.rstrip("/").startswith(self.target.rstrip("/"))
+
+    def admit(self, url: str | None = None) -> None:
+        """One request about to be sent to `url`: refused (ConsentExceeded) when it would pass `at_most`."""
+        if not self.counts(url):
+            return
+        with self._lock:
+            if self.at_most is not None and self.sent >= self.at_most:
+                raise ConsentExceeded(
+                    f"{self.axis}: the next request would pass the {self.at_most} requests the plan showed for this "
+                    "axis (the operator's consent to load the target); the axis stops here")
+            self.sent += 1
+
+    def over(self) -> bool:
+        """More requests ended than the plan allowed (load sent by worker processes, counted as they end)."""
+        return self.at_most is not None and self.done > self.at_most
+
+    def tick(self, n: int = 1, url: str | None = None) -> None:
+        if not self.counts(url):
+            return
         with self._lock:
             self.done += n
+            self.phase_done += n
         self._write()
 
     def left_s(self) -> float | None:
-        """Seconds left: the axis estimate less the time spent, and never less than the running phase's bound
-        less its time spent; None when neither is known."""
+        """Seconds left: the plan's estimate less the time spent (never below 0) when there is one, else the
+        running phase's bound less its time spent; None when neither is known."""
         now = time.monotonic()
-        left = [x for x in (
-            None if self.estimate_s is None else self.estimate_s - (now - self.started),
-            None if self.phase_s is None else self.phase_s - (now - self.phase_started)) if x is not None]
-        return max(0.0, *left) if left else None
+        if self.estimate_s is not None:
+            return max(0.0, self.estimate_s - (now - self.started))
+        return None if self.phase_s is None else max(0.0, self.phase_s - (now - self.phase_started))
 
     def expected(self) -> tuple[int, bool]:
-        """The requests this phase will take: its request bound, or, for a phase its duration may end first, what
-        the rate so far reaches by then (`True`: a projection)."""
+        """The requests to count against: the axis' planned total with a plan; else this phase's request bound,
+        or, for a phase its duration may end first, what the rate so far reaches by then (`True`: a
+        projection)."""
+        if self.axis_planned is not None:
+            return self.axis_planned, False
         elapsed = time.monotonic() - self.phase_started
         if self.phase_s is None or not self.planned or elapsed < 2.0 or not self.done:
             return self.planned, False
@@ -73,8 +113,9 @@ class AxisProgress:
     def status(self) -> dict[str, Any]:
         with self._lock:
             planned, approx = self.expected()
-            return {"axis": self.axis, "phase": self.phase_name, "done": self.done, "planned": planned,
-                    "approx": approx, "request_bound": self.planned,
+            return {"axis": self.axis, "phase": self.phase_name, "done": self.done, "phase_done": self.phase_done,
+                    "planned": planned,
+                    "approx": approx, "request_bound": self.planned, "at_most": self.at_most,
                     "elapsed_s": round(time.monotonic() - self.started, 1),
                     "left_s": None if (left := self.left_s()) is None else round(left, 1),
                     "estimate_s": self.estimate_s, "at": time.time()}
@@ -122,7 +163,13 @@ def read_status(run_dir: str | Path, axis: str) -> dict[str, Any] | None:
 
 def describe(status: dict[str, Any]) -> str:
     """`phase: 48/98 requests, 31 s elapsed, about 25 s left` — the line both displays print."""
-    parts = [str(status.get("phase") or "")]
+    return f"{status.get('phase') or ''}: {counts(status)}"
+
+
+def counts(status: dict[str, Any]) -> str:
+    """`48/98 requests, 31 s elapsed, about 25 s left`: the status without its phase (a bar shows the phase as its
+    label, once)."""
+    parts = []
     done, planned = status.get("done") or 0, status.get("planned") or 0
     if planned:
         parts.append(f"{done}/{'~' if status.get('approx') else ''}{planned} requests")
@@ -131,7 +178,7 @@ def describe(status: dict[str, Any]) -> str:
     parts.append(f"{_clock(status.get('elapsed_s'))} elapsed")
     if status.get("left_s") is not None:
         parts.append(f"about {_clock(status['left_s'])} left")
-    return parts[0] + ": " + ", ".join(parts[1:])
+    return ", ".join(parts)
 
 
 def _clock(seconds: Any) -> str:
@@ -176,7 +223,20 @@ def phase(name: str, *, requests: int = 0, duration_s: float | None = None) -> N
         _CURRENT.phase(name, requests=requests, duration_s=duration_s)
 
 
-def tick(n: int = 1) -> None:
-    """One more request finished in the running axis (called by the client and by the worker pool's parent)."""
+def tick(n: int = 1, url: str | None = None) -> None:
+    """One more request to `url` finished in the running axis (called by the client and by the worker pool's
+    parent)."""
     if _CURRENT is not None:
-        _CURRENT.tick(n)
+        _CURRENT.tick(n, url)
+
+
+def admit(url: str | None = None) -> None:
+    """A request to `url` is about to be sent: ConsentExceeded when it would pass the plan (nothing when no axis
+    runs here)."""
+    if _CURRENT is not None:
+        _CURRENT.admit(url)
+
+
+def over() -> bool:
+    """The running axis has seen more requests end than its plan allowed."""
+    return _CURRENT is not None and _CURRENT.over()

@@ -188,6 +188,30 @@ class RunStore:
         durable_replace(src, self.root / rel)
         return self.adopt(rel)
 
+    def set_aside(self, rels: list[str], under: str) -> list[str]:
+        """Move the files `rels` (and every file below a folder among them) to `under/<rel>`, each renamed durably,
+        its old manifest entry dropped and its new place hashed. A killed attempt's streams are never adopted
+        (hashed) where they were written: they are hashed here, as they were left. Returns the new paths."""
+        moved: list[str] = []
+        for rel in rels:
+            src = self.root / rel
+            files = sorted(p for p in src.rglob("*") if p.is_file()) if src.is_dir() else [src] if src.is_file() else []
+            for path in files:
+                old = path.relative_to(self.root).as_posix()
+                new = f"{under}/{old}"
+                (self.root / new).parent.mkdir(parents=True, exist_ok=True)
+                durable_replace(path, self.root / new)
+                with _TAILS_LOCK:
+                    _TAILS_CHECKED.discard(path)
+                self._update_manifest({new: (sha256_file(self.root / new), (self.root / new).stat().st_size)},
+                                      drop=(old,))
+                moved.append(new)
+            if src.is_dir():
+                for folder in sorted((p for p in src.rglob("*") if p.is_dir()), reverse=True):
+                    folder.rmdir()
+                src.rmdir()
+        return moved
+
     def append_jsonl(self, rel: str, obj: Any) -> None:
         """Append one record and fsync: streams of request records survive a kill line by line.
 
@@ -216,9 +240,11 @@ class RunStore:
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
-    def _update_manifest(self, entries: dict[str, tuple[str, int]]) -> None:
+    def _update_manifest(self, entries: dict[str, tuple[str, int]], drop: tuple[str, ...] = ()) -> None:
         with self._locked():
             manifest = self.manifest()
+            for rel in drop:
+                manifest["files"].pop(rel, None)
             for rel, (digest, size) in entries.items():
                 manifest["files"][rel] = {"sha256": digest, "bytes": size}
             manifest["run_id"] = self.run_id

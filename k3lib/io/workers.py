@@ -330,10 +330,10 @@ async def spread_phase(pool: WorkerPool, client: ChatClient, bodies: Any, *,
 
     def on_record(w: int, rec: ChatRecord) -> None:
         had = phase.sink_error
-        progress.tick()  # a worker's request ended: it counts in this process' running axis
+        progress.tick(url=rec.url)  # a worker's request ended: it counts in this process' running axis
         phase.deliver(rec)
-        if had is None and phase.sink_error is not None:
-            pool.stop()
+        if (had is None and phase.sink_error is not None) or progress.over():
+            pool.stop()  # a sink that failed, or more requests than the plan the operator consented to
 
     cpu0 = time.process_time()
     outcomes = await pool.run(jobs, on_record, started_ns=start_ns, timeout_s=START_MARGIN_S + max_duration_s

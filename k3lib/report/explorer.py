@@ -244,18 +244,46 @@ def explorer(ctx: "AxisContext") -> Any:
     return _panel(ctx, settings)
 
 
+def served_context(ctx: "AxisContext") -> int | None:
+    """The context limit the target serves (`max_model_len` of its model on /v1/models), None when it does not
+    say (another engine, an unreadable list)."""
+    import httpx
+
+    try:
+        resp = httpx.get(f"{ctx.target.base_url}/v1/models", headers=ctx.target.headers(), timeout=5.0)
+        cards = resp.json().get("data") if resp.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+    cards = [c for c in cards or [] if isinstance(c, dict)]
+    wanted = ctx.params.target.model
+    card = next((c for c in cards if c.get("id") == wanted), cards[0] if cards else {})
+    limit = card.get("max_model_len")
+    return limit if isinstance(limit, int) and limit > 16 else None
+
+
+def slider_bounds(ctx: "AxisContext", settings: BurstSettings) -> dict[str, int]:
+    """The sliders' maxima: a prompt and its answer within what the server serves (a request past its
+    max_model_len is refused with 400 and measures nothing about memory), else twice the contract's context;
+    the concurrency up to four times the planned one."""
+    served = served_context(ctx)
+    context = served - 16 if served else max(ctx.params.contract.max_context_tokens * 2, settings.context_tokens)
+    output = min(max(4 * settings.output_tokens, 64), served - 16) if served else max(4 * settings.output_tokens, 64)
+    return {"context_tokens": max(16, context), "output_tokens": max(1, output),
+            "concurrency": max(4 * settings.concurrency, 8)}
+
+
 def _panel(ctx: "AxisContext", settings: BurstSettings) -> Any:
     try:
         import ipywidgets as w
     except ImportError as exc:  # optional part: fail lazily with the install hint
         raise ImportError("the OOM explorer's widgets need ipywidgets; pip install ipywidgets") from exc
 
-    limit = max(ctx.params.contract.max_context_tokens * 2, settings.context_tokens)
-    context = w.IntSlider(value=settings.context_tokens, min=16, max=limit, step=16, description="context tok",
-                          continuous_update=False)
-    conc = w.IntSlider(value=settings.concurrency, min=1, max=max(4 * settings.concurrency, 8),
+    b = slider_bounds(ctx, settings)
+    context = w.IntSlider(value=min(settings.context_tokens, b["context_tokens"]), min=16, max=b["context_tokens"],
+                          step=16, description="context tok", continuous_update=False)
+    conc = w.IntSlider(value=settings.concurrency, min=1, max=b["concurrency"],
                        description="concurrency", continuous_update=False)
-    out_tok = w.IntSlider(value=settings.output_tokens, min=1, max=max(4 * settings.output_tokens, 64),
+    out_tok = w.IntSlider(value=min(settings.output_tokens, b["output_tokens"]), min=1, max=b["output_tokens"],
                           description="output tok", continuous_update=False)
     requests = w.BoundedIntText(value=settings.max_requests, min=1, max=100_000, description="max requests")
     duration = w.BoundedFloatText(value=settings.duration_s, min=0.5, max=3600, description="max seconds")

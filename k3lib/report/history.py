@@ -31,7 +31,7 @@ class RunPoint:
 
     run_id: str
     root: Path
-    kind: str  # acceptance | renewal
+    kind: str  # acceptance | renewal | explorer (the OOM explorer's bursts: no decision)
     label: str
     started: dt.datetime
     duration_s: float | None
@@ -89,6 +89,8 @@ def read_point(root: Path) -> RunPoint:
     store = RunStore(root)
     kind = "renewal" if (root / "notebooks" / "19_renewal.ipynb").is_file() or \
         (run.decision or {}).get("condition") is not None else "acceptance"
+    if kind == "acceptance" and not run.records and run.decision is None and (root / "explore").is_dir():
+        kind = "explorer"  # the OOM explorer's bursts (explore/): no axis, no decision, not a failed acceptance
     starts = [t for r in run.records.values() for t in [_iso(r.started_at)] if t]
     ends = [t for r in run.records.values() for t in [_iso(r.finished_at)] if t]
     started = _stamp(root.name) or (min(starts) if starts else dt.datetime.fromtimestamp(root.stat().st_mtime,

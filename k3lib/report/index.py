@@ -138,6 +138,15 @@ def cell_anchor(store: RunStore, page: str, needles: Sequence[str]) -> str:
     return page
 
 
+def _observed_cell(text: str, short: int = 160) -> str:
+    """What an item observed, whole: a long one opens on its first clause, the rest one click away (the printed
+    copy carries the full sheet, every cell whole); never cut with "…"."""
+    head, sep, rest = text.partition("; ")
+    if len(text) <= short or not sep:
+        return esc(text)
+    return f"<details><summary>{esc(head)};</summary>{esc(rest)}</details>"
+
+
 def sheet_block(store: RunStore, checklist: Sequence[dict[str, Any]]) -> str:
     rows = []
     for item in checklist:
@@ -148,7 +157,7 @@ def sheet_block(store: RunStore, checklist: Sequence[dict[str, Any]]) -> str:
             link = f"<a href='{esc(href)}'>{esc(Path(page).stem)}</a>"
         evidence = f"<code>{esc(str(item['evidence']))}</code>" if item.get("evidence") else ""
         rows.append([esc(str(item.get("id", ""))), esc(str(item.get("title", ""))), _badge(item.get("status")),
-                     esc(_one_line(item.get("observed"))), " ".join(x for x in (link, evidence) if x)])
+                     _observed_cell(_one_line(item.get("observed"))), " ".join(x for x in (link, evidence) if x)])
     counts: dict[str, int] = {}
     for item in checklist:
         counts[str(item.get("status"))] = counts.get(str(item.get("status")), 0) + 1
@@ -219,7 +228,7 @@ def renewal_index(store: RunStore, title: str, decision: dict[str, Any] | None,
     from ..core.evidence import read_records
 
     records = read_records(store)
-    rows = [[esc(r.axis), esc(r.title), _badge(r.status), esc(_one_line(r.summary, 200)),
+    rows = [[esc(r.axis), esc(r.title), _badge(r.status), esc(_one_line(r.summary)),
              f"<code>evidence/{esc(r.axis)}.json</code>"] for r in records.values()]
     analyses = ("<section><h2>The analyses</h2>"
                 + _table(("axis", "analysis", "verdict", "summary", "evidence"), rows, "k3-sheet") + "</section>")

@@ -28,11 +28,12 @@ def _badge(word: Any) -> str:
 
 
 def _fmt(value: Any, unit: str = "") -> str:
+    """A figure for people (`k3lib.core.numbers.figure`: 1,890 ms, never 1.89e+03 ms)."""
+    from ..core.numbers import figure
+
     if value is None:
         return ""
-    if isinstance(value, float):
-        value = f"{value:.3g}"
-    return f"{value}{unit}"
+    return figure(value, unit)
 
 
 _M = TypeVar("_M", bound="BaseModel")
@@ -53,6 +54,6 @@ def _table(head: Iterable[str], rows: Iterable[Iterable[str]], cls: str = "") ->
     return f"<table class='{cls}'><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _one_line(text: Any, limit: int = 160) -> str:
-    s = " ".join(str(text or "").split())
-    return s if len(s) <= limit else s[:limit - 1] + "…"
+def _one_line(text: Any) -> str:
+    """The text on one logical line, whole: the page wraps it (a reason is never cut)."""
+    return " ".join(str(text or "").split())

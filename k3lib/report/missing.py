@@ -58,12 +58,10 @@ class OpenItem:
     def text(self) -> str:
         return "; ".join(self.texts)
 
-    def line(self, width: int | None = None) -> str:
+    def line(self) -> str:
+        """The item whole: a reason is never cut (the terminal wraps it, `wrapped`)."""
         head = self.key if self.title in ("", self.key) else f"{self.key} {self.title}"
-        text = self.text
-        if width is not None and len(text) > width:
-            text = text[: width - 1].rstrip() + "…"
-        return f"{head}: {text}" + (f" → {self.closes}" if self.closes and self.kind == "missing" else "")
+        return f"{head}: {self.text}" + (f" → {self.closes}" if self.closes and self.kind == "missing" else "")
 
 
 def _clean(text: str) -> str:
@@ -153,17 +151,35 @@ def group_reasons(decision: dict[str, Any]) -> list[OpenItem]:
         items["loosened threshold"].texts = _loosened(decision) or items["loosened threshold"].texts
     for gid, entry in items.items():
         entry.texts = entry.texts or [own_text.get(gid, "")]
-        found = _SET.search(entry.text)
-        entry.closes = found.group(1) if found else CLOSERS.get(gid)
-        # a failing item, or any reason stronger than limited observation (a rebuild, a capacity extension), is a
-        # defect measured on the target: no parameter closes it
-        failed = status.get(gid) == "fail" or entry.level != "limited-observation"
-        entry.kind = ("measured" if failed or (entry.closes is None and gid not in info) else
-                      "nothing-to-compare" if gid in info and not found else "missing")
+        found = _SET.search(entry.text) or _UNSET.search(entry.text)
+        entry.closes = (found.group(1) if found and found.re is _SET else
+                        f"axes.environment.{found.group(1)}" if found else CLOSERS.get(gid))
+        entry.kind = _kind(entry, gid, status.get(gid), gid in info, found is not None)
     return list(items.values())
 
 
-GROUPS = (("measured", "measured on the target"), ("missing", "missing for production; provide each and run again"),
+def _kind(entry: OpenItem, gid: str, status: str | None, info: bool, named: bool) -> str:
+    """Which group an item is in: the kit's own limits on this machine (its client's calibration: not the
+    target's), a defect measured on the target (a failing item, or any reason stronger than limited observation:
+    no parameter closes it), a source the operator has not configured, or nothing to compare here."""
+    if entry.rules and all(any(fnmatch.fnmatchcase(r, p) for p in KIT_RULES) for r in entry.rules):
+        return "kit"
+    if status == "fail" or entry.level != "limited-observation":
+        return "measured"
+    if info and not named:
+        return "nothing-to-compare"
+    return "missing" if entry.closes is not None else "measured"
+
+
+# The rules about the kit itself on the machine it ran on (how well its client kept time under this host's load),
+# not about the target: their own group, so that a loaded machine is not read as a defect of the deployment.
+KIT_RULES = ("capacity.client_calibration", "*.client_calibration")
+# A source the environment axis names as not configured: the parameter that would provide it.
+_UNSET = re.compile(r"\b(collect_env|server_log|image_inspect|nvidia_smi): not configured\b")
+
+GROUPS = (("measured", "the target's defects, measured on it"),
+          ("missing", "sources not configured: provide each and run again"),
+          ("kit", "the kit's own limits on this machine (not the target's)"),
           ("nothing-to-compare", "open, with nothing to compare on this deployment"))
 
 
@@ -187,27 +203,43 @@ def missing_lines(decision: dict[str, Any], *, width: int = 160) -> list[str]:
         group = _ordered(items, kind)
         if group:
             out.append(f"{words} ({len(group)}):")
-            out += [f"  - {i.line(width)}" for i in group]
+            out += [line for i in group for line in wrapped(i.line(), width, "  - ", "    ")]
     for reason in decision.get("reasons") or []:
         if _parse(str(reason)) is None:
-            text = " ".join(str(reason).split())
-            out.append(text if len(text) <= 2 * width else text[: 2 * width - 1] + "…")
+            out += wrapped(" ".join(str(reason).split()), width, "", "  ")
     if decision.get("reexamine_on"):
         out.append(f"re-examine on: {decision['reexamine_on']}")
     return out
 
 
+def wrapped(text: str, width: int, first: str, then: str) -> list[str]:
+    """`text` whole, over as many lines of `width` as it takes (words never split, nothing cut)."""
+    import textwrap
+
+    return textwrap.wrap(text, width, initial_indent=first, subsequent_indent=then, break_long_words=False,
+                         break_on_hyphens=False) or [first.rstrip()]
+
+
 def missing_html(decision: dict[str, Any]) -> str:
-    """The same list for the index, above the fold: one row per item, the parameter that closes it."""
+    """The same list for the index, above the fold: the groups in the terminal's order, each under its heading and
+    in its own colour (`k3-missing-<group>`), one row per item in the checklist's order, the parameter that
+    closes it."""
     from .markup import esc
 
     items = group_reasons(decision)
     if not items:
         return ""
-    rows = "".join(
-        f"<li><b>{esc(i.key)}</b> {esc(i.title) if i.title != i.key else ''}: {esc(i.text)}"
-        + (f" <b>→ {esc(i.closes)}</b>" if i.closes and i.kind == "missing" else "")
-        + f" <small>({esc(i.level)})</small></li>" for i in items)
+    blocks = []
+    for kind, words in GROUPS:
+        group = _ordered(items, kind)
+        if not group:
+            continue
+        rows = "".join(
+            f"<li><b>{esc(i.key)}</b> {esc(i.title) if i.title != i.key else ''}: {esc(i.text)}"
+            + (f" <b>→ {esc(i.closes)}</b>" if i.closes and i.kind == "missing" else "")
+            + f" <small>({esc(i.level)})</small></li>" for i in group)
+        blocks.append(f"<p class='k3-group k3-missing-{kind}'><b>{esc(words[0].upper() + words[1:])}</b> "
+                      f"({len(group)}):</p><ul class='k3-missing k3-missing-{kind}'>{rows}</ul>")
     measured = sum(1 for i in items if i.kind == "measured")
     return (f"<p><b>What stands between this run and production</b> ({len(items)} items, {measured} measured on the "
-            f"target, {len(items) - measured} to provide):</p><ul class='k3-missing'>{rows}</ul>")
+            f"target, {len(items) - measured} to provide or not the target's):</p>" + "".join(blocks))

@@ -23,23 +23,27 @@ def open_axis(axis: str, params_file: str, overrides: list[str] | None = None, r
     target = resolve_target(params)
     if not store.path("params.json").exists():
         store.write_json("params.json", pin_target(params, target).public_dict())
-    progress.set_current(progress.AxisProgress(axis, store.root, estimate_s=_estimate_s(store, params, axis),
-                                               show=interactive))
+    seconds, planned, at_most = _planned(store, params, axis)
+    progress.set_current(progress.AxisProgress(axis, store.root, estimate_s=seconds, show=interactive,
+                                               planned=planned, at_most=at_most, target=target.base_url))
     return AxisContext(axis=axis, params=params, store=store, target=target, interactive=interactive)
 
 
-def _estimate_s(store: RunStore, params: Params, axis: str) -> float | None:
-    """The axis' seconds as the batch planned them (`plan.json`), else estimated here at a default speed."""
+def _planned(store: RunStore, params: Params, axis: str) -> tuple[float | None, int | None, int | None]:
+    """The axis' seconds, expected requests and most requests as the batch planned them (`plan.json`: what the
+    operator saw and consented to), else estimated here at a default speed (seconds only: no consent to hold)."""
     from ..axes.estimate import axis_estimate_s
 
     plan = store.read_json("plan.json") if store.path("plan.json").is_file() else None
     for entry in (plan or {}).get("axes", []) if isinstance(plan, dict) else []:
         if isinstance(entry, dict) and entry.get("axis") == axis and isinstance(entry.get("seconds"), (int, float)):
-            return float(entry["seconds"])
+            planned, most = entry.get("requests"), entry.get("at_most")
+            return (float(entry["seconds"]), planned if isinstance(planned, int) and planned else None,
+                    most if isinstance(most, int) and most else None)
     try:
-        return axis_estimate_s(params, axis, None, embedded=params.target.uses_emulator)
+        return axis_estimate_s(params, axis, None, embedded=params.target.uses_emulator), None, None
     except Exception:  # noqa: BLE001 - a sample that cannot be read is the axis' own error to report, not here
-        return None
+        return None, None, None
 
 
 def open_summary(params_file: str, overrides: list[str] | None = None, run_dir: str = "") -> tuple[Params, RunStore]:

@@ -123,11 +123,12 @@ def sign_run(run_dir: str | Path, reviewer: str, *, key: str | Path | None = Non
     reviewer = " ".join(str(reviewer or "").split())
     if not reviewer:
         raise BadInputError("a reviewer name is required", source="--reviewer")
-    identity = (identity or reviewer).strip()
-    if key is not None and any(c.isspace() for c in identity):
-        # allowed_signers principals are whitespace-separated: a name with spaces cannot be one
-        raise BadInputError(f"identity {identity!r} contains spaces; pass --identity (e.g. an e-mail address) "
-                            "as written in the allowed-signers file", source="--identity")
+    identity = " ".join((identity or reviewer).split())
+    if '"' in identity or "," in identity:
+        # an allowed-signers principal with spaces is written in double quotes ("Camille Durand" ssh-ed25519 …),
+        # and principals are comma-separated: neither character can be part of one
+        raise BadInputError(f"identity {identity!r} holds a double quote or a comma, which an allowed-signers "
+                            "principal cannot; pass --identity (e.g. an e-mail address)", source="--identity")
     if (store.root / SIGNATURE).exists() and not force:
         prior = store.read_json(SIGNATURE) or {}
         raise BadInputError(f"already signed by {prior.get('reviewer')!r} at {prior.get('signed_at')}; "

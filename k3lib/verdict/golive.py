@@ -11,6 +11,7 @@ import hashlib
 import json
 import re
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 import yaml
@@ -69,6 +70,7 @@ class GoliveKit:
     alerts: tuple[str, ...]  # alert names written
     omitted: dict[str, str]  # alert name → why no threshold could be derived
     metric_names: dict[str, str]
+    warnings: tuple[str, ...] = ()  # what the operator must know before arming them (`golive_warnings`)
 
 
 # -- metric names by version --------------------------------------------------------------------------------------
@@ -472,4 +474,27 @@ def write_golive_kit(run_dir: str | Path, out_dir: str | Path, *, options: Goliv
             atomic_write_bytes(out / name, data)
     except OSError as exc:
         raise BadInputError(f"cannot write the go-live kit: {exc.strerror}", source=str(out)) from None
-    return GoliveKit(out, tuple(out / n for n in files), tuple(r["alert"] for r in rules), omitted, names)
+    return GoliveKit(out, tuple(out / n for n in files), tuple(r["alert"] for r in rules), omitted, names,
+                     golive_warnings(run.decision or {}))
+
+
+def golive_warnings(decision: Mapping[str, Any]) -> tuple[str, ...]:
+    """Said before arming: a `limited-observation` run's kit holds under its traffic cap only; a run shortened by
+    loosened settings (steps, soak, repetitions below their floors) measured its levels on less load."""
+    from ..core.thresholds import Loosened
+
+    out = []
+    if decision.get("decision") == "limited-observation":
+        out.append(f"the run decided limited-observation: these alerts hold only under its traffic cap "
+                   f"({json.dumps(decision.get('traffic_cap'), ensure_ascii=False)}), until "
+                   f"{decision.get('reexamine_on')}")
+    short = []
+    for d in decision.get("loosened_thresholds") or ():
+        try:
+            short.append(Loosened.from_dict(d).short())
+        except (TypeError, ValueError):
+            continue
+    if short:
+        out.append("its levels were measured by a shortened run (" + "; ".join(short) + "): run the recipe's "
+                   "defaults before arming alerts on production traffic")
+    return tuple(out)

@@ -83,6 +83,15 @@ class ContractCheck:
         if self.sink is not None:
             self.sink(row)
 
+    def planned_requests(self) -> int:
+        """The requests `run` sends, counted from the same items (what the plan shows the operator)."""
+        modes = len(self.modes)
+        json_turn = any(t.final_schema() is not None and not c.requires_images
+                        for c in self.sample.cases for t in c.turns)
+        opening = 3 * modes + 3 + modes if self.expect is not None else 0  # tool_choice; history (3 + a reply each)
+        return (opening + 3 + (modes if json_turn else 0) + len(MALFORMED_FORMATS)
+                + len(SCHEMA_SUITE) * modes + len(UNPINNED))
+
     @staticmethod
     def _mode(stream: bool) -> str:
         return "stream" if stream else "non-stream"

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...core import progress
+from ...core.numbers import figure
 from ...io.prompts import BuiltPrompt
 from .agreement import calibration_error_at, settle_held, window_agreement
 from .analysis import judge_step, settled_stats
@@ -67,6 +68,7 @@ class ConcurrencyPhase(CalibrationPhase):
                     step, bucket, self.timeline.metric_rows(), settle_fraction=self.cap.settle_fraction,
                     calibration_error_ms=calibration_error_at({"summary": calibration_summary(self._reports)}, c))
                 settled, why = settle_held(held and alive and not degraded, why, step["agreement"])
+                settled, why = too_short(bucket, plan.step_duration_s, settled, why)
                 step.update(held=settled, why=why)
                 self.steps.append(step)
         finally:
@@ -87,3 +89,19 @@ class SaltedBodies:
 
     def __call__(self, i: int) -> dict[str, Any]:
         return {**self.bodies[i % len(self.bodies)], "cache_salt": f"{self.salt}-{i}"}
+
+
+def too_short(bucket: Sequence[Mapping[str, Any]], duration_s: float, held: bool | None, why: list[str]
+              ) -> tuple[bool | None, list[str]]:
+    """A step in which no request completed within its duration measured no sustained load at that level (one
+    wave, cut or drained): it is inconclusive (None), never a held step a saturation point could rest on."""
+    sent = [r["sent_wall_ns"] for r in bucket if r.get("sent_wall_ns")]
+    if not sent or held is False:
+        return held, why
+    end = min(sent) + duration_s * 1e9
+    if any(r.get("ok") and (r.get("done_wall_ns") or end + 1) <= end for r in bucket):
+        return held, why
+    e2e = [r["e2e_ms"] for r in bucket if r.get("ok") and r.get("e2e_ms")]
+    took = f" (a request took {figure(max(e2e) / 1000, ' s')})" if e2e else ""
+    return None, [*why, f"no request completed within the step's {figure(duration_s, ' s')}{took}: the step measured "
+                        "no sustained load; raise axes.capacity.step_duration_s above a request's time"]

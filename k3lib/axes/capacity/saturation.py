@@ -49,9 +49,11 @@ def saturation_findings(result: CapacityResult, params: Params) -> list[Finding]
                           observed=point, expected=f">= {planned}", steps=table))
         elif undecided:
             first = undecided[0]
+            said: list[str] = list(first.get("why") or [])
+            cause = ("the step was too short to measure sustained load" if any("no sustained load" in w for w in said)
+                     else "the server's series and the kit's own measurements of the load disagree")
             out.append(_f("saturation", "warn", f"inconclusive at concurrency {first['concurrency']}: "
-                                                f"{'; '.join(first.get('why') or [])} — the server's series and the "
-                                                f"kit's own measurements of the load disagree, so no step at or above "
+                                                f"{'; '.join(said)} — {cause}, so no step at or above "
                                                 f"it is accepted; saturation point "
                                                 f"{point if point is not None else 'none'}",
                           observed=point, expected=f">= {planned}", steps=table))

@@ -301,13 +301,15 @@ class ChatClient:
         `deadline_ns` (a perf mark) is a hard stop shared by a load phase: a request still running then is
         recorded as cancelled. `semaphore`, when given, is acquired inside the measured client-queue window.
         With `strict=True` a raised TargetError carries the partial record (`record_of(exc)`).
-        Each request ended counts once in the running axis' progress (`k3lib.core.progress`).
+        Each request ended counts once in the running axis' progress (`k3lib.core.progress`), which refuses one
+        that would pass the plan's count (`ConsentExceeded`).
         """
+        progress.admit(self.base_url)  # past the plan the operator consented to: refused before it is sent
         try:
             return await self._chat_body(body, strict=strict, request_id=request_id, timeout_s=timeout_s,
                                          enqueued_ns=enqueued_ns, deadline_ns=deadline_ns, semaphore=semaphore)
         finally:
-            progress.tick()
+            progress.tick(url=self.base_url)
 
     async def _chat_body(self, body: Mapping[str, Any], *, strict: bool, request_id: str | None,
                          timeout_s: float | None, enqueued_ns: int | None, deadline_ns: int | None,

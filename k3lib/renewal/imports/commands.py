@@ -74,9 +74,17 @@ def import_bill(kind: str, source: str | Path, out: str | Path, section: ImportS
     entry = CostSource(importer=kind, file=prov.source, sha256=prov.sha256,  # type: ignore[arg-type]
                        items=items, window=window.label(), selection=prov.selection)  # type: ignore[arg-type]
     costs = update_costs(out, entry, prov, target, conv, listed)
-    shown = [f"{item}: {getattr(costs, item)} {target}" + (" (this import)" if item in s.items else " (unchanged)")
-             for item in ITEMS]
+    shown = [_cost_line(item, getattr(costs, item), target, item in s.items) for item in ITEMS]
     return [f"wrote {out}", *shown, *[f"  {n}" for n in notes]]
+
+
+def _cost_line(item: str, value: object, currency: str, imported: bool) -> str:
+    """`network: 1,234 EUR (this import)`; an item no import has given yet is said to be not set, not `None USD`."""
+    from ...core.numbers import figure
+
+    if value is None:
+        return f"{item}: not set yet (no import gave it; {currency} once one does)"
+    return f"{item}: {figure(value)} {currency}" + (" (this import)" if imported else " (unchanged)")
 
 
 def import_incidents(kind: str, source: str | Path, out: str | Path, section: ImportSection, window: Window,
