@@ -105,6 +105,22 @@ def _model(annotation: Any) -> type | None:
     return None
 
 
+def _role(field: Any, section: bool) -> str:
+    """What the field's declared role (`k3lib.core.roles`) says: judged (which way loosens, against what) or
+    cosmetic (why); a renewal field declares none (its loosenings are renewal/rules.py's)."""
+    from k3lib.core.roles import Cosmetic, Judged, role_of
+
+    role = role_of(field)
+    if section or role is None:
+        return ""
+    if isinstance(role, Cosmetic):
+        return _cell(f"cosmetic: {role.why}")
+    assert isinstance(role, Judged)
+    basis = {"recipe": "served model's recipe", "contract": "contract", "defaults": "kit's defaults"}
+    way = {"higher": "a higher value", "lower": "a lower value", "false": "off", "other": "any other value"}
+    return _cell(f"judged against the {basis[role.basis]}: {way[role.looser]} loosens")
+
+
 def _section(cls: type, prefix: str, out: list[str]) -> None:
     doc = " ".join((inspect.getdoc(cls) or "").split())
     out += ["", f"### `{prefix or '(top level)'}`", ""]
@@ -121,8 +137,9 @@ def _section(cls: type, prefix: str, out: list[str]) -> None:
         if sub is not None:
             kind, what = "section", what or _cell(f"see `{key}` below: " + _first(inspect.getdoc(sub) or ""))
         default = _default(field)
-        rows.append(f"| `{key}` | {kind} | " + (f"`{_cell(default)}`" if default else "(empty)") + f" | {what} |")
-    out += ["| key | type | default | what it is |", "|---|---|---|---|", *rows]
+        rows.append(f"| `{key}` | {kind} | " + (f"`{_cell(default)}`" if default else "(empty)") + f" | {what} |"
+                    + f" {_role(field, sub is not None)} |")
+    out += ["| key | type | default | what it is | its role in the judgement |", "|---|---|---|---|---|", *rows]
     for sub, key in nested:
         _section(sub, key, out)
 
