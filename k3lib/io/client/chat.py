@@ -23,7 +23,7 @@ from k3lib.core.guards import require_key_env
 from .access import _EnvBearerAuth, root_url
 from .attempt import TRANSPORT_ERRORS, _Attempt, _broken, _mark_reply, _read_stream, _send_failure
 from .loops import LoopBound
-from .records import BODY_TEXT_LIMIT_CHARS, ChatRecord, ProbeRecord, TokenizeResult
+from .records import BODY_TEXT_LIMIT_CHARS, ChatRecord, ProbeRecord, TokenizeResult, asked_of
 from .stream import _try_json, completion_fields, parse_error_body
 
 # ---------------------------------------------------------------------------------------------------------
@@ -330,7 +330,7 @@ class ChatClient:
             body["stream_options"] = opts
         url = self.base_url + "/v1/chat/completions"
         state = _Attempt(rid=rid, url=url, stream=stream, wall_anchor=wall_anchor, perf_anchor=perf_anchor,
-                         enqueued=enqueued)
+                         enqueued=enqueued, asked=asked_of(body))
         timeout = self.timeout_s if timeout_s is None else timeout_s
         own_deadline = perf_anchor + int(timeout * 1e9)
         hard_deadline = own_deadline if deadline_ns is None else min(own_deadline, deadline_ns)
