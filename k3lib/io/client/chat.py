@@ -23,7 +23,7 @@ from k3lib.core.guards import require_key_env
 from .access import _EnvBearerAuth, root_url
 from .attempt import TRANSPORT_ERRORS, _Attempt, _broken, _mark_reply, _read_stream, _send_failure
 from .loops import LoopBound
-from .records import BODY_TEXT_LIMIT_CHARS, ChatRecord, ProbeRecord, TokenizeResult, asked_of
+from .records import BODY_TEXT_LIMIT_CHARS, ChatRecord, ProbeRecord, TokenizeResult, asked_of, record_of
 from .stream import _try_json, completion_fields, parse_error_body
 
 # ---------------------------------------------------------------------------------------------------------
@@ -104,6 +104,15 @@ class ChatClient:
         self._aio_closer: LoopBound | None = None
         self._closing: set[asyncio.Task[None]] = set()
         self._counter = 0
+        #: every chat record this client ended, once `keep_records` was called (a class' counters reconciled with
+        #: the server's: k3lib.io.crosscheck)
+        self.kept: list[ChatRecord] | None = None
+
+    def keep_records(self) -> list[ChatRecord]:
+        """From now on keep every chat record this client ends (the failed ones too); the list they land in."""
+        if self.kept is None:
+            self.kept = []
+        return self.kept
 
     def __repr__(self) -> str:
         return (f"ChatClient(base_url={self.base_url!r}, model={self.model!r}, "
@@ -304,10 +313,17 @@ class ChatClient:
         Each request ended counts once in the running axis' progress (`k3lib.core.progress`).
         """
         try:
-            return await self._chat_body(body, strict=strict, request_id=request_id, timeout_s=timeout_s,
-                                         enqueued_ns=enqueued_ns, deadline_ns=deadline_ns, semaphore=semaphore)
+            rec = await self._chat_body(body, strict=strict, request_id=request_id, timeout_s=timeout_s,
+                                        enqueued_ns=enqueued_ns, deadline_ns=deadline_ns, semaphore=semaphore)
+        except BaseException as exc:
+            if self.kept is not None and (failed := record_of(exc)) is not None:
+                self.kept.append(failed)
+            raise
         finally:
             progress.tick()
+        if self.kept is not None:
+            self.kept.append(rec)
+        return rec
 
     async def _chat_body(self, body: Mapping[str, Any], *, strict: bool, request_id: str | None,
                          timeout_s: float | None, enqueued_ns: int | None, deadline_ns: int | None,
