@@ -58,11 +58,18 @@ def test_a_retry_does_not_excuse_the_failure():
     assert f is not None and f.status == "fail" and f.observed["failures"] == 20
 
 
-def test_a_smaller_series_is_judged_at_what_it_can_bound_and_says_so():
+def test_a_smaller_series_is_judged_at_the_contracts_rate_and_cannot_pass():
+    """Attack (issue 43): plan 24 turns and pass at the 13.8 % they can bound instead of the contract's 1 %. Judged
+    at the contract's rate, too few turns without a failure is not observable, never a pass."""
     small = {**SETTINGS, "tool_turns": 24}
     f = failure_rate_finding(turns(24), small)
-    assert f is not None and f.status == "pass" and f.observed["judged_at"] == pytest.approx(provable_rate(24), rel=1e-5)
+    assert f is not None and f.status == "not-observable" and f.observed["judged_at"] == 0.01
     assert "13.8 % is the most 24 turns can bound; the contract's 1 % needs 381" in f.message
+
+
+def test_a_smaller_series_still_fails_a_rate_above_the_contract_over_its_whole_interval():
+    f = failure_rate_finding(turns(24, failures=12), {**SETTINGS, "tool_turns": 24})
+    assert f is not None and f.status == "fail"
 
 
 def test_a_series_cut_short_by_its_budget_cannot_pass():
