@@ -20,7 +20,7 @@ from k3lib.core import progress
 from k3lib.core.errors import APIError, ProtocolError, TargetUnreachable
 from k3lib.core.guards import require_key_env
 
-from .access import _EnvBearerAuth, root_url
+from .access import _EnvBearerAuth, root_url, user_agent_headers
 from .attempt import TRANSPORT_ERRORS, _Attempt, _broken, _mark_reply, _read_stream, _send_failure
 from .loops import LoopBound
 from .records import BODY_TEXT_LIMIT_CHARS, ChatRecord, ProbeRecord, TokenizeResult, asked_of, record_of
@@ -146,7 +146,7 @@ class ChatClient:
         self._ssl()
         kwargs: dict[str, Any] = {"verify": self._ssl_context} if self._transport is None else {}
         http = httpx.AsyncClient(timeout=timeout, limits=limits, transport=self._transport, auth=self._auth,
-                                 trust_env=False, **kwargs)
+                                 trust_env=False, headers=user_agent_headers(), **kwargs)
         pool = _Pool(http)
         self._pool_list.append(pool)
         return pool
@@ -407,7 +407,7 @@ class ChatClient:
     async def _exchange(self, body: dict[str, Any], state: _Attempt) -> None:
         payload = json.dumps(body, ensure_ascii=False).encode()
         headers = {"content-type": "application/json",
-                   "accept": "text/event-stream" if state.stream else "application/json"}
+                   "accept": "text/event-stream" if state.stream else "application/json", **user_agent_headers()}
         if self._transport is None:
             await self._exchange_aiohttp(payload, headers, state)
             return
