@@ -45,7 +45,8 @@ def _asked(r: Row) -> Mapping[str, Any]:
 
 def length_check(replies: Iterable[Row]) -> dict[str, Any]:
     """`ignore_eos` with a `max_tokens`: each completed reply's tokens and finish reason against what was asked."""
-    checked, unknown, bad = 0, 0, []
+    checked, unknown = 0, 0
+    bad: list[dict[str, Any]] = []
     served: list[int] = []
     for r in replies:
         a = _asked(r)
@@ -64,9 +65,9 @@ def length_check(replies: Iterable[Row]) -> dict[str, Any]:
     out: dict[str, Any] = {"checked": checked, "no_usage": unknown, "deviations": len(bad), "examples": bad[:5],
                            "served_min": min(served, default=None), "served_max": max(served, default=None)}
     if bad:
-        wants = sorted({b["asked"] for b in bad})
+        wants = sorted({int(b["asked"]) for b in bad})
         stops = sum(1 for b in bad if b["finish_reason"] != "length")
-        got = sorted(b["served"] for b in bad)
+        got = sorted(int(b["served"]) for b in bad)
         out["text"] = (f"max_tokens/ignore_eos ({len(bad)} of {checked} replies sent ignore_eos with max_tokens "
                        f"{'/'.join(map(str, wants))} and came back with {got[0]}–{got[-1]} tokens"
                        + (f", {stops} ended by {bad[0]['finish_reason'] if stops == len(bad) else 'stop'}"

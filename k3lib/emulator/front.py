@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from starlette.requests import Request
@@ -37,7 +37,7 @@ def _cached_scope(rt: Any, body: dict[str, Any]) -> bool:
     return "response-cache-all" in rt.faults or ("response-cache" in rt.faults and bool(body.get("tools")))
 
 
-async def _recorded(chunks: AsyncIterator[Any], store: dict[str, Any], key: str, media: str) -> AsyncIterator[Any]:
+async def _recorded(chunks: AsyncIterable[Any], store: dict[str, Any], key: str, media: str) -> AsyncIterator[Any]:
     kept: list[bytes] = []
     async for chunk in chunks:
         kept.append(chunk.encode() if isinstance(chunk, str) else bytes(chunk))

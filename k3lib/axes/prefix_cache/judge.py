@@ -231,7 +231,7 @@ def _served_finding(result: PrefixCacheResult) -> Finding:
     """`prefix_cache.served_as_asked`: every answered request moved the engine's request counter by one (a request
     answered in front of the engine, by a cache or a gateway, moves none)."""
     counted = [s for s in result.samples if s.ok and s.success_delta is not None]
-    unseen = [s for s in counted if s.success_delta < 1]
+    unseen = [s for s in counted if (s.success_delta or 0.0) < 1]
     rule = f"{AXIS}.served_as_asked"
     if not counted:
         return Finding(rule=rule, status="not-observable", message="no vllm:request_success_total in the request "

@@ -26,11 +26,6 @@ from .loops import LoopBound
 from .records import BODY_TEXT_LIMIT_CHARS, ChatRecord, ProbeRecord, TokenizeResult, asked_of, record_of
 from .stream import _try_json, completion_fields, parse_error_body
 
-# ---------------------------------------------------------------------------------------------------------
-# The async client
-# ---------------------------------------------------------------------------------------------------------
-
-
 #: Connections per httpx pool; a client opens more pools as concurrency grows (see `ChatClient._pick_pool`).
 POOL_CONNECTIONS = 16
 
@@ -104,14 +99,12 @@ class ChatClient:
         self._aio_closer: LoopBound | None = None
         self._closing: set[asyncio.Task[None]] = set()
         self._counter = 0
-        #: every chat record this client ended, once `keep_records` was called (a class' counters reconciled with
-        #: the server's: k3lib.io.crosscheck)
-        self.kept: list[ChatRecord] | None = None
+        self.kept: list[ChatRecord] | None = None  # every record ended once `keep_records` was called
 
     def keep_records(self) -> list[ChatRecord]:
-        """From now on keep every chat record this client ends (the failed ones too); the list they land in."""
-        if self.kept is None:
-            self.kept = []
+        """From now on keep every chat record this client ends, the failed ones too (a class' counters reconciled
+        with the server's, k3lib.io.crosscheck); the list they land in."""
+        self.kept = [] if self.kept is None else self.kept
         return self.kept
 
     def __repr__(self) -> str:

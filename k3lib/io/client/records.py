@@ -186,10 +186,11 @@ _NOT_THE_QUESTION = frozenset({"stream", "stream_options", "cache_salt", "reques
 
 
 def asked_of(body: Mapping[str, Any]) -> dict[str, Any]:
-    """What one chat body asked, as the record keeps it: the reply-shaping fields sent (`ASKED_FIELDS`), the names of
-    the tools offered, and `prompt_key` (sampled requests only, temperature >= `SAMPLED_TEMPERATURE`), a hash of everything that makes two requests the same question (the
-    messages, tools, tool choice, sampling and length; not the stream mode, the salt or the request's id), so the
-    replies to one question can be compared (k3lib.axes.served)."""
+    """What one chat body asked, as the record keeps it: the reply-shaping fields sent (`ASKED_FIELDS`), the names
+    of the tools offered, and `prompt_key` (sampled requests only, temperature >= `SAMPLED_TEMPERATURE`), a hash of
+    everything that makes two requests the same question (the messages, tools, tool choice, sampling and length; not
+    the stream mode, the salt or the request's id), so the replies to one question can be compared
+    (k3lib.axes.served)."""
     out: dict[str, Any] = {k: body[k] for k in ASKED_FIELDS if k in body}
     tools = body.get("tools")
     if tools:
