@@ -155,12 +155,17 @@ def test_capacity_behind_a_gateway_that_strips_ignore_eos_is_not_production(tmp_
     """Attack 1: an allow-list gateway drops ignore_eos; the load steps measured short replies."""
     with start_emulator(EmulatorConfig.from_profile("demo", faults=("strip-ignore-eos",), time_scale=0.02),
                         host="127.0.0.1", port=0) as h:
-        ctx = k3lib.open_axis("capacity", PARAMS, [f"target.base_url={h.url}", *CAPACITY_FAST], str(tmp_path / "run"))
+        gpu = ["target.gpu_metrics.source=dcgm", f"target.gpu_metrics.url={h.dcgm_url}"]  # all else is observed
+        ctx = k3lib.open_axis("capacity", PARAMS, [f"target.base_url={h.url}", *gpu, *CAPACITY_FAST],
+                              str(tmp_path / "run"))
         result = capacity.run_capacity(ctx)
         record = ctx.record(capacity.capacity_record(result, ctx))
     served = record.by_rule("capacity.served_as_asked")
     assert served.status == "not-observable" and "max_tokens/ignore_eos" in served.message
     assert record.by_rule("capacity.saturation").status != "pass"
+    # what is not shown is the served shape alone: every other finding passed, or says nothing
+    assert {f.rule for f in record.findings if f.status not in ("pass", "info")} <= {
+        f.rule for f in record.findings if f.message.startswith("the target did not serve what was asked")}
     assert record.data["implied_decision"] != "production"
 
 
