@@ -185,3 +185,10 @@ def test_agents_behind_a_response_cache_are_not_production(tmp_path):
         served.message
     assert record.by_rule("agent.tool_call_failure_rate").status == "not-observable"
     assert decide({"agent": record}, ["agent"]).decision != "production"
+
+
+def test_a_capacity_run_whose_replies_cannot_be_held_to_their_length_shows_nothing():
+    """A run folder from before the records kept what they asked, or replies without usage: not a pass."""
+    bare = [{**reply(i), "asked": None} for i in range(3)]
+    got = served_verdict(bare, counters=False, length_required=True)
+    assert got["status"] == "not-observable" and "no completed reply carries what it asked" in got["reason"]

@@ -142,10 +142,12 @@ def _n(v: Any) -> str:
 
 
 def served_verdict(replies: Sequence[Row], cross_check: Mapping[str, Any] | None = None, *,
-                   counters_error: str | None = None, counters: bool = True) -> dict[str, Any]:
+                   counters_error: str | None = None, counters: bool = True,
+                   length_required: bool = False) -> dict[str, Any]:
     """The three comparisons over one class' replies: {"status": "as-asked" | "deviates" | "not-observable",
     "fields": [...], "reason", "length", "sampling", "counters"}. `counters=False`: the class has no counter window
-    of its own here (capacity compares its counters window by window)."""
+    of its own here (capacity compares its counters window by window). `length_required`: the class always sends
+    ignore_eos (capacity), so replies none of which could be held to their length show nothing."""
     length, sampling = length_check(replies), repeat_check(replies)
     count = counters_check(cross_check, counters_error) if counters else {"agrees": None, "text": "not compared here"}
     fields = [c["text"] for c in (length, sampling) if c.get("text") and (c.get("deviations") or c.get("deviates"))]
@@ -156,6 +158,9 @@ def served_verdict(replies: Sequence[Row], cross_check: Mapping[str, Any] | None
         reason = f"{PREFIX}: " + "; ".join(fields)
     elif counters and count.get("agrees") is None:
         status, reason = "not-observable", f"whether the target served what was asked is not shown: {count['text']}"
+    elif length_required and not length["checked"] and any(r.get("ok") for r in replies):
+        status, reason = "not-observable", ("whether the target served what was asked is not shown: no completed "
+                                            "reply carries what it asked with its usage (max_tokens, ignore_eos)")
     else:
         status, reason = "as-asked", "served as asked"
     return {"status": status, "fields": fields, "reason": reason, "length": length, "sampling": sampling,

@@ -93,7 +93,8 @@ def served_of(result: CapacityResult) -> dict[str, Any]:
     """Asked vs served over the run's requests (`k3lib.axes.served`): the out-of-contract request is left out (it
     asks to be refused; a server that serves it clamps its length), and the counters are compared window by window
     (`capacity.cross_check`)."""
-    return served_verdict([r for r in result.requests if r.get("step") != "out-of-contract"], counters=False)
+    return served_verdict([r for r in result.requests if r.get("step") != "out-of-contract"], counters=False,
+                          length_required=True)
 
 
 def implied_decision(findings: list[Finding]) -> str:
