@@ -185,3 +185,23 @@ def test_the_tool_strict_level_is_recorded_from_the_log(log, said):
     r = AgentResult(r.settings, r.sample, [], [], [], serving={"tool_strict": tool_strict_settings(log)})
     f = {x.rule: x for x in serving_findings(r)}["agent.tool_strict_level"]
     assert f.status == "info" and said in f.message
+
+
+def test_the_series_stops_once_a_failure_is_decided_never_once_a_pass_is():
+    """A failing target need not be sent the 381 turns: the series stops when the rate is above the contract's at
+    99.9 %; a clean series always runs to its end (a pass rests on every turn planned)."""
+    from types import SimpleNamespace
+
+    from k3lib.axes.agent.series import ToolTurnSeries
+
+    series = ToolTurnSeries(None, None, SimpleNamespace(max_tool_call_failure_rate=0.01), 4)  # type: ignore[arg-type]
+    series.turns = turns(380)
+    assert not series.failed_already()
+    series.turns = turns(20, failures=6)
+    assert not series.failed_already()  # never before 30 turns: looking after each turn would catch a bad start
+    series.turns = turns(30, failures=2)
+    assert not series.failed_already()  # two failures in 30 is chance at 99.9 %
+    series.turns = turns(30, failures=6)
+    assert series.failed_already()
+    f = failure_rate_finding(series.turns, SETTINGS)
+    assert f is not None and f.status == "fail"
