@@ -103,9 +103,10 @@ class ToolTurnSeries:
                         "turns_from": [c.id for c, _ in pool]}
 
     def failed_already(self) -> bool:
-        """Whether the turns so far (at least `MIN_EARLY_TURNS`) already put the failure rate above the contract's at
-        99.9 % (`EARLY_Z`): the series stops there, and the rate is judged at 95 % over every turn sent (a stricter bound to stop on keeps
-        looking after each turn from making a failure out of chance). A pass is never decided early."""
+        """Whether the turns so far (at least `MIN_EARLY_TURNS`) already put the failure rate above the contract's
+        at 99.9 % (`EARLY_Z`): the series stops there, and the rate is judged at 95 % over every turn sent (the
+        stricter bound keeps looking after each turn from making a failure out of chance). A pass is never decided
+        early."""
         done = [t for t in self.turns if t["failure"] != "cancelled"]
         bounds = wilson_interval(sum(1 for t in done if t["failure"]), len(done), z=EARLY_Z)
         return len(done) >= MIN_EARLY_TURNS and bounds is not None and bounds[0] > self.s.max_tool_call_failure_rate
