@@ -58,11 +58,18 @@ def test_a_retry_does_not_excuse_the_failure():
     assert f is not None and f.status == "fail" and f.observed["failures"] == 20
 
 
-def test_a_smaller_series_is_judged_at_what_it_can_bound_and_says_so():
+def test_a_smaller_series_is_judged_at_the_contracts_rate_and_cannot_pass():
+    """Attack (issue 43): plan 24 turns and pass at the 13.8 % they can bound instead of the contract's 1 %. Judged
+    at the contract's rate, too few turns without a failure is not observable, never a pass."""
     small = {**SETTINGS, "tool_turns": 24}
     f = failure_rate_finding(turns(24), small)
-    assert f is not None and f.status == "pass" and f.observed["judged_at"] == pytest.approx(provable_rate(24), rel=1e-5)
+    assert f is not None and f.status == "not-observable" and f.observed["judged_at"] == 0.01
     assert "13.8 % is the most 24 turns can bound; the contract's 1 % needs 381" in f.message
+
+
+def test_a_smaller_series_still_fails_a_rate_above_the_contract_over_its_whole_interval():
+    f = failure_rate_finding(turns(24, failures=12), {**SETTINGS, "tool_turns": 24})
+    assert f is not None and f.status == "fail"
 
 
 def test_a_series_cut_short_by_its_budget_cannot_pass():
@@ -178,3 +185,23 @@ def test_the_tool_strict_level_is_recorded_from_the_log(log, said):
     r = AgentResult(r.settings, r.sample, [], [], [], serving={"tool_strict": tool_strict_settings(log)})
     f = {x.rule: x for x in serving_findings(r)}["agent.tool_strict_level"]
     assert f.status == "info" and said in f.message
+
+
+def test_the_series_stops_once_a_failure_is_decided_never_once_a_pass_is():
+    """A failing target need not be sent the 381 turns: the series stops when the rate is above the contract's at
+    99.9 %; a clean series always runs to its end (a pass rests on every turn planned)."""
+    from types import SimpleNamespace
+
+    from k3lib.axes.agent.series import ToolTurnSeries
+
+    series = ToolTurnSeries(None, None, SimpleNamespace(max_tool_call_failure_rate=0.01), 4)  # type: ignore[arg-type]
+    series.turns = turns(380)
+    assert not series.failed_already()
+    series.turns = turns(20, failures=6)
+    assert not series.failed_already()  # never before 30 turns: looking after each turn would catch a bad start
+    series.turns = turns(30, failures=2)
+    assert not series.failed_already()  # two failures in 30 is chance at 99.9 %
+    series.turns = turns(30, failures=6)
+    assert series.failed_already()
+    f = failure_rate_finding(series.turns, SETTINGS)
+    assert f is not None and f.status == "fail"

@@ -249,7 +249,38 @@ def probe_dspark(c):
     return round(m["vllm:spec_decode_num_accepted_tokens_total"] / m["vllm:spec_decode_num_draft_tokens_total"], 2)
 
 
+def probe_length(c):
+    r = _chat(c, {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 200, "ignore_eos": True,
+                  "temperature": 0})
+    return r["usage"]["completion_tokens"], r["choices"][0]["finish_reason"]
+
+
+def _served_count(c) -> float:
+    return sum(v for k, v in scrape(c).items() if k.startswith("vllm:request_success_total"))
+
+
+def probe_cache(c, tools: bool = True):
+    """(distinct reply ids of two byte-identical bodies, whole and streamed, requests the engine counted for them)."""
+    body = {"messages": [{"role": "user", "content": "Look up order 42."}], "temperature": 1.0, "max_tokens": 64}
+    if tools:
+        body["tools"] = [{"type": "function", "function": {"name": "lookup_order", "parameters": {
+            "type": "object", "properties": {"id": {"type": "integer"}}}}}]
+    before = _served_count(c)
+    ids = {_chat(c, body)["id"] for _ in range(2)}
+    streamed = {json.loads(next(line for line in c.post("/v1/chat/completions", json={**body, "stream": True})
+                                .text.splitlines() if line.startswith("data: {"))[6:])["id"] for _ in range(2)}
+    return len(ids), len(streamed), _served_count(c) - before
+
+
 CASES = [
+    pytest.param("strip-ignore-eos", probe_length, lambda base, f: base == (200, "length") and f[0] < 200
+                 and f[1] == "stop", id="strip-ignore-eos"),
+    pytest.param("cap-max-tokens=60", probe_length, lambda base, f: base == (200, "length") and f == (60, "length"),
+                 id="cap-max-tokens"),
+    pytest.param("response-cache", probe_cache, lambda base, f: base == (2, 2, 4) and f == (1, 1, 2),
+                 id="response-cache"),
+    pytest.param("response-cache-all", lambda c: probe_cache(c, tools=False),
+                 lambda base, f: base == (2, 2, 4) and f == (1, 1, 2), id="response-cache-all"),
     pytest.param("cuda12-image", probe_cuda12, lambda base, f: f[0] == "12.9" and f[1].endswith("-cu129")
                  and base[0] == "13.0", id="cuda12-image"),
     pytest.param("old-driver", probe_driver, lambda base, f: f == ("570", True) and base[0] == "580", id="old-driver"),

@@ -21,7 +21,9 @@ from k3lib.verdict.decision import decide
 
 ROOT = Path(__file__).resolve().parents[1]
 PARAMS = str(ROOT / "parameters" / "emulator.yaml")
-CHEAP = ("axes.agent.repetitions=2", "axes.agent.concurrency_levels=[2]", "axes.agent.tool_turns=12")
+# 35 tool turns bound a 10 % contract rate (a smaller series is judged at the contract's rate and cannot pass)
+CHEAP = ("axes.agent.repetitions=2", "axes.agent.concurrency_levels=[2]", "axes.agent.tool_turns=35",
+         "contract.max_tool_call_failure_rate=0.1")
 
 pytestmark = pytest.mark.slow
 
@@ -54,8 +56,9 @@ def test_the_healthy_emulator_at_production_sampling_stays_production(server, tm
     first = result.steps[0]["request"]
     assert (first["temperature"], first["top_p"], first["chat_template_kwargs"]) == (1.0, 0.95, {"thinking": True})
     rate = record.by_rule("agent.tool_call_failure_rate")
-    assert rate.status == "pass" and rate.observed["turns"] == 12 and rate.observed["interval"][0] == 0.0
-    assert "the contract's 1 % needs 381" in rate.message  # a smaller series says what it can bound
+    assert rate.status == "pass" and rate.observed["turns"] == 35 and rate.observed["interval"][0] == 0.0
+    assert rate.observed["judged_at"] == 0.1  # the contract's rate, which 35 turns can bound
+    assert record.by_rule("agent.served_as_asked").status == "pass"
     assert record.by_rule("agent.stream_silence").status == "pass"
     blocking = [f for f in record.findings if f.rule.startswith("agent.contract.")]
     assert {f.rule.split(".")[-1] for f in blocking} == {

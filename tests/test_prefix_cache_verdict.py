@@ -244,3 +244,14 @@ def test_reading_back_a_folder_without_the_axis_says_so(tmp_path):
     store.write_json("evidence/prefix_cache/result.json", {"samples": [], "bogus": 1})
     with pytest.raises(EvidenceError, match="not a prefix-cache result"):
         PrefixCacheResult.load(store)
+
+
+def test_answers_the_engine_never_counted_are_not_served_as_asked():
+    """Issue 43, a cache or gateway in front of the engine: a warm request answered without moving the engine's
+    request counter is not the engine's answer; the passes resting on it are opened."""
+    assert finding(result(), "served_as_asked").status == "pass"
+    pairs = [(sample("cold", s), sample("warm", s, success_delta=0.0)) for s in range(3)]
+    res = result(pairs)
+    served = finding(res, "served_as_asked")
+    assert served.status == "not-observable" and "a cache or gateway answered in front of the engine" in served.message
+    assert finding(res, "reuse").status != "pass" and prefix_cache_record(res).data["gain_counted"] is False

@@ -187,3 +187,15 @@ def test_the_real_run_is_judged_again_to_the_same_findings(validated):
     _, store, _, _ = validated
     result = verify_run(store.root)
     assert result.ok, result.changed
+
+
+@pytest.mark.timeout(BATCH_TIMEOUT_S)
+def test_real_vllm_serves_what_was_asked(validated):
+    """Issue 43 on the real engine: every ignore_eos reply of the capacity run carries exactly the tokens asked and
+    ended by `length`; the prefix pairs and the agent run are counted by the engine's own request counters."""
+    _, _, records, _ = validated
+    capacity = _one(records, "capacity.served_as_asked")
+    assert capacity.status == "pass" and capacity.observed["length"]["checked"] > 0, capacity.message
+    assert capacity.observed["length"]["deviations"] == 0
+    for rule in ("prefix_cache.served_as_asked", "agent.served_as_asked"):
+        assert _one(records, rule).status == "pass", _one(records, rule).message

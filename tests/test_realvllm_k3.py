@@ -92,7 +92,11 @@ def test_the_k3_agent_path_on_real_vllm_as_measured(validated):
     assert leak.status == "fail" and "leak: kimi_k3 think channel in content" in leak.message, leak.message
     assert rec.by_rule("agent.reasoning_field").observed.get("reasoning"), "no reply carried vLLM's reasoning field"
     rate = rec.by_rule("agent.tool_call_failure_rate")
-    assert rate.status == "pass" and rate.observed["turns"] == 20 and rate.observed["failures"] == 0, rate.message
+    # 20 CPU-sized turns cannot bound the contract's 1 % (381 can): judged at the contract's rate, never a pass
+    assert rate.status == "not-observable" and rate.observed["turns"] == 20 and rate.observed["failures"] == 0, \
+        rate.message
+    served = rec.by_rule("agent.served_as_asked")  # real vLLM's counters count exactly the kit's requests
+    assert served.status == "pass", served.message
 
 
 @pytest.mark.timeout(BATCH_TIMEOUT_S)
@@ -133,7 +137,8 @@ def test_what_keeps_the_cpu_host_from_production_is_the_host_and_vllms_k3_defect
     for reason in decision["reasons"]:
         rule = reason.split(": ", 2)[1] if reason.count(": ") >= 2 else ""
         if rule.startswith("agent."):
-            assert rule in VLLM_032_DEFECTS, reason
+            # the CPU-sized tool-turn series cannot bound the contract's rate: not observable, said as such
+            assert rule in (*VLLM_032_DEFECTS, "agent.tool_call_failure_rate"), reason
             cited.add(rule)
     assert {"agent.contract.schema_suite", "agent.contract.history_reply", "agent.no_markup_leak"} <= cited
 

@@ -17,6 +17,7 @@ from .admin import (admin_attestation, admin_collect_env, admin_dcgm, admin_faul
                     admin_nvidia_smi, admin_restart, admin_state)
 from .config import EmulatorConfig
 from .endpoints import detokenize, health, metrics, models, tokenize, version
+from .front import fronted
 from .generate import chat_completions, completions
 from .state import EmulatorState
 
@@ -88,7 +89,7 @@ def build_app(cfg: EmulatorConfig) -> tuple[Any, EmulatorState]:
         Route("/metrics", metrics, methods=["GET"]),
         Route("/tokenize", tokenize, methods=["POST"]),
         Route("/detokenize", detokenize, methods=["POST"]),
-        Route("/v1/chat/completions", _routed(chat_completions), methods=["POST"]),
+        Route("/v1/chat/completions", _routed(fronted(chat_completions)), methods=["POST"]),
         Route("/v1/completions", _routed(completions), methods=["POST"]),
         Route("/_emulator/faults", admin_faults, methods=["GET", "POST"]),
         Route("/_emulator/log", admin_log, methods=["GET"]),

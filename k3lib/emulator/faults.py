@@ -63,6 +63,14 @@ _SPECS = (
                                        "shared prefix: reuse stays at 0 % (vllm#45238)"),
     FaultSpec("slow-load", "a healthy cold load that takes N modelled seconds (a full Kimi K3 load: llm-d measured "
                            "5,385 s on 4x8 H100): /health answers 503 until then", 600.0, "factor"),
+    # in front of the engine (k3lib.emulator.front): what the kit asked is not what the engine serves
+    FaultSpec("strip-ignore-eos", "an allow-list gateway drops ignore_eos (not an OpenAI field): replies end at their "
+                                  "own length"),
+    FaultSpec("cap-max-tokens", "a gateway caps max_tokens at N", 64.0, "count"),
+    FaultSpec("response-cache", "a response cache answers byte-identical bodies that carry tools; its answers never "
+                                "reach the engine"),
+    FaultSpec("response-cache-all", "a response cache answers every byte-identical chat body; its answers never "
+                                    "reach the engine"),
     FaultSpec("dspark-low-accept", "speculative decoding accepts almost none of its drafted tokens (a speculator "
                                    "that does not match the model)"),
 )

@@ -108,6 +108,18 @@ FAILED_TOOL_ANSWER = ("The tool I called did not return a usable result, so I ca
                       "now and I will not guess. Please try again in a moment.")
 
 
+def sampled_draw(body: dict, reply_no: int) -> str:
+    """What a sampled reply draws: "" when the request decodes greedily (temperature 0) or fixes its `seed` (the same
+    seed, the same reply), else a draw of its own — vLLM samples each request anew at temperature > 0, so two replies
+    to one question differ in their free text. A request without a temperature decodes greedily here (the emulated
+    model has no generation_config)."""
+    temperature = body.get("temperature")
+    if not isinstance(temperature, (int, float)) or temperature <= 0:
+        return ""
+    seed = body.get("seed")
+    return f"|seed={seed}" if isinstance(seed, int) else f"|draw={reply_no}"
+
+
 def plan_chat(body: dict, *, cfg, tok: Tokenizer, faults: FaultSet, reply_no: int, auto_tools: bool) -> ReplyPlan:
     """The reply to a chat request; `reply_no` numbers replies so fault shares draw reproducibly."""
     messages = body.get("messages") or []
@@ -125,15 +137,17 @@ def plan_chat(body: dict, *, cfg, tok: Tokenizer, faults: FaultSet, reply_no: in
     kwargs = body.get("chat_template_kwargs") or {}
     thinking = kwargs.get("thinking", kwargs.get("enable_thinking", True)) is not False \
         and body.get("include_reasoning", True) is not False
-    key = json.dumps(messages[-1:], sort_keys=True, default=str)
+    drawn = sampled_draw(body, reply_no)
+    key = json.dumps(messages[-1:], sort_keys=True, default=str) + drawn
     marks = _marks(faults, reply_no, choice, bool(chosen), thinking and bool(cfg.reasoning_parser),
                    cfg.tool_call_parser == "kimi_k3")
 
     out: list[OutToken] = []
     if thinking:
         long_by = int(body.get("max_tokens") or 64) + 8 if "reasoning-as-content" in marks else 0
-        out += _think_tokens(cfg, tok, user_text, last, [toolcalls.tool_name(t) for t in chosen], bool(tools),
-                             filler_text(cfg.seed, key + "think", long_by) if long_by else "")
+        said = " ".join(x for x in (filler_text(cfg.seed, key + "sampled", 8) if drawn else "",
+                                    filler_text(cfg.seed, key + "think", long_by) if long_by else "") if x)
+        out += _think_tokens(cfg, tok, user_text, last, [toolcalls.tool_name(t) for t in chosen], bool(tools), said)
 
     calls: list[PlannedCall] = []
     if chosen:

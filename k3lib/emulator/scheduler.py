@@ -246,7 +246,9 @@ class Engine:
             req.events.put_nowait(("token", req.num_output))
             if req.num_output >= req.target_len:
                 self.running.remove(req)
-                self._finish(req, "stop" if len(req.plan_ids) <= req.max_tokens else "length")
+                # vLLM checks the length cap before the stop token: a reply that reaches max_tokens ends by
+                # "length", even one whose model would have stopped right there (ignore_eos pads to max_tokens)
+                self._finish(req, "length" if req.num_output >= req.max_tokens else "stop")
         self.obs.on_step(self.index, computed_prompt, all_prompt, generated, len(self.running), len(self.waiting),
                          self.kv.usage())
 

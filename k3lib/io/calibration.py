@@ -95,20 +95,25 @@ class CalibrationReport:
     #: share of the streams, its own loop lag) is kept, and the whole is valid only when every worker's is too
     workers: int = 1
     per_worker: tuple[dict[str, Any], ...] = ()
+    #: samples left out, counted: server send stamps that were not integers, and streams whose delivery delay could
+    #: not be paired chunk by chunk (their stamps do not match their chunks)
+    stamps_dropped: int = 0
+    streams_unpaired: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def _server_stamps(rec: ChatRecord) -> list[int]:
-    stamps = []
+def _server_stamps(rec: ChatRecord) -> tuple[list[int], int]:
+    """The server's send stamps of a stream's chunks, and how many stamps were unreadable (counted, not hidden)."""
+    stamps, bad = [], 0
     for line in rec.raw_lines:
         if '"k3_sent_ns"' in line:
             try:
                 stamps.append(int(json.loads(line)["k3_sent_ns"]))
             except (ValueError, KeyError, TypeError):
-                pass
-    return stamps
+                bad += 1
+    return stamps, bad
 
 
 def assess(records: Sequence[ChatRecord], *, url: str, concurrency: int, known_ttft_ms: float,
@@ -120,10 +125,14 @@ def assess(records: Sequence[ChatRecord], *, url: str, concurrency: int, known_t
     ttft_err = [t - known_ttft_ms for t in ttft]
     itl_err = [g - known_itl_ms for r in ok for g in r.itl_ms]
     delivery: list[float] = []
+    dropped = unpaired = 0
     for r in ok:
-        stamps = _server_stamps(r)
+        stamps, bad = _server_stamps(r)
+        dropped += bad
         if len(stamps) == len(r.output_chunk_ns):
             delivery.extend((c - s) / 1e6 for c, s in zip(r.output_chunk_ns, stamps))
+        else:
+            unpaired += 1
     itl_count_ok = all(len(r.itl_ms) == chunks - 1 for r in ok) and bool(ok)
     tokens_ok = all(r.completion_tokens == chunks * tokens_per_chunk for r in ok) and bool(ok)
     reasons = []
@@ -148,7 +157,15 @@ def assess(records: Sequence[ChatRecord], *, url: str, concurrency: int, known_t
         itl_error_ms_p99=percentile(itl_err, 99), delivery_ms_p50=percentile(delivery, 50),
         delivery_ms_p99=p99_delivery, delivery_ms_max=max(delivery, default=None), itl_count_ok=itl_count_ok,
         tokens_from_usage_ok=tokens_ok, loop_lag=loop_lag, max_error_ms=max_error_ms, valid=not reasons,
-        reason="; ".join(reasons) or "client timing error within bound")
+        reason=("; ".join(reasons) or "client timing error within bound") + _dropped_text(dropped, unpaired, len(ok)),
+        stamps_dropped=dropped, streams_unpaired=unpaired)
+
+
+def _dropped_text(dropped: int, unpaired: int, streams: int) -> str:
+    """What the delivery figures left out, said beside the verdict (empty when nothing was left out)."""
+    said = [f"{dropped} server send stamp(s) unreadable" if dropped else "",
+            f"{unpaired} of {streams} streams' delivery not paired chunk by chunk" if unpaired else ""]
+    return ("; left out of the delivery delay: " + ", ".join(x for x in said if x)) if dropped or unpaired else ""
 
 
 async def calibrate(client: ChatClient | None, url: str | None = None, *, concurrency: int,

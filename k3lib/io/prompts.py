@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import random
+import secrets
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -178,11 +179,18 @@ async def fit_count(count: Callable[[int, int], Awaitable[int]], target: int, *,
     return best
 
 
+#: Drawn once per process (a run, and the worker processes that inherit its prompts): the prompts of one run are
+#: reproducible for a seed, those of another run differ, and nothing in them names the kit — a cache or gateway
+#: can neither recognise the kit's requests nor answer them from an earlier run.
+RUN_SALT = secrets.token_hex(6)
+
+
 async def build_prompts(source: ChatClient | TokenCounter, *, count: int, target_tokens: int | Sequence[int],
                         shared_prefix_tokens: int = 0, seed: int = 0,
                         tools: Sequence[Mapping[str, Any]] | None = None,
-                        fallback_chars_per_token: float = 4.0) -> list[BuiltPrompt]:
-    """`count` prompts of `target_tokens` each (one value, or one per prompt, cycled).
+                        fallback_chars_per_token: float = 4.0, salt: str | None = None) -> list[BuiltPrompt]:
+    """`count` prompts of `target_tokens` each (one value, or one per prompt, cycled); `salt` (default `RUN_SALT`)
+    heads each user message and seeds its text with `seed`.
 
     Every prompt starts with the same system message of about `shared_prefix_tokens` tokens (byte-identical,
     so cacheable) and continues with a user message that is unique from its first characters. With a
@@ -209,8 +217,9 @@ async def build_prompts(source: ChatClient | TokenCounter, *, count: int, target
     guesses: dict[int, int] = {}
     for i in range(count):
         target = targets[i % len(targets)]
-        header = f"[k3kit request {i} seed {seed}] "
-        unique = random.Random(f"k3kit-suffix:{seed}:{i}").random()
+        tag = RUN_SALT if salt is None else salt
+        header = f"[{tag}-{seed}-{i}] "
+        unique = random.Random(f"suffix:{tag}:{seed}:{i}").random()
 
         def make(words: int, pads: int, *, _i: int = i, _h: str = header, _u: float = unique) -> Messages:
             user = _h + filler_text(f"{seed}:{_i}:{_u}", words) + _PAD * pads
@@ -232,7 +241,7 @@ async def build_prompts(source: ChatClient | TokenCounter, *, count: int, target
 async def _prefix_text(counter: TokenCounter, tokens: int, seed: int) -> tuple[str, int]:
     if tokens <= 0:
         # probe once anyway so a missing /tokenize is detected here, before any prompt is built
-        await counter.count_text("k3kit")
+        await counter.count_text("ping")
         return "", 0
     preamble = "You are a careful assistant. Reference material follows. "
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from ...io.chatstream import ToolCall
 from ...io.client import ChatClient, ChatRecord
+from ...io.prompts import RUN_SALT
 from . import checks as C
 from .scenario import RunSettings, parsed_reply
 from .sample import AgentSample
@@ -235,7 +236,7 @@ class ContractCheck:
         of the same turn, where an agent needs its own reasoning back."""
         name = self.expect or "lookup_order"
         args = {"order_id": "A-1042"} if name == "lookup_order" else {}
-        call = {"id": "call-k3kit-0", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+        call = {"id": f"call-{RUN_SALT}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
         assistant: dict[str, Any] = {"role": "assistant", "content": "", "tool_calls": [call]}
         if field is not None:
             assistant[field] = HISTORY_REASONING

@@ -18,6 +18,7 @@ from .contract_judge import contract_findings, contract_rows
 from .rate import failure_rate_finding
 from .result import CONTRACT_FILE, RUN_FILE, STEPS_FILE, TURNS_FILE, AgentResult
 from .serving import longest_silence, serving_findings
+from ..served import open_findings, served_finding, served_verdict
 
 if TYPE_CHECKING:
     from ...core.session import AxisContext
@@ -32,7 +33,24 @@ AGENTS_BLOCKED = {"category": "tool-calls", "blocks": "agents"}
 
 
 def iter_findings(result: AgentResult) -> list[Finding]:
-    """The axis's findings: server flags, each check's pass rate per level, budgets hit, cases skipped, context."""
+    """The axis's findings: server flags, each check's pass rate per level, budgets hit, cases skipped, context;
+    every pass opened when the target did not serve what was asked (`k3lib.axes.served`)."""
+    verdict = served_of(result)
+    return [*open_findings(_findings(result), verdict), served_finding("agent", verdict)]
+
+
+def served_of(result: AgentResult) -> dict[str, Any]:
+    """Asked vs served over every reply of the run (scenario, tool-turn series and its retries, contract check) and
+    the server's counters over the run."""
+    replies = [r for rows in (result.steps, result.turns, result.contract) for row in rows
+               for r in (row.get("reply"), (row.get("retry") or {}).get("reply")) if r]
+    served = result.served or {}
+    return served_verdict(replies, served.get("cross_check"),
+                          counters_error=served.get("error") or ("the run recorded no server counters"
+                                                                 if not served else None))
+
+
+def _findings(result: AgentResult) -> list[Finding]:
     out: list[Finding] = [_tool_choice_finding(result)]
     out.extend(_check_findings(result))
     out.extend(_budget_findings(result))

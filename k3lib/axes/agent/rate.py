@@ -5,7 +5,8 @@ recovered counted apart from those it did not.
 K3's best-known agent failure is stochastic (vllm#53246: 1–10 % of tool turns come back with empty `tool_calls`),
 so a pass is a statement about a rate, and a rate is only as good as its interval: with no failure at all, n turns
 bound the rate at z²/(n + z²), which is why 1 % needs 381 turns. A run planned with fewer turns can only prove the
-rate its size bounds; it is judged there, and listed as a loosened setting.
+rate its size bounds: it is still judged against the contract's rate, so too few turns without a failure is not
+observable, never a pass (a failure rate whose whole interval lies above the contract's still fails).
 """
 
 from __future__ import annotations
@@ -42,8 +43,8 @@ def failure_rate_finding(turns: Sequence[Mapping[str, Any]], settings: Mapping[s
         return None
     max_rate = float(settings.get("max_tool_call_failure_rate") or 0.01)
     needed = int(settings.get("tool_turns_needed") or turns_needed(max_rate))
-    # a run planned smaller than the contract needs can only prove what its size bounds (a loosened setting)
-    tolerance = max(max_rate, provable_rate(planned)) if planned < needed else max_rate
+    # judged against the contract's rate whatever the size: a series too small to bound it cannot pass
+    tolerance = max_rate
     done = [t for t in turns if t.get("failure") != "cancelled"]
     n, failed = len(done), [t for t in done if t.get("failure")]
     recovered = [t for t in failed if t.get("recovered")]
@@ -59,9 +60,9 @@ def failure_rate_finding(turns: Sequence[Mapping[str, Any]], settings: Mapping[s
     head = (f"{len(failed)} of {n} tool turns failed ({pct(len(failed) / n)}, Wilson 95 % {pct(lo)}–{pct(hi)}); "
             f"{len(recovered)} recovered by one retry, {len(failed) - len(recovered)} not")
     bound = pct(tolerance)
-    note = ("" if tolerance == max_rate else
-            f" ({bound} is the most {planned} turns can bound; the contract's {pct(max_rate)} needs {needed}: "
-            "axes.agent.tool_turns)")
+    note = ("" if planned >= needed else
+            f" ({pct(provable_rate(planned))} is the most {planned} turns can bound; the contract's {pct(max_rate)} "
+            f"needs {needed}: axes.agent.tool_turns)")
     causes = _causes(failed)
     why = (" — " + "; ".join(f"{c} ×{k}" for c, k in causes.most_common(3))) if causes else ""
     expected = f"Wilson 95 % upper bound <= {bound}"

@@ -34,6 +34,7 @@ class AgentResult:
     series: dict[str, Any] = dataclasses.field(default_factory=dict)  # how the series ran
     spec_decode: dict[str, Any] = dataclasses.field(default_factory=dict)  # spec-decode counter deltas, if any
     serving: dict[str, Any] = dataclasses.field(default_factory=dict)  # serving settings read from the log
+    served: dict[str, Any] = dataclasses.field(default_factory=dict)  # the server's counters over the run
 
     # -- derived -------------------------------------------------------------------------------------------------
 

@@ -43,9 +43,10 @@ def run_agent(ctx: AxisContext) -> AgentResult:
     def sink(name: str) -> Any:
         return lambda row: ctx.store.append_jsonl(name, row)
 
-    before = _spec_decode_scrape(ctx)
+    before, before_error = _scrape(ctx)
     with SyncChatClient(ctx.target.base_url, model=params.target.model, api_key_env=ctx.target.api_key_env,
                         timeout_s=settings.request_timeout_s) as sync:
+        kept = sync.client.keep_records()
         runner = ScenarioRunner(sync.client, sample, settings, sink(STEPS_FILE))
         sync.run(runner.run())
         series = ToolTurnSeries(sync.client, sample, settings, max(settings.levels), sink(TURNS_FILE))
@@ -53,17 +54,20 @@ def run_agent(ctx: AxisContext) -> AgentResult:
         contract = ContractCheck(sync.client, sample, settings, sink(CONTRACT_FILE))
         if settings.contract_check:
             sync.run(contract.run())
-    spec = _spec_decode_delta(before, _spec_decode_scrape(ctx))
+    after, after_error = _scrape(ctx)
+    error = before_error or after_error
+    spec = _spec_decode_delta(before, after) if error is None else {"error": error}
+    served = served_counters(before, after, kept, error)
     serving = {"tool_strict": tool_strict_settings(_server_log(ctx))}
     for name in (STEPS_FILE, TURNS_FILE, CONTRACT_FILE):
         if ctx.store.path(name).exists():
             ctx.store.adopt(name)
     run: dict[str, Any] = {"settings": settings.to_dict(), "sample": sample_summary(sample, source),
                            "levels": runner.levels, "skipped": runner.skipped_cases(), "series": series.summary,
-                           "spec_decode": spec, "serving": serving}
+                           "spec_decode": spec, "serving": serving, "served": served}
     ctx.store.write_json(RUN_FILE, run)
     return AgentResult(run["settings"], run["sample"], runner.levels, run["skipped"], runner.steps, series.turns,
-                       contract.rows, series.summary, spec, serving)
+                       contract.rows, series.summary, spec, serving, served)
 
 
 def _server_log(ctx: AxisContext) -> str | None:
@@ -80,17 +84,30 @@ def _server_log(ctx: AxisContext) -> str | None:
     return text.text if text.ok else None
 
 
-def _spec_decode_scrape(ctx: AxisContext) -> Any:
-    """A /metrics snapshot for the spec-decode counters (None when the target exposes none: not an error here)."""
+def _scrape(ctx: AxisContext) -> tuple[Any, str | None]:
+    """A /metrics snapshot of the target (the spec-decode counters, the request and token counters), or why there
+    is none: a /metrics that cannot be read leaves what rests on it not observable, with this reason."""
     from ...io.metrics import scrape
 
     urls = tuple(getattr(ctx.target, "metrics_urls", ()) or ())
     if not urls:
-        return None
+        return None, "the target names no /metrics endpoint"
     try:
-        return scrape(urls, strict=False)
-    except Exception:  # noqa: BLE001 - a /metrics that cannot be read leaves DSpark unjudged, said by its absence
-        return None
+        snap = scrape(urls, strict=False)
+    except Exception as exc:  # noqa: BLE001 - any failure to read is the reason, kept
+        return None, f"/metrics could not be read: {type(exc).__name__}: {exc}"[:300]
+    failed = [f"{e.endpoint}: {e.error}" for e in snap.endpoints if e.error]
+    return (None, f"/metrics could not be read: {'; '.join(failed)}"[:300]) if failed else (snap, None)
+
+
+def served_counters(before: Any, after: Any, records: list[Any], error: str | None) -> dict[str, Any]:
+    """The server's request and token counters over the whole agent run against every request the kit sent in it
+    (the scenario, the tool-turn series with its retries, the contract check): `k3lib.io.crosscheck`."""
+    from ...io.crosscheck import cross_check
+
+    if error is not None or before is None or after is None:
+        return {"cross_check": None, "error": error or "no /metrics snapshot"}
+    return {"cross_check": cross_check(records, before, after).to_dict(), "error": None, "requests": len(records)}
 
 
 def _spec_decode_delta(before: Any, after: Any) -> dict[str, Any]:
@@ -109,4 +126,4 @@ def load_agent_result(store: Any) -> AgentResult:
     return AgentResult(run.get("settings", {}), run.get("sample", {}), run.get("levels", []),
                        run.get("skipped", []), store.read_jsonl(STEPS_FILE), store.read_jsonl(TURNS_FILE),
                        store.read_jsonl(CONTRACT_FILE), run.get("series", {}), run.get("spec_decode", {}),
-                       run.get("serving", {}))
+                       run.get("serving", {}), run.get("served", {}))

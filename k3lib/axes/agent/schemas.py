@@ -11,7 +11,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 #: The tool every suite case is offered as (one tool, forced: the call must come and must validate).
-TOOL_NAME = "k3kit_contract_case"
+TOOL_NAME = "record_case"  # names no kit: the contract check looks like any client's request
 
 
 def _object(properties: dict[str, Any], **extra: Any) -> dict[str, Any]:
@@ -40,7 +40,7 @@ SCHEMA_SUITE: Mapping[str, Mapping[str, Any]] = MappingProxyType({
         "priority": {"enum": ["urgent", "normal", "minor"]},
         "channel": {"type": "string", "enum": ["email", "sms", "pager"]},
         "level": {"type": "integer", "enum": [1, 2, 3]},
-        "source": {"const": "k3kit"},
+        "source": {"const": "catalog"},
     }),
     "nested_arrays": _object({
         "matrix": {"type": "array", "minItems": 2, "maxItems": 3,

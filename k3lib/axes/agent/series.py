@@ -5,7 +5,8 @@ Each turn is one of the sample's opening turns that must call a tool (a system p
 turn), sent at the planned concurrency, the stream modes alternating. A turn fails when the required call is
 missing, misnamed, its arguments break the schema, or a leak shows (markup, a K3 control token, reasoning out of its
 field). A failed turn is sent once more, as vLLM's Kimi K3 blog tells clients to do; whether that retry recovered it
-is kept apart. Every turn lands in `evidence/agent/tool_turns.jsonl` (`judge.TURNS_FILE`) as it finishes.
+is kept apart. The series stops early once, after at least 30 turns, its failures put the rate above the contract's at 99.9 % (a
+failure is decided; a pass never is). Every turn lands in `evidence/agent/tool_turns.jsonl` (`judge.TURNS_FILE`) as it finishes.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ...core.stats import wilson_interval
 from ...io.chatstream import ToolCall
 from ...io.client import ChatClient, ChatRecord
 from ...io.load import RequestBudget
@@ -23,6 +25,10 @@ from .config import CANCEL_GRACE_S
 from .scenario import RunSettings, parsed_reply
 from .sample import AgentSample, CaseSpec, TurnSpec
 
+#: The z of the bound the series stops early on (99.9 %, two-sided): a rate already above the contract's there fails.
+EARLY_Z = 3.29
+#: ... and never before this many turns: looking after every turn would otherwise stop on a first unlucky failure.
+MIN_EARLY_TURNS = 30
 #: The checks a turn's reply is judged on; the leak checks among them are also counted with the scenario's.
 TURN_CHECKS = ("tool_calls_present", "function_name", "arguments_valid", "no_markup_leak", "no_reasoning_leak",
                "reasoning_present")
@@ -80,7 +86,7 @@ class ToolTurnSeries:
 
         async def worker() -> None:
             for i in pending:
-                if budget.stopped_by:
+                if budget.stopped_by or self.failed_already():
                     return
                 case, turn = pool[i % len(pool)]
                 await self._turn(i, case, turn, budget)
@@ -92,8 +98,18 @@ class ToolTurnSeries:
             budget.stopped_by = budget.stopped_by or "max_duration_s"
         self.summary = {"planned": planned, "completed": sum(1 for t in self.turns if t["failure"] != "cancelled"),
                         "concurrency": self.concurrency, "requests": budget.sent, "stopped_by": budget.stopped_by,
+                        "failed_early": self.failed_already(),
                         "duration_s": round((time.perf_counter_ns() - t0) / 1e9, 3),
                         "turns_from": [c.id for c, _ in pool]}
+
+    def failed_already(self) -> bool:
+        """Whether the turns so far (at least `MIN_EARLY_TURNS`) already put the failure rate above the contract's
+        at 99.9 % (`EARLY_Z`): the series stops there, and the rate is judged at 95 % over every turn sent (the
+        stricter bound keeps looking after each turn from making a failure out of chance). A pass is never decided
+        early."""
+        done = [t for t in self.turns if t["failure"] != "cancelled"]
+        bounds = wilson_interval(sum(1 for t in done if t["failure"]), len(done), z=EARLY_Z)
+        return len(done) >= MIN_EARLY_TURNS and bounds is not None and bounds[0] > self.s.max_tool_call_failure_rate
 
     def _body(self, case: CaseSpec, turn: TurnSpec, stream: bool) -> dict[str, Any]:
         offered = self.sample.offered(case)

@@ -96,10 +96,17 @@ def spec_decode_finding(result: AgentResult) -> Finding | None:
     acceptance length (1 + accepted tokens per draft) against the recipe's floor (DSpark: ~2.6 on high-entropy and
     ~4.7 on low-entropy tasks in vLLM's K3 blog)."""
     sd = result.spec_decode
-    if not sd or sd.get("drafts") is None:
-        return None
-    drafts, proposed, accepted = sd.get("drafts") or 0, sd.get("draft_tokens") or 0, sd.get("accepted") or 0
     floor = result.settings.get("spec_decode_min_acceptance_length")
+    if not sd or sd.get("drafts") is None:
+        if floor is None or not (sd or {}).get("error"):
+            return None  # no spec-decode counters exported: speculative decoding does not run
+        # the recipe rests a floor on counters that could not be read: not a pass, and said why
+        why = sd["error"]
+        return Finding(rule="agent.spec_decode", status="not-observable", observed=sd or None,
+                       expected=f">= {figure(floor)}",
+                       message=f"speculative decoding not observable: {why} — the recipe's acceptance-length floor "
+                               f"({figure(floor)}, recipe.spec_decode_min_acceptance_length) rests on them")
+    drafts, proposed, accepted = sd.get("drafts") or 0, sd.get("draft_tokens") or 0, sd.get("accepted") or 0
     if drafts <= 0:
         return Finding(rule="agent.spec_decode", status="info", observed=sd,
                        message="spec-decode counters are exported but no draft ran during the agent run")

@@ -10,7 +10,7 @@ from typing import Any
 
 from ...core import progress
 from ...core.numbers import figure
-from ...io.prompts import BuiltPrompt
+from ...io.prompts import RUN_SALT, BuiltPrompt
 from .agreement import calibration_error_at, settle_held, window_agreement
 from .analysis import judge_step, settled_stats
 from .calibration import CalibrationPhase
@@ -77,7 +77,7 @@ class ConcurrencyPhase(CalibrationPhase):
         return f"{sum(1 for s in self.steps if s.get('held'))}/{len(plan.steps)} steps held"
 
     def _salted(self, prompts: Sequence[BuiltPrompt], max_tokens: int, label: str) -> "SaltedBodies":
-        return SaltedBodies(tuple(self._body(p, max_tokens) for p in prompts), f"k3cap-{self.store.run_id}-{label}")
+        return SaltedBodies(tuple(self._body(p, max_tokens) for p in prompts), f"{RUN_SALT}-{label}")
 
 
 class SaltedBodies:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from ...core.evidence import EvidenceRecord, Finding, axis_status
 from ...core.outcomes import strongest
 from ...core.params import Params
+from ..served import open_findings, served_finding, served_verdict
 from .finding import finding as _f, load_windows
 from .limits import (admission_finding, cold_load_finding, long_context_finding, oom_findings,
                      refusal_finding)
@@ -84,7 +85,16 @@ def iter_findings(result: CapacityResult, params: Params) -> list[Finding]:
         out.extend(soak_findings(result, params))
     out.extend(f for f in (incomplete_finding(result, params), cross_check_finding(result, params)) if f is not None)
     out.extend(phase_findings(result))
-    return out
+    verdict = served_of(result)
+    return [*open_findings(out, verdict), served_finding("capacity", verdict)]
+
+
+def served_of(result: CapacityResult) -> dict[str, Any]:
+    """Asked vs served over the run's requests (`k3lib.axes.served`): the out-of-contract request is left out (it
+    asks to be refused; a server that serves it clamps its length), and the counters are compared window by window
+    (`capacity.cross_check`)."""
+    return served_verdict([r for r in result.requests if r.get("step") != "out-of-contract"], counters=False,
+                          length_required=True)
 
 
 def implied_decision(findings: list[Finding]) -> str:

@@ -9,7 +9,7 @@ from typing import Any
 
 from ...io.client import ChatClient
 from ...io.load import run_closed_loop
-from ...io.prompts import BuiltPrompt
+from ...io.prompts import RUN_SALT, BuiltPrompt
 from .window import failure_kind, record_stats, window_numbers
 from .watch import EngineWatch, boundary_snapshot
 
@@ -49,7 +49,7 @@ class LongContextPhase(EngineWatch):
         plan = self.plan
         bucket: list[dict[str, Any]] = []
         label = f"{prompt.target_tokens}"
-        body = self._body(prompt, plan.long_context_output_tokens, salt=f"k3cap-{self.store.run_id}-lc-{label}")
+        body = self._body(prompt, plan.long_context_output_tokens, salt=f"{RUN_SALT}-lc-{label}")
         before = await boundary_snapshot(self.urls)
         t0 = time.time()
         self._in_flight = 1
@@ -79,7 +79,7 @@ class LongContextPhase(EngineWatch):
         plan = self.plan
         (prompt,) = await self._prompts(sizing, count=1, tokens=plan.out_of_contract_tokens, seed=97)
         body = self._body(prompt, plan.long_context_output_tokens, stream=False,
-                          salt=f"k3cap-{self.store.run_id}-oc")
+                          salt=f"{RUN_SALT}-oc")
         bucket: list[dict[str, Any]] = []
         sink = self._sink("long-context", "out-of-contract", bucket, 1, stop_on_death=False)
         t0 = time.time()

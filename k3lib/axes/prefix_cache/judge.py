@@ -11,6 +11,7 @@ import dataclasses
 import statistics
 from typing import TYPE_CHECKING, Any
 
+from ..served import PREFIX, open_findings
 from ...core.evidence import EvidenceRecord, Finding, axis_status
 from ...core.numbers import figure
 from ...core.stats import MIN_SAMPLES, Interval, median_interval
@@ -221,7 +222,27 @@ def iter_findings(result: PrefixCacheResult, pairs: list[PairReconciliation] | N
         out.append(Finding(rule=rule + "coverage", status="warn", observed=len(pairs), expected=result.planned_pairs,
                            message=f"{len(pairs)} of {result.planned_pairs} planned cold/warm pairs ran"
                                    + (f" ({result.stopped})" if result.stopped else "")))
-    return out
+    served = _served_finding(result)
+    return [*open_findings(out, {"status": "deviates", "reason": served.message}
+                           if served.message.startswith(PREFIX) else {}), served]
+
+
+def _served_finding(result: PrefixCacheResult) -> Finding:
+    """`prefix_cache.served_as_asked`: every answered request moved the engine's request counter by one (a request
+    answered in front of the engine, by a cache or a gateway, moves none)."""
+    counted = [s for s in result.samples if s.ok and s.success_delta is not None]
+    unseen = [s for s in counted if (s.success_delta or 0.0) < 1]
+    rule = f"{AXIS}.served_as_asked"
+    if not counted:
+        return Finding(rule=rule, status="not-observable", message="no vllm:request_success_total in the request "
+                       "windows: the answered requests cannot be tied to the engine")
+    if unseen:
+        return Finding(rule=rule, status="not-observable", evidence={"requests": [s.request_id for s in unseen]},
+                       message=f"{PREFIX}: server counters ({len(unseen)} of {len(counted)} answered requests never "
+                               "reached the engine's request counter — a cache or gateway answered in front of the "
+                               "engine)")
+    return Finding(rule=rule, status="pass", message=f"served as asked: each of the {len(counted)} answered requests "
+                                                     "moved the engine's request counter")
 
 
 def _flag_finding(result: PrefixCacheResult) -> Finding:

@@ -203,8 +203,8 @@ def run_prefix_cache(ctx: AxisContext) -> PrefixCacheResult:
                 stopped = f"max_duration_s ({figure(p.max_duration_s, ' s')}) reached before every session ran"
                 break
             # Without a fresh nonce the prefix is the same in every session: only the salt isolates them.
-            nonce = f"{run_tag}-{size}-{session}" if fresh else f"k3kit-{size}"
-            salt = f"k3kit-{run_tag}-{size}-{session}" if use_salt else None
+            nonce = f"{run_tag}-{size}-{session}" if fresh else f"{run_tag}-{size}"
+            salt = f"{run_tag}-{size}-{session}-s" if use_salt else None
             words, pads, counter, sized_by = _sized_session(client, counter, sized_by, nonce, size)
             prompts = _session_prompts(nonce, words, pads, early_change=p.warm_change == "early-token")
             ids = {name: _ids(client, msgs) for name, msgs in prompts.items()}

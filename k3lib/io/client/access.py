@@ -27,6 +27,18 @@ class _EnvBearerAuth(httpx.Auth):
         return f"_EnvBearerAuth(env={self.env_name!r})"
 
 
+#: The environment variable whose value every request of the kit sends as its User-Agent (an operator gives the one
+#: their production clients send, so that nothing tells a gateway or a cache the kit's requests from theirs). Unset:
+#: the HTTP library's own (aiohttp's, httpx's), which names no kit. A worker process inherits it.
+USER_AGENT_ENV = "K3_USER_AGENT"
+
+
+def user_agent_headers() -> dict[str, str]:
+    """`{"user-agent": …}` when `K3_USER_AGENT` is set, else empty."""
+    value = os.environ.get(USER_AGENT_ENV, "").strip()
+    return {"user-agent": value} if value else {}
+
+
 def root_url(base_url: str) -> str:
     """`http://h:8000/v1/` → `http://h:8000`: vLLM serves `/health`, `/tokenize` beside `/v1`, not under it."""
     url = base_url.strip().rstrip("/")

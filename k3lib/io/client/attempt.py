@@ -45,6 +45,7 @@ class _Attempt:
     fields: dict[str, Any] = field(default_factory=dict)
     assembler: StreamAssembler = field(default_factory=StreamAssembler)
     error: dict[str, Any] = field(default_factory=dict)
+    asked: dict[str, Any] | None = None
 
     def fail(self, kind: str, message: str, *, cancelled: bool = False, api_error: APIError | None = None) -> None:
         if self.error:  # keep the first cause
@@ -100,7 +101,7 @@ class _Attempt:
                           perf_anchor_ns=self.perf_anchor, enqueued_ns=self.enqueued, sent_ns=self.sent_ns,
                           first_byte_ns=self.first_byte_ns, done_ns=self.done_ns, connect_ms=self.connect_ms,
                           http_status=self.http_status, raw_json=self.raw_json if keep_raw else None,
-                          **fields, **self.error)
+                          asked=self.asked, **fields, **self.error)
 
 
 

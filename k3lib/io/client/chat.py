@@ -20,16 +20,11 @@ from k3lib.core import progress
 from k3lib.core.errors import APIError, ProtocolError, TargetUnreachable
 from k3lib.core.guards import require_key_env
 
-from .access import _EnvBearerAuth, root_url
+from .access import _EnvBearerAuth, root_url, user_agent_headers
 from .attempt import TRANSPORT_ERRORS, _Attempt, _broken, _mark_reply, _read_stream, _send_failure
 from .loops import LoopBound
-from .records import BODY_TEXT_LIMIT_CHARS, ChatRecord, ProbeRecord, TokenizeResult
+from .records import BODY_TEXT_LIMIT_CHARS, ChatRecord, ProbeRecord, TokenizeResult, asked_of, record_of
 from .stream import _try_json, completion_fields, parse_error_body
-
-# ---------------------------------------------------------------------------------------------------------
-# The async client
-# ---------------------------------------------------------------------------------------------------------
-
 
 #: Connections per httpx pool; a client opens more pools as concurrency grows (see `ChatClient._pick_pool`).
 POOL_CONNECTIONS = 16
@@ -104,6 +99,13 @@ class ChatClient:
         self._aio_closer: LoopBound | None = None
         self._closing: set[asyncio.Task[None]] = set()
         self._counter = 0
+        self.kept: list[ChatRecord] | None = None  # every record ended once `keep_records` was called
+
+    def keep_records(self) -> list[ChatRecord]:
+        """From now on keep every chat record this client ends, the failed ones too (a class' counters reconciled
+        with the server's, k3lib.io.crosscheck); the list they land in."""
+        self.kept = [] if self.kept is None else self.kept
+        return self.kept
 
     def __repr__(self) -> str:
         return (f"ChatClient(base_url={self.base_url!r}, model={self.model!r}, "
@@ -137,7 +139,7 @@ class ChatClient:
         self._ssl()
         kwargs: dict[str, Any] = {"verify": self._ssl_context} if self._transport is None else {}
         http = httpx.AsyncClient(timeout=timeout, limits=limits, transport=self._transport, auth=self._auth,
-                                 trust_env=False, **kwargs)
+                                 trust_env=False, headers=user_agent_headers(), **kwargs)
         pool = _Pool(http)
         self._pool_list.append(pool)
         return pool
@@ -306,10 +308,17 @@ class ChatClient:
         """
         progress.admit(self.base_url)  # past the plan the operator consented to: refused before it is sent
         try:
-            return await self._chat_body(body, strict=strict, request_id=request_id, timeout_s=timeout_s,
-                                         enqueued_ns=enqueued_ns, deadline_ns=deadline_ns, semaphore=semaphore)
+            rec = await self._chat_body(body, strict=strict, request_id=request_id, timeout_s=timeout_s,
+                                        enqueued_ns=enqueued_ns, deadline_ns=deadline_ns, semaphore=semaphore)
+        except BaseException as exc:
+            if self.kept is not None and (failed := record_of(exc)) is not None:
+                self.kept.append(failed)
+            raise
         finally:
             progress.tick(url=self.base_url)
+        if self.kept is not None:
+            self.kept.append(rec)
+        return rec
 
     async def _chat_body(self, body: Mapping[str, Any], *, strict: bool, request_id: str | None,
                          timeout_s: float | None, enqueued_ns: int | None, deadline_ns: int | None,
@@ -332,7 +341,7 @@ class ChatClient:
             body["stream_options"] = opts
         url = self.base_url + "/v1/chat/completions"
         state = _Attempt(rid=rid, url=url, stream=stream, wall_anchor=wall_anchor, perf_anchor=perf_anchor,
-                         enqueued=enqueued)
+                         enqueued=enqueued, asked=asked_of(body))
         timeout = self.timeout_s if timeout_s is None else timeout_s
         own_deadline = perf_anchor + int(timeout * 1e9)
         hard_deadline = own_deadline if deadline_ns is None else min(own_deadline, deadline_ns)
@@ -393,7 +402,7 @@ class ChatClient:
     async def _exchange(self, body: dict[str, Any], state: _Attempt) -> None:
         payload = json.dumps(body, ensure_ascii=False).encode()
         headers = {"content-type": "application/json",
-                   "accept": "text/event-stream" if state.stream else "application/json"}
+                   "accept": "text/event-stream" if state.stream else "application/json", **user_agent_headers()}
         if self._transport is None:
             await self._exchange_aiohttp(payload, headers, state)
             return

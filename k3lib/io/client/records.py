@@ -3,7 +3,9 @@ error that ended it); a probe of an endpoint one `ProbeRecord`; a `/tokenize` an
 
 from __future__ import annotations
 
+import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -73,6 +75,8 @@ class ChatRecord:
     api_error_type: str | None = None
     api_error_param: str | None = None
     cancelled: bool = False
+    #: what the request asked (`asked_of`): the served reply is held to it (k3lib.axes.served)
+    asked: dict[str, Any] | None = None
 
     # -- derived, in ms ------------------------------------------------------------------------------------
 
@@ -169,6 +173,35 @@ class TokenizeResult:
     count: int
     max_model_len: int | None
     tokens: tuple[int, ...] = ()
+
+
+#: The body fields that shape a reply and that the kit holds the reply to: length, sampling, tools, stream.
+ASKED_FIELDS = ("max_tokens", "max_completion_tokens", "min_tokens", "ignore_eos", "temperature", "top_p", "top_k",
+                "seed", "n", "tool_choice", "stream", "response_format")
+
+
+#: At or above this temperature replies to one question are sampled: they must differ (k3lib.axes.served).
+SAMPLED_TEMPERATURE = 0.6
+_NOT_THE_QUESTION = frozenset({"stream", "stream_options", "cache_salt", "request_id", "user", "model"})
+
+
+def asked_of(body: Mapping[str, Any]) -> dict[str, Any]:
+    """What one chat body asked, as the record keeps it: the reply-shaping fields sent (`ASKED_FIELDS`), the names
+    of the tools offered, and `prompt_key` (sampled requests only, temperature >= `SAMPLED_TEMPERATURE`), a hash of
+    everything that makes two requests the same question (the messages, tools, tool choice, sampling and length; not
+    the stream mode, the salt or the request's id), so the replies to one question can be compared
+    (k3lib.axes.served)."""
+    out: dict[str, Any] = {k: body[k] for k in ASKED_FIELDS if k in body}
+    tools = body.get("tools")
+    if tools:
+        out["tools"] = [str((t.get("function") or {}).get("name") if isinstance(t, Mapping) else t) for t in tools]
+    temperature = body.get("temperature")
+    if isinstance(temperature, (int, float)) and temperature >= SAMPLED_TEMPERATURE:
+        # only where the replies are to be compared: hashing a long prompt costs the load phases' clients time
+        same = {k: v for k, v in body.items() if k not in _NOT_THE_QUESTION}
+        out["prompt_key"] = hashlib.blake2b(json.dumps(same, sort_keys=True, default=str).encode(),
+                                            digest_size=12).hexdigest()
+    return out
 
 
 def _ms(start_ns: int | None, end_ns: int | None) -> float | None:
