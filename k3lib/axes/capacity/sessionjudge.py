@@ -97,30 +97,44 @@ def preemption_finding(result: CapacityResult, params: Params) -> Finding:
               f"completed, KV usage up to {kv_text}", observed=observed, expected="0 preemptions")
 
 
+def _shared(result: CapacityResult) -> tuple[int, str]:
+    """The shared prefix (system prompt and tools) in tokens, and where the figure comes from: the server's
+    /tokenize, else the median cached tokens of the first turns after the run's first session."""
+    run = result.run.get("sessions") or {}
+    if isinstance(run.get("shared_prefix_tokens"), int):
+        return run["shared_prefix_tokens"], "/tokenize"
+    firsts = sorted(t["cached_tokens"] for t in result.sessions
+                    if t.get("ok") and t.get("turn") == 0 and t.get("cached_tokens") is not None)[1:]
+    return (int(statistics.median(firsts)), "first turns' cached tokens") if firsts else (0, "unknown")
+
+
 def reuse_finding(result: CapacityResult, params: Params) -> Finding:
+    """Reuse of each session's own history (what the previous turn left beyond the shared prefix): the cached
+    tokens above the shared prefix against the designed ones; the shared prefix's reuse is reported beside it."""
     need = params.axes.capacity.session_reuse_min
-    later = [t for t in result.sessions if t.get("ok") and (t.get("designed_cached_tokens") or 0) > 0]
+    shared, basis = _shared(result)
+    later = [t for t in result.sessions if t.get("ok") and (t.get("designed_cached_tokens") or 0) > shared]
     reported = [t for t in later if t.get("cached_tokens") is not None]
     grew = [t for t in later if (t.get("growth_tokens") or 0) > 0]
-    firsts = [t for t in result.sessions if t.get("ok") and t.get("turn") == 0 and t.get("cached_tokens") is not None]
-    shared = sorted(t["cached_tokens"] for t in firsts)[1:]  # the run's first session had nothing to share
-    observed: dict[str, Any] = {"later_turns": len(later), "prompt_grew": len(grew),
-                                "first_turns_with_shared_prefix_cached": sum(1 for c in shared if c > 0),
-                                "first_turns_after_the_first": len(shared), "min": need}
+    observed: dict[str, Any] = {"later_turns": len(later), "prompt_grew": len(grew), "shared_prefix_tokens": shared,
+                                "shared_prefix_basis": basis, "min": need,
+                                "turns_with_shared_prefix_cached": sum(1 for t in reported
+                                                                       if t["cached_tokens"] >= shared > 0)}
     if not reported or len(reported) < max(2, (result.run.get("sessions") or {}).get("planned_sessions") or 2):
         why = "the server reports no cached_tokens (prompt_tokens_details)" if later and not reported else \
-            f"{len(reported)} later turn(s) with a history to reuse"
+            f"{len(reported)} later turn(s) with a history of their own to reuse"
         return _f("session_prefix_reuse", "not-observable", f"prefix reuse across turns not measured: {why}",
                   observed=observed)
-    cached = sum(min(t["cached_tokens"], t["designed_cached_tokens"]) for t in reported)
-    designed = sum(t["designed_cached_tokens"] for t in reported)
+    own = [(max(0, min(t["cached_tokens"], t["designed_cached_tokens"]) - shared),
+            t["designed_cached_tokens"] - shared) for t in reported]
+    cached, designed = sum(c for c, _ in own), sum(d for _, d in own)
     ratio = cached / designed
-    ratios = [min(t["cached_tokens"], t["designed_cached_tokens"]) / t["designed_cached_tokens"] for t in reported]
-    observed.update(cached_tokens=cached, designed_tokens=designed, ratio=round(ratio, 4),
-                    turn_ratio_median=round(statistics.median(ratios), 4),
-                    turns_without_reuse=sum(1 for r in ratios if r == 0))
-    text = (f"later turns found {ratio:.0%} of the history their previous turn left in the prefix cache "
-            f"({cached} of {designed} tokens over {len(reported)} turns; the prompt grew on {len(grew)}/{len(later)})")
+    observed.update(history_cached_tokens=cached, history_designed_tokens=designed, ratio=round(ratio, 4),
+                    turn_ratio_median=round(statistics.median(c / d for c, d in own), 4),
+                    turns_without_history_reuse=sum(1 for c, _ in own if c == 0))
+    text = (f"later turns found {ratio:.0%} of their own history in the prefix cache ({cached} of {designed} "
+            f"tokens beyond the {shared}-token shared prefix, over {len(reported)} turns; the prompt grew on "
+            f"{len(grew)}/{len(later)})")
     if ratio < need:
         return _f("session_prefix_reuse", "fail", f"{text}, below the {need:.0%} designed reuse: the cache is "
                   "evicted between turns (the session phase), every turn pays its whole history's prefill",

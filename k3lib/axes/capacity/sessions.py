@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from ...core import progress
+from ...core.errors import APIError, TargetError
 from ...io.client import ChatClient
 from ...io.sessions import (Question, ReplayConfig, SessionReplay, SessionShape, SessionTurn, convert_trace,
                             generate_sessions, read_trace)
@@ -92,6 +93,14 @@ class SessionSource:
         self.params, self.seed, self.next = params, seed, 0
         self.kind = f"trace ({cap.session_trace_format})" if self.trace is not None else "generated from the contract"
 
+    def head(self) -> tuple[str | None, list[dict[str, Any]]]:
+        """The system prompt and tools every session starts with (a trace's first session's)."""
+        if self.trace is not None:
+            first = self.trace[0][0]
+            return first.system, [dict(t) for t in first.tools]
+        shape = sample_shape(self.params, 1, self.seed)
+        return shape.system_prompt, [dict(t) for t in shape.tools]
+
     def level(self) -> Iterator[list[SessionTurn]]:
         if self.trace is not None:
             yield from self.trace
@@ -113,6 +122,7 @@ class SessionPhase(EngineWatch):
                             "levels": [], "longest_exchange_tokens": longest_exchange(self.params)}
         client = self._client(plan.request_timeout_s)
         try:
+            self.session_run["shared_prefix_tokens"] = await self._shared_prefix(client, source)
             for level in plan.session_levels:
                 if self.dead:
                     self.session_run["levels"].append({"sessions": level, "status": "skipped",
@@ -123,6 +133,18 @@ class SessionPhase(EngineWatch):
             await client.aclose()
         turns = sum(lv.get("turns", 0) for lv in self.session_run["levels"])
         return f"{turns} turns over {len(plan.session_levels)} level(s) of sessions ({source.kind})"
+
+    async def _shared_prefix(self, client: ChatClient, source: SessionSource) -> int | None:
+        """The system prompt and tools in tokens, from the server's /tokenize (None where it has none): the part of
+        every prompt that sessions share, told apart from each session's own history."""
+        system, tools = source.head()
+        if system is None:
+            return None
+        try:
+            return (await client.tokenize(messages=[{"role": "system", "content": system}], tools=tools)).count
+        except (APIError, TargetError):
+            self.notes.append("the session phase's shared prefix was not measured: /tokenize did not answer")
+            return None
 
     def _config(self) -> ReplayConfig:
         block = self.cache_info.get("block_size") if isinstance(self.cache_info, Mapping) else None
