@@ -324,9 +324,7 @@ class CapacityParams(_Model):
     # agent sessions (docs/sessions.md): each level of concurrent sessions runs this long; a session trace (null:
     # sessions generated from the contract) in the kit's format or a public shape (copilot, bailian, azure, weka)
     session_duration_s: PositiveSeconds = 300.0
-    session_max_turns: PositiveInt = 16  # user and tool-result turns of one generated session, at most
     session_think_s: Annotated[float, Field(ge=0)] = 5.0  # mean think time between turns (generated sessions)
-    session_reuse_min: Annotated[float, Field(gt=0, le=1)] = 0.5  # cached / designed history tokens, at least
     session_trace: str | None = None
     session_trace_format: Literal["k3", "copilot", "bailian", "azure", "weka"] = "k3"
 

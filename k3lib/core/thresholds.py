@@ -253,8 +253,6 @@ _AGENTS = ("seed 000: the long exchange grows the cache and the queue, at the co
            "tool arguments that break only when requests overlap must show")
 _RATE = ("seed 000: unstable tool calls block the agents concerned; K3's tool-call failures are stochastic "
          "(vllm#53246), so a rate is proven only by its interval over enough independent tool turns")
-_SESSIONS = ("seed 000: the reference agent scenario and its long exchange at the planned concurrency, with prefix "
-             "reuse as clients really send it (issue 47: agent sessions under load)")
 _ROOF = ("seed 000: a figure the configuration cannot explain is a misconfiguration (eager mode, a wrong parallel "
          "layout), not a capacity")
 
@@ -313,10 +311,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("axes.capacity.calibrate", "false", None, None, _CLIENT, kind="mode"),
     Setting("axes.capacity.calibration_max_error_ms", "higher", None, 250.0, _CLIENT, " ms"),
     Setting("axes.capacity.roofline.min_share", "lower", 0.005, None, _ROOF),
-    # -- the capacity axis: agent sessions (k3lib.axes.capacity.sessions)
-    Setting("axes.capacity.session_duration_s", "lower", 0.1, None, _SESSIONS, " s", kind="duration"),
-    Setting("axes.capacity.session_max_turns", "lower", 2, None, _SESSIONS, " turns", kind="length"),
-    Setting("axes.capacity.session_reuse_min", "lower", 0.2, None, _SESSIONS),
+    Setting("axes.capacity.session_duration_s", "lower", 0.1, None, _AGENTS, " s", kind="duration"),
     # -- the prefix-cache axis
     Setting("axes.prefix_cache.min_ttft_gain_pct", "lower", 1.0, None, _CACHE, " %"),
     Setting("axes.prefix_cache.sessions", "lower", 1, None, _CACHE + " (one session rules out no local luck: "
@@ -336,8 +331,7 @@ NOT_JUDGED: dict[str, str] = {
                                       "larger of it and the server log's TP × PP × DP, so it can only raise the "
                                       "requirement",
     "axes.capacity.request_timeout_s": _CUT,
-    "axes.capacity.session_think_s": "paces a generated session's turns: longer leaves the cache more time to evict "
-                                     "between turns, shorter loads the server harder; no judgement reads it",
+    "axes.capacity.session_think_s": "paces a generated session's turns (longer or shorter): no judgement reads it",
     "axes.capacity.ready_timeout_s": "a server not ready in time fails the cold load: a shorter one can only fail",
     "axes.capacity.health_interval_s": "the cold load's polling period: no threshold judges the load time",
     "axes.capacity.long_context_output_tokens": "judged through the lengths it derives (the floor of "

@@ -3,7 +3,7 @@
 
 - `capacity.session_preemption`: the planned sessions held at once without a preemption, every turn completed;
 - `capacity.session_prefix_reuse`: each turn's cached tokens against the history its previous turn left (the reuse
-  designed into a session), at least `axes.capacity.session_reuse_min` of it;
+  designed into a session), at least `SESSION_REUSE_MIN` (config.py) of it;
 - `capacity.session_tool_calls`: every turn that expected a tool call got one a client can execute, and every
   tool result answered an id of the server's previous reply;
 - `capacity.session_stall`: no silence inside a turn (before its first token, reasoning included, or between two
@@ -21,6 +21,7 @@ from typing import Any
 
 from ...core.evidence import Finding
 from ...core.params import Params
+from .config import SESSION_REUSE_MIN
 from .finding import finding as _f
 from .result import CapacityResult
 
@@ -64,7 +65,7 @@ def _planned_level(result: CapacityResult) -> dict[str, Any] | None:
 
 def preemption_finding(result: CapacityResult, params: Params) -> Finding:
     run = result.run.get("sessions") or {}
-    planned = run.get("planned_sessions")
+    planned = int(run.get("planned_sessions") or 0)
     level = _planned_level(result)
     if level is None or level.get("status") == "skipped":
         return _f("session_preemption", "not-observable", f"the level of {planned} planned sessions did not run"
@@ -111,7 +112,7 @@ def _shared(result: CapacityResult) -> tuple[int, str]:
 def reuse_finding(result: CapacityResult, params: Params) -> Finding:
     """Reuse of each session's own history (what the previous turn left beyond the shared prefix): the cached
     tokens above the shared prefix against the designed ones; the shared prefix's reuse is reported beside it."""
-    need = params.axes.capacity.session_reuse_min
+    need = SESSION_REUSE_MIN
     shared, basis = _shared(result)
     later = [t for t in result.sessions if t.get("ok") and (t.get("designed_cached_tokens") or 0) > shared]
     reported = [t for t in later if t.get("cached_tokens") is not None]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ...core import progress
@@ -24,6 +24,7 @@ from ...core.errors import APIError, TargetError
 from ...io.client import ChatClient
 from ...io.sessions import (Question, ReplayConfig, SessionReplay, SessionShape, SessionTurn, convert_trace,
                             generate_sessions, read_trace)
+from .config import SESSION_MAX_TURNS
 from .result import SESSIONS_JSONL
 from .shape import session_levels
 from .watch import EngineWatch, boundary_snapshot
@@ -61,7 +62,7 @@ def sample_shape(params: Any, sessions: int, seed: int) -> SessionShape:
                         longest_tokens=longest_exchange(params),
                         max_tokens=min(sample.defaults.max_tokens, contract.typical_output_tokens
                                        or contract.max_output_tokens),
-                        max_turns=cap.session_max_turns, think_mean_s=cap.session_think_s, seed=seed)
+                        max_turns=SESSION_MAX_TURNS, think_mean_s=cap.session_think_s, seed=seed)
 
 
 def sampling_of(params: Any) -> dict[str, Any]:
@@ -118,7 +119,7 @@ class SessionPhase(EngineWatch):
     async def _sessions(self) -> str:
         plan = self.plan
         source = SessionSource(self.params)
-        self.session_run = {"source": source.kind, "planned_sessions": plan.planned_sessions,
+        self.session_run: dict[str, Any] = {"source": source.kind, "planned_sessions": plan.planned_sessions,
                             "levels": [], "longest_exchange_tokens": longest_exchange(self.params)}
         client = self._client(plan.request_timeout_s)
         try:
@@ -147,10 +148,10 @@ class SessionPhase(EngineWatch):
             return None
 
     def _config(self) -> ReplayConfig:
-        block = self.cache_info.get("block_size") if isinstance(self.cache_info, Mapping) else None
+        block = str(self.cache_info.get("block_size") or "")
         return ReplayConfig(model=self.params.target.model, request_timeout_s=self.plan.request_timeout_s,
                             sampling=sampling_of(self.params),
-                            block_tokens=int(block) if str(block or "").isdigit() else 16)
+                            block_tokens=int(block) if block.isdigit() else 16)
 
     async def _session_level(self, client: ChatClient, source: SessionSource, level: int) -> None:
         plan = self.plan

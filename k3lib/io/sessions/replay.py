@@ -53,7 +53,7 @@ def call_problem(call: Mapping[str, Any], tools: Mapping[str, Mapping[str, Any]]
     if not isinstance(call.get("id"), str) or not call["id"]:
         return "no call id"
     name = call.get("name")
-    if name not in tools:
+    if not isinstance(name, str) or name not in tools:
         return f"function {name!r} was not offered"
     try:
         args = json.loads(call.get("arguments") or "")
