@@ -293,3 +293,33 @@ def test_the_plan_counts_the_session_phase():
     phases = capacity_phases(_params(planned_concurrency=4), DEFAULT_SPEED)
     assert [p.name for p in phases if "sessions" in p.name] == ["sessions: 1 at once", "sessions: 2 at once",
                                                                  "sessions: 4 at once"]
+
+
+def test_a_cancelled_replay_keeps_its_turns_and_sends_nothing_more():
+    """Ctrl-C reaches a replay as a cancellation (run_sync cancels its task): the turns that ended are kept, the
+    session sends no further request."""
+    seen: list[dict] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(json.loads(request.content))
+        usage = {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}
+        return httpx.Response(200, text=_sse({"role": "assistant", "content": "ok"}, usage=usage),
+                              headers={"content-type": "text/event-stream"})
+
+    (session,) = generate_sessions(_shape(sessions=1, think_mean_s=30.0))
+    turns: list[dict] = []
+
+    async def go() -> None:
+        client = ChatClient("http://replay.test", model="m", transport=httpx.MockTransport(handler))
+        task = asyncio.ensure_future(SessionReplay(client, session, ReplayConfig(model="m", request_timeout_s=5),
+                                                   sink=turns.append).run())
+        while not turns:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)  # the session is in its think time before turn 1
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0.05)
+
+    asyncio.run(go())
+    assert len(seen) == len(turns) == 1 and turns[0]["ok"]

@@ -29,6 +29,7 @@ __all__ = [
     "POOL_SHARE_MIN",
     "ROUNDS_BUDGET_S",
     "SESSION_MAX_TURNS",
+    "SESSION_MIN_TURNS",
     "SESSION_REUSE_MIN",
     "TTFT_RANGE_MS",
     "CapacityParams",
@@ -70,6 +71,9 @@ HIT_RATE_FLOOR = 0.1    # ...when the peers reuse at all
 # -- agent sessions (sessionjudge.py, sessions.py) -------------------------------------------------------------
 SESSION_REUSE_MIN = 0.5  # later turns must find at least this share of their own history in the prefix cache
 SESSION_MAX_TURNS = 16  # user and tool-result turns of one generated session, at most (the longest exchange first)
+# a session plays at least this many turns, past its level's duration if need be: its history resent twice (the
+# tool exchange included), so even a slow server shows whether sessions hold and reuse their history
+SESSION_MIN_TURNS = 3
 
 # -- the OOM event (result.py) -------------------------------------------------------------------------------
 # The memory curve kept around an OOM (seconds before and after the failure).

@@ -9,7 +9,8 @@
 - `capacity.session_stall`: no silence inside a turn (before its first token, reasoning included, or between two
   chunks) beyond the clients' idle timeout.
 
-Too few turns to judge is not observable, never a pass (the planned level needs two turns per session).
+Too few turns to judge is not observable, never a pass (the planned level needs as many turns that resent a
+history as it holds sessions).
 """
 
 from __future__ import annotations
@@ -72,16 +73,16 @@ def preemption_finding(result: CapacityResult, params: Params) -> Finding:
                   + (f" ({level.get('note')})" if level else ""))
     turns = [t for t in result.sessions if t.get("level") == planned]
     ok = [t for t in turns if t.get("ok")]
-    deep = [t for t in ok if (t.get("turn") or 0) >= 2]
+    carried = [t for t in ok if (t.get("turn") or 0) >= 1]  # turns that resent a history
     pre = level.get("preemptions")
     kv = max((t["kv_usage_max"] for t in align(ok, result.metrics) if t.get("kv_usage_max") is not None),
              default=None)
     observed = {"sessions": planned, "turns": len(turns), "ok": len(ok), "preemptions": pre, "kv_usage_max": kv,
                 "sessions_started": level.get("sessions_started")}
-    if len(ok) < 2 * planned or not deep:
+    if len(carried) < planned:
         return _f("session_preemption", "not-observable", f"{len(ok)} turns completed at {planned} sessions, "
-                  f"{'none' if not deep else len(deep)} of them a third turn or later: too few to say the sessions "
-                  f"held (at least {2 * planned}, and histories)", observed=observed)
+                  f"{len(carried)} of them with a history: too few to say the sessions held (at least {planned} "
+                  "turns after a session's first)", observed=observed)
     if pre is None:
         return _f("session_preemption", "not-observable", "no preemption counter in /metrics over the level "
                   "(vllm:num_preemptions_total): whether sessions were preempted cannot be read", observed=observed)

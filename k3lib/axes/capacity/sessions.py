@@ -2,13 +2,13 @@
 contract's planned sessions (`contract.planned_sessions`, floored at the planned concurrency when unset).
 
 Each level holds that many sessions at once for `axes.capacity.session_duration_s`: a session that ends gives its
-place to the next one, no turn starts after the level's bound, and the turns in flight then finish (each within
-the request timeout). Every turn is one record in `evidence/capacity/sessions.jsonl`, aligned with the server's KV
-usage, running and waiting sampled while it ran and the preemptions counted over it; each level keeps its counter
-deltas between its two boundary scrapes. The sessions come from a trace (`axes.capacity.session_trace`, the kit's
-format or a public shape) or, by default, from the contract: the agent sample's system prompt, tools and tool
-questions, growing to the contract's longest exchange (`contract.max_context_tokens × axes.agent.long_context_
-fraction`).
+place to the next one, no turn starts after the level's duration once a session played its first turns
+(`SESSION_MIN_TURNS`), and the turns in flight then finish (each within the request timeout). Every turn is one
+record in `evidence/capacity/sessions.jsonl`, written as it ends; the judge aligns it with the server's KV usage,
+running and waiting sampled while it ran and the preemptions counted over it. Each level keeps its counter deltas
+between its two boundary scrapes. The sessions come from a trace (`axes.capacity.session_trace`, the kit's format
+or a public shape) or, by default, from the contract: the agent sample's system prompt, tools and tool questions,
+growing to the contract's longest exchange (`contract.max_context_tokens × axes.agent.long_context_fraction`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from ...core.errors import APIError, TargetError
 from ...io.client import ChatClient
 from ...io.sessions import (Question, ReplayConfig, SessionReplay, SessionShape, SessionTurn, convert_trace,
                             generate_sessions, read_trace)
-from .config import SESSION_MAX_TURNS
+from .config import SESSION_MAX_TURNS, SESSION_MIN_TURNS
 from .result import SESSIONS_JSONL
 from .shape import session_levels
 from .watch import EngineWatch, boundary_snapshot
@@ -176,7 +176,7 @@ class SessionPhase(EngineWatch):
                     return
                 counts["started"] += 1
                 await SessionReplay(client, session, self._config(), sink=sink, on_request=request_sink,
-                                    label=f"L{level}-", stop_at_ns=stop_at).run()
+                                    label=f"L{level}-", stop_at_ns=stop_at, min_turns=SESSION_MIN_TURNS).run()
                 counts["finished"] += 1
 
         before = await boundary_snapshot(self.urls)
@@ -194,12 +194,11 @@ class SessionPhase(EngineWatch):
             **record_stats(bucket), **window_numbers(before, after)})
 
     async def _hold(self, worker: Callable[[], Any], level: int) -> str | None:
-        """`level` workers until the level's bound, then what is in flight finishes (within the request timeout);
-        a server gone (the watch's sink) stops them all."""
+        """`level` workers until the level's duration (each session plays its first turns), cut at the level's
+        bound; a server gone (the watch's sink) stops them all."""
         tasks = [asyncio.ensure_future(worker()) for _ in range(level)]
         try:
-            done, pending = await asyncio.wait(tasks, timeout=self.plan.session_duration_s
-                                               + self.plan.request_timeout_s)
+            done, pending = await asyncio.wait(tasks, timeout=self.plan.session_level_bound_s)
             for t in pending:
                 t.cancel()
             await asyncio.gather(*pending, return_exceptions=True)

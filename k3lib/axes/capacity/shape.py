@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ...core.params import Params
-from .config import CALIBRATION_BOUND_S, PHASE_OVERHEAD_S
+from .config import CALIBRATION_BOUND_S, PHASE_OVERHEAD_S, SESSION_MIN_TURNS
 from .trust import calibration_concurrencies
 
 PHASES = ("cold-load", "long-context", "concurrency", "soak", "sessions")
@@ -39,6 +39,7 @@ class CapacityPlan:
     planned_sessions: int = 1
     session_levels: tuple[int, ...] = ()
     session_duration_s: float = 0.0
+    session_think_s: float = 0.0  # the mean think time; a drawn one is at most five times it, and 60 s
 
     def phase_budget_s(self, phase: str) -> float:
         """The most a phase may last, whatever the target does (the tests hold the axis to the sum)."""
@@ -55,8 +56,7 @@ class CapacityPlan:
         if phase == "soak":
             return self.soak_duration_s + self.soak_drain_s + PHASE_OVERHEAD_S
         if phase == "sessions":
-            # each level sends for its duration, then its turns in flight finish (each within the request timeout)
-            return len(self.session_levels) * (self.session_duration_s + self.request_timeout_s + PHASE_OVERHEAD_S)
+            return len(self.session_levels) * (self.session_level_bound_s + PHASE_OVERHEAD_S)
         raise KeyError(f"unknown phase {phase!r}; phases: {', '.join(PHASES)}")
 
     @property
@@ -64,6 +64,13 @@ class CapacityPlan:
         """How long the soak's last requests may finish after it stops sending: as long as the soak, at most one
         request's timeout (a request cut by the clock alone would count as load that did not complete)."""
         return min(self.soak_duration_s, self.request_timeout_s)
+
+    @property
+    def session_level_bound_s(self) -> float:
+        """The most one level of sessions may last: its duration, then a session short of its first turns plays
+        them (each a think time and a request), then what is in flight finishes."""
+        think = min(5 * self.session_think_s, 60.0)
+        return self.session_duration_s + (SESSION_MIN_TURNS + 1) * (self.request_timeout_s + think)
 
     @property
     def budget_s(self) -> float:
@@ -139,4 +146,5 @@ def session_plan(params: Params) -> dict[str, Any]:
     """The session phase's part of the plan (k3lib.axes.capacity.sessions)."""
     planned = planned_sessions(params)
     return {"planned_sessions": planned, "session_levels": session_levels(planned),
-            "session_duration_s": params.axes.capacity.session_duration_s}
+            "session_duration_s": params.axes.capacity.session_duration_s,
+            "session_think_s": params.axes.capacity.session_think_s}

@@ -89,14 +89,16 @@ def _assistant(rec: ChatRecord) -> dict[str, Any]:
 
 class SessionReplay:
     """One session against the server: `await run()` plays its turns in order (think time first), appending each
-    turn's record to `sink` as it ends. A failed turn ends the session (its history is no longer the trace's)."""
+    turn's record to `sink` as it ends. A failed turn ends the session (its history is no longer the trace's). No
+    turn starts after `stop_at_ns` once the session played `min_turns` (the caller bounds the whole)."""
 
     def __init__(self, client: ChatClient, turns: Sequence[SessionTurn], config: ReplayConfig, *,
                  sink: Callable[[dict[str, Any]], None], on_request: Callable[[ChatRecord], None] | None = None,
-                 label: str = "", stop_at_ns: int | None = None) -> None:
+                 label: str = "", stop_at_ns: int | None = None, min_turns: int = 0) -> None:
         self.client, self.turns, self.config = client, list(turns), config
         self.sink, self.on_request, self.label = sink, on_request, label
-        self.stop_at_ns = stop_at_ns  # perf mark: no turn starts after it
+        self.stop_at_ns = stop_at_ns  # perf mark: no turn starts after it, once `min_turns` turns were played
+        self.min_turns = min_turns
         head = self.turns[0]
         self.sid = head.session
         self.tools = [dict(t) for t in head.tools]
@@ -143,7 +145,8 @@ class SessionReplay:
         for turn in self.turns:
             if turn.think_s > 0:
                 await asyncio.sleep(turn.think_s)
-            if self.stop_at_ns is not None and time.perf_counter_ns() >= self.stop_at_ns:
+            if self.stop_at_ns is not None and time.perf_counter_ns() >= self.stop_at_ns and \
+                    len(self.records) >= self.min_turns:
                 break
             if not await self._turn(turn):
                 break
