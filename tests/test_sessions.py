@@ -138,8 +138,9 @@ def _shape(**kw):
 
 
 def test_generated_sessions_share_their_prefix_grow_and_are_seeded():
-    sessions = generate_sessions(_shape())
-    assert generate_sessions(_shape()) == sessions and generate_sessions(_shape(seed=6)) != sessions
+    sessions = generate_sessions(_shape(max_turns=12, longest_tokens=4096))
+    assert generate_sessions(_shape(max_turns=12, longest_tokens=4096)) == sessions
+    assert generate_sessions(_shape(max_turns=12, longest_tokens=4096, seed=6)) != sessions
     heads = {(s[0].system, json.dumps(s[0].tools)) for s in sessions}
     assert len(heads) == 1  # system prompt and tools byte-identical across sessions
     for s in sessions:
@@ -147,6 +148,8 @@ def test_generated_sessions_share_their_prefix_grow_and_are_seeded():
         assert [t.expect_tool for t in s[:2]] == [True, False] and s[1].add[0].role == "tool"
         users = [len(t.add[0].content or "") for t in s if t.add[0].role == "user"]
         assert len(users) >= 3 and users[1] > users[0]  # the history grows after the first question
+        chars = sum(len(t.add[0].content or "") for t in s)
+        assert 4096 * 2 < chars + len(s[0].system or "") + len(json.dumps(s[0].tools)) < 4096 * 4 * 1.2  # ~ longest
         assert "lookup" not in " ".join(t.add[0].content or "" for t in s[2:] if t.add[0].role == "user")[:-40]
 
 

@@ -161,7 +161,6 @@ class SessionPhase(EngineWatch):
         turns: list[dict[str, Any]] = []
         sessions = source.level()
         counts = {"started": 0, "finished": 0}
-        stop_at = time.perf_counter_ns() + int(plan.session_duration_s * 1e9)
         request_sink = self._sink("sessions", label, bucket, level)
 
         def sink(d: dict[str, Any]) -> None:
@@ -181,6 +180,7 @@ class SessionPhase(EngineWatch):
 
         before = await boundary_snapshot(self.urls)
         t0 = time.time()
+        stop_at = time.perf_counter_ns() + int(plan.session_duration_s * 1e9)
         self._in_flight = level
         early = await self._hold(worker, level)
         self._in_flight = 0

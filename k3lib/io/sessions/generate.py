@@ -78,9 +78,10 @@ def generate_one(shape: SessionShape, index: int) -> list[SessionTurn]:
     rng = random.Random(f"{shape.seed}:{index}")
     sid = f"s{shape.seed}-{index}"
     banned = _keywords(shape.tools)
-    user_turns = max(1, math.ceil(shape.max_turns / 2))
+    # the longest exchange is reached within half the turns allowed (a user turn and its tool result are two)
+    user_turns = max(1, math.ceil(shape.max_turns / 4))
     base = shape.start_tokens or _estimate(shape.system_prompt) + _estimate(repr(shape.tools))
-    per_turn = max(8, (shape.longest_tokens - base) // user_turns - 2 * shape.max_tokens)
+    per_turn = max(8, (shape.longest_tokens - base) // user_turns - shape.max_tokens)
     turns: list[SessionTurn] = []
     context = base
     q = index
@@ -100,8 +101,8 @@ def generate_one(shape: SessionShape, index: int) -> list[SessionTurn]:
         turns.append(SessionTurn(sid, len(turns), _think(rng, shape.think_mean_s / 10),
                                  (TraceMessage("tool", content=question.result, call=0),), shape.max_tokens))
         context += _estimate(question.result) + shape.max_tokens
-        if context + per_turn + 2 * shape.max_tokens > shape.longest_tokens:
-            break
+        if context + 2 * shape.max_tokens + 8 >= shape.longest_tokens:
+            break  # no room left for another question and its replies
     return turns
 
 
