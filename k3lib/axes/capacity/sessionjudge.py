@@ -147,14 +147,17 @@ def reuse_finding(result: CapacityResult, params: Params) -> Finding:
 def tool_finding(result: CapacityResult, params: Params) -> Finding:
     expected = [t for t in result.sessions if t.get("ok") and t.get("expect_tool")]
     bad = [t for t in expected if t.get("tool_ok") is False]
-    answers = [a for t in result.sessions for a in t.get("answers") or []]
+    answers = [a for t in result.sessions for a in t.get("answers") or [] if a.get("id") is not None]
+    # a sent result whose id the previous reply did not hold (a recorded result with no live call is not sent: the
+    # missing call already counts against the turn that expected it)
     stray = [a for t in result.sessions for a in t.get("answers") or []
-             if a.get("id") is None or a["id"] not in (t.get("previous_call_ids") or [])]
+             if a.get("id") is not None and a["id"] not in (t.get("previous_call_ids") or [])]
     problems = sorted({c["problem"] for t in bad for c in t.get("calls") or [] if c.get("problem")})[:5]
     rate = params.contract.max_tool_call_failure_rate
     allowed = math.floor(rate * len(expected))
     observed = {"expected": len(expected), "failed": len(bad), "allowed": allowed, "answers": len(answers),
-                "answers_unbound": len(stray), "problems": problems,
+                "answers_stray": len(stray), "problems": problems,
+                "results_unbound": sum(1 for t in result.sessions for a in t.get("answers") or [] if a.get("unbound")),
                 "missing": sum(1 for t in bad if not t.get("calls"))}
     if len(expected) < MIN_TOOL_TURNS:
         return _f("session_tool_calls", "not-observable", f"{len(expected)} turn(s) expected a tool call (at least "
