@@ -326,3 +326,20 @@ def test_a_cancelled_replay_keeps_its_turns_and_sends_nothing_more():
 
     asyncio.run(go())
     assert len(seen) == len(turns) == 1 and turns[0]["ok"]
+
+
+def test_the_phase_reads_a_trace_in_any_shape_and_refuses_a_bad_one_before_any_load(tmp_path):
+    from k3lib.axes.capacity.sessions import SessionSource
+
+    azure = tmp_path / "azure.csv"
+    azure.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6,480,10\n")
+    source = SessionSource(load_params([ROOT / "parameters" / "emulator.yaml"], [
+        f"axes.capacity.session_trace={azure}", "axes.capacity.session_trace_format=azure"]))
+    assert source.kind == "trace (azure)" and [len(s) for s in source.level()] == [1]
+    generated = SessionSource(_params())
+    first, second = next(generated.level()), next(generated.level())
+    assert first[0].session != second[0].session and first[0].system == second[0].system
+    with pytest.raises(BadInputError) as err:
+        SessionSource(load_params([ROOT / "parameters" / "emulator.yaml"], [
+            f"axes.capacity.session_trace={azure}"]))  # a CSV read as the kit's own format
+    assert "line 1" in err.value.one_line() and str(azure) in err.value.one_line()

@@ -29,7 +29,7 @@ from .shape import PHASES
 from .soak import SoakPhase
 from .coldload import ColdLoadPhase
 from .concurrency import ConcurrencyPhase
-from .sessions import SessionPhase
+from .sessions import SessionPhase, SessionSource
 
 if TYPE_CHECKING:
     from ...core.session import AxisContext
@@ -94,5 +94,6 @@ def run_capacity(ctx: "AxisContext") -> "CapacityResult":
     # before the samplers and the health polls touch the target: a mistyped URL must not load a remote deployment
     check_load_target(ctx.target.base_url, ctx.params.target.allow_remote_load)
     runner = CapacityRunner(ctx)
+    runner.session_source = SessionSource(ctx.params)  # a session trace that cannot be read stops here, before any load
     run_sync(runner.run())
     return read_capacity(ctx.store)

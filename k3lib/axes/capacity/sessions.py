@@ -116,9 +116,11 @@ class SessionSource:
 class SessionPhase(EngineWatch):
     """The phase's I/O: the levels in order, each its sessions at once."""
 
+    session_source: SessionSource | None = None  # set before the run, so a bad trace is refused before any load
+
     async def _sessions(self) -> str:
         plan = self.plan
-        source = SessionSource(self.params)
+        source = self.session_source or SessionSource(self.params)
         self.session_run: dict[str, Any] = {"source": source.kind, "planned_sessions": plan.planned_sessions,
                             "levels": [], "longest_exchange_tokens": longest_exchange(self.params)}
         client = self._client(plan.request_timeout_s)
