@@ -106,6 +106,10 @@ def probe_starved(c):
     return int(labels["num_gpu_blocks"]) * 16 < 2 * 4096, labels["gpu_memory_utilization"]
 
 
+def probe_pool_tokens(c):
+    return int(sample_labels(c, "vllm:cache_config_info")["num_gpu_blocks"]) * 16
+
+
 def probe_oom_long(c):
     short = c.post("/v1/completions", json={"prompt": "short one", "max_tokens": 2}).status_code
     long_ = c.post("/v1/completions", json={"prompt": " ".join(f"l{i}" for i in range(3000)), "max_tokens": 2})
@@ -275,6 +279,8 @@ CASES = [
                  id="no-prefix-caching"),
     pytest.param("kv-starved", probe_starved, lambda base, f: f[0] and not base[0] and float(f[1]) < float(base[1]),
                  id="kv-starved"),
+    pytest.param("kv-pool=8192", probe_pool_tokens, lambda base, f: base > 16_000 and 8192 <= f < 1.15 * 8192,
+                 id="kv-pool"),
     pytest.param("oom-long-context", probe_oom_long, lambda base, f: base == (200, 200, 200, False)
                  and f == (200, 500, 503, True), id="oom-long-context"),
     pytest.param("oom-startup", probe_oom_startup, lambda base, f: base == (200, 200, True, False)

@@ -21,11 +21,11 @@ FAST = ["axes.capacity.step_duration_s=1.0", "axes.capacity.soak_duration_s=1.5"
         "axes.capacity.concurrency_steps=[4]"]
 
 
-def _run(tmp_path, *faults: str):
+def _run(tmp_path, *faults: str, extra: tuple[str, ...] = ()):
     with start_emulator(EmulatorConfig.from_profile("demo", faults=faults, time_scale=0.05), host="127.0.0.1",
                         port=0) as h:
         ctx = k3lib.open_axis("capacity", PARAMS, [f"target.base_url={h.url}", "target.gpu_metrics.source=dcgm",
-                                                   f"target.gpu_metrics.url={h.dcgm_url}", *FAST],
+                                                   f"target.gpu_metrics.url={h.dcgm_url}", *FAST, *extra],
                               str(tmp_path / "run"))
         result = capacity.run_capacity(ctx)
         record = ctx.record(capacity.capacity_record(result, ctx))
@@ -74,3 +74,16 @@ def test_a_cache_evicted_between_turns_fails_the_session_phase(tmp_path):
     # the session phase's own finding decides: everything else of the axis held
     assert [f.rule for f in record.findings if f.status == "fail"] == ["capacity.session_prefix_reuse"]
     assert level_for(reuse)[0] == record.data["implied_decision"] == "limited-observation"
+
+
+@pytest.mark.slow
+def test_kv_exhausted_by_long_histories_fails_the_session_phase_alone(tmp_path):
+    """A pool with room for the planned requests (4 x 1,664 tokens in 8,192) but not for eight agents' histories
+    growing to three quarters of the context: the concurrency steps hold, the sessions are preempted."""
+    _, result, record = _run(tmp_path, "kv-pool=8192", extra=(
+        "contract.planned_sessions=8", "axes.capacity.session_duration_s=3", "axes.capacity.session_think_s=0.05",
+        "axes.agent.long_context_fraction=0.75"))
+    held = _sessions(record)["capacity.session_preemption"]
+    assert held.status == "fail" and "session phase" in held.message and held.observed["preemptions"] > 0
+    assert result.step(4)["held"] is True  # the planned concurrency of independent requests fits
+    assert level_for(held)[0] == record.data["implied_decision"] == "capacity-extension"
