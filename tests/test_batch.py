@@ -118,6 +118,8 @@ AXIS_MATRIX = [
     pytest.param("tool-markup-leak", "limited-observation", "agent", id="tool-markup-leak"),
     pytest.param("bad-tool-args", "limited-observation", "agent", id="bad-tool-args"),
     pytest.param("no-prefix-caching", "limited-observation", "prefix_cache", id="no-prefix-caching"),
+    # agent sessions (issue 47): histories evicted between turns, caught by the capacity axis' session phase
+    pytest.param("session-evict", "limited-observation", "capacity", id="session-evict"),
 ]
 
 

@@ -106,6 +106,10 @@ def probe_starved(c):
     return int(labels["num_gpu_blocks"]) * 16 < 2 * 4096, labels["gpu_memory_utilization"]
 
 
+def probe_pool_tokens(c):
+    return int(sample_labels(c, "vllm:cache_config_info")["num_gpu_blocks"]) * 16
+
+
 def probe_oom_long(c):
     short = c.post("/v1/completions", json={"prompt": "short one", "max_tokens": 2}).status_code
     long_ = c.post("/v1/completions", json={"prompt": " ".join(f"l{i}" for i in range(3000)), "max_tokens": 2})
@@ -231,6 +235,15 @@ def probe_sparse_retention(c):
     return hits, scrape(c).get("vllm:prefix_cache_sparse_retention_misses_total")
 
 
+def probe_session_evict(c):
+    """A session's second turn resends its first turn's history: cached with a healthy cache, evicted with the fault."""
+    history = [{"role": "system", "content": "runbook " * 200}, {"role": "user", "content": "first question"}]
+    first = _chat(c, {"messages": history, "max_tokens": 4})
+    history += [{"role": "assistant", "content": first["choices"][0]["message"]["content"] or ""},
+                {"role": "user", "content": "second question"}]
+    return _chat(c, {"messages": history, "max_tokens": 4})["usage"]["prompt_tokens_details"]["cached_tokens"]
+
+
 def probe_slow_load(c):
     """/health through the load: 503 while the weights load (slow-load=60 at time scale 0.02: 1.2 s), then 200."""
     seen, t0 = [], time.perf_counter()
@@ -297,6 +310,8 @@ CASES = [
                  id="no-prefix-caching"),
     pytest.param("kv-starved", probe_starved, lambda base, f: f[0] and not base[0] and float(f[1]) < float(base[1]),
                  id="kv-starved"),
+    pytest.param("kv-pool=8192", probe_pool_tokens, lambda base, f: base > 16_000 and 8192 <= f < 1.15 * 8192,
+                 id="kv-pool"),
     pytest.param("oom-long-context", probe_oom_long, lambda base, f: base == (200, 200, 200, False)
                  and f == (200, 500, 503, True), id="oom-long-context"),
     pytest.param("oom-startup", probe_oom_startup, lambda base, f: base == (200, 200, True, False)
@@ -329,6 +344,7 @@ CASES = [
     pytest.param("sparse-retention-miss", probe_sparse_retention,
                  lambda base, f: base[0][0] == base[0][1] == 0 and base[0][2] > 0 and f[0] == [0, 0, 0]
                  and f[1] > base[1] > 0, id="sparse-retention-miss"),
+    pytest.param("session-evict", probe_session_evict, lambda base, f: base > 0 and f == 0, id="session-evict"),
     pytest.param("slow-load=60", probe_slow_load, lambda base, f: base[:2] == (200, 200) and f[:2] == (503, 200)
                  and f[2] >= 0.8, id="slow-load", marks=pytest.mark.slow),
     pytest.param("dspark-low-accept", probe_dspark, lambda base, f: base == 0.5 and f < 0.1, id="dspark-low-accept"),

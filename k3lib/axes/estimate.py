@@ -212,6 +212,21 @@ def capacity_phases(params: Params, speed: SpeedLike) -> tuple[PhaseEstimate, ..
     out.append(_bounded(f"soak at concurrency {plan.planned_concurrency}", requests=plan.soak_max_requests,
                         concurrency=plan.planned_concurrency, request_s=request_s, duration_s=plan.soak_duration_s,
                         speed=speed))
+    out.extend(session_phases(params, speed))
+    return tuple(out)
+
+
+def session_phases(params: Params, speed: SpeedLike) -> tuple[PhaseEstimate, ...]:
+    """The session phase (k3lib.axes.capacity.sessions): each level holds its sessions for its duration, a turn
+    every think time plus one request's time, then the turns in flight finish."""
+    from .capacity.shape import plan_capacity
+
+    plan = plan_capacity(params)
+    out = []
+    for n in plan.session_levels:
+        turn_s = speed.request_s(plan.output_tokens) * _share(n, speed) + CLIENT_S
+        turns = math.ceil(n * plan.session_duration_s / (turn_s + params.axes.capacity.session_think_s))
+        out.append(PhaseEstimate(f"sessions: {n} at once", turns, plan.session_duration_s + turn_s, "duration"))
     return tuple(out)
 
 

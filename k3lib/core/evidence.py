@@ -152,6 +152,7 @@ class CapacityData(_Data):
     ready: Row | None = None
     soak: Row | None = None
     claims: dict[str, Row] = Field(default_factory=dict)  # what its sources say of the deployment (k3lib.io.claims)
+    sessions: Row | None = None  # the session phase: levels and turns (k3lib.axes.capacity.sessionjudge)
 
     def step_at(self, concurrency: int | None) -> tuple[int, CapacityStep] | None:
         """The (last) step run at `concurrency`, with its index in `steps`."""

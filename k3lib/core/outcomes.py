@@ -79,6 +79,11 @@ RULES: tuple[Rule, ...] = (
                                                    "or prefix reuse): repair that rank's GPU or node, then re-measure"),
     Rule("capacity.roofline", Outcome.LIMITED, "the decode rate is above the hardware's bandwidth bound (a "
                                                "measurement error) or far below it (a probable misconfiguration)"),
+    Rule("capacity.session_prefix_reuse", Outcome.LIMITED, "agent sessions lose their cached history between turns: "
+                                                           "the cache gain is not counted, every turn pays its whole "
+                                                           "prefill"),
+    Rule("capacity.session_tool_calls", Outcome.LIMITED, "tool calls break under session load: block the agents "
+                                                         "concerned"),
     Rule("capacity.latency_*", Outcome.EXTENSION, "client latency p95 at nominal load above the contract's objective "
                                                   "(its whole interval)"),
     Rule("capacity.*", Outcome.EXTENSION, "memory or queue saturates at nominal load"),

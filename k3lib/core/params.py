@@ -209,6 +209,9 @@ class ContractParams(_Model):
     sampling_pinned: Annotated[bool, Cosmetic(CONTRACT)] = False
     client_idle_timeout_s: Annotated[PositiveSeconds | None, Cosmetic(CONTRACT)] = None
     gateway_timeout_s: Annotated[PositiveSeconds | None, Cosmetic(CONTRACT)] = None
+    # agent sessions held at once (the capacity axis' session phase steps up to it); null: planned_concurrency,
+    # its floor (k3lib.axes.capacity.sessions)
+    planned_sessions: Annotated[PositiveInt | None, Cosmetic(CONTRACT)] = None
 
     @model_validator(mode="after")
     def _typical_fits(self) -> "ContractParams":

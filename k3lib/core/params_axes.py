@@ -200,6 +200,16 @@ class CapacityParams(_Model):
     explore_max_requests: Annotated[PositiveInt, Cosmetic(EXPLORE)] = 64
     explore_duration_s: Annotated[PositiveSeconds, Cosmetic(EXPLORE)] = 60.0
     roofline: RooflineParams = RooflineParams()
+    # agent sessions (docs/sessions.md): each level of concurrent sessions runs this long; a session trace (null:
+    # sessions generated from the contract) in the kit's format or a public shape (copilot, bailian, azure, weka)
+    session_duration_s: Annotated[PositiveSeconds, Judged("lower", "defaults")] = 300.0
+    # mean think time between turns (generated sessions)
+    session_think_s: Annotated[Annotated[float, Field(ge=0)],
+                               Cosmetic("paces a generated session's turns (longer or shorter): no judgement reads "
+                                        "it")] = 5.0
+    session_trace: Annotated[str | None, Judged("other", "defaults")] = None
+    session_trace_format: Annotated[Literal["k3", "copilot", "bailian", "azure", "weka"],
+                                    Cosmetic("names the shape of session_trace's file, read or refused as it is")] = "k3"
 
 
 class OperationsParams(_Model):

@@ -196,6 +196,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("axes.capacity.calibrate", "false", None, None, _CLIENT, kind="mode"),
     Setting("axes.capacity.calibration_max_error_ms", "higher", None, 250.0, _CLIENT, " ms"),
     Setting("axes.capacity.roofline.min_share", "lower", 0.005, None, _ROOF),
+    Setting("axes.capacity.session_duration_s", "lower", 0.1, None, _AGENTS, " s", kind="duration"),
+    Setting("axes.capacity.session_trace", "other", None, None, _AGENTS + "; sessions generated from the contract "
+            "grow to its longest exchange, another trace is another test", kind="mode",
+            floor=lambda r: ("generated", "sessions generated from the contract"),
+            measure=lambda v, r: v or "generated"),
     # -- the prefix-cache axis
     Setting("axes.prefix_cache.min_ttft_gain_pct", "lower", 1.0, None, _CACHE, " %"),
     Setting("axes.prefix_cache.sessions", "lower", 1, None, _CACHE + " (one session rules out no local luck: "
@@ -251,6 +256,7 @@ NOT_JUDGED: dict[str, str] = {
                                       "larger of it and the server log's TP × PP × DP, so it can only raise the "
                                       "requirement",
     "axes.capacity.request_timeout_s": _CUT,
+    "axes.capacity.session_think_s": "paces a generated session's turns (longer or shorter): no judgement reads it",
     "axes.capacity.ready_timeout_s": "a server not ready in time fails the cold load: a shorter one can only fail",
     "axes.capacity.health_interval_s": "the cold load's polling period: no threshold judges the load time",
     "axes.capacity.long_context_output_tokens": "judged through the lengths it derives (the floor of "

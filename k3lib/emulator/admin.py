@@ -17,7 +17,7 @@ from .state import EmulatorState
 
 # Faults that only take effect when the engine starts; changing them at run time restarts it.
 STARTUP_FAULTS = frozenset({"cuda12-image", "old-driver", "old-vllm", "no-tool-parser", "no-prefix-caching",
-                            "kv-starved", "oom-startup", "sparse-retention-miss", "dspark-low-accept",
+                            "kv-starved", "kv-pool", "oom-startup", "sparse-retention-miss", "dspark-low-accept",
                             "slow-load"})
 
 

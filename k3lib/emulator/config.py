@@ -158,7 +158,7 @@ class EmulatorConfig:
 
     def resolved(self) -> "EmulatorConfig":
         """The config the emulated server actually runs with, once the faults are applied."""
-        from .gpu import starved_utilization  # local: gpu reads config values, config only calls it here
+        from .gpu import pool_utilization, starved_utilization  # local: gpu reads config values, config only calls it
 
         fs = self.fault_set()
         cfg = self
@@ -175,6 +175,8 @@ class EmulatorConfig:
             cfg = cfg.replace(enable_prefix_caching=False)
         if "kv-starved" in fs:
             cfg = cfg.replace(gpu_memory_utilization=starved_utilization(cfg))
+        if "kv-pool" in fs:
+            cfg = cfg.replace(gpu_memory_utilization=pool_utilization(cfg, fs.value("kv-pool") or 8192))
         if not cfg.image:
             tag = f"v{cfg.vllm_version}" + ("-cu129" if cfg.cuda_build.startswith("12") else "")
             cfg = cfg.replace(image=f"vllm/vllm-openai:{tag}")

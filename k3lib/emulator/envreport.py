@@ -164,6 +164,9 @@ DEMO_THRESHOLDS_ACCEPTED: tuple[dict, ...] = (
      "why": "demo: at time_scale 0.05 a 1.5 s step models 30 s of the emulator's time, enough for it to settle"},
     {"path": "axes.capacity.soak_duration_s", "value": 3,
      "why": "demo: at time_scale 0.05 a 3 s soak models one minute; a real soak is 30 minutes"},
+    {"path": "axes.capacity.session_duration_s", "value": 1,
+     "why": "demo: at time_scale 0.05 each level of sessions models 20 s, and every session plays its first three "
+            "turns whatever the level's duration; a real level holds its sessions 5 minutes"},
     {"path": "axes.capacity.calibration_max_error_ms", "value": 200,
      "why": "demo: the client shares two cores with the emulator and its kernel; real deployments keep 10 ms"},
     {"path": "axes.capacity.roofline.min_share", "value": 0.01,

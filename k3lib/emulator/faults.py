@@ -61,6 +61,10 @@ _SPECS = (
                                      "field: the think channel lands in content (vLLM 0.32, kimi_k3)"),
     FaultSpec("sparse-retention-miss", "hybrid prefix retention never keeps a recurrent-state checkpoint inside the "
                                        "shared prefix: reuse stays at 0 % (vllm#45238)"),
+    FaultSpec("kv-pool", "gpu_memory_utilization leaving a KV pool of about N tokens: room for the planned "
+                         "requests, not for the planned sessions' histories", 8192.0, "count"),
+    FaultSpec("session-evict", "the prefix cache forgets every block no request holds as soon as a request ends: "
+                               "an agent's history is evicted between its turns"),
     FaultSpec("slow-load", "a healthy cold load that takes N modelled seconds (a full Kimi K3 load: llm-d measured "
                            "5,385 s on 4x8 H100): /health answers 503 until then", 600.0, "factor"),
     # in front of the engine (k3lib.emulator.front): what the kit asked is not what the engine serves

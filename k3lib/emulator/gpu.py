@@ -53,7 +53,12 @@ def plan_memory(cfg) -> MemoryPlan:
 
 def starved_utilization(cfg) -> float:
     """The gpu_memory_utilization that leaves a pool of only ~1.25 × max_model_len tokens (kv-starved)."""
-    target_tokens = math.ceil(1.25 * cfg.max_model_len / cfg.block_size) * cfg.block_size
+    return pool_utilization(cfg, 1.25 * cfg.max_model_len)
+
+
+def pool_utilization(cfg, tokens: float) -> float:
+    """The gpu_memory_utilization that leaves a KV pool of about `tokens` tokens (whole blocks)."""
+    target_tokens = math.ceil(tokens / cfg.block_size) * cfg.block_size
     need_mib = (cfg.weights_bytes / max(cfg.gpu_count, 1) / MIB + cfg.activation_reserve_mib + cfg.cudagraph_mib
                 + target_tokens * cfg.kv_bytes_per_token / MIB)
     return math.ceil(need_mib / cfg.gpu_memory_mib * 10_000) / 10_000

@@ -161,6 +161,19 @@ class KVCache:
                 self.hash_of[blk] = h
         req.num_cached_blocks = full
 
+    def forget_idle(self) -> int:
+        """Evict every cached block no request holds (fault session-evict): its hash is dropped, the block stays
+        free. Returns how many blocks lost their identity."""
+        n = 0
+        for blk in self.free_queue:
+            old = self.hash_of[blk]
+            if old is not None:
+                if self.cached.get(old) == blk:
+                    del self.cached[old]
+                self.hash_of[blk] = None
+                n += 1
+        return n
+
     def free(self, req: CacheUser) -> None:
         """Release `req`'s blocks; tail blocks go to the queue first so they are evicted first."""
         for blk in reversed(req.blocks):

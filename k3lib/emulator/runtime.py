@@ -215,6 +215,8 @@ class Runtime:
         if "memory-leak" in self.faults and req.finish_reason in ("stop", "length"):
             self.gpu.leak_mib += float(self.faults.value("memory-leak") or 48.0)
         e = self.engines[engine]
+        if "session-evict" in self.faults:
+            e.kv.forget_idle()  # the history a session's next turn would reuse is gone
         self.metrics.set_gauges(engine, len(e.running), len(e.waiting), e.kv.usage())
 
     # -- periodic stats line ----------------------------------------------------------------------

@@ -60,8 +60,10 @@ ITEMS: tuple[SheetItem, ...] = (
               "cold load and long context run as separate bounded phases", "capacity",
               ("capacity.cold_load", "capacity.long_context"), "03_capacity"),
     SheetItem("C09", "Concurrency was raised step by step with the GPU curves kept",
-              "progressive concurrency up to the contract (+1 step beyond), per-GPU memory sampled", "capacity",
-              ("capacity.saturation", "capacity.gpu_memory", "capacity.admission"), "03_capacity"),
+              "progressive concurrency up to the contract (+1 step beyond), per-GPU memory sampled; agent sessions "
+              "stepped up to the planned sessions, replayed with live tool-call ids", "capacity",
+              ("capacity.saturation", "capacity.gpu_memory", "capacity.admission", "capacity.session_preemption",
+               "capacity.session_prefix_reuse", "capacity.session_tool_calls"), "03_capacity"),
     SheetItem("C10", "Any OOM is tied to a precise condition and a corrective decision",
               "OOMs detected, timed and classified (startup / long context / overlap)", "capacity",
               ("capacity.oom", "capacity.startup_oom", "capacity.context_refusal"), "03_capacity"),

@@ -1,5 +1,6 @@
-"""Axis 3, memory capacity: four bounded phases (cold load, long context, progressive concurrency, soak) on one
-wall clock, an OOM turned into a class and a decision, and the saturation point that caps limited traffic."""
+"""Axis 3, memory capacity: five bounded phases (cold load, long context, progressive concurrency, soak, agent
+sessions) on one wall clock, an OOM turned into a class and a decision, and the saturation point that caps limited
+traffic."""
 
 from .analysis import judge_step, memory_growth, saturation_point, settled_stats, soak_analysis
 from .classify import LogVerdict, OomClassification, classify_log, classify_oom
@@ -12,6 +13,7 @@ from .result import CapacityResult, oom_event, read_capacity
 from .roofline import roofline, roofline_figure, roofline_findings, roofline_table
 from .window import failure_kind
 from .run import CapacityRunner, Timeline, run_capacity
+from .sessionviews import session_figure, session_levels_table, session_turns_table
 from .shape import PHASES, CapacityPlan, plan_capacity
 
 __all__ = [
@@ -50,6 +52,9 @@ __all__ = [
     "run_capacity",
     "saturation_point",
     "server_config",
+    "session_figure",
+    "session_levels_table",
+    "session_turns_table",
     "settled_stats",
     "soak_analysis",
     "steps_table",

@@ -58,7 +58,7 @@ def classify_oom(phase: str, *, in_flight: int | None = None, ready: bool = True
                                      "of the prompt can have exhausted the memory")
     if in_flight is not None and in_flight <= 1:
         return _made("long-context", f"a single request was in flight in the {phase} phase")
-    if phase in ("concurrency", "soak", "explore"):
+    if phase in ("concurrency", "soak", "explore", "sessions"):
         basis = (f"{in_flight} requests overlapped" if in_flight is not None else "requests overlapped") + \
                 f" in the {phase} phase"
         return _made("concurrency", basis)

@@ -28,6 +28,9 @@ __all__ = [
     "PHASE_OVERHEAD_S",
     "POOL_SHARE_MIN",
     "ROUNDS_BUDGET_S",
+    "SESSION_MAX_TURNS",
+    "SESSION_MIN_TURNS",
+    "SESSION_REUSE_MIN",
     "TTFT_RANGE_MS",
     "CapacityParams",
     "RooflineParams",
@@ -64,6 +67,13 @@ POOL_SHARE_MIN = 0.9    # a rank's KV pool below this share of its peers' median
 DECODE_SHARE_MIN = 0.5  # nor one decoding a sequence at less than half its peers' median rate
 HIT_SHARE_MIN = 0.5     # nor one reusing prefixes at less than half its peers' median hit rate (soak)
 HIT_RATE_FLOOR = 0.1    # ...when the peers reuse at all
+
+# -- agent sessions (sessionjudge.py, sessions.py) -------------------------------------------------------------
+SESSION_REUSE_MIN = 0.5  # later turns must find at least this share of their own history in the prefix cache
+SESSION_MAX_TURNS = 16  # user and tool-result turns of one generated session, at most (the longest exchange first)
+# a session plays at least this many turns, past its level's duration if need be: its history resent twice (the
+# tool exchange included), so even a slow server shows whether sessions hold and reuse their history
+SESSION_MIN_TURNS = 3
 
 # -- the OOM event (result.py) -------------------------------------------------------------------------------
 # The memory curve kept around an OOM (seconds before and after the failure).

@@ -16,7 +16,8 @@ if TYPE_CHECKING:
     from .result import CapacityResult
 
 PHASE_TITLES = {"cold-load": "Cold load", "long-context": "Long context (one request at a time)",
-                "concurrency": "Progressive concurrency", "soak": "Sustained operation"}
+                "concurrency": "Progressive concurrency", "soak": "Sustained operation",
+                "sessions": "Agent sessions"}
 _ROWS = ("GPU memory (MiB)", "KV cache usage (%)", "running / waiting", "preemptions (since phase start)",
          "TTFT (ms)")
 
@@ -105,6 +106,8 @@ def _units(result: "CapacityResult", phase_name: str) -> list[dict[str, Any]]:
         return [r for r in result.run.get("long_context") or [] if r.get("start_wall")]
     if phase_name == "soak" and result.run.get("soak"):
         return [result.run["soak"]]
+    if phase_name == "sessions":
+        return [lv for lv in (result.run.get("sessions") or {}).get("levels") or [] if lv.get("start_wall")]
     return []
 
 

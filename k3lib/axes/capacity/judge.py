@@ -19,6 +19,7 @@ from .result import CapacityResult
 from .roofline import roofline_findings
 from .ties import capacity_claims
 from .saturation import incomplete_finding, latency_findings, saturation_findings, soak_findings
+from .sessionjudge import session_findings, session_summary
 
 if TYPE_CHECKING:
     from ...core.session import AxisContext
@@ -83,6 +84,8 @@ def iter_findings(result: CapacityResult, params: Params) -> list[Finding]:
         out.extend(f for f in (calibration_finding(result),) if f is not None)
     if (soak := result.phase("soak")) and soak["status"] != "skipped":
         out.extend(soak_findings(result, params))
+    if (sessions := result.phase("sessions")) and sessions["status"] != "skipped":
+        out.extend(session_findings(result, params))
     out.extend(f for f in (incomplete_finding(result, params), cross_check_finding(result, params)) if f is not None)
     out.extend(phase_findings(result))
     verdict = served_of(result)
@@ -128,7 +131,7 @@ def capacity_record(result: CapacityResult, ctx: "AxisContext") -> EvidenceRecor
               "cross_check": {name: w.get("cross_check") for name, w in load_windows(result)},
               "long_context": result.run.get("long_context"), "refusal": result.run.get("refusal"),
               "ready": result.run.get("ready"), "soak": result.run.get("soak"),
-              "claims": capacity_claims(result)},
+              "claims": capacity_claims(result), "sessions": session_summary(result)},
         attachments=sorted(set(attachments)))
 
 

@@ -22,6 +22,7 @@ RUN_JSON = f"{DIR}/run.json"
 METRICS_JSON = f"{DIR}/metrics.json"
 GPU_JSON = f"{DIR}/gpu.json"
 LOG_TXT = f"{DIR}/server_log.txt"
+SESSIONS_JSONL = f"{DIR}/sessions.jsonl"  # one record per session turn, as it ended (sessions.py)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,6 +33,7 @@ class CapacityResult:
     requests: list[dict[str, Any]]
     log: VllmLogReport | None
     oom: dict[str, Any] | None  # the assembled event (see `oom_event`), None when nothing failed
+    sessions: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # the session phase's turns
 
     @property
     def plan(self) -> dict[str, Any]:
@@ -70,7 +72,8 @@ def read_capacity(store: RunStore) -> CapacityResult:
             log = parse_vllm_log(log_path.read_bytes())
         except ArtifactError:
             log = None
-    return CapacityResult(run, metrics, gpu, requests, log, oom_event(run, log, gpu))
+    sessions = store.read_jsonl(SESSIONS_JSONL) if store.path(SESSIONS_JSONL).exists() else []
+    return CapacityResult(run, metrics, gpu, requests, log, oom_event(run, log, gpu), sessions)
 
 
 def log_time_wall(logged_at: str | None, near_wall: float) -> float | None:

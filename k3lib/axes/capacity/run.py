@@ -29,6 +29,7 @@ from .shape import PHASES
 from .soak import SoakPhase
 from .coldload import ColdLoadPhase
 from .concurrency import ConcurrencyPhase
+from .sessions import SessionPhase, SessionSource
 
 if TYPE_CHECKING:
     from ...core.session import AxisContext
@@ -40,8 +41,8 @@ def pinned_params(ctx: "AxisContext") -> Params:
     return pin_target(ctx.params, ctx.target)
 
 
-class CapacityRunner(ColdLoadPhase, LongContextPhase, ConcurrencyPhase, SoakPhase):
-    """One run: its phases (cold load, long context, concurrency steps, soak, each from its own module) over the
+class CapacityRunner(ColdLoadPhase, LongContextPhase, ConcurrencyPhase, SoakPhase, SessionPhase):
+    """One run: its phases (cold load, long context, concurrency steps, soak, sessions, each from its own module) over the
     shared state; `run()` drives them in order and writes the run folder."""
 
     async def _phase_run(self, name: str, work: Callable[[], Any]) -> None:
@@ -72,7 +73,7 @@ class CapacityRunner(ColdLoadPhase, LongContextPhase, ConcurrencyPhase, SoakPhas
                                  max_duration_s=self.plan.budget_s + 60).start()
         try:
             works = {"cold-load": self._cold_load, "long-context": self._long_context,
-                     "concurrency": self._concurrency, "soak": self._soak}
+                     "concurrency": self._concurrency, "soak": self._soak, "sessions": self._sessions}
             for name in PHASES:
                 if self.dead:
                     why = "the server never became ready" if not self.ready.get("ready") else \
@@ -93,5 +94,6 @@ def run_capacity(ctx: "AxisContext") -> "CapacityResult":
     # before the samplers and the health polls touch the target: a mistyped URL must not load a remote deployment
     check_load_target(ctx.target.base_url, ctx.params.target.allow_remote_load)
     runner = CapacityRunner(ctx)
+    runner.session_source = SessionSource(ctx.params)  # a session trace that cannot be read stops here, before any load
     run_sync(runner.run())
     return read_capacity(ctx.store)

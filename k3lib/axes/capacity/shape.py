@@ -7,10 +7,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ...core.params import Params
-from .config import CALIBRATION_BOUND_S, PHASE_OVERHEAD_S
+from .config import CALIBRATION_BOUND_S, PHASE_OVERHEAD_S, SESSION_MIN_TURNS
 from .trust import calibration_concurrencies
 
-PHASES = ("cold-load", "long-context", "concurrency", "soak")
+PHASES = ("cold-load", "long-context", "concurrency", "soak", "sessions")
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,11 @@ class CapacityPlan:
     calibration_concurrencies: tuple[int, ...] = ()  # empty: the client's timing error is not calibrated
     calibration_max_error_ms: float = 10.0
     calibration_server: str = "process"
+    # agent sessions (sessions.py): levels of concurrent sessions up to the planned sessions, each held this long
+    planned_sessions: int = 1
+    session_levels: tuple[int, ...] = ()
+    session_duration_s: float = 0.0
+    session_think_s: float = 0.0  # the mean think time; a drawn one is at most five times it, and 60 s
 
     def phase_budget_s(self, phase: str) -> float:
         """The most a phase may last, whatever the target does (the tests hold the axis to the sum)."""
@@ -50,6 +55,8 @@ class CapacityPlan:
             return len(self.steps) * (2 * self.step_duration_s + PHASE_OVERHEAD_S) + calibration
         if phase == "soak":
             return self.soak_duration_s + self.soak_drain_s + PHASE_OVERHEAD_S
+        if phase == "sessions":
+            return len(self.session_levels) * (self.session_level_bound_s + PHASE_OVERHEAD_S)
         raise KeyError(f"unknown phase {phase!r}; phases: {', '.join(PHASES)}")
 
     @property
@@ -57,6 +64,13 @@ class CapacityPlan:
         """How long the soak's last requests may finish after it stops sending: as long as the soak, at most one
         request's timeout (a request cut by the clock alone would count as load that did not complete)."""
         return min(self.soak_duration_s, self.request_timeout_s)
+
+    @property
+    def session_level_bound_s(self) -> float:
+        """The most one level of sessions may last: its duration, then a session short of its first turns plays
+        them (each a think time and a request), then what is in flight finishes."""
+        think = min(5 * self.session_think_s, 60.0)
+        return self.session_duration_s + (SESSION_MIN_TURNS + 1) * (self.request_timeout_s + think)
 
     @property
     def budget_s(self) -> float:
@@ -113,4 +127,24 @@ def plan_capacity(params: Params) -> CapacityPlan:
         soak_max_requests=cap.soak_max_requests, ready_timeout_s=cap.ready_timeout_s,
         request_timeout_s=cap.request_timeout_s,
         calibration_concurrencies=calibration_concurrencies(planned, steps) if cap.calibrate else (),
-        calibration_max_error_ms=cap.calibration_max_error_ms, calibration_server=cap.calibration_server)
+        calibration_max_error_ms=cap.calibration_max_error_ms, calibration_server=cap.calibration_server,
+        **session_plan(params))
+
+
+def planned_sessions(params: Params) -> int:
+    """The sessions the contract plans to hold at once; unset, the planned concurrency (its floor)."""
+    contract = params.contract
+    return int(contract.planned_sessions or contract.planned_concurrency)
+
+
+def session_levels(planned: int) -> tuple[int, ...]:
+    """1, 2, 4, … below the planned sessions, then the planned sessions."""
+    return tuple(s for s in default_steps(planned)[:-1])
+
+
+def session_plan(params: Params) -> dict[str, Any]:
+    """The session phase's part of the plan (k3lib.axes.capacity.sessions)."""
+    planned = planned_sessions(params)
+    return {"planned_sessions": planned, "session_levels": session_levels(planned),
+            "session_duration_s": params.axes.capacity.session_duration_s,
+            "session_think_s": params.axes.capacity.session_think_s}

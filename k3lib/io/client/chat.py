@@ -297,19 +297,22 @@ class ChatClient:
 
     async def chat_body(self, body: Mapping[str, Any], *, strict: bool = True, request_id: str | None = None,
                         timeout_s: float | None = None, enqueued_ns: int | None = None,
-                        deadline_ns: int | None = None, semaphore: asyncio.Semaphore | None = None) -> ChatRecord:
+                        deadline_ns: int | None = None, semaphore: asyncio.Semaphore | None = None,
+                        headers: Mapping[str, str] | None = None) -> ChatRecord:
         """Send a prepared body. `strict=False` returns failures as records with `error` set instead of raising.
 
         `deadline_ns` (a perf mark) is a hard stop shared by a load phase: a request still running then is
         recorded as cancelled. `semaphore`, when given, is acquired inside the measured client-queue window.
         With `strict=True` a raised TargetError carries the partial record (`record_of(exc)`).
         Each request ended counts once in the running axis' progress (`k3lib.core.progress`), which refuses one
-        that would pass the plan's count (`ConsentExceeded`).
+        that would pass the plan's count (`ConsentExceeded`). `headers` are sent with the request (a session
+        replay's affinity header).
         """
         progress.admit(self.base_url)  # past the plan the operator consented to: refused before it is sent
         try:
             rec = await self._chat_body(body, strict=strict, request_id=request_id, timeout_s=timeout_s,
-                                        enqueued_ns=enqueued_ns, deadline_ns=deadline_ns, semaphore=semaphore)
+                                        enqueued_ns=enqueued_ns, deadline_ns=deadline_ns, semaphore=semaphore,
+                                        headers=headers)
         except BaseException as exc:
             if self.kept is not None and (failed := record_of(exc)) is not None:
                 self.kept.append(failed)
@@ -322,7 +325,8 @@ class ChatClient:
 
     async def _chat_body(self, body: Mapping[str, Any], *, strict: bool, request_id: str | None,
                          timeout_s: float | None, enqueued_ns: int | None, deadline_ns: int | None,
-                         semaphore: asyncio.Semaphore | None) -> ChatRecord:
+                         semaphore: asyncio.Semaphore | None,
+                         headers: Mapping[str, str] | None = None) -> ChatRecord:
         # build the first pool (and the TLS context, ~20 ms) before the anchor: it is set-up, not queueing
         self._pools()
         if self._transport is None:
@@ -355,9 +359,9 @@ class ChatClient:
                         state.enqueued = time.perf_counter_ns()
                 if semaphore is not None:
                     async with semaphore:
-                        await self._exchange(body, state)
+                        await self._exchange(body, state, headers)
                 else:
-                    await self._exchange(body, state)
+                    await self._exchange(body, state, headers)
             await state.settle()  # a finished stream's decoding: outside the deadline, it was complete in time
         except TimeoutError as exc:
             phase_stop = deadline_ns is not None and deadline_ns <= own_deadline
@@ -399,9 +403,10 @@ class ChatClient:
             raise error from cause
         raise error
 
-    async def _exchange(self, body: dict[str, Any], state: _Attempt) -> None:
+    async def _exchange(self, body: dict[str, Any], state: _Attempt,
+                        extra_headers: Mapping[str, str] | None = None) -> None:
         payload = json.dumps(body, ensure_ascii=False).encode()
-        headers = {"content-type": "application/json",
+        headers = {**(extra_headers or {}), "content-type": "application/json",
                    "accept": "text/event-stream" if state.stream else "application/json", **user_agent_headers()}
         if self._transport is None:
             await self._exchange_aiohttp(payload, headers, state)

@@ -1,0 +1,226 @@
+"""The session phase: agent sessions replayed faithfully (k3lib.io.sessions), stepped like concurrency up to the
+contract's planned sessions (`contract.planned_sessions`, floored at the planned concurrency when unset).
+
+Each level holds that many sessions at once for `axes.capacity.session_duration_s`: a session that ends gives its
+place to the next one, no turn starts after the level's duration once a session played its first turns
+(`SESSION_MIN_TURNS`), and the turns in flight then finish (each within the request timeout). Every turn is one
+record in `evidence/capacity/sessions.jsonl`, written as it ends; the judge aligns it with the server's KV usage,
+running and waiting sampled while it ran and the preemptions counted over it. Each level keeps its counter deltas
+between its two boundary scrapes. The sessions come from a trace (`axes.capacity.session_trace`, the kit's format
+or a public shape) or, by default, from the contract: the agent sample's system prompt, tools and tool questions,
+growing to the contract's longest exchange (`contract.max_context_tokens × axes.agent.long_context_fraction`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from ...core import progress
+from ...core.errors import APIError, TargetError
+from ...io.client import ChatClient
+from ...io.sessions import (Question, ReplayConfig, SessionReplay, SessionShape, SessionTurn, convert_trace,
+                            generate_sessions, read_trace)
+from .config import SESSION_MAX_TURNS, SESSION_MIN_TURNS
+from .result import SESSIONS_JSONL
+from .shape import session_levels
+from .watch import EngineWatch, boundary_snapshot
+from .window import record_stats, window_numbers
+
+__all__ = ["SESSIONS_JSONL", "SessionPhase", "SessionSource", "longest_exchange", "sample_shape", "sampling_of",
+           "session_levels"]
+#: a generated session's recorded tool result, when the sample's tool has no canned one
+_RESULT = {"status": "ok", "source": "recorded result (k3kit session replay)"}
+
+
+def longest_exchange(params: Any) -> int:
+    return int(params.contract.max_context_tokens * params.axes.agent.long_context_fraction)
+
+
+def sample_shape(params: Any, sessions: int, seed: int) -> SessionShape:
+    """Generated sessions from the contract and the agent sample (system prompt, tools, questions that need one)."""
+    from ..agent.sample import load_sample
+    from ...core.session import find_path
+
+    a, cap, contract = params.axes.agent, params.axes.capacity, params.contract
+    sample = load_sample(find_path(a.sample) if a.sample else None)
+    questions = []
+    for case in sample.cases:
+        if case.requires_images:
+            continue
+        for t in case.turns:
+            if isinstance(t.user, str) and t.expect_tool and t.tool_error is None:
+                tool = sample.tool(t.expect_tool)
+                result = tool.result if tool is not None and tool.result is not None else {**_RESULT,
+                                                                                           "function": t.expect_tool}
+                questions.append(Question(t.user, t.expect_tool, json.dumps(result, sort_keys=True)))
+    return SessionShape(sessions=sessions, system_prompt=sample.system_prompt,
+                        tools=tuple(t.openai() for t in sample.tools), questions=tuple(questions),
+                        longest_tokens=longest_exchange(params),
+                        max_tokens=min(sample.defaults.max_tokens, contract.typical_output_tokens
+                                       or contract.max_output_tokens),
+                        max_turns=SESSION_MAX_TURNS, think_mean_s=cap.session_think_s, seed=seed)
+
+
+def sampling_of(params: Any) -> dict[str, Any]:
+    """The production sampling the sessions are sent with (the recipe's; the server's defaults where unset)."""
+    s = params.recipe.sampling
+    out: dict[str, Any] = {}
+    if s.temperature is not None:
+        out["temperature"] = s.temperature
+    if s.top_p is not None:
+        out["top_p"] = s.top_p
+    if s.thinking is not None:
+        out["chat_template_kwargs"] = {"thinking": s.thinking}
+    return out
+
+
+class SessionSource:
+    """Where a level's sessions come from: the trace's sessions in order (each once per level), or generated ones,
+    numbered on so that no two sessions of a run share more than the system prompt and tools."""
+
+    def __init__(self, params: Any, seed: int = 47) -> None:
+        cap = params.axes.capacity
+        self.trace: list[list[SessionTurn]] | None = None
+        if cap.session_trace:
+            from ...core.session import find_path
+
+            path = find_path(cap.session_trace)
+            self.trace = read_trace(path) if cap.session_trace_format == "k3" else \
+                convert_trace(cap.session_trace_format, path)
+        self.params, self.seed, self.next = params, seed, 0
+        self.kind = f"trace ({cap.session_trace_format})" if self.trace is not None else "generated from the contract"
+
+    def head(self) -> tuple[str | None, list[dict[str, Any]]]:
+        """The system prompt and tools every session starts with (a trace's first session's)."""
+        if self.trace is not None:
+            first = self.trace[0][0]
+            return first.system, [dict(t) for t in first.tools]
+        shape = sample_shape(self.params, 1, self.seed)
+        return shape.system_prompt, [dict(t) for t in shape.tools]
+
+    def level(self) -> Iterator[list[SessionTurn]]:
+        if self.trace is not None:
+            yield from self.trace
+            return
+        shape = sample_shape(self.params, 1, self.seed)
+        while True:
+            (session,) = generate_sessions(shape, first=self.next)
+            self.next += 1
+            yield session
+
+
+class SessionPhase(EngineWatch):
+    """The phase's I/O: the levels in order, each its sessions at once."""
+
+    session_source: SessionSource | None = None  # set before the run, so a bad trace is refused before any load
+
+    async def _sessions(self) -> str:
+        plan = self.plan
+        source = self.session_source or SessionSource(self.params)
+        self.session_run: dict[str, Any] = {"source": source.kind, "planned_sessions": plan.planned_sessions,
+                            "levels": [], "longest_exchange_tokens": longest_exchange(self.params)}
+        client = self._client(plan.request_timeout_s)
+        try:
+            self.session_run["shared_prefix_tokens"] = await self._shared_prefix(client, source)
+            for level in plan.session_levels:
+                if self.dead:
+                    self.session_run["levels"].append({"sessions": level, "status": "skipped",
+                                                       "note": "engine dead"})
+                    continue
+                await self._session_level(client, source, level)
+        finally:
+            await client.aclose()
+        turns = sum(lv.get("turns", 0) for lv in self.session_run["levels"])
+        return f"{turns} turns over {len(plan.session_levels)} level(s) of sessions ({source.kind})"
+
+    async def _shared_prefix(self, client: ChatClient, source: SessionSource) -> int | None:
+        """The system prompt and tools in tokens, from the server's /tokenize (None where it has none): the part of
+        every prompt that sessions share, told apart from each session's own history."""
+        system, tools = source.head()
+        if system is None:
+            return None
+        try:
+            return (await client.tokenize(messages=[{"role": "system", "content": system}], tools=tools)).count
+        except (APIError, TargetError):
+            self.notes.append("the session phase's shared prefix was not measured: /tokenize did not answer")
+            return None
+
+    def _config(self) -> ReplayConfig:
+        block = str(self.cache_info.get("block_size") or "")
+        return ReplayConfig(model=self.params.target.model, request_timeout_s=self.plan.request_timeout_s,
+                            sampling=sampling_of(self.params),
+                            block_tokens=int(block) if block.isdigit() else 16)
+
+    async def _session_level(self, client: ChatClient, source: SessionSource, level: int) -> None:
+        plan = self.plan
+        progress.phase(f"sessions: {level} at once", duration_s=plan.session_duration_s)
+        label = f"sessions {level}"
+        bucket: list[dict[str, Any]] = []
+        turns: list[dict[str, Any]] = []
+        sessions = source.level()
+        counts = {"started": 0, "finished": 0}
+        request_sink = self._sink("sessions", label, bucket, level)
+
+        def sink(d: dict[str, Any]) -> None:
+            d["level"] = level
+            turns.append(d)
+            self.store.append_jsonl(SESSIONS_JSONL, d)  # as it ends: a killed run keeps every finished turn
+
+        async def worker() -> None:
+            while time.perf_counter_ns() < stop_at:
+                session = next(sessions, None)
+                if session is None:
+                    return
+                counts["started"] += 1
+                await SessionReplay(client, session, self._config(), sink=sink, on_request=request_sink,
+                                    label=f"L{level}-", stop_at_ns=stop_at, min_turns=SESSION_MIN_TURNS).run()
+                counts["finished"] += 1
+
+        before = await boundary_snapshot(self.urls)
+        t0 = time.time()
+        stop_at = time.perf_counter_ns() + int(plan.session_duration_s * 1e9)
+        self._in_flight = level
+        early = await self._hold(worker, level)
+        self._in_flight = 0
+        t1 = time.time()
+        after = await boundary_snapshot(self.urls)
+        alive = await self._check_alive(client, "sessions", level)
+        self.session_run["levels"].append({
+            "sessions": level, "status": "done" if early is None else "stopped", "note": early or "",
+            "start_wall": t0, "end_wall": t1, "turns": len(turns), "sessions_started": counts["started"],
+            "sessions_finished": counts["finished"], "engine_alive_after": alive,
+            **record_stats(bucket), **window_numbers(before, after)})
+
+    async def _hold(self, worker: Callable[[], Any], level: int) -> str | None:
+        """`level` workers until the level's duration (each session plays its first turns), cut at the level's
+        bound; a server gone (the watch's sink) stops them all."""
+        tasks = [asyncio.ensure_future(worker()) for _ in range(level)]
+        try:
+            done, pending = await asyncio.wait(tasks, timeout=self.plan.session_level_bound_s)
+            for t in pending:
+                t.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+            errors = [t.exception() for t in done if not t.cancelled() and t.exception() is not None]
+            if errors:
+                return f"stopped early: {errors[0]}"[:300]
+            return "cut at the level's bound" if pending else None
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    # -- the run folder ------------------------------------------------------------------------------------
+    def _flush(self) -> None:
+        super()._flush()
+        if self.store.path(SESSIONS_JSONL).exists():
+            self.store.adopt(SESSIONS_JSONL)
+
+    def describe(self) -> dict[str, Any]:
+        out = super().describe()
+        out["sessions"] = getattr(self, "session_run", None)
+        out["files"]["sessions"] = SESSIONS_JSONL if self.store.path(SESSIONS_JSONL).exists() else None
+        return out
