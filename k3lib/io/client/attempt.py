@@ -174,3 +174,28 @@ async def _read_stream(read_piece: Callable[[], Awaitable[bytes]], state: _Attem
     state.unsettled = True
     if not settle_later:
         state.settle_now()
+
+
+# aiohttp trace hooks (`ChatClient._session`): the attempt's connection and send marks
+async def _on_connect_start(session: Any, ctx: Any, params: Any) -> None:
+    ctx.trace_request_ctx.connect_start_ns = time.perf_counter_ns()
+
+
+async def _on_connection(session: Any, ctx: Any, params: Any) -> None:
+    # a new or reused connection is in hand: the request headers go onto the wire now
+    t = time.perf_counter_ns()
+    state = ctx.trace_request_ctx
+    if state.connect_start_ns is not None and state.connect_ms is None:
+        state.connect_ms = (t - state.connect_start_ns) / 1e6
+    if state.sent_ns is None:
+        state.sent_ns = t
+
+
+async def _on_body_sent(session: Any, ctx: Any, params: Any) -> None:
+    # aiohttp holds the headers back and writes them with the body, from a task of their own that runs only when
+    # this loop comes round again: with many requests started together that is milliseconds after the connection
+    # was in hand. The first body write is when the request really goes onto the wire, so it moves the mark.
+    state = ctx.trace_request_ctx
+    if not state.body_sent:
+        state.body_sent = True
+        state.sent_ns = time.perf_counter_ns()

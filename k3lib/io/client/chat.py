@@ -21,7 +21,8 @@ from k3lib.core.errors import APIError, ProtocolError, TargetUnreachable
 from k3lib.core.guards import require_key_env
 
 from .access import _EnvBearerAuth, root_url, user_agent_headers
-from .attempt import TRANSPORT_ERRORS, _Attempt, _broken, _mark_reply, _read_stream, _send_failure
+from .attempt import (TRANSPORT_ERRORS, _Attempt, _broken, _mark_reply, _on_body_sent, _on_connect_start,
+                      _on_connection, _read_stream, _send_failure)
 from .loops import LoopBound
 from .records import BODY_TEXT_LIMIT_CHARS, ChatRecord, ProbeRecord, TokenizeResult, asked_of, record_of
 from .stream import _try_json, completion_fields, parse_error_body
@@ -39,30 +40,6 @@ class _Pool:
 async def _close_pools(pools: list[_Pool]) -> None:
     for pool in pools:
         await pool.http.aclose()
-
-
-async def _on_connect_start(session: Any, ctx: Any, params: Any) -> None:
-    ctx.trace_request_ctx.connect_start_ns = time.perf_counter_ns()
-
-
-async def _on_connection(session: Any, ctx: Any, params: Any) -> None:
-    # a new or reused connection is in hand: the request headers go onto the wire now
-    t = time.perf_counter_ns()
-    state = ctx.trace_request_ctx
-    if state.connect_start_ns is not None and state.connect_ms is None:
-        state.connect_ms = (t - state.connect_start_ns) / 1e6
-    if state.sent_ns is None:
-        state.sent_ns = t
-
-
-async def _on_body_sent(session: Any, ctx: Any, params: Any) -> None:
-    # aiohttp holds the headers back and writes them with the body, from a task of their own that runs only when
-    # this loop comes round again: with many requests started together that is milliseconds after the connection
-    # was in hand. The first body write is when the request really goes onto the wire, so it moves the mark.
-    state = ctx.trace_request_ctx
-    if not state.body_sent:
-        state.body_sent = True
-        state.sent_ns = time.perf_counter_ns()
 
 
 class ChatClient:
