@@ -7,9 +7,10 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
+from k3lib.axes.agent.rate import turns_needed
 from k3lib.axes.capacity.analysis import saturation_point
 from k3lib.axes.capacity.concurrency import too_short
-from k3lib.axes.estimate import _Speed, agent_phases, capacity_phases, closed_loop_sent
+from k3lib.axes.estimate import _Speed, agent_phases, capacity_phases, closed_loop_sent, sessions_sent
 from k3lib.core.params import load_params
 from k3lib.core.progress import read_status
 
@@ -21,7 +22,9 @@ def test_the_agent_plan_counts_its_series_and_contract_check():
     params = load_params([EMULATOR])
     phases = agent_phases(params, _Speed(0.01, 0.002))
     names = [p.name for p in phases]
-    assert any(n.startswith("tool-turn series (24 turns") for n in names)
+    # the series the contract's failure rate needs (1 % → 381 turns: k3lib.axes.agent.rate.turns_needed)
+    needed = turns_needed(params.contract.max_tool_call_failure_rate)
+    assert needed == 381 and any(n.startswith(f"tool-turn series ({needed} turns") for n in names)
     assert any(n.startswith("vendor contract check (35 requests") for n in names)
     off = agent_phases(load_params([EMULATOR], ["axes.agent.contract_check=false"]), _Speed(0.01, 0.002))
     assert sum(p.requests for p in phases) - sum(p.requests for p in off) == 35
@@ -72,6 +75,10 @@ def test_the_plan_counts_what_the_healthy_run_sends_per_axis(healthy_run):
         c = params.contract.planned_concurrency if step == "soak" else int(step[1:])
         took = statistics.median(r["e2e_ms"] for r in mine if r.get("ok")) / 1000
         counted += closed_loop_sent(c, cap.soak_duration_s if step == "soak" else cap.step_duration_s, took)
+    for step in {r["step"] for r in rows if r["phase"] == "sessions"}:  # "sessions 4": a level of agent sessions
+        mine = [r for r in rows if r["step"] == step]
+        took = statistics.median(r["e2e_ms"] for r in mine if r.get("ok")) / 1000
+        counted += sessions_sent(int(step.split()[-1]), cap.session_duration_s, cap.session_think_s, took)
     assert abs(len(rows) - counted) <= 0.1 * len(rows), (len(rows), counted)
     lc = next(p for p in plan["capacity"]["phases"] if p["name"].startswith("long context"))
     assert lc["requests"] == sum(1 for r in rows if r["phase"] == "long-context")

@@ -138,6 +138,16 @@ def closed_loop_sent(concurrency: int, duration_s: float, each_s: float) -> int:
     return max(1, concurrency) * max(1, math.ceil(duration_s / max(each_s, 1e-6)))
 
 
+def sessions_sent(sessions: int, duration_s: float, think_s: float, turn_s: float) -> int:
+    """The turns a level of `sessions` concurrent agent sessions sends (k3lib.axes.capacity.sessions): each place
+    plays a turn after each think time until the level's duration, and a session plays its first
+    `SESSION_MIN_TURNS` whatever the time."""
+    from .capacity.config import SESSION_MIN_TURNS
+
+    per = math.ceil(duration_s / max(turn_s + think_s, 1e-6))
+    return max(1, sessions) * max(SESSION_MIN_TURNS, per)
+
+
 def agent_phases(params: Params, speed: SpeedLike) -> tuple[PhaseEstimate, ...]:
     """One phase per concurrency level: every repetition of the sample's cases (an ideal model's requests: one per
     turn, one more after each expected tool call), bounded by the level's requests and seconds."""
@@ -218,14 +228,14 @@ def capacity_phases(params: Params, speed: SpeedLike) -> tuple[PhaseEstimate, ..
 
 def session_phases(params: Params, speed: SpeedLike) -> tuple[PhaseEstimate, ...]:
     """The session phase (k3lib.axes.capacity.sessions): each level holds its sessions for its duration, a turn
-    every think time plus one request's time, then the turns in flight finish."""
+    every think time plus one request's time, then the turns in flight finish (`sessions_sent`)."""
     from .capacity.shape import plan_capacity
 
     plan = plan_capacity(params)
     out = []
     for n in plan.session_levels:
         turn_s = speed.request_s(plan.output_tokens) * _share(n, speed) + CLIENT_S
-        turns = math.ceil(n * plan.session_duration_s / (turn_s + params.axes.capacity.session_think_s))
+        turns = sessions_sent(n, plan.session_duration_s, params.axes.capacity.session_think_s, turn_s)
         out.append(PhaseEstimate(f"sessions: {n} at once", turns, plan.session_duration_s + turn_s, "duration"))
     return tuple(out)
 
