@@ -41,7 +41,9 @@ def test_attack_a_restart_command_that_restarts_nothing_observes_no_cold_load(tm
 
 
 @pytest.mark.parametrize("not_ready, before, after, seen", [
-    pytest.param(2, 10.0, 10.0, True, id="health left 200"),
+    pytest.param(2, None, None, True, id="health left 200, no start time stated"),
+    pytest.param(2, 10.0, 11.5, True, id="health left 200, a new process"),
+    pytest.param(2, 10.0, 10.0, False, id="health flapped, the same process"),
     pytest.param(0, 10.0, 11.5, True, id="a new process"),
     pytest.param(0, 10.0, 10.0, False, id="same process, always ready"),
     pytest.param(0, None, None, False, id="no start time stated, always ready"),
@@ -50,6 +52,48 @@ def test_a_restart_is_proven_by_health_or_start_time(not_ready, before, after, s
     from k3lib.axes.capacity.coldload import restart_effect
 
     assert restart_effect(not_ready, before, after)[0] is seen
+
+
+def test_attack_a_health_flap_under_a_restart_that_restarts_nothing_is_no_cold_load(tmp_path):
+    """`target.restart` restarts nothing while /health answers 503 once for another reason (a probe timeout, a
+    drain): before the fix "/health left 200" made it a cold load ("not ready → ready" in the flap's length); the
+    process start time the server states did not change, so it is the same process and no load was observed."""
+    import http.server
+    import threading
+
+    flap = {"left": 0}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def _send(self, status: int, body: str) -> None:
+            self.send_response(status)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+        def do_GET(self):  # noqa: N802 - the stdlib's name
+            if self.path == "/health":
+                flap["left"], status = max(flap["left"] - 1, 0), 503 if flap["left"] else 200
+                return self._send(status, "")
+            if self.path == "/metrics":
+                return self._send(200, "process_start_time_seconds 1765000000.5\n")
+            return self._send(404, "")
+
+        def do_POST(self):  # noqa: N802 - the restart command: restarts nothing, /health flaps once
+            flap["left"] = 1
+            self._send(200, "{}")
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        ready = _cold_load(tmp_path, f"http://127.0.0.1:{server.server_address[1]}",
+                           "'http:POST:{base_url}/not-a-restart:{}'")
+    finally:
+        server.shutdown()
+    assert ready["ready"] is True and ready["polls"] == 2  # /health did leave 200, once
+    assert ready["observed_transition"] is False and "the same process" in ready["restart"]["effect"]
 
 
 # -- identity: resolved addresses and the server's own identity ---------------------------------------------------
