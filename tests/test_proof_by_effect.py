@@ -41,7 +41,9 @@ def test_attack_a_restart_command_that_restarts_nothing_observes_no_cold_load(tm
 
 
 @pytest.mark.parametrize("not_ready, before, after, seen", [
-    pytest.param(2, 10.0, 10.0, True, id="health left 200"),
+    pytest.param(2, None, None, True, id="health left 200, no start time stated"),
+    pytest.param(2, 10.0, 11.5, True, id="health left 200, a new process"),
+    pytest.param(2, 10.0, 10.0, False, id="health flapped, the same process"),
     pytest.param(0, 10.0, 11.5, True, id="a new process"),
     pytest.param(0, 10.0, 10.0, False, id="same process, always ready"),
     pytest.param(0, None, None, False, id="no start time stated, always ready"),
@@ -52,10 +54,52 @@ def test_a_restart_is_proven_by_health_or_start_time(not_ready, before, after, s
     assert restart_effect(not_ready, before, after)[0] is seen
 
 
+def test_attack_a_health_flap_under_a_restart_that_restarts_nothing_is_no_cold_load(tmp_path):
+    """`target.restart` restarts nothing while /health answers 503 once for another reason (a probe timeout, a
+    drain): before the fix "/health left 200" made it a cold load ("not ready → ready" in the flap's length); the
+    process start time the server states did not change, so it is the same process and no load was observed."""
+    import http.server
+    import threading
+
+    flap = {"left": 0}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def _send(self, status: int, body: str) -> None:
+            self.send_response(status)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+        def do_GET(self):  # noqa: N802 - the stdlib's name
+            if self.path == "/health":
+                flap["left"], status = max(flap["left"] - 1, 0), 503 if flap["left"] else 200
+                return self._send(status, "")
+            if self.path == "/metrics":
+                return self._send(200, "process_start_time_seconds 1765000000.5\n")
+            return self._send(404, "")
+
+        def do_POST(self):  # noqa: N802 - the restart command: restarts nothing, /health flaps once
+            flap["left"] = 1
+            self._send(200, "{}")
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        ready = _cold_load(tmp_path, f"http://127.0.0.1:{server.server_address[1]}",
+                           "'http:POST:{base_url}/not-a-restart:{}'")
+    finally:
+        server.shutdown()
+    assert ready["ready"] is True and ready["polls"] == 2  # /health did leave 200, once
+    assert ready["observed_transition"] is False and "the same process" in ready["restart"]["effect"]
+
+
 # -- identity: resolved addresses and the server's own identity ---------------------------------------------------
 
 
-def _serve(routes: dict[str, str]):
+def _serve(routes: dict[str, str], host: str = "127.0.0.1"):
     """A server the kit did not start, answering `routes[path]` (or `routes["*"]`) on GET."""
     import http.server
     import threading
@@ -71,7 +115,7 @@ def _serve(routes: dict[str, str]):
         def log_message(self, *args):
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = http.server.ThreadingHTTPServer((host, 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
 
@@ -111,6 +155,65 @@ def test_attack_the_targets_own_attestation_reached_under_another_name(emulator,
                 limits.message
     finally:
         other.shutdown()
+
+
+def _interface_address() -> str:
+    """A non-loopback address of this machine (the one a packet to a TEST-NET address would leave from)."""
+    import ipaddress
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("192.0.2.1", 9))  # UDP: nothing is sent
+        except OSError:
+            pytest.skip("no route off loopback on this machine")
+        address = s.getsockname()[0]
+    if ipaddress.ip_address(address).is_loopback:
+        pytest.skip("no address off loopback on this machine")
+    return address
+
+
+def test_attack_the_targets_own_attestation_reached_through_another_interface_address(emulator, tmp_path):
+    """A server bound to every address answers on each: the target http://127.0.0.1:P and its attestation at
+    http://<this machine's eth0 address>:P/… are one server. Before the fix this machine's addresses were only what
+    its name resolves to (here 127.0.0.1), so the eth0 address was another host and the deployment's word about
+    itself passed C15."""
+    import datetime as dt
+
+    from k3lib.emulator.envreport import operator_attestation
+
+    address = _interface_address()
+    text = json.dumps(operator_attestation(emulator.config, dt.date.today().isoformat() + "T00:00:00Z", 4))
+    other = _serve({"*": text}, host="0.0.0.0")
+    port = other.server_address[1]
+    try:
+        limits = _limits(f"http://127.0.0.1:{port}", f"http://{address}:{port}/attestation", tmp_path)
+        assert limits.status == "not-observable" and "served by the target under test" in limits.message, \
+            limits.message
+    finally:
+        other.shutdown()
+
+
+def test_a_name_that_resolves_elsewhere_is_the_target_when_it_states_the_targets_start_time(monkeypatch):
+    """A proxy, a NAT or another view of the DNS: the resolver ties the name to another host, but the server there
+    states the target's own process start time — it is the target. A model root alone names it on this host only
+    (every deployment of one model shares it)."""
+    import k3lib.io.addresses as addresses
+    from k3lib.axes.attestation import served_by_target
+
+    models = json.dumps({"data": [{"id": "kimi-k3", "root": "/models/moonshotai/Kimi-K3"}]})
+    metrics = "process_start_time_seconds 1765000000.5\n"
+    target = _serve({"/v1/models": models, "/metrics": metrics})
+    proxy = _serve({"/metrics": metrics, "/attestation": "who: me"})
+    twin = _serve({"/v1/models": models, "/attestation": "who: a twin elsewhere"})
+    base = f"http://127.0.0.1:{target.server_address[1]}"
+    monkeypatch.setattr(addresses, "same_host", lambda a, b: False)  # every name resolves elsewhere
+    try:
+        assert served_by_target(f"http://127.0.0.1:{proxy.server_address[1]}/attestation", base)
+        assert not served_by_target(f"http://127.0.0.1:{twin.server_address[1]}/attestation", base)
+    finally:
+        for s in (target, proxy, twin):
+            s.shutdown()
 
 
 def test_another_port_of_the_same_server_is_the_target(tmp_path):

@@ -297,3 +297,19 @@ def test_attack_thinking_off_is_not_production_until_accepted(healthy_run):
     ops = records["operations"].model_copy(update={"data": OperationsData(
         attestation=parse_attestation(att, "att.yaml")).model_dump(mode="json")})
     assert compute_decision(moved, {**records, "operations": ops}).decision == "production"
+
+
+def test_attack_a_model_served_under_a_name_of_its_own_keeps_the_named_recipes_floors(healthy_run):
+    """K3 served as `--served-model-name llm` from `/mnt/models` (a KServe layout): the kit knows neither name, and
+    before the fix the served-basis floors judged nothing — thinking off, no DSpark floor and no weight dtype were
+    not listed and the run was `production`. A name is the target's to choose: the recipe the parameters name
+    stands in."""
+    params, records = _records(healthy_run)
+    probe = records["probe"]
+    renamed = probe.model_copy(update={"data": {**probe.data, "served_models": [{"id": "llm", "root": "/mnt/models"}]}})
+    moved = load_params([], ["recipe.sampling.thinking=false", "recipe.spec_decode_min_acceptance_length=null"],
+                        base=params.public_dict())
+    d = compute_decision(moved, {**records, "probe": renamed})
+    assert d.decision == "limited-observation"
+    for path in ("recipe.sampling.thinking", "recipe.spec_decode_min_acceptance_length"):
+        assert any(path in r and "loosened threshold" in r for r in d.reasons), (path, d.reasons)

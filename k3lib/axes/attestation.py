@@ -163,9 +163,11 @@ def _newer(a: str | None, b: str | None) -> bool:
 def served_by_target(location: str | None, base: str, *, timeout_s: float = 3.0) -> bool:
     """Whether a source's URL (`{base_url}` allowed) is served by the target under test itself: what the deployment
     says of itself proves nothing about it, except from the kit's own demo stand-in. The host is compared by what
-    its name resolves to (`localhost`, `127.0.0.1`, `::1`, another DNS name of the same address are one host,
-    `k3lib.io.addresses`); on the same host at another port, the server there is the target when it states the
-    target's own identity (its process start time, or the root of a model it serves)."""
+    its name resolves to (`localhost`, `127.0.0.1`, `::1`, any address of this machine's interfaces, another DNS
+    name of the same address are one host, `k3lib.io.addresses`); on the same host at another port, the server there
+    is the target when it states the target's own identity (its process start time, or the root of a model it
+    serves); under a name that resolves elsewhere (a proxy, a NAT, another view of the DNS), when it states the
+    target's process start time."""
     from urllib.parse import urlsplit
 
     from .environment.sources import substitute
@@ -178,10 +180,10 @@ def served_by_target(location: str | None, base: str, *, timeout_s: float = 3.0)
         return False
     if same_origin(url, base):
         return True
-    if not same_host(urlsplit(url).hostname, urlsplit(base).hostname):
-        return False
+    here = same_host(urlsplit(url).hostname, urlsplit(base).hostname)
     mine, theirs = server_identity(base, timeout_s), server_identity(origin(url), timeout_s)
-    return bool(theirs["roots"] & mine["roots"]) or (
+    # a model root is shared by every deployment of one model: it names the target on this host only
+    return bool(here and theirs["roots"] & mine["roots"]) or (
         mine["start"] is not None and theirs["start"] == mine["start"])
 
 

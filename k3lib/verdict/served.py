@@ -32,12 +32,14 @@ def _roofline_bound(records: dict[str, EvidenceRecord]) -> dict[str, Any]:
 
 
 def served_facts(records: dict[str, EvidenceRecord], recipe_name: object = None) -> dict[str, Any]:
-    """The facts the served-basis floors rest on. The recipe is the served model's; with no model read (no probe
-    record), the one `recipe_name` names, if the kit knows it."""
+    """The facts the served-basis floors rest on. The recipe is the served model's; where the kit knows no model the
+    target serves (none read, or served under a name of its own: `--served-model-name llm` from `/mnt/models`), the
+    one `recipe_name` names, if the kit knows it — a model's name is the target's to choose, and a name the kit
+    does not know must not drop the floors of the model the operator says it is."""
     models = served_models(records)
     found = served_recipe(models)
-    if found is None and not models and (named := known_recipe(recipe_name)) is not None:
-        found = (named, str(recipe_name))
+    if found is None and (named := known_recipe(recipe_name)) is not None:
+        found = (named, f"{', '.join(models)}, named {recipe_name} by the parameters" if models else str(recipe_name))
     out: dict[str, Any] = {}
     if found is not None:
         out.update(recipe=dict(found[0].judged), recipe_name=found[0].name, recipe_model=found[1])

@@ -56,10 +56,10 @@ class ColdLoadPhase(EngineWatch):
             ready = row["status"] == 200
             # a restart is proven by its effect, never by the command's exit: /health left 200, or the server's
             # process start time changed (a command that exits 0 and restarts nothing observes no cold load)
-            restarted = False
+            transition = not_ready > 0
             if command and restart["ok"] and ready:
-                restarted, restart["effect"] = restart_effect(not_ready, started_before, await self._process_start())
-            self.ready = {"ready": ready, "observed_transition": ready and (not_ready > 0 or restarted),
+                transition, restart["effect"] = restart_effect(not_ready, started_before, await self._process_start())
+            self.ready = {"ready": ready, "observed_transition": ready and transition,
                           "restart": restart, "polls": not_ready + 1,
                           "ready_at_wall": row["t_wall"] if ready else None,
                           "waited_s": round(time.perf_counter() - start, 3), "last_status": row["status"],
@@ -78,11 +78,12 @@ class ColdLoadPhase(EngineWatch):
         return "ready" + (" (was already running)" if not self.ready["observed_transition"] else "")
 
     async def _process_start(self) -> float | None:
-        """The server's own `process_start_time_seconds` (None where its /metrics does not say it: vLLM's
-        multiprocess mode)."""
+        """The latest `process_start_time_seconds` the server's endpoints state (None where its /metrics does not say
+        it: vLLM's multiprocess mode). A process that restarts starts after every other: the latest changes when any
+        of them restarted, a router's older start left aside."""
         snap = await boundary_snapshot(self.urls)
         starts = [s.value for e in snap.endpoints for s in e.samples if s.name == "process_start_time_seconds"]
-        return min(starts) if starts else None
+        return max(starts) if starts else None
 
     async def _read_server_facts(self, client: ChatClient) -> None:
         try:
@@ -119,12 +120,17 @@ class ColdLoadPhase(EngineWatch):
 
 
 def restart_effect(not_ready: int, before: float | None, after: float | None) -> tuple[bool, str]:
-    """Whether a restart command had an effect the kit saw, and the words: /health answered other than 200 at least
-    once, or the process start time the server states changed."""
-    if not_ready > 0:
-        return True, f"/health left 200 ({not_ready} poll(s) not ready)"
+    """Whether a restart command had an effect the kit saw, and the words: the process start time the server states
+    changed, or, where it states none, /health answered other than 200 at least once. A start time stated before and
+    after and unchanged is the same process: /health that left 200 meanwhile flapped for another reason (a probe
+    timeout, a drain), and the time it took to come back is no cold load."""
     if before is not None and after is not None and after != before:
         return True, f"the server's process start time changed ({before:.3f} → {after:.3f})"
+    if not_ready > 0 and before is not None and after is not None:
+        return False, (f"no restart: /health left 200 ({not_ready} poll(s) not ready) but the server's process start "
+                       f"time did not change ({before:.3f}) — the same process, nothing restarted")
+    if not_ready > 0:
+        return True, f"/health left 200 ({not_ready} poll(s) not ready; its /metrics states no process start time)"
     said = ("its process start time did not change" if before is not None and after is not None else
             "its /metrics states no process start time")
     return False, f"no effect seen: /health never left 200 and {said} — nothing restarted"
