@@ -147,6 +147,42 @@ def test_attack_a_one_off_credit_is_listed_apart_not_netted(steady):
     assert review(steady)[1]["cost"]["self_hosted"]["total"] == base - 12000
 
 
+@pytest.mark.parametrize("kind", ["Usage", "Tax", "Purchase"])
+def test_attack_a_negative_line_of_a_counted_charge_is_listed_apart_not_netted(tmp_path, kind):
+    """The credit again, written as a negative Usage (or Tax, Purchase) line of the deployment's compute: it was
+    summed into capacity unseen (26,290 → 15,250 EUR on steady's exports, renew). Any negative line of a kind the
+    bill counts is listed apart as "negative KIND", never netted into an item."""
+    import csv
+    from pathlib import Path
+
+    from k3lib.renewal.imports import commands
+    from k3lib.renewal.imports.params import ImportSection
+    from k3lib.renewal.imports.provenance import Window
+
+    src = Path(__file__).parent / "data" / "exports" / "focus.csv"
+    rows = list(csv.DictReader(src.open()))
+    window = Window(dt.datetime(2026, 7, 24, tzinfo=dt.timezone.utc), dt.datetime(2026, 8, 14, tzinfo=dt.timezone.utc))
+    section = ImportSection.model_validate({"currency": "EUR", "costs": {"tags": {"app": "kimi-k3"}}})
+    base = next(r for r in rows if r["ServiceCategory"] == "Compute" and r["ChargeCategory"] == "Usage")
+    bill = tmp_path / "focus.csv"
+
+    def capacity(extra: list[dict[str, str]]) -> float | None:
+        with bill.open("w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows + extra)
+        out = tmp_path / f"costs-{len(extra)}.yaml"
+        commands.import_bill("focus", bill, out, section, window)
+        return read_costs(out).capacity
+
+    before = capacity([])
+    negative = {**base, "ChargePeriodStart": "2026-08-01T00:00:00Z", "ChargePeriodEnd": "2026-08-02T00:00:00Z",
+                "ChargeCategory": kind, "BilledCost": "-12000", "EffectiveCost": "-12000", "CommitmentDiscountId": ""}
+    assert capacity([negative]) == before
+    listed = read_costs(tmp_path / "costs-1.yaml").credits
+    assert [(c.amount, c.charge_category, c.netted) for c in listed] == [(-12000.0, f"negative {kind}", False)]
+
+
 # --- 3. every loosening listed -------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("sets, name", [
