@@ -183,6 +183,35 @@ def test_attack_a_negative_line_of_a_counted_charge_is_listed_apart_not_netted(t
     assert [(c.amount, c.charge_category, c.netted) for c in listed] == [(-12000.0, f"negative {kind}", False)]
 
 
+@pytest.mark.parametrize("value", ["inf", "-Infinity", "NaN"])
+def test_attack_a_bill_amount_that_is_no_number_is_refused_with_its_line(tmp_path, value):
+    """A FOCUS line whose EffectiveCost is NaN or ±Inf: once 0 (a line dropped unseen, steady's exports renewed
+    500 EUR short) or 1.8e308 written into costs.yaml with exit 0; now one line naming the file, line and column."""
+    import csv
+    from pathlib import Path
+
+    from k3lib.renewal.imports import commands
+    from k3lib.renewal.imports.params import ImportSection
+    from k3lib.renewal.imports.provenance import Window
+    from k3lib.renewal.imports.tables import to_float
+
+    rows = list(csv.DictReader((Path(__file__).parent / "data" / "exports" / "focus.csv").open()))
+    rows[2] = {**rows[2], "EffectiveCost": value}
+    bill = tmp_path / "focus.csv"
+    with bill.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    window = Window(dt.datetime(2026, 7, 24, tzinfo=dt.timezone.utc), dt.datetime(2026, 8, 14, tzinfo=dt.timezone.utc))
+    section = ImportSection.model_validate({"currency": "EUR", "costs": {"tags": {"app": "kimi-k3"}}})
+    with pytest.raises(BadInputError) as ei:
+        commands.import_bill("focus", bill, tmp_path / "costs.yaml", section, window)
+    assert f"{bill}: line 4, column EffectiveCost: expected a finite number" in ei.value.one_line()
+    assert not (tmp_path / "costs.yaml").exists()
+    with pytest.raises(ValueError, match="expected a finite number"):
+        to_float(value)  # the row readers' cells (hours, incident seconds, GCP credits) alike
+
+
 # --- 3. every loosening listed -------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("sets, name", [
