@@ -127,6 +127,25 @@ def test_attack_a_narrowed_task_set_divides_the_whole_api_bill_by_fewer_tasks(st
                "fixed.task_set.categories [batch]", "not accepted")
 
 
+def test_attack_an_api_bill_imported_without_the_task_log_is_not_the_same_tasks_bill(steady):
+    """`k3 import usage` without --tasks bills every line of the window (another app's chat traffic too), and the
+    review divided it by the task set's API tasks, renewing: the cost is now not compared, naming why."""
+    from k3lib.renewal.imports.commands import usage_selection
+    from k3lib.renewal.imports.params import UsageParams
+
+    def with_source(selection: str) -> None:
+        edit_lines(steady["costs"], lambda ls: [x for x in ls if not x.startswith(("sources:", "- ", "  "))] + [
+            "sources:", "- importer: usage", "  file: gateway.jsonl", f"  sha256: {'a' * 64}",
+            "  items: {api_bill_same_tasks: 2400}", f"  selection: {selection}"])
+
+    with_source(usage_selection(UsageParams(task_field="metadata.task_id")))
+    d, axes = review(steady)
+    assert axes["cost"]["self_hosted_cheaper_per_task"] is None
+    _not_renew(d, "the API bill was imported from gateway.jsonl without the task log (k3 import usage --tasks)")
+    with_source(usage_selection(UsageParams(task_field="metadata.task_id", tasks="tasks.csv")))
+    assert review(steady)[0].decision == "renew"
+
+
 def test_attack_a_billed_node_left_out_of_the_review_is_refused(steady):
     edit_lines(steady["costs"], lambda ls: [*ls, "capacity_nodes: [node-a, node-b]"])
     with pytest.raises(BadInputError, match="capacity_nodes: node-b billed but not in review.deployment.hostnames"):

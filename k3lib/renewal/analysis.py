@@ -16,6 +16,7 @@ from typing import Any, Sequence
 
 from ..core.numbers import figure
 from ..core.stats import paired_difference_interval, percentile, wilson_interval
+from .costsources import USAGE_SCOPED
 from .inputs import FIVE_QUESTIONS, CostsInput, HoursRecord, IncidentRecord, TaskRecord
 from .load import CATEGORIES, PERIODS, analyse_load, slot_index  # noqa: F401  (re-exported)
 from .rules import DeclaredBenefits, FixedElements, RenewalRules, accepted as is_accepted
@@ -301,6 +302,9 @@ def full_cost(costs: CostsInput, production: dict[str, Any], comparison: dict[st
     api_per = _r(costs.api_bill_same_tasks / api_accepted
                  if costs.api_bill_same_tasks is not None and api_accepted else None, 2)
     why = _cost_comparable(production, comparison, rules)
+    why += [f"the API bill was imported from {s.file} without the task log (k3 import usage --tasks): it bills every "
+            "line of the window, not the task set's tasks it is divided by" for s in costs.sources
+            if s.importer == "usage" and "api_bill_same_tasks" in s.items and USAGE_SCOPED not in (s.selection or "")]
     if routed and not costs.tasks_transferred_to_api:
         why.append(f"{routed} self-hosted task(s) finished by the API (routed_to_api) but tasks_transferred_to_api is "
                    f"{'blank' if costs.tasks_transferred_to_api is None else 0}: their API cost is missing")
