@@ -97,6 +97,28 @@ def test_attack_a_repeated_yaml_key_is_refused_in_the_costs_and_the_parameters(s
     assert safe_load("a: {b: 1}\nc: [1, 2]\n") == {"a": {"b": 1}, "c": [1, 2]}
 
 
+def test_attack_a_gateway_line_logged_twice_without_a_response_id_is_billed_once(tmp_path):
+    """The same request logged twice by a gateway that writes no response id (same time, task and usage): it was
+    billed twice (steady's exports: 4,800 EUR for 2,400). Counted once and reported; a distinct request stays."""
+    import json
+
+    from k3lib.renewal.imports import commands
+    from k3lib.renewal.imports.params import ImportSection
+    from k3lib.renewal.imports.provenance import Window
+
+    line = {"timestamp": "2026-08-01T10:00:00Z", "metadata": {"task_id": "T1"}, "model": "kimi-k3",
+            "usage": {"prompt_tokens": 1_000_000, "completion_tokens": 0}}
+    other = {**line, "timestamp": "2026-08-01T10:00:07Z"}
+    path = tmp_path / "gateway.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in (line, line, other)))
+    window = Window(dt.datetime(2026, 7, 24, tzinfo=dt.timezone.utc), dt.datetime(2026, 8, 14, tzinfo=dt.timezone.utc))
+    section = ImportSection.model_validate({"currency": "USD", "usage": {
+        "prices": {"default": {"input_per_mtok": 1.0, "output_per_mtok": 1.0, "currency": "USD"}}}})
+    lines = commands.import_usage(path, tmp_path / "costs.yaml", section, window)
+    assert read_costs(tmp_path / "costs.yaml").api_bill_same_tasks == 2.0
+    assert any("1 duplicate(s) of a response id (or of a whole line without one) counted once" in x for x in lines)
+
+
 # --- 2. one scope for every ratio ----------------------------------------------------------------------------------------
 
 def test_attack_tasks_the_api_finished_are_no_self_hosted_acceptance(steady):
