@@ -10,8 +10,8 @@ import datetime as dt
 
 import pytest
 
-from renewal_attack import (START, copy_scenario, csv_rows, edit_lines, iso, map_samples, review, text,
-                            write_rows)
+from renewal_attack import (START, add_to_family, copy_scenario, csv_rows, edit_lines, iso, map_samples, review,
+                            text, write_rows)
 
 from k3lib.core.errors import BadInputError
 from k3lib.core.yamlsafe import safe_load
@@ -172,6 +172,22 @@ def test_attack_a_billed_node_left_out_of_the_review_is_refused(steady):
     edit_lines(steady["costs"], lambda ls: [*ls, "capacity_nodes: [node-a, node-b]"])
     with pytest.raises(BadInputError, match="capacity_nodes: node-b billed but not in review.deployment.hostnames"):
         review(steady)
+
+
+def test_attack_a_second_gpu_node_in_the_series_with_no_billed_nodes_stated_is_no_gain_shown(steady):
+    """The reservation is two nodes, the review names one and the costs file names none: the second node (1 %
+    busy) was only "left out" and the review renewed. Without capacity_nodes the bill is not shown to be the
+    reviewed node's only; stating the billed nodes (node-a alone) shows it."""
+    from renewal_attack import samples
+
+    util = samples(steady["history"], "DCGM_FI_DEV_GPU_UTIL")
+    add_to_family(steady["history"], "DCGM_FI_DEV_GPU_UTIL",
+                  [f"{h.replace('node-a', 'node-b')} 1 {t}" for h, _, t in util])
+    d, axes = review(steady)
+    assert axes["cost"]["self_hosted_cheaper_per_task"] is None
+    _not_renew(d, "GPU node(s) the review leaves out (node-b) and the costs file names no capacity_nodes")
+    edit_lines(steady["costs"], lambda ls: [*ls, "capacity_nodes: [node-a]"])
+    assert review(steady)[0].decision == "renew"
 
 
 def test_attack_a_one_off_credit_is_listed_apart_not_netted(steady):
