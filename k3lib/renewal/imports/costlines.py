@@ -142,8 +142,8 @@ def fold(table: pa.Table, p: CostParams, window: Window, acc: dict[tuple, list[f
     # a negative line is grouped apart from its kind's positive ones, so that it is never summed into them unseen
     kind = pc.if_else(pa.array(amount < 0), pc.binary_join_element_wise(NEGATIVE, table.column("kind"), ""),
                       table.column("kind"))
-    cols = {k: (kind if k == "kind" else table.column(k)) for k in KEYS if k != "term"}
-    grouped = pa.table({**cols, "term": pa.array(term, pa.string()),
+    by = {k: (kind if k == "kind" else table.column(k)) for k in KEYS if k != "term"}
+    grouped = pa.table({**by, "term": pa.array(term, pa.string()),
                         "raw": amount, "win": amount * share, "one": np.ones(n), "out": (share <= 0) * 1.0,
                         "part": ((share > 0) & (share < 1)) * 1.0}).filter(keep)
     g = grouped.group_by(list(KEYS)).aggregate([(c, "sum") for c in ("raw", "win", "one", "out", "part")])
