@@ -10,8 +10,8 @@ import datetime as dt
 
 import pytest
 
-from renewal_attack import (START, copy_scenario, csv_rows, edit_lines, iso, map_samples, review, text,
-                            write_rows)
+from renewal_attack import (START, add_to_family, copy_scenario, csv_rows, edit_lines, iso, map_samples, review,
+                            text, write_rows)
 
 from k3lib.core.errors import BadInputError
 from k3lib.core.yamlsafe import safe_load
@@ -97,6 +97,28 @@ def test_attack_a_repeated_yaml_key_is_refused_in_the_costs_and_the_parameters(s
     assert safe_load("a: {b: 1}\nc: [1, 2]\n") == {"a": {"b": 1}, "c": [1, 2]}
 
 
+def test_attack_a_gateway_line_logged_twice_without_a_response_id_is_billed_once(tmp_path):
+    """The same request logged twice by a gateway that writes no response id (same time, task and usage): it was
+    billed twice (steady's exports: 4,800 EUR for 2,400). Counted once and reported; a distinct request stays."""
+    import json
+
+    from k3lib.renewal.imports import commands
+    from k3lib.renewal.imports.params import ImportSection
+    from k3lib.renewal.imports.provenance import Window
+
+    line = {"timestamp": "2026-08-01T10:00:00Z", "metadata": {"task_id": "T1"}, "model": "kimi-k3",
+            "usage": {"prompt_tokens": 1_000_000, "completion_tokens": 0}}
+    other = {**line, "timestamp": "2026-08-01T10:00:07Z"}
+    path = tmp_path / "gateway.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in (line, line, other)))
+    window = Window(dt.datetime(2026, 7, 24, tzinfo=dt.timezone.utc), dt.datetime(2026, 8, 14, tzinfo=dt.timezone.utc))
+    section = ImportSection.model_validate({"currency": "USD", "usage": {
+        "prices": {"default": {"input_per_mtok": 1.0, "output_per_mtok": 1.0, "currency": "USD"}}}})
+    lines = commands.import_usage(path, tmp_path / "costs.yaml", section, window)
+    assert read_costs(tmp_path / "costs.yaml").api_bill_same_tasks == 2.0
+    assert any("1 duplicate(s) of a response id (or of a whole line without one) counted once" in x for x in lines)
+
+
 # --- 2. one scope for every ratio ----------------------------------------------------------------------------------------
 
 def test_attack_tasks_the_api_finished_are_no_self_hosted_acceptance(steady):
@@ -127,10 +149,45 @@ def test_attack_a_narrowed_task_set_divides_the_whole_api_bill_by_fewer_tasks(st
                "fixed.task_set.categories [batch]", "not accepted")
 
 
+def test_attack_an_api_bill_imported_without_the_task_log_is_not_the_same_tasks_bill(steady):
+    """`k3 import usage` without --tasks bills every line of the window (another app's chat traffic too), and the
+    review divided it by the task set's API tasks, renewing: the cost is now not compared, naming why."""
+    from k3lib.renewal.imports.commands import usage_selection
+    from k3lib.renewal.imports.params import UsageParams
+
+    def with_source(selection: str) -> None:
+        edit_lines(steady["costs"], lambda ls: [x for x in ls if not x.startswith(("sources:", "- ", "  "))] + [
+            "sources:", "- importer: usage", "  file: gateway.jsonl", f"  sha256: {'a' * 64}",
+            "  items: {api_bill_same_tasks: 2400}", f"  selection: {selection}"])
+
+    with_source(usage_selection(UsageParams(task_field="metadata.task_id")))
+    d, axes = review(steady)
+    assert axes["cost"]["self_hosted_cheaper_per_task"] is None
+    _not_renew(d, "the API bill was imported from gateway.jsonl without the task log (k3 import usage --tasks)")
+    with_source(usage_selection(UsageParams(task_field="metadata.task_id", tasks="tasks.csv")))
+    assert review(steady)[0].decision == "renew"
+
+
 def test_attack_a_billed_node_left_out_of_the_review_is_refused(steady):
     edit_lines(steady["costs"], lambda ls: [*ls, "capacity_nodes: [node-a, node-b]"])
     with pytest.raises(BadInputError, match="capacity_nodes: node-b billed but not in review.deployment.hostnames"):
         review(steady)
+
+
+def test_attack_a_second_gpu_node_in_the_series_with_no_billed_nodes_stated_is_no_gain_shown(steady):
+    """The reservation is two nodes, the review names one and the costs file names none: the second node (1 %
+    busy) was only "left out" and the review renewed. Without capacity_nodes the bill is not shown to be the
+    reviewed node's only; stating the billed nodes (node-a alone) shows it."""
+    from renewal_attack import samples
+
+    util = samples(steady["history"], "DCGM_FI_DEV_GPU_UTIL")
+    add_to_family(steady["history"], "DCGM_FI_DEV_GPU_UTIL",
+                  [f"{h.replace('node-a', 'node-b')} 1 {t}" for h, _, t in util])
+    d, axes = review(steady)
+    assert axes["cost"]["self_hosted_cheaper_per_task"] is None
+    _not_renew(d, "GPU node(s) the review leaves out (node-b) and the costs file names no capacity_nodes")
+    edit_lines(steady["costs"], lambda ls: [*ls, "capacity_nodes: [node-a]"])
+    assert review(steady)[0].decision == "renew"
 
 
 def test_attack_a_one_off_credit_is_listed_apart_not_netted(steady):
@@ -145,6 +202,71 @@ def test_attack_a_one_off_credit_is_listed_apart_not_netted(steady):
     edit_lines(steady["costs"], lambda ls: [x.replace("launch credit}", "launch credit, recurring: true, "
                                                       "accepted_by: finance}") for x in ls])
     assert review(steady)[1]["cost"]["self_hosted"]["total"] == base - 12000
+
+
+@pytest.mark.parametrize("kind", ["Usage", "Tax", "Purchase"])
+def test_attack_a_negative_line_of_a_counted_charge_is_listed_apart_not_netted(tmp_path, kind):
+    """The credit again, written as a negative Usage (or Tax, Purchase) line of the deployment's compute: it was
+    summed into capacity unseen (26,290 → 15,250 EUR on steady's exports, renew). Any negative line of a kind the
+    bill counts is listed apart as "negative KIND", never netted into an item."""
+    import csv
+    from pathlib import Path
+
+    from k3lib.renewal.imports import commands
+    from k3lib.renewal.imports.params import ImportSection
+    from k3lib.renewal.imports.provenance import Window
+
+    src = Path(__file__).parent / "data" / "exports" / "focus.csv"
+    rows = list(csv.DictReader(src.open()))
+    window = Window(dt.datetime(2026, 7, 24, tzinfo=dt.timezone.utc), dt.datetime(2026, 8, 14, tzinfo=dt.timezone.utc))
+    section = ImportSection.model_validate({"currency": "EUR", "costs": {"tags": {"app": "kimi-k3"}}})
+    base = next(r for r in rows if r["ServiceCategory"] == "Compute" and r["ChargeCategory"] == "Usage")
+    bill = tmp_path / "focus.csv"
+
+    def capacity(extra: list[dict[str, str]]) -> float | None:
+        with bill.open("w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows + extra)
+        out = tmp_path / f"costs-{len(extra)}.yaml"
+        commands.import_bill("focus", bill, out, section, window)
+        return read_costs(out).capacity
+
+    before = capacity([])
+    negative = {**base, "ChargePeriodStart": "2026-08-01T00:00:00Z", "ChargePeriodEnd": "2026-08-02T00:00:00Z",
+                "ChargeCategory": kind, "BilledCost": "-12000", "EffectiveCost": "-12000", "CommitmentDiscountId": ""}
+    assert capacity([negative]) == before
+    listed = read_costs(tmp_path / "costs-1.yaml").credits
+    assert [(c.amount, c.charge_category, c.netted) for c in listed] == [(-12000.0, f"negative {kind}", False)]
+
+
+@pytest.mark.parametrize("value", ["inf", "-Infinity", "NaN"])
+def test_attack_a_bill_amount_that_is_no_number_is_refused_with_its_line(tmp_path, value):
+    """A FOCUS line whose EffectiveCost is NaN or ±Inf: once 0 (a line dropped unseen, steady's exports renewed
+    500 EUR short) or 1.8e308 written into costs.yaml with exit 0; now one line naming the file, line and column."""
+    import csv
+    from pathlib import Path
+
+    from k3lib.renewal.imports import commands
+    from k3lib.renewal.imports.params import ImportSection
+    from k3lib.renewal.imports.provenance import Window
+    from k3lib.renewal.imports.tables import to_float
+
+    rows = list(csv.DictReader((Path(__file__).parent / "data" / "exports" / "focus.csv").open()))
+    rows[2] = {**rows[2], "EffectiveCost": value}
+    bill = tmp_path / "focus.csv"
+    with bill.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    window = Window(dt.datetime(2026, 7, 24, tzinfo=dt.timezone.utc), dt.datetime(2026, 8, 14, tzinfo=dt.timezone.utc))
+    section = ImportSection.model_validate({"currency": "EUR", "costs": {"tags": {"app": "kimi-k3"}}})
+    with pytest.raises(BadInputError) as ei:
+        commands.import_bill("focus", bill, tmp_path / "costs.yaml", section, window)
+    assert f"{bill}: line 4, column EffectiveCost: expected a finite number" in ei.value.one_line()
+    assert not (tmp_path / "costs.yaml").exists()
+    with pytest.raises(ValueError, match="expected a finite number"):
+        to_float(value)  # the row readers' cells (hours, incident seconds, GCP credits) alike
 
 
 # --- 3. every loosening listed -------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from typing import Any, Sequence
 
 from ..core.numbers import figure
 from ..core.stats import paired_difference_interval, percentile, wilson_interval
+from .costsources import USAGE_SCOPED
 from .inputs import FIVE_QUESTIONS, CostsInput, HoursRecord, IncidentRecord, TaskRecord
 from .load import CATEGORIES, PERIODS, analyse_load, slot_index  # noqa: F401  (re-exported)
 from .rules import DeclaredBenefits, FixedElements, RenewalRules, accepted as is_accepted
@@ -277,7 +278,7 @@ def _credits(costs: CostsInput, items: dict[str, float | None]) -> list[dict[str
 
 
 def full_cost(costs: CostsInput, production: dict[str, Any], comparison: dict[str, Any],
-              rules: RenewalRules = RenewalRules()) -> dict[str, Any]:
+              rules: RenewalRules = RenewalRules(), other_gpu_hosts: Sequence[str] = ()) -> dict[str, Any]:
     """Self-hosted and API cost per accepted task of the fixed task set where every item is known, each with the
     interval its acceptance rate's gives; a blank item leaves the total blank (its known part is shown apart,
     labelled as partial). Cheaper is shown only when the two intervals do not overlap, on the same tasks."""
@@ -301,6 +302,13 @@ def full_cost(costs: CostsInput, production: dict[str, Any], comparison: dict[st
     api_per = _r(costs.api_bill_same_tasks / api_accepted
                  if costs.api_bill_same_tasks is not None and api_accepted else None, 2)
     why = _cost_comparable(production, comparison, rules)
+    if other_gpu_hosts and not costs.capacity_nodes:
+        why.append(f"the series show GPU node(s) the review leaves out ({', '.join(other_gpu_hosts)}) and the costs "
+                   "file names no capacity_nodes: the capacity bill is not shown to pay for the reviewed node(s) only "
+                   "— state the billed nodes (capacity_nodes) so that a billed node cannot be left out unjudged")
+    why += [f"the API bill was imported from {s.file} without the task log (k3 import usage --tasks): it bills every "
+            "line of the window, not the task set's tasks it is divided by" for s in costs.sources
+            if s.importer == "usage" and "api_bill_same_tasks" in s.items and USAGE_SCOPED not in (s.selection or "")]
     if routed and not costs.tasks_transferred_to_api:
         why.append(f"{routed} self-hosted task(s) finished by the API (routed_to_api) but tasks_transferred_to_api is "
                    f"{'blank' if costs.tasks_transferred_to_api is None else 0}: their API cost is missing")

@@ -11,6 +11,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 Currency = Annotated[str, Field(pattern=r"^[A-Z]{3}$")]
 ImportedItem = Literal["capacity", "storage", "network", "monitoring", "api_bill_same_tasks"]
+# what a usage import's selection says when it billed the task log's API-path tasks only (`k3 import usage --tasks`);
+# an API bill imported without it bills every line of the window, which is not the bill of the tasks it is divided by
+USAGE_SCOPED = "the API-path tasks of"
 SUM_TOLERANCE = 0.005  # amounts are written to the cent; a source's items summed may differ by rounding only
 
 

@@ -11,6 +11,7 @@ import dataclasses
 import datetime as dt
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from .inputs import (CostsInput, HoursRecord, IncidentRecord, TaskRecord, read_c
                      read_tasks, resolve_currency)
 from .load import analyse_load
 from .params import RenewalParams
-from .series import Grid, ReviewSeries, load_frame, series_from_file, series_from_prometheus
+from .series import DCGM_GPU_UTIL, Grid, ReviewSeries, load_frame, series_from_file, series_from_prometheus
 from .window import Clipped, ReviewWindow, clip_hours, clip_incidents, clip_tasks, hours_coverage, task_log_coverage
 
 
@@ -197,6 +198,12 @@ def load_review(params: RenewalParams) -> ReviewData:
                       {"tasks": tasks, "incidents": incidents, "hours": hours})
 
 
+def other_gpu_hosts(series: ReviewSeries) -> list[str]:
+    """The hosts whose GPU utilisation series the deployment's identity left out (another node in the source)."""
+    return sorted({m.group(1) for x in series.left_out if x.name == DCGM_GPU_UTIL
+                   for m in [re.fullmatch(r"another host \((.+)\)", x.reason)] if m})
+
+
 def deployment_use(data: ReviewData) -> dict[str, Any]:
     d = data.params.review.deployment
     return {**Identity.of(d).describe(), "gpus_in_series": data.series.gpus_in_series,
@@ -216,7 +223,7 @@ def analyse(data: ReviewData, drill: dict[str, Any] | None = None) -> dict[str, 
         "load": load,
         "production": production,
         "comparison": comparison,
-        "cost": full_cost(data.costs, production, comparison, rules),
+        "cost": full_cost(data.costs, production, comparison, rules, other_gpu_hosts(data.series)),
         "stability": analyse_stability(data.incidents, rules, drill,
                                        outside_window=data.clipped["incidents"].describe()),
         "operations": analyse_operations(data.hours, comparison, production, rules, window_weeks=data.window.weeks,

@@ -175,7 +175,11 @@ def cur_item(code: str, family: str, usage_type: str, kind: str = "") -> str | N
     return "capacity" if code in CUR_CAPACITY else None
 
 
-CUR = Format(item_of=cur_item, apart_of=CUR_APART.get)
+# negative line types that are the price's own mechanism (billed basis: a Savings Plan's negation of the usage it
+# covers, the contract's discounts): netted into their item, as AWS nets them; any other negative line is listed apart
+CUR_NETS = frozenset({"SavingsPlanNegation", "EdpDiscount", "BundledDiscount", "PrivateRateDiscount",
+                      "DistributorDiscount", "Discount", "SppDiscount", "RiVolumeDiscount"})
+CUR = Format(item_of=cur_item, apart_of=CUR_APART.get, nets=CUR_NETS)
 
 
 # --- Google Cloud's BigQuery billing export -------------------------------------------------------------------------

@@ -210,7 +210,14 @@ def numbers(export: Export, table: pa.Table, first: int, column: str, required: 
     if required and col.null_count:
         bad = pc.index(pc.is_null(col), True).as_py()
         raise fail(export, first + bad, column, "blank; expected a number")
-    return np.nan_to_num(pc.fill_null(col, 0.0).to_numpy(zero_copy_only=False))
+    values = pc.fill_null(col, 0.0).to_numpy(zero_copy_only=False)
+    # an amount is finite: ±Inf is never one, nor NaN where a number is required (an optional column's NaN is a
+    # blank, as a dataframe writes one); np.nan_to_num once turned NaN into 0 and Inf into 1.8e308 unseen
+    bad_at = np.flatnonzero(np.isinf(values) | (np.isnan(values) if required else False))
+    if bad_at.size:
+        raise fail(export, first + int(bad_at[0]), column,
+                   f"expected a finite number (got {float(values[bad_at[0]])!r})")
+    return np.nan_to_num(values)
 
 
 def _is_float(v: str) -> bool:

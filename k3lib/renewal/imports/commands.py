@@ -8,7 +8,7 @@ import datetime as dt
 from pathlib import Path
 
 from ...core.errors import BadInputError
-from ..costsources import CostSource, CurrencyConversion
+from ..costsources import USAGE_SCOPED, CostSource, CurrencyConversion
 from ..inputs import read_costs
 from .bills import read_bill
 from .costlines import ITEMS, credits, notes as cost_notes, selection_words, split, tidy
@@ -16,7 +16,7 @@ from .costsfile import update_costs
 from .hours import NOT_OURS, UNCLASSIFIED, hours_by_week, read_issues, read_worklogs, resolve_ids, update_hours
 from .incidents import read_export, resolve, to_fill, write_incidents
 from .oncall import off_hours_effort
-from .params import ImportSection, WindowParams
+from .params import ImportSection, UsageParams, WindowParams
 from .provenance import Provenance, Window
 from .usage import notes as usage_notes, read_usage
 
@@ -171,12 +171,19 @@ def import_usage(source: str | Path, out: str | Path, section: ImportSection, wi
     amount = tidy(bill.cost * rate)  # unrounded: a 0.000195 USD bill is not 0
     mapped, notes = usage_notes(bill, p)
     notes += [f"converted {c.from_currency} → {target} at {c.rate:g} ({c.date.isoformat()})" for c in conv]
-    prov = Provenance.of("usage", source, window, selection=f"task field {p.task_field or '-'}", mapped=mapped,
+    prov = Provenance.of("usage", source, window, selection=usage_selection(p), mapped=mapped,
                          notes=notes, owns=["api_bill_same_tasks"])
     entry = CostSource(importer="usage", file=prov.source, sha256=prov.sha256,
                        items={"api_bill_same_tasks": amount}, window=window.label(), selection=prov.selection)
     update_costs(out, entry, prov, target, conv)
     return [f"wrote {out}: api_bill_same_tasks {amount} {target}", *[f"  {n}" for n in notes]]
+
+
+def usage_selection(p: UsageParams) -> str:
+    """The usage import's selection in words: scoped to a task log's API-path tasks (USAGE_SCOPED), or not."""
+    if p.tasks:
+        return f"{USAGE_SCOPED} {p.tasks} (task field {p.task_field})"
+    return f"every line of the window, no task log (task field {p.task_field or '-'})"
 
 
 def parse_window(text: str, flag: str = "--window") -> WindowParams:

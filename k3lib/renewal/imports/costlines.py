@@ -39,6 +39,24 @@ class Format:
 
     item_of: Callable[[str, str, str, str], str | None]
     apart_of: Callable[[str], str | None]
+    nets: frozenset[str] = frozenset()  # kinds whose negative lines are the price's own mechanism (netted)
+
+
+NEGATIVE = "negative:"  # the kind of a line whose amount is below 0, before its own kind
+
+
+def kind_and_apart(fmt: Format, kind: str) -> tuple[str, str | None]:
+    """The line's own kind and the class it is listed apart under (None: counted). A negative amount of a kind the
+    format counts (a `Usage`, `Purchase` or `Tax` line below 0, an invoice's credit note) is no cost of running:
+    it is listed apart as "negative KIND", never netted into an item; only the kinds the format's price nets
+    (`nets`: a CUR Savings Plan negation, a contract discount) stay in their item."""
+    if not kind.startswith(NEGATIVE):
+        return kind, fmt.apart_of(kind)
+    own = kind[len(NEGATIVE):]
+    apart = fmt.apart_of(own)
+    if apart is None and own not in fmt.nets:
+        apart = f"negative {own or 'line'}"
+    return own, apart
 
 
 @dataclasses.dataclass
@@ -121,7 +139,11 @@ def fold(table: pa.Table, p: CostParams, window: Window, acc: dict[tuple, list[f
                      ((start >= ws) & (start < we)).astype(np.float64))
     amount = np.asarray(table.column("amount"), dtype=np.float64)
     keep = pa.array(sel)
-    grouped = pa.table({**{k: table.column(k) for k in KEYS if k != "term"}, "term": pa.array(term, pa.string()),
+    # a negative line is grouped apart from its kind's positive ones, so that it is never summed into them unseen
+    kind = pc.if_else(pa.array(amount < 0), pc.binary_join_element_wise(NEGATIVE, table.column("kind"), ""),
+                      table.column("kind"))
+    by = {k: (kind if k == "kind" else table.column(k)) for k in KEYS if k != "term"}
+    grouped = pa.table({**by, "term": pa.array(term, pa.string()),
                         "raw": amount, "win": amount * share, "one": np.ones(n), "out": (share <= 0) * 1.0,
                         "part": ((share > 0) & (share < 1)) * 1.0}).filter(keep)
     g = grouped.group_by(list(KEYS)).aggregate([(c, "sum") for c in ("raw", "win", "one", "out", "part")])
@@ -150,7 +172,7 @@ def split(groups: dict[tuple, list[float]], fmt: Format, p: CostParams, window: 
     """Amortise (named commitments over their term), convert and sum the selected groups per item."""
     out = CostSplit(currency=target, rows=rows, not_selected=not_selected)
     terms = {c.id: c for c in p.commitments}
-    for (currency, service, category, detail, kind, term_id), (raw, win, n, outside, part) in sorted(
+    for (currency, service, category, detail, marked, term_id), (raw, win, n, outside, part) in sorted(
             groups.items()):
         n = int(n)
         if term_id:
@@ -164,7 +186,7 @@ def split(groups: dict[tuple, list[float]], fmt: Format, p: CostParams, window: 
         out.currencies[currency] += n - int(outside)
         if term_id:
             out.amortised[term_id] = out.amortised.get(term_id, 0.0) + amount
-        apart = fmt.apart_of(kind)
+        kind, apart = kind_and_apart(fmt, marked)
         if apart is not None:
             have = out.apart.setdefault((apart, service or category or "(no service)"), [0.0, 0])
             have[0] += amount

@@ -10,6 +10,7 @@ import datetime as dt
 import gzip
 import io
 import json
+import math
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -174,18 +175,22 @@ def to_time(v: Any, tz: str = "UTC", formats: tuple[str, ...] = ()) -> dt.dateti
 
 
 def to_float(v: Any) -> float:
+    """A finite number from a cell (NaN and ±Inf are no amount, count or duration: refused like text)."""
     if isinstance(v, bool):
         raise ValueError(f"expected a number (got {v!r})")
-    if isinstance(v, (int, float)):
-        return float(v)
-    if hasattr(v, "__float__") and not isinstance(v, str):  # Decimal from Parquet
-        return float(v)
-    if isinstance(v, str) and v.strip():
+    out: float | None = None
+    if isinstance(v, (int, float)) or (hasattr(v, "__float__") and not isinstance(v, str)):  # Decimal from Parquet
+        out = float(v)
+    elif isinstance(v, str) and v.strip():
         try:
-            return float(v.strip())
+            out = float(v.strip())
         except ValueError:
             pass
-    raise ValueError(f"expected a number (got {v!r})")
+    if out is None:
+        raise ValueError(f"expected a number (got {v!r})")
+    if not math.isfinite(out):
+        raise ValueError(f"expected a finite number (got {v!r})")
+    return out
 
 
 def mapping(v: Any) -> dict[str, str]:

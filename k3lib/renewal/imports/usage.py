@@ -12,6 +12,7 @@ operator's word (`--all-rows`)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,7 @@ class UsageBill:
     errors: int = 0
     outside: int = 0
     other_tasks: int = 0
-    duplicates: int = 0  # lines whose response id an earlier line already billed
+    duplicates: int = 0  # lines whose response id (without one: whole content) an earlier line already billed
     gateway_cache: int = 0  # replies a gateway served from its own cache: no provider bill
     undated: int = 0  # lines without a time, placed by the batch's dates or --all-rows
     tokens: dict[str, int] = dataclasses.field(default_factory=lambda: defaultdict(int))
@@ -159,7 +160,10 @@ def bill_row(row: Row, p: UsageParams, window: Window, tasks: set[str] | None, b
         bill.gateway_cache += 1  # LiteLLM served it from its own cache: the provider billed nothing
         return
     rid = resp.get("id") or row.get("request_id") or row.get("id")
-    if not blank(rid) and str(rid) in bill.seen_ids:
+    # a line without any id is known by its whole content: the same time, task and usage logged twice is one request
+    rid = rid if not blank(rid) else "line:" + json.dumps({k: v for k, v in row.items() if k != "_line"},
+                                                           sort_keys=True, default=str)
+    if str(rid) in bill.seen_ids:
         bill.duplicates += 1
         return
     got = tokens_of(_usage(row, resp))
@@ -179,8 +183,7 @@ def bill_row(row: Row, p: UsageParams, window: Window, tasks: set[str] | None, b
     bill.billed += 1
     bill.cached_reported += cached >= 0
     bill.conventions.add(convention)
-    if not blank(rid):
-        bill.seen_ids.add(str(rid))
+    bill.seen_ids.add(str(rid))
     for name, n in (("input", prompt), ("cached input", max(cached, 0)), ("cache writes", written),
                     ("output", completion)):
         bill.tokens[name] += n
@@ -231,7 +234,8 @@ def read_usage(path: str | Path, p: UsageParams, window: Window) -> UsageBill:
 def summary(bill: UsageBill) -> str:
     return (f"{bill.rows} line(s) read; {bill.billed} billed; {bill.errors} error repl(ies) not billed; "
             f"{bill.outside} outside the window; {bill.other_tasks} not of the task set; {bill.duplicates} "
-            f"duplicate(s) of a response id counted once; {bill.gateway_cache} served from the gateway's cache")
+            f"duplicate(s) of a response id (or of a whole line without one) counted once; {bill.gateway_cache} "
+            "served from the gateway's cache")
 
 
 def notes(bill: UsageBill, p: UsageParams) -> tuple[list[str], list[str]]:
