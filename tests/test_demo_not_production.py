@@ -15,7 +15,9 @@ from conftest import ROOT
 from k3lib.axes.probe import EndpointProbe, probe_record, probe_result
 from k3lib.cli.main import main
 from k3lib.core.params import load_params
+from k3lib.core.errors import EvidenceError
 from k3lib.core.store import RunStore
+from k3lib.report.signing import sign_run
 from k3lib.verdict.assemble import compute_decision
 
 
@@ -102,3 +104,27 @@ def test_attack_a_demo_relabelled_engine_to_be_signed(healthy_run, tmp_path):
     assert "evidence/probe.json: target_kind is engine but its raw data gives embedded-emulator" in result.changed
     with pytest.raises(EvidenceError, match="target_kind is engine"):
         sign_run(store.root, "Alice Martin")
+
+
+def test_attack_a_renewal_demo_is_not_signed_as_a_review(renewal_run, tmp_path, capsys):
+    """The renewal side: a review with `demo:` set drills the kit's emulator whatever inputs it names, so its
+    decision is a demonstration (decision.json `target_kind`), refused by `k3 sign` without --demo; a decision.json
+    stripped of that mark is named by `k3 verify` (the review decided again from params.json marks it)."""
+    dest = tmp_path / renewal_run.root.name
+    shutil.copytree(renewal_run.root, dest)
+    store = RunStore.open(dest)
+    stored = store.read_json("decision.json")
+    assert stored["target_kind"] == "embedded-emulator"
+    assert main(["sign", str(dest), "--reviewer", "Alice Martin"]) == 2
+    assert "is a demo" in capsys.readouterr().err
+    assert not (dest / "signature.json").exists()
+    assert main(["sign", str(dest), "--reviewer", "Alice Martin", "--demo"]) == 0
+    assert json.loads((dest / "signature.json").read_text())["demo"] is True
+    stripped = tmp_path / "stripped"
+    shutil.copytree(renewal_run.root, stripped)
+    RunStore.open(stripped).write_json("decision.json", {k: v for k, v in stored.items() if k != "target_kind"})
+    capsys.readouterr()
+    assert main(["verify", str(stripped)]) == 1
+    assert "decision.json: target_kind" in capsys.readouterr().out
+    with pytest.raises(EvidenceError, match="does not give"):
+        sign_run(stripped, "Alice Martin")

@@ -199,6 +199,9 @@ def review_main(files: list[str], sets: list[str], out: str | None, demo: str | 
     except KeyboardInterrupt as exc:
         raise Interrupted(exc, store.root, None) from None
     print(f"decision: {decision.decision}")
+    if decision.target_kind is not None:
+        print(f"demo: a generated demonstration (review.demo: {params.review.demo}), its drill the kit's emulator — "
+              "not a review of a deployment; `k3 sign` refuses it without --demo")
     print(f"rule: {decision.rule}")
     for reason in decision.reasons:
         print(f"  - {reason}")

@@ -61,6 +61,9 @@ class RenewalDecision:
     routing: dict[str, Any] | None = None
     reexamine_on: str | None = None
     rule: str | None = None  # the id of the RULES row that decided
+    # "embedded-emulator" for a generated demo (`review.demo`: its data and its drill are the kit's): a
+    # demonstration, which `k3 sign` refuses without --demo; None for a review of a team's own records
+    target_kind: str | None = None
 
     @property
     def exit_code(self) -> int:
@@ -81,6 +84,8 @@ class RenewalDecision:
                                "reexamine_on": self.reexamine_on}
         if self.routing is not None:
             out["routing"] = self.routing
+        if self.target_kind is not None:
+            out["target_kind"] = self.target_kind
         return out
 
     @classmethod
@@ -88,7 +93,7 @@ class RenewalDecision:
         """A `decision.json` read back: the findings are the values, the reasons are rendered again from them."""
         return cls(data["decision"], tuple(RenewalFinding.from_dict(f) for f in data["findings"]),
                    tuple(data["checklist"]), data["condition"], data.get("routing"), data.get("reexamine_on"),
-                   data.get("rule"))
+                   data.get("rule"), data.get("target_kind"))
 
 
 # --- the precedence table ----------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from typing import Any
 from ..axes.paths.record import PathsResult
 from ..core.errors import BadInputError
 from ..core.store import RunStore, sha256_file, to_json_bytes
+from ..verdict.decision import EMULATOR_KINDS
 from .analysis import (analyse_operations, analyse_production, analyse_stability, benefits_summary, compare_paths,
                        full_cost)
 from .decision import RenewalDecision, decide_renewal
@@ -316,7 +317,9 @@ def decide_from_axes(params: RenewalParams, axes: dict[str, Any], statuses: dict
     comparison rests on the task log only), read only when it ran the review's task set against its model."""
     review = params.review
     refused = live_refusal(params, live)
-    return decide_renewal(axes, review.rules, review.benefits.declared(), statuses=statuses,
-                          today=today, defaulted=review.defaulted(), live=live,
-                          live_source=review.live_paths if live is not None else None,
-                          loosened=review.loosened(), live_refused=refused)
+    decided = decide_renewal(axes, review.rules, review.benefits.declared(), statuses=statuses,
+                             today=today, defaulted=review.defaulted(), live=live,
+                             live_source=review.live_paths if live is not None else None,
+                             loosened=review.loosened(), live_refused=refused)
+    # a review with `demo:` set is a demonstration whatever inputs it names: its drill is the kit's emulator
+    return dataclasses.replace(decided, target_kind=EMULATOR_KINDS[0]) if review.demo is not None else decided

@@ -23,7 +23,7 @@ from ..core.store import RunStore
 # The fields both decide and store; the re-examination date is compared apart (it counts from the day decided).
 ACCEPTANCE_FIELDS = ("decision", "reasons", "checklist", "traffic_cap", "build", "agents_blocked",
                      "cache_gain_counted", "loosened_thresholds", "identity", "target_kind")
-RENEWAL_FIELDS = ("decision", "rule", "reasons", "findings", "checklist", "condition", "routing")
+RENEWAL_FIELDS = ("decision", "rule", "reasons", "findings", "checklist", "condition", "routing", "target_kind")
 
 # (the run, its stored decision) -> the decision its evidence gives, as decision.json would hold it
 DecideAgain = Callable[[RunStore, dict[str, Any]], dict[str, Any]]
