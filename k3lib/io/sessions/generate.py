@@ -43,11 +43,12 @@ class SessionShape:
     tools: tuple[Mapping[str, Any], ...]
     questions: tuple[Question, ...]
     longest_tokens: int  # the contract's longest exchange: the context a session grows to
-    max_tokens: int  # the ceiling of every reply
+    max_tokens: int  # the ceiling of every reply (a reasoning model thinks inside it before it calls)
     max_turns: int  # user turns and tool-result turns together
     think_mean_s: float
     seed: int = 0
     start_tokens: int = 0  # the system prompt and tools, when known (else estimated from their characters)
+    reply_tokens: int = 0  # a reply's expected size, what the history grows by (0: the ceiling)
 
 
 def _estimate(text: str) -> int:
@@ -81,27 +82,28 @@ def generate_one(shape: SessionShape, index: int) -> list[SessionTurn]:
     # the longest exchange is reached within half the turns allowed (a user turn and its tool result are two)
     user_turns = max(1, math.ceil(shape.max_turns / 4))
     base = shape.start_tokens or _estimate(shape.system_prompt) + _estimate(repr(shape.tools))
-    per_turn = max(8, (shape.longest_tokens - base) // user_turns - shape.max_tokens)
+    reply = shape.reply_tokens or shape.max_tokens
+    per_turn = max(8, (shape.longest_tokens - base) // user_turns - reply)
     turns: list[SessionTurn] = []
     context = base
     q = index
     while len(turns) < shape.max_turns:
         question = shape.questions[q % len(shape.questions)]
         q += 1
-        growth = 0 if not turns else min(per_turn, max(8, shape.longest_tokens - context - 2 * shape.max_tokens))
+        growth = 0 if not turns else min(per_turn, max(8, shape.longest_tokens - context - 2 * reply))
         text = question.text if not growth else f"{_words(rng, growth, banned)}\n\n{question.text}"
         first = not turns
         turns.append(SessionTurn(sid, len(turns), 0.0 if first else _think(rng, shape.think_mean_s),
                                  (TraceMessage("user", content=text),), shape.max_tokens, True, question.function,
                                  shape.system_prompt if first else None, None, tuple(shape.tools) if first else ()))
-        context += _estimate(text) + shape.max_tokens
+        context += _estimate(text) + reply
         if len(turns) >= shape.max_turns:
             break
         # the tool's latency before its result comes back: a tenth of a think time
         turns.append(SessionTurn(sid, len(turns), _think(rng, shape.think_mean_s / 10),
                                  (TraceMessage("tool", content=question.result, call=0),), shape.max_tokens))
-        context += _estimate(question.result) + shape.max_tokens
-        if context + 2 * shape.max_tokens + 8 >= shape.longest_tokens:
+        context += _estimate(question.result) + reply
+        if context + 2 * reply + 8 >= shape.longest_tokens:
             break  # no room left for another question and its replies
     return turns
 

@@ -89,8 +89,10 @@ def _assistant(rec: ChatRecord) -> dict[str, Any]:
 
 class SessionReplay:
     """One session against the server: `await run()` plays its turns in order (think time first), appending each
-    turn's record to `sink` as it ends. A failed turn ends the session (its history is no longer the trace's). No
-    turn starts after `stop_at_ns` once the session played `min_turns` (the caller bounds the whole)."""
+    turn's record to `sink` as it ends. A failed turn ends the session (its history is no longer the trace's); a
+    turn of tool results for calls the server did not make is not sent (its results are listed unbound in the next
+    turn's record) and the session goes on. No turn starts after `stop_at_ns` once the session played `min_turns`
+    (the caller bounds the whole)."""
 
     def __init__(self, client: ChatClient, turns: Sequence[SessionTurn], config: ReplayConfig, *,
                  sink: Callable[[dict[str, Any]], None], on_request: Callable[[ChatRecord], None] | None = None,
@@ -107,6 +109,7 @@ class SessionReplay:
             block_text("k3-shared-system", head.system_tokens) if head.system_tokens else None)
         self.history: list[dict[str, Any]] = [{"role": "system", "content": system}] if system is not None else []
         self.last: ChatRecord | None = None
+        self.unsent: list[dict[str, Any]] = []  # recorded results left unsent (no live call), told with the next turn
         self.records: list[dict[str, Any]] = []
 
     def _bind(self, turn: SessionTurn) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
@@ -155,7 +158,11 @@ class SessionReplay:
     async def _turn(self, turn: SessionTurn) -> bool:
         new, bound, plain = self._bind(turn)
         if not new:
-            return False  # nothing to send: the trace's results answer no live call
+            # the trace's results answer no live call (the model did not call, which its turn's record already
+            # counts): a client sends nothing, and the session goes on with its next user message
+            self.unsent += bound
+            return True
+        bound, self.unsent = self.unsent + bound, []
         previous = self.last
         messages = self.history + new
         rid = f"{self.label}{self.sid}-t{turn.turn}"
