@@ -215,7 +215,7 @@ def _replay(server: RealVllm, sessions: int, turns: int) -> tuple[list[dict], li
     from k3lib.axes.capacity.sessions import sample_shape, sampling_of
     from k3lib.core.params import load_params
     from k3lib.io.client import ChatClient
-    from k3lib.io.sessions import ReplayConfig, SessionReplay, generate_sessions
+    from k3lib.io.sessions import FILLER_SAMPLE, ReplayConfig, SessionReplay, generate_sessions
 
     params = load_params([K3_PROFILE], [f"target.base_url={server.base_url}"])
     head = sample_shape(params, 1, seed=4747)
@@ -232,12 +232,13 @@ def _replay(server: RealVllm, sessions: int, turns: int) -> tuple[list[dict], li
             return rec
 
         client.chat_body = spy  # type: ignore[method-assign]
-        try:  # the sessions grow from the shared prefix as the server counts it, as the session phase does
+        try:  # the sessions grow in the server's tokens, from the shared prefix, as the session phase does
             shared = (await client.tokenize(messages=[{"role": "system", "content": head.system_prompt}],
                                             tools=[dict(t) for t in head.tools])).count
-            shape = sample_shape(params, sessions, seed=4747, start_tokens=shared)
+            cpt = len(FILLER_SAMPLE) / (await client.tokenize(prompt=FILLER_SAMPLE)).count
+            shape = sample_shape(params, sessions, seed=4747, start_tokens=shared, chars_per_token=cpt)
             config = ReplayConfig(model=params.target.model, request_timeout_s=120, sampling=sampling_of(params),
-                                  block_tokens=128)  # vLLM's CPU block (cache_config_info)
+                                  block_tokens=128, chars_per_token=cpt)  # vLLM's CPU block (cache_config_info)
             await asyncio.gather(*(SessionReplay(client, s[:turns], config, sink=records.append).run()
                                    for s in generate_sessions(shape)))
         finally:

@@ -44,6 +44,7 @@ class ReplayConfig:
     request_timeout_s: float
     sampling: Mapping[str, Any] = field(default_factory=dict)  # temperature, top_p, chat_template_kwargs…
     block_tokens: int = 16  # the server's prefix-cache unit: reuse is designed in whole blocks
+    chars_per_token: float = CHARS_PER_TOKEN  # what the expected growth counts added text at (the server's, measured)
     affinity_header: str = AFFINITY_HEADER
 
 
@@ -186,7 +187,8 @@ class SessionReplay:
                 bound: list[dict[str, Any]], plain: int) -> None:
         if self.on_request is not None:
             self.on_request(rec)
-        d = turn_record(turn, rec, previous, new, bound, plain, self.by_name, self.config.block_tokens)
+        d = turn_record(turn, rec, previous, new, bound, plain, self.by_name, self.config.block_tokens,
+                        self.config.chars_per_token)
         d["label"] = self.label.rstrip("-") or None
         self.records.append(d)
         self.sink(d)
@@ -202,14 +204,14 @@ def _calls(rec: ChatRecord, tools: Mapping[str, Mapping[str, Any]]) -> list[dict
 
 def turn_record(turn: SessionTurn, rec: ChatRecord, previous: ChatRecord | None, new: list[dict[str, Any]],
                 bound: list[dict[str, Any]], plain: int, tools: Mapping[str, Mapping[str, Any]],
-                block_tokens: int) -> dict[str, Any]:
+                block_tokens: int, chars_per_token: float = CHARS_PER_TOKEN) -> dict[str, Any]:
     """What one turn shows (see the module docstring); pure over the records."""
     prev_prompt = previous.prompt_tokens if previous is not None else None
     growth = (rec.prompt_tokens - prev_prompt) if rec.prompt_tokens is not None and prev_prompt is not None else None
     added_chars = sum(len(str(m.get("content") or "")) for m in new)
     expected = None
     if previous is not None and previous.completion_tokens is not None:
-        expected = previous.completion_tokens + math.ceil(added_chars / CHARS_PER_TOKEN)
+        expected = previous.completion_tokens + math.ceil(added_chars / chars_per_token)
     designed = None
     if prev_prompt is not None:
         designed = max(0, (prev_prompt // block_tokens - 1) * block_tokens)
