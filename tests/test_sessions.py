@@ -116,7 +116,7 @@ def test_azure_rows_are_one_turn_sessions_and_weka_keeps_tool_results(tmp_path):
         {"t": 9, "in": 5800, "out": 20, "input_types": ["text"], "stop": "end_turn", "think_time": 12},
         {"t": 9, "in": 100, "out": 20, "subagent": True}]}]}))
     (s,) = convert_trace("weka", weka)
-    assert [t.add[0].role for t in s] == ["user", "tool", "user"] and s[0].system_tokens == 5000
+    assert [t.add[0].role for t in s] == ["user", "tool", "user", "tool"] and s[0].system_tokens == 5000
     assert s[0].add[0].tokens == 200 and s[1].add[0].tokens == 400 and s[0].expect_tool and s[2].think_s == 12
 
 
@@ -162,6 +162,13 @@ def test_generated_sessions_grow_at_the_servers_tokens(chars_per_token):
                                     chars_per_token=chars_per_token))
     chars = sum(len(t.add[0].content or "") for t in s)
     assert 0.6 * 4096 < 40 + chars / chars_per_token + 64 * len(s) < 4096 * 1.15
+
+
+def test_a_session_resends_its_history_even_when_the_shared_prefix_fills_the_longest_exchange():
+    """Real vLLM's tiny Llama renders the tools in 1,247 tokens against a 1,024-token longest exchange: each session
+    still asks, gets its result back, and asks again with its result to come (the phase plays three turns of each)."""
+    (s,) = generate_sessions(_shape(sessions=1, longest_tokens=1024, start_tokens=1247))
+    assert [t.add[0].role for t in s] == ["user", "tool", "user", "tool"]
 
 
 # -- the replay: live ids, reasoning sent back, affinity --------------------------------------------------------

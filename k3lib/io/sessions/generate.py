@@ -115,8 +115,8 @@ def generate_one(shape: SessionShape, index: int) -> list[SessionTurn]:
         turns.append(SessionTurn(sid, len(turns), _think(rng, shape.think_mean_s / 10),
                                  (TraceMessage("tool", content=question.result, call=0),), shape.max_tokens))
         context += _estimate(question.result, cpt) + reply
-        if context + 2 * reply + 8 >= shape.longest_tokens:
-            break  # no room left for another question and its replies
+        if len(turns) >= 3 and context + 2 * reply + 8 >= shape.longest_tokens:
+            break  # no room left for another question and its replies (a session resends its history at least once)
     return turns
 
 
