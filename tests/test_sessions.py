@@ -116,7 +116,7 @@ def test_azure_rows_are_one_turn_sessions_and_weka_keeps_tool_results(tmp_path):
         {"t": 9, "in": 5800, "out": 20, "input_types": ["text"], "stop": "end_turn", "think_time": 12},
         {"t": 9, "in": 100, "out": 20, "subagent": True}]}]}))
     (s,) = convert_trace("weka", weka)
-    assert [t.add[0].role for t in s] == ["user", "tool", "user", "tool"] and s[0].system_tokens == 5000
+    assert [t.add[0].role for t in s] == ["user", "tool", "user"] and s[0].system_tokens == 5000
     assert s[0].add[0].tokens == 200 and s[1].add[0].tokens == 400 and s[0].expect_tool and s[2].think_s == 12
 
 
