@@ -153,6 +153,24 @@ def test_generated_sessions_share_their_prefix_grow_and_are_seeded():
         assert "lookup" not in " ".join(t.add[0].content or "" for t in s[2:] if t.add[0].role == "user")[:-40]
 
 
+@pytest.mark.parametrize("chars_per_token", [4.0, 2.0])
+def test_generated_sessions_grow_at_the_servers_tokens(chars_per_token):
+    """The growth is planned in the server's tokens (its /tokenize on the filler, as the session phase measures it):
+    a tokenizer spending twice the tokens gets half the characters, so both reach the same longest exchange (real
+    vLLM's tiny K3 model at four characters a token ran to ~1,150 tokens for a 614-token longest exchange)."""
+    (s,) = generate_sessions(_shape(sessions=1, max_turns=12, longest_tokens=4096, start_tokens=40,
+                                    chars_per_token=chars_per_token))
+    chars = sum(len(t.add[0].content or "") for t in s)
+    assert 0.6 * 4096 < 40 + chars / chars_per_token + 64 * len(s) < 4096 * 1.15
+
+
+def test_a_session_resends_its_history_even_when_the_shared_prefix_fills_the_longest_exchange():
+    """Real vLLM's tiny Llama renders the tools in 1,247 tokens against a 1,024-token longest exchange: each session
+    still asks, gets its result back, and asks again with its result to come (the phase plays three turns of each)."""
+    (s,) = generate_sessions(_shape(sessions=1, longest_tokens=1024, start_tokens=1247))
+    assert [t.add[0].role for t in s] == ["user", "tool", "user", "tool"]
+
+
 # -- the replay: live ids, reasoning sent back, affinity --------------------------------------------------------
 
 def _sse(*deltas, usage):

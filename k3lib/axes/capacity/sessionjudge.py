@@ -3,7 +3,8 @@
 
 - `capacity.session_preemption`: the planned sessions held at once without a preemption, every turn completed;
 - `capacity.session_prefix_reuse`: each turn's cached tokens against the history its previous turn left (the reuse
-  designed into a session), at least `SESSION_REUSE_MIN` (config.py) of it;
+  designed into a session), at least `SESSION_REUSE_MIN` (config.py) of it, the usage's figures reconciled with
+  the server's vllm:prefix_cache_hits over the same levels (fewer hits counted than reported: not shown);
 - `capacity.session_tool_calls`: every turn that expected a tool call got one a client can execute, and every
   tool result answered an id of the server's previous reply;
 - `capacity.session_stall`: no silence inside a turn (before its first token, reasoning included, or between two
@@ -110,6 +111,24 @@ def _shared(result: CapacityResult) -> tuple[int, str]:
     return (int(statistics.median(firsts)), "first turns' cached tokens") if firsts else (0, "unknown")
 
 
+def _counters(result: CapacityResult) -> tuple[dict[str, Any], str | None]:
+    """The turns' usage `cached_tokens` against the server's vllm:prefix_cache_hits over the same levels, and why
+    they do not reconcile (None: they do, or the server has no counter). The counter counts every request the server
+    served, so it holds at least the sessions' own hits (real vLLM 0.32.0: exactly them, level by level)."""
+    levels = [lv for lv in (result.run.get("sessions") or {}).get("levels") or [] if "usage_cached_tokens" in lv]
+    counted = [lv for lv in levels if isinstance(lv.get("prefix_cache_hits"), (int, float))]
+    if not counted:
+        return {"counter_hits": None, "counter_basis": "no vllm:prefix_cache_hits over the levels"}, None
+    usage = sum(int(lv["usage_cached_tokens"]) for lv in counted)
+    hits = sum(float(lv["prefix_cache_hits"]) for lv in counted)
+    observed = {"counter_hits": hits, "counter_usage_cached_tokens": usage,
+                "counter_basis": f"vllm:prefix_cache_hits over {len(counted)} level(s)"}
+    if hits < usage:
+        return observed, (f"the turns' usage reports {usage} cached tokens but the server's vllm:prefix_cache_hits "
+                          f"counted {hits:g} over the same levels: the usage is not reconciled with the counters")
+    return observed, None
+
+
 def reuse_finding(result: CapacityResult, params: Params) -> Finding:
     """Reuse of each session's own history (what the previous turn left beyond the shared prefix): the cached
     tokens above the shared prefix against the designed ones; the shared prefix's reuse is reported beside it."""
@@ -122,6 +141,11 @@ def reuse_finding(result: CapacityResult, params: Params) -> Finding:
                                 "shared_prefix_basis": basis, "min": need,
                                 "turns_with_shared_prefix_cached": sum(1 for t in reported
                                                                        if t["cached_tokens"] >= shared > 0)}
+    counters, unreconciled = _counters(result)
+    observed.update(counters)
+    if unreconciled:
+        return _f("session_prefix_reuse", "not-observable", f"prefix reuse across turns not shown: {unreconciled}",
+                  observed=observed)
     if not reported or len(reported) < max(2, (result.run.get("sessions") or {}).get("planned_sessions") or 2):
         why = "the server reports no cached_tokens (prompt_tokens_details)" if later and not reported else \
             f"{len(reported)} later turn(s) with a history of their own to reuse"
@@ -163,8 +187,9 @@ def tool_finding(result: CapacityResult, params: Params) -> Finding:
         return _f("session_tool_calls", "not-observable", f"{len(expected)} turn(s) expected a tool call (at least "
                   f"{MIN_TOOL_TURNS}): tool-call validity under load not observed", observed=observed)
     if len(bad) > allowed or stray:
+        why = ([f"{observed['missing']} made no call"] if observed["missing"] else []) + problems
         what = [f"{len(bad)} of {len(expected)} tool turns under load got no executable call"
-                + (f" ({'; '.join(problems)})" if problems else "")] if len(bad) > allowed else []
+                + (f" ({'; '.join(why)})" if why else "")] if len(bad) > allowed else []
         what += [f"{len(stray)} tool result(s) answered no id of the previous reply"] if stray else []
         return _f("session_tool_calls", "fail", f"{' and '.join(what)} (the session phase; the contract allows "
                   f"{rate:.1%})", observed=observed, expected=f"<= {allowed} failed")

@@ -22,7 +22,8 @@ from typing import Any
 from ...core import progress
 from ...core.errors import APIError, TargetError
 from ...io.client import ChatClient
-from ...io.sessions import (Question, ReplayConfig, SessionReplay, SessionShape, SessionTurn, convert_trace,
+from ...io.metrics import Snapshot, delta
+from ...io.sessions import (FILLER_SAMPLE, Question, ReplayConfig, SessionReplay, SessionShape, SessionTurn, convert_trace,
                             generate_sessions, read_trace)
 from .config import SESSION_MAX_TURNS, SESSION_MIN_TURNS
 from .result import SESSIONS_JSONL
@@ -30,7 +31,7 @@ from .shape import session_levels
 from .watch import EngineWatch, boundary_snapshot
 from .window import record_stats, window_numbers
 
-__all__ = ["SESSIONS_JSONL", "SessionPhase", "SessionSource", "longest_exchange", "sample_shape", "sampling_of",
+__all__ = ["SESSIONS_JSONL", "SessionPhase", "SessionSource", "cache_counters", "longest_exchange", "sample_shape", "sampling_of",
            "session_levels"]
 #: a generated session's recorded tool result, when the sample's tool has no canned one
 _RESULT = {"status": "ok", "source": "recorded result (k3kit session replay)"}
@@ -40,8 +41,11 @@ def longest_exchange(params: Any) -> int:
     return int(params.contract.max_context_tokens * params.axes.agent.long_context_fraction)
 
 
-def sample_shape(params: Any, sessions: int, seed: int) -> SessionShape:
-    """Generated sessions from the contract and the agent sample (system prompt, tools, questions that need one)."""
+def sample_shape(params: Any, sessions: int, seed: int, start_tokens: int = 0,
+                 chars_per_token: float | None = None) -> SessionShape:
+    """Generated sessions from the contract and the agent sample (system prompt, tools, questions that need one);
+    `start_tokens`: the system prompt and tools as the server counts them (0: estimated from their characters);
+    `chars_per_token`: the server's tokenizer on the filler words (None: four characters a token)."""
     from ..agent.sample import load_sample
     from ...core.session import find_path
 
@@ -60,9 +64,24 @@ def sample_shape(params: Any, sessions: int, seed: int) -> SessionShape:
     return SessionShape(sessions=sessions, system_prompt=sample.system_prompt,
                         tools=tuple(t.openai() for t in sample.tools), questions=tuple(questions),
                         longest_tokens=longest_exchange(params),
-                        max_tokens=min(sample.defaults.max_tokens, contract.typical_output_tokens
-                                       or contract.max_output_tokens),
-                        max_turns=SESSION_MAX_TURNS, think_mean_s=cap.session_think_s, seed=seed)
+                        # the reply's ceiling is the agent axis's (K3 thinks inside it before it calls: the
+                        # typical output as a ceiling cut every think channel short on real vLLM, no call made);
+                        # the history grows by the typical output
+                        max_tokens=min(sample.defaults.max_tokens, contract.max_output_tokens),
+                        reply_tokens=min(contract.typical_output_tokens or contract.max_output_tokens,
+                                         contract.max_output_tokens),
+                        max_turns=SESSION_MAX_TURNS, think_mean_s=cap.session_think_s, seed=seed,
+                        start_tokens=start_tokens, **({"chars_per_token": chars_per_token}
+                                                      if chars_per_token else {}))
+
+
+def cache_counters(before: Snapshot | None, after: Snapshot | None) -> dict[str, Any]:
+    """The server's own prefix-cache counters over a level (vllm:prefix_cache_hits/queries, in tokens): what the
+    turns' usage `cached_tokens` is reconciled with (None where a scrape failed or the server has none)."""
+    if before is None or after is None:
+        return {"prefix_cache_hits": None, "prefix_cache_queries": None}
+    return {"prefix_cache_hits": delta(before, after, "prefix_cache_hits_total").value,
+            "prefix_cache_queries": delta(before, after, "prefix_cache_queries_total").value}
 
 
 def sampling_of(params: Any) -> dict[str, Any]:
@@ -92,6 +111,11 @@ class SessionSource:
             self.trace = read_trace(path) if cap.session_trace_format == "k3" else \
                 convert_trace(cap.session_trace_format, path)
         self.params, self.seed, self.next = params, seed, 0
+        # the shared prefix in the server's tokens, once measured: the sessions then grow to the longest exchange
+        # from what the server counts (an estimate from characters counts a template that renders no tools as if
+        # it did: on real vLLM with the tiny K3 model, ~450 estimated for 42 real, every session cut at two turns)
+        self.start_tokens = 0
+        self.chars_per_token: float | None = None  # the server's tokenizer on the filler words, once measured
         self.kind = f"trace ({cap.session_trace_format})" if self.trace is not None else "generated from the contract"
 
     def head(self) -> tuple[str | None, list[dict[str, Any]]]:
@@ -106,7 +130,7 @@ class SessionSource:
         if self.trace is not None:
             yield from self.trace
             return
-        shape = sample_shape(self.params, 1, self.seed)
+        shape = sample_shape(self.params, 1, self.seed, self.start_tokens, self.chars_per_token)
         while True:
             (session,) = generate_sessions(shape, first=self.next)
             self.next += 1
@@ -117,6 +141,7 @@ class SessionPhase(EngineWatch):
     """The phase's I/O: the levels in order, each its sessions at once."""
 
     session_source: SessionSource | None = None  # set before the run, so a bad trace is refused before any load
+    chars_per_token: float | None = None  # the server's tokenizer on the filler words (measured by the phase)
 
     async def _sessions(self) -> str:
         plan = self.plan
@@ -126,6 +151,9 @@ class SessionPhase(EngineWatch):
         client = self._client(plan.request_timeout_s)
         try:
             self.session_run["shared_prefix_tokens"] = await self._shared_prefix(client, source)
+            source.start_tokens = self.session_run["shared_prefix_tokens"] or 0
+            source.chars_per_token = self.chars_per_token = await self._chars_per_token(client)
+            self.session_run["chars_per_token"] = self.chars_per_token
             for level in plan.session_levels:
                 if self.dead:
                     self.session_run["levels"].append({"sessions": level, "status": "skipped",
@@ -149,11 +177,21 @@ class SessionPhase(EngineWatch):
             self.notes.append("the session phase's shared prefix was not measured: /tokenize did not answer")
             return None
 
+    async def _chars_per_token(self, client: ChatClient) -> float | None:
+        """The server's tokenizer on the generator's filler words (/tokenize; None where it does not answer): the
+        tiny K3-format model's spends twice the four characters a token planned (growth 476 tokens for 241)."""
+        try:
+            count = (await client.tokenize(prompt=FILLER_SAMPLE)).count
+        except (APIError, TargetError):
+            return None
+        return round(len(FILLER_SAMPLE) / count, 3) if count > 0 else None
+
     def _config(self) -> ReplayConfig:
         block = str(self.cache_info.get("block_size") or "")
         return ReplayConfig(model=self.params.target.model, request_timeout_s=self.plan.request_timeout_s,
                             sampling=sampling_of(self.params),
-                            block_tokens=int(block) if block.isdigit() else 16)
+                            block_tokens=int(block) if block.isdigit() else 16,
+                            chars_per_token=self.chars_per_token or 4.0)
 
     async def _session_level(self, client: ChatClient, source: SessionSource, level: int) -> None:
         plan = self.plan
@@ -193,7 +231,8 @@ class SessionPhase(EngineWatch):
             "sessions": level, "status": "done" if early is None else "stopped", "note": early or "",
             "start_wall": t0, "end_wall": t1, "turns": len(turns), "sessions_started": counts["started"],
             "sessions_finished": counts["finished"], "engine_alive_after": alive,
-            **record_stats(bucket), **window_numbers(before, after)})
+            **record_stats(bucket), **window_numbers(before, after), **cache_counters(before, after),
+            "usage_cached_tokens": sum(t.get("cached_tokens") or 0 for t in turns)})
 
     async def _hold(self, worker: Callable[[], Any], level: int) -> str | None:
         """`level` workers until the level's duration (each session plays its first turns), cut at the level's

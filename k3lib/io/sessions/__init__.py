@@ -3,12 +3,13 @@ the contract (`generate`) and the faithful replay client (`replay`). See docs/se
 
 from __future__ import annotations
 
-from .generate import Question, SessionShape, generate_sessions
+from .generate import FILLER_SAMPLE, Question, SessionShape, generate_sessions
 from .readers import READERS, block_text, convert_trace
 from .replay import AFFINITY_HEADER, ReplayConfig, SessionReplay, call_problem, turn_record
 from .trace import SessionTurn, TraceMessage, group_sessions, parse_turn, read_trace, trace_lines, write_trace
 
 __all__ = [
+    "FILLER_SAMPLE",
     "AFFINITY_HEADER",
     "READERS",
     "Question",

@@ -44,6 +44,7 @@ class ReplayConfig:
     request_timeout_s: float
     sampling: Mapping[str, Any] = field(default_factory=dict)  # temperature, top_p, chat_template_kwargs…
     block_tokens: int = 16  # the server's prefix-cache unit: reuse is designed in whole blocks
+    chars_per_token: float = CHARS_PER_TOKEN  # what the expected growth counts added text at (the server's, measured)
     affinity_header: str = AFFINITY_HEADER
 
 
@@ -89,8 +90,10 @@ def _assistant(rec: ChatRecord) -> dict[str, Any]:
 
 class SessionReplay:
     """One session against the server: `await run()` plays its turns in order (think time first), appending each
-    turn's record to `sink` as it ends. A failed turn ends the session (its history is no longer the trace's). No
-    turn starts after `stop_at_ns` once the session played `min_turns` (the caller bounds the whole)."""
+    turn's record to `sink` as it ends. A failed turn ends the session (its history is no longer the trace's); a
+    turn of tool results for calls the server did not make is not sent (its results are listed unbound in the next
+    turn's record) and the session goes on. No turn starts after `stop_at_ns` once the session played `min_turns`
+    (the caller bounds the whole)."""
 
     def __init__(self, client: ChatClient, turns: Sequence[SessionTurn], config: ReplayConfig, *,
                  sink: Callable[[dict[str, Any]], None], on_request: Callable[[ChatRecord], None] | None = None,
@@ -107,6 +110,7 @@ class SessionReplay:
             block_text("k3-shared-system", head.system_tokens) if head.system_tokens else None)
         self.history: list[dict[str, Any]] = [{"role": "system", "content": system}] if system is not None else []
         self.last: ChatRecord | None = None
+        self.unsent: list[dict[str, Any]] = []  # recorded results left unsent (no live call), told with the next turn
         self.records: list[dict[str, Any]] = []
 
     def _bind(self, turn: SessionTurn) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
@@ -155,7 +159,11 @@ class SessionReplay:
     async def _turn(self, turn: SessionTurn) -> bool:
         new, bound, plain = self._bind(turn)
         if not new:
-            return False  # nothing to send: the trace's results answer no live call
+            # the trace's results answer no live call (the model did not call, which its turn's record already
+            # counts): a client sends nothing, and the session goes on with its next user message
+            self.unsent += bound
+            return True
+        bound, self.unsent = self.unsent + bound, []
         previous = self.last
         messages = self.history + new
         rid = f"{self.label}{self.sid}-t{turn.turn}"
@@ -179,7 +187,8 @@ class SessionReplay:
                 bound: list[dict[str, Any]], plain: int) -> None:
         if self.on_request is not None:
             self.on_request(rec)
-        d = turn_record(turn, rec, previous, new, bound, plain, self.by_name, self.config.block_tokens)
+        d = turn_record(turn, rec, previous, new, bound, plain, self.by_name, self.config.block_tokens,
+                        self.config.chars_per_token)
         d["label"] = self.label.rstrip("-") or None
         self.records.append(d)
         self.sink(d)
@@ -195,14 +204,14 @@ def _calls(rec: ChatRecord, tools: Mapping[str, Mapping[str, Any]]) -> list[dict
 
 def turn_record(turn: SessionTurn, rec: ChatRecord, previous: ChatRecord | None, new: list[dict[str, Any]],
                 bound: list[dict[str, Any]], plain: int, tools: Mapping[str, Mapping[str, Any]],
-                block_tokens: int) -> dict[str, Any]:
+                block_tokens: int, chars_per_token: float = CHARS_PER_TOKEN) -> dict[str, Any]:
     """What one turn shows (see the module docstring); pure over the records."""
     prev_prompt = previous.prompt_tokens if previous is not None else None
     growth = (rec.prompt_tokens - prev_prompt) if rec.prompt_tokens is not None and prev_prompt is not None else None
     added_chars = sum(len(str(m.get("content") or "")) for m in new)
     expected = None
     if previous is not None and previous.completion_tokens is not None:
-        expected = previous.completion_tokens + math.ceil(added_chars / CHARS_PER_TOKEN)
+        expected = previous.completion_tokens + math.ceil(added_chars / chars_per_token)
     designed = None
     if prev_prompt is not None:
         designed = max(0, (prev_prompt // block_tokens - 1) * block_tokens)
