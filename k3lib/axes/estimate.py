@@ -241,20 +241,23 @@ def session_phases(params: Params, speed: SpeedLike) -> tuple[PhaseEstimate, ...
 
 
 def prefix_cache_phases(params: Params, speed: SpeedLike) -> tuple[PhaseEstimate, ...]:
-    """A cold and a warm request per session and prefix length (the extra sessions, taken only while the gain is
-    undecided, are not counted), within the axis' duration bound."""
+    """A cold, a warm and a third request per session and prefix length (`k3lib.axes.prefix_cache.run`: the third
+    sighting follows the warm one), within the axis' duration bound; the extra sessions, taken only while the gain
+    is undecided, count in its at-most."""
+    from .prefix_cache.result import KINDS as PER_SESSION  # cold, warm, third: one request each
     from .prefix_cache.run import prefix_lengths
 
     p = params.axes.prefix_cache
     lengths = prefix_lengths(params)
     pairs = len(lengths) * p.sessions
-    seconds = pairs * 2 * (speed.request_s(p.max_tokens) + 0.05)  # + the scrapes around each request
+    seconds = pairs * len(PER_SESSION) * (speed.request_s(p.max_tokens) + 0.05)  # + the scrapes around each
     bound = "requests"
     if seconds > p.max_duration_s:
         seconds, bound = p.max_duration_s, "duration"
     return (PhaseEstimate(f"{pairs} cold/warm pairs ({len(lengths)} lengths x {p.sessions} sessions; up to "
                           f"{p.max_extra_sessions} more at the longest while the gain is undecided)",
-                          2 * pairs, seconds, bound, at_most=2 * (pairs + p.max_extra_sessions)),)
+                          len(PER_SESSION) * pairs, seconds, bound,
+                          at_most=len(PER_SESSION) * (pairs + p.max_extra_sessions)),)
 
 
 def operations_phases(params: Params, *, embedded: bool) -> tuple[PhaseEstimate, ...]:

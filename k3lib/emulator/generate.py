@@ -157,7 +157,7 @@ async def chat_completions(request: Request) -> Response:
     auto = rt.cfg.enable_auto_tool_choice and rt.cfg.tool_call_parser is not None
     plan = plan_chat(body, cfg=rt.cfg, tok=rt.tokenizer, faults=rt.faults, reply_no=rt.replies, auto_tools=auto)
     plan = _extend_for_ignore_eos(rt, plan, body, max_tokens)
-    req = EngineRequest(protocol.request_id("chatcmpl", rt.cfg.seed, rt.replies), prompt_ids, plan.ids, max_tokens,
+    req = EngineRequest(protocol.request_id("chatcmpl", rt.cfg.seed, rt.replies, rt.id_salt), prompt_ids, plan.ids, max_tokens,
                         cache_salt=body.get("cache_salt"),
                         params_max_tokens=body.get("max_completion_tokens", body.get("max_tokens")))
     req.events = asyncio.Queue()
@@ -354,7 +354,7 @@ async def completions(request: Request) -> Response:
     rt.replies += 1
     plan = _extend_for_ignore_eos(rt, plan_completion(str(prompt_ids[-64:]), cfg=rt.cfg, tok=rt.tokenizer), body,
                                   max_tokens)
-    req = EngineRequest(protocol.request_id("cmpl", rt.cfg.seed, rt.replies), prompt_ids, plan.ids, max_tokens,
+    req = EngineRequest(protocol.request_id("cmpl", rt.cfg.seed, rt.replies, rt.id_salt), prompt_ids, plan.ids, max_tokens,
                         cache_salt=body.get("cache_salt"), params_max_tokens=body.get("max_tokens"))
     req.events = asyncio.Queue()
     created = int(time.time())

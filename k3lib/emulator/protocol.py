@@ -141,8 +141,10 @@ def finish_reason(engine_reason: str, has_calls: bool, named_choice: bool) -> st
     return engine_reason
 
 
-def request_id(prefix: str, seed: int, n: int) -> str:
-    return f"{prefix}-" + hashlib.blake2b(f"{seed}:{prefix}:{n}".encode(), digest_size=16).hexdigest()
+def request_id(prefix: str, seed: int, n: int, salt: str = "") -> str:
+    """A reply's id: unique per server process (`salt`, drawn when it starts: vLLM draws a random id per request,
+    so two node processes of one deployment, started with one seed, never serve the same id)."""
+    return f"{prefix}-" + hashlib.blake2b(f"{seed}:{salt}:{prefix}:{n}".encode(), digest_size=16).hexdigest()
 
 
 def model_card(cfg, created: int) -> dict:

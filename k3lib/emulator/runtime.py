@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import secrets
 import time
 from collections import deque
 from pathlib import Path
@@ -100,6 +101,7 @@ class Runtime:
                         for i, (plan, model, prefix) in enumerate(self.rank_plans)]
         self.admitted = 0
         self.replies = 0
+        self.id_salt = secrets.token_hex(8)  # reply ids unique per process (protocol.request_id)
         self.api_requests = 0
         self.finished = 0
         self._interval = [dict(prompt=0, gen=0, preempt=0) for _ in range(dp)]

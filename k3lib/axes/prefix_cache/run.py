@@ -25,7 +25,7 @@ from ...io.metrics import Snapshot, delta, scrape
 from ...io.prompts import EstimateCounter, ServerTokenCounter, TokenCounter, filler_text, fit_count
 from .blocks import common_prefix_len, designed_hits, expected_hits, first_divergence, hit_unit
 from .config import PrefixCacheParams
-from .result import (CONFIG_LABELS, COUNTERS_JSON, REQUESTS_JSONL, RESULT_JSON, SAMPLES_JSONL,
+from .result import (CONFIG_LABELS, COUNTERS_JSON, KINDS, REQUESTS_JSONL, RESULT_JSON, SAMPLES_JSONL,
                      TOKEN_IDS_JSONL, PrefixCacheResult, RequestSample, judged_sighting)
 from .retention import retention_settings
 
@@ -189,7 +189,7 @@ def run_prefix_cache(ctx: AxisContext) -> PrefixCacheResult:
     lengths = prefix_lengths(ctx.params)
     planned = [(size, s) for size in lengths for s in range(p.sessions)]
     progress.phase(f"cold/warm pairs: {len(lengths)} lengths x {p.sessions} sessions",
-                   requests=2 * len(planned), duration_s=p.max_duration_s)
+                   requests=len(KINDS) * len(planned), duration_s=p.max_duration_s)
     client = SyncChatClient(target.base_url, model=ctx.params.target.model, api_key_env=target.api_key_env,
                             timeout_s=p.request_timeout_s)
     http = httpx.Client(timeout=min(10.0, p.request_timeout_s), headers=target.headers())
@@ -208,7 +208,7 @@ def run_prefix_cache(ctx: AxisContext) -> PrefixCacheResult:
             words, pads, counter, sized_by = _sized_session(client, counter, sized_by, nonce, size)
             prompts = _session_prompts(nonce, words, pads, early_change=p.warm_change == "early-token")
             ids = {name: _ids(client, msgs) for name, msgs in prompts.items()}
-            for kind in ("cold", "warm", "third"):
+            for kind in KINDS:
                 if time.monotonic() >= t_end:
                     stopped = f"max_duration_s ({figure(p.max_duration_s, ' s')}) reached mid-session"
                     break
@@ -231,6 +231,8 @@ def run_prefix_cache(ctx: AxisContext) -> PrefixCacheResult:
                 ctx.store.append_jsonl(SAMPLES_JSONL, sample.to_dict())
             if stopped:
                 break
+    except progress.ConsentExceeded as exc:  # the plan's at-most reached: stop, judged on what was measured
+        stopped = str(exc)
     finally:
         http.close()
         client.close()
