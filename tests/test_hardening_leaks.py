@@ -25,6 +25,7 @@ SECRET = "k3-test-secret-9d2e7a41c0b5"
 KEY_ENV = "K3_HARDENING_API_KEY"
 # The emulator serves its model under a name carrying the markup; the proxy adds it to every reply and log.
 INJECTED_MODEL = f"kimi-k3{PAYLOAD}"
+OOM_ABOVE_TOKENS = 5000
 
 
 def _only_run(out: Path) -> RunStore:
@@ -85,18 +86,18 @@ def injected_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("injected")
     old = os.environ.get(KEY_ENV)
     os.environ[KEY_ENV] = SECRET
-    # an OOM on the long prompt makes the capacity page quote the server log's lines around it; above 3,300 tokens,
-    # so that the agent's history, swollen by the injected markup (about 2,500 tokens), never kills the engine before
-    # its replies carry the markup to its page
+    # an OOM on the long prompt makes the capacity page quote the server log's lines around it; above 5,000 tokens
+    # (the context raised to 8,192 for it), so that the agent's history, swollen by the injected markup (3,727 tokens
+    # after the tool call's round, measured), never kills the engine before its replies carry the markup to its page
     upstream = start_emulator(EmulatorConfig.from_profile("demo", time_scale=0.05, api_key=SECRET,
-                                                          served_model_name=INJECTED_MODEL,
-                                                          faults=("oom-long-context=3300",)),
+                                                          served_model_name=INJECTED_MODEL, max_model_len=8192,
+                                                          faults=(f"oom-long-context={OOM_ABOVE_TOKENS}",)),
                               host="127.0.0.1", port=0)
     try:
         with Misbehaving(upstream.url, "inject") as proxy_server:
             argv = ["validate", "-p", EMULATOR_YAML, "--out", str(out), "--set", f"target.base_url={proxy_server.url}",
                     "--set", f"target.api_key_env={KEY_ENV}"]
-            for s in [*TINY, "axes.capacity.context_lengths_tokens=[3600]"]:
+            for s in [*TINY, f"axes.capacity.context_lengths_tokens=[{OOM_ABOVE_TOKENS + 1000}]"]:
                 argv += ["--set", s]
             import contextlib
             import io

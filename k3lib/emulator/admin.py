@@ -3,6 +3,7 @@ inspect, nvidia-smi, DCGM metrics and the operator attestation."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from starlette.requests import Request
@@ -98,12 +99,16 @@ async def admin_restart(request: Request) -> Response:
     if isinstance(body, Response):
         return body
     base = emu.base_cfg
+    # a restarted vLLM keeps its command line: the same profile restarts with every setting it was started with
+    # (the served model name, the context length...); another profile starts from that profile's own values
+    kept = ({f.name: getattr(base, f.name) for f in dataclasses.fields(base) if f.name != "profile"}
+            if body.get("profile", base.profile) == base.profile else {})
     try:
-        cfg = EmulatorConfig.from_profile(
-            body.get("profile", base.profile), faults=tuple(body.get("faults", base.faults)),
-            vllm_version=body.get("vllm_version", base.vllm_version),
-            time_scale=float(body.get("time_scale", base.time_scale)), seed=base.seed,
-            api_key=base.api_key, log_dir=base.log_dir, **emu.layout())
+        cfg = EmulatorConfig.from_profile(body.get("profile", base.profile), **{
+            **kept, **emu.layout(), "faults": tuple(body.get("faults", base.faults)),
+            "vllm_version": body.get("vllm_version", base.vllm_version),
+            "time_scale": float(body.get("time_scale", base.time_scale)), "seed": base.seed,
+            "api_key": base.api_key, "log_dir": base.log_dir})
     except Exception as exc:  # BadInputError: unknown profile or fault
         return JSONResponse({"error": str(exc)}, status_code=400)
     nodes = await emu.router.broadcast("/_emulator/restart", await request.body()) if emu.router else []
