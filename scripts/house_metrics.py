@@ -1,0 +1,49 @@
+"""The house's shape in figures (issue 48's "done when"): `dict[str, Any]` annotations, hand-written
+to_dict/from_dict, SimpleNamespace, function-local imports, classes with more than two bases and public class names
+defined twice in k3lib. `python scripts/house_metrics.py` prints them; `--json` prints them as one object."""
+
+from __future__ import annotations
+
+import ast
+import collections
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent / "k3lib"
+
+
+def measure(root: Path = ROOT) -> dict[str, object]:
+    dict_any = to_from = namespace = local_imports = 0
+    names: dict[str, list[str]] = collections.defaultdict(list)
+    many_bases: list[str] = []
+    for path in sorted(root.rglob("*.py")):
+        text = path.read_text()
+        rel = str(path.relative_to(root.parent))
+        dict_any += len(re.findall(r"dict\[str, Any\]", text))
+        namespace += text.count("SimpleNamespace")
+        tree = ast.parse(text)
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                to_from += node.name in ("to_dict", "from_dict")
+                local_imports += sum(isinstance(n, (ast.Import, ast.ImportFrom)) for n in ast.walk(node))
+            if isinstance(node, ast.ClassDef) and len(node.bases) > 2:
+                many_bases.append(f"{rel}:{node.name}")
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                names[node.name].append(rel)
+    twice = {name: paths for name, paths in sorted(names.items()) if len(paths) > 1}
+    return {"dict_str_any": dict_any, "to_from_dict": to_from, "simple_namespace": namespace,
+            "function_local_imports": local_imports, "classes_over_two_bases": many_bases,
+            "class_names_defined_twice": twice}
+
+
+if __name__ == "__main__":
+    figures = measure()
+    if "--json" in sys.argv:
+        print(json.dumps(figures, indent=1))
+    else:
+        for key, value in figures.items():
+            print(f"{key:26} {value if not isinstance(value, (list, dict)) else len(value)}"
+                  f"{'  ' + json.dumps(value) if isinstance(value, (list, dict)) and value else ''}")
