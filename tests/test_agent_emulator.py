@@ -164,3 +164,21 @@ def test_notebook_under_papermill_against_the_emulator(server, tmp_path):
     assert record["axis"] == "agent" and record["status"] == "fail"
     assert {"agent.arguments_valid", "agent.auto_tool_choice"} <= {f["rule"] for f in record["findings"]}
     assert (run_dir / "evidence/agent/requests.jsonl").exists()
+
+
+@pytest.mark.slow
+def test_the_plans_at_most_ends_the_axis_as_stopped_judged_on_what_was_measured(server, tmp_path):
+    """A request past the plan's at-most is refused before it is sent (ConsentExceeded): the axis ends as stopped
+    with what it measured kept and judged, its notebook does not crash, and a stopped axis is never a pass."""
+    restart(server)
+    run_dir = tmp_path / "run"
+    first = open_axis("agent", PARAMS, [f"target.base_url={server.url}"], str(run_dir))
+    first.store.write_json("plan.json", {"axes": [{"axis": "agent", "seconds": 30, "requests": 40, "at_most": 6}]})
+    ctx, result, record = run(server, tmp_path, "axes.agent.repetitions=2", "axes.agent.concurrency_levels=[1]")
+    assert result.stopped and "the 6 requests the plan showed" in result.stopped
+    sent = [json.loads(line) for line in (run_dir / "evidence" / "agent" / "requests.jsonl").read_text().splitlines()]
+    assert 0 < len(sent) <= 6
+    stop = [f for f in record.findings if f.rule == "agent.budget" and "plan" in f.message]
+    assert stop and stop[0].status == "warn", [f.message for f in record.findings]
+    assert decide({"agent": record}, ["agent"]).decision != "production"
+    assert agent.load_agent_result(ctx.store).stopped == result.stopped

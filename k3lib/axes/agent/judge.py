@@ -66,6 +66,10 @@ def _findings(result: AgentResult) -> list[Finding]:
     rate = failure_rate_finding(result.turns, result.settings)
     if rate is not None:
         out.append(rate)
+    if result.stopped:
+        out.append(Finding(rule="agent.budget", status="warn", observed={"stopped": result.stopped},
+                           message=f"the axis stopped at the plan's at-most, judged on what it measured: "
+                                   f"{result.stopped}"))
     if result.series.get("stopped_by"):
         sr = result.series
         out.append(Finding(rule="agent.budget", status="warn", observed=sr,

@@ -35,6 +35,7 @@ class AgentResult:
     spec_decode: dict[str, Any] = dataclasses.field(default_factory=dict)  # spec-decode counter deltas, if any
     serving: dict[str, Any] = dataclasses.field(default_factory=dict)  # serving settings read from the log
     served: dict[str, Any] = dataclasses.field(default_factory=dict)  # the server's counters over the run
+    stopped: str | None = None  # why the axis stopped before its plan (the plan's at-most), if it did
 
     # -- derived -------------------------------------------------------------------------------------------------
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ...core import progress
 from .config import agent_params
 from .contract import ContractCheck
 from .result import CONTRACT_FILE, RUN_FILE, STEPS_FILE, TURNS_FILE, AgentResult
@@ -48,12 +49,16 @@ def run_agent(ctx: AxisContext) -> AgentResult:
                         timeout_s=settings.request_timeout_s) as sync:
         kept = sync.client.keep_records()
         runner = ScenarioRunner(sync.client, sample, settings, sink(STEPS_FILE))
-        sync.run(runner.run())
         series = ToolTurnSeries(sync.client, sample, settings, max(settings.levels), sink(TURNS_FILE))
-        sync.run(series.run())
         contract = ContractCheck(sync.client, sample, settings, sink(CONTRACT_FILE))
-        if settings.contract_check:
-            sync.run(contract.run())
+        stopped = None
+        try:
+            sync.run(runner.run())
+            sync.run(series.run())
+            if settings.contract_check:
+                sync.run(contract.run())
+        except progress.ConsentExceeded as exc:  # the plan's at-most reached: stop, judged on what was measured
+            stopped = str(exc)
     after, after_error = _scrape(ctx)
     error = before_error or after_error
     spec = _spec_decode_delta(before, after) if error is None else {"error": error}
@@ -64,10 +69,10 @@ def run_agent(ctx: AxisContext) -> AgentResult:
             ctx.store.adopt(name)
     run: dict[str, Any] = {"settings": settings.to_dict(), "sample": sample_summary(sample, source),
                            "levels": runner.levels, "skipped": runner.skipped_cases(), "series": series.summary,
-                           "spec_decode": spec, "serving": serving, "served": served}
+                           "spec_decode": spec, "serving": serving, "served": served, "stopped": stopped}
     ctx.store.write_json(RUN_FILE, run)
     return AgentResult(run["settings"], run["sample"], runner.levels, run["skipped"], runner.steps, series.turns,
-                       contract.rows, series.summary, spec, serving, served)
+                       contract.rows, series.summary, spec, serving, served, stopped)
 
 
 def _server_log(ctx: AxisContext) -> str | None:
@@ -126,4 +131,4 @@ def load_agent_result(store: Any) -> AgentResult:
     return AgentResult(run.get("settings", {}), run.get("sample", {}), run.get("levels", []),
                        run.get("skipped", []), store.read_jsonl(STEPS_FILE), store.read_jsonl(TURNS_FILE),
                        store.read_jsonl(CONTRACT_FILE), run.get("series", {}), run.get("spec_decode", {}),
-                       run.get("serving", {}), run.get("served", {}))
+                       run.get("serving", {}), run.get("served", {}), run.get("stopped"))
