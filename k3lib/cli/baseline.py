@@ -7,12 +7,16 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..batch.fleet import fleet_main
 from ..core.errors import BadInputError
+from ..core.store import MANIFEST
+from ..report.history import history
+from ..verdict.baseline import compare_with_baseline
+from ..verdict.golive import GoliveOptions, write_golive_kit
 
 
 def cmd_golive(ns: argparse.Namespace) -> int:
     """`k3 golive RUN --out DIR [--job NAME] [--traffic-hit-rate RATE] [--for DURATION]`."""
-    from ..verdict.golive import GoliveOptions, write_golive_kit
 
     opts = GoliveOptions(job=getattr(ns, "job", None) or "vllm",
                          sustained_for=getattr(ns, "sustained_for", None) or "10m",
@@ -30,8 +34,6 @@ def cmd_golive(ns: argparse.Namespace) -> int:
 
 def cmd_history(ns: argparse.Namespace) -> int:
     """`k3 history DIR [--out FILE] [--baseline RUN] [--textfile FILE]`: one line per run, then the files written."""
-    from ..report.history import history
-    from ..core.store import MANIFEST
 
     baseline = Path(ns.baseline) if getattr(ns, "baseline", None) else None
     if baseline is not None and not (baseline / MANIFEST).is_file():
@@ -50,7 +52,6 @@ def cmd_history(ns: argparse.Namespace) -> int:
 
 
 def cmd_fleet(ns: argparse.Namespace) -> int:
-    from ..batch.fleet import fleet_main
 
     if ns.timeout is not None and not ns.timeout > 0:
         raise BadInputError(f"expected a positive number of seconds, got {ns.timeout}", source="--timeout")
@@ -63,7 +64,6 @@ def cmd_compare(ns: argparse.Namespace) -> int:
     """`k3 compare RUN --baseline RUN`: 0 same deployment (every identity item verified) and no drift; 1 the sheet
     reopens, a metric drifted, or an identity item (the image digest, the driver…) could not be verified;
     2 the runs cannot be compared (official vs custom build, or not run folders)."""
-    from ..verdict.baseline import compare_with_baseline
 
     cmp = compare_with_baseline(ns.run, ns.baseline)
     for line in cmp.lines():

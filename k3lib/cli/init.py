@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,8 +20,11 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from ..batch.preflight import BUDGET_S, _Clock, _models, check_host, server_kind
 from ..core.errors import BadInputError, K3Error
-from ..core.guards import is_loopback_url
+from ..core.guards import api_key, is_loopback_url
+from ..core.params import _check_url, load_params
+from ..io.metrics.parse import parse_exposition
 
 PROBE_TIMEOUT_S = 5.0
 DCGM_PORT = 9400
@@ -60,8 +64,6 @@ def probe(base_url: str, headers: dict[str, str], key_env: str | None = None) ->
     lines: the host resolves, something answers, the key (if any) is accepted and `/v1/models` lists what is
     served. A server whose model list cannot be read is refused, one line saying what is missing: a file written
     without the served model would miss its recipe (a Kimi K3 read as generic)."""
-    from ..batch.preflight import BUDGET_S, _Clock, _models, check_host, server_kind
-    from ..io.metrics.parse import parse_exposition
 
     clock = _Clock(BUDGET_S)
     check_host(base_url, clock)
@@ -136,7 +138,6 @@ def render(found: Found, api_key_env: str | None) -> str:
 
 
 def _quote(value: Any) -> str:
-    import json
 
     return json.dumps(str(value)) if value is not None else "null"
 
@@ -211,8 +212,6 @@ def _source_lines() -> list[str]:
 
 def cmd_init(ns: argparse.Namespace) -> int:
     """`k3 init URL [--out FILE] [--api-key-env VAR] [--force]`: write the file, say what was filled and what not."""
-    from ..core.guards import api_key
-    from ..core.params import _check_url, load_params
 
     url = ns.url.strip().rstrip("/")
     try:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import BadInputError
+from ..io.readers.kinds import guess_kind, inspect_as
 
 
 def _read_source(source: str, kind: str) -> str:
@@ -52,7 +53,6 @@ def _expand_sources(sources: list[str]) -> list[str]:
 
 
 def _inspect_one(source: str, kind: str) -> dict[str, Any]:
-    from ..io.readers.kinds import guess_kind, inspect_as
 
     text = _read_source(source, kind)
     try:

@@ -9,18 +9,16 @@ Exit codes: 0 production · 3 limited-observation · 4 capacity-extension · 5 e
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
+from typing import Callable
 
+from ..batch.stop import stop_signals
 from ..core.errors import BadInputError, K3Error
 from ..io.readers.kinds import KINDS as INSPECTORS
-from .baseline import cmd_compare, cmd_fleet, cmd_golive, cmd_history
-from .imports import add_import_parser
-from .init import cmd_init
-from .inspect import cmd_inspect
-from .run import cmd_demo, cmd_emulator, cmd_paths, cmd_review, cmd_validate
-from .sign import cmd_sign, cmd_verify
 from . import verbosity
+from .imports import add_import_parser
 
 
 class _Parser(argparse.ArgumentParser):
@@ -61,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "of each renewal result and of the paths record into the repository's schemas/ "
                                     "folder, one line per file written. The tests fail while a committed schema "
                                     "differs from the code.")
-    sc.set_defaults(func=cmd_schemas)
+    sc.set_defaults(func=_command("files", "cmd_schemas"))
     return parser
 
 
@@ -81,7 +79,7 @@ def _add_acceptance_commands(sub: argparse._SubParsersAction) -> None:
     v.add_argument("--baseline", metavar="RUN",
                    help="an accepted run to compare with: a changed image, driver, vLLM, topology or context limit "
                         "reopens the sheet; metrics outside the accepted band are listed as drift")
-    v.set_defaults(func=cmd_validate)
+    v.set_defaults(func=_command("run", "cmd_validate"))
 
     d = sub.add_parser("demo", help="run the whole demo on the embedded emulator",
                        description="Acceptance batch against the embedded vLLM-compatible emulator with "
@@ -97,7 +95,7 @@ def _add_acceptance_commands(sub: argparse._SubParsersAction) -> None:
                    help="renewal demo scenario reviewed after the acceptance batch: steady (default), idle-heavy, "
                         "spiky, poor")
     d.add_argument("--no-review", action="store_true", help="run the acceptance batch only")
-    d.set_defaults(func=cmd_demo)
+    d.set_defaults(func=_command("run", "cmd_demo"))
 
 
 def _add_renewal_commands(sub: argparse._SubParsersAction) -> None:
@@ -112,7 +110,7 @@ def _add_renewal_commands(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--from-exports", action="store_true",
                    help="with --demo: write the scenario's records as exports (FOCUS bill, PagerDuty, Jira, API "
                         "usage) and review the files `k3 import` makes of them")
-    r.set_defaults(func=cmd_review)
+    r.set_defaults(func=_command("run", "cmd_review"))
 
     add_import_parser(sub, _Parser)
 
@@ -126,7 +124,7 @@ def _add_renewal_commands(sub: argparse._SubParsersAction) -> None:
                     help="override one parameter after the files, e.g. --set paths.retry.max_retries=1")
     pa.add_argument("--out", metavar="DIR", help="folder that receives the run folder (default: outputs/)")
     pa.add_argument("--compare", metavar="RUN", help="an earlier `k3 paths` run: flag any fixed element that changed")
-    pa.set_defaults(func=cmd_paths)
+    pa.set_defaults(func=_command("run", "cmd_paths"))
 
 
 def _add_setup_commands(sub: argparse._SubParsersAction) -> None:
@@ -143,13 +141,13 @@ def _add_setup_commands(sub: argparse._SubParsersAction) -> None:
     ini.add_argument("--api-key-env", metavar="VAR",
                      help="the NAME of the environment variable holding the server's key (read, never written)")
     ini.add_argument("--force", action="store_true", help="replace FILE if it exists")
-    ini.set_defaults(func=cmd_init)
+    ini.set_defaults(func=_command("init", "cmd_init"))
 
     e = sub.add_parser("emulator", help="serve the vLLM-compatible emulator",
                        description="Serve the embedded vLLM-compatible emulator; prints its URL on the first "
                                    "line and serves until interrupted.")
     _emulator_arguments(e)
-    e.set_defaults(func=cmd_emulator)
+    e.set_defaults(func=_command("run", "cmd_emulator"))
 
     i = sub.add_parser("inspect", help="read artifacts and print what the kit finds in them",
                        description="Read artifacts (collect_env report, nvidia-smi output, vLLM log, /metrics "
@@ -166,7 +164,7 @@ def _add_setup_commands(sub: argparse._SubParsersAction) -> None:
                        + (", or a /metrics URL" if kind == "metrics" else "") + "; - for standard input")
         k.add_argument("--json", action="store_true",
                        help="print one JSON line per file, with its path and kind, instead of aligned text")
-        k.set_defaults(func=cmd_inspect, inspect_kind=kind)
+        k.set_defaults(func=_command("inspect", "cmd_inspect"), inspect_kind=kind)
 
 
 def _add_signature_commands(sub: argparse._SubParsersAction) -> None:
@@ -184,7 +182,7 @@ def _add_signature_commands(sub: argparse._SubParsersAction) -> None:
     sg.add_argument("--demo", action="store_true",
                     help="sign a run against the kit's emulator as a demo (refused without it: a demo is not an "
                          "acceptance); signature.json then says demo: true")
-    sg.set_defaults(func=cmd_sign)
+    sg.set_defaults(func=_command("sign", "cmd_sign"))
 
     ver = sub.add_parser("verify", help="check every file of a run against its manifest and signature",
                          description="Recompute the sha256 of every file listed in RUN/manifest.json and check the "
@@ -193,7 +191,7 @@ def _add_signature_commands(sub: argparse._SubParsersAction) -> None:
     ver.add_argument("run", metavar="RUN", help="a run folder under outputs/")
     ver.add_argument("--allowed-signers", metavar="FILE",
                      help="ssh allowed-signers file to verify manifest.json.sig against")
-    ver.set_defaults(func=cmd_verify)
+    ver.set_defaults(func=_command("sign", "cmd_verify"))
 
 
 def _add_operations_commands(sub: argparse._SubParsersAction) -> None:
@@ -209,7 +207,7 @@ def _add_operations_commands(sub: argparse._SubParsersAction) -> None:
                     help="prefix-cache hit rate (0-1) your ordinary traffic reaches: arms the hit-rate alert")
     gl.add_argument("--for", dest="sustained_for", metavar="DURATION",
                     help="how long a breach must last before an alert fires (default: 10m)")
-    gl.set_defaults(func=cmd_golive)
+    gl.set_defaults(func=_command("baseline", "cmd_golive"))
 
     cp = sub.add_parser("compare", help="compare a run with an accepted baseline",
                         description="Exit 0 when the deployment is proven the same and no metric drifted, 1 when "
@@ -217,7 +215,7 @@ def _add_operations_commands(sub: argparse._SubParsersAction) -> None:
                                     "could not be verified, 2 when the runs cannot be compared.")
     cp.add_argument("run", metavar="RUN", help="the new run folder")
     cp.add_argument("--baseline", required=True, metavar="RUN", help="the accepted run folder")
-    cp.set_defaults(func=cmd_compare)
+    cp.set_defaults(func=_command("baseline", "cmd_compare"))
 
     rp = sub.add_parser("report", help="re-render a run's report; --pdf prints the archive copy",
                         description="Render every executed notebook of RUN and the index that argues the decision "
@@ -227,7 +225,7 @@ def _add_operations_commands(sub: argparse._SubParsersAction) -> None:
                                     "change the manifest.")
     rp.add_argument("run", metavar="RUN", help="a run folder under outputs/")
     rp.add_argument("--pdf", metavar="FILE", help="write the PDF here (inside RUN, it is listed in the manifest)")
-    rp.set_defaults(func=cmd_report)
+    rp.set_defaults(func=_command("files", "cmd_report"))
 
 
 def _add_fleet_commands(sub: argparse._SubParsersAction) -> None:
@@ -243,7 +241,7 @@ def _add_fleet_commands(sub: argparse._SubParsersAction) -> None:
                                                       "acceptance run that was accepted and signed, else accepted)")
     hi.add_argument("--textfile", metavar="FILE", help="write the last run's metrics here (e.g. "
                                                        "/var/lib/node_exporter/textfile/k3kit.prom)")
-    hi.set_defaults(func=cmd_history)
+    hi.set_defaults(func=_command("baseline", "cmd_history"))
 
     fl = sub.add_parser("fleet", help="re-validate every deployment of a fleet file; exit 1 when one regressed",
                         description="For each deployment of FLEET (or those named by --deployment): `k3 validate` "
@@ -257,7 +255,17 @@ def _add_fleet_commands(sub: argparse._SubParsersAction) -> None:
                     help="only this deployment (repeatable); default: all, one after the other")
     fl.add_argument("--list", action="store_true", help="print the deployments' names, one a line, and exit")
     fl.add_argument("--timeout", type=float, metavar="SECONDS", help="kill a deployment's validate after this long")
-    fl.set_defaults(func=cmd_fleet)
+    fl.set_defaults(func=_command("baseline", "cmd_fleet"))
+
+
+def _command(module: str, name: str) -> Callable[[argparse.Namespace], int]:
+    """The command `name` of `k3lib.cli.<module>`, imported when it runs: `k3 --help` loads no command's code."""
+
+    def run(ns: argparse.Namespace) -> int:
+        return int(getattr(importlib.import_module(f"{__package__}.{module}"), name)(ns) or 0)
+
+    run.__name__ = name
+    return run
 
 
 def _emulator_arguments(e: argparse.ArgumentParser) -> None:
@@ -268,38 +276,7 @@ def _emulator_arguments(e: argparse.ArgumentParser) -> None:
     add_arguments(e)
 
 
-# -- the commands that rewrite a run's or the repository's files from the code -------------------------------------
-
-def cmd_report(ns: argparse.Namespace) -> int:
-    """`k3 report RUN [--pdf FILE]`: re-render the run's pages and index; with --pdf, print the archive copy."""
-    from ..report.index import rerender
-    from ..report.pages import REPORT_JSON
-    from ..report.pdf import print_pdf
-    from ..core.store import RunStore
-
-    store = RunStore.open(ns.run)
-    if not ns.pdf or not store.path("report/index.html").is_file():
-        print(f"report: {store.path(rerender(store))}")
-    if ns.pdf:
-        entry = print_pdf(store, ns.pdf)
-        print(f"pdf: {entry['file']} ({entry['bytes']} bytes, sha256 {entry['sha256']}) recorded in "
-              f"{store.path(REPORT_JSON)}")
-    return 0
-
-
-def cmd_schemas(ns: argparse.Namespace) -> int:
-    """`k3 schemas`: rewrite the JSON Schemas in schemas/ from the code, one line per file written."""
-    from ..core.evidence import write_schemas
-    from ..axes.paths.record import write_schema as write_paths_schema
-    from ..renewal.results import write_schemas as write_renewal_schemas
-
-    for path in [*write_schemas(), *write_renewal_schemas(), write_paths_schema()]:
-        print(f"wrote {path}")
-    return 0
-
-
 def main(argv: list[str] | None = None) -> int:
-    from ..batch.stop import stop_signals
 
     parser = build_parser()
     try:

@@ -1,14 +1,32 @@
 """The commands that run a batch and print its decision: `k3 validate` (and `--resume`), `k3 demo`, `k3 review`,
-`k3 paths`, and `k3 emulator`, which serves the embedded emulator. Each imports what it runs on first use."""
+`k3 paths`, and `k3 emulator`, which serves the embedded emulator. The CLI imports this module when one runs."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
+from ..axes.paths.config import load_paths_params
+from ..axes.paths.figures import paths_lines
+from ..axes.paths.record import compare_fixed, read_paths_record
+from ..axes.paths.run import check_endpoints, run_paths
+from ..axes.paths.tasks import load_task_set
+from ..batch.acceptance import duration, plan_estimates, plan_lines, run_acceptance
+from ..batch.preflight import preflight
+from ..batch.renewal import check_review_inputs, load_review_request, run_review
+from ..batch.stop import Stopped
 from ..core.errors import BadInputError
+from ..core.layering import check_command
+from ..core.params import load_params
+from ..core.session import PROJECT_ROOT, outputs_dir
+from ..core.store import RunStore
+from ..core.target import require_api_key
+from ..io.target import resolve_target
+from ..renewal.decision import Decision
+from ..report.missing import missing_lines
 
 
 def _emulator_sets(faults: list[str], profile: str | None) -> list[str]:
@@ -30,7 +48,6 @@ def _emulator_sets(faults: list[str], profile: str | None) -> list[str]:
 
 
 def _load(files: list[str], sets: list[str], faults: list[str], profile: str | None):
-    from ..core.params import load_params
 
     if not files:
         raise BadInputError("no parameters file given; expected -p FILE (e.g. -p parameters/emulator.yaml)",
@@ -50,10 +67,6 @@ def _run_acceptance(params, out: str | None, baseline: str | None = None, resume
                     plan_only: bool = False) -> int:
     """The target resolved (the emulator started when the parameters name none), the preflight, the plan; then,
     unless `plan_only`, the run folder and the batch. Any preflight failure is bad input: exit 2, no run folder."""
-    from ..batch.acceptance import plan_estimates, plan_lines
-    from ..batch.preflight import preflight
-    from ..core.target import require_api_key
-    from ..io.target import resolve_target
 
     require_api_key(params)
     if baseline:
@@ -80,12 +93,7 @@ def _run_acceptance(params, out: str | None, baseline: str | None = None, resume
 
 def _acceptance_batch(params, target, report, plan: dict, out: str | None, baseline: str | None,
                       resume: str | None) -> int:
-    import time
 
-    from ..batch.acceptance import run_acceptance
-    from ..batch.acceptance import duration
-    from ..core.session import outputs_dir
-    from ..core.store import RunStore
 
     store = RunStore.open(resume) if resume else RunStore.create(Path(out) if out else outputs_dir(),
                                                                  label=params.run.label)
@@ -110,7 +118,6 @@ def _acceptance_batch(params, target, report, plan: dict, out: str | None, basel
 
 
 def _print_decision(decision, store) -> None:
-    from ..report.missing import missing_lines
 
     print(f"decision: {decision.line}")
     for line in missing_lines(decision.to_dict()):
@@ -124,7 +131,6 @@ class Interrupted(KeyboardInterrupt):
     with (128 + the signal)."""
 
     def __init__(self, cause: BaseException, run: Path, resume: str | None) -> None:
-        from ..batch.stop import Stopped
 
         self.signal_name = cause.signal_name if isinstance(cause, Stopped) else "SIGINT"
         self.exit_code = cause.exit_code if isinstance(cause, Stopped) else 130
@@ -157,7 +163,6 @@ def cmd_validate(ns: argparse.Namespace) -> int:
 
 
 def cmd_demo(ns: argparse.Namespace) -> int:
-    from ..core.session import PROJECT_ROOT
 
     name = "emulator-2node.yaml" if ns.two_node else "emulator.yaml"
     params = _load([str(PROJECT_ROOT / "parameters" / name)], [], ns.fault, ns.profile)
@@ -173,10 +178,6 @@ def review_main(files: list[str], sets: list[str], out: str | None, demo: str | 
     """`k3 review -p FILE … [--set K=V] [--out DIR] [--demo SCENARIO]`: run the review, print the decision, return
     its exit code (`Decision.exit_code`: 0 renew, 3 reduce, 4 dual-circuit, 5 exit-to-api). Bad input raises
     BadInputError before any run folder exists."""
-    from ..batch.renewal import check_review_inputs, load_review_request, run_review
-    from ..renewal.decision import Decision
-    from ..core.session import outputs_dir
-    from ..core.store import RunStore
 
     if from_exports and demo is None:
         raise BadInputError("--from-exports reviews a demo scenario from its exports; expected --demo SCENARIO (for "
@@ -212,7 +213,6 @@ def review_main(files: list[str], sets: list[str], out: str | None, demo: str | 
 
 
 def cmd_review(ns: argparse.Namespace) -> int:
-    from ..core.layering import check_command
 
     check_command(list(ns.params or []), "k3 review")
     return review_main(ns.params, [*ns.sets, *_emulator_sets(ns.fault, ns.profile)], ns.out, ns.demo,
@@ -221,13 +221,6 @@ def cmd_review(ns: argparse.Namespace) -> int:
 
 def paths_main(files: list[str], sets: list[str], out: str | None, compare: str | None = None) -> int:
     """`k3 paths`: run, write the record, print it; with `compare`, flag any fixed element that changed."""
-    from ..axes.paths.config import load_paths_params
-    from ..axes.paths.record import compare_fixed, read_paths_record
-    from ..axes.paths.figures import paths_lines
-    from ..axes.paths.run import check_endpoints, run_paths
-    from ..axes.paths.tasks import load_task_set
-    from ..core.session import outputs_dir
-    from ..core.store import RunStore
 
     params = load_paths_params(list(files), list(sets))
     tasks = load_task_set(params.paths.task_set)  # bad input is refused before a run folder exists

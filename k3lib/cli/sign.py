@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import argparse
 
+from ..report.signing import SSH_SIG, sign_run, verify_run
+
 
 def cmd_sign(ns: argparse.Namespace) -> int:
     """`k3 sign RUN --reviewer NAME [--key FILE] [--identity ID] [--force] [--demo]`."""
-    from ..report.signing import SSH_SIG, sign_run
 
     record = sign_run(ns.run, ns.reviewer, key=getattr(ns, "key", None), identity=getattr(ns, "identity", None),
                       force=bool(getattr(ns, "force", False)), demo=bool(getattr(ns, "demo", False)))
@@ -21,7 +22,6 @@ def cmd_sign(ns: argparse.Namespace) -> int:
 
 def cmd_verify(ns: argparse.Namespace) -> int:
     """`k3 verify RUN [--allowed-signers FILE]`: 0 when every file and the signature match, 1 otherwise."""
-    from ..report.signing import verify_run
 
     result = verify_run(ns.run, allowed_signers=getattr(ns, "allowed_signers", None))
     for line in result.lines():
