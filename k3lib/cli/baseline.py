@@ -12,7 +12,7 @@ from ..core.errors import BadInputError
 
 def cmd_golive(ns: argparse.Namespace) -> int:
     """`k3 golive RUN --out DIR [--job NAME] [--traffic-hit-rate RATE] [--for DURATION]`."""
-    from ..verdict.golive import GoliveOptions, write_golive_kit
+    from ..golive import GoliveOptions, write_golive_kit
 
     opts = GoliveOptions(job=getattr(ns, "job", None) or "vllm",
                          sustained_for=getattr(ns, "sustained_for", None) or "10m",

@@ -1,6 +1,6 @@
 """The context an axis runs in: resolved parameters, its run folder and the target — alone or inside a batch.
 
-The openers the notebooks call first (`open_axis`, `open_summary`) are `k3lib.report.notebook`: they also install the
+The openers the notebooks call first (`open_axis`, `open_summary`) are `k3lib.opening.axis`: they also install the
 notebook's views, which sit above every axis.
 
 A notebook works three ways with the same cells: in the batch (the runner passes the run folder and the
@@ -69,7 +69,7 @@ class AxisContext:
         return f"AxisContext(axis={self.axis!r}, run={str(self.store.root)!r}, target={self.target!r})"
 
 
-# -- shared by both batches' sessions (acceptance here, renewal in k3lib.report.review_session) ---------------------------
+# -- shared by both batches' sessions (acceptance here, renewal in k3lib.renewal.notebook) ------------------------------
 
 def open_run_folder(run_dir: str | Path = "", label: str = "") -> RunStore:
     """The run folder named by `run_dir` (a run folder, or an empty or new folder to create one in), or a new one
