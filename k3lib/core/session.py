@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from pathlib import Path
+from typing import Protocol
 
 from . import progress
 from .errors import BadInputError
@@ -42,6 +43,18 @@ def find_path(path: str | Path) -> Path:
 def outputs_dir() -> Path:
     local = PROJECT_ROOT / "outputs"
     return local if (PROJECT_ROOT / "pyproject.toml").exists() else Path.cwd() / "outputs"
+
+
+class JudgeContext(Protocol):
+    """What an axis' judge reads of its context: the resolved parameters and the run folder, never the target (a
+    judge sends nothing). An `AxisContext` is one; the re-judge (`k3lib.verdict.rejudge`) builds one from a stored
+    run."""
+
+    @property
+    def params(self) -> Params: ...
+
+    @property
+    def store(self) -> RunStore: ...
 
 
 @dataclasses.dataclass
