@@ -40,8 +40,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # the go-live kit of an accepted run: Prometheus alerts, a Grafana dashboard, ROLLBACK.md, from the levels the
     # verdict's accepted run measured
     ("golive", ("golive",)),
-    # the renewal review: its inputs, analyses, records and decision, and a review run decided again; above the
-    # acceptance verdict, whose accepted run it reads (`verdict.accepted`)
+    # the renewal review: its inputs, analyses, records and decision, its notebooks' entry point and live drill, and
+    # a review run decided again; above the acceptance verdict, whose accepted run it reads (`verdict.accepted`)
     ("renewal", ("renewal",)),
     # what a person reads: the HTML views, the tables and figures, the report, its signature
     ("report", ("report",)),
