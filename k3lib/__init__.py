@@ -33,8 +33,8 @@ _EXPORTS: dict[str, str] = {
     "explorer": ".report.explorer",
     "findings_table": ".report.summary",
     "load_params": ".core.params",
-    "open_axis": ".report.notebook",
-    "open_summary": ".report.notebook",
+    "open_axis": ".opening.axis",
+    "open_summary": ".opening.axis",
     "operations": ".axes.operations",
     "paths": ".axes.paths",
     "prefix_cache": ".axes.prefix_cache",
@@ -42,7 +42,7 @@ _EXPORTS: dict[str, str] = {
     "read_records": ".core.evidence",
     "records_table": ".report.summary",
     "renewal": ".renewal",
-    "review": ".report.review",
+    "review": ".opening.review",
     "run_probe": ".axes.probe",
 }
 
@@ -65,7 +65,8 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from .axes import agent, capacity, environment, operations, paths, prefix_cache
-    from .report import explorer, review
+    from .opening import review
+    from .report import explorer
     from . import renewal
     from .verdict.decision import Decision, decide
     from .core.errors import (APIError, ArtifactError, BadInputError, EvidenceError, K3Error, MissingSeriesError,
@@ -73,7 +74,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from .core.evidence import EvidenceRecord, Finding, read_records
     from .core.params import Params, load_params
     from .axes.probe import probe_record, run_probe
-    from .report.notebook import open_axis, open_summary
+    from .opening.axis import open_axis, open_summary
     from .core.session import AxisContext
     from .core.store import RunStore
     from .report.summary import findings_table, records_table

@@ -13,7 +13,7 @@ import k3lib.axes.agent as agent  # noqa: F401  (until k3lib/__init__.py imports
 from k3lib.verdict.decision import decide, level_for
 from k3lib.emulator import EmulatorConfig, start_emulator
 from k3lib.axes.agent.figures import failing_example, rates_table
-from k3lib.report.notebook import open_axis
+from k3lib.opening.axis import open_axis
 
 ROOT = Path(__file__).resolve().parents[1]
 PARAMS = str(ROOT / "parameters" / "emulator.yaml")

@@ -37,11 +37,17 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # records in, a decision out: the acceptance decision assembled, recomputed and judged again from raw data,
     # the post-run judgements against an accepted run
     ("verdict", ("verdict",)),
-    # the renewal review: its inputs, analyses, records and decision, and a review run decided again; above the
-    # acceptance verdict, whose accepted run it reads (`verdict.accepted`)
+    # the go-live kit of an accepted run: Prometheus alerts, a Grafana dashboard, ROLLBACK.md, from the levels the
+    # verdict's accepted run measured
+    ("golive", ("golive",)),
+    # the renewal review: its inputs, analyses, records and decision, its notebooks' entry point and live drill, and
+    # a review run decided again; above the acceptance verdict, whose accepted run it reads (`verdict.accepted`)
     ("renewal", ("renewal",)),
-    # what a person reads: the notebooks' openers and calls, the HTML views, the tables, the report, its signature
+    # what a person reads: the HTML views, the tables and figures, the report, its signature
     ("report", ("report",)),
+    # what a notebook opens first: its parameters, run folder and target (reached, or the embedded emulator started),
+    # with the report's views installed; the review notebooks' calls gathered (`k3lib.review`)
+    ("opening", ("opening",)),
     # running the notebooks: papermill stage by stage, the acceptance and renewal batches, the fleet
     ("batch", ("batch",)),
     # the command line: every print and argparse adapter, and the package's public names

@@ -378,7 +378,7 @@ def drill_emulator():
 
 
 def _operations(tmp_path: Path, url: str, *sets: str):
-    from k3lib.report.notebook import open_axis
+    from k3lib.opening.axis import open_axis
     from k3lib.axes.operations import operations_record, run_operations
 
     ctx = open_axis("operations", str(PARAMS), [f"target.base_url={url}", *sets], str(tmp_path / "run"))
@@ -424,7 +424,7 @@ def test_a_model_that_echoes_the_tool_error_does_not_pass_c14(tmp_path, drill_em
     held the acknowledgement words ("timed out", "error"). Played here by a proxy in front of the emulator; the
     emulated model itself answers in its own words and passes (tests/test_agent_emulator.py)."""
     import k3lib.axes.agent as agent
-    from k3lib.report.notebook import open_axis
+    from k3lib.opening.axis import open_axis
 
     with serve_gateway(drill_emulator, limit=64, echo_tool_errors=True) as (url, gateway):
         ctx = open_axis("agent", str(PARAMS), [f"target.base_url={url}", "axes.agent.repetitions=1",

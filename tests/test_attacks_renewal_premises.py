@@ -316,7 +316,7 @@ def test_a_gap_whose_worst_case_changes_the_load_leaves_it_not_shown(steady):
 def test_attack_a_review_without_a_deployment_url_shows_no_drill(steady):
     """A real review (no demo, no target.base_url) is not drilled on the embedded emulator: the drill premise is not
     shown, and two hand-typed incident rows do not renew."""
-    from k3lib.report.review import drill_not_run
+    from k3lib.opening.review import drill_not_run
 
     edit_lines(steady["params"], lambda ls: [x for x in ls if not x.strip().startswith("demo:")])
     params = load_review_params([steady["params"]])

@@ -50,7 +50,7 @@ def test_a_record_is_stamped_once_and_keeps_what_it_already_says(tmp_path):
 
 def test_both_sessions_write_their_record_through_the_same_stamp():
     """AxisContext.record and ReviewContext.record are one implementation, not two copies."""
-    for rel in ("core/session.py", "report/review_session.py"):
+    for rel in ("core/session.py", "renewal/notebook.py"):
         tree = ast.parse((K3LIB / rel).read_text())
         record = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "record")
         calls = {n.func.id for n in ast.walk(record) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
@@ -61,7 +61,7 @@ def test_both_sessions_write_their_record_through_the_same_stamp():
 def test_demo_inputs_are_generated_into_the_run_and_hashed(tmp_path):
     from k3lib.batch.renewal import DEMO_PARAMS
     from k3lib.renewal.params import load_review_params
-    from k3lib.report.review_session import with_demo_inputs
+    from k3lib.renewal.notebook import with_demo_inputs
 
     params = load_review_params([str(DEMO_PARAMS)], ["review.demo=steady", "review.inputs=null",
                                                      "review.series=null"])
@@ -95,7 +95,7 @@ def _imports(rel: str) -> set[str]:
     return out
 
 
-@pytest.mark.parametrize("rel", ["report/pages.py", "core/plan.py", "core/session.py", "report/review_session.py"])
+@pytest.mark.parametrize("rel", ["report/pages.py", "core/plan.py", "core/session.py", "renewal/notebook.py"])
 def test_nothing_below_the_batches_imports_them(rel):
     """The report, the plans and the sessions sit under both batches: none imports a batch, even inside a function
     (batch.renewal ↔ report ↔ runner was a cycle)."""

@@ -11,7 +11,7 @@ import pytest
 from k3lib.axes.environment import check_environment, environment_record, environment_table
 from k3lib.verdict.decision import level_for
 from k3lib.core.evidence import parse_record
-from k3lib.report.notebook import open_axis
+from k3lib.opening.axis import open_axis
 from k3lib.core.store import RunStore
 
 import k3lib.emulator as emulator_mod

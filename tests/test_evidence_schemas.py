@@ -92,8 +92,9 @@ def test_the_prefix_pairs_model_declares_what_the_axis_writes_and_the_report_rea
     assert (typed.pairs[0].cold_ttft_ms, typed.pairs[0].warm_ttft_ms) == (15.0, 5.0)
 
 
-@pytest.mark.parametrize("module", ["report/pages", "verdict/sheet", "verdict/golive", "verdict/baseline",
-                                    "verdict/accepted", "verdict/decision", "report/history", "verdict/assemble"])
+@pytest.mark.parametrize("module", ["report/pages", "verdict/sheet", "golive/alerts", "golive/rollback", "golive/kit",
+                                    "verdict/baseline", "verdict/accepted", "verdict/decision", "report/history",
+                                    "verdict/assemble"])
 def test_the_readers_of_axis_evidence_read_typed_fields_never_raw_data_keys(module):
     """`rec.typed()` gives the axis' model (declared fields only, checked by mypy); a raw `data.get("…")` or
     `data["…"]` would read a key no model declares and find nothing, silently."""

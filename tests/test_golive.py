@@ -13,7 +13,7 @@ from conftest import needs_tool
 import yaml
 
 from k3lib.core.errors import BadInputError, EvidenceError
-from k3lib.verdict.golive import (ALERTS_FILE, DASHBOARD_FILE, ROLLBACK_FILE, GoliveOptions, error_reasons, metric_names,
+from k3lib.golive import (ALERTS_FILE, DASHBOARD_FILE, ROLLBACK_FILE, GoliveOptions, error_reasons, metric_names,
                           write_golive_kit)
 
 from test_baseline import BASE, changed, write_run
@@ -312,7 +312,7 @@ def test_a_kit_from_a_shortened_limited_observation_run_says_so_before_arming():
     """`k3 golive` on a limited-observation run: its alerts hold under the traffic cap only; on a run shortened by
     loosened settings (20 s steps), its levels came from less load than the recipe's: both said, in words."""
     from k3lib.core.thresholds import Loosened
-    from k3lib.verdict.golive import golive_warnings
+    from k3lib.golive import golive_warnings
 
     step = Loosened("axes.capacity.step_duration_s", 20.0, 120.0, "> 0", "kit default").to_dict()
     said = golive_warnings({"decision": "limited-observation", "traffic_cap": {"max_concurrency": 2},

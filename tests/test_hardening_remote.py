@@ -120,7 +120,7 @@ CONTROL = ["axes.agent.repetitions=2", "axes.agent.concurrency_levels=[1]", "axe
 
 @pytest.mark.parametrize("axis", list(LOAD_BOUNDS))
 def test_a_load_axis_refuses_a_remote_target_before_connecting(tmp_path, connections, axis):
-    from k3lib.report.notebook import open_axis
+    from k3lib.opening.axis import open_axis
 
     ctx = open_axis(axis, EMULATOR_YAML, [f"target.base_url={REMOTE}"], str(tmp_path / "run"))
     t0 = time.monotonic()
@@ -137,7 +137,7 @@ def test_a_load_axis_refuses_a_remote_target_before_connecting(tmp_path, connect
 def test_allow_remote_load_lets_the_axis_try(tmp_path, connections, axis):
     """The control: with the switch on, the same axis does reach for the remote target (refused by the fixture),
     so the test above could see a connection had there been one."""
-    from k3lib.report.notebook import open_axis
+    from k3lib.opening.axis import open_axis
 
     ctx = open_axis(axis, EMULATOR_YAML, [f"target.base_url={REMOTE}", "target.allow_remote_load=true", *CONTROL],
                     str(tmp_path / "run"))

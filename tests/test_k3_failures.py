@@ -16,7 +16,7 @@ import pytest
 import k3lib.axes.agent as agent
 from k3lib.axes.prefix_cache import prefix_cache_record, run_prefix_cache
 from k3lib.emulator import EmulatorConfig, start_emulator
-from k3lib.report.notebook import open_axis
+from k3lib.opening.axis import open_axis
 from k3lib.verdict.decision import decide
 
 ROOT = Path(__file__).resolve().parents[1]

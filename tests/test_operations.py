@@ -12,7 +12,7 @@ from k3lib.verdict.decision import decide
 from k3lib.emulator import EmulatorConfig, start_emulator
 from k3lib.core.evidence import OperationsData, parse_record
 from k3lib.axes.operations import operations_record, run_operations
-from k3lib.report.notebook import open_axis
+from k3lib.opening.axis import open_axis
 from k3lib.verdict.sheet import ITEMS, item_status, sheet_rows
 
 C16 = next(i for i in ITEMS if i.id == "C16")

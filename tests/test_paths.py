@@ -386,7 +386,7 @@ def test_paths_exports_are_sorted_and_exist():
 
 
 def test_review_comparison_record_reads_the_live_run(tmp_path, capsys):
-    from k3lib.report import review
+    from k3lib.opening import review
     from k3lib.axes.paths import live_section
 
     with _emulator() as good, _emulator("tool-markup-leak=1.0") as leaky:
@@ -444,7 +444,7 @@ def test_review_comparison_record_reads_the_live_run(tmp_path, capsys):
 
 
 def test_review_without_a_live_run_leaves_the_comparison_open(tmp_path):
-    from k3lib.report import review
+    from k3lib.opening import review
 
     ctx = review.open_review("comparison", "parameters/renewal-demo.yaml", [], str(tmp_path / "review"))
     record = review.record_axis(ctx, review.axis_result(ctx))

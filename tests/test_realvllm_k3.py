@@ -17,7 +17,7 @@ import pytest
 
 import k3lib.axes.agent as agent
 from k3lib.verdict.decision import decide
-from k3lib.report.notebook import open_axis
+from k3lib.opening.axis import open_axis
 from realvllm import K3_PROFILE, RealVllm, require_k3, serve, validate_against
 
 pytestmark = [pytest.mark.realvllm, pytest.mark.slow]

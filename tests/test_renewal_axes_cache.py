@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from k3lib.report import review
+from k3lib.opening import review
 from k3lib.report import review_figures as figures
 from k3lib.renewal.inputs import FIVE_QUESTIONS
 from k3lib.renewal.review import AXES_CACHE, analyse, load_review, read_axes_cache, write_axes_cache

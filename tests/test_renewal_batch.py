@@ -13,7 +13,7 @@ import nbformat
 import pytest
 
 import k3lib.renewal as renewal
-from k3lib.report import review
+from k3lib.opening import review
 from k3lib.core.errors import BadInputError
 from k3lib.cli.run import review_main
 from k3lib.batch.renewal import REVIEW, REVIEW_SUMMARY
@@ -206,7 +206,7 @@ def test_a_review_session_shows_the_decision_as_html():
         "why = RenewalFinding('decision.rule', True, {'decision': 'reduce', 'when': 'test'})\n"
         "d = r.RenewalDecision('reduce', (why,), (), 'restore the previous capacity')\n"
         "assert 'text/html' not in shell.display_formatter.format(d)[0]\n"
-        f"from k3lib.report.review import open_review_summary\n"
+        f"from k3lib.opening.review import open_review_summary\n"
         f"open_review_summary({DEMO!r}, [], tempfile.mkdtemp() + '/run')\n"
         "html = shell.display_formatter.format(d)[0]['text/html']\n"
         "assert 'Decision:' in html and 'restore the previous capacity' in html and '<li>reduce: test</li>' in html\n"

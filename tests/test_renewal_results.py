@@ -10,7 +10,7 @@ import jsonschema
 import pytest
 
 import k3lib.renewal as renewal
-from k3lib.report import review
+from k3lib.opening import review
 from k3lib.core.errors import ArtifactError
 from k3lib.renewal.decision import AXES
 from k3lib.renewal.results import RESULTS, SCHEMA_DIR, read_record_data, record_data, schema_id, schemas, typed

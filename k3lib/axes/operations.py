@@ -15,6 +15,7 @@ from .attestation import (AttestationRecord, DrillResult, accepted_release, atte
 from ..core import progress
 from ..core.evidence import DrillData, EvidenceRecord, Finding, OperationsData, axis_status
 from ..core.session import AxisContext, find_path
+from ..core.store import RunStore
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,9 +59,15 @@ def kit_started(ctx: "AxisContext | Any") -> bool:
 
     if ctx.target.emulator is not None or started_here(ctx.target.base_url):
         return True
-    if not ctx.store.path("request.json").is_file():
+    return started_by_batch(ctx.store)
+
+
+def started_by_batch(store: RunStore) -> bool:
+    """Whether the batch started the kit's own emulator: its `request.json`, hashed in the manifest, names no target
+    URL."""
+    if not store.path("request.json").is_file():
         return False
-    request = ctx.store.read_json("request.json")
+    request = store.read_json("request.json")
     target = request.get("target") if isinstance(request, dict) else None
     return isinstance(target, dict) and target.get("base_url") is None
 

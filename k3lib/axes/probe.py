@@ -9,13 +9,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from types import SimpleNamespace
 from typing import Any
 
 import httpx
 
 from ..core.evidence import EvidenceRecord, Finding, ServedModel, axis_status
-from ..core.session import AxisContext
+from ..core.session import AxisContext, JudgeContext
 from ..core.store import utc_now
 from ..io.claims import target_claims
 
@@ -123,7 +122,7 @@ def read_probe(store: Any, record: EvidenceRecord, wanted: str | None) -> ProbeR
     return probe_result(found, wanted)
 
 
-def iter_findings(result: ProbeResult, ctx: AxisContext) -> list[Finding]:
+def iter_findings(result: ProbeResult, ctx: JudgeContext) -> list[Finding]:
     out: list[Finding] = []
     h = result.endpoints["health"]
     if h.ok:
@@ -199,25 +198,21 @@ def iter_findings(result: ProbeResult, ctx: AxisContext) -> list[Finding]:
     return out
 
 
-def target_kind(result: ProbeResult, ctx: Any) -> tuple[str, str]:
+def target_kind(result: ProbeResult, ctx: AxisContext | JudgeContext) -> tuple[str, str]:
     """What the target is, and how the kit knows: `embedded-emulator` when the kit started it itself (this process,
     or the batch whose request names no target URL), `external-emulator` when its `/version` declares the kit's
     emulator (as a product names itself), `engine` otherwise. Either emulator makes the run a demo."""
-    from .operations import kit_started
+    from .operations import kit_started, started_by_batch
 
     declared = None
     body = result.endpoints["version"].json() if "version" in result.endpoints else None
     if isinstance(body, dict) and body.get("emulator"):
         declared = str(body["emulator"])
-    started = False
-    if getattr(ctx, "store", None) is not None:
+    try:
         # a judge's context (k3 verify) carries no target: only the batch's request.json can say who started it
-        own = ctx if getattr(ctx, "target", None) is not None else \
-            SimpleNamespace(target=SimpleNamespace(emulator=None, base_url=None), store=ctx.store)
-        try:
-            started = kit_started(own)
-        except (AttributeError, OSError, ValueError):
-            started = False
+        started = kit_started(ctx) if isinstance(ctx, AxisContext) else started_by_batch(ctx.store)
+    except (AttributeError, OSError, ValueError):
+        started = False
     if started:
         return "embedded-emulator", "the kit started its embedded emulator itself"
     if declared:

@@ -15,10 +15,10 @@ from ..core.plan import REVIEW, REVIEW_STAGES, REVIEW_SUMMARY, review_plan
 from ..core.session import PROJECT_ROOT
 from ..core.store import RunStore
 from ..renewal.decision import DECISIONS, RenewalDecision
+from ..renewal.notebook import with_demo_inputs
 from ..renewal.params import RenewalParams, load_review_params
 from ..renewal.records import decide_review
 from ..renewal.review import resolve_deployment, write_axes_cache
-from ..report.review_session import with_demo_inputs
 
 __all__ = ["DEMO_PARAMS", "REVIEW", "REVIEW_STAGES", "REVIEW_SUMMARY", "check_review_inputs", "load_review_request",
            "parameters_line", "run_review"]

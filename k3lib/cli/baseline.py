@@ -12,7 +12,7 @@ from ..core.errors import BadInputError
 from ..core.store import MANIFEST
 from ..report.history import history
 from ..verdict.baseline import compare_with_baseline
-from ..verdict.golive import GoliveOptions, write_golive_kit
+from ..golive import GoliveOptions, write_golive_kit
 
 
 def cmd_golive(ns: argparse.Namespace) -> int:

@@ -1,6 +1,6 @@
 """The context an axis runs in: resolved parameters, its run folder and the target — alone or inside a batch.
 
-The openers the notebooks call first (`open_axis`, `open_summary`) are `k3lib.report.notebook`: they also install the
+The openers the notebooks call first (`open_axis`, `open_summary`) are `k3lib.opening.axis`: they also install the
 notebook's views, which sit above every axis.
 
 A notebook works three ways with the same cells: in the batch (the runner passes the run folder and the
@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from pathlib import Path
+from typing import Protocol
 
 from . import progress
 from .errors import BadInputError
@@ -44,6 +45,18 @@ def outputs_dir() -> Path:
     return local if (PROJECT_ROOT / "pyproject.toml").exists() else Path.cwd() / "outputs"
 
 
+class JudgeContext(Protocol):
+    """What an axis' judge reads of its context: the resolved parameters and the run folder, never the target (a
+    judge sends nothing). An `AxisContext` is one; the re-judge (`k3lib.verdict.rejudge`) builds one from a stored
+    run."""
+
+    @property
+    def params(self) -> Params: ...
+
+    @property
+    def store(self) -> RunStore: ...
+
+
 @dataclasses.dataclass
 class AxisContext:
     axis: str
@@ -69,7 +82,7 @@ class AxisContext:
         return f"AxisContext(axis={self.axis!r}, run={str(self.store.root)!r}, target={self.target!r})"
 
 
-# -- shared by both batches' sessions (acceptance here, renewal in k3lib.report.review_session) ---------------------------
+# -- shared by both batches' sessions (acceptance here, renewal in k3lib.renewal.notebook) ------------------------------
 
 def open_run_folder(run_dir: str | Path = "", label: str = "") -> RunStore:
     """The run folder named by `run_dir` (a run folder, or an empty or new folder to create one in), or a new one

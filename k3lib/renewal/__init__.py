@@ -2,9 +2,9 @@
 drill, operations, and the renew / reduce / dual-circuit / exit-to-api decision.
 
 It stands on its own floor, just above the acceptance verdict: its inputs, analyses, records and decision import
-only `core`, `io`, `axes` and `verdict` (the accepted run it reads), and nothing below imports it. What the review
-notebooks call (their context, tables, figures) is `k3lib.report.review`; the review batch is
-`k3lib.batch.renewal`."""
+only `core`, `io`, `axes` and `verdict` (the accepted run it reads), and nothing below imports it. The review notebooks'
+entry point (their context, the axis recorded, the live drill) is `k3lib.renewal.notebook`; their opener, tables and
+figures are `k3lib.review` (`k3lib.opening.review`); the review batch is `k3lib.batch.renewal`."""
 
 from .decision import DECISIONS, EXIT_CODES, RULES, Decision, Indicators, RenewalDecision, choose, decide_renewal
 from .findings import RenewalFinding

@@ -16,8 +16,8 @@ from .review import decide_from_axes, live_refusal
 
 
 class ReviewAxis(Protocol):
-    """What recording a review axis reads of its context (`k3lib.report.review_session.ReviewContext`, which stands
-    above this floor and is passed in)."""
+    """What recording a review axis reads of its context (`k3lib.renewal.notebook.ReviewContext`, which imports
+    this module and passes itself in)."""
 
     @property
     def axis(self) -> str: ...

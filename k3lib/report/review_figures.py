@@ -1,4 +1,5 @@
-"""What the review notebooks show: one table and one plotly figure per axis, the rules, the decision."""
+"""What the review notebooks show: one table and one plotly figure per axis, the drill's answers, the rules, the
+decision."""
 
 from __future__ import annotations
 
@@ -124,6 +125,16 @@ def axis_figure(axis: str, result: dict[str, Any], frame: Any = None) -> Any:
         fig.update_layout(title=f"{figure(result['total_h'], ' h')} of operations vs a delivery gain of "
                                 f"{figure(result['delivery_gain_h'], ' h')}")
     return fig
+
+
+def drill_table(result: dict[str, Any] | None) -> Any:
+    """The drill's answers: one row per question, with its answer and evidence."""
+    import pandas as pd
+
+    if not result:
+        return pd.DataFrame(columns=["question", "answer", "evidence"])
+    return pd.DataFrame([{"question": a["question"], "answer": a["answer"], "evidence": a["evidence"]}
+                         for a in result["answers"].values()])
 
 
 def register_views() -> None:

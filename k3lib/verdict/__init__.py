@@ -1,2 +1,2 @@
 """Records in, a decision out: the decision table, the evidence sheet, the accepted run and the post-run
-judgements against it (`baseline`, `golive`). Stands on the axes and below."""
+judgement against it (`baseline`; the go-live kit it feeds is `k3lib.golive`). Stands on the axes and below."""

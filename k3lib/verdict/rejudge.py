@@ -9,68 +9,77 @@ protocol's samples, the attestation and drill as recorded — and every rule who
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections import Counter
 from collections.abc import Callable
-from types import SimpleNamespace
-from typing import Any
 
-from ..core.evidence import EvidenceRecord, Finding
+from ..axes.attestation import DrillResult, Served
+from ..core.evidence import DrillData, EvidenceRecord, Finding, ServedData
 from ..core.params import Params
+from ..core.store import RunStore
 
-Rejudge = Callable[[Any, EvidenceRecord, Params, dt.date], "tuple[list[Finding], set[str] | None]"]
-
-
-def _ctx(**kw: Any) -> Any:
-    """What an axis' judge reads of its context (its parameters, its run folder), without a target."""
-    return SimpleNamespace(**kw)
+Rejudge = Callable[[RunStore, EvidenceRecord, Params, dt.date], "tuple[list[Finding], set[str] | None]"]
 
 
-def _probe(store: Any, rec: EvidenceRecord, params: Params, today: dt.date) -> tuple[list[Finding], None]:
+@dataclasses.dataclass(frozen=True)
+class RejudgeContext:
+    """What an axis' judge reads of its context (`k3lib.core.session.JudgeContext`) when a stored run is judged
+    again: the run's parameters and its folder, and no target (nothing is sent)."""
+
+    params: Params
+    store: RunStore
+
+
+def _served(s: ServedData | None) -> Served | None:
+    return None if s is None else Served(**s.model_dump())
+
+
+def drill_of(d: DrillData) -> DrillResult:
+    """The rollback drill as the axis ran it (`DrillResult`), rebuilt by name from its stored record (`DrillData`,
+    the same fields): what was served before, after and on the roll-forward as `Served` again."""
+    fields = d.model_dump(exclude={"before", "after", "forward"})
+    forward = None if d.forward is None else {**d.forward.model_dump(), "served": _served(d.forward.served)}
+    return DrillResult(**fields, before=_served(d.before), after=_served(d.after), forward=forward)
+
+
+def _probe(store: RunStore, rec: EvidenceRecord, params: Params, today: dt.date) -> tuple[list[Finding], None]:
     from ..axes.probe import iter_findings, read_probe
 
-    return iter_findings(read_probe(store, rec, params.target.model), _ctx(params=params)), None
+    return iter_findings(read_probe(store, rec, params.target.model), RejudgeContext(params, store)), None
 
 
-def _environment(store: Any, rec: EvidenceRecord, params: Params, today: dt.date) -> tuple[list[Finding], None]:
+def _environment(store: RunStore, rec: EvidenceRecord, params: Params, today: dt.date) -> tuple[list[Finding], None]:
     from ..axes.environment.reread import rejudge_environment
 
     return list(rejudge_environment(store, rec, params).findings), None
 
 
-def _capacity(store: Any, rec: EvidenceRecord, params: Params, today: dt.date) -> tuple[list[Finding], None]:
+def _capacity(store: RunStore, rec: EvidenceRecord, params: Params, today: dt.date) -> tuple[list[Finding], None]:
     from ..axes.capacity.judge import capacity_record
     from ..axes.capacity.rejudge import rejudge_capacity
 
-    return capacity_record(rejudge_capacity(store, params), _ctx(params=params)).findings, None
+    return capacity_record(rejudge_capacity(store, params), RejudgeContext(params, store)).findings, None
 
 
-def _agent(store: Any, rec: EvidenceRecord, params: Params, today: dt.date) -> tuple[list[Finding], None]:
+def _agent(store: RunStore, rec: EvidenceRecord, params: Params, today: dt.date) -> tuple[list[Finding], None]:
     from ..axes.agent import agent_record, load_agent_result
 
-    return agent_record(load_agent_result(store), _ctx(store=store, params=params)).findings, None
+    return agent_record(load_agent_result(store), RejudgeContext(params, store)).findings, None
 
 
-def _prefix_cache(store: Any, rec: EvidenceRecord, params: Params, today: dt.date) -> tuple[list[Finding], None]:
+def _prefix_cache(store: RunStore, rec: EvidenceRecord, params: Params, today: dt.date) -> tuple[list[Finding], None]:
     from ..axes.prefix_cache.judge import prefix_cache_record
     from ..axes.prefix_cache.result import PrefixCacheResult
 
     return prefix_cache_record(PrefixCacheResult.load(store)).findings, None
 
 
-def _operations(store: Any, rec: EvidenceRecord, params: Params, today: dt.date) -> tuple[list[Finding], set[str]]:
-    from ..axes.attestation import RULE_LIMITS, RULE_ROLLBACK, DrillResult, Served, attestation_findings
+def _operations(store: RunStore, rec: EvidenceRecord, params: Params, today: dt.date) -> tuple[list[Finding], set[str]]:
+    from ..axes.attestation import RULE_LIMITS, RULE_ROLLBACK, attestation_findings
 
     data = rec.typed()
-    d = data.drill
-
-    def served(s: Any) -> Served | None:
-        return None if s is None else Served(**s.model_dump())
-
-    drill = None if d is None else DrillResult(
-        d.command, d.check_url, d.command_ok, d.command_detail, d.health_status, d.chat_ok, d.error, d.duration_s,
-        served(d.before), served(d.after), d.rollback_to,
-        None if d.forward is None else {**d.forward.model_dump(), "served": served(d.forward.served)})
+    drill = None if data.drill is None else drill_of(data.drill)
     findings = attestation_findings(data.attestation, drill=drill,
                                     contract_context_tokens=params.contract.max_context_tokens,
                                     planned_concurrency=params.contract.planned_concurrency, today=today,
@@ -99,7 +108,7 @@ def _said(c: Counter[str] | None) -> str:
     return ", ".join(f"{s}" + (f" ×{n}" if n > 1 else "") for s, n in sorted(c.items()))
 
 
-def rejudge_problems(store: Any, params: Params, records: dict[str, EvidenceRecord],
+def rejudge_problems(store: RunStore, params: Params, records: dict[str, EvidenceRecord],
                      today: dt.date) -> list[str]:
     """One line per stored finding its axis' raw data does not give (`evidence/<axis>.json: <rule> is pass but its
     raw data gives fail`); an axis whose raw data cannot be judged again says so in one line."""
@@ -122,7 +131,7 @@ def rejudge_problems(store: Any, params: Params, records: dict[str, EvidenceReco
     return out + target_kind_problems(store, params, records)
 
 
-def target_kind_problems(store: Any, params: Params, records: dict[str, EvidenceRecord]) -> list[str]:
+def target_kind_problems(store: RunStore, params: Params, records: dict[str, EvidenceRecord]) -> list[str]:
     """The target kind the probe recorded against the one its kept `/version` body and the run's `request.json` give
     (`k3lib.axes.probe.target_kind`): a demo relabelled `engine` to be signed is named."""
     from ..axes.probe import read_probe, target_kind
@@ -132,7 +141,7 @@ def target_kind_problems(store: Any, params: Params, records: dict[str, Evidence
         return []
     stored = rec.data.get("target_kind")
     try:
-        again, _ = target_kind(read_probe(store, rec, params.target.model), _ctx(params=params, store=store))
+        again, _ = target_kind(read_probe(store, rec, params.target.model), RejudgeContext(params, store))
     except Exception as exc:  # any reader's failure means the raw data does not back the record
         return [f"evidence/probe.json: target_kind cannot be judged again ({type(exc).__name__})"]
     if stored is not None and stored != again:

@@ -21,7 +21,7 @@ from .serving import longest_silence, serving_findings
 from ..served import open_findings, served_finding, served_verdict
 
 if TYPE_CHECKING:
-    from ...core.session import AxisContext
+    from ...core.session import JudgeContext
 
 # What a failing check is about; the decision it forces comes from the one table (k3lib.core.outcomes.RULES).
 ENVIRONMENT = {"category": "environment"}
@@ -180,7 +180,7 @@ def _context_growth(result: AgentResult) -> dict[str, Any] | None:
             "context_limit": result.settings.get("context_limit")}
 
 
-def agent_record(result: AgentResult, ctx: AxisContext) -> EvidenceRecord:
+def agent_record(result: AgentResult, ctx: JudgeContext) -> EvidenceRecord:
     """The axis record: findings, the rates table and the attachments (steps JSONL, run summary)."""
     findings = iter_findings(result)
     status = axis_status(findings)

@@ -22,7 +22,7 @@ from .saturation import incomplete_finding, latency_findings, saturation_finding
 from .sessionjudge import session_findings, session_summary
 
 if TYPE_CHECKING:
-    from ...core.session import AxisContext
+    from ...core.session import JudgeContext
 
 
 def traffic_cap(result: CapacityResult, params: Params) -> dict[str, Any]:
@@ -105,7 +105,7 @@ def implied_decision(findings: list[Finding]) -> str:
     return strongest(findings)
 
 
-def capacity_record(result: CapacityResult, ctx: "AxisContext") -> EvidenceRecord:
+def capacity_record(result: CapacityResult, ctx: "JudgeContext") -> EvidenceRecord:
     findings = iter_findings(result, ctx.params)
     status = axis_status(findings)
     decision = implied_decision(findings)

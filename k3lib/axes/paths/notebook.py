@@ -36,7 +36,7 @@ class LiveSection:
 
 
 class ReviewRun(Protocol):
-    """What the live section reads of the review's context (k3lib.report.review_session.ReviewContext): the review
+    """What the live section reads of the review's context (k3lib.renewal.notebook.ReviewContext): the review
     parameters (`params.review.live_paths`) and the run folder it copies the record into."""
 
     @property

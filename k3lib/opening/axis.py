@@ -1,18 +1,16 @@
-"""What a notebook opens first: its context (parameters, run folder, target) and its views.
-
-The openers sit above the axes and the views: they install the notebook's display set-up (`k3lib.report.views`), so
-the data model never imports the presentation. The context itself is `k3lib.core.session`.
-"""
+"""What an acceptance axis notebook opens first: its context (parameters, run folder, target reached or started)
+and its views. The context itself is `k3lib.core.session`."""
 
 from __future__ import annotations
 
-from . import views
+from ..axes.estimate import axis_estimate_s
 from ..core import progress
 from ..core.params import Params
 from ..core.session import AxisContext, open_run
 from ..core.store import RunStore
 from ..core.target import pin_target
 from ..io.target import resolve_target
+from ..report import views
 
 
 def open_axis(axis: str, params_file: str, overrides: list[str] | None = None, run_dir: str = "",
@@ -32,8 +30,6 @@ def open_axis(axis: str, params_file: str, overrides: list[str] | None = None, r
 def _planned(store: RunStore, params: Params, axis: str) -> tuple[float | None, int | None, int | None]:
     """The axis' seconds, expected requests and most requests as the batch planned them (`plan.json`: what the
     operator saw and consented to), else estimated here at a default speed (seconds only: no consent to hold)."""
-    from ..axes.estimate import axis_estimate_s
-
     plan = store.read_json("plan.json") if store.path("plan.json").is_file() else None
     for entry in (plan or {}).get("axes", []) if isinstance(plan, dict) else []:
         if isinstance(entry, dict) and entry.get("axis") == axis and isinstance(entry.get("seconds"), (int, float)):
