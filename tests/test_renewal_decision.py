@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from k3lib.renewal.decision import (AXES, DECISIONS, EXIT_CODES, RULES, TRANSFER_TRIGGERS, Decision, Indicators,
+from k3lib.renewal.decision import (AXES, DECISIONS, EXIT_CODES, RULES, TRANSFER_TRIGGERS, RenewalOutcome, Indicators,
                                     choose, decide_renewal)
 from k3lib.core.errors import BadInputError
 from k3lib.core.numbers import figure
@@ -58,8 +58,8 @@ def test_choose(indicators, expected):
 
 def test_exit_codes_cover_every_decision():
     assert EXIT_CODES == {"renew": 0, "reduce": 3, "dual-circuit": 4, "exit-to-api": 5}
-    assert DECISIONS == tuple(Decision) and set(DECISIONS) == set(EXIT_CODES)
-    assert {r.decision for r in RULES} == set(Decision)
+    assert DECISIONS == tuple(RenewalOutcome) and set(DECISIONS) == set(EXIT_CODES)
+    assert {r.decision for r in RULES} == set(RenewalOutcome)
 
 
 def test_every_analysis_weighs_in_and_the_last_row_always_holds():
@@ -67,7 +67,7 @@ def test_every_analysis_weighs_in_and_the_last_row_always_holds():
     read = {a for r in RULES for a in r.analyses}
     assert read >= set(AXES) | {"benefits"}
     assert len({r.id for r in RULES}) == len(RULES)
-    assert RULES[-1].holds(Indicators()) and RULES[-1].decision is Decision.RENEW
+    assert RULES[-1].holds(Indicators()) and RULES[-1].decision is RenewalOutcome.RENEW
     # with no evidence at all, the table never reaches renew
     assert choose(Indicators())[0] != "renew"
 

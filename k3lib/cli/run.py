@@ -171,10 +171,10 @@ def cmd_demo(ns: argparse.Namespace) -> int:
 def review_main(files: list[str], sets: list[str], out: str | None, demo: str | None,
                 from_exports: bool = False) -> int:
     """`k3 review -p FILE … [--set K=V] [--out DIR] [--demo SCENARIO]`: run the review, print the decision, return
-    its exit code (`Decision.exit_code`: 0 renew, 3 reduce, 4 dual-circuit, 5 exit-to-api). Bad input raises
+    its exit code (`RenewalOutcome.exit_code`: 0 renew, 3 reduce, 4 dual-circuit, 5 exit-to-api). Bad input raises
     BadInputError before any run folder exists."""
     from ..batch.renewal import check_review_inputs, load_review_request, run_review
-    from ..renewal.decision import Decision
+    from ..renewal.decision import RenewalOutcome
     from ..core.session import outputs_dir
     from ..core.store import RunStore
 
@@ -208,7 +208,7 @@ def review_main(files: list[str], sets: list[str], out: str | None, demo: str | 
     print(f"condition: {decision.condition}")
     print(f"report: {store.path('report/index.html')}")
     print(f"run: {store.root}")
-    return Decision(decision.decision).exit_code
+    return RenewalOutcome(decision.decision).exit_code
 
 
 def cmd_review(ns: argparse.Namespace) -> int:

@@ -14,16 +14,16 @@ from typing import Any, Iterable, Sequence
 
 from ..core.evidence import EvidenceRecord
 from ..core.thresholds import Loosened
-from ..core.outcomes import (DECISIONS, EXIT_CODES, NOT_PROVEN, REEXAMINE_AFTER_DAYS, RULES, STRENGTH, Outcome, Rule,
+from ..core.outcomes import (DECISIONS, EXIT_CODES, NOT_PROVEN, REEXAMINE_AFTER_DAYS, RULES, STRENGTH, AcceptanceOutcome, Rule,
                        level_for, rule_for, strongest)
 
 # the outcome vocabulary and the finding → outcome table live in k3lib.core.outcomes (the axes read them too)
-__all__ = ["DECISIONS", "EXIT_CODES", "NOT_PROVEN", "REEXAMINE_AFTER_DAYS", "RULES", "STRENGTH", "Decision", "Outcome",
-           "Rule", "axis_checklist", "decide", "level_for", "rule_for", "strongest", "traffic_cap_from"]
+__all__ = ["AcceptanceDecision", "AcceptanceOutcome", "DECISIONS", "EXIT_CODES", "NOT_PROVEN", "REEXAMINE_AFTER_DAYS", "RULES",
+           "Rule", "STRENGTH", "axis_checklist", "decide", "level_for", "rule_for", "strongest", "traffic_cap_from"]
 
 
 @dataclasses.dataclass(frozen=True)
-class Decision:
+class AcceptanceDecision:
     decision: str
     reasons: tuple[str, ...]
     checklist: tuple[dict[str, Any], ...]
@@ -59,7 +59,7 @@ class Decision:
                 "target_kind": self.target_kind}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Decision":
+    def from_dict(cls, d: dict[str, Any]) -> "AcceptanceDecision":
         return cls(d["decision"], tuple(d.get("reasons", ())), tuple(d.get("checklist", ())), d.get("traffic_cap"),
                    d.get("reexamine_on"), d.get("build", "official"), bool(d.get("agents_blocked", False)),
                    bool(d.get("cache_gain_counted", True)), tuple(d.get("loosened_thresholds", ())),
@@ -116,7 +116,7 @@ def traffic_cap_from(records: dict[str, EvidenceRecord]) -> dict[str, Any]:
 
 def decide(records: dict[str, EvidenceRecord], planned: Iterable[str], *, build: str = "official",
            checklist: list[dict[str, Any]] | None = None, today: dt.date | None = None,
-           loosened: Sequence[Loosened] = ()) -> Decision:
+           loosened: Sequence[Loosened] = ()) -> AcceptanceDecision:
     """Strongest rule first. `checklist` (the sheet's rows) adds: an item still open is never a pass.
     `loosened` (k3lib.core.thresholds) adds: a threshold looser than its default is listed, and one nobody attested
     having accepted forbids production."""
@@ -174,5 +174,5 @@ def decide(records: dict[str, EvidenceRecord], planned: Iterable[str], *, build:
     if verdict == "production":
         reasons.append("every planned axis and every checklist item passed")
     rows = checklist if checklist is not None else axis_checklist(records, planned)
-    return Decision(verdict, tuple(reasons), tuple(rows), cap, reexamine, build, agents_blocked, cache_gain,
+    return AcceptanceDecision(verdict, tuple(reasons), tuple(rows), cap, reexamine, build, agents_blocked, cache_gain,
                     tuple(t.to_dict() for t in loosened))

@@ -291,7 +291,7 @@ class ScenarioRunner:
                                               request_id=f"agent-c{level}-r{rep}-{case.id}-t{t}-{rnd}")
             step = self._step(level, rep, case, t, rnd, "after-error" if after_error else
                               ("initial" if rnd == 0 else "after-tool"), body, turn, schemas, rec, seq)
-            outcomes: list[C.Outcome] = [C.check_history(kept, self.s.history)] if kept else []
+            outcomes: list[C.CheckResult] = [C.check_history(kept, self.s.history)] if kept else []
             if rec.cancelled:
                 self._stop(step, outcomes, f"stop: the level's budget ({budget.stopped_by or 'deadline'}) ended the "
                                            "request", budget=True)
@@ -332,7 +332,7 @@ class ScenarioRunner:
                 self._stop(step, outcomes, f"stop case: {outcomes[-1].detail}")
             if rnd == self.s.max_tool_rounds:
                 why = f"still calling tools after {self.s.max_tool_rounds} rounds"
-                self._stop(step, [*outcomes, C.Outcome("final_answer", False, why)], f"stop case: {why}")
+                self._stop(step, [*outcomes, C.CheckResult("final_answer", False, why)], f"stop case: {why}")
             if after_error:
                 retries += 1
             self._send_back(messages, kept, rec)
@@ -344,7 +344,7 @@ class ScenarioRunner:
             after_error = next_after_error
 
     def _reply_outcomes(self, rec: ChatRecord, calls: list[ToolCall], leaked: Any, required: str | None,
-                        offered: list[str], schemas: Mapping[str, Any]) -> list[C.Outcome]:
+                        offered: list[str], schemas: Mapping[str, Any]) -> list[C.CheckResult]:
         """The checks every reply gets: the required call (first round only), markup, reasoning, and each call's
         name, arguments and executability."""
         outcomes = [C.check_required_call(calls, required, leaked)] if required else []
@@ -376,7 +376,7 @@ class ScenarioRunner:
             messages.append({"role": "tool", "tool_call_id": call.id, "content": result_text(result)})
         return actions, error_pending, sent_error, last_result
 
-    def _stop(self, step: Step, outcomes: list[C.Outcome], decision: str, *, budget: bool = False) -> NoReturn:
+    def _stop(self, step: Step, outcomes: list[C.CheckResult], decision: str, *, budget: bool = False) -> NoReturn:
         """Record the step with the decision that ends the case (or, for the budget, the repetition)."""
         step["decision"] = decision
         self._emit(step, outcomes)
@@ -427,7 +427,7 @@ class ScenarioRunner:
                 "reply": rec.to_dict(include_raw=True), "parsed": parsed, "decision": "", "checks": [],
                 "environment": None}
 
-    def _emit(self, step: Step, outcomes: list[C.Outcome]) -> None:
+    def _emit(self, step: Step, outcomes: list[C.CheckResult]) -> None:
         step["checks"] = [o.to_dict() for o in outcomes]
         self.steps.append(step)
         if self.sink is not None:

@@ -41,7 +41,7 @@ def opening_tool_turns(sample: AgentSample, images_served: bool) -> list[tuple[C
 
 
 def turn_outcomes(rec: ChatRecord, turn: TurnSpec, offered: Sequence[str], schemas: Mapping[str, Any],
-                  thinking: bool | None) -> tuple[list[C.Outcome], dict[str, Any]]:
+                  thinking: bool | None) -> tuple[list[C.CheckResult], dict[str, Any]]:
     """The outcomes of one tool turn's reply and its parse."""
     if not rec.ok:
         return [C.check_request(rec.ok, rec.http_status, rec.error)], {}
@@ -56,7 +56,7 @@ def turn_outcomes(rec: ChatRecord, turn: TurnSpec, offered: Sequence[str], schem
     return outcomes, parsed
 
 
-def failure_of(outcomes: Sequence[C.Outcome]) -> str | None:
+def failure_of(outcomes: Sequence[C.CheckResult]) -> str | None:
     """The first failing outcome as the turn's failure ("<check>: <detail>"), None when every one held. A reply
     without its reasoning field still carries a usable call: that is `reasoning_present`'s finding, not a failed
     tool turn."""
