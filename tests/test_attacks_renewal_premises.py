@@ -427,6 +427,6 @@ def test_a_decision_on_thin_data_is_not_signed(tmp_path):
     thin = thin_evidence(rule, Indicators(quality_ok=True), found)
     assert thin is not None and "the GPU series cover 12% of the window" in thin.sentence
     store = RunStore.create(tmp_path / "run")
-    store.write_json("decision.json", {"decision": "dual-circuit", "findings": [thin.to_dict()]})
+    store.write_json("decision.json", {"decision": "dual-circuit", "findings": [thin.model_dump()]})
     with pytest.raises(BadInputError, match="refusing to sign: too thin to decide: the GPU series cover 12%"):
         sign_run(store.root, "reviewer")

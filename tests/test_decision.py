@@ -187,7 +187,7 @@ def test_one_name_of_an_event_suffices_and_a_setting_turned_off_drops_its_rules(
 
 
 def test_decision_json_shape():
-    d = decide({"probe": OK_PROBE}, ["probe"]).to_dict()
+    d = decide({"probe": OK_PROBE}, ["probe"]).model_dump()
     assert set(d) >= {"decision", "reasons", "checklist", "traffic_cap", "reexamine_on", "build"}
     assert set(d["checklist"][0]) >= {"id", "title", "status", "evidence"}
     assert d["build"] == "official"

@@ -153,7 +153,7 @@ def test_decide_renewal_from_axis_figures(steady, changes, benefits, expected):
     assert d.exit_code == EXIT_CODES[expected]
     assert d.reasons[0].startswith(expected)
     assert d.condition
-    out = d.to_dict()
+    out = d.model_dump()
     assert set(out) >= {"decision", "rule", "reasons", "checklist", "condition"}
     assert ("routing" in out) == (expected == "dual-circuit")
     if changes.get("stability", {}) is None:
@@ -272,9 +272,9 @@ def test_findings_are_values_and_the_reasons_are_rendered_from_them(steady):
     assert quality.measured["min_acceptance_rate"] == RenewalRules().min_acceptance_rate
     effort = d.finding("operations.effort")
     assert effort.outcome is False and effort.measured["per_week_h"] == 40.0
-    back = RenewalDecision.from_dict(json.loads(json.dumps(d.to_dict())))
+    back = RenewalDecision.model_validate(json.loads(json.dumps(d.model_dump())))
     assert (back.decision, back.rule, back.reasons) == (d.decision, d.rule, d.reasons)
-    assert [f.to_dict() for f in back.findings] == [f.to_dict() for f in d.findings]
+    assert [f.model_dump() for f in back.findings] == [f.model_dump() for f in d.findings]
     # an axis without evidence is a finding too, never a silent gap
     gone = decide_renewal(vary(real, stability=None), RenewalRules(), [], today=dt.date(2026, 8, 14))
     assert gone.finding("stability.no_evidence").outcome is None

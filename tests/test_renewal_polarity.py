@@ -34,7 +34,7 @@ def test_the_stored_shape_carries_no_polarity_it_is_read_again_from_the_rule():
     f = RenewalFinding("load.large_idle", True, {"large_idle_share": 0.5, "large_idle_share_max": 0.4,
                                                   "large_idle_min_h": 4, "utilisation": 0.1, "idle_demand_share": 0.5,
                                                   "idle_scheduling_share": 0.0})
-    stored = f.to_dict()
+    stored = f.model_dump()
     assert set(stored) == {"rule", "outcome", "measured", "sentence"}
-    again = RenewalFinding.from_dict(stored)
+    again = RenewalFinding.model_validate(stored)
     assert (again.polarity, again.status) == (Polarity.HOLDS_IS_BAD, "warn")

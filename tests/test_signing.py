@@ -42,7 +42,7 @@ def make_run(tmp_path, name="run") -> RunStore:
                                       None, at)}
     probe = probe_record(probe_result(found, None), SimpleNamespace(params=params, store=store))
     store.write_json("evidence/probe.json", probe.model_dump(mode="json"))
-    store.write_json("decision.json", compute_decision(params, {"probe": probe}).to_dict())
+    store.write_json("decision.json", compute_decision(params, {"probe": probe}).model_dump())
     return store
 
 

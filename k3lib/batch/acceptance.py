@@ -82,8 +82,8 @@ def run_acceptance(params: Params, store: RunStore, *, progress: Progress | None
     if result.decision_data is None:
         decision = decide_run(params, store, result.records)  # the summary failed: same rules over the same records
     else:
-        decision = AcceptanceDecision.from_dict(result.decision_data)
-    publish(store, result, decision.to_dict())
+        decision = AcceptanceDecision.model_validate(result.decision_data)
+    publish(store, result, decision.model_dump())
     return decision
 
 

@@ -113,7 +113,7 @@ def _print_decision(decision, store) -> None:
     from ..report.missing import missing_lines
 
     print(f"decision: {decision.line}")
-    for line in missing_lines(decision.to_dict()):
+    for line in missing_lines(decision.model_dump()):
         print(line)
     print(f"report: {store.path('report/index.html')}")
     print(f"run: {store.root}")

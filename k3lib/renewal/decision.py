@@ -21,6 +21,8 @@ import datetime as dt
 import enum
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, computed_field, model_serializer
+
 from ..core.numbers import figure
 from .findings import RenewalFinding, money  # noqa: F401  (money: re-exported for the views)
 from .indicators import AXES, Indicators, indicators, typed_axes  # noqa: F401  (re-exported)
@@ -50,17 +52,19 @@ TRANSFER_TRIGGERS = ("capacity unavailable", "queue too long", "repeated tool-ca
                      "business deadline exceeded", "consumption below expectation")
 
 
-@dataclasses.dataclass(frozen=True)
-class RenewalDecision:
-    """The decision with its findings as values; its reasons are the findings' sentences, rendered from them."""
+class RenewalDecision(BaseModel):
+    """The decision with its findings as values; its reasons are the findings' sentences, rendered from them.
+    `decision.json` is its `model_dump()`; `model_validate` reads one back (the reasons rendered again)."""
+
+    model_config = ConfigDict(frozen=True)
 
     decision: str
+    rule: str | None = None  # the id of the RULES row that decided
     findings: tuple[RenewalFinding, ...]
     checklist: tuple[dict[str, Any], ...]
     condition: str
-    routing: dict[str, Any] | None = None
     reexamine_on: str | None = None
-    rule: str | None = None  # the id of the RULES row that decided
+    routing: dict[str, Any] | None = None
     # "embedded-emulator" for a generated demo (`review.demo`: its data and its drill are the kit's): a
     # demonstration, which `k3 sign` refuses without --demo; None for a review of a team's own records
     target_kind: str | None = None
@@ -69,6 +73,7 @@ class RenewalDecision:
     def exit_code(self) -> int:
         return RenewalOutcome(self.decision).exit_code
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def reasons(self) -> tuple[str, ...]:
         return tuple(f.sentence for f in self.findings)
@@ -77,23 +82,10 @@ class RenewalDecision:
         """The finding with this rule id (e.g. "production.quality"), or None when the decision has none."""
         return next((f for f in self.findings if f.rule == rule), None)
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"decision": self.decision, "rule": self.rule, "reasons": list(self.reasons),
-                               "findings": [f.to_dict() for f in self.findings],
-                               "checklist": list(self.checklist), "condition": self.condition,
-                               "reexamine_on": self.reexamine_on}
-        if self.routing is not None:
-            out["routing"] = self.routing
-        if self.target_kind is not None:
-            out["target_kind"] = self.target_kind
-        return out
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "RenewalDecision":
-        """A `decision.json` read back: the findings are the values, the reasons are rendered again from them."""
-        return cls(data["decision"], tuple(RenewalFinding.from_dict(f) for f in data["findings"]),
-                   tuple(data["checklist"]), data["condition"], data.get("routing"), data.get("reexamine_on"),
-                   data.get("rule"), data.get("target_kind"))
+    @model_serializer(mode="wrap")
+    def _unset_left_out(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A decision without routing (not a dual circuit) or target kind (a team's own records) stores neither."""
+        return {k: v for k, v in handler(self).items() if v is not None or k not in ("routing", "target_kind")}
 
 
 # --- the precedence table ----------------------------------------------------------------------------------------
@@ -298,5 +290,6 @@ def decide_renewal(axes: Mapping[str, Mapping[str, Any] | None], rules: RenewalR
     if thin is not None:
         findings.insert(1, thin)
         cond += "; not signable: decided on data too thin to show its premise (k3 sign refuses it)"
-    return RenewalDecision(verdict, tuple(findings), tuple(checklist(axes, statuses or {})), cond,
-                           routing(rules, categories) if verdict == "dual-circuit" else None, reexamine, rule.id)
+    return RenewalDecision(decision=verdict, findings=tuple(findings), checklist=tuple(checklist(axes, statuses or {})),
+                           condition=cond, routing=routing(rules, categories) if verdict == "dual-circuit" else None,
+                           reexamine_on=reexamine, rule=rule.id)

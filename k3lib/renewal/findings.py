@@ -12,10 +12,11 @@ sentence back — the evidence records and the report take the values (`RenewalD
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 from pathlib import PurePath
 from typing import Any, Callable, Mapping
+
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from ..core.evidence import FindingStatus
 from ..core.numbers import figure
@@ -46,15 +47,29 @@ POLARITY: dict[str, tuple[Polarity, FindingStatus]] = {
 _CONTEXT: tuple[Polarity, FindingStatus] = (Polarity.CONTEXT, "info")  # load.peaks, benefits, routing, review.*
 
 
-@dataclasses.dataclass(frozen=True)
-class RenewalFinding:
+class RenewalFinding(BaseModel):
     """One finding of the decision. `outcome` is the indicator the rule id names (`load.large_idle`: True when the
     idle periods are large): True holds, False does not, None not shown by the evidence — never favourable.
-    `polarity` says which of True and False is the good case; `status` reads the outcome through it."""
+    `polarity` says which of True and False is the good case; `status` reads the outcome through it. Stored as
+    `model_dump()` (rule, outcome, measured and the rendered sentence), read back by `model_validate`."""
+
+    model_config = ConfigDict(frozen=True)
 
     rule: str  # a stable id, e.g. "load.regular"; the axis record's finding is "renewal.<rule>"
-    outcome: bool | None
-    measured: Measured = dataclasses.field(default_factory=dict)  # JSON-ready figures and thresholds, by name
+    outcome: bool | None = None
+    measured: dict[str, Any] = Field(default_factory=dict)  # JSON-ready figures and thresholds, by name
+
+    def __init__(self, rule: str, outcome: bool | None = None, measured: Measured | None = None,
+                 **stored: Any) -> None:  # positional, as the rules write it; `stored`: the sentence read back, unused
+        super().__init__(rule=rule, outcome=outcome, measured=dict(measured or {}), **stored)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def sentence(self) -> str:
+        render = SENTENCES.get(self.rule) or SENTENCES.get(self.rule.split(".", 1)[1] if "." in self.rule else "")
+        if render is None:
+            raise KeyError(f"no sentence for renewal finding {self.rule!r}")
+        return render(self.outcome, self.measured)
 
     @property
     def polarity(self) -> Polarity:
@@ -77,21 +92,6 @@ class RenewalFinding:
         if self.outcome is None:
             return "not-observable"
         return "pass" if self.favourable else against
-
-    @property
-    def sentence(self) -> str:
-        render = SENTENCES.get(self.rule) or SENTENCES.get(self.rule.split(".", 1)[1] if "." in self.rule else "")
-        if render is None:
-            raise KeyError(f"no sentence for renewal finding {self.rule!r}")
-        return render(self.outcome, self.measured)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"rule": self.rule, "outcome": self.outcome, "measured": dict(self.measured),
-                "sentence": self.sentence}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "RenewalFinding":
-        return cls(str(data["rule"]), data.get("outcome"), dict(data.get("measured") or {}))
 
 
 # --- formatting: a blank stays blank, never 0 ------------------------------------------------------------------------

@@ -129,14 +129,14 @@ def decided_again(store: RunStore, stored: dict[str, Any] | None = None) -> dict
 
     params = load_any_review(store.path("params.json"))
     axes, statuses = axes_from_records(read_records(store))
-    return decide_from_axes(params, axes, statuses, live=live_run(params, store)).to_dict()
+    return decide_from_axes(params, axes, statuses, live=live_run(params, store)).model_dump()
 
 
 def decide_review(params: RenewalParams, store: RunStore, records: dict[str, EvidenceRecord]) -> RenewalDecision:
     """Decide from the records alone, with the rules fixed in the parameters, and write `decision.json`."""
     axes, statuses = axes_from_records(records)
     decision = decide_from_axes(params, axes, statuses, live=live_run(params, store))
-    store.write_json("decision.json", decision.to_dict())
+    store.write_json("decision.json", decision.model_dump())
     return decision
 
 

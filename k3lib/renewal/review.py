@@ -322,4 +322,4 @@ def decide_from_axes(params: RenewalParams, axes: dict[str, Any], statuses: dict
                              live_source=review.live_paths if live is not None else None,
                              loosened=review.loosened(), live_refused=refused)
     # a review with `demo:` set is a demonstration whatever inputs it names: its drill is the kit's emulator
-    return dataclasses.replace(decided, target_kind=EMULATOR_KINDS[0]) if review.demo is not None else decided
+    return decided.model_copy(update={"target_kind": EMULATOR_KINDS[0]}) if review.demo is not None else decided
