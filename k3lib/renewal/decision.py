@@ -21,9 +21,10 @@ import datetime as dt
 import enum
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, computed_field, model_serializer
+from pydantic import SerializerFunctionWrapHandler, computed_field, model_serializer
 
 from ..core.numbers import figure
+from ..core.record import Record
 from .findings import RenewalFinding, money  # noqa: F401  (money: re-exported for the views)
 from .indicators import AXES, Indicators, indicators, typed_axes  # noqa: F401  (re-exported)
 from .live import category_routing
@@ -52,19 +53,17 @@ TRANSFER_TRIGGERS = ("capacity unavailable", "queue too long", "repeated tool-ca
                      "business deadline exceeded", "consumption below expectation")
 
 
-class RenewalDecision(BaseModel):
+class RenewalDecision(Record):
     """The decision with its findings as values; its reasons are the findings' sentences, rendered from them.
     `decision.json` is its `model_dump()`; `model_validate` reads one back (the reasons rendered again)."""
 
-    model_config = ConfigDict(frozen=True)
-
     decision: str
-    rule: str | None = None  # the id of the RULES row that decided
     findings: tuple[RenewalFinding, ...]
     checklist: tuple[dict[str, Any], ...]
     condition: str
-    reexamine_on: str | None = None
     routing: dict[str, Any] | None = None
+    reexamine_on: str | None = None
+    rule: str | None = None  # the id of the RULES row that decided
     # "embedded-emulator" for a generated demo (`review.demo`: its data and its drill are the kit's): a
     # demonstration, which `k3 sign` refuses without --demo; None for a review of a team's own records
     target_kind: str | None = None

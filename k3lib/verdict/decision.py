@@ -11,9 +11,8 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any, Iterable, Sequence
 
-from pydantic import BaseModel, ConfigDict
-
 from ..core.evidence import EvidenceRecord
+from ..core.record import Record
 from ..core.thresholds import Loosened
 from ..core.outcomes import (DECISIONS, EXIT_CODES, NOT_PROVEN, REEXAMINE_AFTER_DAYS, RULES, STRENGTH, AcceptanceOutcome, Rule,
                        level_for, rule_for, strongest)
@@ -23,11 +22,9 @@ __all__ = ["AcceptanceDecision", "AcceptanceOutcome", "DECISIONS", "EXIT_CODES",
            "Rule", "STRENGTH", "axis_checklist", "decide", "level_for", "rule_for", "strongest", "traffic_cap_from"]
 
 
-class AcceptanceDecision(BaseModel):
+class AcceptanceDecision(Record):
     """The acceptance's decision as `decision.json` holds it: `model_dump()` writes it, `model_validate` reads one
     back (a run older than a field gets the field's default)."""
-
-    model_config = ConfigDict(frozen=True)
 
     decision: str
     reasons: tuple[str, ...] = ()
@@ -167,4 +164,5 @@ def decide(records: dict[str, EvidenceRecord], planned: Iterable[str], *, build:
     rows = checklist if checklist is not None else axis_checklist(records, planned)
     return AcceptanceDecision(decision=verdict, reasons=tuple(reasons), checklist=tuple(rows), traffic_cap=cap,
                               reexamine_on=reexamine, build=build, agents_blocked=agents_blocked,
-                              cache_gain_counted=cache_gain, loosened_thresholds=tuple(t.to_dict() for t in loosened))
+                              cache_gain_counted=cache_gain,
+                              loosened_thresholds=tuple(t.model_dump(mode="json") for t in loosened))

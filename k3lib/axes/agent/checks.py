@@ -10,11 +10,12 @@ import json
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import jsonschema
 
+from ...core.record import Record
 from ...io.chatstream import ToolCall
 from ...io.readers.tool_markup import detect_k3_leak, detect_markup
 from .config import ECHO_WORDS
@@ -44,14 +45,15 @@ AUTO_TOOL_CHOICE_TEXT = '"auto" tool choice requires --enable-auto-tool-choice a
 PARSER_REQUIRED_TEXT = "requires --tool-call-parser to be set"
 
 
-@dataclass(frozen=True)
-class CheckResult:
+class CheckResult(Record):
+    """One check of the tool-call contract on one reply, as the steps and turns files store it."""
+
     check: str
     passed: bool
     detail: str
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def __init__(self, check: str, passed: bool, detail: str) -> None:
+        super().__init__(check=check, passed=passed, detail=detail)
 
 
 #: The kit's one tool-call record (`parsed`, `json_error` read from its arguments); the name stays for the

@@ -428,7 +428,7 @@ class ScenarioRunner:
                 "environment": None}
 
     def _emit(self, step: Step, outcomes: list[C.CheckResult]) -> None:
-        step["checks"] = [o.to_dict() for o in outcomes]
+        step["checks"] = [o.model_dump() for o in outcomes]
         self.steps.append(step)
         if self.sink is not None:
             self.sink(step)

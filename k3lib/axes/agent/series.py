@@ -146,7 +146,7 @@ class ToolTurnSeries:
         failure = failure_of(outcomes)
         step: dict[str, Any] = {"turn": i, "case": case.id, "mode": "stream" if stream else "non-stream",
                                 "level": self.concurrency, "request": body, "reply": rec.to_dict(include_raw=True),
-                                "parsed": parsed, "checks": [o.to_dict() for o in outcomes], "failure": failure,
+                                "parsed": parsed, "checks": [o.model_dump() for o in outcomes], "failure": failure,
                                 "retry": None, "recovered": None}
         if failure is not None:
             again = await self._send(body, f"agent-turn-{i}-retry", budget)
@@ -154,7 +154,7 @@ class ToolTurnSeries:
                 r_outcomes, r_parsed = turn_outcomes(again, turn, offered, schemas, self.s.thinking)
                 r_failure = failure_of(r_outcomes)
                 step["retry"] = {"reply": again.to_dict(include_raw=True), "parsed": r_parsed,
-                                 "checks": [o.to_dict() for o in r_outcomes], "failure": r_failure}
+                                 "checks": [o.model_dump() for o in r_outcomes], "failure": r_failure}
                 step["recovered"] = r_failure is None
             else:
                 step["recovered"] = False
