@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
 from ...core import progress
+from ...core.record import Record
 from ...io.chatstream import ToolCall
 from ...io.client import ChatClient, ChatRecord
 from ...core.errors import TargetError
@@ -28,8 +29,7 @@ Step = dict[str, Any]
 Sink = Callable[[Step], None]
 
 
-@dataclasses.dataclass(frozen=True)
-class RunSettings:
+class RunSettings(Record):
     """The resolved knobs of one agent run (parameters + contract + the recipe's sampling), kept in the evidence as
     they were used."""
 
@@ -88,9 +88,6 @@ class RunSettings:
                    client_idle_timeout_s=contract.client_idle_timeout_s,
                    gateway_timeout_s=contract.gateway_timeout_s, e2e_p95_ms=contract.e2e_p95_ms,
                    spec_decode_min_acceptance_length=params.recipe.spec_decode_min_acceptance_length)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
     def stream_for(self, repetition: int) -> bool:
         """The stream mode of repetition `repetition`: the modes alternate, so two repetitions cover both."""
