@@ -72,7 +72,7 @@ def _run_acceptance(params, out: str | None, baseline: str | None = None, resume
         if plan_only:
             return 0
         axes, total = plan_estimates(params, report.speed, embedded=embedded)
-        plan = {"total_s": round(total, 1), "axes": [a.to_dict() for a in axes], "speed": report.to_dict()["speed"]}
+        plan = {"total_s": round(total, 1), "axes": [a.to_dict() for a in axes], "speed": report.model_dump()["speed"]}
         return _acceptance_batch(params, target, report, plan, out, baseline, resume)
     finally:
         target.stop()
@@ -90,7 +90,7 @@ def _acceptance_batch(params, target, report, plan: dict, out: str | None, basel
     store = RunStore.open(resume) if resume else RunStore.create(Path(out) if out else outputs_dir(),
                                                                  label=params.run.label)
     print(f"run: {store.root}", file=sys.stderr)
-    store.write_json("preflight.json", report.to_dict())
+    store.write_json("preflight.json", report.model_dump())
     store.write_json("plan.json", plan)  # what the axes count their time left from
     t0 = time.monotonic()
     try:
