@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 # public name → module that defines it (a subpackage is named by itself)
 _EXPORTS: dict[str, str] = {
+    "AcceptanceDecision": ".verdict.decision",
     "APIError": ".core.errors",
     "ArtifactError": ".core.errors",
     "AxisContext": ".core.session",
     "BadInputError": ".core.errors",
-    "Decision": ".verdict.decision",
     "EvidenceError": ".core.errors",
     "EvidenceRecord": ".core.evidence",
     "Finding": ".core.evidence",
@@ -68,7 +68,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, eagerly
     from .opening import review
     from .report import explorer
     from . import renewal
-    from .verdict.decision import Decision, decide
+    from .verdict.decision import AcceptanceDecision, decide
     from .core.errors import (APIError, ArtifactError, BadInputError, EvidenceError, K3Error, MissingSeriesError,
                          ProtocolError, TargetError, TargetUnreachable)
     from .core.evidence import EvidenceRecord, Finding, read_records

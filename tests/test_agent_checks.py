@@ -387,8 +387,8 @@ def test_stability_ignores_text_but_not_structure():
 
 
 def test_rates_count_per_level_and_check():
-    outs = [(1, C.Outcome("arguments_valid", True, "")), (1, C.Outcome("arguments_valid", False, "")),
-            (4, C.Outcome("arguments_valid", True, ""))]
+    outs = [(1, C.CheckResult("arguments_valid", True, "")), (1, C.CheckResult("arguments_valid", False, "")),
+            (4, C.CheckResult("arguments_valid", True, ""))]
     rows = {(r.level, r.check): r for r in C.rates(outs, [1, 4])}
     assert (rows[(1, "arguments_valid")].passed, rows[(1, "arguments_valid")].total) == (1, 2)
     assert rows[(4, "arguments_valid")].rate == 1.0 and rows[(4, "final_answer")].total == 0

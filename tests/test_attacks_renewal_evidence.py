@@ -17,7 +17,7 @@ from k3lib import emulator
 from k3lib.core.errors import BadInputError
 from k3lib.renewal import demo
 from k3lib.renewal.analysis import analyse_stability, compare_paths
-from k3lib.renewal.drill import QUESTIONS, Observed, answer_questions, for_deployment, is_deployment, run_drill
+from k3lib.renewal.drill import QUESTIONS, DrillObservation, answer_questions, for_deployment, is_deployment, run_drill
 from k3lib.renewal.params import DrillParams, load_review_params
 from k3lib.renewal.review import analyse, decide_from_axes, load_review
 from k3lib.renewal.rules import RenewalRules
@@ -137,7 +137,7 @@ def test_attack_a_kill_after_the_stream_ended_shows_no_in_flight_task(servers):
 def test_in_flight_needs_a_request_in_flight_at_the_kill(outcome):
     fields = {"call": {"reasoning": True, "content": False, "tool_calls": True},
               "answer": {"reasoning": True, "content": True, "tool_calls": False}}
-    seen = Observed(detected=True, detect_s=0.2, health_after_kill="HTTP 503", task_outcome=outcome,
+    seen = DrillObservation(detected=True, detect_s=0.2, health_after_kill="HTTP 503", task_outcome=outcome,
                     task_detail="finish_reason length", restore_steps=1, restored=True, recovery_s=1.0,
                     version_before="0.33.0", version_after="0.32.0", previous_version=None, first_after_status=200,
                     resumed_status=200, before_fields=fields, after_fields=fields, failover=None, timeout_s=10.0,

@@ -24,7 +24,7 @@ from k3lib.renewal.params import load_review_params
 from k3lib.renewal.results import typed
 from k3lib.renewal.rules import RenewalRules
 from k3lib.renewal.series import Grid, read_history, series_from_file
-from k3lib.renewal.identity import Identity
+from k3lib.renewal.selector import SeriesSelector
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +70,7 @@ def test_attack_utilisation_written_as_a_fraction_is_refused(tmp_path):
     an idle GPU's whole percents (0 and 1, whose slot means are fractions) are not."""
     f = tmp_path / "history.om"
     grid = Grid(1785000000, 1785000000 + 4 * 300, 300)
-    ident = Identity("kimi-k3", hostnames=("node-a",), gpus=1)
+    ident = SeriesSelector("kimi-k3", hostnames=("node-a",), gpus=1)
 
     def write(values):
         f.write_text("".join(f'DCGM_FI_DEV_GPU_UTIL{{gpu="0",Hostname="node-a"}} {v} {1785000000 + 150 * (i + 1)}\n'
@@ -104,14 +104,14 @@ def test_attack_a_gateway_line_logged_twice_without_a_response_id_is_billed_once
 
     from k3lib.renewal.imports import commands
     from k3lib.renewal.imports.params import ImportSection
-    from k3lib.renewal.imports.provenance import Window
+    from k3lib.renewal.imports.provenance import ReviewWindow
 
     line = {"timestamp": "2026-08-01T10:00:00Z", "metadata": {"task_id": "T1"}, "model": "kimi-k3",
             "usage": {"prompt_tokens": 1_000_000, "completion_tokens": 0}}
     other = {**line, "timestamp": "2026-08-01T10:00:07Z"}
     path = tmp_path / "gateway.jsonl"
     path.write_text("".join(json.dumps(x) + "\n" for x in (line, line, other)))
-    window = Window(dt.datetime(2026, 7, 24, tzinfo=dt.timezone.utc), dt.datetime(2026, 8, 14, tzinfo=dt.timezone.utc))
+    window = ReviewWindow(dt.datetime(2026, 7, 24, tzinfo=dt.timezone.utc), dt.datetime(2026, 8, 14, tzinfo=dt.timezone.utc))
     section = ImportSection.model_validate({"currency": "USD", "usage": {
         "prices": {"default": {"input_per_mtok": 1.0, "output_per_mtok": 1.0, "currency": "USD"}}}})
     lines = commands.import_usage(path, tmp_path / "costs.yaml", section, window)
@@ -214,11 +214,11 @@ def test_attack_a_negative_line_of_a_counted_charge_is_listed_apart_not_netted(t
 
     from k3lib.renewal.imports import commands
     from k3lib.renewal.imports.params import ImportSection
-    from k3lib.renewal.imports.provenance import Window
+    from k3lib.renewal.imports.provenance import ReviewWindow
 
     src = Path(__file__).parent / "data" / "exports" / "focus.csv"
     rows = list(csv.DictReader(src.open()))
-    window = Window(dt.datetime(2026, 7, 24, tzinfo=dt.timezone.utc), dt.datetime(2026, 8, 14, tzinfo=dt.timezone.utc))
+    window = ReviewWindow(dt.datetime(2026, 7, 24, tzinfo=dt.timezone.utc), dt.datetime(2026, 8, 14, tzinfo=dt.timezone.utc))
     section = ImportSection.model_validate({"currency": "EUR", "costs": {"tags": {"app": "kimi-k3"}}})
     base = next(r for r in rows if r["ServiceCategory"] == "Compute" and r["ChargeCategory"] == "Usage")
     bill = tmp_path / "focus.csv"
@@ -249,7 +249,7 @@ def test_attack_a_bill_amount_that_is_no_number_is_refused_with_its_line(tmp_pat
 
     from k3lib.renewal.imports import commands
     from k3lib.renewal.imports.params import ImportSection
-    from k3lib.renewal.imports.provenance import Window
+    from k3lib.renewal.imports.provenance import ReviewWindow
     from k3lib.renewal.imports.tables import to_float
 
     rows = list(csv.DictReader((Path(__file__).parent / "data" / "exports" / "focus.csv").open()))
@@ -259,7 +259,7 @@ def test_attack_a_bill_amount_that_is_no_number_is_refused_with_its_line(tmp_pat
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    window = Window(dt.datetime(2026, 7, 24, tzinfo=dt.timezone.utc), dt.datetime(2026, 8, 14, tzinfo=dt.timezone.utc))
+    window = ReviewWindow(dt.datetime(2026, 7, 24, tzinfo=dt.timezone.utc), dt.datetime(2026, 8, 14, tzinfo=dt.timezone.utc))
     section = ImportSection.model_validate({"currency": "EUR", "costs": {"tags": {"app": "kimi-k3"}}})
     with pytest.raises(BadInputError) as ei:
         commands.import_bill("focus", bill, tmp_path / "costs.yaml", section, window)
@@ -427,6 +427,6 @@ def test_a_decision_on_thin_data_is_not_signed(tmp_path):
     thin = thin_evidence(rule, Indicators(quality_ok=True), found)
     assert thin is not None and "the GPU series cover 12% of the window" in thin.sentence
     store = RunStore.create(tmp_path / "run")
-    store.write_json("decision.json", {"decision": "dual-circuit", "findings": [thin.to_dict()]})
+    store.write_json("decision.json", {"decision": "dual-circuit", "findings": [thin.model_dump()]})
     with pytest.raises(BadInputError, match="refusing to sign: too thin to decide: the GPU series cover 12%"):
         sign_run(store.root, "reviewer")

@@ -36,7 +36,7 @@ def _redecide(store: RunStore) -> None:
     """What an attacker with the kit's store does after an edit: decide again from the records, rewrite decision.json
     (the store rewrites the manifest)."""
     params = load_params_json(store.path("params.json"))
-    store.write_json("decision.json", compute_decision(params, read_records(store)).to_dict())
+    store.write_json("decision.json", compute_decision(params, read_records(store)).model_dump())
 
 
 def _jsonl(store: RunStore, rel: str, edit) -> None:
@@ -197,7 +197,7 @@ def test_attack_a_weaker_recipe_for_the_model_the_target_serves(healthy_run, ove
     moved = load_params([], overrides, base=params.public_dict())
     d = compute_decision(moved, records)
     assert d.decision == "limited-observation"
-    listed = {t["path"] for t in d.to_dict()["loosened_thresholds"] if not t["accepted_by"]}
+    listed = {t["path"] for t in d.model_dump()["loosened_thresholds"] if not t["accepted_by"]}
     assert paths <= listed
     for path in paths:
         said = next(r for r in d.reasons if path in r)

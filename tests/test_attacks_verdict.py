@@ -130,11 +130,11 @@ def test_attack_a_moved_threshold_forbids_production_and_is_named(healthy_run, o
     d = compute_decision(moved, records)
     assert d.decision == "limited-observation"
     assert any(path in r and "no attestation names who accepted it" in r for r in d.reasons)
-    assert [t["path"] for t in d.to_dict()["loosened_thresholds"] if not t["accepted_by"]] == [path]
+    assert [t["path"] for t in d.model_dump()["loosened_thresholds"] if not t["accepted_by"]] == [path]
     row = next(r for r in sheet_rows(records, moved.public_dict()) if r["id"] == next(
         i.id for i in ITEMS if i.axis == BY_PATH[path].axis))
     assert "loosened: " in row["configuration"] and f"{path} = " in row["configuration"]
-    index = decision_block(d.to_dict())
+    index = decision_block(d.model_dump())
     assert "Thresholds looser than the defaults" in index and path in index and "forbids production" in index
 
 
@@ -142,7 +142,7 @@ def test_an_attested_threshold_is_listed_with_who_accepted_it_and_why(healthy_ru
     """The demo's attestation accepts its demo-sized thresholds by name and value: production, each one listed."""
     _, params, records = _records(healthy_run)
     d = compute_decision(params, records)
-    listed = d.to_dict()["loosened_thresholds"]
+    listed = d.model_dump()["loosened_thresholds"]
     assert listed and all(t["accepted_by"].startswith("k3kit demo operator") and t["why"] for t in listed)
     assert {t["path"] for t in listed} >= {"axes.capacity.soak_duration_s", "axes.capacity.calibration_max_error_ms"}
     (said,) = [r for r in d.reasons if r.startswith("loosened threshold(s), accepted by k3kit demo operator")]

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import ROOT
 
-from k3lib.verdict.decision import DECISIONS, EXIT_CODES, RULES, Outcome, decide, level_for, traffic_cap_from
+from k3lib.verdict.decision import DECISIONS, EXIT_CODES, RULES, AcceptanceOutcome, decide, level_for, traffic_cap_from
 from k3lib.core.evidence import EvidenceRecord, Finding, axis_status
 from k3lib.verdict.sheet import ITEMS, item_status, sheet_rows
 
@@ -187,7 +187,7 @@ def test_one_name_of_an_event_suffices_and_a_setting_turned_off_drops_its_rules(
 
 
 def test_decision_json_shape():
-    d = decide({"probe": OK_PROBE}, ["probe"]).to_dict()
+    d = decide({"probe": OK_PROBE}, ["probe"]).model_dump()
     assert set(d) >= {"decision", "reasons", "checklist", "traffic_cap", "reexamine_on", "build"}
     assert set(d["checklist"][0]) >= {"id", "title", "status", "evidence"}
     assert d["build"] == "official"
@@ -202,10 +202,10 @@ def test_the_one_table_decides_whatever_a_finding_carries():
 
 
 def test_the_four_decisions_and_their_exit_codes_are_defined_once():
-    assert [o.value for o in Outcome] == list(DECISIONS) == ["production", "limited-observation",
+    assert [o.value for o in AcceptanceOutcome] == list(DECISIONS) == ["production", "limited-observation",
                                                              "capacity-extension", "environment-rebuild"]
-    assert EXIT_CODES == {o.value: o.exit_code for o in Outcome} and len(set(EXIT_CODES.values())) == 4
-    assert all(rule.level in Outcome for rule in RULES) and RULES[-1].pattern == "*"
+    assert EXIT_CODES == {o.value: o.exit_code for o in AcceptanceOutcome} and len(set(EXIT_CODES.values())) == 4
+    assert all(rule.level in AcceptanceOutcome for rule in RULES) and RULES[-1].pattern == "*"
 
 
 # -- every rule id the sheet or the decision cites is emitted by some axis ------------------------------------------

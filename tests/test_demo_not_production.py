@@ -49,7 +49,7 @@ def test_attack_a_demo_decides_production_as_a_demo(tmp_path, body, request_json
     params, probe = _probe(tmp_path, body, request_json)
     assert probe.data["target_kind"] == kind
     d = compute_decision(params, {"probe": probe})
-    assert d.target_kind == kind and d.to_dict()["target_kind"] == kind
+    assert d.target_kind == kind and d.model_dump()["target_kind"] == kind
     if kind == "engine":
         assert d.line == d.decision and not any(r.startswith("demo:") for r in d.reasons)
     else:
@@ -97,7 +97,7 @@ def test_attack_a_demo_relabelled_engine_to_be_signed(healthy_run, tmp_path):
     probe["data"]["target_kind"] = "engine"
     store.write_json("evidence/probe.json", probe)
     params = load_params_json(store.path("params.json"))
-    store.write_json("decision.json", compute_decision(params, read_records(store)).to_dict())
+    store.write_json("decision.json", compute_decision(params, read_records(store)).model_dump())
     assert store.verify() == [] and store.read_json("decision.json")["target_kind"] == "engine"
     result = verify_run(store.root)
     assert not result.ok

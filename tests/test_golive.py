@@ -314,7 +314,7 @@ def test_a_kit_from_a_shortened_limited_observation_run_says_so_before_arming():
     from k3lib.core.thresholds import Loosened
     from k3lib.golive import golive_warnings
 
-    step = Loosened("axes.capacity.step_duration_s", 20.0, 120.0, "> 0", "kit default").to_dict()
+    step = Loosened("axes.capacity.step_duration_s", 20.0, 120.0, "> 0", "kit default").model_dump(mode="json")
     said = golive_warnings({"decision": "limited-observation", "traffic_cap": {"max_concurrency": 2},
                             "reexamine_on": "2027-01-04", "loosened_thresholds": [step]})
     assert len(said) == 2 and "traffic cap" in said[0] and "2027-01-04" in said[0]

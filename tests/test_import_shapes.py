@@ -23,11 +23,11 @@ from k3lib.core.errors import BadInputError
 from k3lib.renewal.imports import commands
 from k3lib.renewal.imports.columnar import canonical
 from k3lib.renewal.imports.params import ImportSection
-from k3lib.renewal.imports.provenance import MARK, Window
+from k3lib.renewal.imports.provenance import MARK, ReviewWindow
 from k3lib.renewal.inputs import read_costs, read_hours, read_incidents
 
 DATA = Path(__file__).parent / "data" / "exports"
-WINDOW = Window(dt.datetime(2026, 7, 24, tzinfo=dt.timezone.utc), dt.datetime(2026, 8, 14, tzinfo=dt.timezone.utc))
+WINDOW = ReviewWindow(dt.datetime(2026, 7, 24, tzinfo=dt.timezone.utc), dt.datetime(2026, 8, 14, tzinfo=dt.timezone.utc))
 WINDOW_ARG = "2026-07-24T00:00:00Z/2026-08-14T00:00:00Z"
 STEADY_ITEMS = {"capacity": 21000.0, "storage": 600.0, "network": 350.0, "monitoring": 400.0}
 USD = [{"from": "USD", "rate": 0.8, "date": "2026-08-14", "source": "test rate"}]

@@ -17,13 +17,13 @@ from k3lib.renewal import demo
 from k3lib.renewal.imports import commands
 from k3lib.renewal.imports.exports import import_exports
 from k3lib.renewal.imports.params import ImportSection, load_import_params
-from k3lib.renewal.imports.provenance import Window
+from k3lib.renewal.imports.provenance import ReviewWindow
 from k3lib.renewal.inputs import read_costs, read_hours, read_incidents, resolve_currency
 from k3lib.renewal.params import load_review_params
 from k3lib.renewal.review import analyse, decide_from_axes, load_review
 
 DATA = Path(__file__).parent / "data" / "exports"
-WINDOW = Window(dt.datetime(2026, 7, 24, tzinfo=dt.timezone.utc), dt.datetime(2026, 8, 14, tzinfo=dt.timezone.utc))
+WINDOW = ReviewWindow(dt.datetime(2026, 7, 24, tzinfo=dt.timezone.utc), dt.datetime(2026, 8, 14, tzinfo=dt.timezone.utc))
 TODAY = dt.date(2026, 8, 14)
 STEADY_ITEMS = {"capacity": 21000.0, "storage": 600.0, "network": 350.0, "monitoring": 400.0}
 USD = [{"from": "USD", "rate": 0.8, "date": "2026-08-14", "source": "test rate"}]

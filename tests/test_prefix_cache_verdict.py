@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from k3lib.verdict.decision import decide
@@ -230,8 +228,8 @@ def test_result_round_trips_through_json():
     import json
 
     res = result()
-    again = PrefixCacheResult.from_dict(json.loads(json.dumps(res.to_dict())))
-    assert again == dataclasses.replace(res)
+    again = PrefixCacheResult.model_validate(json.loads(json.dumps(res.model_dump())))
+    assert again == res.model_copy()
 
 
 def test_reading_back_a_folder_without_the_axis_says_so(tmp_path):

@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from k3lib.renewal.decision import (AXES, DECISIONS, EXIT_CODES, RULES, TRANSFER_TRIGGERS, Decision, Indicators,
+from k3lib.renewal.decision import (AXES, DECISIONS, EXIT_CODES, RULES, TRANSFER_TRIGGERS, RenewalOutcome, Indicators,
                                     choose, decide_renewal)
 from k3lib.core.errors import BadInputError
 from k3lib.core.numbers import figure
@@ -58,8 +58,8 @@ def test_choose(indicators, expected):
 
 def test_exit_codes_cover_every_decision():
     assert EXIT_CODES == {"renew": 0, "reduce": 3, "dual-circuit": 4, "exit-to-api": 5}
-    assert DECISIONS == tuple(Decision) and set(DECISIONS) == set(EXIT_CODES)
-    assert {r.decision for r in RULES} == set(Decision)
+    assert DECISIONS == tuple(RenewalOutcome) and set(DECISIONS) == set(EXIT_CODES)
+    assert {r.decision for r in RULES} == set(RenewalOutcome)
 
 
 def test_every_analysis_weighs_in_and_the_last_row_always_holds():
@@ -67,7 +67,7 @@ def test_every_analysis_weighs_in_and_the_last_row_always_holds():
     read = {a for r in RULES for a in r.analyses}
     assert read >= set(AXES) | {"benefits"}
     assert len({r.id for r in RULES}) == len(RULES)
-    assert RULES[-1].holds(Indicators()) and RULES[-1].decision is Decision.RENEW
+    assert RULES[-1].holds(Indicators()) and RULES[-1].decision is RenewalOutcome.RENEW
     # with no evidence at all, the table never reaches renew
     assert choose(Indicators())[0] != "renew"
 
@@ -153,7 +153,7 @@ def test_decide_renewal_from_axis_figures(steady, changes, benefits, expected):
     assert d.exit_code == EXIT_CODES[expected]
     assert d.reasons[0].startswith(expected)
     assert d.condition
-    out = d.to_dict()
+    out = d.model_dump()
     assert set(out) >= {"decision", "rule", "reasons", "checklist", "condition"}
     assert ("routing" in out) == (expected == "dual-circuit")
     if changes.get("stability", {}) is None:
@@ -272,9 +272,9 @@ def test_findings_are_values_and_the_reasons_are_rendered_from_them(steady):
     assert quality.measured["min_acceptance_rate"] == RenewalRules().min_acceptance_rate
     effort = d.finding("operations.effort")
     assert effort.outcome is False and effort.measured["per_week_h"] == 40.0
-    back = RenewalDecision.from_dict(json.loads(json.dumps(d.to_dict())))
+    back = RenewalDecision.model_validate(json.loads(json.dumps(d.model_dump())))
     assert (back.decision, back.rule, back.reasons) == (d.decision, d.rule, d.reasons)
-    assert [f.to_dict() for f in back.findings] == [f.to_dict() for f in d.findings]
+    assert [f.model_dump() for f in back.findings] == [f.model_dump() for f in d.findings]
     # an axis without evidence is a finding too, never a silent gap
     gone = decide_renewal(vary(real, stability=None), RenewalRules(), [], today=dt.date(2026, 8, 14))
     assert gone.finding("stability.no_evidence").outcome is None

@@ -35,7 +35,7 @@ def test_scenario_ends_in_its_decision(reviews, scenario):
     *_, decision = reviews[scenario]
     assert decision.decision == demo.EXPECTED[scenario], decision.reasons
     assert decision.condition
-    assert ("routing" in decision.to_dict()) == (scenario == "spiky")
+    assert ("routing" in decision.model_dump()) == (scenario == "spiky")
 
 
 @pytest.mark.parametrize("scenario, figure", [

@@ -13,7 +13,7 @@ from k3lib.renewal.drill import QUESTIONS, run_drill
 from k3lib.renewal.params import DrillParams
 
 from k3lib import emulator
-from k3lib.renewal.drill import Observed, answer_questions
+from k3lib.renewal.drill import DrillObservation, answer_questions
 from k3lib.renewal.demo import PREVIOUS_VERSION
 
 KILL = [{"http": {"path": "/_emulator/faults", "json": {"faults": ["crash=1"]}}},
@@ -101,7 +101,7 @@ def _seen(**over):
                 version_before="0.33.0", version_after="0.32.0", previous_version=None, first_after_status=200,
                 resumed_status=200, before_fields=fields, after_fields=fields, failover=None, timeout_s=10.0,
                 in_flight_at_kill=True)
-    return Observed(**(base | over))
+    return DrillObservation(**(base | over))
 
 
 @pytest.mark.parametrize("over, question, answer", [

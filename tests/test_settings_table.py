@@ -191,7 +191,7 @@ def test_attack_a_shrunk_test_is_not_production_and_names_the_setting(healthy_ru
     row = next(r for r in sheet_rows(records, moved.public_dict()) if r["id"] == next(
         i.id for i in ITEMS if i.axis == axis))
     assert f"{path} = " in row["configuration"]
-    index = decision_block(d.to_dict())
+    index = decision_block(d.model_dump())
     assert path in index and "forbids production" in index and "floor" in index
 
 

@@ -42,7 +42,7 @@ def make_run(tmp_path, name="run") -> RunStore:
                                       None, at)}
     probe = probe_record(probe_result(found, None), SimpleNamespace(params=params, store=store))
     store.write_json("evidence/probe.json", probe.model_dump(mode="json"))
-    store.write_json("decision.json", compute_decision(params, {"probe": probe}).to_dict())
+    store.write_json("decision.json", compute_decision(params, {"probe": probe}).model_dump())
     return store
 
 
@@ -84,7 +84,7 @@ def test_signature_json_is_beside_the_manifest_not_in_it(tmp_path):
     assert store.manifest_sha256() == before  # signing never rewrites the manifest it signs
     assert SIGNATURE not in store.manifest()["files"]
     saved = json.loads(store.path(SIGNATURE).read_text())
-    assert saved == rec.to_dict()
+    assert saved == rec.model_dump()
     assert saved["manifest_sha256"] == before and saved["decision"] == "limited-observation"
     assert saved["signed_at"] == "2026-12-01T09:30:00Z" and saved["run_id"] == "run"
     assert verify_run(store.root).ok

@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 from .execute import Progress, publish, run_batch
 from ..axes.estimate import REPORT_S, AxisEstimate, estimate_axes
-from ..verdict.decision import Decision
+from ..verdict.decision import AcceptanceDecision
 from ..core.errors import BadInputError
 from ..core.numbers import figure
 from ..core.params import Params
@@ -45,7 +45,7 @@ def check_resume(store: RunStore) -> None:
 
 def run_acceptance(params: Params, store: RunStore, *, progress: Progress | None = None,
                    on_start: Callable[[str], None] | None = None, resume: bool = False,
-                   target: Target | None = None) -> Decision:
+                   target: Target | None = None) -> AcceptanceDecision:
     """Run every acceptance notebook against the target (starting the emulator if needed), then decide.
 
     The parameters as requested go to `request.json`, so that `--resume` can start the same kind of target
@@ -82,8 +82,8 @@ def run_acceptance(params: Params, store: RunStore, *, progress: Progress | None
     if result.decision_data is None:
         decision = decide_run(params, store, result.records)  # the summary failed: same rules over the same records
     else:
-        decision = Decision.from_dict(result.decision_data)
-    publish(store, result, decision.to_dict())
+        decision = AcceptanceDecision.model_validate(result.decision_data)
+    publish(store, result, decision.model_dump())
     return decision
 
 

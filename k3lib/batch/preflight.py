@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from ..core.errors import BadInputError
+from ..core.record import Record
 from ..core.guards import is_loopback_url
 
 __all__ = ["BUDGET_S", "PreflightReport", "Speed", "preflight", "server_kind"]
@@ -50,8 +51,9 @@ class Speed:
         return self.ttft_s + output_tokens * self.per_token_s
 
 
-@dataclasses.dataclass(frozen=True)
-class PreflightReport:
+class PreflightReport(Record):
+    """What the preflight found, as `preflight.json` holds it (`model_dump()`)."""
+
     base_url: str
     kind: str  # vLLM, SGLang, llama.cpp, OpenAI-compatible (unknown engine)
     version: str | None
@@ -75,9 +77,6 @@ class PreflightReport:
                      + (f", x{2 ** sp.sharing:.2f} at 2 at once" if sp.sharing is not None else "") + ")")
         return (f"preflight: {self.base_url}: {served}; key {self.key}; {chat}; {self.metrics} "
                 f"({self.duration_s:.1f} s)")
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 class _Clock:
@@ -324,9 +323,9 @@ def preflight(params: Any, base_url: str, metrics_urls: tuple[str, ...], headers
         notes.append(why)
     key = f"accepted (${tp.api_key_env})" if tp.api_key_env else "none asked"
     limit = card.get("max_model_len")
-    return PreflightReport(base_url, kind, vllm_version if kind == "vLLM" else None, str(card["id"]),
-                           limit if isinstance(limit, int) else None, key, metrics, speed, tuple(notes),
-                           round(clock.elapsed(), 2))
+    return PreflightReport(base_url=base_url, kind=kind, version=vllm_version if kind == "vLLM" else None,
+                           model=str(card["id"]), max_model_len=limit if isinstance(limit, int) else None, key=key,
+                           metrics=metrics, speed=speed, notes=tuple(notes), duration_s=round(clock.elapsed(), 2))
 
 
 def _check_kind(kind: str, health: httpx.Response, recipe: Any, base_url: str, notes: list[str], *,

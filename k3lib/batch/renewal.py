@@ -57,7 +57,7 @@ def run_review(params: RenewalParams, store: RunStore, *, progress: Progress | N
     if data is None or data.get("decision") not in DECISIONS or not isinstance(data.get("findings"), list):
         decision = decide_review(params, store, result.records)  # the summary failed: same rules, same records
     else:
-        decision = RenewalDecision.from_dict(data)
+        decision = RenewalDecision.model_validate(data)
     shown = {"decision": decision.decision,
              "reasons": [f"rule: {decision.rule}", f"condition: {decision.condition}", parameters_line(params),
                          *decision.reasons]

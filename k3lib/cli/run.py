@@ -25,7 +25,7 @@ from ..core.session import PROJECT_ROOT, outputs_dir
 from ..core.store import RunStore
 from ..core.target import require_api_key
 from ..io.target import resolve_target
-from ..renewal.decision import Decision
+from ..renewal.decision import RenewalOutcome
 from ..report.missing import missing_lines
 
 
@@ -85,7 +85,7 @@ def _run_acceptance(params, out: str | None, baseline: str | None = None, resume
         if plan_only:
             return 0
         axes, total = plan_estimates(params, report.speed, embedded=embedded)
-        plan = {"total_s": round(total, 1), "axes": [a.to_dict() for a in axes], "speed": report.to_dict()["speed"]}
+        plan = {"total_s": round(total, 1), "axes": [a.to_dict() for a in axes], "speed": report.model_dump()["speed"]}
         return _acceptance_batch(params, target, report, plan, out, baseline, resume)
     finally:
         target.stop()
@@ -98,7 +98,7 @@ def _acceptance_batch(params, target, report, plan: dict, out: str | None, basel
     store = RunStore.open(resume) if resume else RunStore.create(Path(out) if out else outputs_dir(),
                                                                  label=params.run.label)
     print(f"run: {store.root}", file=sys.stderr)
-    store.write_json("preflight.json", report.to_dict())
+    store.write_json("preflight.json", report.model_dump())
     store.write_json("plan.json", plan)  # what the axes count their time left from
     t0 = time.monotonic()
     try:
@@ -120,7 +120,7 @@ def _acceptance_batch(params, target, report, plan: dict, out: str | None, basel
 def _print_decision(decision, store) -> None:
 
     print(f"decision: {decision.line}")
-    for line in missing_lines(decision.to_dict()):
+    for line in missing_lines(decision.model_dump()):
         print(line)
     print(f"report: {store.path('report/index.html')}")
     print(f"run: {store.root}")
@@ -176,7 +176,7 @@ def cmd_demo(ns: argparse.Namespace) -> int:
 def review_main(files: list[str], sets: list[str], out: str | None, demo: str | None,
                 from_exports: bool = False) -> int:
     """`k3 review -p FILE … [--set K=V] [--out DIR] [--demo SCENARIO]`: run the review, print the decision, return
-    its exit code (`Decision.exit_code`: 0 renew, 3 reduce, 4 dual-circuit, 5 exit-to-api). Bad input raises
+    its exit code (`RenewalOutcome.exit_code`: 0 renew, 3 reduce, 4 dual-circuit, 5 exit-to-api). Bad input raises
     BadInputError before any run folder exists."""
 
     if from_exports and demo is None:
@@ -209,7 +209,7 @@ def review_main(files: list[str], sets: list[str], out: str | None, demo: str | 
     print(f"condition: {decision.condition}")
     print(f"report: {store.path('report/index.html')}")
     print(f"run: {store.root}")
-    return Decision(decision.decision).exit_code
+    return RenewalOutcome(decision.decision).exit_code
 
 
 def cmd_review(ns: argparse.Namespace) -> int:

@@ -160,7 +160,7 @@ class CapacityData(_Data):
         return found[-1] if found else None
 
 
-class Observed(_Data):
+class ObservedEnvironment(_Data):
     vllm: str | None = None
     cuda_build: str | None = None
     driver: str | None = None
@@ -184,7 +184,7 @@ class EnvironmentData(_Data):
     mismatch: bool | None = None
     experimental: bool = False
     sheet: str | None = None
-    observed: Observed | None = None
+    observed: ObservedEnvironment | None = None
     topology: Topology | None = None
     rows: list[Row] = Field(default_factory=list)
     sources: dict[str, Row] = Field(default_factory=dict)

@@ -15,7 +15,7 @@ from typing import Iterable
 from .evidence import Finding
 
 
-class Outcome(str, enum.Enum):
+class AcceptanceOutcome(str, enum.Enum):
     """The four acceptance decisions, weakest first, each with the exit code `k3 validate` ends with."""
 
     PRODUCTION = "production"
@@ -30,12 +30,12 @@ class Outcome(str, enum.Enum):
 
     @property
     def strength(self) -> int:
-        return list(Outcome).index(self)
+        return list(AcceptanceOutcome).index(self)
 
 
-DECISIONS = tuple(o.value for o in Outcome)
-STRENGTH = {o.value: o.strength for o in Outcome}
-EXIT_CODES = {o.value: o.exit_code for o in Outcome}
+DECISIONS = tuple(o.value for o in AcceptanceOutcome)
+STRENGTH = {o.value: o.strength for o in AcceptanceOutcome}
+EXIT_CODES = {o.value: o.exit_code for o in AcceptanceOutcome}
 REEXAMINE_AFTER_DAYS = 14
 
 
@@ -44,7 +44,7 @@ class Rule:
     """A failing finding whose rule id matches `pattern` (fnmatch) forces `level`, for the reason `why`."""
 
     pattern: str
-    level: Outcome
+    level: AcceptanceOutcome
     why: str
 
 
@@ -54,42 +54,42 @@ class Rule:
 # memory saturating on nominal traffic → extension; tool calls unstable → agents blocked; no cache reuse → gain
 # not counted (both limited observation).
 RULES: tuple[Rule, ...] = (
-    Rule("*.notebook", Outcome.LIMITED, "the axis did not complete: missing evidence, not a measured defect"),
-    Rule("probe.health", Outcome.REBUILD, "the server is not healthy"),
-    Rule("probe.context_limit", Outcome.EXTENSION, "the contract promises more than the server's limits"),
-    Rule("environment.build_method", Outcome.LIMITED, "not the declared build: re-run as recipe.build custom, on its "
+    Rule("*.notebook", AcceptanceOutcome.LIMITED, "the axis did not complete: missing evidence, not a measured defect"),
+    Rule("probe.health", AcceptanceOutcome.REBUILD, "the server is not healthy"),
+    Rule("probe.context_limit", AcceptanceOutcome.EXTENSION, "the contract promises more than the server's limits"),
+    Rule("environment.build_method", AcceptanceOutcome.LIMITED, "not the declared build: re-run as recipe.build custom, on its "
                                                       "own sheet"),
-    Rule("environment.prefix_caching", Outcome.LIMITED, "prefix caching off: the expected cache gain is not counted"),
-    Rule("environment.*", Outcome.REBUILD, "compatibility chain out of the recipe's scope"),
-    Rule("agent.auto_tool_choice", Outcome.REBUILD, "a required recipe flag is missing"),
-    Rule("agent.*", Outcome.LIMITED, "unstable tool calls: block the agents concerned, plain text may go live"),
-    Rule("capacity.cold_load", Outcome.REBUILD, "the server never became ready: rework the topology or the image"),
-    Rule("capacity.startup_oom", Outcome.REBUILD, "an OOM at startup: the weights, activations and KV pool do not "
+    Rule("environment.prefix_caching", AcceptanceOutcome.LIMITED, "prefix caching off: the expected cache gain is not counted"),
+    Rule("environment.*", AcceptanceOutcome.REBUILD, "compatibility chain out of the recipe's scope"),
+    Rule("agent.auto_tool_choice", AcceptanceOutcome.REBUILD, "a required recipe flag is missing"),
+    Rule("agent.*", AcceptanceOutcome.LIMITED, "unstable tool calls: block the agents concerned, plain text may go live"),
+    Rule("capacity.cold_load", AcceptanceOutcome.REBUILD, "the server never became ready: rework the topology or the image"),
+    Rule("capacity.startup_oom", AcceptanceOutcome.REBUILD, "an OOM at startup: the weights, activations and KV pool do not "
                                                   "fit the cards as started"),
-    Rule("capacity.engine_death", Outcome.REBUILD, "a fatal engine error that is not a memory error: image, driver "
+    Rule("capacity.engine_death", AcceptanceOutcome.REBUILD, "a fatal engine error that is not a memory error: image, driver "
                                                    "or topology"),
-    Rule("capacity.context_refusal", Outcome.REBUILD, "an out-of-contract request broke the engine instead of being "
+    Rule("capacity.context_refusal", AcceptanceOutcome.REBUILD, "an out-of-contract request broke the engine instead of being "
                                                       "refused"),
-    Rule("capacity.memory_growth", Outcome.LIMITED, "memory grows steadily: not stable, more GPUs won't fix it"),
-    Rule("capacity.server_errors", Outcome.LIMITED, "5xx while the engine stayed up"),
-    Rule("capacity.incomplete_load", Outcome.EXTENSION, "requests refused, timed out, unreachable or cut at or below "
+    Rule("capacity.memory_growth", AcceptanceOutcome.LIMITED, "memory grows steadily: not stable, more GPUs won't fix it"),
+    Rule("capacity.server_errors", AcceptanceOutcome.LIMITED, "5xx while the engine stayed up"),
+    Rule("capacity.incomplete_load", AcceptanceOutcome.EXTENSION, "requests refused, timed out, unreachable or cut at or below "
                                                         "the planned concurrency: the deployment as reached does not "
                                                         "serve the planned load"),
-    Rule("capacity.rank_balance", Outcome.REBUILD, "one data-parallel rank is not like its peers (KV pool, decode rate "
+    Rule("capacity.rank_balance", AcceptanceOutcome.REBUILD, "one data-parallel rank is not like its peers (KV pool, decode rate "
                                                    "or prefix reuse): repair that rank's GPU or node, then re-measure"),
-    Rule("capacity.roofline", Outcome.LIMITED, "the decode rate is above the hardware's bandwidth bound (a "
+    Rule("capacity.roofline", AcceptanceOutcome.LIMITED, "the decode rate is above the hardware's bandwidth bound (a "
                                                "measurement error) or far below it (a probable misconfiguration)"),
-    Rule("capacity.session_prefix_reuse", Outcome.LIMITED, "agent sessions lose their cached history between turns: "
+    Rule("capacity.session_prefix_reuse", AcceptanceOutcome.LIMITED, "agent sessions lose their cached history between turns: "
                                                            "the cache gain is not counted, every turn pays its whole "
                                                            "prefill"),
-    Rule("capacity.session_tool_calls", Outcome.LIMITED, "tool calls break under session load: block the agents "
+    Rule("capacity.session_tool_calls", AcceptanceOutcome.LIMITED, "tool calls break under session load: block the agents "
                                                          "concerned"),
-    Rule("capacity.latency_*", Outcome.EXTENSION, "client latency p95 at nominal load above the contract's objective "
+    Rule("capacity.latency_*", AcceptanceOutcome.EXTENSION, "client latency p95 at nominal load above the contract's objective "
                                                   "(its whole interval)"),
-    Rule("capacity.*", Outcome.EXTENSION, "memory or queue saturates at nominal load"),
-    Rule("prefix_cache.*", Outcome.LIMITED, "no measured cache reuse: the expected gain is not counted"),
-    Rule("attestation.*", Outcome.LIMITED, "an operational prerequisite is not proven"),
-    Rule("*", Outcome.LIMITED, "a non-critical check failed"),
+    Rule("capacity.*", AcceptanceOutcome.EXTENSION, "memory or queue saturates at nominal load"),
+    Rule("prefix_cache.*", AcceptanceOutcome.LIMITED, "no measured cache reuse: the expected gain is not counted"),
+    Rule("attestation.*", AcceptanceOutcome.LIMITED, "an operational prerequisite is not proven"),
+    Rule("*", AcceptanceOutcome.LIMITED, "a non-critical check failed"),
 )
 NOT_PROVEN = "not proven: limited observation until the evidence exists"
 
@@ -101,13 +101,13 @@ def rule_for(rule_id: str) -> Rule:
 def level_for(finding: Finding) -> tuple[str, str]:
     """The decision a finding forces (production for a pass or an info) and why, from the one table."""
     if finding.status in ("pass", "info"):
-        return Outcome.PRODUCTION.value, "passed"
+        return AcceptanceOutcome.PRODUCTION.value, "passed"
     if finding.status != "fail":
-        return Outcome.LIMITED.value, NOT_PROVEN
+        return AcceptanceOutcome.LIMITED.value, NOT_PROVEN
     rule = rule_for(finding.rule)
     return rule.level.value, rule.why
 
 
 def strongest(findings: Iterable[Finding]) -> str:
     """The strongest decision the findings force ("production" when none fails, warns or stays unobserved)."""
-    return max((level_for(f)[0] for f in findings), key=STRENGTH.__getitem__, default=Outcome.PRODUCTION.value)
+    return max((level_for(f)[0] for f in findings), key=STRENGTH.__getitem__, default=AcceptanceOutcome.PRODUCTION.value)

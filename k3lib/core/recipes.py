@@ -159,8 +159,9 @@ def recipe_loosened(recipe: Mapping[str, Any], served_models: Iterable[str], acc
         path = f"recipe.{field}"
         entry = by_path.get(path)
         ok = entry is not None and _same(getattr(entry, "value", None), value)
-        out.append(Loosened(path, value, floor, "the served model's recipe", known.basis, None,
-                            who if ok else None, when if ok else None, getattr(entry, "why", None) if ok else None,
-                            f"the recipe of the model the target serves ({model}: {known.name}), whatever "
+        out.append(Loosened(path=path, value=value, default=floor, bounds="the served model's recipe",
+                            basis=known.basis, source=None, accepted_by=who if ok else None,
+                            accepted_on=when if ok else None, why=getattr(entry, "why", None) if ok else None,
+                            floor_basis=f"the recipe of the model the target serves ({model}: {known.name}), whatever "
                             f"recipe.name says ({recipe.get('name')!r})"))
     return out

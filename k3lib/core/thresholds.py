@@ -35,6 +35,7 @@ import typing
 from typing import Any, Callable, Iterable, Literal, Mapping
 
 from .errors import BadInputError
+from .record import Record
 from .floors import (_SAMPLE, SERVED, Floor, Measure, _context_floor, _dtype_bytes, _fmt, _get, _gpu_floor,
                      _hbm_floor, _highest, _longest_context, _longest_prefix, _modes_floor, _modes_run,
                      _nvswitch_floor, _or_floor, _or_served, _output_floor, _planned, _prefix_floor, _prompt_floor,
@@ -344,10 +345,9 @@ def unclassified(model: Any, judged_elsewhere: Iterable[str] = ()) -> list[str]:
 # -- loosened settings -------------------------------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class Loosened:
+class Loosened(Record):
     """A setting looser than its floor (the kit's default, or what the contract sets), and who accepted it (None:
-    nobody did)."""
+    nobody did). `decision.json` lists them as `model_dump(mode="json")`; `model_validate` reads one back."""
 
     path: str
     value: Any
@@ -375,15 +375,6 @@ class Loosened:
         """`path = value (default x)`, or `(floor x)` for a floor the contract sets."""
         return f"{self.path} = {_fmt(self.value)} ({'floor' if self.floor_basis else 'default'} {_fmt(self.default)})"
 
-    def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["value"] = list(self.value) if isinstance(self.value, tuple) else self.value
-        return d
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Loosened":
-        fields: dict[str, Any] = {f.name: d.get(f.name) for f in dataclasses.fields(cls)}
-        return cls(**fields)
 
 
 def check_bounds(resolved: Mapping[str, Any], prov: Mapping[str, str] | None = None, *,
@@ -415,9 +406,10 @@ def loosened(resolved: Mapping[str, Any], defaults: Mapping[str, Any], prov: Map
         value = _get(resolved, t.path)
         entry = by_path.get(t.path)
         ok = entry is not None and _same(getattr(entry, "value", None), value)
-        out.append(Loosened(t.path, value, floor, t.bounds_text(), t.basis, (prov or {}).get(t.path),
-                            who if ok else None, when if ok else None, getattr(entry, "why", None) if ok else None,
-                            floor_basis))
+        out.append(Loosened(path=t.path, value=value, default=floor, bounds=t.bounds_text(), basis=t.basis,
+                            source=(prov or {}).get(t.path), accepted_by=who if ok else None,
+                            accepted_on=when if ok else None, why=getattr(entry, "why", None) if ok else None,
+                            floor_basis=floor_basis))
     return out
 
 

@@ -64,7 +64,7 @@ def golive_warnings(decision: Mapping[str, Any]) -> tuple[str, ...]:
     short = []
     for d in decision.get("loosened_thresholds") or ():
         try:
-            short.append(Loosened.from_dict(d).short())
+            short.append(Loosened.model_validate(d).short())
         except (TypeError, ValueError):
             continue
     if short:

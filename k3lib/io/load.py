@@ -53,7 +53,7 @@ class Percentiles:
 
 
 @dataclass(frozen=True)
-class WindowSummary:
+class SliceSummary:
     """One time slice of a phase, by completion time — drift over a soak shows here."""
 
     start_s: float
@@ -96,7 +96,7 @@ class PhaseSummary:
     errors: dict[str, int]
     client_cpu_s: float
     loop_lag_ms_p99: float | None
-    windows: tuple[WindowSummary, ...] = ()
+    windows: tuple[SliceSummary, ...] = ()
     valid: bool = True
     invalid_reason: str | None = None
     calibration: dict[str, Any] | None = None
@@ -184,7 +184,7 @@ def summarize(stats: Sequence[RequestStat], *, name: str, kind: str, target_url:
     stopped_by = "max_requests" if len(stats) >= planned and cancelled == 0 else "max_duration"
     completion = sum(s.completion_tokens for s in ok)
     span = duration_s if duration_s > 0 else float("nan")
-    windows: tuple[WindowSummary, ...] = ()
+    windows: tuple[SliceSummary, ...] = ()
     if window_s and window_s > 0 and duration_s > 0:
         out = []
         # windows tile the planned span; requests cancelled just after the deadline fall in the last one
@@ -195,7 +195,7 @@ def summarize(stats: Sequence[RequestStat], *, name: str, kind: str, target_url:
             inside = [s for s in stats if lo <= s.done_s < hi or (k == n - 1 and s.done_s >= hi)]
             win_ok = [s for s in inside if s.ok]
             ttfts = [s.ttft_ms for s in win_ok if s.ttft_ms is not None]
-            out.append(WindowSummary(
+            out.append(SliceSummary(
                 start_s=lo, end_s=hi, ok=len(win_ok), failed=len(inside) - len(win_ok),
                 ttft_ms_p50=percentile(ttfts, 50), ttft_ms_p99=percentile(ttfts, 99),
                 e2e_ms_p50=percentile([s.e2e_ms for s in win_ok if s.e2e_ms is not None], 50),

@@ -71,7 +71,7 @@ def resolve_workers(value: int | None) -> int:
 
 
 @dataclass
-class Outcome:
+class WorkerOutcome:
     """How one worker's share of a job ended: "done", "error" (the job raised) or "gone" (the process ended)."""
 
     worker: int
@@ -214,7 +214,7 @@ class WorkerPool:
                     pass
 
     async def run(self, jobs: Sequence[Mapping[str, Any]], on_record: Callable[[int, ChatRecord], None], *,
-                  timeout_s: float, started_ns: int | None = None) -> list[Outcome]:
+                  timeout_s: float, started_ns: int | None = None) -> list[WorkerOutcome]:
         """One job per worker (`jobs[w]` to worker `w`); each record to `on_record(w, record)` on this loop as it
         arrives. Returns when every worker has ended its job, or after `timeout_s` (the late ones are killed)."""
         if len(jobs) > self.size:
@@ -224,7 +224,7 @@ class WorkerPool:
         loop = asyncio.get_running_loop()
         self._job += 1
         job_id = self._job
-        outcomes = [Outcome(w) for w in range(len(jobs))]
+        outcomes = [WorkerOutcome(w) for w in range(len(jobs))]
         ended = asyncio.Event()
         t0 = started_ns or time.perf_counter_ns()
 
@@ -276,7 +276,7 @@ START_MARGIN_S = 0.25
 END_GRACE_S = 20.0
 
 
-def degraded_reason(outcomes: Sequence[Outcome], what: str = "phase") -> str | None:
+def degraded_reason(outcomes: Sequence[WorkerOutcome], what: str = "phase") -> str | None:
     """Why a spread phase sent less than planned: each worker that ended before its share did, and what was kept."""
     parts = []
     n = len(outcomes)

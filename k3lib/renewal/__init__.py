@@ -6,7 +6,7 @@ only `core`, `io`, `axes` and `verdict` (the accepted run it reads), and nothing
 entry point (their context, the axis recorded, the live drill) is `k3lib.renewal.notebook`; their opener, tables and
 figures are `k3lib.review` (`k3lib.opening.review`); the review batch is `k3lib.batch.renewal`."""
 
-from .decision import DECISIONS, EXIT_CODES, RULES, Decision, Indicators, RenewalDecision, choose, decide_renewal
+from .decision import DECISIONS, EXIT_CODES, RULES, RenewalOutcome, Indicators, RenewalDecision, choose, decide_renewal
 from .findings import RenewalFinding
 from .params import RenewalParams, load_any_review, load_review_params
 from .records import decide_review
@@ -15,13 +15,13 @@ from .rules import DeclaredBenefits, RenewalRules
 
 __all__ = [
     "DECISIONS",
-    "Decision",
     "DeclaredBenefits",
     "EXIT_CODES",
     "Indicators",
     "RULES",
     "RenewalDecision",
     "RenewalFinding",
+    "RenewalOutcome",
     "RenewalParams",
     "RenewalRules",
     "ReviewData",

@@ -2,7 +2,7 @@
 renew, reduce, dual-circuit or exit-to-api — each with its exit or re-examination condition (seed 004's final
 table).
 
-The four decisions and their exit codes are `Decision`, defined here once. Which decision wins is one precedence
+The four decisions and their exit codes are `RenewalOutcome`, defined here once. Which decision wins is one precedence
 table, `RULES`: the first row whose condition holds decides, and each row names the analyses it reads. Never
 decided from a throughput figure: every indicator is a share of time, of tasks, of hours or of money. An
 indicator without evidence (None: an axis missing, a blank in the cost sheet, a question the drill did not show)
@@ -21,7 +21,10 @@ import datetime as dt
 import enum
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+from pydantic import SerializerFunctionWrapHandler, computed_field, model_serializer
+
 from ..core.numbers import figure
+from ..core.record import Record
 from .findings import RenewalFinding, money  # noqa: F401  (money: re-exported for the views)
 from .indicators import AXES, Indicators, indicators, typed_axes  # noqa: F401  (re-exported)
 from .live import category_routing
@@ -31,7 +34,7 @@ if TYPE_CHECKING:
     from ..axes.paths.record import PathsResult
 
 
-class Decision(enum.StrEnum):
+class RenewalOutcome(enum.StrEnum):
     """The four renewal decisions, with the exit code `k3 review` returns for each."""
 
     RENEW = "renew"
@@ -44,15 +47,15 @@ class Decision(enum.StrEnum):
         return {"renew": 0, "reduce": 3, "dual-circuit": 4, "exit-to-api": 5}[self.value]
 
 
-DECISIONS = tuple(d.value for d in Decision)
-EXIT_CODES = {d.value: d.exit_code for d in Decision}
+DECISIONS = tuple(d.value for d in RenewalOutcome)
+EXIT_CODES = {d.value: d.exit_code for d in RenewalOutcome}
 TRANSFER_TRIGGERS = ("capacity unavailable", "queue too long", "repeated tool-call errors",
                      "business deadline exceeded", "consumption below expectation")
 
 
-@dataclasses.dataclass(frozen=True)
-class RenewalDecision:
-    """The decision with its findings as values; its reasons are the findings' sentences, rendered from them."""
+class RenewalDecision(Record):
+    """The decision with its findings as values; its reasons are the findings' sentences, rendered from them.
+    `decision.json` is its `model_dump()`; `model_validate` reads one back (the reasons rendered again)."""
 
     decision: str
     findings: tuple[RenewalFinding, ...]
@@ -67,8 +70,9 @@ class RenewalDecision:
 
     @property
     def exit_code(self) -> int:
-        return Decision(self.decision).exit_code
+        return RenewalOutcome(self.decision).exit_code
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def reasons(self) -> tuple[str, ...]:
         return tuple(f.sentence for f in self.findings)
@@ -77,23 +81,10 @@ class RenewalDecision:
         """The finding with this rule id (e.g. "production.quality"), or None when the decision has none."""
         return next((f for f in self.findings if f.rule == rule), None)
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"decision": self.decision, "rule": self.rule, "reasons": list(self.reasons),
-                               "findings": [f.to_dict() for f in self.findings],
-                               "checklist": list(self.checklist), "condition": self.condition,
-                               "reexamine_on": self.reexamine_on}
-        if self.routing is not None:
-            out["routing"] = self.routing
-        if self.target_kind is not None:
-            out["target_kind"] = self.target_kind
-        return out
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "RenewalDecision":
-        """A `decision.json` read back: the findings are the values, the reasons are rendered again from them."""
-        return cls(data["decision"], tuple(RenewalFinding.from_dict(f) for f in data["findings"]),
-                   tuple(data["checklist"]), data["condition"], data.get("routing"), data.get("reexamine_on"),
-                   data.get("rule"), data.get("target_kind"))
+    @model_serializer(mode="wrap")
+    def _unset_left_out(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A decision without routing (not a dual circuit) or target kind (a team's own records) stores neither."""
+        return {k: v for k, v in handler(self).items() if v is not None or k not in ("routing", "target_kind")}
 
 
 # --- the precedence table ----------------------------------------------------------------------------------------
@@ -107,9 +98,9 @@ def _heavy(i: Indicators) -> bool:
 
 
 @dataclasses.dataclass(frozen=True)
-class Rule:
+class RenewalRule:
     id: str
-    decision: Decision
+    decision: RenewalOutcome
     analyses: tuple[str, ...]  # which of the six analyses (and the declared benefits) the row reads
     when: str  # the condition, as the README's table and the decision's first reason state it
     holds: Callable[[Indicators], bool]
@@ -129,52 +120,52 @@ def _exit_on_equivalence(i: Indicators) -> bool:
     return i.api_equivalent is True and i.cheaper_than_api is False and not i.control_need
 
 
-RULES: tuple[Rule, ...] = (
-    Rule("exit.quality-use-recovery", Decision.EXIT_TO_API, ("production", "load", "stability", "operations"),
+RULES: tuple[RenewalRule, ...] = (
+    RenewalRule("exit.quality-use-recovery", RenewalOutcome.EXIT_TO_API, ("production", "load", "stability", "operations"),
          "useful production below the rule together with idle capacity, unrecoverable incidents or heavy "
          "operations: quality, use and recovery do not hold",
          lambda i: _exit_on_quality(i) and i.api_meets_quality is not False),
-    Rule("exit.api-equivalent-and-cheaper", Decision.EXIT_TO_API, ("comparison", "cost", "benefits"),
+    RenewalRule("exit.api-equivalent-and-cheaper", RenewalOutcome.EXIT_TO_API, ("comparison", "cost", "benefits"),
          "the API reaches equivalent quality on the same task set at a lower cost per accepted task, and no "
          "control need is declared",
          lambda i: _exit_on_equivalence(i) and i.api_meets_quality is not False),
-    Rule("dual.api-misses-quality", Decision.DUAL_CIRCUIT,
+    RenewalRule("dual.api-misses-quality", RenewalOutcome.DUAL_CIRCUIT,
          ("comparison", "production", "load", "stability", "operations", "cost", "benefits"),
          "exit-to-api is not allowed: its conditions hold, but on the same tasks run live on both paths the API path "
          "misses the quality rule — keep the capacity for the task categories the API fails, route the others",
          lambda i: (_exit_on_quality(i) or _exit_on_equivalence(i)) and i.api_meets_quality is False),
-    Rule("dual.peaks-and-control", Decision.DUAL_CIRCUIT, ("load", "benefits"),
+    RenewalRule("dual.peaks-and-control", RenewalOutcome.DUAL_CIRCUIT, ("load", "benefits"),
          "strong unpredictable peaks and a declared data-control need: keep a controlled path for those tasks, "
          "send the irregular rest to the API",
          lambda i: bool(i.spiky) and i.control_need),
-    Rule("dual.recovery-or-effort", Decision.DUAL_CIRCUIT, ("production", "load", "stability", "operations"),
+    RenewalRule("dual.recovery-or-effort", RenewalOutcome.DUAL_CIRCUIT, ("production", "load", "stability", "operations"),
          "frequent useful tasks but incidents not shown recoverable or operations effort above the rule or above "
          "the delivery gain: test the dual circuit first",
          lambda i: i.quality_ok is True and i.regular_load is True and _heavy(i)),
-    Rule("dual.quality-missed", Decision.DUAL_CIRCUIT, ("production",),
+    RenewalRule("dual.quality-missed", RenewalOutcome.DUAL_CIRCUIT, ("production",),
          "the quality rule is missed or not shown (too few tasks, an interval straddling the rule): route the "
          "failing task types to the API and keep measuring",
          lambda i: i.quality_ok is not True),
-    Rule("dual.load-not-shown", Decision.DUAL_CIRCUIT, ("load",),
+    RenewalRule("dual.load-not-shown", RenewalOutcome.DUAL_CIRCUIT, ("load",),
          "the load is not shown (a series covers too little of the window, or none is the deployment's): neither "
          "idle nor busy is shown, so neither renewing nor resizing is — keep the API path beside the capacity and "
          "measure the load",
          _load_not_shown),
-    Rule("reduce.idle-or-irregular", Decision.REDUCE, ("load",),
+    RenewalRule("reduce.idle-or-irregular", RenewalOutcome.REDUCE, ("load",),
          "useful tasks but large idle periods or irregular load: test a smaller capacity first",
          lambda i: _under_used(i) or bool(i.spiky)),
-    Rule("dual.gain-not-shown", Decision.DUAL_CIRCUIT, ("cost", "comparison"),
+    RenewalRule("dual.gain-not-shown", RenewalOutcome.DUAL_CIRCUIT, ("cost", "comparison"),
          "the gain over the API is not shown: the self-hosted cost per accepted task is blank (a blank cost item) "
          "or above the API's on the same tasks, or the total exceeds the value delivered — keep the API path "
          "beside the capacity and measure it",
          lambda i: i.cheaper_than_api is not True or i.within_value is False),
-    Rule("dual.loosened-not-accepted", Decision.DUAL_CIRCUIT, ("rules",),
+    RenewalRule("dual.loosened-not-accepted", RenewalOutcome.DUAL_CIRCUIT, ("rules",),
          "the evidence converges only under rules or scopes looser than the reference review (task set, business "
          "hours, time zone, thresholds) that nobody accepted before the review: renewing is not shown under the "
          "reference rules — keep the API path beside the capacity, or accept each loosening "
          "(review.accepted_loosened: name, value, by, why) and re-run",
          lambda i: i.loosened_unaccepted),
-    Rule("renew.converge", Decision.RENEW, AXES,
+    RenewalRule("renew.converge", RenewalOutcome.RENEW, AXES,
          "regular load, accepted tasks, recoverable incidents, contained effort and a lower cost per accepted task "
          "than the API converge",
          lambda i: True),
@@ -187,7 +178,7 @@ def choose(ind: Indicators) -> tuple[str, str]:
     return rule.decision.value, rule.when
 
 
-def decide_rule(ind: Indicators) -> Rule:
+def decide_rule(ind: Indicators) -> RenewalRule:
     return next(r for r in RULES if r.holds(ind))
 
 
@@ -241,7 +232,7 @@ def checklist(axes: Mapping[str, Mapping[str, Any] | None], statuses: Mapping[st
              "evidence": f"evidence/{a}.json" if axes.get(a) is not None else None} for a in AXES]
 
 
-def thin_evidence(rule: Rule, ind: Indicators, found: list[RenewalFinding]) -> RenewalFinding | None:
+def thin_evidence(rule: RenewalRule, ind: Indicators, found: list[RenewalFinding]) -> RenewalFinding | None:
     """The decision fired on a premise the evidence does not show (the load, or the useful production): the data
     is too thin for any of the four decisions — it is stated and not signed (the dual circuit is no fallback for
     missing evidence)."""
@@ -298,5 +289,6 @@ def decide_renewal(axes: Mapping[str, Mapping[str, Any] | None], rules: RenewalR
     if thin is not None:
         findings.insert(1, thin)
         cond += "; not signable: decided on data too thin to show its premise (k3 sign refuses it)"
-    return RenewalDecision(verdict, tuple(findings), tuple(checklist(axes, statuses or {})), cond,
-                           routing(rules, categories) if verdict == "dual-circuit" else None, reexamine, rule.id)
+    return RenewalDecision(decision=verdict, findings=tuple(findings), checklist=tuple(checklist(axes, statuses or {})),
+                           condition=cond, routing=routing(rules, categories) if verdict == "dual-circuit" else None,
+                           reexamine_on=reexamine, rule=rule.id)

@@ -268,7 +268,7 @@ def run_drill(base_url: str, drill: DrillParams, *, api_base_url: str | None = N
 
         failover = _failover(client, api_base_url, [first, _tool_turn(model, before_msg)], headers, t_req, steps)
 
-    seen = Observed(
+    seen = DrillObservation(
         detected=detected, detect_s=detect_s, health_after_kill=health, task_outcome=task_outcome,
         task_detail=task_detail, restore_steps=len(drill.restore), restored=restored, recovery_s=recovery_s,
         version_before=version_before, version_after=version_after, previous_version=drill.previous_version,
@@ -356,7 +356,7 @@ def not_run(why: str) -> dict[str, Any]:
 
 
 @dataclasses.dataclass(frozen=True)
-class Observed:
+class DrillObservation:
     """What the drill saw, and nothing else: the five answers are read from these fields only."""
 
     detected: bool  # /health left 200 (or the connection was refused) after the kill
@@ -384,7 +384,7 @@ class Observed:
         return self.detected or self.task_outcome in ("error", "cut")
 
 
-def _rollback(seen: Observed) -> tuple[Answer, str]:
+def _rollback(seen: DrillObservation) -> tuple[Answer, str]:
     """Was the previous version served again? Yes only when the version after the restore is the named previous
     version (or, none named, an older release than the one before), and the server answers again."""
     from ..axes.environment.values import parse_version
@@ -417,7 +417,7 @@ def _rollback(seen: Observed) -> tuple[Answer, str]:
     return "no", f"{trail}: a newer release, not the previous version"
 
 
-def answer_questions(seen: Observed) -> dict[str, DrillAnswer]:
+def answer_questions(seen: DrillObservation) -> dict[str, DrillAnswer]:
     """The five answers, each from what was observed; nothing that went unseen answers yes."""
     down = seen.went_down
     if seen.detected:

@@ -1,30 +1,69 @@
 """The renewal decision's findings as values: each indicator the rules read, with its outcome and the measured
 figures and thresholds it was judged on, under a stable rule id.
 
+An outcome is the indicator its rule id names, so True is not always the good case (`load.large_idle` is True when
+the idle periods are large). Each finding therefore carries its `polarity` — which outcome favours keeping the
+self-hosted capacity — from one table, `POLARITY`, and states its `status` in the acceptance `Finding`'s
+vocabulary (pass · warn · fail · info · not-observable): no reader has to know a rule id to read an outcome.
+
 The sentences of the decision's reasons are rendered from these values, one renderer per rule id; nothing reads a
 sentence back — the evidence records and the report take the values (`RenewalDecision.finding(rule)`).
 """
 
 from __future__ import annotations
 
-import dataclasses
+import enum
 from pathlib import PurePath
 from typing import Any, Callable, Mapping
 
+from pydantic import BaseModel, ConfigDict, Field, computed_field
+
+from ..core.evidence import FindingStatus
 from ..core.numbers import figure
 
 Measured = Mapping[str, Any]
 
 
-@dataclasses.dataclass(frozen=True)
-class RenewalFinding:
+class Polarity(enum.StrEnum):
+    """Which outcome of a finding favours keeping the self-hosted capacity."""
+
+    HOLDS_IS_GOOD = "holds-is-good"  # True favours it (load.regular, production.quality, ...)
+    HOLDS_IS_BAD = "holds-is-bad"  # True counts against it (load.large_idle, comparison.api_equivalent, ...)
+    CONTEXT = "context"  # neither: what the decision was decided on or under (decision.rule, review.*, ...)
+
+
+# Each rule id's polarity, and the status its unfavourable outcome takes on the axis' evidence record ("warn": an
+# indicator that steers the decision but is no defect of the deployment; "fail": a premise of renew not met).
+POLARITY: dict[str, tuple[Polarity, FindingStatus]] = {
+    "load.regular": (Polarity.HOLDS_IS_GOOD, "warn"),
+    "load.large_idle": (Polarity.HOLDS_IS_BAD, "warn"),
+    "production.quality": (Polarity.HOLDS_IS_GOOD, "fail"),
+    "comparison.api_equivalent": (Polarity.HOLDS_IS_BAD, "warn"),
+    "comparison.live": (Polarity.HOLDS_IS_BAD, "warn"),  # True: the API path meets the quality rule live
+    "cost.per_accepted_task": (Polarity.HOLDS_IS_GOOD, "fail"),
+    "stability.recoverable": (Polarity.HOLDS_IS_GOOD, "fail"),
+    "operations.effort": (Polarity.HOLDS_IS_GOOD, "fail"),
+}
+_CONTEXT: tuple[Polarity, FindingStatus] = (Polarity.CONTEXT, "info")  # load.peaks, benefits, routing, review.*
+
+
+class RenewalFinding(BaseModel):
     """One finding of the decision. `outcome` is the indicator the rule id names (`load.large_idle`: True when the
-    idle periods are large): True holds, False does not, None not shown by the evidence — never favourable."""
+    idle periods are large): True holds, False does not, None not shown by the evidence — never favourable.
+    `polarity` says which of True and False is the good case; `status` reads the outcome through it. Stored as
+    `model_dump()` (rule, outcome, measured and the rendered sentence), read back by `model_validate`."""
+
+    model_config = ConfigDict(frozen=True)
 
     rule: str  # a stable id, e.g. "load.regular"; the axis record's finding is "renewal.<rule>"
-    outcome: bool | None
-    measured: Measured = dataclasses.field(default_factory=dict)  # JSON-ready figures and thresholds, by name
+    outcome: bool | None = None
+    measured: dict[str, Any] = Field(default_factory=dict)  # JSON-ready figures and thresholds, by name
 
+    def __init__(self, rule: str, outcome: bool | None = None, measured: Measured | None = None,
+                 **stored: Any) -> None:  # positional, as the rules write it; `stored`: the sentence read back, unused
+        super().__init__(rule=rule, outcome=outcome, measured=dict(measured or {}), **stored)
+
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def sentence(self) -> str:
         render = SENTENCES.get(self.rule) or SENTENCES.get(self.rule.split(".", 1)[1] if "." in self.rule else "")
@@ -32,13 +71,27 @@ class RenewalFinding:
             raise KeyError(f"no sentence for renewal finding {self.rule!r}")
         return render(self.outcome, self.measured)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"rule": self.rule, "outcome": self.outcome, "measured": dict(self.measured),
-                "sentence": self.sentence}
+    @property
+    def polarity(self) -> Polarity:
+        return POLARITY.get(self.rule, _CONTEXT)[0]
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "RenewalFinding":
-        return cls(str(data["rule"]), data.get("outcome"), dict(data.get("measured") or {}))
+    @property
+    def favourable(self) -> bool | None:
+        """Whether the outcome favours keeping the capacity: None when not shown, or for a context finding."""
+        if self.outcome is None or self.polarity is Polarity.CONTEXT:
+            return None
+        return self.outcome is (self.polarity is Polarity.HOLDS_IS_GOOD)
+
+    @property
+    def status(self) -> FindingStatus:
+        """The outcome as the acceptance `Finding` states one: pass, the rule's unfavourable status, not-observable
+        (never favourable) or info (a context finding)."""
+        polarity, against = POLARITY.get(self.rule, _CONTEXT)
+        if polarity is Polarity.CONTEXT:
+            return "info"
+        if self.outcome is None:
+            return "not-observable"
+        return "pass" if self.favourable else against
 
 
 # --- formatting: a blank stays blank, never 0 ------------------------------------------------------------------------

@@ -64,7 +64,7 @@ class SeriesSource(_Model):
         return self
 
 
-class DeploymentIdentity(_Model):
+class DeploymentLabels(_Model):
     """The one deployment the review counts: its series are selected by these labels (series of other hosts,
     GPUs or models are left out and counted), the drill and the live run must have touched it. Named here, or read
     from an accepted acceptance run (`acceptance_run`: its served model and GPU count, checked against what is
@@ -78,7 +78,7 @@ class DeploymentIdentity(_Model):
     acceptance_run: str | None = None  # an accepted `k3 validate` run folder of this deployment
 
     @model_validator(mode="after")
-    def _consistent(self) -> "DeploymentIdentity":
+    def _consistent(self) -> "DeploymentLabels":
         if self.gpu_uuids and self.gpus is not None and len(set(self.gpu_uuids)) != self.gpus:
             raise ValueError(f"{len(set(self.gpu_uuids))} gpu_uuids named but gpus is {self.gpus}; expected one UUID "
                              "per reserved GPU")
@@ -146,7 +146,7 @@ def _same(a: Any, b: Any) -> bool:
 class ReviewParams(_Model):
     inputs: InputFiles | None = None  # None only with `demo`: generated into the run folder
     series: SeriesSource | None = None
-    deployment: DeploymentIdentity = DeploymentIdentity()  # the one deployment reviewed (required with series)
+    deployment: DeploymentLabels = DeploymentLabels()  # the one deployment reviewed (required with series)
     fixed: FixedElements = FixedElements()  # task set, request format, retry policy, quality rule
     rules: RenewalRules = RenewalRules()
     # ISO 4217 code of every amount in the costs file (which may state it too; the two must agree)
@@ -268,7 +268,7 @@ def tracked_keys() -> list[str]:
     return ([f"review.fixed.{k}" for k in FixedElements.model_fields] + [f"review.rules.{k}" for k in
             RenewalRules.model_fields] + [f"review.benefits.{k}" for k in DeclaredBenefits.model_fields]
             + ["review.currency", "review.series.step_s"]
-            + [f"review.deployment.{k}" for k in DeploymentIdentity.model_fields])
+            + [f"review.deployment.{k}" for k in DeploymentLabels.model_fields])
 
 
 def _origin(key: str, merged: dict[str, Any], prov: dict[str, str], before: dict[str, str]) -> str:

@@ -33,7 +33,6 @@ TITLES = {"load": "Load: used vs reserved capacity", "production": "Useful produ
           "comparison": "Self-hosted vs API on the same tasks", "cost": "Full cost per accepted task",
           "stability": "Stability and the incident drill", "operations": "Operations effort"}
 _ANSWER_STATUS = {"yes": "pass", "no": "fail", "not shown": "not-observable"}
-_SHOWN = {True: "pass", False: "fail", None: "not-observable"}  # an indicator the evidence did not show is open
 
 
 def _findings(axis: str, result: Any, params: RenewalParams, live: PathsResult | None = None) -> list[Finding]:
@@ -46,22 +45,19 @@ def _findings(axis: str, result: Any, params: RenewalParams, live: PathsResult |
     by = {f.rule: f for f in found}
     out: list[Finding] = []
 
-    def add(rule: str, status: str, **extra: Any) -> None:
+    def add(rule: str, **extra: Any) -> None:
         f = by[rule]
-        out.append(Finding(rule=f"renewal.{rule}", status=status, message=f.sentence, **extra))  # type: ignore[arg-type]
+        out.append(Finding(rule=f"renewal.{rule}", status=f.status, message=f.sentence, **extra))
 
     if axis == "load":
         m = by["load.large_idle"].measured
-        add("review.scope", "info", observed=by["review.scope"].measured["left_out"])
-        add("load.regular", {True: "pass", False: "warn", None: "not-observable"}[by["load.regular"].outcome],
-            observed=by["load.regular"].measured["business_busy_share"])
-        add("load.large_idle", {True: "warn", False: "pass", None: "not-observable"}[by["load.large_idle"].outcome],
-            observed=m["large_idle_share"], expected=f"≤ {m['large_idle_share_max']}")
-        add("load.peaks", "info", observed=by["load.peaks"].measured["peak_to_mean"])
+        add("review.scope", observed=by["review.scope"].measured["left_out"])
+        add("load.regular", observed=by["load.regular"].measured["business_busy_share"])
+        add("load.large_idle", observed=m["large_idle_share"], expected=f"≤ {m['large_idle_share_max']}")
+        add("load.peaks", observed=by["load.peaks"].measured["peak_to_mean"])
     elif axis == "production":
         m = by["production.quality"].measured
-        add("production.quality", _SHOWN[by["production.quality"].outcome],
-            observed=m["acceptance_rate"], expected=f"≥ {m['min_acceptance_rate']}")
+        add("production.quality", observed=m["acceptance_rate"], expected=f"≥ {m['min_acceptance_rate']}")
         over, allowed = m["over_retry_policy"], m["retry_policy_max_retries"]
         if over:
             out.append(Finding(rule="renewal.production.retry_policy", status="warn",
@@ -70,24 +66,22 @@ def _findings(axis: str, result: Any, params: RenewalParams, live: PathsResult |
                                expected=f"≤ {allowed} retries per task"))
     elif axis == "comparison":
         f = by["comparison.api_equivalent"]
-        add("comparison.api_equivalent", {True: "warn", False: "pass", None: "not-observable"}[f.outcome],
-            observed=f.outcome, expected=f"gap ≤ {f.measured['api_equivalent_gap_max']}")
+        add("comparison.api_equivalent", observed=f.outcome, expected=f"gap ≤ {f.measured['api_equivalent_gap_max']}")
     elif axis == "cost":
         m = by["cost.per_accepted_task"].measured
         cur, blanks = m["currency"], m["blank_items"]
-        add("cost.per_accepted_task", _SHOWN[by["cost.per_accepted_task"].outcome],
-            observed=money(m["self_hosted_per_accepted_task"], cur),
+        add("cost.per_accepted_task", observed=money(m["self_hosted_per_accepted_task"], cur),
             expected=f"≤ {money(m['api_per_accepted_task'], cur)} (the API's)")
         out.append(Finding(rule="renewal.cost.blanks", status="info",
                            message=f"blank cost items (left blank, never estimated): {', '.join(blanks)}" if blanks
                            else "every self-hosted cost item is known", observed=blanks))
     elif axis == "stability":
-        add("stability.recoverable", _SHOWN[by["stability.recoverable"].outcome])
+        add("stability.recoverable")
         for q, a in (result.drill.answers if result.drill is not None else ()):
             out.append(Finding(rule=f"renewal.drill.{q}", status=_ANSWER_STATUS[a.answer],  # type: ignore[arg-type]
                                message=f"{a.question} {a.answer}: {a.evidence}", observed=a.answer))
     elif axis == "operations":
-        add("operations.effort", _SHOWN[by["operations.effort"].outcome])
+        add("operations.effort")
     return out
 
 
@@ -135,14 +129,14 @@ def decided_again(store: RunStore, stored: dict[str, Any] | None = None) -> dict
 
     params = load_any_review(store.path("params.json"))
     axes, statuses = axes_from_records(read_records(store))
-    return decide_from_axes(params, axes, statuses, live=live_run(params, store)).to_dict()
+    return decide_from_axes(params, axes, statuses, live=live_run(params, store)).model_dump()
 
 
 def decide_review(params: RenewalParams, store: RunStore, records: dict[str, EvidenceRecord]) -> RenewalDecision:
     """Decide from the records alone, with the rules fixed in the parameters, and write `decision.json`."""
     axes, statuses = axes_from_records(records)
     decision = decide_from_axes(params, axes, statuses, live=live_run(params, store))
-    store.write_json("decision.json", decision.to_dict())
+    store.write_json("decision.json", decision.model_dump())
     return decision
 
 
@@ -155,10 +149,9 @@ def live_findings(params: RenewalParams, store: RunStore) -> list[Finding]:
     refused = live_refusal(params, result)
     quality = live_quality(result, params.review.live_paths, rules, refused=refused)
     m = quality.measured
-    by_outcome: dict[bool | None, FindingStatus] = {True: "warn", False: "pass", None: "not-observable"}
-    out = [Finding(rule="renewal.comparison.live", status=by_outcome[
-        quality.outcome], message=quality.sentence, observed=m.get("api_acceptance_low"),
-        expected=None if "bar" not in m else f"≥ {m['bar']} ({m['bar_from']})")]
+    out = [Finding(rule="renewal.comparison.live", status=quality.status, message=quality.sentence,
+                   observed=m.get("api_acceptance_low"),
+                   expected=None if "bar" not in m else f"≥ {m['bar']} ({m['bar_from']})")]
     if result is None or refused is not None:
         return out
     gap = rules.api_equivalent_gap_max

@@ -320,7 +320,7 @@ class DrillTarget(_M):
     observed: FiveAnswers | None = None  # what the drill saw on its target when that was not the deployment
 
 
-class DrillResult(_M):
+class RenewalDrillResult(_M):
     target: str
     api: str | None
     answers: FiveAnswers  # about the reviewed deployment ("not shown" when the drill did not touch it)
@@ -342,7 +342,7 @@ class StabilityResult(_M):
     questions: FiveCounts
     slow_or_unrecovered: tuple[str, ...]
     recovered_within_rule_share: Num
-    drill: DrillResult | None
+    drill: RenewalDrillResult | None
     outside_window: Clipping
     not_shown: tuple[str, ...]
     recoverable: bool | None  # None: nothing failed but a question was never shown
@@ -362,7 +362,7 @@ class WeekRow(_M):
     hours: Num
 
 
-class OperationsResult(_M):
+class RenewalOperationsResult(_M):
     total_h: Num
     per_week_h: Num  # None: the hours cover too little of the window
     weeks: Num  # the window's length in weeks (the hours are divided by it)
@@ -379,7 +379,7 @@ class OperationsResult(_M):
 
 
 RESULTS: dict[str, type[_M]] = {"load": LoadResult, "production": ProductionResult, "comparison": ComparisonResult,
-                                "cost": CostResult, "stability": StabilityResult, "operations": OperationsResult}
+                                "cost": CostResult, "stability": StabilityResult, "operations": RenewalOperationsResult}
 SCHEMA_VERSION = 3  # 1: untyped dicts; 2: before one deployment, one window and intervals (issue 39)
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schemas" / "renewal"
 

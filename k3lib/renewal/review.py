@@ -22,7 +22,7 @@ from ..verdict.decision import EMULATOR_KINDS
 from .analysis import (analyse_operations, analyse_production, analyse_stability, benefits_summary, compare_paths,
                        full_cost)
 from .decision import RenewalDecision, decide_renewal
-from .identity import Identity
+from .selector import SeriesSelector
 from .inputs import (CostsInput, HoursRecord, IncidentRecord, TaskRecord, read_costs, read_hours, read_incidents,
                      read_tasks, resolve_currency)
 from .load import analyse_load
@@ -120,10 +120,10 @@ def load_series(params: RenewalParams) -> tuple[Grid, ReviewSeries]:
     s = params.review.series
     assert s is not None, "demo parameters are materialised before the series are read"
     grid = Grid.for_window(s.start, s.end, s.step_s)
-    identity = Identity.of(params.review.deployment)
+    deployment = SeriesSelector.of(params.review.deployment)
     if s.history_file:
-        return grid, series_from_file(s.history_file, grid, identity)
-    return grid, series_from_prometheus(s.prometheus_url or "", grid, identity, selector=s.selector)
+        return grid, series_from_file(s.history_file, grid, deployment)
+    return grid, series_from_prometheus(s.prometheus_url or "", grid, deployment, selector=s.selector)
 
 
 def window_of(params: RenewalParams) -> ReviewWindow:
@@ -207,7 +207,7 @@ def other_gpu_hosts(series: ReviewSeries) -> list[str]:
 
 def deployment_use(data: ReviewData) -> dict[str, Any]:
     d = data.params.review.deployment
-    return {**Identity.of(d).describe(), "gpus_in_series": data.series.gpus_in_series,
+    return {**SeriesSelector.of(d).describe(), "gpus_in_series": data.series.gpus_in_series,
             "acceptance_run": d.acceptance_run, "left_out": [x.describe() for x in data.series.left_out]}
 
 
@@ -322,4 +322,4 @@ def decide_from_axes(params: RenewalParams, axes: dict[str, Any], statuses: dict
                              live_source=review.live_paths if live is not None else None,
                              loosened=review.loosened(), live_refused=refused)
     # a review with `demo:` set is a demonstration whatever inputs it names: its drill is the kit's emulator
-    return dataclasses.replace(decided, target_kind=EMULATOR_KINDS[0]) if review.demo is not None else decided
+    return decided.model_copy(update={"target_kind": EMULATOR_KINDS[0]}) if review.demo is not None else decided

@@ -119,7 +119,7 @@ DEFAULT = "built-in default"
 LoadCategory = Literal["batch", "agent", "peak", "test", "maintenance"]
 
 
-class TaskSet(BaseModel):
+class RenewalTaskSet(BaseModel):
     """The representative task set both paths run: which load categories of the task log it covers."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -138,7 +138,7 @@ class TaskSet(BaseModel):
         return v
 
 
-class QualityRule(BaseModel):
+class RenewalQualityRule(BaseModel):
     """What a successful (accepted) task is, applied identically to both paths."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -157,13 +157,13 @@ class FixedElements(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    task_set: TaskSet = TaskSet()
+    task_set: RenewalTaskSet = RenewalTaskSet()
     request_format: str = "not declared"  # e.g. "OpenAI chat completions, same tools and system prompt, full history"
     retry_policy: RetryPolicy = RetryPolicy()
-    quality_rule: QualityRule = QualityRule()
+    quality_rule: RenewalQualityRule = RenewalQualityRule()
 
 
-def accepted(task, quality: QualityRule) -> bool:
+def accepted(task, quality: RenewalQualityRule) -> bool:
     """One task under the fixed quality rule (the same function for both paths)."""
     return bool(task.accepted) and (quality.manual_correction_is_accepted or not task.manual_correction) \
         and (quality.tool_call_error_is_accepted or task.tool_call_errors == 0)

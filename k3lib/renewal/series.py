@@ -5,7 +5,7 @@ Each slot (t − step, t] holds a *measure of the slot*, never one instant: a ga
 evaluates `avg_over_time(x[step])`), a counter's last value in it (`last_over_time`), turned into per-slot increases
 after that, with resets detected. A slot without a sample is NaN: not shown, never idle and never busy.
 
-Only the reviewed deployment's series are kept (`identity`): the others are counted by reason and reported.
+Only the reviewed deployment's series are kept (`SeriesSelector`): the others are counted by reason and reported.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any, Iterable, Mapping
 
 from ..core.errors import ArtifactError, BadInputError, TargetUnreachable
 from ..io.metrics.names import spec_for
-from .identity import Identity, LeftOut, gpu_hosts, gpu_key, matchers, select
+from .selector import LeftOut, SeriesSelector, gpu_hosts, gpu_key, matchers, select
 
 MAX_POINTS_PER_SERIES = 11_000  # Prometheus refuses a range query above this resolution
 MAX_STEP_S = 900.0  # a slot stays well under the idle stretches it must show (review.series.step_s is bounded so)
@@ -261,29 +261,29 @@ def _how(name: str) -> str:
     return "last" if name.endswith("_total") else "mean"
 
 
-def _kept(name: str, values: Mapping[LabelKey, tuple[float, ...]], identity: Identity
+def _kept(name: str, values: Mapping[LabelKey, tuple[float, ...]], deployment: SeriesSelector
           ) -> tuple[RawSeries | None, list[LeftOut]]:
-    keys, left = select(name, sorted(values), identity)
+    keys, left = select(name, sorted(values), deployment)
     return (RawSeries(name, {k: values[k] for k in keys}) if keys else None), left
 
 
-def review_series(evaluated: Mapping[str, Mapping[LabelKey, tuple[float, ...]]], identity: Identity,
+def review_series(evaluated: Mapping[str, Mapping[LabelKey, tuple[float, ...]]], deployment: SeriesSelector,
                   left_before: list[LeftOut], source: str) -> ReviewSeries:
     """The deployment's series among those evaluated, the others counted; the GPUs kept must be the GPUs the
-    capacity reserves (`identity.gpus`), else one line naming the source."""
+    capacity reserves (`deployment.gpus`), else one line naming the source."""
     raw: dict[str, RawSeries] = {}
     left = list(left_before)
     for name, values in evaluated.items():
-        kept, out = _kept(name, values, identity)
+        kept, out = _kept(name, values, deployment)
         left += out
         if kept is not None:
             raw[name] = kept
     util = raw.get(DCGM_GPU_UTIL)
     gpus = len({gpu_key(k) for k in util.values}) if util else 0
-    if util and identity.gpus is not None and gpus != identity.gpus:
+    if util and deployment.gpus is not None and gpus != deployment.gpus:
         hosts = ", ".join(gpu_hosts(util.values))
         raise BadInputError(f"{gpus} GPUs of the deployment ({hosts}) in {DCGM_GPU_UTIL} but review.deployment.gpus "
-                            f"is {identity.gpus}; expected the reserved GPUs alone — name them by "
+                            f"is {deployment.gpus}; expected the reserved GPUs alone — name them by "
                             "review.deployment.gpu_uuids when their nodes hold others", source=source)
     merged: dict[tuple[str, str], LeftOut] = {}
     for x in left:
@@ -305,20 +305,20 @@ def _refuse_fraction(values: list[float], source: str) -> None:
                             source=source)
 
 
-def series_from_file(path: str | Path, grid: Grid, identity: Identity) -> ReviewSeries:
+def series_from_file(path: str | Path, grid: Grid, deployment: SeriesSelector) -> ReviewSeries:
     """The deployment's review series from a history file, measured on `grid` as the range queries would be."""
     wanted = {n for c in VLLM_SERIES for n in spec_for(c).names} | {DCGM_GPU_UTIL, DCGM_FB_USED}
     history = read_history(path, wanted)
     evaluated = {}
     for name in _pick_names(history):
         if name in history:
-            keys, _ = select(name, history[name], identity)
+            keys, _ = select(name, history[name], deployment)
             if name == DCGM_GPU_UTIL:
                 _refuse_fraction([v for k in keys for _, v in history[name][k]], str(path))
             # only the deployment's label sets are measured; the others are counted by review_series
             evaluated[name] = {k: evaluate_on_grid(v, grid, _how(name)) if k in keys else () for k, v in
                                sorted(history[name].items())}
-    return review_series(evaluated, identity, [], str(path))
+    return review_series(evaluated, deployment, [], str(path))
 
 
 # --- a Prometheus server -----------------------------------------------------------------------------------------
@@ -332,7 +332,7 @@ def _connect(url: str) -> Any:
     return PrometheusConnect(url=url, disable_ssl=True)
 
 
-def series_from_prometheus(url: str, grid: Grid, identity: Identity, *, selector: str = "",
+def series_from_prometheus(url: str, grid: Grid, deployment: SeriesSelector, *, selector: str = "",
                            timeout_s: float = 30.0) -> ReviewSeries:
     """The same series by range queries: each slot the gauge's `avg_over_time` (a counter's `last_over_time`) over
     the step, the deployment's label matchers added to `selector` (extra matchers, e.g. `job="vllm"`). What the
@@ -350,7 +350,7 @@ def series_from_prometheus(url: str, grid: Grid, identity: Identity, *, selector
             raise TargetUnreachable(f"Prometheus {what} at {url} failed: {exc}") from exc
 
     def fetch(name: str) -> dict[LabelKey, tuple[float, ...]]:
-        match = ",".join(m for m in (f'__name__="{name}"', matchers(name, identity), selector) if m)
+        match = ",".join(m for m in (f'__name__="{name}"', matchers(name, deployment), selector) if m)
         fn = "last_over_time" if _how(name) == "last" else "avg_over_time"
         result = call(f"range query for {name}", lambda: prom.custom_query_range(
             f"{fn}({{{match}}}[{grid.step_s:g}s])", start_time=start, end_time=end, step=f"{grid.step_s:g}s",
@@ -376,7 +376,7 @@ def series_from_prometheus(url: str, grid: Grid, identity: Identity, *, selector
         found = call(f"series look-up for {name}", lambda: prom.get_series(
             start=dt.datetime.fromtimestamp(grid.start_s, dt.timezone.utc), end=end, params={"match[]": f"{{{match}}}"}))
         keys = {tuple(sorted((k, v) for k, v in s.items() if k != "__name__")) for s in found or ()}
-        _, left = select(name, keys, identity)
+        _, left = select(name, keys, deployment)
         return left
 
     evaluated: dict[str, dict[LabelKey, tuple[float, ...]]] = {}
@@ -391,7 +391,7 @@ def series_from_prometheus(url: str, grid: Grid, identity: Identity, *, selector
                 break
     if DCGM_GPU_UTIL in evaluated:
         _refuse_fraction([v for vals in evaluated[DCGM_GPU_UTIL].values() for v in vals], url)
-    return review_series(evaluated, identity, left, url)
+    return review_series(evaluated, deployment, left, url)
 
 
 # --- the common frame ----------------------------------------------------------------------------------------------

@@ -14,17 +14,41 @@ import datetime as dt
 from collections import Counter
 from typing import Any, Sequence
 
+from ..core.errors import BadInputError
 from .inputs import HoursRecord, IncidentRecord, TaskRecord, iso_week_start
 
 DAY = dt.timedelta(days=1)
 
 
+def iso(t: dt.datetime) -> str:
+    return t.astimezone(dt.timezone.utc).isoformat().replace("+00:00", "Z")
+
+
 @dataclasses.dataclass(frozen=True)
 class ReviewWindow:
-    """[start, end) in UTC, as the parameters' `review.series` state it."""
+    """[start, end) in UTC, as the parameters' `review.series` (or an import's `--window`) state it: what the review
+    reads; every task, imported amount, incident and hour is clipped to it."""
 
     start: dt.datetime
     end: dt.datetime
+
+    def __post_init__(self) -> None:
+        if self.start.tzinfo is None or self.end.tzinfo is None:
+            raise BadInputError("expected the window's start and end with a UTC offset, e.g. 2026-07-24T00:00:00Z",
+                                source="window")
+        if self.end <= self.start:
+            raise BadInputError(f"end {self.end.isoformat()} is not after start {self.start.isoformat()}",
+                                source="window")
+
+    def share(self, start: dt.datetime, end: dt.datetime) -> float:
+        """The part of [start, end) inside the window (an instant: 1 inside, 0 outside)."""
+        if end <= start:
+            return 1.0 if self.start <= start < self.end else 0.0
+        inside = (min(end, self.end) - max(start, self.start)).total_seconds()
+        return max(0.0, inside) / (end - start).total_seconds()
+
+    def label(self) -> str:
+        return f"{iso(self.start)} to {iso(self.end)} (end excluded)"
 
     @property
     def days(self) -> float:

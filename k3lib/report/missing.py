@@ -91,7 +91,7 @@ def _loosened(decision: dict[str, Any]) -> list[str]:
     out = []
     for d in decision.get("loosened_thresholds") or ():
         try:
-            t = Loosened.from_dict(d)
+            t = Loosened.model_validate(d)
         except (TypeError, ValueError):
             continue
         if not t.accepted:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import BadInputError, EvidenceError
+from ..core.record import Record
 from ..core.numbers import figure
 from ..core.plan import run_kind
 from ..verdict.decision import decision_line, is_demo
@@ -30,8 +31,9 @@ UNLISTED_BY_DESIGN = frozenset({MANIFEST, SIGNATURE, SSH_SIG})
 SSH_TIMEOUT_S = 60.0
 
 
-@dataclasses.dataclass(frozen=True)
-class SignatureRecord:
+class SignatureRecord(Record):
+    """`signature.json`: who signed which manifest, when, for which decision (`model_dump()`)."""
+
     run_id: str
     reviewer: str
     identity: str  # the principal an allowed-signers file names (defaults to the reviewer)
@@ -41,9 +43,6 @@ class SignatureRecord:
     namespace: str | None = None  # set when an SSH signature was made
     key_fingerprint: str | None = None
     demo: bool = False  # a demo run (its target the kit's emulator), signed as one with --demo
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,14 +170,15 @@ def sign_run(run_dir: str | Path, reviewer: str, *, key: str | Path | None = Non
         raise EvidenceError(f"{store.root / MANIFEST} changed while signing: the run is still being written")
     when = (now or dt.datetime.now(dt.timezone.utc)).astimezone(dt.timezone.utc)
     stamp = when.isoformat(timespec="seconds").replace("+00:00", "Z")
-    record = SignatureRecord(store.run_id, reviewer, identity, stamp, decision, digest,
-                             NAMESPACE if sig_bytes else None, fingerprint, is_demo_run)
+    record = SignatureRecord(run_id=store.run_id, reviewer=reviewer, identity=identity, signed_at=stamp,
+                             decision=decision, manifest_sha256=digest, namespace=NAMESPACE if sig_bytes else None,
+                             key_fingerprint=fingerprint, demo=is_demo_run)
     # Written beside the manifest, never through RunStore.write_*: that would add them to the manifest just signed.
     if sig_bytes is not None:
         atomic_write_bytes(store.root / SSH_SIG, sig_bytes)
     elif (store.root / SSH_SIG).exists():
         (store.root / SSH_SIG).unlink()  # a --force re-sign without key must not leave a stale signature behind
-    atomic_write_bytes(store.root / SIGNATURE, to_json_bytes(record.to_dict()))
+    atomic_write_bytes(store.root / SIGNATURE, to_json_bytes(record.model_dump()))
     return record
 
 

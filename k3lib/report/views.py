@@ -1,6 +1,6 @@
 """How the data model looks in a notebook: HTML renderers, registered as IPython display formatters.
 
-The data model (`Decision`, `EvidenceRecord`, `CapacityResult`) carries no `_repr_html_` and never imports this
+The data model (`AcceptanceDecision`, `EvidenceRecord`, `CapacityResult`) carries no `_repr_html_` and never imports this
 module; the session openers the notebooks call first (`k3lib.open_axis`, `k3lib.open_summary`,
 `k3lib.review.open_review`, …) call `install()`, which registers each renderer below for its type with the running
 IPython shell. Outside IPython (scripts, the CLI, tests) `install()` only sets the plotly renderer.
@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from ..verdict.decision import Decision
+from ..verdict.decision import AcceptanceDecision
 from ..core.evidence import EvidenceRecord
 
 _BADGE = {"pass": "#1a7f37", "fail": "#cf222e", "warn": "#9a6700", "not-run": "#57606a",
@@ -27,7 +27,7 @@ def badge(word: str) -> str:
             f'font-weight:600">{html.escape(word)}</span>')
 
 
-def decision_html(decision: Decision) -> str:
+def decision_html(decision: AcceptanceDecision) -> str:
     """The decision on top with its reasons. Every string from the target is escaped (it may carry markup)."""
     parts = [f'<h2 style="margin:0.2em 0">Decision: {badge(decision.decision)}</h2>', "<ul>"]
     parts += [f"<li>{html.escape(r)}</li>" for r in decision.reasons]
@@ -94,7 +94,7 @@ def _capacity_html(result: Any) -> str:
 
 # (module, class name) → renderer. Registered by name: a type whose module is not imported yet costs nothing.
 RENDERERS: dict[tuple[str, str], Callable[[Any], str]] = {
-    ("k3lib.verdict.decision", "Decision"): decision_html,
+    ("k3lib.verdict.decision", "AcceptanceDecision"): decision_html,
     ("k3lib.core.evidence", "EvidenceRecord"): record_html,
     ("k3lib.axes.capacity.result", "CapacityResult"): _capacity_html,
 }

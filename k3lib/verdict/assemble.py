@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from .decision import Decision, decide, is_demo
+from .decision import AcceptanceDecision, decide, is_demo
 from ..core.evidence import EvidenceRecord
 from ..core.params import Params, default_tree
 from ..core.plan import ACCEPTANCE_AXES
@@ -36,11 +36,9 @@ def loosened_thresholds(params: Params, records: dict[str, EvidenceRecord]) -> l
 
 
 def compute_decision(params: Params, records: dict[str, EvidenceRecord], *,
-                     today: dt.date | None = None) -> Decision:
+                     today: dt.date | None = None) -> AcceptanceDecision:
     """Decide from the records alone (the sheet's items of the planned axes, the loosened thresholds), once every
     finding resting on a source not tied to the target is opened (`k3lib.verdict.identity`)."""
-    import dataclasses
-
     from .identity import identify, tie_records
 
     identity = identify(records)
@@ -54,8 +52,8 @@ def compute_decision(params: Params, records: dict[str, EvidenceRecord], *,
     if is_demo(kind):
         reasons = (*decision.reasons, f"demo: the target is the kit's emulator ({kind}: {_kind_basis(records)}) — "
                    "a demonstration of the kit, not an acceptance of a deployment; `k3 sign` refuses it")
-        decision = dataclasses.replace(decision, reasons=reasons)
-    return dataclasses.replace(decision, identity=identity.to_dict(), target_kind=kind)
+        decision = decision.model_copy(update={"reasons": reasons})
+    return decision.model_copy(update={"identity": identity.to_dict(), "target_kind": kind})
 
 
 def target_kind(records: dict[str, EvidenceRecord]) -> str | None:
@@ -82,8 +80,8 @@ def _kind_basis(records: dict[str, EvidenceRecord]) -> str:
     return str(data.get("target_kind_basis") or "its /version declares the kit's emulator")
 
 
-def decide_run(params: Params, store: RunStore, records: dict[str, EvidenceRecord]) -> Decision:
+def decide_run(params: Params, store: RunStore, records: dict[str, EvidenceRecord]) -> AcceptanceDecision:
     """Decide from the records alone and write `decision.json`."""
     decision = compute_decision(params, records)
-    store.write_json("decision.json", decision.to_dict())
+    store.write_json("decision.json", decision.model_dump())
     return decision

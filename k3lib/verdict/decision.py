@@ -8,25 +8,27 @@ or missing evidence → limited-observation, with a traffic cap and a re-examina
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 from typing import Any, Iterable, Sequence
 
 from ..core.evidence import EvidenceRecord
+from ..core.record import Record
 from ..core.thresholds import Loosened
-from ..core.outcomes import (DECISIONS, EXIT_CODES, NOT_PROVEN, REEXAMINE_AFTER_DAYS, RULES, STRENGTH, Outcome, Rule,
+from ..core.outcomes import (DECISIONS, EXIT_CODES, NOT_PROVEN, REEXAMINE_AFTER_DAYS, RULES, STRENGTH, AcceptanceOutcome, Rule,
                        level_for, rule_for, strongest)
 
 # the outcome vocabulary and the finding → outcome table live in k3lib.core.outcomes (the axes read them too)
-__all__ = ["DECISIONS", "EXIT_CODES", "NOT_PROVEN", "REEXAMINE_AFTER_DAYS", "RULES", "STRENGTH", "Decision", "Outcome",
-           "Rule", "axis_checklist", "decide", "level_for", "rule_for", "strongest", "traffic_cap_from"]
+__all__ = ["AcceptanceDecision", "AcceptanceOutcome", "DECISIONS", "EXIT_CODES", "NOT_PROVEN", "REEXAMINE_AFTER_DAYS", "RULES",
+           "Rule", "STRENGTH", "axis_checklist", "decide", "level_for", "rule_for", "strongest", "traffic_cap_from"]
 
 
-@dataclasses.dataclass(frozen=True)
-class Decision:
+class AcceptanceDecision(Record):
+    """The acceptance's decision as `decision.json` holds it: `model_dump()` writes it, `model_validate` reads one
+    back (a run older than a field gets the field's default)."""
+
     decision: str
-    reasons: tuple[str, ...]
-    checklist: tuple[dict[str, Any], ...]
+    reasons: tuple[str, ...] = ()
+    checklist: tuple[dict[str, Any], ...] = ()
     traffic_cap: dict[str, Any] | None = None
     reexamine_on: str | None = None
     build: str = "official"
@@ -50,20 +52,6 @@ class Decision:
     def line(self) -> str:
         """The decision as the CLI and the report state it: `production (demo)` against the kit's emulator."""
         return decision_line(self.decision, self.target_kind)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"decision": self.decision, "reasons": list(self.reasons), "checklist": list(self.checklist),
-                "traffic_cap": self.traffic_cap, "reexamine_on": self.reexamine_on, "build": self.build,
-                "agents_blocked": self.agents_blocked, "cache_gain_counted": self.cache_gain_counted,
-                "loosened_thresholds": list(self.loosened_thresholds), "identity": self.identity,
-                "target_kind": self.target_kind}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Decision":
-        return cls(d["decision"], tuple(d.get("reasons", ())), tuple(d.get("checklist", ())), d.get("traffic_cap"),
-                   d.get("reexamine_on"), d.get("build", "official"), bool(d.get("agents_blocked", False)),
-                   bool(d.get("cache_gain_counted", True)), tuple(d.get("loosened_thresholds", ())),
-                   d.get("identity"), d.get("target_kind"))
 
 
 EMULATOR_KINDS = ("embedded-emulator", "external-emulator")
@@ -116,7 +104,7 @@ def traffic_cap_from(records: dict[str, EvidenceRecord]) -> dict[str, Any]:
 
 def decide(records: dict[str, EvidenceRecord], planned: Iterable[str], *, build: str = "official",
            checklist: list[dict[str, Any]] | None = None, today: dt.date | None = None,
-           loosened: Sequence[Loosened] = ()) -> Decision:
+           loosened: Sequence[Loosened] = ()) -> AcceptanceDecision:
     """Strongest rule first. `checklist` (the sheet's rows) adds: an item still open is never a pass.
     `loosened` (k3lib.core.thresholds) adds: a threshold looser than its default is listed, and one nobody attested
     having accepted forbids production."""
@@ -174,5 +162,7 @@ def decide(records: dict[str, EvidenceRecord], planned: Iterable[str], *, build:
     if verdict == "production":
         reasons.append("every planned axis and every checklist item passed")
     rows = checklist if checklist is not None else axis_checklist(records, planned)
-    return Decision(verdict, tuple(reasons), tuple(rows), cap, reexamine, build, agents_blocked, cache_gain,
-                    tuple(t.to_dict() for t in loosened))
+    return AcceptanceDecision(decision=verdict, reasons=tuple(reasons), checklist=tuple(rows), traffic_cap=cap,
+                              reexamine_on=reexamine, build=build, agents_blocked=agents_blocked,
+                              cache_gain_counted=cache_gain,
+                              loosened_thresholds=tuple(t.model_dump(mode="json") for t in loosened))

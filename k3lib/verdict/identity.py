@@ -244,7 +244,7 @@ def sources_of(finding: Finding) -> set[str]:
 
 
 @dataclasses.dataclass(frozen=True)
-class IdentityReport:
+class SourceTies:
     """The target's identity, how each source stands to it, and any change of the target between axes."""
 
     target: dict[str, Any]
@@ -259,10 +259,10 @@ class IdentityReport:
                 "target_changed": list(self.changed)}
 
 
-def identify(records: Mapping[str, EvidenceRecord]) -> IdentityReport:
+def identify(records: Mapping[str, EvidenceRecord]) -> SourceTies:
     claims = claims_of(records)
     target = {k: v for s in sorted(claims) if s.startswith(TARGET) for k, v in claims[s].items()}
-    return IdentityReport(target, tie_sources(claims), tuple(target_changed(claims)))
+    return SourceTies(target, tie_sources(claims), tuple(target_changed(claims)))
 
 
 def _opened(f: Finding, why: str) -> Finding:
@@ -270,7 +270,7 @@ def _opened(f: Finding, why: str) -> Finding:
                                 "evidence": {**(f.evidence or {}), "untied": why}})
 
 
-def tie_records(records: Mapping[str, EvidenceRecord], report: IdentityReport | None = None
+def tie_records(records: Mapping[str, EvidenceRecord], report: SourceTies | None = None
                 ) -> dict[str, EvidenceRecord]:
     """The records with every finding that rests on a source not tied to the target opened, naming the mismatch
     (or that it shares nothing checkable); the environment axis' findings are opened too when the target it reached

@@ -46,7 +46,7 @@ def recomputed(store: RunStore, stored: dict[str, Any]) -> dict[str, Any]:
 
     params = load_params_json(store.path("params.json"))
     return compute_decision(params, read_records(store),
-                            today=_decided_on(stored, REEXAMINE_AFTER_DAYS)).to_dict()
+                            today=_decided_on(stored, REEXAMINE_AFTER_DAYS)).model_dump()
 
 
 def _short(value: Any) -> str:

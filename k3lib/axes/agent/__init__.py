@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from .checks import CHECKS, Outcome, ParsedCall, environment_refusal, rates, stability_outcomes
+from .checks import CHECKS, CheckResult, ParsedCall, environment_refusal, rates, stability_outcomes
 from .config import agent_params
 from .contract import ContractCheck
 from .series import ToolTurnSeries
@@ -27,9 +27,9 @@ __all__ = [
     "BUILTIN_TOOLS",
     "CHECKS",
     "CONTRACT_FILE",
+    "CheckResult",
     "ContractCheck",
     "FailingReply",
-    "Outcome",
     "ParsedCall",
     "RUN_FILE",
     "RunSettings",

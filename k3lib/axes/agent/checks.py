@@ -1,4 +1,4 @@
-"""The tool-call contract as pure checks: one reply (or one repetition) in, `Outcome` values out, never raises.
+"""The tool-call contract as pure checks: one reply (or one repetition) in, `CheckResult` values out, never raises.
 
 Each check answers one question of the seed's pass list; `rates` folds outcomes into pass rates per check and
 per concurrency level, with their counts.
@@ -10,11 +10,12 @@ import json
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import jsonschema
 
+from ...core.record import Record
 from ...io.chatstream import ToolCall
 from ...io.readers.tool_markup import detect_k3_leak, detect_markup
 from .config import ECHO_WORDS
@@ -44,14 +45,15 @@ AUTO_TOOL_CHOICE_TEXT = '"auto" tool choice requires --enable-auto-tool-choice a
 PARSER_REQUIRED_TEXT = "requires --tool-call-parser to be set"
 
 
-@dataclass(frozen=True)
-class Outcome:
+class CheckResult(Record):
+    """One check of the tool-call contract on one reply, as the steps and turns files store it."""
+
     check: str
     passed: bool
     detail: str
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def __init__(self, check: str, passed: bool, detail: str) -> None:
+        super().__init__(check=check, passed=passed, detail=detail)
 
 
 #: The kit's one tool-call record (`parsed`, `json_error` read from its arguments); the name stays for the
@@ -84,31 +86,31 @@ def environment_refusal(status: int | None, message: str | None) -> str | None:
 # Per-reply checks
 
 
-def check_request(ok: bool, status: int | None, error: str | None) -> Outcome:
+def check_request(ok: bool, status: int | None, error: str | None) -> CheckResult:
     if ok:
-        return Outcome("requests_ok", True, f"HTTP {status}")
-    return Outcome("requests_ok", False, (error or f"HTTP {status}")[:300])
+        return CheckResult("requests_ok", True, f"HTTP {status}")
+    return CheckResult("requests_ok", False, (error or f"HTTP {status}")[:300])
 
 
-def check_required_call(calls: Sequence[ToolCall], expect_tool: str, leaked: str | None) -> Outcome:
+def check_required_call(calls: Sequence[ToolCall], expect_tool: str, leaked: str | None) -> CheckResult:
     names = [c.name for c in calls]
     if expect_tool in names:
-        return Outcome("tool_calls_present", True, f"{expect_tool} called")
+        return CheckResult("tool_calls_present", True, f"{expect_tool} called")
     if not calls:
         why = f"; {leaked} tool markup in the text instead" if leaked else ""
-        return Outcome("tool_calls_present", False, f"no tool_calls; {expect_tool} was required{why}")
-    return Outcome("tool_calls_present", False, f"called {names}, not the required {expect_tool}")
+        return CheckResult("tool_calls_present", False, f"no tool_calls; {expect_tool} was required{why}")
+    return CheckResult("tool_calls_present", False, f"called {names}, not the required {expect_tool}")
 
 
-def check_name(call: ToolCall, offered: Sequence[str]) -> Outcome:
+def check_name(call: ToolCall, offered: Sequence[str]) -> CheckResult:
     if isinstance(call.name, str) and call.name in offered:
-        return Outcome("function_name", True, call.name)
+        return CheckResult("function_name", True, call.name)
     near = ""
     if isinstance(call.name, str):
         stripped = call.name.strip().removeprefix("functions.").split(":")[0]
         if stripped in offered:
             near = f" (would need rewriting to {stripped!r})"
-    return Outcome("function_name", False, f"{call.name!r} is not one of {list(offered)}{near}")
+    return CheckResult("function_name", False, f"{call.name!r} is not one of {list(offered)}{near}")
 
 
 def schema_errors(instance: Any, schema: Mapping[str, Any]) -> list[str]:
@@ -119,18 +121,18 @@ def schema_errors(instance: Any, schema: Mapping[str, Any]) -> list[str]:
     return [f"{'/'.join(str(p) for p in e.absolute_path) or '(root)'}: {e.message}" for e in errors]
 
 
-def check_arguments(call: ToolCall, schema: Mapping[str, Any] | None) -> Outcome:
+def check_arguments(call: ToolCall, schema: Mapping[str, Any] | None) -> CheckResult:
     if call.json_error:
-        return Outcome("arguments_valid", False, call.json_error[:300])
+        return CheckResult("arguments_valid", False, call.json_error[:300])
     if schema is None:
-        return Outcome("arguments_valid", False, f"no schema: {call.name!r} was not offered")
+        return CheckResult("arguments_valid", False, f"no schema: {call.name!r} was not offered")
     errors = schema_errors(call.parsed, schema)
     if errors:
-        return Outcome("arguments_valid", False, "schema: " + "; ".join(errors[:3])[:300])
-    return Outcome("arguments_valid", True, "valid JSON, valid against the schema")
+        return CheckResult("arguments_valid", False, "schema: " + "; ".join(errors[:3])[:300])
+    return CheckResult("arguments_valid", True, "valid JSON, valid against the schema")
 
 
-def check_executable(call: ToolCall, schemas: Mapping[str, Mapping[str, Any]], other_ids: Sequence[Any]) -> Outcome:
+def check_executable(call: ToolCall, schemas: Mapping[str, Mapping[str, Any]], other_ids: Sequence[Any]) -> CheckResult:
     """What an agent framework needs to run the call as is: no renaming, no re-parsing, no guessing."""
     problems = []
     if call.type != "function":
@@ -150,8 +152,8 @@ def check_executable(call: ToolCall, schemas: Mapping[str, Mapping[str, Any]], o
     elif isinstance(call.name, str) and call.name in schemas and schema_errors(call.parsed, schemas[call.name]):
         problems.append("arguments break the schema")
     if problems:
-        return Outcome("executable", False, "; ".join(problems))
-    return Outcome("executable", True, f"{call.name}(**arguments) runs as received")
+        return CheckResult("executable", False, "; ".join(problems))
+    return CheckResult("executable", True, f"{call.name}(**arguments) runs as received")
 
 
 # A think channel the server did not parse out: what content holds when vLLM runs without --reasoning-parser.
@@ -168,7 +170,7 @@ def detect_reasoning_markup(text: str | None) -> str | None:
     return None
 
 
-def check_markup(content: str | None, reasoning: str | None, calls: Sequence[ToolCall]) -> Outcome:
+def check_markup(content: str | None, reasoning: str | None, calls: Sequence[ToolCall]) -> CheckResult:
     """Every leak a parser lets through, named as a leak: tool-call markup (by family), a think channel left in
     content, any Kimi K3 control token or stripped call header."""
     for where, text in (("content", content), ("reasoning", reasoning),
@@ -177,37 +179,37 @@ def check_markup(content: str | None, reasoning: str | None, calls: Sequence[Too
         if family:
             hint = (" (the call stayed in the think channel: vllm#53246)" if where == "reasoning" and
                     family == "kimi_k3" else "")
-            return Outcome("no_markup_leak", False, f"leak: {family} tool-call markup in {where}{hint}")
+            return CheckResult("no_markup_leak", False, f"leak: {family} tool-call markup in {where}{hint}")
     family = detect_reasoning_markup(content)
     if family:
-        return Outcome("no_markup_leak", False, f"leak: {family} think channel in content: the reasoning was not "
+        return CheckResult("no_markup_leak", False, f"leak: {family} think channel in content: the reasoning was not "
                                                 "parsed out (no --reasoning-parser on the server, or its streaming "
                                                 "path missed the channel?)")
     for where, text in (("content", content), ("reasoning", reasoning)):
         token = detect_k3_leak(text)
         if token:
-            return Outcome("no_markup_leak", False, f"leak: Kimi K3 control token {token!r} in {where}: the parser "
+            return CheckResult("no_markup_leak", False, f"leak: Kimi K3 control token {token!r} in {where}: the parser "
                                                     "missed a channel terminator (vllm#54273, #51399)")
-    return Outcome("no_markup_leak", True, "none")
+    return CheckResult("no_markup_leak", True, "none")
 
 
 def check_reasoning(thinking: bool | None, finish_reason: str | None, content: str | None,
-                    reasoning: str | None) -> list[Outcome]:
+                    reasoning: str | None) -> list[CheckResult]:
     """With thinking on (the recipe's sampling), the chain of thought stays in its field: a reply cut by
     max_tokens that holds content and no reasoning is the reasoning leaked to the user (vllm#50258, #56850,
     #57353), and a reply with no reasoning at all lost it (no reasoning parser, or a gateway that strips it)."""
     if not thinking:
         return []
     if reasoning is None and finish_reason == "length" and (content or "").strip():
-        return [Outcome("no_reasoning_leak", False,
+        return [CheckResult("no_reasoning_leak", False,
                         "leak: reasoning truncated into content (finish_reason length, content set, no reasoning "
                         "field: vllm#50258): the chain of thought reaches the user as the answer")]
-    out = [Outcome("no_reasoning_leak", True, "no truncated reasoning in content")]
+    out = [CheckResult("no_reasoning_leak", True, "no truncated reasoning in content")]
     if reasoning is None:
-        out.append(Outcome("reasoning_present", False, "thinking is on but the reply has no reasoning field (no "
+        out.append(CheckResult("reasoning_present", False, "thinking is on but the reply has no reasoning field (no "
                                                        "--reasoning-parser, or a gateway strips it)"))
     else:
-        out.append(Outcome("reasoning_present", True, "reasoning field present"))
+        out.append(CheckResult("reasoning_present", True, "reasoning field present"))
     return out
 
 
@@ -229,32 +231,32 @@ def _mentions(text: str, needle: str) -> bool:
 
 
 def check_final(content: str | None, finish_reason: str | None, final: FinalSpec,
-                schema: Mapping[str, Any] | None, result: Any) -> Outcome:
+                schema: Mapping[str, Any] | None, result: Any) -> CheckResult:
     """The answer that ends a turn: present, complete, valid against the response schema, using the result."""
     text = content or ""
     if detect_markup(text):
-        return Outcome("final_answer", False, f"{detect_markup(text)} tool-call markup instead of an answer")
+        return CheckResult("final_answer", False, f"{detect_markup(text)} tool-call markup instead of an answer")
     if final.non_empty and not text.strip():
-        return Outcome("final_answer", False, "empty answer")
+        return CheckResult("final_answer", False, "empty answer")
     if finish_reason == "length":
-        return Outcome("final_answer", False, "answer cut by max_tokens (finish_reason length)")
+        return CheckResult("final_answer", False, "answer cut by max_tokens (finish_reason length)")
     if schema is not None:
         try:
             value = json.loads(text)
         except ValueError as exc:
-            return Outcome("final_answer", False, f"structured answer is not JSON: {exc}")
+            return CheckResult("final_answer", False, f"structured answer is not JSON: {exc}")
         errors = schema_errors(value, schema)
         if errors:
-            return Outcome("final_answer", False, "structured answer breaks its schema: " + "; ".join(errors[:3]))
+            return CheckResult("final_answer", False, "structured answer breaks its schema: " + "; ".join(errors[:3]))
     if final.contains_any and not any(_mentions(text, s) for s in final.contains_any):
-        return Outcome("final_answer", False, f"mentions none of {list(final.contains_any)}")
+        return CheckResult("final_answer", False, f"mentions none of {list(final.contains_any)}")
     for key in final.uses_result:
         value = result.get(key) if isinstance(result, Mapping) else None
         if value is None:
-            return Outcome("final_answer", False, f"no tool result with {key!r} to use")
+            return CheckResult("final_answer", False, f"no tool result with {key!r} to use")
         if not _mentions(text, str(value)):
-            return Outcome("final_answer", False, f"does not use the tool result: {key}={value!r} is missing")
-    return Outcome("final_answer", True, "meets its contract" + (" (schema-valid)" if schema is not None else ""))
+            return CheckResult("final_answer", False, f"does not use the tool result: {key}={value!r} is missing")
+    return CheckResult("final_answer", True, "meets its contract" + (" (schema-valid)" if schema is not None else ""))
 
 
 _WORD = re.compile(r"\w+")
@@ -300,7 +302,7 @@ def own_words(text: str, sent: Any) -> str:
     return "".join(out)
 
 
-def check_history(pairs: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]], mode: str) -> Outcome:
+def check_history(pairs: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]], mode: str) -> CheckResult:
     """`pairs`: (the assistant message as received, as sent back in this request) for each earlier reply of the
     case. Multi-turn agents need the whole previous reply, reasoning and tool calls included."""
     for n, (got, sent) in enumerate(pairs, 1):
@@ -312,13 +314,13 @@ def check_history(pairs: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]], 
         if got.get("tool_calls") and sent.get("tool_calls") != got.get("tool_calls"):
             lost.append("tool calls")
         if lost:
-            return Outcome("history_kept", False, f"reply {n} of {len(pairs)} went back without its "
+            return CheckResult("history_kept", False, f"reply {n} of {len(pairs)} went back without its "
                                                   f"{' and '.join(lost)} (axes.agent.history: {mode})")
-    return Outcome("history_kept", True, f"{len(pairs)} earlier replies went back whole")
+    return CheckResult("history_kept", True, f"{len(pairs)} earlier replies went back whole")
 
 
 def check_fallback(calls: Sequence[ToolCall], content: str | None, tool: str, fallback: FallbackSpec,
-                   retries_done: int, sent: Any = None) -> Outcome:
+                   retries_done: int, sent: Any = None) -> CheckResult:
     """The reply right after the tool returned its planned error (`sent`, what the kit put in the tool message).
     A retry is the model's own call; an answer acknowledges the failure only in the model's own words: the
     acknowledgement is looked for in what is left once every echo of `sent` is taken out (see `own_words`), so a
@@ -326,24 +328,24 @@ def check_fallback(calls: Sequence[ToolCall], content: str | None, tool: str, fa
     if calls:
         names = [c.name for c in calls]
         if tool in names and retries_done < fallback.max_retries:
-            return Outcome("tool_error_fallback", True, f"retried {tool} ({retries_done + 1}/{fallback.max_retries})")
+            return CheckResult("tool_error_fallback", True, f"retried {tool} ({retries_done + 1}/{fallback.max_retries})")
         if tool in names:
-            return Outcome("tool_error_fallback", False,
+            return CheckResult("tool_error_fallback", False,
                            f"called {tool} again beyond the {fallback.max_retries} planned retries")
-        return Outcome("tool_error_fallback", False, f"called {names} instead of retrying or acknowledging")
+        return CheckResult("tool_error_fallback", False, f"called {names} instead of retrying or acknowledging")
     text = content or ""
     invented = [s for s in fallback.must_not_contain if _mentions(text, s)]
     if invented:
-        return Outcome("tool_error_fallback", False, f"answer states {invented} although the tool failed")
+        return CheckResult("tool_error_fallback", False, f"answer states {invented} although the tool failed")
     mine = own_words(text, sent)
     if not any(_mentions(mine, s) for s in fallback.acknowledge_any):
         if any(_mentions(text, s) for s in fallback.acknowledge_any):
-            return Outcome("tool_error_fallback", False,
+            return CheckResult("tool_error_fallback", False,
                            "answer only echoes the tool error the kit sent: no acknowledgement in the model's own "
                            f"words (none of {list(fallback.acknowledge_any)} outside the copied text)")
-        return Outcome("tool_error_fallback", False,
+        return CheckResult("tool_error_fallback", False,
                        f"answer does not acknowledge the failure (none of {list(fallback.acknowledge_any)})")
-    return Outcome("tool_error_fallback", True, "answer acknowledges the tool failure in its own words")
+    return CheckResult("tool_error_fallback", True, "answer acknowledges the tool failure in its own words")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -363,7 +365,7 @@ def step_signature(step: Mapping[str, Any]) -> tuple[Any, ...]:
     return (*where, "markup" if (step.get("parsed") or {}).get("leaked_markup") else "text")
 
 
-def stability_outcomes(steps: Iterable[Mapping[str, Any]]) -> list[tuple[int, int, Outcome]]:
+def stability_outcomes(steps: Iterable[Mapping[str, Any]]) -> list[tuple[int, int, CheckResult]]:
     """(level, repetition, outcome): each repetition compared with the most common structure at its level."""
     by_rep: dict[tuple[int, int], list[Mapping[str, Any]]] = {}
     for s in steps:
@@ -376,10 +378,10 @@ def stability_outcomes(steps: Iterable[Mapping[str, Any]]) -> list[tuple[int, in
         modal, count = Counter(sigs.values()).most_common(1)[0]
         for (lvl, rep), sig in sorted(sigs.items()):
             if sig == modal:
-                out.append((lvl, rep, Outcome("structure_stable", True,
+                out.append((lvl, rep, CheckResult("structure_stable", True,
                                               f"same structure as {count} of {len(sigs)} repetitions")))
             else:
-                out.append((lvl, rep, Outcome("structure_stable", False, _difference(sig, modal))))
+                out.append((lvl, rep, CheckResult("structure_stable", False, _difference(sig, modal))))
     return out
 
 
@@ -408,7 +410,7 @@ class RateRow:
                 "total": self.total, "rate": None if self.rate is None else round(self.rate, 4)}
 
 
-def rates(outcomes: Iterable[tuple[int, Outcome]], levels: Sequence[int]) -> list[RateRow]:
+def rates(outcomes: Iterable[tuple[int, CheckResult]], levels: Sequence[int]) -> list[RateRow]:
     """Pass counts per (level, check) for every check and level, zero-count rows included."""
     passed: Counter[tuple[int, str]] = Counter()
     total: Counter[tuple[int, str]] = Counter()

@@ -39,12 +39,12 @@ class AgentResult:
 
     # -- derived -------------------------------------------------------------------------------------------------
 
-    def outcomes(self) -> list[tuple[int, C.Outcome]]:
+    def outcomes(self) -> list[tuple[int, C.CheckResult]]:
         """Every check outcome with its concurrency level: per reply, then per repetition (stability)."""
-        out = [(int(s["level"]), C.Outcome(**o)) for s in self.steps for o in s.get("checks", ())]
+        out = [(int(s["level"]), C.CheckResult(**o)) for s in self.steps for o in s.get("checks", ())]
         out += [(lvl, o) for lvl, _rep, o in C.stability_outcomes(self.steps)]
         # a leak in the tool-turn series is a leak like any other (its first attempt: the retry is the client's)
-        out += [(int(t["level"]), C.Outcome(**o)) for t in self.turns for o in t.get("checks", ())
+        out += [(int(t["level"]), C.CheckResult(**o)) for t in self.turns for o in t.get("checks", ())
                 if o["check"] in LEAK_CHECKS]
         return out
 

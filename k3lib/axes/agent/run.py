@@ -67,7 +67,7 @@ def run_agent(ctx: AxisContext) -> AgentResult:
     for name in (STEPS_FILE, TURNS_FILE, CONTRACT_FILE):
         if ctx.store.path(name).exists():
             ctx.store.adopt(name)
-    run: dict[str, Any] = {"settings": settings.to_dict(), "sample": sample_summary(sample, source),
+    run: dict[str, Any] = {"settings": settings.model_dump(), "sample": sample_summary(sample, source),
                            "levels": runner.levels, "skipped": runner.skipped_cases(), "series": series.summary,
                            "spec_decode": spec, "serving": serving, "served": served, "stopped": stopped}
     ctx.store.write_json(RUN_FILE, run)

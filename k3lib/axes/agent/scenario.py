@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
 from ...core import progress
+from ...core.record import Record
 from ...io.chatstream import ToolCall
 from ...io.client import ChatClient, ChatRecord
 from ...core.errors import TargetError
@@ -28,8 +29,7 @@ Step = dict[str, Any]
 Sink = Callable[[Step], None]
 
 
-@dataclasses.dataclass(frozen=True)
-class RunSettings:
+class RunSettings(Record):
     """The resolved knobs of one agent run (parameters + contract + the recipe's sampling), kept in the evidence as
     they were used."""
 
@@ -88,9 +88,6 @@ class RunSettings:
                    client_idle_timeout_s=contract.client_idle_timeout_s,
                    gateway_timeout_s=contract.gateway_timeout_s, e2e_p95_ms=contract.e2e_p95_ms,
                    spec_decode_min_acceptance_length=params.recipe.spec_decode_min_acceptance_length)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
     def stream_for(self, repetition: int) -> bool:
         """The stream mode of repetition `repetition`: the modes alternate, so two repetitions cover both."""
@@ -291,7 +288,7 @@ class ScenarioRunner:
                                               request_id=f"agent-c{level}-r{rep}-{case.id}-t{t}-{rnd}")
             step = self._step(level, rep, case, t, rnd, "after-error" if after_error else
                               ("initial" if rnd == 0 else "after-tool"), body, turn, schemas, rec, seq)
-            outcomes: list[C.Outcome] = [C.check_history(kept, self.s.history)] if kept else []
+            outcomes: list[C.CheckResult] = [C.check_history(kept, self.s.history)] if kept else []
             if rec.cancelled:
                 self._stop(step, outcomes, f"stop: the level's budget ({budget.stopped_by or 'deadline'}) ended the "
                                            "request", budget=True)
@@ -332,7 +329,7 @@ class ScenarioRunner:
                 self._stop(step, outcomes, f"stop case: {outcomes[-1].detail}")
             if rnd == self.s.max_tool_rounds:
                 why = f"still calling tools after {self.s.max_tool_rounds} rounds"
-                self._stop(step, [*outcomes, C.Outcome("final_answer", False, why)], f"stop case: {why}")
+                self._stop(step, [*outcomes, C.CheckResult("final_answer", False, why)], f"stop case: {why}")
             if after_error:
                 retries += 1
             self._send_back(messages, kept, rec)
@@ -344,7 +341,7 @@ class ScenarioRunner:
             after_error = next_after_error
 
     def _reply_outcomes(self, rec: ChatRecord, calls: list[ToolCall], leaked: Any, required: str | None,
-                        offered: list[str], schemas: Mapping[str, Any]) -> list[C.Outcome]:
+                        offered: list[str], schemas: Mapping[str, Any]) -> list[C.CheckResult]:
         """The checks every reply gets: the required call (first round only), markup, reasoning, and each call's
         name, arguments and executability."""
         outcomes = [C.check_required_call(calls, required, leaked)] if required else []
@@ -376,7 +373,7 @@ class ScenarioRunner:
             messages.append({"role": "tool", "tool_call_id": call.id, "content": result_text(result)})
         return actions, error_pending, sent_error, last_result
 
-    def _stop(self, step: Step, outcomes: list[C.Outcome], decision: str, *, budget: bool = False) -> NoReturn:
+    def _stop(self, step: Step, outcomes: list[C.CheckResult], decision: str, *, budget: bool = False) -> NoReturn:
         """Record the step with the decision that ends the case (or, for the budget, the repetition)."""
         step["decision"] = decision
         self._emit(step, outcomes)
@@ -427,8 +424,8 @@ class ScenarioRunner:
                 "reply": rec.to_dict(include_raw=True), "parsed": parsed, "decision": "", "checks": [],
                 "environment": None}
 
-    def _emit(self, step: Step, outcomes: list[C.Outcome]) -> None:
-        step["checks"] = [o.to_dict() for o in outcomes]
+    def _emit(self, step: Step, outcomes: list[C.CheckResult]) -> None:
+        step["checks"] = [o.model_dump() for o in outcomes]
         self.steps.append(step)
         if self.sink is not None:
             self.sink(step)

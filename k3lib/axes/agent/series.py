@@ -41,7 +41,7 @@ def opening_tool_turns(sample: AgentSample, images_served: bool) -> list[tuple[C
 
 
 def turn_outcomes(rec: ChatRecord, turn: TurnSpec, offered: Sequence[str], schemas: Mapping[str, Any],
-                  thinking: bool | None) -> tuple[list[C.Outcome], dict[str, Any]]:
+                  thinking: bool | None) -> tuple[list[C.CheckResult], dict[str, Any]]:
     """The outcomes of one tool turn's reply and its parse."""
     if not rec.ok:
         return [C.check_request(rec.ok, rec.http_status, rec.error)], {}
@@ -56,7 +56,7 @@ def turn_outcomes(rec: ChatRecord, turn: TurnSpec, offered: Sequence[str], schem
     return outcomes, parsed
 
 
-def failure_of(outcomes: Sequence[C.Outcome]) -> str | None:
+def failure_of(outcomes: Sequence[C.CheckResult]) -> str | None:
     """The first failing outcome as the turn's failure ("<check>: <detail>"), None when every one held. A reply
     without its reasoning field still carries a usable call: that is `reasoning_present`'s finding, not a failed
     tool turn."""
@@ -146,7 +146,7 @@ class ToolTurnSeries:
         failure = failure_of(outcomes)
         step: dict[str, Any] = {"turn": i, "case": case.id, "mode": "stream" if stream else "non-stream",
                                 "level": self.concurrency, "request": body, "reply": rec.to_dict(include_raw=True),
-                                "parsed": parsed, "checks": [o.to_dict() for o in outcomes], "failure": failure,
+                                "parsed": parsed, "checks": [o.model_dump() for o in outcomes], "failure": failure,
                                 "retry": None, "recovered": None}
         if failure is not None:
             again = await self._send(body, f"agent-turn-{i}-retry", budget)
@@ -154,7 +154,7 @@ class ToolTurnSeries:
                 r_outcomes, r_parsed = turn_outcomes(again, turn, offered, schemas, self.s.thinking)
                 r_failure = failure_of(r_outcomes)
                 step["retry"] = {"reply": again.to_dict(include_raw=True), "parsed": r_parsed,
-                                 "checks": [o.to_dict() for o in r_outcomes], "failure": r_failure}
+                                 "checks": [o.model_dump() for o in r_outcomes], "failure": r_failure}
                 step["recovered"] = r_failure is None
             else:
                 step["recovered"] = False

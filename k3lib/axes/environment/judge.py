@@ -10,7 +10,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from ...core.evidence import EvidenceRecord, Finding, axis_status
-from ...core.outcomes import Outcome, level_for
+from ...core.outcomes import AcceptanceOutcome, level_for
 from .config import EnvironmentParams, RecipeParams
 from .container import check_build_method, check_cuda_build, check_image
 from .engine import check_flags, check_prefix_caching, check_version
@@ -37,7 +37,7 @@ class EnvironmentResult:
     @property
     def mismatch(self) -> bool:
         """A failing rule whose decision is an environment rebuild (the build method only separates the sheet)."""
-        return any(level_for(f)[0] == Outcome.REBUILD.value for f in self.findings)
+        return any(level_for(f)[0] == AcceptanceOutcome.REBUILD.value for f in self.findings)
 
     @property
     def experimental(self) -> bool:

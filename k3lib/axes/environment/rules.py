@@ -9,6 +9,7 @@ import re
 from typing import Any, Iterable
 
 from ...core.evidence import Finding, FindingStatus
+from ...core.record import Record
 from ...core.outcomes import rule_for
 from ...io.readers._text import numbered_lines
 from .sources import EnvironmentSources
@@ -59,8 +60,7 @@ ROW_ORDER = ("Image and tag", "vLLM version", "CUDA build", "Host driver", "GPU 
              "Host vs container", "Server flags", "Fabric manager", "Startup", "Sources")
 
 
-@dataclasses.dataclass(frozen=True)
-class Proof:
+class Proof(Record):
     """One observation: which source said what, where in it, and the kept copy."""
 
     source: str
@@ -68,8 +68,8 @@ class Proof:
     where: str | None = None
     attachment: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+    def __init__(self, source: str, value: Any, where: str | None = None, attachment: str | None = None) -> None:
+        super().__init__(source=source, value=value, where=where, attachment=attachment)
 
     def __str__(self) -> str:
         return f"{self.source}: {self.value}"
@@ -93,7 +93,7 @@ def finding(rule: str, status: FindingStatus, message: str, proofs: Iterable[Pro
             expected: Any = None, **extra: Any) -> Finding:
     spec = RULES[rule]
     evidence = {"item": spec.item, "level": spec.level, "on_mismatch": spec.on_mismatch,
-                "proofs": [p.to_dict() for p in proofs], **extra}
+                "proofs": [p.model_dump(exclude_none=True) for p in proofs], **extra}
     return Finding(rule=rule, status=status, message=message, observed=observed, expected=expected,
                    evidence=evidence)
 

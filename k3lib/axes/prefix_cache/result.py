@@ -4,9 +4,9 @@ judged. `run.py` measures it; `judge.py` and `figures.py` read it."""
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Mapping
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from ...core.errors import EvidenceError
 
@@ -25,10 +25,12 @@ CONFIG_LABELS = ("enable_prefix_caching", "block_size", "hash_block_size", "pref
 KINDS = ("cold", "warm", "third")
 
 
-@dataclasses.dataclass(frozen=True)
-class RequestSample:
+class RequestSample(BaseModel):
     """One cold or warm request with the counter deltas of its own window and the hits its ids were designed
     to get. Token counts are in tokens; `designed_hits` comes from the ids (None when /tokenize is missing)."""
+
+    model_config = ConfigDict(frozen=True)
+
 
     session: int
     prefix_target: int
@@ -59,14 +61,6 @@ class RequestSample:
     common_prefix_tokens: int | None = None  # tokens shared with its cold request (warm and third only)
     sparse_misses_delta: float | None = None  # vllm:prefix_cache_sparse_retention_misses (hybrid models), if exported
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> RequestSample:
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})
-
     @property
     def replica(self) -> str | None:
         """The replica (endpoint, engine) whose query counter took this request, when exactly one did."""
@@ -74,9 +68,11 @@ class RequestSample:
         return moved[0] if len(moved) == 1 else None
 
 
-@dataclasses.dataclass(frozen=True)
-class PrefixCacheResult:
-    """Everything the protocol observed, JSON-round-trippable so figures re-render from the run folder."""
+class PrefixCacheResult(BaseModel):
+    """Everything the protocol observed, JSON-round-trippable so figures re-render from the run folder: written with
+    `model_dump()`, read back with `model_validate` (a sample's unknown keys ignored)."""
+
+    model_config = ConfigDict(frozen=True)
 
     samples: tuple[RequestSample, ...]
     counters: tuple[dict[str, Any], ...]
@@ -90,7 +86,7 @@ class PrefixCacheResult:
     min_ttft_gain_pct: float
     stopped: str | None = None  # why the protocol stopped before its plan, if it did
     planned_pairs: int = 0
-    retention: dict[str, Any] = dataclasses.field(default_factory=dict)  # hybrid retention settings, as read
+    retention: dict[str, Any] = Field(default_factory=dict)  # hybrid retention settings, as read
 
     def pairs(self) -> list[tuple[RequestSample, RequestSample]]:
         """(cold, the sighting judged) per session and prefix length, in the order sent: the warm request, or the
@@ -104,20 +100,6 @@ class PrefixCacheResult:
     def sighting_of(self, sample: RequestSample) -> int:
         return KINDS.index(sample.kind) + 1 if sample.kind in KINDS else 2
 
-    def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["samples"] = [s.to_dict() for s in self.samples]
-        d["counters"] = list(self.counters)
-        return d
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> PrefixCacheResult:
-        d = dict(d)
-        d["samples"] = tuple(RequestSample.from_dict(s) for s in d.get("samples", ()))
-        d["counters"] = tuple(d.get("counters", ()))
-        d["metrics_urls"] = tuple(d.get("metrics_urls", ()))
-        return cls(**d)
-
     @classmethod
     def load(cls, store: Any) -> PrefixCacheResult:
         """Read back a run's result (`evidence/prefix_cache/result.json`) to re-render without re-running."""
@@ -126,7 +108,7 @@ class PrefixCacheResult:
             raise EvidenceError(f"{store.path(RESULT_JSON)} is missing: the prefix-cache axis has not run in this "
                                 "folder")
         try:
-            return cls.from_dict(data)
+            return cls.model_validate(data)
         except (TypeError, ValueError) as exc:
             raise EvidenceError(f"{store.path(RESULT_JSON)}: not a prefix-cache result ({exc})") from None
 

@@ -228,7 +228,7 @@ def run_prefix_cache(ctx: AxisContext) -> PrefixCacheResult:
                 sample = _sample(record, before, after, session=session, size=size, kind=kind, rid=rid, salt=salt,
                                  nonce=nonce, tokenized=None if my_ids is None else len(my_ids), **design)
                 samples.append(sample)
-                ctx.store.append_jsonl(SAMPLES_JSONL, sample.to_dict())
+                ctx.store.append_jsonl(SAMPLES_JSONL, sample.model_dump())
             if stopped:
                 break
     except progress.ConsentExceeded as exc:  # the plan's at-most reached: stop, judged on what was measured
@@ -245,7 +245,7 @@ def run_prefix_cache(ctx: AxisContext) -> PrefixCacheResult:
         sized_by=sized_by, min_ttft_gain_pct=p.min_ttft_gain_pct, stopped=stopped, planned_pairs=len(planned),
         retention=retention_settings(cache_config, _server_log(ctx)))
     ctx.store.write_json(COUNTERS_JSON, list(counters))
-    ctx.store.write_json(RESULT_JSON, result.to_dict())
+    ctx.store.write_json(RESULT_JSON, result.model_dump())
     return result
 
 

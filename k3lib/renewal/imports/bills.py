@@ -21,7 +21,7 @@ from ...core.errors import BadInputError
 from .columnar import Export, fail, norm_key, numbers, open_export, strings, tag_mask, times
 from .costlines import NORM, Format, check_selector, fold
 from .params import CostParams
-from .provenance import Window
+from .provenance import ReviewWindow
 from .tables import blank, to_float, to_time
 
 Batch = tuple[Export, pa.Table, int]  # the export, one batch of its columns, the line of the batch's first row
@@ -346,7 +346,7 @@ def _wanted(kind: str, export: Export, p: CostParams) -> list[str]:
     return [*WANTED[kind], *extra]
 
 
-def read_bill(kind: str, path: str | Path, p: CostParams, window: Window) -> tuple[dict[tuple, list[float]], Format,
+def read_bill(kind: str, path: str | Path, p: CostParams, window: ReviewWindow) -> tuple[dict[tuple, list[float]], Format,
                                                                                  int, int]:
     """(groups, the format's item map, lines read, lines not selected), the export read a batch at a time."""
     if kind not in READERS:

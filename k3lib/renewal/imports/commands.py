@@ -16,24 +16,24 @@ from .costsfile import update_costs
 from .hours import NOT_OURS, UNCLASSIFIED, hours_by_week, read_issues, read_worklogs, resolve_ids, update_hours
 from .incidents import read_export, resolve, to_fill, write_incidents
 from .oncall import off_hours_effort
-from .params import ImportSection, UsageParams, WindowParams
-from .provenance import Provenance, Window
+from .params import ImportSection, UsageParams, ReviewWindowParams
+from .provenance import Provenance, ReviewWindow
 from .usage import notes as usage_notes, read_usage
 
 
-def window_of(section: ImportSection, review_file: str | None = None) -> Window:
+def window_of(section: ImportSection, review_file: str | None = None) -> ReviewWindow:
     """The window the parameters name, else the review parameters' series window."""
-    w: WindowParams | None = section.window
+    w: ReviewWindowParams | None = section.window
     if w is None and review_file:
         from ..params import load_review_params
 
         series = load_review_params([review_file]).review.series
         if series is not None:
-            w = WindowParams(start=series.start, end=series.end)
+            w = ReviewWindowParams(start=series.start, end=series.end)
     if w is None:
         raise BadInputError("no window; expected --window START/END (e.g. 2026-07-24T00:00:00Z/2026-08-14T00:00:00Z), "
                             "imports.window, or --review FILE (its review.series window)", source="k3 import")
-    return Window(w.start, w.end)
+    return ReviewWindow(w.start, w.end)
 
 
 def _currency(section: ImportSection, out: Path, billed: set[str]) -> str:
@@ -51,7 +51,7 @@ def _used(conversions: tuple[CurrencyConversion, ...], currencies: set[str]) -> 
     return tuple(c for c in conversions if c.from_currency in currencies)
 
 
-def import_bill(kind: str, source: str | Path, out: str | Path, section: ImportSection, window: Window) -> list[str]:
+def import_bill(kind: str, source: str | Path, out: str | Path, section: ImportSection, window: ReviewWindow) -> list[str]:
     """`k3 import focus|cur|gcp|invoice`: the capacity, storage, network and monitoring items of costs.yaml; the
     credits, refunds and adjustments the window's selected lines carry are listed apart (header and `credits` of
     the import's `# k3-import:` line), never netted into an item."""
@@ -87,7 +87,7 @@ def _cost_line(item: str, value: object, currency: str, imported: bool) -> str:
     return f"{item}: {figure(value)} {currency}" + (" (this import)" if imported else " (unchanged)")
 
 
-def import_incidents(kind: str, source: str | Path, out: str | Path, section: ImportSection, window: Window,
+def import_incidents(kind: str, source: str | Path, out: str | Path, section: ImportSection, window: ReviewWindow,
                      hours_out: str | Path | None = None, force: bool = False) -> list[str]:
     """`k3 import pagerduty|opsgenie`: the incidents file; with `hours_out`, PagerDuty's off-hours effort."""
     p = section.incidents
@@ -112,7 +112,7 @@ def import_incidents(kind: str, source: str | Path, out: str | Path, section: Im
 
 
 def _off_hours(kind: str, source: str | Path, hours_out: str | Path, incidents: list, section: ImportSection,
-               window: Window, force: bool) -> list[str]:
+               window: ReviewWindow, force: bool) -> list[str]:
     p = section.incidents
     efforts = [{**inc.effort, "id": inc.id} for inc in incidents if inc.effort]
     if not efforts:
@@ -128,7 +128,7 @@ def _off_hours(kind: str, source: str | Path, hours_out: str | Path, incidents: 
     return [f"wrote {hours_out}: out-of-hours " + ", ".join(f"{w} {h:.2f} h" for (w, _), h in sorted(rows.items()))]
 
 
-def import_worklogs(source: str | Path, out: str | Path, section: ImportSection, window: Window,
+def import_worklogs(source: str | Path, out: str | Path, section: ImportSection, window: ReviewWindow,
                     force: bool = False) -> list[str]:
     """`k3 import jira`: hours per ISO week and category."""
     p = section.hours
@@ -155,7 +155,7 @@ def import_worklogs(source: str | Path, out: str | Path, section: ImportSection,
     return [f"wrote {out}: {total:.2f} h in {len(rows)} week/category row(s)", *[f"  {n}" for n in notes]]
 
 
-def import_usage(source: str | Path, out: str | Path, section: ImportSection, window: Window) -> list[str]:
+def import_usage(source: str | Path, out: str | Path, section: ImportSection, window: ReviewWindow) -> list[str]:
     """`k3 import usage`: api_bill_same_tasks of costs.yaml."""
     p = section.usage
     bill = read_usage(source, p, window)
@@ -186,12 +186,12 @@ def usage_selection(p: UsageParams) -> str:
     return f"every line of the window, no task log (task field {p.task_field or '-'})"
 
 
-def parse_window(text: str, flag: str = "--window") -> WindowParams:
+def parse_window(text: str, flag: str = "--window") -> ReviewWindowParams:
     start, sep, end = text.partition("/")
     if not sep:
         raise BadInputError(f"expected START/END (got {text!r})", source=flag)
     try:
-        return WindowParams(start=dt.datetime.fromisoformat(start.replace("Z", "+00:00")),
+        return ReviewWindowParams(start=dt.datetime.fromisoformat(start.replace("Z", "+00:00")),
                             end=dt.datetime.fromisoformat(end.replace("Z", "+00:00")))
     except ValueError as exc:
         raise BadInputError(f"expected ISO 8601 times, e.g. 2026-07-24T00:00:00Z/2026-08-14T00:00:00Z ({exc})",

@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 from ...core.errors import BadInputError
 from ..costsources import CurrencyConversion
 from .params import Commitment, CostParams
-from .provenance import Window, iso
+from .provenance import ReviewWindow, iso
 
 ITEMS = ("capacity", "storage", "network", "monitoring")
 # one bill line, whatever the export: start/end int64 µs UTC (end == start: a charge at one instant), amount in
@@ -118,7 +118,7 @@ def _terms(table: pa.Table, commitments: tuple[Commitment, ...]) -> np.ndarray:
     return out
 
 
-def fold(table: pa.Table, p: CostParams, window: Window, acc: dict[tuple, list[float]]) -> int:
+def fold(table: pa.Table, p: CostParams, window: ReviewWindow, acc: dict[tuple, list[float]]) -> int:
     """Select the batch's lines, clip them to the window and add them to `acc` (group → [amount over the whole
     period, amount in the window, lines, lines outside, lines prorated]); returns the lines not selected."""
     n = table.num_rows
@@ -167,7 +167,7 @@ def _rate(currency: str, target: str, conversions: tuple[CurrencyConversion, ...
     return rate
 
 
-def split(groups: dict[tuple, list[float]], fmt: Format, p: CostParams, window: Window, target: str,
+def split(groups: dict[tuple, list[float]], fmt: Format, p: CostParams, window: ReviewWindow, target: str,
           conversions: tuple[CurrencyConversion, ...], rows: int, not_selected: int) -> CostSplit:
     """Amortise (named commitments over their term), convert and sum the selected groups per item."""
     out = CostSplit(currency=target, rows=rows, not_selected=not_selected)

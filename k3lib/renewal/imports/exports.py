@@ -18,7 +18,7 @@ import yaml
 from ..inputs import COST_ITEMS, FIVE_QUESTIONS, read_costs, read_hours, read_incidents, read_tasks
 from .commands import import_bill, import_incidents, import_usage, import_worklogs
 from .params import ImportParams
-from .provenance import Window, iso, write_text
+from .provenance import ReviewWindow, iso, write_text
 
 RATE = 0.92  # EUR per USD, the demo's stated rate
 RATE_DATE = "2026-08-14"
@@ -45,7 +45,7 @@ def _focus_row(period: tuple[str, str], category: str, billed: float, effective:
             f"sku-{service_category[:4].lower()}", commitment, json.dumps(tags) if tags else ""]
 
 
-def focus_bill(costs: dict[str, float | None], window: Window) -> str:
+def focus_bill(costs: dict[str, float | None], window: ReviewWindow) -> str:
     """Daily lines per item in USD whose amortised, converted sum is the item's amount; storage partly as a
     monthly August line (prorated), capacity partly covered by a prepaid commitment."""
     days = (window.end - window.start).days
@@ -89,7 +89,7 @@ def focus_bill(costs: dict[str, float | None], window: Window) -> str:
     return buf.getvalue()
 
 
-def pagerduty_export(incidents_csv: Path, window: Window) -> tuple[str, str]:
+def pagerduty_export(incidents_csv: Path, window: ReviewWindow) -> tuple[str, str]:
     """(Analytics raw incidents JSON, postmortems CSV) behind the sheet's incidents."""
     data, posts = [], io.StringIO()
     w = csv.writer(posts, lineterminator="\n")
@@ -110,7 +110,7 @@ def pagerduty_export(incidents_csv: Path, window: Window) -> tuple[str, str]:
     return json.dumps({"data": data, "more": False}, indent=1) + "\n", posts.getvalue()
 
 
-def jira_worklogs(hours_csv: Path, window: Window) -> str:
+def jira_worklogs(hours_csv: Path, window: ReviewWindow) -> str:
     """The all-fields CSV: one issue per (week, category) with repeated Labels and Log Work columns."""
     rows = []
     for n, h in enumerate(read_hours(hours_csv), start=1):
@@ -136,7 +136,7 @@ def jira_worklogs(hours_csv: Path, window: Window) -> str:
     return buf.getvalue()
 
 
-def usage_log(tasks_csv: Path, bill_eur: float | None, window: Window) -> tuple[str, dict[str, Any] | None]:
+def usage_log(tasks_csv: Path, bill_eur: float | None, window: ReviewWindow) -> tuple[str, dict[str, Any] | None]:
     """A gateway log of the API path's requests (a cached prefix on most), and the prices that bill them at the
     sheet's amount; None prices when the sheet's API bill is blank."""
     api = [t for t in read_tasks(tasks_csv) if t.path == "api"]
@@ -168,7 +168,7 @@ def usage_log(tasks_csv: Path, bill_eur: float | None, window: Window) -> tuple[
     return "".join(json.dumps(x) + "\n" for x in lines), prices
 
 
-def write_exports(folder: str | Path, window: Window) -> dict[str, Path]:
+def write_exports(folder: str | Path, window: ReviewWindow) -> dict[str, Path]:
     """The exports behind the sheet in `folder` (tasks.csv, costs.yaml, incidents.csv, hours.csv), in
     `folder/exports/`, with the import parameters a team would write (`imports.yaml`)."""
     folder = Path(folder)
@@ -199,7 +199,7 @@ def write_exports(folder: str | Path, window: Window) -> dict[str, Path]:
     return paths
 
 
-def import_exports(folder: str | Path, window: Window) -> dict[str, Path]:
+def import_exports(folder: str | Path, window: ReviewWindow) -> dict[str, Path]:
     """Write the exports behind the sheet in `folder`, then import them into `folder/imported/`: costs.yaml (the
     sheet's hand-set items kept, the billed ones imported), incidents.csv and hours.csv."""
     from .params import load_import_params
@@ -232,6 +232,6 @@ def materialise_from_exports(params: Any, folder: str | Path) -> Any:
 
     params = materialise(params, folder)
     series = params.review.series
-    got = import_exports(folder, Window(series.start, series.end))
+    got = import_exports(folder, ReviewWindow(series.start, series.end))
     inputs = params.review.inputs.model_copy(update={k: str(got[k]) for k in ("costs", "incidents", "hours")})
     return params.model_copy(update={"review": params.review.model_copy(update={"inputs": inputs})})

@@ -20,7 +20,7 @@ from typing import Any
 from ...core.errors import BadInputError
 from ..inputs import HOURS_COLUMNS, read_hours
 from .params import HoursParams
-from .provenance import Provenance, Window, blocks, iso_week, read_header, write_text
+from .provenance import Provenance, ReviewWindow, blocks, iso_week, read_header, write_text
 from .tables import Row, RowError, blank, looks_like, obj, read_rows, row_error, to_float, to_time
 
 KEY_COLUMNS = ("Issue key", "Issue Key", "Key", "Issue", "issue_key", "issueKey")
@@ -229,7 +229,7 @@ UNCLASSIFIED = "unclassified"  # the category of hours whose issue maps to none 
 NOT_OURS = "none"  # a mapping's word that the work is not the deployment's
 
 
-def hours_by_week(worklogs: list[Worklog], p: HoursParams, window: Window
+def hours_by_week(worklogs: list[Worklog], p: HoursParams, window: ReviewWindow
                   ) -> tuple[dict[tuple[str, str], float], list[str]]:
     """(week, category) → hours, and the notes: what was outside the window and each unmapped issue (its hours
     counted under `unclassified`: effort nobody mapped is still effort)."""
@@ -241,7 +241,7 @@ def hours_by_week(worklogs: list[Worklog], p: HoursParams, window: Window
     for w in worklogs:
         if w.start == UNDATED:
             continue
-        if not window.contains(w.start):
+        if not window.holds(w.start):
             outside += 1
             continue
         cat, why = category_of(w, p)

@@ -15,7 +15,7 @@ from typing import Any
 from ...core.errors import BadInputError
 from ..inputs import FIVE_QUESTIONS, INCIDENT_COLUMNS, IncidentCategory, read_incidents
 from .params import IncidentParams
-from .provenance import Provenance, Window, iso, write_text
+from .provenance import Provenance, ReviewWindow, iso, write_text
 from .tables import Row, RowError, blank, cell, looks_like, mapping, read_rows, row_error, to_float, to_time
 
 CLASSES: tuple[str, ...] = IncidentCategory.__args__  # type: ignore[attr-defined]
@@ -214,7 +214,7 @@ def read_postmortems(path: str | Path) -> dict[str, dict[str, Any]]:
     return out
 
 
-def resolve(incidents: list[Incident], p: IncidentParams, window: Window) -> tuple[list[Incident], list[str]]:
+def resolve(incidents: list[Incident], p: IncidentParams, window: ReviewWindow) -> tuple[list[Incident], list[str]]:
     """Keep the window's incidents (and the named services'), fill classes and answers from the postmortems or
     the stated class map; notes for the header."""
     posts = read_postmortems(p.postmortems) if p.postmortems else {}
@@ -223,7 +223,7 @@ def resolve(incidents: list[Incident], p: IncidentParams, window: Window) -> tup
         if p.services and inc.service not in p.services:
             other += 1
             continue
-        if not window.contains(inc.started_at):
+        if not window.holds(inc.started_at):
             outside += 1
             continue
         stated = next((p.classes[k] for k in (inc.service, *inc.tags) if k in p.classes), None)

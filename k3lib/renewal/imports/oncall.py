@@ -10,7 +10,7 @@ from collections import defaultdict
 from zoneinfo import ZoneInfo
 
 from .params import IncidentParams
-from .provenance import Window, iso_week
+from .provenance import ReviewWindow, iso_week
 
 
 def off_hours_seconds(start: dt.datetime, end: dt.datetime, p: IncidentParams) -> dict[str, float]:
@@ -35,14 +35,14 @@ def off_hours_seconds(start: dt.datetime, end: dt.datetime, p: IncidentParams) -
     return dict(out)
 
 
-def off_hours_effort(efforts: list[dict], p: IncidentParams, window: Window) -> tuple[dict[str, float], list[str]]:
+def off_hours_effort(efforts: list[dict], p: IncidentParams, window: ReviewWindow) -> tuple[dict[str, float], list[str]]:
     """ISO week → out-of-hours effort in hours, and a note per incident that added some."""
     hours: dict[str, float] = defaultdict(float)
     notes = []
     for e in efforts:
         start, end, seconds = e["from"], max(e["to"], e["from"]), e["seconds"]
         if end == start:  # resolved at acknowledgement: the effort sits at that instant
-            if not window.contains(start):
+            if not window.holds(start):
                 continue
             off = off_hours_seconds(start, start + dt.timedelta(seconds=1), p)
             span = 1.0

@@ -34,7 +34,7 @@ def _zone(v: str) -> str:
     return v
 
 
-class WindowParams(_M):
+class ReviewWindowParams(_M):
     start: dt.datetime
     end: dt.datetime
 
@@ -104,12 +104,12 @@ class UsageParams(_M):
     prices: dict[str, Prices] = {}  # model name (or `default`) → prices
     task_field: str | None = None  # dotted path of the task id in a log line, e.g. metadata.task_id
     tasks: str | None = None  # the review's task log: only the API path's tasks are billed
-    batch: WindowParams | None = None  # a batch's own dates (created_at, ended_at): place lines without a time
+    batch: ReviewWindowParams | None = None  # a batch's own dates (created_at, ended_at): place lines without a time
     all_rows: bool = False  # lines without a time are the window's, on the operator's word
 
 
 class ImportSection(_M):
-    window: WindowParams | None = None
+    window: ReviewWindowParams | None = None
     currency: Annotated[str, Field(pattern=r"^[A-Z]{3}$")] | None = None
     conversions: tuple[CurrencyConversion, ...] = ()
     costs: CostParams = CostParams()

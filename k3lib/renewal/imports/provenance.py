@@ -1,4 +1,4 @@
-"""The review's window and the provenance header every importer writes on top of the file it produces: the source
+"""The provenance header every importer writes on top of the file it produces: the source
 file and its sha256, the filters, the window, what was mapped and what was left blank, in `#` lines a person reads
 and one `# k3-import:` JSON line per source the next import reads back (which source owns which rows)."""
 
@@ -13,41 +13,9 @@ from zoneinfo import ZoneInfo
 
 from ...core.errors import BadInputError
 from ...core.store import atomic_write_bytes, sha256_file
+from ..window import ReviewWindow, iso  # noqa: F401  (the review window, defined once in renewal/window.py)
 
 MARK = "# k3-import: "
-
-
-@dataclasses.dataclass(frozen=True)
-class Window:
-    """[start, end) in UTC: what the review reads; every imported amount, incident and hour is clipped to it."""
-
-    start: dt.datetime
-    end: dt.datetime
-
-    def __post_init__(self) -> None:
-        if self.start.tzinfo is None or self.end.tzinfo is None:
-            raise BadInputError("expected the window's start and end with a UTC offset, e.g. 2026-07-24T00:00:00Z",
-                                source="window")
-        if self.end <= self.start:
-            raise BadInputError(f"end {self.end.isoformat()} is not after start {self.start.isoformat()}",
-                                source="window")
-
-    def share(self, start: dt.datetime, end: dt.datetime) -> float:
-        """The part of [start, end) inside the window (an instant: 1 inside, 0 outside)."""
-        if end <= start:
-            return 1.0 if self.start <= start < self.end else 0.0
-        inside = (min(end, self.end) - max(start, self.start)).total_seconds()
-        return max(0.0, inside) / (end - start).total_seconds()
-
-    def contains(self, t: dt.datetime) -> bool:
-        return self.start <= t < self.end
-
-    def label(self) -> str:
-        return f"{iso(self.start)} to {iso(self.end)} (end excluded)"
-
-
-def iso(t: dt.datetime) -> str:
-    return t.astimezone(dt.timezone.utc).isoformat().replace("+00:00", "Z")
 
 
 def iso_week(t: dt.datetime, tz: str = "UTC") -> str:
@@ -71,7 +39,7 @@ class Provenance:
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)  # more of the meta line (a bill's credits)
 
     @classmethod
-    def of(cls, importer: str, source: str | Path, window: Window, **kw: Any) -> "Provenance":
+    def of(cls, importer: str, source: str | Path, window: ReviewWindow, **kw: Any) -> "Provenance":
         p = Path(source)
         return cls(importer=importer, source=str(p.resolve()), sha256=sha256_file(p), window=window.label(), **kw)
 

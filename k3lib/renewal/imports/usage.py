@@ -21,7 +21,7 @@ from ...axes.paths.pricing import cached_tokens_of, input_tokens_of, output_toke
 from ...core.errors import BadInputError
 from ..inputs import read_tasks
 from .params import Prices, UsageParams
-from .provenance import Window, iso
+from .provenance import ReviewWindow, iso
 from .tables import Row, RowError, blank, dig, looks_like, obj, read_rows, row_error, to_time
 
 TIME_KEYS = ("created", "created_at", "timestamp", "startTime", "start_time", "request_time", "time")
@@ -117,7 +117,7 @@ def _usage(row: Row, resp: dict[str, Any]) -> dict[str, Any]:
     return obj(resp.get("usage")) or row
 
 
-def _placed(row: Row, resp: dict[str, Any], p: UsageParams, window: Window, bill: UsageBill) -> bool:
+def _placed(row: Row, resp: dict[str, Any], p: UsageParams, window: ReviewWindow, bill: UsageBill) -> bool:
     """Whether the line is in the window: by its own time, else by the batch's dates or --all-rows."""
     key, value = _time(row, resp)
     if value is NO_TIME:
@@ -129,19 +129,19 @@ def _placed(row: Row, resp: dict[str, Any], p: UsageParams, window: Window, bill
                                       "results --batch-dates START/END (the batch's created_at and ended_at) or "
                                       "--all-rows (the whole file is the window's)")
         a, b = p.batch.start, p.batch.end
-        if window.contains(a) and window.start <= b <= window.end:
+        if window.holds(a) and window.start <= b <= window.end:
             return True
         if b <= window.start or a >= window.end:
             return False
         raise RowError("created", f"no time, and the batch ran {iso(a)} to {iso(b)}, across the window's edge; "
                                   "expected a batch inside the window, or --all-rows on the operator's word")
     try:
-        return window.contains(to_time(value))
+        return window.holds(to_time(value))
     except ValueError as exc:
         raise RowError(str(key), str(exc)) from None
 
 
-def bill_row(row: Row, p: UsageParams, window: Window, tasks: set[str] | None, bill: UsageBill) -> None:
+def bill_row(row: Row, p: UsageParams, window: ReviewWindow, tasks: set[str] | None, bill: UsageBill) -> None:
     resp = _response(row)
     task = None
     if p.task_field:
@@ -200,7 +200,7 @@ def _recognised(path: str | Path, rows: list[Row]) -> None:
                             "log with usage", source=str(path))
 
 
-def read_usage(path: str | Path, p: UsageParams, window: Window) -> UsageBill:
+def read_usage(path: str | Path, p: UsageParams, window: ReviewWindow) -> UsageBill:
     if not p.prices:
         raise BadInputError("no prices; expected --price-input, --price-cached-input and --price-output (per million "
                             "tokens) or imports.usage.prices", source="k3 import usage")

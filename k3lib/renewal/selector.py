@@ -3,7 +3,7 @@ out (counted by reason), the same way for a history file and for a Prometheus se
 
 vLLM series are the deployment's when their `model_name` is its served model (and, when instances are named, their
 `instance` one of them); dcgm-exporter series when their host is one of its nodes and, when GPU UUIDs are named,
-their `UUID` one of them. A label the identity names but a series lacks leaves that series out: it cannot be
+their `UUID` one of them. A label the selector names but a series lacks leaves that series out: it cannot be
 attributed. The GPUs kept are counted and must be the GPUs the capacity reserves.
 """
 
@@ -22,7 +22,7 @@ LabelKey = tuple[tuple[str, str], ...]
 
 
 @dataclasses.dataclass(frozen=True)
-class Identity:
+class SeriesSelector:
     """The labels that select the deployment (a plain copy of `review.deployment`, so the series stay pure)."""
 
     model_name: str | None
@@ -32,7 +32,7 @@ class Identity:
     gpus: int | None = None
 
     @classmethod
-    def of(cls, deployment: Any) -> "Identity":
+    def of(cls, deployment: Any) -> "SeriesSelector":
         return cls(deployment.model_name, tuple(deployment.instances), tuple(deployment.hostnames),
                    tuple(deployment.gpu_uuids), deployment.gpus)
 
@@ -45,34 +45,34 @@ def _label(labels: Mapping[str, str], names: Iterable[str]) -> str | None:
     return next((labels[n] for n in names if n in labels), None)
 
 
-def why_not(name: str, key: LabelKey, identity: Identity) -> str | None:
+def why_not(name: str, key: LabelKey, selector: SeriesSelector) -> str | None:
     """Why the series `name{key}` is not the deployment's, or None when it is."""
     labels = dict(key)
     if name.startswith(DCGM_PREFIX):
         host = _label(labels, HOST_LABELS)
-        if identity.hostnames:
+        if selector.hostnames:
             if host is None:
                 return "no Hostname label"
-            if host not in identity.hostnames:
+            if host not in selector.hostnames:
                 return f"another host ({host})"
-        if identity.gpu_uuids:
+        if selector.gpu_uuids:
             uuid = _label(labels, UUID_LABELS)
             if uuid is None:
                 return "no UUID label"
-            if uuid not in identity.gpu_uuids:
+            if uuid not in selector.gpu_uuids:
                 return f"another GPU ({uuid})"
         return None
     model = labels.get("model_name")
-    if identity.model_name is not None:
+    if selector.model_name is not None:
         if model is None:
             return "no model_name label"
-        if model != identity.model_name:
+        if model != selector.model_name:
             return f"another model ({model})"
-    if identity.instances:
+    if selector.instances:
         instance = labels.get("instance")
         if instance is None:
             return "no instance label"
-        if instance not in identity.instances:
+        if instance not in selector.instances:
             return f"another instance ({instance})"
     return None
 
@@ -89,12 +89,12 @@ class LeftOut:
         return {"name": self.name, "reason": self.reason, "series": self.series}
 
 
-def select(name: str, keys: Iterable[LabelKey], identity: Identity) -> tuple[list[LabelKey], list[LeftOut]]:
+def select(name: str, keys: Iterable[LabelKey], selector: SeriesSelector) -> tuple[list[LabelKey], list[LeftOut]]:
     """The label sets of `name` that are the deployment's, and the others counted by reason."""
     kept: list[LabelKey] = []
     reasons: Counter[str] = Counter()
     for key in keys:
-        why = why_not(name, key, identity)
+        why = why_not(name, key, selector)
         if why is None:
             kept.append(key)
         else:
@@ -126,18 +126,18 @@ def _one_of(label: str, values: tuple[str, ...]) -> str:
     return f'{label}=~"{"|".join(_quote(re.escape(v)) for v in values)}"'
 
 
-def matchers(name: str, identity: Identity) -> str:
+def matchers(name: str, selector: SeriesSelector) -> str:
     """The PromQL label matchers that select the deployment's series of `name` on the server (the same rule as
     `why_not`, which still checks every series the server returns)."""
     parts = []
     if name.startswith(DCGM_PREFIX):
-        if identity.hostnames:
-            parts.append(_one_of("Hostname", identity.hostnames))
-        if identity.gpu_uuids:
-            parts.append(_one_of("UUID", identity.gpu_uuids))
+        if selector.hostnames:
+            parts.append(_one_of("Hostname", selector.hostnames))
+        if selector.gpu_uuids:
+            parts.append(_one_of("UUID", selector.gpu_uuids))
     else:
-        if identity.model_name is not None:
-            parts.append(_one_of("model_name", (identity.model_name,)))
-        if identity.instances:
-            parts.append(_one_of("instance", identity.instances))
+        if selector.model_name is not None:
+            parts.append(_one_of("model_name", (selector.model_name,)))
+        if selector.instances:
+            parts.append(_one_of("instance", selector.instances))
     return ",".join(parts)
