@@ -25,6 +25,7 @@ from ...io.load import check_load_target
 from ...io.sampling import Timeline
 from .longcontext import LongContextPhase
 from .result import CapacityResult, read_capacity
+from .resume import cut_sessions, restore
 from .shape import PHASES
 from .soak import SoakPhase
 from .coldload import ColdLoadPhase
@@ -74,7 +75,10 @@ class CapacityRunner(ColdLoadPhase, LongContextPhase, ConcurrencyPhase, SoakPhas
         try:
             works = {"cold-load": self._cold_load, "long-context": self._long_context,
                      "concurrency": self._concurrency, "soak": self._soak, "sessions": self._sessions}
+            kept = {p["phase"] for p in self.phases}  # a resumed run's phases before the sessions
             for name in PHASES:
+                if name in kept:
+                    continue
                 if self.dead:
                     why = "the server never became ready" if not self.ready.get("ready") else \
                         f"the engine stopped answering (health) during {self._phase}"
@@ -94,6 +98,10 @@ def run_capacity(ctx: "AxisContext") -> "CapacityResult":
     # before the samplers and the health polls touch the target: a mistyped URL must not load a remote deployment
     check_load_target(ctx.target.base_url, ctx.params.target.allow_remote_load)
     runner = CapacityRunner(ctx)
+    cut = cut_sessions(ctx.store, runner.plan.to_dict())
+    if cut is not None:  # cut in its session phase: what it finished is kept, the sessions go on
+        restore(ctx.store, cut)
+        runner.resume_from(cut)
     runner.session_source = SessionSource(ctx.params)  # a session trace that cannot be read stops here, before any load
     run_sync(runner.run())
     return read_capacity(ctx.store)

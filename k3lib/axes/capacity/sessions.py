@@ -26,7 +26,7 @@ from ...io.metrics import Snapshot, delta
 from ...io.sessions import (FILLER_SAMPLE, Question, ReplayConfig, SessionReplay, SessionShape, SessionTurn, convert_trace,
                             generate_sessions, read_trace)
 from .config import SESSION_MAX_TURNS, SESSION_MIN_TURNS
-from .result import SESSIONS_JSONL
+from .result import RUN_JSON, SESSIONS_JSONL
 from .shape import session_levels
 from .watch import EngineWatch, boundary_snapshot
 from .window import record_stats, window_numbers
@@ -148,22 +148,32 @@ class SessionPhase(EngineWatch):
         source = self.session_source or SessionSource(self.params)
         self.session_run: dict[str, Any] = {"source": source.kind, "planned_sessions": plan.planned_sessions,
                             "levels": [], "longest_exchange_tokens": longest_exchange(self.params)}
+        cut = self.resume
         client = self._client(plan.request_timeout_s)
         try:
-            self.session_run["shared_prefix_tokens"] = await self._shared_prefix(client, source)
+            if cut is None:
+                self.session_run["shared_prefix_tokens"] = await self._shared_prefix(client, source)
+                self.chars_per_token = await self._chars_per_token(client)
+            else:  # the cut attempt's measures: its sessions and this one's grow alike
+                self.session_run.update(levels=[dict(lv) for lv in cut.levels],
+                                        shared_prefix_tokens=cut.run["sessions"].get("shared_prefix_tokens"))
+                self.chars_per_token = cut.run["sessions"].get("chars_per_token")
+                source.next = cut.next_session
             source.start_tokens = self.session_run["shared_prefix_tokens"] or 0
-            source.chars_per_token = self.chars_per_token = await self._chars_per_token(client)
+            source.chars_per_token = self.chars_per_token
             self.session_run["chars_per_token"] = self.chars_per_token
-            for level in plan.session_levels:
+            for level in plan.session_levels[len(self.session_run["levels"]):]:
                 if self.dead:
                     self.session_run["levels"].append({"sessions": level, "status": "skipped",
                                                        "note": "engine dead"})
                     continue
                 await self._session_level(client, source, level)
+            self.session_run.pop("current", None)
         finally:
             await client.aclose()
         turns = sum(lv.get("turns", 0) for lv in self.session_run["levels"])
-        return f"{turns} turns over {len(plan.session_levels)} level(s) of sessions ({source.kind})"
+        resumed = f"; resumed from {cut.under}, cut in a level of {cut.level}" if cut is not None else ""
+        return f"{turns} turns over {len(plan.session_levels)} level(s) of sessions ({source.kind}){resumed}"
 
     async def _shared_prefix(self, client: ChatClient, source: SessionSource) -> int | None:
         """The system prompt and tools in tokens, from the server's /tokenize (None where it has none): the part of
@@ -197,10 +207,16 @@ class SessionPhase(EngineWatch):
         plan = self.plan
         progress.phase(f"sessions: {level} at once", duration_s=plan.session_duration_s)
         label = f"sessions {level}"
-        bucket: list[dict[str, Any]] = []
-        turns: list[dict[str, Any]] = []
-        sessions = source.level()
-        counts = {"started": 0, "finished": 0}
+        cut = self.resume if self.resume is not None and self.resume.level == level else None
+        # a resumed level starts from the sessions its cut attempt ended: their turns and requests, kept once
+        kept = cut.level_turns(level) if cut is not None else []
+        done = list(cut.finished) if cut is not None else []
+        bucket = [dict(r) for r in cut.requests if r.get("step") == label] if cut is not None else []
+        turns: list[dict[str, Any]] = list(kept)
+        sessions = (s for s in source.level() if s[0].session not in done)  # a trace's ended sessions not again
+        counts = {"started": len(done), "finished": len(done)}
+        # the level in progress, rewritten as each session starts and ends: a kill keeps the ended ones
+        current = self.session_run["current"] = {"sessions": level, "finished": list(done), "next": source.next}
         request_sink = self._sink("sessions", label, bucket, level)
 
         def sink(d: dict[str, Any]) -> None:
@@ -214,9 +230,13 @@ class SessionPhase(EngineWatch):
                 if session is None:
                     return
                 counts["started"] += 1
+                current["next"] = source.next
+                self._write_run()
                 await SessionReplay(client, session, self._config(), sink=sink, on_request=request_sink,
                                     label=f"L{level}-", stop_at_ns=stop_at, min_turns=SESSION_MIN_TURNS).run()
                 counts["finished"] += 1
+                current["finished"].append(session[0].session)
+                self._write_run()
 
         before = await boundary_snapshot(self.urls)
         t0 = time.time()
@@ -232,7 +252,12 @@ class SessionPhase(EngineWatch):
             "start_wall": t0, "end_wall": t1, "turns": len(turns), "sessions_started": counts["started"],
             "sessions_finished": counts["finished"], "engine_alive_after": alive,
             **record_stats(bucket), **window_numbers(before, after), **cache_counters(before, after),
-            "usage_cached_tokens": sum(t.get("cached_tokens") or 0 for t in turns)})
+            "usage_cached_tokens": sum(t.get("cached_tokens") or 0 for t in turns),
+            **({"resumed": {"from": cut.under, "kept_sessions": len(done), "kept_turns": len(kept)}}
+               if cut is not None else {})})
+        # between levels: none in progress, the numbering kept (the run's end drops it)
+        self.session_run["current"] = {"sessions": None, "finished": [], "next": source.next}
+        self._write_run()
 
     async def _hold(self, worker: Callable[[], Any], level: int) -> str | None:
         """`level` workers until the level's duration (each session plays its first turns), cut at the level's
@@ -253,6 +278,9 @@ class SessionPhase(EngineWatch):
             await asyncio.gather(*tasks, return_exceptions=True)
 
     # -- the run folder ------------------------------------------------------------------------------------
+    def _write_run(self) -> None:
+        self.store.write_json(RUN_JSON, self.describe())
+
     def _flush(self) -> None:
         super()._flush()
         if self.store.path(SESSIONS_JSONL).exists():

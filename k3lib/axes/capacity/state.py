@@ -15,6 +15,7 @@ from ...io.readers.vllm_log import VllmLogReport
 from ...io.sampling import Timeline
 from ...io.workers import WorkerPool, resolve_workers
 from .config import CapacityParams
+from .resume import CutSessions
 from .result import GPU_JSON, LOG_TXT, METRICS_JSON, REQUESTS, RUN_JSON
 from .server import server_config
 from .shape import CapacityPlan, plan_capacity
@@ -60,6 +61,20 @@ class RunnerState:
         self.workers = min(resolve_workers(self.params.load.workers),
                            max((*self.plan.steps, self.plan.planned_concurrency)))
         self._pool: WorkerPool | None = None
+        self.resume: CutSessions | None = None  # a run cut in its session phase, continued (see resume.py)
+
+    def resume_from(self, cut: CutSessions) -> None:
+        """Continue a run cut in its session phase: the earlier phases' state as the cut attempt left it."""
+        self.resume = cut
+        state = cut.kept_state()
+        self.phases = cut.kept_phases
+        self.steps, self.long_context = state["steps"] or [], state["long_context"] or []
+        self.refusal, self.ready = state["refusal"] or self.refusal, state["ready"] or {}
+        self.health, self.failure, self.dead = state["health"], state["failure"], bool(state["dead"])
+        self.soak, self.notes = state["soak"], state["notes"] or []
+        self.calibration = state["calibration"] or self.calibration
+        self.model_card, self.cache_info = state["model_card"], state["cache_config_info"] or {}
+        self.log_error = state["log_error"]
 
     # -- clients ---------------------------------------------------------------------------------------------
     def _client(self, timeout_s: float) -> ChatClient:
@@ -76,8 +91,9 @@ class RunnerState:
     def _flush(self) -> None:
         """Rewrite the series and the run description; called after every phase."""
         if self.timeline is not None:
-            self.store.write_json(METRICS_JSON, self.timeline.metric_rows())
-            self.store.write_json(GPU_JSON, self.timeline.gpu_rows())
+            kept = self.resume
+            self.store.write_json(METRICS_JSON, [*(kept.metrics if kept else ()), *self.timeline.metric_rows()])
+            self.store.write_json(GPU_JSON, [*(kept.gpu if kept else ()), *self.timeline.gpu_rows()])
         self.store.write_json(RUN_JSON, self.describe())
         if self.store.path(REQUESTS).exists():
             self.store.adopt(REQUESTS)
