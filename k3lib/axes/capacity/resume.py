@@ -20,6 +20,7 @@ import dataclasses
 import json
 from typing import Any
 
+from ...core.evidence import Row
 from ...core.store import RunStore
 from .result import DIR, GPU_JSON, METRICS_JSON, REQUESTS, RUN_JSON, SESSIONS_JSONL
 
@@ -33,21 +34,21 @@ class CutSessions:
     """What a run cut in its session phase finished, read from the attempt set apart under `under`."""
 
     under: str
-    run: dict[str, Any]  # the cut attempt's run description
-    levels: tuple[dict[str, Any], ...]  # the session levels that ended
+    run: Row  # the cut attempt's run description
+    levels: tuple[Row, ...]  # the session levels that ended
     level: int | None  # the level the stop cut (None: cut between levels)
     finished: tuple[str, ...]  # the sessions of that level that ended
     next_session: int  # the generator's next number: past every session the cut attempt started
-    turns: tuple[dict[str, Any], ...]  # the kept turns (ended levels, ended sessions of the cut level)
-    requests: tuple[dict[str, Any], ...]  # the kept request records (the earlier phases', the kept turns')
-    metrics: tuple[dict[str, Any], ...]
-    gpu: tuple[dict[str, Any], ...]
+    turns: tuple[Row, ...]  # the kept turns (ended levels, ended sessions of the cut level)
+    requests: tuple[Row, ...]  # the kept request records (the earlier phases', the kept turns')
+    metrics: tuple[Row, ...]
+    gpu: tuple[Row, ...]
 
     @property
-    def kept_phases(self) -> list[dict[str, Any]]:
+    def kept_phases(self) -> list[Row]:
         return [p for p in self.run.get("phases") or [] if p.get("phase") != "sessions"]
 
-    def kept_state(self) -> dict[str, Any]:
+    def kept_state(self) -> Row:
         """The run description's fields of the phases before the sessions, as the cut attempt left them; a failure
         or a health poll of the cut level is the cut attempt's, not kept."""
         state = {k: self.run.get(k) for k in KEPT_FIELDS}
@@ -60,7 +61,7 @@ class CutSessions:
                            if h.get("phase") != "sessions" or (h.get("t_wall") or 0) <= ended]
         return state
 
-    def level_turns(self, level: int) -> list[dict[str, Any]]:
+    def level_turns(self, level: int) -> list[Row]:
         return [t for t in self.turns if t.get("level") == level] if level == self.level else []
 
 
@@ -70,7 +71,7 @@ def _latest_attempt(store: RunStore) -> str | None:
     return next((f"aborted/{n}" for n in seen if store.path(f"aborted/{n}/{DIR}").is_dir()), None)
 
 
-def _cut_in_sessions(run: Any, plan: dict[str, Any]) -> bool:
+def _cut_in_sessions(run: Any, plan: Row) -> bool:
     if not isinstance(run, dict) or run.get("dead") or not isinstance(run.get("sessions"), dict):
         return False
     phases = run.get("phases") or []
@@ -78,7 +79,7 @@ def _cut_in_sessions(run: Any, plan: dict[str, Any]) -> bool:
     return bool(cut) and json.loads(json.dumps(plan)) == run.get("plan")
 
 
-def cut_sessions(store: RunStore, plan: dict[str, Any]) -> CutSessions | None:
+def cut_sessions(store: RunStore, plan: Row) -> CutSessions | None:
     """The latest cut attempt, when it was cut in its session phase under the same plan and nothing of this attempt
     was written yet; None otherwise (the axis then runs whole)."""
     under = _latest_attempt(store)
@@ -96,7 +97,7 @@ def cut_sessions(store: RunStore, plan: dict[str, Any]) -> CutSessions | None:
     level = current.get("sessions")
     finished = tuple(str(s) for s in current.get("finished") or [])
 
-    def stream(name: str) -> list[dict[str, Any]]:
+    def stream(name: str) -> list[Row]:
         return store.read_jsonl(f"{under}/{name}") if store.path(f"{under}/{name}").is_file() else []
 
     turns = [t for t in stream(SESSIONS_JSONL)
