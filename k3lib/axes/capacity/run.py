@@ -22,7 +22,7 @@ import httpx
 
 from ...core import progress
 from ...core.errors import TargetError
-from ...core.evidence import CapacityStep, Row
+from ...core.evidence import CapacityPhase, CapacityStep, Row
 from ...core.params import Params
 from ...io.calibration import CalibrationReport
 from ...io.client import ChatClient, run_sync
@@ -59,7 +59,7 @@ class CapacityRunner:
         self.rec = Recorder(ctx)
         self.ctx, self.params, self.plan, self.store = ctx, ctx.params, self.rec.plan, ctx.store
         self.session_source: SessionSource | None = None  # set before the run: a bad trace is refused before load
-        self.phases: list[Row] = []
+        self.phases: list[CapacityPhase] = []
         self._phase = ""
         self.cold: ColdLoad = NOT_RUN
         self.log = ServerLog()
@@ -134,7 +134,7 @@ class CapacityRunner:
         self.resume = cut
         kept = cut.kept_state()
         self.rec.keep_watch(kept)
-        self.phases = cut.kept_phases
+        self.phases = [CapacityPhase.model_validate(p) for p in cut.kept_phases]
         self.cold = ColdLoad(ready=kept["ready"] or {}, model_card=kept["model_card"],
                              cache_info=kept["cache_config_info"] or {}, log=ServerLog(error=kept["log_error"]))
         self.log = self.cold.log
@@ -145,7 +145,9 @@ class CapacityRunner:
         self.soak = Soak(kept["soak"], "") if kept["soak"] is not None else None
 
     async def _phase_run(self, name: str, work: Callable[[], Awaitable[str]]) -> None:
-        entry = {"phase": name, "start_wall": time.time(), "end_wall": None, "status": "running", "note": ""}
+        """One phase within its bound: `running` while it runs (what a kill leaves), then how it ended."""
+        entry = CapacityPhase(phase=name, start_wall=time.time(), status="running")
+        at = len(self.phases)
         self.phases.append(entry)
         self._phase = name
         bound = self.plan.phase_budget_s(name)
@@ -153,20 +155,18 @@ class CapacityRunner:
         try:
             async with asyncio.timeout(bound):
                 note = await work()
-            entry["status"] = "done"
-            entry["note"] = note or ""
+            status, note = "done", note or ""
         except TimeoutError:
-            entry["status"] = "cut"
-            entry["note"] = f"stopped at its bound of {bound:.0f} s"
+            status, note = "cut", f"stopped at its bound of {bound:.0f} s"
         except (TargetError, httpx.HTTPError) as exc:
-            entry["status"] = "failed"
-            entry["note"] = f"{type(exc).__name__}: {exc}"[:500]
-        entry["end_wall"] = time.time()
+            status, note = "failed", f"{type(exc).__name__}: {exc}"[:500]
+        self.phases[at] = entry.model_copy(
+            update={"status": status, "note": note, "end_wall": time.time()})
         self._flush()
 
     def _skip(self, name: str, reason: str) -> None:
         now = time.time()
-        self.phases.append({"phase": name, "start_wall": now, "end_wall": now, "status": "skipped", "note": reason})
+        self.phases.append(CapacityPhase(phase=name, start_wall=now, end_wall=now, status="skipped", note=reason))
 
     async def run(self) -> None:
         pinned = pinned_params(self.ctx)
@@ -176,7 +176,7 @@ class CapacityRunner:
         try:
             works = {"cold-load": self._cold_load, "long-context": self._long_context,
                      "concurrency": self._concurrency, "soak": self._soak, "sessions": self._sessions}
-            kept = {p["phase"] for p in self.phases}  # a resumed run's phases before the sessions
+            kept = {p.phase for p in self.phases}  # a resumed run's phases before the sessions
             for name in PHASES:
                 if name in kept:
                     continue
@@ -213,7 +213,8 @@ class CapacityRunner:
             "plan": self.plan.to_dict(), "target": self.ctx.target.base_url,
             "gpu_source": self.params.target.gpu_metrics.source if timeline is None else timeline.gpu_kind,
             "gpu_driver": rec.gpu_driver(),
-            "phases": self.phases, "steps": [step_row(s) for s in self.steps], "long_context": list(self.long.lengths),
+            "phases": [p.model_dump() for p in self.phases], "steps": [step_row(s) for s in self.steps],
+            "long_context": list(self.long.lengths),
             "refusal": self.long.refusal, "ready": cold.ready, "health": watch["health"], "failure": watch["failure"],
             "dead": watch["dead"], "soak": self.soak.data if self.soak is not None else None,
             "notes": watch["notes"], "calibration": self.calib.data,
