@@ -246,7 +246,8 @@ def set_aside(store: RunStore, nb: str, axis: str | None, under: str) -> list[st
         store.write_json(f"{under}/{axis or Path(nb).stem}.aborted.json", {
             "aborted": True, "axis": axis, "notebook": nb, "set_aside_at": utc_now(), "files": moved,
             "why": "an attempt cut by a kill or a stop, kept apart: neither the decision nor `k3 verify` reads it; "
-                   "the axis ran again from its start"})
+                   "the axis ran again from its start (a capacity axis cut in its session phase: from the "
+                   "level it was cut in, keeping the copy of what the attempt finished)"})
         log.warning("%s: the cut attempt's %d files are kept apart in %s (aborted)", nb, len(moved), under)
     return moved
 

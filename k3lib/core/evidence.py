@@ -55,8 +55,9 @@ class TrafficCap(_Data):
 
 
 class CapacityStep(_Data):
-    """One closed-loop load step at a fixed concurrency (k3lib.axes.capacity.run): client counts and percentiles, the
-    server's window numbers, its settled gauges, the calibration gate and the held/why judgement."""
+    """One closed-loop load step at a fixed concurrency, built and written as this record by
+    k3lib.axes.capacity.concurrency: client counts and percentiles, the server's window numbers, its settled gauges,
+    the calibration gate and the held/why judgement."""
 
     concurrency: int
     label: str | None = None
@@ -126,7 +127,7 @@ class CapacityStep(_Data):
 
 class CapacityPhase(_Data):
     """One bounded phase of the capacity run as k3lib.axes.capacity.run records it (cold load, long context, concurrency,
-    soak): its wall-clock window, how it ended (done, cut, failed, skipped, running) and why."""
+    soak, sessions): its wall-clock window, how it ended (done, cut, failed, skipped, running) and why."""
 
     phase: str
     start_wall: float | None = None

@@ -4,80 +4,105 @@ per-rank figures, judged held or not."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from ...core import progress
+from ...core.evidence import CapacityStep
 from ...core.numbers import figure
+from ...io.client import ChatClient
 from ...io.prompts import RUN_SALT, BuiltPrompt
-from .agreement import calibration_error_at, settle_held, window_agreement
+from .agreement import settle_held, window_agreement
 from .analysis import judge_step, settled_stats
-from .calibration import CalibrationPhase
+from .calibration import Calibration
 from .ranks import rank_window
+from .state import Recorder
 from .window import record_stats, window_numbers
-from .trust import calibration_summary
-from .watch import boundary_snapshot
+from .watch import LoadWindow, boundary_snapshot
 
 
-class ConcurrencyPhase(CalibrationPhase):
-    """The concurrency steps."""
+@dataclasses.dataclass(frozen=True)
+class StepInputs:
+    """What the steps take from the phases before them: the calibration that gates their latency figures and the
+    server's admit limit (max_num_seqs × DP) that a queue is judged against."""
 
-    async def _concurrency(self) -> str:
-        assert self.timeline is not None  # run() starts the samplers before any phase
-        plan = self.plan
-        sizing = self._client(self.params.target.timeout_s)
-        client = self._client(plan.request_timeout_s)
-        try:
-            prompts = await self._prompts(sizing, count=4, tokens=plan.prompt_tokens, seed=53)
-            await self._calibrate()
-            for c in plan.steps:
-                label = f"c{c}"
-                if self.dead:
-                    self.steps.append({"concurrency": c, "label": label, "status": "skipped", "held": False,
-                                       "out_of_contract": c > plan.planned_concurrency, "note": "engine dead"})
-                    continue
-                bodies = self._salted(prompts, plan.output_tokens, f"{label}")
-                progress.phase(f"step {plan.steps.index(c) + 1} of {len(plan.steps)}: concurrency {c}",
-                               requests=plan.step_max_requests, duration_s=2 * plan.step_duration_s)
-                bucket: list[dict[str, Any]] = []
-                before = await boundary_snapshot(self.urls)
-                t0 = time.time()
-                summary, early = await self._closed(client, bodies, phase="concurrency", label=label,
-                                                    concurrency=c, max_requests=plan.step_max_requests,
-                                                    duration_s=plan.step_duration_s, bucket=bucket)
-                t1 = time.time()
-                after = await boundary_snapshot(self.urls)
-                alive = await self._check_alive(client, "concurrency", c)
-                step = {"concurrency": c, "label": label, "status": "done" if early is None else "stopped",
-                        "note": early or "", "out_of_contract": c > plan.planned_concurrency,
-                        "prompt_tokens": prompts[0].prompt_tokens, "sized_by": prompts[0].sized_by,
-                        "output_tokens": plan.output_tokens, "start_wall": t0, "end_wall": t1,
-                        "engine_alive_after": alive, **record_stats(bucket, intervals=True), **window_numbers(before, after),
-                        **settled_stats(self.timeline.metric_rows(), t0, t1, self.cap.settle_fraction,
-                                        self._admit_limit()),
-                        **self._trust(summary, bucket, c, before, after),
-                        "ranks": rank_window(before, after, self.timeline.metric_rows(), t0, t1)}
-                held, why = judge_step(step, queue_objective_ms=self.params.contract.queue_p95_ms,
-                                       waiting_tolerance=self.cap.waiting_tolerance,
-                                       max_error_share=self.params.contract.max_error_share)
-                # a step whose worker process ended early sent less load than planned: it did not show that level held
-                degraded = step.get("degraded")
-                why = why + ([] if alive else ["the engine died"]) + ([degraded] if degraded else [])
-                step["agreement"] = window_agreement(
-                    step, bucket, self.timeline.metric_rows(), settle_fraction=self.cap.settle_fraction,
-                    calibration_error_ms=calibration_error_at({"summary": calibration_summary(self._reports)}, c))
-                settled, why = settle_held(held and alive and not degraded, why, step["agreement"])
-                settled, why = too_short(bucket, plan.step_duration_s, settled, why)
-                step.update(held=settled, why=why)
-                self.steps.append(step)
-        finally:
-            await sizing.aclose()
-            await client.aclose()
-        return f"{sum(1 for s in self.steps if s.get('held'))}/{len(plan.steps)} steps held"
+    calibration: Calibration
+    admit_limit: int | None
 
-    def _salted(self, prompts: Sequence[BuiltPrompt], max_tokens: int, label: str) -> "SaltedBodies":
-        return SaltedBodies(tuple(self._body(p, max_tokens) for p in prompts), f"{RUN_SALT}-{label}")
+
+async def concurrency_steps(rec: Recorder, load: LoadWindow, calibrate: Callable[[], Awaitable[Calibration]],
+                            admit_limit: int | None, publish: Callable[[tuple[CapacityStep, ...]], None]
+                            ) -> tuple[CapacityStep, ...]:
+    """The client's self-calibration (`calibrate`), then one step per planned concurrency, each sent through
+    `load`; `publish` gets the steps as they end (a phase cut at its bound keeps them)."""
+    plan = rec.plan
+    sizing = rec.client(rec.params.target.timeout_s)
+    client = rec.client(plan.request_timeout_s)
+    steps: tuple[CapacityStep, ...] = ()
+    try:
+        prompts = await rec.prompts(sizing, count=4, tokens=plan.prompt_tokens, seed=53)
+        inputs = StepInputs(await calibrate(), admit_limit)
+        for c in plan.steps:
+            if rec.dead:
+                step = CapacityStep(concurrency=c, label=f"c{c}", status="skipped", held=False,
+                                    out_of_contract=c > plan.planned_concurrency, note="engine dead")
+            else:
+                step = await _step(rec, load, client, prompts, c, inputs)
+            steps = (*steps, step)
+            publish(steps)
+    finally:
+        await sizing.aclose()
+        await client.aclose()
+    return steps
+
+
+async def _step(rec: Recorder, load: LoadWindow, client: ChatClient, prompts: Sequence[BuiltPrompt], c: int,
+                inputs: StepInputs) -> CapacityStep:
+    """One closed-loop step at concurrency `c`: measured, then judged held or not, as the one record written."""
+    plan, cap = rec.plan, rec.cap
+    label = f"c{c}"
+    bodies = SaltedBodies(tuple(rec.body(p, plan.output_tokens) for p in prompts), f"{RUN_SALT}-{label}")
+    progress.phase(f"step {plan.steps.index(c) + 1} of {len(plan.steps)}: concurrency {c}",
+                   requests=plan.step_max_requests, duration_s=2 * plan.step_duration_s)
+    bucket: list[dict[str, Any]] = []
+    before = await boundary_snapshot(rec.urls)
+    t0 = time.time()
+    summary, early = await load(client, bodies, phase="concurrency", label=label, concurrency=c,
+                                max_requests=plan.step_max_requests, duration_s=plan.step_duration_s, bucket=bucket)
+    t1 = time.time()
+    after = await boundary_snapshot(rec.urls)
+    alive = await rec.check_alive(client, "concurrency", c)
+    rows = rec.metric_rows()
+    step = CapacityStep.model_validate({
+        "concurrency": c, "label": label, "status": "done" if early is None else "stopped", "note": early or "",
+        "out_of_contract": c > plan.planned_concurrency, "prompt_tokens": prompts[0].prompt_tokens,
+        "sized_by": prompts[0].sized_by, "output_tokens": plan.output_tokens, "start_wall": t0, "end_wall": t1,
+        "engine_alive_after": alive, **record_stats(bucket, intervals=True), **window_numbers(before, after),
+        **settled_stats(rows, t0, t1, cap.settle_fraction, inputs.admit_limit),
+        **inputs.calibration.trust(summary, bucket, c, before, after),
+        "ranks": rank_window(before, after, rows, t0, t1)})
+    measured = step.model_dump(exclude_unset=True)
+    held, why = judge_step(measured, queue_objective_ms=rec.params.contract.queue_p95_ms,
+                           waiting_tolerance=cap.waiting_tolerance,
+                           max_error_share=rec.params.contract.max_error_share)
+    # a step whose worker process ended early sent less load than planned: it did not show that level held
+    why = why + ([] if alive else ["the engine died"]) + ([step.degraded] if step.degraded else [])
+    agreement = window_agreement(measured, bucket, rows, settle_fraction=cap.settle_fraction,
+                                 calibration_error_ms=inputs.calibration.error_at(c))
+    settled, why = settle_held(held and alive and not step.degraded, why, agreement)
+    settled, why = too_short(bucket, plan.step_duration_s, settled, why)
+    return step.model_copy(update={"agreement": agreement, "held": settled, "why": why})
+
+
+def step_row(step: CapacityStep) -> dict[str, Any]:
+    """A step as the run description writes it: the fields it was built with."""
+    return step.model_dump(exclude_unset=True)
+
+
+def steps_note(steps: Sequence[CapacityStep], planned: int) -> str:
+    return f"{sum(1 for s in steps if s.held)}/{planned} steps held"
 
 
 class SaltedBodies:

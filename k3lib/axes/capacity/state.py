@@ -1,30 +1,37 @@
-"""The state of one capacity run, shared by its phases: the plan, what each phase found so far, the clients and
-worker processes the load goes through, the request bodies, and the run description rewritten to the run folder
-after every phase (so a killed run keeps what it measured)."""
+"""The recorder of one capacity run, handed to each phase explicitly: where the load goes (the target's clients, the
+worker processes, the request bodies), where its records go (the run folder, appended as they finish) and the watch
+on the engine (health polls, the first failure kept for the OOM event, whether it died). The phases are functions over
+the plan and this recorder (run.py composes them); what each found comes back as its own typed result."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ...core.evidence import Row
 from ...core.errors import APIError, TargetError
-from ...io.calibration import CalibrationReport
-from ...io.client import ChatClient
+from ...io.client import ChatClient, ChatRecord
 from ...io.prompts import BuiltPrompt, EstimateCounter, build_prompts
-from ...io.readers.vllm_log import VllmLogReport
 from ...io.sampling import Timeline
 from ...io.workers import WorkerPool, resolve_workers
-from .config import CapacityParams
-from .result import GPU_JSON, LOG_TXT, METRICS_JSON, REQUESTS, RUN_JSON
-from .server import server_config
+from .config import HEALTH_TIMEOUT_S, CapacityParams
+from .result import REQUESTS
 from .shape import CapacityPlan, plan_capacity
+from .window import failure_kind
 
 if TYPE_CHECKING:
     from ...core.session import AxisContext
 
 
-class RunnerState:
-    """Mutable state of one run, and the helpers every phase uses (see run.CapacityRunner for the phases)."""
+class EngineGone(Exception):
+    """Raised by a phase's sink to stop a load window once more server failures than its concurrency came in a
+    row: the engine is gone, and hammering a dead server for the rest of the window only adds noise. The load
+    generator re-raises it once the window has stopped; the records delivered so far are kept."""
+
+
+class Recorder:
+    """The run's I/O and its watch on the engine (see the module)."""
 
     def __init__(self, ctx: "AxisContext", plan: CapacityPlan | None = None) -> None:
         self.ctx = ctx
@@ -33,88 +40,32 @@ class RunnerState:
         self.plan = plan or plan_capacity(ctx.params)
         self.store = ctx.store
         self.urls = tuple(ctx.target.metrics_urls)
-        self.phases: list[dict[str, Any]] = []
-        self.steps: list[dict[str, Any]] = []
-        self.long_context: list[dict[str, Any]] = []
-        self.health: list[dict[str, Any]] = []
-        self.refusal: dict[str, Any] = {"outcome": "not-run", "reason": "the long-context phase did not run"}
-        self.ready: dict[str, Any] = {}
-        self.failure: dict[str, Any] | None = None
+        self.timeline: Timeline | None = None
+        # the watch: every health poll, the first failure, whether the engine is gone, what the phases noted
+        self.health: list[Row] = []
+        self.failure: Row | None = None
         self.dead = False
         self.notes: list[str] = []
-        self.model_card: dict[str, Any] | None = None
-        self.cache_info: dict[str, str] = {}
-        self.log_report: VllmLogReport | None = None
-        self.log_error: str | None = None
-        self.soak: dict[str, Any] | None = None
-        self.soak_window: tuple[float, float] | None = None
-        self._phase: str = ""
-        self._in_flight = 0
-        self.timeline: Timeline | None = None
-        # the client's self-calibration: what it ran against, and its reports (see trust.py)
-        self.calibration: dict[str, Any] = {"enabled": bool(self.plan.calibration_concurrencies), "ran": False}
-        self._reports: list[CalibrationReport] = []
-        self._measured: list[dict[str, Any]] = []  # long-context records: the timing the calibration imitates
         # load.workers: the concurrency steps' and the soak's streams (and their calibration) spread over this many
         # processes; the long-context phase (one stream) stays in this one
         self.workers = min(resolve_workers(self.params.load.workers),
                            max((*self.plan.steps, self.plan.planned_concurrency)))
-        self._pool: WorkerPool | None = None
+        self.pool: WorkerPool | None = None
 
     # -- clients ---------------------------------------------------------------------------------------------
-    def _client(self, timeout_s: float) -> ChatClient:
+    def client(self, timeout_s: float) -> ChatClient:
         return ChatClient(self.ctx.target.base_url, model=self.params.target.model,
                           api_key_env=self.params.target.api_key_env, timeout_s=timeout_s,
                           connect_timeout_s=min(10.0, timeout_s))
 
-    async def _workers(self) -> WorkerPool | None:
+    async def worker_pool(self) -> WorkerPool | None:
         """The worker processes, started once for the run (their clients keep their connections step to step)."""
-        if self.workers > 1 and self._pool is None:
-            self._pool = await WorkerPool(self.workers).astart()
-        return self._pool
+        if self.workers > 1 and self.pool is None:
+            self.pool = await WorkerPool(self.workers).astart()
+        return self.pool
 
-    def _flush(self) -> None:
-        """Rewrite the series and the run description; called after every phase."""
-        if self.timeline is not None:
-            self.store.write_json(METRICS_JSON, self.timeline.metric_rows())
-            self.store.write_json(GPU_JSON, self.timeline.gpu_rows())
-        self.store.write_json(RUN_JSON, self.describe())
-        if self.store.path(REQUESTS).exists():
-            self.store.adopt(REQUESTS)
-
-    def _gpu_driver(self) -> str | None:
-        """The driver the GPU source's own labels carry (dcgm-exporter's DCGM_FI_DRIVER_VERSION, NVML's)."""
-        source = self.timeline.gpu_source if self.timeline is not None else None
-        if source is None or self.params.target.gpu_metrics.source == "nvml":
-            return None  # NVML's driver is the kit's host's: the environment axis reads it (claims "nvml")
-        return getattr(source.describe(), "driver_version", None)
-
-    def describe(self) -> dict[str, Any]:
-        return {
-            "plan": self.plan.to_dict(),
-            "target": self.ctx.target.base_url,
-            "gpu_source": self.params.target.gpu_metrics.source if self.timeline is None else self.timeline.gpu_kind,
-            "gpu_driver": self._gpu_driver(),
-            "phases": self.phases, "steps": self.steps, "long_context": self.long_context,
-            "refusal": self.refusal, "ready": self.ready, "health": self.health, "failure": self.failure,
-            "dead": self.dead, "soak": self.soak, "notes": self.notes, "calibration": self.calibration,
-            "model_card": self.model_card, "cache_config_info": self.cache_info,
-            "config": server_config(self.log_report, self.cache_info, self.model_card),
-            "log_error": self.log_error,
-            "sampler_errors": self.timeline.errors() if self.timeline is not None else {},
-            "files": {"requests": REQUESTS, "metrics": METRICS_JSON, "gpu": GPU_JSON,
-                      "server_log": LOG_TXT if self.log_report is not None else None},
-        }
-
-
-    def _admit_limit(self) -> int | None:
-        """How many sequences the server runs at once (max_num_seqs × DP), when its configuration states it."""
-        values = server_config(self.log_report, self.cache_info, self.model_card)["values"]
-        seqs, dp = values.get("max_num_seqs"), values.get("data_parallel_size") or 1
-        return seqs * dp if isinstance(seqs, int) and isinstance(dp, int) else None
-
-    async def _prompts(self, sizing: ChatClient, *, count: int, tokens: int | Sequence[int], seed: int,
-                       shared_prefix_tokens: int = 0) -> list[BuiltPrompt]:
+    async def prompts(self, sizing: ChatClient, *, count: int, tokens: int | Sequence[int], seed: int,
+                      shared_prefix_tokens: int = 0) -> list[BuiltPrompt]:
         try:
             return await build_prompts(sizing, count=count, target_tokens=tokens, seed=seed,
                                        shared_prefix_tokens=shared_prefix_tokens)
@@ -124,10 +75,85 @@ class RunnerState:
             return await build_prompts(EstimateCounter(), count=count, target_tokens=tokens, seed=seed,
                                        shared_prefix_tokens=shared_prefix_tokens)
 
-    def _body(self, prompt: BuiltPrompt, max_tokens: int, *, stream: bool = True,
-              salt: str | None = None) -> dict[str, Any]:
+    def body(self, prompt: BuiltPrompt, max_tokens: int, *, stream: bool = True,
+             salt: str | None = None) -> Row:
         # ignore_eos: the output length is part of the test condition, not left to the model's mood
-        extra: dict[str, Any] = {"ignore_eos": True, "temperature": 0}
+        extra: Row = {"ignore_eos": True, "temperature": 0}
         if salt:
             extra["cache_salt"] = salt  # a cold prefix cache for every request: nothing shared, full KV cost
         return prompt.body(max_tokens=max_tokens, model=self.params.target.model, stream=stream, **extra)
+
+    def gpu_driver(self) -> str | None:
+        """The driver the GPU source's own labels carry (dcgm-exporter's DCGM_FI_DRIVER_VERSION, NVML's)."""
+        source = self.timeline.gpu_source if self.timeline is not None else None
+        if source is None or self.params.target.gpu_metrics.source == "nvml":
+            return None  # NVML's driver is the kit's host's: the environment axis reads it (claims "nvml")
+        return getattr(source.describe(), "driver_version", None)
+
+    def metric_rows(self) -> list[Row]:
+        assert self.timeline is not None  # the runner starts the samplers before any phase
+        return self.timeline.metric_rows()
+
+    # -- recording -------------------------------------------------------------------------------------------
+    def sink(self, phase: str, step: str, bucket: list[Row], concurrency: int,
+             stop_on_death: bool = True) -> Callable[[ChatRecord], None]:
+        """Where a load window's records go: the run folder (as each finishes), the window's `bucket`, and the
+        watch, which stops the window (`EngineGone`) once the engine looks gone."""
+        streak = {"n": 0}
+
+        def sink(rec: ChatRecord) -> None:
+            d = rec.to_dict(include_raw=False)
+            d["raw_json"] = None
+            d.update(phase=phase, step=step, done_wall_ns=rec.wall_ns(rec.done_ns))
+            self.store.append_jsonl(REQUESTS, d)
+            bucket.append(d)
+            kind = failure_kind(d)
+            if kind in ("server-error", "unreachable"):
+                self.note_failure(d, phase, step, concurrency, kind)
+                streak["n"] += 1
+                if stop_on_death and streak["n"] > concurrency:
+                    raise EngineGone(f"{streak['n']} server failures in a row")
+            elif kind is None:
+                streak["n"] = 0
+
+        return sink
+
+    def note_failure(self, rec: Mapping[str, Any], phase: str, step: str, in_flight: int, kind: str) -> None:
+        if self.failure is not None:
+            return
+        ns = rec.get("done_wall_ns") or rec.get("sent_wall_ns")
+        self.failure = {"via": f"request ({kind})", "t_wall": ns / 1e9 if ns else time.time(), "phase": phase,
+                        "step": step, "in_flight": in_flight, "request_id": rec.get("request_id"),
+                        "http_status": rec.get("http_status"), "error": (rec.get("error") or "")[:500]}
+
+    async def poll_health(self, client: ChatClient, phase: str, timeout_s: float = HEALTH_TIMEOUT_S
+                          ) -> Row:
+        p = await client.probe("/health", timeout_s=max(timeout_s, 0.2))
+        endpoint = "/health"
+        if p.status == 404:  # an engine without vLLM's /health route (llama.cpp): readiness from /v1/models
+            p = await client.probe("/v1/models", timeout_s=max(timeout_s, 0.2))
+            endpoint = "/v1/models"
+        row = {"t_wall": p.wall_ns / 1e9, "phase": phase, "status": p.status, "latency_ms": p.latency_ms,
+               "error": p.error if p.status is None else None, "endpoint": endpoint}
+        self.health.append(row)
+        return row
+
+    async def check_alive(self, client: ChatClient, phase: str, in_flight: int) -> bool:
+        row = await self.poll_health(client, phase)
+        if row["status"] == 200:
+            return True
+        self.dead = True
+        if self.failure is None:
+            self.failure = {"via": f"health {row['status'] or row['error']}", "t_wall": row["t_wall"],
+                            "phase": phase, "step": None, "in_flight": in_flight, "request_id": None,
+                            "http_status": row["status"], "error": row["error"]}
+        return False
+
+    def watch(self) -> Row:
+        """The watch's part of the run description."""
+        return {"health": self.health, "failure": self.failure, "dead": self.dead, "notes": self.notes}
+
+    def keep_watch(self, kept: Mapping[str, Any]) -> None:
+        """A resumed run's watch as its cut attempt left it (resume.CutSessions.kept_state)."""
+        self.health, self.failure = list(kept["health"]), kept["failure"]
+        self.dead, self.notes = bool(kept["dead"]), list(kept["notes"] or [])
