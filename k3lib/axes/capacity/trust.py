@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import statistics
 from collections.abc import Mapping, Sequence
-from types import SimpleNamespace
 from typing import Any
 
 from ...io.calibration import CalibrationReport, LoopLagReport, assess, gate_phase
@@ -94,11 +93,24 @@ def gate_step(summary: Any, reports: Sequence[CalibrationReport], concurrency: i
             "loop_lag_p99_ms": getattr(summary, "loop_lag_ms_p99", None)}
 
 
-def record_view(record: Mapping[str, Any]) -> SimpleNamespace:
+@dataclasses.dataclass(frozen=True)
+class RecordView:
     """A request record as written to the run folder, with the attributes `cross_check` reads."""
-    keys = ("ok", "sent_ns", "prompt_tokens", "completion_tokens", "ttft_ms", "e2e_ms", "cancelled", "http_status",
-            "error_kind")
-    return SimpleNamespace(**{k: record.get(k) for k in keys})
+
+    ok: Any = None
+    sent_ns: Any = None
+    prompt_tokens: Any = None
+    completion_tokens: Any = None
+    ttft_ms: Any = None
+    e2e_ms: Any = None
+    cancelled: Any = None
+    http_status: Any = None
+    error_kind: Any = None
+
+
+def record_view(record: Mapping[str, Any]) -> RecordView:
+    """A request record as written to the run folder, with the attributes `cross_check` reads."""
+    return RecordView(**{f.name: record.get(f.name) for f in dataclasses.fields(RecordView)})
 
 
 def cross_check_data(check: CrossCheck | None, error: str | None = None) -> dict[str, Any]:
