@@ -11,15 +11,29 @@ import datetime as dt
 import shlex
 import time
 from typing import Any, Sequence
+from urllib.parse import urlsplit
 
+import httpx
 
-from ..core.operator import (DrillCommand, HttpAction, parse_drill_command, run_command,  # noqa: F401 - public here too
-                       run_operator_command)
-from ..core.attested import (AttestationRecord, AttestedItems, LimitsKnownItem,  # noqa: F401 - public here too
-                       RollbackRehearsedItem, parse_attestation, parse_attestation_text, read_attestation)
+from ..core.attested import (  # noqa: F401 - public here too
+    AttestationRecord,
+    AttestedItems,
+    LimitsKnownItem,
+    RollbackRehearsedItem,
+    parse_attestation,
+    parse_attestation_text,
+    read_attestation,
+)
+from ..core.errors import ArtifactError
 from ..core.evidence import Finding, FindingStatus
 from ..core.numbers import figure
+from ..core.operator import DrillCommand, HttpAction, parse_drill_command, run_command, run_operator_command  # noqa: F401 - public here too
 from ..core.outcomes import REEXAMINE_AFTER_DAYS
+from ..core.versions import parse_version
+from ..io.addresses import origin, same_host, same_origin
+from ..io.claims import metrics_claims
+from .environment.run import fetch_text
+from .environment.sources import parse_image_inspect, substitute
 
 RULE_LIMITS = "attestation.operator_knows_limits"
 RULE_ROLLBACK = "attestation.rollback_rehearsed"
@@ -154,7 +168,6 @@ class DrillResult:
 
 
 def _newer(a: str | None, b: str | None) -> bool:
-    from ..core.versions import parse_version
 
     va, vb = parse_version(a), parse_version(b)
     return va is not None and vb is not None and va > vb
@@ -168,10 +181,7 @@ def served_by_target(location: str | None, base: str, *, timeout_s: float = 3.0)
     is the target when it states the target's own identity (its process start time, or the root of a model it
     serves); under a name that resolves elsewhere (a proxy, a NAT, another view of the DNS), when it states the
     target's process start time."""
-    from urllib.parse import urlsplit
 
-    from .environment.sources import substitute
-    from ..io.addresses import origin, same_host, same_origin
 
     if not location:
         return False
@@ -190,9 +200,7 @@ def served_by_target(location: str | None, base: str, *, timeout_s: float = 3.0)
 def server_identity(base: str, timeout_s: float = 3.0) -> dict[str, Any]:
     """What a server says of itself that another cannot share: the roots of the models `/v1/models` lists and the
     process start time its `/metrics` states (either may be absent: a server that is not a model server)."""
-    import httpx
 
-    from ..io.claims import metrics_claims
 
     roots: set[str] = set()
     start = None
@@ -214,11 +222,7 @@ def server_identity(base: str, timeout_s: float = 3.0) -> dict[str, Any]:
 def served_release(http: Any, inspect: str | None, base: str, *, trust_target: bool = True) -> Served:
     """`/version` and, when `inspect` (a path or URL, `{base_url}` allowed) is set, the running image and digest.
     With `trust_target` False, an inspect served by the target itself is not read: it proves nothing."""
-    import httpx
 
-    from .environment.run import fetch_text
-    from .environment.sources import parse_image_inspect
-    from ..core.errors import ArtifactError
 
     version = image = digest = None
     errors = []
@@ -249,7 +253,6 @@ def served_release(http: Any, inspect: str | None, base: str, *, trust_target: b
 def accepted_release(base_url: str, inspect: str | None, api_key: str | None = None,
                      timeout_s: float = 10.0, *, trust_target: bool = True) -> Served:
     """The release the target serves now (the accepted one, when no drill moves it): `/version` and the image."""
-    import httpx
 
     base = base_url.rstrip("/")
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -259,7 +262,6 @@ def accepted_release(base_url: str, inspect: str | None, api_key: str | None = N
 
 def _serve_check(http: Any, deadline: float, poll_s: float, model: str | None) -> tuple[int | None, bool, str | None]:
     """Poll /health until 200 or the deadline, then send one chat completion: (health, chat ok, error)."""
-    import httpx
 
     health: int | None = None
     last_error = "no answer"
@@ -300,7 +302,6 @@ def rollback_drill(command: Sequence[str] | str, check_url: str, timeout_s: floa
     """Show the release served (`/version`, the inspected image and digest), run the operator's rollback command,
     wait until the target serves again (/health 200, one chat completion), show the release served now — the
     previous one — and, with `roll_forward`, return to the accepted release and show it served again."""
-    import httpx
 
     base = check_url.rstrip("/")
     cmd = parse_drill_command(command, base)

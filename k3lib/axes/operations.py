@@ -10,12 +10,24 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from .attestation import (AttestationRecord, DrillResult, accepted_release, attestation_findings,
-                          parse_attestation_text, read_attestation, rollback_drill)
+import httpx
+
 from ..core import progress
 from ..core.evidence import DrillData, EvidenceRecord, Finding, OperationsData, axis_status
 from ..core.session import AxisContext, find_path
 from ..core.store import RunStore
+from .attestation import (
+    AttestationRecord,
+    DrillResult,
+    accepted_release,
+    attestation_findings,
+    parse_attestation_text,
+    read_attestation,
+    rollback_drill,
+    served_by_target,
+)
+from .environment.run import fetch_text
+from .environment.sources import substitute
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,10 +47,7 @@ def _attestation(ctx: AxisContext, value: str) -> tuple[AttestationRecord | None
     """(the attestation, where it was read, its text — or why it could not be fetched), given as a file path or an
     http(s) URL (`{base_url}` allowed: a wiki page's raw text, the operator's record service). A file that is not
     there or an invalid attestation is one bad-input line; a URL that does not answer leaves the items open."""
-    import httpx
 
-    from .environment.run import fetch_text
-    from .environment.sources import substitute
 
     if not substitute(value, ctx.target.base_url).startswith(("http://", "https://")):
         path = find_path(value)
@@ -76,7 +85,6 @@ def run_operations(ctx: AxisContext) -> OperationsResult:
     """Read the attestation (if any), run the drill (if any) against the target, and judge both. An attestation, or
     a drill's image, served by the target under test is not evidence — except from the kit's own emulator, whose
     demo stand-in says it is one."""
-    from .attestation import served_by_target
 
     ops = ctx.params.axes.operations
     att = where = unread = None

@@ -17,6 +17,7 @@ from ..core.evidence import EvidenceRecord, Finding, ServedModel, axis_status
 from ..core.session import AxisContext, JudgeContext
 from ..core.store import utc_now
 from ..io.claims import target_claims
+from .operations import kit_started, started_by_batch
 
 BODY_KEEP_BYTES = 64 * 1024
 
@@ -202,7 +203,6 @@ def target_kind(result: ProbeResult, ctx: AxisContext | JudgeContext) -> tuple[s
     """What the target is, and how the kit knows: `embedded-emulator` when the kit started it itself (this process,
     or the batch whose request names no target URL), `external-emulator` when its `/version` declares the kit's
     emulator (as a product names itself), `engine` otherwise. Either emulator makes the run a demo."""
-    from .operations import kit_started, started_by_batch
 
     declared = None
     body = result.endpoints["version"].json() if "version" in result.endpoints else None

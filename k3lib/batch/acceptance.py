@@ -8,17 +8,17 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from .execute import Progress, publish, run_batch
 from ..axes.estimate import REPORT_S, AxisEstimate, estimate_axes
-from ..verdict.decision import AcceptanceDecision
 from ..core.errors import BadInputError
 from ..core.numbers import figure
 from ..core.params import Params
 from ..core.plan import ACCEPTANCE_STAGES, acceptance_plan
 from ..core.store import RunStore
-from ..verdict.assemble import decide_run
 from ..core.target import Target, pin_target
 from ..io.target import recover, resolve_target
+from ..verdict.assemble import decide_run
+from ..verdict.decision import AcceptanceDecision
+from .execute import Progress, _finished, publish, run_batch
 
 
 def check_resume(store: RunStore) -> None:
@@ -26,7 +26,6 @@ def check_resume(store: RunStore) -> None:
     wrote — `request.json` (the parameters to run again), `params.json` and every finished axis. Only the files of an
     axis that did not finish may differ (a kill mid-axis leaves its raw data half-hashed): that axis runs again. An
     edited file is one line (BadInputError, exit 2) naming it."""
-    from .execute import _finished
 
     manifest = store.manifest()["files"]
     if "request.json" not in manifest:

@@ -7,6 +7,7 @@ partial file that is renamed into place and hashed into the manifest only once f
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import os
@@ -17,13 +18,15 @@ from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from traitlets.config import Config
+
 from ..core._deferred import defer_rfc3987_syntax
 from ..core.evidence import EvidenceRecord, Finding, read_records
 from ..core.plan import BatchPlan
-from ..report.index import write_index
-from ..report.pages import render_pages
 from ..core.session import PROJECT_ROOT
 from ..core.store import RunStore, utc_now
+from ..report.index import write_index
+from ..report.pages import render_pages
 from . import stop
 from .progress import Progress
 
@@ -51,7 +54,6 @@ def _preload_lines(modules: Sequence[str]) -> tuple[str, ...]:
 
 
 def _kernel_config(sockets: str) -> Any:
-    from traitlets.config import Config
 
     config = Config()
     # Local sockets, no "kernel over TCP without encryption" warning; each kernel gets its own socket folder,
@@ -79,7 +81,6 @@ class WarmKernel:
 
 
 def asyncio_run(coro: Any) -> Any:
-    import asyncio
 
     return asyncio.run(coro)
 

@@ -32,9 +32,12 @@ import yaml
 from pydantic import Field, model_validator
 
 from ..core.errors import BadInputError, K3Error
-from ..core.yamlsafe import safe_load as yaml_load
 from ..core.layering import validate_model
+from ..core.outcomes import STRENGTH
 from ..core.params import _Model
+from ..core.yamlsafe import safe_load as yaml_load
+from ..report.history import _default_baseline, find_runs, history, read_point
+from ..verdict.baseline import compare_with_baseline
 
 if TYPE_CHECKING:
     from ..verdict.baseline import BaselineComparison
@@ -152,7 +155,6 @@ class FleetOutcome:
 def judge(decision: str | None, baseline_decision: str | None,
           comparison: "BaselineComparison | None") -> tuple[list[str], list[str]]:
     """(regressions, notes) of one run against its baseline's decision and `compare_with_baseline`'s result."""
-    from ..core.outcomes import STRENGTH
 
     accepted = ("production", "limited-observation")
     if decision not in STRENGTH:
@@ -175,7 +177,6 @@ def judge(decision: str | None, baseline_decision: str | None,
 
 def default_baseline(folder: Path) -> Path | None:
     """`k3 history`'s rule: the latest accepted, verified run in the folder, signed ones first."""
-    from ..report.history import _default_baseline, find_runs, read_point
 
     if not folder.is_dir():
         return None
@@ -214,8 +215,6 @@ def run_validate(args: Sequence[str], timeout_s: float | None = None) -> tuple[i
 
 def revalidate(ff: FleetFile, name: str, *, timeout_s: float | None = None) -> FleetOutcome:
     """One deployment: validate, refresh its history and textfile, judge it against its baseline."""
-    from ..verdict.baseline import compare_with_baseline
-    from ..report.history import history
 
     d = ff.deployment(name)
     folder = ff.folder(name)

@@ -7,18 +7,23 @@ the decision is then taken without that axis' evidence (never counted as favoura
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Callable
 
-from .execute import PRELOAD, Progress, publish, run_batch
+import httpx
+
 from ..core.errors import BadInputError, K3Error
 from ..core.plan import REVIEW, REVIEW_STAGES, REVIEW_SUMMARY, review_plan
 from ..core.session import PROJECT_ROOT
 from ..core.store import RunStore
 from ..renewal.decision import DECISIONS, RenewalDecision
+from ..renewal.demo import SCENARIOS
+from ..renewal.inputs import read_costs, read_hours, read_incidents, read_tasks, resolve_currency
 from ..renewal.notebook import with_demo_inputs
-from ..renewal.params import RenewalParams, load_review_params
+from ..renewal.params import RenewalParams, load_review_params, tracked_keys
 from ..renewal.records import decide_review
 from ..renewal.review import resolve_deployment, write_axes_cache
+from .execute import PRELOAD, Progress, publish, run_batch
 
 __all__ = ["DEMO_PARAMS", "REVIEW", "REVIEW_STAGES", "REVIEW_SUMMARY", "check_review_inputs", "load_review_request",
            "parameters_line", "run_review"]
@@ -70,7 +75,6 @@ def run_review(params: RenewalParams, store: RunStore, *, progress: Progress | N
 def check_review_inputs(params: RenewalParams) -> None:
     """Before a run folder exists: every input file read with the review's own readers (one BadInputError line for
     the first bad value) and Prometheus answering, within seconds. A demo's inputs are generated: nothing to read."""
-    from ..renewal.inputs import read_costs, read_hours, read_incidents, read_tasks, resolve_currency
 
     inp, series = params.review.inputs, params.review.series
     if inp is not None:
@@ -83,7 +87,6 @@ def check_review_inputs(params: RenewalParams) -> None:
 
 
 def _reach_prometheus(url: str) -> None:
-    import httpx
 
     where = f"{url}/api/v1/query"
     try:
@@ -108,9 +111,7 @@ def _one_line(exc: Exception) -> str:
 
 def parameters_line(params: RenewalParams) -> str:
     """Where the fixed elements and thresholds came from, in one line (19_renewal shows each with its origin)."""
-    from collections import Counter
 
-    from ..renewal.params import tracked_keys
 
     keys = [k for k in tracked_keys() if k.startswith(("review.fixed.", "review.rules."))]
     by_origin = Counter(params.review.origin(k) for k in keys)
@@ -124,7 +125,6 @@ def parameters_line(params: RenewalParams) -> str:
 def load_review_request(files: list[str], sets: list[str], demo: str | None) -> RenewalParams:
     """The review parameters from `k3 review`'s arguments: the files and overrides, or a demo scenario (whose own
     generated inputs replace any the files give). Bad input raises BadInputError before any run folder exists."""
-    from ..renewal.demo import SCENARIOS
 
     if demo is not None and demo not in SCENARIOS:
         raise BadInputError(f"unknown demo scenario {demo!r}; expected one of {', '.join(SCENARIOS)}",

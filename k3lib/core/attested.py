@@ -11,11 +11,14 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Mapping
 
+import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from .errors import BadInputError
-from .yamlsafe import safe_load as yaml_load
 from .layering import read_yaml, validate_model
+from .recipes import RECIPE_FIELDS
+from .thresholds import BY_PATH
+from .yamlsafe import safe_load as yaml_load
 
 Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
 PositiveInt = Annotated[int, Field(gt=0)]
@@ -100,8 +103,6 @@ class ThresholdAccepted(_Model):
 
     @model_validator(mode="after")
     def _known(self) -> "ThresholdAccepted":
-        from .recipes import RECIPE_FIELDS
-        from .thresholds import BY_PATH
 
         if self.path not in BY_PATH and self.path not in {f"recipe.{f}" for f in RECIPE_FIELDS}:
             raise ValueError(f"{self.path!r} is not a judgement threshold or a setting of the table; expected one of "
@@ -139,7 +140,6 @@ def parse_attestation(data: Any, source: str) -> AttestationRecord:
 
 def parse_attestation_text(text: str, source: str) -> AttestationRecord:
     """An attestation fetched as text (from a URL); invalid YAML is one BadInputError line naming the source."""
-    import yaml
 
     try:
         data = yaml_load(text)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
+from .stats import min_samples, trials_to_bound
+
 Floor = Callable[[Mapping[str, Any]], "tuple[Any, str] | None"]
 Measure = Callable[[Any, Mapping[str, Any]], Any]
 
@@ -106,7 +108,6 @@ def _sample_ceiling(resolved: Mapping[str, Any]) -> tuple[float, str]:
 
 
 def _requests_floor(resolved: Mapping[str, Any]) -> tuple[int, str]:
-    from .stats import min_samples
 
     planned, said = _planned(resolved)
     n = max(min_samples(95), 2 * planned)
@@ -123,7 +124,6 @@ def _or_floor(floor: Callable[[Mapping[str, Any]], tuple[Any, str]]) -> Measure:
 
 
 def _tool_turns_floor(resolved: Mapping[str, Any]) -> tuple[int, str]:
-    from .stats import trials_to_bound
 
     rate = float(_get(resolved, "contract.max_tool_call_failure_rate") or 0.01)
     n = trials_to_bound(rate)

@@ -11,6 +11,8 @@ import shlex
 import subprocess
 from typing import Any, Sequence
 
+import httpx
+
 from .errors import BadInputError
 
 HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
@@ -71,7 +73,6 @@ def _short(text: str, limit: int = 200) -> str:
 
 
 def run_command(cmd: DrillCommand, timeout_s: float, headers: dict[str, str]) -> tuple[bool, str]:
-    import httpx
 
     if isinstance(cmd, HttpAction):
         try:

@@ -8,6 +8,7 @@ Secrets are referenced by environment-variable *name* only (`api_key_env`); no f
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -17,10 +18,21 @@ from pydantic import Field, field_validator, model_validator
 
 from .errors import BadInputError
 from .layering import check_command, layer, validate_model
-from .params_axes import (AgentParams, AxesParams, CapacityParams, EnvironmentParams,  # noqa: F401 - public here
-                          OperationsParams, PrefixCacheParams, ProbeParams, RooflineParams)
+from .params_axes import (  # noqa: F401 - public here
+    AgentParams,
+    AxesParams,
+    CapacityParams,
+    EnvironmentParams,
+    OperationsParams,
+    PrefixCacheParams,
+    ProbeParams,
+    RooflineParams,
+)
 from .params_base import ENV_NAME, PositiveInt, PositiveSeconds, _check_url, _Model  # noqa: F401 - public here
+from .recipes import check_recipe
 from .roles import CONTRACT, CUT, EMULATOR, NAME, SOURCE, Cosmetic, Judged
+from .thresholds import check
+from .versions import parse_version
 
 
 class EmulatorParams(_Model):
@@ -171,7 +183,6 @@ class RecipeParams(_Model):
     @field_validator("vllm_min", "vllm_max")
     @classmethod
     def _version(cls, v: str | None) -> str | None:
-        from .versions import parse_version
 
         if v is not None and parse_version(v) is None:
             raise ValueError(f"expected a PEP 440 version such as 0.27.1, got {v!r}")
@@ -277,8 +288,6 @@ def validate_params(data: dict[str, Any], prov: dict[str, str] | None = None, *,
                     default_source: str = "parameters") -> Params:
     """The model, then what a model cannot say alone: a threshold outside the bounds the acceptance allows, or a
     recipe named for a known model that drops one of its requirements (`k3lib.core.thresholds`)."""
-    from .recipes import check_recipe
-    from .thresholds import check
 
     params = validate_model(Params, data, source=default_source, prov=prov)
     resolved = params.public_dict()
@@ -304,7 +313,6 @@ def _check_prefix_fits(params: Params, prov: dict[str, str], default_source: str
 
 def load_params_json(path: str | Path) -> Params:
     """Read back a run's resolved `params.json` (evidence read back from disk is untrusted too)."""
-    import json
 
     p = Path(path)
     try:

@@ -14,6 +14,7 @@ import unicodedata
 from typing import Any, Iterable, Mapping
 
 from .errors import BadInputError
+from .thresholds import Loosened, _same
 from .versions import at_least
 
 
@@ -147,7 +148,6 @@ def recipe_loosened(recipe: Mapping[str, Any], served_models: Iterable[str], acc
                     who: str | None = None, when: str | None = None) -> list[Any]:
     """The requirements of the model the target serves that the run's recipe drops or lowers, each a loosened
     threshold (`k3lib.core.thresholds.Loosened`), accepted only by an attestation entry of the same path and value."""
-    from .thresholds import Loosened, _same
 
     found = served_recipe(served_models)
     if found is None:

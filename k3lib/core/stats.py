@@ -5,6 +5,7 @@ straddles the threshold is "inconclusive" — never a pass or a fail that a busi
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterable
 from typing import Literal, Sequence
 
@@ -65,7 +66,6 @@ def median_interval(values: Sequence[float], *, confidence: float = CONFIDENCE, 
 def min_samples(q: float) -> int:
     """Measurements a percentile needs before it has an interval: MIN_SAMPLES for the median, and enough that
     at least one falls above the `q`th percentile (20 for a p95) — fewer make the p95 the maximum, no interval."""
-    import math
 
     return max(MIN_SAMPLES, math.ceil(100.0 / (100.0 - q)) if q > 50 else MIN_SAMPLES)
 
@@ -115,7 +115,6 @@ Z95 = 1.959963984540054  # the two-sided 95 % normal quantile
 
 def wilson_interval(successes: int, n: int, *, z: float = Z95) -> tuple[float, float] | None:
     """Wilson score interval of a proportion (well-behaved at 0 and n successes); None with no trials."""
-    import math
 
     if n <= 0:
         return None
@@ -128,7 +127,6 @@ def wilson_interval(successes: int, n: int, *, z: float = Z95) -> tuple[float, f
 def trials_to_bound(max_rate: float, *, z: float = Z95) -> int:
     """The fewest trials whose Wilson upper bound, with no failure among them, is at or below `max_rate` (z²/(n+z²)
     ≤ max_rate): 381 for 1 %, 73 for 5 %."""
-    import math
 
     n = max(1, math.ceil(z * z * (1 - max_rate) / max_rate))
     while z * z / (n + z * z) > max_rate:
@@ -140,7 +138,6 @@ def paired_difference_interval(both: int, a_only: int, b_only: int, neither: int
                                z: float = Z95) -> tuple[float, float, float] | None:
     """Difference of two paired proportions (A's rate − B's rate over the same items) with Newcombe's hybrid score
     interval (his method 10, built from the two Wilson intervals and the phi correlation); None with no pairs."""
-    import math
 
     n = both + a_only + b_only + neither
     if n == 0:

@@ -34,13 +34,43 @@ import dataclasses
 import typing
 from typing import Any, Callable, Iterable, Literal, Mapping
 
+from pydantic import BaseModel
+
 from .errors import BadInputError
+from .floors import (  # noqa: F401
+    _SAMPLE,
+    DTYPE_BYTES,
+    SERVED,
+    Floor,
+    Measure,
+    _context_floor,
+    _dtype_bytes,
+    _fmt,
+    _get,
+    _gpu_floor,
+    _hbm_floor,
+    _highest,
+    _longest_context,
+    _longest_prefix,
+    _modes_floor,
+    _modes_run,
+    _nvswitch_floor,
+    _or_floor,
+    _or_served,
+    _output_floor,
+    _planned,
+    _prefix_floor,
+    _prompt_floor,
+    _recipe_floor,
+    _requests_floor,
+    _sample_ceiling,
+    _tool_turns_floor,
+    prefix_floor_tokens,
+    typical_output_tokens,
+    typical_prompt_tokens,
+)
 from .record import Record
-from .floors import (_SAMPLE, SERVED, Floor, Measure, _context_floor, _dtype_bytes, _fmt, _get, _gpu_floor,
-                     _hbm_floor, _highest, _longest_context, _longest_prefix, _modes_floor, _modes_run,
-                     _nvswitch_floor, _or_floor, _or_served, _output_floor, _planned, _prefix_floor, _prompt_floor,
-                     _recipe_floor, _requests_floor, _sample_ceiling, _tool_turns_floor)
-from .floors import DTYPE_BYTES, prefix_floor_tokens, typical_output_tokens, typical_prompt_tokens  # noqa: F401
+from .roles import Judged, role_of
 
 Looser = Literal["higher", "lower", "false", "other"]
 Kind = Literal["threshold", "size", "length", "level", "duration", "repetitions", "bound", "mode"]
@@ -298,7 +328,6 @@ def _numeric(annotation: Any) -> bool:
 def numeric_paths(model: Any, prefix: str = "") -> list[str]:
     """Every numeric field of a parameters model (`k3lib.core.params.Params`, passed in: the model imports this
     module), as dotted paths."""
-    from pydantic import BaseModel
 
     out = []
     for name, field in model.model_fields.items():
@@ -314,7 +343,6 @@ def numeric_paths(model: Any, prefix: str = "") -> list[str]:
 def leaves(model: Any, prefix: str = "") -> list[tuple[str, Any]]:
     """Every leaf of a parameters model (`k3lib.core.params.Params`, passed in: the model imports this module) —
     bool, string, null, list, command, number — as (dotted path, its pydantic `FieldInfo`)."""
-    from pydantic import BaseModel
 
     out: list[tuple[str, Any]] = []
     for name, field in model.model_fields.items():
@@ -326,7 +354,6 @@ def leaves(model: Any, prefix: str = "") -> list[tuple[str, Any]]:
 
 def roles(model: Any) -> dict[str, Any]:
     """Each leaf's declared role (`k3lib.core.roles`; None where it declares none)."""
-    from .roles import role_of
 
     return {path: role_of(field) for path, field in leaves(model)}
 
@@ -335,7 +362,6 @@ def unclassified(model: Any, judged_elsewhere: Iterable[str] = ()) -> list[str]:
     """The leaves that could loosen the test without anyone saying so: a leaf of any type that declares no role,
     and a leaf declared judged that no row of the table (nor `judged_elsewhere`: the recipe's build requirements,
     `k3lib.core.recipes.RECIPE_FIELDS`) gives a floor."""
-    from .roles import Judged
 
     elsewhere = set(judged_elsewhere)
     return [p for p, r in roles(model).items()

@@ -22,7 +22,7 @@ import httpx
 from ..core.errors import TargetUnreachable
 from ..core.procs import end_process
 from .config import EmulatorConfig
-from .server import EmulatorUrls
+from .server import EmulatorUrls, start_emulator
 
 
 @dataclass
@@ -124,7 +124,6 @@ class ClusterHandle:
 
 def start_cluster(cfg: EmulatorConfig, nodes: int | None = None, *, host: str = "127.0.0.1") -> ClusterHandle:
     """Nodes 1..N-1 in processes of their own, then node 0 in a thread of this one, routing to them."""
-    from .server import start_emulator
 
     n = nodes or cfg.nodes
     cfg.node_layout(0, n)  # a layout that does not split is bad input before anything starts

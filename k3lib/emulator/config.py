@@ -14,6 +14,7 @@ from typing import Any, Mapping
 from ..core.errors import BadInputError
 from ..core.versions import release
 from .faults import FaultSet
+from .gpu import pool_utilization, starved_utilization
 from .profiles import PROFILES
 
 DEFAULT_VLLM_VERSION = "0.33.0"
@@ -158,7 +159,6 @@ class EmulatorConfig:
 
     def resolved(self) -> "EmulatorConfig":
         """The config the emulated server actually runs with, once the faults are applied."""
-        from .gpu import pool_utilization, starved_utilization  # local: gpu reads config values, config only calls it
 
         fs = self.fault_set()
         cfg = self

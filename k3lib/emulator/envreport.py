@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 
 def _section(title: str) -> str:
     bar = "=" * 30
@@ -88,7 +90,6 @@ def collect_env_report(cfg) -> str:
 
 def image_digest(cfg) -> str:
     """A stable content digest for the emulated image: one per image reference, as a registry gives."""
-    import hashlib
 
     return "sha256:" + hashlib.sha256(f"k3kit-emulated-image:{cfg.image}".encode()).hexdigest()
 

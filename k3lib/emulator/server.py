@@ -4,6 +4,7 @@ foreground until SIGINT/SIGTERM (`k3 emulator`, `python -m k3lib.emulator`)."""
 from __future__ import annotations
 
 import gc
+import os
 import socket
 import sys
 import threading
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from ..core.errors import TargetUnreachable
 from ..core.serving import ServingThread, bind_tcp, serve_in_thread
+from .app import build_app
 from .config import EmulatorConfig
 
 if TYPE_CHECKING:
@@ -33,7 +35,6 @@ def _url(host: str, port: int) -> str:
 def _server(cfg: EmulatorConfig, url: str):
     import uvicorn  # the app is only built when a server is actually started
 
-    from .app import build_app
 
     app, emu = build_app(cfg)
     emu.url = url
@@ -103,7 +104,6 @@ def start_emulator(cfg: EmulatorConfig | None = None, host: str = "127.0.0.1", p
 
 def _exit_with_parent() -> None:
     """A node process started by the kit (stdout a pipe to it) ends when the kit does, even after a kill -9."""
-    import os
 
     parent = os.getppid()
     if sys.stdout.isatty() or parent == 1:

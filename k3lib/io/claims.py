@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..core.versions import parse_version
 from .metrics import Snapshot
 from .metrics.parse import parse_exposition
 
@@ -104,7 +105,6 @@ def image_claims(image: Any) -> Claims:
     the container last started (its creation date proves nothing of the process: `docker restart` keeps it)."""
     if image is None or getattr(image, "source", "") != "image_inspect":
         return {}
-    from ..core.versions import parse_version
 
     tag = (image.reference or "").rsplit("/", 1)[-1].partition("@")[0]
     version = parse_version(tag.partition(":")[2]) if ":" in tag else None

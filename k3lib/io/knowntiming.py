@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -17,6 +18,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
+
+import httpx
 
 from k3lib.core.procs import end_process
 from k3lib.core.serving import ServingThread, bind_tcp, serve_in_thread
@@ -285,8 +288,6 @@ def serve_forever_from_argv(argv: Sequence[str]) -> None:
 
     Prints the bound port on stdout, then serves until terminated.
     """
-    import os
-    import sys
 
     config = KnownTimingConfig(**json.loads(argv[0]))
     if len(argv) > 1 and argv[1] != "" and hasattr(os, "sched_setaffinity"):
@@ -366,7 +367,6 @@ def _read_line(stream: Any, timeout_s: float) -> str:
 
 
 def _wait_healthy(url: str, timeout_s: float) -> None:
-    import httpx
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import atexit
 import os
+import time
 from typing import Any
 
+import httpx
+
 from ..core.errors import BadInputError
+from ..core.operator import run_operator_command
 from ..core.target import Target, WithTarget, require_api_key
 
 __all__ = ["emulator_config", "recover", "resolve_target", "start_embedded"]
@@ -63,9 +67,7 @@ def resolve_target(params: WithTarget, *, start: bool = True) -> Target:
 def recover(target: Target, *, after: str) -> dict[str, Any] | None:
     """Between batch stages: when /health is not 200 and `target.restart` is set, restart and wait for 200.
     Returns what happened (for the run's events), or None when the target was healthy."""
-    import time
 
-    import httpx
 
     def health() -> int | None:
         try:
@@ -81,7 +83,6 @@ def recover(target: Target, *, after: str) -> dict[str, Any] | None:
     if not command:
         event["detail"] = "no target.restart command: the next axes meet the target as it is"
         return event
-    from ..core.operator import run_operator_command
 
     event["command"] = command if isinstance(command, str) else " ".join(command)
     t0 = time.monotonic()

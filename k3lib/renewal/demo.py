@@ -18,6 +18,8 @@ from typing import Any
 import yaml
 
 from ..core.store import atomic_write_bytes
+from .params import load_review_params, tracked_keys
+from .rules import DEFAULT
 
 SCENARIOS = ("steady", "idle-heavy", "spiky", "poor")
 EXPECTED = {"steady": "renew", "idle-heavy": "reduce", "spiky": "dual-circuit", "poor": "exit-to-api"}
@@ -370,8 +372,6 @@ def generate(scenario: str, out_dir: str | Path, *, seed: int = 7) -> dict[str, 
 def materialise(params, folder: str | Path):
     """Parameters whose `review.demo` names a scenario but no inputs: generate them into `folder` and return the
     generated parameters, keeping what the user set explicitly (rules, benefits, drill, target, run)."""
-    from .params import load_review_params, tracked_keys
-    from .rules import DEFAULT
 
     if params.review.inputs is not None and params.review.series is not None:
         return params

@@ -23,9 +23,11 @@ import subprocess
 import threading
 import time
 from typing import Any, Callable
+from urllib.parse import urlsplit
 
 import httpx
 
+from ..axes.environment.values import parse_version
 from ..core.numbers import figure
 from ..io.chatstream import sse_payloads
 from .params import CommandStep, DrillParams
@@ -303,7 +305,6 @@ def _served_models(client: httpx.Client, base_url: str, timeout_s: float) -> lis
 
 
 def _host_port(url: str) -> str:
-    from urllib.parse import urlsplit
 
     parts = urlsplit(url)
     port = parts.port or (443 if parts.scheme == "https" else 80)
@@ -387,7 +388,6 @@ class DrillObservation:
 def _rollback(seen: DrillObservation) -> tuple[Answer, str]:
     """Was the previous version served again? Yes only when the version after the restore is the named previous
     version (or, none named, an older release than the one before), and the server answers again."""
-    from ..axes.environment.values import parse_version
 
     before, after, want = seen.version_before, seen.version_after, seen.previous_version
     if not seen.restore_steps:

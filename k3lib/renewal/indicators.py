@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from .findings import RenewalFinding
 from .live import live_equivalence, live_quality
+from .results import typed
 from .rules import RenewalRules
 
 if TYPE_CHECKING:
@@ -44,7 +45,6 @@ class Indicators:
 
 def typed_axes(axes: Mapping[str, Any]) -> tuple[Any, ...]:
     """The six results as their typed models (None: no evidence); a dict that does not fit is refused."""
-    from .results import typed
 
     return tuple(None if axes.get(a) is None else typed(a, axes[a]) for a in AXES)
 

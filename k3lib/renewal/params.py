@@ -16,13 +16,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ..axes.paths.record import read_paths_record
 from ..core.errors import ArtifactError, BadInputError
-from ..core.yamlsafe import safe_load as yaml_load
 from ..core.layering import COMMAND_SECTIONS, _provenance, layer, validate_model
 from ..core.params import RunParams, TargetParams, _check_url
-from ..axes.paths.record import read_paths_record
+from ..core.yamlsafe import safe_load as yaml_load
 from .rules import DEFAULT, DeclaredBenefits, FixedElements, RenewalRules, is_looser
 
 INPUT_KEYS = ("tasks", "costs", "incidents", "hours")
@@ -361,7 +362,6 @@ def load_any_review(path: str | Path, sets: Sequence[str] = ()) -> RenewalParams
 
 def is_review_file(path: str | Path) -> bool:
     """True when a YAML parameters file (or a resolved params.json) is a review's: it has a top-level `review:`."""
-    import yaml
 
     try:
         data = yaml_load(Path(path).read_text(encoding="utf-8"))

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from ..core.evidence import EvidenceRecord, Finding, FindingStatus, axis_status
 from ..axes.paths.record import REVIEW_COPY, PathsResult, read_paths_record
+from ..core.evidence import EvidenceRecord, Finding, FindingStatus, axis_status, read_records
 from ..core.store import RunStore
 from .decision import AXES, RenewalDecision, indicators, money
 from .live import live_quality
-from .params import RenewalParams
+from .params import RenewalParams, load_any_review
 from .results import read_record_data, record_data, typed
 from .review import decide_from_axes, live_refusal
-
 
 
 class ReviewAxis(Protocol):
@@ -124,8 +123,6 @@ def decided_again(store: RunStore, stored: dict[str, Any] | None = None) -> dict
     """The decision a review run's evidence gives, as `decision.json` would hold it: its resolved `params.json`
     and `evidence/*.json` through the same pure rules the batch ran (`k3 verify` and `k3 sign` compare it with the
     stored one). `stored` is unused: a review decides the same whatever day it is checked."""
-    from ..core.evidence import read_records
-    from .params import load_any_review
 
     params = load_any_review(store.path("params.json"))
     axes, statuses = axes_from_records(read_records(store))

@@ -18,15 +18,32 @@ from typing import Any
 from ..axes.paths.record import PathsResult
 from ..core.errors import BadInputError
 from ..core.store import RunStore, sha256_file, to_json_bytes
+from ..verdict import accepted as acc
 from ..verdict.decision import EMULATOR_KINDS
-from .analysis import (analyse_operations, analyse_production, analyse_stability, benefits_summary, compare_paths,
-                       full_cost)
+from .analysis import (
+    analyse_operations,
+    analyse_production,
+    analyse_stability,
+    benefits_summary,
+    compare_paths,
+    full_cost,
+)
 from .decision import RenewalDecision, decide_renewal
-from .selector import SeriesSelector
-from .inputs import (CostsInput, HoursRecord, IncidentRecord, TaskRecord, read_costs, read_hours, read_incidents,
-                     read_tasks, resolve_currency)
+from .inputs import (
+    CostsInput,
+    HoursRecord,
+    IncidentRecord,
+    TaskRecord,
+    read_costs,
+    read_hours,
+    read_incidents,
+    read_tasks,
+    resolve_currency,
+)
+from .live import match_live
 from .load import analyse_load
 from .params import RenewalParams
+from .selector import SeriesSelector
 from .series import DCGM_GPU_UTIL, Grid, ReviewSeries, load_frame, series_from_file, series_from_prometheus
 from .window import Clipped, ReviewWindow, clip_hours, clip_incidents, clip_tasks, hours_coverage, task_log_coverage
 
@@ -70,7 +87,6 @@ ACCEPTED = ("production", "limited-observation")  # an acceptance decision that 
 def _accepted_identity(folder: str) -> tuple[str, dict[str, Any]]:
     """The served model and GPU count an accepted acceptance run recorded (its run id first); bad input when the
     folder is no run, its decision did not accept the deployment, or it ran against the embedded emulator."""
-    from ..verdict import accepted as acc
 
     run = acc.read_run(folder)
     source = "review.deployment.acceptance_run"
@@ -303,7 +319,6 @@ def read_axes_cache(params: RenewalParams, store: RunStore) -> dict[str, dict[st
 
 def live_refusal(params: RenewalParams, live: PathsResult | None) -> str | None:
     """Why the named live run is not this review's (another task set, another model), or None."""
-    from .live import match_live
 
     if live is None:
         return None

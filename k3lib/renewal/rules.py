@@ -9,6 +9,7 @@ a review decided on built-in defaults says so in its decision and its exit condi
 from __future__ import annotations
 
 from typing import Annotated, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -64,7 +65,6 @@ class RenewalRules(BaseModel):
     @field_validator("timezone")
     @classmethod
     def _zone(cls, v: str) -> str:
-        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
         try:
             ZoneInfo(v)

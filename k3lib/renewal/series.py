@@ -13,9 +13,12 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import math
+import warnings
 from bisect import bisect_right
 from pathlib import Path
 from typing import Any, Iterable, Mapping
+
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 from ..core.errors import ArtifactError, BadInputError, TargetUnreachable
 from ..io.metrics.names import spec_for
@@ -124,7 +127,6 @@ def _numbered_lines(fh: Iterable[str], source: str) -> Iterable[tuple[int, str]]
 
 def _om_sample(line: str, line_no: int, source: str) -> tuple[str, LabelKey, float, float | None]:
     """One sample line read by `prometheus_client`'s OpenMetrics parser: name, sorted labels, value, timestamp."""
-    from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
     try:
         samples = [x for m in text_string_to_metric_families(line + "\n# EOF\n") for x in m.samples]
@@ -414,7 +416,6 @@ def counter_increases(values: tuple[float, ...]) -> list[float]:
 
 def _per_gpu(rs: RawSeries):
     """One row per GPU (its series merged: a relabelled GPU keeps one row), slot by slot the mean of its values."""
-    import warnings
 
     import numpy as np
 

@@ -13,13 +13,15 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+import httpx
+
 from ..axes.capacity.analysis import MIB, gpu_keys, gpu_label, increase
-from ..axes.capacity.window import failure_kind, record_stats
 from ..axes.capacity.run import pinned_params
-from ..io.client import ChatClient
+from ..axes.capacity.window import failure_kind, record_stats
 from ..core.errors import APIError, TargetError
 from ..core.numbers import figure
-from ..io.load import run_closed_loop
+from ..io.client import ChatClient
+from ..io.load import check_load_target, run_closed_loop
 from ..io.prompts import EstimateCounter, build_prompts
 from ..io.sampling import Timeline
 
@@ -93,7 +95,6 @@ class Burst:
         self._thread = threading.Thread(target=self._main, name="k3-explorer-burst", daemon=True)
 
     def start(self) -> Burst:
-        from ..io.load import check_load_target
 
         # before any request, /tokenize included, and before the samplers touch the target
         check_load_target(self.ctx.target.base_url, self.ctx.params.target.allow_remote_load)
@@ -247,7 +248,6 @@ def explorer(ctx: "AxisContext") -> Any:
 def served_context(ctx: "AxisContext") -> int | None:
     """The context limit the target serves (`max_model_len` of its model on /v1/models), None when it does not
     say (another engine, an unreadable list)."""
-    import httpx
 
     try:
         resp = httpx.get(f"{ctx.target.base_url}/v1/models", headers=ctx.target.headers(), timeout=5.0)

@@ -7,6 +7,9 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..axes.capacity.analysis import MIB, gpu_keys, gpu_label
+from ..core.evidence import AgentData, AgentRate, CapacityData, PrefixCacheData
+from ..verdict import accepted as acc
 from .markup import _fmt, _table, _typed, esc
 
 if TYPE_CHECKING:
@@ -21,7 +24,6 @@ def _small(fig: Any, title: str) -> Any:
 
 
 def _steps(run: Any) -> list[CapacityStep]:
-    from ..core.evidence import CapacityData
 
     cap = _typed(run, "capacity", CapacityData)
     return list(cap.steps) if cap is not None else []
@@ -52,8 +54,6 @@ def fig_ttft_kv(run: Any) -> Any:
 def fig_memory_phases(run: Any, root: Path) -> Any:
     import plotly.graph_objects as go
 
-    from ..axes.capacity.analysis import MIB, gpu_keys, gpu_label
-    from ..core.evidence import CapacityData
 
     cap = _typed(run, "capacity", CapacityData)
     phases = list(cap.phases or []) if cap is not None else []
@@ -80,7 +80,6 @@ def fig_memory_phases(run: Any, root: Path) -> Any:
 def fig_cold_warm(run: Any) -> Any:
     import plotly.graph_objects as go
 
-    from ..core.evidence import PrefixCacheData
 
     rec = _typed(run, "prefix_cache", PrefixCacheData)
     pairs = list(rec.pairs) if rec is not None else []
@@ -97,8 +96,6 @@ def fig_cold_warm(run: Any) -> Any:
 def fig_tool_rate(run: Any) -> Any:
     import plotly.graph_objects as go
 
-    from ..verdict import accepted as acc
-    from ..core.evidence import AgentData, AgentRate
 
     rec = _typed(run, "agent", AgentData)
     rates = [r for r in rec.rates if r.total] if rec is not None else []
@@ -122,7 +119,6 @@ def fig_tool_rate(run: Any) -> Any:
 
 def headline_numbers(run: Any) -> list[tuple[str, str, str]]:
     """(figure, value, source): the levels a re-validation compares, as `k3lib.verdict.accepted` derives them."""
-    from ..verdict import accepted as acc
 
     out = []
     for label, func, unit, scale in (("queue time p95 at planned concurrency", acc.queue_time_p95_s, " s", 1),

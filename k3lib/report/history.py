@@ -14,9 +14,16 @@ import html
 from pathlib import Path
 from typing import Any, Sequence
 
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
+
 from ..core.errors import BadInputError, K3Error
+from ..core.evidence import CapacityData, PrefixCacheData
 from ..core.numbers import figure
-from ..core.store import MANIFEST, atomic_write_bytes
+from ..core.store import MANIFEST, RunStore, atomic_write_bytes
+from ..verdict import accepted as acc
+from ..verdict.baseline import compare_with_baseline
+from .markup import _badge
+from .pages import PLOTLY_JS
 
 ACCEPTANCE_DECISIONS = ("production", "limited-observation", "capacity-extension", "environment-rebuild")
 RENEWAL_DECISIONS = ("renew", "reduce", "dual-circuit", "exit-to-api")
@@ -81,9 +88,6 @@ def find_runs(folder: Path) -> list[Path]:
 
 
 def read_point(root: Path) -> RunPoint:
-    from ..verdict import accepted as acc
-    from ..core.evidence import CapacityData, PrefixCacheData
-    from ..core.store import RunStore
 
     run = acc.read_run(root)
     store = RunStore(root)
@@ -127,7 +131,6 @@ def _num(value: Any) -> float | None:
 
 def with_drift(points: Sequence[RunPoint], baseline: Path | None = None) -> list[RunPoint]:
     """Each acceptance run compared with the accepted baseline (never with itself)."""
-    from ..verdict.baseline import compare_with_baseline
 
     out = []
     for i, p in enumerate(points):
@@ -199,8 +202,6 @@ def _cell(value: Any) -> str:
 
 
 def trend_html(points: Sequence[RunPoint], folder_name: str) -> str:
-    from .markup import _badge
-    from .pages import PLOTLY_JS
 
     rows = []
     for p in reversed(points):
@@ -238,7 +239,6 @@ def _style() -> str:
 def textfile_registry(points: Sequence[RunPoint]) -> Any:
     """The last run of each kind as gauges. Decisions and check statuses are state sets (one series per possible
     value, 1 for the one that holds), so an alert can say `decision="production"} == 0`."""
-    from prometheus_client import CollectorRegistry, Gauge
 
     reg = CollectorRegistry()
     common = ["kind", "run", "label"]
@@ -295,7 +295,6 @@ def textfile_registry(points: Sequence[RunPoint]) -> Any:
 
 
 def write_textfile(points: Sequence[RunPoint], path: Path) -> None:
-    from prometheus_client import generate_latest
 
     # node_exporter reads *.prom; a half-written file would be scraped as is, hence the atomic write
     atomic_write_bytes(path, generate_latest(textfile_registry(points)))
@@ -305,7 +304,6 @@ def history(folder: Path, *, out: Path | None = None, textfile: Path | None = No
             baseline: Path | None = None) -> tuple[list[RunPoint], Path]:
     from plotly.offline import get_plotlyjs
 
-    from .pages import PLOTLY_JS
 
     roots = find_runs(folder)
     if not roots:

@@ -11,12 +11,19 @@ import logging
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..core.errors import ArtifactError
+from ..core.evidence import EnvironmentData, ProbeData, read_records
+from ..core.plan import acceptance_plan, review_plan, run_kind
 from ..core.store import RunStore
+from ..renewal.results import CostResult, read_record_data
+from ..verdict import accepted as acc
+from ..verdict.accepted import read_run
+from ..verdict.decision import is_demo
 from .headline import figures_block, headline_numbers
-from .missing import missing_html
 from .markup import _badge, _fmt, _one_line, _table, _typed, esc, page_head
-from ..core.plan import run_kind
+from .missing import missing_html
 from .pages import _refuse_if_signed, clean_text, ensure_assets, path_rewrites, read_notebook, render_pages
+from .views import loosened_table
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +47,6 @@ def _cap_text(cap: Any) -> str:
 def decision_block(decision: dict[str, Any] | None, *, cap_label: str = "Traffic cap") -> str:
     if not decision:
         return "<section class='k3-decision'><h2>Decision: none (the summary did not complete)</h2></section>"
-    from ..verdict.decision import is_demo
 
     demo = is_demo(decision.get("target_kind"))
     out = [f"<section class='k3-decision'><h2>Decision: {_badge(decision.get('decision'))}"
@@ -64,7 +70,6 @@ def decision_block(decision: dict[str, Any] | None, *, cap_label: str = "Traffic
         out.append(f"<p><b>{cap_label}:</b> {esc(_cap_text(decision.get('traffic_cap')))}</p>")
     if decision.get("reexamine_on"):
         out.append(f"<p><b>Re-examine on:</b> {esc(str(decision['reexamine_on']))}</p>")
-    from .views import loosened_table
 
     out.append(loosened_table(decision.get("loosened_thresholds") or ()))
     out.append("</section>")
@@ -73,8 +78,6 @@ def decision_block(decision: dict[str, Any] | None, *, cap_label: str = "Traffic
 
 def identity_rows(run: Any) -> list[tuple[str, str, str]]:
     """(item, value, where it was read) of the deployment, from the evidence through `k3lib.verdict.accepted`."""
-    from ..verdict import accepted as acc
-    from ..core.evidence import EnvironmentData, ProbeData
 
     env = _typed(run, "environment", EnvironmentData)
     observed = env.observed if env is not None else None
@@ -206,7 +209,6 @@ def pages_block(pages: Sequence[tuple[str, str, str]]) -> str:
 
 def acceptance_index(store: RunStore, title: str, decision: dict[str, Any] | None,
                      pages: Sequence[tuple[str, str, str]]) -> str:
-    from ..verdict.accepted import read_run
 
     run = read_run(store.root)
     identity = _table(("item", "value", "read from"),
@@ -225,7 +227,6 @@ def acceptance_index(store: RunStore, title: str, decision: dict[str, Any] | Non
 
 def renewal_index(store: RunStore, title: str, decision: dict[str, Any] | None,
                   pages: Sequence[tuple[str, str, str]]) -> str:
-    from ..core.evidence import read_records
 
     records = read_records(store)
     rows = [[esc(r.axis), esc(r.title), _badge(r.status), esc(_one_line(r.summary)),
@@ -241,8 +242,6 @@ def renewal_index(store: RunStore, title: str, decision: dict[str, Any] | None,
 def cost_block(records: dict[str, Any]) -> str:
     """The cost sheet as the cost axis recorded it (k3lib.renewal.results.CostResult, read typed): an item nobody
     priced stays blank (never a zero)."""
-    from ..core.errors import ArtifactError
-    from ..renewal.results import CostResult, read_record_data
 
     rec = records.get("cost")
     result = None
@@ -288,8 +287,6 @@ def write_index(store: RunStore, title: str, decision: dict[str, Any] | None,
 def rerender(store: RunStore) -> str:
     """Every executed notebook of the run → its page again, then the index (a run of an older kit gets the
     shared plotly.js, clean pages and the arguing index). Never on a signed run."""
-    from ..core.plan import acceptance_plan, review_plan
-    from ..core.evidence import read_records
 
     _refuse_if_signed(store, "re-rendering the report")
     plan = review_plan() if run_kind(store) == "renewal" else acceptance_plan()

@@ -6,7 +6,9 @@ from __future__ import annotations
 import html
 from typing import TYPE_CHECKING, Any, Iterable, TypeVar
 
+from ..core.numbers import figure
 from .pages import PLOTLY_JS, STYLESHEET
+from .views import badge
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -22,14 +24,12 @@ def page_head(title: str, *, plotly: bool = True) -> str:
 
 
 def _badge(word: Any) -> str:
-    from .views import badge
 
     return badge(str(word))
 
 
 def _fmt(value: Any, unit: str = "") -> str:
     """A figure for people (`k3lib.core.numbers.figure`: 1,890 ms, never 1.89e+03 ms)."""
-    from ..core.numbers import figure
 
     if value is None:
         return ""

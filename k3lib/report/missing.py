@@ -12,7 +12,12 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import re
+import textwrap
 from typing import Any
+
+from ..core.thresholds import Loosened
+from ..verdict.sheet import ITEMS
+from .markup import esc
 
 __all__ = ["OpenItem", "group_reasons", "missing_lines"]
 
@@ -72,7 +77,6 @@ def _clean(text: str) -> str:
 
 def _item_of(rule: str, checklist: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The checklist row whose rules take this finding rule (as the sheet matched them), if any."""
-    from ..verdict.sheet import ITEMS
 
     for row in checklist:
         if rule in (row.get("rules") or ()):
@@ -86,7 +90,6 @@ def _item_of(rule: str, checklist: list[dict[str, Any]]) -> dict[str, Any] | Non
 
 def _loosened(decision: dict[str, Any]) -> list[str]:
     """The settings looser than their floor that nobody accepted, each in a few words (`path = value (floor x)`)."""
-    from ..core.thresholds import Loosened
 
     out = []
     for d in decision.get("loosened_thresholds") or ():
@@ -214,7 +217,6 @@ def missing_lines(decision: dict[str, Any], *, width: int = 160) -> list[str]:
 
 def wrapped(text: str, width: int, first: str, then: str) -> list[str]:
     """`text` whole, over as many lines of `width` as it takes (words never split, nothing cut)."""
-    import textwrap
 
     return textwrap.wrap(text, width, initial_indent=first, subsequent_indent=then, break_long_words=False,
                          break_on_hyphens=False) or [first.rstrip()]
@@ -224,7 +226,6 @@ def missing_html(decision: dict[str, Any]) -> str:
     """The same list for the index, above the fold: the groups in the terminal's order, each under its heading and
     in its own colour (`k3-missing-<group>`), one row per item in the checklist's order, the parameter that
     closes it."""
-    from .markup import esc
 
     items = group_reasons(decision)
     if not items:

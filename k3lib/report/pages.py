@@ -14,6 +14,9 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from traitlets.config import Config
+
+from ..core.errors import BadInputError
 from ..core.store import RunStore
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -140,7 +143,6 @@ def ensure_assets(store: RunStore) -> None:
 
 def _exporter() -> Any:
     from nbconvert import HTMLExporter
-    from traitlets.config import Config
 
     c = Config()
     c.TemplateExporter.extra_template_basedirs = [str(TEMPLATES)]
@@ -193,7 +195,6 @@ def render_pages(store: RunStore, notebooks: Sequence[str], axis_of: dict[str, s
 
 
 def _refuse_if_signed(store: RunStore, what: str) -> None:
-    from ..core.errors import BadInputError
 
     if store.path("signature.json").exists():
         raise BadInputError(f"the run is signed: {what} would change its manifest after signing; do it before "

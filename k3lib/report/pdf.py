@@ -3,12 +3,17 @@ network off, its sha256 recorded in `report.json`; and the check `k3 verify` mak
 
 from __future__ import annotations
 
+import hashlib
+import shutil
+import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..core.store import RunStore
-from .markup import _badge, _table, esc
+from ..core.errors import BadInputError
 from ..core.plan import run_kind
+from ..core.store import RunStore, atomic_write_bytes, sha256_file, utc_now
+from .markup import _badge, _table, esc
 from .pages import REPORT_JSON, _refuse_if_signed
 
 
@@ -22,9 +27,7 @@ def full_sheet_block(checklist: Sequence[dict[str, Any]]) -> str:
 
 
 def chromium() -> str:
-    import shutil
 
-    from ..core.errors import BadInputError
 
     exe = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
     if exe is None:
@@ -36,12 +39,7 @@ def chromium() -> str:
 def print_pdf(store: RunStore, target: str | Path, *, timeout_s: float = 180.0) -> dict[str, Any]:
     """The index and the full sheet with its figures → one PDF printed by headless Chromium (network off: the page
     loads only the report folder's files). Its sha256 goes into `report.json`, which the manifest lists."""
-    import hashlib
-    import subprocess
-    import tempfile
 
-    from ..core.errors import BadInputError
-    from ..core.store import atomic_write_bytes, sha256_file, utc_now
 
     _refuse_if_signed(store, "recording a PDF in report.json")
     target = Path(target)

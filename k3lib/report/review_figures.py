@@ -4,11 +4,13 @@ decision."""
 from __future__ import annotations
 
 import html
+import sys
 from typing import Any
 
 from ..core.numbers import figure
 from ..renewal.decision import RenewalDecision, money
-from ..renewal.params import RenewalParams
+from ..renewal.params import RenewalParams, tracked_keys
+from .views import badge
 
 
 def rules_table(params: RenewalParams) -> Any:
@@ -17,7 +19,6 @@ def rules_table(params: RenewalParams) -> Any:
     of the report, whole (a pandas Styler; `.data` is the table)."""
     import pandas as pd
 
-    from ..renewal.params import tracked_keys
 
     review = params.review.model_dump(mode="json")
     rows = []
@@ -141,7 +142,6 @@ def register_views() -> None:
     """Show a `RenewalDecision` as HTML in IPython (JupyterLab, papermill, the report pages): registered as a display
     formatter when a review session opens, so the decision's data model never imports this presentation module.
     Outside IPython there is nothing to register."""
-    import sys
 
     if "IPython" not in sys.modules:  # no kernel or shell running: never import IPython for this
         return
@@ -153,7 +153,6 @@ def register_views() -> None:
 
 
 def decision_html(decision: RenewalDecision) -> str:
-    from .views import badge
 
     esc = html.escape
     parts = [f'<h2 style="margin:0.2em 0">Decision: {badge(decision.decision)}</h2>',

@@ -16,12 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import BadInputError, EvidenceError
-from ..core.record import Record
 from ..core.numbers import figure
 from ..core.plan import run_kind
+from ..core.record import Record
+from ..core.store import MANIFEST, RunStore, atomic_write_bytes, to_json_bytes
 from ..verdict.decision import decision_line, is_demo
 from ..verdict.recompute import decision_problems, recomputed
-from ..core.store import MANIFEST, RunStore, atomic_write_bytes, to_json_bytes
+from .pdf import pdf_problems
 
 SIGNATURE = "signature.json"
 SSH_SIG = MANIFEST + ".sig"
@@ -214,7 +215,6 @@ def verify_run(run_dir: str | Path, *, allowed_signers: str | Path | None = None
 
 
 def _verify_files(run_dir: str | Path, *, allowed_signers: str | Path | None = None) -> VerifyResult:
-    from .pdf import pdf_problems
 
     store = RunStore.open(run_dir)
     changed = list(store.verify())

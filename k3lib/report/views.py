@@ -13,8 +13,10 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from ..verdict.decision import AcceptanceDecision
+from ..axes.capacity.figures import summary_html
+from ..core import plotting
 from ..core.evidence import EvidenceRecord
+from ..verdict.decision import AcceptanceDecision
 
 _BADGE = {"pass": "#1a7f37", "fail": "#cf222e", "warn": "#9a6700", "not-run": "#57606a",
           "production": "#1a7f37", "limited-observation": "#9a6700", "capacity-extension": "#bc4c00",
@@ -87,7 +89,6 @@ def record_html(record: EvidenceRecord) -> str:
 
 
 def _capacity_html(result: Any) -> str:
-    from ..axes.capacity.figures import summary_html
 
     return summary_html(result)
 
@@ -110,7 +111,6 @@ def register(shell: Any) -> None:
 def install() -> None:
     """A notebook's display set-up, done by every session opener: plotly's offline renderer and, inside IPython,
     the HTML views above."""
-    from ..core import plotting
 
     plotting.use_offline_renderer()
     ipython = sys.modules.get("IPython")

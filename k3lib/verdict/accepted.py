@@ -10,14 +10,22 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import typing
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-from ..core.errors import BadInputError, EvidenceError
 from pydantic import BaseModel
 
-from ..core.evidence import (AgentData, CapacityData, CapacityStep, EvidenceRecord, PrefixCacheData, other_document,
-                       parse_record)
+from ..core.errors import BadInputError, EvidenceError
+from ..core.evidence import (
+    AgentData,
+    CapacityData,
+    CapacityStep,
+    EvidenceRecord,
+    PrefixCacheData,
+    other_document,
+    parse_record,
+)
 from ..core.store import MANIFEST
 
 # Where each level is written, tried in order: (axis or "params", dotted path of fields in the axis' typed data,
@@ -127,7 +135,6 @@ def _load_json_or_none(path: Path) -> Any:
 
 def declared_path(model: type[BaseModel], dotted: str) -> bool:
     """Every step of `dotted` names a field the typed model declares (list steps by index)."""
-    import typing
 
     node: Any = model
     for part in dotted.split("."):

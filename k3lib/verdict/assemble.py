@@ -8,16 +8,18 @@ What the summary notebook shows of it (the tables) is `k3lib.report.summary`; it
 from __future__ import annotations
 
 import datetime as dt
+import json
 
-from .decision import AcceptanceDecision, decide, is_demo
 from ..core.evidence import EvidenceRecord
 from ..core.params import Params, default_tree
 from ..core.plan import ACCEPTANCE_AXES
-from .sheet import ITEMS, sheet_rows
-from ..core.store import RunStore
 from ..core.recipes import recipe_loosened
+from ..core.store import RunStore
 from ..core.thresholds import Loosened, loosened
+from .decision import AcceptanceDecision, decide, is_demo
+from .identity import identify, tie_records
 from .served import served_facts, served_models
+from .sheet import ITEMS, sheet_rows
 
 __all__ = ["compute_decision", "decide_run", "loosened_thresholds", "served_models"]
 
@@ -39,7 +41,6 @@ def compute_decision(params: Params, records: dict[str, EvidenceRecord], *,
                      today: dt.date | None = None) -> AcceptanceDecision:
     """Decide from the records alone (the sheet's items of the planned axes, the loosened thresholds), once every
     finding resting on a source not tied to the target is opened (`k3lib.verdict.identity`)."""
-    from .identity import identify, tie_records
 
     identity = identify(records)
     tied = tie_records(records, identity)
@@ -65,7 +66,6 @@ def target_kind(records: dict[str, EvidenceRecord]) -> str | None:
     data = probe.data if isinstance(probe.data, dict) else {}
     if data.get("target_kind"):
         return str(data["target_kind"])
-    import json
 
     try:
         version = json.loads(((data.get("endpoints") or {}).get("version") or {}).get("body") or "null")

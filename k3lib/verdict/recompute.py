@@ -18,7 +18,12 @@ import json
 from typing import Any, Callable
 
 from ..core.errors import BadInputError, EvidenceError
+from ..core.evidence import read_records
+from ..core.outcomes import REEXAMINE_AFTER_DAYS
+from ..core.params import load_params_json
 from ..core.store import RunStore
+from .assemble import compute_decision
+from .rejudge import rejudge_problems
 
 # The fields both decide and store; the re-examination date is compared apart (it counts from the day decided).
 ACCEPTANCE_FIELDS = ("decision", "reasons", "checklist", "traffic_cap", "build", "agents_blocked",
@@ -39,10 +44,6 @@ def _decided_on(stored: dict[str, Any], days: int) -> dt.date | None:
 
 def recomputed(store: RunStore, stored: dict[str, Any]) -> dict[str, Any]:
     """The acceptance decision the run's evidence gives, as `decision.json` would hold it."""
-    from ..core.evidence import read_records
-    from ..core.outcomes import REEXAMINE_AFTER_DAYS
-    from ..core.params import load_params_json
-    from .assemble import compute_decision
 
     params = load_params_json(store.path("params.json"))
     return compute_decision(params, read_records(store),
@@ -87,10 +88,6 @@ def decision_problems(store: RunStore, decide_again: DecideAgain = recomputed) -
 def raw_data_problems(store: RunStore, stored: dict[str, Any]) -> list[str]:
     """Each acceptance axis judged again from its raw data (`k3lib.verdict.rejudge`): one line per finding that
     differs."""
-    from ..core.evidence import read_records
-    from ..core.outcomes import REEXAMINE_AFTER_DAYS
-    from ..core.params import load_params_json
-    from .rejudge import rejudge_problems
 
     params = load_params_json(store.path("params.json"))
     today = _decided_on(stored, REEXAMINE_AFTER_DAYS) or _run_day(store) or dt.date.today()

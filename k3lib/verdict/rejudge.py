@@ -14,7 +14,14 @@ import datetime as dt
 from collections import Counter
 from collections.abc import Callable
 
-from ..axes.attestation import DrillResult, Served
+from ..axes.agent import agent_record, load_agent_result
+from ..axes.attestation import RULE_LIMITS, RULE_ROLLBACK, DrillResult, Served, attestation_findings
+from ..axes.capacity.judge import capacity_record
+from ..axes.capacity.rejudge import rejudge_capacity
+from ..axes.environment.reread import rejudge_environment
+from ..axes.prefix_cache.judge import prefix_cache_record
+from ..axes.prefix_cache.result import PrefixCacheResult
+from ..axes.probe import iter_findings, read_probe
 from ..core.evidence import DrillData, EvidenceRecord, Finding, ServedData
 from ..core.params import Params
 from ..core.store import RunStore
@@ -44,39 +51,31 @@ def drill_of(d: DrillData) -> DrillResult:
 
 
 def _probe(store: RunStore, rec: EvidenceRecord, params: Params, today: dt.date) -> tuple[list[Finding], None]:
-    from ..axes.probe import iter_findings, read_probe
 
     return iter_findings(read_probe(store, rec, params.target.model), RejudgeContext(params, store)), None
 
 
 def _environment(store: RunStore, rec: EvidenceRecord, params: Params, today: dt.date) -> tuple[list[Finding], None]:
-    from ..axes.environment.reread import rejudge_environment
 
     return list(rejudge_environment(store, rec, params).findings), None
 
 
 def _capacity(store: RunStore, rec: EvidenceRecord, params: Params, today: dt.date) -> tuple[list[Finding], None]:
-    from ..axes.capacity.judge import capacity_record
-    from ..axes.capacity.rejudge import rejudge_capacity
 
     return capacity_record(rejudge_capacity(store, params), RejudgeContext(params, store)).findings, None
 
 
 def _agent(store: RunStore, rec: EvidenceRecord, params: Params, today: dt.date) -> tuple[list[Finding], None]:
-    from ..axes.agent import agent_record, load_agent_result
 
     return agent_record(load_agent_result(store), RejudgeContext(params, store)).findings, None
 
 
 def _prefix_cache(store: RunStore, rec: EvidenceRecord, params: Params, today: dt.date) -> tuple[list[Finding], None]:
-    from ..axes.prefix_cache.judge import prefix_cache_record
-    from ..axes.prefix_cache.result import PrefixCacheResult
 
     return prefix_cache_record(PrefixCacheResult.load(store)).findings, None
 
 
 def _operations(store: RunStore, rec: EvidenceRecord, params: Params, today: dt.date) -> tuple[list[Finding], set[str]]:
-    from ..axes.attestation import RULE_LIMITS, RULE_ROLLBACK, attestation_findings
 
     data = rec.typed()
     drill = None if data.drill is None else drill_of(data.drill)

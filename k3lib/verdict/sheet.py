@@ -11,6 +11,10 @@ import fnmatch
 from typing import Any, Iterable
 
 from ..core.evidence import EvidenceRecord, Finding
+from ..core.params import default_tree
+from ..core.recipes import recipe_loosened
+from ..core.thresholds import BY_PATH, loosened
+from .served import served_facts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -186,11 +190,7 @@ def _recipe_requirements(recipe: dict[str, Any]) -> list[str]:
 def _configuration(axis: str, params: dict[str, Any] | None, records: dict[str, EvidenceRecord] | None = None) -> str:
     if not params:
         return ""
-    from ..core.params import default_tree
-    from ..core.recipes import recipe_loosened
-    from ..core.thresholds import BY_PATH, loosened
 
-    from .served import served_facts
 
     facts = served_facts(records or {}, (params.get("recipe") or {}).get("name"))
     loose = [t for t in loosened(params, default_tree(), served=facts) if BY_PATH[t.path].axis == axis]

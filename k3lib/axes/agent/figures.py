@@ -11,11 +11,13 @@ import json
 from typing import Any
 
 from ...core.numbers import figure
+from ...core.stats import wilson_interval
 from . import checks as C
 from .config import DEFAULT_MIN_PASS_RATE
+from .contract_judge import contract_rows
 from .judge import case_rows
+from .rate import failure_rate_finding
 from .result import AgentResult
-
 
 
 def rates_table(result: AgentResult) -> Any:
@@ -58,8 +60,6 @@ def turns_table(result: AgentResult) -> Any:
     interval, the failures a retry recovered and those it did not, and the tolerance it is judged against."""
     import pandas as pd
 
-    from ...core.stats import wilson_interval
-    from .rate import failure_rate_finding
 
     done = [t for t in result.turns if t.get("failure") != "cancelled"]
     judged = failure_rate_finding(done, result.settings)
@@ -84,7 +84,6 @@ def contract_table(result: AgentResult) -> Any:
     it blocks the agents, and what was seen."""
     import pandas as pd
 
-    from .contract_judge import contract_rows
 
     return pd.DataFrame(contract_rows(result.contract, result.settings),
                         columns=["id", "mode", "passed", "seed_item", "blocks", "detail"])

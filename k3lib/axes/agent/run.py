@@ -6,7 +6,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import httpx
+
 from ...core import progress
+from ...core.session import find_path
+from ...io.client import SyncChatClient
+from ...io.crosscheck import cross_check
+from ...io.load import check_load_target
+from ...io.metrics import delta, scrape
+from ..environment.run import fetch_text
 from .config import agent_params
 from .contract import ContractCheck
 from .result import CONTRACT_FILE, RUN_FILE, STEPS_FILE, TURNS_FILE, AgentResult
@@ -30,9 +38,6 @@ def run_agent(ctx: AxisContext) -> AgentResult:
     """Play the sample at every concurrency level against `ctx.target`, then the tool-turn series at the planned
     concurrency and the vendor contract check; requests land in the run folder as they finish. Target misbehaviour
     becomes findings; only an unusable sample or target set-up raises."""
-    from ...io.client import SyncChatClient
-    from ...io.load import check_load_target
-    from ...core.session import find_path
 
     params = ctx.params
     path = agent_params(params).sample
@@ -77,9 +82,7 @@ def run_agent(ctx: AxisContext) -> AgentResult:
 
 def _server_log(ctx: AxisContext) -> str | None:
     """The server log's text when the parameters name one (axes.environment.server_log), else None."""
-    import httpx
 
-    from ..environment.run import fetch_text
 
     source = ctx.params.axes.environment.server_log
     if not source:
@@ -92,7 +95,6 @@ def _server_log(ctx: AxisContext) -> str | None:
 def _scrape(ctx: AxisContext) -> tuple[Any, str | None]:
     """A /metrics snapshot of the target (the spec-decode counters, the request and token counters), or why there
     is none: a /metrics that cannot be read leaves what rests on it not observable, with this reason."""
-    from ...io.metrics import scrape
 
     urls = tuple(getattr(ctx.target, "metrics_urls", ()) or ())
     if not urls:
@@ -108,7 +110,6 @@ def _scrape(ctx: AxisContext) -> tuple[Any, str | None]:
 def served_counters(before: Any, after: Any, records: list[Any], error: str | None) -> dict[str, Any]:
     """The server's request and token counters over the whole agent run against every request the kit sent in it
     (the scenario, the tool-turn series with its retries, the contract check): `k3lib.io.crosscheck`."""
-    from ...io.crosscheck import cross_check
 
     if error is not None or before is None or after is None:
         return {"cross_check": None, "error": error or "no /metrics snapshot"}
@@ -116,7 +117,6 @@ def served_counters(before: Any, after: Any, records: list[Any], error: str | No
 
 
 def _spec_decode_delta(before: Any, after: Any) -> dict[str, Any]:
-    from ...io.metrics import delta
 
     if before is None or after is None:
         return {}

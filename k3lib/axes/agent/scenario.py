@@ -14,15 +14,16 @@ from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
 from ...core import progress
+from ...core.errors import TargetError
 from ...core.record import Record
 from ...io.chatstream import ToolCall
 from ...io.client import ChatClient, ChatRecord
-from ...core.errors import TargetError
 from ...io.load import RequestBudget
 from . import checks as C
 from .config import CANCEL_GRACE_S, MAX_FILLER_LINES, TOKENS_PER_LINE_GUESS, agent_params
-from .sample import AgentSample, CaseSpec, TurnSpec
 from .filler import filler_lines
+from .rate import turns_needed
+from .sample import AgentSample, CaseSpec, TurnSpec
 from .tools import execute, result_text
 
 Step = dict[str, Any]
@@ -67,7 +68,6 @@ class RunSettings(Record):
 
     @classmethod
     def from_params(cls, params: Any, sample_source: str) -> RunSettings:
-        from .rate import turns_needed
 
         a, contract, sampling = agent_params(params), params.contract, params.recipe.sampling
         levels = tuple(sorted(set(a.concurrency_levels or (1, contract.planned_concurrency))))

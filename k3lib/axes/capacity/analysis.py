@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from ...core.numbers import figure
+from ...core.stats import Interval, min_samples
 from .config import KV_FULL
 
 MIB = 1024 * 1024
@@ -218,7 +219,6 @@ def latency_verdict(step: Mapping[str, Any], key: str, objective_ms: float | Non
     ("pass" | "fail" | "inconclusive" | None, the sentence, the interval). None: no objective. A pass needs the
     whole interval at or under the objective, a fail the whole interval above it; an interval that straddles it
     (or too few requests for one) is inconclusive — never a pass or a fail that the machine's load would flip."""
-    from ...core.stats import Interval, min_samples
 
     name = {"ttft": "TTFT", "e2e": "end-to-end latency"}[key]
     point = step.get(f"{key}_p95_ms")

@@ -11,10 +11,12 @@ from collections.abc import Sequence
 
 import httpx
 
-from ...core.evidence import Row
 from ...core.errors import K3Error, TargetError
+from ...core.evidence import Row
+from ...core.operator import run_operator_command
 from ...io.client import ChatClient
 from ...io.readers.vllm_log import VllmLogReport, parse_vllm_log
+from ..environment.run import fetch_text
 from .analysis import memory_at
 from .config import HEALTH_TIMEOUT_S
 from .result import LOG_TXT
@@ -55,7 +57,6 @@ NOT_RUN = ColdLoad(ready={})
 async def cold_load(rec: Recorder) -> ColdLoad:
     """Restart the engine with `target.restart` (when set) and time not ready → ready, with memory at ready.
     Without a restart command a running server's load is not observed: the phase only checks it is up."""
-    from ...core.operator import run_operator_command
 
     cap, params = rec.cap, rec.params
     client = rec.client(HEALTH_TIMEOUT_S)
@@ -138,7 +139,6 @@ async def _server_facts(rec: Recorder, client: ChatClient) -> Row:
 
 def read_log(rec: Recorder) -> ServerLog:
     """The server log, when axes.environment.server_log names it (a file or a URL)."""
-    from ..environment.run import fetch_text
 
     value = rec.params.axes.environment.server_log
     if not value:

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from .analysis import MIB, gpu_keys, gpu_label, increase, window
 from .classify import DECISIONS
+from .judge import implied_decision, iter_findings, traffic_cap
+from .trust import cross_check_label
 
 if TYPE_CHECKING:
     from ...core.params import Params
@@ -184,7 +186,6 @@ def phases_table(result: "CapacityResult") -> Any:
 def steps_table(result: "CapacityResult") -> Any:
     import pandas as pd
 
-    from .trust import cross_check_label
 
     cols = ("concurrency", "out_of_contract", "status", "held", "sent", "ok", "server_errors", "refused", "timeouts",
             "unreachable", "cancelled", "error_statuses", "preemptions",
@@ -250,7 +251,6 @@ def decision_table(result: "CapacityResult", params: "Params") -> Any:
     """Saturation point, OOM class and the decision the findings imply, one row each."""
     import pandas as pd
 
-    from .judge import implied_decision, iter_findings, traffic_cap
 
     findings = iter_findings(result, params)
     oom = result.oom or {}

@@ -4,12 +4,14 @@ planned context lengths served one at a time."""
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from ...core.evidence import Finding
 from ...core.numbers import figure
 from ...core.params import Params
-from .finding import finding as _f, ms_text
+from .finding import finding as _f
+from .finding import ms_text
 from .result import CapacityResult
 
 
@@ -119,7 +121,6 @@ def _step_concurrency(label: Any) -> int | None:
 
 
 def _clock(t: float | None) -> str:
-    import datetime as dt
 
     if t is None:
         return "?"

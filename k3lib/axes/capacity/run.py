@@ -24,6 +24,7 @@ from ...core import progress
 from ...core.errors import TargetError
 from ...core.evidence import CapacityPhase, CapacityStep, Row
 from ...core.params import Params
+from ...core.target import pin_target
 from ...io.calibration import CalibrationReport
 from ...io.client import ChatClient, run_sync
 from ...io.load import check_load_target
@@ -46,7 +47,6 @@ if TYPE_CHECKING:
 
 
 def pinned_params(ctx: "AxisContext") -> Params:
-    from ...core.target import pin_target
 
     return pin_target(ctx.params, ctx.target)
 

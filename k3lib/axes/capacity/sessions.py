@@ -20,13 +20,24 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from ...core.evidence import Row
 from ...core import progress
 from ...core.errors import APIError, TargetError
+from ...core.evidence import Row
+from ...core.session import find_path
 from ...io.client import ChatClient
 from ...io.metrics import Snapshot, delta
-from ...io.sessions import (FILLER_SAMPLE, Question, ReplayConfig, SessionReplay, SessionShape, SessionTurn, convert_trace,
-                            generate_sessions, read_trace)
+from ...io.sessions import (
+    FILLER_SAMPLE,
+    Question,
+    ReplayConfig,
+    SessionReplay,
+    SessionShape,
+    SessionTurn,
+    convert_trace,
+    generate_sessions,
+    read_trace,
+)
+from ..agent.sample import load_sample
 from .config import SESSION_MAX_TURNS, SESSION_MIN_TURNS
 from .result import SESSIONS_JSONL
 from .resume import CutSessions
@@ -50,8 +61,6 @@ def sample_shape(params: Any, sessions: int, seed: int, start_tokens: int = 0,
     """Generated sessions from the contract and the agent sample (system prompt, tools, questions that need one);
     `start_tokens`: the system prompt and tools as the server counts them (0: estimated from their characters);
     `chars_per_token`: the server's tokenizer on the filler words (None: four characters a token)."""
-    from ..agent.sample import load_sample
-    from ...core.session import find_path
 
     a, cap, contract = params.axes.agent, params.axes.capacity, params.contract
     sample = load_sample(find_path(a.sample) if a.sample else None)

@@ -13,9 +13,22 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from ...core.errors import BadInputError
+from ...core.session import find_path
+from ...io.gpu import NvmlSource
+from ...io.metrics import Snapshot
+from ...io.metrics.parse import parse_exposition
 from .judge import EnvironmentResult, evaluate
-from .sources import (_TOOL, ARTIFACTS, ATTACH_DIR, EnvironmentSources, SourceText, _error_text, read_sources,
-                      server_answers, substitute)
+from .sources import (
+    _TOOL,
+    ARTIFACTS,
+    ATTACH_DIR,
+    EnvironmentSources,
+    SourceText,
+    _error_text,
+    read_sources,
+    server_answers,
+    substitute,
+)
 
 if TYPE_CHECKING:
     from ...core.session import AxisContext
@@ -43,7 +56,6 @@ def fetch_text(name: str, value: str | None, base_url: str, client: httpx.Client
             return SourceText(name, location, error=f"HTTP {resp.status_code} at {location}",
                               status=resp.status_code)
         return SourceText(name, location, resp.text, status=resp.status_code)
-    from ...core.session import find_path
 
     path = find_path(location)
     try:
@@ -78,8 +90,6 @@ def _post(client: httpx.Client, name: str, url: str, body: dict[str, Any]) -> So
 
 
 def _cache_config(client: httpx.Client, urls: tuple[str, ...]) -> tuple[SourceText, dict[str, str], str | None]:
-    from ...io.metrics import Snapshot
-    from ...io.metrics.parse import parse_exposition
 
     kept: list[str] = []
     errors: list[str] = []
@@ -136,7 +146,6 @@ def _probe_server(ctx: "AxisContext", client: httpx.Client) -> dict[str, Any]:
 def _nvml(ctx: "AxisContext") -> "tuple[GpuSourceInfo | None, SourceText]":
     if ctx.params.target.gpu_metrics.source != "nvml":
         return None, SourceText("nvml", None, error="target.gpu_metrics.source is not nvml (kit not on the GPU host)")
-    from ...io.gpu import NvmlSource
 
     source = NvmlSource()
     try:

@@ -12,6 +12,8 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from ...core.errors import ArtifactError, BadInputError
+from ...io.metrics import Snapshot
+from ...io.metrics.parse import parse_exposition
 from ...io.readers.collect_env import CollectEnvReport, parse_collect_env
 from ...io.readers.nvidia_smi import NvidiaSmiReport, parse_nvidia_smi
 from ...io.readers.vllm_log import VllmLogReport, parse_vllm_log
@@ -288,8 +290,6 @@ def server_answers(texts: dict[str, SourceText]) -> dict[str, Any]:
 
 def cache_config_of(text: str | None) -> dict[str, str]:
     """`vllm:cache_config_info`'s labels from the lines kept of it."""
-    from ...io.metrics import Snapshot
-    from ...io.metrics.parse import parse_exposition
 
     if not text:
         return {}

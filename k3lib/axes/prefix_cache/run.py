@@ -16,17 +16,30 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from ...io.client import ChatRecord, SyncChatClient
 from ...core import progress
 from ...core.errors import APIError, TargetError
 from ...core.numbers import figure
+from ...core.stats import median_interval
+from ...core.thresholds import prefix_floor_tokens
+from ...io.client import ChatRecord, SyncChatClient
 from ...io.load import check_load_target
 from ...io.metrics import Snapshot, delta, scrape
 from ...io.prompts import EstimateCounter, ServerTokenCounter, TokenCounter, filler_text, fit_count
+from ..environment.run import fetch_text
 from .blocks import common_prefix_len, designed_hits, expected_hits, first_divergence, hit_unit
 from .config import PrefixCacheParams
-from .result import (CONFIG_LABELS, COUNTERS_JSON, KINDS, REQUESTS_JSONL, RESULT_JSON, SAMPLES_JSONL,
-                     TOKEN_IDS_JSONL, PrefixCacheResult, RequestSample, judged_sighting)
+from .result import (
+    CONFIG_LABELS,
+    COUNTERS_JSON,
+    KINDS,
+    REQUESTS_JSONL,
+    RESULT_JSON,
+    SAMPLES_JSONL,
+    TOKEN_IDS_JSONL,
+    PrefixCacheResult,
+    RequestSample,
+    judged_sighting,
+)
 from .retention import retention_settings
 
 if TYPE_CHECKING:
@@ -145,7 +158,6 @@ def measure_request(client: SyncChatClient, http: httpx.Client, metrics_urls: Se
 def gain_undecided(samples: Sequence[RequestSample], min_gain_pct: float) -> bool:
     """True while the warm-vs-cold TTFT gain of the pairs answered so far has no interval, or one that straddles
     `min_gain_pct` (the verdict judges the same way on the pairs it finds clean)."""
-    from ...core.stats import median_interval
 
     cold = {(s.session, s.prefix_target): s.ttft_ms for s in samples if s.kind == "cold" and s.ok and s.ttft_ms}
     third = {(s.session, s.prefix_target): s for s in samples if s.kind == "third"}
@@ -159,7 +171,6 @@ def gain_undecided(samples: Sequence[RequestSample], min_gain_pct: float) -> boo
 def prefix_lengths(params: Any) -> tuple[int, ...]:
     """The cold prompt sizes: `axes.prefix_cache.prefix_tokens`, else a quarter of the contract's typical prompt and
     the typical prompt itself (within the context limit: `k3lib.core.thresholds.prefix_floor_tokens`)."""
-    from ...core.thresholds import prefix_floor_tokens
 
     if params.axes.prefix_cache.prefix_tokens:
         return tuple(params.axes.prefix_cache.prefix_tokens)
@@ -350,7 +361,6 @@ def _server_log(ctx: AxisContext) -> str | None:
     source = ctx.params.axes.environment.server_log
     if not source:
         return None
-    from ..environment.run import fetch_text
 
     with httpx.Client(timeout=15.0, headers=ctx.target.headers()) as http:
         text = fetch_text("server_log", source, ctx.target.base_url, http)

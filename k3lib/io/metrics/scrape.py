@@ -12,6 +12,7 @@ import httpx
 from k3lib.core.errors import APIError, TargetUnreachable
 from k3lib.io.metrics.names import INSPECT_SERIES
 from k3lib.io.metrics.parse import parse_exposition
+from k3lib.io.metrics.sampler import IntervalSampler
 from k3lib.io.metrics.snapshot import EndpointScrape, Snapshot
 
 DEFAULT_TIMEOUT_S = 10.0
@@ -119,7 +120,6 @@ class MetricsSampler:
     def __init__(self, urls: str | Iterable[str], *, interval_s: float = 1.0, max_duration_s: float = 3600.0,
                  stop_event=None, series: tuple[str, ...] = SAMPLED_SERIES, timeout_s: float | None = None,
                  client: httpx.Client | None = None) -> None:
-        from k3lib.io.metrics.sampler import IntervalSampler
 
         self.urls = _as_list(urls)
         self.series = series

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ...core.errors import BadInputError
+from ...core.store import atomic_write_bytes
 
 __all__ = ["SessionTurn", "TraceMessage", "group_sessions", "parse_turn", "read_trace", "trace_lines",
            "write_trace"]
@@ -185,7 +186,6 @@ def trace_lines(sessions: Sequence[Sequence[SessionTurn]]) -> list[str]:
 
 def write_trace(path: str | Path, sessions: Sequence[Sequence[SessionTurn]]) -> Path:
     """Write sessions as a trace file (what a reader makes of a downloaded file, for the operator to keep)."""
-    from ...core.store import atomic_write_bytes
 
     p = Path(path)
     atomic_write_bytes(p, ("\n".join(trace_lines(sessions)) + "\n").encode())

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -94,7 +95,6 @@ class Export:
 def _py_array(values: list[Any]) -> pa.Array:
     """JSON values as one Arrow column: scalars as they are, nested values (lists, objects) kept as Python objects
     behind a string of their JSON (what the importer parses)."""
-    import json
 
     if any(isinstance(v, (list, dict)) for v in values):
         return pa.array([None if v is None else json.dumps(v) for v in values], pa.string())

@@ -8,17 +8,20 @@ import datetime as dt
 from pathlib import Path
 
 from ...core.errors import BadInputError
+from ...core.numbers import figure
 from ..costsources import USAGE_SCOPED, CostSource, CurrencyConversion
 from ..inputs import read_costs
 from .bills import read_bill
-from .costlines import ITEMS, credits, notes as cost_notes, selection_words, split, tidy
+from .costlines import ITEMS, credits, selection_words, split, tidy
+from .costlines import notes as cost_notes
 from .costsfile import update_costs
 from .hours import NOT_OURS, UNCLASSIFIED, hours_by_week, read_issues, read_worklogs, resolve_ids, update_hours
 from .incidents import read_export, resolve, to_fill, write_incidents
 from .oncall import off_hours_effort
-from .params import ImportSection, UsageParams, ReviewWindowParams
+from .params import ImportSection, ReviewWindowParams, UsageParams
 from .provenance import Provenance, ReviewWindow
-from .usage import notes as usage_notes, read_usage
+from .usage import notes as usage_notes
+from .usage import read_usage
 
 
 def window_of(section: ImportSection, review_file: str | None = None) -> ReviewWindow:
@@ -80,7 +83,6 @@ def import_bill(kind: str, source: str | Path, out: str | Path, section: ImportS
 
 def _cost_line(item: str, value: object, currency: str, imported: bool) -> str:
     """`network: 1,234 EUR (this import)`; an item no import has given yet is said to be not set, not `None USD`."""
-    from ...core.numbers import figure
 
     if value is None:
         return f"{item}: not set yet (no import gave it; {currency} once one does)"

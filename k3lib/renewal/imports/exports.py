@@ -15,9 +15,10 @@ from typing import Any
 
 import yaml
 
+from ..demo import materialise
 from ..inputs import COST_ITEMS, FIVE_QUESTIONS, read_costs, read_hours, read_incidents, read_tasks
 from .commands import import_bill, import_incidents, import_usage, import_worklogs
-from .params import ImportParams
+from .params import ImportParams, load_import_params
 from .provenance import ReviewWindow, iso, write_text
 
 RATE = 0.92  # EUR per USD, the demo's stated rate
@@ -202,7 +203,6 @@ def write_exports(folder: str | Path, window: ReviewWindow) -> dict[str, Path]:
 def import_exports(folder: str | Path, window: ReviewWindow) -> dict[str, Path]:
     """Write the exports behind the sheet in `folder`, then import them into `folder/imported/`: costs.yaml (the
     sheet's hand-set items kept, the billed ones imported), incidents.csv and hours.csv."""
-    from .params import load_import_params
 
     folder = Path(folder)
     paths = write_exports(folder, window)
@@ -228,7 +228,6 @@ def materialise_from_exports(params: Any, folder: str | Path) -> Any:
     """Demo parameters: the scenario's sheet generated into `folder` (as `review --demo` does), its exports written
     and imported, and the parameters pointing at the imported costs, incidents and hours (the task log and the
     series have no standard export: they stay the generated ones)."""
-    from ..demo import materialise
 
     params = materialise(params, folder)
     series = params.review.series

@@ -9,6 +9,7 @@ import csv
 import dataclasses
 import datetime as dt
 import io
+import json
 from pathlib import Path
 from typing import Any
 
@@ -160,7 +161,6 @@ def opsgenie_incident(row: Row, p: IncidentParams, names: dict[str, str] | None 
 
 def _names_in_document(path: str | Path) -> dict[str, str]:
     """Opsgenie service id → name from a JSON export that carries its services (`services`: [{id, name}])."""
-    import json
 
     try:
         doc = json.loads(Path(path).read_text(encoding="utf-8-sig"))
