@@ -226,3 +226,26 @@ def test_capacity_notebook_under_papermill_healthy_demo(tmp_path, monkeypatch):
     out = json.loads((tmp_path / "out.ipynb").read_text())
     html = json.dumps(out)
     assert "text/html" in html and "widget-view" not in html
+
+
+@pytest.mark.slow
+def test_the_plans_at_most_cuts_the_phase_and_skips_the_rest_judged_on_what_was_measured(tmp_path):
+    """A request past the plan's at-most is refused before it is sent (ConsentExceeded): the phase it reached ends
+    `cut`, the later phases are skipped naming why, the run folder keeps what was measured, and a cut phase warns
+    (never a pass); the notebook's call returns instead of crashing."""
+    with _emulator() as h:
+        first = _ctx(tmp_path, h.url, h.dcgm_url)
+        first.store.write_json("plan.json", {"axes": [{"axis": "capacity", "seconds": 60, "requests": 400,
+                                                       "at_most": 12}]})
+        ctx = _ctx(tmp_path, h.url, h.dcgm_url)
+        result = capacity.run_capacity(ctx)
+        record = ctx.record(capacity.capacity_record(result, ctx))
+    phases = {p["phase"]: p for p in result.run["phases"]}
+    cut = [p for p in phases.values() if p["status"] == "cut"]
+    assert len(cut) == 1 and "the plan's at-most" in cut[0]["note"], phases
+    later = list(phases)[list(phases).index(cut[0]["phase"]) + 1:]
+    assert later and all(phases[name]["status"] == "skipped" and "at-most" in phases[name]["note"]
+                         for name in later), phases
+    bounds = _rule(record, "phase_bounds")
+    assert bounds.status == "warn" and "at-most" in bounds.message
+    assert level_for(record) != "production"

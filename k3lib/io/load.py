@@ -18,6 +18,7 @@ from k3lib.io.calibration import measure_event_loop_lag
 from k3lib.core.stats import percentile
 from k3lib.io.client import ChatClient, ChatRecord, quiet_collector, record_of
 from k3lib.core.guards import is_loopback_url
+from k3lib.core import progress
 from k3lib.core.errors import BadInputError
 
 Sink = Callable[[ChatRecord], None]
@@ -265,11 +266,12 @@ class _Phase:
         self.stats: list[RequestStat] = []
         self.issued = 0
         self.sink_error: BaseException | None = None
+        self.refused: progress.ConsentExceeded | None = None  # a request past the plan's at-most: nothing sent
         self.cpu0 = time.process_time()
 
     def take_index(self) -> int | None:
         if (self.next_index >= self.max_requests or time.perf_counter_ns() >= self.send_deadline_ns
-                or self.sink_error or self.stopped):
+                or self.sink_error or self.refused or self.stopped):
             return None
         i = self.next_index
         self.next_index += self.index_step
@@ -285,6 +287,9 @@ class _Phase:
             rec = record_of(exc) or _cancelled_record(self.client, f"{self.name}-{i}", enqueued_ns)
             self.deliver(rec)
             raise
+        except progress.ConsentExceeded as exc:  # refused before it was sent: the phase stops, then says why
+            self.refused = self.refused or exc
+            return
         self.deliver(rec)
 
     def deliver(self, rec: ChatRecord) -> None:
@@ -310,6 +315,8 @@ class _Phase:
                 lag_ms_p99: float | None, window_s: float | None) -> PhaseSummary:
         if self.sink_error is not None:
             raise self.sink_error
+        if self.refused is not None:  # what was measured is in the sink already; the caller stops its axis
+            raise self.refused
         duration = (max(time.perf_counter_ns(), self.start_ns) - self.start_ns) / 1e9
         return summarize(self.stats, name=self.name, kind=kind, target_url=self.client.base_url,
                          started_wall_ns=self.wall_ns, duration_s=duration, max_requests=self.max_requests,

@@ -69,6 +69,7 @@ class CapacityRunner:
         self.soak: Soak | None = None
         self.sessions: SessionRun | None = None
         self.resume: CutSessions | None = None
+        self.consent_stop = ""  # the phase in which the plan's at-most was reached, if it was
 
     # -- what tests and notebooks read of a runner -------------------------------------------------------------
     @property
@@ -158,6 +159,9 @@ class CapacityRunner:
             status, note = "done", note or ""
         except TimeoutError:
             status, note = "cut", f"stopped at its bound of {bound:.0f} s"
+        except progress.ConsentExceeded as exc:  # the plan's at-most: stop here, judged on what was measured
+            status, note = "cut", f"stopped at the plan's at-most: {exc}"[:500]
+            self.consent_stop = name
         except (TargetError, httpx.HTTPError) as exc:
             status, note = "failed", f"{type(exc).__name__}: {exc}"[:500]
         self.phases[at] = entry.model_copy(
@@ -179,6 +183,9 @@ class CapacityRunner:
             kept = {p.phase for p in self.phases}  # a resumed run's phases before the sessions
             for name in PHASES:
                 if name in kept:
+                    continue
+                if self.consent_stop:
+                    self._skip(name, f"the plan's at-most was reached in the {self.consent_stop} phase")
                     continue
                 if rec.dead:
                     why = "the server never became ready" if not self.ready.get("ready") else \
