@@ -174,3 +174,38 @@ def test_appending_after_a_dead_writer_cuts_its_torn_line_so_it_never_sits_mid_s
     other.path("evidence/s.jsonl").write_bytes(b'{"i": 0}')  # whole but for its newline: kept
     other.append_jsonl("evidence/s.jsonl", {"i": 1})
     assert [r["i"] for r in other.read_jsonl("evidence/s.jsonl")] == [0, 1]
+
+
+def test_a_rewrite_cut_between_its_steps_still_verifies_and_is_refused_for_signing(tmp_path, monkeypatch):
+    """A file the manifest lists is rewritten in three durable steps (pending, replace, settle): a kill after the
+    replace and before the manifest settles leaves content the manifest names as pending, which verifies; a file
+    changed by anyone else still does not; and a run holding such a cut rewrite is not signed."""
+    import k3lib.core.store as store_module
+    from k3lib.core.errors import EvidenceError
+    from k3lib.report.signing import sign_run
+
+    store = RunStore.create(tmp_path, label="cut")
+    store.write_json("evidence/capacity/metrics.json", {"samples": 1})
+    real = store_module.RunStore._update_manifest
+
+    def killed_before_settling(self, entries, drop=(), pending=None):
+        if entries and not pending:
+            raise KeyboardInterrupt("killed")
+        return real(self, entries, drop, pending)
+
+    monkeypatch.setattr(store_module.RunStore, "_update_manifest", killed_before_settling)
+    with pytest.raises(KeyboardInterrupt):
+        store.write_json("evidence/capacity/metrics.json", {"samples": 2})
+    monkeypatch.undo()
+    assert store.read_json("evidence/capacity/metrics.json") == {"samples": 2}
+    assert store.verify() == []
+    store.path("evidence/capacity/metrics.json").write_text('{"samples": 3}')
+    assert store.verify() == ["evidence/capacity/metrics.json: changed (sha256 differs from the manifest)"]
+    store.write_json("evidence/capacity/metrics.json", {"samples": 4})
+    assert store.verify() == [] and "pending" not in store.manifest()["files"]["evidence/capacity/metrics.json"]
+    with monkeypatch.context() as m:
+        m.setattr(store_module.RunStore, "_update_manifest", killed_before_settling)
+        with pytest.raises(KeyboardInterrupt):
+            store.write_json("evidence/capacity/metrics.json", {"samples": 5})
+    with pytest.raises(EvidenceError, match="a rewrite cut by a kill"):
+        sign_run(store.root, "Camille Durand", key=tmp_path / "no-key")

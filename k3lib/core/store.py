@@ -165,9 +165,16 @@ class RunStore:
 
     # -- writing ----------------------------------------------------------------------------------------------
     def write_bytes(self, rel: str, data: bytes) -> Path:
+        """Write `rel` atomically and record its hash. A file the manifest already lists is rewritten in three
+        durable steps: the manifest names the new content as `pending` beside the old, the file is replaced, the
+        manifest keeps the new content alone; a kill between any two leaves a file that one of them names, so a
+        killed run's files all verify (`verify`)."""
         target = self.root / rel
+        entry = (hashlib.sha256(data).hexdigest(), len(data))
+        if rel in self.manifest()["files"]:
+            self._update_manifest({}, pending={rel: entry})
         atomic_write_bytes(target, data)
-        self._update_manifest({rel: (hashlib.sha256(data).hexdigest(), len(data))})
+        self._update_manifest({rel: entry})
         return target
 
     def write_text(self, rel: str, text: str) -> Path:
@@ -240,13 +247,17 @@ class RunStore:
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
-    def _update_manifest(self, entries: dict[str, tuple[str, int]], drop: tuple[str, ...] = ()) -> None:
+    def _update_manifest(self, entries: dict[str, tuple[str, int]], drop: tuple[str, ...] = (),
+                         pending: dict[str, tuple[str, int]] | None = None) -> None:
         with self._locked():
             manifest = self.manifest()
             for rel in drop:
                 manifest["files"].pop(rel, None)
             for rel, (digest, size) in entries.items():
                 manifest["files"][rel] = {"sha256": digest, "bytes": size}
+            for rel, (digest, size) in (pending or {}).items():
+                if rel in manifest["files"]:
+                    manifest["files"][rel]["pending"] = {"sha256": digest, "bytes": size}
             manifest["run_id"] = self.run_id
             manifest["updated_at"] = utc_now()
             atomic_write_bytes(self.root / MANIFEST, to_json_bytes(manifest))
@@ -292,13 +303,14 @@ class RunStore:
             raise EvidenceError(f"{self.root / rel}: not valid JSON ({exc})") from None
 
     def verify(self) -> list[str]:
-        """Problems found, one line each (empty list: every listed file matches its hash)."""
+        """Problems found, one line each (empty list: every listed file matches its hash, or the content a rewrite
+        cut by a kill had named as `pending`: the kit wrote both)."""
         problems = []
         for rel, entry in sorted(self.manifest()["files"].items()):
             target = self.root / rel
             if not target.is_file():
                 problems.append(f"{rel}: missing")
-            elif sha256_file(target) != entry.get("sha256"):
+            elif sha256_file(target) not in (entry.get("sha256"), (entry.get("pending") or {}).get("sha256")):
                 problems.append(f"{rel}: changed (sha256 differs from the manifest)")
         return problems
 

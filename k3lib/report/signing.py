@@ -134,7 +134,8 @@ def sign_run(run_dir: str | Path, reviewer: str, *, key: str | Path | None = Non
         raise BadInputError(f"already signed by {prior.get('reviewer')!r} at {prior.get('signed_at')}; "
                             "re-sign only with --force", source=str(store.root / SIGNATURE))
     _refuse_thin(store)
-    problems = list(store.verify())
+    problems = list(store.verify()) + [f"{rel}: a rewrite cut by a kill (resume the run first)"
+                                       for rel, entry in store.manifest()["files"].items() if entry.get("pending")]
     if problems:
         raise EvidenceError(f"{store.root}: refusing to sign a run that does not verify: " + "; ".join(problems))
     problems = decision_problems(store, _decide_again(store))
