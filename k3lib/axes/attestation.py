@@ -30,7 +30,7 @@ from ..core.numbers import figure
 from ..core.operator import DrillCommand, HttpAction, parse_drill_command, run_command, run_operator_command  # noqa: F401 - public here too
 from ..core.outcomes import REEXAMINE_AFTER_DAYS
 from ..core.versions import parse_version
-from ..io.addresses import origin, same_host, same_origin
+from ..io import addresses
 from ..io.claims import metrics_claims
 from .environment.run import fetch_text
 from .environment.sources import parse_image_inspect, substitute
@@ -158,7 +158,6 @@ class DrillResult:
         return self.judged()[0] == "pass"
 
     def finding(self) -> Finding:
-
         status, message = self.judged()
         evidence = dataclasses.asdict(self)
         observed = {"before": str(self.before) if self.before else None,
@@ -168,7 +167,6 @@ class DrillResult:
 
 
 def _newer(a: str | None, b: str | None) -> bool:
-
     va, vb = parse_version(a), parse_version(b)
     return va is not None and vb is not None and va > vb
 
@@ -182,16 +180,15 @@ def served_by_target(location: str | None, base: str, *, timeout_s: float = 3.0)
     serves); under a name that resolves elsewhere (a proxy, a NAT, another view of the DNS), when it states the
     target's process start time."""
 
-
     if not location:
         return False
     url = substitute(location, base)
     if urlsplit(url).scheme not in ("http", "https"):
         return False
-    if same_origin(url, base):
+    if addresses.same_origin(url, base):
         return True
-    here = same_host(urlsplit(url).hostname, urlsplit(base).hostname)
-    mine, theirs = server_identity(base, timeout_s), server_identity(origin(url), timeout_s)
+    here = addresses.same_host(urlsplit(url).hostname, urlsplit(base).hostname)
+    mine, theirs = server_identity(base, timeout_s), server_identity(addresses.origin(url), timeout_s)
     # a model root is shared by every deployment of one model: it names the target on this host only
     return bool(here and theirs["roots"] & mine["roots"]) or (
         mine["start"] is not None and theirs["start"] == mine["start"])
@@ -200,7 +197,6 @@ def served_by_target(location: str | None, base: str, *, timeout_s: float = 3.0)
 def server_identity(base: str, timeout_s: float = 3.0) -> dict[str, Any]:
     """What a server says of itself that another cannot share: the roots of the models `/v1/models` lists and the
     process start time its `/metrics` states (either may be absent: a server that is not a model server)."""
-
 
     roots: set[str] = set()
     start = None
@@ -222,7 +218,6 @@ def server_identity(base: str, timeout_s: float = 3.0) -> dict[str, Any]:
 def served_release(http: Any, inspect: str | None, base: str, *, trust_target: bool = True) -> Served:
     """`/version` and, when `inspect` (a path or URL, `{base_url}` allowed) is set, the running image and digest.
     With `trust_target` False, an inspect served by the target itself is not read: it proves nothing."""
-
 
     version = image = digest = None
     errors = []

@@ -13,18 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 from ..core.params import Params
-from ..core.session import find_path
-from .agent.contract import ContractCheck
-from .agent.sample import load_sample
-from .agent.scenario import RunSettings
-from .agent.series import opening_tool_turns
-from .capacity.config import SESSION_MIN_TURNS
-from .capacity.shape import plan_capacity
-from .prefix_cache.result import KINDS as PER_SESSION
-from .prefix_cache.run import prefix_lengths
 
 __all__ = ["AxisEstimate", "PhaseEstimate", "SpeedLike", "estimate_axes", "DEFAULT_SPEED"]
 
@@ -151,6 +142,7 @@ def sessions_sent(sessions: int, duration_s: float, think_s: float, turn_s: floa
     """The turns a level of `sessions` concurrent agent sessions sends (k3lib.axes.capacity.sessions): each place
     plays a turn after each think time until the level's duration, and a session plays its first
     `SESSION_MIN_TURNS` whatever the time."""
+    from .capacity.config import SESSION_MIN_TURNS
 
     per = math.ceil(duration_s / max(turn_s + think_s, 1e-6))
     return max(1, sessions) * max(SESSION_MIN_TURNS, per)
@@ -159,6 +151,8 @@ def sessions_sent(sessions: int, duration_s: float, think_s: float, turn_s: floa
 def agent_phases(params: Params, speed: SpeedLike) -> tuple[PhaseEstimate, ...]:
     """One phase per concurrency level: every repetition of the sample's cases (an ideal model's requests: one per
     turn, one more after each expected tool call), bounded by the level's requests and seconds."""
+    from .agent.sample import load_sample
+    from ..core.session import find_path
 
     a, contract = params.axes.agent, params.contract
     sample = load_sample(find_path(a.sample) if a.sample else None)
@@ -184,7 +178,11 @@ def _agent_checks(params: Params, speed: SpeedLike, sample: Any, answer: int) ->
     """The tool-turn series (at the highest level; a failed turn is sent once more: not counted, a healthy target
     fails few) and the vendor contract check (one request per item and stream mode), each counted from the code
     that sends them."""
+    from typing import cast
 
+    from .agent.contract import ContractCheck
+    from .agent.scenario import RunSettings
+    from .agent.series import opening_tool_turns
 
     settings = RunSettings.from_params(params, "the plan")
     a = params.axes.agent
@@ -206,6 +204,7 @@ def _agent_checks(params: Params, speed: SpeedLike, sample: Any, answer: int) ->
 def capacity_phases(params: Params, speed: SpeedLike) -> tuple[PhaseEstimate, ...]:
     """Cold load (a running server: a poll), long context one request at a time, the calibration, each step, the
     soak."""
+    from .capacity.shape import plan_capacity
 
     plan = plan_capacity(params)
     lc = len(plan.context_lengths_tokens) * plan.long_context_repeats + 1
@@ -230,6 +229,7 @@ def capacity_phases(params: Params, speed: SpeedLike) -> tuple[PhaseEstimate, ..
 def session_phases(params: Params, speed: SpeedLike) -> tuple[PhaseEstimate, ...]:
     """The session phase (k3lib.axes.capacity.sessions): each level holds its sessions for its duration, a turn
     every think time plus one request's time, then the turns in flight finish (`sessions_sent`)."""
+    from .capacity.shape import plan_capacity
 
     plan = plan_capacity(params)
     out = []
@@ -244,6 +244,8 @@ def prefix_cache_phases(params: Params, speed: SpeedLike) -> tuple[PhaseEstimate
     """A cold, a warm and a third request per session and prefix length (`k3lib.axes.prefix_cache.run`: the third
     sighting follows the warm one), within the axis' duration bound; the extra sessions, taken only while the gain
     is undecided, count in its at-most."""
+    from .prefix_cache.result import KINDS as PER_SESSION  # cold, warm, third: one request each
+    from .prefix_cache.run import prefix_lengths
 
     p = params.axes.prefix_cache
     lengths = prefix_lengths(params)

@@ -48,7 +48,6 @@ def _attestation(ctx: AxisContext, value: str) -> tuple[AttestationRecord | None
     http(s) URL (`{base_url}` allowed: a wiki page's raw text, the operator's record service). A file that is not
     there or an invalid attestation is one bad-input line; a URL that does not answer leaves the items open."""
 
-
     if not substitute(value, ctx.target.base_url).startswith(("http://", "https://")):
         path = find_path(value)
         att = read_attestation(path)

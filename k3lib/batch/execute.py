@@ -54,7 +54,6 @@ def _preload_lines(modules: Sequence[str]) -> tuple[str, ...]:
 
 
 def _kernel_config(sockets: str) -> Any:
-
     config = Config()
     # Local sockets, no "kernel over TCP without encryption" warning; each kernel gets its own socket folder,
     # since two kernels starting at once in one folder would race for the same socket names.
@@ -81,7 +80,6 @@ class WarmKernel:
 
 
 def asyncio_run(coro: Any) -> Any:
-
     return asyncio.run(coro)
 
 

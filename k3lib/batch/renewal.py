@@ -87,7 +87,6 @@ def check_review_inputs(params: RenewalParams) -> None:
 
 
 def _reach_prometheus(url: str) -> None:
-
     where = f"{url}/api/v1/query"
     try:
         resp = httpx.get(where, params={"query": "1"}, timeout=PROMETHEUS_CHECK_S)
@@ -111,7 +110,6 @@ def _one_line(exc: Exception) -> str:
 
 def parameters_line(params: RenewalParams) -> str:
     """Where the fixed elements and thresholds came from, in one line (19_renewal shows each with its origin)."""
-
 
     keys = [k for k in tracked_keys() if k.startswith(("review.fixed.", "review.rules."))]
     by_origin = Counter(params.review.origin(k) for k in keys)

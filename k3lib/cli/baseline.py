@@ -52,7 +52,6 @@ def cmd_history(ns: argparse.Namespace) -> int:
 
 
 def cmd_fleet(ns: argparse.Namespace) -> int:
-
     if ns.timeout is not None and not ns.timeout > 0:
         raise BadInputError(f"expected a positive number of seconds, got {ns.timeout}", source="--timeout")
     return fleet_main(ns.fleet, ns.deployment, list_only=ns.list, timeout_s=ns.timeout,

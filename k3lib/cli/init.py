@@ -138,7 +138,6 @@ def render(found: Found, api_key_env: str | None) -> str:
 
 
 def _quote(value: Any) -> str:
-
     return json.dumps(str(value)) if value is not None else "null"
 
 

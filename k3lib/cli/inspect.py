@@ -53,7 +53,6 @@ def _expand_sources(sources: list[str]) -> list[str]:
 
 
 def _inspect_one(source: str, kind: str) -> dict[str, Any]:
-
     text = _read_source(source, kind)
     try:
         if kind == "auto":

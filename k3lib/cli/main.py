@@ -277,7 +277,6 @@ def _emulator_arguments(e: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-
     parser = build_parser()
     try:
         ns = parser.parse_args(argv)

@@ -48,7 +48,6 @@ def _emulator_sets(faults: list[str], profile: str | None) -> list[str]:
 
 
 def _load(files: list[str], sets: list[str], faults: list[str], profile: str | None):
-
     if not files:
         raise BadInputError("no parameters file given; expected -p FILE (e.g. -p parameters/emulator.yaml)",
                             source="k3 validate")
@@ -93,8 +92,6 @@ def _run_acceptance(params, out: str | None, baseline: str | None = None, resume
 
 def _acceptance_batch(params, target, report, plan: dict, out: str | None, baseline: str | None,
                       resume: str | None) -> int:
-
-
     store = RunStore.open(resume) if resume else RunStore.create(Path(out) if out else outputs_dir(),
                                                                  label=params.run.label)
     print(f"run: {store.root}", file=sys.stderr)
@@ -118,7 +115,6 @@ def _acceptance_batch(params, target, report, plan: dict, out: str | None, basel
 
 
 def _print_decision(decision, store) -> None:
-
     print(f"decision: {decision.line}")
     for line in missing_lines(decision.model_dump()):
         print(line)
@@ -131,7 +127,6 @@ class Interrupted(KeyboardInterrupt):
     with (128 + the signal)."""
 
     def __init__(self, cause: BaseException, run: Path, resume: str | None) -> None:
-
         self.signal_name = cause.signal_name if isinstance(cause, Stopped) else "SIGINT"
         self.exit_code = cause.exit_code if isinstance(cause, Stopped) else 130
         self.run, self.resume = run, resume
@@ -163,7 +158,6 @@ def cmd_validate(ns: argparse.Namespace) -> int:
 
 
 def cmd_demo(ns: argparse.Namespace) -> int:
-
     name = "emulator-2node.yaml" if ns.two_node else "emulator.yaml"
     params = _load([str(PROJECT_ROOT / "parameters" / name)], [], ns.fault, ns.profile)
     code = _run_acceptance(params, ns.out)
@@ -213,7 +207,6 @@ def review_main(files: list[str], sets: list[str], out: str | None, demo: str | 
 
 
 def cmd_review(ns: argparse.Namespace) -> int:
-
     check_command(list(ns.params or []), "k3 review")
     return review_main(ns.params, [*ns.sets, *_emulator_sets(ns.fault, ns.profile)], ns.out, ns.demo,
                        ns.from_exports)

@@ -103,7 +103,6 @@ class ThresholdAccepted(_Model):
 
     @model_validator(mode="after")
     def _known(self) -> "ThresholdAccepted":
-
         if self.path not in BY_PATH and self.path not in {f"recipe.{f}" for f in RECIPE_FIELDS}:
             raise ValueError(f"{self.path!r} is not a judgement threshold or a setting of the table; expected one of "
                              + ", ".join(BY_PATH))

@@ -108,7 +108,6 @@ def _sample_ceiling(resolved: Mapping[str, Any]) -> tuple[float, str]:
 
 
 def _requests_floor(resolved: Mapping[str, Any]) -> tuple[int, str]:
-
     planned, said = _planned(resolved)
     n = max(min_samples(95), 2 * planned)
     return n, f"a p95 interval's {min_samples(95)} requests, and two rounds of {said}"
@@ -124,7 +123,6 @@ def _or_floor(floor: Callable[[Mapping[str, Any]], tuple[Any, str]]) -> Measure:
 
 
 def _tool_turns_floor(resolved: Mapping[str, Any]) -> tuple[int, str]:
-
     rate = float(_get(resolved, "contract.max_tool_call_failure_rate") or 0.01)
     n = trials_to_bound(rate)
     return n, (f"the tool turns whose Wilson 95 % upper bound can reach contract.max_tool_call_failure_rate "

@@ -73,7 +73,6 @@ def _short(text: str, limit: int = 200) -> str:
 
 
 def run_command(cmd: DrillCommand, timeout_s: float, headers: dict[str, str]) -> tuple[bool, str]:
-
     if isinstance(cmd, HttpAction):
         try:
             resp = httpx.request(cmd.method, cmd.url, json=cmd.body, headers=headers, timeout=timeout_s)

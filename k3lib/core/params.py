@@ -183,7 +183,6 @@ class RecipeParams(_Model):
     @field_validator("vllm_min", "vllm_max")
     @classmethod
     def _version(cls, v: str | None) -> str | None:
-
         if v is not None and parse_version(v) is None:
             raise ValueError(f"expected a PEP 440 version such as 0.27.1, got {v!r}")
         return None if v is None else str(v)

@@ -35,7 +35,6 @@ def _url(host: str, port: int) -> str:
 def _server(cfg: EmulatorConfig, url: str):
     import uvicorn  # the app is only built when a server is actually started
 
-
     app, emu = build_app(cfg)
     emu.url = url
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", loop="asyncio",

@@ -367,7 +367,6 @@ def _read_line(stream: Any, timeout_s: float) -> str:
 
 
 def _wait_healthy(url: str, timeout_s: float) -> None:
-
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:

@@ -68,7 +68,6 @@ def recover(target: Target, *, after: str) -> dict[str, Any] | None:
     """Between batch stages: when /health is not 200 and `target.restart` is set, restart and wait for 200.
     Returns what happened (for the run's events), or None when the target was healthy."""
 
-
     def health() -> int | None:
         try:
             return httpx.get(f"{target.base_url}/health", timeout=5.0).status_code

@@ -305,7 +305,6 @@ def _served_models(client: httpx.Client, base_url: str, timeout_s: float) -> lis
 
 
 def _host_port(url: str) -> str:
-
     parts = urlsplit(url)
     port = parts.port or (443 if parts.scheme == "https" else 80)
     return f"{parts.hostname}:{port}"

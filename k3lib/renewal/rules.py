@@ -65,7 +65,6 @@ class RenewalRules(BaseModel):
     @field_validator("timezone")
     @classmethod
     def _zone(cls, v: str) -> str:
-
         try:
             ZoneInfo(v)
         except (ZoneInfoNotFoundError, ValueError):

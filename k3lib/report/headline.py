@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..axes.capacity.analysis import MIB, gpu_keys, gpu_label
 from ..core.evidence import AgentData, AgentRate, CapacityData, PrefixCacheData
 from ..verdict import accepted as acc
 from .markup import _fmt, _table, _typed, esc
@@ -24,7 +23,6 @@ def _small(fig: Any, title: str) -> Any:
 
 
 def _steps(run: Any) -> list[CapacityStep]:
-
     cap = _typed(run, "capacity", CapacityData)
     return list(cap.steps) if cap is not None else []
 
@@ -54,6 +52,7 @@ def fig_ttft_kv(run: Any) -> Any:
 def fig_memory_phases(run: Any, root: Path) -> Any:
     import plotly.graph_objects as go
 
+    from ..axes.capacity.analysis import MIB, gpu_keys, gpu_label  # the capacity package loads its whole runner
 
     cap = _typed(run, "capacity", CapacityData)
     phases = list(cap.phases or []) if cap is not None else []
@@ -80,7 +79,6 @@ def fig_memory_phases(run: Any, root: Path) -> Any:
 def fig_cold_warm(run: Any) -> Any:
     import plotly.graph_objects as go
 
-
     rec = _typed(run, "prefix_cache", PrefixCacheData)
     pairs = list(rec.pairs) if rec is not None else []
     if not pairs:
@@ -95,7 +93,6 @@ def fig_cold_warm(run: Any) -> Any:
 
 def fig_tool_rate(run: Any) -> Any:
     import plotly.graph_objects as go
-
 
     rec = _typed(run, "agent", AgentData)
     rates = [r for r in rec.rates if r.total] if rec is not None else []

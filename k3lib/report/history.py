@@ -88,7 +88,6 @@ def find_runs(folder: Path) -> list[Path]:
 
 
 def read_point(root: Path) -> RunPoint:
-
     run = acc.read_run(root)
     store = RunStore(root)
     kind = "renewal" if (root / "notebooks" / "19_renewal.ipynb").is_file() or \
@@ -202,7 +201,6 @@ def _cell(value: Any) -> str:
 
 
 def trend_html(points: Sequence[RunPoint], folder_name: str) -> str:
-
     rows = []
     for p in reversed(points):
         flags = [f"REOPEN {m}" for m in p.reopened] + [f"DRIFT {m}" for m in p.drift]
@@ -303,7 +301,6 @@ def write_textfile(points: Sequence[RunPoint], path: Path) -> None:
 def history(folder: Path, *, out: Path | None = None, textfile: Path | None = None,
             baseline: Path | None = None) -> tuple[list[RunPoint], Path]:
     from plotly.offline import get_plotlyjs
-
 
     roots = find_runs(folder)
     if not roots:

@@ -15,7 +15,6 @@ from ..core.errors import ArtifactError
 from ..core.evidence import EnvironmentData, ProbeData, read_records
 from ..core.plan import acceptance_plan, review_plan, run_kind
 from ..core.store import RunStore
-from ..renewal.results import CostResult, read_record_data
 from ..verdict import accepted as acc
 from ..verdict.accepted import read_run
 from ..verdict.decision import is_demo
@@ -209,7 +208,6 @@ def pages_block(pages: Sequence[tuple[str, str, str]]) -> str:
 
 def acceptance_index(store: RunStore, title: str, decision: dict[str, Any] | None,
                      pages: Sequence[tuple[str, str, str]]) -> str:
-
     run = read_run(store.root)
     identity = _table(("item", "value", "read from"),
                       [[esc(a), esc(b), f"<small>{esc(c)}</small>"] for a, b, c in identity_rows(run)], "k3-identity")
@@ -227,7 +225,6 @@ def acceptance_index(store: RunStore, title: str, decision: dict[str, Any] | Non
 
 def renewal_index(store: RunStore, title: str, decision: dict[str, Any] | None,
                   pages: Sequence[tuple[str, str, str]]) -> str:
-
     records = read_records(store)
     rows = [[esc(r.axis), esc(r.title), _badge(r.status), esc(_one_line(r.summary)),
              f"<code>evidence/{esc(r.axis)}.json</code>"] for r in records.values()]
@@ -241,7 +238,9 @@ def renewal_index(store: RunStore, title: str, decision: dict[str, Any] | None,
 
 def cost_block(records: dict[str, Any]) -> str:
     """The cost sheet as the cost axis recorded it (k3lib.renewal.results.CostResult, read typed): an item nobody
-    priced stays blank (never a zero)."""
+    priced stays blank (never a zero). The renewal's records load here, on a review's index only: an acceptance
+    run's batch never loads them (nor, through them, jsonschema's format parsers)."""
+    from ..renewal.results import CostResult, read_record_data
 
     rec = records.get("cost")
     result = None

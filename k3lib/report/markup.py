@@ -24,7 +24,6 @@ def page_head(title: str, *, plotly: bool = True) -> str:
 
 
 def _badge(word: Any) -> str:
-
     return badge(str(word))
 
 

@@ -195,7 +195,6 @@ def render_pages(store: RunStore, notebooks: Sequence[str], axis_of: dict[str, s
 
 
 def _refuse_if_signed(store: RunStore, what: str) -> None:
-
     if store.path("signature.json").exists():
         raise BadInputError(f"the run is signed: {what} would change its manifest after signing; do it before "
                             "`k3 sign` (or re-sign with --force afterwards)", source=str(store.root / "signature.json"))

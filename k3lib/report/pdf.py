@@ -27,8 +27,6 @@ def full_sheet_block(checklist: Sequence[dict[str, Any]]) -> str:
 
 
 def chromium() -> str:
-
-
     exe = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
     if exe is None:
         raise BadInputError("no headless Chromium to print with; install it (apt-get install chromium)",
@@ -39,7 +37,6 @@ def chromium() -> str:
 def print_pdf(store: RunStore, target: str | Path, *, timeout_s: float = 180.0) -> dict[str, Any]:
     """The index and the full sheet with its figures → one PDF printed by headless Chromium (network off: the page
     loads only the report folder's files). Its sha256 goes into `report.json`, which the manifest lists."""
-
 
     _refuse_if_signed(store, "recording a PDF in report.json")
     target = Path(target)

@@ -19,7 +19,6 @@ def rules_table(params: RenewalParams) -> Any:
     of the report, whole (a pandas Styler; `.data` is the table)."""
     import pandas as pd
 
-
     review = params.review.model_dump(mode="json")
     rows = []
     for key in tracked_keys():
@@ -153,7 +152,6 @@ def register_views() -> None:
 
 
 def decision_html(decision: RenewalDecision) -> str:
-
     esc = html.escape
     parts = [f'<h2 style="margin:0.2em 0">Decision: {badge(decision.decision)}</h2>',
              f"<p><b>Rule:</b> <code>{esc(decision.rule or '')}</code> (the first row of the renewal decision "

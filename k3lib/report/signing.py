@@ -216,7 +216,6 @@ def verify_run(run_dir: str | Path, *, allowed_signers: str | Path | None = None
 
 
 def _verify_files(run_dir: str | Path, *, allowed_signers: str | Path | None = None) -> VerifyResult:
-
     store = RunStore.open(run_dir)
     changed = list(store.verify())
     notes: list[str] = []

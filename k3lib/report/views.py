@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from ..axes.capacity.figures import summary_html
 from ..core import plotting
 from ..core.evidence import EvidenceRecord
 from ..verdict.decision import AcceptanceDecision
@@ -89,6 +88,7 @@ def record_html(record: EvidenceRecord) -> str:
 
 
 def _capacity_html(result: Any) -> str:
+    from ..axes.capacity.figures import summary_html  # the capacity package loads its whole runner (and jsonschema)
 
     return summary_html(result)
 

@@ -51,32 +51,26 @@ def drill_of(d: DrillData) -> DrillResult:
 
 
 def _probe(store: RunStore, rec: EvidenceRecord, params: Params, today: dt.date) -> tuple[list[Finding], None]:
-
     return iter_findings(read_probe(store, rec, params.target.model), RejudgeContext(params, store)), None
 
 
 def _environment(store: RunStore, rec: EvidenceRecord, params: Params, today: dt.date) -> tuple[list[Finding], None]:
-
     return list(rejudge_environment(store, rec, params).findings), None
 
 
 def _capacity(store: RunStore, rec: EvidenceRecord, params: Params, today: dt.date) -> tuple[list[Finding], None]:
-
     return capacity_record(rejudge_capacity(store, params), RejudgeContext(params, store)).findings, None
 
 
 def _agent(store: RunStore, rec: EvidenceRecord, params: Params, today: dt.date) -> tuple[list[Finding], None]:
-
     return agent_record(load_agent_result(store), RejudgeContext(params, store)).findings, None
 
 
 def _prefix_cache(store: RunStore, rec: EvidenceRecord, params: Params, today: dt.date) -> tuple[list[Finding], None]:
-
     return prefix_cache_record(PrefixCacheResult.load(store)).findings, None
 
 
 def _operations(store: RunStore, rec: EvidenceRecord, params: Params, today: dt.date) -> tuple[list[Finding], set[str]]:
-
     data = rec.typed()
     drill = None if data.drill is None else drill_of(data.drill)
     findings = attestation_findings(data.attestation, drill=drill,

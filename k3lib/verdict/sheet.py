@@ -191,7 +191,6 @@ def _configuration(axis: str, params: dict[str, Any] | None, records: dict[str, 
     if not params:
         return ""
 
-
     facts = served_facts(records or {}, (params.get("recipe") or {}).get("name"))
     loose = [t for t in loosened(params, default_tree(), served=facts) if BY_PATH[t.path].axis == axis]
     if axis == "environment":  # the recipe of the model the target serves, whatever recipe.name says

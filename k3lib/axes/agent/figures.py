@@ -60,7 +60,6 @@ def turns_table(result: AgentResult) -> Any:
     interval, the failures a retry recovered and those it did not, and the tolerance it is judged against."""
     import pandas as pd
 
-
     done = [t for t in result.turns if t.get("failure") != "cancelled"]
     judged = failure_rate_finding(done, result.settings)
     rows = []
@@ -83,7 +82,6 @@ def contract_table(result: AgentResult) -> Any:
     """The vendor contract check: one row per item and mode — passed or not, the acceptance item it serves, whether
     it blocks the agents, and what was seen."""
     import pandas as pd
-
 
     return pd.DataFrame(contract_rows(result.contract, result.settings),
                         columns=["id", "mode", "passed", "seed_item", "blocks", "detail"])

@@ -83,7 +83,6 @@ def run_agent(ctx: AxisContext) -> AgentResult:
 def _server_log(ctx: AxisContext) -> str | None:
     """The server log's text when the parameters name one (axes.environment.server_log), else None."""
 
-
     source = ctx.params.axes.environment.server_log
     if not source:
         return None
@@ -117,7 +116,6 @@ def served_counters(before: Any, after: Any, records: list[Any], error: str | No
 
 
 def _spec_decode_delta(before: Any, after: Any) -> dict[str, Any]:
-
     if before is None or after is None:
         return {}
     values = {key: delta(before, after, name).value for key, name in

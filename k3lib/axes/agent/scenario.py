@@ -68,7 +68,6 @@ class RunSettings(Record):
 
     @classmethod
     def from_params(cls, params: Any, sample_source: str) -> RunSettings:
-
         a, contract, sampling = agent_params(params), params.contract, params.recipe.sampling
         levels = tuple(sorted(set(a.concurrency_levels or (1, contract.planned_concurrency))))
         modes = tuple(contract.client_stream_modes) if a.stream is None else (("stream",) if a.stream

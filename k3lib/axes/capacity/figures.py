@@ -186,7 +186,6 @@ def phases_table(result: "CapacityResult") -> Any:
 def steps_table(result: "CapacityResult") -> Any:
     import pandas as pd
 
-
     cols = ("concurrency", "out_of_contract", "status", "held", "sent", "ok", "server_errors", "refused", "timeouts",
             "unreachable", "cancelled", "error_statuses", "preemptions",
             "waiting_mean", "running_mean", "kv_usage_max", "queue_p95_ms", "ttft_p50_ms", "ttft_p95_ms",
@@ -250,7 +249,6 @@ def oom_lines(result: "CapacityResult") -> Any:
 def decision_table(result: "CapacityResult", params: "Params") -> Any:
     """Saturation point, OOM class and the decision the findings imply, one row each."""
     import pandas as pd
-
 
     findings = iter_findings(result, params)
     oom = result.oom or {}

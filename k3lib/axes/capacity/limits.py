@@ -121,7 +121,6 @@ def _step_concurrency(label: Any) -> int | None:
 
 
 def _clock(t: float | None) -> str:
-
     if t is None:
         return "?"
     return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%H:%M:%S.%f")[:-3] + " UTC"

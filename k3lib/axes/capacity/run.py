@@ -47,7 +47,6 @@ if TYPE_CHECKING:
 
 
 def pinned_params(ctx: "AxisContext") -> Params:
-
     return pin_target(ctx.params, ctx.target)
 
 

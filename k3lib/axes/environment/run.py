@@ -90,7 +90,6 @@ def _post(client: httpx.Client, name: str, url: str, body: dict[str, Any]) -> So
 
 
 def _cache_config(client: httpx.Client, urls: tuple[str, ...]) -> tuple[SourceText, dict[str, str], str | None]:
-
     kept: list[str] = []
     errors: list[str] = []
     for url in urls:

@@ -120,7 +120,6 @@ class MetricsSampler:
     def __init__(self, urls: str | Iterable[str], *, interval_s: float = 1.0, max_duration_s: float = 3600.0,
                  stop_event=None, series: tuple[str, ...] = SAMPLED_SERIES, timeout_s: float | None = None,
                  client: httpx.Client | None = None) -> None:
-
         self.urls = _as_list(urls)
         self.series = series
         self.first: Snapshot | None = None
