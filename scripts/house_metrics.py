@@ -1,4 +1,5 @@
-"""The house's shape in figures (issue 48's "done when"): `dict[str, Any]` annotations, hand-written
+"""The house's shape in figures (issue 48's "done when"): `dict[str, Any]` annotations (and, so that
+a swap is not counted as a record, `dict[str, object]`, `Mapping[str, Any|object]` and aliases of them), hand-written
 to_dict/from_dict, SimpleNamespace, function-local imports, classes with more than two bases and public class names
 defined twice in k3lib. `python scripts/house_metrics.py` prints them; `--json` prints them as one object."""
 
@@ -29,13 +30,16 @@ def _function_local_imports(tree: ast.Module) -> list[ast.stmt]:
 
 
 def measure(root: Path = ROOT) -> dict[str, object]:
-    dict_any = to_from = namespace = local_imports = 0
+    dict_any = loose = aliases = to_from = namespace = local_imports = 0
     names: dict[str, list[str]] = collections.defaultdict(list)
     many_bases: list[str] = []
     for path in sorted(root.rglob("*.py")):
         text = path.read_text()
         rel = str(path.relative_to(root.parent))
         dict_any += len(re.findall(r"dict\[str, Any\]", text))
+        loose += len(re.findall(r"(?:dict|Mapping|MutableMapping)\[str, (?:object|Any)\]", text)) - len(
+            re.findall(r"dict\[str, Any\]", text))
+        aliases += len(re.findall(r"^\w+(?:: TypeAlias)? = (?:dict|Mapping)\[str, (?:Any|object)\]", text, re.M))
         namespace += text.count("SimpleNamespace")
         tree = ast.parse(text)
         local_imports += len(_function_local_imports(tree))
@@ -48,7 +52,8 @@ def measure(root: Path = ROOT) -> dict[str, object]:
             if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
                 names[node.name].append(rel)
     twice = {name: paths for name, paths in sorted(names.items()) if len(paths) > 1}
-    return {"dict_str_any": dict_any, "to_from_dict": to_from, "simple_namespace": namespace,
+    return {"dict_str_any": dict_any, "other_loose_mappings": loose, "loose_mapping_aliases": aliases,
+            "to_from_dict": to_from, "simple_namespace": namespace,
             "function_local_imports": local_imports, "classes_over_two_bases": many_bases,
             "class_names_defined_twice": twice}
 
