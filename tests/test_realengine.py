@@ -35,6 +35,11 @@ NOT_OBSERVABLE_HERE = ("probe.version", "probe.metrics", "environment.vllm_versi
 # Verdicts that need one of those as proof: never a pass here (a warm request being faster proves no reuse).
 NEVER_PASS_HERE = ("prefix_cache.reuse", "prefix_cache.designed_vs_observed")
 BATCH_TIMEOUT_S = 1500
+# The example profile's phases, each at its smallest that still runs it: what this module asserts holds whatever
+# their sizes, and on one llama.cpp thread beside a second worker the profile's four long-context prefills alone took
+# 288 s (1,020 tokens 16 s, 2,040 39 s, 3,060 63 s, then the phase's deadline; load average 7-14), a 600 s batch.
+LEAN = ["axes.capacity.context_lengths_tokens=[1024]", "axes.capacity.step_duration_s=8",
+        "axes.capacity.soak_duration_s=8", "axes.agent.repetitions=1", "axes.prefix_cache.prefix_tokens=[512]"]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -49,7 +54,8 @@ def validated(real_engine: RealEngine, tmp_path_factory: pytest.TempPathFactory)
     out = tmp_path_factory.mktemp("realengine-run")
     code = main(["validate", "-p", str(PROFILE), "--out", str(out),
                  "--set", f"target.base_url={real_engine.base_url}",
-                 "--set", f"axes.environment.server_log={real_engine.log_path}"])
+                 "--set", f"axes.environment.server_log={real_engine.log_path}",
+                 *[a for lean in LEAN for a in ("--set", lean)]])
     (run,) = [p for p in out.iterdir() if p.is_dir()]
     store = RunStore(run)
     return code, store, read_records(store), store.read_json("decision.json")
