@@ -313,3 +313,21 @@ def test_attack_a_model_served_under_a_name_of_its_own_keeps_the_named_recipes_f
     assert d.decision == "limited-observation"
     for path in ("recipe.sampling.thinking", "recipe.spec_decode_min_acceptance_length"):
         assert any(path in r and "loosened threshold" in r for r in d.reasons), (path, d.reasons)
+
+
+def test_a_decision_listing_its_loosened_settings_in_another_order_still_verifies(tmp_path, monkeypatch):
+    """The table's order follows the parameters model (issue 48): a decision.json written when it followed a
+    hand-kept list holds the same loosened settings in another order, and must still verify; another value must not."""
+    from k3lib.core.store import RunStore
+    from k3lib.verdict import recompute
+
+    rows = [{"path": "axes.agent.repetitions", "value": 3}, {"path": "axes.capacity.step_duration_s", "value": 1.5}]
+    store = RunStore.create_at(tmp_path / "run")
+    store.write_json("decision.json", {"decision": "production", "loosened_thresholds": rows})
+    monkeypatch.setattr(recompute, "raw_data_problems", lambda store, stored: [])
+    assert recompute.decision_problems(store, lambda s, d: {"decision": "production",
+                                                            "loosened_thresholds": rows[::-1]}) == []
+    changed = [rows[1], {**rows[0], "value": 2}]
+    assert [p.split(" (")[0] for p in recompute.decision_problems(
+        store, lambda s, d: {"decision": "production", "loosened_thresholds": changed})] == [
+        "decision.json: loosened_thresholds differs from what the evidence gives"]

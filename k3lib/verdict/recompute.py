@@ -72,7 +72,7 @@ def decision_problems(store: RunStore, decide_again: DecideAgain = recomputed) -
     fields = RENEWAL_FIELDS if "rule" in fresh else ACCEPTANCE_FIELDS
     out = []
     for key in fields:
-        a, b = _canonical(stored.get(key)), _canonical(fresh.get(key))
+        a, b = _canonical(stored.get(key), key), _canonical(fresh.get(key), key)
         if a != b:
             out.append(f"decision.json: {key} is {_short(stored.get(key))} but the evidence gives {_short(fresh.get(key))}"
                        if key in ("decision", "rule", "build", "condition") else
@@ -105,8 +105,16 @@ def _run_day(store: RunStore) -> dt.date | None:
         return None
 
 
-def _canonical(value: Any) -> Any:
-    return json.loads(json.dumps(value, sort_keys=True, default=str))
+# Fields that are sets written as lists: their order follows how the kit walks its tables, not what the evidence says
+# (the loosened settings follow the parameters model's fields), so a decision written in another order still verifies.
+_UNORDERED = ("loosened_thresholds",)
+
+
+def _canonical(value: Any, key: str = "") -> Any:
+    out = json.loads(json.dumps(value, sort_keys=True, default=str))
+    if key in _UNORDERED and isinstance(out, list):
+        out.sort(key=lambda v: json.dumps(v, sort_keys=True))
+    return out
 
 
 def _first_difference(a: Any, b: Any) -> str:
