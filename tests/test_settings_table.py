@@ -322,12 +322,20 @@ def test_a_decision_listing_its_loosened_settings_in_another_order_still_verifie
     from k3lib.verdict import recompute
 
     rows = [{"path": "axes.agent.repetitions", "value": 3}, {"path": "axes.capacity.step_duration_s", "value": 1.5}]
+    said = ["axes.agent.repetitions = 3 (default 10)", "axes.capacity.step_duration_s = 1.5 (default 120)"]
+    accepted = "loosened threshold(s), accepted by K3 Demo on 2026-01-01 (why: decision.json loosened_thresholds): "
     store = RunStore.create_at(tmp_path / "run")
-    store.write_json("decision.json", {"decision": "production", "loosened_thresholds": rows})
+    store.write_json("decision.json", {"decision": "production", "loosened_thresholds": rows,
+                                       "reasons": ["a finding", accepted + "; ".join(said)]})
     monkeypatch.setattr(recompute, "raw_data_problems", lambda store, stored: [])
-    assert recompute.decision_problems(store, lambda s, d: {"decision": "production",
-                                                            "loosened_thresholds": rows[::-1]}) == []
+
+    def decided(loose, reasons):
+        return lambda s, d: {"decision": "production", "loosened_thresholds": loose, "reasons": reasons}
+
+    assert recompute.decision_problems(store, decided(rows[::-1], [accepted + "; ".join(said[::-1]),
+                                                                   "a finding"])) == []
     changed = [rows[1], {**rows[0], "value": 2}]
-    assert [p.split(" (")[0] for p in recompute.decision_problems(
-        store, lambda s, d: {"decision": "production", "loosened_thresholds": changed})] == [
+    assert [p.split(" (")[0] for p in recompute.decision_problems(store, decided(changed, [
+        "a finding", accepted + "; ".join([said[1], said[0].replace("= 3", "= 2")])]))] == [
+        "decision.json: reasons differs from what the evidence gives",
         "decision.json: loosened_thresholds differs from what the evidence gives"]

@@ -105,16 +105,26 @@ def _run_day(store: RunStore) -> dt.date | None:
         return None
 
 
-# Fields that are sets written as lists: their order follows how the kit walks its tables, not what the evidence says
-# (the loosened settings follow the parameters model's fields), so a decision written in another order still verifies.
-_UNORDERED = ("loosened_thresholds",)
+# The loosened settings are a set written as a list, in the order the kit walks its settings table (the parameters
+# model's fields), not one the evidence gives: a decision written in another order still verifies. So do the reasons
+# they raise (one per setting nobody accepted, one per attestation naming the settings it accepted).
+_UNORDERED = ("loosened_thresholds", "reasons")
+_ACCEPTED = "loosened threshold(s), accepted by "
 
 
 def _canonical(value: Any, key: str = "") -> Any:
     out = json.loads(json.dumps(value, sort_keys=True, default=str))
     if key in _UNORDERED and isinstance(out, list):
-        out.sort(key=lambda v: json.dumps(v, sort_keys=True))
+        out = sorted((_settings_sorted(v) for v in out), key=lambda v: json.dumps(v, sort_keys=True))
     return out
+
+
+def _settings_sorted(reason: Any) -> Any:
+    """An attestation's reason with the settings it accepted in path order (`k3lib.verdict.decision.decide`)."""
+    if not (isinstance(reason, str) and reason.startswith(_ACCEPTED) and "): " in reason):
+        return reason
+    head, _, settings = reason.partition("): ")
+    return f"{head}): " + "; ".join(sorted(settings.split("; ")))
 
 
 def _first_difference(a: Any, b: Any) -> str:
