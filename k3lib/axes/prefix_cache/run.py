@@ -21,13 +21,13 @@ from ...core.errors import APIError, TargetError
 from ...core.numbers import figure
 from ...core.stats import median_interval
 from ...core.floors import prefix_floor_tokens
+from ...core.params import PrefixCacheParams
 from ...io.client import ChatRecord, SyncChatClient
 from ...io.load import check_load_target
 from ...io.metrics import Snapshot, delta, scrape
 from ...io.prompts import EstimateCounter, ServerTokenCounter, TokenCounter, filler_text, fit_count
 from ..environment.run import fetch_text
 from .blocks import common_prefix_len, designed_hits, expected_hits, first_divergence, hit_unit
-from .config import PrefixCacheParams
 from .result import (
     CONFIG_LABELS,
     COUNTERS_JSON,
