@@ -339,3 +339,19 @@ def test_a_decision_listing_its_loosened_settings_in_another_order_still_verifie
         "a finding", accepted + "; ".join([said[1], said[0].replace("= 3", "= 2")])]))] == [
         "decision.json: reasons differs from what the evidence gives",
         "decision.json: loosened_thresholds differs from what the evidence gives"]
+
+
+def test_a_checklist_configuration_listing_its_loosened_settings_in_another_order_still_verifies():
+    """The sheet's configuration column lists an axis' loosened settings in the table's order: compared sorted."""
+    from k3lib.verdict.recompute import _canonical
+
+    said = ["axes.capacity.step_duration_s = 1.5, looser than the default 120",
+            "axes.capacity.soak_duration_s = 3, looser than the default 1800",
+            "axes.agent.concurrency_levels = [1, 2], looser than its floor 4 — contract.planned_concurrency 4"]
+
+    def checklist(items):
+        return [{"id": "C08", "configuration": "context 4096 tokens; loosened: " + ", ".join(items)}]
+
+    assert _canonical(checklist(said), "checklist") == _canonical(checklist(said[::-1]), "checklist")
+    assert _canonical(checklist(said), "checklist") != _canonical(
+        checklist([said[0].replace("1.5", "2"), *said[1:]]), "checklist")

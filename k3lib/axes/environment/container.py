@@ -10,12 +10,11 @@ from ...core.versions import public
 
 from ...core.evidence import Finding
 from ...core.params import RecipeParams
+from .config import OFFICIAL_REPOS
 from .rules import Proof, finding, line_of, missing, version_proofs
 from .sources import EnvironmentSources
 from .values import cuda_major, cuda_major_of_tag, parse_version
 
-# Docker Hub's official vLLM server image (any registry mirror): an image from elsewhere is a custom build.
-OFFICIAL_REPOS: tuple[str, ...] = ("vllm/vllm-openai",)
 _TAG_VERSION_RE = re.compile(r"^v?(?P<v>\d+\.\d+(?:\.\d+)*(?:(?:rc|post|\.post|\.dev|a|b)\d+)*)")
 
 

@@ -15,11 +15,9 @@ from typing import Any
 
 from ...core.evidence import Finding
 from ...io.readers.vllm_log import VllmLogReport
+from .config import STARTUP_LINES_QUOTED
 from .rules import Proof, finding, missing
 from .sources import EnvironmentSources
-
-# Startup-log lines quoted in a finding's message; the rest are counted.
-STARTUP_LINES_QUOTED = 3
 
 # A warning about the chain itself (driver, CUDA, build, kernels, versions), not about a request or a deprecated
 # flag: those are common in healthy logs and say nothing of the environment.

@@ -2,7 +2,6 @@
 counters, and a verdict that never counts the cache gain without measured reuse."""
 
 from .blocks import (
-    CANDIDATE_UNITS,
     aligned_hits,
     cap_tokens,
     common_prefix_len,
@@ -13,6 +12,7 @@ from .blocks import (
     hits_for,
     units_reproducing,
 )
+from .config import CANDIDATE_UNITS
 from .figures import counters_figure, hits_figure, hits_table, pairs_table, requests_table, ttft_figure
 from .result import PrefixCacheResult, RequestSample
 from .run import TOOLS, contamination, run_prefix_cache, session_messages

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-#: Hit units seen in the wild: default 16, FlashMLA 64, Kimi-K3's prefix-match-unit 128, hybrid/Mamba inflations.
-#: A gap between designed and observed hits that one of these reproduces exactly is named a block-size gap.
-CANDIDATE_UNITS: tuple[int, ...] = (16, 32, 64, 128, 256, 512, 528, 1024, 1536, 2048, 3584)
+from .config import CANDIDATE_UNITS
 
 # cache_config_info labels naming the hit granularity, most specific first. 0.33 exposes the alignment it
 # applies directly; `prefix_match_unit` (0.33, Kimi-K3 recipe: 128) coarsens matching; else the KV block.
