@@ -313,3 +313,45 @@ def test_attack_a_model_served_under_a_name_of_its_own_keeps_the_named_recipes_f
     assert d.decision == "limited-observation"
     for path in ("recipe.sampling.thinking", "recipe.spec_decode_min_acceptance_length"):
         assert any(path in r and "loosened threshold" in r for r in d.reasons), (path, d.reasons)
+
+
+def test_a_decision_listing_its_loosened_settings_in_another_order_still_verifies(tmp_path, monkeypatch):
+    """The table's order follows the parameters model (issue 48): a decision.json written when it followed a
+    hand-kept list holds the same loosened settings in another order, and must still verify; another value must not."""
+    from k3lib.core.store import RunStore
+    from k3lib.verdict import recompute
+
+    rows = [{"path": "axes.agent.repetitions", "value": 3}, {"path": "axes.capacity.step_duration_s", "value": 1.5}]
+    said = ["axes.agent.repetitions = 3 (default 10)", "axes.capacity.step_duration_s = 1.5 (default 120)"]
+    accepted = "loosened threshold(s), accepted by K3 Demo on 2026-01-01 (why: decision.json loosened_thresholds): "
+    store = RunStore.create_at(tmp_path / "run")
+    store.write_json("decision.json", {"decision": "production", "loosened_thresholds": rows,
+                                       "reasons": ["a finding", accepted + "; ".join(said)]})
+    monkeypatch.setattr(recompute, "raw_data_problems", lambda store, stored: [])
+
+    def decided(loose, reasons):
+        return lambda s, d: {"decision": "production", "loosened_thresholds": loose, "reasons": reasons}
+
+    assert recompute.decision_problems(store, decided(rows[::-1], [accepted + "; ".join(said[::-1]),
+                                                                   "a finding"])) == []
+    changed = [rows[1], {**rows[0], "value": 2}]
+    assert [p.split(" (")[0] for p in recompute.decision_problems(store, decided(changed, [
+        "a finding", accepted + "; ".join([said[1], said[0].replace("= 3", "= 2")])]))] == [
+        "decision.json: reasons differs from what the evidence gives",
+        "decision.json: loosened_thresholds differs from what the evidence gives"]
+
+
+def test_a_checklist_configuration_listing_its_loosened_settings_in_another_order_still_verifies():
+    """The sheet's configuration column lists an axis' loosened settings in the table's order: compared sorted."""
+    from k3lib.verdict.recompute import _canonical
+
+    said = ["axes.capacity.step_duration_s = 1.5, looser than the default 120",
+            "axes.capacity.soak_duration_s = 3, looser than the default 1800",
+            "axes.agent.concurrency_levels = [1, 2], looser than its floor 4 — contract.planned_concurrency 4"]
+
+    def checklist(items):
+        return [{"id": "C08", "configuration": "context 4096 tokens; loosened: " + ", ".join(items)}]
+
+    assert _canonical(checklist(said), "checklist") == _canonical(checklist(said[::-1]), "checklist")
+    assert _canonical(checklist(said), "checklist") != _canonical(
+        checklist([said[0].replace("1.5", "2"), *said[1:]]), "checklist")

@@ -1,5 +1,6 @@
-"""The floors of the settings table (`k3lib.core.thresholds.SETTINGS`): each a function of the resolved parameters
-that gives the strictest-lenient value a run may take without saying so, with the words saying where it comes from —
+"""The floors of the settings table, named on the judged fields (`k3lib.core.roles.Judged`): each a function of the
+resolved parameters that gives the strictest-lenient value a run may take without saying so, with the words saying
+where it comes from —
 the contract (its context limit, planned concurrency, typical request sizes), the seeds' sampling rules, the served
 model's recipe and what the target showed of itself (`SERVED`) — and the measures that reduce a value to what its floor
 is about (the longest length, the highest level, a null filled in as the axis fills it)."""
@@ -54,32 +55,32 @@ def typical_output_tokens(resolved: Mapping[str, Any]) -> int:
     return int(_get(resolved, "contract.typical_output_tokens") or _output_tokens(resolved))
 
 
-def _planned(resolved: Mapping[str, Any]) -> tuple[int, str]:
+def planned_floor(resolved: Mapping[str, Any]) -> tuple[int, str]:
     n = int(_get(resolved, "contract.planned_concurrency") or 1)
     return n, f"contract.planned_concurrency {n}"
 
 
-def _context_floor(resolved: Mapping[str, Any]) -> tuple[int, str]:
+def context_floor(resolved: Mapping[str, Any]) -> tuple[int, str]:
     ctx, out = _context_tokens(resolved), _output_tokens(resolved)
     return ctx - out, (f"the longest prompt reaches the contract's context limit: contract.max_context_tokens {ctx} "
                        f"− contract.max_output_tokens {out}")
 
 
-def _longest_context(value: Any, resolved: Mapping[str, Any]) -> int:
+def longest_context(value: Any, resolved: Mapping[str, Any]) -> int:
     if value:
         return max(value)  # the long-context phase sends each length as a whole prompt
     ctx = _context_tokens(resolved)
     return max(ctx - int(_get(resolved, "axes.capacity.long_context_output_tokens") or 0), 16)
 
 
-def _prompt_floor(resolved: Mapping[str, Any]) -> tuple[int, str]:
+def prompt_floor(resolved: Mapping[str, Any]) -> tuple[int, str]:
     n = typical_prompt_tokens(resolved)
     said = "contract.typical_prompt_tokens" if _get(resolved, "contract.typical_prompt_tokens") else \
         "half of contract.max_context_tokens (contract.typical_prompt_tokens unset)"
     return n, f"the contract's typical prompt: {said} {n}"
 
 
-def _output_floor(resolved: Mapping[str, Any]) -> tuple[int, str]:
+def output_floor(resolved: Mapping[str, Any]) -> tuple[int, str]:
     n = typical_output_tokens(resolved)
     said = "contract.typical_output_tokens" if _get(resolved, "contract.typical_output_tokens") else \
         "contract.max_output_tokens (contract.typical_output_tokens unset)"
@@ -94,12 +95,12 @@ def prefix_floor_tokens(resolved: Mapping[str, Any]) -> int:
     return max(16, min(typical_prompt_tokens(resolved), ctx - answer - 64))
 
 
-def _prefix_floor(resolved: Mapping[str, Any]) -> tuple[int, str]:
+def prefix_floor(resolved: Mapping[str, Any]) -> tuple[int, str]:
     return prefix_floor_tokens(resolved), ("the longest prefix reaches the contract's typical prompt (a cache that "
                                            "keeps short prefixes only must not pass)")
 
 
-def _sample_ceiling(resolved: Mapping[str, Any]) -> tuple[float, str]:
+def sample_ceiling(resolved: Mapping[str, Any]) -> tuple[float, str]:
     step = float(_get(resolved, "axes.capacity.step_duration_s"))
     settle = float(_get(resolved, "axes.capacity.settle_fraction"))
     most = step * (1 - settle) / 3
@@ -107,39 +108,39 @@ def _sample_ceiling(resolved: Mapping[str, Any]) -> tuple[float, str]:
                             f"{_fmt(step)} s × (1 − settle_fraction {_fmt(settle)}) ÷ 3")
 
 
-def _requests_floor(resolved: Mapping[str, Any]) -> tuple[int, str]:
-    planned, said = _planned(resolved)
+def requests_floor(resolved: Mapping[str, Any]) -> tuple[int, str]:
+    planned, said = planned_floor(resolved)
     n = max(min_samples(95), 2 * planned)
     return n, f"a p95 interval's {min_samples(95)} requests, and two rounds of {said}"
 
 
-def _highest(value: Any, resolved: Mapping[str, Any]) -> Any:
-    return max(value) if value else _planned(resolved)[0]  # null: [1, the planned concurrency]
+def highest(value: Any, resolved: Mapping[str, Any]) -> Any:
+    return max(value) if value else planned_floor(resolved)[0]  # null: [1, the planned concurrency]
 
 
-def _or_floor(floor: Callable[[Mapping[str, Any]], tuple[Any, str]]) -> Measure:
+def or_floor(floor: Callable[[Mapping[str, Any]], tuple[Any, str]]) -> Measure:
     """A null size is derived from the contract by the axis: it meets its floor by construction."""
     return lambda value, resolved: floor(resolved)[0] if value is None else value
 
 
-def _tool_turns_floor(resolved: Mapping[str, Any]) -> tuple[int, str]:
+def tool_turns_floor(resolved: Mapping[str, Any]) -> tuple[int, str]:
     rate = float(_get(resolved, "contract.max_tool_call_failure_rate") or 0.01)
     n = trials_to_bound(rate)
     return n, (f"the tool turns whose Wilson 95 % upper bound can reach contract.max_tool_call_failure_rate "
                f"{_fmt(rate)} with no failure")
 
 
-def _modes_floor(resolved: Mapping[str, Any]) -> tuple[int, str]:
+def modes_floor(resolved: Mapping[str, Any]) -> tuple[int, str]:
     modes = list(_get(resolved, "contract.client_stream_modes") or ())
     return len(modes), f"every stream mode the clients use: contract.client_stream_modes {modes}"
 
 
-def _modes_run(value: Any, resolved: Mapping[str, Any]) -> int:  # the clients' modes the agent axis runs
+def modes_run(value: Any, resolved: Mapping[str, Any]) -> int:  # the clients' modes the agent axis runs
     modes = tuple(_get(resolved, "contract.client_stream_modes") or ())
     return len(modes) if value is None else int(("stream" if value else "non-stream") in modes)
 
 
-def _longest_prefix(value: Any, resolved: Mapping[str, Any]) -> Any:
+def longest_prefix(value: Any, resolved: Mapping[str, Any]) -> Any:
     return max(value) if value else prefix_floor_tokens(resolved)
 
 
@@ -161,7 +162,7 @@ def _served(resolved: Mapping[str, Any], key: str) -> Any:
     return facts.get(key) if isinstance(facts, Mapping) else None
 
 
-def _recipe_floor(path: str) -> Floor:
+def recipe_floor(path: str) -> Floor:
     """The value the served model's recipe (`k3lib.core.recipes.KnownRecipe.judged`) gives `path`, if any."""
     def floor(resolved: Mapping[str, Any]) -> tuple[Any, str] | None:
         recipe = _served(resolved, "recipe") or {}
@@ -172,24 +173,24 @@ def _recipe_floor(path: str) -> Floor:
     return floor
 
 
-def _hbm_floor(resolved: Mapping[str, Any]) -> tuple[Any, str] | None:
+def hbm_floor(resolved: Mapping[str, Any]) -> tuple[Any, str] | None:
     tb_s = _served(resolved, "hbm_tb_s")
     if tb_s is None:
         return None
     return tb_s, f"the kit's HBM table for the GPU the samples show ({_served(resolved, 'gpu')})"
 
 
-def _gpu_floor(resolved: Mapping[str, Any]) -> tuple[Any, str] | None:
+def gpu_floor(resolved: Mapping[str, Any]) -> tuple[Any, str] | None:
     gpu = _served(resolved, "gpu")
     return None if gpu is None else (gpu, "the GPU the samples show (nvidia-smi/dcgm modelName)")
 
 
-def _or_served(floor: Callable[[Mapping[str, Any]], "tuple[Any, str] | None"]) -> Measure:
+def or_served(floor: Callable[[Mapping[str, Any]], "tuple[Any, str] | None"]) -> Measure:
     """A null is filled from what the target shows (the axis does so): it meets its floor by construction."""
     return lambda value, resolved: (floor(resolved) or (None,))[0] if value is None else value
 
 
-def _nvswitch_floor(resolved: Mapping[str, Any]) -> tuple[Any, str]:
+def nvswitch_floor(resolved: Mapping[str, Any]) -> tuple[Any, str]:
     return True, ("null infers NVSwitch from the GPU model (HGX H100/H200/B200 boards carry it) and checks the "
                   "fabric manager; false drops the check")
 
@@ -197,7 +198,27 @@ def _nvswitch_floor(resolved: Mapping[str, Any]) -> tuple[Any, str]:
 _SAMPLE = "k3lib/data/agent_sample.yaml"
 
 
-def _dtype_bytes(value: Any) -> float:
+def sample_floor(resolved: Mapping[str, Any]) -> tuple[str, str]:
+    return _SAMPLE, "the kit's reference sample"
+
+
+def sample_run(value: Any, resolved: Mapping[str, Any]) -> Any:  # null: the kit's reference sample
+    return value or _SAMPLE
+
+
+def generated_floor(resolved: Mapping[str, Any]) -> tuple[str, str]:
+    return "generated", "sessions generated from the contract"
+
+
+def generated_run(value: Any, resolved: Mapping[str, Any]) -> Any:  # null: sessions generated from the contract
+    return value or "generated"
+
+
+def nvswitch_run(value: Any, resolved: Mapping[str, Any]) -> Any:  # null: inferred from the GPU model, checked
+    return True if value is None else value
+
+
+def dtype_bytes(value: Any) -> float:
     return DTYPE_BYTES.get(str(value), 0.0)
 
 

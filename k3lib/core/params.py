@@ -30,8 +30,7 @@ from .params_axes import (  # noqa: F401 - public here
 )
 from .params_base import ENV_NAME, PositiveInt, PositiveSeconds, _check_url, _Model  # noqa: F401 - public here
 from .recipes import check_recipe
-from .roles import CONTRACT, CUT, EMULATOR, NAME, SOURCE, Cosmetic, Judged
-from .thresholds import check
+from .roles import CONTRACT, CUT, EMULATOR, NAME, RATE, SOURCE, STABLE, Cosmetic, Judged, check_bounds
 from .versions import parse_version
 
 
@@ -138,14 +137,21 @@ class SamplingParams(_Model):
     """How the model is used in production (its recipe's request defaults): what the agent axis samples with. Unset
     fields are the agent sample's (`defaults:` of k3lib/data/agent_sample.yaml) or the server's."""
 
-    temperature: Annotated[Annotated[float, Field(ge=0, le=2)] | None, Judged("other", "recipe")] = None
-    top_p: Annotated[Annotated[float, Field(gt=0, le=1)] | None, Judged("other", "recipe")] = None
+    temperature: Annotated[Annotated[float, Field(ge=0, le=2)] | None, Judged(
+        "other", "recipe", RATE + "; the agent axis samples as production does (a lower temperature hides "
+        "stochastic failures)", kind="mode", for_axis="agent", null_looser=True)] = None
+    top_p: Annotated[Annotated[float, Field(gt=0, le=1)] | None, Judged(
+        "other", "recipe", RATE + "; the agent axis samples as production does", kind="mode", for_axis="agent",
+        null_looser=True)] = None
     # room for the reasoning and the answer; capped by contract.max_output_tokens
     max_tokens: Annotated[
         PositiveInt | None,
         Cosmetic("a reply cut by it is truncated and fails its checks: a shorter one can only fail")] = None
     # sent as chat_template_kwargs.thinking; true: every reply must carry its reasoning
-    thinking: Annotated[bool | None, Judged("false", "recipe")] = None
+    thinking: Annotated[bool | None, Judged(
+        "false", "recipe", "seed 000: the deployment is tested as its recipe runs it; the served model's recipe turns "
+        "thinking on, so every reply must carry its reasoning (off or unset, the thinking checks are dropped)",
+        kind="mode", for_axis="agent", null_looser=True)] = None
 
 
 class RecipeParams(_Model):
@@ -178,7 +184,10 @@ class RecipeParams(_Model):
     sampling: SamplingParams = SamplingParams()
     # speculative decoding (DSpark for Kimi K3): when the spec-decode counters move, the mean acceptance length
     # (1 + accepted tokens per draft) must reach this; null: reported, not judged
-    spec_decode_min_acceptance_length: Annotated[Annotated[float, Field(ge=1)] | None, Judged("lower", "recipe")] = None
+    spec_decode_min_acceptance_length: Annotated[Annotated[float, Field(ge=1)] | None, Judged(
+        "lower", "recipe", "seed 000: the deployment is tested as its recipe runs it; the "
+        "served model's recipe sets DSpark's mean acceptance length (null: reported, not judged)", unit=" tokens",
+        for_axis="agent", null_looser=True)] = None
 
     @field_validator("vllm_min", "vllm_max")
     @classmethod
@@ -204,13 +213,16 @@ class ContractParams(_Model):
     # the share of a load window's requests that may end without completing (refused by status, timed out,
     # unreachable, cut, failed on the server) while the window still holds; 0: every request must complete (bounds
     # in k3lib.core.thresholds)
-    max_error_share: Annotated[Annotated[float, Field(ge=0, le=1)], Judged("higher", "defaults")] = 0.0
+    max_error_share: Annotated[Annotated[float, Field(ge=0, le=1)], Judged(
+        "higher", "defaults", STABLE + " — a step that refuses, times out or loses requests did not hold",
+        high=0.05)] = 0.0
     images_served: Annotated[bool, Cosmetic(CONTRACT)] = False
     # agents: the tool-call failure rate the clients tolerate (a pass needs its Wilson 95 % upper bound at or below
     # it, which sets how many tool turns the agent axis sends), the stream modes the clients use, the reasoning
     # field they read (null: either), whether the deployment promises pinned sampling (Moonshot's API rejects other
     # values), and the clients' idle (no byte) and gateway (whole request) timeouts
-    max_tool_call_failure_rate: Annotated[Annotated[float, Field(gt=0, lt=1)], Judged("higher", "defaults")] = 0.01
+    max_tool_call_failure_rate: Annotated[Annotated[float, Field(gt=0, lt=1)], Judged(
+        "higher", "defaults", RATE, high=0.1, for_axis="agent")] = 0.01
     client_stream_modes: Annotated[
         Annotated[tuple[Literal["non-stream", "stream"], ...], Field(min_length=1)],
         Cosmetic(CONTRACT)] = \
@@ -291,14 +303,14 @@ def validate_params(data: dict[str, Any], prov: dict[str, str] | None = None, *,
     params = validate_model(Params, data, source=default_source, prov=prov)
     resolved = params.public_dict()
     check_recipe(resolved.get("recipe") or {}, prov, default_source=default_source)
-    check(resolved, prov, default_source=default_source)
+    check_bounds(Params, resolved, prov, default_source=default_source)
     _check_prefix_fits(params, prov or {}, default_source)
     return params
 
 
 def _check_prefix_fits(params: Params, prov: dict[str, str], default_source: str) -> None:
     """Every prefix length set explicitly leaves room for its answer in the contract's context (else vLLM answers
-    400 to every pair); unset, the lengths follow the contract (k3lib.core.thresholds.prefix_floor_tokens)."""
+    400 to every pair); unset, the lengths follow the contract (k3lib.core.floors.prefix_floor_tokens)."""
     p, limit = params.axes.prefix_cache, params.contract.max_context_tokens
     room = limit - p.max_tokens
     over = [n for n in p.prefix_tokens if n > room]

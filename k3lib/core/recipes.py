@@ -14,7 +14,7 @@ import unicodedata
 from typing import Any, Iterable, Mapping
 
 from .errors import BadInputError
-from .thresholds import Loosened, _same
+from .roles import Loosened, same
 from .versions import at_least
 
 
@@ -30,7 +30,7 @@ class KnownRecipe:
     prefix_caching: bool
     basis: str
     models: tuple[str, ...] = ()  # the model ids/roots a target serves it under (/v1/models)
-    # the settings whose floor this recipe gives (`k3lib.core.thresholds.SETTINGS` rows of basis "recipe"), by path:
+    # the settings whose floor this recipe gives (the judged fields of basis "recipe", `k3lib.core.roles`), by path:
     # how the model is used in production and what its roofline rests on
     judged: tuple[tuple[str, Any], ...] = ()
 
@@ -147,7 +147,7 @@ def weaker_fields(recipe: Mapping[str, Any], known: KnownRecipe) -> list[tuple[s
 def recipe_loosened(recipe: Mapping[str, Any], served_models: Iterable[str], accepted: Iterable[Any] = (),
                     who: str | None = None, when: str | None = None) -> list[Any]:
     """The requirements of the model the target serves that the run's recipe drops or lowers, each a loosened
-    threshold (`k3lib.core.thresholds.Loosened`), accepted only by an attestation entry of the same path and value."""
+    threshold (`k3lib.core.roles.Loosened`), accepted only by an attestation entry of the same path and value."""
 
     found = served_recipe(served_models)
     if found is None:
@@ -158,7 +158,7 @@ def recipe_loosened(recipe: Mapping[str, Any], served_models: Iterable[str], acc
     for field, value, floor in weaker_fields(recipe, known):
         path = f"recipe.{field}"
         entry = by_path.get(path)
-        ok = entry is not None and _same(getattr(entry, "value", None), value)
+        ok = entry is not None and same(getattr(entry, "value", None), value)
         out.append(Loosened(path=path, value=value, default=floor, bounds="the served model's recipe",
                             basis=known.basis, source=None, accepted_by=who if ok else None,
                             accepted_on=when if ok else None, why=getattr(entry, "why", None) if ok else None,

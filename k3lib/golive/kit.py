@@ -10,7 +10,7 @@ from typing import Any
 
 from ..core.errors import BadInputError, EvidenceError
 from ..core.store import RunStore, atomic_write_bytes
-from ..core.thresholds import Loosened
+from ..core.roles import Loosened
 from ..verdict import accepted as acc
 from .alerts import alerts_yaml, build_alerts
 from .dashboard import build_dashboard

@@ -15,7 +15,7 @@ import re
 import textwrap
 from typing import Any
 
-from ..core.thresholds import Loosened
+from ..core.roles import Loosened
 from ..verdict.sheet import ITEMS
 from .markup import esc
 

@@ -15,7 +15,8 @@ from ..core.params import Params, default_tree
 from ..core.plan import ACCEPTANCE_AXES
 from ..core.recipes import recipe_loosened
 from ..core.store import RunStore
-from ..core.thresholds import Loosened, loosened
+from ..core.roles import Loosened
+from ..core.thresholds import loosened
 from .decision import AcceptanceDecision, decide, is_demo
 from .identity import identify, tie_records
 from .served import served_facts, served_models

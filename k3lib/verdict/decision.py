@@ -13,7 +13,7 @@ from typing import Any, Iterable, Sequence
 
 from ..core.evidence import EvidenceRecord
 from ..core.record import Record
-from ..core.thresholds import Loosened
+from ..core.roles import Loosened
 from ..core.outcomes import (DECISIONS, EXIT_CODES, NOT_PROVEN, REEXAMINE_AFTER_DAYS, RULES, STRENGTH, AcceptanceOutcome, Rule,
                        level_for, rule_for, strongest)
 

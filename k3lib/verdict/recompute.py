@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from typing import Any, Callable
 
 from ..core.errors import BadInputError, EvidenceError
@@ -72,7 +73,7 @@ def decision_problems(store: RunStore, decide_again: DecideAgain = recomputed) -
     fields = RENEWAL_FIELDS if "rule" in fresh else ACCEPTANCE_FIELDS
     out = []
     for key in fields:
-        a, b = _canonical(stored.get(key)), _canonical(fresh.get(key))
+        a, b = _canonical(stored.get(key), key), _canonical(fresh.get(key), key)
         if a != b:
             out.append(f"decision.json: {key} is {_short(stored.get(key))} but the evidence gives {_short(fresh.get(key))}"
                        if key in ("decision", "rule", "build", "condition") else
@@ -105,8 +106,37 @@ def _run_day(store: RunStore) -> dt.date | None:
         return None
 
 
-def _canonical(value: Any) -> Any:
-    return json.loads(json.dumps(value, sort_keys=True, default=str))
+# The loosened settings are a set, written in the order the kit walks its settings table (the parameters model's
+# fields), not one the evidence gives: a decision written in another order still verifies. Where that order shows —
+# the list itself, the reasons they raise (one per setting nobody accepted, one per attestation naming those it
+# accepted) and each checklist item's configuration ("loosened: a, b") — it is compared sorted.
+_ACCEPTED = "loosened threshold(s), accepted by "
+_LOOSENED = "loosened: "
+_ONE_SETTING = re.compile(r", (?=(?:axes|contract|recipe|load|target|run)\.[\w.]+ = )")
+
+
+def _canonical(value: Any, key: str = "") -> Any:
+    out = json.loads(json.dumps(value, sort_keys=True, default=str))
+    if not isinstance(out, list):
+        return out
+    if key == "loosened_thresholds":
+        return sorted(out, key=lambda v: json.dumps(v, sort_keys=True))
+    if key == "reasons":
+        return sorted((_settings_sorted(r, _ACCEPTED, "): ", "; ") for r in out), key=str)
+    if key == "checklist":
+        return [{**item, "configuration": _settings_sorted(item["configuration"], "", _LOOSENED, _ONE_SETTING)}
+                if isinstance(item, dict) and isinstance(item.get("configuration"), str) else item for item in out]
+    return out
+
+
+def _settings_sorted(text: Any, starts: str, mark: str, sep: str | re.Pattern[str]) -> Any:
+    """`text` with the settings listed after `mark` in path order (`k3lib.verdict.decision.decide`'s attestation
+    reason, `k3lib.verdict.sheet`'s configuration)."""
+    if not (isinstance(text, str) and text.startswith(starts) and mark in text):
+        return text
+    head, _, listed = text.partition(mark)
+    items = sep.split(listed) if isinstance(sep, re.Pattern) else listed.split(sep)
+    return head + mark + "; ".join(sorted(items))
 
 
 def _first_difference(a: Any, b: Any) -> str:

@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 from .checks import CHECKS, CheckResult, ParsedCall, environment_refusal, rates, stability_outcomes
-from .config import agent_params
 from .contract import ContractCheck
 from .series import ToolTurnSeries
 from .serving import SPEC_DECODE, tool_strict_settings

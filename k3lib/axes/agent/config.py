@@ -1,24 +1,19 @@
-"""Axis 2's configuration: the `axes.agent` section of the parameters file and the axis's fixed settings.
+"""Axis 2's fixed settings: the bounds and defaults the runner and the checks use that no parameter sets.
 
-The section's model, `AgentParams`, is defined in `k3lib/core/params.py`, where the whole parameters file is
-validated at once; the axis reads it from here (`agent_params(params)`). The constants below are the bounds and
-defaults the runner and the checks use that no parameter sets.
+The `axes.agent` section of the parameters file is `AgentParams`, declared once in `k3lib/core/params.py`, where the
+whole parameters file is validated at once; the axis reads it as `params.axes.agent`.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from ...core.params import AgentParams
 
 __all__ = [
-    "AgentParams",
     "CANCEL_GRACE_S",
     "DEFAULT_MIN_PASS_RATE",
     "ECHO_WORDS",
     "MAX_FILLER_LINES",
     "TOKENS_PER_LINE_GUESS",
-    "agent_params",
 ]
 
 #: After a level's deadline, how long in-flight requests get to hand back their (cancelled) records.
@@ -30,10 +25,4 @@ MAX_FILLER_LINES = 4000
 #: A run of this many words copied from the tool error the kit sent is an echo, not the model's words.
 ECHO_WORDS = 3
 #: The pass rate a check must reach when a run's settings do not name one (`axes.agent.min_pass_rate`'s default).
-DEFAULT_MIN_PASS_RATE = 1.0
-
-
-def agent_params(params: Any) -> AgentParams:
-    """The `axes.agent` section of validated parameters."""
-    section: AgentParams = params.axes.agent
-    return section
+DEFAULT_MIN_PASS_RATE: float = AgentParams.model_fields["min_pass_rate"].default

@@ -15,7 +15,6 @@ from ...io.crosscheck import cross_check
 from ...io.load import check_load_target
 from ...io.metrics import delta, scrape
 from ..environment.run import fetch_text
-from .config import agent_params
 from .contract import ContractCheck
 from .result import CONTRACT_FILE, RUN_FILE, STEPS_FILE, TURNS_FILE, AgentResult
 from .sample import AgentSample, load_sample, packaged_sample_path
@@ -40,7 +39,7 @@ def run_agent(ctx: AxisContext) -> AgentResult:
     becomes findings; only an unusable sample or target set-up raises."""
 
     params = ctx.params
-    path = agent_params(params).sample
+    path = params.axes.agent.sample
     source = str(find_path(path)) if path else str(packaged_sample_path())
     sample = load_sample(find_path(path) if path else None)
     settings = RunSettings.from_params(params, source)

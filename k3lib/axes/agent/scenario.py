@@ -20,7 +20,7 @@ from ...io.chatstream import ToolCall
 from ...io.client import ChatClient, ChatRecord
 from ...io.load import RequestBudget
 from . import checks as C
-from .config import CANCEL_GRACE_S, MAX_FILLER_LINES, TOKENS_PER_LINE_GUESS, agent_params
+from .config import CANCEL_GRACE_S, MAX_FILLER_LINES, TOKENS_PER_LINE_GUESS
 from .filler import filler_lines
 from .rate import turns_needed
 from .sample import AgentSample, CaseSpec, TurnSpec
@@ -68,7 +68,7 @@ class RunSettings(Record):
 
     @classmethod
     def from_params(cls, params: Any, sample_source: str) -> RunSettings:
-        a, contract, sampling = agent_params(params), params.contract, params.recipe.sampling
+        a, contract, sampling = params.axes.agent, params.contract, params.recipe.sampling
         levels = tuple(sorted(set(a.concurrency_levels or (1, contract.planned_concurrency))))
         modes = tuple(contract.client_stream_modes) if a.stream is None else (("stream",) if a.stream
                                                                                  else ("non-stream",))

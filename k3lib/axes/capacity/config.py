@@ -3,13 +3,11 @@ parameters file change.
 
 The sections are `axes.capacity` (`CapacityParams`: the phases' bounds, the step and soak sizes, the saturation
 tolerances, the client's self-calibration) and `axes.capacity.roofline` (`RooflineParams`: the memory-bandwidth
-bound's GPU, bandwidth, parameters and dtype). Both models stay in `k3lib.core.params`, where the whole parameters
-file is validated at once; the axis reads them from here. The constants below are the axis' own bounds, counts,
-intervals and tolerances."""
+bound's GPU, bandwidth, parameters and dtype), declared once in `k3lib.core.params`, where the whole parameters file
+is validated at once, and read from there. The constants below are the axis' own bounds, counts, intervals and
+tolerances."""
 
 from __future__ import annotations
-
-from ...core.params import CapacityParams, RooflineParams
 
 __all__ = [
     "CALIBRATION_BOUND_S",
@@ -32,8 +30,6 @@ __all__ = [
     "SESSION_MIN_TURNS",
     "SESSION_REUSE_MIN",
     "TTFT_RANGE_MS",
-    "CapacityParams",
-    "RooflineParams",
 ]
 
 # -- the run's bounds ----------------------------------------------------------------------------------------

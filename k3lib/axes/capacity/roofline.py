@@ -18,8 +18,7 @@ from ...core.numbers import figure
 from ...core.floors import DTYPE_BYTES
 
 if TYPE_CHECKING:
-    from ...core.params import Params
-    from .config import RooflineParams
+    from ...core.params import Params, RooflineParams
     from .result import CapacityResult
 
 # HBM bandwidth per GPU in TB/s (10^12 bytes/s), the vendor's figure for that board; the first name the GPU's

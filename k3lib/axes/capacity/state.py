@@ -11,11 +11,12 @@ from typing import TYPE_CHECKING, Any
 
 from ...core.evidence import Row
 from ...core.errors import APIError, TargetError
+from ...core.params import CapacityParams
 from ...io.client import ChatClient, ChatRecord
 from ...io.prompts import BuiltPrompt, EstimateCounter, build_prompts
 from ...io.sampling import Timeline
 from ...io.workers import WorkerPool, resolve_workers
-from .config import HEALTH_TIMEOUT_S, CapacityParams
+from .config import HEALTH_TIMEOUT_S
 from .result import REQUESTS
 from .shape import CapacityPlan, plan_capacity
 from .window import failure_kind

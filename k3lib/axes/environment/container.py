@@ -9,7 +9,8 @@ from typing import Any
 from ...core.versions import public
 
 from ...core.evidence import Finding
-from .config import OFFICIAL_REPOS, RecipeParams
+from ...core.params import RecipeParams
+from .config import OFFICIAL_REPOS
 from .rules import Proof, finding, line_of, missing, version_proofs
 from .sources import EnvironmentSources
 from .values import cuda_major, cuda_major_of_tag, parse_version

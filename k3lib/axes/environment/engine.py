@@ -8,7 +8,7 @@ from typing import Any
 from ...core.versions import public
 
 from ...core.evidence import Finding, FindingStatus
-from .config import RecipeParams
+from ...core.params import RecipeParams
 from .rules import Proof, args_where, engine_args, finding, line_of, missing, version_proofs
 from .sources import EnvironmentSources
 from .values import expected_version, in_range, parse_flag, parse_version, same_value

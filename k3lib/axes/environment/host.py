@@ -7,7 +7,7 @@ import re
 from typing import Any
 
 from ...core.evidence import Finding, FindingStatus
-from .config import EnvironmentParams, RecipeParams
+from ...core.params import EnvironmentParams, RecipeParams
 from .rules import Proof, engine_args, finding, line_of, missing
 from .sources import EnvironmentSources
 from .values import cuda_major, driver_branch_ok, expected_driver

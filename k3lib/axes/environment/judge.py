@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...core.evidence import EvidenceRecord, Finding, axis_status
 from ...core.outcomes import AcceptanceOutcome, level_for
-from .config import EnvironmentParams, RecipeParams
+from ...core.params import EnvironmentParams, RecipeParams
 from .container import check_build_method, check_cuda_build, check_image
 from .engine import check_flags, check_prefix_caching, check_version
 from ...io.claims import collect_env_claims, image_claims, log_claims, nvidia_smi_claims, nvml_claims, target_claims

@@ -7,7 +7,7 @@ import re
 from typing import Any
 
 from ...core.versions import Version, parse_version, public  # noqa: F401 - the kit's one parser (PEP 440)
-from .config import RecipeParams
+from ...core.params import RecipeParams
 
 _CU_TAG_RE = re.compile(r"(?<![A-Za-z0-9])cu(?P<digits>\d{2,3})(?![0-9])", re.IGNORECASE)
 

@@ -1,12 +1,8 @@
-"""The prefix-cache axis' configuration: the `axes.prefix_cache` section (sessions, prefix lengths, isolation, the
-warm change, the block size override, the TTFT gain that counts, the bounds), validated with the whole parameter
-file in `k3lib.core.params`; plus the axis' fixed settings."""
+"""The prefix-cache axis' fixed settings. Its section of the parameters, `axes.prefix_cache` (sessions, prefix
+lengths, isolation, the warm change, the block size override, the TTFT gain that counts, the bounds), is declared once
+in `k3lib.core.params`, where the whole parameters file is validated, and read from there."""
 
 from __future__ import annotations
-
-from ...core.params import PrefixCacheParams
-
-__all__ = ["CANDIDATE_UNITS", "PrefixCacheParams"]
 
 #: Hit units seen in the wild: default 16, FlashMLA 64, Kimi-K3's prefix-match-unit 128, hybrid/Mamba inflations.
 #: A gap between designed and observed hits that one of these reproduces exactly is named a block-size gap.

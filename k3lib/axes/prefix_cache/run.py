@@ -20,14 +20,14 @@ from ...core import progress
 from ...core.errors import APIError, TargetError
 from ...core.numbers import figure
 from ...core.stats import median_interval
-from ...core.thresholds import prefix_floor_tokens
+from ...core.floors import prefix_floor_tokens
+from ...core.params import PrefixCacheParams
 from ...io.client import ChatRecord, SyncChatClient
 from ...io.load import check_load_target
 from ...io.metrics import Snapshot, delta, scrape
 from ...io.prompts import EstimateCounter, ServerTokenCounter, TokenCounter, filler_text, fit_count
 from ..environment.run import fetch_text
 from .blocks import common_prefix_len, designed_hits, expected_hits, first_divergence, hit_unit
-from .config import PrefixCacheParams
 from .result import (
     CONFIG_LABELS,
     COUNTERS_JSON,
@@ -170,7 +170,7 @@ def gain_undecided(samples: Sequence[RequestSample], min_gain_pct: float) -> boo
 
 def prefix_lengths(params: Any) -> tuple[int, ...]:
     """The cold prompt sizes: `axes.prefix_cache.prefix_tokens`, else a quarter of the contract's typical prompt and
-    the typical prompt itself (within the context limit: `k3lib.core.thresholds.prefix_floor_tokens`)."""
+    the typical prompt itself (within the context limit: `k3lib.core.floors.prefix_floor_tokens`)."""
 
     if params.axes.prefix_cache.prefix_tokens:
         return tuple(params.axes.prefix_cache.prefix_tokens)
