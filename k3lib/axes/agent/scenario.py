@@ -156,9 +156,8 @@ def history_message(message: ChatMessage, mode: str) -> ChatMessage:
 
 
 def stored_call(call: ToolCall) -> StoredCall:
-    """A call as the agent and paths records store it: its fields and their parse (`ToolCall.to_dict`)."""
-    return {"index": call.index, "id": call.id, "type": call.type, "name": call.name, "arguments": call.arguments,
-            "parsed": call.parsed, "json_error": call.json_error}
+    """A call as the agent and paths records store it: its fields and their parse."""
+    return cast(StoredCall, call.to_dict())
 
 
 def parsed_reply(rec: ChatRecord) -> ParsedReply:
