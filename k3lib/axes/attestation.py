@@ -10,7 +10,7 @@ import dataclasses
 import datetime as dt
 import shlex
 import time
-from typing import Any, Sequence
+from typing import Any, Sequence, TypedDict
 from urllib.parse import urlsplit
 
 import httpx
@@ -91,6 +91,23 @@ class Served:
         return ", ".join(p for p in parts if p) or f"nothing observable ({self.error})"
 
 
+class RollForward(TypedDict):
+    """The drill's roll-forward: the command shown, its detail, whether the target served again, and what."""
+
+    command: str
+    detail: str
+    serving: bool
+    error: str | None
+    served: Served | None
+
+
+class ServerIdentity(TypedDict):
+    """What a server says of itself that another cannot share (`server_identity`)."""
+
+    roots: frozenset[str]
+    start: float | None
+
+
 @dataclasses.dataclass(frozen=True)
 class DrillResult:
     command: str
@@ -104,7 +121,7 @@ class DrillResult:
     before: Served | None = None  # served before the command
     after: Served | None = None  # served once the target answered again after the rollback
     rollback_to: str | None = None  # the previous release the operator names, if any
-    forward: dict[str, Any] | None = None  # the roll-forward: command, detail, serving, served
+    forward: RollForward | None = None  # the roll-forward: command, detail, serving, served
 
     @property
     def serving(self) -> bool:
@@ -194,7 +211,7 @@ def served_by_target(location: str | None, base: str, *, timeout_s: float = 3.0)
         mine["start"] is not None and theirs["start"] == mine["start"])
 
 
-def server_identity(base: str, timeout_s: float = 3.0) -> dict[str, Any]:
+def server_identity(base: str, timeout_s: float = 3.0) -> ServerIdentity:
     """What a server says of itself that another cannot share: the roots of the models `/v1/models` lists and the
     process start time its `/metrics` states (either may be absent: a server that is not a model server)."""
 
@@ -309,7 +326,7 @@ def rollback_drill(command: Sequence[str] | str, check_url: str, timeout_s: floa
         before = served_release(http, inspect, base, trust_target=trust_target)
 
         def result(command_ok: bool, detail: str, health: int | None, chat_ok: bool, error: str | None,
-                   after: Served | None = None, forward: dict[str, Any] | None = None) -> DrillResult:
+                   after: Served | None = None, forward: RollForward | None = None) -> DrillResult:
             return DrillResult(shown, base, command_ok, detail, health, chat_ok, error,
                                round(time.monotonic() - t0, 3), before, after, rollback_to, forward)
 
@@ -321,7 +338,7 @@ def rollback_drill(command: Sequence[str] | str, check_url: str, timeout_s: floa
             within = "within " + figure(timeout_s, " s")
             error = f"{base} {error.replace('in time', within)}"
         after = served_release(http, inspect, base, trust_target=trust_target) if health == 200 else None
-        forward = None
+        forward: RollForward | None = None
         if fwd is not None and health == 200 and chat_ok:
             shown_fwd = str(fwd) if isinstance(fwd, HttpAction) else shlex.join(fwd)
             t1 = time.monotonic()

@@ -13,9 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
+
+from pydantic import field_serializer
 
 from ..core.params import Params
+from ..core.record import Record
+from ..core.session import find_path
 
 __all__ = ["AxisEstimate", "PhaseEstimate", "SpeedLike", "estimate_axes", "DEFAULT_SPEED"]
 
@@ -76,30 +80,27 @@ class PhaseEstimate:
         return self.requests if self.at_most is None else max(self.at_most, self.requests)
 
 
-@dataclasses.dataclass(frozen=True)
-class AxisEstimate:
+class AxisEstimate(Record):
+    """One notebook's estimate (`AxisEstimate.of` its phases): `seconds`, `requests` and `at_most` are their sums;
+    `model_dump()` is the plan's entry (`plan.json`), seconds to 0.1 s there."""
+
     notebook: str
     axis: str
+    seconds: float  # the phases' and the notebook's own
+    requests: int
+    #: The most requests the axis can send to the target: what the operator consents to with the plan, and what the
+    #: run refuses to pass (`k3lib.core.progress.AxisProgress.admit`).
+    at_most: int
     phases: tuple[PhaseEstimate, ...]
 
-    @property
-    def seconds(self) -> float:
-        return NOTEBOOK_S + sum(p.seconds for p in self.phases)
+    @classmethod
+    def of(cls, notebook: str, axis: str, phases: tuple[PhaseEstimate, ...]) -> AxisEstimate:
+        return cls(notebook=notebook, axis=axis, seconds=NOTEBOOK_S + sum(p.seconds for p in phases),
+                   requests=sum(p.requests for p in phases), at_most=sum(p.most for p in phases), phases=phases)
 
-    @property
-    def requests(self) -> int:
-        return sum(p.requests for p in self.phases)
-
-    @property
-    def at_most(self) -> int:
-        """The most requests the axis can send to the target: what the operator consents to with the plan, and
-        what the run refuses to pass (`k3lib.core.progress.AxisProgress.admit`)."""
-        return sum(p.most for p in self.phases)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"notebook": self.notebook, "axis": self.axis, "seconds": round(self.seconds, 1),
-                "requests": self.requests, "at_most": self.at_most,
-                "phases": [dataclasses.asdict(p) for p in self.phases]}
+    @field_serializer("seconds")
+    def _seconds(self, seconds: float) -> float:
+        return round(seconds, 1)
 
 
 # How a request's time grows with concurrency, at least: `c ** SHARING`. The preflight's two short requests at once
@@ -152,7 +153,6 @@ def agent_phases(params: Params, speed: SpeedLike) -> tuple[PhaseEstimate, ...]:
     """One phase per concurrency level: every repetition of the sample's cases (an ideal model's requests: one per
     turn, one more after each expected tool call), bounded by the level's requests and seconds."""
     from .agent.sample import load_sample
-    from ..core.session import find_path
 
     a, contract = params.axes.agent, params.contract
     sample = load_sample(find_path(a.sample) if a.sample else None)
@@ -178,8 +178,6 @@ def _agent_checks(params: Params, speed: SpeedLike, sample: Any, answer: int) ->
     """The tool-turn series (at the highest level; a failed turn is sent once more: not counted, a healthy target
     fails few) and the vendor contract check (one request per item and stream mode), each counted from the code
     that sends them."""
-    from typing import cast
-
     from .agent.contract import ContractCheck
     from .agent.scenario import RunSettings
     from .agent.series import opening_tool_turns
@@ -276,12 +274,12 @@ def estimate_axes(params: Params, speed: SpeedLike | None, *, embedded: bool) ->
     itself (the emulator), so a drill's restart takes no model load."""
     sp = speed or DEFAULT_SPEED
     return [
-        AxisEstimate("00_probe.ipynb", "probe", (PhaseEstimate("endpoints", 0, 0.3, "fixed"),)),
-        AxisEstimate("01_environment.ipynb", "environment", (PhaseEstimate("sources read", 0, 0.5, "fixed"),)),
-        AxisEstimate("02_agent_tools.ipynb", "agent", agent_phases(params, sp)),
-        AxisEstimate("03_capacity.ipynb", "capacity", capacity_phases(params, sp)),
-        AxisEstimate("04_prefix_cache.ipynb", "prefix_cache", prefix_cache_phases(params, sp)),
-        AxisEstimate("05_operations.ipynb", "operations", operations_phases(params, embedded=embedded)),
+        AxisEstimate.of("00_probe.ipynb", "probe", (PhaseEstimate("endpoints", 0, 0.3, "fixed"),)),
+        AxisEstimate.of("01_environment.ipynb", "environment", (PhaseEstimate("sources read", 0, 0.5, "fixed"),)),
+        AxisEstimate.of("02_agent_tools.ipynb", "agent", agent_phases(params, sp)),
+        AxisEstimate.of("03_capacity.ipynb", "capacity", capacity_phases(params, sp)),
+        AxisEstimate.of("04_prefix_cache.ipynb", "prefix_cache", prefix_cache_phases(params, sp)),
+        AxisEstimate.of("05_operations.ipynb", "operations", operations_phases(params, embedded=embedded)),
     ]
 
 

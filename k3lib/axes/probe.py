@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from typing import Any
+from typing import Any, TypedDict
 
 import httpx
 
@@ -18,8 +18,23 @@ from ..core.session import AxisContext, JudgeContext
 from ..core.store import utc_now
 from ..io.claims import target_claims
 from .operations import kit_started, started_by_batch
+from .shapes import JsonObject
 
 BODY_KEEP_BYTES = 64 * 1024
+
+
+class EndpointRow(TypedDict):
+    """One endpoint's answer as the probe record keeps it (`EndpointProbe.to_dict`): the body cut to `keep`."""
+
+    name: str
+    url: str
+    status: int | None
+    latency_ms: float | None
+    body: str
+    content_type: str | None
+    error: str | None
+    at: str
+    body_truncated: bool
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,11 +58,12 @@ class EndpointProbe:
         except ValueError:
             return None
 
-    def to_dict(self, keep: int = BODY_KEEP_BYTES) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["body"] = self.body[:keep]
-        d["body_truncated"] = len(self.body) > keep
-        return d
+    def to_dict(self, keep: int = BODY_KEEP_BYTES) -> EndpointRow:
+        """The fields with the body cut to `keep` characters, and whether it was (a model's dump would keep it
+        whole: the record keeps the start, the whole body is attached beside it)."""
+        return {"name": self.name, "url": self.url, "status": self.status, "latency_ms": self.latency_ms,
+                "body": self.body[:keep], "content_type": self.content_type, "error": self.error, "at": self.at,
+                "body_truncated": len(self.body) > keep}
 
 
 def probe_endpoint(client: httpx.Client, name: str, url: str) -> EndpointProbe:
@@ -65,7 +81,7 @@ def probe_endpoint(client: httpx.Client, name: str, url: str) -> EndpointProbe:
 @dataclasses.dataclass(frozen=True)
 class ProbeResult:
     endpoints: dict[str, EndpointProbe]
-    served_models: list[dict[str, Any]]
+    served_models: list[JsonObject]  # the /v1/models cards
     model: str | None
     vllm_version: str | None
 

@@ -25,28 +25,29 @@ Pure: record dicts in, plain dicts and findings out.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..core.evidence import Finding
+from .shapes import (Asked, CountersCheck, CrossCheckRow, LengthCheck, LengthDeviation, RepeatCheck, Reply,
+                     ServedReason, ServedStatus, ServedVerdict)
 
 #: Free text (reasoning + content) a sampled reply must carry for a byte-identical repeat to be beyond chance.
 MIN_SAMPLED_CHARS = 64
 #: More byte-identical repeats than this share of the repeats compared (and more than one) is not sampling.
 MAX_REPEAT_SHARE = 0.10
 PREFIX = "the target did not serve what was asked"
-Row = Mapping[str, Any]
 
 
-def _asked(r: Row) -> Mapping[str, Any]:
+def _asked(r: Reply) -> Asked:
     a = r.get("asked")
-    return a if isinstance(a, Mapping) else {}
+    return a if isinstance(a, dict) else {}
 
 
-def length_check(replies: Iterable[Row]) -> dict[str, Any]:
+def length_check(replies: Iterable[Reply]) -> LengthCheck:
     """`ignore_eos` with a `max_tokens`: each completed reply's tokens and finish reason against what was asked."""
     checked, unknown = 0, 0
-    bad: list[dict[str, Any]] = []
+    bad: list[LengthDeviation] = []
     served: list[int] = []
     for r in replies:
         a = _asked(r)
@@ -62,31 +63,31 @@ def length_check(replies: Iterable[Row]) -> dict[str, Any]:
         if got != want or r.get("finish_reason") != "length":
             bad.append({"request_id": r.get("request_id"), "asked": want, "served": got,
                         "finish_reason": r.get("finish_reason")})
-    out: dict[str, Any] = {"checked": checked, "no_usage": unknown, "deviations": len(bad), "examples": bad[:5],
+    out: LengthCheck = {"checked": checked, "no_usage": unknown, "deviations": len(bad), "examples": bad[:5],
                            "served_min": min(served, default=None), "served_max": max(served, default=None)}
     if bad:
         wants = sorted({int(b["asked"]) for b in bad})
         stops = sum(1 for b in bad if b["finish_reason"] != "length")
-        got = sorted(int(b["served"]) for b in bad)
+        lengths = sorted(int(b["served"]) for b in bad)
         out["text"] = (f"max_tokens/ignore_eos ({len(bad)} of {checked} replies sent ignore_eos with max_tokens "
-                       f"{'/'.join(map(str, wants))} and came back with {got[0]}–{got[-1]} tokens"
+                       f"{'/'.join(map(str, wants))} and came back with {lengths[0]}–{lengths[-1]} tokens"
                        + (f", {stops} ended by {bad[0]['finish_reason'] if stops == len(bad) else 'stop'}"
                           if stops else "") + ")")
     return out
 
 
-def sampled_text(r: Row) -> tuple[str, str]:
+def sampled_text(r: Reply) -> tuple[str, str]:
     """(free text, whole reply) of one reply: reasoning and content, then the tool calls' names and arguments."""
     free = f"{r.get('reasoning') or ''}\x00{r.get('content') or ''}"
     calls = "\x00".join(f"{c.get('name')}({c.get('arguments')})" for c in r.get("tool_calls") or ()
-                        if isinstance(c, Mapping))
+                        if isinstance(c, dict))
     return free, free + "\x01" + calls
 
 
-def repeat_check(replies: Iterable[Row]) -> dict[str, Any]:
+def repeat_check(replies: Iterable[Reply]) -> RepeatCheck:
     """Replies to one sampled question (temperature >= 0.6, no seed) that came back byte-identical, and replies
     that carry another reply's response id."""
-    groups: dict[str, list[Row]] = defaultdict(list)
+    groups: dict[str, list[Reply]] = defaultdict(list)
     ids: Counter[str] = Counter()
     for r in replies:
         a = _asked(r)
@@ -108,7 +109,7 @@ def repeat_check(replies: Iterable[Row]) -> dict[str, Any]:
             seen.add(whole)
     same_id = sum(n - 1 for n in ids.values() if n > 1)
     deviates = same_id > 0 or (repeated > 1 and repeated > MAX_REPEAT_SHARE * compared)
-    out: dict[str, Any] = {"questions": len(groups), "compared": compared, "byte_identical": repeated,
+    out: RepeatCheck = {"questions": len(groups), "compared": compared, "byte_identical": repeated,
                            "same_response_id": same_id, "deviates": deviates}
     if deviates:
         out["text"] = (f"sampling ({repeated} of {compared} repeated sampled replies came back byte-identical"
@@ -116,13 +117,13 @@ def repeat_check(replies: Iterable[Row]) -> dict[str, Any]:
     return out
 
 
-def counters_check(cross_check: Mapping[str, Any] | None, error: str | None = None) -> dict[str, Any]:
+def counters_check(cross_check: CrossCheckRow | None, error: str | None = None) -> CountersCheck:
     """The server's request and token counters against the client's, from a `CrossCheck.to_dict()` (latency items
     are not counts and do not decide here)."""
     if cross_check is None:
         return {"agrees": None, "text": f"server counters not read: {error or 'no /metrics endpoint'}"}
     items = {i.get("quantity"): i for i in cross_check.get("items") or []}
-    bad = [q for q in cross_check.get("disagreements") or [] if (items.get(q) or {}).get("unit") != "ms"]
+    bad = [q for q in cross_check.get("disagreements") or [] if q not in items or items[q].get("unit") != "ms"]
     compared = [q for q, i in items.items() if i.get("unit") != "ms" and i.get("agrees") is not None]
     if bad:
         said = "; ".join(f"{q}: the engine counted {_n(items[q].get('server'))}, the kit got "
@@ -141,9 +142,9 @@ def _n(v: Any) -> str:
     return "none" if v is None else f"{float(v):g}"
 
 
-def served_verdict(replies: Sequence[Row], cross_check: Mapping[str, Any] | None = None, *,
+def served_verdict(replies: Sequence[Reply], cross_check: CrossCheckRow | None = None, *,
                    counters_error: str | None = None, counters: bool = True,
-                   length_required: bool = False) -> dict[str, Any]:
+                   length_required: bool = False) -> ServedVerdict:
     """The three comparisons over one class' replies: {"status": "as-asked" | "deviates" | "not-observable",
     "fields": [...], "reason", "length", "sampling", "counters"}. `counters=False`: the class has no counter window
     of its own here (capacity compares its counters window by window). `length_required`: the class always sends
@@ -153,6 +154,7 @@ def served_verdict(replies: Sequence[Row], cross_check: Mapping[str, Any] | None
     fields = [c["text"] for c in (length, sampling) if c.get("text") and (c.get("deviations") or c.get("deviates"))]
     if count.get("agrees") is False:
         fields.append(count["text"])
+    status: ServedStatus
     if fields:
         status = "deviates"
         reason = f"{PREFIX}: " + "; ".join(fields)
@@ -167,7 +169,7 @@ def served_verdict(replies: Sequence[Row], cross_check: Mapping[str, Any] | None
             "counters": count}
 
 
-def served_finding(axis: str, verdict: Mapping[str, Any]) -> Finding:
+def served_finding(axis: str, verdict: ServedVerdict) -> Finding:
     """`<axis>.served_as_asked`: pass when every comparison held; not observable otherwise, with the reason."""
     length, sampling = verdict.get("length") or {}, verdict.get("sampling") or {}
     observed = {k: verdict.get(k) for k in ("length", "sampling", "counters")}
@@ -183,7 +185,7 @@ def served_finding(axis: str, verdict: Mapping[str, Any]) -> Finding:
                    message=str(verdict.get("reason")))
 
 
-def open_findings(findings: Sequence[Finding], verdict: Mapping[str, Any]) -> list[Finding]:
+def open_findings(findings: Sequence[Finding], verdict: ServedReason) -> list[Finding]:
     """The class' findings once its served shape is known: where it deviates from the asked shape, every passing
     finding is opened (not observable) with the reason; a failure stands (it showed even under what was served)."""
     if verdict.get("status") != "deviates":

@@ -84,7 +84,8 @@ def _run_acceptance(params, out: str | None, baseline: str | None = None, resume
         if plan_only:
             return 0
         axes, total = plan_estimates(params, report.speed, embedded=embedded)
-        plan = {"total_s": round(total, 1), "axes": [a.to_dict() for a in axes], "speed": report.model_dump()["speed"]}
+        plan = {"total_s": round(total, 1), "axes": [a.model_dump(mode="json") for a in axes],
+                "speed": report.model_dump()["speed"]}
         return _acceptance_batch(params, target, report, plan, out, baseline, resume)
     finally:
         target.stop()

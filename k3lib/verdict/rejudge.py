@@ -13,9 +13,10 @@ import dataclasses
 import datetime as dt
 from collections import Counter
 from collections.abc import Callable
+from typing import cast
 
 from ..axes.agent import agent_record, load_agent_result
-from ..axes.attestation import RULE_LIMITS, RULE_ROLLBACK, DrillResult, Served, attestation_findings
+from ..axes.attestation import RULE_LIMITS, RULE_ROLLBACK, DrillResult, RollForward, Served, attestation_findings
 from ..axes.capacity.judge import capacity_record
 from ..axes.capacity.rejudge import rejudge_capacity
 from ..axes.environment.reread import rejudge_environment
@@ -46,7 +47,8 @@ def drill_of(d: DrillData) -> DrillResult:
     """The rollback drill as the axis ran it (`DrillResult`), rebuilt by name from its stored record (`DrillData`,
     the same fields): what was served before, after and on the roll-forward as `Served` again."""
     fields = d.model_dump(exclude={"before", "after", "forward"})
-    forward = None if d.forward is None else {**d.forward.model_dump(), "served": _served(d.forward.served)}
+    forward = None if d.forward is None else cast(RollForward, {**d.forward.model_dump(),
+                                                                "served": _served(d.forward.served)})
     return DrillResult(**fields, before=_served(d.before), after=_served(d.after), forward=forward)
 
 

@@ -10,16 +10,17 @@ import json
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import jsonschema
+from pydantic import JsonValue, computed_field
 
 from ...core.record import Record
 from ...io.chatstream import ToolCall
 from ...io.readers.tool_markup import detect_k3_leak, detect_markup
 from .config import ECHO_WORDS
 from .sample import FallbackSpec, FinalSpec
+from .shapes import ChatMessage, CheckRow, JsonObject, Step
 
 # Check ids, in the order the seed lists the pass conditions; the rule id of a finding is `agent.<id>`.
 CHECKS: Mapping[str, str] = {
@@ -56,19 +57,25 @@ class CheckResult(Record):
         super().__init__(check=check, passed=passed, detail=detail)
 
 
+def check_rows(outcomes: Iterable[CheckResult]) -> list[CheckRow]:
+    """The outcomes as a step or a turn stores them."""
+    return [cast(CheckRow, o.model_dump()) for o in outcomes]
+
+
 #: The kit's one tool-call record (`parsed`, `json_error` read from its arguments); the name stays for the
 #: agent package's public API.
 ParsedCall = ToolCall
 
 
-def parse_call(index: int, raw: Mapping[str, Any]) -> ToolCall:
+def parse_call(index: int, raw: JsonObject) -> ToolCall:
     """A `{"id", "type", "function": {"name", "arguments"}}` dict → ToolCall."""
     return ToolCall.from_openai(index, raw)
 
 
-def calls_of_message(message: Mapping[str, Any] | None) -> list[ToolCall]:
-    calls = (message or {}).get("tool_calls") or []
-    return [parse_call(i, c) for i, c in enumerate(calls) if isinstance(c, Mapping)]
+def calls_of_message(message: JsonValue) -> list[ToolCall]:
+    """The calls of a reply's message as received (any JSON: what is not a call is left out)."""
+    calls = message.get("tool_calls") if isinstance(message, dict) else None
+    return [parse_call(i, c) for i, c in enumerate(calls if isinstance(calls, list) else []) if isinstance(c, dict)]
 
 
 def environment_refusal(status: int | None, message: str | None) -> str | None:
@@ -113,7 +120,7 @@ def check_name(call: ToolCall, offered: Sequence[str]) -> CheckResult:
     return CheckResult("function_name", False, f"{call.name!r} is not one of {list(offered)}{near}")
 
 
-def schema_errors(instance: Any, schema: Mapping[str, Any]) -> list[str]:
+def schema_errors(instance: Any, schema: Mapping[str, JsonValue]) -> list[str]:
     """jsonschema's messages with their paths, best match first; empty when valid (formats are checked)."""
     cls = jsonschema.validators.validator_for(schema)
     validator = cls(schema, format_checker=cls.FORMAT_CHECKER)
@@ -121,7 +128,7 @@ def schema_errors(instance: Any, schema: Mapping[str, Any]) -> list[str]:
     return [f"{'/'.join(str(p) for p in e.absolute_path) or '(root)'}: {e.message}" for e in errors]
 
 
-def check_arguments(call: ToolCall, schema: Mapping[str, Any] | None) -> CheckResult:
+def check_arguments(call: ToolCall, schema: Mapping[str, JsonValue] | None) -> CheckResult:
     if call.json_error:
         return CheckResult("arguments_valid", False, call.json_error[:300])
     if schema is None:
@@ -132,7 +139,7 @@ def check_arguments(call: ToolCall, schema: Mapping[str, Any] | None) -> CheckRe
     return CheckResult("arguments_valid", True, "valid JSON, valid against the schema")
 
 
-def check_executable(call: ToolCall, schemas: Mapping[str, Mapping[str, Any]], other_ids: Sequence[Any]) -> CheckResult:
+def check_executable(call: ToolCall, schemas: Mapping[str, JsonObject], other_ids: Sequence[Any]) -> CheckResult:
     """What an agent framework needs to run the call as is: no renaming, no re-parsing, no guessing."""
     problems = []
     if call.type != "function":
@@ -231,7 +238,7 @@ def _mentions(text: str, needle: str) -> bool:
 
 
 def check_final(content: str | None, finish_reason: str | None, final: FinalSpec,
-                schema: Mapping[str, Any] | None, result: Any) -> CheckResult:
+                schema: Mapping[str, JsonValue] | None, result: Any) -> CheckResult:
     """The answer that ends a turn: present, complete, valid against the response schema, using the result."""
     text = content or ""
     if detect_markup(text):
@@ -302,7 +309,7 @@ def own_words(text: str, sent: Any) -> str:
     return "".join(out)
 
 
-def check_history(pairs: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]], mode: str) -> CheckResult:
+def check_history(pairs: Sequence[tuple[ChatMessage, ChatMessage]], mode: str) -> CheckResult:
     """`pairs`: (the assistant message as received, as sent back in this request) for each earlier reply of the
     case. Multi-turn agents need the whole previous reply, reasoning and tool calls included."""
     for n, (got, sent) in enumerate(pairs, 1):
@@ -352,22 +359,22 @@ def check_fallback(calls: Sequence[ToolCall], content: str | None, tool: str, fa
 # Across repetitions and levels
 
 
-def step_signature(step: Mapping[str, Any]) -> tuple[Any, ...]:
+def step_signature(step: Step) -> tuple[Any, ...]:
     """The structure of one reply, blind to its text: which tools, which argument keys — or text, or an error."""
     where = (step.get("case"), step.get("turn"), step.get("round"))
     if not (step.get("reply") or {}).get("ok"):
         return (*where, "error", (step.get("reply") or {}).get("http_status"))
     calls = (step.get("parsed") or {}).get("tool_calls") or []
     if calls:
-        shape = sorted((str(c.get("name")), tuple(sorted(c["parsed"])) if isinstance(c.get("parsed"), dict)
+        shape = sorted((str(c.get("name")), tuple(sorted(args)) if isinstance(args := c.get("parsed"), dict)
                         else ("<unparsable>",)) for c in calls)
         return (*where, "calls", tuple(shape))
     return (*where, "markup" if (step.get("parsed") or {}).get("leaked_markup") else "text")
 
 
-def stability_outcomes(steps: Iterable[Mapping[str, Any]]) -> list[tuple[int, int, CheckResult]]:
+def stability_outcomes(steps: Iterable[Step]) -> list[tuple[int, int, CheckResult]]:
     """(level, repetition, outcome): each repetition compared with the most common structure at its level."""
-    by_rep: dict[tuple[int, int], list[Mapping[str, Any]]] = {}
+    by_rep: dict[tuple[int, int], list[Step]] = {}
     for s in steps:
         by_rep.setdefault((int(s["level"]), int(s["repetition"])), []).append(s)
     signatures = {key: tuple(step_signature(s) for s in sorted(group, key=lambda s: s["seq"]))
@@ -394,20 +401,24 @@ def _difference(sig: tuple[Any, ...], modal: tuple[Any, ...]) -> str:
     return f"goes on to {sig[len(modal)][:3]}: {sig[len(modal)][3:]}, where the usual run stops"
 
 
-@dataclass(frozen=True)
-class RateRow:
+class RateRow(Record):
+    """One check's pass count at one concurrency level; `model_dump()` is the row the record keeps (`rate` rounded
+    to 4 places there, `pass_rate` whole for the judgement)."""
+
     level: int
     check: str
     passed: int
+    failed: int
     total: int
 
     @property
-    def rate(self) -> float | None:
+    def pass_rate(self) -> float | None:
         return self.passed / self.total if self.total else None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"level": self.level, "check": self.check, "passed": self.passed, "failed": self.total - self.passed,
-                "total": self.total, "rate": None if self.rate is None else round(self.rate, 4)}
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def rate(self) -> float | None:
+        return None if self.pass_rate is None else round(self.pass_rate, 4)
 
 
 def rates(outcomes: Iterable[tuple[int, CheckResult]], levels: Sequence[int]) -> list[RateRow]:
@@ -417,5 +428,6 @@ def rates(outcomes: Iterable[tuple[int, CheckResult]], levels: Sequence[int]) ->
     for level, o in outcomes:
         total[(level, o.check)] += 1
         passed[(level, o.check)] += int(o.passed)
-    return [RateRow(level, check, passed[(level, check)], total[(level, check)])
+    return [RateRow(level=level, check=check, passed=passed[(level, check)],
+                    failed=total[(level, check)] - passed[(level, check)], total=total[(level, check)])
             for level in levels for check in CHECKS]

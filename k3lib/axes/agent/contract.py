@@ -13,21 +13,25 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Literal
+
+from typing_extensions import Unpack
 
 from ...io.chatstream import ToolCall
 from ...io.client import ChatClient, ChatRecord
 from ...io.prompts import RUN_SALT
 from . import checks as C
-from .scenario import RunSettings, parsed_reply
+from .scenario import RunSettings, parsed_reply, reply_record
 from .sample import AgentSample
+from .shapes import BodyExtras, ChatBody, ChatMessage, ContractRow, JsonObject, ObservedValue, ToolDef
 from .schemas import SCHEMA_SUITE, TOOL_NAME, suite_tool
 from .tools import execute, result_text
 
 #: Sampling values Moonshot's API refuses for K3 (Kimi-Vendor-Verifier's parameter suite, a subset).
-UNPINNED = (("temperature", 1.1), ("top_p", 0.8), ("presence_penalty", 0.5), ("frequency_penalty", 0.5))
+UNPINNED: tuple[tuple[Literal["temperature", "top_p", "presence_penalty", "frequency_penalty"], float], ...] = (
+    ("temperature", 1.1), ("top_p", 0.8), ("presence_penalty", 0.5), ("frequency_penalty", 0.5))
 #: Malformed `response_format` values a server must refuse with 400.
-MALFORMED_FORMATS = (("no json_schema", {"type": "json_schema"}),
+MALFORMED_FORMATS: tuple[tuple[str, JsonObject], ...] = (("no json_schema", {"type": "json_schema"}),
                      ("unknown type", {"type": "bogus"}),
                      ("schema not an object", {"type": "json_schema",
                                                "json_schema": {"name": "x", "schema": "not a schema"}}))
@@ -39,25 +43,25 @@ class ContractCheck:
     """Sends the contract's requests in turn; `rows` holds one dict per request (or per pair)."""
 
     def __init__(self, client: ChatClient, sample: AgentSample, settings: RunSettings,
-                 sink: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 sink: Callable[[ContractRow], None] | None = None) -> None:
         self.client = client
         self.sample = sample
         self.s = settings
         self.sink = sink
-        self.rows: list[dict[str, Any]] = []
+        self.rows: list[ContractRow] = []
         self.deadline_ns: int | None = None  # set by run(): the check ends by axes.agent.max_duration_s, as each level
         self.modes = tuple(m == "stream" for m in self.s.stream_modes)
         opening = next((c for c in sample.cases if c.turns[0].expect_tool and not c.requires_images), None)
         self.case = opening
         self.user = str(opening.turns[0].user) if opening else "Call one of the tools."
         self.expect = str(opening.turns[0].expect_tool) if opening else None
-        self.tools = ([sample.tool(n).openai() for n in sample.offered(opening)]  # type: ignore[union-attr]
+        self.tools: list[ToolDef] = ([sample.tool(n).openai() for n in sample.offered(opening)]  # type: ignore[union-attr]
                       if opening else [t.openai() for t in sample.tools])
 
     # -- plumbing ---------------------------------------------------------------------------------------------
 
-    def _body(self, messages: list[dict[str, Any]], stream: bool, **extra: Any) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": self.client.model, "messages": messages, "stream": stream}
+    def _body(self, messages: list[ChatMessage], stream: bool, **extra: Unpack[BodyExtras]) -> ChatBody:
+        body: ChatBody = {"model": self.client.model, "messages": messages, "stream": stream}
         if body["model"] is None:
             del body["model"]
         self.s.sampled(body, temperature=None if self.s.temperature is not None else self.sample.defaults.temperature,
@@ -65,21 +69,21 @@ class ContractCheck:
         body.update(extra)
         return body
 
-    def _messages(self, user: str | None = None) -> list[dict[str, Any]]:
+    def _messages(self, user: str | None = None) -> list[ChatMessage]:
         return [{"role": "system", "content": self.sample.system_prompt}, {"role": "user", "content": user or self.user}]
 
-    async def _send(self, item: str, body: dict[str, Any], tag: str) -> ChatRecord:
+    async def _send(self, item: str, body: ChatBody, tag: str) -> ChatRecord:
         return await self.client.chat_body(body, strict=False, timeout_s=self.s.request_timeout_s,
                                            deadline_ns=self.deadline_ns, request_id=f"agent-contract-{item}-{tag}")
 
-    def _row(self, item: str, mode: str, passed: bool | None, detail: str, body: dict[str, Any] | None,
-             rec: ChatRecord | None, **observed: Any) -> None:
+    def _row(self, item: str, mode: str, passed: bool | None, detail: str, body: ChatBody | None,
+             rec: ChatRecord | None, **observed: ObservedValue) -> None:
         if rec is not None and rec.cancelled:  # its time bound (or a stop) ended it: not a reply to judge
             passed, detail = None, (f"not judged: the contract check ended at its bound (axes.agent.max_duration_s "
                                     f"{self.s.max_duration_s:g} s) or was stopped before this reply")
-        row = {"id": item, "mode": mode, "passed": passed, "detail": detail, "request": body,
-               "http_status": rec.http_status if rec else None,
-               "reply": rec.to_dict(include_raw=True) if rec else None, "observed": observed}
+        row: ContractRow = {"id": item, "mode": mode, "passed": passed, "detail": detail, "request": body,
+                            "http_status": rec.http_status if rec else None,
+                            "reply": reply_record(rec) if rec else None, "observed": observed}
         self.rows.append(row)
         if self.sink is not None:
             self.sink(row)
@@ -115,7 +119,7 @@ class ContractCheck:
             self._row("tool_choice_required", "-", None, "the sample has no opening turn that must call a tool",
                       None, None)
             return
-        named = {"type": "function", "function": {"name": self.expect}}
+        named: JsonObject = {"type": "function", "function": {"name": self.expect}}
         for stream in self.modes:
             mode = self._mode(stream)
             for item, choice in (("tool_choice_required", "required"), ("tool_choice_named", named)):
@@ -161,7 +165,7 @@ class ContractCheck:
         return True, f"called {', '.join(names)} (finish_reason {rec.finish_reason!r})", names
 
     async def tool_choice_validation(self) -> None:
-        cases = (("required without tools", {"tool_choice": "required"}),
+        cases: tuple[tuple[str, BodyExtras], ...] = (("required without tools", {"tool_choice": "required"}),
                  ("an empty tools array", {"tools": [], "tool_choice": "required"}),
                  ("tool_choice 'bogus'", {"tools": self.tools, "tool_choice": "bogus"}))
         for what, extra in cases:
@@ -231,13 +235,14 @@ class ContractCheck:
 
     # -- history reasoning ---------------------------------------------------------------------------------------
 
-    def _history(self, field: str | None) -> list[dict[str, Any]]:
+    def _history(self, field: Literal["reasoning", "reasoning_content"] | None) -> list[ChatMessage]:
         """The opening turn, the model's call (with reasoning under `field`, or none), its result: the next request
         of the same turn, where an agent needs its own reasoning back."""
         name = self.expect or "lookup_order"
         args = {"order_id": "A-1042"} if name == "lookup_order" else {}
-        call = {"id": f"call-{RUN_SALT}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
-        assistant: dict[str, Any] = {"role": "assistant", "content": "", "tool_calls": [call]}
+        call: JsonObject = {"id": f"call-{RUN_SALT}", "type": "function",
+                            "function": {"name": name, "arguments": json.dumps(args)}}
+        assistant: ChatMessage = {"role": "assistant", "content": "", "tool_calls": [call]}
         if field is not None:
             assistant[field] = HISTORY_REASONING
         result = execute(name, args) if name == "lookup_order" else {"ok": True}
@@ -286,7 +291,7 @@ class ContractCheck:
         return True, "reasoning in its field, no leak"
 
 
-def _valid_json(rec: ChatRecord, schema: dict[str, Any]) -> tuple[bool, str]:
+def _valid_json(rec: ChatRecord, schema: JsonObject) -> tuple[bool, str]:
     if not rec.ok:
         return False, f"HTTP {rec.http_status}: {(rec.error or '')[:160]}"
     try:

@@ -19,9 +19,10 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from ...core.evidence import Finding
+from ..shapes import Reply
+from .shapes import ContractRow, ContractSheetRow, SettingsRow
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,7 +56,7 @@ ITEMS: Mapping[str, ContractItem] = {i.id: i for i in (
 )}
 
 
-def blocks(item: ContractItem, settings: Mapping[str, Any]) -> bool:
+def blocks(item: ContractItem, settings: SettingsRow) -> bool:
     if item.id == "sampling_pinned":
         return bool(settings.get("sampling_pinned"))
     if item.id == "reasoning_field":
@@ -63,11 +64,11 @@ def blocks(item: ContractItem, settings: Mapping[str, Any]) -> bool:
     return item.blocks
 
 
-def derived_rows(rows: Sequence[Mapping[str, Any]], settings: Mapping[str, Any]) -> list[dict[str, Any]]:
+def derived_rows(rows: Sequence[ContractRow], settings: SettingsRow) -> list[ContractRow]:
     """The results read off the other requests: the reasoning field's name, and usage in the streams."""
-    out: list[dict[str, Any]] = []
-    fields = Counter(r["reply"].get("reasoning_field") for r in rows if r.get("reply") and r["reply"].get("ok")
-                     and r["reply"].get("reasoning_field"))
+    out: list[ContractRow] = []
+    fields = Counter(field for r in rows if (reply := r.get("reply")) and reply.get("ok")
+                     and (field := reply.get("reasoning_field")))
     wanted = settings.get("client_reasoning_field")
     if not fields:
         out.append({"id": "reasoning_field", "mode": "-", "passed": None, "observed": {},
@@ -81,11 +82,12 @@ def derived_rows(rows: Sequence[Mapping[str, Any]], settings: Mapping[str, Any])
             ok = all(k in ("reasoning_content", "both") for k in fields)
             detail = f"reasoning came back as {seen}" + ("" if ok else "; clients written against Moonshot's API "
                                                           "read `reasoning_content` and get nothing there")
-        out.append({"id": "reasoning_field", "mode": "-", "passed": ok, "detail": detail, "observed": dict(fields)})
-    pairs: dict[str, dict[str, Mapping[str, Any]]] = {}
+        out.append({"id": "reasoning_field", "mode": "-", "passed": ok, "detail": detail,
+                    "observed": {k: v for k, v in fields.items()}})
+    pairs: dict[str, dict[str, Reply]] = {}
     for r in rows:
-        if r["id"] in ("tool_choice_required", "tool_choice_named") and r.get("reply") and r["reply"].get("ok"):
-            pairs.setdefault(r["id"], {})[r["mode"]] = r["reply"]
+        if r["id"] in ("tool_choice_required", "tool_choice_named") and (reply := r.get("reply")) and reply.get("ok"):
+            pairs.setdefault(r["id"], {})[r["mode"]] = reply
     for item, by_mode in pairs.items():
         streamed, whole = by_mode.get("stream"), by_mode.get("non-stream")
         if streamed is None:
@@ -103,7 +105,7 @@ def derived_rows(rows: Sequence[Mapping[str, Any]], settings: Mapping[str, Any])
     return out
 
 
-def contract_findings(rows: Sequence[Mapping[str, Any]], settings: Mapping[str, Any]) -> list[Finding]:
+def contract_findings(rows: Sequence[ContractRow], settings: SettingsRow) -> list[Finding]:
     """One finding per contract item that ran: blocking ones pass or fail, the others pass or say the gap (info)."""
     everything = [*rows, *derived_rows(rows, settings)]
     out: list[Finding] = []
@@ -139,7 +141,7 @@ def contract_findings(rows: Sequence[Mapping[str, Any]], settings: Mapping[str, 
     return out
 
 
-def contract_rows(rows: Sequence[Mapping[str, Any]], settings: Mapping[str, Any]) -> list[dict[str, Any]]:
+def contract_rows(rows: Sequence[ContractRow], settings: SettingsRow) -> list[ContractSheetRow]:
     """The results as the sheet shows them: item, mode, passed, the seed item it serves, blocking, what was seen."""
     return [{"id": r["id"], "mode": r.get("mode"), "passed": r.get("passed"), "detail": r.get("detail"),
              "seed_item": ITEMS[r["id"]].seed_item, "blocks": blocks(ITEMS[r["id"]], settings)}

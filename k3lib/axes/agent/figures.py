@@ -18,13 +18,14 @@ from .contract_judge import contract_rows
 from .judge import case_rows
 from .rate import failure_rate_finding
 from .result import AgentResult
+from .shapes import CheckRow, Step
 
 
 def rates_table(result: AgentResult) -> Any:
     """One row per concurrency level and check: passed, failed, total, the pass rate and what the check asks."""
     import pandas as pd
 
-    rows = [r.to_dict() | {"description": C.CHECKS[r.check]} for r in result.rate_rows()]
+    rows = [r.model_dump() | {"description": C.CHECKS[r.check]} for r in result.rate_rows()]
     return pd.DataFrame(rows, columns=["level", "check", "passed", "failed", "total", "rate", "description"])
 
 
@@ -96,7 +97,7 @@ def rates_figure(result: AgentResult) -> Any:
     for level in sorted({r.level for r in rows}):
         mine = [r for r in rows if r.level == level]
         fig.add_trace(go.Bar(name=f"concurrency {level}", x=[r.check for r in mine],
-                             y=[(r.rate * 100) if r.rate is not None else 0 for r in mine],
+                             y=[(r.pass_rate * 100) if r.pass_rate is not None else 0 for r in mine],
                              text=[f"{r.passed}/{r.total}" if r.total else "n/a" for r in mine],
                              textposition="outside"))
     floor = result.settings.get("min_pass_rate", DEFAULT_MIN_PASS_RATE) * 100
@@ -123,7 +124,7 @@ class FailingReply:
     """A failing reply shown raw beside its parse. Every string is HTML-escaped: a reply is untrusted text
     (it may hold `<script>` or tool markup), and it is shown as data, never as Markdown or HTML."""
 
-    def __init__(self, step: dict[str, Any] | None, failures: list[dict[str, Any]]) -> None:
+    def __init__(self, step: Step | None, failures: list[CheckRow]) -> None:
         self.step = step
         self.failures = failures
 

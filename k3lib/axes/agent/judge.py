@@ -8,7 +8,9 @@ so a run can be re-rendered without sending a request again.
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from pydantic import JsonValue
 
 from ...core.evidence import EvidenceRecord, Finding, axis_status
 from ...core.numbers import figure
@@ -19,6 +21,8 @@ from .rate import failure_rate_finding
 from .result import CONTRACT_FILE, RUN_FILE, STEPS_FILE, TURNS_FILE, AgentResult
 from .serving import longest_silence, serving_findings
 from ..served import open_findings, served_finding, served_verdict
+from ..shapes import Reply, ServedVerdict
+from .shapes import CaseRow, ContextGrowth
 
 if TYPE_CHECKING:
     from ...core.session import JudgeContext
@@ -39,11 +43,15 @@ def iter_findings(result: AgentResult) -> list[Finding]:
     return [*open_findings(_findings(result), verdict), served_finding("agent", verdict)]
 
 
-def served_of(result: AgentResult) -> dict[str, Any]:
+def served_of(result: AgentResult) -> ServedVerdict:
     """Asked vs served over every reply of the run (scenario, tool-turn series and its retries, contract check) and
     the server's counters over the run."""
-    replies = [r for rows in (result.steps, result.turns, result.contract) for row in rows
-               for r in (row.get("reply"), (row.get("retry") or {}).get("reply")) if r]
+    found: list[Reply | None] = [s.get("reply") for s in result.steps]
+    for t in result.turns:
+        retry = t.get("retry")
+        found += [t.get("reply"), retry.get("reply") if retry else None]
+    found += [r.get("reply") for r in result.contract]
+    replies = [r for r in found if r]
     served = result.served or {}
     return served_verdict(replies, served.get("cross_check"),
                           counters_error=served.get("error") or ("the run recorded no server counters"
@@ -114,7 +122,7 @@ def _check_findings(result: AgentResult) -> list[Finding]:
     rows = result.rate_rows()
     for check, description in C.CHECKS.items():
         mine = [r for r in rows if r.check == check]
-        observed = {str(r.level): r.to_dict() for r in mine}
+        observed = {str(r.level): r.model_dump() for r in mine}
         seen = [r for r in mine if r.total]
         if not seen and check in C.THINKING_CHECKS and not result.settings.get("thinking"):
             continue  # the recipe does not turn thinking on: nothing to hold the replies to
@@ -122,10 +130,10 @@ def _check_findings(result: AgentResult) -> list[Finding]:
             out.append(Finding(rule=f"agent.{check}", status="not-observable",
                                message=f"{description}: no reply to check", observed=observed))
             continue
-        low = [r for r in seen if (r.rate or 0) < threshold]
+        low = [r for r in seen if (r.pass_rate or 0) < threshold]
         rates_txt = ", ".join(f"c={r.level}: {r.passed}/{r.total}" for r in seen)
         if low:
-            worst = min(low, key=lambda r: r.rate or 0)
+            worst = min(low, key=lambda r: r.pass_rate or 0)
             example = _first_failure(result, check)
             out.append(Finding(
                 rule=f"agent.{check}", status="fail",
@@ -170,10 +178,10 @@ def _first_failure(result: AgentResult, check: str) -> str:
     return ""
 
 
-def _context_growth(result: AgentResult) -> dict[str, Any] | None:
+def _context_growth(result: AgentResult) -> ContextGrowth | None:
     long_cases = {c["id"] for c in result.sample.get("cases", []) if c.get("grows_context")}
-    tokens = [s["parsed"].get("prompt_tokens") for s in result.steps
-              if s["case"] in long_cases and s["reply"].get("ok") and isinstance(s["parsed"].get("prompt_tokens"), int)]
+    tokens = [n for s in result.steps
+              if s["case"] in long_cases and s["reply"].get("ok") and isinstance(n := s["parsed"].get("prompt_tokens"), int)]
     if not tokens:
         return None
     return {"max_prompt_tokens": max(tokens), "target_tokens": result.settings.get("long_context_tokens"),
@@ -197,7 +205,7 @@ def agent_record(result: AgentResult, ctx: JudgeContext) -> EvidenceRecord:
         axis="agent", title="Agent scenario and tool-call contract", status=status, summary=summary,
         findings=findings, attachments=attachments,
         data={"settings": result.settings, "sample": result.sample, "levels": result.levels,
-              "skipped": result.skipped, "rates": [r.to_dict() for r in result.rate_rows()],
+              "skipped": result.skipped, "rates": [r.model_dump() for r in result.rate_rows()],
               "max_clean_concurrency": result.max_clean_concurrency(),
               "cases": case_rows(result),
               "tool_turns": {**result.series, **(_rate_observed(findings))},
@@ -205,16 +213,16 @@ def agent_record(result: AgentResult, ctx: JudgeContext) -> EvidenceRecord:
               "longest_silence_s": longest_silence(result)})
 
 
-def _rate_observed(findings: list[Finding]) -> dict[str, Any]:
+def _rate_observed(findings: list[Finding]) -> dict[str, JsonValue]:
     f = next((f for f in findings if f.rule == "agent.tool_call_failure_rate"), None)
     return {"status": f.status, **(f.observed or {})} if f is not None else {}
 
 
-def case_rows(result: AgentResult) -> list[dict[str, Any]]:
+def case_rows(result: AgentResult) -> list[CaseRow]:
     """One row per case: runs, failing checks with counts, the first failing evidence, the usual decision (the
     record keeps them; `figures.cases_table` shows them)."""
     titles = {c["id"]: c.get("title", "") for c in result.sample.get("cases", [])}
-    rows: list[dict[str, Any]] = []
+    rows: list[CaseRow] = []
     for case in titles:
         steps = [s for s in result.steps if s["case"] == case]
         runs = {(s["level"], s["repetition"]) for s in steps}

@@ -12,12 +12,12 @@ observable, never a pass (a failure rate whose whole interval lies above the con
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from ...core.evidence import Finding
 from ...core.numbers import figure
 from ...core.stats import Z95, trials_to_bound, wilson_interval
+from .shapes import FailureRateObserved, ModeRate, SettingsRow, TurnRow
 
 RULE = "agent.tool_call_failure_rate"
 
@@ -36,7 +36,7 @@ def pct(x: float) -> str:
     return figure(round(x * 100, 3), " %")
 
 
-def failure_rate_finding(turns: Sequence[Mapping[str, Any]], settings: Mapping[str, Any]) -> Finding | None:
+def failure_rate_finding(turns: Sequence[TurnRow], settings: SettingsRow) -> Finding | None:
     """`agent.tool_call_failure_rate` over the series' turns; None when the run planned no series."""
     planned = int(settings.get("tool_turns") or 0)
     if not planned:
@@ -48,7 +48,7 @@ def failure_rate_finding(turns: Sequence[Mapping[str, Any]], settings: Mapping[s
     done = [t for t in turns if t.get("failure") != "cancelled"]
     n, failed = len(done), [t for t in done if t.get("failure")]
     recovered = [t for t in failed if t.get("recovered")]
-    observed: dict[str, Any] = {"turns": n, "planned": planned, "needed": needed, "failures": len(failed),
+    observed: FailureRateObserved = {"turns": n, "planned": planned, "needed": needed, "failures": len(failed),
                                 "recovered_by_retry": len(recovered), "not_recovered": len(failed) - len(recovered),
                                 "max_rate": max_rate, "judged_at": round(tolerance, 6),
                                 "by_mode": _by_mode(done), "causes": dict(_causes(failed).most_common())}
@@ -56,7 +56,8 @@ def failure_rate_finding(turns: Sequence[Mapping[str, Any]], settings: Mapping[s
         return Finding(rule=RULE, status="not-observable", observed=observed,
                        message="tool-call failure rate: no tool turn of the series completed")
     lo, hi = wilson_interval(len(failed), n)  # type: ignore[misc]
-    observed.update(rate=round(len(failed) / n, 6), interval=[round(lo, 6), round(hi, 6)])
+    observed["rate"] = round(len(failed) / n, 6)
+    observed["interval"] = [round(lo, 6), round(hi, 6)]
     head = (f"{len(failed)} of {n} tool turns failed ({pct(len(failed) / n)}, Wilson 95 % {pct(lo)}–{pct(hi)}); "
             f"{len(recovered)} recovered by one retry, {len(failed) - len(recovered)} not")
     bound = pct(tolerance)
@@ -79,8 +80,8 @@ def failure_rate_finding(turns: Sequence[Mapping[str, Any]], settings: Mapping[s
                            f"{short}{why}")
 
 
-def _by_mode(turns: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
+def _by_mode(turns: Sequence[TurnRow]) -> dict[str, ModeRate]:
+    out: dict[str, ModeRate] = {}
     for mode in sorted({str(t.get("mode")) for t in turns}):
         mine = [t for t in turns if str(t.get("mode")) == mode]
         k = sum(1 for t in mine if t.get("failure"))
@@ -90,5 +91,5 @@ def _by_mode(turns: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _causes(failed: Sequence[Mapping[str, Any]]) -> Counter[str]:
+def _causes(failed: Sequence[TurnRow]) -> Counter[str]:
     return Counter(str(t.get("failure")).split(" (", 1)[0][:120] for t in failed)

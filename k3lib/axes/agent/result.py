@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from typing import Any
 
 from . import checks as C
 from .config import DEFAULT_MIN_PASS_RATE
+from .shapes import (ContractRow, LevelRun, SampleSummary, SeriesSummary, ServedCounters, ServingRow, SettingsRow,
+                     SkippedCase, SpecDecode, Step, TurnRow)
 
 STEPS_FILE = "evidence/agent/requests.jsonl"
 RUN_FILE = "evidence/agent/run.json"
@@ -24,17 +25,17 @@ LEAK_CHECKS = ("no_markup_leak", "no_reasoning_leak", "reasoning_present")
 class AgentResult:
     """One agent run as written to the run folder: its settings, the sample played, each level and each step."""
 
-    settings: dict[str, Any]
-    sample: dict[str, Any]  # name, version, case ids and titles
-    levels: list[dict[str, Any]]
-    skipped: list[dict[str, str]]
-    steps: list[dict[str, Any]]
-    turns: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # the tool-turn series
-    contract: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # the vendor contract check
-    series: dict[str, Any] = dataclasses.field(default_factory=dict)  # how the series ran
-    spec_decode: dict[str, Any] = dataclasses.field(default_factory=dict)  # spec-decode counter deltas, if any
-    serving: dict[str, Any] = dataclasses.field(default_factory=dict)  # serving settings read from the log
-    served: dict[str, Any] = dataclasses.field(default_factory=dict)  # the server's counters over the run
+    settings: SettingsRow
+    sample: SampleSummary  # name, version, case ids and titles
+    levels: list[LevelRun]
+    skipped: list[SkippedCase]
+    steps: list[Step]
+    turns: list[TurnRow] = dataclasses.field(default_factory=list)  # the tool-turn series
+    contract: list[ContractRow] = dataclasses.field(default_factory=list)  # the vendor contract check
+    series: SeriesSummary = dataclasses.field(default_factory=lambda: SeriesSummary())  # how the series ran
+    spec_decode: SpecDecode = dataclasses.field(default_factory=lambda: SpecDecode())  # spec-decode deltas, if any
+    serving: ServingRow = dataclasses.field(default_factory=lambda: ServingRow())  # serving settings from the log
+    served: ServedCounters = dataclasses.field(default_factory=lambda: ServedCounters())  # server counters, the run
     stopped: str | None = None  # why the axis stopped before its plan (the plan's at-most), if it did
 
     # -- derived -------------------------------------------------------------------------------------------------
@@ -56,7 +57,7 @@ class AgentResult:
         return C.rates(self.outcomes(), self.levels_judged())
 
     def environment_refusals(self) -> Counter[str]:
-        return Counter(s["environment"] for s in self.steps if s.get("environment"))
+        return Counter(env for s in self.steps if (env := s.get("environment")))
 
     def max_clean_concurrency(self) -> int | None:
         """The highest level at which, like every level below it, every check held: the agents' traffic cap.
@@ -67,7 +68,7 @@ class AgentResult:
         clean = None
         rows = self.rate_rows()
         for level in sorted({r.level for r in rows}):
-            if any(r.total and (r.rate or 0) < threshold for r in rows if r.level == level):
+            if any(r.total and (r.pass_rate or 0) < threshold for r in rows if r.level == level):
                 break
             clean = level
         return clean

@@ -4,7 +4,7 @@ finishes, and returns the `AgentResult`; `load_agent_result(store)` rebuilds it 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import httpx
 
@@ -21,12 +21,15 @@ from .sample import AgentSample, load_sample, packaged_sample_path
 from .scenario import RunSettings, ScenarioRunner
 from .series import ToolTurnSeries
 from .serving import SPEC_DECODE, tool_strict_settings
+from .shapes import (AgentRun, ContractRow, SampleSummary, ServedCounters, ServingRow, SettingsRow, SpecDecode, Step,
+                     TurnRow)
+from ..shapes import CrossCheckRow
 
 if TYPE_CHECKING:
     from ...core.session import AxisContext
 
 
-def sample_summary(sample: AgentSample, source: str) -> dict[str, Any]:
+def sample_summary(sample: AgentSample, source: str) -> SampleSummary:
     return {"name": sample.name, "version": sample.version, "source": source,
             "tools": [t.function.name for t in sample.tools],
             "cases": [{"id": c.id, "title": c.title, "turns": len(c.turns), "requires_images": c.requires_images,
@@ -65,15 +68,15 @@ def run_agent(ctx: AxisContext) -> AgentResult:
             stopped = str(exc)
     after, after_error = _scrape(ctx)
     error = before_error or after_error
-    spec = _spec_decode_delta(before, after) if error is None else {"error": error}
+    spec: SpecDecode = _spec_decode_delta(before, after) if error is None else {"error": error}
     served = served_counters(before, after, kept, error)
-    serving = {"tool_strict": tool_strict_settings(_server_log(ctx))}
+    serving: ServingRow = {"tool_strict": tool_strict_settings(_server_log(ctx))}
     for name in (STEPS_FILE, TURNS_FILE, CONTRACT_FILE):
         if ctx.store.path(name).exists():
             ctx.store.adopt(name)
-    run: dict[str, Any] = {"settings": settings.model_dump(), "sample": sample_summary(sample, source),
-                           "levels": runner.levels, "skipped": runner.skipped_cases(), "series": series.summary,
-                           "spec_decode": spec, "serving": serving, "served": served, "stopped": stopped}
+    run: AgentRun = {"settings": cast(SettingsRow, settings.model_dump()), "sample": sample_summary(sample, source),
+                     "levels": runner.levels, "skipped": runner.skipped_cases(), "series": series.summary,
+                     "spec_decode": spec, "serving": serving, "served": served, "stopped": stopped}
     ctx.store.write_json(RUN_FILE, run)
     return AgentResult(run["settings"], run["sample"], runner.levels, run["skipped"], runner.steps, series.turns,
                        contract.rows, series.summary, spec, serving, served, stopped)
@@ -105,20 +108,22 @@ def _scrape(ctx: AxisContext) -> tuple[Any, str | None]:
     return (None, f"/metrics could not be read: {'; '.join(failed)}"[:300]) if failed else (snap, None)
 
 
-def served_counters(before: Any, after: Any, records: list[Any], error: str | None) -> dict[str, Any]:
+def served_counters(before: Any, after: Any, records: list[Any], error: str | None) -> ServedCounters:
     """The server's request and token counters over the whole agent run against every request the kit sent in it
     (the scenario, the tool-turn series with its retries, the contract check): `k3lib.io.crosscheck`."""
 
     if error is not None or before is None or after is None:
         return {"cross_check": None, "error": error or "no /metrics snapshot"}
-    return {"cross_check": cross_check(records, before, after).to_dict(), "error": None, "requests": len(records)}
+    return {"cross_check": cast(CrossCheckRow, cross_check(records, before, after).to_dict()), "error": None,
+            "requests": len(records)}
 
 
-def _spec_decode_delta(before: Any, after: Any) -> dict[str, Any]:
+def _spec_decode_delta(before: Any, after: Any) -> SpecDecode:
     if before is None or after is None:
         return {}
-    values = {key: delta(before, after, name).value for key, name in
-              (("drafts", SPEC_DECODE[0]), ("draft_tokens", SPEC_DECODE[1]), ("accepted", SPEC_DECODE[2]))}
+    values: SpecDecode = {"drafts": delta(before, after, SPEC_DECODE[0]).value,
+                          "draft_tokens": delta(before, after, SPEC_DECODE[1]).value,
+                          "accepted": delta(before, after, SPEC_DECODE[2]).value}
     return values if values["drafts"] is not None else {}
 
 
@@ -126,6 +131,7 @@ def load_agent_result(store: Any) -> AgentResult:
     """Rebuild the result from `evidence/agent/` (`RunStore.read_jsonl`: a killed run keeps what it measured)."""
     run = store.read_json(RUN_FILE) if store.path(RUN_FILE).exists() else {}
     return AgentResult(run.get("settings", {}), run.get("sample", {}), run.get("levels", []),
-                       run.get("skipped", []), store.read_jsonl(STEPS_FILE), store.read_jsonl(TURNS_FILE),
-                       store.read_jsonl(CONTRACT_FILE), run.get("series", {}), run.get("spec_decode", {}),
-                       run.get("serving", {}), run.get("served", {}), run.get("stopped"))
+                       run.get("skipped", []), cast(list[Step], store.read_jsonl(STEPS_FILE)),
+                       cast(list[TurnRow], store.read_jsonl(TURNS_FILE)),
+                       cast(list[ContractRow], store.read_jsonl(CONTRACT_FILE)), run.get("series", {}),
+                       run.get("spec_decode", {}), run.get("serving", {}), run.get("served", {}), run.get("stopped"))

@@ -13,11 +13,12 @@ from typing import Annotated, Any, Literal
 
 import jsonschema
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
 
 from ...core.errors import BadInputError
 from ...core.yamlsafe import safe_load as yaml_load
 from ...core.layering import validate_model
+from .shapes import JsonObject, ToolDef
 from .tools import BUILTIN_TOOLS
 
 PACKAGED_SAMPLE = "agent_sample.yaml"
@@ -28,7 +29,7 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-def _check_schema(schema: dict[str, Any], what: str) -> dict[str, Any]:
+def _check_schema(schema: JsonObject, what: str) -> JsonObject:
     try:
         jsonschema.validators.validator_for(schema).check_schema(schema)
     except jsonschema.SchemaError as exc:
@@ -36,28 +37,33 @@ def _check_schema(schema: dict[str, Any], what: str) -> dict[str, Any]:
     return schema
 
 
-def check_response_format(v: dict[str, Any] | None) -> dict[str, Any] | None:
+def check_response_format(v: JsonObject | None) -> JsonObject | None:
     """A request's `response_format` (the agent sample's and the paths task set's rule)."""
     if v is None:
         return v
     if v.get("type") not in ("json_schema", "json_object", "text"):
         raise ValueError("response_format.type is json_schema, json_object or text")
     if v["type"] == "json_schema":
-        schema = (v.get("json_schema") or {}).get("schema")
+        schema = _member(v.get("json_schema"), "schema")
         if not isinstance(schema, dict):
             raise ValueError("response_format json_schema needs json_schema.schema (an object)")
         _check_schema(schema, "response_format json_schema.schema")
     return v
 
 
+def _member(v: JsonValue, key: str) -> JsonValue:
+    """`v[key]` where `v` is an object that has it; None otherwise (also where `v` is null or empty)."""
+    return v.get(key) if isinstance(v, dict) else None
+
+
 class ToolFunction(_Strict):
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]  # OpenAI's function-name rule
     description: str = ""
-    parameters: dict[str, Any]
+    parameters: JsonObject
 
     @field_validator("parameters")
     @classmethod
-    def _schema(cls, v: dict[str, Any]) -> dict[str, Any]:
+    def _schema(cls, v: JsonObject) -> JsonObject:
         if v.get("type", "object") != "object":
             raise ValueError("tool parameters must be a JSON Schema of type object")
         return _check_schema(v, "tool parameters")
@@ -68,9 +74,11 @@ class ToolSpec(_Strict):
     function: ToolFunction
     result: Any = None  # canned result for a tool with no built-in implementation
 
-    def openai(self) -> dict[str, Any]:
+    def openai(self) -> ToolDef:
         """The tool as sent in the request body."""
-        return {"type": "function", "function": self.function.model_dump(exclude_none=True)}
+        f = self.function
+        return {"type": "function", "function": {"name": f.name, "description": f.description,
+                                                 "parameters": f.parameters}}
 
 
 class FinalSpec(_Strict):
@@ -90,11 +98,11 @@ class FallbackSpec(_Strict):
 
 
 class TurnSpec(_Strict):
-    user: str | tuple[dict[str, Any], ...]
+    user: str | tuple[JsonObject, ...]  # text, or content parts ({type: text, text} / {type: image_url, ...})
     expect_tool: str | None = None
-    tool_error: dict[str, Any] | None = None  # the first execution of the expected tool returns this instead
+    tool_error: JsonObject | None = None  # the first execution of the expected tool returns this instead
     fallback: FallbackSpec | None = None
-    response_format: dict[str, Any] | None = None
+    response_format: JsonObject | None = None
     final: FinalSpec = FinalSpec()
     filler: bool = False  # grow the context here with deterministic log text (long exchanges)
 
@@ -106,7 +114,7 @@ class TurnSpec(_Strict):
                 kind = part.get("type")
                 if kind == "text" and isinstance(part.get("text"), str):
                     continue
-                if kind == "image_url" and isinstance((part.get("image_url") or {}).get("url"), str):
+                if kind == "image_url" and isinstance(_member(part.get("image_url"), "url"), str):
                     continue
                 raise ValueError("a content part is {type: text, text: ...} or {type: image_url, image_url: {url}}")
         elif not v.strip():
@@ -115,7 +123,7 @@ class TurnSpec(_Strict):
 
     @field_validator("response_format")
     @classmethod
-    def _response_format(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+    def _response_format(cls, v: JsonObject | None) -> JsonObject | None:
         return check_response_format(v)
 
     @model_validator(mode="after")
@@ -128,10 +136,11 @@ class TurnSpec(_Strict):
     def image_parts(self) -> int:
         return sum(1 for p in self.user if p.get("type") == "image_url") if isinstance(self.user, tuple) else 0
 
-    def final_schema(self) -> dict[str, Any] | None:
+    def final_schema(self) -> JsonObject | None:
         """The JSON Schema the final answer's content must validate against, if any."""
         rf = self.response_format or {}
-        return (rf.get("json_schema") or {}).get("schema") if rf.get("type") == "json_schema" else None
+        schema = _member(rf.get("json_schema"), "schema") if rf.get("type") == "json_schema" else None
+        return schema if isinstance(schema, dict) else None
 
 
 class CaseSpec(_Strict):

@@ -11,7 +11,7 @@ import asyncio
 import dataclasses
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 from ...core import progress
 from ...core.errors import TargetError
@@ -23,10 +23,11 @@ from . import checks as C
 from .config import CANCEL_GRACE_S, MAX_FILLER_LINES, TOKENS_PER_LINE_GUESS
 from .filler import filler_lines
 from .rate import turns_needed
+from ..shapes import Reply
 from .sample import AgentSample, CaseSpec, TurnSpec
+from .shapes import ChatBody, ChatMessage, JsonObject, LevelRun, ParsedReply, SkippedCase, Step, StoredCall, ToolDef
 from .tools import execute, result_text
 
-Step = dict[str, Any]
 Sink = Callable[[Step], None]
 
 
@@ -92,7 +93,7 @@ class RunSettings(Record):
         """The stream mode of repetition `repetition`: the modes alternate, so two repetitions cover both."""
         return self.stream_modes[repetition % len(self.stream_modes)] == "stream"
 
-    def sampled(self, body: dict[str, Any], *, temperature: float | None, max_tokens: int) -> dict[str, Any]:
+    def sampled(self, body: ChatBody, *, temperature: float | None, max_tokens: int) -> ChatBody:
         """`body` with the run's sampling: the recipe's temperature, top_p, max_tokens and thinking switch where it
         sets them (a case's own temperature still wins), `max_tokens` capped by the contract."""
         temp = temperature if temperature is not None else self.temperature
@@ -114,7 +115,7 @@ class _Stop(Exception):
         self.budget = budget
 
 
-def assistant_message(rec: ChatRecord) -> dict[str, Any]:
+def assistant_message(rec: ChatRecord) -> ChatMessage:
     """The assistant turn to send back, as received: reasoning under the field name(s) the server used and
     the tool calls untouched (ids, argument strings), so the server's template sees its own output again."""
     raw = rec.raw_json
@@ -122,7 +123,7 @@ def assistant_message(rec: ChatRecord) -> dict[str, Any]:
         choice = next((c for c in raw.get("choices") or () if isinstance(c, dict) and c.get("index", 0) == 0), None)
         msg = (choice or {}).get("message")
         if isinstance(msg, dict):
-            out = {"role": "assistant", "content": msg.get("content")}
+            out: ChatMessage = {"role": "assistant", "content": msg.get("content")}
             for key in ("reasoning", "reasoning_content"):
                 if msg.get(key) is not None:
                     out[key] = msg[key]
@@ -131,22 +132,35 @@ def assistant_message(rec: ChatRecord) -> dict[str, Any]:
             return out
     out = {"role": "assistant", "content": rec.content}
     if rec.reasoning is not None:
-        for key in (("reasoning", "reasoning_content") if rec.reasoning_field == "both"
-                    else (rec.reasoning_field or "reasoning",)):
-            out[key] = rec.reasoning
+        field = rec.reasoning_field or "reasoning"  # "reasoning", "reasoning_content" or "both"
+        if field in ("reasoning", "both"):
+            out["reasoning"] = rec.reasoning
+        if field in ("reasoning_content", "both"):
+            out["reasoning_content"] = rec.reasoning
     if rec.tool_calls:
         out["tool_calls"] = [tc.to_openai() for tc in rec.tool_calls]
     return out
 
 
-def history_message(message: dict[str, Any], mode: str) -> dict[str, Any]:
+def history_message(message: ChatMessage, mode: str) -> ChatMessage:
     """The reply as the client sends it back: whole ("full"), or without what a lossy client drops."""
-    drop = {"full": (), "drop-reasoning": ("reasoning", "reasoning_content"),
-            "drop-tool-calls": ("tool_calls",)}[mode]
-    return {k: v for k, v in message.items() if k not in drop}
+    out = message.copy()
+    if mode == "drop-reasoning":
+        out.pop("reasoning", None)
+        out.pop("reasoning_content", None)
+    elif mode == "drop-tool-calls":
+        out.pop("tool_calls", None)
+    elif mode != "full":
+        raise KeyError(mode)
+    return out
 
 
-def parsed_reply(rec: ChatRecord) -> dict[str, Any]:
+def stored_call(call: ToolCall) -> StoredCall:
+    """A call as the agent and paths records store it: its fields and their parse."""
+    return cast(StoredCall, call.to_dict())
+
+
+def parsed_reply(rec: ChatRecord) -> ParsedReply:
     """The reply as the client reads it: calls parsed from the raw message when there is one (an `arguments`
     object is then seen as such), from the reassembled stream otherwise."""
     calls: list[ToolCall]
@@ -157,10 +171,15 @@ def parsed_reply(rec: ChatRecord) -> dict[str, Any]:
     else:
         calls = [dataclasses.replace(tc, index=i) for i, tc in enumerate(rec.tool_calls)]
     return {"content": rec.content, "reasoning": rec.reasoning, "reasoning_field": rec.reasoning_field,
-            "finish_reason": rec.finish_reason, "tool_calls": [c.to_dict() for c in calls],
+            "finish_reason": rec.finish_reason, "tool_calls": [stored_call(c) for c in calls],
             "leaked_markup": C.leaked_family(rec.content, rec.reasoning),
             "prompt_tokens": rec.prompt_tokens, "completion_tokens": rec.completion_tokens,
             "usage_present": rec.usage_present, "longest_silence_s": silence_of(rec)}
+
+
+def reply_record(rec: ChatRecord) -> Reply:
+    """The request as the agent's records keep it: the client's whole record, raw reply included."""
+    return cast(Reply, rec.to_dict(include_raw=True))
 
 
 def silence_of(rec: ChatRecord) -> float | None:
@@ -180,9 +199,9 @@ class ScenarioRunner:
         self.s = settings
         self.sink = sink
         self.steps: list[Step] = []
-        self.levels: list[dict[str, Any]] = []
+        self.levels: list[LevelRun] = []
 
-    def skipped_cases(self) -> list[dict[str, str]]:
+    def skipped_cases(self) -> list[SkippedCase]:
         return [{"case": c.id, "reason": "contract.images_served is false: the multimodal case is not run"}
                 for c in self.sample.cases if c.requires_images and not self.s.images_served]
 
@@ -201,7 +220,7 @@ class ScenarioRunner:
         for level in self.s.levels:
             self.levels.append(await self.run_level(level))
 
-    async def run_level(self, level: int) -> dict[str, Any]:
+    async def run_level(self, level: int) -> LevelRun:
         # fewer repetitions than the level would never reach it, fewer than the stream modes would miss one
         reps = max(self.s.repetitions, level, len(self.s.stream_modes))
         progress.phase(f"level {self.s.levels.index(level) + 1} of {len(self.s.levels)}: concurrency {level}, the "
@@ -245,10 +264,10 @@ class ScenarioRunner:
         offered = sample.offered(case)
         schemas = {n: sample.tool(n).function.parameters for n in offered}  # type: ignore[union-attr]
         tools_body = [sample.tool(n).openai() for n in offered]  # type: ignore[union-attr]
-        messages: list[dict[str, Any]] = [{"role": "system", "content": sample.system_prompt}]
+        messages: list[ChatMessage] = [{"role": "system", "content": sample.system_prompt}]
         growth = {"context": 0, "tokens_per_line": TOKENS_PER_LINE_GUESS,
                   "fillers_left": sum(1 for t in case.turns if t.filler)}
-        kept: list[tuple[dict[str, Any], dict[str, Any]]] = []  # (reply as received, as sent back), in order
+        kept: list[tuple[ChatMessage, ChatMessage]] = []  # (reply as received, as sent back), in order
         for t, turn in enumerate(case.turns):
             user = turn.user if isinstance(turn.user, str) else [dict(p) for p in turn.user]
             lines = 0
@@ -270,10 +289,10 @@ class ScenarioRunner:
         per_turn = room / max(1, growth["fillers_left"])
         return max(1, min(MAX_FILLER_LINES, int(per_turn / max(1, growth["tokens_per_line"]))))
 
-    async def _turn(self, level: int, rep: int, case: CaseSpec, t: int, turn: TurnSpec, messages: list[dict[str, Any]],
-                    offered: list[str], schemas: Mapping[str, Any], tools_body: list[dict[str, Any]],
+    async def _turn(self, level: int, rep: int, case: CaseSpec, t: int, turn: TurnSpec, messages: list[ChatMessage],
+                    offered: list[str], schemas: Mapping[str, JsonObject], tools_body: list[ToolDef],
                     budget: RequestBudget, seq: list[int], growth: dict[str, int],
-                    kept: list[tuple[dict[str, Any], dict[str, Any]]]) -> None:
+                    kept: list[tuple[ChatMessage, ChatMessage]]) -> None:
         error_pending = turn.tool_error is not None
         after_error = False
         retries = 0
@@ -340,7 +359,7 @@ class ScenarioRunner:
             after_error = next_after_error
 
     def _reply_outcomes(self, rec: ChatRecord, calls: list[ToolCall], leaked: Any, required: str | None,
-                        offered: list[str], schemas: Mapping[str, Any]) -> list[C.CheckResult]:
+                        offered: list[str], schemas: Mapping[str, JsonObject]) -> list[C.CheckResult]:
         """The checks every reply gets: the required call (first round only), markup, reasoning, and each call's
         name, arguments and executability."""
         outcomes = [C.check_required_call(calls, required, leaked)] if required else []
@@ -353,7 +372,7 @@ class ScenarioRunner:
             outcomes.append(C.check_executable(call, schemas, ids[:i] + ids[i + 1:]))
         return outcomes
 
-    def _answer_calls(self, calls: list[ToolCall], turn: TurnSpec, messages: list[dict[str, Any]],
+    def _answer_calls(self, calls: list[ToolCall], turn: TurnSpec, messages: list[ChatMessage],
                       error_pending: bool, last_result: Any) -> tuple[list[str], bool, bool, Any]:
         """Run the calls' tools and append their results; the turn's planned error answers its first expected call.
 
@@ -378,17 +397,17 @@ class ScenarioRunner:
         self._emit(step, outcomes)
         raise _Stop(budget=budget)
 
-    def _send_back(self, messages: list[dict[str, Any]], kept: list[tuple[dict[str, Any], dict[str, Any]]],
+    def _send_back(self, messages: list[ChatMessage], kept: list[tuple[ChatMessage, ChatMessage]],
                    rec: ChatRecord) -> None:
         got = assistant_message(rec)
         sent = history_message(got, self.s.history)
         kept.append((got, sent))
         messages.append(sent)
 
-    def _body(self, case: CaseSpec, turn: TurnSpec, messages: list[dict[str, Any]],
-              tools_body: list[dict[str, Any]], stream: bool) -> dict[str, Any]:
+    def _body(self, case: CaseSpec, turn: TurnSpec, messages: list[ChatMessage],
+              tools_body: list[ToolDef], stream: bool) -> ChatBody:
         d = self.sample.defaults
-        body: dict[str, Any] = {"model": self.client.model, "messages": list(messages), "stream": stream}
+        body: ChatBody = {"model": self.client.model, "messages": list(messages), "stream": stream}
         self.s.sampled(body, temperature=case.temperature if case.temperature is not None
                        else (None if self.s.temperature is not None else d.temperature),
                        max_tokens=case.max_tokens or d.max_tokens)
@@ -403,10 +422,10 @@ class ScenarioRunner:
             body["response_format"] = turn.response_format
         return body
 
-    def _step(self, level: int, rep: int, case: CaseSpec, t: int, rnd: int, phase: str, body: dict[str, Any],
-              turn: TurnSpec, schemas: Mapping[str, Any], rec: ChatRecord, seq: list[int]) -> Step:
+    def _step(self, level: int, rep: int, case: CaseSpec, t: int, rnd: int, phase: str, body: ChatBody,
+              turn: TurnSpec, schemas: Mapping[str, JsonObject], rec: ChatRecord, seq: list[int]) -> Step:
         seq[0] += 1
-        parsed = parsed_reply(rec) if rec.ok else {"content": rec.content, "reasoning": rec.reasoning,
+        parsed: ParsedReply = parsed_reply(rec) if rec.ok else {"content": rec.content, "reasoning": rec.reasoning,
                                                    "reasoning_field": rec.reasoning_field,
                                                    "finish_reason": rec.finish_reason, "tool_calls": [],
                                                    "leaked_markup": None, "prompt_tokens": None,
@@ -420,11 +439,11 @@ class ScenarioRunner:
                 "tool_choice": body.get("tool_choice"), "tools": [x["function"]["name"] for x in body.get("tools", [])],
                 "tool_schema": {n: schemas[n] for n in wanted},
                 "response_format": body.get("response_format"),
-                "reply": rec.to_dict(include_raw=True), "parsed": parsed, "decision": "", "checks": [],
+                "reply": reply_record(rec), "parsed": parsed, "decision": "", "checks": [],
                 "environment": None}
 
     def _emit(self, step: Step, outcomes: list[C.CheckResult]) -> None:
-        step["checks"] = [o.model_dump() for o in outcomes]
+        step["checks"] = C.check_rows(outcomes)
         self.steps.append(step)
         if self.sink is not None:
             self.sink(step)

@@ -8,18 +8,23 @@ argument encoding, not a regular-expression engine.
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Mapping
+
+from .shapes import JsonObject, ToolDef
 
 #: The tool every suite case is offered as (one tool, forced: the call must come and must validate).
 TOOL_NAME = "record_case"  # names no kit: the contract check looks like any client's request
 
 
-def _object(properties: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    return {"type": "object", "properties": properties, "required": list(properties), "additionalProperties": False,
-            **extra}
+def _object(properties: JsonObject, defs: JsonObject | None = None) -> JsonObject:
+    out: JsonObject = {"type": "object", "properties": properties, "required": list(properties),
+                       "additionalProperties": False}
+    if defs is not None:
+        out["$defs"] = defs
+    return out
 
 
-SCHEMA_SUITE: Mapping[str, Mapping[str, Any]] = MappingProxyType({
+SCHEMA_SUITE: Mapping[str, JsonObject] = MappingProxyType({
     "any_of": _object({
         "target": {"anyOf": [{"type": "string", "minLength": 3, "maxLength": 40}, {"type": "integer", "minimum": 1}]},
         "note": {"anyOf": [{"type": "string", "maxLength": 80}, {"type": "null"}]},
@@ -27,10 +32,10 @@ SCHEMA_SUITE: Mapping[str, Mapping[str, Any]] = MappingProxyType({
     "defs_ref": _object({
         "ship_to": {"$ref": "#/$defs/address"},
         "bill_to": {"$ref": "#/$defs/address"},
-    }, **{"$defs": {"address": _object({
+    }, defs={"address": _object({
         "city": {"type": "string", "minLength": 1, "maxLength": 40},
         "country": {"type": "string", "minLength": 2, "maxLength": 2},
-    })}}),
+    })}),
     "ranges": _object({
         "quantity": {"type": "integer", "minimum": 1, "maximum": 12},
         "discount": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
@@ -56,7 +61,7 @@ SCHEMA_SUITE: Mapping[str, Mapping[str, Any]] = MappingProxyType({
 })
 
 
-def suite_tool(schema: Mapping[str, Any]) -> dict[str, Any]:
+def suite_tool(schema: JsonObject) -> ToolDef:
     """One suite case as a strict tool."""
     return {"type": "function", "function": {"name": TOOL_NAME, "strict": True, "parameters": dict(schema),
                                              "description": "Record one structured case; every argument is "

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 from ...core.stats import wilson_interval
 from ...io.chatstream import ToolCall
@@ -22,8 +21,9 @@ from ...io.client import ChatClient, ChatRecord
 from ...io.load import RequestBudget
 from . import checks as C
 from .config import CANCEL_GRACE_S
-from .scenario import RunSettings, parsed_reply
+from .scenario import RunSettings, parsed_reply, reply_record
 from .sample import AgentSample, CaseSpec, TurnSpec
+from .shapes import ChatBody, JsonObject, ParsedReply, SeriesSummary, TurnRow
 
 #: The z of the bound the series stops early on (99.9 %, two-sided): a rate already above the contract's there fails.
 EARLY_Z = 3.29
@@ -40,8 +40,8 @@ def opening_tool_turns(sample: AgentSample, images_served: bool) -> list[tuple[C
             if c.turns[0].expect_tool and not (c.requires_images and not images_served)]
 
 
-def turn_outcomes(rec: ChatRecord, turn: TurnSpec, offered: Sequence[str], schemas: Mapping[str, Any],
-                  thinking: bool | None) -> tuple[list[C.CheckResult], dict[str, Any]]:
+def turn_outcomes(rec: ChatRecord, turn: TurnSpec, offered: Sequence[str], schemas: Mapping[str, JsonObject],
+                  thinking: bool | None) -> tuple[list[C.CheckResult], ParsedReply]:
     """The outcomes of one tool turn's reply and its parse."""
     if not rec.ok:
         return [C.check_request(rec.ok, rec.http_status, rec.error)], {}
@@ -68,14 +68,14 @@ class ToolTurnSeries:
     """Sends `settings.tool_turns` tool turns at `concurrency`, bounded in requests and seconds."""
 
     def __init__(self, client: ChatClient, sample: AgentSample, settings: RunSettings, concurrency: int,
-                 sink: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 sink: Callable[[TurnRow], None] | None = None) -> None:
         self.client = client
         self.sample = sample
         self.s = settings
         self.concurrency = max(1, concurrency)
         self.sink = sink
-        self.turns: list[dict[str, Any]] = []
-        self.summary: dict[str, Any] = {}
+        self.turns: list[TurnRow] = []
+        self.summary: SeriesSummary = {}
 
     async def run(self) -> None:
         pool = opening_tool_turns(self.sample, self.s.images_served)
@@ -111,10 +111,10 @@ class ToolTurnSeries:
         bounds = wilson_interval(sum(1 for t in done if t["failure"]), len(done), z=EARLY_Z)
         return len(done) >= MIN_EARLY_TURNS and bounds is not None and bounds[0] > self.s.max_tool_call_failure_rate
 
-    def _body(self, case: CaseSpec, turn: TurnSpec, stream: bool) -> dict[str, Any]:
+    def _body(self, case: CaseSpec, turn: TurnSpec, stream: bool) -> ChatBody:
         offered = self.sample.offered(case)
         d = self.sample.defaults
-        body: dict[str, Any] = {"model": self.client.model, "stream": stream,
+        body: ChatBody = {"model": self.client.model, "stream": stream,
                                 "messages": [{"role": "system", "content": self.sample.system_prompt},
                                              {"role": "user", "content": turn.user if isinstance(turn.user, str)
                                               else [dict(p) for p in turn.user]}],
@@ -128,7 +128,7 @@ class ToolTurnSeries:
                               else (None if self.s.temperature is not None else d.temperature),
                               max_tokens=case.max_tokens or d.max_tokens)
 
-    async def _send(self, body: dict[str, Any], rid: str, budget: RequestBudget) -> ChatRecord | None:
+    async def _send(self, body: ChatBody, rid: str, budget: RequestBudget) -> ChatRecord | None:
         if not budget.take():
             return None
         return await self.client.chat_body(body, strict=False, timeout_s=self.s.request_timeout_s,
@@ -144,17 +144,17 @@ class ToolTurnSeries:
             return  # the budget ended before this turn was answered: not a turn
         outcomes, parsed = turn_outcomes(rec, turn, offered, schemas, self.s.thinking)
         failure = failure_of(outcomes)
-        step: dict[str, Any] = {"turn": i, "case": case.id, "mode": "stream" if stream else "non-stream",
-                                "level": self.concurrency, "request": body, "reply": rec.to_dict(include_raw=True),
-                                "parsed": parsed, "checks": [o.model_dump() for o in outcomes], "failure": failure,
-                                "retry": None, "recovered": None}
+        step: TurnRow = {"turn": i, "case": case.id, "mode": "stream" if stream else "non-stream",
+                         "level": self.concurrency, "request": body, "reply": reply_record(rec),
+                         "parsed": parsed, "checks": C.check_rows(outcomes), "failure": failure,
+                         "retry": None, "recovered": None}
         if failure is not None:
             again = await self._send(body, f"agent-turn-{i}-retry", budget)
             if again is not None and not again.cancelled:
                 r_outcomes, r_parsed = turn_outcomes(again, turn, offered, schemas, self.s.thinking)
                 r_failure = failure_of(r_outcomes)
-                step["retry"] = {"reply": again.to_dict(include_raw=True), "parsed": r_parsed,
-                                 "checks": [o.model_dump() for o in r_outcomes], "failure": r_failure}
+                step["retry"] = {"reply": reply_record(again), "parsed": r_parsed,
+                                 "checks": C.check_rows(r_outcomes), "failure": r_failure}
                 step["recovered"] = r_failure is None
             else:
                 step["recovered"] = False

@@ -6,12 +6,14 @@ decoding's acceptance (DSpark for Kimi K3) from the spec-decode counters moved b
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from ...core.evidence import Finding
 from ...core.numbers import figure
+from ..shapes import Reply
 from .checks import longest_silence_s
+from .shapes import StrictStatement, ToolStrict
 
 if TYPE_CHECKING:
     from .result import AgentResult
@@ -21,7 +23,7 @@ SPEC_DECODE = ("spec_decode_num_drafts_total", "spec_decode_num_draft_tokens_tot
                "spec_decode_num_accepted_tokens_total")
 
 
-def reply_silence_s(reply: Mapping[str, Any] | None) -> float | None:
+def reply_silence_s(reply: Reply | None) -> float | None:
     """A streamed reply's longest silence from its record (k3lib.io.client.ChatRecord.to_dict)."""
     if not reply or not reply.get("stream") or not reply.get("ok"):
         return None
@@ -29,7 +31,7 @@ def reply_silence_s(reply: Mapping[str, Any] | None) -> float | None:
                               reply.get("done_ns")])
 
 
-def _replies(result: AgentResult) -> Iterable[tuple[str, Mapping[str, Any] | None]]:
+def _replies(result: AgentResult) -> Iterable[tuple[str, Reply | None]]:
     for s in result.steps:
         yield f"{s['case']} turn {s['turn']} round {s['round']}", s.get("reply")
     for t in result.turns:
@@ -74,7 +76,7 @@ def timeouts_finding(result: AgentResult) -> Finding | None:
     if gateway is None:
         return None
     objective_ms = result.settings.get("e2e_p95_ms")
-    e2e = [float(r["e2e_ms"]) for _, r in _replies(result) if r and r.get("ok") and r.get("e2e_ms") is not None]
+    e2e = [float(ms) for _, r in _replies(result) if r and r.get("ok") and (ms := r.get("e2e_ms")) is not None]
     longest_ms = max(e2e) if e2e else None
     observed = {"gateway_timeout_s": gateway, "e2e_p95_objective_ms": objective_ms, "longest_e2e_ms": longest_ms}
     below = []
@@ -131,10 +133,10 @@ _STRICT = (("log: non-default args", re.compile(r"""['"]tool_strict_level['"]\s*
            ("log: VLLM_ENFORCE_STRICT_TOOL_CALLING", re.compile(r"VLLM_ENFORCE_STRICT_TOOL_CALLING\s*[=:]\s*'?(\w+)")))
 
 
-def tool_strict_settings(log_text: str | None) -> dict[str, Any]:
+def tool_strict_settings(log_text: str | None) -> ToolStrict:
     """`--tool-strict-level` (vLLM 0.32: auto | function | parameter) and `VLLM_ENFORCE_STRICT_TOOL_CALLING` as the
     server log states them, each with where it was read; empty statements when the log says neither."""
-    found = [{"source": source, "value": m.group(1)} for source, pattern in _STRICT
+    found: list[StrictStatement] = [{"source": source, "value": m.group(1)} for source, pattern in _STRICT
              if (m := pattern.search(log_text or ""))]
     return {"log_read": log_text is not None, "statements": found}
 

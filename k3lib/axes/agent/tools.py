@@ -12,26 +12,30 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
+from pydantic import JsonValue
+
+from ..shapes import JsonObject
+
 
 def _stable_int(text: str, modulo: int) -> int:
     return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "big") % modulo
 
 
-def lookup_order(order_id: str, include_items: bool = False) -> dict[str, Any]:
+def lookup_order(order_id: str, include_items: bool = False) -> JsonObject:
     # the value a final answer must quote comes first: a reply cut by max_tokens still carries it
-    out: dict[str, Any] = {"tracking_code": f"ZX-{10000 + _stable_int(order_id, 90000)}", "order_id": order_id,
+    out: JsonObject = {"tracking_code": f"ZX-{10000 + _stable_int(order_id, 90000)}", "order_id": order_id,
                            "status": "shipped", "carrier": "DHL"}
     if include_items:
         out["items"] = ["USB-C cable", "desk lamp"]
     return out
 
 
-def get_weather(location: Mapping[str, Any], unit: str) -> dict[str, Any]:
+def get_weather(location: Mapping[str, JsonValue], unit: str) -> JsonObject:
     return {"conditions": "light rain", "temperature": 7 if unit == "celsius" else 44.6, "unit": unit,
             "city": str(location.get("city", ""))}
 
 
-def create_ticket(title: str, priority: str, customer: Mapping[str, Any], tags: Any = ()) -> dict[str, Any]:
+def create_ticket(title: str, priority: str, customer: Mapping[str, JsonValue], tags: Any = ()) -> JsonObject:
     return {"ticket_id": f"TCK-{1000 + _stable_int(title, 9000)}", "status": "open", "priority": priority}
 
 
@@ -42,7 +46,7 @@ BUILTIN_TOOLS: Mapping[str, Callable[..., Any]] = MappingProxyType({
 })
 
 
-def execute(name: str, arguments: Mapping[str, Any], canned: Any = None) -> Any:
+def execute(name: str, arguments: Mapping[str, JsonValue], canned: Any = None) -> Any:
     """Run one tool on already-validated arguments: the canned result when the sample gives one, else the
     built-in. A built-in that raises becomes an error result, the way an agent framework reports it."""
     if canned is not None:

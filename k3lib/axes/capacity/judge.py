@@ -4,12 +4,13 @@ the record carries the saturation point and the traffic cap it justifies."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ...core.evidence import EvidenceRecord, Finding, axis_status
 from ...core.outcomes import strongest
 from ...core.params import Params
 from ..served import open_findings, served_finding, served_verdict
+from ..shapes import Reply, ServedVerdict
 from .finding import finding as _f, load_windows
 from .limits import (admission_finding, cold_load_finding, long_context_finding, oom_findings,
                      refusal_finding)
@@ -92,12 +93,13 @@ def iter_findings(result: CapacityResult, params: Params) -> list[Finding]:
     return [*open_findings(out, verdict), served_finding("capacity", verdict)]
 
 
-def served_of(result: CapacityResult) -> dict[str, Any]:
+def served_of(result: CapacityResult) -> ServedVerdict:
     """Asked vs served over the run's requests (`k3lib.axes.served`): the out-of-contract request is left out (it
     asks to be refused; a server that serves it clamps its length), and the counters are compared window by window
     (`capacity.cross_check`)."""
-    return served_verdict([r for r in result.requests if r.get("step") != "out-of-contract"], counters=False,
-                          length_required=True)
+    # each request row is its ChatRecord's dict with the capacity step beside it
+    return served_verdict(cast(list[Reply], [r for r in result.requests if r.get("step") != "out-of-contract"]),
+                          counters=False, length_required=True)
 
 
 def implied_decision(findings: list[Finding]) -> str:

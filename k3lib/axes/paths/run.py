@@ -13,9 +13,10 @@ import datetime as dt
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from ..agent.scenario import assistant_message, parsed_reply
+from ..agent.shapes import ToolDef
 from ..agent.tools import execute, result_text
 from ...io.chatstream import ToolCall
 from ...io.client import ChatClient, ChatRecord, run_sync
@@ -170,7 +171,7 @@ class PathRunner:
                    "finish_reason": rec.finish_reason, "content": (rec.content or "")[:2000],
                    "tool_calls": [{"name": c.name, "arguments": c.arguments} for c in rec.tool_calls]})
 
-    def _body(self, task: Task, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
+    def _body(self, task: Task, messages: list[dict[str, Any]], tools: list[ToolDef]) -> dict[str, Any]:
         req = self.p.request
         body: dict[str, Any] = {"messages": list(messages), "temperature": req.temperature, "stream": req.stream,
                                 "max_tokens": min(task.max_tokens or req.max_tokens, req.max_tokens)}
@@ -224,7 +225,7 @@ class PathRunner:
                 break
             if any(call_problem(c, offered) for c in got):
                 break  # a malformed call cannot be executed as received: the quality rule names it
-            messages.append(assistant_message(rec))
+            messages.append(cast(dict[str, Any], assistant_message(rec)))  # the agent axis's ChatMessage
             for c in got:
                 spec = next(t for t in offered_specs if t.function.name == c.name)
                 expected = {e.name for e in task.quality.expect_calls}
