@@ -24,6 +24,7 @@ from ..verdict import accepted as acc
 from ..verdict.baseline import compare_with_baseline
 from .markup import _badge
 from .pages import PLOTLY_JS
+from .shapes import RunFigures
 
 ACCEPTANCE_DECISIONS = ("production", "limited-observation", "capacity-extension", "environment-rebuild")
 RENEWAL_DECISIONS = ("renew", "reduce", "dual-circuit", "exit-to-api")
@@ -101,7 +102,7 @@ def read_point(root: Path) -> RunPoint:
     duration = (max(ends) - min(starts)).total_seconds() if starts and ends else None
     checks = tuple((str(i.get("id")), str(i.get("status"))) for i in (run.decision or {}).get("checklist") or []
                    if isinstance(i, dict))
-    values: dict[str, Any] = {}
+    values: RunFigures = {}
     if kind == "acceptance":
         # the axes' typed data (k3lib.core.evidence): declared fields, checked when the records were read
         cap, pc = run.records.get("capacity"), run.records.get("prefix_cache")
