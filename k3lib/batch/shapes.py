@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TypedDict
 
-__all__ = ["ManifestEntry", "ManifestPending"]
+__all__ = ["ManifestEntry", "ManifestPending", "ServedModelCard"]
 
 
 class ManifestPending(TypedDict):
@@ -21,3 +21,16 @@ class ManifestEntry(TypedDict, total=False):
     sha256: str
     bytes: int
     pending: ManifestPending
+
+
+class ServedModelCard(TypedDict, total=False):
+    """One model card of a server's `/v1/models` (OpenAI's list, vLLM's extra fields), as the preflight and
+    `k3 init` read it: only `id` is sure (a card without one is dropped)."""
+
+    id: str
+    object: str
+    created: int
+    owned_by: str
+    root: str | None
+    parent: str | None
+    max_model_len: int
