@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from tqdm import tqdm
+
 from ..core.progress import counts, describe, read_status
 
 #: without a terminal, how often the running notebooks' progress is printed
@@ -98,8 +100,6 @@ class Progress:
                 self._print(f"      {notebook}: {describe(status)}")
             return
         if entry.bar is None:
-            from tqdm import tqdm
-
             # no tqdm monitor thread: it refreshes a bar on its own, outside this lock, and its write could land in
             # the middle of a finished notebook's line (a stray `[` before `2/7]`); the poll below refreshes them
             tqdm.monitor_interval = 0
@@ -114,8 +114,6 @@ class Progress:
 
     def _print(self, line: str) -> None:
         if any(e.bar is not None for e in self._running.values()):
-            from tqdm import tqdm
-
             tqdm.write(line, file=self.stream)
         else:
             print(line, file=self.stream, flush=True)

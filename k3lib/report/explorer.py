@@ -13,6 +13,9 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import httpx
+import pandas as pd  # the explorer is imported only by its notebook (k3lib.explorer, on first use)
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 from pydantic import Field
 
 from ..axes.capacity.analysis import MIB, gpu_keys, gpu_label, increase
@@ -182,10 +185,6 @@ def fire_burst(ctx: "AxisContext", settings: BurstSettings | None = None) -> Bur
 
 def burst_figure(result: BurstResult, *, widget: bool = False) -> Any:
     """GPU memory per GPU, KV usage, running vs waiting (the queue) and TTFT of one burst on the wall clock."""
-    import pandas as pd
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-
     def when(ts: list[float]) -> list[Any]:
         return list(pd.to_datetime(ts, unit="s", utc=True))
 
@@ -221,8 +220,6 @@ def burst_figure(result: BurstResult, *, widget: bool = False) -> Any:
 
 
 def burst_table(result: BurstResult) -> Any:
-    import pandas as pd
-
     row = {**result.settings.model_dump(), **result.stats, "engine_alive_after": result.engine_alive_after,
            "duration_s": round(result.end_wall - result.start_wall, 2), "folder": result.folder, "note": result.note}
     return pd.DataFrame([row])
@@ -236,8 +233,6 @@ def explorer(ctx: "AxisContext") -> Any:
     """The widget panel when `ctx.interactive`; headless, the settings the burst below will use (a table)."""
     settings = settings_from(ctx)
     if not ctx.interactive:
-        import pandas as pd
-
         return pd.DataFrame([settings.model_dump()]).assign(mode="headless (interactive=False): no widgets")
     return _panel(ctx, settings)
 

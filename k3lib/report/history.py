@@ -14,6 +14,8 @@ import html
 from pathlib import Path
 from typing import Any, Sequence
 
+import plotly.graph_objects as go  # the history's commands import this module only when they run
+from plotly.offline import get_plotlyjs
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
 from ..core.errors import BadInputError, K3Error
@@ -163,8 +165,6 @@ def _default_baseline(earlier: Sequence[RunPoint]) -> Path | None:
 # -- the trend page ----------------------------------------------------------------------------------------------
 
 def _fig(points: Sequence[RunPoint], title: str, series: Sequence[tuple[str, str]], unit: str) -> str:
-    import plotly.graph_objects as go
-
     acc = [p for p in points if p.kind == "acceptance"]
     if not acc:
         return ""
@@ -180,8 +180,6 @@ def _fig(points: Sequence[RunPoint], title: str, series: Sequence[tuple[str, str
 
 
 def _decision_fig(points: Sequence[RunPoint]) -> str:
-    import plotly.graph_objects as go
-
     fig = go.Figure()
     for kind, _order in (("acceptance", ACCEPTANCE_DECISIONS), ("renewal", RENEWAL_DECISIONS)):
         pts = [p for p in points if p.kind == kind and p.decision]
@@ -301,8 +299,6 @@ def write_textfile(points: Sequence[RunPoint], path: Path) -> None:
 
 def history(folder: Path, *, out: Path | None = None, textfile: Path | None = None,
             baseline: Path | None = None) -> tuple[list[RunPoint], Path]:
-    from plotly.offline import get_plotlyjs
-
     roots = find_runs(folder)
     if not roots:
         raise BadInputError("no run folder (with manifest.json) in it", source=str(folder))

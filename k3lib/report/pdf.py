@@ -101,7 +101,6 @@ def _inside(store: RunStore, target: Path) -> str | None:
 def pdf_problems(store: RunStore) -> tuple[list[str], list[str]]:
     """(changed, notes) for `k3 verify`: each PDF recorded in report.json against its sha256. One inside the run
     is in the manifest too; one archived elsewhere is checked where it was written, or said not found."""
-    from ..core.store import sha256_file
 
     record = store.read_json(REPORT_JSON) if store.path(REPORT_JSON).is_file() else None
     changed: list[str] = []
