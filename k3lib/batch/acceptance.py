@@ -82,7 +82,7 @@ def run_acceptance(params: Params, store: RunStore, *, progress: Progress | None
         decision = decide_run(params, store, result.records)  # the summary failed: same rules over the same records
     else:
         decision = AcceptanceDecision.model_validate(result.decision_data)
-    publish(store, result, decision.model_dump())
+    publish(store, result, decision.doc())
     return decision
 
 

@@ -27,8 +27,10 @@ from ..core.session import PROJECT_ROOT
 from ..core.store import RunStore, utc_now
 from ..report.index import write_index
 from ..report.pages import render_pages
+from ..verdict.shapes import DecisionDoc
 from . import stop
 from .progress import Progress
+from .shapes import ManifestEntry
 
 log = logging.getLogger(__name__)
 
@@ -219,7 +221,7 @@ def record_failure(store: RunStore, axis: str, outcome: NotebookOutcome) -> None
     store.write_json(f"evidence/{axis}.json", rec.model_dump(mode="json"))
 
 
-def _finished(store: RunStore, nb: str, axis: str | None, manifest: dict[str, Any]) -> bool:
+def _finished(store: RunStore, nb: str, axis: str | None, manifest: dict[str, ManifestEntry]) -> bool:
     """An axis whose executed notebook and evidence record are both in the manifest and intact."""
     if axis is None:
         return False
@@ -252,7 +254,7 @@ def set_aside(store: RunStore, nb: str, axis: str | None, under: str) -> list[st
 
 
 def _to_run(store: RunStore, stage: Sequence[tuple[str, str | None]], outcomes: dict[str, NotebookOutcome],
-            progress: Progress, manifest: dict[str, Any], aside: str) -> list[tuple[str, str | None]]:
+            progress: Progress, manifest: dict[str, ManifestEntry], aside: str) -> list[tuple[str, str | None]]:
     """On a resume, a stage's notebooks still to run: a finished axis is kept (its outcome `kept`), an unfinished
     one's cut attempt set aside first (`set_aside`)."""
     todo = []
@@ -362,7 +364,7 @@ class BatchResult:
     plan: BatchPlan
     outcomes: dict[str, NotebookOutcome]
     records: dict[str, EvidenceRecord]
-    decision_data: dict[str, Any] | None
+    decision_data: DecisionDoc | None
 
 
 def run_batch(store: RunStore, plan: BatchPlan, *, timeout_s: float, progress: Progress | None = None,
@@ -373,13 +375,13 @@ def run_batch(store: RunStore, plan: BatchPlan, *, timeout_s: float, progress: P
     progress = progress or Progress(len(plan.notebooks))
     outcomes = run_notebooks(store, plan.all_stages, timeout_s=timeout_s, progress=progress, resume=resume,
                              between=between, preload=preload, prepare=prepare)
-    data = store.read_json("decision.json")
+    data: DecisionDoc | None = store.read_json("decision.json")
     summary_ok = outcomes[plan.summary].status == "ok"
     return BatchResult(plan, outcomes, read_records(store),
                        data if summary_ok and isinstance(data, dict) else None)
 
 
-def publish(store: RunStore, result: BatchResult, decision: dict[str, Any]) -> str:
+def publish(store: RunStore, result: BatchResult, decision: DecisionDoc) -> str:
     """Every executed notebook to offline HTML, and the index that argues `decision`. Returns the index path."""
     failed = {nb for nb, o in result.outcomes.items() if o.status not in ("ok", "kept")}
     pages = render_pages(store, result.plan.notebooks, result.plan.axes, result.records, failed)

@@ -27,6 +27,7 @@ import httpx
 from ..core.errors import BadInputError
 from ..core.record import Record
 from ..core.guards import is_loopback_url
+from .shapes import ServedModelCard
 
 __all__ = ["BUDGET_S", "PreflightReport", "Speed", "preflight", "server_kind"]
 
@@ -168,7 +169,7 @@ def server_kind(version_resp: httpx.Response | None, metrics_bodies: list[str]) 
 
 
 def _models(client: httpx.Client, base: str, clock: _Clock, key_env: str | None
-            ) -> tuple[list[dict[str, Any]], int]:
+            ) -> tuple[list[ServedModelCard], int]:
     """The served model cards and /v1/models' status. A 5xx is an engine not ready or dead (the batch judges it),
     anything else without a model list is not an OpenAI-compatible server."""
     url = f"{base}/v1/models"
@@ -190,7 +191,7 @@ def _models(client: httpx.Client, base: str, clock: _Clock, key_env: str | None
     return cards, resp.status_code
 
 
-def _served(cards: list[dict[str, Any]], wanted: str | None, base: str) -> dict[str, Any]:
+def _served(cards: list[ServedModelCard], wanted: str | None, base: str) -> ServedModelCard:
     ids = [str(c["id"]) for c in cards]
     if wanted is None:
         return cards[0]
@@ -306,7 +307,7 @@ def preflight(params: Any, base_url: str, metrics_urls: tuple[str, ...], headers
     with httpx.Client(headers=headers, follow_redirects=False) as client:
         health = _get(client, f"{base_url}/health", clock, "an inference server")
         cards, models_status = _models(client, base_url, clock, tp.api_key_env)
-        card = _served(cards, tp.model, base_url) if cards else {"id": tp.model or "(not listed)"}
+        card = _served(cards, tp.model, base_url) if cards else ServedModelCard(id=tp.model or "(not listed)")
         version = _get(client, f"{base_url}/version", clock, "a vLLM server")
         bodies, metrics = _metrics(client, metrics_urls, clock)
         kind = server_kind(version, bodies)

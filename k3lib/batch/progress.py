@@ -10,11 +10,14 @@ a pipe) the same words are printed as a line every `interval_s`. A finished note
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any, TextIO
+
+from tqdm import tqdm
 
 from ..core.progress import counts, describe, read_status
 
@@ -22,6 +25,15 @@ from ..core.progress import counts, describe, read_status
 LINE_EVERY_S = 30.0
 POLL_S = 0.5
 SHOWN = {"failed": "error"}  # how a notebook that did not run to its end is shown
+
+
+@dataclasses.dataclass
+class _Running:
+    """A running notebook as the lines follow it: its axis, its bar (on a terminal) and when its line last printed."""
+
+    axis: str | None
+    printed: float
+    bar: Any = None  # a tqdm bar, once its axis wrote a status
 
 
 class Progress:
@@ -34,7 +46,7 @@ class Progress:
         self.run_dir, self.interval_s = run_dir, interval_s
         self.bars = _isatty(self.stream) if bars is None else bars
         self._lock = threading.Lock()
-        self._running: dict[str, dict[str, Any]] = {}  # notebook → {"axis", "bar", "printed"}
+        self._running: dict[str, _Running] = {}  # by notebook
         self._poller: threading.Thread | None = None
         self._stop = threading.Event()
 
@@ -46,7 +58,7 @@ class Progress:
     def start(self, notebook: str, axis: str | None) -> None:
         """A notebook started: follow its axis' status file."""
         with self._lock:
-            self._running[notebook] = {"axis": axis, "bar": None, "printed": time.monotonic()}
+            self._running[notebook] = _Running(axis, time.monotonic())
             if self.run_dir is not None and axis is not None and self._poller is None:
                 self._poller = threading.Thread(target=self._poll, name="k3-progress", daemon=True)
                 self._poller.start()
@@ -55,8 +67,8 @@ class Progress:
         """A notebook ended: its line, with the axis' verdict when it ran to its end."""
         with self._lock:
             entry = self._running.pop(outcome.notebook, None)
-            if entry and entry["bar"] is not None:
-                entry["bar"].close()
+            if entry and entry.bar is not None:
+                entry.bar.close()
             self.n += 1
             self._print(f"[{self.n}/{self.total}] {outcome.notebook:<28} {shown_status(outcome.status, axis_status):<11} "
                         f"{outcome.duration_s:6.1f}s")
@@ -67,8 +79,8 @@ class Progress:
             self._poller.join(timeout=2)
         with self._lock:
             for entry in self._running.values():
-                if entry["bar"] is not None:
-                    entry["bar"].close()
+                if entry.bar is not None:
+                    entry.bar.close()
             self._running.clear()
 
     # -- the running notebooks' status ----------------------------------------------------------------------------
@@ -77,25 +89,23 @@ class Progress:
         while not self._stop.wait(POLL_S):
             with self._lock:
                 for notebook, entry in self._running.items():
-                    status = read_status(self.run_dir, entry["axis"]) if entry["axis"] else None  # type: ignore[arg-type]
+                    status = read_status(self.run_dir, entry.axis) if entry.axis else None  # type: ignore[arg-type]
                     if status is not None and status.get("phase") != "finished":
                         self._show(notebook, entry, status)
 
-    def _show(self, notebook: str, entry: dict[str, Any], status: dict[str, Any]) -> None:
+    def _show(self, notebook: str, entry: _Running, status: dict[str, Any]) -> None:
         if not self.bars:
-            if time.monotonic() - entry["printed"] >= self.interval_s:
-                entry["printed"] = time.monotonic()
+            if time.monotonic() - entry.printed >= self.interval_s:
+                entry.printed = time.monotonic()
                 self._print(f"      {notebook}: {describe(status)}")
             return
-        if entry["bar"] is None:
-            from tqdm import tqdm
-
+        if entry.bar is None:
             # no tqdm monitor thread: it refreshes a bar on its own, outside this lock, and its write could land in
             # the middle of a finished notebook's line (a stray `[` before `2/7]`); the poll below refreshes them
             tqdm.monitor_interval = 0
-            entry["bar"] = tqdm(total=0, file=self.stream, leave=False, dynamic_ncols=True,
+            entry.bar = tqdm(total=0, file=self.stream, leave=False, dynamic_ncols=True,
                                 bar_format="{desc} {bar}{postfix}", position=len(self._running) - 1)
-        bar = entry["bar"]
+        bar = entry.bar
         bar.total = status.get("planned") or None
         bar.n = status.get("done") or 0
         bar.set_description_str(f"{notebook[:-6]}: {status.get('phase')}", refresh=False)
@@ -103,9 +113,7 @@ class Progress:
         bar.refresh()
 
     def _print(self, line: str) -> None:
-        if any(e["bar"] is not None for e in self._running.values()):
-            from tqdm import tqdm
-
+        if any(e.bar is not None for e in self._running.values()):
             tqdm.write(line, file=self.stream)
         else:
             print(line, file=self.stream, flush=True)

@@ -23,6 +23,7 @@ from ..renewal.notebook import with_demo_inputs
 from ..renewal.params import RenewalParams, load_review_params, tracked_keys
 from ..renewal.records import decide_review
 from ..renewal.review import resolve_deployment, write_axes_cache
+from ..verdict.shapes import DecisionDoc
 from .execute import PRELOAD, Progress, publish, run_batch
 
 __all__ = ["DEMO_PARAMS", "REVIEW", "REVIEW_STAGES", "REVIEW_SUMMARY", "check_review_inputs", "load_review_request",
@@ -63,7 +64,7 @@ def run_review(params: RenewalParams, store: RunStore, *, progress: Progress | N
         decision = decide_review(params, store, result.records)  # the summary failed: same rules, same records
     else:
         decision = RenewalDecision.model_validate(data)
-    shown = {"decision": decision.decision,
+    shown: DecisionDoc = {"decision": decision.decision,
              "reasons": [f"rule: {decision.rule}", f"condition: {decision.condition}", parameters_line(params),
                          *decision.reasons]
              + [f"transfer trigger — {t['trigger']}: {t['when']}" for t in (decision.routing or {}).get(

@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from ..batch.preflight import BUDGET_S, _Clock, _models, check_host, server_kind
+from ..batch.shapes import ServedModelCard
 from ..core.errors import BadInputError, K3Error
 from ..core.guards import api_key, is_loopback_url
 from ..core.params import _check_url, load_params
@@ -37,14 +38,14 @@ class Found:
     base_url: str
     kind: str = "an OpenAI-compatible server (engine unknown)"
     version: str | None = None
-    models: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    models: list[ServedModelCard] = dataclasses.field(default_factory=list)
     cache: dict[str, str] = dataclasses.field(default_factory=dict)
     metrics: bool = False
     dcgm_url: str | None = None
 
     @property
-    def model(self) -> dict[str, Any]:
-        return self.models[0] if self.models else {}
+    def model(self) -> ServedModelCard:
+        return self.models[0] if self.models else ServedModelCard()
 
     @property
     def k3(self) -> bool:

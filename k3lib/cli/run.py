@@ -14,26 +14,28 @@ from ..axes.paths.figures import paths_lines
 from ..axes.paths.record import compare_fixed, read_paths_record
 from ..axes.paths.run import check_endpoints, run_paths
 from ..axes.paths.tasks import load_task_set
-from ..batch.acceptance import duration, plan_estimates, plan_lines, run_acceptance
+from ..batch.acceptance import check_resume, duration, plan_estimates, plan_lines, run_acceptance
 from ..batch.preflight import preflight
 from ..batch.renewal import check_review_inputs, load_review_request, run_review
 from ..batch.stop import Stopped
 from ..core.errors import BadInputError
 from ..core.layering import check_command
-from ..core.params import load_params
-from ..core.session import PROJECT_ROOT, outputs_dir
+from ..core.params import load_params, load_params_json
+from ..core.session import PROJECT_ROOT, adopt_folder, outputs_dir
 from ..core.store import RunStore
 from ..core.target import require_api_key
-from ..io.target import resolve_target
+from ..emulator.cli import config_from_args
+from ..emulator.faults import parse_scoped
+from ..emulator.profiles import PROFILES
+from ..io.target import emulator_config, resolve_target
 from ..renewal.decision import RenewalOutcome
+from ..renewal.imports.exports import materialise_from_exports
 from ..report.missing import missing_lines
+from ..verdict.baseline import compare_with_baseline, precheck_baseline
 
 
 def _emulator_sets(faults: list[str], profile: str | None) -> list[str]:
     """--fault/--profile as parameter overrides, each checked before anything starts."""
-    from ..emulator.faults import parse_scoped
-    from ..emulator.profiles import PROFILES
-
     sets = []
     for fault in faults:
         parse_scoped(fault)  # an unknown fault or a bad value is bad input, named before anything starts
@@ -56,8 +58,6 @@ def _load(files: list[str], sets: list[str], faults: list[str], profile: str | N
         raise BadInputError("--fault and --profile apply to the embedded emulator only, but target.base_url is "
                             f"set to {params.target.base_url}", source="--fault/--profile")
     if params.target.uses_emulator:
-        from ..io.target import emulator_config
-
         emulator_config(params)  # a fault on a rank the profile lacks is bad input before a run folder exists
     return params
 
@@ -69,8 +69,6 @@ def _run_acceptance(params, out: str | None, baseline: str | None = None, resume
 
     require_api_key(params)
     if baseline:
-        from ..verdict.baseline import precheck_baseline
-
         precheck_baseline(baseline, params.recipe.build)
     target = resolve_target(params)
     try:
@@ -104,8 +102,6 @@ def _acceptance_batch(params, target, report, plan: dict, out: str | None, basel
     except KeyboardInterrupt as exc:
         raise Interrupted(exc, store.root, f"k3 validate --resume {store.root}") from None
     if baseline:
-        from ..verdict.baseline import compare_with_baseline
-
         comparison = compare_with_baseline(store.root, baseline)
         store.write_json("baseline.json", comparison.to_dict())
         for line in comparison.lines():
@@ -141,17 +137,12 @@ class Interrupted(KeyboardInterrupt):
 
 def cmd_validate(ns: argparse.Namespace) -> int:
     if ns.resume:
-        from ..core.params import load_params_json
-
         if ns.params or ns.sets or ns.fault or ns.profile or ns.out:
             raise BadInputError("--resume takes the run's own request.json; give no -p, --set, --fault, --profile "
                                 "or --out with it", source="--resume")
         request = Path(ns.resume) / "request.json"
         if not request.is_file():
             raise BadInputError("not an acceptance run folder (no request.json)", source=ns.resume)
-        from ..batch.acceptance import check_resume
-        from ..core.store import RunStore
-
         check_resume(RunStore.open(ns.resume))  # before trusting request.json or any finished axis
         return _run_acceptance(load_params_json(request), None, ns.baseline, ns.resume, plan_only=ns.plan)
     params = _load(ns.params, ns.sets, ns.fault, ns.profile)
@@ -182,9 +173,6 @@ def review_main(files: list[str], sets: list[str], out: str | None, demo: str | 
     store = RunStore.create(Path(out) if out else outputs_dir(), label=params.run.label or "review")
     print(f"run: {store.root}", file=sys.stderr)
     if from_exports:  # the sheet's exports written and imported into the run's inputs/, hashed as evidence
-        from ..core.session import adopt_folder
-        from ..renewal.imports.exports import materialise_from_exports
-
         params = materialise_from_exports(params, store.path("inputs"))
         for folder in ("inputs", "inputs/exports", "inputs/imported"):
             adopt_folder(store, folder)
@@ -239,8 +227,7 @@ def cmd_paths(ns: argparse.Namespace) -> int:
 
 
 def cmd_emulator(ns: argparse.Namespace) -> int:
-    from ..emulator import serve_forever
-    from ..emulator.cli import config_from_args
+    from ..emulator import serve_forever  # the HTTP stack (starlette, uvicorn) loads only to serve
 
     try:
         cfg = config_from_args(ns)

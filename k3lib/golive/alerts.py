@@ -10,20 +10,21 @@ import yaml
 from ..core.numbers import figure
 from .options import ROLLBACK_FILE
 from .queries import KitContext, fmt, refuse_level
+from .shapes import AlertRule
 
 
 def _rule(name: str, expr: str, duration: str, severity: str, rollback: bool, summary: str, description: str,
-          run_id: str) -> dict[str, Any]:
+          run_id: str) -> AlertRule:
     return {"alert": name, "expr": expr, "for": duration,
             "labels": {"severity": severity, "rollback_trigger": "true" if rollback else "false",
                        "k3_accepted_run": run_id},
             "annotations": {"summary": summary, "description": description, "runbook": ROLLBACK_FILE}}
 
 
-def build_alerts(ctx: KitContext) -> tuple[list[dict[str, Any]], dict[str, str]]:
+def build_alerts(ctx: KitContext) -> tuple[list[AlertRule], dict[str, str]]:
     """(rules, omitted): one rule per derivable threshold; engine-down needs none."""
     q, o, lv, run_id = ctx.query, ctx.opts, ctx.levels, ctx.run.run_id
-    rules: list[dict[str, Any]] = []
+    rules: list[AlertRule] = []
     omitted: dict[str, str] = {}
     planned = lv["planned_concurrency"].value
     at_planned = f"at the planned concurrency {figure(planned)}" if planned else "at planned load"
@@ -98,7 +99,7 @@ def build_alerts(ctx: KitContext) -> tuple[list[dict[str, Any]], dict[str, str]]
     return rules, omitted
 
 
-def alerts_yaml(ctx: KitContext, rules: list[dict[str, Any]]) -> str:
+def alerts_yaml(ctx: KitContext, rules: list[AlertRule]) -> str:
     head = (f"# k3kit go-live alerts for run {ctx.run.run_id} (vLLM {ctx.version or 'version unknown'}).\n"
             "# Thresholds are levels measured in that run; see ROLLBACK.md for each source and for omitted alerts.\n"
             "# Check: promtool check rules alerts.yml\n")

@@ -4,15 +4,14 @@ thresholds."""
 from __future__ import annotations
 
 import hashlib
-from typing import Any
-
 from .options import GRAFANA_SCHEMA_VERSION
 from .queries import KitContext
+from .shapes import FieldDefaults, GrafanaDashboard, GrafanaPanel
 
 
 def _panel(pid: int, title: str, targets: list[tuple[str, str]], unit: str, description: str,
-           threshold: float | None = None) -> dict[str, Any]:
-    defaults: dict[str, Any] = {"unit": unit, "custom": {"drawStyle": "line", "lineWidth": 1, "fillOpacity": 10}}
+           threshold: float | None = None) -> GrafanaPanel:
+    defaults: FieldDefaults = {"unit": unit, "custom": {"drawStyle": "line", "lineWidth": 1, "fillOpacity": 10}}
     if threshold is not None:
         defaults["thresholds"] = {"mode": "absolute",
                                   "steps": [{"color": "green", "value": None}, {"color": "red", "value": threshold}]}
@@ -29,7 +28,7 @@ def _panel(pid: int, title: str, targets: list[tuple[str, str]], unit: str, desc
     }
 
 
-def build_dashboard(ctx: KitContext) -> dict[str, Any]:
+def build_dashboard(ctx: KitContext) -> GrafanaDashboard:
     q, lv = ctx.query, ctx.levels
     ok = f'finished_reason!~"{q.errors}"'
     err = f'finished_reason=~"{q.errors}"'

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from ..core.numbers import figure
 from ..verdict import accepted as acc
 from .queries import KitContext
+from .shapes import AlertRule
 
 
 def _val(level: acc.Level, fmt: str | None = None, unit: str = "") -> str:  # prose: `figure`, or `fmt` for a share
@@ -15,7 +15,7 @@ def _val(level: acc.Level, fmt: str | None = None, unit: str = "") -> str:  # pr
             else fmt.format(level.value))
 
 
-def rollback_md(ctx: KitContext, rules: list[dict[str, Any]], omitted: dict[str, str]) -> str:
+def rollback_md(ctx: KitContext, rules: list[AlertRule], omitted: dict[str, str]) -> str:
     lv, o, run = ctx.levels, ctx.opts, ctx.run
     traffic = acc.Level("traffic_hit_rate", o.traffic_hit_rate, "k3 golive --traffic-hit-rate",
                         reason="not given: k3 golive --traffic-hit-rate")

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from ..axes.paths.record import REVIEW_COPY, PathsResult, read_paths_record
 from ..core.evidence import EvidenceRecord, Finding, FindingStatus, axis_status, read_records
 from ..core.store import RunStore
+from ..verdict.shapes import DecisionDoc
 from .decision import AXES, RenewalDecision, indicators, money
 from .live import live_quality
 from .params import RenewalParams, load_any_review
@@ -119,14 +120,14 @@ def axes_from_records(records: dict[str, EvidenceRecord]) -> tuple[dict[str, Any
     return axes, statuses
 
 
-def decided_again(store: RunStore, stored: dict[str, Any] | None = None) -> dict[str, Any]:
+def decided_again(store: RunStore, stored: DecisionDoc | None = None) -> DecisionDoc:
     """The decision a review run's evidence gives, as `decision.json` would hold it: its resolved `params.json`
     and `evidence/*.json` through the same pure rules the batch ran (`k3 verify` and `k3 sign` compare it with the
     stored one). `stored` is unused: a review decides the same whatever day it is checked."""
 
     params = load_any_review(store.path("params.json"))
     axes, statuses = axes_from_records(read_records(store))
-    return decide_from_axes(params, axes, statuses, live=live_run(params, store)).model_dump()
+    return cast(DecisionDoc, decide_from_axes(params, axes, statuses, live=live_run(params, store)).model_dump())
 
 
 def decide_review(params: RenewalParams, store: RunStore, records: dict[str, EvidenceRecord]) -> RenewalDecision:

@@ -8,17 +8,21 @@ Bursts are written under `explore/burst-N/` in the run folder, never under `evid
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import threading
 import time
 from typing import TYPE_CHECKING, Any
 
 import httpx
+import pandas as pd  # the explorer is imported only by its notebook (k3lib.explorer, on first use)
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+from pydantic import Field
 
 from ..axes.capacity.analysis import MIB, gpu_keys, gpu_label, increase
 from ..axes.capacity.run import pinned_params
 from ..axes.capacity.window import failure_kind, record_stats
 from ..core.errors import APIError, TargetError
+from ..core.record import Record
 from ..core.numbers import figure
 from ..io.client import ChatClient
 from ..io.load import check_load_target, run_closed_loop
@@ -31,16 +35,14 @@ if TYPE_CHECKING:
 ROOT = "explore"
 
 
-@dataclasses.dataclass(frozen=True)
-class BurstSettings:
+class BurstSettings(Record):
+    """The burst's shape; `model_dump()` is `burst.json`'s `settings` and a row of the tables."""
+
     context_tokens: int
     concurrency: int
     output_tokens: int
     max_requests: int
     duration_s: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 def settings_from(ctx: "AxisContext", **changes: Any) -> BurstSettings:
@@ -53,26 +55,23 @@ def settings_from(ctx: "AxisContext", **changes: Any) -> BurstSettings:
         context_tokens=cap.explore_context_tokens or max(16, contract.max_context_tokens - output),
         concurrency=cap.explore_concurrency or contract.planned_concurrency, output_tokens=output,
         max_requests=cap.explore_max_requests, duration_s=cap.explore_duration_s)
-    return dataclasses.replace(base, **changes)
+    return base.model_copy(update=changes)
 
 
-@dataclasses.dataclass(frozen=True)
-class BurstResult:
+class BurstResult(Record):
+    """What one burst saw. `model_dump()` is `burst.json`: the samples and the request lines are kept in files of
+    their own (`metrics.json`, `gpu.json`, `requests.jsonl`), not in it."""
+
     settings: BurstSettings
     folder: str
     start_wall: float
     end_wall: float
-    metrics: list[dict[str, Any]]
-    gpu: list[dict[str, Any]]
-    requests: list[dict[str, Any]]
-    stats: dict[str, Any]
+    metrics: list[dict[str, Any]] = Field(exclude=True)  # k3lib.io.sampling.Timeline.metric_rows
+    gpu: list[dict[str, Any]] = Field(exclude=True)  # k3lib.io.sampling.Timeline.gpu_rows
+    requests: list[dict[str, Any]] = Field(exclude=True)  # the request lines, as requests.jsonl holds them
+    stats: dict[str, Any]  # k3lib.axes.capacity.window.record_stats
     engine_alive_after: bool | None
     note: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"settings": self.settings.to_dict(), "folder": self.folder, "start_wall": self.start_wall,
-                "end_wall": self.end_wall, "stats": self.stats, "engine_alive_after": self.engine_alive_after,
-                "note": self.note}
 
 
 class Burst:
@@ -158,16 +157,17 @@ class Burst:
 
     def snapshot(self) -> BurstResult:
         """What the burst has seen so far (live plots)."""
-        return BurstResult(self.settings, self.folder, self.start_wall, self.end_wall or time.time(),
-                           self.timeline.metric_rows(), self.timeline.gpu_rows(), list(self.records),
-                           record_stats(self.records), self.alive, self.note)
+        return BurstResult(settings=self.settings, folder=self.folder, start_wall=self.start_wall,
+                           end_wall=self.end_wall or time.time(), metrics=self.timeline.metric_rows(),
+                           gpu=self.timeline.gpu_rows(), requests=list(self.records),
+                           stats=record_stats(self.records), engine_alive_after=self.alive, note=self.note)
 
     def _finish(self) -> BurstResult:
         result = self.snapshot()
         store = self.ctx.store
         store.write_json(f"{self.folder}/metrics.json", result.metrics)
         store.write_json(f"{self.folder}/gpu.json", result.gpu)
-        store.write_json(f"{self.folder}/burst.json", result.to_dict())
+        store.write_json(f"{self.folder}/burst.json", result.model_dump())
         if store.path(f"{self.folder}/requests.jsonl").exists():
             store.adopt(f"{self.folder}/requests.jsonl")
         return result
@@ -185,10 +185,6 @@ def fire_burst(ctx: "AxisContext", settings: BurstSettings | None = None) -> Bur
 
 def burst_figure(result: BurstResult, *, widget: bool = False) -> Any:
     """GPU memory per GPU, KV usage, running vs waiting (the queue) and TTFT of one burst on the wall clock."""
-    import pandas as pd
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-
     def when(ts: list[float]) -> list[Any]:
         return list(pd.to_datetime(ts, unit="s", utc=True))
 
@@ -224,9 +220,7 @@ def burst_figure(result: BurstResult, *, widget: bool = False) -> Any:
 
 
 def burst_table(result: BurstResult) -> Any:
-    import pandas as pd
-
-    row = {**result.settings.to_dict(), **result.stats, "engine_alive_after": result.engine_alive_after,
+    row = {**result.settings.model_dump(), **result.stats, "engine_alive_after": result.engine_alive_after,
            "duration_s": round(result.end_wall - result.start_wall, 2), "folder": result.folder, "note": result.note}
     return pd.DataFrame([row])
 
@@ -239,9 +233,7 @@ def explorer(ctx: "AxisContext") -> Any:
     """The widget panel when `ctx.interactive`; headless, the settings the burst below will use (a table)."""
     settings = settings_from(ctx)
     if not ctx.interactive:
-        import pandas as pd
-
-        return pd.DataFrame([settings.to_dict()]).assign(mode="headless (interactive=False): no widgets")
+        return pd.DataFrame([settings.model_dump()]).assign(mode="headless (interactive=False): no widgets")
     return _panel(ctx, settings)
 
 
@@ -289,15 +281,16 @@ def _panel(ctx: "AxisContext", settings: BurstSettings) -> Any:
     duration = w.BoundedFloatText(value=settings.duration_s, min=0.5, max=3600, description="max seconds")
     fire = w.Button(description="Fire burst", button_style="warning", icon="bolt")
     status = w.HTML(value="<i>pick a shape and fire a bounded burst</i>")
-    live = _LivePlot(BurstResult(settings, "", time.time(), time.time(), [], [], [], {}, None))
+    live = _LivePlot(BurstResult(settings=settings, folder="", start_wall=time.time(), end_wall=time.time(), metrics=[],
+                                 gpu=[], requests=[], stats={}, engine_alive_after=None))
     redraw = live.update
 
     def on_fire(_: Any) -> None:
-        chosen = dataclasses.replace(settings, context_tokens=context.value, concurrency=conc.value,
-                                     output_tokens=out_tok.value, max_requests=requests.value,
-                                     duration_s=float(duration.value))
+        chosen = settings.model_copy(update={"context_tokens": context.value, "concurrency": conc.value,
+                                             "output_tokens": out_tok.value, "max_requests": requests.value,
+                                             "duration_s": float(duration.value)})
         fire.disabled = True
-        status.value = f"running: {chosen.to_dict()}"
+        status.value = f"running: {chosen.model_dump()}"
         burst = Burst(ctx, chosen).start()
         try:
             # redraw from this thread while the burst runs on its own: outgoing widget messages still flow

@@ -127,7 +127,6 @@ def headline_numbers(run: Any) -> list[tuple[str, str, str]]:
             out.append((label, "", f"not in the evidence: {lv.reason or ''}"))
         else:
             out.append((label, _fmt(float(lv.value) * scale, unit), lv.source or ""))
-    from ..core.evidence import CapacityData, PrefixCacheData
 
     cap = _typed(run, "capacity", CapacityData)
     if cap is not None:

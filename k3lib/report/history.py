@@ -14,6 +14,8 @@ import html
 from pathlib import Path
 from typing import Any, Sequence
 
+import plotly.graph_objects as go  # the history's commands import this module only when they run
+from plotly.offline import get_plotlyjs
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
 from ..core.errors import BadInputError, K3Error
@@ -24,6 +26,7 @@ from ..verdict import accepted as acc
 from ..verdict.baseline import compare_with_baseline
 from .markup import _badge
 from .pages import PLOTLY_JS
+from .shapes import RunFigures
 
 ACCEPTANCE_DECISIONS = ("production", "limited-observation", "capacity-extension", "environment-rebuild")
 RENEWAL_DECISIONS = ("renew", "reduce", "dual-circuit", "exit-to-api")
@@ -101,7 +104,7 @@ def read_point(root: Path) -> RunPoint:
     duration = (max(ends) - min(starts)).total_seconds() if starts and ends else None
     checks = tuple((str(i.get("id")), str(i.get("status"))) for i in (run.decision or {}).get("checklist") or []
                    if isinstance(i, dict))
-    values: dict[str, Any] = {}
+    values: RunFigures = {}
     if kind == "acceptance":
         # the axes' typed data (k3lib.core.evidence): declared fields, checked when the records were read
         cap, pc = run.records.get("capacity"), run.records.get("prefix_cache")
@@ -162,8 +165,6 @@ def _default_baseline(earlier: Sequence[RunPoint]) -> Path | None:
 # -- the trend page ----------------------------------------------------------------------------------------------
 
 def _fig(points: Sequence[RunPoint], title: str, series: Sequence[tuple[str, str]], unit: str) -> str:
-    import plotly.graph_objects as go
-
     acc = [p for p in points if p.kind == "acceptance"]
     if not acc:
         return ""
@@ -179,8 +180,6 @@ def _fig(points: Sequence[RunPoint], title: str, series: Sequence[tuple[str, str
 
 
 def _decision_fig(points: Sequence[RunPoint]) -> str:
-    import plotly.graph_objects as go
-
     fig = go.Figure()
     for kind, _order in (("acceptance", ACCEPTANCE_DECISIONS), ("renewal", RENEWAL_DECISIONS)):
         pts = [p for p in points if p.kind == kind and p.decision]
@@ -300,8 +299,6 @@ def write_textfile(points: Sequence[RunPoint], path: Path) -> None:
 
 def history(folder: Path, *, out: Path | None = None, textfile: Path | None = None,
             baseline: Path | None = None) -> tuple[list[RunPoint], Path]:
-    from plotly.offline import get_plotlyjs
-
     roots = find_runs(folder)
     if not roots:
         raise BadInputError("no run folder (with manifest.json) in it", source=str(folder))

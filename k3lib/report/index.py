@@ -12,12 +12,13 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..core.errors import ArtifactError
-from ..core.evidence import EnvironmentData, ProbeData, read_records
+from ..core.evidence import EnvironmentData, EvidenceRecord, ProbeData, read_records
 from ..core.plan import acceptance_plan, review_plan, run_kind
 from ..core.store import RunStore
 from ..verdict import accepted as acc
 from ..verdict.accepted import read_run
 from ..verdict.decision import is_demo
+from ..verdict.shapes import ChecklistRow, DecisionDoc
 from .headline import figures_block, headline_numbers
 from .markup import _badge, _fmt, _one_line, _table, _typed, esc, page_head
 from .missing import missing_html
@@ -43,7 +44,7 @@ def _cap_text(cap: Any) -> str:
     return ", ".join(parts) + basis if parts else json.dumps(cap)
 
 
-def decision_block(decision: dict[str, Any] | None, *, cap_label: str = "Traffic cap") -> str:
+def decision_block(decision: DecisionDoc | None, *, cap_label: str = "Traffic cap") -> str:
     if not decision:
         return "<section class='k3-decision'><h2>Decision: none (the summary did not complete)</h2></section>"
 
@@ -149,7 +150,7 @@ def _observed_cell(text: str, short: int = 160) -> str:
     return f"<details><summary>{esc(head)};</summary>{esc(rest)}</details>"
 
 
-def sheet_block(store: RunStore, checklist: Sequence[dict[str, Any]]) -> str:
+def sheet_block(store: RunStore, checklist: Sequence[ChecklistRow]) -> str:
     rows = []
     for item in checklist:
         page = Path(str(item.get("notebook") or "")).name
@@ -206,7 +207,7 @@ def pages_block(pages: Sequence[tuple[str, str, str]]) -> str:
             + "<p>Evidence: <code>evidence/*.json</code>, hashes in <code>manifest.json</code>.</p></section>")
 
 
-def acceptance_index(store: RunStore, title: str, decision: dict[str, Any] | None,
+def acceptance_index(store: RunStore, title: str, decision: DecisionDoc | None,
                      pages: Sequence[tuple[str, str, str]]) -> str:
     run = read_run(store.root)
     identity = _table(("item", "value", "read from"),
@@ -223,7 +224,7 @@ def acceptance_index(store: RunStore, title: str, decision: dict[str, Any] | Non
                     integrity_block(store), baseline_block(store), pages_block(pages), "</body></html>"])
 
 
-def renewal_index(store: RunStore, title: str, decision: dict[str, Any] | None,
+def renewal_index(store: RunStore, title: str, decision: DecisionDoc | None,
                   pages: Sequence[tuple[str, str, str]]) -> str:
     records = read_records(store)
     rows = [[esc(r.axis), esc(r.title), _badge(r.status), esc(_one_line(r.summary)),
@@ -236,7 +237,7 @@ def renewal_index(store: RunStore, title: str, decision: dict[str, Any] | None,
                     pages_block(pages), "</body></html>"])
 
 
-def cost_block(records: dict[str, Any]) -> str:
+def cost_block(records: dict[str, EvidenceRecord]) -> str:
     """The cost sheet as the cost axis recorded it (k3lib.renewal.results.CostResult, read typed): an item nobody
     priced stays blank (never a zero). The renewal's records load here, on a review's index only: an acceptance
     run's batch never loads them (nor, through them, jsonschema's format parsers)."""
@@ -272,7 +273,7 @@ def cost_block(records: dict[str, Any]) -> str:
             + f"<p>Evidence: <code>evidence/cost.json</code> ({_badge(status)})</p></section>")
 
 
-def write_index(store: RunStore, title: str, decision: dict[str, Any] | None,
+def write_index(store: RunStore, title: str, decision: DecisionDoc | None,
                 pages: Sequence[tuple[str, str, str]], *, kind: str = "acceptance") -> str:
     """report/index.html (and the folder's shared assets). Returns its path relative to the run."""
     ensure_assets(store)

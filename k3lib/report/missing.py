@@ -13,9 +13,9 @@ import dataclasses
 import fnmatch
 import re
 import textwrap
-from typing import Any
 
 from ..core.roles import Loosened
+from ..verdict.shapes import ChecklistRow, DecisionDoc
 from ..verdict.sheet import ITEMS
 from .markup import esc
 
@@ -75,7 +75,7 @@ def _clean(text: str) -> str:
     return _REPEAT.sub(r"\1", m.group("why")) if m else text
 
 
-def _item_of(rule: str, checklist: list[dict[str, Any]]) -> dict[str, Any] | None:
+def _item_of(rule: str, checklist: list[ChecklistRow]) -> ChecklistRow | None:
     """The checklist row whose rules take this finding rule (as the sheet matched them), if any."""
 
     for row in checklist:
@@ -84,11 +84,11 @@ def _item_of(rule: str, checklist: list[dict[str, Any]]) -> dict[str, Any] | Non
     for item in ITEMS:
         if any(fnmatch.fnmatchcase(rule, p) for p in item.rules):
             return next((r for r in checklist if r.get("id") == item.id),
-                        {"id": item.id, "title": item.title, "status": "open"})
+                        ChecklistRow(id=item.id, title=item.title, status="open"))
     return None
 
 
-def _loosened(decision: dict[str, Any]) -> list[str]:
+def _loosened(decision: DecisionDoc) -> list[str]:
     """The settings looser than their floor that nobody accepted, each in a few words (`path = value (floor x)`)."""
 
     out = []
@@ -120,7 +120,7 @@ def _stronger(a: str, b: str) -> str:
     return a if _LEVELS.index(a) <= _LEVELS.index(b) else b
 
 
-def group_reasons(decision: dict[str, Any]) -> list[OpenItem]:
+def group_reasons(decision: DecisionDoc) -> list[OpenItem]:
     """The decision's reasons, one `OpenItem` per checklist item or rule, in the order they first appear. The
     traffic cap, accepted thresholds and the closing sentence of a `production` are not items (they are printed
     as they are)."""
@@ -134,7 +134,7 @@ def group_reasons(decision: dict[str, Any]) -> list[OpenItem]:
         if parsed is None:
             continue
         level, key, text, own = parsed
-        row = {"id": key, "title": own} if own is not None else _item_of(key, checklist)
+        row: ChecklistRow | None = {"id": key, "title": own} if own is not None else _item_of(key, checklist)
         gid = str(row["id"]) if row else key
         entry = items.setdefault(gid, OpenItem(gid, str(row.get("title", "")) if row else key, level))
         entry.level = _stronger(level, entry.level)
@@ -196,7 +196,7 @@ def _ordered(items: list[OpenItem], kind: str) -> list[OpenItem]:
 _ITEM_ID = re.compile(r"^C\d\d$")
 
 
-def missing_lines(decision: dict[str, Any], *, width: int = 160) -> list[str]:
+def missing_lines(decision: DecisionDoc, *, width: int = 160) -> list[str]:
     """The short list the terminal prints under `decision:`: measured defects first, then what to provide, then
     what this deployment gives nothing to compare; the reasons that raise nothing (the traffic cap…) and the
     re-examination date. Every reason stays in decision.json and the report."""
@@ -222,7 +222,7 @@ def wrapped(text: str, width: int, first: str, then: str) -> list[str]:
                          break_on_hyphens=False) or [first.rstrip()]
 
 
-def missing_html(decision: dict[str, Any]) -> str:
+def missing_html(decision: DecisionDoc) -> str:
     """The same list for the index, above the fold: the groups in the terminal's order, each under its heading and
     in its own colour (`k3-missing-<group>`), one row per item in the checklist's order, the parameter that
     closes it."""

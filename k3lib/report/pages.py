@@ -17,7 +17,9 @@ from typing import Any, Iterable, Sequence
 from traitlets.config import Config
 
 from ..core.errors import BadInputError
+from ..core.evidence import EvidenceRecord
 from ..core.store import RunStore
+from .shapes import CellOutput
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 KIT_ROOT = Path(__file__).resolve().parents[2]
@@ -57,7 +59,7 @@ def clean_text(text: str, rewrites: Sequence[tuple[str, str]]) -> str:
     return text
 
 
-def is_bare_repr(output: dict[str, Any]) -> bool:
+def is_bare_repr(output: CellOutput) -> bool:
     """An execute_result with only a text repr of an internal object (`AxisContext(…)`, `PosixPath(…)`)."""
     data = output.get("data") or {}
     if output.get("output_type") != "execute_result" or set(data) != {"text/plain"}:
@@ -172,7 +174,7 @@ def render_notebook(store: RunStore, nb_rel: str, nb: Any = None) -> str:
 
 # -- every page of a run, and what kind of run it is --------------------------------------------------------------
 
-def render_pages(store: RunStore, notebooks: Sequence[str], axis_of: dict[str, str], records: dict[str, Any],
+def render_pages(store: RunStore, notebooks: Sequence[str], axis_of: dict[str, str], records: dict[str, EvidenceRecord],
                  failed: Iterable[str] = ()) -> list[tuple[str, str, str]]:
     """Every executed notebook to offline HTML: (label, page, status) rows for the index. A page's status is its
     axis record's, else fail for a notebook in `failed` (it did not complete), else pass; a notebook that cannot be

@@ -8,16 +8,18 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 from ..core.errors import BadInputError
 from ..core.plan import run_kind
 from ..core.store import RunStore, atomic_write_bytes, sha256_file, utc_now
+from ..verdict.shapes import ChecklistRow, DecisionDoc
 from .markup import _badge, _table, esc
 from .pages import REPORT_JSON, _refuse_if_signed
+from .shapes import PdfEntry
 
 
-def full_sheet_block(checklist: Sequence[dict[str, Any]]) -> str:
+def full_sheet_block(checklist: Sequence[ChecklistRow]) -> str:
     """The sheet with every column, for the printed copy (the index shows one line per item)."""
     cols = ("id", "title", "status", "test", "configuration", "observed", "evidence", "reviewer")
     rows = [[_badge(item.get(c)) if c == "status" else esc("" if item.get(c) is None else str(item.get(c)))
@@ -34,7 +36,7 @@ def chromium() -> str:
     return exe
 
 
-def print_pdf(store: RunStore, target: str | Path, *, timeout_s: float = 180.0) -> dict[str, Any]:
+def print_pdf(store: RunStore, target: str | Path, *, timeout_s: float = 180.0) -> PdfEntry:
     """The index and the full sheet with its figures → one PDF printed by headless Chromium (network off: the page
     loads only the report folder's files). Its sha256 goes into `report.json`, which the manifest lists."""
 
@@ -45,7 +47,7 @@ def print_pdf(store: RunStore, target: str | Path, *, timeout_s: float = 180.0) 
     index = store.path("report/index.html")
     if not index.is_file():
         raise BadInputError("no report/index.html: run `k3 report RUN` first", source=str(store.root))
-    decision = store.read_json("decision.json") or {}
+    decision: DecisionDoc = store.read_json("decision.json") or DecisionDoc()
     report_dir = store.path("report").resolve()
     page = index.read_text(encoding="utf-8")
     # the printed copy loads the report folder's own assets; relative links would resolve in the temp folder
@@ -78,7 +80,7 @@ def print_pdf(store: RunStore, target: str | Path, *, timeout_s: float = 180.0) 
         store.write_bytes(inside, data)
     else:
         atomic_write_bytes(target.resolve(), data)
-    entry = {"file": inside or str(target.resolve()), "in_run": inside is not None,
+    entry: PdfEntry = {"file": inside or str(target.resolve()), "in_run": inside is not None,
              "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data), "printed_at": utc_now(),
              "printed_by": version or Path(exe).name, "of": ["report/index.html", "decision.json: checklist"],
              "decision": decision.get("decision"),
@@ -99,7 +101,6 @@ def _inside(store: RunStore, target: Path) -> str | None:
 def pdf_problems(store: RunStore) -> tuple[list[str], list[str]]:
     """(changed, notes) for `k3 verify`: each PDF recorded in report.json against its sha256. One inside the run
     is in the manifest too; one archived elsewhere is checked where it was written, or said not found."""
-    from ..core.store import sha256_file
 
     record = store.read_json(REPORT_JSON) if store.path(REPORT_JSON).is_file() else None
     changed: list[str] = []

@@ -7,6 +7,8 @@ import html
 import sys
 from typing import Any
 
+import pandas as pd  # the review's opener (k3lib.review) imports this module on first use, to draw
+
 from ..core.numbers import figure
 from ..renewal.decision import RenewalDecision, money
 from ..renewal.params import RenewalParams, tracked_keys
@@ -17,8 +19,6 @@ def rules_table(params: RenewalParams) -> Any:
     """The four fixed elements, every threshold, the currency and the declared benefits — fixed before the results
     were read — each with its origin (the file or override that set it, or the built-in default): printed on top
     of the report, whole (a pandas Styler; `.data` is the table)."""
-    import pandas as pd
-
     review = params.review.model_dump(mode="json")
     rows = []
     for key in tracked_keys():
@@ -46,8 +46,6 @@ def _compact(value: Any) -> str:
 
 def axis_table(axis: str, result: dict[str, Any]) -> Any:
     """The axis' main table, blanks shown as blanks (None → empty cell, never 0)."""
-    import pandas as pd
-
     if axis == "load":
         return pd.concat([pd.DataFrame(result["by_period"]), pd.DataFrame(result["by_category"])],
                          ignore_index=True).astype(object).where(lambda d: d.notna(), "")
@@ -129,8 +127,6 @@ def axis_figure(axis: str, result: dict[str, Any], frame: Any = None) -> Any:
 
 def drill_table(result: dict[str, Any] | None) -> Any:
     """The drill's answers: one row per question, with its answer and evidence."""
-    import pandas as pd
-
     if not result:
         return pd.DataFrame(columns=["question", "answer", "evidence"])
     return pd.DataFrame([{"question": a["question"], "answer": a["answer"], "evidence": a["evidence"]}

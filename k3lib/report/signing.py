@@ -23,6 +23,7 @@ from ..core.store import MANIFEST, RunStore, atomic_write_bytes, to_json_bytes
 from ..verdict.decision import decision_line, is_demo
 from ..verdict.recompute import decision_problems, recomputed
 from .pdf import pdf_problems
+from .shapes import VerifyCounts
 
 SIGNATURE = "signature.json"
 SSH_SIG = MANIFEST + ".sig"
@@ -222,7 +223,7 @@ def _verify_files(run_dir: str | Path, *, allowed_signers: str | Path | None = N
     pdf_changed, notes = pdf_problems(store)  # the archived PDF against the sha256 report.json recorded
     changed += pdf_changed
     listed = set(store.manifest()["files"])
-    counts: dict[str, Any] = {"files_checked": len(listed), "manifest_path": str(store.root / MANIFEST)}
+    counts: VerifyCounts = {"files_checked": len(listed), "manifest_path": str(store.root / MANIFEST)}
     sig_path, ssh_path = store.root / SIGNATURE, store.root / SSH_SIG
     unlisted = _unlisted(store, listed)
     if not sig_path.exists():

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import pandas as pd  # the summary notebook's tables: k3lib imports this module on first use
+
 from ..core.evidence import EvidenceRecord
 
 __all__ = ["findings_table", "records_table"]
 
 
 def records_table(records: dict[str, EvidenceRecord]) -> Any:
-    import pandas as pd
-
     rows = [{"axis": r.axis, "title": r.title, "status": r.status, "findings": len(r.findings),
              "failed": ", ".join(f.rule for f in r.failed()), "summary": r.summary,
              "evidence": f"evidence/{r.axis}.json"} for r in records.values()]
@@ -21,8 +21,6 @@ def records_table(records: dict[str, EvidenceRecord]) -> Any:
 
 
 def findings_table(records: dict[str, EvidenceRecord]) -> Any:
-    import pandas as pd
-
     rows = [{"axis": r.axis, "rule": f.rule, "status": f.status, "message": f.message}
             for r in records.values() for f in r.findings]
     return pd.DataFrame(rows, columns=["axis", "rule", "status", "message"])

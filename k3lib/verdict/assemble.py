@@ -55,7 +55,7 @@ def compute_decision(params: Params, records: dict[str, EvidenceRecord], *,
         reasons = (*decision.reasons, f"demo: the target is the kit's emulator ({kind}: {_kind_basis(records)}) — "
                    "a demonstration of the kit, not an acceptance of a deployment; `k3 sign` refuses it")
         decision = decision.model_copy(update={"reasons": reasons})
-    return decision.model_copy(update={"identity": identity.to_dict(), "target_kind": kind})
+    return decision.model_copy(update={"identity": identity.model_dump(mode="json"), "target_kind": kind})
 
 
 def target_kind(records: dict[str, EvidenceRecord]) -> str | None:

@@ -9,13 +9,14 @@ or missing evidence → limited-observation, with a traffic cap and a re-examina
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, Iterable, Sequence
+from typing import Iterable, Sequence, cast
 
 from ..core.evidence import EvidenceRecord
 from ..core.record import Record
 from ..core.roles import Loosened
 from ..core.outcomes import (DECISIONS, EXIT_CODES, NOT_PROVEN, REEXAMINE_AFTER_DAYS, RULES, STRENGTH, AcceptanceOutcome, Rule,
                        level_for, rule_for, strongest)
+from .shapes import ChecklistRow, DecisionCap, DecisionDoc, IdentityDoc, LoosenedDoc
 
 # the outcome vocabulary and the finding → outcome table live in k3lib.core.outcomes (the axes read them too)
 __all__ = ["AcceptanceDecision", "AcceptanceOutcome", "DECISIONS", "EXIT_CODES", "NOT_PROVEN", "REEXAMINE_AFTER_DAYS", "RULES",
@@ -28,14 +29,14 @@ class AcceptanceDecision(Record):
 
     decision: str
     reasons: tuple[str, ...] = ()
-    checklist: tuple[dict[str, Any], ...] = ()
-    traffic_cap: dict[str, Any] | None = None
+    checklist: tuple[ChecklistRow, ...] = ()
+    traffic_cap: DecisionCap | None = None
     reexamine_on: str | None = None
     build: str = "official"
     agents_blocked: bool = False
     cache_gain_counted: bool = True
-    loosened_thresholds: tuple[dict[str, Any], ...] = ()  # k3lib.core.thresholds.Loosened, accepted or not
-    identity: dict[str, Any] | None = None  # each source tied to the target or not (k3lib.verdict.identity)
+    loosened_thresholds: tuple[LoosenedDoc, ...] = ()  # k3lib.core.thresholds.Loosened, accepted or not
+    identity: IdentityDoc | None = None  # each source tied to the target or not (k3lib.verdict.identity)
     # what the target is (k3lib.axes.probe.target_kind): embedded-emulator, external-emulator or engine
     target_kind: str | None = None
 
@@ -47,6 +48,10 @@ class AcceptanceDecision(Record):
     def demo(self) -> bool:
         """A run against the kit's emulator: a demonstration, never an acceptance (`k3 sign` refuses it)."""
         return is_demo(self.target_kind)
+
+    def doc(self) -> DecisionDoc:
+        """`decision.json`'s content, as the report reads it back."""
+        return cast(DecisionDoc, self.model_dump())
 
     @property
     def line(self) -> str:
@@ -67,9 +72,9 @@ def decision_line(decision: str, target_kind: object) -> str:
     return f"{decision} (demo)" if is_demo(target_kind) else decision
 
 
-def axis_checklist(records: dict[str, EvidenceRecord], planned: Iterable[str]) -> list[dict[str, Any]]:
+def axis_checklist(records: dict[str, EvidenceRecord], planned: Iterable[str]) -> list[ChecklistRow]:
     """One row per planned axis (used when no sheet is given)."""
-    items = []
+    items: list[ChecklistRow] = []
     for axis in planned:
         rec = records.get(axis)
         items.append({"id": axis, "title": rec.title if rec else axis,
@@ -79,7 +84,7 @@ def axis_checklist(records: dict[str, EvidenceRecord], planned: Iterable[str]) -
     return items
 
 
-def traffic_cap_from(records: dict[str, EvidenceRecord]) -> dict[str, Any]:
+def traffic_cap_from(records: dict[str, EvidenceRecord]) -> DecisionCap:
     """The traffic cap the capacity axis measured (`data.traffic_cap`: the saturation point, never above the
     planned concurrency), else one request at a time; the agents' own cap is the highest concurrency at which
     every tool-call check held (`agent` axis)."""
@@ -87,7 +92,7 @@ def traffic_cap_from(records: dict[str, EvidenceRecord]) -> dict[str, Any]:
     measured = rec.typed().traffic_cap if rec is not None else None  # CapacityData: typed, checked on read
     cap = measured.max_concurrency if measured is not None else None
     if measured is not None and cap is not None and cap >= 1:
-        out = {"max_concurrency": cap, "saturation_point": measured.saturation_point,
+        out: DecisionCap = {"max_concurrency": cap, "saturation_point": measured.saturation_point,
                "planned_concurrency": measured.planned_concurrency,
                "basis": f"measured by the capacity axis: {measured.basis}",
                "source": "evidence/capacity.json: data.traffic_cap"}
@@ -102,8 +107,13 @@ def traffic_cap_from(records: dict[str, EvidenceRecord]) -> dict[str, Any]:
     return out
 
 
+def _doc(t: Loosened) -> LoosenedDoc:
+    """A loosened setting as `decision.json` lists it: the record's JSON dump, whose keys `LoosenedDoc` names."""
+    return cast(LoosenedDoc, t.model_dump(mode="json"))
+
+
 def decide(records: dict[str, EvidenceRecord], planned: Iterable[str], *, build: str = "official",
-           checklist: list[dict[str, Any]] | None = None, today: dt.date | None = None,
+           checklist: list[ChecklistRow] | None = None, today: dt.date | None = None,
            loosened: Sequence[Loosened] = ()) -> AcceptanceDecision:
     """Strongest rule first. `checklist` (the sheet's rows) adds: an item still open is never a pass.
     `loosened` (k3lib.core.thresholds) adds: a threshold looser than its default is listed, and one nobody attested
@@ -165,4 +175,4 @@ def decide(records: dict[str, EvidenceRecord], planned: Iterable[str], *, build:
     return AcceptanceDecision(decision=verdict, reasons=tuple(reasons), checklist=tuple(rows), traffic_cap=cap,
                               reexamine_on=reexamine, build=build, agents_blocked=agents_blocked,
                               cache_gain_counted=cache_gain,
-                              loosened_thresholds=tuple(t.model_dump(mode="json") for t in loosened))
+                              loosened_thresholds=tuple(_doc(t) for t in loosened))

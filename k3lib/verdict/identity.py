@@ -17,12 +17,15 @@ Pure over evidence records (`data.claims` of the probe, environment and capacity
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from pydantic import Field
+
 from ..core.evidence import EvidenceRecord, Finding
+from ..core.record import Record
+from ..io.claims import Claims
 from ..core.versions import same_release
 
 TARGET = "target"
@@ -115,11 +118,11 @@ def compare(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[tuple[bool, str]
     return out + _cross(a, b)
 
 
-@dataclasses.dataclass(frozen=True)
-class SourceTie:
-    """How one source stands to the target: "target", "tied", "disputed" or "untied", with what proved it."""
+class SourceTie(Record):
+    """How one source stands to the target: "target", "tied", "disputed" or "untied", with what proved it.
+    `model_dump(mode="json")` is its entry in `decision.json`'s identity (the source names the entry)."""
 
-    source: str
+    source: str = Field(exclude=True)
     status: str
     via: tuple[str, ...] = ()
     mismatches: tuple[str, ...] = ()
@@ -134,8 +137,6 @@ class SourceTie:
         return f"{self.source} shares nothing the kit can check with the target (no version, model, GPU, driver or " \
                f"counter in common)"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"status": self.status, "via": list(self.via), "mismatches": list(self.mismatches)}
 
 
 def _pair_results(claims: Mapping[str, Mapping[str, Any]]) -> dict[tuple[str, str], list[tuple[bool, str]]]:
@@ -180,7 +181,8 @@ def tie_sources(claims: Mapping[str, Mapping[str, Any]]) -> dict[str, SourceTie]
     for s in claims:
         status = "target" if s.startswith(TARGET) else "disputed" if mismatches[s] else \
             "tied" if s in tied else "untied"
-        out[s] = SourceTie(s, status, tuple(tied.get(s, ())), tuple(dict.fromkeys(mismatches[s])))
+        out[s] = SourceTie(source=s, status=status, via=tuple(tied.get(s, ())),
+                            mismatches=tuple(dict.fromkeys(mismatches[s])))
     return out
 
 
@@ -210,9 +212,9 @@ METRICS_RULES = ("capacity.saturation", "capacity.queue_time", "capacity.soak_sa
                  "capacity.cross_check", "capacity.admission", "prefix_cache.")
 
 
-def claims_of(records: Mapping[str, EvidenceRecord]) -> dict[str, dict[str, Any]]:
+def claims_of(records: Mapping[str, EvidenceRecord]) -> dict[str, Claims]:
     """Every source's claims the records keep (`data.claims` of probe, environment and capacity)."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, Claims] = {}
     for axis in ("probe", "environment", "capacity"):
         rec = records.get(axis)
         data = rec.data if rec is not None and isinstance(rec.data, dict) else {}
@@ -243,26 +245,24 @@ def sources_of(finding: Finding) -> set[str]:
     return names
 
 
-@dataclasses.dataclass(frozen=True)
-class SourceTies:
-    """The target's identity, how each source stands to it, and any change of the target between axes."""
+class SourceTies(Record):
+    """The target's identity, how each source stands to it (by source name), and any change of the target between
+    axes. `model_dump(mode="json")` is `decision.json`'s identity (`k3lib.verdict.shapes.IdentityDoc`)."""
 
-    target: dict[str, Any]
+    target: Claims
     sources: dict[str, SourceTie]
-    changed: tuple[str, ...] = ()
+    target_changed: tuple[str, ...] = ()
 
     def untrusted(self) -> dict[str, SourceTie]:
         return {s: t for s, t in self.sources.items() if not t.trusted}
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"target": self.target, "sources": {s: t.to_dict() for s, t in sorted(self.sources.items())},
-                "target_changed": list(self.changed)}
 
 
 def identify(records: Mapping[str, EvidenceRecord]) -> SourceTies:
     claims = claims_of(records)
     target = {k: v for s in sorted(claims) if s.startswith(TARGET) for k, v in claims[s].items()}
-    return SourceTies(target, tie_sources(claims), tuple(target_changed(claims)))
+    return SourceTies(target=target, sources=dict(sorted(tie_sources(claims).items())),
+                      target_changed=tuple(target_changed(claims)))
 
 
 def _opened(f: Finding, why: str) -> Finding:
@@ -287,12 +287,12 @@ def tie_records(records: Mapping[str, EvidenceRecord], report: SourceTies | None
             rests = sources_of(f)
             if "metrics" in rests:
                 rests |= {s for s in bad if s.startswith("metrics ")}
-            absent = {s: SourceTie(s, "untied") for s in rests if s in NAMED and s not in report.sources}
+            absent = {s: SourceTie(source=s, status="untied") for s in rests if s in NAMED and s not in report.sources}
             hit = sorted(s for s in rests if s in bad or s in absent)
-            moved = [s for s in rests if s == "target (environment)"] if report.changed else []
+            moved = [s for s in rests if s == "target (environment)"] if report.target_changed else []
             why = [{**bad, **absent}[s].why() for s in hit]
             if moved:
-                why.insert(0, "the target changed between the probe and this axis: " + "; ".join(report.changed[:2]))
+                why.insert(0, "the target changed between the probe and this axis: " + "; ".join(report.target_changed[:2]))
             changed.append(_opened(f, "; ".join(why)) if why else f)
         if changed != list(rec.findings):
             out[axis] = rec.model_copy(update={"findings": changed})

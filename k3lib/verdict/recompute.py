@@ -25,6 +25,7 @@ from ..core.params import load_params_json
 from ..core.store import RunStore
 from .assemble import compute_decision
 from .rejudge import rejudge_problems
+from .shapes import DecisionDoc
 
 # The fields both decide and store; the re-examination date is compared apart (it counts from the day decided).
 ACCEPTANCE_FIELDS = ("decision", "reasons", "checklist", "traffic_cap", "build", "agents_blocked",
@@ -32,10 +33,10 @@ ACCEPTANCE_FIELDS = ("decision", "reasons", "checklist", "traffic_cap", "build",
 RENEWAL_FIELDS = ("decision", "rule", "reasons", "findings", "checklist", "condition", "routing", "target_kind")
 
 # (the run, its stored decision) -> the decision its evidence gives, as decision.json would hold it
-DecideAgain = Callable[[RunStore, dict[str, Any]], dict[str, Any]]
+DecideAgain = Callable[[RunStore, DecisionDoc], DecisionDoc]
 
 
-def _decided_on(stored: dict[str, Any], days: int) -> dt.date | None:
+def _decided_on(stored: DecisionDoc, days: int) -> dt.date | None:
     """The day the stored decision was taken, from its re-examination date (None when it has none)."""
     try:
         return dt.date.fromisoformat(str(stored["reexamine_on"])) - dt.timedelta(days=days)
@@ -43,12 +44,12 @@ def _decided_on(stored: dict[str, Any], days: int) -> dt.date | None:
         return None
 
 
-def recomputed(store: RunStore, stored: dict[str, Any]) -> dict[str, Any]:
+def recomputed(store: RunStore, stored: DecisionDoc) -> DecisionDoc:
     """The acceptance decision the run's evidence gives, as `decision.json` would hold it."""
 
     params = load_params_json(store.path("params.json"))
     return compute_decision(params, read_records(store),
-                            today=_decided_on(stored, REEXAMINE_AFTER_DAYS)).model_dump()
+                            today=_decided_on(stored, REEXAMINE_AFTER_DAYS)).doc()
 
 
 def _short(value: Any) -> str:
@@ -62,7 +63,7 @@ def decision_problems(store: RunStore, decide_again: DecideAgain = recomputed) -
     cannot be decided again says so in one line."""
     if not store.path("decision.json").is_file():
         return []
-    stored = store.read_json("decision.json")
+    stored: DecisionDoc = store.read_json("decision.json")
     if not isinstance(stored, dict):
         return ["decision.json: not a decision (expected a JSON object)"]
     try:
@@ -86,7 +87,7 @@ def decision_problems(store: RunStore, decide_again: DecideAgain = recomputed) -
     return out
 
 
-def raw_data_problems(store: RunStore, stored: dict[str, Any]) -> list[str]:
+def raw_data_problems(store: RunStore, stored: DecisionDoc) -> list[str]:
     """Each acceptance axis judged again from its raw data (`k3lib.verdict.rejudge`): one line per finding that
     differs."""
 

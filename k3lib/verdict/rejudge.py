@@ -22,7 +22,7 @@ from ..axes.capacity.rejudge import rejudge_capacity
 from ..axes.environment.reread import rejudge_environment
 from ..axes.prefix_cache.judge import prefix_cache_record
 from ..axes.prefix_cache.result import PrefixCacheResult
-from ..axes.probe import iter_findings, read_probe
+from ..axes.probe import iter_findings, read_probe, target_kind
 from ..core.evidence import DrillData, EvidenceRecord, Finding, ServedData
 from ..core.params import Params
 from ..core.store import RunStore
@@ -129,7 +129,6 @@ def rejudge_problems(store: RunStore, params: Params, records: dict[str, Evidenc
 def target_kind_problems(store: RunStore, params: Params, records: dict[str, EvidenceRecord]) -> list[str]:
     """The target kind the probe recorded against the one its kept `/version` body and the run's `request.json` give
     (`k3lib.axes.probe.target_kind`): a demo relabelled `engine` to be signed is named."""
-    from ..axes.probe import read_probe, target_kind
 
     rec = records.get("probe")
     if rec is None or rec.error or rec.status == "not-run" or not isinstance(rec.data, dict):

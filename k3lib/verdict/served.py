@@ -5,10 +5,9 @@ run is judged again the same way; whatever the parameters say, these are the tar
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..core.evidence import EvidenceRecord
 from ..core.recipes import known_recipe, served_recipe
+from .shapes import RooflineBound, ServedFacts
 
 __all__ = ["served_facts", "served_models"]
 
@@ -22,16 +21,16 @@ def served_models(records: dict[str, EvidenceRecord]) -> list[str]:
     return [str(v) for c in cards for v in (c.id, c.root) if v]
 
 
-def _roofline_bound(records: dict[str, EvidenceRecord]) -> dict[str, Any]:
+def _roofline_bound(records: dict[str, EvidenceRecord]) -> RooflineBound:
     cap = records.get("capacity")
     for f in (cap.findings if cap is not None else ()):
         if f.rule == "capacity.roofline" and isinstance(f.evidence, dict):
-            bound = f.evidence.get("bound")
+            bound: RooflineBound | None = f.evidence.get("bound")
             return bound if isinstance(bound, dict) else {}
     return {}
 
 
-def served_facts(records: dict[str, EvidenceRecord], recipe_name: object = None) -> dict[str, Any]:
+def served_facts(records: dict[str, EvidenceRecord], recipe_name: object = None) -> ServedFacts:
     """The facts the served-basis floors rest on. The recipe is the served model's; where the kit knows no model the
     target serves (none read, or served under a name of its own: `--served-model-name llm` from `/mnt/models`), the
     one `recipe_name` names, if the kit knows it — a model's name is the target's to choose, and a name the kit
@@ -40,10 +39,10 @@ def served_facts(records: dict[str, EvidenceRecord], recipe_name: object = None)
     found = served_recipe(models)
     if found is None and (named := known_recipe(recipe_name)) is not None:
         found = (named, f"{', '.join(models)}, named {recipe_name} by the parameters" if models else str(recipe_name))
-    out: dict[str, Any] = {}
+    out: ServedFacts = {}
     if found is not None:
-        out.update(recipe=dict(found[0].judged), recipe_name=found[0].name, recipe_model=found[1])
+        out.update({"recipe": dict(found[0].judged), "recipe_name": found[0].name, "recipe_model": found[1]})
     bound = _roofline_bound(records)
     if bound.get("gpu_shown"):
-        out.update(gpu=bound["gpu_shown"], hbm_tb_s=bound.get("hbm_table_tb_s"))
+        out.update({"gpu": bound["gpu_shown"], "hbm_tb_s": bound.get("hbm_table_tb_s")})
     return out

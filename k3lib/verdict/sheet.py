@@ -15,6 +15,7 @@ from ..core.params import default_tree
 from ..core.recipes import recipe_loosened
 from ..core.thresholds import BY_PATH, loosened
 from .served import served_facts
+from .shapes import ChecklistRow, RecipeSection
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,9 +147,9 @@ def item_status(item: SheetItem, records: dict[str, EvidenceRecord]) -> tuple[st
 
 
 def sheet_rows(records: dict[str, EvidenceRecord], params: dict[str, Any] | None = None,
-               reviewer: str | None = None) -> list[dict[str, Any]]:
+               reviewer: str | None = None) -> list[ChecklistRow]:
     """One row per item: id, title, status, test, configuration, observed, evidence, reviewer."""
-    rows = []
+    rows: list[ChecklistRow] = []
     for item in ITEMS:
         status, found = item_status(item, records)
         rec = records.get(item.axis)
@@ -173,7 +174,7 @@ def _observed(f: Finding) -> str:
     return f"{f.message} (info: compares nothing, proves nothing)" if f.status == "info" else f.message
 
 
-def _recipe_requirements(recipe: dict[str, Any]) -> list[str]:
+def _recipe_requirements(recipe: RecipeSection) -> list[str]:
     """What the recipe asks of the environment, in words; a requirement it leaves unset is said to be unset."""
     vmin, vmax = recipe.get("vllm_min"), recipe.get("vllm_max")
     if vmin and vmax:
