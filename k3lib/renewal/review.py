@@ -44,6 +44,7 @@ from .live import match_live
 from .load import analyse_load
 from .params import RenewalParams
 from .selector import SeriesSelector
+from .shapes import Axes, AxesData, DeploymentData, DrillData, LoadData
 from .series import DCGM_GPU_UTIL, Grid, ReviewSeries, load_frame, series_from_file, series_from_prometheus
 from .window import Clipped, ReviewWindow, clip_hours, clip_incidents, clip_tasks, hours_coverage, task_log_coverage
 
@@ -221,16 +222,16 @@ def other_gpu_hosts(series: ReviewSeries) -> list[str]:
                    for m in [re.fullmatch(r"another host \((.+)\)", x.reason)] if m})
 
 
-def deployment_use(data: ReviewData) -> dict[str, Any]:
+def deployment_use(data: ReviewData) -> DeploymentData:
     d = data.params.review.deployment
     return {**SeriesSelector.of(d).describe(), "gpus_in_series": data.series.gpus_in_series,
             "acceptance_run": d.acceptance_run, "left_out": [x.describe() for x in data.series.left_out]}
 
 
-def analyse(data: ReviewData, drill: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+def analyse(data: ReviewData, drill: DrillData | None = None) -> AxesData:
     """The six axes as JSON-ready dicts, keyed by axis id."""
     rules, fixed = data.params.review.rules, data.params.review.fixed
-    load = {**analyse_load(data.frame, data.tasks, rules, data.grid, data.gpus),
+    load: LoadData = {**analyse_load(data.frame, data.tasks, rules, data.grid, data.gpus),
             "deployment": deployment_use(data), "window": {**data.window.describe(), "step_s": data.grid.step_s}}
     production = analyse_production(data.frame, data.tasks, rules, data.grid, fixed,
                                     coverage=task_log_coverage(data.tasks, data.window),
@@ -273,7 +274,7 @@ def hourly_load(frame: Any) -> Any:
     return frame[list(HOURLY_COLUMNS)].resample("1h").mean()
 
 
-def write_axes_cache(params: RenewalParams, store: RunStore) -> dict[str, dict[str, Any]]:
+def write_axes_cache(params: RenewalParams, store: RunStore) -> AxesData:
     """Load the inputs and compute the axes once, written (atomically, hashed in the manifest) to AXES_CACHE with
     the load figure's hourly means."""
     data = load_review(params)
@@ -310,7 +311,7 @@ def read_hourly_cache(params: RenewalParams, store: RunStore) -> Any:
                         index=index)
 
 
-def read_axes_cache(params: RenewalParams, store: RunStore) -> dict[str, dict[str, Any]] | None:
+def read_axes_cache(params: RenewalParams, store: RunStore) -> AxesData | None:
     """The run's cached axes when the file is the one the manifest hashed and was computed from these very inputs;
     None otherwise (a notebook opened alone, or inputs changed since): the caller computes them."""
     cached = _cached(params, store)
@@ -326,7 +327,7 @@ def live_refusal(params: RenewalParams, live: PathsResult | None) -> str | None:
                       task_set_sha256=params.review.fixed.task_set.live_sha256)
 
 
-def decide_from_axes(params: RenewalParams, axes: dict[str, Any], statuses: dict[str, str] | None = None,
+def decide_from_axes(params: RenewalParams, axes: Axes, statuses: dict[str, str] | None = None,
                      today=None, live: PathsResult | None = None) -> RenewalDecision:
     """The decision with the review's rules; `live`: the `k3 paths` record `review.live_paths` names (None: the
     comparison rests on the task log only), read only when it ran the review's task set against its model."""
