@@ -13,7 +13,7 @@ import datetime as dt
 import heapq
 import math
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict
 
 import yaml
 
@@ -115,6 +115,25 @@ def _down(outages, t: float) -> tuple[float, float, tuple] | None:
     return next((o for o in outages if o[0] <= t < o[1]), None)
 
 
+class SimTask(TypedDict):
+    """One simulated task: drawn (id, category, submission, duration), then scheduled and judged."""
+
+    task_id: str
+    category: str
+    submit: float
+    dur: float
+    routed: NotRequired[bool]  # finished by the API during an outage
+    start: NotRequired[float | None]
+    end: NotRequired[float | None]
+    retries: NotRequired[int]
+    timed_out: NotRequired[bool]
+    tool_errors: NotRequired[int]
+    accepted: NotRequired[bool]
+    manual: NotRequired[bool]
+    prompt: NotRequired[int]
+    gen: NotRequired[int]
+
+
 def simulate(scenario: str, seed: int = 7) -> dict:
     """Tasks, outages and per-slot series of one scenario (pure: the same seed gives the same figures)."""
     import numpy as np
@@ -124,7 +143,7 @@ def simulate(scenario: str, seed: int = 7) -> dict:
     start = ANCHOR_END - dt.timedelta(days=WINDOW_DAYS)
     n_slots = WINDOW_DAYS * 86400 // STEP_S
     outages = _outages(sc, start)
-    tasks: list[dict[str, Any]] = []
+    tasks: list[SimTask] = []
     n = 0
     for k in range(n_slots):
         t = start + dt.timedelta(seconds=k * STEP_S)
@@ -152,18 +171,18 @@ def simulate(scenario: str, seed: int = 7) -> dict:
             end = begin + task["dur"]
         if task["routed"]:
             heapq.heappush(free, begin)
-            task.update(start=None, end=None, retries=0)
+            task.update({"start": None, "end": None, "retries": 0})
             continue
         heapq.heappush(free, end)
-        task.update(start=begin, end=end, retries=retries)
+        task.update({"start": begin, "end": end, "retries": retries})
     for task in tasks:
         timed_out = task["start"] is not None and bool(rng.random() < sc.timeout)
         tool_errors = int(rng.random() < sc.tool_error) * (1 + int(rng.poisson(0.5))) if task["category"] in (
             "agent", "peak") else 0
         accepted = (task["start"] is not None and not timed_out and bool(rng.random() < sc.accept))
-        task.update(timed_out=timed_out, tool_errors=tool_errors, accepted=accepted,
-                    manual=accepted and bool(rng.random() < sc.manual),
-                    prompt=int(rng.integers(2_000, 30_000)), gen=int(rng.integers(300, 4_000)))
+        task.update({"timed_out": timed_out, "tool_errors": tool_errors, "accepted": accepted,
+                     "manual": accepted and bool(rng.random() < sc.manual),
+                     "prompt": int(rng.integers(2_000, 30_000)), "gen": int(rng.integers(300, 4_000))})
     return {"scenario": sc, "start": start, "tasks": tasks, "outages": outages, "rng": rng, "n_slots": n_slots}
 
 
@@ -256,7 +275,7 @@ def _write_tasks(sim: dict, path: Path) -> None:
     sc, rng = sim["scenario"], sim["rng"]
     rows = ["task_id,category,path,submitted_at,started_at,finished_at,accepted,retries,tool_call_errors,"
             "timed_out,manual_correction,routed_to_api,wait_s"]
-    replay: list[dict[str, Any]] = []
+    replay: list[SimTask] = []
     for t in sim["tasks"]:
         wait = 0.0 if t["start"] is None else t["start"] - t["submit"]
         b = lambda x: "true" if x else "false"  # noqa: E731

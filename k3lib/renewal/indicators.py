@@ -8,7 +8,7 @@ than `rules.min_sample_tasks`, an interval straddling its rule. It is never coun
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from .findings import RenewalFinding
 from .live import live_equivalence, live_quality
@@ -48,6 +48,20 @@ def typed_axes(axes: Axes) -> tuple[Any, ...]:
     """The six results as their typed models (None: no evidence); a dict that does not fit is refused."""
 
     return tuple(None if axes.get(a) is None else typed(a, axes[a]) for a in AXES)
+
+
+class _Values(TypedDict, total=False):
+    """The indicators read from the axes (`Indicators`' fields; one left out: not shown)."""
+
+    regular_load: bool | None
+    large_idle: bool | None
+    spiky: bool | None
+    quality_ok: bool | None
+    recoverable: bool | None
+    effort_ok: bool | None
+    api_equivalent: bool | None
+    cheaper_than_api: bool | None
+    within_value: bool | None
 
 
 def _all(*parts: bool | None) -> bool | None:
@@ -209,7 +223,7 @@ def indicators(axes: Axes, rules: RenewalRules,
     `live_refused`: why the run named was not read)."""
     found: list[RenewalFinding] = []
     load, prod, comp, cost, stab, ops = typed_axes(axes)
-    values: dict[str, Any] = {}
+    values: _Values = {}
     live = None if live_refused else live  # a run that does not match the review is not read at all
     for axis, result in zip(AXES, (load, prod, comp, cost, stab, ops)):
         if result is None:

@@ -13,7 +13,7 @@ import hashlib
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ..axes.paths.record import PathsResult
 from ..core.errors import BadInputError
@@ -44,8 +44,8 @@ from .live import match_live
 from .load import analyse_load
 from .params import RenewalParams
 from .selector import SeriesSelector
-from .shapes import Axes, AxesData, DeploymentData, DrillData, LoadData
-from .series import DCGM_GPU_UTIL, Grid, ReviewSeries, load_frame, series_from_file, series_from_prometheus
+from .shapes import Axes, AxesCache, AxesData, DeploymentData, DrillData, LoadData
+from .series import DCGM_GPU_UTIL, Grid, RawSeries, ReviewSeries, load_frame, series_from_file, series_from_prometheus
 from .window import Clipped, ReviewWindow, clip_hours, clip_incidents, clip_tasks, hours_coverage, task_log_coverage
 
 
@@ -63,7 +63,7 @@ class ReviewData:
     clipped: dict[str, Clipped]  # tasks, incidents, hours: what clipping kept and left out
 
     @property
-    def raw(self) -> dict[str, Any]:
+    def raw(self) -> dict[str, RawSeries]:
         return self.series.raw
 
     @property
@@ -85,7 +85,7 @@ class ReviewData:
 ACCEPTED = ("production", "limited-observation")  # an acceptance decision that put the deployment in service
 
 
-def _accepted_identity(folder: str) -> tuple[str, dict[str, Any]]:
+def _accepted_identity(folder: str) -> tuple[str, dict[str, str | int | None]]:
     """The served model and GPU count an accepted acceptance run recorded (its run id first); bad input when the
     folder is no run, its decision did not accept the deployment, or it ran against the embedded emulator."""
 
@@ -111,7 +111,7 @@ def resolve_deployment(params: RenewalParams) -> RenewalParams:
     d = review.deployment
     if review.series is None:
         return params
-    found: dict[str, Any] = {}
+    found: dict[str, str | int] = {}
     origins = dict(review.origins)
     if d.acceptance_run is not None:
         run_id, recorded = _accepted_identity(d.acceptance_run)
@@ -280,13 +280,14 @@ def write_axes_cache(params: RenewalParams, store: RunStore) -> AxesData:
     data = load_review(params)
     axes = analyse(data)
     hourly = hourly_load(data.frame)
-    store.write_json(AXES_CACHE, {"inputs_sha256": inputs_sha256(params), "axes": axes, "load_hourly": {
+    cache: AxesCache = {"inputs_sha256": inputs_sha256(params), "axes": axes, "load_hourly": {
         "index": [t.isoformat() for t in hourly.index],
-        "columns": {c: [None if v != v else float(v) for v in hourly[c]] for c in HOURLY_COLUMNS}}})
+        "columns": {c: [None if v != v else float(v) for v in hourly[c]] for c in HOURLY_COLUMNS}}}
+    store.write_json(AXES_CACHE, cache)
     return axes
 
 
-def _cached(params: RenewalParams, store: RunStore) -> dict[str, Any] | None:
+def _cached(params: RenewalParams, store: RunStore) -> AxesCache | None:
     entry = store.manifest()["files"].get(AXES_CACHE)
     try:
         raw = store.path(AXES_CACHE).read_bytes() if entry is not None else b""
@@ -295,7 +296,7 @@ def _cached(params: RenewalParams, store: RunStore) -> dict[str, Any] | None:
         return None
     if not isinstance(cached, dict) or cached.get("inputs_sha256") != inputs_sha256(params):
         return None
-    return cached
+    return cast(AxesCache, cached)  # the file this run wrote from these inputs, its hash the manifest's
 
 
 def read_hourly_cache(params: RenewalParams, store: RunStore) -> Any:

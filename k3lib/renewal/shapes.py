@@ -441,6 +441,19 @@ class AxesData(TypedDict, total=False):
 
 
 AxisData = LoadData | ProductionData | ComparisonData | CostData | StabilityData | OperationsData  # one axis
+class HourlyLoad(TypedDict):
+    index: list[str]  # ISO 8601 UTC hours
+    columns: dict[str, list[float | None]]  # gpu_util, waiting, running: each hour's mean (None: no sample)
+
+
+class AxesCache(TypedDict):
+    """`review/axes.json`: the axes computed once per run, from these inputs (`review.write_axes_cache`)."""
+
+    inputs_sha256: str
+    axes: AxesData
+    load_hourly: HourlyLoad
+
+
 TypedAxes = dict[str, AxisResult | None]  # each axis' typed result read back from its record (None: no evidence)
 Axes = AxesData | TypedAxes  # what the decision reads: the analyses' dicts, or the records' typed results
 
@@ -519,7 +532,7 @@ class Loosened(TypedDict):
 class ToolFunction(TypedDict):
     name: str
     description: NotRequired[str]
-    parameters: NotRequired[dict[str, Any]]  # a JSON Schema
+    parameters: NotRequired[Any]  # a JSON Schema, as the tool declares it
 
 
 class ToolDefinition(TypedDict):
@@ -527,10 +540,15 @@ class ToolDefinition(TypedDict):
     function: ToolFunction
 
 
+class ToolCallFunction(TypedDict, total=False):
+    name: str
+    arguments: str  # JSON text, as the server wrote it
+
+
 class ToolCall(TypedDict, total=False):
     id: str
     type: str
-    function: dict[str, Any]  # name and arguments as the server wrote them
+    function: ToolCallFunction
 
 
 class ChatMessage(TypedDict, total=False):
