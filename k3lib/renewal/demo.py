@@ -17,6 +17,7 @@ from typing import NotRequired, TypedDict
 
 import yaml
 
+from ..core.errors import BadInputError
 from ..core.store import atomic_write_bytes
 from .params import load_review_params, tracked_keys
 from .rules import DEFAULT
@@ -371,8 +372,6 @@ def _write_params(scenario: str, sc: Scenario, start: dt.datetime, path: Path) -
 def generate(scenario: str, out_dir: str | Path, *, seed: int = 7) -> dict[str, Path]:
     """Write the scenario's history, task log, costs, incidents, hours and review.yaml into `out_dir`."""
     if scenario not in _SCENARIOS:
-        from ..core.errors import BadInputError
-
         raise BadInputError(f"unknown demo scenario {scenario!r}; expected one of {', '.join(SCENARIOS)}",
                             source="--demo")
     out = Path(out_dir)

@@ -7,6 +7,7 @@ A key that is no identifier (`self-hosted`) is declared with the functional synt
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any, Literal, NotRequired
 
 from typing_extensions import TypedDict  # pydantic validates a model's TypedDict field only from here before 3.12
@@ -14,6 +15,10 @@ from typing_extensions import TypedDict  # pydantic validates a model's TypedDic
 from .results import AxisResult
 
 Num = float | None  # a figure; None: not computable from the data
+# a value as a JSON file gives it (an export's row, a reply's body), and as a YAML file does (dates too)
+JsonValue = str | int | float | bool | None | list["JsonValue"] | dict[str, "JsonValue"]
+YamlValue = str | int | float | bool | None | dt.date | list["YamlValue"] | dict[str, "YamlValue"]
+ParamTree = dict[str, YamlValue]  # parameters files layered, before their model validates them
 Answer = Literal["yes", "no", "not shown"]
 AxisId = Literal["load", "production", "comparison", "cost", "stability", "operations"]
 
@@ -525,6 +530,28 @@ class Loosened(TypedDict):
     origin: str
     accepted_by: NotRequired[str | None]  # who accepted it before the review (review.accepted_loosened); None: nobody
     accepted_why: NotRequired[str | None]
+
+
+# --- `k3 import` ---------------------------------------------------------------------------------------------------
+
+class ListedApart(TypedDict):
+    """A bill's credit, refund or adjustment listed apart, as the import's costs file and meta line carry it."""
+
+    category: str
+    service: str
+    amount: float
+    currency: str
+    lines: int
+
+
+class ImportMeta(TypedDict, total=False):
+    """A `# k3-import:` line: which import wrote the file's rows or items, from which source."""
+
+    importer: str
+    source: str
+    sha256: str
+    owns: list[str]
+    credits: list[ListedApart]  # a bill's lines listed apart
 
 
 # --- the drill's OpenAI chat bodies ---------------------------------------------------------------------------------

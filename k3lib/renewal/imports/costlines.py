@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 from ...core.errors import BadInputError
 from ..costsources import CurrencyConversion
 from .params import Commitment, CostParams
+from ..shapes import ListedApart
 from .provenance import ReviewWindow, iso
 
 ITEMS = ("capacity", "storage", "network", "monitoring")
@@ -201,7 +202,7 @@ def split(groups: dict[tuple, list[float]], fmt: Format, p: CostParams, window: 
     return out
 
 
-def credits(s: CostSplit) -> list[dict[str, object]]:
+def credits(s: CostSplit) -> list[ListedApart]:
     """The lines listed apart, as the import's output carries them (never netted into an item)."""
     return [{"category": c, "service": svc, "amount": tidy(a), "currency": s.currency, "lines": int(n)}
             for (c, svc), (a, n) in sorted(s.apart.items())]

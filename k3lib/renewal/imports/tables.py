@@ -16,10 +16,11 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from ...core.errors import BadInputError
+from ..shapes import JsonValue
 
-# a value as an export file gives it: JSON, or a CSV cell (text; a repeated column's cells as a list)
-JsonValue = str | int | float | bool | None | list["JsonValue"] | dict[str, "JsonValue"]
-Row = dict[str, JsonValue]  # one row (a CSV line, a JSON object), its values as the file gives them
+# one row (a CSV line, a JSON object), its values as the file gives them: JSON, or a CSV cell (text; a repeated
+# column's cells as a list)
+Row = dict[str, JsonValue]
 
 
 def _suffixes(p: Path) -> list[str]:
