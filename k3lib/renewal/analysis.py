@@ -20,6 +20,7 @@ from .costsources import USAGE_SCOPED
 from .inputs import FIVE_QUESTIONS, CostsInput, HoursRecord, IncidentRecord, TaskRecord
 from .load import CATEGORIES, PERIODS, analyse_load, slot_index  # noqa: F401  (re-exported)
 from .rules import DeclaredBenefits, FixedElements, RenewalRules, accepted as is_accepted
+from .drillshapes import RenewalDrillData
 from .series import Grid
 from .shapes import (
     BenefitsData,
@@ -27,10 +28,9 @@ from .shapes import (
     ComparisonData,
     CostData,
     CreditData,
-    DrillData,
     EquivalenceData,
     IncidentClassData,
-    OperationsData,
+    RenewalOperationsData,
     PathFiguresData,
     ProductionData,
     QuestionCountsData,
@@ -370,7 +370,7 @@ def full_cost(costs: CostsInput, production: ProductionData, comparison: Compari
 UNCLASSIFIED = "unclassified"  # an incident whose class is blank (imported, its postmortem not written yet)
 
 
-def drill_answers(drill: DrillData | None) -> dict[str, str]:
+def drill_answers(drill: RenewalDrillData | None) -> dict[str, str]:
     """The drill's answers about the reviewed deployment: none unless the drill was shown to have touched it (a
     drill against the embedded emulator or another server answers nothing about the deployment)."""
     if not drill or not (drill.get("deployment") or {}).get("is_deployment"):
@@ -378,7 +378,7 @@ def drill_answers(drill: DrillData | None) -> dict[str, str]:
     return {q: a.get("answer") for q, a in (drill.get("answers") or {}).items()}
 
 
-def drill_not_shown(drill: DrillData | None) -> str | None:
+def drill_not_shown(drill: RenewalDrillData | None) -> str | None:
     """Why a drill given to the analysis shows nothing about the reviewed deployment (None: it touched it, or no
     drill was given — the incident log alone is then read, as in a review computed without its drill)."""
     if not drill:
@@ -388,7 +388,7 @@ def drill_not_shown(drill: DrillData | None) -> str | None:
 
 
 def analyse_stability(incidents: Sequence[IncidentRecord], rules: RenewalRules,
-                      drill: DrillData | None = None, *, outside_window: ClippingData | None = None
+                      drill: RenewalDrillData | None = None, *, outside_window: ClippingData | None = None
                       ) -> StabilityData:
     """Incidents of the window by class, time to recover, the five questions over the log, and the drill's answers
     if it touched the deployment. `outside_window`: the incidents clipping left out (counted, never read)."""
@@ -449,7 +449,7 @@ def analyse_stability(incidents: Sequence[IncidentRecord], rules: RenewalRules,
 
 def analyse_operations(hours: Sequence[HoursRecord], comparison: ComparisonData, production: ProductionData,
                        rules: RenewalRules, *, window_weeks: float | None = None, coverage: float | None = None,
-                       outside_window: ClippingData | None = None) -> OperationsData:
+                       outside_window: ClippingData | None = None) -> RenewalOperationsData:
     """Hours by category and week against the delivery gain: time saved on the accepted self-hosted tasks. The
     weekly effort is the hours of the window over its length in weeks (`window_weeks`), never over the number of
     week labels; hours files covering less of the window than the rule leave the effort not shown."""

@@ -11,12 +11,38 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, NotRequired, TypedDict, cast
 
 from ..core.errors import BadInputError
-from .shapes import PipelineCheckData, PipelineManifest, PipelineStep
+from .drillshapes import PipelineCheckData
 
 _TEMP_SUFFIXES = (".partial", ".tmp", ".part", ".crdownload", ".incomplete")
+
+
+class PipelineOutput(TypedDict, total=False):
+    path: str
+    bytes: int
+    sha256: str
+    metadata: Any  # the pipeline's own metadata, as it wrote it (only its presence is checked)
+
+
+class _StepName(TypedDict):
+    name: str
+
+
+class PipelineStep(_StepName, total=False):
+    order: int
+    status: str  # done, failed or pending
+    depends_on: list[str]
+    rerun: list[str] | str | None  # the step's own re-run command
+    outputs: list[PipelineOutput]
+
+
+class PipelineManifest(TypedDict):
+    """The manifest a creative pipeline writes (`artifacts.read_manifest` checks its steps' names)."""
+
+    pipeline: NotRequired[str]
+    steps: list[PipelineStep]
 
 
 def _finding(check: str, status: str, message: str, **evidence: list[str]) -> PipelineCheckData:

@@ -29,7 +29,7 @@ from .findings import RenewalFinding, money  # noqa: F401  (money: re-exported f
 from .indicators import AXES, Indicators, indicators, typed_axes  # noqa: F401  (re-exported)
 from .live import category_routing
 from .rules import RenewalRules
-from .shapes import Axes, ChecklistItem, Loosened, RoutingData, TaskCategories
+from .shapes import Axes, ChecklistItem, RenewalLoosened, RoutingData, TaskCategories
 
 if TYPE_CHECKING:
     from ..axes.paths.record import PathsResult
@@ -255,7 +255,7 @@ def _value(v: Any) -> str:
 def decide_renewal(axes: Axes, rules: RenewalRules, declared_benefits: list[str],
                    *, statuses: Mapping[str, str] | None = None, today: dt.date | None = None,
                    defaulted: list[str] | tuple[str, ...] = (), live: PathsResult | None = None,
-                   live_source: str | None = None, loosened: list[Loosened] | tuple[()] = (),
+                   live_source: str | None = None, loosened: list[RenewalLoosened] | tuple[()] = (),
                    live_refused: str | None = None) -> RenewalDecision:
     """The decision from the six analyses and, when given, the live run of the same tasks on both paths (`live`, a
     `k3 paths` record; `live_refused`: why a run named was not read); `defaulted` names the thresholds and fixed

@@ -32,15 +32,8 @@ from ..core.numbers import figure
 from ..io.chatstream import sse_payloads
 from .params import CommandStep, DrillParams
 from .results import Answer, DrillAnswer
-from .shapes import (
-    ChatMessage,
-    ChatReply,
-    ChatRequest,
-    DrillAnswerData,
-    DrillData,
-    FailoverData,
-    ToolDefinition,
-)
+from .drillshapes import ChatMessage, ChatReply, ChatRequest, DrillAnswerData, RenewalDrillData, FailoverData, ToolDefinition
+
 
 NOT_SHOWN: Answer = "not shown"
 QUESTIONS = {
@@ -221,7 +214,7 @@ def _tool_turn(model: str | None, previous: ChatMessage) -> ChatRequest:
 
 def run_drill(base_url: str, drill: DrillParams, *, api_base_url: str | None = None,
               headers: dict[str, str] | None = None, model: str | None = None,
-              log: Callable[[str], None] | None = None) -> DrillData:
+              log: Callable[[str], None] | None = None) -> RenewalDrillData:
     """Kill the engine while a task streams, restore it, and answer the five questions. Returns JSON-ready data."""
     headers = headers or {}
     steps: list[str] = []
@@ -320,7 +313,7 @@ def _host_port(url: str) -> str:
     return f"{parts.hostname}:{port}"
 
 
-def is_deployment(result: DrillData, *, emulator: bool, model_name: str | None,
+def is_deployment(result: RenewalDrillData, *, emulator: bool, model_name: str | None,
                   instances: tuple[str, ...] = (), addresses: tuple[str, ...] = ()) -> tuple[bool, str]:
     """Did the drill touch the reviewed deployment? Not when it ran against the embedded emulator; otherwise its
     target must serve the deployment's model (GET /v1/models) and, when the deployment names its instances, be
@@ -340,7 +333,7 @@ def is_deployment(result: DrillData, *, emulator: bool, model_name: str | None,
         f" at one of its instances ({', '.join(instances)})" if instances else "")
 
 
-def for_deployment(result: DrillData, proves: bool, why: str) -> DrillData:
+def for_deployment(result: RenewalDrillData, proves: bool, why: str) -> RenewalDrillData:
     """The drill's result as evidence about the reviewed deployment: its answers kept when the drill touched it;
     otherwise every answer "not shown" (why, and what was observed on the drill's target, kept apart)."""
     if proves:
@@ -353,7 +346,7 @@ def for_deployment(result: DrillData, proves: bool, why: str) -> DrillData:
             f"{result['summary']})", "deployment": {"is_deployment": False, "why": why, "observed": observed}}
 
 
-def not_run(why: str) -> DrillData:
+def not_run(why: str) -> RenewalDrillData:
     """The drill's record when it was not run against the reviewed deployment (no deployment URL, the drill
     disabled): every answer "not shown" with the reason — the drill premise is not shown, never drilled elsewhere."""
     answers: dict[str, DrillAnswerData] = {q: {"question": text, "answer": NOT_SHOWN, "evidence": f"the drill was not run: {why}"}

@@ -21,7 +21,8 @@ from .demo import materialise
 from .drill import for_deployment, is_deployment, not_run, run_drill
 from .params import RenewalParams, load_any_review
 from .records import axis_record, decide_review
-from .shapes import AxesData, AxisData, DrillData
+from .drillshapes import RenewalDrillData
+from .shapes import AxesData, AxisData
 from .review import (ReviewData, analyse, load_review, read_axes_cache, read_hourly_cache, resolve_deployment,
                      review_incidents)
 
@@ -46,7 +47,7 @@ class ReviewContext:
             self._data = load_review(self.params)
         return self._data
 
-    def axes(self, drill: DrillData | None = None) -> AxesData:
+    def axes(self, drill: RenewalDrillData | None = None) -> AxesData:
         """The six axes: the run's cached ones (`run_review` computes them once before its notebooks) when they
         were computed from these inputs, else computed here (a notebook opened alone). The drill changes only the
         stability axis, which is then recomputed from the incidents and the drill."""
@@ -100,7 +101,7 @@ def open_review_run(params_file: str, overrides: list[str] | None = None, run_di
     return params, store
 
 
-def axis_result(ctx: ReviewContext, drill: DrillData | None = None) -> AxisData:
+def axis_result(ctx: ReviewContext, drill: RenewalDrillData | None = None) -> AxisData:
     """This notebook's axis, computed from the run's inputs and series."""
     return ctx.axes(drill)[ctx.axis]  # type: ignore[literal-required]  # ctx.axis: one of the six
 
@@ -109,7 +110,7 @@ def record_axis(ctx: ReviewContext, result: AxisData) -> EvidenceRecord:
     return ctx.record(axis_record(ctx, result))
 
 
-def review_drill(ctx: ReviewContext) -> DrillData | None:
+def review_drill(ctx: ReviewContext) -> RenewalDrillData | None:
     """The live incident drill on the review's target (the embedded emulator when no base_url is given, with a
     second emulator standing in for the API), plus the pipeline artifact check when a manifest is named. Its
     answers speak for the reviewed deployment only when the target is it (not the emulator; its model, and its

@@ -25,7 +25,7 @@ from ..core.layering import COMMAND_SECTIONS, _provenance, layer, validate_model
 from ..core.params import RunParams, TargetParams, _check_url
 from ..core.yamlsafe import safe_load as yaml_load
 from .rules import DEFAULT, DeclaredBenefits, FixedElements, RenewalRules, is_looser
-from .shapes import Loosened, ParamTree
+from .shapes import RenewalLoosened, ParamTree
 
 INPUT_KEYS = ("tasks", "costs", "incidents", "hours")
 
@@ -178,10 +178,10 @@ class ReviewParams(_Model):
         return [k for k in tracked_keys() if k.startswith(("review.fixed.", "review.rules."))
                 and self.origin(k) == DEFAULT]
 
-    def loosened(self) -> list[Loosened]:
+    def loosened(self) -> list[RenewalLoosened]:
         """Each threshold (and the series step) set past its built-in default toward renew, with its origin: the
         decision lists them in its reasons and its condition, and the terminal output prints both."""
-        out: list[Loosened] = []
+        out: list[RenewalLoosened] = []
         values = [(f"rules.{k}", getattr(self.rules, k), f.default) for k, f in RenewalRules.model_fields.items()]
         if self.series is not None:
             values.append(("series.step_s", self.series.step_s, SeriesSource.model_fields["step_s"].default))
@@ -199,12 +199,12 @@ class ReviewParams(_Model):
             x["accepted_by"], x["accepted_why"] = (hit.by, hit.why) if hit else (None, None)
         return out
 
-    def _scope_loosened(self) -> list[Loosened]:
+    def _scope_loosened(self) -> list[RenewalLoosened]:
         """Scopes that differ from the reference review (the built-in defaults): a narrower task set (the other
         categories' failures no longer count), other business hours or another time zone (which slots must be
         busy), a laxer retry policy — whichever way they differ, a reviewer cannot tell that they do not favour
         renew."""
-        out: list[Loosened] = []
+        out: list[RenewalLoosened] = []
         ref_rules, ref_fixed = RenewalRules(), FixedElements()
         scopes = [("fixed.task_set.categories", list(self.fixed.task_set.categories),
                    list(ref_fixed.task_set.categories)),

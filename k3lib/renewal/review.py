@@ -44,7 +44,8 @@ from .live import match_live
 from .load import analyse_load
 from .params import RenewalParams
 from .selector import SeriesSelector
-from .shapes import Axes, AxesCache, AxesData, DeploymentData, DrillData, LoadData
+from .drillshapes import RenewalDrillData
+from .shapes import Axes, AxesCache, AxesData, DeploymentData, LoadData
 from .series import DCGM_GPU_UTIL, Grid, RawSeries, ReviewSeries, load_frame, series_from_file, series_from_prometheus
 from .window import Clipped, ReviewWindow, clip_hours, clip_incidents, clip_tasks, hours_coverage, task_log_coverage
 
@@ -228,7 +229,7 @@ def deployment_use(data: ReviewData) -> DeploymentData:
             "acceptance_run": d.acceptance_run, "left_out": [x.describe() for x in data.series.left_out]}
 
 
-def analyse(data: ReviewData, drill: DrillData | None = None) -> AxesData:
+def analyse(data: ReviewData, drill: RenewalDrillData | None = None) -> AxesData:
     """The six axes as JSON-ready dicts, keyed by axis id."""
     rules, fixed = data.params.review.rules, data.params.review.fixed
     load: LoadData = {**analyse_load(data.frame, data.tasks, rules, data.grid, data.gpus),

@@ -1,6 +1,7 @@
 """The JSON shapes the renewal review builds and reads, as `TypedDict`s: each analysis' figures before its typed
-model (`results.py`) validates them, the drill's result and the OpenAI chat bodies it sends, the review's cached axes.
-They change nothing at run time: the dicts stay the dicts that are written (same keys, same order).
+model (`results.py`) validates them, the review's axes and their cache, the decision's checklist and routing, and the
+JSON and YAML values of the files the review reads (the drill's shapes: `drillshapes.py`). They change nothing at run
+time: the dicts stay the dicts that are written (same keys, same order).
 
 A key that is no identifier (`self-hosted`) is declared with the functional syntax.
 """
@@ -12,14 +13,13 @@ from typing import Any, Literal, NotRequired
 
 from typing_extensions import TypedDict  # pydantic validates a model's TypedDict field only from here before 3.12
 
-from .results import AxisResult
+from .drillshapes import RenewalDrillData
+from .results import AxisResult, Num
 
-Num = float | None  # a figure; None: not computable from the data
 # a value as a JSON file gives it (an export's row, a reply's body), and as a YAML file does (dates too)
 JsonValue = str | int | float | bool | None | list["JsonValue"] | dict[str, "JsonValue"]
 YamlValue = str | int | float | bool | None | dt.date | list["YamlValue"] | dict[str, "YamlValue"]
 ParamTree = dict[str, YamlValue]  # parameters files layered, before their model validates them
-Answer = Literal["yes", "no", "not shown"]
 AxisId = Literal["load", "production", "comparison", "cost", "stability", "operations"]
 
 
@@ -314,84 +314,13 @@ class QuestionCountsData(TypedDict):
     unknown: int
 
 
-class DrillAnswerData(TypedDict):
-    question: str
-    answer: Answer
-    evidence: str
-
-
-class DrillTargetData(TypedDict):
-    is_deployment: bool
-    why: str
-    observed: NotRequired[dict[str, DrillAnswerData]]
-
-
-class DrillVersionsData(TypedDict):
-    before: str | None
-    after_restore: str | None
-    expected_previous: str | None
-
-
-class PipelineCheckData(TypedDict):
-    """One check of the release pipeline's manifest (`artifacts.check_pipeline`)."""
-
-    check: str
-    status: str
-    message: str
-    evidence: dict[str, list[str]]  # the files (or names) the check found at fault, by kind
-
-
-class PipelineOutput(TypedDict, total=False):
-    path: str
-    bytes: int
-    sha256: str
-    metadata: Any  # the pipeline's own metadata, as it wrote it (only its presence is checked)
-
-
-class _StepName(TypedDict):
-    name: str
-
-
-class PipelineStep(_StepName, total=False):
-    order: int
-    status: str  # done, failed or pending
-    depends_on: list[str]
-    rerun: list[str] | str | None  # the step's own re-run command
-    outputs: list[PipelineOutput]
-
-
-class PipelineManifest(TypedDict):
-    """The manifest a creative pipeline writes (`artifacts.read_manifest` checks its steps' names)."""
-
-    pipeline: NotRequired[str]
-    steps: list[PipelineStep]
-
-
-class DrillData(TypedDict):
-    """The drill's result as it is recorded (`drill.run_drill`, `for_deployment`, `not_run`)."""
-
-    target: str
-    api: str | None
-    answers: dict[str, DrillAnswerData]
-    deployment: DrillTargetData
-    served_models: NotRequired[list[str]]
-    in_flight_at_kill: NotRequired[bool | None]
-    steps: list[str]
-    recovery_s: float
-    went_down: bool
-    versions: DrillVersionsData
-    summary: str
-    api_note: NotRequired[str | None]
-    pipeline: NotRequired[list[PipelineCheckData] | None]
-
-
 class StabilityData(TypedDict):
     incidents: int
     by_category: list[IncidentClassData]
     questions: dict[str, QuestionCountsData]
     slow_or_unrecovered: list[str]
     recovered_within_rule_share: Num
-    drill: DrillData | None
+    drill: RenewalDrillData | None
     outside_window: ClippingData
     not_shown: list[str]
     recoverable: bool | None
@@ -411,7 +340,7 @@ class WeekRowData(TypedDict):
     hours: Num
 
 
-class OperationsData(TypedDict):
+class RenewalOperationsData(TypedDict):
     total_h: Num
     per_week_h: Num
     weeks: Num
@@ -441,11 +370,13 @@ class AxesData(TypedDict, total=False):
     comparison: ComparisonData
     cost: CostData
     stability: StabilityData
-    operations: OperationsData
+    operations: RenewalOperationsData
     benefits: BenefitsData
 
 
-AxisData = LoadData | ProductionData | ComparisonData | CostData | StabilityData | OperationsData  # one axis
+AxisData = LoadData | ProductionData | ComparisonData | CostData | StabilityData | RenewalOperationsData  # one axis
+
+
 class HourlyLoad(TypedDict):
     index: list[str]  # ISO 8601 UTC hours
     columns: dict[str, list[float | None]]  # gpu_util, waiting, running: each hour's mean (None: no sample)
@@ -521,7 +452,7 @@ class RoutingData(TypedDict):
     exit_when_persisting_for_days: int
 
 
-class Loosened(TypedDict):
+class RenewalLoosened(TypedDict):
     """A rule or scope set past its built-in default toward renew (`RenewalParams.loosened`)."""
 
     name: str
@@ -530,95 +461,3 @@ class Loosened(TypedDict):
     origin: str
     accepted_by: NotRequired[str | None]  # who accepted it before the review (review.accepted_loosened); None: nobody
     accepted_why: NotRequired[str | None]
-
-
-# --- `k3 import` ---------------------------------------------------------------------------------------------------
-
-class ListedApart(TypedDict):
-    """A bill's credit, refund or adjustment listed apart, as the import's costs file and meta line carry it."""
-
-    category: str
-    service: str
-    amount: float
-    currency: str
-    lines: int
-
-
-class ImportMeta(TypedDict, total=False):
-    """A `# k3-import:` line: which import wrote the file's rows or items, from which source."""
-
-    importer: str
-    source: str
-    sha256: str
-    owns: list[str]
-    credits: list[ListedApart]  # a bill's lines listed apart
-
-
-# --- the drill's OpenAI chat bodies ---------------------------------------------------------------------------------
-
-class ToolFunction(TypedDict):
-    name: str
-    description: NotRequired[str]
-    parameters: NotRequired[Any]  # a JSON Schema, as the tool declares it
-
-
-class ToolDefinition(TypedDict):
-    type: Literal["function"]
-    function: ToolFunction
-
-
-class ToolCallFunction(TypedDict, total=False):
-    name: str
-    arguments: str  # JSON text, as the server wrote it
-
-
-class ToolCall(TypedDict, total=False):
-    id: str
-    type: str
-    function: ToolCallFunction
-
-
-class ChatMessage(TypedDict, total=False):
-    """A chat message sent or read back; vLLM ≥0.12 names the reasoning `reasoning`, earlier `reasoning_content`."""
-
-    role: str
-    content: str | None
-    reasoning: str | None
-    reasoning_content: str | None
-    tool_calls: list[ToolCall]
-    tool_call_id: str
-
-
-class ToolChoice(TypedDict):
-    type: Literal["function"]
-    function: dict[str, str]
-
-
-class ChatRequest(TypedDict, total=False):
-    model: str
-    messages: list[ChatMessage]
-    tools: list[ToolDefinition]
-    tool_choice: ToolChoice
-    max_tokens: int
-    stream: bool
-    ignore_eos: bool
-
-
-class ChatChoice(TypedDict, total=False):
-    index: int
-    message: ChatMessage
-    finish_reason: str | None
-
-
-class ChatReply(TypedDict, total=False):
-    """A chat completion's reply as far as the drill reads it, or `{"error": ...}` when none came back."""
-
-    choices: list[ChatChoice]
-    error: Any  # the server's error object, or the kit's one word (the exception's name, "not JSON")
-
-
-class FailoverData(TypedDict):
-    """The fail-over to the API: each request's HTTP status and which fields its reply carried."""
-
-    call: tuple[int, dict[str, bool]]
-    answer: tuple[int, dict[str, bool]]

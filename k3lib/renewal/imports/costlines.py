@@ -19,8 +19,8 @@ import pyarrow.compute as pc
 from ...core.errors import BadInputError
 from ..costsources import CurrencyConversion
 from .params import Commitment, CostParams
-from ..shapes import ListedApart
 from .provenance import ReviewWindow, iso
+from .shapes import ListedApart
 
 ITEMS = ("capacity", "storage", "network", "monitoring")
 # one bill line, whatever the export: start/end int64 µs UTC (end == start: a charge at one instant), amount in

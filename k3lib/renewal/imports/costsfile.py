@@ -14,8 +14,8 @@ import yaml
 from ...core.errors import BadInputError
 from ..costsources import CostSource, Credit, CurrencyConversion
 from ..inputs import COST_ITEMS, CostsInput, read_costs
-from ..shapes import ListedApart
 from .provenance import MARK, Provenance, blocks, read_header, write_text
+from .shapes import ListedApart
 
 
 def _merge_conversions(have: tuple[CurrencyConversion, ...], new: tuple[CurrencyConversion, ...],

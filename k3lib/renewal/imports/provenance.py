@@ -13,8 +13,8 @@ from zoneinfo import ZoneInfo
 
 from ...core.errors import BadInputError
 from ...core.store import atomic_write_bytes, sha256_file
-from ..shapes import ImportMeta
 from ..window import ReviewWindow, iso  # noqa: F401  (the review window, defined once in renewal/window.py)
+from .shapes import ImportMeta
 
 MARK = "# k3-import: "
 
