@@ -17,10 +17,11 @@ from typing import Final, Literal, Sequence
 from ..core.numbers import figure
 from ..core.stats import paired_difference_interval, percentile, wilson_interval
 from .costsources import USAGE_SCOPED
+from .drillshapes import RenewalDrillData
 from .inputs import FIVE_QUESTIONS, CostsInput, HoursRecord, IncidentRecord, TaskRecord
 from .load import CATEGORIES, PERIODS, analyse_load, slot_index  # noqa: F401  (re-exported)
-from .rules import DeclaredBenefits, FixedElements, RenewalRules, accepted as is_accepted
-from .drillshapes import RenewalDrillData
+from .rules import DeclaredBenefits, FixedElements, RenewalRules
+from .rules import accepted as is_accepted
 from .series import Grid
 from .shapes import (
     BenefitsData,
@@ -30,10 +31,10 @@ from .shapes import (
     CreditData,
     EquivalenceData,
     IncidentClassData,
-    RenewalOperationsData,
     PathFiguresData,
     ProductionData,
     QuestionCountsData,
+    RenewalOperationsData,
     StabilityData,
 )
 

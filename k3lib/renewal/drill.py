@@ -30,10 +30,17 @@ import httpx
 from ..axes.environment.values import parse_version
 from ..core.numbers import figure
 from ..io.chatstream import sse_payloads
+from .drillshapes import (
+    ChatMessage,
+    ChatReply,
+    ChatRequest,
+    DrillAnswerData,
+    FailoverData,
+    RenewalDrillData,
+    ToolDefinition,
+)
 from .params import CommandStep, DrillParams
 from .results import Answer, DrillAnswer
-from .drillshapes import ChatMessage, ChatReply, ChatRequest, DrillAnswerData, RenewalDrillData, FailoverData, ToolDefinition
-
 
 NOT_SHOWN: Answer = "not shown"
 QUESTIONS = {

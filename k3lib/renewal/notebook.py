@@ -19,12 +19,19 @@ from .analysis import analyse_stability
 from .artifacts import check_pipeline
 from .demo import materialise
 from .drill import for_deployment, is_deployment, not_run, run_drill
+from .drillshapes import RenewalDrillData
 from .params import RenewalParams, load_any_review
 from .records import axis_record, decide_review
-from .drillshapes import RenewalDrillData
+from .review import (
+    ReviewData,
+    analyse,
+    load_review,
+    read_axes_cache,
+    read_hourly_cache,
+    resolve_deployment,
+    review_incidents,
+)
 from .shapes import AxesData, AxisData
-from .review import (ReviewData, analyse, load_review, read_axes_cache, read_hourly_cache, resolve_deployment,
-                     review_incidents)
 
 __all__ = ["ReviewContext", "axis_result", "decide_review", "drill_not_run", "open_review_run", "record_axis",
            "review_drill", "with_demo_inputs"]

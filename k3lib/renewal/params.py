@@ -25,7 +25,7 @@ from ..core.layering import COMMAND_SECTIONS, _provenance, layer, validate_model
 from ..core.params import RunParams, TargetParams, _check_url
 from ..core.yamlsafe import safe_load as yaml_load
 from .rules import DEFAULT, DeclaredBenefits, FixedElements, RenewalRules, is_looser
-from .shapes import RenewalLoosened, ParamTree
+from .shapes import ParamTree, RenewalLoosened
 
 INPUT_KEYS = ("tasks", "costs", "incidents", "hours")
 

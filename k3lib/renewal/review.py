@@ -29,6 +29,7 @@ from .analysis import (
     full_cost,
 )
 from .decision import RenewalDecision, decide_renewal
+from .drillshapes import RenewalDrillData
 from .inputs import (
     CostsInput,
     HoursRecord,
@@ -44,9 +45,8 @@ from .live import match_live
 from .load import analyse_load
 from .params import RenewalParams
 from .selector import SeriesSelector
-from .drillshapes import RenewalDrillData
-from .shapes import Axes, AxesCache, AxesData, DeploymentData, LoadData
 from .series import DCGM_GPU_UTIL, Grid, RawSeries, ReviewSeries, load_frame, series_from_file, series_from_prometheus
+from .shapes import Axes, AxesCache, AxesData, DeploymentData, LoadData
 from .window import Clipped, ReviewWindow, clip_hours, clip_incidents, clip_tasks, hours_coverage, task_log_coverage
 
 
