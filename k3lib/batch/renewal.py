@@ -67,8 +67,8 @@ def run_review(params: RenewalParams, store: RunStore, *, progress: Progress | N
     shown: DecisionDoc = {"decision": decision.decision,
              "reasons": [f"rule: {decision.rule}", f"condition: {decision.condition}", parameters_line(params),
                          *decision.reasons]
-             + [f"transfer trigger — {t['trigger']}: {t['when']}" for t in (decision.routing or {}).get(
-                 "transfer_triggers", [])]}
+             + [f"transfer trigger — {t['trigger']}: {t['when']}" for t in (
+                 decision.routing["transfer_triggers"] if decision.routing else [])]}
     publish(store, result, shown)
     return decision
 

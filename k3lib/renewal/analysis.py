@@ -12,17 +12,34 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter, defaultdict
-from typing import Any, Sequence
+from typing import Final, Literal, Sequence
 
 from ..core.numbers import figure
 from ..core.stats import paired_difference_interval, percentile, wilson_interval
 from .costsources import USAGE_SCOPED
+from .drillshapes import RenewalDrillData
 from .inputs import FIVE_QUESTIONS, CostsInput, HoursRecord, IncidentRecord, TaskRecord
 from .load import CATEGORIES, PERIODS, analyse_load, slot_index  # noqa: F401  (re-exported)
-from .rules import DeclaredBenefits, FixedElements, RenewalRules, accepted as is_accepted
+from .rules import DeclaredBenefits, FixedElements, RenewalRules
+from .rules import accepted as is_accepted
 from .series import Grid
+from .shapes import (
+    BenefitsData,
+    ClippingData,
+    ComparisonData,
+    CostData,
+    CreditData,
+    EquivalenceData,
+    IncidentClassData,
+    PathFiguresData,
+    ProductionData,
+    QuestionCountsData,
+    RenewalOperationsData,
+    StabilityData,
+)
 
-SELF, API = "self-hosted", "api"
+SELF: Final = "self-hosted"
+API: Final = "api"
 EXAMPLES = 10  # task ids named in a finding
 
 
@@ -88,7 +105,7 @@ def _production_not_shown(n: int, coverage: float | None, rules: RenewalRules) -
 
 def analyse_production(frame, tasks: Sequence[TaskRecord], rules: RenewalRules, grid: Grid,
                        fixed: FixedElements = FixedElements(), *, coverage: float | None = None,
-                       outside_window: dict[str, Any] | None = None) -> dict[str, Any]:
+                       outside_window: ClippingData | None = None) -> ProductionData:
     """Accepted tasks of the fixed task set (under the fixed quality rule and retry policy) per operating hour, with
     their 95 % intervals, and what was lost on the way (self-hosted path). `coverage`: the task log's share of the
     window's days; `outside_window`: what clipping the log to the window left out."""
@@ -144,7 +161,7 @@ def analyse_production(frame, tasks: Sequence[TaskRecord], rules: RenewalRules, 
 
 # --- 3. the same task set on both paths -------------------------------------------------------------------------
 
-def _path_figures(rows: Sequence[TaskRecord], fixed: FixedElements) -> dict[str, Any]:
+def _path_figures(rows: Sequence[TaskRecord], fixed: FixedElements) -> PathFiguresData:
     n = len(rows)
     delivery = [(t.finished_at - t.submitted_at).total_seconds() for t in rows if t.finished_at is not None]
     accepted = sum(delivered(t, fixed) for t in rows)
@@ -177,7 +194,7 @@ def _within(ci: tuple[float, float, float] | None, gap: float) -> bool | None:
     return True if ci[2] <= gap else False if ci[1] > gap else None
 
 
-def _equivalence(pairs: list[tuple[TaskRecord, TaskRecord]], fixed: FixedElements, gap: float) -> dict[str, Any]:
+def _equivalence(pairs: list[tuple[TaskRecord, TaskRecord]], fixed: FixedElements, gap: float) -> EquivalenceData:
     """Whether the API reaches equivalent quality on the same tasks: self-hosted − API acceptance, and API −
     self-hosted share of tasks with malformed tool calls, each with its Newcombe interval against the gap."""
     acc = _paired([delivered(s, fixed) for s, _ in pairs], [delivered(a, fixed) for _, a in pairs])
@@ -192,7 +209,7 @@ def _equivalence(pairs: list[tuple[TaskRecord, TaskRecord]], fixed: FixedElement
 
 
 def compare_paths(tasks: Sequence[TaskRecord], hours: Sequence[HoursRecord], fixed: FixedElements = FixedElements(),
-                  rules: RenewalRules = RenewalRules()) -> dict[str, Any]:
+                  rules: RenewalRules = RenewalRules()) -> ComparisonData:
     """Acceptance, delivery time, retries, tool-call quality and human time on the tasks of the fixed task set
     both paths ran, judged by the same quality rule and retry policy; whether the API reaches equivalent quality
     there — shown only on at least `rules.min_sample_tasks` shared tasks, by the interval of the paired difference."""
@@ -201,7 +218,7 @@ def compare_paths(tasks: Sequence[TaskRecord], hours: Sequence[HoursRecord], fix
         if t.category in fixed.task_set.categories:
             by_path[t.path][t.task_id] = t
     paired = sorted(set(by_path[SELF]) & set(by_path[API]))
-    basis = "paired" if paired else "all"
+    basis: Literal["paired", "all"] = "paired" if paired else "all"
     sets = {p: ([by_path[p][i] for i in paired] if paired else list(by_path[p].values())) for p in (SELF, API)}
     human: defaultdict[str, float] = defaultdict(float)
     for h in hours:
@@ -245,7 +262,7 @@ def _per_task(total: float | None, n: int, low: float | None, high: float | None
     return total / (n * high), (total / (n * low) if low > 0 else None)
 
 
-def _cost_comparable(production: dict[str, Any], comparison: dict[str, Any], rules: RenewalRules) -> list[str]:
+def _cost_comparable(production: ProductionData, comparison: ComparisonData, rules: RenewalRules) -> list[str]:
     """Why the cost per accepted task cannot be compared with the API's on the same tasks ([] when it can)."""
     why = []
     paired, api_tasks = comparison.get("paired_tasks") or 0, comparison.get("api_tasks") or 0
@@ -265,9 +282,9 @@ def _cost_comparable(production: dict[str, Any], comparison: dict[str, Any], rul
     return why
 
 
-def _credits(costs: CostsInput, items: dict[str, float | None]) -> list[dict[str, Any]]:
+def _credits(costs: CostsInput, items: dict[str, float | None]) -> list[CreditData]:
     """The costs file's credits and refunds, each listed; netted into its item only when recurring and accepted."""
-    out = []
+    out: list[CreditData] = []
     for c in costs.credits:
         if c.netted and c.item in items and items[c.item] is not None:
             items[c.item] = items[c.item] + c.amount  # type: ignore[operator]
@@ -277,8 +294,8 @@ def _credits(costs: CostsInput, items: dict[str, float | None]) -> list[dict[str
     return out
 
 
-def full_cost(costs: CostsInput, production: dict[str, Any], comparison: dict[str, Any],
-              rules: RenewalRules = RenewalRules(), other_gpu_hosts: Sequence[str] = ()) -> dict[str, Any]:
+def full_cost(costs: CostsInput, production: ProductionData, comparison: ComparisonData,
+              rules: RenewalRules = RenewalRules(), other_gpu_hosts: Sequence[str] = ()) -> CostData:
     """Self-hosted and API cost per accepted task of the fixed task set where every item is known, each with the
     interval its acceptance rate's gives; a blank item leaves the total blank (its known part is shown apart,
     labelled as partial). Cheaper is shown only when the two intervals do not overlap, on the same tasks."""
@@ -354,7 +371,7 @@ def full_cost(costs: CostsInput, production: dict[str, Any], comparison: dict[st
 UNCLASSIFIED = "unclassified"  # an incident whose class is blank (imported, its postmortem not written yet)
 
 
-def drill_answers(drill: dict[str, Any] | None) -> dict[str, Any]:
+def drill_answers(drill: RenewalDrillData | None) -> dict[str, str]:
     """The drill's answers about the reviewed deployment: none unless the drill was shown to have touched it (a
     drill against the embedded emulator or another server answers nothing about the deployment)."""
     if not drill or not (drill.get("deployment") or {}).get("is_deployment"):
@@ -362,7 +379,7 @@ def drill_answers(drill: dict[str, Any] | None) -> dict[str, Any]:
     return {q: a.get("answer") for q, a in (drill.get("answers") or {}).items()}
 
 
-def drill_not_shown(drill: dict[str, Any] | None) -> str | None:
+def drill_not_shown(drill: RenewalDrillData | None) -> str | None:
     """Why a drill given to the analysis shows nothing about the reviewed deployment (None: it touched it, or no
     drill was given — the incident log alone is then read, as in a review computed without its drill)."""
     if not drill:
@@ -372,21 +389,21 @@ def drill_not_shown(drill: dict[str, Any] | None) -> str | None:
 
 
 def analyse_stability(incidents: Sequence[IncidentRecord], rules: RenewalRules,
-                      drill: dict[str, Any] | None = None, *, outside_window: dict[str, Any] | None = None
-                      ) -> dict[str, Any]:
+                      drill: RenewalDrillData | None = None, *, outside_window: ClippingData | None = None
+                      ) -> StabilityData:
     """Incidents of the window by class, time to recover, the five questions over the log, and the drill's answers
     if it touched the deployment. `outside_window`: the incidents clipping left out (counted, never read)."""
     by_cat: dict[str, list[IncidentRecord]] = defaultdict(list)
     for inc in incidents:
         by_cat[inc.category or UNCLASSIFIED].append(inc)
-    rows = []
+    rows: list[IncidentClassData] = []
     for cat, items in sorted(by_cat.items()):
         mins = [i.minutes_to_recover for i in items if i.minutes_to_recover is not None]
         rows.append({"category": cat, "incidents": len(items),
                      "median_minutes_to_recover": _r(statistics.median(mins) if mins else None, 1),
                      "max_minutes_to_recover": _r(max(mins) if mins else None, 1),
                      "not_measured": len(items) - len(mins)})
-    questions = {q: {"yes": sum(1 for i in incidents if getattr(i, q) is True),
+    questions: dict[str, QuestionCountsData] = {q: {"yes": sum(1 for i in incidents if getattr(i, q) is True),
                      "no": sum(1 for i in incidents if getattr(i, q) is False),
                      "unknown": sum(1 for i in incidents if getattr(i, q) is None)} for q in FIVE_QUESTIONS}
     slow = [i.id for i in incidents if i.minutes_to_recover is None or i.minutes_to_recover > rules.max_recovery_min]
@@ -431,9 +448,9 @@ def analyse_stability(incidents: Sequence[IncidentRecord], rules: RenewalRules,
 
 # --- 6. operations ----------------------------------------------------------------------------------------------
 
-def analyse_operations(hours: Sequence[HoursRecord], comparison: dict[str, Any], production: dict[str, Any],
+def analyse_operations(hours: Sequence[HoursRecord], comparison: ComparisonData, production: ProductionData,
                        rules: RenewalRules, *, window_weeks: float | None = None, coverage: float | None = None,
-                       outside_window: dict[str, Any] | None = None) -> dict[str, Any]:
+                       outside_window: ClippingData | None = None) -> RenewalOperationsData:
     """Hours by category and week against the delivery gain: time saved on the accepted self-hosted tasks. The
     weekly effort is the hours of the window over its length in weeks (`window_weeks`), never over the number of
     week labels; hours files covering less of the window than the rule leave the effort not shown."""
@@ -449,8 +466,9 @@ def analyse_operations(hours: Sequence[HoursRecord], comparison: dict[str, Any],
            else [])
     sh, api = comparison.get(SELF, {}), comparison.get(API, {})
     gain_h = None
-    if sh.get("delivery_median_s") is not None and api.get("delivery_median_s") is not None:
-        gain_h = (api["delivery_median_s"] - sh["delivery_median_s"]) * (production.get("accepted") or 0) / 3600
+    sh_median, api_median = sh.get("delivery_median_s"), api.get("delivery_median_s")
+    if sh_median is not None and api_median is not None:
+        gain_h = (api_median - sh_median) * (production.get("accepted") or 0) / 3600
     per_week = None if why else total / weeks
     return {
         "total_h": _r(total, 1),
@@ -469,5 +487,5 @@ def analyse_operations(hours: Sequence[HoursRecord], comparison: dict[str, Any],
     }
 
 
-def benefits_summary(benefits: DeclaredBenefits) -> dict[str, Any]:
+def benefits_summary(benefits: DeclaredBenefits) -> BenefitsData:
     return {"declared": benefits.declared(), "note": benefits.note}

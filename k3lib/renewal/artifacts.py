@@ -11,18 +11,45 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict, cast
 
 from ..core.errors import BadInputError
+from .drillshapes import PipelineCheckData
 
 _TEMP_SUFFIXES = (".partial", ".tmp", ".part", ".crdownload", ".incomplete")
 
 
-def _finding(check: str, status: str, message: str, **evidence: Any) -> dict[str, Any]:
+class PipelineOutput(TypedDict, total=False):
+    path: str
+    bytes: int
+    sha256: str
+    metadata: Any  # the pipeline's own metadata, as it wrote it (only its presence is checked)
+
+
+class _StepName(TypedDict):
+    name: str
+
+
+class PipelineStep(_StepName, total=False):
+    order: int
+    status: str  # done, failed or pending
+    depends_on: list[str]
+    rerun: list[str] | str | None  # the step's own re-run command
+    outputs: list[PipelineOutput]
+
+
+class PipelineManifest(TypedDict):
+    """The manifest a creative pipeline writes (`artifacts.read_manifest` checks its steps' names)."""
+
+    pipeline: NotRequired[str]
+    steps: list[PipelineStep]
+
+
+def _finding(check: str, status: str, message: str, **evidence: list[str]) -> PipelineCheckData:
     return {"check": check, "status": status, "message": message, "evidence": evidence}
 
 
-def read_manifest(path: str | Path) -> dict[str, Any]:
+def read_manifest(path: str | Path) -> PipelineManifest:
     p = Path(path)
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
@@ -34,10 +61,10 @@ def read_manifest(path: str | Path) -> dict[str, Any]:
             isinstance(s, dict) and isinstance(s.get("name"), str) for s in data["steps"]):
         raise BadInputError("expected {\"steps\": [{\"name\": …, \"order\": …, \"outputs\": […]}, …]}",
                             source=str(p), field="steps")
-    return data
+    return cast(PipelineManifest, data)  # its steps' names checked; the rest read tolerantly
 
 
-def check_pipeline(manifest_path: str | Path) -> list[dict[str, Any]]:
+def check_pipeline(manifest_path: str | Path) -> list[PipelineCheckData]:
     """Five findings (partial files, metadata, names, step order, re-run), each pass / fail with its evidence."""
     root = Path(manifest_path).parent
     steps = read_manifest(manifest_path)["steps"]
@@ -61,7 +88,7 @@ def check_pipeline(manifest_path: str | Path) -> list[dict[str, Any]]:
     stray = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()
                    and p.name != Path(manifest_path).name and str(p.relative_to(root)) not in declared)
     bad_names = dupes + [s for s in stray if s.endswith(_TEMP_SUFFIXES)]
-    orders = [s.get("order") for s in steps]
+    orders: list[Any] = [s.get("order") for s in steps]  # as the manifest wrote them: compared, never trusted
     names = [s["name"] for s in steps]
     order_ok = orders == sorted(orders) and orders == list(range(1, len(steps) + 1))
     for s in steps:
@@ -96,5 +123,5 @@ def check_pipeline(manifest_path: str | Path) -> list[dict[str, Any]]:
     ]
 
 
-def step_status(steps: list[dict[str, Any]], name: str) -> str:
+def step_status(steps: list[PipelineStep], name: str) -> str:
     return next((str(s.get("status", "pending")) for s in steps if s["name"] == name), "missing")

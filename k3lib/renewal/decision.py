@@ -29,6 +29,7 @@ from .findings import RenewalFinding, money  # noqa: F401  (money: re-exported f
 from .indicators import AXES, Indicators, indicators, typed_axes  # noqa: F401  (re-exported)
 from .live import category_routing
 from .rules import RenewalRules
+from .shapes import Axes, ChecklistItem, RenewalLoosened, RoutingData, TaskCategories
 
 if TYPE_CHECKING:
     from ..axes.paths.record import PathsResult
@@ -59,9 +60,9 @@ class RenewalDecision(Record):
 
     decision: str
     findings: tuple[RenewalFinding, ...]
-    checklist: tuple[dict[str, Any], ...]
+    checklist: tuple[ChecklistItem, ...]
     condition: str
-    routing: dict[str, Any] | None = None
+    routing: RoutingData | None = None
     reexamine_on: str | None = None
     rule: str | None = None  # the id of the RULES row that decided
     # "embedded-emulator" for a generated demo (`review.demo`: its data and its drill are the kit's): a
@@ -182,13 +183,14 @@ def decide_rule(ind: Indicators) -> RenewalRule:
     return next(r for r in RULES if r.holds(ind))
 
 
-def routing(rules: RenewalRules, categories: RenewalFinding | None = None) -> dict[str, Any]:
+def routing(rules: RenewalRules, categories: RenewalFinding | None = None) -> RoutingData:
     """The dual circuit's transfer triggers and exit rules, fixed now, before the next bill is read; with a live
     run, the task categories each path takes (`task_categories`; null: none named, an open item)."""
     cats = categories.measured if categories is not None and categories.outcome is True else None
     return {
-        "task_categories": None if cats is None else {k: cats[k] for k in ("self_hosted", "api", "split",
-                                                                           "by_category", "source")},
+        "task_categories": None if cats is None else TaskCategories(
+            self_hosted=cats["self_hosted"], api=cats["api"], split=cats["split"], by_category=cats["by_category"],
+            source=cats["source"]),
 
         "self_hosted": "tasks with a declared control need (data control, residency, internal latency, "
                        "customised inference chain) and the regular agent/batch load",
@@ -227,7 +229,7 @@ def condition(decision: str, rules: RenewalRules, reexamine_on: str) -> str:
     }[decision]
 
 
-def checklist(axes: Mapping[str, Mapping[str, Any] | None], statuses: Mapping[str, str]) -> list[dict[str, Any]]:
+def checklist(axes: Axes, statuses: Mapping[str, str]) -> list[ChecklistItem]:
     return [{"id": a, "status": statuses.get(a, "not-run" if axes.get(a) is None else "pass"),
              "evidence": f"evidence/{a}.json" if axes.get(a) is not None else None} for a in AXES]
 
@@ -250,10 +252,10 @@ def _value(v: Any) -> str:
     return figure(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else str(v)
 
 
-def decide_renewal(axes: Mapping[str, Mapping[str, Any] | None], rules: RenewalRules, declared_benefits: list[str],
+def decide_renewal(axes: Axes, rules: RenewalRules, declared_benefits: list[str],
                    *, statuses: Mapping[str, str] | None = None, today: dt.date | None = None,
                    defaulted: list[str] | tuple[str, ...] = (), live: PathsResult | None = None,
-                   live_source: str | None = None, loosened: list[dict[str, Any]] | tuple[()] = (),
+                   live_source: str | None = None, loosened: list[RenewalLoosened] | tuple[()] = (),
                    live_refused: str | None = None) -> RenewalDecision:
     """The decision from the six analyses and, when given, the live run of the same tasks on both paths (`live`, a
     `k3 paths` record; `live_refused`: why a run named was not read); `defaulted` names the thresholds and fixed

@@ -13,10 +13,11 @@ import datetime as dt
 import heapq
 import math
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict
 
 import yaml
 
+from ..core.errors import BadInputError
 from ..core.store import atomic_write_bytes
 from .params import load_review_params, tracked_keys
 from .rules import DEFAULT
@@ -115,6 +116,25 @@ def _down(outages, t: float) -> tuple[float, float, tuple] | None:
     return next((o for o in outages if o[0] <= t < o[1]), None)
 
 
+class SimTask(TypedDict):
+    """One simulated task: drawn (id, category, submission, duration), then scheduled and judged."""
+
+    task_id: str
+    category: str
+    submit: float
+    dur: float
+    routed: NotRequired[bool]  # finished by the API during an outage
+    start: NotRequired[float | None]
+    end: NotRequired[float | None]
+    retries: NotRequired[int]
+    timed_out: NotRequired[bool]
+    tool_errors: NotRequired[int]
+    accepted: NotRequired[bool]
+    manual: NotRequired[bool]
+    prompt: NotRequired[int]
+    gen: NotRequired[int]
+
+
 def simulate(scenario: str, seed: int = 7) -> dict:
     """Tasks, outages and per-slot series of one scenario (pure: the same seed gives the same figures)."""
     import numpy as np
@@ -124,7 +144,7 @@ def simulate(scenario: str, seed: int = 7) -> dict:
     start = ANCHOR_END - dt.timedelta(days=WINDOW_DAYS)
     n_slots = WINDOW_DAYS * 86400 // STEP_S
     outages = _outages(sc, start)
-    tasks: list[dict[str, Any]] = []
+    tasks: list[SimTask] = []
     n = 0
     for k in range(n_slots):
         t = start + dt.timedelta(seconds=k * STEP_S)
@@ -152,18 +172,18 @@ def simulate(scenario: str, seed: int = 7) -> dict:
             end = begin + task["dur"]
         if task["routed"]:
             heapq.heappush(free, begin)
-            task.update(start=None, end=None, retries=0)
+            task.update({"start": None, "end": None, "retries": 0})
             continue
         heapq.heappush(free, end)
-        task.update(start=begin, end=end, retries=retries)
+        task.update({"start": begin, "end": end, "retries": retries})
     for task in tasks:
         timed_out = task["start"] is not None and bool(rng.random() < sc.timeout)
         tool_errors = int(rng.random() < sc.tool_error) * (1 + int(rng.poisson(0.5))) if task["category"] in (
             "agent", "peak") else 0
         accepted = (task["start"] is not None and not timed_out and bool(rng.random() < sc.accept))
-        task.update(timed_out=timed_out, tool_errors=tool_errors, accepted=accepted,
-                    manual=accepted and bool(rng.random() < sc.manual),
-                    prompt=int(rng.integers(2_000, 30_000)), gen=int(rng.integers(300, 4_000)))
+        task.update({"timed_out": timed_out, "tool_errors": tool_errors, "accepted": accepted,
+                     "manual": accepted and bool(rng.random() < sc.manual),
+                     "prompt": int(rng.integers(2_000, 30_000)), "gen": int(rng.integers(300, 4_000))})
     return {"scenario": sc, "start": start, "tasks": tasks, "outages": outages, "rng": rng, "n_slots": n_slots}
 
 
@@ -256,7 +276,7 @@ def _write_tasks(sim: dict, path: Path) -> None:
     sc, rng = sim["scenario"], sim["rng"]
     rows = ["task_id,category,path,submitted_at,started_at,finished_at,accepted,retries,tool_call_errors,"
             "timed_out,manual_correction,routed_to_api,wait_s"]
-    replay: list[dict[str, Any]] = []
+    replay: list[SimTask] = []
     for t in sim["tasks"]:
         wait = 0.0 if t["start"] is None else t["start"] - t["submit"]
         b = lambda x: "true" if x else "false"  # noqa: E731
@@ -352,8 +372,6 @@ def _write_params(scenario: str, sc: Scenario, start: dt.datetime, path: Path) -
 def generate(scenario: str, out_dir: str | Path, *, seed: int = 7) -> dict[str, Path]:
     """Write the scenario's history, task log, costs, incidents, hours and review.yaml into `out_dir`."""
     if scenario not in _SCENARIOS:
-        from ..core.errors import BadInputError
-
         raise BadInputError(f"unknown demo scenario {scenario!r}; expected one of {', '.join(SCENARIOS)}",
                             source="--demo")
     out = Path(out_dir)

@@ -22,7 +22,7 @@ import json
 import subprocess
 import threading
 import time
-from typing import Any, Callable
+from typing import Callable, Mapping, cast
 from urllib.parse import urlsplit
 
 import httpx
@@ -30,6 +30,15 @@ import httpx
 from ..axes.environment.values import parse_version
 from ..core.numbers import figure
 from ..io.chatstream import sse_payloads
+from .drillshapes import (
+    ChatMessage,
+    ChatReply,
+    ChatRequest,
+    DrillAnswerData,
+    FailoverData,
+    RenewalDrillData,
+    ToolDefinition,
+)
 from .params import CommandStep, DrillParams
 from .results import Answer, DrillAnswer
 
@@ -41,18 +50,18 @@ QUESTIONS = {
     "api_failover_without_contract_change": "Can the agent fail over to the API without changing its contract?",
     "fields_preserved": "Are reasoning, content and tool-call fields kept through the recovery?",
 }
-_TOOL = {"type": "function", "function": {
+_TOOL: ToolDefinition = {"type": "function", "function": {
     "name": "get_weather", "description": "Current weather for a city",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
-_USER = {"role": "user", "content": "What is the weather in Lyon? Use the tool."}
+_USER: ChatMessage = {"role": "user", "content": "What is the weather in Lyon? Use the tool."}
 
 
-def _reasoning(msg: dict[str, Any]) -> str | None:
+def _reasoning(msg: ChatMessage) -> str | None:
     # vLLM ≥0.12 names the field `reasoning`; earlier releases `reasoning_content`
     return msg.get("reasoning") or msg.get("reasoning_content")
 
 
-def _fields(msg: dict[str, Any]) -> dict[str, bool]:
+def _fields(msg: ChatMessage) -> dict[str, bool]:
     return {"reasoning": bool(_reasoning(msg)), "content": bool(msg.get("content")),
             "tool_calls": bool(msg.get("tool_calls"))}
 
@@ -80,7 +89,7 @@ def run_step(step: CommandStep, base_url: str, client: httpx.Client, timeout_s: 
 class _InFlight(threading.Thread):
     """A long streamed task; records how it ended: finished, explicit error, silent cut, or still hanging."""
 
-    def __init__(self, client: httpx.Client, url: str, body: dict[str, Any], timeout_s: float) -> None:
+    def __init__(self, client: httpx.Client, url: str, body: ChatRequest, timeout_s: float) -> None:
         super().__init__(daemon=True)
         self.client, self.url, self.body, self.timeout_s = client, url, body, timeout_s
         self.first_chunk = threading.Event()
@@ -136,8 +145,8 @@ class _InFlight(threading.Thread):
         return False
 
 
-def _failover(client: httpx.Client, api_base_url: str | None, bodies: list[dict[str, Any]], headers: dict[str, str],
-              timeout_s: float, steps: list[str]) -> dict[str, Any] | None:
+def _failover(client: httpx.Client, api_base_url: str | None, bodies: list[ChatRequest], headers: dict[str, str],
+              timeout_s: float, steps: list[str]) -> FailoverData | None:
     """The identical request bodies (the tool call, then the tool answer) sent to the API: only the base URL changes,
     so the agent's contract is untouched. None: no API configured."""
     if not api_base_url:
@@ -178,8 +187,8 @@ def _wait_health(client: httpx.Client, base_url: str, want_ok: bool, timeout_s: 
     return False, time.monotonic() - t0, last
 
 
-def _chat(client: httpx.Client, base_url: str, body: dict[str, Any], headers: dict[str, str], timeout_s: float
-          ) -> tuple[int, dict[str, Any]]:
+def _chat(client: httpx.Client, base_url: str, body: ChatRequest, headers: dict[str, str], timeout_s: float
+          ) -> tuple[int, ChatReply]:
     try:
         r = client.post(f"{base_url}/v1/chat/completions", json=body, headers=headers, timeout=timeout_s)
     except httpx.HTTPError as exc:
@@ -190,20 +199,20 @@ def _chat(client: httpx.Client, base_url: str, body: dict[str, Any], headers: di
         return r.status_code, {"error": "not JSON"}
 
 
-def _message(reply: dict[str, Any]) -> dict[str, Any]:
+def _message(reply: ChatReply) -> ChatMessage:
     try:
         return reply["choices"][0]["message"] or {}
     except (KeyError, IndexError, TypeError):
         return {}
 
 
-def _tool_turn(model: str | None, previous: dict[str, Any]) -> dict[str, Any]:
+def _tool_turn(model: str | None, previous: ChatMessage) -> ChatRequest:
     """The second turn: the assistant's whole previous message (reasoning and tool calls included, as the Kimi K3
     docs require) followed by the tool result."""
-    kept = {k: v for k, v in previous.items() if k in ("role", "content", "reasoning", "reasoning_content",
-                                                       "tool_calls") and v is not None}
+    kept = cast(ChatMessage, {k: v for k, v in previous.items() if k in ("role", "content", "reasoning", "reasoning_content",
+                                                       "tool_calls") and v is not None})
     call_id = (previous.get("tool_calls") or [{}])[0].get("id", "call-0")
-    body = {"messages": [_USER, kept, {"role": "tool", "tool_call_id": call_id, "content": '{"temp_c": 21}'}],
+    body: ChatRequest = {"messages": [_USER, kept, {"role": "tool", "tool_call_id": call_id, "content": '{"temp_c": 21}'}],
             "tools": [_TOOL], "max_tokens": 128}
     if model:
         body["model"] = model
@@ -212,7 +221,7 @@ def _tool_turn(model: str | None, previous: dict[str, Any]) -> dict[str, Any]:
 
 def run_drill(base_url: str, drill: DrillParams, *, api_base_url: str | None = None,
               headers: dict[str, str] | None = None, model: str | None = None,
-              log: Callable[[str], None] | None = None) -> dict[str, Any]:
+              log: Callable[[str], None] | None = None) -> RenewalDrillData:
     """Kill the engine while a task streams, restore it, and answer the five questions. Returns JSON-ready data."""
     headers = headers or {}
     steps: list[str] = []
@@ -223,7 +232,7 @@ def run_drill(base_url: str, drill: DrillParams, *, api_base_url: str | None = N
         if model is None:
             model = served[0] if served else None
         version_before = _version(client, base_url, t_req)
-        first = {"messages": [_USER], "tools": [_TOOL], "max_tokens": 256,
+        first: ChatRequest = {"messages": [_USER], "tools": [_TOOL], "max_tokens": 256,
                  "tool_choice": {"type": "function", "function": {"name": "get_weather"}}}
         if model:
             first["model"] = model
@@ -234,7 +243,7 @@ def run_drill(base_url: str, drill: DrillParams, *, api_base_url: str | None = N
         steps.append(f"baseline: tool call HTTP {status}, tool answer HTTP {status2}, fields {before_fields}")
         note(steps[-1])
 
-        inflight_body = {"messages": [{"role": "user", "content": "Write a long report on GPU capacity planning."}],
+        inflight_body: ChatRequest = {"messages": [{"role": "user", "content": "Write a long report on GPU capacity planning."}],
                          "max_tokens": 2048, "ignore_eos": True, "stream": True}
         if model:
             inflight_body["model"] = model
@@ -277,7 +286,8 @@ def run_drill(base_url: str, drill: DrillParams, *, api_base_url: str | None = N
         first_after_status=status3, resumed_status=status5, before_fields=before_fields, after_fields=after_fields,
         failover=failover, timeout_s=drill.recovery_timeout_s, in_flight_at_kill=in_flight_at_kill)
     answers = answer_questions(seen)
-    return {"target": base_url, "api": api_base_url, "answers": {k: a.model_dump() for k, a in answers.items()},
+    return {"target": base_url, "api": api_base_url, "answers": {
+        k: DrillAnswerData(question=a.question, answer=a.answer, evidence=a.evidence) for k, a in answers.items()},
             # until for_deployment checks the target against the reviewed deployment, the answers speak for no one
             "deployment": {"is_deployment": False, "why": "not checked against the reviewed deployment"},
             "served_models": served, "in_flight_at_kill": in_flight_at_kill,
@@ -287,8 +297,8 @@ def run_drill(base_url: str, drill: DrillParams, *, api_base_url: str | None = N
             "summary": _summary(answers)}
 
 
-def _summary(answers: dict[str, Any]) -> str:
-    def answer(a: Any) -> str:
+def _summary(answers: Mapping[str, DrillAnswer | DrillAnswerData]) -> str:
+    def answer(a: DrillAnswer | DrillAnswerData) -> str:
         return a.answer if isinstance(a, DrillAnswer) else a["answer"]
 
     n_yes = sum(answer(a) == "yes" for a in answers.values())
@@ -310,7 +320,7 @@ def _host_port(url: str) -> str:
     return f"{parts.hostname}:{port}"
 
 
-def is_deployment(result: dict[str, Any], *, emulator: bool, model_name: str | None,
+def is_deployment(result: RenewalDrillData, *, emulator: bool, model_name: str | None,
                   instances: tuple[str, ...] = (), addresses: tuple[str, ...] = ()) -> tuple[bool, str]:
     """Did the drill touch the reviewed deployment? Not when it ran against the embedded emulator; otherwise its
     target must serve the deployment's model (GET /v1/models) and, when the deployment names its instances, be
@@ -330,23 +340,23 @@ def is_deployment(result: dict[str, Any], *, emulator: bool, model_name: str | N
         f" at one of its instances ({', '.join(instances)})" if instances else "")
 
 
-def for_deployment(result: dict[str, Any], proves: bool, why: str) -> dict[str, Any]:
+def for_deployment(result: RenewalDrillData, proves: bool, why: str) -> RenewalDrillData:
     """The drill's result as evidence about the reviewed deployment: its answers kept when the drill touched it;
     otherwise every answer "not shown" (why, and what was observed on the drill's target, kept apart)."""
     if proves:
         return {**result, "deployment": {"is_deployment": True, "why": why}}
     observed = result["answers"]
-    answers = {q: {"question": a["question"], "answer": NOT_SHOWN,
+    answers: dict[str, DrillAnswerData] = {q: {"question": a["question"], "answer": NOT_SHOWN,
                    "evidence": f"{why}: it answers nothing about the deployment (observed there: {a['answer']})"}
                for q, a in observed.items()}
     return {**result, "answers": answers, "summary": f"0/5 about the reviewed deployment — {why} (on its target: "
             f"{result['summary']})", "deployment": {"is_deployment": False, "why": why, "observed": observed}}
 
 
-def not_run(why: str) -> dict[str, Any]:
+def not_run(why: str) -> RenewalDrillData:
     """The drill's record when it was not run against the reviewed deployment (no deployment URL, the drill
     disabled): every answer "not shown" with the reason — the drill premise is not shown, never drilled elsewhere."""
-    answers = {q: {"question": text, "answer": NOT_SHOWN, "evidence": f"the drill was not run: {why}"}
+    answers: dict[str, DrillAnswerData] = {q: {"question": text, "answer": NOT_SHOWN, "evidence": f"the drill was not run: {why}"}
                for q, text in QUESTIONS.items()}
     return {"target": "none", "api": None, "answers": answers,
             "deployment": {"is_deployment": False, "why": f"the drill was not run: {why}"},
@@ -374,7 +384,7 @@ class DrillObservation:
     resumed_status: int  # the pre-kill conversation continued after the restore
     before_fields: dict[str, dict[str, bool]]
     after_fields: dict[str, dict[str, bool]]
-    failover: dict[str, Any] | None
+    failover: FailoverData | None
     timeout_s: float
     in_flight_at_kill: bool  # a streamed request was in flight (events received, no end) when the kill ran
 

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from ..core.evidence import FindingStatus
 from ..core.numbers import figure
+from .shapes import CreditData
 
 Measured = Mapping[str, Any]
 
@@ -318,10 +319,10 @@ def _cost(o: bool | None, m: Measured) -> str:
                "failures" if m.get("routed_to_api_tasks") else ""))
 
 
-def _credit_lines(credits: list[dict[str, Any]], cur: str | None) -> str:
+def _credit_lines(credits: list[CreditData], cur: str | None) -> str:
     if not credits:
         return ""
-    def one(c: dict[str, Any]) -> str:
+    def one(c: CreditData) -> str:
         what = c.get("charge_category") or "credit"
         return (f"{money(c['amount'], cur)} ({what}, {c['item']}"
                 + (f", {c['description']}" if c.get("description") else "") + ")")

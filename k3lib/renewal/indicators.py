@@ -8,17 +8,18 @@ than `rules.min_sample_tasks`, an interval straddling its rule. It is never coun
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from .findings import RenewalFinding
 from .live import live_equivalence, live_quality
 from .results import typed
 from .rules import RenewalRules
+from .shapes import Axes, AxisId, TaskLogComparison
 
 if TYPE_CHECKING:
     from ..axes.paths.record import PathsResult
 
-AXES = ("load", "production", "comparison", "cost", "stability", "operations")
+AXES: tuple[AxisId, ...] = ("load", "production", "comparison", "cost", "stability", "operations")
 _ANALYSIS = {"load": "load", "production": "useful production", "comparison": "self-hosted vs API",
              "cost": "full cost", "stability": "stability", "operations": "operations"}
 
@@ -43,10 +44,24 @@ class Indicators:
     loosened_unaccepted: bool = False
 
 
-def typed_axes(axes: Mapping[str, Any]) -> tuple[Any, ...]:
+def typed_axes(axes: Axes) -> tuple[Any, ...]:
     """The six results as their typed models (None: no evidence); a dict that does not fit is refused."""
 
     return tuple(None if axes.get(a) is None else typed(a, axes[a]) for a in AXES)
+
+
+class _Values(TypedDict, total=False):
+    """The indicators read from the axes (`Indicators`' fields; one left out: not shown)."""
+
+    regular_load: bool | None
+    large_idle: bool | None
+    spiky: bool | None
+    quality_ok: bool | None
+    recoverable: bool | None
+    effort_ok: bool | None
+    api_equivalent: bool | None
+    cheaper_than_api: bool | None
+    within_value: bool | None
 
 
 def _all(*parts: bool | None) -> bool | None:
@@ -143,12 +158,13 @@ def production_quality(prod: Any, rules: RenewalRules) -> RenewalFinding:
         "outside_window": prod.outside_window.outside, "not_shown_because": list(prod.not_shown_because)})
 
 
-def task_log_comparison(comp: Any, rules: RenewalRules) -> dict[str, Any]:
+def task_log_comparison(comp: Any, rules: RenewalRules) -> TaskLogComparison:
     sh, api = comp.self_hosted, comp.api
     return {"paired_tasks": comp.paired_tasks, "min_sample_tasks": comp.min_sample_tasks,
             "api_equivalent_gap_max": rules.api_equivalent_gap_max,
-            **{f"{name}_{k}": getattr(path, k) for name, path in (("self_hosted", sh), ("api", api))
-               for k in ("acceptance_rate", "tool_error_share", "delivery_median_s")},
+            "self_hosted_acceptance_rate": sh.acceptance_rate, "self_hosted_tool_error_share": sh.tool_error_share,
+            "self_hosted_delivery_median_s": sh.delivery_median_s, "api_acceptance_rate": api.acceptance_rate,
+            "api_tool_error_share": api.tool_error_share, "api_delivery_median_s": api.delivery_median_s,
             "difference": comp.difference, "difference_low": comp.difference_low,
             "difference_high": comp.difference_high, "api_equivalent": comp.api_equivalent}
 
@@ -198,7 +214,7 @@ def scope_finding(load: Any, prod: Any, stab: Any, ops: Any) -> RenewalFinding |
         "hours_rows_outside": None if ops is None else ops.outside_window.outside})
 
 
-def indicators(axes: Mapping[str, Mapping[str, Any] | None], rules: RenewalRules,
+def indicators(axes: Axes, rules: RenewalRules,
                declared_benefits: list[str], live: PathsResult | None = None,
                live_source: str | None = None, live_refused: str | None = None
                ) -> tuple[Indicators, list[RenewalFinding]]:
@@ -207,7 +223,7 @@ def indicators(axes: Mapping[str, Mapping[str, Any] | None], rules: RenewalRules
     `live_refused`: why the run named was not read)."""
     found: list[RenewalFinding] = []
     load, prod, comp, cost, stab, ops = typed_axes(axes)
-    values: dict[str, Any] = {}
+    values: _Values = {}
     live = None if live_refused else live  # a run that does not match the review is not read at all
     for axis, result in zip(AXES, (load, prod, comp, cost, stab, ops)):
         if result is None:

@@ -10,12 +10,12 @@ import csv
 import datetime as dt
 import io
 import re
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Iterator, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import ErrorDetails
 
 from ..core.errors import BadInputError
 from ..core.yamlsafe import safe_load as yaml_load
@@ -214,7 +214,7 @@ def _read_text(path: Path, what: str) -> str:
         raise BadInputError(f"cannot read ({exc}); expected {what}", source=str(path)) from None
 
 
-def _expected(err: Mapping[str, Any]) -> str:
+def _expected(err: ErrorDetails) -> str:
     msg = str(err.get("msg", "")).removeprefix("Value error, ")
     given = err.get("input")
     if err.get("type") == "literal_error":

@@ -9,12 +9,13 @@ aside on both paths and counted; what remains must hold `rules.min_sample_tasks`
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..axes.paths.record import paired
 from ..core.stats import wilson_interval
 from .findings import RenewalFinding
 from .rules import RenewalRules
+from .shapes import TaskLogComparison
 
 if TYPE_CHECKING:
     from ..axes.paths.record import PairedDifference, PathsResult, TaskOutcome
@@ -146,7 +147,7 @@ def category_routing(live: PathsResult | None, source: str | None) -> RenewalFin
 
 
 def live_equivalence(live: PathsResult | None, source: str | None, rules: RenewalRules,
-                     task_log: dict[str, Any] | None) -> RenewalFinding | None:
+                     task_log: TaskLogComparison | None) -> RenewalFinding | None:
     """Does the API reach equivalent quality on the same tasks run live (`comparison.api_equivalent` judged on the
     live run): the Newcombe 95 % interval of the paired difference self-hosted − API acceptance wholly at or below
     `rules.api_equivalent_gap_max` (equivalent), wholly above it (not), else inconclusive (None, never favourable);

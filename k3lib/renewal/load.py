@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter, defaultdict
-from typing import Any, Sequence
+from typing import Any, Literal, Sequence
 from zoneinfo import ZoneInfo
 
 from ..core.numbers import figure
@@ -19,10 +19,21 @@ from ..core.stats import percentile
 from .inputs import TaskRecord
 from .rules import RenewalRules
 from .series import Grid
+from .shapes import (
+    CategoryUseData,
+    CoverageData,
+    LoadFigures,
+    PeriodSlots,
+    PeriodUseData,
+    SourceCoverage,
+    WaitingCausesData,
+    WorstCaseData,
+)
 
 CATEGORIES = ("batch", "agent", "peak", "test", "maintenance")
 PERIODS = ("business", "night", "weekend", "peak-slots")
 SELF = "self-hosted"
+_Summed = Literal["busy", "util_sum", "idle_demand", "idle_scheduling", "waiting_sum"]  # a period's sums
 
 
 def _r(x: float | None, nd: int = 3) -> float | None:
@@ -76,7 +87,7 @@ def _kinds(util: list[float | None], waiting_srv: list[float], waiting_log: list
 
 
 def waiting_causes(util: list[float | None], waiting_srv: list[float], waiting_log: list[float],
-                   long_waits: list[str], rules: RenewalRules) -> dict[str, Any]:
+                   long_waits: list[str], rules: RenewalRules) -> WaitingCausesData:
     """What an idle slot with something "waiting" rests on, when only one source says so: the queue gauge without
     a waiting task in the log (a stuck gauge), the log without the gauge, and the rows waiting longer than a large
     idle stretch (named, not read as demand waiting)."""
@@ -123,10 +134,10 @@ def _arrivals(tasks: Sequence[TaskRecord], grid: Grid, n: int, step_h: float) ->
 
 
 def _per_period(frame: Any, util: list[float | None], kinds: list[str | None], waiting: list[float],
-                rules: RenewalRules, step_h: float) -> list[dict[str, Any]]:
+                rules: RenewalRules, step_h: float) -> list[PeriodUseData]:
     tz = ZoneInfo(rules.timezone)
-    per = {p: {"slots": 0, "busy": 0, "util_sum": 0.0, "idle_demand": 0, "idle_scheduling": 0, "waiting_sum": 0.0}
-           for p in PERIODS}
+    per: dict[str, PeriodSlots] = {p: {"slots": 0, "busy": 0, "util_sum": 0.0, "idle_demand": 0,
+                                       "idle_scheduling": 0, "waiting_sum": 0.0} for p in PERIODS}
     for k, ts in enumerate(frame.index):
         u = util[k]
         if u is None:
@@ -142,7 +153,7 @@ def _per_period(frame: Any, util: list[float | None], kinds: list[str | None], w
             agg["idle_demand"] += kinds[k] == "demand"
             agg["idle_scheduling"] += kinds[k] == "scheduling"
 
-    def share(a: dict[str, Any], key: str, nd: int = 3) -> float | None:
+    def share(a: PeriodSlots, key: _Summed, nd: int = 3) -> float | None:
         return _r(a[key] / a["slots"] if a["slots"] else None, nd)
 
     return [{"period": p, "hours": _r(a["slots"] * step_h, 1), "mean_util": share(a, "util_sum"),
@@ -152,7 +163,7 @@ def _per_period(frame: Any, util: list[float | None], kinds: list[str | None], w
 
 
 def _by_category(util: list[float | None], active: dict[str, list[float]], gpus: int, step_h: float,
-                 reserved: float) -> list[dict[str, Any]]:
+                 reserved: float) -> list[CategoryUseData]:
     used_by: dict[str, float] = defaultdict(float)
     hours_by: dict[str, float] = defaultdict(float)
     for k, u in enumerate(util):
@@ -170,7 +181,7 @@ def _by_category(util: list[float | None], active: dict[str, list[float]], gpus:
             for c in (*CATEGORIES, "none")]
 
 
-def coverage(frame: Any) -> dict[str, float | None]:
+def coverage(frame: Any) -> SourceCoverage:
     """The share of the window's slots each series source shows: every reserved GPU (utilisation) and vLLM."""
     n = len(frame)
     if not n:
@@ -193,7 +204,7 @@ def period_coverage(frame: Any, util: list[float | None], rules: RenewalRules) -
     return {p: _r(shown[p] / seen[p], 4) if seen[p] else None for p in PERIODS[:3]}
 
 
-def not_shown(cover: dict[str, Any], gpus: int, rules: RenewalRules) -> list[str]:
+def not_shown(cover: CoverageData, gpus: int, rules: RenewalRules) -> list[str]:
     """Why the load is not shown ([] when it is)."""
     if not gpus:
         return ["no GPU utilisation series of the deployment in the window"]
@@ -211,7 +222,7 @@ def not_shown(cover: dict[str, Any], gpus: int, rules: RenewalRules) -> list[str
 
 
 def worst_case(kinds: list[str | None], util: list[float | None], step_h: float, rules: RenewalRules,
-               business: list[bool]) -> dict[str, float | None]:
+               business: list[bool]) -> WorstCaseData:
     """The shares with every slot not shown read the least favourable way (idle for lack of demand, utilisation 0):
     what the gap could hide. The decision reads the load only where this worst case decides the same."""
     n = len(kinds)
@@ -226,7 +237,7 @@ def worst_case(kinds: list[str | None], util: list[float | None], step_h: float,
             "business_busy_share": _r(biz.count("busy") / len(biz)) if biz else None}
 
 
-def analyse_load(frame, tasks: Sequence[TaskRecord], rules: RenewalRules, grid: Grid, gpus: int) -> dict[str, Any]:
+def analyse_load(frame, tasks: Sequence[TaskRecord], rules: RenewalRules, grid: Grid, gpus: int) -> LoadFigures:
     """Used vs reserved capacity per load category and per period; idle time split into demand and scheduling.
     `gpus`: the GPUs the capacity reserves (the deployment's stated count)."""
     n = len(frame)
@@ -245,7 +256,7 @@ def analyse_load(frame, tasks: Sequence[TaskRecord], rules: RenewalRules, grid: 
     n_shown = len(shown_slots)
     reserved_gpu_h = gpus * n * step_h
     used_total = sum(shown_slots) * gpus * step_h
-    cover = {**coverage(frame), "by_period": period_coverage(frame, util, rules)}
+    cover: CoverageData = {**coverage(frame), "by_period": period_coverage(frame, util, rules)}
     why = not_shown(cover, gpus, rules)
     tz = ZoneInfo(rules.timezone)
     business_slot = [_period(ts.tz_convert(tz).hour, ts.tz_convert(tz).weekday(), rules) == "business"

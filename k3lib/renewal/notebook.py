@@ -19,10 +19,19 @@ from .analysis import analyse_stability
 from .artifacts import check_pipeline
 from .demo import materialise
 from .drill import for_deployment, is_deployment, not_run, run_drill
+from .drillshapes import RenewalDrillData
 from .params import RenewalParams, load_any_review
 from .records import axis_record, decide_review
-from .review import (ReviewData, analyse, load_review, read_axes_cache, read_hourly_cache, resolve_deployment,
-                     review_incidents)
+from .review import (
+    ReviewData,
+    analyse,
+    load_review,
+    read_axes_cache,
+    read_hourly_cache,
+    resolve_deployment,
+    review_incidents,
+)
+from .shapes import AxesData, AxisData
 
 __all__ = ["ReviewContext", "axis_result", "decide_review", "drill_not_run", "open_review_run", "record_axis",
            "review_drill", "with_demo_inputs"]
@@ -45,7 +54,7 @@ class ReviewContext:
             self._data = load_review(self.params)
         return self._data
 
-    def axes(self, drill: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+    def axes(self, drill: RenewalDrillData | None = None) -> AxesData:
         """The six axes: the run's cached ones (`run_review` computes them once before its notebooks) when they
         were computed from these inputs, else computed here (a notebook opened alone). The drill changes only the
         stability axis, which is then recomputed from the incidents and the drill."""
@@ -99,16 +108,16 @@ def open_review_run(params_file: str, overrides: list[str] | None = None, run_di
     return params, store
 
 
-def axis_result(ctx: ReviewContext, drill: dict[str, Any] | None = None) -> dict[str, Any]:
+def axis_result(ctx: ReviewContext, drill: RenewalDrillData | None = None) -> AxisData:
     """This notebook's axis, computed from the run's inputs and series."""
-    return ctx.axes(drill)[ctx.axis]
+    return ctx.axes(drill)[ctx.axis]  # type: ignore[literal-required]  # ctx.axis: one of the six
 
 
-def record_axis(ctx: ReviewContext, result: dict[str, Any]) -> EvidenceRecord:
+def record_axis(ctx: ReviewContext, result: AxisData) -> EvidenceRecord:
     return ctx.record(axis_record(ctx, result))
 
 
-def review_drill(ctx: ReviewContext) -> dict[str, Any] | None:
+def review_drill(ctx: ReviewContext) -> RenewalDrillData | None:
     """The live incident drill on the review's target (the embedded emulator when no base_url is given, with a
     second emulator standing in for the API), plus the pipeline artifact check when a manifest is named. Its
     answers speak for the reviewed deployment only when the target is it (not the emulator; its model, and its

@@ -25,6 +25,7 @@ from ..core.layering import COMMAND_SECTIONS, _provenance, layer, validate_model
 from ..core.params import RunParams, TargetParams, _check_url
 from ..core.yamlsafe import safe_load as yaml_load
 from .rules import DEFAULT, DeclaredBenefits, FixedElements, RenewalRules, is_looser
+from .shapes import ParamTree, RenewalLoosened
 
 INPUT_KEYS = ("tasks", "costs", "incidents", "hours")
 
@@ -177,10 +178,10 @@ class ReviewParams(_Model):
         return [k for k in tracked_keys() if k.startswith(("review.fixed.", "review.rules."))
                 and self.origin(k) == DEFAULT]
 
-    def loosened(self) -> list[dict[str, Any]]:
+    def loosened(self) -> list[RenewalLoosened]:
         """Each threshold (and the series step) set past its built-in default toward renew, with its origin: the
         decision lists them in its reasons and its condition, and the terminal output prints both."""
-        out: list[dict[str, Any]] = []
+        out: list[RenewalLoosened] = []
         values = [(f"rules.{k}", getattr(self.rules, k), f.default) for k, f in RenewalRules.model_fields.items()]
         if self.series is not None:
             values.append(("series.step_s", self.series.step_s, SeriesSource.model_fields["step_s"].default))
@@ -198,12 +199,12 @@ class ReviewParams(_Model):
             x["accepted_by"], x["accepted_why"] = (hit.by, hit.why) if hit else (None, None)
         return out
 
-    def _scope_loosened(self) -> list[dict[str, Any]]:
+    def _scope_loosened(self) -> list[RenewalLoosened]:
         """Scopes that differ from the reference review (the built-in defaults): a narrower task set (the other
         categories' failures no longer count), other business hours or another time zone (which slots must be
         busy), a laxer retry policy — whichever way they differ, a reviewer cannot tell that they do not favour
         renew."""
-        out: list[dict[str, Any]] = []
+        out: list[RenewalLoosened] = []
         ref_rules, ref_fixed = RenewalRules(), FixedElements()
         scopes = [("fixed.task_set.categories", list(self.fixed.task_set.categories),
                    list(ref_fixed.task_set.categories)),
@@ -260,7 +261,7 @@ class RenewalParams(_Model):
     target: TargetParams = TargetParams()  # the drill's target; base_url null: the embedded emulator
     run: RunParams = RunParams()
 
-    def public_dict(self) -> dict[str, Any]:
+    def public_dict(self) -> ParamTree:
         return self.model_dump(mode="json", by_alias=True)
 
 
@@ -272,7 +273,7 @@ def tracked_keys() -> list[str]:
             + [f"review.deployment.{k}" for k in DeploymentLabels.model_fields])
 
 
-def _origin(key: str, merged: dict[str, Any], prov: dict[str, str], before: dict[str, str]) -> str:
+def _origin(key: str, merged: ParamTree, prov: dict[str, str], before: dict[str, str]) -> str:
     """Which file or override set `key`: the deepest provenance at or above it, else one below it (a fixed element
     set in part), else what the resolved parameters this run started from recorded; absent: the default."""
     node: Any = merged
@@ -288,29 +289,29 @@ def _origin(key: str, merged: dict[str, Any], prov: dict[str, str], before: dict
     return deeper[-1] if deeper else before.get(key, DEFAULT)
 
 
-def _record_origins(merged: dict[str, Any], prov: dict[str, str]) -> None:
+def _record_origins(merged: ParamTree, prov: dict[str, str]) -> None:
     review = merged.get("review")
     if not isinstance(review, dict):
         return
     recorded = review.get("origins")
-    before: dict[str, str] = recorded if isinstance(recorded, dict) else {}
+    before: dict[str, str] = {}
+    if isinstance(recorded, dict) and all(isinstance(v, str) for v in recorded.values()):
+        before = {k: v for k, v in recorded.items() if isinstance(v, str)}
     if any(path.startswith("review.origins") for path in prov):
         before = {}  # origins are the loader's record, never taken from a file or an override
-    if before and not all(isinstance(v, str) for v in before.values()):
-        before = {}
     review["origins"] = {k: _origin(k, merged, prov, before) for k in tracked_keys()}
 
 
 ACCEPTANCE_SECTIONS = COMMAND_SECTIONS["k3 validate"]  # the sections that make a file the acceptance command's
 
 
-def _refuse_other_command(merged: dict[str, Any], source: str) -> None:
+def _refuse_other_command(merged: ParamTree, source: str) -> None:
     if "review" not in merged and any(k in merged for k in ACCEPTANCE_SECTIONS):
         raise BadInputError("this is an acceptance parameters file (k3 validate), not a review file; expected a "
                             "top-level review: section (see parameters/renewal-demo.yaml)", source=source)
 
 
-def _resolve_paths(merged: dict[str, Any], prov: dict[str, str]) -> None:
+def _resolve_paths(merged: ParamTree, prov: dict[str, str]) -> None:
     """Input paths are relative to the file that set them (or to the current folder for --set)."""
     review = merged.get("review")
     if not isinstance(review, dict):
@@ -319,9 +320,10 @@ def _resolve_paths(merged: dict[str, Any], prov: dict[str, str]) -> None:
                                                    ("deployment", "acceptance_run")]
     for section, key in [*slots, ("", "live_paths")]:
         node = review.get(section) if section else review
-        if not isinstance(node, dict) or not isinstance(node.get(key), str):
+        value = node.get(key) if isinstance(node, dict) else None
+        if not isinstance(node, dict) or not isinstance(value, str):
             continue
-        p = Path(node[key]).expanduser()
+        p = Path(value).expanduser()
         if not p.is_absolute():
             origin = _provenance(("review", *([section] if section else []), key), prov, "")
             base = Path(origin).parent if origin and not origin.startswith("--set") else Path.cwd()
@@ -329,14 +331,14 @@ def _resolve_paths(merged: dict[str, Any], prov: dict[str, str]) -> None:
         node[key] = str(p.resolve())
 
 
-def validate_review(data: dict[str, Any], prov: dict[str, str] | None = None, *,
+def validate_review(data: ParamTree, prov: dict[str, str] | None = None, *,
                     default_source: str = "parameters") -> RenewalParams:
     return validate_model(RenewalParams, data, source=default_source, prov=prov,
                           reference="parameters/renewal-demo.yaml")
 
 
 def load_review_params(files: Sequence[str | Path], sets: Sequence[str] = (), *,
-                       base: dict[str, Any] | None = None) -> RenewalParams:
+                       base: ParamTree | None = None) -> RenewalParams:
     """Layer YAML `files`, apply `sets`, resolve input paths, validate. Raises BadInputError (one line)."""
     merged, prov = layer(files, sets, base=base)
     source = str(files[-1]) if files else "parameters"

@@ -11,8 +11,9 @@ from ..verdict.shapes import DecisionDoc
 from .decision import AXES, RenewalDecision, indicators, money
 from .live import live_quality
 from .params import RenewalParams, load_any_review
-from .results import read_record_data, record_data, typed
+from .results import AxisResult, read_record_data, record_data, typed
 from .review import decide_from_axes, live_refusal
+from .shapes import AxisData, TypedAxes
 
 
 class ReviewAxis(Protocol):
@@ -85,7 +86,7 @@ def _findings(axis: str, result: Any, params: RenewalParams, live: PathsResult |
     return out
 
 
-def axis_record(ctx: ReviewAxis, result: dict[str, Any]) -> EvidenceRecord:
+def axis_record(ctx: ReviewAxis, result: AxisData | AxisResult) -> EvidenceRecord:
     """The evidence record of `ctx.axis` from its result, validated against the axis' typed model."""
     data = record_data(ctx.axis, result)
     live = live_run(ctx.params, ctx.store) if ctx.axis == "comparison" else None
@@ -107,10 +108,10 @@ def live_run(params: RenewalParams, store: RunStore) -> PathsResult | None:
     return read_paths_record(kept if kept.exists() else source)
 
 
-def axes_from_records(records: dict[str, EvidenceRecord]) -> tuple[dict[str, Any], dict[str, str]]:
+def axes_from_records(records: dict[str, EvidenceRecord]) -> tuple[TypedAxes, dict[str, str]]:
     """Each axis' typed result as its record holds it (None when absent or failed), and each axis' status. A
     record whose result does not fit this kit's model (another kit version) is refused with one line."""
-    axes: dict[str, Any] = {}
+    axes: TypedAxes = {}
     statuses: dict[str, str] = {}
     for axis in AXES:
         rec = records.get(axis)

@@ -378,8 +378,11 @@ class RenewalOperationsResult(_M):
     unclassified_h: Num = None  # hours of no category: counted in the effort, listed apart
 
 
-RESULTS: dict[str, type[_M]] = {"load": LoadResult, "production": ProductionResult, "comparison": ComparisonResult,
-                                "cost": CostResult, "stability": StabilityResult, "operations": RenewalOperationsResult}
+AxisResult = (LoadResult | ProductionResult | ComparisonResult | CostResult | StabilityResult
+              | RenewalOperationsResult)  # one of RESULTS' models
+RESULTS: dict[str, type[AxisResult]] = {
+    "load": LoadResult, "production": ProductionResult, "comparison": ComparisonResult, "cost": CostResult,
+    "stability": StabilityResult, "operations": RenewalOperationsResult}
 SCHEMA_VERSION = 3  # 1: untyped dicts; 2: before one deployment, one window and intervals (issue 39)
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schemas" / "renewal"
 
@@ -388,7 +391,7 @@ def schema_id(axis: str) -> str:
     return f"k3kit/renewal/{axis}/{SCHEMA_VERSION}"
 
 
-def typed(axis: str, result: Any, *, source: str | None = None) -> _M:
+def typed(axis: str, result: Any, *, source: str | None = None) -> AxisResult:
     """`result` (a dict from the analysis or read back from a record, or already typed) as the axis' model; what
     does not fit is refused with one line naming the source and the first field."""
     model = RESULTS[axis]
@@ -409,7 +412,7 @@ def record_data(axis: str, result: Any) -> dict[str, Any]:
     return {"schema": schema_id(axis), "result": typed(axis, result).model_dump(mode="json", by_alias=True)}
 
 
-def read_record_data(axis: str, data: Any, source: str) -> _M:
+def read_record_data(axis: str, data: Any, source: str) -> AxisResult:
     """The typed result of a record read back from disk; another kit version's record is refused (one line)."""
     found = data.get("schema") if isinstance(data, dict) else None
     if found != schema_id(axis):

@@ -13,7 +13,7 @@ import hashlib
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ..axes.paths.record import PathsResult
 from ..core.errors import BadInputError
@@ -29,6 +29,7 @@ from .analysis import (
     full_cost,
 )
 from .decision import RenewalDecision, decide_renewal
+from .drillshapes import RenewalDrillData
 from .inputs import (
     CostsInput,
     HoursRecord,
@@ -44,7 +45,8 @@ from .live import match_live
 from .load import analyse_load
 from .params import RenewalParams
 from .selector import SeriesSelector
-from .series import DCGM_GPU_UTIL, Grid, ReviewSeries, load_frame, series_from_file, series_from_prometheus
+from .series import DCGM_GPU_UTIL, Grid, RawSeries, ReviewSeries, load_frame, series_from_file, series_from_prometheus
+from .shapes import Axes, AxesCache, AxesData, DeploymentData, LoadData
 from .window import Clipped, ReviewWindow, clip_hours, clip_incidents, clip_tasks, hours_coverage, task_log_coverage
 
 
@@ -62,7 +64,7 @@ class ReviewData:
     clipped: dict[str, Clipped]  # tasks, incidents, hours: what clipping kept and left out
 
     @property
-    def raw(self) -> dict[str, Any]:
+    def raw(self) -> dict[str, RawSeries]:
         return self.series.raw
 
     @property
@@ -84,7 +86,7 @@ class ReviewData:
 ACCEPTED = ("production", "limited-observation")  # an acceptance decision that put the deployment in service
 
 
-def _accepted_identity(folder: str) -> tuple[str, dict[str, Any]]:
+def _accepted_identity(folder: str) -> tuple[str, dict[str, str | int | None]]:
     """The served model and GPU count an accepted acceptance run recorded (its run id first); bad input when the
     folder is no run, its decision did not accept the deployment, or it ran against the embedded emulator."""
 
@@ -110,7 +112,7 @@ def resolve_deployment(params: RenewalParams) -> RenewalParams:
     d = review.deployment
     if review.series is None:
         return params
-    found: dict[str, Any] = {}
+    found: dict[str, str | int] = {}
     origins = dict(review.origins)
     if d.acceptance_run is not None:
         run_id, recorded = _accepted_identity(d.acceptance_run)
@@ -221,16 +223,16 @@ def other_gpu_hosts(series: ReviewSeries) -> list[str]:
                    for m in [re.fullmatch(r"another host \((.+)\)", x.reason)] if m})
 
 
-def deployment_use(data: ReviewData) -> dict[str, Any]:
+def deployment_use(data: ReviewData) -> DeploymentData:
     d = data.params.review.deployment
     return {**SeriesSelector.of(d).describe(), "gpus_in_series": data.series.gpus_in_series,
             "acceptance_run": d.acceptance_run, "left_out": [x.describe() for x in data.series.left_out]}
 
 
-def analyse(data: ReviewData, drill: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+def analyse(data: ReviewData, drill: RenewalDrillData | None = None) -> AxesData:
     """The six axes as JSON-ready dicts, keyed by axis id."""
     rules, fixed = data.params.review.rules, data.params.review.fixed
-    load = {**analyse_load(data.frame, data.tasks, rules, data.grid, data.gpus),
+    load: LoadData = {**analyse_load(data.frame, data.tasks, rules, data.grid, data.gpus),
             "deployment": deployment_use(data), "window": {**data.window.describe(), "step_s": data.grid.step_s}}
     production = analyse_production(data.frame, data.tasks, rules, data.grid, fixed,
                                     coverage=task_log_coverage(data.tasks, data.window),
@@ -273,19 +275,20 @@ def hourly_load(frame: Any) -> Any:
     return frame[list(HOURLY_COLUMNS)].resample("1h").mean()
 
 
-def write_axes_cache(params: RenewalParams, store: RunStore) -> dict[str, dict[str, Any]]:
+def write_axes_cache(params: RenewalParams, store: RunStore) -> AxesData:
     """Load the inputs and compute the axes once, written (atomically, hashed in the manifest) to AXES_CACHE with
     the load figure's hourly means."""
     data = load_review(params)
     axes = analyse(data)
     hourly = hourly_load(data.frame)
-    store.write_json(AXES_CACHE, {"inputs_sha256": inputs_sha256(params), "axes": axes, "load_hourly": {
+    cache: AxesCache = {"inputs_sha256": inputs_sha256(params), "axes": axes, "load_hourly": {
         "index": [t.isoformat() for t in hourly.index],
-        "columns": {c: [None if v != v else float(v) for v in hourly[c]] for c in HOURLY_COLUMNS}}})
+        "columns": {c: [None if v != v else float(v) for v in hourly[c]] for c in HOURLY_COLUMNS}}}
+    store.write_json(AXES_CACHE, cache)
     return axes
 
 
-def _cached(params: RenewalParams, store: RunStore) -> dict[str, Any] | None:
+def _cached(params: RenewalParams, store: RunStore) -> AxesCache | None:
     entry = store.manifest()["files"].get(AXES_CACHE)
     try:
         raw = store.path(AXES_CACHE).read_bytes() if entry is not None else b""
@@ -294,7 +297,7 @@ def _cached(params: RenewalParams, store: RunStore) -> dict[str, Any] | None:
         return None
     if not isinstance(cached, dict) or cached.get("inputs_sha256") != inputs_sha256(params):
         return None
-    return cached
+    return cast(AxesCache, cached)  # the file this run wrote from these inputs, its hash the manifest's
 
 
 def read_hourly_cache(params: RenewalParams, store: RunStore) -> Any:
@@ -310,7 +313,7 @@ def read_hourly_cache(params: RenewalParams, store: RunStore) -> Any:
                         index=index)
 
 
-def read_axes_cache(params: RenewalParams, store: RunStore) -> dict[str, dict[str, Any]] | None:
+def read_axes_cache(params: RenewalParams, store: RunStore) -> AxesData | None:
     """The run's cached axes when the file is the one the manifest hashed and was computed from these very inputs;
     None otherwise (a notebook opened alone, or inputs changed since): the caller computes them."""
     cached = _cached(params, store)
@@ -326,7 +329,7 @@ def live_refusal(params: RenewalParams, live: PathsResult | None) -> str | None:
                       task_set_sha256=params.review.fixed.task_set.live_sha256)
 
 
-def decide_from_axes(params: RenewalParams, axes: dict[str, Any], statuses: dict[str, str] | None = None,
+def decide_from_axes(params: RenewalParams, axes: Axes, statuses: dict[str, str] | None = None,
                      today=None, live: PathsResult | None = None) -> RenewalDecision:
     """The decision with the review's rules; `live`: the `k3 paths` record `review.live_paths` names (None: the
     comparison rests on the task log only), read only when it ran the review's task set against its model."""

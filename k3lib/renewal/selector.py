@@ -14,6 +14,8 @@ import re
 from collections import Counter
 from typing import Any, Iterable, Mapping
 
+from .shapes import LeftOutData, SelectorData
+
 HOST_LABELS = ("Hostname", "hostname", "kubernetes_node", "node")  # dcgm-exporter writes Hostname
 UUID_LABELS = ("UUID", "uuid")
 DCGM_PREFIX = "DCGM_FI_"
@@ -36,7 +38,7 @@ class SeriesSelector:
         return cls(deployment.model_name, tuple(deployment.instances), tuple(deployment.hostnames),
                    tuple(deployment.gpu_uuids), deployment.gpus)
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> SelectorData:
         return {"model_name": self.model_name, "instances": list(self.instances), "hostnames": list(self.hostnames),
                 "gpu_uuids": list(self.gpu_uuids), "gpus": self.gpus}
 
@@ -85,7 +87,7 @@ class LeftOut:
     reason: str
     series: int
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> LeftOutData:
         return {"name": self.name, "reason": self.reason, "series": self.series}
 
 

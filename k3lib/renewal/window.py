@@ -16,6 +16,7 @@ from typing import Any, Sequence
 
 from ..core.errors import BadInputError
 from .inputs import HoursRecord, IncidentRecord, TaskRecord, iso_week_start
+from .shapes import ClippingData, WindowData
 
 DAY = dt.timedelta(days=1)
 
@@ -73,7 +74,7 @@ class ReviewWindow:
     def overlap_s(self, a: dt.datetime, b: dt.datetime) -> float:
         return max(0.0, (min(b, self.end) - max(a, self.start)).total_seconds())
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> WindowData:
         return {"start": self.start.isoformat(), "end": self.end.isoformat(), "days": round(self.days, 3)}
 
 
@@ -85,7 +86,7 @@ class Clipped:
     outside: int
     examples: tuple[str, ...]  # up to five ids or labels of the rows left out
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> ClippingData:
         return {"inside": len(self.kept), "outside": self.outside, "outside_examples": list(self.examples)}
 
 

@@ -160,8 +160,8 @@ def decision_html(decision: RenewalDecision) -> str:
         cats = decision.routing.get("task_categories")
         if cats:
             parts.append("<p>By task category, from the live run's per-task differences:</p><ul>")
-            parts += [f"<li><b>{esc(where)}</b>: {esc(', '.join(cats[key]) or 'none')}</li>" for where, key in
-                      (("self-hosted", "self_hosted"), ("API", "api"), ("split task by task", "split"))]
+            parts += [f"<li><b>{esc(where)}</b>: {esc(', '.join(names) or 'none')}</li>" for where, names in
+                      (("self-hosted", cats["self_hosted"]), ("API", cats["api"]), ("split task by task", cats["split"]))]
             parts.append("</ul>")
         parts.append("<p>Transfer triggers:</p><ul>")
         parts += [f"<li><b>{esc(t['trigger'])}</b>: {esc(t['when'])}</li>" for t in decision.routing["transfer_triggers"]]

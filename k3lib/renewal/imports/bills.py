@@ -22,7 +22,7 @@ from .columnar import Export, fail, norm_key, numbers, open_export, strings, tag
 from .costlines import NORM, Format, check_selector, fold
 from .params import CostParams
 from .provenance import ReviewWindow
-from .tables import blank, to_float, to_time
+from .tables import Row, blank, to_float, to_time
 
 Batch = tuple[Export, pa.Table, int]  # the export, one batch of its columns, the line of the batch's first row
 
@@ -210,7 +210,7 @@ def _gcp_item(service: str, sku: str, detail: str, kind: str) -> str | None:
     return gcp_item(service, sku)
 
 
-def _credit_list(v: Any) -> list[dict[str, Any]]:
+def _credit_list(v: Any) -> list[Row]:
     if blank(v):
         return []
     if isinstance(v, str):

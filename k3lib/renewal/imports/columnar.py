@@ -23,7 +23,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from ...core.errors import BadInputError
-from .tables import _suffixes, blank, looks_like, mapping, read_rows, to_time
+from .tables import Row, _suffixes, blank, looks_like, mapping, read_rows, to_time
 
 BATCH_ROWS = 262_144
 NULLS = ["", "NULL", "null", "Null"]
@@ -47,7 +47,7 @@ class Export:
     what: str
     names: dict[str, str]  # canonical → physical
     kind: str  # parquet, csv or rows
-    rows: list[dict[str, Any]] | None = None
+    rows: list[Row] | None = None
 
     def has(self, name: str) -> bool:
         return name in self.names
@@ -104,7 +104,7 @@ def _py_array(values: list[Any]) -> pa.Array:
         return pa.array([None if blank(v) else str(v) for v in values], pa.string())
 
 
-def _dotted(row: dict[str, Any], name: str) -> Any:
+def _dotted(row: Row, name: str) -> Any:
     node: Any = row
     for part in name.split("."):
         node = node.get(part) if isinstance(node, dict) else None
@@ -129,7 +129,7 @@ def _csv_header(path: Path) -> list[str]:
     return names
 
 
-def _json_names(rows: list[dict[str, Any]]) -> dict[str, str]:
+def _json_names(rows: list[Row]) -> dict[str, str]:
     names: dict[str, str] = {}
     for r in rows[:200]:
         for k, v in r.items():

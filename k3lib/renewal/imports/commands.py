@@ -11,6 +11,7 @@ from ...core.errors import BadInputError
 from ...core.numbers import figure
 from ..costsources import USAGE_SCOPED, CostSource, CurrencyConversion
 from ..inputs import read_costs
+from ..params import load_review_params
 from .bills import read_bill
 from .costlines import ITEMS, credits, selection_words, split, tidy
 from .costlines import notes as cost_notes
@@ -28,8 +29,6 @@ def window_of(section: ImportSection, review_file: str | None = None) -> ReviewW
     """The window the parameters name, else the review parameters' series window."""
     w: ReviewWindowParams | None = section.window
     if w is None and review_file:
-        from ..params import load_review_params
-
         series = load_review_params([review_file]).review.series
         if series is not None:
             w = ReviewWindowParams(start=series.start, end=series.end)

@@ -20,6 +20,7 @@ from ...core.errors import BadInputError
 from ..costsources import CurrencyConversion
 from .params import Commitment, CostParams
 from .provenance import ReviewWindow, iso
+from .shapes import ListedApart
 
 ITEMS = ("capacity", "storage", "network", "monitoring")
 # one bill line, whatever the export: start/end int64 µs UTC (end == start: a charge at one instant), amount in
@@ -201,7 +202,7 @@ def split(groups: dict[tuple, list[float]], fmt: Format, p: CostParams, window: 
     return out
 
 
-def credits(s: CostSplit) -> list[dict[str, object]]:
+def credits(s: CostSplit) -> list[ListedApart]:
     """The lines listed apart, as the import's output carries them (never netted into an item)."""
     return [{"category": c, "service": svc, "amount": tidy(a), "currency": s.currency, "lines": int(n)}
             for (c, svc), (a, n) in sorted(s.apart.items())]

@@ -15,6 +15,7 @@ from ...core.errors import BadInputError
 from ..costsources import CostSource, Credit, CurrencyConversion
 from ..inputs import COST_ITEMS, CostsInput, read_costs
 from .provenance import MARK, Provenance, blocks, read_header, write_text
+from .shapes import ListedApart
 
 
 def _merge_conversions(have: tuple[CurrencyConversion, ...], new: tuple[CurrencyConversion, ...],
@@ -69,7 +70,7 @@ def _credit_origin(importer: str, file: str) -> str:
 
 
 def merged_credits(existing: CostsInput | None, source: CostSource,
-                   listed: list[dict[str, object]]) -> tuple[Credit, ...]:
+                   listed: list[ListedApart]) -> tuple[Credit, ...]:
     """The file's credits with this import's replaced: each credit, refund or adjustment the bill listed apart
     becomes a `credits:` entry of its own (listed by the review, netted only when someone marks it recurring and
     accepted); a hand-written credit and another import's stay."""
@@ -83,7 +84,7 @@ def merged_credits(existing: CostsInput | None, source: CostSource,
 
 def update_costs(out: str | Path, source: CostSource, prov: Provenance, currency: str,
                  conversions: tuple[CurrencyConversion, ...],
-                 listed_apart: list[dict[str, object]] | None = None) -> CostsInput:
+                 listed_apart: list[ListedApart] | None = None) -> CostsInput:
     """Merge one import into `out` (created when absent) and return the file as the review reads it."""
     path = Path(out)
     existing = read_costs(path) if path.exists() else None

@@ -20,6 +20,7 @@ from ..inputs import COST_ITEMS, FIVE_QUESTIONS, read_costs, read_hours, read_in
 from .commands import import_bill, import_incidents, import_usage, import_worklogs
 from .params import ImportParams, load_import_params
 from .provenance import ReviewWindow, iso, write_text
+from .tables import Row
 
 RATE = 0.92  # EUR per USD, the demo's stated rate
 RATE_DATE = "2026-08-14"
@@ -137,11 +138,12 @@ def jira_worklogs(hours_csv: Path, window: ReviewWindow) -> str:
     return buf.getvalue()
 
 
-def usage_log(tasks_csv: Path, bill_eur: float | None, window: ReviewWindow) -> tuple[str, dict[str, Any] | None]:
+def usage_log(tasks_csv: Path, bill_eur: float | None, window: ReviewWindow
+              ) -> tuple[str, dict[str, float | str] | None]:
     """A gateway log of the API path's requests (a cached prefix on most), and the prices that bill them at the
     sheet's amount; None prices when the sheet's API bill is blank."""
     api = [t for t in read_tasks(tasks_csv) if t.path == "api"]
-    lines: list[dict[str, Any]] = []
+    lines: list[Row] = []
     totals = [0, 0, 0]
     for n, t in enumerate(api):
         prompt = 4_000 + (n * 7_919) % 26_000
@@ -161,7 +163,7 @@ def usage_log(tasks_csv: Path, bill_eur: float | None, window: ReviewWindow) -> 
     lines.append({"timestamp": iso(window.start + dt.timedelta(days=1)), "metadata": {"task_id": "chat-ui-7"},
                   "response": {"created": int(window.start.timestamp()) + 86400, "model": "kimi-k3",
                                "usage": {"prompt_tokens": 900, "completion_tokens": 80}}})  # not of the task set
-    prices = None
+    prices: dict[str, float | str] | None = None
     if bill_eur is not None and any(totals):
         unit = bill_eur / RATE * 1e6 / (totals[0] + 0.1 * totals[1] + 5 * totals[2])
         prices = {"input_per_mtok": unit, "cached_input_per_mtok": unit * 0.1, "output_per_mtok": unit * 5,

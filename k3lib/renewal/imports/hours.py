@@ -62,8 +62,9 @@ def _first(row: Row, names: tuple[str, ...]) -> tuple[str | None, Any]:
 
 def _issue_id(row: Row) -> str:
     v = row.get("issueId", row.get("Issue id", row.get("issue_id")))
-    if blank(v) and isinstance(row.get("issue"), dict):
-        v = row["issue"].get("id")
+    issue = row.get("issue")
+    if blank(v) and isinstance(issue, dict):
+        v = issue.get("id")
     return "" if blank(v) else str(v)
 
 
@@ -193,7 +194,7 @@ def _row_worklogs(row: Row, p: HoursParams) -> list[Worklog]:
     iid = _issue_id(row)
     if "Log Work" in row:
         cells = row["Log Work"] if isinstance(row["Log Work"], list) else _list_cells(row["Log Work"])
-        return [Worklog(str(key or ""), *_log_work(row, c, p), labels, components, iid) for c in cells]
+        return [Worklog(str(key or ""), *_log_work(row, str(c), p), labels, components, iid) for c in cells]
     if _first(row, DATE_COLUMNS)[0] is None and _first(row, HOUR_COLUMNS + SECOND_COLUMNS)[0] is None:
         return []
     return [Worklog(str(key or ""), _start(row, p), _hours(row), labels, components, iid)]

@@ -11,19 +11,24 @@ import datetime as dt
 import io
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from ...core.errors import BadInputError
 from ..inputs import FIVE_QUESTIONS, INCIDENT_COLUMNS, IncidentCategory, read_incidents
 from .params import IncidentParams
 from .provenance import Provenance, ReviewWindow, iso, write_text
-from .tables import Row, RowError, blank, cell, looks_like, mapping, read_rows, row_error, to_float, to_time
+from .tables import Row, RowError, blank, cell, looks_like, mapping, obj, read_rows, row_error, to_float, to_time
 
 CLASSES: tuple[str, ...] = IncidentCategory.__args__  # type: ignore[attr-defined]
 ANSWERS = FIVE_QUESTIONS[1:]  # the drill's four: no incident tool carries them
 AUTOMATIC = {"integration_reference", "service_reference", "inbound_integration_reference", "events_api_v2",
              "events_api", "api", "email_integration", "nagios", "monitoring"}
 MANUAL = {"user_reference", "web_trigger", "user", "mobile", "slack"}
+
+
+Answers = dict[str, str | bool | None]  # an incident's category and five answers by name (None: blank)
+# PagerDuty analytics' effort: seconds, and the engaged window from the first acknowledgement to the resolution
+Effort = TypedDict("Effort", {"seconds": float, "from": dt.datetime, "to": dt.datetime}, total=False)
 
 
 @dataclasses.dataclass
@@ -35,9 +40,9 @@ class Incident:
     tags: tuple[str, ...]
     started_at: dt.datetime
     minutes_to_recover: float | None
-    values: dict[str, Any]  # category and the five answers: str/bool, or None (blank)
+    values: Answers  # category and the five answers: str/bool, or None (blank)
     from_record: set[str]  # which of `values` the export itself gave
-    effort: dict[str, Any]  # PagerDuty analytics: engaged window and effort seconds
+    effort: Effort  # PagerDuty analytics: engaged window and effort seconds ({}: none)
     warnings: list[str] = dataclasses.field(default_factory=list)  # what the record says against itself
 
 
@@ -66,7 +71,7 @@ def _detected(row: Row) -> bool | None:
     """True when an integration or the API opened it, False when a person did; None when the export is silent."""
     entry = row.get("first_trigger_log_entry")
     if isinstance(entry, dict):
-        for kind in ((entry.get("agent") or {}).get("type"), (entry.get("channel") or {}).get("type")):
+        for kind in (obj(entry.get("agent")).get("type"), obj(entry.get("channel")).get("type")):
             if kind in AUTOMATIC:
                 return True
             if kind in MANUAL:
@@ -74,7 +79,7 @@ def _detected(row: Row) -> bool | None:
     return None
 
 
-def _effort(row: Row, created: dt.datetime, resolved: dt.datetime | None) -> dict[str, Any]:
+def _effort(row: Row, created: dt.datetime, resolved: dt.datetime | None) -> Effort:
     seconds = cell(row, "user_defined_effort_seconds", to_float, required=False)
     if seconds is None:
         seconds = cell(row, "engaged_seconds", to_float, required=False)
@@ -122,7 +127,8 @@ def _service_names(row: Row, names: dict[str, str]) -> str:
     """Opsgenie's impacted services by name where the export carries them (objects with a name, or the
     document's `services` list), else as the ids it gives."""
     out = []
-    for x in row.get("impactedServices") or ():
+    services = row.get("impactedServices") or ()
+    for x in services if isinstance(services, (list, tuple, dict, str)) else ():
         if isinstance(x, dict):
             out.append(str(x.get("name") or names.get(str(x.get("id"))) or x.get("id") or ""))
         else:
@@ -144,9 +150,9 @@ def opsgenie_incident(row: Row, p: IncidentParams, names: dict[str, str] | None 
                         "blank")
         minutes = None
     extra = cell(row, "extraProperties", mapping, required=False, default={})
-    tags = row.get("tags") if isinstance(row.get("tags"), list) else [
-        t.strip() for t in str(row.get("tags") or "").split(",") if t.strip()]
-    values: dict[str, Any] = {}
+    given = row.get("tags")
+    tags = given if isinstance(given, list) else [t.strip() for t in str(given or "").split(",") if t.strip()]
+    values: Answers = {}
     for q in FIVE_QUESTIONS:  # a team that records the answers in extraProperties under the kit's own names
         try:
             values[q] = _bool(extra.get(q))
@@ -192,11 +198,11 @@ def read_export(kind: str, path: str | Path, p: IncidentParams) -> list[Incident
     return out
 
 
-def read_postmortems(path: str | Path) -> dict[str, dict[str, Any]]:
+def read_postmortems(path: str | Path) -> dict[str, Answers]:
     """id → {category, answers…} from the team's postmortems (columns id and any of category and the five)."""
     rows = read_rows(path, "a postmortems CSV (id, category, detected_automatically, previous_version_restored, "
                            "in_flight_resumed_or_cancelled, api_failover_without_contract_change, fields_preserved)")
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, Answers] = {}
     for row in rows:
         unknown = [k for k in row if k not in ("_line", "id", "category", *FIVE_QUESTIONS)]
         if unknown:
@@ -204,7 +210,7 @@ def read_postmortems(path: str | Path) -> dict[str, dict[str, Any]]:
                                 source=str(path))
         try:
             key = cell(row, "id", str).strip()
-            values = {"category": cell(row, "category", _class, required=False)}
+            values: Answers = {"category": cell(row, "category", _class, required=False)}
             values |= {q: cell(row, q, _bool, required=False) for q in FIVE_QUESTIONS if q in row}
         except RowError as exc:
             raise row_error(path, row, exc) from None

@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -17,6 +17,7 @@ from ...core.errors import BadInputError
 from ...core.layering import _provenance, layer, validate_model
 from ..costsources import CurrencyConversion
 from ..inputs import HoursCategory, IncidentCategory
+from ..shapes import ParamTree
 
 REFERENCE = "parameters/imports.example.yaml"
 CostItem = Literal["capacity", "storage", "network", "monitoring", "none"]
@@ -122,12 +123,14 @@ class ImportParams(_M):
     imports: ImportSection = ImportSection()
 
 
-def _relative(merged: dict[str, Any], prov: dict[str, str]) -> None:
+def _relative(merged: ParamTree, prov: dict[str, str]) -> None:
     """File paths in the parameters are relative to the file that set them."""
     for section, key in (("incidents", "postmortems"), ("usage", "tasks"), ("hours", "issues_export")):
-        node = merged.get("imports", {}).get(section)
-        if isinstance(node, dict) and isinstance(node.get(key), str):
-            p = Path(node[key]).expanduser()
+        imports = merged.get("imports")
+        node = imports.get(section) if isinstance(imports, dict) else None  # not a mapping: the model says so
+        value = node.get(key) if isinstance(node, dict) else None
+        if isinstance(node, dict) and isinstance(value, str):
+            p = Path(value).expanduser()
             origin = _provenance(("imports", section, key), prov, "")
             if not p.is_absolute():
                 base = Path(origin).parent if origin and not origin.startswith("--set") else Path.cwd()

@@ -14,6 +14,7 @@ from zoneinfo import ZoneInfo
 from ...core.errors import BadInputError
 from ...core.store import atomic_write_bytes, sha256_file
 from ..window import ReviewWindow, iso  # noqa: F401  (the review window, defined once in renewal/window.py)
+from .shapes import ImportMeta
 
 MARK = "# k3-import: "
 
@@ -36,7 +37,7 @@ class Provenance:
     blank: list[str] = dataclasses.field(default_factory=list)  # what was left blank, and why
     notes: list[str] = dataclasses.field(default_factory=list)  # figures a reader checks (rows kept, left out…)
     owns: list[str] = dataclasses.field(default_factory=list)  # the rows or items this source wrote
-    extra: dict[str, Any] = dataclasses.field(default_factory=dict)  # more of the meta line (a bill's credits)
+    extra: ImportMeta = dataclasses.field(default_factory=lambda: ImportMeta())  # more of the meta line (credits)
 
     @classmethod
     def of(cls, importer: str, source: str | Path, window: ReviewWindow, **kw: Any) -> "Provenance":
@@ -57,7 +58,7 @@ class Provenance:
         return [" ".join(line.split("\n")) for line in out]
 
 
-def read_header(path: Path) -> tuple[list[str], list[dict[str, Any]]]:
+def read_header(path: Path) -> tuple[list[str], list[ImportMeta]]:
     """The `#` lines on top of an existing file, and the sources its `# k3-import:` lines name."""
     if not path.is_file():
         return [], []

@@ -16,8 +16,11 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from ...core.errors import BadInputError
+from ..shapes import JsonValue
 
-Row = dict[str, Any]
+# one row (a CSV line, a JSON object), its values as the file gives them: JSON, or a CSV cell (text; a repeated
+# column's cells as a list)
+Row = dict[str, JsonValue]
 
 
 def _suffixes(p: Path) -> list[str]:
@@ -49,12 +52,13 @@ def _text(p: Path, data: bytes, what: str) -> str:
 
 
 def _row(names: list[str], repeated: set[str], cells: list[str]) -> Row:
-    row: Row = {n: [] for n in repeated}
+    lists: dict[str, list[JsonValue]] = {n: [] for n in repeated}
+    row: Row = {n: cells for n, cells in lists.items()}
     for n, c in zip(names, cells):
         if n not in repeated:
             row[n] = c
         elif c.strip():
-            row[n].append(c.strip())
+            lists[n].append(c.strip())
     return row
 
 
@@ -216,7 +220,7 @@ def mapping(v: Any) -> dict[str, str]:
     raise ValueError(f"expected tags as a mapping (got {type(v).__name__})")
 
 
-def obj(v: Any) -> dict[str, Any]:
+def obj(v: Any) -> Row:
     """`v` when it is a JSON object, else an empty one."""
     return v if isinstance(v, dict) else {}
 

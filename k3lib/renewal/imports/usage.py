@@ -50,18 +50,18 @@ class UsageBill:
     rows: int = 0
 
 
-def _response(row: Row) -> dict[str, Any]:
+def _response(row: Row) -> Row:
     """The reply a line holds: the line itself, or the object a batch or log wraps it in, however deep."""
-    node: dict[str, Any] = row
+    node: Row = row
     for _ in range(3):
-        inner = next((node[k] for k in WRAPPERS if isinstance(node.get(k), dict)), None)
+        inner = next((v for k in WRAPPERS for v in [node.get(k)] if isinstance(v, dict)), None)
         if inner is None or "usage" in node:
             break
         node = inner
     return node
 
 
-def _time(row: Row, resp: dict[str, Any]) -> Any:
+def _time(row: Row, resp: Row) -> Any:
     for node in (resp, row, obj(row.get("response"))):
         for key in TIME_KEYS:
             if not blank(node.get(key)):
@@ -69,7 +69,7 @@ def _time(row: Row, resp: dict[str, Any]) -> Any:
     return None, NO_TIME
 
 
-def _failed(row: Row, resp: dict[str, Any]) -> bool:
+def _failed(row: Row, resp: Row) -> bool:
     status = row.get("status_code", row.get("status"))
     inner = obj(row.get("response"))
     code = inner.get("status_code") if isinstance(inner.get("status_code"), int) else status
@@ -91,7 +91,15 @@ def api_task_ids(tasks_csv: str | Path) -> set[str]:
     return {t.task_id for t in read_tasks(tasks_csv) if t.path == "api"}
 
 
-def tokens_of(usage: dict[str, Any]) -> tuple[int, int, int, int, str] | None:
+def _count(usage: Row, key: str) -> int:
+    """A token count of a usage object (blank: 0)."""
+    v = usage.get(key)
+    if isinstance(v, (list, dict)):
+        raise RowError(key, f"expected a token count (got {type(v).__name__})")
+    return int(v or 0)
+
+
+def tokens_of(usage: Row) -> tuple[int, int, int, int, str] | None:
     """(all input tokens, of which cache reads, of which cache writes, output, convention) of one usage object;
     None without input and output counts."""
     if "prompt_tokens" not in usage and any(k in usage for k in ("cache_read_input_tokens",
@@ -99,25 +107,26 @@ def tokens_of(usage: dict[str, Any]) -> tuple[int, int, int, int, str] | None:
         fresh, out = input_tokens_of(usage), output_tokens_of(usage)  # Anthropic: input_tokens exclude the cache
         if fresh is None or out is None:
             return None
-        read, write = (int(usage.get(k) or 0) for k in ("cache_read_input_tokens", "cache_creation_input_tokens"))
+        read, write = (_count(usage, k) for k in ("cache_read_input_tokens", "cache_creation_input_tokens"))
         return fresh + read + write, read, write, out, "anthropic"
     prompt, out = input_tokens_of(usage), output_tokens_of(usage)
     if prompt is None or out is None:
         return None
     cached = cached_tokens_of(usage)
-    if cached is None and isinstance(usage.get("cache_read_input_tokens"), int):
-        cached = usage["cache_read_input_tokens"]  # a gateway's OpenAI-shaped usage of an Anthropic model
+    gateway_read = usage.get("cache_read_input_tokens")
+    if cached is None and isinstance(gateway_read, int):
+        cached = gateway_read  # a gateway's OpenAI-shaped usage of an Anthropic model
     return prompt, -1 if cached is None else min(cached, prompt), 0, out, "openai"
 
 
-def _usage(row: Row, resp: dict[str, Any]) -> dict[str, Any]:
+def _usage(row: Row, resp: Row) -> Row:
     for node in (resp.get("usage"), dig(row, "metadata.usage_object"), row):
         if isinstance(node, dict) and tokens_of(node) is not None:
             return node
     return obj(resp.get("usage")) or row
 
 
-def _placed(row: Row, resp: dict[str, Any], p: UsageParams, window: ReviewWindow, bill: UsageBill) -> bool:
+def _placed(row: Row, resp: Row, p: UsageParams, window: ReviewWindow, bill: UsageBill) -> bool:
     """Whether the line is in the window: by its own time, else by the batch's dates or --all-rows."""
     key, value = _time(row, resp)
     if value is NO_TIME:

@@ -1,0 +1,463 @@
+"""The JSON shapes the renewal review builds and reads, as `TypedDict`s: each analysis' figures before its typed
+model (`results.py`) validates them, the review's axes and their cache, the decision's checklist and routing, and the
+JSON and YAML values of the files the review reads (the drill's shapes: `drillshapes.py`). They change nothing at run
+time: the dicts stay the dicts that are written (same keys, same order).
+
+A key that is no identifier (`self-hosted`) is declared with the functional syntax.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, Literal, NotRequired
+
+from typing_extensions import TypedDict  # pydantic validates a model's TypedDict field only from here before 3.12
+
+from .drillshapes import RenewalDrillData
+from .results import AxisResult, Num
+
+# a value as a JSON file gives it (an export's row, a reply's body), and as a YAML file does (dates too)
+JsonValue = str | int | float | bool | None | list["JsonValue"] | dict[str, "JsonValue"]
+YamlValue = str | int | float | bool | None | dt.date | list["YamlValue"] | dict[str, "YamlValue"]
+ParamTree = dict[str, YamlValue]  # parameters files layered, before their model validates them
+AxisId = Literal["load", "production", "comparison", "cost", "stability", "operations"]
+
+
+# --- windows, clipping, the deployment ------------------------------------------------------------------------------
+
+class WindowData(TypedDict):
+    start: str
+    end: str
+    days: float
+
+
+class WindowStep(WindowData):
+    step_s: float
+
+
+class ClippingData(TypedDict):
+    """What clipping one input to the window kept and left out (`window.Clipped.describe`)."""
+
+    inside: int
+    outside: int
+    outside_examples: list[str]
+
+
+class SelectorData(TypedDict):
+    model_name: str | None
+    instances: list[str]
+    hostnames: list[str]
+    gpu_uuids: list[str]
+    gpus: int | None
+
+
+class LeftOutData(TypedDict):
+    name: str
+    reason: str
+    series: int
+
+
+class DeploymentData(SelectorData):
+    gpus_in_series: int
+    acceptance_run: str | None
+    left_out: list[LeftOutData]
+
+
+# --- 1. load --------------------------------------------------------------------------------------------------------
+
+class CategoryUseData(TypedDict):
+    category: str
+    hours: Num
+    used_gpu_h: Num
+    share_of_reserved: Num
+
+
+class PeriodUseData(TypedDict):
+    period: str
+    hours: Num
+    mean_util: Num
+    busy_share: Num
+    idle_demand_share: Num
+    idle_scheduling_share: Num
+    mean_waiting: Num
+
+
+class PeriodSlots(TypedDict):
+    """One period's running sums over its shown slots (load.py's `_per_period`)."""
+
+    slots: int
+    busy: int
+    util_sum: float
+    idle_demand: int
+    idle_scheduling: int
+    waiting_sum: float
+
+
+class SlotCountsData(TypedDict):
+    busy: int
+    idle_demand: int
+    idle_scheduling: int
+    not_shown: int
+
+
+class SourceCoverage(TypedDict):
+    gpu_util: Num
+    vllm: Num
+
+
+class CoverageData(SourceCoverage):
+    by_period: dict[str, Num]
+
+
+class LoadCoverageData(CoverageData):
+    min_share: float
+
+
+class WorstCaseData(TypedDict):
+    utilisation: Num
+    idle_demand_share: Num
+    large_idle_share: Num
+    business_busy_share: Num
+
+
+class WaitingCausesData(TypedDict):
+    gauge_only_idle_slots: int
+    log_only_idle_slots: int
+    long_waiting_tasks: list[str]
+    long_waiting_count: int
+
+
+class LoadFigures(TypedDict):
+    """What `analyse_load` computes from the frame; the review adds the deployment and the window (`LoadData`)."""
+
+    gpus: int
+    window_h: Num
+    step_s: float
+    reserved_gpu_h: Num
+    used_gpu_h: Num
+    utilisation: Num
+    by_category: list[CategoryUseData]
+    by_period: list[PeriodUseData]
+    idle_share: Num
+    idle_demand_share: Num
+    idle_scheduling_share: Num
+    large_idle_share: Num
+    business_busy_share: Num
+    weekday_gpu_h_cv: Num
+    arrivals_per_h_mean: Num
+    arrivals_per_h_p99: Num
+    peak_to_mean: Num
+    slots: SlotCountsData
+    coverage: LoadCoverageData
+    worst_case: WorstCaseData
+    waiting_causes: WaitingCausesData
+    shown: bool
+    not_shown_because: list[str]
+
+
+class LoadData(LoadFigures):
+    deployment: DeploymentData
+    window: WindowStep
+
+
+# --- 2. useful production -------------------------------------------------------------------------------------------
+
+class LossesData(TypedDict):
+    retries: int
+    retries_per_task: Num
+    tasks_with_malformed_tool_calls: int
+    tool_error_share: Num
+    timeouts: int
+    manual_corrections: int
+    routed_to_api: int
+    wait_h: Num
+    saturation_wait_h: Num
+
+
+class ProductionData(TypedDict):
+    tasks: int
+    finished: int
+    accepted: int
+    acceptance_rate: Num
+    acceptance_low: Num
+    acceptance_high: Num
+    operating_h: Num
+    accepted_per_operating_h: Num
+    generation_tokens: int
+    generation_tokens_per_accepted_task: Num
+    losses: LossesData
+    tool_error_low: Num
+    tool_error_high: Num
+    over_retry_policy: int
+    over_retry_policy_tasks: list[str]
+    retry_policy_max_retries: int
+    task_set: list[str]
+    outside_task_set: dict[str, int]
+    outside_window: ClippingData
+    task_log_coverage: Num
+    min_sample_tasks: int
+    shown: bool
+    not_shown_because: list[str]
+
+
+# --- 3. self-hosted vs API ------------------------------------------------------------------------------------------
+
+class PathFiguresData(TypedDict):
+    tasks: int
+    accepted: int
+    acceptance_rate: Num
+    acceptance_low: Num
+    acceptance_high: Num
+    over_retry_policy: int
+    delivery_median_s: Num
+    delivery_p95_s: Num
+    retries_per_task: Num
+    tool_error_share: Num
+    manual_correction_share: Num
+
+
+class PathData(PathFiguresData):
+    human_monitoring_h: Num
+
+
+class EquivalenceData(TypedDict):
+    difference: Num
+    difference_low: Num
+    difference_high: Num
+    tool_error_difference_high: Num
+    api_equivalent: bool | None
+
+
+ComparisonData = TypedDict("ComparisonData", {
+    "basis": Literal["paired", "all"],
+    "paired_tasks": int,
+    "task_set": list[str],
+    "min_sample_tasks": int,
+    "self-hosted": PathData,
+    "api": PathData,
+    "api_tasks": int,
+    "api_accepted": int,
+    "api_tasks_not_on_both": int,
+    "api_tasks_outside_task_set": int,
+    "difference": Num,
+    "difference_low": Num,
+    "difference_high": Num,
+    "tool_error_difference_high": Num,
+    "api_equivalent": bool | None,
+})
+
+
+# --- 4. full cost ---------------------------------------------------------------------------------------------------
+
+class CostItemData(TypedDict):
+    item: str
+    amount: Num
+
+
+class SelfHostedCostData(TypedDict):
+    items: list[CostItemData]
+    blank_items: list[str]
+    known_subtotal: Num
+    total: Num
+    accepted_tasks: int
+    per_accepted_task: Num
+    per_accepted_task_low: Num
+    per_accepted_task_high: Num
+
+
+class ApiCostData(TypedDict):
+    bill_same_tasks: Num
+    tasks: int | None
+    accepted_tasks: int
+    per_accepted_task: Num
+    per_accepted_task_low: Num
+    per_accepted_task_high: Num
+    self_hosted_accepted_on_same_set: int
+
+
+class CreditData(TypedDict):
+    amount: float
+    item: str
+    description: str
+    charge_category: str | None
+    recurring: bool
+    accepted_by: str | None
+    netted: bool
+
+
+class CostData(TypedDict):
+    currency: str | None
+    self_hosted: SelfHostedCostData
+    api: ApiCostData
+    delivered_tasks_value: Num
+    hourly_rate: Num
+    credits: list[CreditData]
+    routed_to_api_tasks: int
+    not_comparable_because: list[str]
+    self_hosted_cheaper_per_task: bool | None
+    total_within_delivered_value: bool | None
+
+
+# --- 5. stability and the drill -------------------------------------------------------------------------------------
+
+class IncidentClassData(TypedDict):
+    category: str
+    incidents: int
+    median_minutes_to_recover: Num
+    max_minutes_to_recover: Num
+    not_measured: int
+
+
+class QuestionCountsData(TypedDict):
+    yes: int
+    no: int
+    unknown: int
+
+
+class StabilityData(TypedDict):
+    incidents: int
+    by_category: list[IncidentClassData]
+    questions: dict[str, QuestionCountsData]
+    slow_or_unrecovered: list[str]
+    recovered_within_rule_share: Num
+    drill: RenewalDrillData | None
+    outside_window: ClippingData
+    not_shown: list[str]
+    recoverable: bool | None
+    incidents_without_evidence: list[str]
+    not_recoverable_because: list[str]
+
+
+# --- 6. operations and the declared benefits ------------------------------------------------------------------------
+
+class HoursRowData(TypedDict):
+    category: str
+    hours: Num
+
+
+class WeekRowData(TypedDict):
+    week: str
+    hours: Num
+
+
+class RenewalOperationsData(TypedDict):
+    total_h: Num
+    per_week_h: Num
+    weeks: Num
+    by_category: list[HoursRowData]
+    by_week: list[WeekRowData]
+    delivery_gain_h: Num
+    gain_basis: str
+    effort_contained: bool | None
+    effort_exceeds_gain: bool | None
+    hours_coverage: Num
+    outside_window: ClippingData
+    not_shown_because: list[str]
+    unclassified_h: Num
+
+
+class BenefitsData(TypedDict):
+    declared: list[str]
+    note: str | None
+
+
+class AxesData(TypedDict, total=False):
+    """The review's axes by id, as `review.analyse` computes them and `review/axes.json` caches them; an axis
+    read back from its record is its typed model's dump (`records.axes_from_records`)."""
+
+    load: LoadData
+    production: ProductionData
+    comparison: ComparisonData
+    cost: CostData
+    stability: StabilityData
+    operations: RenewalOperationsData
+    benefits: BenefitsData
+
+
+AxisData = LoadData | ProductionData | ComparisonData | CostData | StabilityData | RenewalOperationsData  # one axis
+
+
+class HourlyLoad(TypedDict):
+    index: list[str]  # ISO 8601 UTC hours
+    columns: dict[str, list[float | None]]  # gpu_util, waiting, running: each hour's mean (None: no sample)
+
+
+class AxesCache(TypedDict):
+    """`review/axes.json`: the axes computed once per run, from these inputs (`review.write_axes_cache`)."""
+
+    inputs_sha256: str
+    axes: AxesData
+    load_hourly: HourlyLoad
+
+
+TypedAxes = dict[str, AxisResult | None]  # each axis' typed result read back from its record (None: no evidence)
+Axes = AxesData | TypedAxes  # what the decision reads: the analyses' dicts, or the records' typed results
+
+
+# --- the decision --------------------------------------------------------------------------------------------------
+
+class TaskLogComparison(TypedDict):
+    """The task log's comparison of the two paths as the equivalence finding states it (`indicators`)."""
+
+    paired_tasks: int
+    min_sample_tasks: int
+    api_equivalent_gap_max: float
+    self_hosted_acceptance_rate: Num
+    self_hosted_tool_error_share: Num
+    self_hosted_delivery_median_s: Num
+    api_acceptance_rate: Num
+    api_tool_error_share: Num
+    api_delivery_median_s: Num
+    difference: Num
+    difference_low: Num
+    difference_high: Num
+    api_equivalent: bool | None
+
+
+class ChecklistItem(TypedDict):
+    id: str
+    status: str
+    evidence: str | None
+
+
+class CategoryFailures(TypedDict):
+    category: str
+    fail_on_api_only: list[str]
+    fail_on_self_hosted_only: list[str]
+
+
+class TaskCategories(TypedDict):
+    """The task categories each path of a dual circuit takes, from a live run (`live.category_routing`)."""
+
+    self_hosted: list[str]
+    api: list[str]
+    split: list[str]
+    by_category: list[CategoryFailures]
+    source: str | None
+
+
+class TransferTrigger(TypedDict):
+    trigger: str
+    when: str
+
+
+class RoutingData(TypedDict):
+    """A dual circuit's routing, fixed with the decision (`decision.routing`)."""
+
+    task_categories: TaskCategories | None
+    self_hosted: str
+    api: str
+    transfer_triggers: list[TransferTrigger]
+    exit_rules: list[str]
+    exit_when_persisting_for_days: int
+
+
+class RenewalLoosened(TypedDict):
+    """A rule or scope set past its built-in default toward renew (`RenewalParams.loosened`)."""
+
+    name: str
+    value: Any  # the parameter's value as set: a number, a list of categories, ...
+    default: Any
+    origin: str
+    accepted_by: NotRequired[str | None]  # who accepted it before the review (review.accepted_loosened); None: nobody
+    accepted_why: NotRequired[str | None]
