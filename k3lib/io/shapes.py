@@ -8,16 +8,16 @@ dict `json.loads` gave). `total=False` where a key may be absent; `Any` where th
 - The reply: `ChatCompletion` with its `ChatChoice`s, each holding a `ChatMessage`; `ToolCallJson` is one entry of
   a message's `tool_calls`; `ChatChunk` one `chat.completion.chunk` event of a stream; `Usage` the token counts.
 - The records: `ToolCallDict` (a `ToolCall` as the agent and paths records store it), `AskedFields` (what a request
-  asked, held against what was served), `ChatRecordDict` (a `ChatRecord` as a JSON line), `ProbeRecordDict`.
+  asked, held against what was served), `ProbeRecordDict` (a `ProbeRecord` as a JSON line).
 """
 
 from __future__ import annotations
 
 from typing import Any, NotRequired, Required, TypedDict
 
-__all__ = ["AskedFields", "ChatBody", "ChatChoice", "ChatChunk", "ChatCompletion", "ChatMessage", "ChatRecordDict",
-           "ChunkChoice", "ProbeRecordDict", "ResponsesCall", "ResponsesEvent", "ToolCallDict", "ToolCallFields",
-           "ToolCallFunction", "ToolCallJson", "ToolFunction", "ToolSpec", "Usage"]
+__all__ = ["AskedFields", "ChatBody", "ChatChoice", "ChatChunk", "ChatCompletion", "ChatMessage", "ChunkChoice",
+           "ProbeRecordDict", "ResponsesCall", "ResponsesEvent", "ToolCallDict", "ToolCallFunction", "ToolCallJson",
+           "ToolFunction", "ToolSpec", "Usage"]
 
 
 # -- the request ---------------------------------------------------------------------------------------------
@@ -167,16 +167,6 @@ class ResponsesCall(TypedDict):
 # -- the records io writes -----------------------------------------------------------------------------------
 
 
-class ToolCallFields(TypedDict):
-    """A `ToolCall`'s fields alone (`dataclasses.asdict`), as a `ChatRecord` line stores its calls."""
-
-    index: int
-    id: Any
-    type: Any
-    name: Any
-    arguments: Any
-
-
 class ToolCallDict(TypedDict):
     """A `ToolCall` as the agent and paths records store it: its fields and the parse of its arguments."""
 
@@ -206,57 +196,6 @@ class AskedFields(TypedDict, total=False):
     response_format: dict[str, Any]
     tools: list[str]
     prompt_key: str
-
-
-class ChatRecordDict(TypedDict):
-    """A `ChatRecord` as one JSON line (`ChatRecord.to_dict`): its fields, then what is derived from them."""
-
-    request_id: str
-    url: str
-    stream: bool
-    wall_anchor_ns: int
-    perf_anchor_ns: int
-    enqueued_ns: int
-    sent_ns: int | None
-    first_byte_ns: int | None
-    first_content_ns: int | None
-    first_reasoning_ns: int | None
-    first_tool_call_ns: int | None
-    last_token_ns: int | None
-    done_ns: int | None
-    output_chunk_ns: list[int]
-    chunk_count: int
-    connect_ms: float | None
-    http_status: int | None
-    model: str | None
-    response_id: str | None
-    system_fingerprint: str | None
-    finish_reason: str | None
-    content: str | None
-    reasoning: str | None
-    reasoning_field: str | None
-    tool_calls: list[ToolCallFields]
-    prompt_tokens: int | None
-    completion_tokens: int | None
-    total_tokens: int | None
-    reasoning_tokens: int | None
-    cached_tokens: int | None
-    usage_present: bool
-    raw_json: Any
-    raw_lines: list[str] | None
-    error: str | None
-    error_kind: str | None
-    api_error_type: str | None
-    api_error_param: str | None
-    cancelled: bool
-    asked: AskedFields | None
-    ok: bool
-    ttft_ms: float | None
-    itl_ms: list[float]
-    e2e_ms: float | None
-    client_queue_ms: float | None
-    tpot_ms: float | None
-    sent_wall_ns: int | None
 
 
 class ProbeRecordDict(TypedDict):
