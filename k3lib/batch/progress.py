@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..core.progress import counts, describe, read_status
+from ..core.progress import ProgressStatus, counts, describe, read_status
 
 #: without a terminal, how often the running notebooks' progress is printed
 LINE_EVERY_S = 30.0
@@ -81,7 +81,7 @@ class Progress:
                     if status is not None and status.get("phase") != "finished":
                         self._show(notebook, entry, status)
 
-    def _show(self, notebook: str, entry: dict[str, Any], status: dict[str, Any]) -> None:
+    def _show(self, notebook: str, entry: dict[str, Any], status: ProgressStatus) -> None:
         if not self.bars:
             if time.monotonic() - entry["printed"] >= self.interval_s:
                 entry["printed"] = time.monotonic()

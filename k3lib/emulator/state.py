@@ -4,10 +4,18 @@ multi-node layout, the router to the other nodes."""
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TypedDict
 
 from .config import EmulatorConfig
 from .runtime import Runtime
+
+
+class Layout(TypedDict):
+    """What a restart keeps of a node's place in a multi-node deployment."""
+
+    data_parallel_start_rank: int
+    data_parallel_size_local: int | None
+    peers: tuple[str, ...]
 
 
 class EmulatorState:
@@ -25,7 +33,7 @@ class EmulatorState:
 
             self.router = Router(cfg.peers, cfg.local_ranks, cfg.local_ranks)
 
-    def layout(self) -> dict[str, Any]:
+    def layout(self) -> Layout:
         """The fields a restart keeps: which ranks this process serves and which nodes it routes to."""
         c = self.base_cfg
         return {"data_parallel_start_rank": c.data_parallel_start_rank,

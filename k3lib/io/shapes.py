@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Any, NotRequired, Required, TypedDict
 
+from k3lib.core.jsonvalue import JsonObject
+
 __all__ = ["AskedFields", "ChatBody", "ChatChoice", "ChatChunk", "ChatCompletion", "ChatMessage", "ChunkChoice",
            "ProbeRecordDict", "ResponsesCall", "ResponsesEvent", "ToolCallDict", "ToolCallFunction", "ToolCallJson",
            "ToolFunction", "ToolSpec", "Usage"]
@@ -28,7 +30,7 @@ class ToolFunction(TypedDict, total=False):
 
     name: Required[str]
     description: str
-    parameters: dict[str, Any]  # a JSON Schema: arbitrary JSON
+    parameters: JsonObject  # a JSON Schema
     strict: bool
 
 
@@ -86,8 +88,8 @@ class ChatBody(TypedDict, total=False):
     top_k: int
     seed: int
     n: int
-    response_format: dict[str, Any]  # arbitrary JSON: a schema
-    chat_template_kwargs: dict[str, Any]  # arbitrary JSON: the template's own switches
+    response_format: JsonObject  # a schema
+    chat_template_kwargs: JsonObject  # the template's own switches
     cache_salt: str
     request_id: str
     user: str
@@ -148,7 +150,7 @@ class ResponsesEvent(TypedDict, total=False):
     type: str
     output_index: int
     item_id: str
-    item: dict[str, Any]  # an output item: arbitrary JSON
+    item: JsonObject  # an output item
     delta: str
     arguments: Any
     name: str
@@ -193,7 +195,7 @@ class AskedFields(TypedDict, total=False):
     n: int
     tool_choice: Any
     stream: bool
-    response_format: dict[str, Any]
+    response_format: JsonObject
     tools: list[str]
     prompt_key: str
 
