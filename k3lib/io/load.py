@@ -11,7 +11,7 @@ import asyncio
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, NamedTuple, cast
 
 from k3lib.io.calibration import CalibrationDict, measure_event_loop_lag
@@ -107,11 +107,6 @@ class PhaseSummary:
     workers: int = 1
     worker_loop_lag_ms_p99: tuple[float | None, ...] = ()
     degraded: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["windows"] = [asdict(w) for w in self.windows]
-        return d
 
 
 class RequestStat(NamedTuple):

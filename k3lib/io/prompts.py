@@ -115,14 +115,6 @@ class BuiltPrompt:
             body["tools"] = [cast(ToolSpec, t) for t in tools]
         return body
 
-    def to_dict(self, *, include_messages: bool = False) -> dict[str, Any]:
-        d = {k: getattr(self, k) for k in ("index", "seed", "target_tokens", "prompt_tokens",
-                                          "shared_prefix_tokens", "sized_by", "exact", "max_model_len")}
-        d["prompt_chars"] = sum(len(str(m.get("content") or "")) for m in self.messages)
-        if include_messages:
-            d["messages"] = [dict(m) for m in self.messages]
-        return d
-
 
 def filler_text(seed: int | str, n_words: int) -> str:
     """Deterministic filler: the same seed gives the same words on every run (str seeds are hashed stably)."""

@@ -1,25 +1,26 @@
 """The JSON shapes the kit sends to and reads from an OpenAI-compatible server, and the records io writes of them.
 
 These are `TypedDict`s: they name the keys a dict carries and change nothing at run time (a reply is still the
-dict `json.loads` gave). `total=False` where a key may be absent; `Any` where the value truly is arbitrary JSON
-(a tool call's `arguments` as received, a tool's parameter schema, a server's raw body).
+dict `json.loads` gave). `total=False` where a key may be absent; `JsonObject` for a nested JSON object of its own
+(a tool's parameter schema, a template's switches); `Any` where a value is kept as the server sent it, whatever its
+type (a tool call's `arguments`, an `id` that should be a string).
 
 - The request: `ChatBody` (what `POST /v1/chat/completions` is sent), its `ChatMessage`s and `ToolSpec`s.
 - The reply: `ChatCompletion` with its `ChatChoice`s, each holding a `ChatMessage`; `ToolCallJson` is one entry of
   a message's `tool_calls`; `ChatChunk` one `chat.completion.chunk` event of a stream; `Usage` the token counts.
-- The records: `ToolCallDict` (a `ToolCall` as the agent and paths records store it), `AskedFields` (what a request
-  asked, held against what was served), `ProbeRecordDict` (a `ProbeRecord` as a JSON line).
+- The records: `ToolCallDict` (a `ToolCall` as the agent and paths records store it), and `AskedFields` (what a
+  request asked, held against what was served).
 """
 
 from __future__ import annotations
 
-from typing import Any, NotRequired, Required, TypedDict
+from typing import Any, Required, TypedDict
 
 from k3lib.core.jsonvalue import JsonObject
 
 __all__ = ["AskedFields", "ChatBody", "ChatChoice", "ChatChunk", "ChatCompletion", "ChatMessage", "ChunkChoice",
-           "ProbeRecordDict", "ResponsesCall", "ResponsesEvent", "ToolCallDict", "ToolCallFunction", "ToolCallJson",
-           "ToolFunction", "ToolSpec", "Usage"]
+           "ResponsesCall", "ResponsesEvent", "ToolCallDict", "ToolCallFunction", "ToolCallJson", "ToolFunction",
+           "ToolSpec", "Usage"]
 
 
 # -- the request ---------------------------------------------------------------------------------------------
@@ -198,18 +199,3 @@ class AskedFields(TypedDict, total=False):
     response_format: JsonObject
     tools: list[str]
     prompt_key: str
-
-
-class ProbeRecordDict(TypedDict):
-    """A `ProbeRecord` as one JSON line."""
-
-    url: str
-    method: str
-    status: int | None
-    latency_ms: float | None
-    body_text: str
-    body_truncated: bool
-    wall_ns: int
-    error: str | None
-    error_kind: str | None
-    ok: NotRequired[bool]

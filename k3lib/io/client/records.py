@@ -6,11 +6,11 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, TypedDict, cast
 
 from k3lib.io.chatstream import ToolCall
-from k3lib.io.shapes import AskedFields, ProbeRecordDict
+from k3lib.io.shapes import AskedFields
 
 #: How much of an error or probe body is kept as text (the whole JSON of a successful reply is always kept).
 BODY_TEXT_LIMIT_CHARS = 4096
@@ -151,10 +151,11 @@ class ProbeRecord:
     wall_ns: int
     error: str | None = None
     error_kind: str | None = None
+    #: answered 2xx without a transport error (derived; `dataclasses.asdict` carries it after the fields)
+    ok: bool = field(init=False)
 
-    @property
-    def ok(self) -> bool:
-        return self.error is None and self.status is not None and 200 <= self.status < 300
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ok", self.error is None and self.status is not None and 200 <= self.status < 300)
 
     def json(self) -> Any:
         """The body parsed as JSON, or None when it is empty, truncated or not JSON."""
@@ -165,8 +166,6 @@ class ProbeRecord:
         except ValueError:
             return None
 
-    def to_dict(self) -> ProbeRecordDict:
-        return cast(ProbeRecordDict, {**asdict(self), "ok": self.ok})
 
 
 @dataclass(frozen=True)
