@@ -7,6 +7,7 @@ import time
 from typing import TypedDict
 
 from .config import EmulatorConfig
+from .router import Router
 from .runtime import Runtime
 
 
@@ -27,10 +28,8 @@ class EmulatorState:
         self.url = ""
         self.created = int(time.time())
         # node 0 of a multi-node layout routes a share of the requests to the other nodes (k3lib.emulator.cluster)
-        self.router = None
+        self.router: Router | None = None
         if cfg.peers:
-            from .router import Router
-
             self.router = Router(cfg.peers, cfg.local_ranks, cfg.local_ranks)
 
     def layout(self) -> Layout:
