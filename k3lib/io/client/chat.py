@@ -19,12 +19,11 @@ import httpx
 from k3lib.core import progress
 from k3lib.core.errors import APIError, ProtocolError, TargetUnreachable
 from k3lib.core.guards import require_key_env
+from k3lib.io.shapes import ChatBody, ChatMessage, ToolSpec
 
 from .access import _EnvBearerAuth, root_url, user_agent_headers
 from .attempt import (TRANSPORT_ERRORS, _Attempt, _broken, _mark_reply, _on_body_sent, _on_connect_start,
                       _on_connection, _read_stream, _send_failure)
-from k3lib.io.shapes import ChatBody, ChatMessage, ToolSpec
-
 from .loops import LoopBound
 from .records import BODY_TEXT_LIMIT_CHARS, ChatRecord, ProbeRecord, TokenizeResult, asked_of, record_of
 from .stream import _try_json, completion_fields, parse_error_body
