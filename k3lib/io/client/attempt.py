@@ -13,7 +13,6 @@ import httpx
 
 from k3lib.core.errors import APIError, ProtocolError, TargetUnreachable
 from k3lib.core.turns import loop_turns
-
 from k3lib.io.shapes import AskedFields
 
 from .records import ChatRecord, RecordError, RecordFields
