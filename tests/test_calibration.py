@@ -17,6 +17,7 @@ from k3lib.io.calibration import (
     LoopLagReport,
     assess,
     calibrate,
+    calibration_dict,
     gate_phase,
     measure_event_loop_lag,
     percentile,
@@ -79,7 +80,7 @@ def test_calibrate_low_concurrency_is_valid(server: KnownTimingServer) -> None:
     else:
         assert "ms > bound 15 ms" in report.reason, report.reason
     assert report.loop_lag.samples > 0
-    assert report.to_dict()["loop_lag"]["samples"] == report.loop_lag.samples
+    assert calibration_dict(report)["loop_lag"]["samples"] == report.loop_lag.samples
 
 
 def test_calibrate_with_url_only_and_child_process_server() -> None:

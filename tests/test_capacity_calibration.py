@@ -17,7 +17,7 @@ import yaml
 
 import k3lib
 import k3lib.axes.capacity as capacity
-from k3lib.io.calibration import CalibrationReport, LoopLagReport
+from k3lib.io.calibration import CalibrationReport, LoopLagReport, calibration_dict
 from k3lib.axes.capacity.analysis import judge_step, saturation_point
 from k3lib.axes.capacity.result import CapacityResult
 from k3lib.axes.capacity.run import CapacityRunner
@@ -43,7 +43,7 @@ TIMING = {"known_ttft_ms": 20.0, "known_itl_ms": 5.0, "chunks": 20}
 
 def _report(concurrency: int, valid: bool) -> CalibrationReport:
     rep = failed_report(concurrency, TIMING, 10.0, "forced")
-    return rep if not valid else CalibrationReport(**{**rep.to_dict(), "loop_lag": LAG, "valid": True,
+    return rep if not valid else CalibrationReport(**{**calibration_dict(rep), "loop_lag": LAG, "valid": True,
                                                       "reason": "client timing error within bound"})
 
 

@@ -4,6 +4,7 @@ through a real socket to a known-timing server."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import json
 import logging
@@ -467,7 +468,7 @@ def test_probe_and_helpers(server: KnownTimingServer) -> None:
     assert tok_text.count == 3 and tok_chat.count == 1 + 3 + 2 and tok_chat.max_model_len == KNOWN.max_model_len
     down = probe_endpoint(f"http://127.0.0.1:{free_port()}/health", timeout_s=2)
     assert down.status is None and down.error_kind == "TargetUnreachable" and not down.ok
-    assert set(health.to_dict()) >= {"url", "status", "latency_ms", "body_text", "error"}
+    assert set(dataclasses.asdict(health)) >= {"url", "status", "latency_ms", "body_text", "error"}
 
 
 def test_probe_truncates_body(server: KnownTimingServer) -> None:

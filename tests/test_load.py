@@ -4,6 +4,7 @@ delivered to the sink as they finish, remote targets refused."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from typing import Any
@@ -64,7 +65,7 @@ def test_summarize_is_pure_and_counts() -> None:
     assert s.itl_ms.count == 4 and s.itl_ms.mean == pytest.approx(2.0)
     assert s.completion_tokens == 8 and s.output_tokens_per_s == pytest.approx(4.0)
     assert [(w.ok, w.failed) for w in s.windows] == [(1, 0), (1, 2)]
-    d = json.loads(json.dumps(s.to_dict()))
+    d = json.loads(json.dumps(dataclasses.asdict(s)))
     assert d["ttft_ms"]["p99"] == pytest.approx(s.ttft_ms.p99) and len(d["windows"]) == 2
 
 

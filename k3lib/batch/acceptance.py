@@ -15,7 +15,7 @@ from ..core.params import Params
 from ..core.plan import ACCEPTANCE_STAGES, acceptance_plan
 from ..core.store import RunStore
 from ..core.target import Target, pin_target
-from ..io.target import recover, resolve_target
+from ..io.target import RecoveryEvent, recover, resolve_target
 from ..verdict.assemble import decide_run
 from ..verdict.decision import AcceptanceDecision
 from .execute import Progress, _finished, publish, run_batch
@@ -59,7 +59,7 @@ def run_acceptance(params: Params, store: RunStore, *, progress: Progress | None
         on_start(target.base_url)
     plan = acceptance_plan(ACCEPTANCE_STAGES)
     progress = progress or Progress(len(plan.notebooks), run_dir=store.root)
-    events: list[dict[str, Any]] = []
+    events: list[RecoveryEvent] = []
 
     def between(last: str) -> None:
         if any(e.get("restarted") is False and "command" in e for e in events):

@@ -19,7 +19,7 @@ from typing import Any, TextIO
 
 from tqdm import tqdm
 
-from ..core.progress import counts, describe, read_status
+from ..core.progress import ProgressStatus, counts, describe, read_status
 
 #: without a terminal, how often the running notebooks' progress is printed
 LINE_EVERY_S = 30.0
@@ -93,7 +93,7 @@ class Progress:
                     if status is not None and status.get("phase") != "finished":
                         self._show(notebook, entry, status)
 
-    def _show(self, notebook: str, entry: _Running, status: dict[str, Any]) -> None:
+    def _show(self, notebook: str, entry: _Running, status: ProgressStatus) -> None:
         if not self.bars:
             if time.monotonic() - entry.printed >= self.interval_s:
                 entry.printed = time.monotonic()

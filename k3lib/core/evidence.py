@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from .attested import AttestationRecord
 from .errors import EvidenceError
+from .jsonvalue import JsonObject
 
 if TYPE_CHECKING:
     from .store import RunStore
@@ -430,7 +431,7 @@ def parse_record(data: Any, source: str) -> EvidenceRecord:
         raise EvidenceError(f"{source}: not an evidence record ({field}: {err.get('msg')})") from None
 
 
-def json_schemas() -> dict[str, dict[str, Any]]:
+def json_schemas() -> dict[str, JsonObject]:
     """File name → JSON Schema: the evidence record, and the typed data of each acceptance axis."""
     out = {"evidence-record.schema.json": EvidenceRecord.model_json_schema()}
     out.update({f"{axis}-data.schema.json": model.model_json_schema() for axis, model in DATA_MODELS.items()})

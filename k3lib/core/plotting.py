@@ -8,9 +8,9 @@ JupyterLab plus HTML for nbconvert that calls the page's `Plotly`: every report 
 
 from __future__ import annotations
 
-from typing import Any
 
 from ._deferred import defer_rfc3987_syntax
+from .jsonvalue import JsonObject
 
 RENDERER = "k3_offline"
 
@@ -20,7 +20,7 @@ def _renderer_class() -> type:
     from plotly.io._base_renderers import MimetypeRenderer
 
     class OfflineHtmlRenderer(MimetypeRenderer):
-        def to_mimebundle(self, fig_dict: dict[str, Any]) -> dict[str, str]:
+        def to_mimebundle(self, fig_dict: JsonObject) -> dict[str, str]:
             html = pio.to_html(fig_dict, full_html=False, include_plotlyjs=False, include_mathjax=False,
                                validate=False, config={"displaylogo": False})
             return {"text/html": html}

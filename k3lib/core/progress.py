@@ -15,7 +15,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from .errors import K3Error
 
@@ -28,6 +28,23 @@ WRITE_EVERY_S = 0.5
 
 class ConsentExceeded(K3Error):
     """An axis was about to send more requests to the target than the plan the operator consented to."""
+
+
+class ProgressStatus(TypedDict):
+    """What an axis' progress file holds (`<run>/progress/<axis>.json`), written as the axis runs."""
+
+    axis: str
+    phase: str | None
+    done: int
+    phase_done: int
+    planned: int
+    approx: bool
+    request_bound: int
+    at_most: int | None
+    elapsed_s: float
+    left_s: float | None
+    estimate_s: float | None
+    at: float
 
 
 class AxisProgress:
@@ -110,7 +127,7 @@ class AxisProgress:
         projected = int(self.done / elapsed * self.phase_s)
         return (projected, True) if projected < self.planned else (self.planned, False)
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> ProgressStatus:
         with self._lock:
             planned, approx = self.expected()
             return {"axis": self.axis, "phase": self.phase_name, "done": self.done, "phase_done": self.phase_done,
@@ -140,7 +157,7 @@ class AxisProgress:
             _write_status(self.path, status)
 
 
-def _write_status(path: Path, status: dict[str, Any]) -> None:
+def _write_status(path: Path, status: ProgressStatus) -> None:
     """Replace the status file in one step (a reader never sees half of it); no fsync: it is a view, not evidence."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -152,21 +169,21 @@ def _write_status(path: Path, status: dict[str, Any]) -> None:
         pass  # a read-only or vanished run folder: the progress is lost, never the run
 
 
-def read_status(run_dir: str | Path, axis: str) -> dict[str, Any] | None:
+def read_status(run_dir: str | Path, axis: str) -> ProgressStatus | None:
     """The axis' last status, or None when it has written none (yet) or it cannot be read."""
     try:
         data = json.loads((Path(run_dir) / PROGRESS_DIR / f"{axis}.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return data if isinstance(data, dict) else None
+    return cast(ProgressStatus, data) if isinstance(data, dict) else None
 
 
-def describe(status: dict[str, Any]) -> str:
+def describe(status: ProgressStatus) -> str:
     """`phase: 48/98 requests, 31 s elapsed, about 25 s left` — the line both displays print."""
     return f"{status.get('phase') or ''}: {counts(status)}"
 
 
-def counts(status: dict[str, Any]) -> str:
+def counts(status: ProgressStatus) -> str:
     """`48/98 requests, 31 s elapsed, about 25 s left`: the status without its phase (a bar shows the phase as its
     label, once)."""
     parts = []
@@ -194,7 +211,7 @@ def _notebook_bar(axis: str) -> Any:
     return tqdm(total=0, desc=axis, unit="req", leave=True, bar_format="{desc} {bar} {n_fmt}/{total_fmt} {postfix}")
 
 
-def _draw(bar: Any, status: dict[str, Any]) -> None:
+def _draw(bar: Any, status: ProgressStatus) -> None:
     bar.total = status["planned"] or None
     bar.n = status["done"]
     bar.set_description_str(f"{status['axis']}: {status['phase']}", refresh=False)

@@ -9,6 +9,7 @@ kernels may write to one run at once). A run killed at any point leaves each fin
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import fcntl
 import hashlib
@@ -110,6 +111,8 @@ def _json_default(obj: Any) -> Any:
         return obj.to_dict()
     if hasattr(obj, "model_dump"):
         return obj.model_dump(mode="json")
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.asdict(obj)  # a frozen record of io (a load phase's summary, a probe)
     if isinstance(obj, (dt.datetime, dt.date)):
         return obj.isoformat()
     if isinstance(obj, Path):

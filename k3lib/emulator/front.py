@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -17,27 +17,41 @@ Handler = Callable[[Request], Awaitable[Response]]
 _CACHE_ATTR = "_front_response_cache"
 
 
-def _rewritten(rt: Any, body: dict[str, Any]) -> dict[str, Any] | None:
+class _Body(TypedDict, total=False):
+    """The fields of a chat request the front-of-engine faults read (the rest is forwarded as it came)."""
+
+    max_tokens: int
+    max_completion_tokens: int
+    ignore_eos: bool
+    tools: list[Any]
+
+
+#: a cached reply by its request's hash: (status, media type, body)
+_Cache = dict[str, tuple[int, str, bytes]]
+
+
+def _rewritten(rt: Any, body: _Body) -> _Body | None:
     """The body the gateway forwards, or None when no gateway fault applies."""
     faults = rt.faults
-    out = dict(body)
+    out = body.copy()
     if "strip-ignore-eos" in faults:
         out.pop("ignore_eos", None)  # an allow-list gateway: not an OpenAI field
     if "cap-max-tokens" in faults:
         cap = int(faults.value("cap-max-tokens") or 64)
-        for key in ("max_tokens", "max_completion_tokens"):
-            if isinstance(out.get(key), int):
-                out[key] = min(out[key], cap)
+        if isinstance(asked := out.get("max_tokens"), int):
+            out["max_tokens"] = min(asked, cap)
+        if isinstance(asked := out.get("max_completion_tokens"), int):
+            out["max_completion_tokens"] = min(asked, cap)
         if "max_tokens" not in out and "max_completion_tokens" not in out:
             out["max_tokens"] = cap
     return None if out == body else out
 
 
-def _cached_scope(rt: Any, body: dict[str, Any]) -> bool:
+def _cached_scope(rt: Any, body: _Body) -> bool:
     return "response-cache-all" in rt.faults or ("response-cache" in rt.faults and bool(body.get("tools")))
 
 
-async def _recorded(chunks: AsyncIterable[Any], store: dict[str, Any], key: str, media: str) -> AsyncIterator[Any]:
+async def _recorded(chunks: AsyncIterable[Any], store: _Cache, key: str, media: str) -> AsyncIterator[Any]:
     kept: list[bytes] = []
     async for chunk in chunks:
         kept.append(chunk.encode() if isinstance(chunk, str) else bytes(chunk))
@@ -59,6 +73,7 @@ def fronted(handler: Handler) -> Handler:
             return await handler(request)
         if not isinstance(body, dict):
             return await handler(request)
+        body = cast(_Body, body)  # an untrusted body: the faults read only its length fields and tools
         changed = _rewritten(rt, body)
         if changed is not None:
             body = changed
@@ -66,7 +81,7 @@ def fronted(handler: Handler) -> Handler:
             request.__dict__.pop("_json", None)
         if not _cached_scope(rt, body):
             return await handler(request)
-        store: dict[str, Any] = getattr(rt, _CACHE_ATTR, None) or {}
+        store: _Cache = getattr(rt, _CACHE_ATTR, None) or {}
         setattr(rt, _CACHE_ATTR, store)
         key = hashlib.blake2b(json.dumps(body, sort_keys=True).encode(), digest_size=16).hexdigest()
         if key in store:

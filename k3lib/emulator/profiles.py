@@ -7,12 +7,46 @@ preemption, queueing and OOM all show within seconds; `demo-2node` is `demo` on 
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any, Mapping, TypedDict
 
 # H200 as nvidia-smi/dcgm report it: 143771 MiB of framebuffer (the "141 GB" on the box).
 _H200_MIB = 143_771
 
-_KIMI_K3: dict[str, Any] = dict(
+class Profile(TypedDict, total=False):
+    """A profile's values: `EmulatorConfig` fields (k3lib.emulator.config), the ones a profile sets."""
+
+    model: str
+    served_model_name: str
+    gpu_memory_utilization: float
+    max_num_seqs: int
+    max_model_len: int
+    max_num_batched_tokens: int
+    block_size: int
+    tensor_parallel_size: int
+    data_parallel_size: int
+    gpu_count: int
+    gpus_per_node: int
+    gpu_name: str
+    gpu_memory_mib: int
+    weights_bytes: int
+    activation_reserve_mib: int
+    cudagraph_mib: int
+    kv_bytes_per_token: int
+    prefill_tokens_per_s: float
+    decode_step_base_ms: float
+    decode_step_per_seq_ms: float
+    image_tokens: int
+    enable_auto_tool_choice: bool
+    tool_call_parser: str | None
+    reasoning_parser: str | None
+    enable_prefix_caching: bool
+    enable_prompt_tokens_details: bool
+    extra_args: Mapping[str, Any]  # extra server flags, as vLLM takes them
+    hybrid_retention: bool
+    speculative_tokens: int
+
+
+_KIMI_K3 = Profile(
     model="moonshotai/Kimi-K3",
     served_model_name="kimi-k3",
     # Recipe Hopper overrides: util 0.97, 5 seqs, 32k context, 4096 batched tokens, FLASHMLA → block 64.
@@ -46,7 +80,7 @@ _KIMI_K3: dict[str, Any] = dict(
                                  "moe_backend": "marlin", "disable_custom_all_reduce": True}),
 )
 
-_DEMO: dict[str, Any] = dict(
+_DEMO = Profile(
     model="moonshotai/Kimi-K3",
     served_model_name="kimi-k3",
     gpu_memory_utilization=0.9,
@@ -80,14 +114,14 @@ _DEMO: dict[str, Any] = dict(
 # Two nodes of two GPUs, one DP rank per GPU (TP1 × DP4): the demo's cards and pools, laid out as the recipe's
 # multi-node TP × DP deployment is (TP8 × DP2 over two H200 nodes), small enough to run on a laptop. Each node is a
 # process of its own, its /metrics labelling its ranks 0-1 and 2-3.
-_DEMO_2NODE: dict[str, Any] = dict(_DEMO, data_parallel_size=4, gpu_count=4, gpus_per_node=2,
-                                   weights_bytes=_DEMO["weights_bytes"] * 4)
+_DEMO_2NODE: Profile = {**_DEMO, "data_parallel_size": 4, "gpu_count": 4, "gpus_per_node": 2,
+                        "weights_bytes": _DEMO["weights_bytes"] * 4}
 
 # `demo` as Kimi K3's hybrid attention keeps its prefixes: the recurrent state is retained on a prefix's second hit
 # (vLLM's K3 blog; vllm#45238, #52527), so a cold/warm pair reuses nothing and the third sighting does.
-_DEMO_HYBRID: dict[str, Any] = dict(_DEMO, hybrid_retention=True)
+_DEMO_HYBRID: Profile = {**_DEMO, "hybrid_retention": True}
 # `demo` with speculative decoding configured (DSpark, 7 drafted tokens per step, as vLLM's K3 blog runs it).
-_DEMO_DSPARK: dict[str, Any] = dict(_DEMO, speculative_tokens=7)
+_DEMO_DSPARK: Profile = {**_DEMO, "speculative_tokens": 7}
 
 PROFILES: Mapping[str, Mapping[str, Any]] = MappingProxyType({
     "kimi-k3-h200x16": MappingProxyType(_KIMI_K3),

@@ -3,11 +3,26 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import httpx
 
 _HOP_HEADERS = ("authorization", "content-type", "accept")
+
+
+class NodeReply(TypedDict):
+    """How another node answered a broadcast admin call (`status` None: it did not answer)."""
+
+    node: str
+    status: int | None
+    error: NotRequired[str]
+
+
+class RouterState(TypedDict):
+    peers: list[str]
+    outstanding: dict[str, int]
+    forwarded: dict[str, int]
+    local_in_flight: int
 
 
 class Router:
@@ -96,9 +111,9 @@ class Router:
         return StreamingResponse(relay(), status_code=response.status_code,
                                  media_type=response.headers.get("content-type"))
 
-    async def broadcast(self, path: str, body: bytes) -> list[dict[str, Any]]:
+    async def broadcast(self, path: str, body: bytes) -> list[NodeReply]:
         """POST an admin call (restart, faults) to every other node, so the whole deployment changes together."""
-        out = []
+        out: list[NodeReply] = []
         for peer in self.peers:
             try:
                 r = await self.client().post(peer + path, content=body, headers={"content-type": "application/json"},
@@ -108,6 +123,6 @@ class Router:
                 out.append({"node": peer, "status": None, "error": type(exc).__name__})
         return out
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> RouterState:
         return {"peers": list(self.peers), "outstanding": dict(self.outstanding), "forwarded": dict(self.forwarded),
                 "local_in_flight": self.local}

@@ -4,10 +4,19 @@ multi-node layout, the router to the other nodes."""
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TypedDict
 
 from .config import EmulatorConfig
+from .router import Router
 from .runtime import Runtime
+
+
+class Layout(TypedDict):
+    """What a restart keeps of a node's place in a multi-node deployment."""
+
+    data_parallel_start_rank: int
+    data_parallel_size_local: int | None
+    peers: tuple[str, ...]
 
 
 class EmulatorState:
@@ -19,13 +28,11 @@ class EmulatorState:
         self.url = ""
         self.created = int(time.time())
         # node 0 of a multi-node layout routes a share of the requests to the other nodes (k3lib.emulator.cluster)
-        self.router = None
+        self.router: Router | None = None
         if cfg.peers:
-            from .router import Router
-
             self.router = Router(cfg.peers, cfg.local_ranks, cfg.local_ranks)
 
-    def layout(self) -> dict[str, Any]:
+    def layout(self) -> Layout:
         """The fields a restart keeps: which ranks this process serves and which nodes it routes to."""
         c = self.base_cfg
         return {"data_parallel_start_rank": c.data_parallel_start_rank,

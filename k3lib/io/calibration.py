@@ -12,10 +12,11 @@ import json
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from k3lib.io.client import ChatClient, ChatRecord, quiet_collector
 from k3lib.core.stats import percentile
+from k3lib.io.shapes import ChatMessage
 
 #: Default bound on the client's p99 timing error; above it a phase's TTFT/ITL are not trusted.
 DEFAULT_MAX_ERROR_MS = 10.0
@@ -37,8 +38,16 @@ class LoopLagReport:
     p99_ms: float | None
     max_ms: float | None
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+
+class LoopLagDict(TypedDict):
+    """A `LoopLagReport` as `dataclasses.asdict` gives it (a worker process sends it so)."""
+
+    duration_s: float
+    interval_ms: float
+    samples: int
+    p50_ms: float | None
+    p99_ms: float | None
+    max_ms: float | None
 
 
 async def measure_event_loop_lag(duration_s: float, *, interval_ms: float = 5.0,
@@ -94,14 +103,48 @@ class CalibrationReport:
     #: how many worker processes sent the streams (1: this process); with more, each worker's own report (its
     #: share of the streams, its own loop lag) is kept, and the whole is valid only when every worker's is too
     workers: int = 1
-    per_worker: tuple[dict[str, Any], ...] = ()
+    per_worker: tuple[CalibrationDict, ...] = ()
     #: samples left out, counted: server send stamps that were not integers, and streams whose delivery delay could
     #: not be paired chunk by chunk (their stamps do not match their chunks)
     stamps_dropped: int = 0
     streams_unpaired: int = 0
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+
+class CalibrationDict(TypedDict):
+    """A `CalibrationReport` as `calibration_dict` gives it: the record a load phase's summary and the capacity
+    evidence keep."""
+
+    url: str
+    concurrency: int
+    requests: int
+    ok: int
+    known_ttft_ms: float
+    known_itl_ms: float
+    chunks_per_request: int
+    ttft_ms_p50: float | None
+    ttft_error_ms_p50: float | None
+    ttft_error_ms_p99: float | None
+    ttft_error_ms_max: float | None
+    itl_error_ms_p50: float | None
+    itl_error_ms_p99: float | None
+    delivery_ms_p50: float | None
+    delivery_ms_p99: float | None
+    delivery_ms_max: float | None
+    itl_count_ok: bool
+    tokens_from_usage_ok: bool
+    loop_lag: LoopLagDict
+    max_error_ms: float
+    valid: bool
+    reason: str
+    workers: int
+    per_worker: tuple[CalibrationDict, ...]
+    stamps_dropped: int
+    streams_unpaired: int
+
+
+def calibration_dict(report: CalibrationReport) -> CalibrationDict:
+    """The report as plain data (`dataclasses.asdict`: its loop lag and per-worker reports as dicts)."""
+    return cast(CalibrationDict, asdict(report))
 
 
 def _server_stamps(rec: ChatRecord) -> tuple[list[int], int]:
@@ -202,8 +245,20 @@ async def calibrate(client: ChatClient | None, url: str | None = None, *, concur
                   max_error_ms=max_error_ms)
 
 
+class CalibrationBody(TypedDict):
+    """A chat body with the known-timing server's knobs (k3lib.io.knowntiming)."""
+
+    model: str
+    stream: bool
+    max_tokens: int
+    messages: list[ChatMessage]
+    k3_ttft_ms: float
+    k3_itl_ms: float
+    k3_chunks: int
+
+
 def calibration_body(model: str | None, *, known_ttft_ms: float, known_itl_ms: float, chunks: int,
-                     tokens_per_chunk: int = 2) -> dict[str, Any]:
+                     tokens_per_chunk: int = 2) -> CalibrationBody:
     """The request every calibration stream sends: the known-timing server's knobs set to the schedule."""
     return {"model": model or "known-timing", "stream": True, "max_tokens": chunks * tokens_per_chunk,
             "messages": [{"role": "user", "content": "calibrate"}],
@@ -214,15 +269,15 @@ def calibration_timeout_s(known_ttft_ms: float, known_itl_ms: float, chunks: int
     return 30.0 + (known_ttft_ms + chunks * known_itl_ms) / 1e3 * 4
 
 
-async def warm_up(client: ChatClient, body: dict[str, Any], timeout_s: float) -> None:
+async def warm_up(client: ChatClient, body: CalibrationBody, timeout_s: float) -> None:
     """One unmeasured request: a fresh server's first answer pays for imports, connection set-up and page faults
     that no load phase sees, and would be charged to the client as timing error."""
     tpc = max(1, int(body["max_tokens"]) // max(1, int(body["k3_chunks"])))
-    warm = {**body, "k3_ttft_ms": 0, "k3_itl_ms": 0, "k3_chunks": 2, "max_tokens": 2 * tpc}
+    warm: CalibrationBody = {**body, "k3_ttft_ms": 0, "k3_itl_ms": 0, "k3_chunks": 2, "max_tokens": 2 * tpc}
     await client.chat_body(warm, strict=False, timeout_s=timeout_s, request_id="calib-warmup")
 
 
-async def calibration_records(client: ChatClient, body: dict[str, Any], *, concurrency: int, rounds: int,
+async def calibration_records(client: ChatClient, body: CalibrationBody, *, concurrency: int, rounds: int,
                               timeout_s: float, start_ns: int | None = None,
                               first_id: int = 0) -> tuple[list[ChatRecord], LoopLagReport]:
     """`rounds` rounds of `concurrency` simultaneous streams of `body`, with the loop lag measured beside them;
@@ -251,7 +306,7 @@ def gate_phase(summary: Any, report: CalibrationReport) -> Any:
     Works on any frozen dataclass with `valid` and `invalid_reason` fields (k3lib.io.load.PhaseSummary).
     """
     if report.valid:
-        return replace(summary, calibration=report.to_dict())
+        return replace(summary, calibration=calibration_dict(report))
     over = f" over {report.workers} worker processes" if report.workers > 1 else ""
     reason = f"client self-calibration failed at concurrency {report.concurrency}{over}: {report.reason}"
-    return replace(summary, valid=False, invalid_reason=reason, calibration=report.to_dict())
+    return replace(summary, valid=False, invalid_reason=reason, calibration=calibration_dict(report))

@@ -23,7 +23,9 @@ import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, TypedDict
+
+from k3lib.io.shapes import ToolCallDict, ToolCallJson
 
 __all__ = ["SSEDecoder", "ToolCall", "ToolCallAssembler", "sse_payloads"]
 
@@ -128,12 +130,12 @@ class ToolCall:
         """True/False; None when the reply ends inside the arguments."""
         return self._judged[0]
 
-    def to_openai(self) -> dict[str, Any]:
+    def to_openai(self) -> ToolCallJson:
         """The shape to send back in an assistant history message."""
         return {"id": self.id, "type": self.type or "function",
                 "function": {"name": self.name, "arguments": self.arguments}}
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> ToolCallDict:
         """The fields and the parse, as the agent and paths records store a call."""
         return {"index": self.index, "id": self.id, "type": self.type, "name": self.name,
                 "arguments": self.arguments, "parsed": self.parsed, "json_error": self.json_error}
@@ -151,6 +153,16 @@ class ToolCall:
         return cls(index, raw.get("id"), raw.get("type"), fn.get("name"), fn.get("arguments"))
 
 
+class _Gathered(TypedDict):
+    """One call being assembled: `args` the string pieces, `obj` a non-string arguments value."""
+
+    id: Any
+    type: Any
+    name: Any
+    args: list[str]
+    obj: Any
+
+
 class ToolCallAssembler:
     """Rebuilds the tool calls of one choice from its streamed `delta.tool_calls` lists (rules in the module
     docstring). `calls()` gives message-shaped dicts with `arguments` as received; `result()` the client's
@@ -160,7 +172,7 @@ class ToolCallAssembler:
 
     def __init__(self) -> None:
         #: index → {"id", "type", "name", "args": list of str pieces, "obj": a non-string arguments value}
-        self._calls: dict[int, dict[str, Any]] = {}
+        self._calls: dict[int, _Gathered] = {}
 
     def feed(self, deltas: Sequence[Any]) -> None:
         calls = self._calls
@@ -201,10 +213,10 @@ class ToolCallAssembler:
             elif args is not None:
                 call["obj"], call["args"] = args, []
 
-    def calls(self) -> list[dict[str, Any]]:
+    def calls(self) -> list[ToolCallJson]:
         """`[{"id", "type", "function": {"name", "arguments"}}]` in index order; `arguments` is None when no
         fragment came, the joined string, or the object a server sent instead of a string."""
-        out = []
+        out: list[ToolCallJson] = []
         for _, c in sorted(self._calls.items()):
             args: Any = "".join(c["args"]) if c["args"] else c["obj"]
             out.append({"id": c["id"], "type": c["type"], "function": {"name": c["name"], "arguments": args}})

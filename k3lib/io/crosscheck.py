@@ -14,7 +14,7 @@ it widens nothing. Every request that did not complete is counted by kind and st
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from typing import Any, Sequence, TypedDict, cast
 
 from .metrics import Snapshot, delta, window_histogram
 from ..core.stats import percentile
@@ -33,23 +33,41 @@ class CrossCheckItem:
     server_extra: float = 0.0
     server_short: float = 0.0
 
-    @property
-    def diff(self) -> float | None:
-        if self.client is None or self.server is None:
-            return None
-        return self.client - self.server
+    #: client − server (None when either is unknown), and whether that is within the tolerance and slack: derived
+    #: from the fields above, so that `dataclasses.asdict` writes them after the fields
+    diff: float | None = dataclasses.field(init=False)
+    agrees: bool | None = dataclasses.field(init=False)
 
-    @property
-    def agrees(self) -> bool | None:
-        d = self.diff
-        if d is None:
-            return None
-        return -(self.tolerance + self.server_extra) <= d <= self.tolerance + self.server_short
+    def __post_init__(self) -> None:
+        d = None if self.client is None or self.server is None else self.client - self.server
+        object.__setattr__(self, "diff", d)
+        object.__setattr__(self, "agrees", None if d is None else
+                           -(self.tolerance + self.server_extra) <= d <= self.tolerance + self.server_short)
 
-    def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d.update(diff=self.diff, agrees=self.agrees)
-        return d
+
+class CrossCheckItemDict(TypedDict):
+    """A `CrossCheckItem` as `dataclasses.asdict` gives it."""
+
+    quantity: str
+    client: float | None
+    server: float | None
+    tolerance: float
+    unit: str
+    note: str
+    server_extra: float
+    server_short: float
+    diff: float | None
+    agrees: bool | None
+
+
+class CrossCheckDict(TypedDict):
+    """`CrossCheck.to_dict`: the items, the quantities that disagree, what did not complete, per endpoint."""
+
+    items: list[CrossCheckItemDict]
+    disagreements: list[str]
+    incomplete: dict[str, int]
+    error_statuses: dict[str, int]
+    by_endpoint: dict[str, dict[str, float | None]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,8 +85,8 @@ class CrossCheck:
     def disagreements(self) -> list[CrossCheckItem]:
         return [i for i in self.items if i.agrees is False]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"items": [i.to_dict() for i in self.items],
+    def to_dict(self) -> CrossCheckDict:
+        return {"items": [item_dict(i) for i in self.items],
                 "disagreements": [i.quantity for i in self.disagreements],
                 "incomplete": dict(self.incomplete), "error_statuses": dict(self.error_statuses),
                 "by_endpoint": dict(self.by_endpoint)}
@@ -76,7 +94,12 @@ class CrossCheck:
     def table(self) -> Any:
         import pandas as pd
 
-        return pd.DataFrame([i.to_dict() for i in self.items])
+        return pd.DataFrame([item_dict(i) for i in self.items])
+
+
+def item_dict(item: CrossCheckItem) -> CrossCheckItemDict:
+    """One item as plain data (`dataclasses.asdict`: its fields, then `diff` and `agrees`)."""
+    return cast(CrossCheckItemDict, dataclasses.asdict(item))
 
 
 def _bucket_width_at(before: Snapshot, after: Snapshot, canonical: str, value_s: float | None) -> float:

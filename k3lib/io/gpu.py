@@ -186,7 +186,8 @@ def gpu_samples_from_dcgm(samples: Iterable[Sample], *, t_wall: float | None = N
     """Group DCGM_FI_DEV_* samples by GPU (labels Hostname, gpu, UUID, modelName; MIG: GPU_I_ID) into GpuSamples.
     Framebuffer series are MiB; total = used + free (+ reserved where exported). Pure."""
     stamp = time.time() if t_wall is None else t_wall
-    by_gpu: dict[tuple[str, int, str | None, str | None], dict[str, Any]] = {}
+    # per GPU: its model name, and its series' values by series name
+    by_gpu: dict[tuple[str, int, str | None, str | None], tuple[str | None, dict[str, float | None]]] = {}
     for s in samples:
         if s.name not in DCGM_SERIES:
             continue
@@ -197,14 +198,15 @@ def gpu_samples_from_dcgm(samples: Iterable[Sample], *, t_wall: float | None = N
             continue
         host = labels.get("Hostname") or labels.get("instance") or default_host
         key = (host, index, labels.get("UUID"), labels.get("GPU_I_ID"))
-        entry = by_gpu.setdefault(key, {"name": labels.get("modelName")})
+        _, entry = by_gpu.setdefault(key, (labels.get("modelName"), {}))
         entry[s.name] = _finite(s.value)
     out = []
-    for (host, index, uuid, mig), entry in sorted(by_gpu.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][3] or "")):
+    for (host, index, uuid, mig), (name, entry) in sorted(by_gpu.items(),
+                                                          key=lambda kv: (kv[0][0], kv[0][1], kv[0][3] or "")):
         used, free, reserved = entry.get(DCGM_FB_USED), entry.get(DCGM_FB_FREE), entry.get(DCGM_FB_RESERVED)
         total = None if used is None or free is None else used + free + (reserved or 0.0)
         out.append(GpuSample(
-            t_wall=stamp, host=host, gpu=index, uuid=uuid, name=entry["name"],
+            t_wall=stamp, host=host, gpu=index, uuid=uuid, name=name,
             fb_used_bytes=int(used * MIB) if used is not None else None,
             fb_total_bytes=int(total * MIB) if total is not None else None,
             util_pct=entry.get(DCGM_GPU_UTIL), mig_instance=mig,

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import httpx
 
@@ -103,6 +103,15 @@ async def _read_body(receive: Any) -> bytes:
             return bytes(raw)
 
 
+class _Knobs(TypedDict, total=False):
+    """The schedule a calibration request asks of the server (`k3lib.io.calibration.CalibrationBody`)."""
+
+    k3_ttft_ms: float
+    k3_itl_ms: float
+    k3_chunks: int
+    k3_stall_s: float
+
+
 @dataclass(frozen=True)
 class _Schedule:
     """One reply's schedule: the server's, or the request's `k3_*` overrides."""
@@ -113,7 +122,7 @@ class _Schedule:
     stall_s: float
 
     @classmethod
-    def of(cls, body: dict[str, Any], config: KnownTimingConfig) -> _Schedule:
+    def of(cls, body: _Knobs, config: KnownTimingConfig) -> _Schedule:
         return cls(ttft_ns=int(float(body.get("k3_ttft_ms", config.ttft_ms)) * 1e6),
                    itl_ns=int(float(body.get("k3_itl_ms", config.itl_ms)) * 1e6),
                    chunks=int(body.get("k3_chunks", config.chunks)), stall_s=float(body.get("k3_stall_s", 0.0)))

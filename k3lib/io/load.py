@@ -11,15 +11,16 @@ import asyncio
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import Any, NamedTuple, cast
 
-from k3lib.io.calibration import measure_event_loop_lag
+from k3lib.io.calibration import CalibrationDict, measure_event_loop_lag
 from k3lib.core.stats import percentile
 from k3lib.io.client import ChatClient, ChatRecord, quiet_collector, record_of
 from k3lib.core.guards import is_loopback_url
 from k3lib.core import progress
 from k3lib.core.errors import BadInputError
+from k3lib.io.shapes import ChatBody
 
 Sink = Callable[[ChatRecord], None]
 #: where a phase's load is sent from: None or 1 (this process), or a started `k3lib.io.workers.WorkerPool`
@@ -100,17 +101,12 @@ class PhaseSummary:
     windows: tuple[SliceSummary, ...] = ()
     valid: bool = True
     invalid_reason: str | None = None
-    calibration: dict[str, Any] | None = None
+    calibration: CalibrationDict | None = None
     #: how many processes sent the phase's load (1: this one), each worker's loop lag p99, and why the phase sent
     #: less than planned when a worker process ended before its share did (its finished records are kept)
     workers: int = 1
     worker_loop_lag_ms_p99: tuple[float | None, ...] = ()
     degraded: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["windows"] = [asdict(w) for w in self.windows]
-        return d
 
 
 class RequestStat(NamedTuple):
@@ -225,8 +221,8 @@ def check_load_target(url: str, allow_remote_load: bool) -> None:
                             field="target.allow_remote_load")
 
 
-def _body_for(bodies: BodySource, i: int) -> dict[str, Any]:
-    body = dict(bodies(i) if callable(bodies) else bodies[i % len(bodies)])
+def _body_for(bodies: BodySource, i: int) -> ChatBody:
+    body = cast(ChatBody, dict(bodies(i) if callable(bodies) else bodies[i % len(bodies)]))
     # load phases measure TTFT and ITL, which only a stream shows
     body.setdefault("stream", True)
     return body

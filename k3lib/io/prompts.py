@@ -12,12 +12,13 @@ import random
 import secrets
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from k3lib.io.client import ChatClient
 from k3lib.core.errors import APIError, BadInputError
+from k3lib.io.shapes import ChatBody, ChatMessage, ToolSpec
 
-Messages = list[dict[str, Any]]
+Messages = list[ChatMessage]
 
 # A fixed, plain vocabulary: the filler must tokenize the same way on every run and every tokenizer version.
 _VOCABULARY = tuple("""
@@ -95,7 +96,7 @@ class BuiltPrompt:
 
     index: int
     seed: int
-    messages: tuple[dict[str, Any], ...]
+    messages: tuple[ChatMessage, ...]
     target_tokens: int
     prompt_tokens: int
     shared_prefix_tokens: int
@@ -104,23 +105,15 @@ class BuiltPrompt:
     max_model_len: int | None = None
 
     def body(self, *, max_tokens: int, model: str | None = None, stream: bool = True,
-             tools: Sequence[Mapping[str, Any]] | None = None, **params: Any) -> dict[str, Any]:
+             tools: Sequence[Mapping[str, Any]] | None = None, **params: Any) -> ChatBody:
         """A chat-completions request body (tools must be the ones the prompt was sized with)."""
-        body: dict[str, Any] = {"messages": [dict(m) for m in self.messages], "max_tokens": max_tokens,
-                                "stream": stream, **params}
+        body = cast(ChatBody, {"messages": [m.copy() for m in self.messages], "max_tokens": max_tokens,
+                               "stream": stream, **params})
         if model is not None:
             body["model"] = model
         if tools:
-            body["tools"] = list(tools)
+            body["tools"] = [cast(ToolSpec, t) for t in tools]
         return body
-
-    def to_dict(self, *, include_messages: bool = False) -> dict[str, Any]:
-        d = {k: getattr(self, k) for k in ("index", "seed", "target_tokens", "prompt_tokens",
-                                          "shared_prefix_tokens", "sized_by", "exact", "max_model_len")}
-        d["prompt_chars"] = sum(len(str(m.get("content") or "")) for m in self.messages)
-        if include_messages:
-            d["messages"] = [dict(m) for m in self.messages]
-        return d
 
 
 def filler_text(seed: int | str, n_words: int) -> str:

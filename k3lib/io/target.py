@@ -7,7 +7,7 @@ from __future__ import annotations
 import atexit
 import os
 import time
-from typing import Any
+from typing import Any, Required, TypedDict
 
 import httpx
 
@@ -15,7 +15,28 @@ from ..core.errors import BadInputError
 from ..core.operator import run_operator_command
 from ..core.target import Target, WithTarget, require_api_key
 
-__all__ = ["emulator_config", "recover", "resolve_target", "start_embedded"]
+__all__ = ["RecoveryEvent", "emulator_config", "recover", "resolve_target", "start_embedded"]
+
+
+class _Overrides(TypedDict, total=False):
+    """The emulator settings the parameters give on top of the profile's."""
+
+    faults: tuple[str, ...]
+    time_scale: float
+    vllm_version: str
+    api_key: str | None
+
+
+class RecoveryEvent(TypedDict, total=False):
+    """What `recover` did between batch stages (a line of the run's events.json)."""
+
+    after: Required[str]
+    health_before: Required[int | None]
+    restarted: Required[bool]
+    detail: str
+    command: str
+    health_after: int | None
+    duration_s: float
 
 
 def emulator_config(params: WithTarget) -> Any:
@@ -23,7 +44,7 @@ def emulator_config(params: WithTarget) -> Any:
     from ..emulator import EmulatorConfig
 
     em = params.target.emulator
-    kwargs: dict[str, Any] = {"faults": tuple(em.faults), "time_scale": em.time_scale}
+    kwargs: _Overrides = {"faults": tuple(em.faults), "time_scale": em.time_scale}
     if em.vllm_version:
         kwargs["vllm_version"] = em.vllm_version
     if params.target.api_key_env:  # the emulator then guards /v1 with the same key, as `vllm serve --api-key`
@@ -64,7 +85,7 @@ def resolve_target(params: WithTarget, *, start: bool = True) -> Target:
     return Target(base_url=base, metrics_urls=tuple(metrics), params=tp, emulator=handle)
 
 
-def recover(target: Target, *, after: str) -> dict[str, Any] | None:
+def recover(target: Target, *, after: str) -> RecoveryEvent | None:
     """Between batch stages: when /health is not 200 and `target.restart` is set, restart and wait for 200.
     Returns what happened (for the run's events), or None when the target was healthy."""
 
@@ -77,7 +98,7 @@ def recover(target: Target, *, after: str) -> dict[str, Any] | None:
     before = health()
     if before == 200:
         return None
-    event: dict[str, Any] = {"after": after, "health_before": before, "restarted": False}
+    event: RecoveryEvent = {"after": after, "health_before": before, "restarted": False}
     command = target.params.restart
     if not command:
         event["detail"] = "no target.restart command: the next axes meet the target as it is"
@@ -90,6 +111,8 @@ def recover(target: Target, *, after: str) -> dict[str, Any] | None:
     while ok and status != 200 and time.monotonic() - t0 < target.params.restart_timeout_s:
         time.sleep(0.25)
         status = health()
-    event.update(restarted=ok and status == 200, detail=detail, health_after=status,
-                 duration_s=round(time.monotonic() - t0, 2))
+    event["restarted"] = ok and status == 200
+    event["detail"] = detail
+    event["health_after"] = status
+    event["duration_s"] = round(time.monotonic() - t0, 2)
     return event

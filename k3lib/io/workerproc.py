@@ -12,12 +12,12 @@ import os
 import signal
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
-from .calibration import calibration_records, warm_up
+from .calibration import CalibrationBody, LoopLagDict, calibration_records, warm_up
 from .client import ChatClient, ChatRecord
 from ..core.errors import BadInputError
 from .load import _Phase, _with_lag, closed_loop_work
@@ -66,6 +66,39 @@ def worker_main(argv: Sequence[str]) -> None:
     asyncio.run(_serve(jobs, results))
 
 
+class WorkerJob(TypedDict, total=False):
+    """One job sent to a worker process: `kind` "warm", "calibrate" or "phase", and that kind's arguments."""
+
+    kind: str
+    client: ClientSettings
+    body: CalibrationBody
+    timeout_s: float
+    concurrency: int
+    rounds: int
+    start_ns: int
+    first_id: int
+    journal_dir: str | None
+    bodies: Any  # a load phase's bodies (`k3lib.io.load.BodySource`), pickled across
+    name: str
+    max_requests: int
+    max_duration_s: float
+    drain_s: float
+    request_timeout_s: float
+    wall_ns: int
+    first_index: int
+    index_step: int
+    offsets_s: list[float]
+
+
+class JobInfo(TypedDict, total=False):
+    """What a worker sends back when its job is done: its CPU time, its loop lag, the requests it issued."""
+
+    cpu_s: float
+    lag: LoopLagDict
+    lag_p99_ms: float | None
+    issued: int
+
+
 class _Worker:
     def __init__(self, jobs: Connection, results: Connection) -> None:
         self.jobs, self.results = jobs, results
@@ -96,7 +129,7 @@ class _Worker:
 
         return send
 
-    async def job(self, job_id: int, job: dict[str, Any]) -> None:
+    async def job(self, job_id: int, job: WorkerJob) -> None:
         try:
             info = await self._job(job_id, job)
         except Exception as exc:  # noqa: BLE001 — the parent gets the reason and marks the share failed
@@ -106,7 +139,7 @@ class _Worker:
             self.phase = None
         self.send(("done", job_id, info))
 
-    async def _job(self, job_id: int, job: dict[str, Any]) -> dict[str, Any]:
+    async def _job(self, job_id: int, job: WorkerJob) -> JobInfo:
         client = self.client(job["client"])
         cpu0 = time.process_time()
         if job["kind"] == "warm":
@@ -119,7 +152,7 @@ class _Worker:
                                                      start_ns=job["start_ns"], first_id=job["first_id"])
             for rec in records:
                 send(rec)
-            return {"cpu_s": time.process_time() - cpu0, "lag": lag.to_dict()}
+            return {"cpu_s": time.process_time() - cpu0, "lag": cast(LoopLagDict, asdict(lag))}
         phase = _Phase(client, job["bodies"], name=job["name"], max_requests=job["max_requests"],
                        max_duration_s=job["max_duration_s"], request_timeout_s=job["request_timeout_s"], sink=send,
                        drain_s=job["drain_s"], start_ns=job["start_ns"], wall_ns=job["wall_ns"],
@@ -153,7 +186,7 @@ async def _serve(jobs: Connection, results: Connection) -> None:
         if msg[0] == "stop" and worker.phase is not None:
             worker.phase.stopped = True
         elif msg[0] == "job":
-            job = dict(msg[2])
+            job: WorkerJob = {**msg[2]}
             task = asyncio.create_task(worker.job(msg[1], job))
             tasks.add(task)
             task.add_done_callback(tasks.discard)

@@ -31,19 +31,20 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
 from .calibration import (DEFAULT_MAX_ERROR_MS, CalibrationReport, LoopLagReport, assess, calibration_body,
-                          calibration_timeout_s)
+                          calibration_dict, calibration_timeout_s)
 from .client import ChatClient, ChatRecord
 from ..core import progress
 from ..core.errors import BadInputError
 from .load import CANCEL_GRACE_S, _Phase
-from .workerproc import ClientSettings
+from .workerproc import ClientSettings, JobInfo, WorkerJob
 
 #: the most worker processes a phase may use (`load.workers`)
 WORKERS_MAX = 64
@@ -76,7 +77,7 @@ class WorkerOutcome:
 
     worker: int
     status: str = "running"
-    info: dict[str, Any] = field(default_factory=dict)
+    info: JobInfo = field(default_factory=lambda: JobInfo())
     records: int = 0
     returncode: int | None = None
     gone_after_s: float | None = None
@@ -213,7 +214,7 @@ class WorkerPool:
                 except OSError:
                     pass
 
-    async def run(self, jobs: Sequence[Mapping[str, Any]], on_record: Callable[[int, ChatRecord], None], *,
+    async def run(self, jobs: Sequence[WorkerJob], on_record: Callable[[int, ChatRecord], None], *,
                   timeout_s: float, started_ns: int | None = None) -> list[WorkerOutcome]:
         """One job per worker (`jobs[w]` to worker `w`); each record to `on_record(w, record)` on this loop as it
         arrives. Returns when every worker has ended its job, or after `timeout_s` (the late ones are killed)."""
@@ -322,11 +323,12 @@ async def spread_phase(pool: WorkerPool, client: ChatClient, bodies: Any, *,
     phase = _Phase(client, bodies, name=name, max_requests=max_requests, max_duration_s=max_duration_s,
                    request_timeout_s=request_timeout_s, sink=sink, drain_s=drain_s, start_ns=start_ns,
                    wall_ns=wall + (start_ns - perf))
-    jobs = [{"kind": "phase", "client": settings, "bodies": bodies, "name": name,
-             "max_requests": max_requests, "max_duration_s": max_duration_s, "drain_s": drain_s,
-             "request_timeout_s": request_timeout_s, "start_ns": start_ns, "wall_ns": phase.wall_ns,
-             "first_index": w, "index_step": n, "offsets_s": list(offsets_s[w::n])}
-            for w in range(n)]
+    jobs: list[WorkerJob] = [
+        {"kind": "phase", "client": settings, "bodies": bodies, "name": name, "max_requests": max_requests,
+         "max_duration_s": max_duration_s, "drain_s": drain_s, "request_timeout_s": request_timeout_s,
+         "start_ns": start_ns, "wall_ns": phase.wall_ns, "first_index": w, "index_step": n,
+         "offsets_s": list(offsets_s[w::n])}
+        for w in range(n)]
 
     def on_record(w: int, rec: ChatRecord) -> None:
         had = phase.sink_error
@@ -364,26 +366,26 @@ async def calibrate_workers(pool: WorkerPool, url: str, *, concurrency: int, kno
     timeout_s = calibration_timeout_s(known_ttft_ms, known_itl_ms, chunks)
     settings = ClientSettings(url, timeout_s=timeout_s, connect_timeout_s=connect_timeout_s, keep_raw=True)
     shares = _shares(concurrency, n)
-    base = {"client": settings, "body": body, "timeout_s": timeout_s}
+    base: WorkerJob = {"client": settings, "body": body, "timeout_s": timeout_s}
     await pool.run([{**base, "kind": "warm"}] * n, lambda w, r: None, timeout_s=timeout_s + END_GRACE_S)
     per: list[list[ChatRecord]] = [[] for _ in range(n)]
     start_ns = time.perf_counter_ns() + int(START_MARGIN_S * 1e9)
-    jobs = [{**base, "kind": "calibrate", "concurrency": shares[w], "rounds": rounds, "start_ns": start_ns,
-             "first_id": sum(shares[:w])} for w in range(n)]
+    jobs: list[WorkerJob] = [{**base, "kind": "calibrate", "concurrency": shares[w], "rounds": rounds,
+                              "start_ns": start_ns, "first_id": sum(shares[:w])} for w in range(n)]
     outcomes = await pool.run(jobs, lambda w, r: per[w].append(r), started_ns=start_ns,
                               timeout_s=START_MARGIN_S + timeout_s * rounds + END_GRACE_S)
     empty = LoopLagReport(duration_s=0.0, interval_ms=0.0, samples=0, p50_ms=None, p99_ms=None, max_ms=None)
     lags = [LoopLagReport(**o.info["lag"]) if o.info.get("lag") else empty for o in outcomes]
-    kw: dict[str, Any] = {"url": settings.base_url, "known_ttft_ms": known_ttft_ms, "known_itl_ms": known_itl_ms,
-                          "chunks": chunks, "tokens_per_chunk": tokens_per_chunk, "max_error_ms": max_error_ms}
-    reports = [assess(per[w], concurrency=shares[w], loop_lag=lags[w], **kw) for w in range(n)]
+    judge = partial(assess, url=settings.base_url, known_ttft_ms=known_ttft_ms, known_itl_ms=known_itl_ms,
+                    chunks=chunks, tokens_per_chunk=tokens_per_chunk, max_error_ms=max_error_ms)
+    reports = [judge(per[w], concurrency=shares[w], loop_lag=lags[w]) for w in range(n)]
     worst = max(lags, key=lambda r: -1.0 if r.p99_ms is None else r.p99_ms)
-    whole = assess([r for rs in per for r in rs], concurrency=concurrency, loop_lag=worst, **kw)
+    whole = judge([r for rs in per for r in rs], concurrency=concurrency, loop_lag=worst)
     reasons = [] if whole.valid else [whole.reason]
     lost = degraded_reason(outcomes, "calibration")
     if lost:
         reasons.append(lost)
     reasons += [f"worker {w + 1} of {n} ({shares[w]} streams): {r.reason}" for w, r in enumerate(reports)
                 if not r.valid]
-    return replace(whole, workers=n, per_worker=tuple(r.to_dict() for r in reports), valid=not reasons,
+    return replace(whole, workers=n, per_worker=tuple(calibration_dict(r) for r in reports), valid=not reasons,
                    reason="; ".join(reasons) or f"client timing error within bound in each of {n} workers")

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 
 from ...core.errors import TargetError
-from ...io.calibration import CalibrationReport
+from ...io.calibration import CalibrationReport, calibration_dict
 from ...io.calibration import calibrate as calibrate_once
 from ...io.knowntiming import KnownTimingServer
 from ...io.client import ChatClient
@@ -94,7 +94,7 @@ async def calibrate(rec: Recorder, measured: Sequence[Mapping[str, Any]]) -> Cal
     return Calibration({"enabled": True, "ran": True, "server": plan.calibration_server, "workers": rec.workers,
                         "start_wall": t0, "end_wall": time.time(), **timing,
                         "max_error_ms": plan.calibration_max_error_ms, "error": error,
-                        "summary": calibration_summary(reports), "reports": [r.to_dict() for r in reports]},
+                        "summary": calibration_summary(reports), "reports": [calibration_dict(r) for r in reports]},
                        tuple(reports))
 
 

@@ -18,7 +18,7 @@ import dataclasses
 import json
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, cast
 
 from ...core import progress
 from ...core.errors import APIError, TargetError
@@ -33,6 +33,7 @@ from ...io.sessions import (
     SessionReplay,
     SessionShape,
     SessionTurn,
+    TurnRecord,
     convert_trace,
     generate_sessions,
     read_trace,
@@ -266,9 +267,9 @@ async def _session_level(rec: Recorder, client: ChatClient, source: SessionSourc
     current: Row = {"sessions": level, "finished": list(done), "next": source.next}
     request_sink = rec.sink("sessions", label, bucket, level)
 
-    def sink(d: Row) -> None:
+    def sink(d: TurnRecord) -> None:
         d["level"] = level
-        turns.append(d)
+        turns.append(cast(Row, d))
         rec.store.append_jsonl(SESSIONS_JSONL, d)  # as it ends: a killed run keeps every finished turn
 
     async def worker() -> None:

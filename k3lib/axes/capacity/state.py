@@ -15,6 +15,7 @@ from ...core.params import CapacityParams
 from ...io.client import ChatClient, ChatRecord
 from ...io.prompts import BuiltPrompt, EstimateCounter, build_prompts
 from ...io.sampling import Timeline
+from ...io.shapes import ChatBody
 from ...io.workers import WorkerPool, resolve_workers
 from .config import HEALTH_TIMEOUT_S
 from .result import REQUESTS
@@ -77,7 +78,7 @@ class Recorder:
                                        shared_prefix_tokens=shared_prefix_tokens)
 
     def body(self, prompt: BuiltPrompt, max_tokens: int, *, stream: bool = True,
-             salt: str | None = None) -> Row:
+             salt: str | None = None) -> ChatBody:
         # ignore_eos: the output length is part of the test condition, not left to the model's mood
         extra: Row = {"ignore_eos": True, "temperature": 0}
         if salt:

@@ -26,6 +26,7 @@ from ...io.client import ChatRecord, SyncChatClient
 from ...io.load import check_load_target
 from ...io.metrics import Snapshot, delta, scrape
 from ...io.prompts import EstimateCounter, ServerTokenCounter, TokenCounter, filler_text, fit_count
+from ...io.shapes import ChatMessage
 from ..environment.run import fetch_text
 from .blocks import common_prefix_len, designed_hits, expected_hits, first_divergence, hit_unit
 from .result import (
@@ -67,7 +68,7 @@ TOOLS: tuple[dict[str, Any], ...] = (
 
 
 def session_messages(nonce: str, words: int, pads: int, question: int, *, early_change: bool = False
-                     ) -> list[dict[str, Any]]:
+                     ) -> list[ChatMessage]:
     """One request of a session. Everything but the last user turn is identical for a given nonce and size;
     `early_change` swaps one word at the head of the system prompt (the protocol's negative control)."""
     role = "on-duty" if early_change else "on-call"
@@ -284,7 +285,7 @@ def _sized_session(client: SyncChatClient, counter: TokenCounter, sized_by: str,
     return words, pads, counter, sized_by
 
 
-def _session_prompts(nonce: str, words: int, pads: int, *, early_change: bool) -> dict[str, list[dict[str, Any]]]:
+def _session_prompts(nonce: str, words: int, pads: int, *, early_change: bool) -> dict[str, list[ChatMessage]]:
     """The session's three sightings, and the warm prompt as intended (changed only in its last user turn)."""
     return {"cold": session_messages(nonce, words, pads, 1),
             "warm": session_messages(nonce, words, pads, 2, early_change=early_change),
@@ -322,7 +323,7 @@ def _token_counter(client: SyncChatClient) -> tuple[TokenCounter, str]:
     return counter, counter.sized_by
 
 
-def _ids(client: SyncChatClient, messages: list[dict[str, Any]]) -> tuple[int, ...] | None:
+def _ids(client: SyncChatClient, messages: list[ChatMessage]) -> tuple[int, ...] | None:
     """The prompt's token ids as the server's chat template makes them; None when /tokenize gives none."""
     try:
         res = client.tokenize(messages=messages, tools=list(TOOLS))

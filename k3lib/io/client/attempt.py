@@ -13,8 +13,9 @@ import httpx
 
 from k3lib.core.errors import APIError, ProtocolError, TargetUnreachable
 from k3lib.core.turns import loop_turns
+from k3lib.io.shapes import AskedFields
 
-from .records import ChatRecord
+from .records import ChatRecord, RecordError, RecordFields
 from .stream import StreamAssembler
 
 # ---------------------------------------------------------------------------------------------------------
@@ -42,17 +43,18 @@ class _Attempt:
     connect_ms: float | None = None
     http_status: int | None = None
     raw_json: Any = None
-    fields: dict[str, Any] = field(default_factory=dict)
+    fields: RecordFields = field(default_factory=lambda: RecordFields())
     assembler: StreamAssembler = field(default_factory=StreamAssembler)
-    error: dict[str, Any] = field(default_factory=dict)
-    asked: dict[str, Any] | None = None
+    error: RecordError = field(default_factory=lambda: RecordError())
+    asked: AskedFields | None = None
 
     def fail(self, kind: str, message: str, *, cancelled: bool = False, api_error: APIError | None = None) -> None:
         if self.error:  # keep the first cause
             return
         self.error = {"error": message, "error_kind": kind, "cancelled": cancelled}
         if api_error is not None:
-            self.error.update(api_error_type=api_error.type, api_error_param=api_error.param)
+            self.error["api_error_type"] = api_error.type
+            self.error["api_error_param"] = api_error.param
         if self.done_ns is None:
             self.done_ns = time.perf_counter_ns()
 
@@ -87,7 +89,7 @@ class _Attempt:
                                 f"{asm.chunk_count} events — truncated reply or server crash")
 
     def build(self, keep_raw: bool) -> ChatRecord:
-        fields = dict(self.fields)
+        fields = self.fields.copy()
         if self.stream:
             if self.assembler.pending:  # reads not decoded yet (the request ended outside the read loop)
                 try:

@@ -11,7 +11,7 @@ import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import aiohttp
 import httpx
@@ -19,6 +19,7 @@ import httpx
 from k3lib.core import progress
 from k3lib.core.errors import APIError, ProtocolError, TargetUnreachable
 from k3lib.core.guards import require_key_env
+from k3lib.io.shapes import ChatBody, ChatMessage, ToolSpec
 
 from .access import _EnvBearerAuth, root_url, user_agent_headers
 from .attempt import (TRANSPORT_ERRORS, _Attempt, _broken, _mark_reply, _on_body_sent, _on_connect_start,
@@ -29,6 +30,16 @@ from .stream import _try_json, completion_fields, parse_error_body
 
 #: Connections per httpx pool; a client opens more pools as concurrency grows (see `ChatClient._pick_pool`).
 POOL_CONNECTIONS = 16
+
+
+class _TokenizeBody(TypedDict, total=False):
+    """What vLLM's `/tokenize` is sent: a prompt, or messages (with tools) in the chat form."""
+
+    model: str
+    prompt: str
+    messages: list[ChatMessage]
+    add_generation_prompt: bool
+    tools: list[ToolSpec]
 
 
 @dataclass
@@ -114,9 +125,10 @@ class ChatClient:
         size = min(POOL_CONNECTIONS, self.max_connections)
         limits = httpx.Limits(max_connections=size, max_keepalive_connections=size)
         self._ssl()
-        kwargs: dict[str, Any] = {"verify": self._ssl_context} if self._transport is None else {}
+        # a transport of its own (tests) takes httpx's default, as when `verify` is not given
+        verify = self._ssl_context if self._transport is None else True
         http = httpx.AsyncClient(timeout=timeout, limits=limits, transport=self._transport, auth=self._auth,
-                                 trust_env=False, headers=user_agent_headers(), **kwargs)
+                                 trust_env=False, headers=user_agent_headers(), verify=verify)
         pool = _Pool(http)
         self._pool_list.append(pool)
         return pool
@@ -241,14 +253,15 @@ class ChatClient:
             self.model = str(data[0]["id"])
         return self.model
 
-    async def tokenize(self, *, prompt: str | None = None, messages: Sequence[Mapping[str, Any]] | None = None,
+    async def tokenize(self, *, prompt: str | None = None, messages: Sequence[ChatMessage] | None = None,
                        tools: Sequence[Mapping[str, Any]] | None = None) -> TokenizeResult:
         """vLLM's `/tokenize`, text or chat form (the chat form counts the template, as the server will)."""
-        body: dict[str, Any] = {"model": await self.resolve_model()}
+        body: _TokenizeBody = {"model": await self.resolve_model()}
         if messages is not None:
-            body.update(messages=list(messages), add_generation_prompt=True)
+            body["messages"] = list(messages)
+            body["add_generation_prompt"] = True
             if tools:
-                body["tools"] = list(tools)
+                body["tools"] = [cast(ToolSpec, t) for t in tools]
         else:
             body["prompt"] = prompt or ""
         reply = await self.get_json("/tokenize", method="POST", json_body=body, timeout_s=self.timeout_s)
@@ -259,12 +272,12 @@ class ChatClient:
 
     # -- chat --------------------------------------------------------------------------------------------
 
-    async def chat(self, messages: Sequence[Mapping[str, Any]], *, stream: bool = True,
-                   max_tokens: int | None = None, tools: Sequence[Mapping[str, Any]] | None = None,
+    async def chat(self, messages: Sequence[ChatMessage], *, stream: bool = True,
+                   max_tokens: int | None = None, tools: Sequence[ToolSpec] | None = None,
                    strict: bool = True, request_id: str | None = None, timeout_s: float | None = None,
                    **params: Any) -> ChatRecord:
         """Send one chat completion. Extra keyword arguments go into the body (temperature, tool_choice…)."""
-        body: dict[str, Any] = {"messages": list(messages), **params}
+        body = cast(ChatBody, {"messages": list(messages), **params})
         if max_tokens is not None:
             body["max_tokens"] = max_tokens
         if tools:
@@ -313,7 +326,7 @@ class ChatClient:
         enqueued = perf_anchor if enqueued_ns is None else enqueued_ns
         self._counter += 1
         rid = request_id or f"req-{self._counter}"
-        body = dict(body)
+        body = cast(ChatBody, dict(body))
         stream = bool(body.get("stream", False))
         if stream:
             # tokens come from usage, never from chunk counts (vllm#27485)
@@ -380,7 +393,7 @@ class ChatClient:
             raise error from cause
         raise error
 
-    async def _exchange(self, body: dict[str, Any], state: _Attempt,
+    async def _exchange(self, body: ChatBody, state: _Attempt,
                         extra_headers: Mapping[str, str] | None = None) -> None:
         payload = json.dumps(body, ensure_ascii=False).encode()
         headers = {**(extra_headers or {}), "content-type": "application/json",

@@ -6,10 +6,11 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import asdict, dataclass, field
+from typing import Any, TypedDict, cast
 
 from k3lib.io.chatstream import ToolCall
+from k3lib.io.shapes import AskedFields
 
 #: How much of an error or probe body is kept as text (the whole JSON of a successful reply is always kept).
 BODY_TEXT_LIMIT_CHARS = 4096
@@ -76,7 +77,7 @@ class ChatRecord:
     api_error_param: str | None = None
     cancelled: bool = False
     #: what the request asked (`asked_of`): the served reply is held to it (k3lib.axes.served)
-    asked: dict[str, Any] | None = None
+    asked: AskedFields | None = None
 
     # -- derived, in ms ------------------------------------------------------------------------------------
 
@@ -150,10 +151,11 @@ class ProbeRecord:
     wall_ns: int
     error: str | None = None
     error_kind: str | None = None
+    #: answered 2xx without a transport error (derived; `dataclasses.asdict` carries it after the fields)
+    ok: bool = field(init=False)
 
-    @property
-    def ok(self) -> bool:
-        return self.error is None and self.status is not None and 200 <= self.status < 300
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ok", self.error is None and self.status is not None and 200 <= self.status < 300)
 
     def json(self) -> Any:
         """The body parsed as JSON, or None when it is empty, truncated or not JSON."""
@@ -164,8 +166,6 @@ class ProbeRecord:
         except ValueError:
             return None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "ok": self.ok}
 
 
 @dataclass(frozen=True)
@@ -173,6 +173,42 @@ class TokenizeResult:
     count: int
     max_model_len: int | None
     tokens: tuple[int, ...] = ()
+
+
+class RecordFields(TypedDict, total=False):
+    """The `ChatRecord` fields read from a reply (`completion_fields`, `StreamAssembler.record_fields`)."""
+
+    model: str | None
+    response_id: str | None
+    system_fingerprint: str | None
+    usage_present: bool
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    total_tokens: int | None
+    cached_tokens: int | None
+    reasoning_tokens: int | None
+    finish_reason: str | None
+    content: str | None
+    reasoning: str | None
+    reasoning_field: str | None
+    tool_calls: tuple[ToolCall, ...]
+    raw_lines: tuple[str, ...]
+    chunk_count: int
+    output_chunk_ns: tuple[int, ...]
+    first_content_ns: int | None
+    first_reasoning_ns: int | None
+    first_tool_call_ns: int | None
+    last_token_ns: int | None
+
+
+class RecordError(TypedDict, total=False):
+    """What ended a request (`_Attempt.fail`), as `ChatRecord` fields; the first cause is kept."""
+
+    error: str
+    error_kind: str
+    cancelled: bool
+    api_error_type: str | None
+    api_error_param: str | None
 
 
 #: The body fields that shape a reply and that the kit holds the reply to: length, sampling, tools, stream.
@@ -185,13 +221,13 @@ SAMPLED_TEMPERATURE = 0.6
 _NOT_THE_QUESTION = frozenset({"stream", "stream_options", "cache_salt", "request_id", "user", "model"})
 
 
-def asked_of(body: Mapping[str, Any]) -> dict[str, Any]:
+def asked_of(body: Mapping[str, Any]) -> AskedFields:
     """What one chat body asked, as the record keeps it: the reply-shaping fields sent (`ASKED_FIELDS`), the names
     of the tools offered, and `prompt_key` (sampled requests only, temperature >= `SAMPLED_TEMPERATURE`), a hash of
     everything that makes two requests the same question (the messages, tools, tool choice, sampling and length; not
     the stream mode, the salt or the request's id), so the replies to one question can be compared
     (k3lib.axes.served)."""
-    out: dict[str, Any] = {k: body[k] for k in ASKED_FIELDS if k in body}
+    out = cast(AskedFields, {k: body[k] for k in ASKED_FIELDS if k in body})
     tools = body.get("tools")
     if tools:
         out["tools"] = [str((t.get("function") or {}).get("name") if isinstance(t, Mapping) else t) for t in tools]

@@ -13,7 +13,7 @@ import msgspec
 from k3lib.io.chatstream import SSEDecoder, ToolCall, ToolCallAssembler
 from k3lib.core.errors import APIError, ProtocolError
 
-from .records import BODY_TEXT_LIMIT_CHARS
+from .records import BODY_TEXT_LIMIT_CHARS, RecordFields
 
 # ---------------------------------------------------------------------------------------------------------
 # Pure parsing
@@ -66,10 +66,10 @@ def loads_json(text: str) -> Any:
         return json.loads(text)
 
 
-def _usage_fields(usage: Any) -> dict[str, Any]:
+def _usage_fields(usage: Any) -> RecordFields:
     if not isinstance(usage, dict):
         return {}
-    out: dict[str, Any] = {"usage_present": True, "prompt_tokens": usage.get("prompt_tokens"),
+    out: RecordFields = {"usage_present": True, "prompt_tokens": usage.get("prompt_tokens"),
                            "completion_tokens": usage.get("completion_tokens"),
                            "total_tokens": usage.get("total_tokens")}
     details = usage.get("prompt_tokens_details")
@@ -118,7 +118,7 @@ class StreamAssembler:
         self.reasoning: list[str] = []
         self.reasoning_field: str | None = None
         self.tools = ToolCallAssembler()
-        self.fields: dict[str, Any] = {}
+        self.fields: RecordFields = {}
         self.stream_error: APIError | None = None
         #: (bytes of one read, its arrival mark), not yet framed
         self.pending: list[tuple[bytes, int]] = []
@@ -233,9 +233,12 @@ class StreamAssembler:
             self.stream_error = APIError(code if isinstance(code, int) else status, err.message,
                                          type=err.type, param=err.param, url=url)
             return
-        for key, name in (("model", "model"), ("id", "response_id"), ("system_fingerprint", "system_fingerprint")):
-            if chunk.get(key) is not None:
-                self.fields[name] = chunk[key]
+        if chunk.get("model") is not None:
+            self.fields["model"] = chunk["model"]
+        if chunk.get("id") is not None:
+            self.fields["response_id"] = chunk["id"]
+        if chunk.get("system_fingerprint") is not None:
+            self.fields["system_fingerprint"] = chunk["system_fingerprint"]
         if chunk.get("usage"):
             # vLLM's continuous_usage_stats repeats usage on every chunk: the last one wins
             self.fields.update(_usage_fields(chunk["usage"]))
@@ -267,7 +270,7 @@ class StreamAssembler:
         if carried:
             self.output_chunk_ns.append(t_ns)
 
-    def record_fields(self) -> dict[str, Any]:
+    def record_fields(self) -> RecordFields:
         return {
             **self.fields,
             "raw_lines": tuple(self.raw_lines),
@@ -284,11 +287,11 @@ class StreamAssembler:
         }
 
 
-def completion_fields(body: Any) -> dict[str, Any]:
+def completion_fields(body: Any) -> RecordFields:
     """Record fields from a non-streamed chat completion (choice 0)."""
     if not isinstance(body, dict) or not isinstance(body.get("choices"), list):
         raise ProtocolError("reply is not a chat completion: no `choices` list")
-    out: dict[str, Any] = {"model": body.get("model"), "response_id": body.get("id"),
+    out: RecordFields = {"model": body.get("model"), "response_id": body.get("id"),
                            "system_fingerprint": body.get("system_fingerprint"), **_usage_fields(body.get("usage"))}
     choice = next((c for c in body["choices"] if isinstance(c, dict) and c.get("index", 0) == 0), None)
     if choice is not None:

@@ -16,6 +16,8 @@ import threading
 from collections.abc import Awaitable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
+from k3lib.io.shapes import ChatMessage
+
 from .chat import ChatClient
 from .records import ChatRecord, ProbeRecord, TokenizeResult
 
@@ -163,7 +165,7 @@ class SyncChatClient:
             self._loop = _LoopThread()
         return self._loop.run(coro)
 
-    def chat(self, messages: Sequence[Mapping[str, Any]], **kwargs: Any) -> ChatRecord:
+    def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatRecord:
         return self.run(self.client.chat(messages, **kwargs))
 
     def chat_body(self, body: Mapping[str, Any], **kwargs: Any) -> ChatRecord:

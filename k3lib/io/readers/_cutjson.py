@@ -9,6 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from k3lib.core.jsonvalue import JsonObject, JsonValue
+
 __all__ = ["CutJson", "CutText", "read_cut_json"]
 
 _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
@@ -57,7 +59,7 @@ def read_cut_json(text: str) -> CutJson | None:
 class _Frame:
     __slots__ = ("container", "path", "state", "key")
 
-    def __init__(self, container: dict[str, Any] | list[Any], path: tuple[str | int, ...]) -> None:
+    def __init__(self, container: JsonObject | list[JsonValue], path: tuple[str | int, ...]) -> None:
         self.container = container
         self.path = path
         # dict: "key" (a key or `}`), "colon", "value", "next" (`,` or `}`); list: "value", "next"
@@ -152,7 +154,7 @@ class _Reader:
         if c in "{[":
             if len(self.stack) >= _MAX_DEPTH:
                 raise _Garbage
-            container: dict[str, Any] | list[Any] = {} if c == "{" else []
+            container: JsonObject | list[JsonValue] = {} if c == "{" else []
             self.attach(container)
             self.stack.append(_Frame(container, path))
             self.i += 1

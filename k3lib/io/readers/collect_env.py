@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 from k3lib.core.errors import ArtifactError
 from k3lib.io.readers._text import clean_lines
@@ -34,6 +34,22 @@ PLATFORMS = ("cuda", "rocm", "cpu", "xpu", "tpu", "npu", "neuron", "unknown")
 
 _TRACEBACK_RE = re.compile(r"^Traceback \(most recent call last\)")
 _EXCEPTION_LINE_RE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception)\b:?.*$")
+
+
+class CollectEnvJson(TypedDict):
+    """`k3 inspect collect-env --json` (schemas/inspect/collect-env.schema.json)."""
+
+    vllm_version: str | None
+    torch_version: str | None
+    torch_cuda_build: str | None
+    rocm_build: str | None
+    cuda_runtime: str | None
+    driver_version: str | None
+    driver_branch: int | None
+    gpus: list[str]
+    gpu_count: int | None
+    platform: str
+    truncated: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +119,7 @@ class CollectEnvReport:
     def env_dict(self) -> dict[str, str]:
         return dict(self.env)
 
-    def to_inspect(self) -> dict[str, Any]:
+    def to_inspect(self) -> CollectEnvJson:
         """The `k3 inspect collect-env --json` shape (schemas/inspect/collect-env.schema.json)."""
         return {
             "vllm_version": self.vllm_version,
@@ -215,7 +231,7 @@ def _gpus(platform: str, fields: dict[str, str], gpu_lines: dict[int, str], topo
     return gpus, gpu_count
 
 
-def inspect_collect_env(text: str | bytes, *, source: str | None = None) -> dict[str, Any]:
+def inspect_collect_env(text: str | bytes, *, source: str | None = None) -> CollectEnvJson:
     """`{"vllm_version", "torch_version", …, "platform"}` for `k3 inspect collect-env --json`."""
     return parse_collect_env(text, source=source).to_inspect()
 

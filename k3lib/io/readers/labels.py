@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from k3lib.core.errors import BadInputError
+from k3lib.core.jsonvalue import JsonObject, JsonValue
 from k3lib.io.readers.kinds import inspect_as
 
 __all__ = ["FOLDER_KINDS", "FieldScore", "flat_fields", "score_text"]
@@ -17,7 +18,7 @@ FOLDER_KINDS = {"collect_env": "collect-env", "logs": "log", "metrics": "metrics
                 "toolcalls": "tool-reply"}
 
 
-def flat_fields(kind: str, reading: dict[str, Any]) -> dict[str, Any]:
+def flat_fields(kind: str, reading: JsonObject) -> JsonObject:
     """The reading with the derived names labels use added (the reading's own names are kept)."""
     out = dict(reading)
     if kind == "log":
@@ -25,12 +26,17 @@ def flat_fields(kind: str, reading: dict[str, Any]) -> dict[str, Any]:
         out["oom_phase"] = oom["phase"] if isinstance(oom, dict) else None
         out["oom_line"] = oom["line"] if isinstance(oom, dict) else None
     elif kind == "nvidia-smi":
-        gpus = reading.get("gpus") or []
+        gpus = _listed(reading.get("gpus"))
         out["gpu_count"] = len(gpus)
         out["gpu_names"] = [g.get("name") for g in gpus]
     elif kind == "metrics":
-        out["out_of_domain"] = [f"{x['name']}={x['value']:g}" for x in reading.get("out_of_domain") or []]
+        out["out_of_domain"] = [f"{x['name']}={x['value']:g}" for x in _listed(reading.get("out_of_domain"))]
     return out
+
+
+def _listed(value: JsonValue) -> list[JsonObject]:
+    """A reading's list of objects (a reader writes one or none)."""
+    return [x for x in value if isinstance(x, dict)] if isinstance(value, list) else []
 
 
 class FieldScore(tuple):
@@ -53,7 +59,7 @@ def _same(expected: Any, got: Any) -> bool:
         isinstance(expected, int) and not isinstance(expected, bool) and isinstance(got, float) and expected == got)
 
 
-def score_text(kind: str, text: str, label: dict[str, Any]) -> list[FieldScore]:
+def score_text(kind: str, text: str, label: JsonObject) -> list[FieldScore]:
     """Every label field against the reading of `text`; a dict-valued field scores each of its keys.
 
     `not_a_report: true` (or `refused: "<words the one line holds>"`) expects the reader to refuse the text."""
@@ -67,10 +73,11 @@ def score_text(kind: str, text: str, label: dict[str, Any]) -> list[FieldScore]:
         if field == "not_a_report":
             scores.append(FieldScore(field, expected, refusal is not None))
         elif field == "refused":
-            scores.append(FieldScore(field, expected, expected if refusal and expected in refusal else refusal))
+            scores.append(FieldScore(field, expected, expected if refusal and isinstance(expected, str) and expected in refusal
+                                      else refusal))
         elif isinstance(expected, dict):
             raw_inner = got.get(field)
-            inner: dict[str, Any] = raw_inner if isinstance(raw_inner, dict) else {}
+            inner: JsonObject = raw_inner if isinstance(raw_inner, dict) else {}
             scores += [FieldScore(f"{field}.{k}", v, inner.get(k, _MISSING)) for k, v in expected.items()]
         else:
             scores.append(FieldScore(field, expected, got.get(field, _MISSING)))

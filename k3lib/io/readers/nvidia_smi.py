@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Required, TypedDict, cast
 
 from k3lib.core.errors import ArtifactError
 from k3lib.io.readers._text import clean_lines, is_shell_prompt
@@ -39,6 +39,39 @@ _NULL_WORDS = frozenset({"", "n/a", "[n/a]", "none", "not supported", "[not supp
                          "[unknown error]", "[insufficient permissions]"})
 
 
+class GpuJson(TypedDict):
+    index: int
+    name: str | None
+    memory_total_mib: int | None
+    memory_used_mib: int | None
+
+
+class NvidiaSmiJson(TypedDict):
+    """`k3 inspect nvidia-smi --json`."""
+
+    driver_version: str | None
+    driver_branch: int | None
+    cuda_version: str | None
+    gpus: list[GpuJson]
+
+
+class _GpuFields(TypedDict, total=False):
+    """A GPU's fields as a reader gathers them, before they make an `NvidiaSmiGpu`."""
+
+    index: Required[int]
+    name: str | None
+    bus_id: str | None
+    memory_total_mib: int | None
+    memory_used_mib: int | None
+    mig_mode: str | None
+    persistence_mode: str | None
+    uuid: str | None
+    product_brand: str | None
+    product_architecture: str | None
+    fabric_state: str | None
+    fabric_status: str | None
+
+
 @dataclass(frozen=True, slots=True)
 class NvidiaSmiGpu:
     """One physical GPU as nvidia-smi printed it; a MIG-enabled GPU is one record with `mig_mode` "Enabled"."""
@@ -56,7 +89,7 @@ class NvidiaSmiGpu:
     fabric_state: str | None = None  # -q only: "Completed", "In Progress", "Not Started", or None (no NVSwitch)
     fabric_status: str | None = None  # -q only: "Success" or an error text
 
-    def to_inspect(self) -> dict[str, Any]:
+    def to_inspect(self) -> GpuJson:
         return {"index": self.index, "name": self.name, "memory_total_mib": self.memory_total_mib,
                 "memory_used_mib": self.memory_used_mib}
 
@@ -92,7 +125,7 @@ class NvidiaSmiReport:
     def gpu_names(self) -> tuple[str | None, ...]:
         return tuple(g.name for g in self.gpus)
 
-    def to_inspect(self) -> dict[str, Any]:
+    def to_inspect(self) -> NvidiaSmiJson:
         """The `k3 inspect nvidia-smi --json` shape."""
         return {
             "driver_version": self.driver_version,
@@ -144,7 +177,7 @@ def parse_nvidia_smi(text: str | bytes, *, source: str | None = None) -> NvidiaS
     )
 
 
-def inspect_nvidia_smi(text: str | bytes, *, source: str | None = None) -> dict[str, Any]:
+def inspect_nvidia_smi(text: str | bytes, *, source: str | None = None) -> NvidiaSmiJson:
     """`{"driver_version", "driver_branch", "cuda_version", "gpus": [...]}` for `k3 inspect nvidia-smi --json`."""
     return parse_nvidia_smi(text, source=source).to_inspect()
 
@@ -161,9 +194,9 @@ def _cells(line: str) -> list[str]:
 
 def _read_table(lines: list[str]) -> tuple[list[NvidiaSmiGpu], tuple[NvidiaSmiProcess, ...]]:
     """GPU blocks are three rows (name, memory, MIG mode) between `+---+` rules; stop at the MIG/process tables."""
-    gpus: dict[int, dict[str, Any]] = {}
+    gpus: dict[int, _GpuFields] = {}
     processes: list[NvidiaSmiProcess] = []
-    current: dict[str, Any] | None = None
+    current: _GpuFields | None = None
     row_in_block = 0
     section = "gpus"
     for line in lines:
@@ -333,7 +366,7 @@ def _read_csv(lines: list[str]) -> list[NvidiaSmiGpu] | None:
             values = [v.strip() for v in row.split(",")]
             if len(values) != len(header):
                 break
-            record: dict[str, Any] = {}
+            record: dict[str, str | int | None] = {}
             for col, value in zip(header, values):
                 target = _CSV_COLUMNS.get(col)
                 if target is None or target == "driver_version" or value.lower() in _NULL_WORDS:
@@ -348,7 +381,8 @@ def _read_csv(lines: list[str]) -> list[NvidiaSmiGpu] | None:
             if record.get("index") is None:
                 record["index"] = len(gpus)
             record.setdefault("name", None)
-            gpus.setdefault(record["index"], NvidiaSmiGpu(**record))
+            gpu = NvidiaSmiGpu(**cast(_GpuFields, record))
+            gpus.setdefault(gpu.index, gpu)
         return [gpus[i] for i in sorted(gpus)] or None
     return None
 

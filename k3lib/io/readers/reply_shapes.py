@@ -8,12 +8,13 @@ import ast
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from k3lib.core.errors import ArtifactError
 from k3lib.io.readers._cutjson import CutJson, read_cut_json
 from k3lib.io.readers.reply_stream import DONE_CUT, as_list, json_or_none, parse_sse_chunks, reassemble_stream
 from k3lib.io.readers.tool_markup import detect_markup
+from k3lib.io.shapes import ChatBody, ChatCompletion, ChatMessage
 
 __all__ = ["FORMATS_TRIED", "Loaded", "error_message", "find_completion", "is_chunk_list", "load_text", "to_plain"]
 
@@ -88,9 +89,9 @@ def load_text(text: str) -> Loaded:
     if not body:
         raise ArtifactError("the reply is empty")
     if re.search(r"^\s*data:", body, re.M):
-        chunks = parse_sse_chunks(body)
-        if chunks:
-            return Loaded(chunks, "sse", truncated=_sse_cut(body))
+        sse = parse_sse_chunks(body)
+        if sse:
+            return Loaded(sse, "sse", truncated=_sse_cut(body))
     value = json_or_none(body)
     if value is not None:
         # One JSON object per line is a chunk log; a single object is a body.
@@ -187,12 +188,12 @@ def to_plain(obj: Any) -> Any:
     return obj
 
 
-def find_completion(value: Any, depth: int = 0) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+def find_completion(value: Any, depth: int = 0) -> tuple[ChatCompletion | None, ChatBody | None]:
     """(completion, request) from a reply, a {request, response} pair or a wrapper such as {"body": …}."""
     if depth > 4 or not isinstance(value, dict):
         return None, None
     if "choices" in value or "delta" in value:
-        return value, None
+        return cast(ChatCompletion, value), None
     request = value.get("request") if isinstance(value.get("request"), dict) else None
     for key in ("response", "reply", "body", "result", "output", "data", "completion"):
         inner = value.get(key)
@@ -206,7 +207,7 @@ def find_completion(value: Any, depth: int = 0) -> tuple[dict[str, Any] | None, 
             return found, request or inner_request
     if "role" in value and ("content" in value or "tool_calls" in value):
         # A bare assistant message.
-        return {"choices": [{"index": 0, "message": value}]}, request
+        return {"choices": [{"index": 0, "message": cast(ChatMessage, value)}]}, request
     return None, request
 
 

@@ -5,10 +5,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from k3lib.io.chatstream import SSEDecoder, ToolCallAssembler
 from k3lib.io.readers._cutjson import CutText
+from k3lib.io.shapes import (
+    ChatChoice,
+    ChatChunk,
+    ChatCompletion,
+    ChatMessage,
+    ResponsesCall,
+    ResponsesEvent,
+    ToolCallJson,
+)
 
 __all__ = ["DONE_CUT", "as_list", "as_mapping", "from_responses", "json_or_none", "parse_sse_chunks",
            "reassemble_stream"]
@@ -32,14 +41,14 @@ def as_mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def parse_sse_chunks(text: str) -> list[dict[str, Any]]:
+def parse_sse_chunks(text: str) -> list[ChatChunk]:
     """The JSON payloads of an SSE capture (`data: {...}` lines); `[DONE]`, comments and cut lines are skipped.
 
     Framed by the kit's one SSE decoder, made lenient for pastes: lines may be indented, a capture that dropped
     the blank line between events is split where a new `data:` line follows a whole JSON payload, and
     one-JSON-object-per-line captures are read too. A payload that is not JSON (a stream cut mid-chunk) is
     dropped."""
-    chunks: list[dict[str, Any]] = []
+    chunks: list[ChatChunk] = []
     decoder = SSEDecoder()
 
     def take(payload: str | None) -> None:
@@ -48,7 +57,7 @@ def parse_sse_chunks(text: str) -> list[dict[str, Any]]:
             if payload and payload != "[DONE]":
                 value = json_or_none(payload)
                 if isinstance(value, dict):
-                    chunks.append(value)
+                    chunks.append(cast(ChatChunk, value))
 
     for raw in text.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
         line = raw.strip()
@@ -61,7 +70,7 @@ def parse_sse_chunks(text: str) -> list[dict[str, Any]]:
             take(decoder.flush())
             value = json_or_none(line)
             if isinstance(value, dict):
-                chunks.append(value)
+                chunks.append(cast(ChatChunk, value))
         elif not line:
             take(decoder.line(""))
         # event:, id:, retry:, comments and stray text carry nothing
@@ -69,19 +78,34 @@ def parse_sse_chunks(text: str) -> list[dict[str, Any]]:
     return chunks
 
 
-def reassemble_stream(chunks: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+class _Gathered(TypedDict):
+    """What one choice index has gathered from the chunks so far."""
+
+    content: list[str]
+    reasoning: list[str]
+    calls: ToolCallAssembler
+    finish_reason: str | None
+    role: str | None
+
+
+def reassemble_stream(chunks: Iterable[Mapping[str, Any]]) -> ChatCompletion:
     """A `chat.completion`-shaped dict from `chat.completion.chunk` dicts.
 
     Tool-call deltas are assembled by the kit's one `ToolCallAssembler` (the live client's too), so a stream
     reads the same here as when the client received it."""
-    choices: dict[int, dict[str, Any]] = {}
-    head: dict[str, Any] = {}
+    choices: dict[int, _Gathered] = {}
+    head: ChatCompletion = {}
     for chunk in chunks:
         if not isinstance(chunk, Mapping):
             continue
-        for key in ("id", "model", "created", "system_fingerprint"):
-            if key not in head and chunk.get(key) is not None:
-                head[key] = chunk[key]
+        if "id" not in head and chunk.get("id") is not None:
+            head["id"] = chunk["id"]
+        if "model" not in head and chunk.get("model") is not None:
+            head["model"] = chunk["model"]
+        if "created" not in head and chunk.get("created") is not None:
+            head["created"] = chunk["created"]
+        if "system_fingerprint" not in head and chunk.get("system_fingerprint") is not None:
+            head["system_fingerprint"] = chunk["system_fingerprint"]
         if chunk.get("usage"):
             head["usage"] = chunk["usage"]
         for pos, choice in enumerate(as_list(chunk.get("choices"))):
@@ -92,11 +116,11 @@ def reassemble_stream(chunks: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
             acc = choices.setdefault(idx, {"content": [], "reasoning": [], "calls": ToolCallAssembler(),
                                            "finish_reason": None, "role": None})
             _feed_choice(acc, choice)
-    out_choices = []
+    out_choices: list[ChatChoice] = []
     for idx in sorted(choices):
         acc = choices[idx]
         calls = acc["calls"].calls()
-        message: dict[str, Any] = {
+        message: ChatMessage = {
             "role": acc["role"] or "assistant",
             "content": "".join(acc["content"]) if acc["content"] else None,
             "reasoning": "".join(acc["reasoning"]) if acc["reasoning"] else None,
@@ -106,7 +130,7 @@ def reassemble_stream(chunks: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     return {**head, "object": "chat.completion", "choices": out_choices}
 
 
-def _feed_choice(acc: dict[str, Any], choice: Mapping[str, Any]) -> None:
+def _feed_choice(acc: _Gathered, choice: Mapping[str, Any]) -> None:
     """Add one chunk's choice to what its index has gathered: role, content, reasoning, tool-call deltas, finish."""
     raw_delta = choice.get("delta")
     # Some proxies send whole messages in chunks.
@@ -126,7 +150,7 @@ def _feed_choice(acc: dict[str, Any], choice: Mapping[str, Any]) -> None:
         acc["finish_reason"] = choice["finish_reason"]
 
 
-def from_responses(value: Any, truncated: bool) -> dict[str, Any] | None:
+def from_responses(value: Any, truncated: bool) -> ChatCompletion | None:
     """A `chat.completion`-shaped dict from a Responses-API reply or its streaming events; None if it is neither.
 
     Events: `response.output_item.added` opens a function call, `…function_call_arguments.delta` appends to its
@@ -143,12 +167,12 @@ def from_responses(value: Any, truncated: bool) -> dict[str, Any] | None:
         events = value
     else:
         return None
-    calls: dict[Any, dict[str, Any]] = {}
+    calls: dict[Any, ResponsesCall] = {}
     done: set[Any] = set()
     content: list[str] = []
     reasoning: list[str] = []
 
-    def call_for(event: dict[str, Any]) -> dict[str, Any]:
+    def call_for(event: ResponsesEvent) -> ResponsesCall:
         key = event.get("output_index", event.get("item_id"))
         by_id = next((k for k, c in calls.items() if event.get("item_id") and c["item_id"] == event["item_id"]), None)
         return calls.setdefault(by_id if by_id is not None else key, {
@@ -194,7 +218,7 @@ def from_responses(value: Any, truncated: bool) -> dict[str, Any] | None:
         elif kind in ("response.reasoning_text.delta", "response.reasoning_summary_text.delta") and isinstance(
                 event.get("delta"), str):
             reasoning.append(event["delta"])
-    tool_calls = []
+    tool_calls: list[ToolCallJson] = []
     for key in sorted(calls, key=str):
         call = calls[key]
         args = call["arguments"]
@@ -202,6 +226,6 @@ def from_responses(value: Any, truncated: bool) -> dict[str, Any] | None:
             args = CutText(args)
         tool_calls.append({"id": call["id"], "type": "function", "function": {"name": call["name"],
                                                                              "arguments": args}})
-    message = {"role": "assistant", "content": "".join(content) or None, "reasoning": "".join(reasoning) or None,
-               "tool_calls": tool_calls}
+    message: ChatMessage = {"role": "assistant", "content": "".join(content) or None,
+                            "reasoning": "".join(reasoning) or None, "tool_calls": tool_calls}
     return {"object": "chat.completion", "choices": [{"index": 0, "message": message, "finish_reason": None}]}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from k3lib.core.errors import ArtifactError
 from k3lib.io.chatstream import ToolCall
@@ -24,11 +24,25 @@ from k3lib.io.readers.reply_shapes import (
 )
 from k3lib.io.readers.reply_stream import as_list, as_mapping, from_responses, reassemble_stream
 from k3lib.io.readers.tool_markup import detect_markup
+from k3lib.io.shapes import ChatBody, ChatCompletion
 
-__all__ = ["ToolCallRecord", "ToolReplyClassification", "classify_tool_reply", "inspect_tool_reply"]
+__all__ = ["ToolCallRecord", "ToolReplyClassification", "ToolReplyJson", "classify_tool_reply", "inspect_tool_reply"]
 
 #: The kit's one tool-call record; the reader's name for it stays importable.
 ToolCallRecord = ToolCall
+
+
+class ToolReplyJson(TypedDict):
+    """`k3 inspect tool-reply --json` (schemas/inspect/tool-reply.schema.json)."""
+
+    has_tool_calls: bool | None
+    leaked_markup: str | None
+    arguments_valid_json: bool | None
+    function_names: list[str]
+    finish_reason: str | None
+    source_format: str
+    truncated: bool
+    error: str | None
 
 
 @dataclass(frozen=True)
@@ -48,7 +62,7 @@ class ToolReplyClassification:
     truncated: bool = False              # the reply was cut short; fields past the cut are None
     error: str | None = None             # an error body's message (then there is no completion to read)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> ToolReplyJson:
         """The `k3 inspect tool-reply --json` shape (schemas/inspect/tool-reply.schema.json)."""
         return {
             "has_tool_calls": self.has_tool_calls,
@@ -79,7 +93,7 @@ def _record(index: int, call: Any) -> ToolCall | None:
                     name=name, arguments=fn.get("arguments"))
 
 
-def _offered(request: dict[str, Any] | None) -> tuple[str, ...] | None:
+def _offered(request: ChatBody | None) -> tuple[str, ...] | None:
     if not request:
         return None
     names = []
@@ -121,15 +135,15 @@ def _classify_data(value: Any, source_format: str, loaded: Loaded | None = None)
 
 
 def _completion(value: Any, source_format: str,
-                truncated: bool) -> tuple[dict[str, Any], dict[str, Any] | None, str]:
+                truncated: bool) -> tuple[ChatCompletion, ChatBody | None, str]:
     """The chat completion in `value` (a Responses reply, chunks reassembled, a wrapped or listed reply), the request
     found beside it, and the format read. Raises ArtifactError when there is none, or its `choices` is no list."""
-    request: dict[str, Any] | None = None
+    request: ChatBody | None = None
     if isinstance(value, list) and not value:
         raise ArtifactError(f"an empty list: no chunk and no reply in it (tried {FORMATS_TRIED})")
     responses = from_responses(value, truncated)
     if responses is not None:
-        completion: dict[str, Any] | None = responses
+        completion: ChatCompletion | None = responses
     elif is_chunk_list(value):
         completion = reassemble_stream(value)
         source_format = source_format if source_format in ("sse", "sdk_repr") else "chunks"
@@ -220,7 +234,7 @@ def _mark_unseen(call: Any, cut: CutJson, rel: tuple[Any, ...]) -> Any:
     return {**call, "function": {**fn, "arguments": CutText("")}}
 
 
-def _message_unseen(completion: dict[str, Any], cut: CutJson | None) -> bool:
+def _message_unseen(completion: ChatCompletion, cut: CutJson | None) -> bool:
     """Whether a cut reply ends before a message was whole (then "no tool calls" cannot be told)."""
     choices = [c for c in as_list(completion.get("choices")) if isinstance(c, Mapping)]
     if cut is None:
@@ -253,6 +267,6 @@ def classify_tool_reply(obj_or_text: Any) -> ToolReplyClassification:
     return _classify_data(obj_or_text, "dict")
 
 
-def inspect_tool_reply(text: str | bytes) -> dict[str, Any]:
+def inspect_tool_reply(text: str | bytes) -> ToolReplyJson:
     """`k3 inspect tool-reply FILE --json`."""
     return classify_tool_reply(text).as_dict()

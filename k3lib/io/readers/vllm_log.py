@@ -8,7 +8,7 @@ import dataclasses
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from k3lib.core.errors import ArtifactError
 from k3lib.io.readers._text import numbered_lines
@@ -58,6 +58,36 @@ OOM_CONTEXT_LINES = 20
 _MAX_ERRORS = 200
 
 
+class OomJson(TypedDict):
+    phase: str
+    line: int
+    text: str
+    lines_before: list[str]
+
+
+class LogErrorJson(TypedDict):
+    line: int
+    text: str
+    exception: str | None
+
+
+class LogJson(TypedDict):
+    """`k3 inspect log --json` (schemas/inspect/log.schema.json)."""
+
+    vllm_version: str | None
+    non_default_args: dict[str, Any] | str | None
+    kv_cache_tokens: int | None
+    max_concurrency: float | None
+    ready: bool
+    ready_line: int | None
+    engine_dead: bool
+    oom: OomJson | None
+    context_rejections: int
+    errors: list[LogErrorJson]
+    startups: int
+    truncated: bool
+
+
 @dataclass(frozen=True)
 class VllmLogReport:
     lines: tuple[LogLine, ...]
@@ -85,9 +115,9 @@ class VllmLogReport:
     def engine_dead(self) -> bool:
         return self.engine_death is not None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> LogJson:
         """The `k3 inspect log --json` shape (schemas/inspect/log.schema.json)."""
-        oom = None
+        oom: OomJson | None = None
         if self.oom is not None:
             oom = {"phase": self.oom.phase, "line": self.oom.line, "text": self.oom.text,
                    "lines_before": list(self.oom.lines_before)}
@@ -369,6 +399,6 @@ def _report(scan: _Scan, truncated: bool) -> VllmLogReport:
         startup_ready_line=scan.start_ready if scan.start_from is not None else scan.ready_line)
 
 
-def inspect_log(text: str | bytes) -> dict[str, Any]:
+def inspect_log(text: str | bytes) -> LogJson:
     """`k3 inspect log FILE --json`."""
     return parse_vllm_log(text).as_dict()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from .generate import FILLER_SAMPLE, Question, SessionShape, generate_sessions
 from .readers import READERS, block_text, convert_trace
-from .replay import AFFINITY_HEADER, ReplayConfig, SessionReplay, call_problem, turn_record
+from .replay import AFFINITY_HEADER, ReplayConfig, SessionReplay, TurnRecord, call_problem, turn_record
 from .trace import SessionTurn, TraceMessage, group_sessions, parse_turn, read_trace, trace_lines, write_trace
 
 __all__ = [
@@ -18,6 +18,7 @@ __all__ = [
     "SessionShape",
     "SessionTurn",
     "TraceMessage",
+    "TurnRecord",
     "block_text",
     "call_problem",
     "convert_trace",

@@ -21,21 +21,77 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NotRequired, TypedDict, cast
 
 import jsonschema
 
 from ..client import ChatClient, ChatRecord, record_of
+from ..shapes import ChatBody, ChatMessage, ToolSpec
 from .readers import block_text
 from .trace import SessionTurn, TraceMessage
 
-__all__ = ["AFFINITY_HEADER", "ReplayConfig", "SessionReplay", "call_problem"]
+__all__ = ["AFFINITY_HEADER", "Answer", "CallSeen", "ReplayConfig", "SessionReplay", "TurnRecord", "call_problem"]
 
 #: the session-affinity header (AIPerf's name; a router that pins sessions to a replica reads it)
 AFFINITY_HEADER = "X-Session-Affinity"
 #: what a live call the trace has no recorded result for gets back
 PLAIN_RESULT = '{"status": "ok"}'
 CHARS_PER_TOKEN = 4.0
+
+
+class Answer(TypedDict):
+    """How a recorded tool result was bound: the live call's position, its id (None: no live call there)."""
+
+    call: int
+    id: str | None
+    unbound: NotRequired[bool]
+
+
+class CallSeen(TypedDict):
+    """A live tool call of a turn's reply and why a client could not execute it (None: it could)."""
+
+    id: Any
+    name: Any
+    problem: str | None
+
+
+class TurnRecord(TypedDict):
+    """One turn's record (`turn_record`), a line of the sessions evidence."""
+
+    session: str
+    turn: int
+    think_s: float
+    ok: bool
+    request_id: str
+    http_status: int | None
+    error: str | None
+    cancelled: bool
+    sent_wall: float | None
+    done_wall: float | None
+    prompt_tokens: int | None
+    previous_prompt_tokens: int | None
+    growth_tokens: int | None
+    expected_growth_tokens: int | None
+    cached_tokens: int | None
+    designed_cached_tokens: int | None
+    completion_tokens: int | None
+    reasoning_tokens: int | None
+    reasoning_sent_back: bool
+    expect_tool: bool
+    function: str | None
+    calls: list[CallSeen]
+    tool_ok: bool | None
+    function_match: bool | None
+    previous_call_ids: list[Any]
+    answers: list[Answer]
+    plain_results: int
+    ttft_ms: float | None
+    max_gap_ms: float | None
+    max_silence_ms: float | None
+    e2e_ms: float | None
+    finish_reason: str | None
+    label: NotRequired[str | None]  # the replay's level label, set as the turn ends
+    level: NotRequired[int]  # the concurrency level, set by the capacity axis's sink
 
 
 @dataclass(frozen=True)
@@ -78,11 +134,13 @@ def _text(message: TraceMessage, sid: str, turn: int, i: int) -> str:
     return block_text(f"{sid}:{turn}:{i}", message.tokens or 1)
 
 
-def _assistant(rec: ChatRecord) -> dict[str, Any]:
+def _assistant(rec: ChatRecord) -> ChatMessage:
     """The live reply as the next turn's history holds it."""
-    msg: dict[str, Any] = {"role": "assistant", "content": rec.content or ""}
-    if rec.reasoning:
-        msg["reasoning" if rec.reasoning_field in (None, "reasoning", "both") else "reasoning_content"] = rec.reasoning
+    msg: ChatMessage = {"role": "assistant", "content": rec.content or ""}
+    if rec.reasoning and rec.reasoning_field in (None, "reasoning", "both"):
+        msg["reasoning"] = rec.reasoning
+    elif rec.reasoning:
+        msg["reasoning_content"] = rec.reasoning
     if rec.tool_calls:
         msg["tool_calls"] = [tc.to_openai() for tc in rec.tool_calls]
     return msg
@@ -96,7 +154,7 @@ class SessionReplay:
     (the caller bounds the whole)."""
 
     def __init__(self, client: ChatClient, turns: Sequence[SessionTurn], config: ReplayConfig, *,
-                 sink: Callable[[dict[str, Any]], None], on_request: Callable[[ChatRecord], None] | None = None,
+                 sink: Callable[[TurnRecord], None], on_request: Callable[[ChatRecord], None] | None = None,
                  label: str = "", stop_at_ns: int | None = None, min_turns: int = 0) -> None:
         self.client, self.turns, self.config = client, list(turns), config
         self.sink, self.on_request, self.label = sink, on_request, label
@@ -104,21 +162,21 @@ class SessionReplay:
         self.min_turns = min_turns
         head = self.turns[0]
         self.sid = head.session
-        self.tools = [dict(t) for t in head.tools]
-        self.by_name = {str((t.get("function") or {}).get("name")): t for t in self.tools}
+        self.tools = [cast(ToolSpec, dict(t)) for t in head.tools]
+        self.by_name = {str((src.get("function") or {}).get("name")): t for src, t in zip(head.tools, self.tools)}
         system = head.system if head.system is not None else (
             block_text("k3-shared-system", head.system_tokens) if head.system_tokens else None)
-        self.history: list[dict[str, Any]] = [{"role": "system", "content": system}] if system is not None else []
+        self.history: list[ChatMessage] = [{"role": "system", "content": system}] if system is not None else []
         self.last: ChatRecord | None = None
-        self.unsent: list[dict[str, Any]] = []  # recorded results left unsent (no live call), told with the next turn
-        self.records: list[dict[str, Any]] = []
+        self.unsent: list[Answer] = []  # recorded results left unsent (no live call), told with the next turn
+        self.records: list[TurnRecord] = []
 
-    def _bind(self, turn: SessionTurn) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
+    def _bind(self, turn: SessionTurn) -> tuple[list[ChatMessage], list[Answer], int]:
         """The turn's new messages, tool results bound to the live ids by position; the bindings; how many live
         calls got the plain result because the trace has none for them."""
         live = list(self.last.tool_calls) if self.last is not None else []
-        out: list[dict[str, Any]] = []
-        bound: list[dict[str, Any]] = []
+        out: list[ChatMessage] = []
+        bound: list[Answer] = []
         answered: set[int] = set()
         for i, m in enumerate(turn.add):
             if m.role == "tool":
@@ -131,21 +189,21 @@ class SessionReplay:
                 bound.append({"call": pos, "id": live[pos].id})
         plain = [k for k in range(len(live)) if k not in answered]
         # every live call is answered before the conversation moves on, in the order of the calls
-        filled = [{"role": "tool", "tool_call_id": live[k].id, "content": PLAIN_RESULT} for k in plain]
-        users = [{"role": "user", "content": _text(m, self.sid, turn.turn, i)}
+        filled: list[ChatMessage] = [{"role": "tool", "tool_call_id": live[k].id, "content": PLAIN_RESULT} for k in plain]
+        users: list[ChatMessage] = [{"role": "user", "content": _text(m, self.sid, turn.turn, i)}
                  for i, m in enumerate(turn.add) if m.role == "user"]
         return out + filled + users, bound, len(plain)
 
-    def _body(self, turn: SessionTurn, messages: list[dict[str, Any]]) -> dict[str, Any]:
-        body: dict[str, Any] = {"messages": messages, "max_tokens": turn.max_tokens, "stream": True,
-                                **self.config.sampling}
+    def _body(self, turn: SessionTurn, messages: list[ChatMessage]) -> ChatBody:
+        body = cast(ChatBody, {"messages": messages, "max_tokens": turn.max_tokens, "stream": True,
+                               **self.config.sampling})
         if self.tools:
             body["tools"] = self.tools
         if self.config.model:
             body["model"] = self.config.model
         return body
 
-    async def run(self) -> list[dict[str, Any]]:
+    async def run(self) -> list[TurnRecord]:
         for turn in self.turns:
             if turn.think_s > 0:
                 await asyncio.sleep(turn.think_s)
@@ -183,8 +241,8 @@ class SessionReplay:
         self.last = rec
         return True
 
-    def _record(self, turn: SessionTurn, rec: ChatRecord, previous: ChatRecord | None, new: list[dict[str, Any]],
-                bound: list[dict[str, Any]], plain: int) -> None:
+    def _record(self, turn: SessionTurn, rec: ChatRecord, previous: ChatRecord | None, new: list[ChatMessage],
+                bound: list[Answer], plain: int) -> None:
         if self.on_request is not None:
             self.on_request(rec)
         d = turn_record(turn, rec, previous, new, bound, plain, self.by_name, self.config.block_tokens,
@@ -194,17 +252,17 @@ class SessionReplay:
         self.sink(d)
 
 
-def _calls(rec: ChatRecord, tools: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
-    out = []
+def _calls(rec: ChatRecord, tools: Mapping[str, Mapping[str, Any]]) -> list[CallSeen]:
+    out: list[CallSeen] = []
     for tc in rec.tool_calls:
         raw = {"id": tc.id, "name": tc.name, "arguments": tc.arguments}
         out.append({"id": tc.id, "name": tc.name, "problem": call_problem(raw, tools)})
     return out
 
 
-def turn_record(turn: SessionTurn, rec: ChatRecord, previous: ChatRecord | None, new: list[dict[str, Any]],
-                bound: list[dict[str, Any]], plain: int, tools: Mapping[str, Mapping[str, Any]],
-                block_tokens: int, chars_per_token: float = CHARS_PER_TOKEN) -> dict[str, Any]:
+def turn_record(turn: SessionTurn, rec: ChatRecord, previous: ChatRecord | None, new: list[ChatMessage],
+                bound: list[Answer], plain: int, tools: Mapping[str, Mapping[str, Any]],
+                block_tokens: int, chars_per_token: float = CHARS_PER_TOKEN) -> TurnRecord:
     """What one turn shows (see the module docstring); pure over the records."""
     prev_prompt = previous.prompt_tokens if previous is not None else None
     growth = (rec.prompt_tokens - prev_prompt) if rec.prompt_tokens is not None and prev_prompt is not None else None

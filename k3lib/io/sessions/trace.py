@@ -18,16 +18,39 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Required, TypedDict, cast
 
 from ...core.errors import BadInputError
 from ...core.store import atomic_write_bytes
+from ..shapes import ToolSpec
 
 __all__ = ["SessionTurn", "TraceMessage", "group_sessions", "parse_turn", "read_trace", "trace_lines",
            "write_trace"]
 
 #: think times above this are capped, as AIPerf (60 s) and inference-perf cap recorded idle gaps
 THINK_CAP_S = 60.0
+
+
+class TraceMessageJson(TypedDict, total=False):
+    role: Required[str]
+    content: str
+    tokens: int
+    call: int
+
+
+class TurnJson(TypedDict, total=False):
+    """One line of a session trace (docs/sessions.md)."""
+
+    session: Required[str]
+    turn: Required[int]
+    think_s: Required[float]
+    add: Required[list[TraceMessageJson]]
+    max_tokens: Required[int]
+    expect: Required[str]  # "tool" or "text"
+    function: str
+    system: str
+    system_tokens: int
+    tools: list[ToolSpec]
 
 
 @dataclass(frozen=True)
@@ -41,11 +64,14 @@ class TraceMessage:
     tokens: int | None = None
     call: int | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"role": self.role}
-        for key in ("content", "tokens", "call"):
-            if getattr(self, key) is not None:
-                out[key] = getattr(self, key)
+    def to_json(self) -> TraceMessageJson:
+        out: TraceMessageJson = {"role": self.role}
+        if self.content is not None:
+            out["content"] = self.content
+        if self.tokens is not None:
+            out["tokens"] = self.tokens
+        if self.call is not None:
+            out["call"] = self.call
         return out
 
 
@@ -62,8 +88,8 @@ class SessionTurn:
     system_tokens: int | None = None  # turn 0 of a text-less trace: the shared system prefix, in tokens
     tools: tuple[Mapping[str, Any], ...] = field(default=())  # turn 0
 
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"session": self.session, "turn": self.turn, "think_s": round(self.think_s, 6),
+    def to_json(self) -> TurnJson:
+        out: TurnJson = {"session": self.session, "turn": self.turn, "think_s": round(self.think_s, 6),
                                "add": [m.to_json() for m in self.add], "max_tokens": self.max_tokens,
                                "expect": "tool" if self.expect_tool else "text"}
         if self.function:
@@ -73,7 +99,7 @@ class SessionTurn:
         if self.system_tokens is not None:
             out["system_tokens"] = self.system_tokens
         if self.tools:
-            out["tools"] = [dict(t) for t in self.tools]
+            out["tools"] = [cast(ToolSpec, dict(t)) for t in self.tools]
         return out
 
 
