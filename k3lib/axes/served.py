@@ -29,7 +29,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..core.evidence import Finding
-from .shapes import (Asked, CountersCheck, CrossCheckRow, LengthCheck, LengthDeviation, RepeatCheck, Reply,
+from .shapes import (AskedFields, CountersCheck, CrossCheckDict, LengthCheck, LengthDeviation, RepeatCheck, Reply,
                      ServedReason, ServedStatus, ServedVerdict)
 
 #: Free text (reasoning + content) a sampled reply must carry for a byte-identical repeat to be beyond chance.
@@ -39,7 +39,7 @@ MAX_REPEAT_SHARE = 0.10
 PREFIX = "the target did not serve what was asked"
 
 
-def _asked(r: Reply) -> Asked:
+def _asked(r: Reply) -> AskedFields:
     a = r.get("asked")
     return a if isinstance(a, dict) else {}
 
@@ -117,7 +117,7 @@ def repeat_check(replies: Iterable[Reply]) -> RepeatCheck:
     return out
 
 
-def counters_check(cross_check: CrossCheckRow | None, error: str | None = None) -> CountersCheck:
+def counters_check(cross_check: CrossCheckDict | None, error: str | None = None) -> CountersCheck:
     """The server's request and token counters against the client's, from a `CrossCheck.to_dict()` (latency items
     are not counts and do not decide here)."""
     if cross_check is None:
@@ -142,7 +142,7 @@ def _n(v: Any) -> str:
     return "none" if v is None else f"{float(v):g}"
 
 
-def served_verdict(replies: Sequence[Reply], cross_check: CrossCheckRow | None = None, *,
+def served_verdict(replies: Sequence[Reply], cross_check: CrossCheckDict | None = None, *,
                    counters_error: str | None = None, counters: bool = True,
                    length_required: bool = False) -> ServedVerdict:
     """The three comparisons over one class' replies: {"status": "as-asked" | "deviates" | "not-observable",

@@ -2,7 +2,8 @@
 the client stores it (`k3lib.io.client.ChatRecord.to_dict`), what it asked, the server's counters against the
 client's (`k3lib.io.crosscheck.CrossCheck.to_dict`), and the asked-vs-served verdict (`k3lib.axes.served`).
 
-`JsonValue` (pydantic's) types what truly is arbitrary JSON: a tool's arguments, a JSON Schema, a server's body."""
+`JsonValue` (`k3lib.core.jsonvalue`) types what truly is arbitrary JSON: a tool's arguments, a JSON Schema, a
+server's body."""
 
 from __future__ import annotations
 
@@ -10,10 +11,8 @@ from typing import Any, Literal, NotRequired, TypedDict
 
 from typing_extensions import ReadOnly
 
-from pydantic import JsonValue
-
-#: A JSON object whose keys the kit does not fix (a JSON Schema, a tool result, a `response_format`).
-JsonObject = dict[str, JsonValue]
+from ..core.jsonvalue import JsonValue
+from ..io.shapes import AskedFields
 
 
 class RecordedCall(TypedDict):
@@ -24,26 +23,6 @@ class RecordedCall(TypedDict):
     type: Any
     name: Any
     arguments: Any
-
-
-class Asked(TypedDict, total=False):
-    """What one request asked (`k3lib.io.client.records.asked_of`): the reply-shaping fields sent, the tools'
-    names, and the question's hash where its replies are compared."""
-
-    max_tokens: int
-    max_completion_tokens: int
-    min_tokens: int
-    ignore_eos: bool
-    temperature: float
-    top_p: float
-    top_k: int
-    seed: int
-    n: int
-    tool_choice: JsonValue
-    stream: bool
-    response_format: JsonObject
-    tools: list[str]
-    prompt_key: str
 
 
 class Reply(TypedDict):
@@ -87,7 +66,7 @@ class Reply(TypedDict):
     api_error_type: str | None
     api_error_param: str | None
     cancelled: bool
-    asked: Asked | None
+    asked: AskedFields | None
     ok: bool
     ttft_ms: float | None
     itl_ms: list[float]
@@ -95,31 +74,6 @@ class Reply(TypedDict):
     client_queue_ms: float | None
     tpot_ms: float | None
     sent_wall_ns: int | None
-
-
-class CrossCheckItemRow(TypedDict):
-    """One quantity the server counted against the client's (`CrossCheckItem.to_dict`)."""
-
-    quantity: str
-    client: float | None
-    server: float | None
-    tolerance: float
-    unit: str
-    note: str
-    server_extra: float
-    server_short: float
-    diff: float | None
-    agrees: bool | None
-
-
-class CrossCheckRow(TypedDict):
-    """The server's counters against the client's over one window (`CrossCheck.to_dict`)."""
-
-    items: list[CrossCheckItemRow]
-    disagreements: list[str]
-    incomplete: dict[str, int]
-    error_statuses: dict[str, int]
-    by_endpoint: dict[str, dict[str, float | None]]
 
 
 # -- asked vs served (k3lib.axes.served) --------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from typing import Any, Protocol, cast
 
 from k3lib.io.client import ChatClient
 from k3lib.core.errors import APIError, BadInputError
-from k3lib.io.shapes import ChatBody, ChatMessage, ToolSpec
+from k3lib.io.shapes import ChatBody, ChatMessage, ToolDef
 
 Messages = list[ChatMessage]
 
@@ -112,7 +112,7 @@ class BuiltPrompt:
         if model is not None:
             body["model"] = model
         if tools:
-            body["tools"] = [cast(ToolSpec, t) for t in tools]
+            body["tools"] = [cast(ToolDef, t) for t in tools]
         return body
 
 

@@ -5,7 +5,7 @@ dict `json.loads` gave). `total=False` where a key may be absent; `JsonObject` f
 (a tool's parameter schema, a template's switches); `Any` where a value is kept as the server sent it, whatever its
 type (a tool call's `arguments`, an `id` that should be a string).
 
-- The request: `ChatBody` (what `POST /v1/chat/completions` is sent), its `ChatMessage`s and `ToolSpec`s.
+- The request: `ChatBody` (what `POST /v1/chat/completions` is sent), its `ChatMessage`s and `ToolDef`s.
 - The reply: `ChatCompletion` with its `ChatChoice`s, each holding a `ChatMessage`; `ToolCallJson` is one entry of
   a message's `tool_calls`; `ChatChunk` one `chat.completion.chunk` event of a stream; `Usage` the token counts.
 - The records: `ToolCallDict` (a `ToolCall` as the agent and paths records store it), and `AskedFields` (what a
@@ -19,14 +19,14 @@ from typing import Any, Required, TypedDict
 from k3lib.core.jsonvalue import JsonObject
 
 __all__ = ["AskedFields", "ChatBody", "ChatChoice", "ChatChunk", "ChatCompletion", "ChatMessage", "ChunkChoice",
-           "ResponsesCall", "ResponsesEvent", "ToolCallDict", "ToolCallFunction", "ToolCallJson", "ToolFunction",
-           "ToolSpec", "Usage"]
+           "ResponsesCall", "ResponsesEvent", "ToolCallDict", "ToolCallFunction", "ToolCallJson", "FunctionDef",
+           "ToolDef", "Usage"]
 
 
 # -- the request ---------------------------------------------------------------------------------------------
 
 
-class ToolFunction(TypedDict, total=False):
+class FunctionDef(TypedDict, total=False):
     """A tool's function as offered: its name, what it does, its JSON Schema of parameters."""
 
     name: Required[str]
@@ -35,11 +35,11 @@ class ToolFunction(TypedDict, total=False):
     strict: bool
 
 
-class ToolSpec(TypedDict, total=False):
+class ToolDef(TypedDict, total=False):
     """One entry of a request's `tools`: `{"type": "function", "function": {...}}`."""
 
     type: str
-    function: ToolFunction
+    function: FunctionDef
 
 
 class ToolCallFunction(TypedDict):
@@ -74,7 +74,7 @@ class ChatMessage(TypedDict, total=False):
 class ChatBody(TypedDict, total=False):
     """What `POST /v1/chat/completions` is sent (the fields the kit uses; a server takes more)."""
 
-    model: str
+    model: str | None  # None until the server's /v1/models named it (a body never leaves with it so)
     messages: Required[list[ChatMessage]]
     max_tokens: int | None
     max_completion_tokens: int | None
@@ -82,14 +82,16 @@ class ChatBody(TypedDict, total=False):
     ignore_eos: bool
     stream: bool
     stream_options: dict[str, bool]
-    tools: list[ToolSpec]
+    tools: list[ToolDef]
     tool_choice: Any  # "auto", "none", "required" or `{"type": "function", "function": {"name": ...}}`
     temperature: float
     top_p: float
     top_k: int
+    presence_penalty: float
+    frequency_penalty: float
     seed: int
     n: int
-    response_format: JsonObject  # a schema
+    response_format: JsonObject | None  # a schema
     chat_template_kwargs: JsonObject  # the template's own switches
     cache_salt: str
     request_id: str

@@ -33,11 +33,11 @@ from ..io.chatstream import sse_payloads
 from .drillshapes import (
     ChatMessage,
     ChatReply,
-    ChatRequest,
+    ChatBody,
     DrillAnswerData,
     FailoverData,
     RenewalDrillData,
-    ToolDefinition,
+    ToolDef,
 )
 from .params import CommandStep, DrillParams
 from .results import Answer, DrillAnswer
@@ -50,7 +50,7 @@ QUESTIONS = {
     "api_failover_without_contract_change": "Can the agent fail over to the API without changing its contract?",
     "fields_preserved": "Are reasoning, content and tool-call fields kept through the recovery?",
 }
-_TOOL: ToolDefinition = {"type": "function", "function": {
+_TOOL: ToolDef = {"type": "function", "function": {
     "name": "get_weather", "description": "Current weather for a city",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
 _USER: ChatMessage = {"role": "user", "content": "What is the weather in Lyon? Use the tool."}
@@ -89,7 +89,7 @@ def run_step(step: CommandStep, base_url: str, client: httpx.Client, timeout_s: 
 class _InFlight(threading.Thread):
     """A long streamed task; records how it ended: finished, explicit error, silent cut, or still hanging."""
 
-    def __init__(self, client: httpx.Client, url: str, body: ChatRequest, timeout_s: float) -> None:
+    def __init__(self, client: httpx.Client, url: str, body: ChatBody, timeout_s: float) -> None:
         super().__init__(daemon=True)
         self.client, self.url, self.body, self.timeout_s = client, url, body, timeout_s
         self.first_chunk = threading.Event()
@@ -145,7 +145,7 @@ class _InFlight(threading.Thread):
         return False
 
 
-def _failover(client: httpx.Client, api_base_url: str | None, bodies: list[ChatRequest], headers: dict[str, str],
+def _failover(client: httpx.Client, api_base_url: str | None, bodies: list[ChatBody], headers: dict[str, str],
               timeout_s: float, steps: list[str]) -> FailoverData | None:
     """The identical request bodies (the tool call, then the tool answer) sent to the API: only the base URL changes,
     so the agent's contract is untouched. None: no API configured."""
@@ -187,7 +187,7 @@ def _wait_health(client: httpx.Client, base_url: str, want_ok: bool, timeout_s: 
     return False, time.monotonic() - t0, last
 
 
-def _chat(client: httpx.Client, base_url: str, body: ChatRequest, headers: dict[str, str], timeout_s: float
+def _chat(client: httpx.Client, base_url: str, body: ChatBody, headers: dict[str, str], timeout_s: float
           ) -> tuple[int, ChatReply]:
     try:
         r = client.post(f"{base_url}/v1/chat/completions", json=body, headers=headers, timeout=timeout_s)
@@ -201,18 +201,19 @@ def _chat(client: httpx.Client, base_url: str, body: ChatRequest, headers: dict[
 
 def _message(reply: ChatReply) -> ChatMessage:
     try:
-        return reply["choices"][0]["message"] or {}
+        return reply["choices"][0]["message"] or cast(ChatMessage, {})
     except (KeyError, IndexError, TypeError):
-        return {}
+        return cast(ChatMessage, {})  # no message: every field read from it is absent
 
 
-def _tool_turn(model: str | None, previous: ChatMessage) -> ChatRequest:
+def _tool_turn(model: str | None, previous: ChatMessage) -> ChatBody:
     """The second turn: the assistant's whole previous message (reasoning and tool calls included, as the Kimi K3
     docs require) followed by the tool result."""
     kept = cast(ChatMessage, {k: v for k, v in previous.items() if k in ("role", "content", "reasoning", "reasoning_content",
                                                        "tool_calls") and v is not None})
-    call_id = (previous.get("tool_calls") or [{}])[0].get("id", "call-0")
-    body: ChatRequest = {"messages": [_USER, kept, {"role": "tool", "tool_call_id": call_id, "content": '{"temp_c": 21}'}],
+    calls = previous.get("tool_calls") or []
+    call_id = calls[0].get("id", "call-0") if calls else "call-0"
+    body: ChatBody = {"messages": [_USER, kept, {"role": "tool", "tool_call_id": call_id, "content": '{"temp_c": 21}'}],
             "tools": [_TOOL], "max_tokens": 128}
     if model:
         body["model"] = model
@@ -232,7 +233,7 @@ def run_drill(base_url: str, drill: DrillParams, *, api_base_url: str | None = N
         if model is None:
             model = served[0] if served else None
         version_before = _version(client, base_url, t_req)
-        first: ChatRequest = {"messages": [_USER], "tools": [_TOOL], "max_tokens": 256,
+        first: ChatBody = {"messages": [_USER], "tools": [_TOOL], "max_tokens": 256,
                  "tool_choice": {"type": "function", "function": {"name": "get_weather"}}}
         if model:
             first["model"] = model
@@ -243,7 +244,7 @@ def run_drill(base_url: str, drill: DrillParams, *, api_base_url: str | None = N
         steps.append(f"baseline: tool call HTTP {status}, tool answer HTTP {status2}, fields {before_fields}")
         note(steps[-1])
 
-        inflight_body: ChatRequest = {"messages": [{"role": "user", "content": "Write a long report on GPU capacity planning."}],
+        inflight_body: ChatBody = {"messages": [{"role": "user", "content": "Write a long report on GPU capacity planning."}],
                          "max_tokens": 2048, "ignore_eos": True, "stream": True}
         if model:
             inflight_body["model"] = model

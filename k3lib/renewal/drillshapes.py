@@ -7,6 +7,7 @@ from typing import Any, Literal, NotRequired
 
 from typing_extensions import TypedDict
 
+from ..io.shapes import ChatChoice
 from .results import Answer
 
 
@@ -57,58 +58,10 @@ class RenewalDrillData(TypedDict):
 
 # --- the OpenAI chat bodies ------------------------------------------------------------------------------------------
 
-class ToolDefinitionFunction(TypedDict):
-    name: str
-    description: NotRequired[str]
-    parameters: NotRequired[Any]  # a JSON Schema, as the tool declares it
-
-
-class ToolDefinition(TypedDict):
-    type: Literal["function"]
-    function: ToolDefinitionFunction
-
-
-class MessageToolCallFunction(TypedDict, total=False):
-    name: str
-    arguments: str  # JSON text, as the server wrote it
-
-
-class MessageToolCall(TypedDict, total=False):
-    id: str
-    type: str
-    function: MessageToolCallFunction
-
-
-class ChatMessage(TypedDict, total=False):
-    """A chat message sent or read back; vLLM ≥0.12 names the reasoning `reasoning`, earlier `reasoning_content`."""
-
-    role: str
-    content: str | None
-    reasoning: str | None
-    reasoning_content: str | None
-    tool_calls: list[MessageToolCall]
-    tool_call_id: str
-
 
 class ToolChoice(TypedDict):
     type: Literal["function"]
     function: dict[str, str]
-
-
-class ChatRequest(TypedDict, total=False):
-    model: str
-    messages: list[ChatMessage]
-    tools: list[ToolDefinition]
-    tool_choice: ToolChoice
-    max_tokens: int
-    stream: bool
-    ignore_eos: bool
-
-
-class ChatChoice(TypedDict, total=False):
-    index: int
-    message: ChatMessage
-    finish_reason: str | None
 
 
 class ChatReply(TypedDict, total=False):

@@ -20,6 +20,7 @@ from typing_extensions import Unpack
 from ...io.chatstream import ToolCall
 from ...io.client import ChatClient, ChatRecord
 from ...io.prompts import RUN_SALT
+from ...io.shapes import ToolCallJson
 from . import checks as C
 from .scenario import RunSettings, parsed_reply, reply_record
 from .sample import AgentSample
@@ -170,7 +171,7 @@ class ContractCheck:
                  ("tool_choice 'bogus'", {"tools": self.tools, "tool_choice": "bogus"}))
         for what, extra in cases:
             body = self._body(self._messages(), False, **extra)
-            body["max_tokens"] = min(body["max_tokens"], 16)  # refused before generating, if the server is right
+            body["max_tokens"] = min(body.get("max_tokens") or 16, 16)  # refused before generating, if the server is right
             rec = await self._send("tool_choice_validation", body, what.replace(" ", "-"))
             passed = rec.http_status == 400
             self._row("tool_choice_validation", what, passed,
@@ -193,7 +194,7 @@ class ContractCheck:
                 self._row("response_format_strict", mode, passed, detail, body, rec, finish_reason=rec.finish_reason)
         for what, rf in MALFORMED_FORMATS:
             body = self._body(self._messages(), False, response_format=rf)
-            body["max_tokens"] = min(body["max_tokens"], 16)
+            body["max_tokens"] = min(body.get("max_tokens") or 16, 16)
             rec = await self._send("response_format_validation", body, what.replace(" ", "-"))
             passed = rec.http_status == 400
             self._row("response_format_validation", what, passed,
@@ -226,7 +227,7 @@ class ContractCheck:
         for param, value in UNPINNED:
             body = self._body(self._messages(), False)
             body[param] = value
-            body["max_tokens"] = min(body["max_tokens"], 16)
+            body["max_tokens"] = min(body.get("max_tokens") or 16, 16)
             rec = await self._send("sampling_pinned", body, param)
             refused = rec.http_status == 400
             self._row("sampling_pinned", f"{param}={value}", refused,
@@ -240,7 +241,7 @@ class ContractCheck:
         of the same turn, where an agent needs its own reasoning back."""
         name = self.expect or "lookup_order"
         args = {"order_id": "A-1042"} if name == "lookup_order" else {}
-        call: JsonObject = {"id": f"call-{RUN_SALT}", "type": "function",
+        call: ToolCallJson = {"id": f"call-{RUN_SALT}", "type": "function",
                             "function": {"name": name, "arguments": json.dumps(args)}}
         assistant: ChatMessage = {"role": "assistant", "content": "", "tool_calls": [call]}
         if field is not None:

@@ -5,58 +5,14 @@ request body it sends, and each record of `evidence/agent/` — a scenario step 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import Any, NotRequired, TypedDict
 
-from pydantic import JsonValue
+from ...io.shapes import ChatBody, ChatMessage, FunctionDef, ToolDef
+from ..shapes import CrossCheckDict, JsonObject, JsonValue, Reply
 
-from ..shapes import CrossCheckRow, JsonObject, Reply
+__all__ = ["ChatBody", "ChatMessage", "FunctionDef", "ToolDef"]  # the io shapes this axis sends, named here too
 
 # -- what the kit sends ---------------------------------------------------------------------------------------------
-
-
-class FunctionDef(TypedDict):
-    """A tool's function as the request offers it."""
-
-    name: str
-    description: str
-    parameters: JsonObject
-    strict: NotRequired[bool]
-
-
-class ToolDef(TypedDict):
-    """One tool of a request's `tools`."""
-
-    type: Literal["function"]
-    function: FunctionDef
-
-
-class ChatMessage(TypedDict):
-    """One message of a request's `messages`: system, user (text or content parts), the assistant's reply sent back
-    as received (its reasoning under the field name(s) the server used, its tool calls untouched), a tool result."""
-
-    role: Literal["system", "user", "assistant", "tool"]
-    content: str | list[JsonObject] | None
-    reasoning: NotRequired[JsonValue]
-    reasoning_content: NotRequired[JsonValue]
-    tool_calls: NotRequired[JsonValue]
-    tool_call_id: NotRequired[JsonValue]
-
-
-class ChatBody(TypedDict, total=False):
-    """A chat completion request's body as the axis sends it (`model` left out when /v1/models did not answer)."""
-
-    model: str | None
-    messages: list[ChatMessage]
-    stream: bool
-    max_tokens: int
-    temperature: float
-    top_p: float
-    presence_penalty: float
-    frequency_penalty: float
-    chat_template_kwargs: dict[str, bool]
-    tools: list[ToolDef]
-    tool_choice: JsonValue
-    response_format: JsonObject | None
 
 
 class BodyExtras(TypedDict, total=False):
@@ -340,7 +296,7 @@ class ServedCounters(TypedDict, total=False):
     """The server's request and token counters over the whole run against the kit's requests (empty when an older
     run recorded none)."""
 
-    cross_check: CrossCheckRow | None
+    cross_check: CrossCheckDict | None
     error: str | None
     requests: int
 

@@ -19,7 +19,7 @@ import httpx
 from k3lib.core import progress
 from k3lib.core.errors import APIError, ProtocolError, TargetUnreachable
 from k3lib.core.guards import require_key_env
-from k3lib.io.shapes import ChatBody, ChatMessage, ToolSpec
+from k3lib.io.shapes import ChatBody, ChatMessage, ToolDef
 
 from .access import _EnvBearerAuth, root_url, user_agent_headers
 from .attempt import (TRANSPORT_ERRORS, _Attempt, _broken, _mark_reply, _on_body_sent, _on_connect_start,
@@ -39,7 +39,7 @@ class _TokenizeBody(TypedDict, total=False):
     prompt: str
     messages: list[ChatMessage]
     add_generation_prompt: bool
-    tools: list[ToolSpec]
+    tools: list[ToolDef]
 
 
 @dataclass
@@ -261,7 +261,7 @@ class ChatClient:
             body["messages"] = list(messages)
             body["add_generation_prompt"] = True
             if tools:
-                body["tools"] = [cast(ToolSpec, t) for t in tools]
+                body["tools"] = [cast(ToolDef, t) for t in tools]
         else:
             body["prompt"] = prompt or ""
         reply = await self.get_json("/tokenize", method="POST", json_body=body, timeout_s=self.timeout_s)
@@ -273,7 +273,7 @@ class ChatClient:
     # -- chat --------------------------------------------------------------------------------------------
 
     async def chat(self, messages: Sequence[ChatMessage], *, stream: bool = True,
-                   max_tokens: int | None = None, tools: Sequence[ToolSpec] | None = None,
+                   max_tokens: int | None = None, tools: Sequence[ToolDef] | None = None,
                    strict: bool = True, request_id: str | None = None, timeout_s: float | None = None,
                    **params: Any) -> ChatRecord:
         """Send one chat completion. Extra keyword arguments go into the body (temperature, tool_choice…)."""

@@ -26,7 +26,7 @@ from typing import Any, NotRequired, TypedDict, cast
 import jsonschema
 
 from ..client import ChatClient, ChatRecord, record_of
-from ..shapes import ChatBody, ChatMessage, ToolSpec
+from ..shapes import ChatBody, ChatMessage, ToolDef
 from .readers import block_text
 from .trace import SessionTurn, TraceMessage
 
@@ -162,7 +162,7 @@ class SessionReplay:
         self.min_turns = min_turns
         head = self.turns[0]
         self.sid = head.session
-        self.tools = [cast(ToolSpec, dict(t)) for t in head.tools]
+        self.tools = [cast(ToolDef, dict(t)) for t in head.tools]
         self.by_name = {str((src.get("function") or {}).get("name")): t for src, t in zip(head.tools, self.tools)}
         system = head.system if head.system is not None else (
             block_text("k3-shared-system", head.system_tokens) if head.system_tokens else None)

@@ -22,7 +22,7 @@ from typing import Any, Required, TypedDict, cast
 
 from ...core.errors import BadInputError
 from ...core.store import atomic_write_bytes
-from ..shapes import ToolSpec
+from ..shapes import ToolDef
 
 __all__ = ["SessionTurn", "TraceMessage", "group_sessions", "parse_turn", "read_trace", "trace_lines",
            "write_trace"]
@@ -50,7 +50,7 @@ class TurnJson(TypedDict, total=False):
     function: str
     system: str
     system_tokens: int
-    tools: list[ToolSpec]
+    tools: list[ToolDef]
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,7 @@ class SessionTurn:
         if self.system_tokens is not None:
             out["system_tokens"] = self.system_tokens
         if self.tools:
-            out["tools"] = [cast(ToolSpec, dict(t)) for t in self.tools]
+            out["tools"] = [cast(ToolDef, dict(t)) for t in self.tools]
         return out
 
 
