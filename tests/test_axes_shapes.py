@@ -9,10 +9,10 @@ from k3lib.axes.agent.scenario import RunSettings, assistant_message, history_me
 from k3lib.axes.agent.shapes import CheckRow, ParsedReply, SettingsRow, StoredCall
 from k3lib.axes.estimate import AxisEstimate, PhaseEstimate
 from k3lib.axes.probe import EndpointProbe, EndpointRow
-from k3lib.axes.shapes import CrossCheckItemRow, CrossCheckRow, RecordedCall, Reply
+from k3lib.axes.shapes import RecordedCall, Reply
+from k3lib.io.crosscheck import CrossCheck, CrossCheckDict, CrossCheckItem, CrossCheckItemDict, item_dict
 from k3lib.io.chatstream import ToolCall
 from k3lib.io.client.records import ChatRecord
-from k3lib.io.crosscheck import CrossCheck, CrossCheckItem
 
 
 def keys(shape: type) -> list[str]:
@@ -78,8 +78,8 @@ def test_an_axis_estimate_dumps_the_plans_entry():
 def test_the_cross_check_and_the_probe_rows_have_their_shapes():
     item = CrossCheckItem("requests", 3.0, 3.0, 0.0, "requests")
     check = CrossCheck((item,))
-    assert list(check.to_dict()) == keys(CrossCheckRow)
-    assert list(item.to_dict()) == keys(CrossCheckItemRow)
+    assert list(check.to_dict()) == keys(CrossCheckDict)
+    assert list(item_dict(item)) == keys(CrossCheckItemDict)
     probe = EndpointProbe("health", "http://x/health", 200, 1.5, "x" * 10, "text/plain", None, "now")
     row = probe.to_dict(keep=4)
     assert list(row) == keys(EndpointRow) and row["body"] == "xxxx" and row["body_truncated"] is True

@@ -11,8 +11,12 @@ from typing import Any, Literal, NotRequired, TypedDict
 
 from typing_extensions import ReadOnly
 
-from ..core.jsonvalue import JsonValue
+from ..core.jsonvalue import JsonObject, JsonValue
+from ..io.crosscheck import CrossCheckDict
 from ..io.shapes import AskedFields
+
+# the lower floors' shapes the axes read through this module
+__all__ = ["AskedFields", "CrossCheckDict", "JsonObject", "JsonValue"]
 
 
 class RecordedCall(TypedDict):

@@ -30,15 +30,8 @@ import httpx
 from ..axes.environment.values import parse_version
 from ..core.numbers import figure
 from ..io.chatstream import sse_payloads
-from .drillshapes import (
-    ChatMessage,
-    ChatReply,
-    ChatBody,
-    DrillAnswerData,
-    FailoverData,
-    RenewalDrillData,
-    ToolDef,
-)
+from ..io.shapes import ChatBody, ChatMessage, ToolDef
+from .drillshapes import ChatReply, DrillAnswerData, FailoverData, RenewalDrillData
 from .params import CommandStep, DrillParams
 from .results import Answer, DrillAnswer
 
