@@ -41,14 +41,18 @@ LAYERS = 3
 HEADS = 2  # head_dim 64: vLLM's CPU attention supports no head_dim below 32 (24 fails at the first request)
 INTERMEDIATE = 352
 MAX_POSITIONS = 4096
-CONVERSATIONS = 800
-STEPS = 700
+CONVERSATIONS = 1400
+STEPS = 1000
 BATCH_TOKENS = 2048
 LR = 3e-3
 WARMUP = 40
 SPECIAL = ["<|open|>", "<|close|>", "<|sep|>", "<|end_of_msg|>", "<|pad|>"]
 EOS = "<|end_of_msg|>"
 GEN_PROMPT = '<|open|>message role="assistant"<|sep|>'
+# Kimi K3's generation prompt opens the think channel when thinking is on (vLLM's kimi_k3 reasoning parser reads a
+# reply that starts inside it): the newest think marker in the prompt is then this open one, so vLLM's streaming path
+# does not take a previous turn's <|close|>think<|sep|> for the end of this reply's reasoning.
+THINK_OPEN = "<|open|>think<|sep|>"
 
 # The XTML channel layout. Argument values carry their JSON type: strings raw, the rest as JSON (the tool parser's
 # inverse encoding); attribute values are escaped (& then "). vLLM hands tool-call arguments to templates as dicts.
@@ -86,7 +90,8 @@ CHAT_TEMPLATE = (
     "<|close|>message<|sep|><|end_of_msg|>"
     "{%- endif %}"
     "{%- endfor %}"
-    "{%- if add_generation_prompt %}" + GEN_PROMPT + "{% endif %}"
+    "{%- if add_generation_prompt %}" + GEN_PROMPT
+    + "{% if thinking is not defined or thinking %}" + THINK_OPEN + "{% endif %}{% endif %}"
 )
 
 
@@ -97,11 +102,11 @@ def render(tok: Any, conv: K.Conversation, upto: int, *, generation_prompt: bool
 
 def assistant_text(tok: Any, conv: K.Conversation, i: int) -> str:
     """What the model is trained to generate for assistant message `i`: the template's own rendering of it after
-    the generation prompt, except a structured (JSON) answer, which follows the think channel bare and ends the
+    the generation prompt (which opens the think channel: the target starts with the reasoning), except a structured (JSON) answer, which follows the think channel bare and ends the
     message: under vLLM's JSON-schema guided decoding nothing but the JSON (then the end token) may follow."""
     if i in conv.structured:
         m = conv.messages[i]
-        return f"<|open|>think<|sep|>{m['reasoning']}<|close|>think<|sep|>{m['content']}{EOS}"
+        return f"{m['reasoning']}<|close|>think<|sep|>{m['content']}{EOS}"
     before = render(tok, conv, i, generation_prompt=True)
     whole = render(tok, conv, i + 1, generation_prompt=False)
     assert whole.startswith(before), "the template must render a conversation as a prefix of its continuation"
@@ -238,10 +243,10 @@ THINK_CLOSE = "<|close|>think<|sep|>"
 
 
 def behaviour(text: str) -> tuple[bool, str]:
-    """(a think channel was opened and closed, everything after it up to the end token): the reasoning's wording
-    is free, what the parsers turn into content and tool calls is not."""
+    """(the think channel the generation prompt opened was closed, and nothing reopened it; everything after it up
+    to the end token): the reasoning's wording is free, what the parsers turn into content and tool calls is not."""
     head, sep, rest = text.partition(THINK_CLOSE)
-    return (head.startswith("<|open|>think<|sep|>") and bool(sep), rest.split(EOS)[0])
+    return (bool(sep) and THINK_OPEN not in head, rest.split(EOS)[0])
 
 
 def self_check(model: Any, tok: Any) -> list[str]:
@@ -249,9 +254,14 @@ def self_check(model: Any, tok: Any) -> list[str]:
     compare the greedy continuation's behaviour with the trained target's; returns the mismatches."""
     gen = K.Generator(SEED + 1)
     wrong = []
-    for kind, drop in (("tool-call", None), ("structured", None), ("tool-error", None), ("long-exchange", None),
-                       ("tool-call", "reasoning"), ("tool-call", "tool_calls")):
-        conv = gen.exact(kind, drop)
+    convs = [gen.exact(kind, drop) for kind, drop in (
+        ("tool-call", None), ("structured", None), ("tool-error", None), ("long-exchange", None),
+        ("tool-call", "reasoning"), ("tool-call", "tool_calls"))]
+    convs += [gen.suite_case(case) for case in K.SUITE_ARGS]  # the contract check's schema suite
+    convs += [gen.session(start=q, turns=3) for q in range(len(gen.sc.session_questions()))]  # the session phase
+    for conv in convs:
+        kind = conv.messages[1]["content"][:40]
+        drop = None
         for i in conv.trained:
             want = assistant_text(tok, conv, i)
             got = greedy(model, tok, render(tok, conv, i, generation_prompt=True)) + EOS
