@@ -258,8 +258,8 @@ class Generator:
         """One conversation of one case; `exact` keeps the sample's own values (the agent axis's requests)."""
         r = self.rng
         kind = r.choices(("tool-call", "structured", "tool-error", "long-exchange", "chat", "schema-suite", "session"),
-                         weights=(3, 2, 3, 3, 1, 3, 4))[0]
-        drop = r.choices((None, "reasoning", "tool_calls"), weights=(6, 1, 1))[0]
+                         weights=(3, 2, 3, 3, 1, 10, 4))[0]
+        drop = r.choices((None, "reasoning", "tool_calls"), weights=(4, 1, 1))[0]
         return self.make(kind, drop, exact)
 
     def exact(self, kind: str, drop: str | None = None) -> Conversation:

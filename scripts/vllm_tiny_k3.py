@@ -41,7 +41,7 @@ LAYERS = 3
 HEADS = 2  # head_dim 64: vLLM's CPU attention supports no head_dim below 32 (24 fails at the first request)
 INTERMEDIATE = 352
 MAX_POSITIONS = 4096
-CONVERSATIONS = 1400
+CONVERSATIONS = 1800
 STEPS = 1000
 BATCH_TOKENS = 2048
 LR = 3e-3
@@ -102,8 +102,9 @@ def render(tok: Any, conv: K.Conversation, upto: int, *, generation_prompt: bool
 
 def assistant_text(tok: Any, conv: K.Conversation, i: int) -> str:
     """What the model is trained to generate for assistant message `i`: the template's own rendering of it after
-    the generation prompt (which opens the think channel: the target starts with the reasoning), except a structured (JSON) answer, which follows the think channel bare and ends the
-    message: under vLLM's JSON-schema guided decoding nothing but the JSON (then the end token) may follow."""
+    the generation prompt (which opens the think channel: the target starts with the reasoning), except a
+    structured (JSON) answer, which follows the think channel bare and ends the message: under vLLM's JSON-schema
+    guided decoding nothing but the JSON (then the end token) may follow."""
     if i in conv.structured:
         m = conv.messages[i]
         return f"{m['reasoning']}<|close|>think<|sep|>{m['content']}{EOS}"
@@ -250,23 +251,23 @@ def behaviour(text: str) -> tuple[bool, str]:
 
 
 def self_check(model: Any, tok: Any) -> list[str]:
-    """Replay each assistant turn of the scenario's own conversations (every case, the two history drops) and
+    """Replay each assistant turn of the scenario's own conversations (every case, the two history drops, the
+    contract check's schema suite, generated sessions) and
     compare the greedy continuation's behaviour with the trained target's; returns the mismatches."""
     gen = K.Generator(SEED + 1)
     wrong = []
-    convs = [gen.exact(kind, drop) for kind, drop in (
+    convs = [(f"{kind} (drop {drop})", gen.exact(kind, drop)) for kind, drop in (
         ("tool-call", None), ("structured", None), ("tool-error", None), ("long-exchange", None),
         ("tool-call", "reasoning"), ("tool-call", "tool_calls"))]
-    convs += [gen.suite_case(case) for case in K.SUITE_ARGS]  # the contract check's schema suite
-    convs += [gen.session(start=q, turns=3) for q in range(len(gen.sc.session_questions()))]  # the session phase
-    for conv in convs:
-        kind = conv.messages[1]["content"][:40]
-        drop = None
+    convs += [(f"schema suite {case}", gen.suite_case(case)) for case in K.SUITE_ARGS]  # the contract check's
+    convs += [(f"session from question {q}", gen.session(start=q, turns=3))  # the session phase's
+              for q in range(len(gen.sc.session_questions()))]
+    for what, conv in convs:
         for i in conv.trained:
             want = assistant_text(tok, conv, i)
             got = greedy(model, tok, render(tok, conv, i, generation_prompt=True)) + EOS
             if behaviour(got) != behaviour(want):
-                wrong.append(f"{kind} (drop {drop}) message {i}: wanted {want[:240]!r}, got {got[:240]!r}")
+                wrong.append(f"{what} message {i}: wanted {want[:240]!r}, got {got[:240]!r}")
     return wrong
 
 
