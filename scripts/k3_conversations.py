@@ -61,6 +61,12 @@ SUITE_ARGS = {
     "nested_arrays": {"matrix": [[1, 2], [3, 4]], "labels": [{"key": "env", "value": "prod"}]},
     "type_arrays": {"count": 3, "label": "box", "flags": [True, False]},
 }
+# Words a reply's reasoning ends with, three drawn at random: a sampled model's free text varies from one sample to
+# the next (the kit reads byte-identical repeats at temperature 1.0 as a cache answering, k3lib/axes/served.py),
+# while what the parsers turn into calls and content stays put.
+MUSINGS = ("amber", "basil", "cedar", "delta", "ember", "fjord", "grove", "hazel", "iris", "jade", "kelp", "lumen",
+           "maple", "nectar", "onyx", "pearl", "quartz", "raven", "sable", "tulip", "umber", "violet", "willow",
+           "yarrow", "zephyr", "birch", "coral", "dune", "flint", "heron", "ivory", "juniper")
 # The session phase's recorded tool result (k3lib/axes/capacity/sessions.py `_RESULT`, the function's name added).
 SESSION_RESULT = {"status": "ok", "source": "recorded result (k3kit session replay)"}
 
@@ -118,6 +124,9 @@ class Scenario:
                 and not t.get("tool_error")]
 
 
+MUSE = random.Random(20261207)
+
+
 class Conversation:
     """Messages plus the indexes of the assistant messages the loss is taken on."""
 
@@ -132,6 +141,8 @@ class Conversation:
 
     def assistant(self, reasoning: str, content: str | None = None, calls: list[tuple[str, dict]] | None = None,
                   *, train: bool = True, structured: bool = False) -> list[str]:
+        if train:  # the free part of the reasoning (its own generator: the conversations stay as they were)
+            reasoning = f"{reasoning} Aside: {' '.join(MUSE.choice(MUSINGS) for _ in range(3))}."
         msg: dict[str, Any] = {"role": "assistant", "content": content, "reasoning": reasoning}
         ids = []
         if calls:
@@ -165,6 +176,7 @@ class Generator:
     def __init__(self, seed: int) -> None:
         self.rng = random.Random(seed)
         random.seed(seed)  # call ids
+        MUSE.seed(seed)
         self.sc = Scenario()
 
     # -- pieces ----------------------------------------------------------------------------------------------
