@@ -22,6 +22,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import random
+import re
 import string
 from pathlib import Path
 from typing import Any
@@ -271,7 +272,7 @@ class Generator:
         r = self.rng
         kind = r.choices(("tool-call", "structured", "tool-error", "long-exchange", "chat", "schema-suite", "session"),
                          weights=(3, 2, 3, 3, 1, 10, 4))[0]
-        drop = r.choices((None, "reasoning", "tool_calls"), weights=(4, 1, 1))[0]
+        drop = r.choices((None, "reasoning", "tool_calls"), weights=(5, 1, 1))[0]
         return self.make(kind, drop, exact)
 
     def exact(self, kind: str, drop: str | None = None) -> Conversation:
@@ -342,11 +343,13 @@ class Generator:
         q = r.randrange(len(questions)) if start is None else start
         for t in range(r.randint(1, 4) if turns is None else turns):
             text, tool = questions[(q + t) % len(questions)]
+            if tool == "lookup_order" and start is None and r.random() < 0.5:  # the id is copied, not remembered
+                text = re.sub(r'"[A-Z]-\d{4}"', f'"{self.order_id()}"', text)
+            args = self.exact_args(tool, text)
             if t:
                 text = " ".join(r.choice(words) for _ in range(r.randint(4, 70))) + "\n\n" + text
             conv.user(text)
-            ids = conv.assistant(f"The user asks a question that needs {tool}; I call it with the values given.",
-                                 calls=[(tool, self.exact_args(tool, text))])
+            ids = conv.assistant(self.why(tool, args), calls=[(tool, args)])
             conv.tool(ids[0], json.dumps({**SESSION_RESULT, "function": tool}, sort_keys=True))
             if drop and t:
                 drop_history(conv, drop)
@@ -358,10 +361,18 @@ class Generator:
         return conv
 
     @staticmethod
+    def why(tool: str, args: dict[str, Any]) -> str:
+        """The reasoning before a call, as the scenario's turns give it (the values it copies named first)."""
+        if tool == "lookup_order":
+            return f"The user asks about order {args['order_id']}; lookup_order gives its status and tracking code."
+        if tool == "get_weather":
+            return (f"The user asks for the weather in {args['location']['city']} in {args['unit']}; "
+                    "get_weather gives it.")
+        return "The user wants an incident ticket; create_ticket opens it."
+
+    @staticmethod
     def exact_args(tool: str, text: str) -> dict[str, Any]:
         """The arguments the sample's question asks for, read from its text."""
-        import re
-
         quoted = re.findall(r'"([^"]+)"', text)
         if tool == "lookup_order":
             return {"order_id": quoted[-1]}
