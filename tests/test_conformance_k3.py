@@ -197,12 +197,10 @@ def both(real_vllm_k3: RealVllm, emulated: str) -> dict[str, dict[str, Any]]:
 
 # Differences seen and kept, each with its reason (an entry that matches nothing any more fails the test too). The
 # fixture's generation prompt opens the think channel as Kimi K3's does (issue 47), so a streamed answer after a
-# history carrying reasoning keeps its reasoning field on vLLM as on the emulator: that difference is gone.
-KNOWN = {
-    "named *": "fixture: the retrained model (issue 47 item 8) runs a forced call to max_tokens without a parsed call "
-    "under vLLM's forced-call grammar; the emulator plans the call",
-    "required *": "the same fixture failure under tool_choice required",
-}
+# history carrying reasoning keeps its reasoning field on vLLM as on the emulator: that difference is gone. Its
+# calls follow their (empty) response channel as Kimi K3's do, so under vLLM's forced-call grammar named and required
+# calls come back parsed, as the emulator plans them: that difference is gone too.
+KNOWN: dict[str, str] = {}
 
 
 def differences(both: dict[str, dict[str, Any]]) -> list[str]:

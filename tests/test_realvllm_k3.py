@@ -59,13 +59,16 @@ def agent_reasons(decision: Any) -> list[str]:
 # The agent axis at Kimi K3's production sampling (temperature 1.0, top_p 0.95: the K3 CPU profile's) on the retrained
 # fixture (docs/real-engines.md, measured 7 Dec 2026): every scenario check whole and streamed, the reasoning in vLLM's
 # field after any history, sampled replies that vary; the final answer missed the tool result once in 64 over two runs
-# (sampling noise of a 0.87M-parameter model). Forced calls are the recipe's open failure (issue 47 item 8): under
-# `tool_choice` required or named, and over the schema suite, the fixture runs to max_tokens without a parsed call.
+# (sampling noise of a 0.87M-parameter model). Forced calls pass too, now that every trained call follows its (empty)
+# response channel, the only way vLLM's kimi_k3 structural tag lets a forced call out (docs/real-engines.md): required
+# and named every time; the schema suite 12/12 in the batch, and by hand 149 of 152 sampled suite calls valid (98 %), so
+# a batch's twelve all hold about 4 runs in 5. A miss is the model's: a parsed call with a key the grammar leaves free
+# (a property without a `type`) taken from another schema, never a call missing.
 SCENARIO_CHECKS = ("requests_ok", "tool_calls_present", "function_name", "arguments_valid", "executable",
                    "tool_error_fallback", "structure_stable", "history_kept", "no_reasoning_leak", "no_markup_leak",
                    "reasoning_present")
-FORCED_CALLS = ("agent.contract.tool_choice_required", "agent.contract.tool_choice_named",
-                "agent.contract.schema_suite")
+FORCED_CALLS = ("agent.contract.tool_choice_required", "agent.contract.tool_choice_named")
+SUITE = "agent.contract.schema_suite"
 
 
 @pytest.mark.timeout(BATCH_TIMEOUT_S)
@@ -99,19 +102,24 @@ def test_the_k3_agent_path_on_real_vllm_at_production_sampling(validated):
 @pytest.mark.timeout(BATCH_TIMEOUT_S)
 def test_the_vendor_contract_check_on_real_vllm(validated):
     """Moonshot's pre-flight on stock vLLM 0.32.0 with the kimi_k3 parsers, at production sampling: the streamed reply
-    after a history is clean now; the fixture's forced calls fail (named, as the model's: no call within max_tokens
-    or arguments off the schema)."""
+    after a history is clean, and the forced calls (required, named, the schema suite's strict tools) come back
+    through vLLM's forced-call grammar as parsed calls, valid but for a rare sampled argument of the suite."""
     rec = validated[2]["agent"]
     expected = {
         "agent.contract.tool_choice_none": "pass", "agent.contract.response_format_strict": "pass",
         "agent.contract.history_reasoning": "pass", "agent.compat.tool_choice_validation": "pass",
         "agent.compat.response_format_validation": "pass", "agent.compat.stream_usage": "pass",
-        "agent.contract.history_reply": "pass", **{rule: "fail" for rule in FORCED_CALLS},
+        "agent.contract.history_reply": "pass", **{rule: "pass" for rule in FORCED_CALLS},
         # client compatibility (does not block): sampling not pinned, `reasoning`
         "agent.compat.sampling_pinned": "info", "agent.compat.reasoning_field": "info"}
     got = {f.rule: f.status for f in rec.findings if f.rule in expected}
     assert got == expected, {k: (got.get(k), v, rec.by_rule(k).message) for k, v in expected.items()
                              if got.get(k) != v}
+    suite = rec.by_rule(SUITE)
+    missed = [r["detail"] for r in suite.evidence["results"] if r["passed"] is not True]
+    assert len(suite.evidence["results"]) == 12 and len(missed) <= 1, suite.message  # 3 misses in 152 measured
+    assert suite.status == ("fail" if missed else "pass"), suite.message
+    assert not any(w in d for d in missed for w in ("no tool_calls", "returned as text", "HTTP")), missed
     history = rec.by_rule("agent.contract.history_reasoning").evidence["results"]
     assert all(r["passed"] for r in history) and len(history) == 2  # `reasoning` and `reasoning_content` both count
 
@@ -121,20 +129,17 @@ def _store(validated: Any) -> Any:
 
 
 @pytest.mark.timeout(BATCH_TIMEOUT_S)
-def test_what_keeps_the_cpu_host_from_production_is_the_host_and_the_fixtures_forced_calls(validated):
-    """The reasons left are what a CPU host cannot show (GPU memory, the host driver), the attestations, the tool-call
-    rate that 20 CPU-sized turns cannot bound, and the fixture's forced calls — no markup leak, no missing
-    reasoning, no history reply any more (a rare missed answer is the sampling noise measured above)."""
+def test_what_keeps_the_cpu_host_from_production_is_the_host(validated):
+    """The reasons left are what a CPU host cannot show (GPU memory, the host driver), the attestations and the
+    tool-call rate that 20 CPU-sized turns cannot bound — no markup leak, no missing reasoning, no history reply, no
+    forced call any more (a rare missed answer or suite argument is the sampling noise measured above)."""
     _, _, records, decision = validated
     print("\nk3 validate on the K3 model:", decision["decision"], *decision["reasons"], sep="\n  ")
     assert decision["decision"] == "limited-observation"
-    cited = set()
     for reason in decision["reasons"]:
         rule = reason.split(": ", 2)[1] if reason.count(": ") >= 2 else ""
         if rule.startswith("agent."):
-            assert rule in (*FORCED_CALLS, "agent.tool_call_failure_rate", "agent.final_answer"), reason
-            cited.add(rule)
-    assert set(FORCED_CALLS) <= cited, cited
+            assert rule in ("agent.tool_call_failure_rate", "agent.final_answer", SUITE), reason
 
 
 @pytest.mark.timeout(AGENT_TIMEOUT_S)
