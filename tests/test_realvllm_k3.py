@@ -56,69 +56,70 @@ def agent_reasons(decision: Any) -> list[str]:
     return [r for r in decision.reasons if ": agent." in r.split(" — ")[0]]
 
 
-# What stock vLLM 0.32.0 does on the K3 agent path, as measured (docs/real-engines.md): whole replies hold every
-# check; a streamed reply whose history carries reasoning loses its reasoning field and the think channel lands in
-# content (the answer after it may then miss the tool result); forced strict calls leave keys free.
-STREAM_AFTER_HISTORY = ("agent.no_markup_leak", "agent.reasoning_present", "agent.final_answer")
-VLLM_032_DEFECTS = (*STREAM_AFTER_HISTORY, "agent.contract.schema_suite", "agent.contract.history_reply")
-WHOLE_REPLY_CHECKS = ("requests_ok", "tool_calls_present", "function_name", "arguments_valid", "executable",
-                      "tool_error_fallback", "structure_stable", "history_kept", "no_reasoning_leak")
-
-
-def _reasoning_in_history(step: dict) -> bool:
-    return any(m.get("role") == "assistant" and (m.get("reasoning") or m.get("reasoning_content"))
-               for m in step["request"]["messages"])
+# The agent axis at Kimi K3's production sampling (temperature 1.0, top_p 0.95: the K3 CPU profile's) on the retrained
+# fixture (docs/real-engines.md, measured 7 Dec 2026): every scenario check whole and streamed, the reasoning in vLLM's
+# field after any history, sampled replies that vary; the final answer missed the tool result once in 64 over two runs
+# (sampling noise of a 0.87M-parameter model). Forced calls pass too, now that every trained call follows its (empty)
+# response channel, the only way vLLM's kimi_k3 structural tag lets a forced call out (docs/real-engines.md): required
+# and named every time; the schema suite 12/12 in the batch, and by hand 149 of 152 sampled suite calls valid (98 %), so
+# a batch's twelve all hold about 4 runs in 5. A miss is the model's: a parsed call with a key the grammar leaves free
+# (a property without a `type`) taken from another schema, never a call missing.
+SCENARIO_CHECKS = ("requests_ok", "tool_calls_present", "function_name", "arguments_valid", "executable",
+                   "tool_error_fallback", "structure_stable", "history_kept", "no_reasoning_leak", "no_markup_leak",
+                   "reasoning_present")
+FORCED_CALLS = ("agent.contract.tool_choice_required", "agent.contract.tool_choice_named")
+SUITE = "agent.contract.schema_suite"
 
 
 @pytest.mark.timeout(BATCH_TIMEOUT_S)
-def test_the_k3_agent_path_on_real_vllm_as_measured(validated):
-    """Both stream modes, thinking on: whole replies pass every check at both levels, and every reply that leaks is
-    a streamed one after a history carrying reasoning — named as a leak, never as a broken answer."""
+def test_the_k3_agent_path_on_real_vllm_at_production_sampling(validated):
+    """Both stream modes, thinking on, temperature 1.0: every scenario check passes at both levels, every reply
+    (streamed after a history carrying reasoning too) has its reasoning in vLLM's field and no markup in content,
+    and repeated replies vary as sampled ones do."""
     code, _, records, decision = validated
     rec = records["agent"]
     assert not rec.error, rec.error
-    for check in WHOLE_REPLY_CHECKS:
+    for check in SCENARIO_CHECKS:
         f = rec.by_rule(f"agent.{check}")
         assert f.status == "pass", (check, f.message)
-        for level in ("1", "2"):
-            assert f.observed[level]["total"] > 0 and f.observed[level]["rate"] == 1.0, (check, level, f.observed)
     result = agent.load_agent_result(_store(validated))
+    assert {s["request"].get("temperature") for s in result.steps} == {1.0}, "sampled at K3's temperature 1.0"
     modes = {s["reply"]["stream"] for s in result.steps}
     assert modes == {True, False}, "both stream modes by default"
-    leaked = [s for s in result.steps if any(o["check"] == "no_markup_leak" and not o["passed"] for o in s["checks"])]
-    assert leaked and all(s["reply"]["stream"] and _reasoning_in_history(s) for s in leaked)
-    assert all(o["passed"] for s in result.steps if not s["reply"]["stream"] for o in s["checks"]), \
-        "a whole reply failed a check"
-    leak = rec.by_rule("agent.no_markup_leak")
-    assert leak.status == "fail" and "leak: kimi_k3 think channel in content" in leak.message, leak.message
+    failed = [(s["reply"]["stream"], o) for s in result.steps for o in s["checks"]
+              if not o["passed"] and o["check"] != "final_answer"]
+    assert not failed, failed
+    answers = [o for s in result.steps for o in s["checks"] if o["check"] == "final_answer"]
+    assert sum(not o["passed"] for o in answers) <= 2 < len(answers), answers  # 1 miss in 64 measured
     assert rec.by_rule("agent.reasoning_field").observed.get("reasoning"), "no reply carried vLLM's reasoning field"
     rate = rec.by_rule("agent.tool_call_failure_rate")
     # 20 CPU-sized turns cannot bound the contract's 1 % (381 can): judged at the contract's rate, never a pass
-    assert rate.status == "not-observable" and rate.observed["turns"] == 20 and rate.observed["failures"] == 0, \
-        rate.message
-    served = rec.by_rule("agent.served_as_asked")  # real vLLM's counters count exactly the kit's requests
+    assert rate.status == "not-observable" and rate.observed["turns"] == 20, rate.message
+    served = rec.by_rule("agent.served_as_asked")  # sampled replies vary: no byte-identical repeats read as a cache
     assert served.status == "pass", served.message
 
 
 @pytest.mark.timeout(BATCH_TIMEOUT_S)
 def test_the_vendor_contract_check_on_real_vllm(validated):
-    """Moonshot's pre-flight, as measured on stock vLLM 0.32.0 with the kimi_k3 parsers (docs/real-engines.md)."""
+    """Moonshot's pre-flight on stock vLLM 0.32.0 with the kimi_k3 parsers, at production sampling: the streamed reply
+    after a history is clean, and the forced calls (required, named, the schema suite's strict tools) come back
+    through vLLM's forced-call grammar as parsed calls, valid but for a rare sampled argument of the suite."""
     rec = validated[2]["agent"]
     expected = {
-        "agent.contract.tool_choice_required": "pass", "agent.contract.tool_choice_named": "pass",
         "agent.contract.tool_choice_none": "pass", "agent.contract.response_format_strict": "pass",
         "agent.contract.history_reasoning": "pass", "agent.compat.tool_choice_validation": "pass",
         "agent.compat.response_format_validation": "pass", "agent.compat.stream_usage": "pass",
-        # the gaps: strict arguments left free by the kimi_k3 structural tag, the streamed reply after a history
-        "agent.contract.schema_suite": "fail", "agent.contract.history_reply": "fail",
-        # client compatibility (does not block): a named call ends with `stop`, sampling not pinned, `reasoning`
-        "agent.compat.forced_finish_reason": "info", "agent.compat.sampling_pinned": "info",
-        "agent.compat.reasoning_field": "info"}
-    got = {f.rule: f.status for f in rec.findings if f.rule.startswith(("agent.contract.", "agent.compat."))}
-    assert got == expected, {k: (got.get(k), v) for k, v in expected.items() if got.get(k) != v}
-    assert "is a required property" in rec.by_rule("agent.contract.schema_suite").message
-    assert "stream: leak: kimi_k3 think channel in content" in rec.by_rule("agent.contract.history_reply").message
-    assert "named call ended with finish_reason 'stop'" in rec.by_rule("agent.compat.forced_finish_reason").message
+        "agent.contract.history_reply": "pass", **{rule: "pass" for rule in FORCED_CALLS},
+        # client compatibility (does not block): sampling not pinned, `reasoning`
+        "agent.compat.sampling_pinned": "info", "agent.compat.reasoning_field": "info"}
+    got = {f.rule: f.status for f in rec.findings if f.rule in expected}
+    assert got == expected, {k: (got.get(k), v, rec.by_rule(k).message) for k, v in expected.items()
+                             if got.get(k) != v}
+    suite = rec.by_rule(SUITE)
+    missed = [r["detail"] for r in suite.evidence["results"] if r["passed"] is not True]
+    assert len(suite.evidence["results"]) == 12 and len(missed) <= 1, suite.message  # 3 misses in 152 measured
+    assert suite.status == ("fail" if missed else "pass"), suite.message
+    assert not any(w in d for d in missed for w in ("no tool_calls", "returned as text", "HTTP")), missed
     history = rec.by_rule("agent.contract.history_reasoning").evidence["results"]
     assert all(r["passed"] for r in history) and len(history) == 2  # `reasoning` and `reasoning_content` both count
 
@@ -128,20 +129,17 @@ def _store(validated: Any) -> Any:
 
 
 @pytest.mark.timeout(BATCH_TIMEOUT_S)
-def test_what_keeps_the_cpu_host_from_production_is_the_host_and_vllms_k3_defects(validated):
-    """The reasons left are what a CPU host cannot show (GPU memory, the host driver), the attestations, and the
-    defects of stock vLLM 0.32.0 on K3's agent path named above — never another agent item."""
+def test_what_keeps_the_cpu_host_from_production_is_the_host(validated):
+    """The reasons left are what a CPU host cannot show (GPU memory, the host driver), the attestations and the
+    tool-call rate that 20 CPU-sized turns cannot bound — no markup leak, no missing reasoning, no history reply, no
+    forced call any more (a rare missed answer or suite argument is the sampling noise measured above)."""
     _, _, records, decision = validated
     print("\nk3 validate on the K3 model:", decision["decision"], *decision["reasons"], sep="\n  ")
     assert decision["decision"] == "limited-observation"
-    cited = set()
     for reason in decision["reasons"]:
         rule = reason.split(": ", 2)[1] if reason.count(": ") >= 2 else ""
         if rule.startswith("agent."):
-            # the CPU-sized tool-turn series cannot bound the contract's rate: not observable, said as such
-            assert rule in (*VLLM_032_DEFECTS, "agent.tool_call_failure_rate"), reason
-            cited.add(rule)
-    assert {"agent.contract.schema_suite", "agent.contract.history_reply", "agent.no_markup_leak"} <= cited
+            assert rule in ("agent.tool_call_failure_rate", "agent.final_answer", SUITE), reason
 
 
 @pytest.mark.timeout(AGENT_TIMEOUT_S)
@@ -275,8 +273,8 @@ def _check_history_resent(sent: list[tuple[dict, Any]]) -> int:
 def test_sessions_replay_faithfully_through_the_kimi_k3_parsers(real_vllm_k3):
     """Three sessions of six turns at once: each turn resends the live history (reasoning under vLLM's own field,
     tool calls with the server's ids), the prompt grows, later turns find their history in vLLM's prefix cache, and
-    the cached tokens the usage reports are the ones vLLM's own counter counted. The tiny model may not call where a
-    call is expected: that is recorded against the turn, the session goes on."""
+    the cached tokens the usage reports are the ones vLLM's own counter counted; every turn that expects a call gets
+    an executable one, at production sampling."""
     hits_before = _hits(real_vllm_k3.base_url)
     records, sent = _replay(real_vllm_k3, sessions=3, turns=6)
     hits = _hits(real_vllm_k3.base_url) - hits_before
@@ -295,6 +293,8 @@ def test_sessions_replay_faithfully_through_the_kimi_k3_parsers(real_vllm_k3):
     assert hits >= usage > 0, (hits, usage)  # the usage's cached tokens are what vLLM's counter counted
     assert all(a["id"] in r["previous_call_ids"] for r in records for a in r["answers"] if a["id"])
     assert sum(1 for r in records for a in r["answers"] if a["id"]) > 0, "no tool result answered a live call"
+    missed = [(r["session"], r["turn"], r["calls"]) for r in records if r["expect_tool"] and r["tool_ok"] is not True]
+    assert not missed, missed
     assert all(tc.id.startswith("chatcmpl-tool-") for _, rec in sent for tc in rec.tool_calls)  # vLLM's own ids
     assert _check_history_resent(sent) > 0, "no reasoning through the kimi_k3 reasoning parser was sent back"
     print(f"\nsessions on real vLLM: {len(records)} turns, prompts "
@@ -305,9 +305,9 @@ def test_sessions_replay_faithfully_through_the_kimi_k3_parsers(real_vllm_k3):
 
 @pytest.mark.timeout(SESSION_TIMEOUT_S)
 def test_the_session_phase_on_real_vllm_decides_by_its_rules_of_proof(real_vllm_k3, tmp_path):
-    """The capacity axis's session phase against real vLLM: each level's cached tokens reconciled with vLLM's
-    counter, the history found in the prefix cache, the sessions held without preemption, and the tiny model's
-    missed calls judged as the model's (a failed finding naming them), never a crash nor a stray result."""
+    """The capacity axis's session phase against real vLLM at production sampling: each level's cached tokens
+    reconciled with vLLM's counter, the history found in the prefix cache, the sessions held without preemption,
+    and every turn that expects a call answered with an executable one."""
     import k3lib.axes.capacity as capacity
 
     ctx = open_axis("capacity", str(K3_PROFILE), [f"target.base_url={real_vllm_k3.base_url}", *CAPACITY_FAST],
@@ -325,10 +325,7 @@ def test_the_session_phase_on_real_vllm_decides_by_its_rules_of_proof(real_vllm_
     assert reuse.status == "pass" and reuse.observed["counter_hits"] >= reuse.observed["counter_usage_cached_tokens"]
     tools = found["capacity.session_tool_calls"]
     assert tools.observed["answers"] > 0 and tools.observed["answers_stray"] == 0, tools.observed
-    assert tools.status in ("pass", "fail") and tools.observed["expected"] >= 5, tools.message
-    if tools.status == "fail":  # the toy model's: a missing call or a call a client cannot execute, named
-        assert "no executable call" in tools.message and ("made no call" in tools.message
-                                                          or tools.observed["problems"]), tools.message
+    assert tools.status == "pass" and tools.observed["expected"] >= 5, tools.message
     assert found["capacity.session_stall"].status == "info"  # the K3 CPU profile sets no client idle timeout
     print("\nsession phase on real vLLM:", *(f"{f.rule} {f.status}: {f.message}" for f in found.values()),
           *(f"level {lv['sessions']}: {lv['turns']} turns, {lv['usage_cached_tokens']} cached tokens by usage, "
