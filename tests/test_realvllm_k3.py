@@ -117,7 +117,8 @@ def test_the_vendor_contract_check_on_real_vllm(validated):
                              if got.get(k) != v}
     suite = rec.by_rule(SUITE)
     missed = [r["detail"] for r in suite.evidence["results"] if r["passed"] is not True]
-    assert len(suite.evidence["results"]) == 12 and len(missed) <= 1, suite.message  # 3 misses in 152 measured
+    # 3 misses in 152 measured: one in twelve about 1 run in 5, two about 1 in 40, three about 1 in 400
+    assert len(suite.evidence["results"]) == 12 and len(missed) <= 2, suite.message
     assert suite.status == ("fail" if missed else "pass"), suite.message
     assert not any(w in d for d in missed for w in ("no tool_calls", "returned as text", "HTTP")), missed
     history = rec.by_rule("agent.contract.history_reasoning").evidence["results"]
