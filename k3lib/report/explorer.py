@@ -17,6 +17,7 @@ import httpx
 
 from ..axes.capacity.analysis import MIB, gpu_keys, gpu_label, increase
 from ..axes.capacity.run import pinned_params
+from ..axes.capacity.shapes import ClientStats
 from ..axes.capacity.window import failure_kind, record_stats
 from ..core.errors import APIError, TargetError
 from ..core.numbers import figure
@@ -65,7 +66,7 @@ class BurstResult:
     metrics: list[dict[str, Any]]
     gpu: list[dict[str, Any]]
     requests: list[dict[str, Any]]
-    stats: dict[str, Any]
+    stats: ClientStats
     engine_alive_after: bool | None
     note: str = ""
 

@@ -13,8 +13,8 @@ from .result import CapacityResult
 
 def capacity_claims(result: CapacityResult) -> dict[str, dict[str, Any]]:
     """{"gpu_metrics": …, "metrics <url>": …} for the record's `data.claims`."""
-    windows = [(float(w["start_wall"]), float(w["end_wall"])) for _, w in load_windows(result)
-               if w.get("start_wall") is not None and w.get("end_wall") is not None]
+    windows = [(float(start), float(end)) for _, w in load_windows(result)
+               if (start := w.get("start_wall")) is not None and (end := w.get("end_wall")) is not None]
     out: dict[str, dict[str, Any]] = {}
     gpu = gpu_claims(result.gpu, driver=result.run.get("gpu_driver"), load_windows=windows)
     if gpu:
