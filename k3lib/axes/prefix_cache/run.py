@@ -41,12 +41,13 @@ from .result import (
     judged_sighting,
 )
 from .retention import retention_settings
+from .shapes import CounterRow, JsonObject
 
 if TYPE_CHECKING:
     from ...core.session import AxisContext
 
 # Two fixed tool schemas: an agent's tool definitions are part of the prefix it expects to be reused.
-TOOLS: tuple[dict[str, Any], ...] = (
+TOOLS: tuple[JsonObject, ...] = (
     {"type": "function", "function": {
         "name": "search_runbook", "description": "Search the operations runbook and return matching steps.",
         "parameters": {"type": "object", "properties": {
@@ -67,7 +68,7 @@ TOOLS: tuple[dict[str, Any], ...] = (
 
 
 def session_messages(nonce: str, words: int, pads: int, question: int, *, early_change: bool = False
-                     ) -> list[dict[str, Any]]:
+                     ) -> list[JsonObject]:
     """One request of a session. Everything but the last user turn is identical for a given nonce and size;
     `early_change` swaps one word at the head of the system prompt (the protocol's negative control)."""
     role = "on-duty" if early_change else "on-call"
@@ -120,7 +121,7 @@ def contamination(prompt_tokens: int | None, queries_delta: float | None, succes
     return None
 
 
-def _counter_row(snapshot: Snapshot, request_id: str, kind: str, phase: str) -> dict[str, Any]:
+def _counter_row(snapshot: Snapshot, request_id: str, kind: str, phase: str) -> CounterRow:
     return {"t_wall": snapshot.t_wall, "request_id": request_id, "kind": kind, "phase": phase,
             "queries": snapshot.value("prefix_cache_queries_total"),
             "hits": snapshot.value("prefix_cache_hits_total"),
@@ -193,7 +194,7 @@ def run_prefix_cache(ctx: AxisContext) -> PrefixCacheResult:
     use_salt = p.isolation in ("salt", "salt+fresh-prefix")
     fresh = p.isolation in ("fresh-prefix", "salt+fresh-prefix")
     samples: list[RequestSample] = []
-    counters: list[dict[str, Any]] = []
+    counters: list[CounterRow] = []
     sent: dict[str | None, list[list[int]]] = {}  # prompts sent this run, by salt (hash chains never cross salts)
     stopped: str | None = None
     t_end = time.monotonic() + p.max_duration_s
@@ -284,7 +285,7 @@ def _sized_session(client: SyncChatClient, counter: TokenCounter, sized_by: str,
     return words, pads, counter, sized_by
 
 
-def _session_prompts(nonce: str, words: int, pads: int, *, early_change: bool) -> dict[str, list[dict[str, Any]]]:
+def _session_prompts(nonce: str, words: int, pads: int, *, early_change: bool) -> dict[str, list[JsonObject]]:
     """The session's three sightings, and the warm prompt as intended (changed only in its last user turn)."""
     return {"cold": session_messages(nonce, words, pads, 1),
             "warm": session_messages(nonce, words, pads, 2, early_change=early_change),
@@ -322,7 +323,7 @@ def _token_counter(client: SyncChatClient) -> tuple[TokenCounter, str]:
     return counter, counter.sized_by
 
 
-def _ids(client: SyncChatClient, messages: list[dict[str, Any]]) -> tuple[int, ...] | None:
+def _ids(client: SyncChatClient, messages: list[JsonObject]) -> tuple[int, ...] | None:
     """The prompt's token ids as the server's chat template makes them; None when /tokenize gives none."""
     try:
         res = client.tokenize(messages=messages, tools=list(TOOLS))
