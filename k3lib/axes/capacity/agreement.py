@@ -121,12 +121,13 @@ def preemption_item(w: Window) -> AgreementItem:
 def counts_item(w: Window) -> AgreementItem:
     check = w.get("cross_check") or {}
     by = {i.get("quantity"): i for i in check.get("items") or []}
-    sent = by.get("requests sent") or by.get("requests finished") or {}
-    bad = [q for q in check.get("disagreements") or [] if (by.get(q) or {}).get("unit") != "ms"]
+    sent = by.get("requests sent") or by.get("requests finished")
+    bad = [q for q in check.get("disagreements") or [] if (item := by.get(q)) is None or item.get("unit") != "ms"]
     said = "; ".join(f"{q}: client {by[q].get('client')}, server {by[q].get('server')}" for q in bad if q in by)
     note = ("server: request and token counters; client: the kit's requests and their usage (exact, widened by the "
             "requests cut at the deadline)" + (f" — {said}" if said else ""))
-    return _item("counts", sent.get("server"), sent.get("client"), 0.0, check.get("counts_agree"), note)
+    return _item("counts", sent.get("server") if sent else None, sent.get("client") if sent else None, 0.0,
+                 check.get("counts_agree"), note)
 
 
 def ttft_item(w: Window, calibration_error_ms: float | None) -> AgreementItem:

@@ -242,8 +242,8 @@ def long_context_table(result: "CapacityResult") -> Any:
 def configuration_table(result: "CapacityResult") -> Any:
     import pandas as pd
 
-    cfg = result.run.get("config") or {}
-    values, sources = cfg.get("values") or {}, cfg.get("sources") or {}
+    cfg = result.run.get("config")
+    values, sources = (cfg.get("values") if cfg else None) or {}, (cfg.get("sources") if cfg else None) or {}
     return pd.DataFrame([{"setting": k, "value": v, "source": sources.get(k)} for k, v in values.items()])
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any, Literal, TypedDict
 
+from ...core.evidence import FindingStatus
+
 #: The canonical /metrics series a sample row carries (k3lib.io.metrics.names), read by name.
 SeriesName = Literal["kv_cache_usage_perc", "num_requests_running", "num_requests_waiting", "num_preemptions_total",
                      "prefix_cache_queries_total", "prefix_cache_hits_total"]
@@ -103,17 +105,32 @@ class Agreement(TypedDict):
     text: str
 
 
+class CrossCheckItemRow(TypedDict):
+    """One quantity counted by the client and by the server (k3lib.io.crosscheck.CrossCheckItem.to_dict)."""
+
+    quantity: str
+    client: float | None
+    server: float | None
+    tolerance: float
+    unit: str
+    note: str
+    server_extra: float
+    server_short: float
+    diff: float | None
+    agrees: bool | None
+
+
 class CrossCheckData(TypedDict, total=False):
     """The client-vs-server cross-check as a window keeps it (k3lib.axes.capacity.trust.cross_check_data)."""
 
     agrees: bool | None
     counts_agree: bool | None
     disagreements: list[str]
-    items: list[dict[str, Any]]  # k3lib.io.crosscheck's items, as it writes them
+    items: list[CrossCheckItemRow]
     error: str | None
     incomplete: dict[str, int]
     error_statuses: dict[str, int]
-    by_endpoint: dict[str, Any]
+    by_endpoint: dict[str, dict[str, float | None]]  # metrics URL -> what its counters moved by
 
 
 class ClientStats(TypedDict, total=False):
@@ -472,6 +489,63 @@ class CalibrationData(TypedDict, total=False):
     reports: list[dict[str, Any]]  # k3lib.io.calibration.CalibrationReport.to_dict, as it writes them
 
 
+#: A setting as a source states it: a number where it reads as one, else its text (server._as_number), or a flag.
+ConfigValue = int | float | str | bool | None
+
+
+class ServerConfig(TypedDict):
+    """The server's configuration as its log, cache_config_info and model card state it (server.server_config)."""
+
+    values: dict[str, ConfigValue]
+    sources: dict[str, str]
+
+
+class DecodeRate(TypedDict):
+    """One concurrency step's measured decode rates (roofline.measured_rates)."""
+
+    concurrency: int
+    requests: int
+    per_sequence_tokens_per_s: float | None
+    summed_tokens_per_s: float | None
+
+
+class RooflineBound(TypedDict, total=False):
+    """The per-sequence decode bound with every figure it rests on and where each came from (roofline.bound)."""
+
+    gpu: str | None
+    gpu_source: str | None
+    gpu_shown: str | None
+    hbm_table_tb_s: float | None
+    tensor_parallel_size_source: str
+    pipeline_parallel_size_source: str
+    data_parallel_size_source: str
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    data_parallel_size: int
+    hbm_tb_s: float
+    hbm_source: str
+    known: bool
+    why: str
+    weight_dtype: str
+    bytes_per_param: float
+    active_params_b: float
+    active_params_source: str
+    bytes_per_token: float
+    per_sequence_tokens_per_s: float
+    arithmetic: str
+
+
+class Roofline(TypedDict):
+    """The bound, the measured rates and the judgement (roofline.roofline)."""
+
+    bound: RooflineBound
+    rates: list[DecodeRate]
+    status: FindingStatus
+    text: str
+    above: list[str]
+    min_share: float
+
+
 class RestartRow(TypedDict, total=False):
     """The operator's restart command as the cold load ran it, and its observed effect (coldload.cold_load)."""
 
@@ -581,7 +655,7 @@ class RunJson(TypedDict, total=False):
     calibration: CalibrationData
     model_card: dict[str, Any] | None
     cache_config_info: dict[str, str]
-    config: dict[str, Any]
+    config: ServerConfig
     log_error: str | None
     sampler_errors: dict[str, list[str]]
     files: dict[str, str | None]
