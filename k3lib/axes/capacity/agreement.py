@@ -28,7 +28,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .analysis import window
-from .shapes import Agreement, AgreementItem, CalibrationData, MetricRow, RequestRow, Window
+from .run_shapes import CalibrationData
+from .shapes import Agreement, AgreementItem, MetricRow, RequestRow, Window
 
 MIN_SAMPLES = 3
 IN_FLIGHT_ABS, IN_FLIGHT_REL = 1.0, 0.25

@@ -24,7 +24,8 @@ from ...io.workers import WorkerPool
 from .agreement import calibration_error_at
 from .config import CALIBRATION_BOUND_S
 from .shape import CapacityPlan
-from .shapes import CalibrationData, KnownTiming, RequestRow, Trust
+from .run_shapes import CalibrationData, KnownTiming
+from .shapes import RequestRow, Trust
 from .state import Recorder
 from .trust import (calibration_rounds, calibration_summary, cross_check_data, failed_report, gate_step,
                     known_timing, record_view)

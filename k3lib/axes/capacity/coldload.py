@@ -21,7 +21,7 @@ from .analysis import memory_at
 from .config import HEALTH_TIMEOUT_S
 from .result import LOG_TXT
 from .server import server_config
-from .shapes import HealthRow, ReadyRow, RestartRow
+from .run_shapes import HealthRow, ReadyRow, RestartRow
 from .state import Recorder
 from .watch import boundary_snapshot
 

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from .analysis import MIB, gpu_keys, gpu_label, increase, window
 from .classify import DECISIONS
 from .judge import implied_decision, iter_findings, traffic_cap
-from .shapes import MemoryPoint, PhaseRow, SeriesName, Unit
+from .run_shapes import PhaseRow, Unit
+from .shapes import MemoryPoint, SeriesName
 from .trust import cross_check_label
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ from .ranks import rank_findings
 from .reliability import calibration_finding, cross_check_finding
 from .result import CapacityResult
 from .roofline import roofline_findings
-from .shapes import OomEvent, TrafficCapRow
+from .run_shapes import OomEvent, TrafficCapRow
 from .ties import capacity_claims
 from .saturation import incomplete_finding, latency_findings, saturation_findings, soak_findings
 from .sessionjudge import session_findings, session_summary

@@ -16,7 +16,8 @@ from .agreement import calibration_error_at, settle_held, window_agreement
 from .analysis import judge_step, settled_stats, soak_analysis
 from .window import record_stats
 from .result import CapacityResult, read_capacity
-from .shapes import CalibrationData, MetricRow, RequestRow, RunJson, SoakRow, StepRow
+from .run_shapes import CalibrationData, RunJson
+from .shapes import MetricRow, RequestRow, SoakRow, StepRow
 
 
 def _requests(result: CapacityResult, phase: str, label: str | None) -> list[RequestRow]:

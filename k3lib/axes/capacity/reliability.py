@@ -10,7 +10,8 @@ from ...core.params import Params
 from .analysis import incomplete_load
 from .finding import finding as _f, load_windows, ms_text
 from .result import CapacityResult
-from .shapes import CalibrationSummary, CrossCheckData
+from .run_shapes import CalibrationSummary
+from .shapes import CrossCheckData
 
 
 def calibration_finding(result: CapacityResult) -> Finding | None:

@@ -14,7 +14,8 @@ from ...core.store import RunStore
 from .analysis import memory_around, saturation_point
 from .classify import REMEDIES, LogVerdict, OomClassification, classify_log, classify_oom
 from .config import OOM_AFTER_S, OOM_BEFORE_S
-from .shapes import GpuRow, MetricRow, OomEvent, PhaseRow, PlanRow, RequestRow, RunJson, StepRow, TurnRow
+from .run_shapes import OomEvent, PhaseRow, PlanRow, RunJson, TurnRow
+from .shapes import GpuRow, MetricRow, RequestRow, StepRow
 
 # What the capacity axis writes to the run folder (capacity.run writes, this module reads back).
 DIR = "evidence/capacity"

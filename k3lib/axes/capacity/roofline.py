@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ...core.evidence import Finding, FindingStatus
 from ...core.numbers import figure
 from ...core.floors import DTYPE_BYTES
-from .shapes import DecodeRate, Roofline, RooflineBound
+from .run_shapes import DecodeRate, Roofline, RooflineBound
 
 if TYPE_CHECKING:
     from ...core.params import Params

@@ -38,7 +38,7 @@ from .resume import CutSessions, cut_sessions, restore
 from .server import server_config
 from .sessions import SessionRun, SessionSource, play_sessions
 from .shape import PHASES
-from .shapes import CalibrationData, ReadyRow
+from .run_shapes import CalibrationData, ReadyRow
 from .soak import Soak, soak
 from .state import Recorder
 from .watch import closed_window

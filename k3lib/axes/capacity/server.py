@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...io.readers.vllm_log import VllmLogReport
-from .shapes import ConfigValue, ServerConfig
+from .run_shapes import ConfigValue, ServerConfig
 
 _BATCHED = re.compile(r"max_num_batched_tokens=(\d+)")
 _MAX_LEN = re.compile(r"Using max model len (\d+)")

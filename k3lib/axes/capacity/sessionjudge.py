@@ -25,7 +25,8 @@ from ...core.params import Params
 from .config import SESSION_REUSE_MIN
 from .finding import finding as _f
 from .result import CapacityResult
-from .shapes import LevelRow, MetricRow, SeriesName, SessionsRow, SessionSummary, TurnRow
+from .run_shapes import LevelRow, SessionsRow, SessionSummary, TurnRow
+from .shapes import MetricRow, SeriesName
 
 __all__ = ["align", "session_findings", "session_summary"]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .sessionjudge import align
-from .shapes import TurnRow
+from .run_shapes import TurnRow
 
 if TYPE_CHECKING:
     from .result import CapacityResult

@@ -18,7 +18,8 @@ from ...io.workers import WorkerPool, resolve_workers
 from .config import HEALTH_TIMEOUT_S, CapacityParams
 from .result import REQUESTS
 from .shape import CapacityPlan, plan_capacity
-from .shapes import FailureRow, GpuRow, HealthRow, MetricRow, RequestRow, Watch
+from .run_shapes import FailureRow, HealthRow, Watch
+from .shapes import GpuRow, MetricRow, RequestRow
 from .window import failure_kind
 
 if TYPE_CHECKING:

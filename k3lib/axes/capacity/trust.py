@@ -11,7 +11,8 @@ from typing import Any, cast
 
 from ...io.calibration import CalibrationReport, LoopLagReport, assess, gate_phase
 from ...io.crosscheck import CrossCheck
-from .shapes import CalibrationSummary, CrossCheckData, CrossCheckItemRow, KnownTiming, RequestRow, Trust
+from .run_shapes import CalibrationSummary, KnownTiming
+from .shapes import CrossCheckData, CrossCheckItemRow, RequestRow, Trust
 from .config import (CHUNKS, DEFAULT_ITL_MS, DEFAULT_TTFT_MS, ITL_RANGE_MS, MIN_GAPS, ROUNDS_BUDGET_S,
                      TTFT_RANGE_MS)
 

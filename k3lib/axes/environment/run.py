@@ -18,12 +18,13 @@ from ...io.gpu import NvmlSource
 from ...io.metrics import Snapshot
 from ...io.metrics.parse import parse_exposition
 from .judge import EnvironmentResult, evaluate
-from .shapes import JsonObject, ServerAnswers
+from .shapes import JsonObject
 from .sources import (
     _TOOL,
     ARTIFACTS,
     ATTACH_DIR,
     EnvironmentSources,
+    ServerAnswers,
     SourceText,
     _error_text,
     read_sources,

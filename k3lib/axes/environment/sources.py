@@ -10,7 +10,7 @@ import dataclasses
 import json
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 from ...core.errors import ArtifactError, BadInputError
 from ...io.metrics import Snapshot
@@ -18,7 +18,7 @@ from ...io.metrics.parse import parse_exposition
 from ...io.readers.collect_env import CollectEnvReport, parse_collect_env
 from ...io.readers.nvidia_smi import NvidiaSmiReport, parse_nvidia_smi
 from ...io.readers.vllm_log import VllmLogReport, parse_vllm_log
-from .shapes import JsonObject, ServerAnswers
+from .shapes import JsonObject
 
 if TYPE_CHECKING:
     from ...io.gpu import GpuSourceInfo
@@ -257,6 +257,17 @@ def sources_from_texts(build: str = "official", **raw: str | None) -> Environmen
 
 def substitute(value: str, base_url: str) -> str:
     return value.replace("{base_url}", base_url.rstrip("/"))
+
+
+class ServerAnswers(TypedDict, total=False):
+    """What the server's own answers say (sources.server_answers): `/version`, `/v1/models`, the chat reply and the
+    auto-tool-choice probe."""
+
+    api_version: str | None
+    models: tuple[JsonObject, ...]
+    fingerprint: str | None
+    chat_reasoning: bool
+    tool_probe: ToolChoiceProbe
 
 
 def _json_of(src: SourceText | None) -> Any:
