@@ -119,8 +119,6 @@ class SessionSource:
         cap = params.axes.capacity
         self.trace: list[list[SessionTurn]] | None = None
         if cap.session_trace:
-            from ...core.session import find_path
-
             path = find_path(cap.session_trace)
             self.trace = read_trace(path) if cap.session_trace_format == "k3" else \
                 convert_trace(cap.session_trace_format, path)
