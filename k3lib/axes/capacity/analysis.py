@@ -17,7 +17,7 @@ from ...core.numbers import figure
 from ...core.stats import Interval, min_samples
 from .config import KV_FULL
 from .shapes import GpuRow, MemoryAt, MemoryGrowth, MemoryPoint, MetricRow, SeriesName, SettledStats, SoakAnalysis
-from .shapes import Interval as IntervalRow
+from .shapes import IntervalRow
 
 MIB = 1024 * 1024
 Row = TypeVar("Row", MetricRow, GpuRow)  # a sampled row: a /metrics sample or a GPU one

@@ -17,7 +17,7 @@ from .ranks import rank_findings
 from .reliability import calibration_finding, cross_check_finding
 from .result import CapacityResult
 from .roofline import roofline_findings
-from .run_shapes import OomEvent, TrafficCapRow
+from .run_shapes import OomEventRow, TrafficCapRow
 from .ties import capacity_claims
 from .saturation import incomplete_finding, latency_findings, saturation_findings, soak_findings
 from .sessionjudge import session_findings, session_summary
@@ -136,9 +136,9 @@ def capacity_record(result: CapacityResult, ctx: "JudgeContext") -> EvidenceReco
         attachments=sorted(set(attachments)))
 
 
-def _oom_data(oom: OomEvent | None) -> OomEvent | None:
+def _oom_data(oom: OomEventRow | None) -> OomEventRow | None:
     if oom is None:
         return None
-    return cast(OomEvent, {k: oom.get(k) for k in ("kind", "phase", "step", "in_flight", "at_wall", "via", "classification",
+    return cast(OomEventRow, {k: oom.get(k) for k in ("kind", "phase", "step", "in_flight", "at_wall", "via", "classification",
                                     "log_line", "log_text", "log_time", "log_time_wall", "lines_before",
                                     "memory_around")})

@@ -14,7 +14,7 @@ from ...core.store import RunStore
 from .analysis import memory_around, saturation_point
 from .classify import REMEDIES, LogVerdict, OomClassification, classify_log, classify_oom
 from .config import OOM_AFTER_S, OOM_BEFORE_S
-from .run_shapes import OomEvent, PhaseRow, PlanRow, RunJson, TurnRow
+from .run_shapes import OomEventRow, PhaseRow, PlanRow, RunJson, TurnRow
 from .shapes import GpuRow, MetricRow, RequestRow, StepRow
 
 # What the capacity axis writes to the run folder (capacity.run writes, this module reads back).
@@ -34,7 +34,7 @@ class CapacityResult:
     gpu: list[GpuRow]
     requests: list[RequestRow]
     log: VllmLogReport | None
-    oom: OomEvent | None  # the assembled event (see `oom_event`), None when nothing failed
+    oom: OomEventRow | None  # the assembled event (see `oom_event`), None when nothing failed
     sessions: list[TurnRow] = dataclasses.field(default_factory=list)  # the session phase's turns
 
     @property
@@ -103,7 +103,7 @@ def _lines_before(log: VllmLogReport, line: int, n: int = 20) -> list[str]:
     return [x.text for x in log.lines[start:line - 1]]
 
 
-def oom_event(run: RunJson, log: VllmLogReport | None, gpu_rows: list[GpuRow]) -> OomEvent | None:
+def oom_event(run: RunJson, log: VllmLogReport | None, gpu_rows: list[GpuRow]) -> OomEventRow | None:
     """The memory failure of a run, if any: what it was (`kind`), when (client-observed and log time), where
     (phase, step, requests in flight), its class and decision, the log lines before it and the memory curve
     around it. `kind`: "oom" (the log shows it), "not-ready", "engine-death" (the log shows a fatal error that
@@ -113,7 +113,7 @@ def oom_event(run: RunJson, log: VllmLogReport | None, gpu_rows: list[GpuRow]) -
     failure = run.get("failure")
     verdict: LogVerdict | None = classify_log(log) if log is not None else None
     near = (run.get("phases") or [{}])[0].get("start_wall") or 0.0
-    event: OomEvent = {}
+    event: OomEventRow = {}
     cls: OomClassification | None = None
 
     if ready and not ready.get("ready"):

@@ -318,7 +318,7 @@ class TrafficCapRow(TypedDict, total=False):
     basis: str
 
 
-class OomEvent(TypedDict, total=False):
+class OomEventRow(TypedDict, total=False):
     """The memory failure of a run, assembled from the client's first failure, the health polls and the server log
     (result.oom_event)."""
 

@@ -71,7 +71,7 @@ class RequestRow(TypedDict, total=False):
     raw_json: Any
 
 
-class Interval(TypedDict, total=False):
+class IntervalRow(TypedDict, total=False):
     """A bootstrap interval of a percentile (k3lib.core.stats.Interval.to_dict)."""
 
     estimate: float
