@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
+from pydantic import JsonValue
+
 from ...core.evidence import FindingStatus
 from .shapes import ClientStats, MemoryAt, MemoryPoint, SoakRow, StepRow, WindowNumbers
 
@@ -133,7 +135,7 @@ class CalibrationData(TypedDict, total=False):
     max_error_ms: float
     error: str | None
     summary: list[CalibrationSummary]
-    reports: list[dict[str, Any]]  # k3lib.io.calibration.CalibrationReport.to_dict, as it writes them
+    reports: list[dict[str, JsonValue]]  # k3lib.io.calibration.CalibrationReport.to_dict, as it writes them
 
 
 #: A setting as a source states it: a number where it reads as one, else its text (server._as_number), or a flag.
@@ -282,6 +284,24 @@ class SessionSummary(SessionsRow, total=False):
 Unit = StepRow | SoakRow | LevelRow | LengthRow  # what a phase's figure marks: its steps, soak, levels or lengths
 
 
+class RefusalRow(TypedDict, total=False):
+    """The out-of-contract probe: a prompt beyond the contract's context limit, and what the server did with it
+    (longcontext._refusal_probe; `outcome` alone when the phase did not run)."""
+
+    outcome: str
+    reason: str
+    prompt_tokens: int | None
+    sized_by: str
+    contract_limit_tokens: int
+    http_status: int | None
+    message: str
+    context_message: bool
+    engine_alive_after: bool
+    start_wall: float
+    end_wall: float
+    e2e_ms: float | None
+
+
 class RunJson(TypedDict, total=False):
     """`evidence/capacity/run.json`: the run description (run.CapacityRunner.describe), rewritten after each phase."""
 
@@ -292,7 +312,7 @@ class RunJson(TypedDict, total=False):
     phases: list[PhaseRow]
     steps: list[StepRow]
     long_context: list[LengthRow]
-    refusal: dict[str, Any]
+    refusal: RefusalRow
     ready: ReadyRow
     health: list[HealthRow]
     failure: FailureRow | None
@@ -300,7 +320,7 @@ class RunJson(TypedDict, total=False):
     soak: SoakRow | None
     notes: list[str]
     calibration: CalibrationData
-    model_card: dict[str, Any] | None
+    model_card: dict[str, JsonValue] | None  # the served model's /v1/models card
     cache_config_info: dict[str, str]
     config: ServerConfig
     log_error: str | None
