@@ -16,8 +16,8 @@ from typing_extensions import TypedDict  # pydantic validates a model's TypedDic
 from .drillshapes import RenewalDrillData
 from .results import AxisResult, Num
 
-# a value as a JSON file gives it (an export's row, a reply's body), and as a YAML file does (dates too)
-JsonValue = str | int | float | bool | None | list["JsonValue"] | dict[str, "JsonValue"]
+# a value as a JSON file gives it (an export's row, a reply's body: k3lib.core.jsonvalue), and as a YAML file does
+# (dates too)
 YamlValue = str | int | float | bool | None | dt.date | list["YamlValue"] | dict[str, "YamlValue"]
 ParamTree = dict[str, YamlValue]  # parameters files layered, before their model validates them
 AxisId = Literal["load", "production", "comparison", "cost", "stability", "operations"]

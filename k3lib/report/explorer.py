@@ -20,6 +20,7 @@ from pydantic import Field
 
 from ..axes.capacity.analysis import MIB, gpu_keys, gpu_label, increase
 from ..axes.capacity.run import pinned_params
+from ..axes.capacity.shapes import ClientStats
 from ..axes.capacity.window import failure_kind, record_stats
 from ..core.errors import APIError, TargetError
 from ..core.record import Record
@@ -69,7 +70,7 @@ class BurstResult(Record):
     metrics: list[dict[str, Any]] = Field(exclude=True)  # k3lib.io.sampling.Timeline.metric_rows
     gpu: list[dict[str, Any]] = Field(exclude=True)  # k3lib.io.sampling.Timeline.gpu_rows
     requests: list[dict[str, Any]] = Field(exclude=True)  # the request lines, as requests.jsonl holds them
-    stats: dict[str, Any]  # k3lib.axes.capacity.window.record_stats
+    stats: ClientStats  # k3lib.axes.capacity.window.record_stats
     engine_alive_after: bool | None
     note: str = ""
 

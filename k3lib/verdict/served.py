@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from ..core.evidence import EvidenceRecord
 from ..core.recipes import known_recipe, served_recipe
-from .shapes import RooflineBound, ServedFacts
+from ..axes.capacity.run_shapes import RooflineBound
+from .shapes import ServedFacts
 
 __all__ = ["served_facts", "served_models"]
 
@@ -43,6 +44,6 @@ def served_facts(records: dict[str, EvidenceRecord], recipe_name: object = None)
     if found is not None:
         out.update({"recipe": dict(found[0].judged), "recipe_name": found[0].name, "recipe_model": found[1]})
     bound = _roofline_bound(records)
-    if bound.get("gpu_shown"):
-        out.update({"gpu": bound["gpu_shown"], "hbm_tb_s": bound.get("hbm_table_tb_s")})
+    if gpu := bound.get("gpu_shown"):
+        out.update({"gpu": gpu, "hbm_tb_s": bound.get("hbm_table_tb_s")})
     return out

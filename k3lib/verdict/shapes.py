@@ -16,7 +16,7 @@ from typing_extensions import TypedDict
 from ..io.claims import Claims
 
 __all__ = ["ChecklistRow", "DecisionCap", "DecisionDoc", "IdentityDoc", "LoosenedDoc", "RecipeSection",
-           "RooflineBound", "ServedFacts", "TieDoc"]
+           "ServedFacts", "TieDoc"]
 
 
 @with_config(ConfigDict(extra="allow"))
@@ -110,13 +110,6 @@ class RecipeSection(TypedDict, total=False):
     driver_branch_min: int | None
     build: str
     image: str | None
-
-
-class RooflineBound(TypedDict, total=False):
-    """The GPU the capacity record's roofline finding shows (`evidence.bound` of `capacity.roofline`)."""
-
-    gpu_shown: str
-    hbm_table_tb_s: float | None
 
 
 class ServedFacts(TypedDict, total=False):

@@ -13,7 +13,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, cast
 
 import jsonschema
-from pydantic import JsonValue, computed_field
+from pydantic import computed_field
+
+from ...core.jsonvalue import JsonValue
 
 from ...core.record import Record
 from ...io.chatstream import ToolCall

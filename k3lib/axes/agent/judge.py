@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from pydantic import JsonValue
+from ...core.jsonvalue import JsonValue
 
 from ...core.evidence import EvidenceRecord, Finding, axis_status
 from ...core.numbers import figure

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from pydantic import JsonValue
+from ...core.jsonvalue import JsonValue
 
 from ..shapes import JsonObject
 

@@ -25,38 +25,38 @@ the sampled rows in, a plain dict out (kept as the window's `agreement`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from .analysis import window
+from .run_shapes import CalibrationData
+from .shapes import Agreement, AgreementItem, MetricRow, RequestRow, Window
 
 MIN_SAMPLES = 3
 IN_FLIGHT_ABS, IN_FLIGHT_REL = 1.0, 0.25
 QUEUE_ABS, QUEUE_REL = 0.5, 0.5
-Row = Mapping[str, Any]
 
 
 def _item(quantity: str, server: float | None, client: float | None, tolerance: float | None, agrees: bool | None,
-          note: str) -> dict[str, Any]:
+          note: str) -> AgreementItem:
     r = (lambda v: None if v is None else round(float(v), 3))  # noqa: E731
     return {"quantity": quantity, "server": r(server), "client": r(client), "tolerance": r(tolerance),
             "agrees": agrees, "note": note}
 
 
-def in_flight_at(requests: Sequence[Row], t_wall: float) -> int:
+def in_flight_at(requests: Sequence[RequestRow], t_wall: float) -> int:
     """The kit's requests in flight at one instant: sent at or before it, not finished by it."""
     ns = t_wall * 1e9
     return sum(1 for r in requests if (r.get("sent_wall_ns") or float("inf")) <= ns < (r.get("done_wall_ns") or ns + 1))
 
 
-def in_flight_item(rows: Sequence[Row], requests: Sequence[Row]) -> dict[str, Any]:
+def in_flight_item(rows: Sequence[MetricRow], requests: Sequence[RequestRow]) -> AgreementItem:
     """One-sided: the engine cannot hold more of the kit's requests than the kit has in flight — more is another
     client's load, or another deployment's gauges. Fewer is normal: a request in flight at the client spends part
     of its life in the server's front end (rendering, tokenizing, detokenizing, the network), outside the engine's
     gauges — on real vLLM 0.32.0 on two busy CPU cores, 0.14 in the engine for 1.7 in flight (a gauge of an idle
     server shows here too, and its counters then miss the kit's requests: `counts`)."""
-    pairs = [(float(r["num_requests_running"]) + float(r.get("num_requests_waiting") or 0.0),
-              in_flight_at(requests, float(r["t_wall"]))) for r in rows if r.get("num_requests_running") is not None]
+    pairs = [(float(running) + float(r.get("num_requests_waiting") or 0.0), in_flight_at(requests, float(r["t_wall"])))
+             for r in rows if (running := r.get("num_requests_running")) is not None]
     note = ("server: running + waiting at each sample; client: the kit's requests in flight at that instant; the "
             f"server may not exceed the client by more than max({IN_FLIGHT_ABS:g}, {IN_FLIGHT_REL:.0%})")
     if len(pairs) < MIN_SAMPLES:
@@ -68,7 +68,7 @@ def in_flight_item(rows: Sequence[Row], requests: Sequence[Row]) -> dict[str, An
     return _item("in flight", server, client, tol, server - client <= tol, note)
 
 
-def queue_edges_s(requests: Sequence[Row], start: float, end: float) -> tuple[float, float]:
+def queue_edges_s(requests: Sequence[RequestRow], start: float, end: float) -> tuple[float, float]:
     """How much queueing the window's histogram may miss or hold from outside it, in request-seconds. vLLM observes a
     request's queue time when the request finishes: a request still in flight at the window's end may have waited
     inside it unseen (at most its time in the window), and one that finished inside it after being sent before its
@@ -86,9 +86,9 @@ def queue_edges_s(requests: Sequence[Row], start: float, end: float) -> tuple[fl
     return after, before
 
 
-def queue_item(rows: Sequence[Row], w: Row, duration_s: float,
-               edges_s: tuple[float, float] = (0.0, 0.0)) -> dict[str, Any]:
-    waiting = [float(r["num_requests_waiting"]) for r in rows if r.get("num_requests_waiting") is not None]
+def queue_item(rows: Sequence[MetricRow], w: Window, duration_s: float,
+               edges_s: tuple[float, float] = (0.0, 0.0)) -> AgreementItem:
+    waiting = [float(v) for r in rows if (v := r.get("num_requests_waiting")) is not None]
     mean_ms, count = w.get("queue_mean_ms"), w.get("queue_count")
     note = ("server: the waiting gauge's mean vs Little's law over the queue-time histogram (the window's queue "
             f"times ÷ its length); tolerance max({QUEUE_ABS:g}, {QUEUE_REL:.0%}), widened by the queueing of the "
@@ -111,7 +111,7 @@ def queue_item(rows: Sequence[Row], w: Row, duration_s: float,
                                      "histogram" if preempted else ""))
 
 
-def preemption_item(w: Row) -> dict[str, Any]:
+def preemption_item(w: Window) -> AgreementItem:
     boundary, sampled = w.get("preemptions"), w.get("preemptions_sampled")
     note = "boundary scrapes vs the sampled series inside them: the sampled increase can never be larger"
     if boundary is None or sampled is None:
@@ -119,18 +119,19 @@ def preemption_item(w: Row) -> dict[str, Any]:
     return _item("preemptions", boundary, sampled, 0.0, float(sampled) <= float(boundary), note)
 
 
-def counts_item(w: Row) -> dict[str, Any]:
+def counts_item(w: Window) -> AgreementItem:
     check = w.get("cross_check") or {}
     by = {i.get("quantity"): i for i in check.get("items") or []}
-    sent = by.get("requests sent") or by.get("requests finished") or {}
-    bad = [q for q in check.get("disagreements") or [] if (by.get(q) or {}).get("unit") != "ms"]
+    sent = by.get("requests sent") or by.get("requests finished")
+    bad = [q for q in check.get("disagreements") or [] if (item := by.get(q)) is None or item.get("unit") != "ms"]
     said = "; ".join(f"{q}: client {by[q].get('client')}, server {by[q].get('server')}" for q in bad if q in by)
     note = ("server: request and token counters; client: the kit's requests and their usage (exact, widened by the "
             "requests cut at the deadline)" + (f" — {said}" if said else ""))
-    return _item("counts", sent.get("server"), sent.get("client"), 0.0, check.get("counts_agree"), note)
+    return _item("counts", sent.get("server") if sent else None, sent.get("client") if sent else None, 0.0,
+                 check.get("counts_agree"), note)
 
 
-def ttft_item(w: Row, calibration_error_ms: float | None) -> dict[str, Any]:
+def ttft_item(w: Window, calibration_error_ms: float | None) -> AgreementItem:
     """Shown, never decisive: vLLM v1 starts its TTFT once the API server has rendered and tokenized the request, so
     the client's TTFT exceeds it by that front-end time — 80 ms on real vLLM 0.32.0 on two busy CPU cores, where the
     server said 15 ms — and no tolerance separates that from queueing the histogram missed. The queue itself is
@@ -145,8 +146,8 @@ def ttft_item(w: Row, calibration_error_ms: float | None) -> dict[str, Any]:
     return _item("TTFT p50", item["server"], item["client"], tol, None, note)
 
 
-def window_agreement(w: Row, requests: Sequence[Row], metric_rows: Sequence[Row], *, settle_fraction: float,
-                     calibration_error_ms: float | None = None) -> dict[str, Any]:
+def window_agreement(w: Window, requests: Sequence[RequestRow], metric_rows: Sequence[MetricRow], *,
+                     settle_fraction: float, calibration_error_ms: float | None = None) -> Agreement:
     """Every pair of measurements of one window compared: {"agrees": True | False | None, "samples", "items",
     "disagreements", "text"}. None: nothing could be compared (no server series, too few samples)."""
     start, end = w.get("start_wall"), w.get("end_wall")
@@ -174,7 +175,7 @@ def window_agreement(w: Row, requests: Sequence[Row], metric_rows: Sequence[Row]
 CLIENT_REASONS = ("did not complete", "no request completed", "the engine died", "worker")
 
 
-def settle_held(held: bool, why: Sequence[str], agreement: Mapping[str, Any]) -> tuple[bool | None, list[str]]:
+def settle_held(held: bool, why: Sequence[str], agreement: Agreement) -> tuple[bool | None, list[str]]:
     """A window's held/why once its measurements are compared: a failure the client saw itself stands; otherwise a
     window whose measurements disagree, or whose gauges rest on fewer than three samples, is undecided (None) —
     never held — with the disagreement named."""
@@ -186,10 +187,10 @@ def settle_held(held: bool, why: Sequence[str], agreement: Mapping[str, Any]) ->
     return held, why
 
 
-def calibration_error_at(calibration: Mapping[str, Any] | None, concurrency: int) -> float | None:
+def calibration_error_at(calibration: CalibrationData | None, concurrency: int) -> float | None:
     """The client's TTFT error p99 the self-calibration measured nearest above `concurrency` (None: not
     calibrated)."""
     rows = [r for r in (calibration or {}).get("summary") or [] if r.get("ttft_error_ms_p99") is not None]
     above = sorted((r for r in rows if r["concurrency"] >= concurrency), key=lambda r: r["concurrency"])
     pick = above[0] if above else (max(rows, key=lambda r: r["concurrency"]) if rows else None)
-    return None if pick is None else float(pick["ttft_error_ms_p99"])
+    return None if pick is None else float(pick["ttft_error_ms_p99"] or 0.0)  # picked among those that have one

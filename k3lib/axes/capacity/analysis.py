@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from ...core.numbers import figure
 from ...core.stats import Interval, min_samples
 from .config import KV_FULL
+from .shapes import GpuRow, MemoryAt, MemoryGrowth, MemoryPoint, MetricRow, SeriesName, SettledStats, SoakAnalysis
+from .shapes import IntervalRow
 
 MIB = 1024 * 1024
-Row = Mapping[str, Any]
+Row = TypeVar("Row", MetricRow, GpuRow)  # a sampled row: a /metrics sample or a GPU one
 
 
 def _num(value: Any) -> float | None:
@@ -37,7 +39,7 @@ def window(rows: Iterable[Row], start: float, end: float) -> list[Row]:
                   key=lambda r: float(r["t_wall"]))
 
 
-def series(rows: Sequence[Row], column: str) -> list[tuple[float, float]]:
+def series(rows: Sequence[MetricRow], column: SeriesName) -> list[tuple[float, float]]:
     return [(float(r["t_wall"]), v) for r in rows if (v := _num(r.get(column))) is not None]
 
 
@@ -74,7 +76,7 @@ def _mean(values: Sequence[float]) -> float | None:
 # Steps
 
 
-def waiting_while_full(rows: Sequence[Row], admit_limit: int | None, kv_full: float = KV_FULL) -> float | None:
+def waiting_while_full(rows: Sequence[MetricRow], admit_limit: int | None, kv_full: float = KV_FULL) -> float | None:
     """Mean waiting requests, a sample's waiting counted only when the engine could not admit them: running at its
     admission limit (max_num_seqs × DP) or the KV pool full. Requests waiting while the engine had room only wait
     for its next step — scheduling latency that a busy machine stretches, not saturation. Without the admission
@@ -91,8 +93,8 @@ def waiting_while_full(rows: Sequence[Row], admit_limit: int | None, kv_full: fl
     return _mean(values)
 
 
-def settled_stats(metric_rows: Sequence[Row], start: float, end: float, settle_fraction: float,
-                  admit_limit: int | None = None) -> dict[str, Any]:
+def settled_stats(metric_rows: Sequence[MetricRow], start: float, end: float, settle_fraction: float,
+                  admit_limit: int | None = None) -> SettledStats:
     """Server gauges over the settled part of a window (its head is the ramp-up) and counters over all of it."""
     whole = window(metric_rows, start, end)
     settled = window(metric_rows, start + (end - start) * settle_fraction, end)
@@ -213,7 +215,7 @@ def queue_verdict(step: Mapping[str, Any], objective_ms: float | None
 
 
 def latency_verdict(step: Mapping[str, Any], key: str, objective_ms: float | None
-                    ) -> tuple[Literal["pass", "fail", "inconclusive"] | None, str, dict[str, Any] | None]:
+                    ) -> tuple[Literal["pass", "fail", "inconclusive"] | None, str, IntervalRow | None]:
     """Whether a window's client p95 (`key`: "ttft" or "e2e") meets the objective, judged on the bootstrap interval
     of the p95 over the window's requests (`<key>_p95_interval`, see k3lib.axes.capacity.window.record_stats):
     ("pass" | "fail" | "inconclusive" | None, the sentence, the interval). None: no objective. A pass needs the
@@ -255,7 +257,7 @@ def saturation_point(steps: Sequence[Mapping[str, Any]]) -> int | None:
 # Memory
 
 
-def gpu_keys(gpu_rows: Iterable[Row]) -> list[tuple[str, int]]:
+def gpu_keys(gpu_rows: Iterable[Mapping[str, Any]]) -> list[tuple[str, int]]:
     return sorted({(str(r.get("host")), int(r["gpu"])) for r in gpu_rows if r.get("gpu") is not None})
 
 
@@ -263,9 +265,9 @@ def gpu_label(key: tuple[str, int]) -> str:
     return f"{key[0]}/gpu{key[1]}"
 
 
-def memory_at(gpu_rows: Sequence[Row], t_wall: float) -> list[dict[str, Any]]:
+def memory_at(gpu_rows: Sequence[GpuRow], t_wall: float) -> list[MemoryAt]:
     """Each GPU's memory at `t_wall`: its last sample at or before, else its first after."""
-    out = []
+    out: list[MemoryAt] = []
     for key in gpu_keys(gpu_rows):
         rows = [r for r in gpu_rows if (str(r.get("host")), r.get("gpu")) == key and _num(r.get("t_wall"))]
         before = [r for r in rows if float(r["t_wall"]) <= t_wall]
@@ -280,9 +282,9 @@ def memory_at(gpu_rows: Sequence[Row], t_wall: float) -> list[dict[str, Any]]:
     return out
 
 
-def memory_around(gpu_rows: Sequence[Row], t_wall: float, before_s: float, after_s: float) -> list[dict[str, Any]]:
+def memory_around(gpu_rows: Sequence[GpuRow], t_wall: float, before_s: float, after_s: float) -> list[MemoryPoint]:
     """The memory curve of every GPU around a moment (an OOM): t relative to it, used MiB."""
-    out = []
+    out: list[MemoryPoint] = []
     for r in window(gpu_rows, t_wall - before_s, t_wall + after_s):
         used = _num(r.get("fb_used_bytes"))
         out.append({"gpu": gpu_label((str(r.get("host")), int(r["gpu"]))),
@@ -291,9 +293,9 @@ def memory_around(gpu_rows: Sequence[Row], t_wall: float, before_s: float, after
     return out
 
 
-def memory_growth(gpu_rows: Sequence[Row], start: float, end: float) -> list[dict[str, Any]]:
+def memory_growth(gpu_rows: Sequence[GpuRow], start: float, end: float) -> list[MemoryGrowth]:
     """Per GPU: the fitted growth over the window (MiB), its slope per minute and r², first and last values."""
-    out = []
+    out: list[MemoryGrowth] = []
     rows = window(gpu_rows, start, end)
     for key in gpu_keys(rows):
         pts = [(float(r["t_wall"]), used / MIB) for r in rows
@@ -313,12 +315,12 @@ def memory_growth(gpu_rows: Sequence[Row], start: float, end: float) -> list[dic
 # Soak
 
 
-def _thirds(rows: Sequence[Row], start: float, end: float) -> tuple[list[Row], list[Row]]:
+def _thirds(rows: Sequence[MetricRow], start: float, end: float) -> tuple[list[MetricRow], list[MetricRow]]:
     third = (end - start) / 3
     return window(rows, start, start + third), window(rows, end - third, end)
 
 
-def _hit_rate(rows: Sequence[Row]) -> float | None:
+def _hit_rate(rows: Sequence[MetricRow]) -> float | None:
     q = [v for _, v in series(rows, "prefix_cache_queries_total")]
     h = [v for _, v in series(rows, "prefix_cache_hits_total")]
     if len(q) < 2 or len(h) < 2:
@@ -327,10 +329,10 @@ def _hit_rate(rows: Sequence[Row]) -> float | None:
     return increase(h) / dq if dq > 0 else None
 
 
-def soak_analysis(metric_rows: Sequence[Row], gpu_rows: Sequence[Row], start: float, end: float, *,
+def soak_analysis(metric_rows: Sequence[MetricRow], gpu_rows: Sequence[GpuRow], start: float, end: float, *,
                   concurrency: int, memory_growth_min_mib: float, kv_trend_max: float, hit_rate_drop_max: float,
                   fragmentation_share_max: float, waiting_tolerance: float,
-                  settle_fraction: float = 0.0, admit_limit: int | None = None) -> dict[str, Any]:
+                  settle_fraction: float = 0.0, admit_limit: int | None = None) -> SoakAnalysis:
     """Accumulation (memory slope, KV usage first → last third), eviction (prefix hit rate first → last third),
     fragmentation (usage high while few run) and preemption rate over a soak window. A lasting queue is judged, as
     in the steps, on the settled part only: the head of the window is the ramp-up, where every request of the

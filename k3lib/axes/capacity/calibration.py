@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import httpx
@@ -24,6 +24,8 @@ from ...io.workers import WorkerPool
 from .agreement import calibration_error_at
 from .config import CALIBRATION_BOUND_S
 from .shape import CapacityPlan
+from .run_shapes import CalibrationData, KnownTiming
+from .shapes import RequestRow, Trust
 from .state import Recorder
 from .trust import (calibration_rounds, calibration_summary, cross_check_data, failed_report, gate_step,
                     known_timing, record_view)
@@ -34,14 +36,14 @@ class Calibration:
     """The client's self-calibration: what it ran against, as the run description writes it (`data`), and its
     reports, which gate each load window's latency figures."""
 
-    data: dict[str, Any]
+    data: CalibrationData
     reports: tuple[CalibrationReport, ...] = ()
 
     def error_at(self, concurrency: int) -> float | None:
         return calibration_error_at({"summary": calibration_summary(list(self.reports))}, concurrency)
 
-    def trust(self, summary: Any, bucket: Sequence[Mapping[str, Any]], concurrency: int,
-              before: Snapshot | None, after: Snapshot | None) -> dict[str, Any]:
+    def trust(self, summary: Any, bucket: Sequence[RequestRow], concurrency: int,
+              before: Snapshot | None, after: Snapshot | None) -> Trust:
         """A window's calibration gate and its client/server cross-check, as step fields."""
         check = None
         error = None
@@ -50,17 +52,16 @@ class Calibration:
                 check = cross_check([record_view(r) for r in bucket], before, after)
             except (ValueError, KeyError) as exc:
                 error = f"{type(exc).__name__}: {exc}"[:300]
-        spread = {"workers": summary.workers if summary is not None else None,
-                  "degraded": summary.degraded if summary is not None else None}
         return {**gate_step(summary, list(self.reports), concurrency), "cross_check": cross_check_data(check, error),
-                **spread}
+                "workers": summary.workers if summary is not None else None,
+                "degraded": summary.degraded if summary is not None else None}
 
 
 def not_run(enabled: bool) -> Calibration:
     return Calibration({"enabled": enabled, "ran": False})
 
 
-async def calibrate(rec: Recorder, measured: Sequence[Mapping[str, Any]]) -> Calibration:
+async def calibrate(rec: Recorder, measured: Sequence[RequestRow]) -> Calibration:
     """The client's own timing error at the calibrated concurrencies, against a known-timing server on this
     machine (a real socket on 127.0.0.1), bounded whatever that server does; `measured`: the long-context records
     whose timing it imitates. A calibration that cannot complete counts as failed: the steps it would have vouched
@@ -98,7 +99,7 @@ async def calibrate(rec: Recorder, measured: Sequence[Mapping[str, Any]]) -> Cal
                        tuple(reports))
 
 
-async def _calibrate_here(plan: CapacityPlan, url: str, timing: Mapping[str, Any]) -> list[CalibrationReport]:
+async def _calibrate_here(plan: CapacityPlan, url: str, timing: KnownTiming) -> list[CalibrationReport]:
     """The calibration in this process, one round per calibrated concurrency."""
     reports = []
     client = ChatClient(url, timeout_s=CALIBRATION_BOUND_S, connect_timeout_s=5.0)
@@ -119,12 +120,13 @@ async def _calibrate_here(plan: CapacityPlan, url: str, timing: Mapping[str, Any
 
 
 async def _calibrate_spread(plan: CapacityPlan, pool: WorkerPool, url: str,
-                            timing: Mapping[str, Any]) -> list[CalibrationReport]:
+                            timing: KnownTiming) -> list[CalibrationReport]:
     """The calibration over the worker processes, as the steps will spread their streams: per worker and whole."""
-    kw = {"known_ttft_ms": timing["known_ttft_ms"], "known_itl_ms": timing["known_itl_ms"],
-          "max_error_ms": plan.calibration_max_error_ms}
+    ttft, itl, bound = timing["known_ttft_ms"], timing["known_itl_ms"], plan.calibration_max_error_ms
     # a warm-up round kept out of it: the workers' fresh connection pools, the fresh server's first answers
-    await calibrate_workers(pool, url, concurrency=plan.calibration_concurrencies[0], chunks=2, **kw)
+    await calibrate_workers(pool, url, concurrency=plan.calibration_concurrencies[0], chunks=2, known_ttft_ms=ttft,
+                            known_itl_ms=itl, max_error_ms=bound)
     return [await calibrate_workers(pool, url, concurrency=c, chunks=timing["chunks"],
-                                    rounds=calibration_rounds(c, timing), **kw)
+                                    rounds=calibration_rounds(c, timing), known_ttft_ms=ttft, known_itl_ms=itl,
+                                    max_error_ms=bound)
             for c in plan.calibration_concurrencies]

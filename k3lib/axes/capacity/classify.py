@@ -7,8 +7,9 @@ log read on its own (the last periodic stats line before the OOM says how many r
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
 
 from ...core.outcomes import rule_for
 from ...io.readers.vllm_log import VllmLogReport
@@ -33,19 +34,19 @@ OOM_RULES: dict[str, str] = {"startup": "capacity.startup_oom", "long-context": 
 DECISIONS: dict[str, str] = {cls: rule_for(rule).level.value for cls, rule in OOM_RULES.items()}
 
 
-@dataclass(frozen=True)
-class OomClassification:
+class OomClassification(BaseModel):
+    """The class of a memory failure, its remedy and the decision it implies; dumped into the OOM event."""
+
+    model_config = ConfigDict(frozen=True)
+
     oom_class: OomClass
     remedy: str
     decision: str
     basis: str  # why this class: the phase, the requests in flight, the stats line read
 
-    def to_dict(self) -> dict[str, str]:
-        return {"oom_class": self.oom_class, "remedy": self.remedy, "decision": self.decision, "basis": self.basis}
-
 
 def _made(cls: OomClass, basis: str) -> OomClassification:
-    return OomClassification(cls, REMEDIES[cls], DECISIONS[cls], basis)
+    return OomClassification(oom_class=cls, remedy=REMEDIES[cls], decision=DECISIONS[cls], basis=basis)
 
 
 def classify_oom(phase: str, *, in_flight: int | None = None, ready: bool = True) -> OomClassification:
@@ -69,9 +70,10 @@ def classify_oom(phase: str, *, in_flight: int | None = None, ready: bool = True
 # A server log on its own
 
 
-@dataclass(frozen=True)
-class LogVerdict:
+class LogVerdict(BaseModel):
     """What a vLLM log says about memory: the most severe event, its class and the decision it implies."""
+
+    model_config = ConfigDict(frozen=True)
 
     kind: LogKind
     oom_class: OomClass | None
@@ -81,10 +83,11 @@ class LogVerdict:
     context_rejections: int
     basis: str
 
-    def to_dict(self) -> dict[str, object]:
-        return {"kind": self.kind, "oom_class": self.oom_class, "decision": self.decision, "line": self.line,
-                "running_before": self.running_before, "context_rejections": self.context_rejections,
-                "basis": self.basis}
+
+def _verdict(kind: LogKind, oom_class: OomClass | None, decision: str | None, line: int | None,
+             running_before: int | None, context_rejections: int, basis: str) -> LogVerdict:
+    return LogVerdict(kind=kind, oom_class=oom_class, decision=decision, line=line, running_before=running_before,
+                      context_rejections=context_rejections, basis=basis)
 
 
 def classify_log(report: VllmLogReport) -> LogVerdict:
@@ -93,7 +96,7 @@ def classify_log(report: VllmLogReport) -> LogVerdict:
     oom = report.oom
     if oom is not None and oom.phase == "startup":
         made = _made("startup", f"memory failure before the server was ready (line {oom.line})")
-        return LogVerdict("startup-oom", made.oom_class, made.decision, oom.line, None, rejections, made.basis)
+        return _verdict("startup-oom", made.oom_class, made.decision, oom.line, None, rejections, made.basis)
     if oom is not None:
         before = [s for s in report.stats if s.line < oom.line and s.running is not None]
         running = before[-1].running if before else None
@@ -105,14 +108,14 @@ def classify_log(report: VllmLogReport) -> LogVerdict:
         else:
             made = _made("concurrency", f"OOM while serving with {running} requests running (stats line "
                                         f"{before[-1].line}): requests overlapped")
-        return LogVerdict("serving-oom", made.oom_class, made.decision, oom.line, running, rejections, made.basis)
+        return _verdict("serving-oom", made.oom_class, made.decision, oom.line, running, rejections, made.basis)
     if report.engine_death is not None:
-        return LogVerdict("engine-death", None, None, report.engine_death.line, None, rejections,
+        return _verdict("engine-death", None, None, report.engine_death.line, None, rejections,
                           f"the engine died while serving (line {report.engine_death.line}) without a memory "
                           "error: not an OOM, look at the error above it")
     if rejections:
         first = report.context_rejections[0]
-        return LogVerdict("context-rejection", None, None, first.lines[0], None, rejections,
+        return _verdict("context-rejection", None, None, first.lines[0], None, rejections,
                           f"{rejections} request(s) beyond the context limit refused before reaching the GPUs: "
                           "the acceptable case")
-    return LogVerdict("clean", None, None, None, None, 0, "no memory failure, engine death or context rejection")
+    return _verdict("clean", None, None, None, None, 0, "no memory failure, engine death or context rejection")

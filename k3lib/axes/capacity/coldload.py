@@ -21,6 +21,7 @@ from .analysis import memory_at
 from .config import HEALTH_TIMEOUT_S
 from .result import LOG_TXT
 from .server import server_config
+from .run_shapes import HealthRow, ReadyRow, RestartRow
 from .state import Recorder
 from .watch import boundary_snapshot
 
@@ -38,7 +39,7 @@ class ColdLoad:
     """What the cold load found: readiness (`ready`, as the run description writes it) and the server's own account
     of itself at ready (its model card, its cache configuration, its log)."""
 
-    ready: Row
+    ready: ReadyRow
     model_card: Row | None = None
     cache_info: dict[str, str] = dataclasses.field(default_factory=dict)
     log: ServerLog = ServerLog()
@@ -61,7 +62,7 @@ async def cold_load(rec: Recorder) -> ColdLoad:
     cap, params = rec.cap, rec.params
     client = rec.client(HEALTH_TIMEOUT_S)
     start = time.perf_counter()
-    restart: Row = {"command": None, "ok": None, "detail": "no target.restart: the cold load is not observed"}
+    restart: RestartRow = {"command": None, "ok": None, "detail": "no target.restart: the cold load is not observed"}
     command = params.target.restart
     started_before = await process_start(rec.urls) if command else None
     if command:
@@ -79,10 +80,10 @@ async def cold_load(rec: Recorder) -> ColdLoad:
         transition = not_ready > 0
         if command and restart["ok"] and ready:
             transition, restart["effect"] = restart_effect(not_ready, started_before, await process_start(rec.urls))
-        state = {"ready": ready, "observed_transition": ready and transition, "restart": restart,
-                 "polls": not_ready + 1, "ready_at_wall": row["t_wall"] if ready else None,
-                 "waited_s": round(time.perf_counter() - start, 3), "last_status": row["status"],
-                 "last_error": row["error"]}
+        state: ReadyRow = {"ready": ready, "observed_transition": ready and transition, "restart": restart,
+                           "polls": not_ready + 1, "ready_at_wall": row["t_wall"] if ready else None,
+                           "waited_s": round(time.perf_counter() - start, 3), "last_status": row["status"],
+                           "last_error": row["error"]}
         # the server's account of itself; the startup log states max_num_seqs and DP: the steps judge a queue
         # against them
         facts = await _server_facts(rec, client) if ready else {}
@@ -94,13 +95,13 @@ async def cold_load(rec: Recorder) -> ColdLoad:
         return ColdLoad(ready=state, note=f"not ready after {state['waited_s']:.1f} s "
                                           f"(last: {row['status'] or row['error']})")
     timeline = rec.timeline
-    state["memory_at_ready"] = memory_at(timeline.gpu_rows(), state["ready_at_wall"]) \
+    state["memory_at_ready"] = memory_at(rec.gpu_rows(), row["t_wall"]) \
         if timeline and timeline.gpu is not None else []
     return ColdLoad(ready=state, log=log, **facts,
                     note="ready" + (" (was already running)" if not state["observed_transition"] else ""))
 
 
-async def _until_ready(rec: Recorder, client: ChatClient, deadline: float) -> tuple[Row, int]:
+async def _until_ready(rec: Recorder, client: ChatClient, deadline: float) -> tuple[HealthRow, int]:
     """/health polled until 200 or the deadline: the last poll, and how many were not ready."""
     not_ready = 0
     while True:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from ...core import progress
 from ...core.evidence import CapacityStep
@@ -18,6 +18,7 @@ from .agreement import settle_held, window_agreement
 from .analysis import judge_step, settled_stats
 from .calibration import Calibration
 from .ranks import rank_window
+from .shapes import RequestRow, StepRow
 from .state import Recorder
 from .window import record_stats, window_numbers
 from .watch import LoadWindow, boundary_snapshot
@@ -66,7 +67,7 @@ async def _step(rec: Recorder, load: LoadWindow, client: ChatClient, prompts: Se
     bodies = SaltedBodies(tuple(rec.body(p, plan.output_tokens) for p in prompts), f"{RUN_SALT}-{label}")
     progress.phase(f"step {plan.steps.index(c) + 1} of {len(plan.steps)}: concurrency {c}",
                    requests=plan.step_max_requests, duration_s=2 * plan.step_duration_s)
-    bucket: list[dict[str, Any]] = []
+    bucket: list[RequestRow] = []
     before = await boundary_snapshot(rec.urls)
     t0 = time.time()
     summary, early = await load(client, bodies, phase="concurrency", label=label, concurrency=c,
@@ -83,7 +84,7 @@ async def _step(rec: Recorder, load: LoadWindow, client: ChatClient, prompts: Se
         **settled_stats(rows, t0, t1, cap.settle_fraction, inputs.admit_limit),
         **inputs.calibration.trust(summary, bucket, c, before, after),
         "ranks": rank_window(before, after, rows, t0, t1)})
-    measured = step.model_dump(exclude_unset=True)
+    measured = step_row(step)
     held, why = judge_step(measured, queue_objective_ms=rec.params.contract.queue_p95_ms,
                            waiting_tolerance=cap.waiting_tolerance,
                            max_error_share=rec.params.contract.max_error_share)
@@ -96,9 +97,9 @@ async def _step(rec: Recorder, load: LoadWindow, client: ChatClient, prompts: Se
     return step.model_copy(update={"agreement": agreement, "held": settled, "why": why})
 
 
-def step_row(step: CapacityStep) -> dict[str, Any]:
+def step_row(step: CapacityStep) -> StepRow:
     """A step as the run description writes it: the fields it was built with."""
-    return step.model_dump(exclude_unset=True)
+    return cast(StepRow, step.model_dump(exclude_unset=True))
 
 
 def steps_note(steps: Sequence[CapacityStep], planned: int) -> str:
@@ -116,17 +117,17 @@ class SaltedBodies:
         return {**self.bodies[i % len(self.bodies)], "cache_salt": f"{self.salt}-{i}"}
 
 
-def too_short(bucket: Sequence[Mapping[str, Any]], duration_s: float, held: bool | None, why: list[str]
+def too_short(bucket: Sequence[RequestRow], duration_s: float, held: bool | None, why: list[str]
               ) -> tuple[bool | None, list[str]]:
     """A step in which no request completed within its duration measured no sustained load at that level (one
     wave, cut or drained): it is inconclusive (None), never a held step a saturation point could rest on."""
-    sent = [r["sent_wall_ns"] for r in bucket if r.get("sent_wall_ns")]
+    sent = [ns for r in bucket if (ns := r.get("sent_wall_ns"))]
     if not sent or held is False:
         return held, why
     end = min(sent) + duration_s * 1e9
     if any(r.get("ok") and (r.get("done_wall_ns") or end + 1) <= end for r in bucket):
         return held, why
-    e2e = [r["e2e_ms"] for r in bucket if r.get("ok") and r.get("e2e_ms")]
+    e2e = [ms for r in bucket if r.get("ok") and (ms := r.get("e2e_ms"))]
     took = f" (a request took {figure(max(e2e) / 1000, ' s')})" if e2e else ""
     return None, [*why, f"no request completed within the step's {figure(duration_s, ' s')}{took}: the step measured "
                         "no sustained load; raise axes.capacity.step_duration_s above a request's time"]

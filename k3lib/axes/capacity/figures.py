@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import html
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from .analysis import MIB, gpu_keys, gpu_label, increase, window
 from .classify import DECISIONS
 from .judge import implied_decision, iter_findings, traffic_cap
+from .run_shapes import PhaseRow, Unit
+from .shapes import MemoryPoint, SeriesName
 from .trust import cross_check_label
 
 if TYPE_CHECKING:
@@ -24,14 +26,20 @@ _ROWS = ("GPU memory (MiB)", "KV cache usage (%)", "running / waiting", "preempt
          "TTFT (ms)")
 
 
-def _dt(ts: Sequence[float]) -> list[Any]:
+def _dt(ts: Sequence[float | None]) -> list[Any]:
     import pandas as pd
 
     return list(pd.to_datetime(list(ts), unit="s", utc=True))
 
 
-def _bounds(result: "CapacityResult", phase: dict[str, Any]) -> tuple[float, float]:
-    start, end = phase["start_wall"], phase["end_wall"] or phase["start_wall"]
+def _walls(phase: PhaseRow) -> tuple[float, float]:
+    """A phase's start and end (its start while it runs)."""
+    start = phase.get("start_wall") or 0.0
+    return start, phase.get("end_wall") or start
+
+
+def _bounds(result: "CapacityResult", phase: PhaseRow) -> tuple[float, float]:
+    start, end = _walls(phase)
     interval = 1.0
     if len(result.metrics) >= 2:
         interval = max(result.metrics[1]["t_wall"] - result.metrics[0]["t_wall"], 0.05)
@@ -59,40 +67,44 @@ def phase_figure(result: "CapacityResult", phase_name: str) -> Any:
                       legend=dict(orientation="h", y=-0.06), hovermode="x unified")
     gpu = window(result.gpu, lo, hi)
     for key in gpu_keys(gpu):
-        pts = [(r["t_wall"], r["fb_used_bytes"] / MIB) for r in gpu
-               if (str(r.get("host")), r.get("gpu")) == key and r.get("fb_used_bytes") is not None]
+        pts = [(r["t_wall"], used / MIB) for r in gpu
+               if (str(r.get("host")), r.get("gpu")) == key and (used := r.get("fb_used_bytes")) is not None]
         fig.add_trace(go.Scatter(x=_dt([p[0] for p in pts]), y=[p[1] for p in pts], mode="lines",
                                  name=gpu_label(key), legendgroup="gpu"), row=1, col=1)
     if not gpu:
         _empty(fig, 1, "no GPU memory samples (target.gpu_metrics)")
     met = window(result.metrics, lo, hi)
-    usage = [(r["t_wall"], r["kv_cache_usage_perc"] * 100) for r in met if r.get("kv_cache_usage_perc") is not None]
+    usage = [(r["t_wall"], kv * 100) for r in met if (kv := r.get("kv_cache_usage_perc")) is not None]
     fig.add_trace(go.Scatter(x=_dt([p[0] for p in usage]), y=[p[1] for p in usage], mode="lines",
                              name="KV usage %", line=dict(color="#8250df")), row=2, col=1)
-    for col, colour in (("num_requests_running", "#1a7f37"), ("num_requests_waiting", "#cf222e")):
-        pts = [(r["t_wall"], r[col]) for r in met if r.get(col) is not None]
+    gauges: tuple[tuple[SeriesName, str], ...] = (("num_requests_running", "#1a7f37"),
+                                                  ("num_requests_waiting", "#cf222e"))
+    for col, colour in gauges:
+        pts = [(r["t_wall"], v) for r in met if (v := r.get(col)) is not None]
         fig.add_trace(go.Scatter(x=_dt([p[0] for p in pts]), y=[p[1] for p in pts], mode="lines",
                                  line=dict(shape="hv", color=colour), name=col.replace("num_requests_", "")),
                       row=3, col=1)
-    pre = [(r["t_wall"], r["num_preemptions_total"]) for r in met if r.get("num_preemptions_total") is not None]
+    pre = [(r["t_wall"], v) for r in met if (v := r.get("num_preemptions_total")) is not None]
     cum = [(pre[i][0], increase([v for _, v in pre[: i + 1]])) for i in range(len(pre))]
     fig.add_trace(go.Scatter(x=_dt([p[0] for p in cum]), y=[p[1] for p in cum], mode="lines",
                              line=dict(shape="hv", color="#bc4c00"), name="preemptions"), row=4, col=1)
     reqs = [r for r in result.requests if r.get("phase") == phase_name and r.get("sent_wall_ns")]
     ok = [r for r in reqs if r.get("ttft_ms") is not None]
     bad = [r for r in reqs if not r.get("ok") and not r.get("cancelled")]
-    fig.add_trace(go.Scatter(x=_dt([r["sent_wall_ns"] / 1e9 for r in ok]), y=[r["ttft_ms"] for r in ok],
+    fig.add_trace(go.Scatter(x=_dt([(r.get("sent_wall_ns") or 0) / 1e9 for r in ok]), y=[r["ttft_ms"] for r in ok],
                              mode="markers", marker=dict(size=4, color="#0969da"), name="TTFT per request",
                              text=[r.get("step") for r in ok]), row=5, col=1)
     if bad:
-        fig.add_trace(go.Scatter(x=_dt([(r.get("done_wall_ns") or r["sent_wall_ns"]) / 1e9 for r in bad]),
+        fig.add_trace(go.Scatter(x=_dt([(r.get("done_wall_ns") or r.get("sent_wall_ns") or 0) / 1e9 for r in bad]),
                                  y=[0] * len(bad), mode="markers", marker=dict(symbol="x", size=8, color="#cf222e"),
                                  name="failed request", text=[(r.get("error") or "")[:80] for r in bad]),
                       row=5, col=1)
+    quantiles: tuple[tuple[Literal["ttft_p50_ms", "ttft_p95_ms"], str], ...] = (("ttft_p50_ms", "dot"),
+                                                                                 ("ttft_p95_ms", "dash"))
     for unit in _units(result, phase_name):
-        for q, dash in (("ttft_p50_ms", "dot"), ("ttft_p95_ms", "dash")):
-            if unit.get(q) is not None and unit.get("start_wall"):
-                fig.add_trace(go.Scatter(x=_dt([unit["start_wall"], unit["end_wall"]]), y=[unit[q], unit[q]],
+        for q, dash in quantiles:
+            if (value := unit.get(q)) is not None and (t0 := unit.get("start_wall")):
+                fig.add_trace(go.Scatter(x=_dt([t0, unit.get("end_wall")]), y=[value, value],
                                          mode="lines", line=dict(dash=dash, color="#57606a"),
                                          name=q.replace("ttft_", "TTFT ").replace("_ms", ""), showlegend=False),
                               row=5, col=1)
@@ -101,15 +113,16 @@ def phase_figure(result: "CapacityResult", phase_name: str) -> Any:
     return fig
 
 
-def _units(result: "CapacityResult", phase_name: str) -> list[dict[str, Any]]:
+def _units(result: "CapacityResult", phase_name: str) -> list[Unit]:
     if phase_name == "concurrency":
         return [s for s in result.steps if s.get("start_wall")]
     if phase_name == "long-context":
         return [r for r in result.run.get("long_context") or [] if r.get("start_wall")]
-    if phase_name == "soak" and result.run.get("soak"):
-        return [result.run["soak"]]
+    if phase_name == "soak" and (soak := result.run.get("soak")):
+        return [soak]
     if phase_name == "sessions":
-        return [lv for lv in (result.run.get("sessions") or {}).get("levels") or [] if lv.get("start_wall")]
+        sessions = result.run.get("sessions")
+        return [lv for lv in (sessions.get("levels") or [] if sessions else []) if lv.get("start_wall")]
     return []
 
 
@@ -125,27 +138,28 @@ def _vline(fig: Any, t: float, text: str, colour: str, dash: str = "dot") -> Non
                        font=dict(size=10, color=colour))
 
 
-def _mark(fig: Any, result: "CapacityResult", phase: dict[str, Any], phase_name: str) -> None:
-    start, end = _dt([phase["start_wall"], phase["end_wall"] or phase["start_wall"]])
+def _mark(fig: Any, result: "CapacityResult", phase: PhaseRow, phase_name: str) -> None:
+    t0, t1 = _walls(phase)
+    start, end = _dt([t0, t1])
     fig.add_vrect(x0=start, x1=end, fillcolor="#0969da", opacity=0.05, line_width=0)
-    _vline(fig, phase["start_wall"], f"{phase_name} start", "#0969da", "solid")
+    _vline(fig, t0, f"{phase_name} start", "#0969da", "solid")
     if phase.get("end_wall"):
-        _vline(fig, phase["end_wall"], "end", "#0969da", "solid")
+        _vline(fig, t1, "end", "#0969da", "solid")
     for unit in _units(result, phase_name):
         if phase_name == "concurrency":
-            text = f"c={unit['concurrency']}" + (" (beyond contract)" if unit.get("out_of_contract") else "") \
+            text = f"c={unit.get('concurrency')}" + (" (beyond contract)" if unit.get("out_of_contract") else "") \
                 + (" latency not trusted" if unit.get("latency_valid") is False else "")
         elif phase_name == "long-context":
             text = f"{unit.get('prompt_tokens') or unit.get('target_tokens')} tok"
         else:
             continue
-        _vline(fig, unit["start_wall"], text, "#57606a")
-    ready = result.run.get("ready") or {}
-    if phase_name == "cold-load" and ready.get("ready_at_wall"):
-        _vline(fig, ready["ready_at_wall"], "ready", "#1a7f37", "dash")
+        _vline(fig, unit.get("start_wall") or 0.0, text, "#57606a")  # a unit marked has started
+    ready = result.run.get("ready")
+    if phase_name == "cold-load" and ready and (at := ready.get("ready_at_wall")):
+        _vline(fig, at, "ready", "#1a7f37", "dash")
     oom = result.oom
-    if oom and oom.get("at_wall") and phase["start_wall"] - 1 <= oom["at_wall"] <= (phase["end_wall"] or 0) + 1:
-        _vline(fig, oom["at_wall"], oom["kind"].upper(), "#cf222e", "dash")
+    if oom and (at := oom.get("at_wall")) and t0 - 1 <= at <= (phase.get("end_wall") or 0) + 1:
+        _vline(fig, at, oom["kind"].upper(), "#cf222e", "dash")
 
 
 def oom_figure(result: "CapacityResult") -> Any:
@@ -158,7 +172,7 @@ def oom_figure(result: "CapacityResult") -> Any:
         fig.update_layout(title="No OOM or engine failure" if not oom else
                           f"{oom['kind']}: no GPU memory samples around it", height=250)
         return fig
-    by_gpu: dict[str, list[dict[str, Any]]] = {}
+    by_gpu: dict[str, list[MemoryPoint]] = {}
     for p in oom["memory_around"]:
         by_gpu.setdefault(p["gpu"], []).append(p)
     for name, pts in sorted(by_gpu.items()):
@@ -177,7 +191,8 @@ def phases_table(result: "CapacityResult") -> Any:
 
     rows = []
     for p in result.run.get("phases") or []:
-        dur = (p["end_wall"] or p["start_wall"]) - p["start_wall"]
+        start, end = _walls(p)
+        dur = end - start
         rows.append({"phase": p["phase"], "status": p["status"], "duration_s": round(dur, 2),
                      "bound_s": (result.plan.get("budget_s") or {}).get(p["phase"]), "note": p.get("note")})
     return pd.DataFrame(rows)
@@ -228,8 +243,8 @@ def long_context_table(result: "CapacityResult") -> Any:
 def configuration_table(result: "CapacityResult") -> Any:
     import pandas as pd
 
-    cfg = result.run.get("config") or {}
-    values, sources = cfg.get("values") or {}, cfg.get("sources") or {}
+    cfg = result.run.get("config")
+    values, sources = (cfg.get("values") if cfg else None) or {}, (cfg.get("sources") if cfg else None) or {}
     return pd.DataFrame([{"setting": k, "value": v, "source": sources.get(k)} for k, v in values.items()])
 
 
@@ -239,8 +254,8 @@ def oom_lines(result: "CapacityResult") -> Any:
 
     oom = result.oom or {}
     lines = list(oom.get("lines_before") or [])
-    if oom.get("log_text"):
-        lines.append(oom["log_text"])
+    if text := oom.get("log_text"):
+        lines.append(text)
     # a Styler shows whole lines (a DataFrame's repr cuts them at 50 characters); escaped: they are server text
     return (pd.DataFrame({"log line": lines}).style.format(escape="html")
             .set_properties(**{"text-align": "left", "font-family": "monospace", "white-space": "pre-wrap"}))

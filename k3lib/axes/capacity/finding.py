@@ -7,6 +7,7 @@ from typing import Any
 
 from ...core.evidence import Finding, FindingStatus
 from .result import CapacityResult
+from .shapes import Window
 
 
 def finding(rule: str, status: FindingStatus, message: str, *, observed: Any = None, expected: Any = None,
@@ -22,9 +23,10 @@ def ms_text(value: Any) -> str:
     return "n/a" if value is None else f"{value:.0f} ms"
 
 
-def load_windows(result: CapacityResult) -> list[tuple[str, dict[str, Any]]]:
+def load_windows(result: CapacityResult) -> list[tuple[str, Window]]:
     """(name, window) of every load window that ran: the concurrency steps, then the soak."""
-    out = [(f"concurrency {s['concurrency']}", s) for s in result.steps if s.get("status") != "skipped"]
-    if result.run.get("soak"):
-        out.append(("the soak", result.run["soak"]))
+    out: list[tuple[str, Window]] = [(f"concurrency {s['concurrency']}", s) for s in result.steps
+                                     if s.get("status") != "skipped"]
+    if soak := result.run.get("soak"):
+        out.append(("the soak", soak))
     return out

@@ -4,7 +4,7 @@ the record carries the saturation point and the traffic cap it justifies."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from ...core.evidence import EvidenceRecord, Finding, axis_status
 from ...core.outcomes import strongest
@@ -18,6 +18,7 @@ from .ranks import rank_findings
 from .reliability import calibration_finding, cross_check_finding
 from .result import CapacityResult
 from .roofline import roofline_findings
+from .run_shapes import OomEventRow, TrafficCapRow
 from .ties import capacity_claims
 from .saturation import incomplete_finding, latency_findings, saturation_findings, soak_findings
 from .sessionjudge import session_findings, session_summary
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from ...core.session import JudgeContext
 
 
-def traffic_cap(result: CapacityResult, params: Params) -> dict[str, Any]:
+def traffic_cap(result: CapacityResult, params: Params) -> TrafficCapRow:
     """The concurrency this run can justify: the saturation point, never above the planned concurrency."""
     planned = params.contract.planned_concurrency
     point = result.saturation_point
@@ -137,9 +138,9 @@ def capacity_record(result: CapacityResult, ctx: "JudgeContext") -> EvidenceReco
         attachments=sorted(set(attachments)))
 
 
-def _oom_data(oom: dict[str, Any] | None) -> dict[str, Any] | None:
+def _oom_data(oom: OomEventRow | None) -> OomEventRow | None:
     if oom is None:
         return None
-    return {k: oom.get(k) for k in ("kind", "phase", "step", "in_flight", "at_wall", "via", "classification",
+    return cast(OomEventRow, {k: oom.get(k) for k in ("kind", "phase", "step", "in_flight", "at_wall", "via", "classification",
                                     "log_line", "log_text", "log_time", "log_time_wall", "lines_before",
-                                    "memory_around")}
+                                    "memory_around")})

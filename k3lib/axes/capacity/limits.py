@@ -58,7 +58,8 @@ def cold_load_finding(result: CapacityResult) -> Finding:
 def admission_finding(result: CapacityResult, params: Params) -> Finding:
     """A planned concurrency above what the server admits at once (max_num_seqs per engine × DP engines) queues by
     design, whatever memory is left."""
-    values = (result.run.get("config") or {}).get("values") or {}
+    config = result.run.get("config")
+    values = (config.get("values") if config else None) or {}
     seqs, dp = values.get("max_num_seqs"), values.get("data_parallel_size") or 1
     planned = params.contract.planned_concurrency
     if not isinstance(seqs, int) or not isinstance(dp, int):

@@ -12,6 +12,7 @@ from ...core.evidence import Row
 from ...io.client import ChatClient
 from ...io.load import run_closed_loop
 from ...io.prompts import RUN_SALT, BuiltPrompt
+from .shapes import RequestRow
 from .state import Recorder
 from .window import failure_kind, record_stats, window_numbers
 from .watch import boundary_snapshot
@@ -28,7 +29,7 @@ class LongContext:
 
     refusal: Row = dataclasses.field(default_factory=lambda: dict(NOT_RUN_REFUSAL))
     lengths: tuple[Row, ...] = ()
-    measured: tuple[Row, ...] = ()
+    measured: tuple[RequestRow, ...] = ()
 
     @property
     def note(self) -> str:
@@ -54,7 +55,7 @@ async def long_context(rec: Recorder, publish: Callable[[LongContext], None]) ->
             if rec.dead:
                 row: Row = {"target_tokens": prompt.target_tokens, "prompt_tokens": prompt.prompt_tokens,
                                        "sized_by": prompt.sized_by, "status": "skipped", "note": "engine dead"}
-                bucket: list[Row] = []
+                bucket: list[RequestRow] = []
             else:
                 row, bucket = await _one_length(rec, client, prompt)
             found = dataclasses.replace(found, lengths=(*found.lengths, row), measured=(*found.measured, *bucket))
@@ -66,9 +67,9 @@ async def long_context(rec: Recorder, publish: Callable[[LongContext], None]) ->
 
 
 async def _one_length(rec: Recorder, client: ChatClient, prompt: BuiltPrompt
-                      ) -> tuple[Row, list[Row]]:
+                      ) -> tuple[Row, list[RequestRow]]:
     plan = rec.plan
-    bucket: list[Row] = []
+    bucket: list[RequestRow] = []
     label = f"{prompt.target_tokens}"
     body = rec.body(prompt, plan.long_context_output_tokens, salt=f"{RUN_SALT}-lc-{label}")
     before = await boundary_snapshot(rec.urls)
@@ -97,7 +98,7 @@ async def _refusal_probe(rec: Recorder, sizing: ChatClient, client: ChatClient) 
     plan = rec.plan
     (prompt,) = await rec.prompts(sizing, count=1, tokens=plan.out_of_contract_tokens, seed=97)
     body = rec.body(prompt, plan.long_context_output_tokens, stream=False, salt=f"{RUN_SALT}-oc")
-    bucket: list[Row] = []
+    bucket: list[RequestRow] = []
     sink = rec.sink("long-context", "out-of-contract", bucket, 1, stop_on_death=False)
     t0 = time.time()
     sink(await client.chat_body(body, strict=False, request_id="out-of-contract", timeout_s=plan.request_timeout_s))

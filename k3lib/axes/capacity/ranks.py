@@ -6,7 +6,7 @@ Pure over snapshots, sampled rows and the run read back."""
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -14,6 +14,7 @@ from ...core.evidence import Finding, FindingStatus
 from ...core.numbers import figure
 from ...io.metrics import Snapshot, delta, window_histogram
 from .config import DECODE_SHARE_MIN, HIT_RATE_FLOOR, HIT_SHARE_MIN, POOL_SHARE_MIN
+from .shapes import MetricRow, RankFigure, RankRow, SeriesName, SoakRow, StepRow
 
 if TYPE_CHECKING:
     from ...core.params import Params
@@ -35,12 +36,12 @@ def _mean(values: Sequence[float]) -> float | None:
     return round(sum(values) / len(values), 4) if values else None
 
 
-def _column(rows: Sequence[Mapping[str, Any]], name: str) -> list[float]:
+def _column(rows: Sequence[dict[str, float | None]], name: SeriesName) -> list[float]:
     return [v for r in rows if isinstance(v := r.get(name), (int, float))]
 
 
-def rank_window(before: Snapshot | None, after: Snapshot | None, rows: Sequence[Mapping[str, Any]], t0: float,
-                t1: float) -> list[dict[str, Any]] | None:
+def rank_window(before: Snapshot | None, after: Snapshot | None, rows: Sequence[MetricRow], t0: float,
+                t1: float) -> list[RankRow] | None:
     """One row per DP rank over a load window: counter deltas between the boundary scrapes, the sampled gauges
     between t0 and t1, and the pool its `cache_config_info` states. None with fewer than two ranks."""
     if before is None or after is None:
@@ -50,7 +51,7 @@ def rank_window(before: Snapshot | None, after: Snapshot | None, rows: Sequence[
         return None
     inside = [r for r in rows if t0 <= (r.get("t_wall") or 0.0) <= t1 and isinstance(r.get("ranks"), dict)]
     elapsed = max(t1 - t0, 1e-9)
-    out = []
+    out: list[RankRow] = []
     for url, engine in ranks:
         rid = f"{url}#{engine}"
         a = after.rank_view(url, engine)
@@ -95,10 +96,10 @@ def _f(rule: str, status: FindingStatus, message: str, **evidence: Any) -> Findi
                    expected=evidence.pop("expected", None), evidence=evidence)
 
 
-def _saturation(step: Mapping[str, Any], ranks: list[dict[str, Any]], tolerance: float) -> Finding:
+def _saturation(step: StepRow, ranks: list[RankRow], tolerance: float) -> Finding:
     c = step["concurrency"]
 
-    def full(r: dict[str, Any]) -> bool:
+    def full(r: RankRow) -> bool:
         return bool(r.get("preemptions")) or (r.get("waiting_mean") or 0.0) > tolerance
 
     worst = max(ranks, key=lambda r: (r.get("preemptions") or 0, r.get("waiting_mean") or 0, r.get("kv_usage_max") or 0))
@@ -120,13 +121,13 @@ def _saturation(step: Mapping[str, Any], ranks: list[dict[str, Any]], tolerance:
               worst=worst["rank"])
 
 
-def _outliers(ranks: list[dict[str, Any]], key: str, share_min: float, floor: float = 0.0
-              ) -> list[tuple[dict[str, Any], float, float]]:
+def _outliers(ranks: list[RankRow], key: RankFigure, share_min: float, floor: float = 0.0
+              ) -> list[tuple[RankRow, float, float]]:
     """Ranks whose `key` is below `share_min` of the median of the other ranks (each judged against its peers)."""
     out = []
     for r in ranks:
         mine = r.get(key)
-        peers = [p[key] for p in ranks if p is not r and isinstance(p.get(key), (int, float))]
+        peers = [v for p in ranks if p is not r and isinstance(v := p.get(key), (int, float))]
         if not isinstance(mine, (int, float)) or not peers:
             continue
         median = statistics.median(peers)
@@ -135,7 +136,7 @@ def _outliers(ranks: list[dict[str, Any]], key: str, share_min: float, floor: fl
     return out
 
 
-def _balance(step: Mapping[str, Any] | None, soak: Mapping[str, Any] | None) -> Finding | None:
+def _balance(step: StepRow | None, soak: SoakRow | None) -> Finding | None:
     """Ranks of one deployment are alike: the same KV pool, decode rate per sequence and prefix reuse."""
     at_step = (step or {}).get("ranks") or []
     in_soak = (soak or {}).get("ranks") or []
@@ -170,9 +171,9 @@ def _balance(step: Mapping[str, Any] | None, soak: Mapping[str, Any] | None) -> 
                                           + " — the ranks are not one deployment: repair that rank's GPU or node",
                   observed=table, worst=worst, outliers=sorted({p[1] for p in problems}))
 
-    def spread(key: str, rows: list[dict[str, Any]], fmt: str | None) -> str | None:
+    def spread(key: RankFigure, rows: list[RankRow], fmt: str | None) -> str | None:
         """The range of `key` over the ranks, each end in `fmt` (None: as a figure in prose)."""
-        vals = [r[key] for r in rows if isinstance(r.get(key), (int, float))]
+        vals = [v for r in rows if isinstance(v := r.get(key), (int, float))]
         show = figure if fmt is None else (lambda v: format(v, fmt))
         return f"{show(min(vals))}–{show(max(vals))}" if vals else None
 
@@ -188,8 +189,8 @@ def rank_findings(result: "CapacityResult", params: "Params") -> list[Finding]:
     step = result.step(params.contract.planned_concurrency)
     soak = result.run.get("soak")
     out: list[Finding] = []
-    if step is not None and step.get("ranks"):
-        out.append(_saturation(step, step["ranks"], params.axes.capacity.waiting_tolerance))
+    if step is not None and (ranks := step.get("ranks")):
+        out.append(_saturation(step, ranks, params.axes.capacity.waiting_tolerance))
     balance = _balance(step, soak)
     if balance is not None:
         out.append(balance)

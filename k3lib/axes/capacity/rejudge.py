@@ -8,7 +8,7 @@ are not stored); the sampled series that lie inside them are re-read, and must a
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from ...core.params import Params
@@ -16,42 +16,45 @@ from .agreement import calibration_error_at, settle_held, window_agreement
 from .analysis import judge_step, settled_stats, soak_analysis
 from .window import record_stats
 from .result import CapacityResult, read_capacity
+from .run_shapes import CalibrationData, RunJson
+from .shapes import MetricRow, RequestRow, SoakRow, StepRow
 
-Row = Mapping[str, Any]
 
-
-def _requests(result: CapacityResult, phase: str, label: str | None) -> list[dict[str, Any]]:
+def _requests(result: CapacityResult, phase: str, label: str | None) -> list[RequestRow]:
     return [r for r in result.requests if r.get("phase") == phase and (label is None or r.get("step") == label)]
 
 
-def rederive_step(step: Row, requests: Sequence[Row], rows: Sequence[Row], params: Params,
-                  calibration: Mapping[str, Any] | None) -> dict[str, Any]:
+def rederive_step(step: StepRow, requests: Sequence[RequestRow], rows: Sequence[MetricRow], params: Params,
+                  calibration: CalibrationData | None) -> StepRow:
     """One concurrency step decided again from its requests and the sampled series."""
-    if step.get("status") == "skipped" or step.get("start_wall") is None or step.get("end_wall") is None:
-        return dict(step)
+    start, end = step.get("start_wall"), step.get("end_wall")
+    if step.get("status") == "skipped" or start is None or end is None:
+        return step.copy()
     cap = params.axes.capacity
-    out = {**step, **record_stats(requests, intervals=True),
-           **settled_stats(rows, float(step["start_wall"]), float(step["end_wall"]), cap.settle_fraction,
+    out: StepRow = {**step, **record_stats(requests, intervals=True),
+           **settled_stats(rows, float(start), float(end), cap.settle_fraction,
                            step.get("admit_limit"))}
     held, why = judge_step(out, queue_objective_ms=params.contract.queue_p95_ms, waiting_tolerance=cap.waiting_tolerance,
                            max_error_share=params.contract.max_error_share)
     alive, degraded = out.get("engine_alive_after", True), out.get("degraded")
     why = why + ([] if alive else ["the engine died"]) + ([degraded] if degraded else [])
-    out["agreement"] = window_agreement(out, requests, rows, settle_fraction=cap.settle_fraction,
-                                        calibration_error_ms=calibration_error_at(calibration, int(step["concurrency"])))
-    held_now, why = settle_held(bool(held and alive and not degraded), why, out["agreement"])
-    out.update(held=held_now, why=why)
+    agreement = window_agreement(out, requests, rows, settle_fraction=cap.settle_fraction,
+                                 calibration_error_ms=calibration_error_at(calibration, int(step["concurrency"])))
+    out["agreement"] = agreement
+    held_now, why = settle_held(bool(held and alive and not degraded), why, agreement)
+    out.update({"held": held_now, "why": why})
     return out
 
 
-def rederive_soak(soak: Row, requests: Sequence[Row], result: CapacityResult, params: Params) -> dict[str, Any]:
+def rederive_soak(soak: SoakRow, requests: Sequence[RequestRow], result: CapacityResult, params: Params) -> SoakRow:
     """The soak's counts, accumulation, eviction, fragmentation and queue read again over its sending window."""
     if soak.get("start_wall") is None or soak.get("end_wall") is None:
-        return dict(soak)
+        return soak.copy()
     cap = params.axes.capacity
     t0, t1 = float(soak["start_wall"]), float(soak["end_wall"])
-    duration = float((result.run.get("plan") or {}).get("soak_duration_s") or cap.soak_duration_s)
-    out = {**soak, **record_stats(requests),
+    plan = result.run.get("plan")
+    duration = float((plan.get("soak_duration_s") if plan else None) or cap.soak_duration_s)
+    out: SoakRow = {**soak, **record_stats(requests),
            **soak_analysis(result.metrics, result.gpu, t0, min(t1, t0 + duration),
                            concurrency=int(soak.get("concurrency") or params.contract.planned_concurrency),
                            memory_growth_min_mib=cap.memory_growth_min_mib, kv_trend_max=cap.kv_trend_max,
@@ -71,7 +74,7 @@ def rejudge_capacity(store: Any, params: Params) -> CapacityResult:
     calibration = result.run.get("calibration")
     steps = [rederive_step(s, _requests(result, "concurrency", s.get("label")), result.metrics, params, calibration)
              for s in result.steps]
-    run = {**result.run, "steps": steps}
-    if result.run.get("soak"):
-        run["soak"] = rederive_soak(result.run["soak"], _requests(result, "soak", None), result, params)
+    run: RunJson = {**result.run, "steps": steps}
+    if soak := result.run.get("soak"):
+        run["soak"] = rederive_soak(soak, _requests(result, "soak", None), result, params)
     return dataclasses.replace(result, run=run)

@@ -3,7 +3,6 @@ and the agreement of the client's counts and quantiles with the server's in ever
 
 from __future__ import annotations
 
-from typing import Any
 
 from ...core.evidence import Finding
 from ...core.numbers import figure
@@ -11,6 +10,8 @@ from ...core.params import Params
 from .analysis import incomplete_load
 from .finding import finding as _f, load_windows, ms_text
 from .result import CapacityResult
+from .run_shapes import CalibrationSummary
+from .shapes import CrossCheckData
 
 
 def calibration_finding(result: CapacityResult) -> Finding | None:
@@ -34,7 +35,7 @@ def calibration_finding(result: CapacityResult) -> Finding | None:
                   f"the latency figures of the steps at or above {n} are marked invalid, not trusted; the "
                   "saturation point rests on the server's counters and is unaffected",
                   **common)
-    worst: dict[str, Any] = max(summary, key=lambda r: r["concurrency"], default={})
+    worst: CalibrationSummary | dict[str, None] = max(summary, key=lambda r: r["concurrency"], default={})
     return _f("client_calibration", "pass",
               f"the client's own timing error stays within {figure(cal.get('max_error_ms'), ' ms')} up to "
               f"concurrency {worst.get('concurrency')} (TTFT error p99 {ms_text(worst.get('ttft_error_ms_p99'))}, ITL "
@@ -56,7 +57,7 @@ def cross_check_finding(result: CapacityResult, params: Params) -> Finding | Non
                                          "windows (see capacity.server_metrics)", observed=table)
     counts = [(name, c) for name, c in compared if c.get("counts_agree") is False]
     if counts:
-        def detail(c: dict[str, Any]) -> str:
+        def detail(c: CrossCheckData) -> str:
             by = {i["quantity"]: i for i in c.get("items") or []}
             return ", ".join(f"{q}: client {by[q]['client']:g}, server {by[q]['server']:g}"
                              for q in c.get("disagreements") or [] if q in by and by[q].get("diff") is not None

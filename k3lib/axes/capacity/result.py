@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from typing import Any
+from typing import cast
 
 from ...core.errors import ArtifactError
 from ...io.readers.vllm_log import VllmLogReport, parse_vllm_log
@@ -14,6 +14,8 @@ from ...core.store import RunStore
 from .analysis import memory_around, saturation_point
 from .classify import REMEDIES, LogVerdict, OomClassification, classify_log, classify_oom
 from .config import OOM_AFTER_S, OOM_BEFORE_S
+from .run_shapes import OomEventRow, PhaseRow, PlanRow, RunJson, SessionTurnRow
+from .shapes import GpuRow, MetricRow, RequestRow, StepRow
 
 # What the capacity axis writes to the run folder (capacity.run writes, this module reads back).
 DIR = "evidence/capacity"
@@ -27,20 +29,20 @@ SESSIONS_JSONL = f"{DIR}/sessions.jsonl"  # one record per session turn, as it e
 
 @dataclasses.dataclass(frozen=True)
 class CapacityResult:
-    run: dict[str, Any]
-    metrics: list[dict[str, Any]]
-    gpu: list[dict[str, Any]]
-    requests: list[dict[str, Any]]
+    run: RunJson
+    metrics: list[MetricRow]
+    gpu: list[GpuRow]
+    requests: list[RequestRow]
     log: VllmLogReport | None
-    oom: dict[str, Any] | None  # the assembled event (see `oom_event`), None when nothing failed
-    sessions: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # the session phase's turns
+    oom: OomEventRow | None  # the assembled event (see `oom_event`), None when nothing failed
+    sessions: list[SessionTurnRow] = dataclasses.field(default_factory=list)  # the session phase's turns
 
     @property
-    def plan(self) -> dict[str, Any]:
+    def plan(self) -> PlanRow:
         return self.run["plan"]
 
     @property
-    def steps(self) -> list[dict[str, Any]]:
+    def steps(self) -> list[StepRow]:
         return self.run.get("steps") or []
 
     @property
@@ -48,10 +50,10 @@ class CapacityResult:
         done = [s for s in self.steps if s.get("status") != "skipped"]
         return saturation_point(done) if done else None
 
-    def phase(self, name: str) -> dict[str, Any] | None:
+    def phase(self, name: str) -> PhaseRow | None:
         return next((p for p in self.run.get("phases") or [] if p["phase"] == name), None)
 
-    def step(self, concurrency: int) -> dict[str, Any] | None:
+    def step(self, concurrency: int) -> StepRow | None:
         return next((s for s in self.steps if s["concurrency"] == concurrency), None)
 
 
@@ -73,7 +75,11 @@ def read_capacity(store: RunStore) -> CapacityResult:
         except ArtifactError:
             log = None
     sessions = store.read_jsonl(SESSIONS_JSONL) if store.path(SESSIONS_JSONL).exists() else []
-    return CapacityResult(run, metrics, gpu, requests, log, oom_event(run, log, gpu), sessions)
+    # the files as the run wrote them (run.CapacityRunner.describe, the samplers, the sinks): typed, not re-validated
+    run_json = cast(RunJson, run)
+    gpu_rows = cast(list[GpuRow], gpu)
+    return CapacityResult(run_json, cast(list[MetricRow], metrics), gpu_rows, cast(list[RequestRow], requests), log,
+                          oom_event(run_json, log, gpu_rows), cast(list[SessionTurnRow], sessions))
 
 
 def log_time_wall(logged_at: str | None, near_wall: float) -> float | None:
@@ -97,7 +103,7 @@ def _lines_before(log: VllmLogReport, line: int, n: int = 20) -> list[str]:
     return [x.text for x in log.lines[start:line - 1]]
 
 
-def oom_event(run: dict[str, Any], log: VllmLogReport | None, gpu_rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+def oom_event(run: RunJson, log: VllmLogReport | None, gpu_rows: list[GpuRow]) -> OomEventRow | None:
     """The memory failure of a run, if any: what it was (`kind`), when (client-observed and log time), where
     (phase, step, requests in flight), its class and decision, the log lines before it and the memory curve
     around it. `kind`: "oom" (the log shows it), "not-ready", "engine-death" (the log shows a fatal error that
@@ -107,7 +113,7 @@ def oom_event(run: dict[str, Any], log: VllmLogReport | None, gpu_rows: list[dic
     failure = run.get("failure")
     verdict: LogVerdict | None = classify_log(log) if log is not None else None
     near = (run.get("phases") or [{}])[0].get("start_wall") or 0.0
-    event: dict[str, Any] = {}
+    event: OomEventRow = {}
     cls: OomClassification | None = None
 
     if ready and not ready.get("ready"):
@@ -116,8 +122,8 @@ def oom_event(run: dict[str, Any], log: VllmLogReport | None, gpu_rows: list[dic
         else:
             kind = "not-ready"
         cls = classify_oom("cold-load", ready=False)
-        event.update(phase="cold-load", step=None, in_flight=0,
-                     at_wall=(failure or {}).get("t_wall") or ready.get("ready_at_wall"))
+        event.update({"phase": "cold-load", "step": None, "in_flight": 0,
+                     "at_wall": (failure.get("t_wall") if failure else None) or ready.get("ready_at_wall")})
     elif failure is not None or (verdict is not None and verdict.kind in ("serving-oom", "engine-death")):
         if log is not None and log.oom is not None:
             kind = "oom"
@@ -128,34 +134,37 @@ def oom_event(run: dict[str, Any], log: VllmLogReport | None, gpu_rows: list[dic
         else:
             kind = "server-errors"
         if failure is not None:
-            event.update(phase=failure.get("phase"), step=failure.get("step"), in_flight=failure.get("in_flight"),
-                         at_wall=failure.get("t_wall"), via=failure.get("via"), first_error=failure.get("error"))
+            event.update({"phase": failure.get("phase"), "step": failure.get("step"),
+                          "in_flight": failure.get("in_flight"), "at_wall": failure.get("t_wall"),
+                          "via": failure.get("via"), "first_error": failure.get("error")})
             if kind in ("oom", "unexplained"):
                 cls = classify_oom(failure.get("phase") or "", in_flight=failure.get("in_flight"))
         else:
-            event.update(phase=None, step=None, in_flight=verdict.running_before if verdict else None, at_wall=None)
+            event.update({"phase": None, "step": None, "in_flight": verdict.running_before if verdict else None,
+                          "at_wall": None})
             if kind == "oom" and verdict is not None and verdict.oom_class is not None:
-                cls = OomClassification(verdict.oom_class, REMEDIES[verdict.oom_class], verdict.decision or "",
-                                        verdict.basis)
+                cls = OomClassification(oom_class=verdict.oom_class, remedy=REMEDIES[verdict.oom_class],
+                                        decision=verdict.decision or "", basis=verdict.basis)
     else:
         return None
 
     event["kind"] = kind
-    event["classification"] = cls.to_dict() if cls else None
-    event["log_verdict"] = verdict.to_dict() if verdict else None
+    event["classification"] = cls.model_dump() if cls else None
+    event["log_verdict"] = verdict.model_dump() if verdict else None
     marker = None
     if log is not None and log.oom is not None and kind in ("oom",):
         marker = log.oom
-        event.update(log_line=marker.line, log_text=marker.text, lines_before=list(marker.lines_before),
-                     log_time=marker.logged_at,
-                     log_collected_at=marker.collected_at.isoformat() if marker.collected_at else None)
+        event.update({"log_line": marker.line, "log_text": marker.text, "lines_before": list(marker.lines_before),
+                     "log_time": marker.logged_at,
+                     "log_collected_at": marker.collected_at.isoformat() if marker.collected_at else None})
     elif log is not None and log.engine_death is not None:
         death = log.engine_death
-        event.update(log_line=death.line, log_text=death.text, lines_before=_lines_before(log, death.line),
-                     log_time=death.logged_at,
-                     log_collected_at=death.collected_at.isoformat() if death.collected_at else None)
+        event.update({"log_line": death.line, "log_text": death.text, "lines_before": _lines_before(log, death.line),
+                     "log_time": death.logged_at,
+                     "log_collected_at": death.collected_at.isoformat() if death.collected_at else None})
     else:
-        event.update(log_line=None, log_text=None, lines_before=[], log_time=None, log_collected_at=None)
+        event.update({"log_line": None, "log_text": None, "lines_before": [], "log_time": None,
+                      "log_collected_at": None})
     event["log_time_wall"] = log_time_wall(event.get("log_time"), near or event.get("at_wall") or 0.0)
     if event.get("at_wall") is None:
         event["at_wall"] = event["log_time_wall"]

@@ -23,6 +23,7 @@ from typing import Any
 from ...core.evidence import Row
 from ...core.store import RunStore
 from .result import DIR, GPU_JSON, METRICS_JSON, REQUESTS, RUN_JSON, SESSIONS_JSONL
+from .run_shapes import PlanRow
 
 #: the run description's fields a resumed run keeps from its cut attempt (the phases before the sessions')
 KEPT_FIELDS = ("steps", "long_context", "refusal", "ready", "health", "failure", "dead", "soak", "notes",
@@ -71,7 +72,7 @@ def _latest_attempt(store: RunStore) -> str | None:
     return next((f"aborted/{n}" for n in seen if store.path(f"aborted/{n}/{DIR}").is_dir()), None)
 
 
-def _cut_in_sessions(run: Any, plan: Row) -> bool:
+def _cut_in_sessions(run: Any, plan: PlanRow) -> bool:
     if not isinstance(run, dict) or run.get("dead") or not isinstance(run.get("sessions"), dict):
         return False
     phases = run.get("phases") or []
@@ -79,7 +80,7 @@ def _cut_in_sessions(run: Any, plan: Row) -> bool:
     return bool(cut) and json.loads(json.dumps(plan)) == run.get("plan")
 
 
-def cut_sessions(store: RunStore, plan: Row) -> CutSessions | None:
+def cut_sessions(store: RunStore, plan: PlanRow) -> CutSessions | None:
     """The latest cut attempt, when it was cut in its session phase under the same plan and nothing of this attempt
     was written yet; None otherwise (the axis then runs whole)."""
     under = _latest_attempt(store)

@@ -10,12 +10,13 @@ below it at concurrency 1 a probable misconfiguration. Pure over a run read back
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ...core.evidence import Finding
+from ...core.evidence import Finding, FindingStatus
 from ...core.numbers import figure
 from ...core.floors import DTYPE_BYTES
+from .run_shapes import DecodeRate, Roofline, RooflineBound
 
 if TYPE_CHECKING:
     from ...core.params import Params, RooflineParams
@@ -58,28 +59,32 @@ def _gpu_name(result: "CapacityResult") -> str | None:
     return statistics.mode(names) if names else None
 
 
-def bound(result: "CapacityResult", rp: "RooflineParams") -> dict[str, Any]:
+def bound(result: "CapacityResult", rp: "RooflineParams") -> RooflineBound:
     """The per-sequence bound with every figure it rests on and where each came from; `known` False (and `why`)
     when one is missing — a CPU target, a GPU the table does not hold, no active parameter count."""
-    values = (result.run.get("config") or {}).get("values") or {}
-    sources = (result.run.get("config") or {}).get("sources") or {}
+    config = result.run.get("config")
+    values = (config.get("values") if config else None) or {}
+    sources = (config.get("sources") if config else None) or {}
     shown = _gpu_name(result)
     gpu = rp.gpu or shown
     table = hbm_for(shown)
     # what the target shows, whatever the parameters say: the settings table's floors (k3lib.verdict.served)
-    out: dict[str, Any] = {"gpu": gpu, "gpu_source": "axes.capacity.roofline.gpu" if rp.gpu else
-                           ("GPU samples" if gpu else None), "gpu_shown": shown,
-                           "hbm_table_tb_s": table[0] if table else None}
-    sizes = {}
-    for key in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
-        v = values.get(key)
-        sizes[key] = v if isinstance(v, int) and v > 0 else 1
-        out[f"{key}_source"] = sources.get(key) or "not stated: 1 assumed"
-    out.update(sizes)
+    out: RooflineBound = {"gpu": gpu, "gpu_source": "axes.capacity.roofline.gpu" if rp.gpu else
+                          ("GPU samples" if gpu else None), "gpu_shown": shown,
+                          "hbm_table_tb_s": table[0] if table else None}
+    sizes = {key: v if isinstance(v := values.get(key), int) and v > 0 else 1
+             for key in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")}
+    unstated = "not stated: 1 assumed"
+    out.update({"tensor_parallel_size_source": sources.get("tensor_parallel_size") or unstated,
+                "pipeline_parallel_size_source": sources.get("pipeline_parallel_size") or unstated,
+                "data_parallel_size_source": sources.get("data_parallel_size") or unstated,
+                "tensor_parallel_size": sizes["tensor_parallel_size"],
+                "pipeline_parallel_size": sizes["pipeline_parallel_size"],
+                "data_parallel_size": sizes["data_parallel_size"]})
     if rp.hbm_tb_s is not None:
-        out.update(hbm_tb_s=rp.hbm_tb_s, hbm_source=rp.hbm_source or "axes.capacity.roofline.hbm_tb_s")
+        out.update({"hbm_tb_s": rp.hbm_tb_s, "hbm_source": rp.hbm_source or "axes.capacity.roofline.hbm_tb_s"})
     elif (found := hbm_for(gpu)) is not None:
-        out.update(hbm_tb_s=found[0], hbm_source=found[1])
+        out.update({"hbm_tb_s": found[0], "hbm_source": found[1]})
     why = None
     if out.get("hbm_tb_s") is None:
         why = ("the target shows no GPU (a CPU build, or no GPU metrics source) and axes.capacity.roofline names none"
@@ -105,10 +110,10 @@ def bound(result: "CapacityResult", rp: "RooflineParams") -> dict[str, Any]:
             "per_sequence_tokens_per_s": round(per_seq, 2), "arithmetic": arithmetic}
 
 
-def measured_rates(result: "CapacityResult") -> list[dict[str, Any]]:
+def measured_rates(result: "CapacityResult") -> list[DecodeRate]:
     """Per concurrency step: the median decode rate of one sequence (output tokens after the first over the time
     after the first, per request) and the summed rate (every output token of the step over its window)."""
-    out = []
+    out: list[DecodeRate] = []
     for s in result.steps:
         if s.get("status") == "skipped":
             continue
@@ -127,7 +132,8 @@ def measured_rates(result: "CapacityResult") -> list[dict[str, Any]]:
     return out
 
 
-def judge(rates: Sequence[Mapping[str, Any]], b: Mapping[str, Any], min_share: float) -> tuple[str, str, list[str]]:
+def judge(rates: Sequence[DecodeRate], b: RooflineBound, min_share: float
+          ) -> tuple[FindingStatus, str, list[str]]:
     """(status, sentence, steps above the bound) of the measured rates against the bound."""
     if not b.get("known"):
         return "info", f"no bound known: {b.get('why')}", []
@@ -148,7 +154,7 @@ def judge(rates: Sequence[Mapping[str, Any]], b: Mapping[str, Any], min_share: f
                  key=lambda r: r["concurrency"], default=None)
     if lowest is None:
         return "info", "no decode rate measured (no concurrency step completed a request of two tokens or more)", []
-    one = lowest["per_sequence_tokens_per_s"]
+    one = lowest["per_sequence_tokens_per_s"] or 0.0  # picked among the steps that have one
     share = one / per_seq
     text = (f"{figure(one)} tokens/s per sequence at concurrency {lowest['concurrency']} = {share:.1%} of the bound "
             f"{figure(per_seq)}")
@@ -159,7 +165,7 @@ def judge(rates: Sequence[Mapping[str, Any]], b: Mapping[str, Any], min_share: f
     return "pass", f"{text}, within the bound (at least {min_share:.0%} of it expected)", []
 
 
-def roofline(result: "CapacityResult", params: "Params") -> dict[str, Any]:
+def roofline(result: "CapacityResult", params: "Params") -> Roofline:
     """The bound, the measured rates and the judgement, as the record and the figure use them."""
     rp = params.axes.capacity.roofline
     b = bound(result, rp)

@@ -38,6 +38,7 @@ from .resume import CutSessions, cut_sessions, restore
 from .server import server_config
 from .sessions import SessionRun, SessionSource, play_sessions
 from .shape import PHASES
+from .run_shapes import CalibrationData, ReadyRow
 from .soak import Soak, soak
 from .state import Recorder
 from .watch import closed_window
@@ -72,11 +73,11 @@ class CapacityRunner:
 
     # -- what tests and notebooks read of a runner -------------------------------------------------------------
     @property
-    def ready(self) -> Row:
+    def ready(self) -> ReadyRow:
         return self.cold.ready
 
     @property
-    def calibration(self) -> Row:
+    def calibration(self) -> CalibrationData:
         return self.calib.data
 
     @property

@@ -4,7 +4,6 @@ soak (memory growth, preemption, KV accumulation, prefix eviction, fragmentation
 
 from __future__ import annotations
 
-from typing import Any
 
 from ...core.evidence import Finding
 from ...core.numbers import figure
@@ -13,6 +12,7 @@ from .agreement import MIN_SAMPLES
 from .analysis import incomplete_counts, incomplete_load, latency_verdict, queue_verdict
 from .finding import finding as _f, load_windows
 from .result import CapacityResult
+from .shapes import StepRow
 
 
 def saturation_findings(result: CapacityResult, params: Params) -> list[Finding]:
@@ -103,12 +103,14 @@ def incomplete_finding(result: CapacityResult, params: Params) -> Finding | None
     windows = [(n, w) for n, w in load_windows(result) if not w.get("out_of_contract")]
     if not windows:
         return None
-    table: dict[str, dict[str, Any]] = {}
+    table: dict[str, dict[str, int | dict[str, int]]] = {}
+    tallies: dict[str, tuple[int, int]] = {}  # (completed, sent) of each window
     short: list[str] = []
     not_served: list[str] = []
     for name, w in windows:
         sent, ok, kinds = incomplete_counts(w)
         table[name] = {"sent": sent, "ok": ok, **kinds, "error_statuses": w.get("error_statuses") or {}}
+        tallies[name] = (ok, sent)
         is_short, said = incomplete_load(w, share)
         if is_short:
             short.append(f"{name}: {said}")
@@ -123,15 +125,15 @@ def incomplete_finding(result: CapacityResult, params: Params) -> Finding | None
     if short:
         return _f("incomplete_load", "warn", "; ".join(short) + " — requests failed on the server side (judged by "
                                              "capacity.server_errors)", observed=table, expected=expected)
-    counts = ", ".join(f"{name} {t['ok']}/{t['sent']}" for name, t in table.items())
-    partial = [name for name, t in table.items() if t["ok"] < t["sent"]]
+    counts = ", ".join(f"{name} {ok}/{sent}" for name, (ok, sent) in tallies.items())
+    partial = [name for name, (ok, sent) in tallies.items() if ok < sent]
     allowed = f"; short within the allowed share: {', '.join(partial)}" if partial else ""
     return _f("incomplete_load", "pass", f"every load window up to the planned concurrency "
                                          f"{params.contract.planned_concurrency} completed its requests "
                                          f"({counts}){allowed}", observed=table, expected=expected)
 
 
-def _latency_finding(rule: str, nominal: dict[str, Any] | None, key: str, objective: float | None,
+def _latency_finding(rule: str, nominal: StepRow | None, key: str, objective: float | None,
                      planned: int) -> Finding:
     at = f"at the planned concurrency {planned}"
     if nominal is None or nominal.get("status") == "skipped":
@@ -187,12 +189,12 @@ def soak_findings(result: CapacityResult, params: Params) -> list[Finding]:
                       memory=mem))
     pre, waiting = soak.get("preemptions"), soak.get("waiting_mean")
     short, said = incomplete_load(soak, params.contract.max_error_share)
-    agreement = soak.get("agreement") or {}
-    if not short and (agreement.get("agrees") is False or (agreement.get("samples") or 0) < MIN_SAMPLES):
-        out.append(_f("soak_saturation", "warn", "inconclusive: " + (agreement.get("text") or "no agreement "
+    agreement = soak.get("agreement")
+    if not short and (agreement is None or agreement["agrees"] is False or agreement["samples"] < MIN_SAMPLES):
+        out.append(_f("soak_saturation", "warn", "inconclusive: " + ((agreement["text"] if agreement else None) or "no agreement "
                                                  "recorded") + " — the server's series and the kit's own "
                                                  "measurements of the soak disagree",
-                      observed={"preemptions": pre, "waiting_mean": waiting, "agreement": agreement}))
+                      observed={"preemptions": pre, "waiting_mean": waiting, "agreement": agreement or {}}))
     elif short:
         sent, ok, kinds = incomplete_counts(soak)
         out.append(_f("soak_saturation", "fail", f"the soak at the planned concurrency did not complete its load: "

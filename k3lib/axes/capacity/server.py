@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...io.readers.vllm_log import VllmLogReport
+from .run_shapes import ConfigValue, ServerConfig
 
 _BATCHED = re.compile(r"max_num_batched_tokens=(\d+)")
 _MAX_LEN = re.compile(r"Using max model len (\d+)")
@@ -39,9 +40,9 @@ def _as_number(value: Any) -> Any:
 
 
 def server_config(log: VllmLogReport | None, cache_info: Mapping[str, str] | None = None,
-                  model_card: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                  model_card: Mapping[str, Any] | None = None) -> ServerConfig:
     """`{"values": {field: value}, "sources": {field: where it came from}}`; a field nothing states is None."""
-    values: dict[str, Any] = {f: None for f in FIELDS}
+    values: dict[str, ConfigValue] = {f: None for f in FIELDS}
     sources: dict[str, str] = {}
 
     def put(field: str, value: Any, source: str) -> None:

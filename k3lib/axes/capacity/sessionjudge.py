@@ -18,14 +18,15 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from ...core.evidence import Finding
 from ...core.params import Params
 from .config import SESSION_REUSE_MIN
 from .finding import finding as _f
 from .result import CapacityResult
+from .run_shapes import LevelRow, SessionsRow, SessionSummary, SessionTurnRow
+from .shapes import MetricRow, SeriesName
 
 __all__ = ["align", "session_findings", "session_summary"]
 
@@ -35,13 +36,13 @@ MIN_TOOL_TURNS = 5
 TURNS_KEPT = 400
 
 
-def align(turns: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def align(turns: Sequence[SessionTurnRow], rows: Sequence[MetricRow]) -> list[SessionTurnRow]:
     """Each turn with the server's state while it ran: the highest KV usage, running and waiting sampled, and the
     preemptions counted between the samples around it."""
     timed = sorted((r for r in rows if isinstance(r.get("t_wall"), (int, float))), key=lambda r: r["t_wall"])
-    out = []
+    out: list[SessionTurnRow] = []
     for turn in turns:
-        t = dict(turn)
+        t = turn.copy()
         out.append(t)
         start, end = t.get("sent_wall"), t.get("done_wall")
         if start is None or end is None:
@@ -49,24 +50,27 @@ def align(turns: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]])
         inside = [r for r in timed if start <= r["t_wall"] <= end]
         before = [r for r in timed if r["t_wall"] < start][-1:]
         after = [r for r in timed if r["t_wall"] > end][:1]
-        for col, key in (("kv_cache_usage_perc", "kv_usage_max"), ("num_requests_running", "running_max"),
-                         ("num_requests_waiting", "waiting_max")):
-            vals = [r[col] for r in before + inside if isinstance(r.get(col), (int, float))]
-            t[key] = max(vals) if vals else None
-        counts = [r["num_preemptions_total"] for r in before + inside + after
-                  if isinstance(r.get("num_preemptions_total"), (int, float))]
+        t["kv_usage_max"] = _peak(before + inside, "kv_cache_usage_perc")
+        t["running_max"] = _peak(before + inside, "num_requests_running")
+        t["waiting_max"] = _peak(before + inside, "num_requests_waiting")
+        counts = [v for r in before + inside + after if isinstance(v := r.get("num_preemptions_total"), (int, float))]
         t["preemptions_around"] = (counts[-1] - counts[0]) if len(counts) >= 2 else None
     return out
 
 
-def _planned_level(result: CapacityResult) -> dict[str, Any] | None:
-    run = result.run.get("sessions") or {}
+def _peak(rows: Sequence[MetricRow], column: SeriesName) -> float | None:
+    vals = [v for r in rows if isinstance(v := r.get(column), (int, float))]
+    return max(vals) if vals else None
+
+
+def _planned_level(result: CapacityResult) -> LevelRow | None:
+    run: SessionsRow = result.run.get("sessions") or {}
     planned = run.get("planned_sessions")
     return next((lv for lv in run.get("levels") or [] if lv.get("sessions") == planned), None)
 
 
 def preemption_finding(result: CapacityResult, params: Params) -> Finding:
-    run = result.run.get("sessions") or {}
+    run: SessionsRow = result.run.get("sessions") or {}
     planned = int(run.get("planned_sessions") or 0)
     level = _planned_level(result)
     if level is None or level.get("status") == "skipped":
@@ -76,8 +80,7 @@ def preemption_finding(result: CapacityResult, params: Params) -> Finding:
     ok = [t for t in turns if t.get("ok")]
     carried = [t for t in ok if (t.get("turn") or 0) >= 1]  # turns that resent a history
     pre = level.get("preemptions")
-    kv = max((t["kv_usage_max"] for t in align(ok, result.metrics) if t.get("kv_usage_max") is not None),
-             default=None)
+    kv = max((k for t in align(ok, result.metrics) if (k := t.get("kv_usage_max")) is not None), default=None)
     observed = {"sessions": planned, "turns": len(turns), "ok": len(ok), "preemptions": pre, "kv_usage_max": kv,
                 "sessions_started": level.get("sessions_started")}
     if len(carried) < planned:
@@ -103,25 +106,26 @@ def preemption_finding(result: CapacityResult, params: Params) -> Finding:
 def _shared(result: CapacityResult) -> tuple[int, str]:
     """The shared prefix (system prompt and tools) in tokens, and where the figure comes from: the server's
     /tokenize, else the median cached tokens of the first turns after the run's first session."""
-    run = result.run.get("sessions") or {}
-    if isinstance(run.get("shared_prefix_tokens"), int):
-        return run["shared_prefix_tokens"], "/tokenize"
-    firsts = sorted(t["cached_tokens"] for t in result.sessions
-                    if t.get("ok") and t.get("turn") == 0 and t.get("cached_tokens") is not None)[1:]
+    run: SessionsRow = result.run.get("sessions") or {}
+    if isinstance(stated := run.get("shared_prefix_tokens"), int):
+        return stated, "/tokenize"
+    firsts = sorted(c for t in result.sessions
+                    if t.get("ok") and t.get("turn") == 0 and (c := t.get("cached_tokens")) is not None)[1:]
     return (int(statistics.median(firsts)), "first turns' cached tokens") if firsts else (0, "unknown")
 
 
-def _counters(result: CapacityResult) -> tuple[dict[str, Any], str | None]:
+def _counters(result: CapacityResult) -> tuple[dict[str, float | str | None], str | None]:
     """The turns' usage `cached_tokens` against the server's vllm:prefix_cache_hits over the same levels, and why
     they do not reconcile (None: they do, or the server has no counter). The counter counts every request the server
     served, so it holds at least the sessions' own hits (real vLLM 0.32.0: exactly them, level by level)."""
-    levels = [lv for lv in (result.run.get("sessions") or {}).get("levels") or [] if "usage_cached_tokens" in lv]
+    sessions: SessionsRow = result.run.get("sessions") or {}
+    levels = [lv for lv in sessions.get("levels") or [] if "usage_cached_tokens" in lv]
     counted = [lv for lv in levels if isinstance(lv.get("prefix_cache_hits"), (int, float))]
     if not counted:
         return {"counter_hits": None, "counter_basis": "no vllm:prefix_cache_hits over the levels"}, None
     usage = sum(int(lv["usage_cached_tokens"]) for lv in counted)
-    hits = sum(float(lv["prefix_cache_hits"]) for lv in counted)
-    observed = {"counter_hits": hits, "counter_usage_cached_tokens": usage,
+    hits = sum(float(lv.get("prefix_cache_hits") or 0.0) for lv in counted)  # counted: each states its hits
+    observed: dict[str, float | str | None] = {"counter_hits": hits, "counter_usage_cached_tokens": usage,
                 "counter_basis": f"vllm:prefix_cache_hits over {len(counted)} level(s)"}
     if hits < usage:
         return observed, (f"the turns' usage reports {usage} cached tokens but the server's vllm:prefix_cache_hits "
@@ -137,22 +141,24 @@ def reuse_finding(result: CapacityResult, params: Params) -> Finding:
     later = [t for t in result.sessions if t.get("ok") and (t.get("designed_cached_tokens") or 0) > shared]
     reported = [t for t in later if t.get("cached_tokens") is not None]
     grew = [t for t in later if (t.get("growth_tokens") or 0) > 0]
-    observed: dict[str, Any] = {"later_turns": len(later), "prompt_grew": len(grew), "shared_prefix_tokens": shared,
-                                "shared_prefix_basis": basis, "min": need,
-                                "turns_with_shared_prefix_cached": sum(1 for t in reported
-                                                                       if t["cached_tokens"] >= shared > 0)}
+    observed: dict[str, float | str | None] = {
+        "later_turns": len(later), "prompt_grew": len(grew), "shared_prefix_tokens": shared,
+        "shared_prefix_basis": basis, "min": need,
+        "turns_with_shared_prefix_cached": sum(1 for t in reported if (t.get("cached_tokens") or 0) >= shared > 0)}
     counters, unreconciled = _counters(result)
     observed.update(counters)
     if unreconciled:
         return _f("session_prefix_reuse", "not-observable", f"prefix reuse across turns not shown: {unreconciled}",
                   observed=observed)
-    if not reported or len(reported) < max(2, (result.run.get("sessions") or {}).get("planned_sessions") or 2):
+    sessions: SessionsRow = result.run.get("sessions") or {}
+    if not reported or len(reported) < max(2, sessions.get("planned_sessions") or 2):
         why = "the server reports no cached_tokens (prompt_tokens_details)" if later and not reported else \
             f"{len(reported)} later turn(s) with a history of their own to reuse"
         return _f("session_prefix_reuse", "not-observable", f"prefix reuse across turns not measured: {why}",
                   observed=observed)
-    own = [(max(0, min(t["cached_tokens"], t["designed_cached_tokens"]) - shared),
-            t["designed_cached_tokens"] - shared) for t in reported]
+    # reported: cached tokens stated, designed ones beyond the shared prefix
+    own = [(max(0, min(t.get("cached_tokens") or 0, t.get("designed_cached_tokens") or 0) - shared),
+            (t.get("designed_cached_tokens") or 0) - shared) for t in reported]
     cached, designed = sum(c for c, _ in own), sum(d for _, d in own)
     ratio = cached / designed
     observed.update(history_cached_tokens=cached, history_designed_tokens=designed, ratio=round(ratio, 4),
@@ -204,15 +210,16 @@ def stall_finding(result: CapacityResult, params: Params) -> Finding:
     timeouts = [t for t in result.sessions if not t.get("ok") and "within" in str(t.get("error") or "")]
     if not timed:
         return _f("session_stall", "not-observable", "no streamed session turn finished: stalls not observable")
-    worst = max(timed, key=lambda t: t["max_silence_ms"])
-    observed = {"longest_silence_ms": round(worst["max_silence_ms"], 3), "where": f"{worst['session']} turn "
+    worst = max(timed, key=lambda t: t.get("max_silence_ms") or 0.0)  # timed: each states its silence
+    silence = worst.get("max_silence_ms") or 0.0
+    observed = {"longest_silence_ms": round(silence, 3), "where": f"{worst['session']} turn "
                 f"{worst['turn']}", "turns": len(timed), "timeouts": len(timeouts), "client_idle_timeout_s": limit}
-    text = (f"longest silence inside a session turn: {worst['max_silence_ms']:.0f} ms ({observed['where']}, "
+    text = (f"longest silence inside a session turn: {silence:.0f} ms ({observed['where']}, "
             f"{len(timed)} turns, first token and reasoning included)")
     if limit is None:
         return _f("session_stall", "info", f"{text}; no contract.client_idle_timeout_s to hold it to",
                   observed=observed)
-    if worst["max_silence_ms"] > limit * 1000 or timeouts:
+    if silence > limit * 1000 or timeouts:
         return _f("session_stall", "fail", f"{text}: a client with a {limit:g} s idle timeout drops the turn (the "
                   "session phase)", observed=observed, expected=f"<= {limit:g} s")
     return _f("session_stall", "pass", f"{text}, within the clients' {limit:g} s idle timeout", observed=observed,
@@ -224,7 +231,7 @@ def session_findings(result: CapacityResult, params: Params) -> list[Finding]:
             stall_finding(result, params)]
 
 
-def session_summary(result: CapacityResult) -> dict[str, Any] | None:
+def session_summary(result: CapacityResult) -> SessionSummary | None:
     """What the record keeps of the phase: its levels, and its turns aligned with the server's series."""
     run = result.run.get("sessions")
     if not run:

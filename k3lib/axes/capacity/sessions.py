@@ -43,6 +43,7 @@ from .config import SESSION_MAX_TURNS, SESSION_MIN_TURNS
 from .result import SESSIONS_JSONL
 from .resume import CutSessions
 from .shape import session_levels
+from .shapes import RequestRow
 from .state import Recorder
 from .watch import boundary_snapshot
 from .window import record_stats, window_numbers
@@ -119,8 +120,6 @@ class SessionSource:
         cap = params.axes.capacity
         self.trace: list[list[SessionTurn]] | None = None
         if cap.session_trace:
-            from ...core.session import find_path
-
             path = find_path(cap.session_trace)
             self.trace = read_trace(path) if cap.session_trace_format == "k3" else \
                 convert_trace(cap.session_trace_format, path)
@@ -260,7 +259,7 @@ async def _session_level(rec: Recorder, client: ChatClient, source: SessionSourc
     label = f"sessions {level}"
     kept = cut.level_turns(level) if cut is not None else []
     done = list(cut.finished) if cut is not None else []
-    bucket = [dict(r) for r in cut.requests if r.get("step") == label] if cut is not None else []
+    bucket = [cast(RequestRow, dict(r)) for r in cut.requests if r.get("step") == label] if cut is not None else []
     turns: list[Row] = list(kept)
     sessions = (s for s in source.level() if s[0].session not in done)  # a trace's ended sessions not again
     counts = {"started": len(done), "finished": len(done)}

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .sessionjudge import align
+from .run_shapes import SessionTurnRow
 
 if TYPE_CHECKING:
     from .result import CapacityResult
@@ -45,7 +46,7 @@ def session_figure(result: "CapacityResult") -> Any:
     import plotly.graph_objects as go
 
     fig = go.Figure()
-    by_session: dict[str, list[dict[str, Any]]] = {}
+    by_session: dict[str, list[SessionTurnRow]] = {}
     for t in result.sessions:
         if t.get("ok"):
             by_session.setdefault(str(t.get("session")), []).append(t)

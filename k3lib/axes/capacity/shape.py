@@ -4,10 +4,11 @@ the time each phase may take at most. Pure: parameters in, a frozen plan out."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import cast
 
 from ...core.params import Params
 from .config import CALIBRATION_BOUND_S, PHASE_OVERHEAD_S, SESSION_MIN_TURNS
+from .run_shapes import PlanRow, SessionPlan
 from .trust import calibration_concurrencies
 
 PHASES = ("cold-load", "long-context", "concurrency", "soak", "sessions")
@@ -76,10 +77,10 @@ class CapacityPlan:
     def budget_s(self) -> float:
         return sum(self.phase_budget_s(p) for p in PHASES)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> PlanRow:
         d = asdict(self)
         d["budget_s"] = {p: round(self.phase_budget_s(p), 3) for p in PHASES}
-        return d
+        return cast(PlanRow, d)  # the fields as declared, then the budget of each phase
 
 
 def default_steps(planned: int) -> tuple[int, ...]:
@@ -142,7 +143,7 @@ def session_levels(planned: int) -> tuple[int, ...]:
     return tuple(s for s in default_steps(planned)[:-1])
 
 
-def session_plan(params: Params) -> dict[str, Any]:
+def session_plan(params: Params) -> SessionPlan:
     """The session phase's part of the plan (k3lib.axes.capacity.sessions)."""
     planned = planned_sessions(params)
     return {"planned_sessions": planned, "session_levels": session_levels(planned),

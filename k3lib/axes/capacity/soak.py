@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any
 
 from ...core import progress
 from .agreement import window_agreement
 from .analysis import soak_analysis
 from .calibration import Calibration
 from .ranks import rank_window
+from .shapes import RequestRow, SoakRow
 from .state import Recorder
 from .window import record_stats
 from .watch import LoadWindow, boundary_snapshot
@@ -21,7 +21,7 @@ from .watch import LoadWindow, boundary_snapshot
 class Soak:
     """The soak as the run description writes it (`data`), and how it ended (`note`)."""
 
-    data: dict[str, Any]
+    data: SoakRow
     note: str
 
 
@@ -38,7 +38,7 @@ async def soak(rec: Recorder, load: LoadWindow, calibration: Calibration, admit_
         bodies = [rec.body(p, plan.output_tokens) for p in prompts]
         progress.phase(f"soak: concurrency {plan.planned_concurrency}", requests=plan.soak_max_requests,
                        duration_s=plan.soak_duration_s + plan.soak_drain_s)
-        bucket: list[dict[str, Any]] = []
+        bucket: list[RequestRow] = []
         before = await boundary_snapshot(rec.urls)
         t0 = time.time()
         summary, early = await load(client, bodies, phase="soak", label="soak", concurrency=plan.planned_concurrency,
@@ -50,15 +50,15 @@ async def soak(rec: Recorder, load: LoadWindow, calibration: Calibration, admit_
     finally:
         await sizing.aclose()
         await client.aclose()
-    rows = rec.timeline.metric_rows()
-    data = {"start_wall": t0, "end_wall": t1, "concurrency": plan.planned_concurrency,
+    rows = rec.metric_rows()
+    data: SoakRow = {"start_wall": t0, "end_wall": t1, "concurrency": plan.planned_concurrency,
             "prompt_tokens": prompts[0].prompt_tokens, "shared_prefix_tokens": prompts[0].shared_prefix_tokens,
             "output_tokens": plan.output_tokens, "distinct_prompts": len(prompts),
             "note": early or "", "engine_alive_after": alive, **record_stats(bucket),
             **calibration.trust(summary, bucket, plan.planned_concurrency, before, after),
             "ranks": rank_window(before, after, rows, t0, t1),
             # judged over the sending window: the drain's tail, load falling off, is not sustained load
-            **soak_analysis(rows, rec.timeline.gpu_rows(), t0, min(t1, t0 + plan.soak_duration_s),
+            **soak_analysis(rows, rec.gpu_rows(), t0, min(t1, t0 + plan.soak_duration_s),
                             concurrency=plan.planned_concurrency,
                             memory_growth_min_mib=cap.memory_growth_min_mib, kv_trend_max=cap.kv_trend_max,
                             hit_rate_drop_max=cap.hit_rate_drop_max,

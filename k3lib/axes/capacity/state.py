@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ...core.evidence import Row
 from ...core.errors import APIError, TargetError
@@ -20,6 +20,8 @@ from ...io.workers import WorkerPool, resolve_workers
 from .config import HEALTH_TIMEOUT_S
 from .result import REQUESTS
 from .shape import CapacityPlan, plan_capacity
+from .run_shapes import FailureRow, HealthRow, Watch
+from .shapes import GpuRow, MetricRow, RequestRow
 from .window import failure_kind
 
 if TYPE_CHECKING:
@@ -44,8 +46,8 @@ class Recorder:
         self.urls = tuple(ctx.target.metrics_urls)
         self.timeline: Timeline | None = None
         # the watch: every health poll, the first failure, whether the engine is gone, what the phases noted
-        self.health: list[Row] = []
-        self.failure: Row | None = None
+        self.health: list[HealthRow] = []
+        self.failure: FailureRow | None = None
         self.dead = False
         self.notes: list[str] = []
         # load.workers: the concurrency steps' and the soak's streams (and their calibration) spread over this many
@@ -92,21 +94,25 @@ class Recorder:
             return None  # NVML's driver is the kit's host's: the environment axis reads it (claims "nvml")
         return getattr(source.describe(), "driver_version", None)
 
-    def metric_rows(self) -> list[Row]:
+    def metric_rows(self) -> list[MetricRow]:
         assert self.timeline is not None  # the runner starts the samplers before any phase
-        return self.timeline.metric_rows()
+        return cast(list[MetricRow], self.timeline.metric_rows())  # the sampler's rows (MetricRow names them)
+
+    def gpu_rows(self) -> list[GpuRow]:
+        assert self.timeline is not None
+        return cast(list[GpuRow], self.timeline.gpu_rows())
 
     # -- recording -------------------------------------------------------------------------------------------
-    def sink(self, phase: str, step: str, bucket: list[Row], concurrency: int,
+    def sink(self, phase: str, step: str, bucket: list[RequestRow], concurrency: int,
              stop_on_death: bool = True) -> Callable[[ChatRecord], None]:
         """Where a load window's records go: the run folder (as each finishes), the window's `bucket`, and the
         watch, which stops the window (`EngineGone`) once the engine looks gone."""
         streak = {"n": 0}
 
         def sink(rec: ChatRecord) -> None:
-            d = rec.to_dict(include_raw=False)
+            d = cast(RequestRow, rec.to_dict(include_raw=False))  # the record's fields (RequestRow names those read)
             d["raw_json"] = None
-            d.update(phase=phase, step=step, done_wall_ns=rec.wall_ns(rec.done_ns))
+            d.update({"phase": phase, "step": step, "done_wall_ns": rec.wall_ns(rec.done_ns)})
             self.store.append_jsonl(REQUESTS, d)
             bucket.append(d)
             kind = failure_kind(d)
@@ -120,7 +126,7 @@ class Recorder:
 
         return sink
 
-    def note_failure(self, rec: Mapping[str, Any], phase: str, step: str, in_flight: int, kind: str) -> None:
+    def note_failure(self, rec: RequestRow, phase: str, step: str, in_flight: int, kind: str) -> None:
         if self.failure is not None:
             return
         ns = rec.get("done_wall_ns") or rec.get("sent_wall_ns")
@@ -129,13 +135,13 @@ class Recorder:
                         "http_status": rec.get("http_status"), "error": (rec.get("error") or "")[:500]}
 
     async def poll_health(self, client: ChatClient, phase: str, timeout_s: float = HEALTH_TIMEOUT_S
-                          ) -> Row:
+                          ) -> HealthRow:
         p = await client.probe("/health", timeout_s=max(timeout_s, 0.2))
         endpoint = "/health"
         if p.status == 404:  # an engine without vLLM's /health route (llama.cpp): readiness from /v1/models
             p = await client.probe("/v1/models", timeout_s=max(timeout_s, 0.2))
             endpoint = "/v1/models"
-        row = {"t_wall": p.wall_ns / 1e9, "phase": phase, "status": p.status, "latency_ms": p.latency_ms,
+        row: HealthRow = {"t_wall": p.wall_ns / 1e9, "phase": phase, "status": p.status, "latency_ms": p.latency_ms,
                "error": p.error if p.status is None else None, "endpoint": endpoint}
         self.health.append(row)
         return row
@@ -151,7 +157,7 @@ class Recorder:
                             "http_status": row["status"], "error": row["error"]}
         return False
 
-    def watch(self) -> Row:
+    def watch(self) -> Watch:
         """The watch's part of the run description."""
         return {"health": self.health, "failure": self.failure, "dead": self.dead, "notes": self.notes}
 

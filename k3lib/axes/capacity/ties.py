@@ -4,18 +4,17 @@ endpoint (whether its counters counted the kit's own requests). `k3lib.verdict.i
 
 from __future__ import annotations
 
-from typing import Any
 
-from ...io.claims import gpu_claims
+from ...io.claims import Claims, gpu_claims
 from .finding import load_windows
 from .result import CapacityResult
 
 
-def capacity_claims(result: CapacityResult) -> dict[str, dict[str, Any]]:
+def capacity_claims(result: CapacityResult) -> dict[str, Claims]:
     """{"gpu_metrics": …, "metrics <url>": …} for the record's `data.claims`."""
-    windows = [(float(w["start_wall"]), float(w["end_wall"])) for _, w in load_windows(result)
-               if w.get("start_wall") is not None and w.get("end_wall") is not None]
-    out: dict[str, dict[str, Any]] = {}
+    windows = [(float(start), float(end)) for _, w in load_windows(result)
+               if (start := w.get("start_wall")) is not None and (end := w.get("end_wall")) is not None]
+    out: dict[str, Claims] = {}
     gpu = gpu_claims(result.gpu, driver=result.run.get("gpu_driver"), load_windows=windows)
     if gpu:
         out["gpu_metrics"] = {**gpu, "via": result.run.get("gpu_source")}

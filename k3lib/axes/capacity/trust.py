@@ -11,6 +11,8 @@ from typing import Any
 
 from ...io.calibration import CalibrationReport, LoopLagReport, assess, gate_phase
 from ...io.crosscheck import CrossCheck, item_dict
+from .run_shapes import CalibrationSummary, KnownTiming
+from .shapes import CrossCheckData, RequestRow, Trust
 from .config import (CHUNKS, DEFAULT_ITL_MS, DEFAULT_TTFT_MS, ITL_RANGE_MS, MIN_GAPS, ROUNDS_BUDGET_S,
                      TTFT_RANGE_MS)
 
@@ -22,11 +24,11 @@ def _clamp(value: float, bounds: tuple[float, float]) -> float:
     return round(min(max(value, bounds[0]), bounds[1]), 3)
 
 
-def known_timing(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def known_timing(records: Sequence[RequestRow]) -> KnownTiming:
     """The schedule the known-timing server follows: the median TTFT and inter-chunk gap the client measured on
     the target so far (the long-context phase), clamped; the defaults when nothing was measured."""
     ok = [r for r in records if r.get("ok")]
-    ttfts = [r["ttft_ms"] for r in ok if r.get("ttft_ms") is not None]
+    ttfts = [t for r in ok if (t := r.get("ttft_ms")) is not None]
     gaps = [g for r in ok for g in (r.get("itl_ms") or ()) if g is not None]
     ttft = _clamp(statistics.median(ttfts), TTFT_RANGE_MS) if ttfts else DEFAULT_TTFT_MS
     itl = _clamp(statistics.median(gaps), ITL_RANGE_MS) if gaps else DEFAULT_ITL_MS
@@ -36,7 +38,7 @@ def known_timing(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return {"known_ttft_ms": ttft, "known_itl_ms": itl, "chunks": CHUNKS, "basis": basis}
 
 
-def calibration_rounds(concurrency: int, timing: Mapping[str, Any]) -> int:
+def calibration_rounds(concurrency: int, timing: KnownTiming) -> int:
     """How many rounds of `concurrency` streams to run: ≥ MIN_GAPS gaps, within ROUNDS_BUDGET_S of schedule."""
     per_round_s = (timing["known_ttft_ms"] + (timing["chunks"] - 1) * timing["known_itl_ms"]) / 1e3
     wanted = -(-MIN_GAPS // max(1, concurrency * (timing["chunks"] - 1)))
@@ -48,7 +50,7 @@ def calibration_concurrencies(planned: int, steps: Sequence[int]) -> tuple[int, 
     return tuple(sorted({planned, max(steps, default=planned)}))
 
 
-def failed_report(concurrency: int, timing: Mapping[str, Any], max_error_ms: float, reason: str) -> CalibrationReport:
+def failed_report(concurrency: int, timing: KnownTiming, max_error_ms: float, reason: str) -> CalibrationReport:
     """A report for a calibration that could not complete (the local server did not start, the bound ran out):
     invalid, so the steps it covers are not trusted either."""
     lag = LoopLagReport(duration_s=0.0, interval_ms=0.0, samples=0, p50_ms=None, p99_ms=None, max_ms=None)
@@ -80,10 +82,10 @@ class StepValidity:
 
     valid: bool = True
     invalid_reason: str | None = None
-    calibration: dict[str, Any] | None = None
+    calibration: object = None  # a CalibrationReport's dump, as gate_phase sets it (never read here)
 
 
-def gate_step(summary: Any, reports: Sequence[CalibrationReport], concurrency: int) -> dict[str, Any]:
+def gate_step(summary: Any, reports: Sequence[CalibrationReport], concurrency: int) -> Trust:
     """The step fields that say whether its client latency figures are trusted, through `gate_phase`."""
     base = summary if summary is not None else StepValidity()
     report = governing_report(reports, concurrency)
@@ -113,7 +115,7 @@ def record_view(record: Mapping[str, Any]) -> RecordView:
     return RecordView(**{f.name: record.get(f.name) for f in dataclasses.fields(RecordView)})
 
 
-def cross_check_data(check: CrossCheck | None, error: str | None = None) -> dict[str, Any]:
+def cross_check_data(check: CrossCheck | None, error: str | None = None) -> CrossCheckData:
     """A cross-check as kept in a step: every item, the disagreeing ones, and whether the counts agree."""
     if check is None:
         return {"agrees": None, "counts_agree": None, "disagreements": [], "items": [],
@@ -150,7 +152,7 @@ def _num(value: Any) -> str:
     return f"{value:.0f}" if float(value).is_integer() or abs(value) >= 100 else f"{value:.1f}"
 
 
-def calibration_summary(reports: Sequence[CalibrationReport]) -> list[dict[str, Any]]:
+def calibration_summary(reports: Sequence[CalibrationReport]) -> list[CalibrationSummary]:
     """The few numbers of each report a reader looks at first (the full reports are kept beside them)."""
     return [{"concurrency": r.concurrency, "valid": r.valid, "reason": r.reason, "ok": r.ok, "requests": r.requests,
              "ttft_error_ms_p99": r.ttft_error_ms_p99, "itl_error_ms_p99": r.itl_error_ms_p99,

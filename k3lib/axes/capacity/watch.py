@@ -10,6 +10,7 @@ from ...io.client import ChatClient
 from ...io.load import run_closed_loop, run_soak
 from ...io.metrics import Snapshot, scrape_async
 from ...io.sampling import SCRAPE_TIMEOUT_S
+from .shapes import RequestRow
 from .state import EngineGone, Recorder
 
 
@@ -21,12 +22,12 @@ class LoadWindow(Protocol):
     """How a phase sends one closed-loop window (`closed_window`, or the runner's hook around it)."""
 
     async def __call__(self, client: ChatClient, bodies: Any, *, phase: str, label: str, concurrency: int,
-                       max_requests: int, duration_s: float, bucket: list[dict[str, Any]],
+                       max_requests: int, duration_s: float, bucket: list[RequestRow],
                        soak: bool = False) -> tuple[Any, str | None]: ...
 
 
 async def closed_window(rec: Recorder, client: ChatClient, bodies: Any, *, phase: str, label: str, concurrency: int,
-                        max_requests: int, duration_s: float, bucket: list[dict[str, Any]],
+                        max_requests: int, duration_s: float, bucket: list[RequestRow],
                         soak: bool = False) -> tuple[Any, str | None]:
     """One closed-loop load window; returns its PhaseSummary (None when it was stopped early) and why it
     stopped early, if it did."""

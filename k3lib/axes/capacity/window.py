@@ -10,6 +10,7 @@ from typing import Any
 
 from ...core.stats import percentile_interval, percentile_rounded
 from ...io.metrics import HistogramWindow, Snapshot, delta, window_histogram, window_quantile
+from .shapes import ClientStats, WindowNumbers
 
 
 def failure_kind(rec: Mapping[str, Any]) -> str | None:
@@ -33,7 +34,7 @@ def failure_kind(rec: Mapping[str, Any]) -> str | None:
 
 
 
-def window_numbers(before: Snapshot | None, after: Snapshot | None) -> dict[str, Any]:
+def window_numbers(before: Snapshot | None, after: Snapshot | None) -> WindowNumbers:
     """Counter and histogram deltas between two boundary scrapes (None where a scrape failed).
 
     The queue p95 is kept as what the histogram can prove: `queue_p95_low_ms` ≤ p95 ≤ `queue_p95_high_ms`
@@ -48,7 +49,7 @@ def window_numbers(before: Snapshot | None, after: Snapshot | None) -> dict[str,
             "server_ttft_p95_ms": None if t95 is None else round(t95 * 1000, 3)}
 
 
-def queue_numbers(queue: HistogramWindow | None) -> dict[str, Any]:
+def queue_numbers(queue: HistogramWindow | None) -> WindowNumbers:
     """The queue-time p95 of one window in ms: a figure where decided, else its bounds (see window_numbers)."""
     if queue is None or not queue.count:
         return {"queue_p95_ms": None}
@@ -67,7 +68,7 @@ def _p95_interval(values: Sequence[float]) -> dict[str, float] | None:
     return None if got is None else got.to_dict()
 
 
-def record_stats(records: Sequence[Mapping[str, Any]], *, intervals: bool = False) -> dict[str, Any]:
+def record_stats(records: Sequence[Mapping[str, Any]], *, intervals: bool = False) -> ClientStats:
     """Client-side numbers of a set of request records; with `intervals`, the bootstrap interval of the TTFT and
     e2e p95 over the requests (a load step's latency is judged against its objective on that interval)."""
     kinds = [failure_kind(r) for r in records]

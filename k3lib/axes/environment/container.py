@@ -4,7 +4,6 @@ its tag against the recipe and the engine, and the build method (official releas
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from ...core.versions import public
 
@@ -56,7 +55,7 @@ def check_cuda_build(s: EnvironmentSources, recipe: RecipeParams) -> Finding:
                        "the collect_env report names no CUDA build (no 'CUDA used to build PyTorch', no cuNN wheels)"
                        + (f"; nvidia-smi's CUDA {driver_cuda} is only what the driver can run" if driver_cuda else ""),
                        proofs, observed=observed, expected=expected)
-    disagree: dict[str, Any] = {k: v for k, v in majors.items() if v != build}
+    disagree: dict[str, int | str] = {k: v for k, v in majors.items() if v != build}
     if libs and build not in libs:
         disagree["nvidia-*-cuNN wheels"] = "/".join(map(str, sorted(libs)))
     story = ""

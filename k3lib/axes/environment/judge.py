@@ -7,6 +7,7 @@ the sources is `run.py` (`check_environment`, the notebook's call); showing them
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ...core.evidence import EvidenceRecord, Finding, axis_status
@@ -14,9 +15,10 @@ from ...core.outcomes import AcceptanceOutcome, level_for
 from ...core.params import EnvironmentParams, RecipeParams
 from .container import check_build_method, check_cuda_build, check_image
 from .engine import check_flags, check_prefix_caching, check_version
-from ...io.claims import collect_env_claims, image_claims, log_claims, nvidia_smi_claims, nvml_claims, target_claims
+from ...io.claims import Claims, collect_env_claims, image_claims, log_claims, nvidia_smi_claims, nvml_claims, target_claims
 from .host import check_driver, check_fabric, check_gpus, check_host_container
 from .rules import ROW_ORDER, RULES, Proof, engine_args, finding
+from .shapes import TableRow, TopologyRow
 from .sources import EnvironmentSources, attachments
 from .startup import check_startup
 
@@ -107,7 +109,7 @@ def environment_record(result: EnvironmentResult, ctx: "AxisContext") -> Evidenc
         attachments=attachments(result.sources))
 
 
-def source_claims(s: EnvironmentSources) -> dict[str, dict[str, Any]]:
+def source_claims(s: EnvironmentSources) -> dict[str, Claims]:
     """What each source says of the deployment it came from (`k3lib.io.claims`), the server's own answers as
     "target (environment)": `k3lib.verdict.identity` ties each to the target."""
     cache = s.texts.get("cache_config_info")
@@ -118,22 +120,28 @@ def source_claims(s: EnvironmentSources) -> dict[str, dict[str, Any]]:
     return {name: fields for name, fields in got.items() if fields}
 
 
-def topology(s: EnvironmentSources) -> dict[str, Any]:
+def topology(s: EnvironmentSources) -> TopologyRow:
     """GPU count and parallel sizes as the server was started: what a re-validation compares (a change of
     topology reopens the sheet). Sizes the log does not print are vLLM's default, 1; no log: all unknown."""
     args = engine_args(s)
-    sizes: dict[str, Any] = {}
-    for key in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
-        try:
-            sizes[key] = None if args is None else max(int(args.get(key) or 1), 1)
-        except (TypeError, ValueError):
-            sizes[key] = None
+    parallel = {key: _size(args, key) for key in ("tensor_parallel_size", "pipeline_parallel_size",
+                                                    "data_parallel_size")}
     ce = s.collect_env
-    sizes["gpu_count"] = ce.gpu_count if ce else (s.nvidia_smi.gpu_count if s.nvidia_smi else None)
-    return sizes
+    return {"tensor_parallel_size": parallel["tensor_parallel_size"],
+            "pipeline_parallel_size": parallel["pipeline_parallel_size"],
+            "data_parallel_size": parallel["data_parallel_size"],
+            "gpu_count": ce.gpu_count if ce else (s.nvidia_smi.gpu_count if s.nvidia_smi else None)}
 
 
-def _summary_values(s: EnvironmentSources) -> dict[str, Any]:
+def _size(args: Mapping[str, Any] | None, key: str) -> int | None:
+    """A parallel size as the log printed it (vLLM's default, 1, where it printed none); None: no log args."""
+    try:
+        return None if args is None else max(int(args.get(key) or 1), 1)
+    except (TypeError, ValueError):
+        return None
+
+
+def _summary_values(s: EnvironmentSources) -> dict[str, str | int | None]:
     ce = s.collect_env
     return {
         "vllm": s.api_version or (s.log.vllm_version if s.log else None) or (ce.vllm_version if ce else None),
@@ -176,12 +184,12 @@ def proof_cell(finding: Finding) -> str:
     return "; ".join(dict.fromkeys(parts)) or "—"
 
 
-def table_rows(result: EnvironmentResult) -> list[dict[str, Any]]:
+def table_rows(result: EnvironmentResult) -> list[TableRow]:
     """One row per item of the seed's table; a row with several rules shows the worst and joins the rest."""
     by_item: dict[str, list[Finding]] = {}
     for f in result.findings:
         by_item.setdefault(RULES[f.rule].item, []).append(f)
-    rows = []
+    rows: list[TableRow] = []
     for item in ROW_ORDER:
         found = sorted(by_item.get(item, []), key=lambda f: _SEVERITY[f.status])
         if not found:

@@ -9,6 +9,7 @@ from typing import Any
 
 from ...core.evidence import EvidenceRecord
 from ...core.params import Params
+from ...io.gpu import GpuSourceInfo
 from .judge import EnvironmentResult, evaluate
 from .sources import SourceText, cache_config_of, read_sources, server_answers
 
@@ -28,8 +29,6 @@ def reread_sources(store: Any, record: EvidenceRecord, params: Params) -> Any:
                                  info.get("attachment"))
     nvml = None
     if texts.get("nvml") and texts["nvml"].text:
-        from ...io.gpu import GpuSourceInfo
-
         try:
             nvml = GpuSourceInfo(**json.loads(texts["nvml"].text))
         except (TypeError, ValueError):

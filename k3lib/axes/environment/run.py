@@ -18,11 +18,13 @@ from ...io.gpu import NvmlSource
 from ...io.metrics import Snapshot
 from ...io.metrics.parse import parse_exposition
 from .judge import EnvironmentResult, evaluate
+from ...core.jsonvalue import JsonObject
 from .sources import (
     _TOOL,
     ARTIFACTS,
     ATTACH_DIR,
     EnvironmentSources,
+    ServerAnswers,
     SourceText,
     _error_text,
     read_sources,
@@ -81,7 +83,7 @@ def _get_json(client: httpx.Client, url: str) -> tuple[SourceText, Any]:
         return SourceText(name, url, resp.text, error="not JSON", status=resp.status_code), None
 
 
-def _post(client: httpx.Client, name: str, url: str, body: dict[str, Any]) -> SourceText:
+def _post(client: httpx.Client, name: str, url: str, body: JsonObject) -> SourceText:
     try:
         resp = client.post(url, json=body)
     except httpx.HTTPError as exc:
@@ -118,8 +120,9 @@ def _cache_config(client: httpx.Client, urls: tuple[str, ...]) -> tuple[SourceTe
     return SourceText("cache_config_info", ", ".join(urls), kept_text, error="; ".join(errors) or "no metrics URL"), {}, None
 
 
-def _probe_server(ctx: "AxisContext", client: httpx.Client) -> dict[str, Any]:
-    """`/version`, `/v1/models`, one tiny chat completion and one auto-tool-choice request."""
+def _probe_server(ctx: "AxisContext", client: httpx.Client) -> tuple[dict[str, SourceText], ServerAnswers]:
+    """`/version`, `/v1/models`, one tiny chat completion and one auto-tool-choice request: their texts, and what
+    they say."""
     base = ctx.target.base_url
     texts: dict[str, SourceText] = {}
     version_src, _ = _get_json(client, f"{base}/version")
@@ -139,7 +142,7 @@ def _probe_server(ctx: "AxisContext", client: httpx.Client) -> dict[str, Any]:
         texts["tool_choice"] = _post(client, "tool_choice", url, {
             "model": model, "max_tokens": 16, "temperature": 0, "tools": [_TOOL], "tool_choice": "auto",
             "messages": [{"role": "user", "content": "What is the weather in Paris? Use the tool."}]})
-    return {"texts": texts, **server_answers(texts)}
+    return texts, server_answers(texts)
 
 
 def _nvml(ctx: "AxisContext") -> "tuple[GpuSourceInfo | None, SourceText]":
@@ -163,8 +166,8 @@ def gather_sources(ctx: "AxisContext") -> EnvironmentSources:
     with httpx.Client(timeout=env.timeout_s, headers=ctx.target.headers()) as client:
         for name in ARTIFACTS:
             texts[name] = fetch_text(name, getattr(env, name), base, client)
-        server = _probe_server(ctx, client)
-        texts.update(server.pop("texts"))
+        probed, server = _probe_server(ctx, client)
+        texts.update(probed)
         cache_src, labels, cache_url = _cache_config(client, ctx.target.metrics_urls)
         texts["cache_config_info"] = cache_src
     nvml, texts["nvml"] = _nvml(ctx)

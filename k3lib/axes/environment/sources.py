@@ -9,7 +9,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 from ...core.errors import ArtifactError, BadInputError
 from ...io.metrics import Snapshot
@@ -17,16 +18,19 @@ from ...io.metrics.parse import parse_exposition
 from ...io.readers.collect_env import CollectEnvReport, parse_collect_env
 from ...io.readers.nvidia_smi import NvidiaSmiReport, parse_nvidia_smi
 from ...io.readers.vllm_log import VllmLogReport, parse_vllm_log
+from ...core.jsonvalue import JsonObject
 
 if TYPE_CHECKING:
     from ...io.gpu import GpuSourceInfo
+
+_Parsed = TypeVar("_Parsed")  # what a reader makes of a source's text
 
 ARTIFACTS = ("collect_env", "nvidia_smi", "server_log", "image_inspect")
 ATTACH_DIR = "evidence/environment"
 # vLLM's answer to tool_choice "auto" when --enable-auto-tool-choice / --tool-call-parser are missing (0.10–0.33).
 AUTO_TOOL_CHOICE_400 = '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
 _FINGERPRINT_RE = re.compile(r"^vllm-(?P<version>\d[^-\s]*)")
-_TOOL = {"type": "function", "function": {
+_TOOL: JsonObject = {"type": "function", "function": {
     "name": "get_weather", "description": "Current weather for a city.",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
 
@@ -80,7 +84,7 @@ class EnvironmentSources:
     log: VllmLogReport | None = None
     read_errors: dict[str, str] = dataclasses.field(default_factory=dict)  # source -> ArtifactError text
     api_version: str | None = None  # GET /version
-    models: tuple[dict[str, Any], ...] = ()
+    models: tuple[JsonObject, ...] = ()
     fingerprint: str | None = None  # system_fingerprint of one small chat completion
     chat_reasoning: bool | None = None
     tool_probe: ToolChoiceProbe = ToolChoiceProbe("not-run")
@@ -204,34 +208,35 @@ def _error_text(body: str) -> str:
 
 
 def read_sources(texts: dict[str, SourceText], *, api_version: str | None = None,
-                 models: tuple[dict[str, Any], ...] = (), fingerprint: str | None = None,
+                 models: tuple[JsonObject, ...] = (), fingerprint: str | None = None,
                  chat_reasoning: bool | None = None, tool_probe: ToolChoiceProbe = ToolChoiceProbe("not-run"),
                  cache_config: dict[str, str] | None = None, cache_config_endpoint: str | None = None,
                  nvml: "GpuSourceInfo | None" = None, declared_image: str | None = None,
                  declared_digest: str | None = None, build: str = "official") -> EnvironmentSources:
     """Parse the raw texts with the readers; a text that is not what it claims is a read error, kept by name."""
     errors: dict[str, str] = {}
-    parsed: dict[str, Any] = {}
-    readers = {"collect_env": lambda t: parse_collect_env(t, source="collect_env"),
-               "nvidia_smi": lambda t: parse_nvidia_smi(t, source="nvidia_smi"),
-               "server_log": parse_vllm_log,
-               "image_inspect": parse_image_inspect}
-    for name, read in readers.items():
+
+    def read(name: str, reader: Callable[[str], _Parsed]) -> _Parsed | None:
         src = texts.get(name)
         if src is None or not src.ok:
-            continue
+            return None
         assert src.text is not None  # `ok`: the text was fetched
         try:
-            parsed[name] = read(src.text)
+            return reader(src.text)
         except BadInputError as exc:
             errors[name] = exc.one_line()
-    image = parsed.get("image_inspect")
+            return None
+
+    collect_env = read("collect_env", lambda t: parse_collect_env(t, source="collect_env"))
+    nvidia_smi = read("nvidia_smi", lambda t: parse_nvidia_smi(t, source="nvidia_smi"))
+    log = read("server_log", parse_vllm_log)
+    image = read("image_inspect", parse_image_inspect)
     if declared_image or declared_digest:
         if image is None:
             image = ImageRef(declared_image, declared_digest, "parameters")
     return EnvironmentSources(
-        texts=dict(texts), collect_env=parsed.get("collect_env"), nvidia_smi=parsed.get("nvidia_smi"),
-        log=parsed.get("server_log"), read_errors=errors, api_version=api_version, models=tuple(models),
+        texts=dict(texts), collect_env=collect_env, nvidia_smi=nvidia_smi, log=log, read_errors=errors,
+        api_version=api_version, models=tuple(models),
         fingerprint=fingerprint or tool_probe.fingerprint, chat_reasoning=chat_reasoning, tool_probe=tool_probe,
         cache_config=dict(cache_config or {}), cache_config_endpoint=cache_config_endpoint, nvml=nvml,
         image=image, build=build)
@@ -254,6 +259,17 @@ def substitute(value: str, base_url: str) -> str:
     return value.replace("{base_url}", base_url.rstrip("/"))
 
 
+class ServerAnswers(TypedDict, total=False):
+    """What the server's own answers say (sources.server_answers): `/version`, `/v1/models`, the chat reply and the
+    auto-tool-choice probe."""
+
+    api_version: str | None
+    models: tuple[JsonObject, ...]
+    fingerprint: str | None
+    chat_reasoning: bool
+    tool_probe: ToolChoiceProbe
+
+
 def _json_of(src: SourceText | None) -> Any:
     if src is None or src.text is None:
         return None
@@ -263,10 +279,10 @@ def _json_of(src: SourceText | None) -> Any:
         return None
 
 
-def server_answers(texts: dict[str, SourceText]) -> dict[str, Any]:
+def server_answers(texts: dict[str, SourceText]) -> ServerAnswers:
     """Pure: what the server's own answers say (`/version`, `/v1/models`, the chat and tool-choice replies), from
     their texts — as fetched, or as kept in a run folder."""
-    out: dict[str, Any] = {}
+    out: ServerAnswers = {}
     version = _json_of(texts.get("version")) if texts.get("version") and texts["version"].ok else None
     out["api_version"] = str(version["version"]) if isinstance(version, dict) and version.get("version") else None
     models = _json_of(texts.get("models")) if texts.get("models") and texts["models"].ok else None

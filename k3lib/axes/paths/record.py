@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ...core.errors import ArtifactError
 from ...core.stats import paired_difference_interval, percentile_rounded, wilson_interval
+from .shapes import JsonObject, RecordFile
 
 SCHEMA_ID = "k3kit/renewal/paths/1"
 SCHEMA_FILE = Path(__file__).resolve().parents[3] / "schemas" / "renewal" / "paths.schema.json"
@@ -191,7 +192,7 @@ def paired(a: str, b: str, rows: list[TaskOutcome]) -> PairedDifference:
 
 # --- on disk --------------------------------------------------------------------------------------------------------
 
-def record_data(result: PathsResult) -> dict[str, Any]:
+def record_data(result: PathsResult) -> RecordFile:
     return {"schema": SCHEMA_ID, "result": result.model_dump(mode="json")}
 
 
@@ -232,7 +233,7 @@ def compare_fixed(before: PathsResult, after: PathsResult) -> list[str]:
     return lines
 
 
-def schema() -> dict[str, Any]:
+def schema() -> JsonObject:
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": SCHEMA_ID,
             **PathsResult.model_json_schema()}
 

@@ -30,9 +30,10 @@ from .judge import Exchange, call_problem, judge
 from .pricing import token_cost
 from .record import (REQUESTS_FILE, RECORD_FILE, EndpointInfo, FixedElement, PathsResult, TaskOutcome,
                      canonical_hash, paired, record_data, summarise)
+from .shapes import JsonObject, RequestLine
 from .tasks import Task, TaskSet, load_task_set
 
-Sink = Callable[[dict[str, Any]], None]
+Sink = Callable[[RequestLine], None]
 
 
 def check_endpoints(params: PathsParams) -> None:
@@ -45,7 +46,7 @@ def check_endpoints(params: PathsParams) -> None:
         require_key_env(ep.api_key_env, field=f"paths.endpoints.{name}.api_key_env")
 
 
-def request_format_value(req: RequestFormat) -> dict[str, Any]:
+def request_format_value(req: RequestFormat) -> JsonObject:
     return {"api": "OpenAI chat completions (/v1/chat/completions)", **req.model_dump(mode="json"),
             "tool_results": "compact JSON in a tool message, tools executed locally",
             "history": "the assistant message sent back as received (reasoning, tool_calls)"}
@@ -287,7 +288,7 @@ def run_paths(params: PathsParams, store: RunStore, tasks: TaskSet | None = None
     store.write_json("paths/fixed.json", [f.model_dump(mode="json") for f in fixed])  # before any result
     started = _now()
 
-    def sink(line: dict[str, Any]) -> None:
+    def sink(line: RequestLine) -> None:
         store.append_jsonl(REQUESTS_FILE, line)
 
     rows: list[TaskOutcome] = []

@@ -21,6 +21,7 @@ from ..agent.sample import AgentSample, ToolSpec, _check_schema, check_response_
 from ...core.errors import BadInputError
 from ...core.yamlsafe import safe_load as yaml_load
 from ...core.layering import validate_model
+from .shapes import JsonObject, TaskSetRequest
 
 BUILTIN = "builtin"
 REFERENCE = "k3lib/data/agent_sample.yaml (the built-in task set)"
@@ -35,11 +36,11 @@ class ExpectedCall(_Strict):
     (default: the tool's own parameter schema)."""
 
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
-    arguments_schema: dict[str, Any] | None = None
+    arguments_schema: JsonObject | None = None
 
     @field_validator("arguments_schema")
     @classmethod
-    def _schema(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+    def _schema(cls, v: JsonObject | None) -> JsonObject | None:
         return v if v is None else _check_schema(v, "arguments_schema")
 
 
@@ -47,7 +48,7 @@ class ToolErrorRule(_Strict):
     """The first execution of an expected tool returns `result` (an error); the final answer must then either
     acknowledge it (one of `acknowledge_any`, none of `must_not_contain`) or come after a successful retry."""
 
-    result: dict[str, Any]
+    result: JsonObject
     acknowledge_any: Annotated[tuple[str, ...], Field(min_length=1)]
     must_not_contain: tuple[str, ...] = ()
 
@@ -55,7 +56,7 @@ class ToolErrorRule(_Strict):
 class QualityRule(_Strict):
     """What makes a task's final answer accepted; every part given must hold (a non-empty, complete answer always)."""
 
-    final_schema: dict[str, Any] | None = None  # the final answer, parsed as JSON, validates against it
+    final_schema: JsonObject | None = None  # the final answer, parsed as JSON, validates against it
     expect_calls: tuple[ExpectedCall, ...] = ()
     regex: str | None = None  # re.search over the final answer (DOTALL)
     uses_result: tuple[str, ...] = ()  # keys of the last successful tool result whose values must appear
@@ -63,7 +64,7 @@ class QualityRule(_Strict):
 
     @field_validator("final_schema")
     @classmethod
-    def _schema(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+    def _schema(cls, v: JsonObject | None) -> JsonObject | None:
         return v if v is None else _check_schema(v, "final_schema")
 
     @field_validator("regex")
@@ -87,16 +88,16 @@ class Task(_Strict):
     id: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
     category: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,40}$")] = "default"
     title: str = ""
-    messages: Annotated[tuple[dict[str, Any], ...], Field(min_length=1)]
+    messages: Annotated[tuple[JsonObject, ...], Field(min_length=1)]
     tools: Literal["all", "none"] | tuple[str | ToolSpec, ...] = "none"
     tool_choice: Literal["auto", "required", "none"] | None = None
-    response_format: dict[str, Any] | None = None
+    response_format: JsonObject | None = None
     max_tokens: Annotated[int, Field(gt=0)] | None = None
     quality: QualityRule = QualityRule()
 
     @field_validator("messages")
     @classmethod
-    def _messages(cls, v: tuple[dict[str, Any], ...]) -> tuple[dict[str, Any], ...]:
+    def _messages(cls, v: tuple[JsonObject, ...]) -> tuple[JsonObject, ...]:
         for i, m in enumerate(v):
             if m.get("role") not in ("system", "user", "assistant", "tool"):
                 raise ValueError(f"message {i}: role is system, user, assistant or tool")
@@ -108,7 +109,7 @@ class Task(_Strict):
 
     @field_validator("response_format")
     @classmethod
-    def _rf(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+    def _rf(cls, v: JsonObject | None) -> JsonObject | None:
         return check_response_format(v)
 
 
@@ -136,13 +137,13 @@ class TaskSet(_Strict):
             return []
         return [t if isinstance(t, ToolSpec) else by_name[t] for t in task.tools]
 
-    def request_part(self) -> dict[str, Any]:
+    def request_part(self) -> TaskSetRequest:
         """What the paths are asked (hashed as the task set): tasks without their quality rules."""
         return {"name": self.name, "version": self.version,
                 "tools": [t.model_dump(mode="json") for t in self.tools],
                 "tasks": [t.model_dump(mode="json", exclude={"quality"}) for t in self.tasks]}
 
-    def quality_part(self) -> dict[str, Any]:
+    def quality_part(self) -> dict[str, JsonObject]:
         """What decides acceptance (hashed as the quality rule): every task's rule."""
         return {t.id: t.quality.model_dump(mode="json") for t in self.tasks}
 

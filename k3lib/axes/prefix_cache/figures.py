@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from .result import PrefixCacheResult
 from .judge import reconcile
@@ -87,8 +87,10 @@ def counters_figure(result: PrefixCacheResult) -> Any:
     rows = [r for r in result.counters if r.get("t_wall") is not None]
     t0 = min((r["t_wall"] for r in rows), default=0.0)
     fig = go.Figure()
-    for key, name, colour in (("queries", "prefix_cache_queries", _COLD), ("hits", "prefix_cache_hits", _OBSERVED),
-                              ("cached", "prompt_tokens_cached", _CACHED)):
+    series: tuple[tuple[Literal["queries", "hits", "cached"], str, str], ...] = (
+        ("queries", "prefix_cache_queries", _COLD), ("hits", "prefix_cache_hits", _OBSERVED),
+        ("cached", "prompt_tokens_cached", _CACHED))
+    for key, name, colour in series:
         pts = [r for r in rows if r.get(key) is not None]
         if pts:
             fig.add_trace(go.Scatter(x=[r["t_wall"] - t0 for r in pts], y=[r[key] for r in pts], name=name,

@@ -7,15 +7,17 @@ latency gain, a latency drop without hit evidence, or a prefix that changed befo
 
 from __future__ import annotations
 
-import dataclasses
 import statistics
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, ConfigDict, computed_field
 
 from ..served import PREFIX, open_findings
 from ...core.evidence import EvidenceRecord, Finding, axis_status
 from ...core.numbers import figure
 from ...core.stats import MIN_SAMPLES, Interval, median_interval
 from .blocks import hits_for, units_reproducing
+from .shapes import ReuseObserved
 from .result import AXIS, COUNTERS_JSON, RESULT_JSON, SAMPLES_JSONL, TOKEN_IDS_JSONL, PrefixCacheResult, \
     RequestSample
 
@@ -25,9 +27,12 @@ if TYPE_CHECKING:
 NO_REUSE = ("no reuse on an identical prefix → the expected gain is not counted; fix configuration and protocol")
 
 
-@dataclasses.dataclass(frozen=True)
-class PairReconciliation:
-    """One session × prefix length: what the ids say the warm request should hit, what the server said, why."""
+class PairReconciliation(BaseModel):
+    """One session × prefix length: what the ids say the warm request should hit, what the server said, why; dumped
+    (`model_dump`) with its gain, match and identical-prefix figures as the record's `pairs` (core.evidence.PrefixPair).
+    """
+
+    model_config = ConfigDict(frozen=True)
 
     session: int
     prefix_target: int
@@ -47,26 +52,25 @@ class PairReconciliation:
     explanation: str
     sighting: int = 2  # which sighting of the prefix the judged request was (3: hybrid retention, k3lib.axes.prefix_cache.run)
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def ttft_gain_pct(self) -> float | None:
         if not self.cold_ttft_ms or self.warm_ttft_ms is None:
             return None
         return 100.0 * (self.cold_ttft_ms - self.warm_ttft_ms) / self.cold_ttft_ms
 
-    @property
-    def identical_prefix(self) -> bool:
-        """The warm prompt changed only in its last user turn, as the protocol intends."""
-        return self.intended_hits is None or self.designed_hits is None or self.designed_hits >= self.intended_hits
-
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def matches(self) -> bool | None:
         if self.observed_hits is None or self.designed_hits is None:
             return None
         return self.observed_hits == self.designed_hits
 
-    def to_dict(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "ttft_gain_pct": self.ttft_gain_pct, "matches": self.matches,
-                "identical_prefix": self.identical_prefix}
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def identical_prefix(self) -> bool:
+        """The warm prompt changed only in its last user turn, as the protocol intends."""
+        return self.intended_hits is None or self.designed_hits is None or self.designed_hits >= self.intended_hits
 
 
 def _int(x: float | None) -> int | None:
@@ -78,15 +82,15 @@ def reconcile_pair(cold: RequestSample, warm: RequestSample, result: PrefixCache
     """Compare the warm request's (or the judged sighting's) designed hits with its counter delta and name the cause
     of any gap."""
     observed = _int(warm.hits_delta) if warm.hits_delta is not None else warm.cached_tokens
-    base: dict[str, Any] = dict(sighting=sighting)
-    base.update(session=warm.session, prefix_target=warm.prefix_target, warm_prompt_tokens=warm.prompt_tokens,
-                                cold_ttft_ms=cold.ttft_ms, warm_ttft_ms=warm.ttft_ms, intended_hits=warm.intended_hits,
-                                designed_hits=warm.designed_hits, observed_hits=observed, cached_tokens=warm.cached_tokens,
-                                cold_designed_hits=cold.designed_hits, cold_observed_hits=_int(cold.hits_delta),
-                                divergence_at=warm.divergence_at)
 
     def out(cause: str, text: str, clean: bool = True) -> PairReconciliation:
-        return PairReconciliation(**base, clean=clean, cause=cause, explanation=text)
+        return PairReconciliation(
+            sighting=sighting, session=warm.session, prefix_target=warm.prefix_target,
+            warm_prompt_tokens=warm.prompt_tokens, cold_ttft_ms=cold.ttft_ms, warm_ttft_ms=warm.ttft_ms,
+            intended_hits=warm.intended_hits, designed_hits=warm.designed_hits, observed_hits=observed,
+            cached_tokens=warm.cached_tokens, cold_designed_hits=cold.designed_hits,
+            cold_observed_hits=_int(cold.hits_delta), divergence_at=warm.divergence_at, clean=clean, cause=cause,
+            explanation=text)
 
     for s in (cold, warm):
         if not s.ok:
@@ -371,7 +375,7 @@ def _reuse_finding(result: PrefixCacheResult, pairs: list[PairReconciliation]) -
     designed = sum(p.designed_hits or 0 for p in identical)
     observed = sum(p.observed_hits or 0 for p in identical)
     gain = ttft_gain_pct(identical)
-    obs: dict[str, Any] = {"pairs": len(identical), "pairs_with_hits": len(hit), "designed_hit_tokens": designed,
+    obs: ReuseObserved = {"pairs": len(identical), "pairs_with_hits": len(hit), "designed_hit_tokens": designed,
                            "observed_hit_tokens": observed, "ttft_gain_pct": None if gain is None else round(gain, 1)}
     if not hit:
         causes = sorted({p.cause for p in identical})
@@ -491,5 +495,5 @@ def prefix_cache_record(result: PrefixCacheResult, ctx: AxisContext | None = Non
               "hit_unit_tokens": result.unit, "hit_unit_source": result.unit_source,
               "cache_config": result.cache_config, "isolation": result.isolation,
               "warm_change": result.warm_change, "sized_by": result.sized_by,
-              "pairs": [p.to_dict() for p in pairs]},
+              "pairs": [p.model_dump() for p in pairs]},
         attachments=attachments)

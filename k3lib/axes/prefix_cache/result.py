@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from ...core.errors import EvidenceError
+from .shapes import CounterRow, Retention
 
 AXIS = "prefix_cache"
 REQUESTS_JSONL = f"evidence/{AXIS}/requests.jsonl"
@@ -75,7 +76,7 @@ class PrefixCacheResult(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     samples: tuple[RequestSample, ...]
-    counters: tuple[dict[str, Any], ...]
+    counters: tuple[CounterRow, ...]
     cache_config: dict[str, str]
     unit: int | None
     unit_source: str
@@ -86,7 +87,7 @@ class PrefixCacheResult(BaseModel):
     min_ttft_gain_pct: float
     stopped: str | None = None  # why the protocol stopped before its plan, if it did
     planned_pairs: int = 0
-    retention: dict[str, Any] = Field(default_factory=dict)  # hybrid retention settings, as read
+    retention: Retention = Field(default_factory=lambda: Retention())  # hybrid retention settings, as read
 
     def pairs(self) -> list[tuple[RequestSample, RequestSample]]:
         """(cold, the sighting judged) per session and prefix length, in the order sent: the warm request, or the

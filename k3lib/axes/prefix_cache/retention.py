@@ -12,6 +12,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from .shapes import Retention, RetentionStatement
+
 _LOG_PATTERNS = (
     ("log: non-default args", re.compile(r"""['"]prefix_cache_retention_interval['"]\s*:\s*(-?\d+)""")),
     ("log: --prefix-cache-retention-interval", re.compile(r"--prefix-cache-retention-interval[ =](-?\d+)")),
@@ -26,11 +28,11 @@ def _int(value: Any) -> int | None:
         return None
 
 
-def retention_settings(cache_config: Mapping[str, str], log_text: str | None) -> dict[str, Any]:
+def retention_settings(cache_config: Mapping[str, str], log_text: str | None) -> Retention:
     """What the server says of its hybrid retention: `interval` (None: stated nowhere) with `interval_source`,
     `state_cache_mode` (cache_config_info's mamba_cache_mode), `hybrid` (True when a state cache is on), and every
     statement found, so a disagreement between the log and /metrics is kept."""
-    found: list[dict[str, Any]] = []
+    found: list[RetentionStatement] = []
     label = _int(cache_config.get("prefix_cache_retention_interval"))
     if label is not None:
         found.append({"source": "cache_config_info: prefix_cache_retention_interval", "value": label})

@@ -42,12 +42,14 @@ from .result import (
     judged_sighting,
 )
 from .retention import retention_settings
+from ...core.jsonvalue import JsonObject
+from .shapes import CounterRow
 
 if TYPE_CHECKING:
     from ...core.session import AxisContext
 
 # Two fixed tool schemas: an agent's tool definitions are part of the prefix it expects to be reused.
-TOOLS: tuple[dict[str, Any], ...] = (
+TOOLS: tuple[JsonObject, ...] = (
     {"type": "function", "function": {
         "name": "search_runbook", "description": "Search the operations runbook and return matching steps.",
         "parameters": {"type": "object", "properties": {
@@ -121,7 +123,7 @@ def contamination(prompt_tokens: int | None, queries_delta: float | None, succes
     return None
 
 
-def _counter_row(snapshot: Snapshot, request_id: str, kind: str, phase: str) -> dict[str, Any]:
+def _counter_row(snapshot: Snapshot, request_id: str, kind: str, phase: str) -> CounterRow:
     return {"t_wall": snapshot.t_wall, "request_id": request_id, "kind": kind, "phase": phase,
             "queries": snapshot.value("prefix_cache_queries_total"),
             "hits": snapshot.value("prefix_cache_hits_total"),
@@ -194,7 +196,7 @@ def run_prefix_cache(ctx: AxisContext) -> PrefixCacheResult:
     use_salt = p.isolation in ("salt", "salt+fresh-prefix")
     fresh = p.isolation in ("fresh-prefix", "salt+fresh-prefix")
     samples: list[RequestSample] = []
-    counters: list[dict[str, Any]] = []
+    counters: list[CounterRow] = []
     sent: dict[str | None, list[list[int]]] = {}  # prompts sent this run, by salt (hash chains never cross salts)
     stopped: str | None = None
     t_end = time.monotonic() + p.max_duration_s

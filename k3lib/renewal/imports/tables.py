@@ -16,7 +16,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from ...core.errors import BadInputError
-from ..shapes import JsonValue
+from ...core.jsonvalue import JsonValue
 
 # one row (a CSV line, a JSON object), its values as the file gives them: JSON, or a CSV cell (text; a repeated
 # column's cells as a list)
