@@ -5,10 +5,14 @@ run is judged again the same way; whatever the parameters say, these are the tar
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..core.evidence import EvidenceRecord
 from ..core.recipes import known_recipe, served_recipe
-from ..axes.capacity.run_shapes import RooflineBound
 from .shapes import ServedFacts
+
+if TYPE_CHECKING:  # the capacity package loads its whole axis: a batch's start must not (tests/test_deferred_imports.py)
+    from ..axes.capacity.run_shapes import RooflineBound
 
 __all__ = ["served_facts", "served_models"]
 

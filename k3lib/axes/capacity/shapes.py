@@ -5,7 +5,9 @@ one step; `StepRow` is the same step as a dict). The run description around them
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal
+
+from typing_extensions import TypedDict  # pydantic validates a model's TypedDict field only from here before 3.12
 
 from ...io.crosscheck import CrossCheckItemDict
 
