@@ -4,12 +4,13 @@ long-context lengths, the session phase, the OOM event, the roofline (the load w
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from ...core.jsonvalue import JsonValue
 
 from ...core.evidence import FindingStatus
 from ...io.calibration import CalibrationDict
+from ...io.sessions.replay import TurnRecord
 from .shapes import ClientStats, MemoryAt, MemoryPoint, SoakRow, StepRow, WindowNumbers
 
 
@@ -361,42 +362,10 @@ class OomEventRow(TypedDict, total=False):
     memory_around: list[MemoryPoint]
 
 
-class SessionTurnRow(TypedDict, total=False):
-    """One session turn of `sessions.jsonl` (k3lib.io.sessions.replay.turn_record, with the level it was played at)."""
+class SessionTurnRow(TurnRecord, total=False):
+    """One session turn of `sessions.jsonl`: the replay's record (k3lib.io.sessions.replay.turn_record, with the level
+    it was played at) and the server's series around it."""
 
-    level: int
-    session: str
-    turn: int
-    think_s: float
-    ok: bool
-    request_id: str
-    http_status: int | None
-    error: str | None
-    cancelled: bool
-    sent_wall: float | None
-    done_wall: float | None
-    prompt_tokens: int | None
-    previous_prompt_tokens: int | None
-    growth_tokens: int | None
-    expected_growth_tokens: int | None
-    cached_tokens: int | None
-    designed_cached_tokens: int | None
-    completion_tokens: int | None
-    reasoning_tokens: int | None
-    reasoning_sent_back: bool
-    expect_tool: bool
-    function: str | None
-    calls: list[Any]
-    tool_ok: bool | None
-    function_match: bool | None
-    previous_call_ids: list[str]
-    answers: list[Any]
-    plain_results: int
-    ttft_ms: float | None
-    max_gap_ms: float | None
-    max_silence_ms: float | None
-    e2e_ms: float | None
-    finish_reason: str | None
     # aligned with the server's series (sessionjudge.align)
     kv_usage_max: float | None
     running_max: float | None

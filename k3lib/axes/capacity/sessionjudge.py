@@ -182,7 +182,7 @@ def tool_finding(result: CapacityResult, params: Params) -> Finding:
     # missing call already counts against the turn that expected it)
     stray = [a for t in result.sessions for a in t.get("answers") or []
              if a.get("id") is not None and a["id"] not in (t.get("previous_call_ids") or [])]
-    problems = sorted({c["problem"] for t in bad for c in t.get("calls") or [] if c.get("problem")})[:5]
+    problems = sorted({p for t in bad for c in t.get("calls") or [] if (p := c.get("problem"))})[:5]
     rate = params.contract.max_tool_call_failure_rate
     allowed = math.floor(rate * len(expected))
     observed = {"expected": len(expected), "failed": len(bad), "allowed": allowed, "answers": len(answers),
