@@ -450,16 +450,18 @@ def test_real_vllm_series_are_selected_by_their_model_name(real_world, tmp_path,
     summed; named another model, every one of them is left out and counted, none read."""
     import json
 
-    from k3lib.renewal.selector import SeriesSelector
+    from k3lib.renewal.params import DeploymentLabels
     from k3lib.renewal.series import series_from_file
 
     label = json.loads((real_world / "labels.json").read_text())[f"metrics/{name}"]
     history = tmp_path / "history.om"
     _history_of((real_world / "metrics" / name).read_text(encoding="utf-8"), history)
     grid = Grid(1_784_851_200.0, 1_784_851_800.0, 300.0)
-    own = series_from_file(history, grid, SeriesSelector(label["model_name"], hostnames=("node-a",), gpus=4))
+    own = series_from_file(history, grid,
+                           DeploymentLabels(model_name=label["model_name"], hostnames=("node-a",), gpus=4))
     running = next(rs for n, rs in own.raw.items() if n.endswith("num_requests_running"))
     assert own.left_out == () and len(running.values) == label["engines"]
     assert sum(v[0] for v in running.values.values()) == label["values"]["num_requests_running"]
-    other = series_from_file(history, grid, SeriesSelector("moonshotai/Kimi-K3-other", hostnames=("node-a",), gpus=4))
+    other = series_from_file(history, grid, DeploymentLabels(model_name="moonshotai/Kimi-K3-other",
+                                                           hostnames=("node-a",), gpus=4))
     assert other.raw == {} and {x.reason for x in other.left_out} == {f"another model ({label['model_name']})"}

@@ -20,11 +20,10 @@ from k3lib.renewal.analysis import analyse_operations, analyse_stability
 from k3lib.renewal.drill import not_run
 from k3lib.renewal.indicators import load_indicators
 from k3lib.renewal.inputs import HoursRecord, IncidentRecord, read_costs
-from k3lib.renewal.params import load_review_params
+from k3lib.renewal.params import DeploymentLabels, load_review_params
 from k3lib.renewal.results import typed
 from k3lib.renewal.rules import RenewalRules
 from k3lib.renewal.series import Grid, read_history, series_from_file
-from k3lib.renewal.selector import SeriesSelector
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +69,7 @@ def test_attack_utilisation_written_as_a_fraction_is_refused(tmp_path):
     an idle GPU's whole percents (0 and 1, whose slot means are fractions) are not."""
     f = tmp_path / "history.om"
     grid = Grid(1785000000, 1785000000 + 4 * 300, 300)
-    ident = SeriesSelector("kimi-k3", hostnames=("node-a",), gpus=1)
+    ident = DeploymentLabels(model_name="kimi-k3", hostnames=("node-a",), gpus=1)
 
     def write(values):
         f.write_text("".join(f'DCGM_FI_DEV_GPU_UTIL{{gpu="0",Hostname="node-a"}} {v} {1785000000 + 150 * (i + 1)}\n'

@@ -26,7 +26,7 @@ from k3lib.core.errors import BadInputError
 from k3lib.io.metrics import inspect_metrics, parse_exposition
 from k3lib.core.params import Params, load_params
 from k3lib.renewal import inputs as renewal_inputs
-from k3lib.renewal.selector import SeriesSelector
+from k3lib.renewal.params import DeploymentLabels
 from k3lib.renewal.series import Grid, read_history, series_from_file
 
 # K3_PROPERTY_EXAMPLES=2000 for a deep search; the default keeps `make test` quick
@@ -368,7 +368,7 @@ def test_history_files_read_or_refused_in_one_line(text):
         path = _write(folder, "history.om", text)
         try:
             history = read_history(path)
-            series = series_from_file(path, GRID, SeriesSelector(None)).raw  # every label set: none is another's
+            series = series_from_file(path, GRID, DeploymentLabels()).raw  # every label set: none is another's
         except BadInputError as exc:
             refused_in_one_line(exc, str(path))
             return

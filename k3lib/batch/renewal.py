@@ -19,10 +19,9 @@ from ..core.store import RunStore
 from ..renewal.decision import DECISIONS, RenewalDecision
 from ..renewal.demo import SCENARIOS
 from ..renewal.inputs import read_costs, read_hours, read_incidents, read_tasks, resolve_currency
-from ..renewal.notebook import with_demo_inputs
 from ..renewal.params import RenewalParams, load_review_params, tracked_keys
 from ..renewal.records import decide_review
-from ..renewal.review import resolve_deployment, write_axes_cache
+from ..renewal.review import resolve_run, run_params, write_axes_cache
 from ..verdict.shapes import DecisionDoc
 from .execute import PRELOAD, Progress, publish, run_batch
 
@@ -37,12 +36,13 @@ DEMO_PARAMS = PROJECT_ROOT / "parameters" / "renewal-demo.yaml"
 
 def run_review(params: RenewalParams, store: RunStore, *, progress: Progress | None = None,
                on_start: Callable[[str], None] | None = None) -> RenewalDecision:
-    """Run every review notebook on the run's inputs, then decide from the evidence records."""
-    params = resolve_deployment(with_demo_inputs(params, store))  # the acceptance run read once, recorded
+    """Run every review notebook on the run's inputs, then decide from the evidence records. The run is opened by
+    the review's entry point (`resolve_run`: the demo's inputs generated, the deployment resolved from its
+    acceptance run, params.json written once); what runs after it reads the run's params.json, as each notebook
+    does: the axes computed before the notebooks, and the decision when the summary notebook took none."""
+    params = resolve_run(params, store)
     if on_start:
-        s = params.review.series
-        on_start(s.history_file or s.prometheus_url or "")  # type: ignore[union-attr]
-    store.write_json("params.json", params.public_dict())
+        on_start(params.review.series.location)  # type: ignore[union-attr]
 
     plan = review_plan(REVIEW_STAGES)
     # the batch's progress stream: prepare's error goes there too
@@ -50,7 +50,7 @@ def run_review(params: RenewalParams, store: RunStore, *, progress: Progress | N
 
     def prepare() -> None:  # while the first notebooks' kernels start: the inputs read, the axes computed, once
         try:
-            write_axes_cache(params, store)  # each notebook reads them (review/axes.json)
+            write_axes_cache(run_params(store), store)  # each notebook reads them (review/axes.json)
         except BadInputError:
             raise  # a bad input (a history file that does not parse) ends the review before any notebook runs
         except Exception as exc:  # noqa: BLE001 - the batch goes on: each notebook reports it in its own page
@@ -61,7 +61,7 @@ def run_review(params: RenewalParams, store: RunStore, *, progress: Progress | N
                        prepare=prepare)
     data = result.decision_data
     if data is None or data.get("decision") not in DECISIONS or not isinstance(data.get("findings"), list):
-        decision = decide_review(params, store, result.records)  # the summary failed: same rules, same records
+        decision = decide_review(run_params(store), store, result.records)  # the summary failed: same rules, records
     else:
         decision = RenewalDecision.model_validate(data)
     shown: DecisionDoc = {"decision": decision.decision,

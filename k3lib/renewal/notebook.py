@@ -11,13 +11,12 @@ import time
 from typing import Any
 
 from ..core.evidence import EvidenceRecord
-from ..core.session import adopt_folder, find_path, open_run_folder, write_record
+from ..core.session import find_path, open_run_folder, write_record
 from ..core.store import RunStore, utc_now
 from ..emulator import start_emulator
 from ..io.target import emulator_config, resolve_target
 from .analysis import analyse_stability
 from .artifacts import check_pipeline
-from .demo import materialise
 from .drill import for_deployment, is_deployment, not_run, run_drill
 from .drillshapes import RenewalDrillData
 from .params import RenewalParams, load_any_review
@@ -26,10 +25,12 @@ from .review import (
     ReviewData,
     analyse,
     load_review,
+    resolve_run,
     read_axes_cache,
     read_hourly_cache,
-    resolve_deployment,
     review_incidents,
+    scope_of,
+    with_demo_inputs,
 )
 from .shapes import AxesData, AxisData
 
@@ -62,7 +63,8 @@ class ReviewContext:
         if cached is None:
             return analyse(self.data, drill)
         if drill is not None:
-            incidents = review_incidents(self.params)  # clipped to the window, as the cached axes were
+            scope = scope_of(self.params)
+            incidents = review_incidents(scope.inputs.incidents, scope.window)  # clipped as the cached axes were
             cached["stability"] = analyse_stability(incidents.kept, self.params.review.rules, drill,
                                                     outside_window=incidents.describe())
         return cached
@@ -74,38 +76,22 @@ class ReviewContext:
 
     def record(self, record: EvidenceRecord) -> EvidenceRecord:
         """Stamp timing and source onto the axis record and write `evidence/<axis>.json` atomically."""
-        s = self.params.review.series
-        assert s is not None, "demo parameters are materialised before the series are read"
         return write_record(self.store, record, started_at=self.started_at, t0=self._t0,
-                            target=s.history_file or s.prometheus_url)
+                            target=scope_of(self.params).source.location)
 
     def __repr__(self) -> str:
-        s = self.params.review.series
-        assert s is not None, "demo parameters are materialised before the series are read"
+        s = scope_of(self.params).source
         return (f"ReviewContext(axis={self.axis!r}, run={str(self.store.root)!r}, "
-                f"series={s.history_file or s.prometheus_url!r}, window={s.start.isoformat()}…{s.end.isoformat()})")
-
-
-def with_demo_inputs(params: RenewalParams, store: RunStore) -> RenewalParams:
-    """Demo parameters that name no inputs: the scenario's three weeks are generated into the run's inputs/,
-    hashed into its manifest (generated inputs are evidence too), and the parameters returned point at them."""
-    if params.review.demo is None or params.review.inputs is not None:
-        return params
-    params = materialise(params, store.path("inputs"))
-    adopt_folder(store, "inputs")
-    return params
+                f"series={s.location!r}, window={s.start.isoformat()}…{s.end.isoformat()})")
 
 
 def open_review_run(params_file: str, overrides: list[str] | None = None, run_dir: str = ""
                     ) -> tuple[RenewalParams, RunStore]:
-    """The review's parameters and run folder (its demo inputs generated, its deployment resolved); params.json
-    written once."""
+    """The review's parameters and run folder, opened by the review's entry point (`review.resolve_run`: its demo
+    inputs generated, its deployment resolved, params.json written once)."""
     params = load_any_review(find_path(params_file), list(overrides or []))
     store = open_run_folder(run_dir, params.run.label)
-    params = resolve_deployment(with_demo_inputs(params, store))
-    if not store.path("params.json").exists():
-        store.write_json("params.json", params.public_dict())
-    return params, store
+    return resolve_run(params, store), store
 
 
 def axis_result(ctx: ReviewContext, drill: RenewalDrillData | None = None) -> AxisData:

@@ -55,6 +55,11 @@ class SeriesSource(_Model):
 
     _url = field_validator("prometheus_url")(classmethod(lambda cls, v: _check_url(v)))
 
+    @property
+    def location(self) -> str:
+        """Where the series are read: the history file, else the Prometheus server's URL."""
+        return self.history_file or self.prometheus_url or ""
+
     @model_validator(mode="after")
     def _one_source(self) -> "SeriesSource":
         if (self.history_file is None) == (self.prometheus_url is None):

@@ -10,9 +10,9 @@ from ..core.store import RunStore
 from ..verdict.shapes import DecisionDoc
 from .decision import AXES, RenewalDecision, indicators, money
 from .live import live_quality
-from .params import RenewalParams, load_any_review
+from .params import RenewalParams
 from .results import AxisResult, read_record_data, record_data, typed
-from .review import decide_from_axes, live_refusal
+from .review import decide_from_axes, live_refusal, run_params
 from .shapes import AxisData, TypedAxes
 
 
@@ -39,10 +39,10 @@ _ANSWER_STATUS = {"yes": "pass", "no": "fail", "not shown": "not-observable"}
 def _findings(axis: str, result: Any, params: RenewalParams, live: PathsResult | None = None) -> list[Finding]:
     """The axis' evidence findings, from the decision's findings on its typed result (values, never sentences
     read back); `live`, the review's live run, judges the comparison's equivalence as the decision does."""
-    rules = params.review.rules
+    review = params.review
     result = typed(axis, result)
-    _, found = indicators({axis: result}, rules, params.review.benefits.declared(), live, params.review.live_paths,
-                          live_refusal(params, live))
+    _, found = indicators({axis: result}, review.rules, review.benefits.declared(), live, review.live_paths,
+                          live_refusal(live, review.deployment.model_name, review.fixed.task_set.live_sha256))
     by = {f.rule: f for f in found}
     out: list[Finding] = []
 
@@ -126,7 +126,7 @@ def decided_again(store: RunStore, stored: DecisionDoc | None = None) -> Decisio
     and `evidence/*.json` through the same pure rules the batch ran (`k3 verify` and `k3 sign` compare it with the
     stored one). `stored` is unused: a review decides the same whatever day it is checked."""
 
-    params = load_any_review(store.path("params.json"))
+    params = run_params(store)
     axes, statuses = axes_from_records(read_records(store))
     return cast(DecisionDoc, decide_from_axes(params, axes, statuses, live=live_run(params, store)).model_dump())
 
@@ -143,10 +143,11 @@ def live_findings(params: RenewalParams, store: RunStore) -> list[Finding]:
     """The comparison axis' live findings: whether the API path meets the quality rule on the same tasks run live
     (the decision's `comparison.live`, or why it is open), the four fixed elements the run was under, and each
     pair's paired difference against the review's `api_equivalent_gap_max`."""
-    rules = params.review.rules
+    review = params.review
+    rules = review.rules
     result = live_run(params, store)
-    refused = live_refusal(params, result)
-    quality = live_quality(result, params.review.live_paths, rules, refused=refused)
+    refused = live_refusal(result, review.deployment.model_name, review.fixed.task_set.live_sha256)
+    quality = live_quality(result, review.live_paths, rules, refused=refused)
     m = quality.measured
     out = [Finding(rule="renewal.comparison.live", status=quality.status, message=quality.sentence,
                    observed=m.get("api_acceptance_low"),

@@ -1,7 +1,11 @@
 """One review's data, loaded once from the parameters: the deployment resolved, inputs read and clipped to the
 window, the deployment's series on the grid, the six axes computed.
 
-The notebooks and the batch call the same two functions, so a re-run from files or from Prometheus gives the
+`resolve_run` is the review's entry point: the batch and every notebook open a run with it (the demo's inputs
+generated into the run, the deployment resolved from its acceptance run, `params.json` written once), and then
+read the run's resolved parameters (`run_params`). What the review reads is resolved once into small typed values
+(`ReviewScope`: the deployment, the window, the series source, the input files), and each step is handed the part
+it uses. The notebooks and the batch call the same functions, so a re-run from files or from Prometheus gives the
 same figures as the report shows.
 """
 
@@ -13,10 +17,11 @@ import hashlib
 import json
 import re
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Iterable, cast
 
 from ..axes.paths.record import PathsResult
 from ..core.errors import BadInputError
+from ..core.session import adopt_folder
 from ..core.store import RunStore, sha256_file, to_json_bytes
 from ..verdict import accepted as acc
 from ..verdict.decision import EMULATOR_KINDS
@@ -29,6 +34,7 @@ from .analysis import (
     full_cost,
 )
 from .decision import RenewalDecision, decide_renewal
+from .demo import materialise
 from .drillshapes import RenewalDrillData
 from .inputs import (
     CostsInput,
@@ -43,11 +49,29 @@ from .inputs import (
 )
 from .live import match_live
 from .load import analyse_load
-from .params import RenewalParams
-from .selector import SeriesSelector
+from .params import DeploymentLabels, InputFiles, RenewalParams, SeriesSource, load_any_review
+from .selector import selector_data
 from .series import DCGM_GPU_UTIL, Grid, RawSeries, ReviewSeries, load_frame, series_from_file, series_from_prometheus
 from .shapes import Axes, AxesCache, AxesData, DeploymentData, LoadData
 from .window import Clipped, ReviewWindow, clip_hours, clip_incidents, clip_tasks, hours_coverage, task_log_coverage
+
+
+@dataclasses.dataclass(frozen=True)
+class ReviewScope:
+    """What one review reads, resolved once from its parameters (the deployment already resolved): each step is
+    handed the part it uses."""
+
+    deployment: DeploymentLabels  # `review.deployment`, complete
+    source: SeriesSource  # the history file or Prometheus, and the window's bounds and step
+    inputs: InputFiles  # the task log, costs, incidents and hours files
+    window: ReviewWindow  # [start, end): every input is clipped to it
+
+
+def scope_of(params: RenewalParams) -> ReviewScope:
+    review = params.review
+    inputs, source = review.inputs, review.series
+    assert inputs is not None and source is not None, "demo parameters are materialised before the inputs are read"
+    return ReviewScope(review.deployment, source, inputs, ReviewWindow(source.start, source.end))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,15 +92,17 @@ class ReviewData:
         return self.series.raw
 
     @property
+    def deployment(self) -> DeploymentLabels:
+        return self.params.review.deployment
+
+    @property
     def gpus(self) -> int:
         """The GPUs the capacity reserves (stated, checked against the series)."""
-        return self.params.review.deployment.gpus or self.series.gpus_in_series
+        return self.deployment.gpus or self.series.gpus_in_series
 
     @property
     def source(self) -> str:
-        s = self.params.review.series
-        assert s is not None, "demo parameters are materialised before the series are read"
-        return s.history_file or s.prometheus_url or ""
+        return scope_of(self.params).source.location
 
     def __repr__(self) -> str:
         return (f"ReviewData(source={self.source!r}, slots={len(self.frame)}, step_s={self.grid.step_s:g}, "
@@ -134,37 +160,53 @@ def resolve_deployment(params: RenewalParams) -> RenewalParams:
     return params.model_copy(update={"review": review.model_copy(update={"deployment": d, "origins": origins})})
 
 
-def load_series(params: RenewalParams) -> tuple[Grid, ReviewSeries]:
-    s = params.review.series
-    assert s is not None, "demo parameters are materialised before the series are read"
-    grid = Grid.for_window(s.start, s.end, s.step_s)
-    deployment = SeriesSelector.of(params.review.deployment)
-    if s.history_file:
-        return grid, series_from_file(s.history_file, grid, deployment)
-    return grid, series_from_prometheus(s.prometheus_url or "", grid, deployment, selector=s.selector)
+def with_demo_inputs(params: RenewalParams, store: RunStore) -> RenewalParams:
+    """Demo parameters that name no inputs: the scenario's three weeks are generated into the run's inputs/,
+    hashed into its manifest (generated inputs are evidence too), and the parameters returned point at them."""
+    if params.review.demo is None or params.review.inputs is not None:
+        return params
+    params = materialise(params, store.path("inputs"))
+    adopt_folder(store, "inputs")
+    return params
 
 
-def window_of(params: RenewalParams) -> ReviewWindow:
-    s = params.review.series
-    assert s is not None, "demo parameters are materialised before the window is read"
-    return ReviewWindow(s.start, s.end)
+PARAMS = "params.json"  # the run's resolved parameters: what the batch, every notebook and a re-check read
 
 
-def review_incidents(params: RenewalParams) -> Clipped:
+def resolve_run(params: RenewalParams, store: RunStore) -> RenewalParams:
+    """The review's entry point: the run's parameters, its demo inputs generated into it and its deployment
+    resolved (`resolve_deployment`), written once to the run's params.json."""
+    params = resolve_deployment(with_demo_inputs(params, store))
+    if not store.path(PARAMS).exists():
+        store.write_json(PARAMS, params.public_dict())
+    return params
+
+
+def run_params(store: RunStore) -> RenewalParams:
+    """The run's resolved parameters as `resolve_run` wrote them: what every review notebook opens, so the axes
+    computed before the notebooks and a decision taken after them read what the notebooks read."""
+    return load_any_review(store.path(PARAMS))
+
+
+def load_series(source: SeriesSource, deployment: DeploymentLabels) -> tuple[Grid, ReviewSeries]:
+    grid = Grid.for_window(source.start, source.end, source.step_s)
+    if source.history_file:
+        return grid, series_from_file(source.history_file, grid, deployment)
+    return grid, series_from_prometheus(source.prometheus_url or "", grid, deployment, selector=source.selector)
+
+
+def review_incidents(incidents_file: str, window: ReviewWindow) -> Clipped:
     """The incident log clipped to the window (the drill notebook recomputes stability from it)."""
-    inp = params.review.inputs
-    assert inp is not None, "demo parameters are materialised before the inputs are read"
-    return clip_incidents(read_incidents(inp.incidents), window_of(params))
+    return clip_incidents(read_incidents(incidents_file), window)
 
 
-def _billed_nodes_reviewed(costs: CostsInput, params: RenewalParams, source: str) -> None:
+def _billed_nodes_reviewed(costs: CostsInput, hostnames: tuple[str, ...], source: str) -> None:
     """Every node the capacity bill reserves is the reviewed deployment's: a billed node left out of the review would
     be paid for and never judged (its idle GPUs left out of the load)."""
-    d = params.review.deployment
-    missing = [n for n in costs.capacity_nodes if n not in d.hostnames]
+    missing = [n for n in costs.capacity_nodes if n not in hostnames]
     if missing:
         raise BadInputError(f"key capacity_nodes: {', '.join(missing)} billed but not in review.deployment.hostnames "
-                            f"({', '.join(d.hostnames) or 'none'}); expected every billed node reviewed — add it to "
+                            f"({', '.join(hostnames) or 'none'}); expected every billed node reviewed — add it to "
                             "hostnames and its GPUs to review.deployment.gpus", source=source)
 
 
@@ -172,47 +214,45 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 
 
-def nothing_to_decide(params: RenewalParams, tasks: Clipped, frame: Any, series: ReviewSeries) -> None:
+def nothing_to_decide(s: SeriesSource, tasks_file: str, categories: Iterable[str], tasks: Clipped, frame: Any,
+                      series: ReviewSeries) -> None:
     """A premise with no evidence at all in the window is bad input, not a decision: a window that has not ended,
     no task of the task set, no sample of the deployment's GPUs. One line naming what is missing and what would
     supply it (exit 2) — never a decision whose own reasons say the series cover 0 % of the window."""
-    s, inp = params.review.series, params.review.inputs
-    assert s is not None and inp is not None, "demo parameters are materialised before the inputs are read"
     now = _now()
     if s.end > now:
         raise BadInputError(f"the window ends {s.end.isoformat()}, after now ({now.isoformat(timespec='seconds')}); "
                             "expected a window that has ended — its series, tasks and bills do not exist yet",
                             source="review.series.end")
-    cats = set(params.review.fixed.task_set.categories)
+    cats = set(categories)
     own = [t for t in tasks.kept if t.path == "self-hosted" and t.category in cats]
     if not own:
         raise BadInputError(f"no self-hosted task of the task set ({', '.join(sorted(cats))}) submitted in the window "
                             f"{s.start.date()} to {s.end.date()} ({len(tasks.kept)} task(s) inside it, "
                             f"{tasks.outside} outside); expected the window's task log (the orchestrator's or "
-                            "gateway's job log, one row per task: see docs/renewal.md)", source=inp.tasks)
+                            "gateway's job log, one row per task: see docs/renewal.md)", source=tasks_file)
     if not bool(frame["gpus_reporting"].gt(0).any()):
         left = "; ".join(f"{x.series} {x.name} series: {x.reason}" for x in series.left_out) or "none in the source"
         raise BadInputError(f"no GPU utilisation sample of the deployment in the window {s.start.date()} to "
                             f"{s.end.date()} (series left out: {left}); expected dcgm-exporter's "
                             "DCGM_FI_DEV_GPU_UTIL for the deployment's hosts over the window (a history file of "
                             "that window, or the Prometheus that scraped them)",
-                            source=s.history_file or s.prometheus_url or "review.series")
+                            source=s.location or "review.series")
 
 
 def load_review(params: RenewalParams) -> ReviewData:
     """Read every input (each bad value: one BadInputError line), clip it to the window, and read the deployment's
     series for the window."""
     params = resolve_deployment(params)
-    inp = params.review.inputs
-    assert inp is not None, "demo parameters are materialised before the inputs are read"
-    window = window_of(params)
+    scope, review = scope_of(params), params.review
+    inp, window, deployment = scope.inputs, scope.window, scope.deployment
     tasks = clip_tasks(read_tasks(inp.tasks), window)
-    costs = resolve_currency(params.review.currency, read_costs(inp.costs), inp.costs)
-    incidents, hours = review_incidents(params), clip_hours(read_hours(inp.hours), window)
-    _billed_nodes_reviewed(costs, params, inp.costs)
-    grid, series = load_series(params)
-    frame = load_frame(series.raw, grid, params.review.deployment.gpus)
-    nothing_to_decide(params, tasks, frame, series)
+    costs = resolve_currency(review.currency, read_costs(inp.costs), inp.costs)
+    incidents, hours = review_incidents(inp.incidents, window), clip_hours(read_hours(inp.hours), window)
+    _billed_nodes_reviewed(costs, deployment.hostnames, inp.costs)
+    grid, series = load_series(scope.source, deployment)
+    frame = load_frame(series.raw, grid, deployment.gpus)
+    nothing_to_decide(scope.source, inp.tasks, review.fixed.task_set.categories, tasks, frame, series)
     return ReviewData(params, grid, series, frame, tasks.kept, costs, incidents.kept, hours.kept, window,
                       {"tasks": tasks, "incidents": incidents, "hours": hours})
 
@@ -223,17 +263,17 @@ def other_gpu_hosts(series: ReviewSeries) -> list[str]:
                    for m in [re.fullmatch(r"another host \((.+)\)", x.reason)] if m})
 
 
-def deployment_use(data: ReviewData) -> DeploymentData:
-    d = data.params.review.deployment
-    return {**SeriesSelector.of(d).describe(), "gpus_in_series": data.series.gpus_in_series,
-            "acceptance_run": d.acceptance_run, "left_out": [x.describe() for x in data.series.left_out]}
+def deployment_use(deployment: DeploymentLabels, series: ReviewSeries) -> DeploymentData:
+    return {**selector_data(deployment), "gpus_in_series": series.gpus_in_series,
+            "acceptance_run": deployment.acceptance_run, "left_out": [x.describe() for x in series.left_out]}
 
 
 def analyse(data: ReviewData, drill: RenewalDrillData | None = None) -> AxesData:
     """The six axes as JSON-ready dicts, keyed by axis id."""
     rules, fixed = data.params.review.rules, data.params.review.fixed
     load: LoadData = {**analyse_load(data.frame, data.tasks, rules, data.grid, data.gpus),
-            "deployment": deployment_use(data), "window": {**data.window.describe(), "step_s": data.grid.step_s}}
+                       "deployment": deployment_use(data.deployment, data.series),
+                       "window": {**data.window.describe(), "step_s": data.grid.step_s}}
     production = analyse_production(data.frame, data.tasks, rules, data.grid, fixed,
                                     coverage=task_log_coverage(data.tasks, data.window),
                                     outside_window=data.clipped["tasks"].describe())
@@ -320,13 +360,12 @@ def read_axes_cache(params: RenewalParams, store: RunStore) -> AxesData | None:
     return cached.get("axes") if cached is not None else None
 
 
-def live_refusal(params: RenewalParams, live: PathsResult | None) -> str | None:
+def live_refusal(live: PathsResult | None, model_name: str | None, task_set_sha256: str | None) -> str | None:
     """Why the named live run is not this review's (another task set, another model), or None."""
 
     if live is None:
         return None
-    return match_live(live, model=params.review.deployment.model_name,
-                      task_set_sha256=params.review.fixed.task_set.live_sha256)
+    return match_live(live, model=model_name, task_set_sha256=task_set_sha256)
 
 
 def decide_from_axes(params: RenewalParams, axes: Axes, statuses: dict[str, str] | None = None,
@@ -334,7 +373,7 @@ def decide_from_axes(params: RenewalParams, axes: Axes, statuses: dict[str, str]
     """The decision with the review's rules; `live`: the `k3 paths` record `review.live_paths` names (None: the
     comparison rests on the task log only), read only when it ran the review's task set against its model."""
     review = params.review
-    refused = live_refusal(params, live)
+    refused = live_refusal(live, review.deployment.model_name, review.fixed.task_set.live_sha256)
     decided = decide_renewal(axes, review.rules, review.benefits.declared(), statuses=statuses,
                              today=today, defaulted=review.defaulted(), live=live,
                              live_source=review.live_paths if live is not None else None,

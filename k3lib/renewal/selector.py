@@ -4,7 +4,8 @@ out (counted by reason), the same way for a history file and for a Prometheus se
 vLLM series are the deployment's when their `model_name` is its served model (and, when instances are named, their
 `instance` one of them); dcgm-exporter series when their host is one of its nodes and, when GPU UUIDs are named,
 their `UUID` one of them. A label the selector names but a series lacks leaves that series out: it cannot be
-attributed. The GPUs kept are counted and must be the GPUs the capacity reserves.
+attributed. The GPUs kept are counted and must be the GPUs the capacity reserves. The selector is
+`review.deployment` itself (`DeploymentLabels`), as the parameters state it or its acceptance run completed it.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections import Counter
-from typing import Any, Iterable, Mapping
+from typing import Iterable, Mapping
 
+from .params import DeploymentLabels
 from .shapes import LeftOutData, SelectorData
 
 HOST_LABELS = ("Hostname", "hostname", "kubernetes_node", "node")  # dcgm-exporter writes Hostname
@@ -23,58 +25,44 @@ DCGM_PREFIX = "DCGM_FI_"
 LabelKey = tuple[tuple[str, str], ...]
 
 
-@dataclasses.dataclass(frozen=True)
-class SeriesSelector:
-    """The labels that select the deployment (a plain copy of `review.deployment`, so the series stay pure)."""
-
-    model_name: str | None
-    instances: tuple[str, ...] = ()
-    hostnames: tuple[str, ...] = ()
-    gpu_uuids: tuple[str, ...] = ()
-    gpus: int | None = None
-
-    @classmethod
-    def of(cls, deployment: Any) -> "SeriesSelector":
-        return cls(deployment.model_name, tuple(deployment.instances), tuple(deployment.hostnames),
-                   tuple(deployment.gpu_uuids), deployment.gpus)
-
-    def describe(self) -> SelectorData:
-        return {"model_name": self.model_name, "instances": list(self.instances), "hostnames": list(self.hostnames),
-                "gpu_uuids": list(self.gpu_uuids), "gpus": self.gpus}
+def selector_data(deployment: DeploymentLabels) -> SelectorData:
+    """The labels that select the deployment, as the load axis reports them."""
+    return {"model_name": deployment.model_name, "instances": list(deployment.instances),
+            "hostnames": list(deployment.hostnames), "gpu_uuids": list(deployment.gpu_uuids), "gpus": deployment.gpus}
 
 
 def _label(labels: Mapping[str, str], names: Iterable[str]) -> str | None:
     return next((labels[n] for n in names if n in labels), None)
 
 
-def why_not(name: str, key: LabelKey, selector: SeriesSelector) -> str | None:
+def why_not(name: str, key: LabelKey, deployment: DeploymentLabels) -> str | None:
     """Why the series `name{key}` is not the deployment's, or None when it is."""
     labels = dict(key)
     if name.startswith(DCGM_PREFIX):
         host = _label(labels, HOST_LABELS)
-        if selector.hostnames:
+        if deployment.hostnames:
             if host is None:
                 return "no Hostname label"
-            if host not in selector.hostnames:
+            if host not in deployment.hostnames:
                 return f"another host ({host})"
-        if selector.gpu_uuids:
+        if deployment.gpu_uuids:
             uuid = _label(labels, UUID_LABELS)
             if uuid is None:
                 return "no UUID label"
-            if uuid not in selector.gpu_uuids:
+            if uuid not in deployment.gpu_uuids:
                 return f"another GPU ({uuid})"
         return None
     model = labels.get("model_name")
-    if selector.model_name is not None:
+    if deployment.model_name is not None:
         if model is None:
             return "no model_name label"
-        if model != selector.model_name:
+        if model != deployment.model_name:
             return f"another model ({model})"
-    if selector.instances:
+    if deployment.instances:
         instance = labels.get("instance")
         if instance is None:
             return "no instance label"
-        if instance not in selector.instances:
+        if instance not in deployment.instances:
             return f"another instance ({instance})"
     return None
 
@@ -91,12 +79,12 @@ class LeftOut:
         return {"name": self.name, "reason": self.reason, "series": self.series}
 
 
-def select(name: str, keys: Iterable[LabelKey], selector: SeriesSelector) -> tuple[list[LabelKey], list[LeftOut]]:
+def select(name: str, keys: Iterable[LabelKey], deployment: DeploymentLabels) -> tuple[list[LabelKey], list[LeftOut]]:
     """The label sets of `name` that are the deployment's, and the others counted by reason."""
     kept: list[LabelKey] = []
     reasons: Counter[str] = Counter()
     for key in keys:
-        why = why_not(name, key, selector)
+        why = why_not(name, key, deployment)
         if why is None:
             kept.append(key)
         else:
@@ -128,18 +116,18 @@ def _one_of(label: str, values: tuple[str, ...]) -> str:
     return f'{label}=~"{"|".join(_quote(re.escape(v)) for v in values)}"'
 
 
-def matchers(name: str, selector: SeriesSelector) -> str:
+def matchers(name: str, deployment: DeploymentLabels) -> str:
     """The PromQL label matchers that select the deployment's series of `name` on the server (the same rule as
     `why_not`, which still checks every series the server returns)."""
     parts = []
     if name.startswith(DCGM_PREFIX):
-        if selector.hostnames:
-            parts.append(_one_of("Hostname", selector.hostnames))
-        if selector.gpu_uuids:
-            parts.append(_one_of("UUID", selector.gpu_uuids))
+        if deployment.hostnames:
+            parts.append(_one_of("Hostname", deployment.hostnames))
+        if deployment.gpu_uuids:
+            parts.append(_one_of("UUID", deployment.gpu_uuids))
     else:
-        if selector.model_name is not None:
-            parts.append(_one_of("model_name", (selector.model_name,)))
-        if selector.instances:
-            parts.append(_one_of("instance", selector.instances))
+        if deployment.model_name is not None:
+            parts.append(_one_of("model_name", (deployment.model_name,)))
+        if deployment.instances:
+            parts.append(_one_of("instance", deployment.instances))
     return ",".join(parts)

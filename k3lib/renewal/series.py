@@ -5,7 +5,8 @@ Each slot (t − step, t] holds a *measure of the slot*, never one instant: a ga
 evaluates `avg_over_time(x[step])`), a counter's last value in it (`last_over_time`), turned into per-slot increases
 after that, with resets detected. A slot without a sample is NaN: not shown, never idle and never busy.
 
-Only the reviewed deployment's series are kept (`SeriesSelector`): the others are counted by reason and reported.
+Only the reviewed deployment's series are kept (`review.deployment`, see selector.py): the others are counted by
+reason and reported.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 from ..core.errors import ArtifactError, BadInputError, TargetUnreachable
 from ..io.metrics.names import spec_for
-from .selector import LeftOut, SeriesSelector, gpu_hosts, gpu_key, matchers, select
+from .params import DeploymentLabels
+from .selector import LeftOut, gpu_hosts, gpu_key, matchers, select
 
 MAX_POINTS_PER_SERIES = 11_000  # Prometheus refuses a range query above this resolution
 MAX_STEP_S = 900.0  # a slot stays well under the idle stretches it must show (review.series.step_s is bounded so)
@@ -263,13 +265,13 @@ def _how(name: str) -> str:
     return "last" if name.endswith("_total") else "mean"
 
 
-def _kept(name: str, values: Mapping[LabelKey, tuple[float, ...]], deployment: SeriesSelector
+def _kept(name: str, values: Mapping[LabelKey, tuple[float, ...]], deployment: DeploymentLabels
           ) -> tuple[RawSeries | None, list[LeftOut]]:
     keys, left = select(name, sorted(values), deployment)
     return (RawSeries(name, {k: values[k] for k in keys}) if keys else None), left
 
 
-def review_series(evaluated: Mapping[str, Mapping[LabelKey, tuple[float, ...]]], deployment: SeriesSelector,
+def review_series(evaluated: Mapping[str, Mapping[LabelKey, tuple[float, ...]]], deployment: DeploymentLabels,
                   left_before: list[LeftOut], source: str) -> ReviewSeries:
     """The deployment's series among those evaluated, the others counted; the GPUs kept must be the GPUs the
     capacity reserves (`deployment.gpus`), else one line naming the source."""
@@ -307,7 +309,7 @@ def _refuse_fraction(values: list[float], source: str) -> None:
                             source=source)
 
 
-def series_from_file(path: str | Path, grid: Grid, deployment: SeriesSelector) -> ReviewSeries:
+def series_from_file(path: str | Path, grid: Grid, deployment: DeploymentLabels) -> ReviewSeries:
     """The deployment's review series from a history file, measured on `grid` as the range queries would be."""
     wanted = {n for c in VLLM_SERIES for n in spec_for(c).names} | {DCGM_GPU_UTIL, DCGM_FB_USED}
     history = read_history(path, wanted)
@@ -334,7 +336,7 @@ def _connect(url: str) -> Any:
     return PrometheusConnect(url=url, disable_ssl=True)
 
 
-def series_from_prometheus(url: str, grid: Grid, deployment: SeriesSelector, *, selector: str = "",
+def series_from_prometheus(url: str, grid: Grid, deployment: DeploymentLabels, *, selector: str = "",
                            timeout_s: float = 30.0) -> ReviewSeries:
     """The same series by range queries: each slot the gauge's `avg_over_time` (a counter's `last_over_time`) over
     the step, the deployment's label matchers added to `selector` (extra matchers, e.g. `job="vllm"`). What the
