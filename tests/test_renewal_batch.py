@@ -71,6 +71,20 @@ def test_open_review_materialises_the_demo_into_the_run(steady_run):
     assert again.params.review.inputs == ctx.params.review.inputs
 
 
+def test_the_run_reads_back_what_its_entry_point_resolved(steady_run):
+    """What the batch runs after the review's entry point (the axes before the notebooks, the decision when the
+    summary took none) reads the run's params.json as each notebook does: the very parameters `resolve_run`
+    resolved; opening the run again regenerates nothing and leaves params.json as written."""
+    from k3lib.renewal.review import inputs_sha256, resolve_run, run_params
+
+    ctx = steady_run
+    read = run_params(ctx.store)
+    assert read == ctx.params and inputs_sha256(read) == inputs_sha256(ctx.params)
+    before = ctx.store.path("params.json").read_bytes()
+    assert resolve_run(read, ctx.store) == read
+    assert ctx.store.path("params.json").read_bytes() == before
+
+
 def test_records_then_decision_from_records_only(steady_run):
     ctx = steady_run
     axes = ctx.axes()

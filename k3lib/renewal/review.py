@@ -246,10 +246,12 @@ def load_review(params: RenewalParams) -> ReviewData:
     params = resolve_deployment(params)
     scope, review = scope_of(params), params.review
     inp, window, deployment = scope.inputs, scope.window, scope.deployment
-    tasks = clip_tasks(read_tasks(inp.tasks), window)
+    task_log = read_tasks(inp.tasks)  # every input read (each bad value: one line), then each clipped to the window
     costs = resolve_currency(review.currency, read_costs(inp.costs), inp.costs)
-    incidents, hours = review_incidents(inp.incidents, window), clip_hours(read_hours(inp.hours), window)
+    incident_log, hours_log = read_incidents(inp.incidents), read_hours(inp.hours)
     _billed_nodes_reviewed(costs, deployment.hostnames, inp.costs)
+    tasks, incidents = clip_tasks(task_log, window), clip_incidents(incident_log, window)
+    hours = clip_hours(hours_log, window)
     grid, series = load_series(scope.source, deployment)
     frame = load_frame(series.raw, grid, deployment.gpus)
     nothing_to_decide(scope.source, inp.tasks, review.fixed.task_set.categories, tasks, frame, series)
