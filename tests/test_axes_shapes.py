@@ -8,9 +8,9 @@ from k3lib.axes.agent.checks import CheckResult, RateRow, check_rows, rates
 from k3lib.axes.agent.scenario import RunSettings, assistant_message, history_message, parsed_reply, reply_record
 from k3lib.axes.agent.shapes import CheckRow, ParsedReply, SettingsRow, StoredCall
 from k3lib.axes.estimate import AxisEstimate, PhaseEstimate
-from k3lib.axes.probe import EndpointProbe, EndpointRow
+from k3lib.axes.probe import EndpointProbe
 from k3lib.axes.shapes import RecordedCall, Reply
-from k3lib.io.crosscheck import CrossCheck, CrossCheckDict, CrossCheckItem, CrossCheckItemDict, item_dict
+from k3lib.io.crosscheck import CrossCheck, CrossCheckDict, CrossCheckItem, CrossCheckItemDict
 from k3lib.io.chatstream import ToolCall
 from k3lib.io.client.records import ChatRecord
 
@@ -34,7 +34,7 @@ def test_a_reply_record_has_the_shape_the_client_writes():
     assert list(reply["tool_calls"][0]) == keys(RecordedCall)
     parsed = parsed_reply(rec)
     assert list(parsed) == keys(ParsedReply)
-    assert list(parsed["tool_calls"][0]) == keys(StoredCall) == list(rec.tool_calls[0].to_dict())
+    assert list(parsed["tool_calls"][0]) == keys(StoredCall) == list(rec.tool_calls[0].model_dump())
 
 
 def test_the_assistant_message_goes_back_as_received_or_as_the_history_mode_drops_it():
@@ -78,8 +78,9 @@ def test_an_axis_estimate_dumps_the_plans_entry():
 def test_the_cross_check_and_the_probe_rows_have_their_shapes():
     item = CrossCheckItem("requests", 3.0, 3.0, 0.0, "requests")
     check = CrossCheck((item,))
-    assert list(check.to_dict()) == keys(CrossCheckDict)
-    assert list(item_dict(item)) == keys(CrossCheckItemDict)
+    assert list(check.model_dump()) == keys(CrossCheckDict)
+    assert list(item.model_dump()) == keys(CrossCheckItemDict)
     probe = EndpointProbe("health", "http://x/health", 200, 1.5, "x" * 10, "text/plain", None, "now")
-    row = probe.to_dict(keep=4)
-    assert list(row) == keys(EndpointRow) and row["body"] == "xxxx" and row["body_truncated"] is True
+    row = probe.kept(4).model_dump()
+    assert list(row) == list(EndpointProbe.model_fields) and row["body"] == "xxxx" and row["body_truncated"] is True
+    assert EndpointProbe.model_validate(row) == probe.kept(4) and probe.body_truncated is False

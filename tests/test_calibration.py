@@ -3,7 +3,6 @@ marks a phase invalid, and (when it exists) the same client against the emulator
 
 from __future__ import annotations
 
-import dataclasses
 import asyncio
 import json
 import statistics
@@ -264,7 +263,7 @@ def test_unreadable_server_stamps_are_counted_and_shown_not_dropped_silently() -
     good = record(50, [10, 10, 10], 8)
     marks = good.output_chunk_ns
     lines = tuple('{"k3_sent_ns": %d}' % (m - 1_000_000) for m in marks[:3]) + ('{"k3_sent_ns": "late"}',)
-    stamped = dataclasses.replace(good, raw_lines=lines)
+    stamped = good.model_copy(update={"raw_lines": lines})
     lag = LoopLagReport(1.0, 5.0, 10, 0.1, 0.2, 0.3)
     rep = assess([stamped, good], url="u", concurrency=2, known_ttft_ms=50, known_itl_ms=10, chunks=4,
                  tokens_per_chunk=2, loop_lag=lag, max_error_ms=10)

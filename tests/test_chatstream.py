@@ -156,6 +156,6 @@ def test_one_record_type_for_every_path() -> None:
     agent_call = parse_call(0, {"id": "a", "type": "function", "function": {"name": "f", "arguments": '{"x": [1]}'}})
     assert type(reader_call) is type(agent_call) is ToolCall
     assert reader_call == agent_call and agent_call.parsed == {"x": [1]} and agent_call.json_error is None
-    assert ToolCall.from_dict(agent_call.to_dict()) == agent_call
+    assert ToolCall.model_validate(agent_call.model_dump()) == agent_call
     broken = ToolCall(0, "b", "function", "g", {"x": 1})
     assert broken.arguments_valid_json is False and "not a string" in (broken.json_error or "")

@@ -105,7 +105,7 @@ def test_stream_fields_and_usage_request() -> None:
     assert rec.chunk_count == 5 and len(rec.output_chunk_ns) == 2 and len(rec.itl_ms) == 1
     assert rec.raw_lines[-1] == "[DONE]" and len(rec.raw_lines) == 6
     assert rec.ttft_ms is not None and rec.e2e_ms is not None and rec.e2e_ms >= rec.ttft_ms >= 0
-    d = rec.to_dict()
+    d = rec.model_dump()
     assert json.loads(json.dumps(d))["content"] == "Hello"
     assert d["ttft_ms"] == rec.ttft_ms and d["itl_ms"] == list(rec.itl_ms)
 
@@ -350,7 +350,7 @@ def test_api_key_sent_but_never_shown(monkeypatch: pytest.MonkeyPatch, caplog: p
     rec = run(lambda: client.chat(MSG, strict=False))
     assert seen == [f"Bearer {SECRET}"] * 2
     shown = " ".join([repr(client), str(vars(client)), str(info.value), repr(info.value), repr(rec),
-                      json.dumps(rec.to_dict(), default=str), caplog.text, repr(SyncChatClient("http://127.0.0.1:9",
+                      json.dumps(rec.model_dump(), default=str), caplog.text, repr(SyncChatClient("http://127.0.0.1:9",
                                                                                               api_key_env="K3_TEST_API_KEY"))])
     assert SECRET not in shown
     assert "K3_TEST_API_KEY" in repr(client)

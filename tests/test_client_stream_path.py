@@ -178,7 +178,7 @@ def run_path(pieces: list[bytes], *, previous: bool) -> tuple[dict[str, Any], st
             client_mod.loads_json = saved
     else:
         error = asyncio.run(go())
-    rec = state.build(keep_raw=True).to_dict()
+    rec = state.build(keep_raw=True).model_dump()
     if error is not None and error.startswith("ProtocolError: invalid JSON"):
         # the previous path stopped at the bad event as it arrived; the new one finds it when it decodes (at
         # the end of the body): what was received and decoded is the same, the end mark is not
@@ -281,7 +281,7 @@ class ReplayServer:
 
 def comparable(rec: Any) -> dict[str, Any]:
     """A record without its clock values (two runs never share them), but with how many marks it has."""
-    d = rec.to_dict()
+    d = rec.model_dump()
     marks = {k: d.pop(k) for k in list(d) if k.endswith("_ns") or k.endswith("_ms") or k == "itl_ms"}
     d["output_marks"] = len(marks["output_chunk_ns"])
     d["first_marks"] = [marks[k] is not None for k in ("first_content_ns", "first_reasoning_ns",
@@ -344,7 +344,7 @@ def run_settled_in_turns(pieces: list[bytes]) -> tuple[dict[str, Any], str | Non
         return None
 
     error = asyncio.run(go())
-    rec = state.build(keep_raw=True).to_dict()
+    rec = state.build(keep_raw=True).model_dump()
     if error is not None and error.startswith("ProtocolError: invalid JSON"):
         rec.pop("done_ns")  # as `run_path` compares it
         rec.pop("e2e_ms")

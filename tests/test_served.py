@@ -130,7 +130,7 @@ def test_the_emulator_honours_ignore_eos_exactly_and_ends_by_length(emulator):
                                    ignore_eos=True, temperature=0))
         assert (rec.completion_tokens, rec.finish_reason) == (200, "length")
         assert rec.asked is not None and rec.asked["ignore_eos"] is True and rec.asked["max_tokens"] == 200
-        assert served_verdict([rec.to_dict()], counters=False)["status"] == "as-asked"
+        assert served_verdict([rec.model_dump()], counters=False)["status"] == "as-asked"
 
 
 def test_the_emulator_samples_at_temperature_and_decodes_greedily_at_zero(emulator):

@@ -9,11 +9,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from typing import Any, TypedDict
+from typing import Any
 
 import httpx
+from pydantic import ValidationError
 
 from ..core.evidence import EvidenceRecord, Finding, ServedModel, axis_status
+from ..core.errors import EvidenceError
+from ..core.record import Record
 from ..core.session import AxisContext, JudgeContext
 from ..core.store import utc_now
 from ..io.claims import target_claims
@@ -23,8 +26,9 @@ from .shapes import JsonObject
 BODY_KEEP_BYTES = 64 * 1024
 
 
-class EndpointRow(TypedDict):
-    """One endpoint's answer as the probe record keeps it (`EndpointProbe.to_dict`): the body cut to `keep`."""
+class EndpointProbe(Record):
+    """One endpoint's answer; the probe's record keeps it as `kept(keep).model_dump()` (the body's start, and whether
+    it was cut: the whole body is attached beside the record) and `read_probe` reads it back with `model_validate`."""
 
     name: str
     url: str
@@ -34,36 +38,23 @@ class EndpointRow(TypedDict):
     content_type: str | None
     error: str | None
     at: str
-    body_truncated: bool
-
-
-@dataclasses.dataclass(frozen=True)
-class EndpointProbe:
-    name: str
-    url: str
-    status: int | None
-    latency_ms: float | None
-    body: str
-    content_type: str | None
-    error: str | None
-    at: str
+    #: the body is the start of what the endpoint answered, cut to the record's `keep` characters
+    body_truncated: bool = False
 
     @property
     def ok(self) -> bool:
         return self.status is not None and 200 <= self.status < 300
 
-    def json(self) -> Any:
+    def json(self) -> Any:  # type: ignore[override]  # the body's JSON (pydantic's own `json` is deprecated)
         try:
             return json.loads(self.body)
         except ValueError:
             return None
 
-    def to_dict(self, keep: int = BODY_KEEP_BYTES) -> EndpointRow:
-        """The fields with the body cut to `keep` characters, and whether it was (a model's dump would keep it
-        whole: the record keeps the start, the whole body is attached beside it)."""
-        return {"name": self.name, "url": self.url, "status": self.status, "latency_ms": self.latency_ms,
-                "body": self.body[:keep], "content_type": self.content_type, "error": self.error, "at": self.at,
-                "body_truncated": len(self.body) > keep}
+    def kept(self, keep: int = BODY_KEEP_BYTES) -> EndpointProbe:
+        """The probe as its record keeps it: the body cut to `keep` characters, and whether it was."""
+        return self.model_copy(update={"body": self.body[:keep],
+                                       "body_truncated": self.body_truncated or len(self.body) > keep})
 
 
 def probe_endpoint(client: httpx.Client, name: str, url: str) -> EndpointProbe:
@@ -72,10 +63,11 @@ def probe_endpoint(client: httpx.Client, name: str, url: str) -> EndpointProbe:
     try:
         resp = client.get(url)
     except httpx.HTTPError as exc:
-        return EndpointProbe(name, url, None, None, "", None, f"{type(exc).__name__}: {exc}", at)
+        return EndpointProbe(name=name, url=url, status=None, latency_ms=None, body="", content_type=None,
+                             error=f"{type(exc).__name__}: {exc}", at=at)
     latency_ms = (time.perf_counter_ns() - t0) / 1e6
-    return EndpointProbe(name, url, resp.status_code, round(latency_ms, 3), resp.text,
-                         resp.headers.get("content-type"), None, at)
+    return EndpointProbe(name=name, url=url, status=resp.status_code, latency_ms=round(latency_ms, 3), body=resp.text,
+                         content_type=resp.headers.get("content-type"), error=None, at=at)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,14 +120,19 @@ def probe_result(found: dict[str, EndpointProbe], wanted: str | None) -> ProbeRe
 
 
 def read_probe(store: Any, record: EvidenceRecord, wanted: str | None) -> ProbeResult:
-    """The probe's answers read back from its record and the bodies attached beside it (`evidence/probe/*.txt`)."""
+    """The probe's answers read back from its record (`EndpointProbe.model_validate`) with the whole bodies attached
+    beside it (`evidence/probe/*.txt`); a row that is not an endpoint's answer is refused in one line."""
     found = {}
     for key, d in (record.data.get("endpoints") or {}).items():
         rel = f"evidence/probe/{key.replace('[', '_').replace(']', '')}.txt"
-        body = (store.path(rel).read_bytes().decode("utf-8", errors="replace") if store.path(rel).is_file()
-                else str(d.get("body") or ""))
-        found[key] = EndpointProbe(str(d.get("name") or key), str(d.get("url") or ""), d.get("status"),
-                                   d.get("latency_ms"), body, d.get("content_type"), d.get("error"), str(d.get("at")))
+        whole = store.path(rel).read_bytes().decode("utf-8", errors="replace") if store.path(rel).is_file() else None
+        row = {**d, "name": d.get("name") or key} if whole is None else {
+            **d, "name": d.get("name") or key, "body": whole, "body_truncated": False}
+        try:
+            found[key] = EndpointProbe.model_validate(row)
+        except ValidationError as exc:
+            raise EvidenceError(f"the probe's record: endpoint {key!r} cannot be read back "
+                                f"({exc.errors()[0]['loc']}: {exc.errors()[0]['msg']})") from None
     return probe_result(found, wanted)
 
 
@@ -255,7 +252,7 @@ def probe_record(result: ProbeResult, ctx: AxisContext) -> EvidenceRecord:
         data={"model": result.model, "vllm_version": result.vllm_version,
               # the card fields the kit reads (ServedModel); the whole /v1/models body is in `endpoints`, attached
               "served_models": [{k: c.get(k) for k in ServedModel.model_fields} for c in result.served_models],
-              "endpoints": {k: p.to_dict(keep=4096) for k, p in result.endpoints.items()},
+              "endpoints": {k: p.kept(4096).model_dump() for k, p in result.endpoints.items()},
               # the deployment's identity from the target itself: /version, the /v1/models cards, its /metrics
               "claims": {"target": target_claims(result.vllm_version, result.served_models,
                                                  [p.body for k, p in result.endpoints.items()

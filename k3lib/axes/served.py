@@ -118,7 +118,7 @@ def repeat_check(replies: Iterable[Reply]) -> RepeatCheck:
 
 
 def counters_check(cross_check: CrossCheckDict | None, error: str | None = None) -> CountersCheck:
-    """The server's request and token counters against the client's, from a `CrossCheck.to_dict()` (latency items
+    """The server's request and token counters against the client's, from a `CrossCheck.model_dump()` (latency items
     are not counts and do not decide here)."""
     if cross_check is None:
         return {"agrees": None, "text": f"server counters not read: {error or 'no /metrics endpoint'}"}

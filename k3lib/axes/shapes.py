@@ -1,6 +1,6 @@
 """The JSON shapes the axes read and write, as `TypedDict`s (nothing changes at run time): a chat request's record as
 the client stores it (`k3lib.io.client.ChatRecord.to_dict`), what it asked, the server's counters against the
-client's (`k3lib.io.crosscheck.CrossCheck.to_dict`), and the asked-vs-served verdict (`k3lib.axes.served`).
+client's (`k3lib.io.crosscheck.CrossCheck.model_dump`), and the asked-vs-served verdict (`k3lib.axes.served`).
 
 `JsonValue` (`k3lib.core.jsonvalue`) types what truly is arbitrary JSON: a tool's arguments, a JSON Schema, a
 server's body."""
@@ -20,7 +20,8 @@ __all__ = ["AskedFields", "CrossCheckDict", "JsonObject", "JsonValue"]
 
 
 class RecordedCall(TypedDict):
-    """One tool call as a chat record stores it (`dataclasses.asdict(ToolCall)`): the fields as received."""
+    """One tool call as a chat record stores it (`ToolCall.model_dump(exclude=PARSE)`): the fields as
+    received."""
 
     index: int
     id: Any  # a string by contract; kept as received
@@ -30,7 +31,7 @@ class RecordedCall(TypedDict):
 
 
 class Reply(TypedDict):
-    """One chat request as the client recorded it (`ChatRecord.to_dict(include_raw=True)`)."""
+    """One chat request as the client recorded it (`ChatRecord.model_dump()`)."""
 
     request_id: str
     url: str

@@ -21,13 +21,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, TypedDict
+from typing import Any, Final, TypedDict
 
-from k3lib.io.shapes import ToolCallDict, ToolCallJson
+from pydantic import computed_field
 
-__all__ = ["SSEDecoder", "ToolCall", "ToolCallAssembler", "sse_payloads"]
+from k3lib.core.record import Record
+from k3lib.io.shapes import ToolCallJson
+
+__all__ = ["PARSE", "SSEDecoder", "ToolCall", "ToolCallAssembler", "sse_payloads"]
+
+#: The parse that `ToolCall.model_dump()` adds to the fields; `model_dump(exclude=PARSE)` gives the fields alone.
+PARSE: Final[set[str]] = {"parsed", "json_error"}
 
 
 class SSEDecoder:
@@ -84,22 +89,23 @@ def _has_name(delta: Mapping[str, Any]) -> bool:
     return isinstance(fn, Mapping) and isinstance(fn.get("name"), str) and bool(fn["name"])
 
 
-@dataclass(frozen=True)
-class ToolCall:
+class ToolCall(Record):
     """One tool call as received: the kit's one record of it, for the live client (streamed or not), the agent
     and paths checks, and the reply reader.
 
     `arguments` is what the server sent, normally a JSON *string* (OpenAI's contract); an object there breaks the
-    contract and is kept as received. The fields are the record (`dataclasses.asdict` gives them alone, as the
-    client's records store them); `parsed`, `json_error` and `arguments_valid_json` are read from `arguments`
-    once, on first use. An `arguments` string that is marked `cut` (the reader's `CutText`: the reply ends inside
-    it) is neither valid nor invalid: it was not received whole."""
+    contract and is kept as received. The fields are the record as the client's records store it
+    (`model_dump(exclude=PARSE)`); `model_dump()` adds the parse, `parsed` and `json_error`, as the agent and paths
+    records store a call, and `model_validate` reads either back (the parse is read again from `arguments`).
+    `parsed`, `json_error` and `arguments_valid_json` are read from `arguments` once, on first use. An `arguments`
+    string that is marked `cut` (the reader's `CutText`: the reply ends inside it) is neither valid nor invalid: it
+    was not received whole."""
 
     index: int
-    id: Any  # a string by contract; kept as received
-    type: Any
-    name: Any
-    arguments: Any
+    id: Any = None  # a string by contract; kept as received
+    type: Any = None
+    name: Any = None
+    arguments: Any = None
 
     @cached_property
     def _judged(self) -> tuple[bool | None, Any, str | None]:
@@ -115,11 +121,13 @@ class ToolCall:
             return False, None, "arguments missing"
         return False, None, f"arguments are a JSON {type(args).__name__}, not a string"
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def parsed(self) -> Any:
         """`json.loads(arguments)` when they are a valid JSON string, else None."""
         return self._judged[1]
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def json_error(self) -> str | None:
         """Why the arguments are not a valid JSON string; None when they are."""
@@ -135,22 +143,13 @@ class ToolCall:
         return {"id": self.id, "type": self.type or "function",
                 "function": {"name": self.name, "arguments": self.arguments}}
 
-    def to_dict(self) -> ToolCallDict:
-        """The fields and the parse, as the agent and paths records store a call."""
-        return {"index": self.index, "id": self.id, "type": self.type, "name": self.name,
-                "arguments": self.arguments, "parsed": self.parsed, "json_error": self.json_error}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ToolCall:
-        """Back from `to_dict` (the parse is read again from `arguments`)."""
-        return cls(data["index"], data.get("id"), data.get("type"), data.get("name"), data.get("arguments"))
-
     @classmethod
     def from_openai(cls, index: int, raw: Mapping[str, Any]) -> ToolCall:
         """A message's `{"id", "type", "function": {"name", "arguments"}}` at position `index`."""
         raw_fn = raw.get("function")
         fn: Mapping[str, Any] = raw_fn if isinstance(raw_fn, Mapping) else {}
-        return cls(index, raw.get("id"), raw.get("type"), fn.get("name"), fn.get("arguments"))
+        return cls(index=index, id=raw.get("id"), type=raw.get("type"), name=fn.get("name"),
+                   arguments=fn.get("arguments"))
 
 
 class _Gathered(TypedDict):

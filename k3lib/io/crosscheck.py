@@ -13,15 +13,16 @@ it widens nothing. Every request that did not complete is counted by kind and st
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any, Sequence, TypedDict, cast
+from typing import Any, Sequence, TypedDict
+
+from pydantic import ConfigDict, Field, computed_field, field_serializer
 
 from .metrics import Snapshot, delta, window_histogram
+from ..core.record import Record
 from ..core.stats import percentile
 
 
-@dataclasses.dataclass(frozen=True)
-class CrossCheckItem:
+class CrossCheckItem(Record):
     quantity: str
     client: float | None
     server: float | None
@@ -33,20 +34,24 @@ class CrossCheckItem:
     server_extra: float = 0.0
     server_short: float = 0.0
 
-    #: client − server (None when either is unknown), and whether that is within the tolerance and slack: derived
-    #: from the fields above, so that `dataclasses.asdict` writes them after the fields
-    diff: float | None = dataclasses.field(init=False)
-    agrees: bool | None = dataclasses.field(init=False)
+    # derived from the fields above, so that `model_dump` writes them after the fields
 
-    def __post_init__(self) -> None:
-        d = None if self.client is None or self.server is None else self.client - self.server
-        object.__setattr__(self, "diff", d)
-        object.__setattr__(self, "agrees", None if d is None else
-                           -(self.tolerance + self.server_extra) <= d <= self.tolerance + self.server_short)
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def diff(self) -> float | None:
+        """client − server; None when either is unknown."""
+        return None if self.client is None or self.server is None else self.client - self.server
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def agrees(self) -> bool | None:
+        """Whether `diff` is within the tolerance and the slack; None when it is unknown."""
+        d = self.diff
+        return None if d is None else -(self.tolerance + self.server_extra) <= d <= self.tolerance + self.server_short
 
 
 class CrossCheckItemDict(TypedDict):
-    """A `CrossCheckItem` as `dataclasses.asdict` gives it."""
+    """A `CrossCheckItem` as `model_dump` writes it (and a reader of the evidence reads it back)."""
 
     quantity: str
     client: float | None
@@ -61,7 +66,8 @@ class CrossCheckItemDict(TypedDict):
 
 
 class CrossCheckDict(TypedDict):
-    """`CrossCheck.to_dict`: the items, the quantities that disagree, what did not complete, per endpoint."""
+    """A `CrossCheck` as `model_dump` writes it: the items, the quantities that disagree, what did not complete,
+    per endpoint."""
 
     items: list[CrossCheckItemDict]
     disagreements: list[str]
@@ -70,36 +76,35 @@ class CrossCheckDict(TypedDict):
     by_endpoint: dict[str, dict[str, float | None]]
 
 
-@dataclasses.dataclass(frozen=True)
-class CrossCheck:
+class CrossCheck(Record):
+    """The comparison over one window, written as `model_dump()` (`CrossCheckDict`)."""
+
+    model_config = ConfigDict(frozen=True, serialize_by_alias=True)
+
     items: tuple[CrossCheckItem, ...]
+    #: the quantities whose items disagree, read from the items (written second, as `disagreements`)
+    disagreeing: tuple[str, ...] = Field(default_factory=lambda fields: tuple(
+        i.quantity for i in fields["items"] if i.agrees is False), serialization_alias="disagreements")
     #: the client's requests that did not complete, per kind (refused, server_errors, timeouts, unreachable,
     #: cancelled; only the kinds that occurred), and their HTTP statuses
-    incomplete: dict[str, int] = dataclasses.field(default_factory=dict)
-    error_statuses: dict[str, int] = dataclasses.field(default_factory=dict)
+    incomplete: dict[str, int] = Field(default_factory=dict)
+    error_statuses: dict[str, int] = Field(default_factory=dict)
     #: what each metrics endpoint counted over the window (requests finished, prompt tokens): an endpoint of the
     #: target moves with the kit's requests; one that stays still is another server's
-    by_endpoint: dict[str, dict[str, float | None]] = dataclasses.field(default_factory=dict)
+    by_endpoint: dict[str, dict[str, float | None]] = Field(default_factory=dict)
+
+    @field_serializer("items", "disagreeing")
+    def _listed(self, values: tuple[Any, ...]) -> list[Any]:
+        return [v.model_dump() if isinstance(v, CrossCheckItem) else v for v in values]
 
     @property
     def disagreements(self) -> list[CrossCheckItem]:
         return [i for i in self.items if i.agrees is False]
 
-    def to_dict(self) -> CrossCheckDict:
-        return {"items": [item_dict(i) for i in self.items],
-                "disagreements": [i.quantity for i in self.disagreements],
-                "incomplete": dict(self.incomplete), "error_statuses": dict(self.error_statuses),
-                "by_endpoint": dict(self.by_endpoint)}
-
     def table(self) -> Any:
         import pandas as pd
 
-        return pd.DataFrame([item_dict(i) for i in self.items])
-
-
-def item_dict(item: CrossCheckItem) -> CrossCheckItemDict:
-    """One item as plain data (`dataclasses.asdict`: its fields, then `diff` and `agrees`)."""
-    return cast(CrossCheckItemDict, dataclasses.asdict(item))
+        return pd.DataFrame([i.model_dump() for i in self.items])
 
 
 def _bucket_width_at(before: Snapshot, after: Snapshot, canonical: str, value_s: float | None) -> float:
@@ -202,24 +207,26 @@ def cross_check(records: Sequence[Any], before: Snapshot, after: Snapshot, *,
 
     done, cut = _counter_by_reason(before, after)
     n_cut = float(len(unfinished))
-    items.append(CrossCheckItem("requests finished", float(len(ok)), done, 0.0, "requests",
-                                "server: request_success_total, finished_reason other than abort/error; it may "
-                                "count the requests the client cut as they finished", server_extra=n_cut))
-    items.append(CrossCheckItem("requests cut", n_cut, cut, 0.0, "requests",
-                                "client: sent, not finished ok; server: finished_reason abort/error (a disconnect "
-                                "may register after the window)", server_short=n_cut))
+    items.append(CrossCheckItem(quantity="requests finished", client=float(len(ok)), server=done, tolerance=0.0,
+                                unit="requests", note="server: request_success_total, finished_reason other than "
+                                "abort/error; it may count the requests the client cut as they finished",
+                                server_extra=n_cut))
+    items.append(CrossCheckItem(quantity="requests cut", client=n_cut, server=cut, tolerance=0.0, unit="requests",
+                                note="client: sent, not finished ok; server: finished_reason abort/error (a "
+                                "disconnect may register after the window)", server_short=n_cut))
     # the sum is exact whichever way a cut request ended on the server: only a late disconnect makes it short
-    items.append(CrossCheckItem("requests sent", float(len(ok)) + n_cut,
-                                None if done is None or cut is None else done + cut, 0.0, "requests",
-                                "client: finished ok + cut; server: every finished_reason", server_short=n_cut))
+    items.append(CrossCheckItem(quantity="requests sent", client=float(len(ok)) + n_cut,
+                                server=None if done is None or cut is None else done + cut, tolerance=0.0,
+                                unit="requests", note="client: finished ok + cut; server: every finished_reason",
+                                server_short=n_cut))
     prompt = [r.prompt_tokens for r in ok if r.prompt_tokens is not None]
     gen = [r.completion_tokens for r in ok if r.completion_tokens is not None]
-    items.append(CrossCheckItem("prompt tokens", float(sum(prompt)) if prompt else None,
-                                counter("prompt_tokens_total"), 0.0, "tokens", "client: usage.prompt_tokens",
-                                server_extra=n_cut * max(prompt, default=0)))
-    items.append(CrossCheckItem("generation tokens", float(sum(gen)) if gen else None,
-                                counter("generation_tokens_total"), 0.0, "tokens", "client: usage.completion_tokens",
-                                server_extra=n_cut * max(gen, default=0)))
+    items.append(CrossCheckItem(quantity="prompt tokens", client=float(sum(prompt)) if prompt else None,
+                                server=counter("prompt_tokens_total"), tolerance=0.0, unit="tokens",
+                                note="client: usage.prompt_tokens", server_extra=n_cut * max(prompt, default=0)))
+    items.append(CrossCheckItem(quantity="generation tokens", client=float(sum(gen)) if gen else None,
+                                server=counter("generation_tokens_total"), tolerance=0.0, unit="tokens",
+                                note="client: usage.completion_tokens", server_extra=n_cut * max(gen, default=0)))
     for q in (0.5, 0.9):
         for label, attr, canonical in (("TTFT", "ttft_ms", "time_to_first_token_seconds"),
                                        ("e2e", "e2e_ms", "e2e_request_latency_seconds")):
@@ -229,12 +236,14 @@ def cross_check(records: Sequence[Any], before: Snapshot, after: Snapshot, *,
             server = None if server_s is None else server_s * 1000.0
             width_ms = _bucket_width_at(before, after, canonical, server_s) * 1000.0
             items.append(CrossCheckItem(
-                f"{label} p{int(q * 100)}", client, server, width_ms + network_allowance_ms, "ms",
-                "server quantile interpolated inside its histogram bucket; tolerance = bucket width + network"))
+                quantity=f"{label} p{int(q * 100)}", client=client, server=server,
+                tolerance=width_ms + network_allowance_ms, unit="ms",
+                note="server quantile interpolated inside its histogram bucket; tolerance = bucket width + network"))
     if refused:
         said = ", ".join(f"HTTP {code} ×{n}" for code, n in sorted(statuses.items()) if code.startswith("4"))
-        items.append(CrossCheckItem("requests refused", float(len(refused)), None, 0.0, "requests",
-                                    f"client: answered with a client-error status ({said}); the engine counts none "
-                                    "of them: not compared, counted as load that did not complete"))
-    return CrossCheck(tuple(items), dict(sorted(incomplete.items())), dict(sorted(statuses.items())),
-                      endpoint_counts(before, after))
+        items.append(CrossCheckItem(quantity="requests refused", client=float(len(refused)), server=None,
+                                    tolerance=0.0, unit="requests",
+                                    note=f"client: answered with a client-error status ({said}); the engine counts "
+                                    "none of them: not compared, counted as load that did not complete"))
+    return CrossCheck(items=tuple(items), incomplete=dict(sorted(incomplete.items())),
+                      error_statuses=dict(sorted(statuses.items())), by_endpoint=endpoint_counts(before, after))

@@ -8,18 +8,20 @@ type (a tool call's `arguments`, an `id` that should be a string).
 - The request: `ChatBody` (what `POST /v1/chat/completions` is sent), its `ChatMessage`s and `ToolDef`s.
 - The reply: `ChatCompletion` with its `ChatChoice`s, each holding a `ChatMessage`; `ToolCallJson` is one entry of
   a message's `tool_calls`; `ChatChunk` one `chat.completion.chunk` event of a stream; `Usage` the token counts.
-- The records: `ToolCallDict` (a `ToolCall` as the agent and paths records store it), and `AskedFields` (what a
-  request asked, held against what was served).
+- The records: `AskedFields` (what a request asked, held against what was served); a tool call is the
+  `k3lib.io.chatstream.ToolCall` model itself, dumped and read back.
 """
 
 from __future__ import annotations
 
 from typing import Any, Required, TypedDict
 
+from typing_extensions import TypedDict as ModelTypedDict
+
 from k3lib.core.jsonvalue import JsonObject
 
 __all__ = ["AskedFields", "ChatBody", "ChatChoice", "ChatChunk", "ChatCompletion", "ChatMessage", "ChunkChoice",
-           "ResponsesCall", "ResponsesEvent", "ToolCallDict", "ToolCallFunction", "ToolCallJson", "FunctionDef",
+           "ResponsesCall", "ResponsesEvent", "ToolCallFunction", "ToolCallJson", "FunctionDef",
            "ToolDef", "Usage"]
 
 
@@ -172,20 +174,9 @@ class ResponsesCall(TypedDict):
 # -- the records io writes -----------------------------------------------------------------------------------
 
 
-class ToolCallDict(TypedDict):
-    """A `ToolCall` as the agent and paths records store it: its fields and the parse of its arguments."""
-
-    index: int
-    id: Any
-    type: Any
-    name: Any
-    arguments: Any
-    parsed: Any  # the arguments' JSON, arbitrary
-    json_error: str | None
-
-
-class AskedFields(TypedDict, total=False):
-    """What one chat body asked (`asked_of`): the reply-shaping fields sent, the tools' names, the question's key."""
+class AskedFields(ModelTypedDict, total=False):
+    """What one chat body asked (`asked_of`): the reply-shaping fields sent, the tools' names, the question's key
+    (typing_extensions' TypedDict: a field of the `ChatRecord` model, which pydantic requires before Python 3.12)."""
 
     max_tokens: int | None
     max_completion_tokens: int | None

@@ -25,7 +25,7 @@ from ..axes.capacity.window import failure_kind, record_stats
 from ..core.errors import APIError, TargetError
 from ..core.record import Record
 from ..core.numbers import figure
-from ..io.client import ChatClient
+from ..io.client import WITHOUT_RAW, ChatClient
 from ..io.load import check_load_target, run_closed_loop
 from ..io.prompts import EstimateCounter, build_prompts
 from ..io.sampling import Timeline
@@ -133,7 +133,7 @@ class Burst:
             store = self.ctx.store
 
             def sink(rec: Any) -> None:
-                d = rec.to_dict(include_raw=False)
+                d = rec.model_dump(context=WITHOUT_RAW)
                 d.update(raw_json=None, done_wall_ns=rec.wall_ns(rec.done_ns), phase="explore")
                 store.append_jsonl(f"{self.folder}/requests.jsonl", d)
                 self.records.append(d)

@@ -153,7 +153,7 @@ class ContractCheck:
         """A forced call: present (named as asked), not returned as text."""
         if not rec.ok:
             return False, f"HTTP {rec.http_status}: {(rec.error or '')[:160]}", []
-        calls = [ToolCall.from_dict(c) for c in parsed_reply(rec)["tool_calls"]]
+        calls = [ToolCall.model_validate(c) for c in parsed_reply(rec)["tool_calls"]]
         names = [str(c.name) for c in calls]
         leak = C.leaked_family(rec.content, rec.reasoning) or C.detect_k3_leak(rec.content)
         if not calls:
@@ -213,7 +213,7 @@ class ContractCheck:
                 rec = await self._send("schema_suite", body, f"{name}-{mode}")
                 passed, detail, _ = self._forced(rec, TOOL_NAME)
                 if passed:
-                    call = ToolCall.from_dict(parsed_reply(rec)["tool_calls"][0])
+                    call = ToolCall.model_validate(parsed_reply(rec)["tool_calls"][0])
                     outcome = C.check_arguments(call, schema)
                     passed, detail = outcome.passed, f"{name}: {outcome.detail}"
                 else:
@@ -283,7 +283,7 @@ class ContractCheck:
     def _clean_reply(self, rec: ChatRecord) -> tuple[bool, str]:
         if not rec.ok:
             return False, f"HTTP {rec.http_status}: {(rec.error or '')[:160]}"
-        calls = [ToolCall.from_dict(c) for c in parsed_reply(rec)["tool_calls"]]
+        calls = [ToolCall.model_validate(c) for c in parsed_reply(rec)["tool_calls"]]
         bad = [o for o in [C.check_markup(rec.content, rec.reasoning, calls),
                            *C.check_reasoning(self.s.thinking, rec.finish_reason, rec.content, rec.reasoning)]
                if not o.passed]

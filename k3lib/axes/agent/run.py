@@ -21,8 +21,8 @@ from .sample import AgentSample, load_sample, packaged_sample_path
 from .scenario import RunSettings, ScenarioRunner
 from .series import ToolTurnSeries
 from .serving import SPEC_DECODE, tool_strict_settings
-from .shapes import (AgentRun, ContractRow, SampleSummary, ServedCounters, ServingRow, SettingsRow, SpecDecode, Step,
-                     TurnRow)
+from .shapes import (AgentRun, ContractRow, CrossCheckDict, SampleSummary, ServedCounters, ServingRow, SettingsRow,
+                     SpecDecode, Step, TurnRow)
 
 if TYPE_CHECKING:
     from ...core.session import AxisContext
@@ -113,7 +113,7 @@ def served_counters(before: Any, after: Any, records: list[Any], error: str | No
 
     if error is not None or before is None or after is None:
         return {"cross_check": None, "error": error or "no /metrics snapshot"}
-    return {"cross_check": cross_check(records, before, after).to_dict(), "error": None,
+    return {"cross_check": cast(CrossCheckDict, cross_check(records, before, after).model_dump()), "error": None,
             "requests": len(records)}
 
 

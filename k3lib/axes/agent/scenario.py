@@ -8,7 +8,6 @@ client's decision) handed to `sink` as soon as it finishes, so a killed run keep
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn, cast
@@ -157,7 +156,7 @@ def history_message(message: ChatMessage, mode: str) -> ChatMessage:
 
 def stored_call(call: ToolCall) -> StoredCall:
     """A call as the agent and paths records store it: its fields and their parse."""
-    return cast(StoredCall, call.to_dict())
+    return cast(StoredCall, call.model_dump())
 
 
 def parsed_reply(rec: ChatRecord) -> ParsedReply:
@@ -169,7 +168,7 @@ def parsed_reply(rec: ChatRecord) -> ParsedReply:
         choice = next((c for c in raw.get("choices") or () if isinstance(c, dict) and c.get("index", 0) == 0), {})
         calls = C.calls_of_message(choice.get("message"))
     else:
-        calls = [dataclasses.replace(tc, index=i) for i, tc in enumerate(rec.tool_calls)]
+        calls = [tc.model_copy(update={"index": i}) for i, tc in enumerate(rec.tool_calls)]
     return {"content": rec.content, "reasoning": rec.reasoning, "reasoning_field": rec.reasoning_field,
             "finish_reason": rec.finish_reason, "tool_calls": [stored_call(c) for c in calls],
             "leaked_markup": C.leaked_family(rec.content, rec.reasoning),
@@ -179,7 +178,7 @@ def parsed_reply(rec: ChatRecord) -> ParsedReply:
 
 def reply_record(rec: ChatRecord) -> Reply:
     """The request as the agent's records keep it: the client's whole record, raw reply included."""
-    return cast(Reply, rec.to_dict(include_raw=True))
+    return cast(Reply, rec.model_dump())
 
 
 def silence_of(rec: ChatRecord) -> float | None:
@@ -319,7 +318,7 @@ class ScenarioRunner:
                            if env else f"stop case: request failed ({(rec.error or '')[:120]})")
             if rec.prompt_tokens is not None:
                 growth["context"] = rec.prompt_tokens + (rec.completion_tokens or 0)
-            calls = [ToolCall.from_dict(c) for c in step["parsed"]["tool_calls"]]
+            calls = [ToolCall.model_validate(c) for c in step["parsed"]["tool_calls"]]
             leaked = step["parsed"]["leaked_markup"]
             outcomes += self._reply_outcomes(rec, calls, leaked, turn.expect_tool if rnd == 0 else None, offered,
                                              schemas)

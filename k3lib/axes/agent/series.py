@@ -46,7 +46,7 @@ def turn_outcomes(rec: ChatRecord, turn: TurnSpec, offered: Sequence[str], schem
     if not rec.ok:
         return [C.check_request(rec.ok, rec.http_status, rec.error)], {}
     parsed = parsed_reply(rec)
-    calls = [ToolCall.from_dict(c) for c in parsed["tool_calls"]]
+    calls = [ToolCall.model_validate(c) for c in parsed["tool_calls"]]
     outcomes = [C.check_required_call(calls, str(turn.expect_tool), parsed["leaked_markup"])]
     for call in calls:
         outcomes.append(C.check_name(call, offered))

@@ -27,7 +27,8 @@ class BodyExtras(TypedDict, total=False):
 
 
 class StoredCall(TypedDict):
-    """One tool call as the agent and paths records store it (`ToolCall.to_dict`): the fields and their parse."""
+    """One tool call as the agent and paths records store it (`ToolCall.model_dump()`): the fields and their
+    parse."""
 
     index: int
     id: Any  # a string by contract; kept as received

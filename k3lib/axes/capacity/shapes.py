@@ -281,8 +281,9 @@ class MemoryGrowth(TypedDict):
     r2: float | None
 
 
-class SoakAnalysis(TypedDict):
-    """The soak's accumulation, eviction, fragmentation and queue signals (analysis.soak_analysis)."""
+class SoakAnalysis(TypedDict, total=False):
+    """The soak's accumulation, eviction, fragmentation and queue signals (analysis.soak_analysis gives every key; a
+    soak read back from an older run may lack one)."""
 
     duration_s: float
     samples: int
@@ -306,9 +307,9 @@ class SoakAnalysis(TypedDict):
     queueing: bool
 
 
-class SoakRow(ClientStats, Trust, total=False):
-    """The soak as the run description keeps it (soak.soak): its window, client numbers, trust, ranks, analysis
-    and the agreement of its measurements."""
+class SoakWindow(ClientStats, Trust, total=False):
+    """The soak's own window (soak.soak): its load, client numbers, trust, ranks and the agreement of its
+    measurements."""
 
     start_wall: float
     end_wall: float
@@ -320,29 +321,13 @@ class SoakRow(ClientStats, Trust, total=False):
     note: str
     engine_alive_after: bool
     ranks: list[RankRow] | None
-    duration_s: float
-    samples: int
-    memory: list[MemoryGrowth]
-    memory_growing: list[str]
-    kv_usage_first: float | None
-    kv_usage_last: float | None
-    kv_rise: float | None
-    kv_accumulating: bool
-    hit_rate_first: float | None
-    hit_rate_last: float | None
-    hit_rate_drop: float | None
-    evicting: bool
-    fragmentation_share: float | None
-    fragmented: bool
-    preemptions: float | None
-    preemptions_per_min: float | None
-    waiting_mean: float | None
-    waiting_full_mean: float | None
-    admit_limit: int | None
-    queueing: bool
     agreement: Agreement
     held: bool | None
     why: list[str]
+
+
+class SoakRow(SoakWindow, SoakAnalysis, total=False):
+    """The soak as the run description keeps it: its window and its analysis (analysis.soak_analysis), one dict."""
     # a step's, read alike of any load window (agreement.py): the soak does not write them
     queue_mean_ms: float | None
     queue_count: float

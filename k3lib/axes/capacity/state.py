@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, cast
 from ...core.evidence import Row
 from ...core.errors import APIError, TargetError
 from ...core.params import CapacityParams
-from ...io.client import ChatClient, ChatRecord
+from ...io.client import WITHOUT_RAW, ChatClient, ChatRecord
 from ...io.prompts import BuiltPrompt, EstimateCounter, build_prompts
 from ...io.sampling import Timeline
 from ...io.shapes import ChatBody
@@ -110,7 +110,7 @@ class Recorder:
         streak = {"n": 0}
 
         def sink(rec: ChatRecord) -> None:
-            d = cast(RequestRow, rec.to_dict(include_raw=False))  # the record's fields (RequestRow names those read)
+            d = cast(RequestRow, rec.model_dump(context=WITHOUT_RAW))  # the record's fields (RequestRow names those read)
             d["raw_json"] = None
             d.update({"phase": phase, "step": step, "done_wall_ns": rec.wall_ns(rec.done_ns)})
             self.store.append_jsonl(REQUESTS, d)

@@ -7,10 +7,10 @@ from __future__ import annotations
 import dataclasses
 import statistics
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from ...io.calibration import CalibrationReport, LoopLagReport, assess, gate_phase
-from ...io.crosscheck import CrossCheck, item_dict
+from ...io.crosscheck import CrossCheck, CrossCheckItemDict
 from .run_shapes import CalibrationSummary, KnownTiming
 from .shapes import CrossCheckData, RequestRow, Trust
 from .config import (CHUNKS, DEFAULT_ITL_MS, DEFAULT_TTFT_MS, ITL_RANGE_MS, MIN_GAPS, ROUNDS_BUDGET_S,
@@ -124,7 +124,7 @@ def cross_check_data(check: CrossCheck | None, error: str | None = None) -> Cros
     compared = [i.agrees for i in check.items if i.agrees is not None]
     return {"agrees": all(compared) if compared else None, "counts_agree": all(counts) if counts else None,
             "disagreements": [i.quantity for i in check.disagreements],
-            "items": [item_dict(i) for i in check.items], "error": None,
+            "items": [cast(CrossCheckItemDict, i.model_dump()) for i in check.items], "error": None,
             "incomplete": dict(check.incomplete), "error_statuses": dict(check.error_statuses),
             "by_endpoint": dict(check.by_endpoint)}
 

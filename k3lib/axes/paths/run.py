@@ -216,7 +216,7 @@ class PathRunner:
                 break
             if tally.ttft_ms is None:
                 tally.ttft_ms = rec.ttft_ms if rec.ttft_ms is not None else rec.e2e_ms
-            got = [ToolCall.from_dict(c) for c in parsed_reply(rec)["tool_calls"]]
+            got = [ToolCall.model_validate(c) for c in parsed_reply(rec)["tool_calls"]]
             calls += got
             if not got:
                 final = rec

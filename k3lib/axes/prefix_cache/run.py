@@ -22,7 +22,7 @@ from ...core.numbers import figure
 from ...core.stats import median_interval
 from ...core.floors import prefix_floor_tokens
 from ...core.params import PrefixCacheParams
-from ...io.client import ChatRecord, SyncChatClient
+from ...io.client import WITHOUT_RAW, ChatRecord, SyncChatClient
 from ...io.load import check_load_target
 from ...io.metrics import Snapshot, delta, scrape
 from ...io.prompts import EstimateCounter, ServerTokenCounter, TokenCounter, filler_text, fit_count
@@ -231,7 +231,7 @@ def run_prefix_cache(ctx: AxisContext) -> PrefixCacheResult:
                 rid = f"prefix-{run_tag}-{size}-{session}-{kind}"
                 record, before, after, extra = measure_request(
                     client, http, urls, body, request_id=rid, timeout_s=p.request_timeout_s, settle_s=p.settle_s)
-                ctx.store.append_jsonl(REQUESTS_JSONL, record.to_dict(include_raw=False))
+                ctx.store.append_jsonl(REQUESTS_JSONL, record.model_dump(context=WITHOUT_RAW))
                 for snap, phase in [(before, "before"), *((s, "settling") for s in extra), (after, "after")]:
                     counters.append(_counter_row(snap, rid, kind, phase))
                 my_ids = ids[kind]

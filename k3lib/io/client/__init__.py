@@ -20,7 +20,7 @@ from .attempt import TRANSPORT_ERRORS, _Attempt, _read_stream
 from .chat import POOL_CONNECTIONS, ChatClient
 from .heap import quiet_collector
 from .probe import aprobe_endpoint, probe_endpoint
-from .records import BODY_TEXT_LIMIT_CHARS, ChatRecord, ProbeRecord, TokenizeResult, record_of
+from .records import BODY_TEXT_LIMIT_CHARS, WITHOUT_RAW, ChatRecord, ProbeRecord, TokenizeResult, record_of
 from .stream import StreamAssembler, completion_fields, loads_json, parse_error_body
 from .sync import SyncChatClient, run_sync
 
@@ -29,6 +29,7 @@ __all__ = [
     "POOL_CONNECTIONS",
     "SSEDecoder",
     "TRANSPORT_ERRORS",
+    "WITHOUT_RAW",
     "ChatClient",
     "ChatRecord",
     "ProbeRecord",

@@ -3,13 +3,17 @@ error that ended it); a probe of an endpoint one `ProbeRecord`; a `/tokenize` an
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
-from typing import Any, TypedDict, cast
+from dataclasses import dataclass, field
+from typing import Any, Final, TypedDict, cast
 
-from k3lib.io.chatstream import ToolCall
+from pydantic import SerializationInfo, SkipValidation, computed_field, field_serializer
+
+from k3lib.core.record import Record
+from k3lib.io.chatstream import PARSE, ToolCall
 from k3lib.io.shapes import AskedFields
 
 #: How much of an error or probe body is kept as text (the whole JSON of a successful reply is always kept).
@@ -20,9 +24,14 @@ BODY_TEXT_LIMIT_CHARS = 4096
 # ---------------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ChatRecord:
-    """What the client saw for one chat request.
+#: `ChatRecord.model_dump(context=WITHOUT_RAW)`: the record with its raw reply left out (`raw_json`, `raw_lines` None)
+WITHOUT_RAW: Final = {"raw": False}
+
+
+class ChatRecord(Record):
+    """What the client saw for one chat request, written as `model_dump()` (its fields, then what is derived from
+    them: `ok`, `ttft_ms`, `itl_ms`, `e2e_ms`, `client_queue_ms`, `tpot_ms`, `sent_wall_ns`), or
+    `model_dump(context=WITHOUT_RAW)` without the raw reply; its tool calls as their fields alone.
 
     All `*_ns` marks are `time.perf_counter_ns()` values; `wall_anchor_ns` (`time.time_ns()`) was taken at the
     same instant as `perf_anchor_ns`, so `wall_ns(mark)` places any mark on the Prometheus/NVML time axis.
@@ -76,11 +85,34 @@ class ChatRecord:
     api_error_type: str | None = None
     api_error_param: str | None = None
     cancelled: bool = False
-    #: what the request asked (`asked_of`): the served reply is held to it (k3lib.axes.served)
-    asked: AskedFields | None = None
+    #: what the request asked (`asked_of`): the served reply is held to it (k3lib.axes.served); kept as asked
+    asked: SkipValidation[AskedFields | None] = None
+
+    # -- the dump ------------------------------------------------------------------------------------------
+
+    @field_serializer("tool_calls")
+    def _calls(self, calls: tuple[ToolCall, ...]) -> list[dict[str, Any]]:
+        return [c.model_dump(exclude=PARSE) for c in calls]
+
+    @field_serializer("output_chunk_ns", "itl_ms")
+    def _listed(self, marks: tuple[float, ...]) -> list[float]:
+        return list(marks)
+
+    @field_serializer("raw_lines")
+    def _raw_lines(self, lines: tuple[str, ...], info: SerializationInfo) -> list[str] | None:
+        return list(lines) if _with_raw(info) else None
+
+    @field_serializer("raw_json")
+    def _raw_json(self, raw: Any, info: SerializationInfo) -> Any:
+        return copy.deepcopy(raw) if _with_raw(info) else None
+
+    @field_serializer("asked")
+    def _asked(self, asked: AskedFields | None) -> AskedFields | None:
+        return copy.deepcopy(asked)
 
     # -- derived, in ms ------------------------------------------------------------------------------------
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def ok(self) -> bool:
         return self.error is None and self.http_status == 200
@@ -91,26 +123,31 @@ class ChatRecord:
                  if m is not None]
         return min(marks) if marks else None
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def ttft_ms(self) -> float | None:
         """First content, reasoning or tool-call token, from send. None for a non-streamed request."""
         return _ms(self.sent_ns, self.first_token_ns)
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def itl_ms(self) -> tuple[float, ...]:
         """Gaps between successive output-carrying chunks (one chunk may hold several tokens)."""
         marks = self.output_chunk_ns
         return tuple((b - a) / 1e6 for a, b in zip(marks, marks[1:]))
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def e2e_ms(self) -> float | None:
         return _ms(self.sent_ns, self.done_ns)
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def client_queue_ms(self) -> float | None:
         """Time between hand-over and send: our semaphore, the connection pool, TCP connect."""
         return _ms(self.enqueued_ns, self.sent_ns)
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def tpot_ms(self) -> float | None:
         """Mean time per output token after the first, from usage (not from chunks)."""
@@ -125,17 +162,15 @@ class ChatRecord:
             return None
         return self.wall_anchor_ns + (perf_mark_ns - self.perf_anchor_ns)
 
-    def to_dict(self, *, include_raw: bool = True) -> dict[str, Any]:
-        d = asdict(self)
-        d["tool_calls"] = [asdict(tc) for tc in self.tool_calls]
-        d["output_chunk_ns"] = list(self.output_chunk_ns)
-        d["raw_lines"] = list(self.raw_lines) if include_raw else None
-        if not include_raw:
-            d["raw_json"] = None
-        d.update(ok=self.ok, ttft_ms=self.ttft_ms, itl_ms=list(self.itl_ms), e2e_ms=self.e2e_ms,
-                 client_queue_ms=self.client_queue_ms, tpot_ms=self.tpot_ms,
-                 sent_wall_ns=self.wall_ns(self.sent_ns))
-        return d
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def sent_wall_ns(self) -> int | None:
+        """When the request was sent, on the wall clock (ns since the epoch)."""
+        return self.wall_ns(self.sent_ns)
+
+
+def _with_raw(info: SerializationInfo) -> bool:
+    return not (isinstance(info.context, Mapping) and info.context.get("raw") is False)
 
 
 @dataclass(frozen=True)

@@ -306,7 +306,9 @@ def completion_fields(body: Any) -> RecordFields:
                 args = fn.get("arguments")
                 # arguments must be a JSON string; an object here is itself a finding, kept re-serialized
                 args = args if isinstance(args, str) else ("" if args is None else json.dumps(args))
-                calls.append(ToolCall(index=tc.get("index", i), id=tc.get("id"), type=tc.get("type"),
+                at = tc.get("index", i)  # a call's position is a number: another value (null) is not one
+                calls.append(ToolCall(index=at if isinstance(at, int) and not isinstance(at, bool) else i,
+                                      id=tc.get("id"), type=tc.get("type"),
                                       name=fn.get("name"), arguments=args))
         out["tool_calls"] = tuple(calls)
     return out
