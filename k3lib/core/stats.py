@@ -93,7 +93,8 @@ def percentile_interval(values: Sequence[float | None], q: float, *, confidence:
     alpha = (1.0 - confidence) / 2
     low, high = np.quantile(stats, [alpha, 1.0 - alpha])
     kind = MedianInterval if q == 50 else Interval
-    return kind(float(np.percentile(data, q)), float(low), float(high), int(data.size), confidence, q)
+    return kind(estimate=float(np.percentile(data, q)), low=float(low), high=float(high), n=int(data.size),
+                confidence=confidence, q=q)
 
 
 def percentile(values: Iterable[float | None], q: float) -> float | None:

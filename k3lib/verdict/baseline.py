@@ -191,7 +191,8 @@ def compare_runs(run: acc.RunEvidence, base: acc.RunEvidence, *,
                                   f"{run_build.value}, the baseline {base.run_id} is {base_build.value}; validate "
                                   f"against an accepted {run_build.value} run",
                           observed=run_build.value, expected=base_build.value)
-        return BaselineComparison(run.run_id, base.run_id, refused, (), (), (), ())
+        return BaselineComparison(run_id=run.run_id, baseline_id=base.run_id, refused=refused, reopen=(),
+                                  unverified=(), drift=(), checks=())
     checks: list[Finding] = []
     if baseline_problems:
         checks.append(Finding(rule="baseline.integrity", status="fail",
@@ -211,7 +212,7 @@ def compare_runs(run: acc.RunEvidence, base: acc.RunEvidence, *,
     drift = compare_drift(run, base, bands)
     checks += identity + drift
     return BaselineComparison(
-        run.run_id, base.run_id, None,
+        run_id=run.run_id, baseline_id=base.run_id, refused=None,
         reopen=tuple(f for f in identity if f.status == "fail"),
         unverified=tuple(f for f in identity if f.status == "not-observable"),
         drift=tuple(f for f in drift if f.status == "warn"),
