@@ -298,11 +298,11 @@ def test_capacity_steps_and_custom_bands(tmp_path):
     assert [f.rule for f in cmp.drift] == ["baseline.drift.queue_time_p95_s"]
 
 
-def test_to_dict_is_json_ready(tmp_path, baseline):
+def test_the_comparison_dumps_json_ready(tmp_path, baseline):
     import json
 
     run = write_run(tmp_path, "run", changed(probe__vllm_version="0.28.0"))
-    data = compare_with_baseline(run.root, baseline.root).to_dict()
+    data = compare_with_baseline(run.root, baseline.root).model_dump(mode="json")
     json.dumps(data)
     assert data["reopens"] is True and data["headline"].startswith("THE ACCEPTANCE SHEET REOPENS")
 

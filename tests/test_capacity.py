@@ -128,7 +128,7 @@ def test_plan_from_the_demo_parameters_and_explicit_steps():
     assert plan.steps == (3, 4, 9) and plan.beyond_contract == 9 and plan.planned_concurrency == 4
     assert plan.out_of_contract_tokens > params.contract.max_context_tokens
     assert max(plan.context_lengths_tokens) <= params.contract.max_context_tokens
-    assert plan.budget_s == sum(plan.to_dict()["budget_s"].values())
+    assert plan.budget_s == sum(plan.model_dump()["budget_s"].values())
 
 
 def test_real_defaults_are_sized_for_a_real_deployment():

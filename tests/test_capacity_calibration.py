@@ -109,8 +109,8 @@ def test_plan_calibrates_planned_and_highest_step_and_budgets_it():
     assert off.calibration_concurrencies == ()
     assert on.phase_budget_s("concurrency") > off.phase_budget_s("concurrency")
     demo = yaml.safe_load(Path(PARAMS).read_text())["axes"]["capacity"]
-    assert on.calibration_server == demo["calibration_server"] == "thread"
-    assert on.calibration_max_error_ms == demo["calibration_max_error_ms"] > 10  # lenient on the shared demo cores
+    assert on.capacity.calibration_server == demo["calibration_server"] == "thread"
+    assert on.capacity.calibration_max_error_ms == demo["calibration_max_error_ms"] > 10  # lenient on the shared demo cores
     from k3lib.core.params import CapacityParams
 
     real = CapacityParams()  # a real deployment: calibrated, 10 ms, a server that does not share the client's GIL

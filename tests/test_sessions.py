@@ -309,7 +309,7 @@ def test_the_plan_counts_the_session_phase():
     from k3lib.axes.estimate import capacity_phases, DEFAULT_SPEED
 
     plan = plan_capacity(_params(planned_concurrency=4))
-    assert plan.session_levels == (1, 2, 4) and plan.phase_budget_s("sessions") > 3 * plan.session_duration_s
+    assert plan.session_levels == (1, 2, 4) and plan.phase_budget_s("sessions") > 3 * plan.capacity.session_duration_s
     assert plan_capacity(_params(planned_concurrency=4, planned_sessions=6)).session_levels == (1, 2, 4, 6)
     phases = capacity_phases(_params(planned_concurrency=4), DEFAULT_SPEED)
     assert [p.name for p in phases if "sessions" in p.name] == ["sessions: 1 at once", "sessions: 2 at once",

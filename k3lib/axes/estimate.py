@@ -201,40 +201,32 @@ def _agent_checks(params: Params, speed: SpeedLike, sample: Any, answer: int) ->
 
 def capacity_phases(params: Params, speed: SpeedLike) -> tuple[PhaseEstimate, ...]:
     """Cold load (a running server: a poll), long context one request at a time, the calibration, each step, the
-    soak."""
-    from .capacity.shape import plan_capacity
+    soak, the session levels."""
+    from .capacity.shape import CapacityPlan
 
-    plan = plan_capacity(params)
-    lc = len(plan.context_lengths_tokens) * plan.long_context_repeats + 1
+    cap = params.axes.capacity
+    plan = CapacityPlan(capacity=cap, contract=params.contract)
+    lc = len(plan.context_lengths_tokens) * cap.long_context_repeats + 1
     out = [PhaseEstimate("samplers, server log, series and figures", 0, CAPACITY_FIXED_S, "fixed"),
            PhaseEstimate("cold load (the server already serving)", 0, 0.5, "a poll"),
            PhaseEstimate(f"long context ({lc} requests, one at a time)", lc,
-                         lc * speed.request_s(plan.long_context_output_tokens), "requests")]
+                         lc * speed.request_s(cap.long_context_output_tokens), "requests")]
     if plan.calibration_concurrencies:
         out.append(PhaseEstimate("client self-calibration (local)", 0,
                                  CALIBRATION_S * (1 + len(plan.calibration_concurrencies)), "fixed"))
     request_s = speed.request_s(plan.output_tokens) + CLIENT_S
     for c in plan.steps:
-        out.append(_bounded(f"step at concurrency {c}", requests=plan.step_max_requests, concurrency=c,
-                            request_s=request_s, duration_s=plan.step_duration_s, speed=speed))
-    out.append(_bounded(f"soak at concurrency {plan.planned_concurrency}", requests=plan.soak_max_requests,
-                        concurrency=plan.planned_concurrency, request_s=request_s, duration_s=plan.soak_duration_s,
+        out.append(_bounded(f"step at concurrency {c}", requests=cap.step_max_requests, concurrency=c,
+                            request_s=request_s, duration_s=cap.step_duration_s, speed=speed))
+    out.append(_bounded(f"soak at concurrency {plan.planned_concurrency}", requests=cap.soak_max_requests,
+                        concurrency=plan.planned_concurrency, request_s=request_s, duration_s=cap.soak_duration_s,
                         speed=speed))
-    out.extend(session_phases(params, speed))
-    return tuple(out)
-
-
-def session_phases(params: Params, speed: SpeedLike) -> tuple[PhaseEstimate, ...]:
-    """The session phase (k3lib.axes.capacity.sessions): each level holds its sessions for its duration, a turn
-    every think time plus one request's time, then the turns in flight finish (`sessions_sent`)."""
-    from .capacity.shape import plan_capacity
-
-    plan = plan_capacity(params)
-    out = []
+    # each level holds its sessions for its duration, a turn every think time plus one request's time, then the
+    # turns in flight finish (`sessions_sent`)
     for n in plan.session_levels:
         turn_s = speed.request_s(plan.output_tokens) * _share(n, speed) + CLIENT_S
-        turns = sessions_sent(n, plan.session_duration_s, params.axes.capacity.session_think_s, turn_s)
-        out.append(PhaseEstimate(f"sessions: {n} at once", turns, plan.session_duration_s + turn_s, "duration"))
+        turns = sessions_sent(n, cap.session_duration_s, cap.session_think_s, turn_s)
+        out.append(PhaseEstimate(f"sessions: {n} at once", turns, cap.session_duration_s + turn_s, "duration"))
     return tuple(out)
 
 

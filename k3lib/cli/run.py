@@ -103,7 +103,7 @@ def _acceptance_batch(params, target, report, plan: dict, out: str | None, basel
         raise Interrupted(exc, store.root, f"k3 validate --resume {store.root}") from None
     if baseline:
         comparison = compare_with_baseline(store.root, baseline)
-        store.write_json("baseline.json", comparison.to_dict())
+        store.write_json("baseline.json", comparison.model_dump(mode="json"))
         for line in comparison.lines():
             print(line)
     _print_decision(decision, store)

@@ -100,14 +100,6 @@ def prefix_floor(resolved: Mapping[str, Any]) -> tuple[int, str]:
                                            "keeps short prefixes only must not pass)")
 
 
-def sample_ceiling(resolved: Mapping[str, Any]) -> tuple[float, str]:
-    step = float(_get(resolved, "axes.capacity.step_duration_s"))
-    settle = float(_get(resolved, "axes.capacity.settle_fraction"))
-    most = step * (1 - settle) / 3
-    return round(most, 6), (f"three /metrics samples in a step's settled part: axes.capacity.step_duration_s "
-                            f"{_fmt(step)} s × (1 − settle_fraction {_fmt(settle)}) ÷ 3")
-
-
 def requests_floor(resolved: Mapping[str, Any]) -> tuple[int, str]:
     planned, said = planned_floor(resolved)
     n = max(min_samples(95), 2 * planned)

@@ -4,14 +4,15 @@ operations. Each leaf declares its role on its field (`k3lib.core.roles`)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
 from .params_base import PositiveInt, PositiveSeconds, _Model
-from .floors import (context_floor, dtype_bytes, generated_floor, generated_run, gpu_floor, hbm_floor, highest,
-                     longest_context, longest_prefix, modes_floor, modes_run, nvswitch_floor, nvswitch_run, or_floor,
-                     or_served, output_floor, planned_floor, prefix_floor, prompt_floor, requests_floor, sample_ceiling,
+from .floors import (_fmt, _get, context_floor, dtype_bytes, generated_floor, generated_run, gpu_floor, hbm_floor,
+                     highest, longest_context, longest_prefix, modes_floor, modes_run, nvswitch_floor, nvswitch_run,
+                     or_floor, or_served, output_floor, planned_floor, prefix_floor, prompt_floor, requests_floor,
                      sample_floor, sample_run, tool_turns_floor)
 from .roles import (AGENTS, CACHE, CLIENT, CUT, LOAD, LONG, NAME, RATE, ROOF, SOAK, SOURCE, STOPS, TOOLS, Cosmetic,
                     Judged)
@@ -168,6 +169,16 @@ class RooflineParams(_Model):
     # wrong parallel layout); a TP-sharded model at batch 1 waits on its all-reduces, so it is set low
     min_share: Annotated[Annotated[float, Field(gt=0, lt=1)], Judged(
         "lower", "defaults", ROOF, low=0.005)] = 0.05
+
+
+def sample_ceiling(resolved: Mapping[str, Any]) -> tuple[float, str]:
+    """The ceiling of `sample_interval_s`: three /metrics samples in a step's settled part, from the resolved
+    capacity section read as the model below (as resolved, not validated again)."""
+    cap = CapacityParams.model_construct(**(_get(resolved, "axes.capacity") or {}))
+    step, settle = float(cap.step_duration_s), float(cap.settle_fraction)
+    most = step * (1 - settle) / 3
+    return round(most, 6), (f"three /metrics samples in a step's settled part: axes.capacity.step_duration_s "
+                            f"{_fmt(step)} s × (1 − settle_fraction {_fmt(settle)}) ÷ 3")
 
 
 class CapacityParams(_Model):

@@ -4,10 +4,13 @@ straddles the threshold is "inconclusive" — never a pass or a fail that a busi
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Iterable
 from typing import Literal, Sequence
+
+from pydantic import ConfigDict, Field, field_serializer
+
+from .record import Record
 
 CONFIDENCE = 0.95
 RESAMPLES = 4000
@@ -15,17 +18,16 @@ MIN_SAMPLES = 3  # fewer repeated measurements give no interval at all
 Side = Literal["above", "below", "inconclusive"]
 
 
-@dataclasses.dataclass(frozen=True)
-class Interval:
+class Interval(Record):
     """The median (or the `q`th percentile) of `n` measurements and its bootstrap percentile interval at
-    `confidence`."""
+    `confidence`; `model_dump()` writes the figures to 3 decimals (`MedianInterval`: a median's)."""
 
     estimate: float
     low: float
     high: float
     n: int
     confidence: float = CONFIDENCE
-    q: float = 50.0
+    q: int | float = 50.0  # as given: a p95 is written `95`
 
     def versus(self, threshold: float) -> Side:
         """above: the whole interval clears the threshold; below: the whole interval is under it."""
@@ -49,11 +51,18 @@ class Interval:
         return (f"{self.estimate:.1f}{unit} ({what} of {self.n}; {self.confidence:.0%} interval "
                 f"{self.low:.1f}–{self.high:.1f}{unit})")
 
-    def to_dict(self) -> dict[str, float]:
-        key = "median" if self.q == 50 else "estimate"
-        out = {key: round(self.estimate, 3), "low": round(self.low, 3), "high": round(self.high, 3),
-               "n": self.n, "confidence": self.confidence}
-        return out if self.q == 50 else {**out, "q": self.q}
+    @field_serializer("estimate", "low", "high")
+    def _rounded(self, value: float) -> float:
+        return round(value, 3)
+
+
+class MedianInterval(Interval):
+    """The interval of a median (`median_interval`), written with its estimate as `median` and without `q`."""
+
+    model_config = ConfigDict(frozen=True, serialize_by_alias=True)
+
+    estimate: float = Field(serialization_alias="median")
+    q: int | float = Field(default=50.0, exclude=True)
 
 
 def median_interval(values: Sequence[float], *, confidence: float = CONFIDENCE, resamples: int = RESAMPLES,
@@ -83,7 +92,9 @@ def percentile_interval(values: Sequence[float | None], q: float, *, confidence:
     stats = np.percentile(data[rng.integers(0, data.size, size=(resamples, data.size))], q, axis=1)
     alpha = (1.0 - confidence) / 2
     low, high = np.quantile(stats, [alpha, 1.0 - alpha])
-    return Interval(float(np.percentile(data, q)), float(low), float(high), int(data.size), confidence, q)
+    kind = MedianInterval if q == 50 else Interval
+    return kind(estimate=float(np.percentile(data, q)), low=float(low), high=float(high), n=int(data.size),
+                confidence=confidence, q=q)
 
 
 def percentile(values: Iterable[float | None], q: float) -> float | None:

@@ -10,10 +10,14 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from pydantic import ConfigDict, Field, SerializerFunctionWrapHandler, computed_field, model_serializer
+
 from . import accepted as acc
 from ..core.errors import BadInputError
 from ..core.evidence import Finding
+from ..core.jsonvalue import JsonObject, JsonValue
 from ..core.numbers import figure
+from ..core.record import Record
 from ..core.store import RunStore
 
 ACCEPTED_DECISIONS = ("production", "limited-observation")
@@ -50,16 +54,20 @@ DRIFT_LEVELS: dict[str, Callable[[acc.RunEvidence], acc.Level]] = {
 }
 
 
-@dataclasses.dataclass(frozen=True)
-class BaselineComparison:
-    run_id: str
-    baseline_id: str
+class BaselineComparison(Record):
+    """A run compared with its accepted baseline; `model_dump(mode="json")` is `baseline.json`."""
+
+    model_config = ConfigDict(frozen=True, serialize_by_alias=True)
+
+    run_id: str = Field(serialization_alias="run")
+    baseline_id: str = Field(serialization_alias="baseline")
     refused: Finding | None  # set when the two runs cannot be compared at all
     reopen: tuple[Finding, ...]  # identity changes: the sheet reopens
     unverified: tuple[Finding, ...]  # identity items that could not be compared (never "unchanged")
     drift: tuple[Finding, ...]  # metrics outside the accepted band
     checks: tuple[Finding, ...]  # everything compared, including what stayed the same
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def reopens(self) -> bool:
         return bool(self.reopen)
@@ -67,6 +75,19 @@ class BaselineComparison:
     @property
     def findings(self) -> list[Finding]:
         return ([self.refused] if self.refused else []) + list(self.checks)
+
+    @computed_field(alias="headline")  # type: ignore[prop-decorator]
+    @property
+    def said(self) -> str:
+        """`headline()`, as `baseline.json` writes it."""
+        return self.headline()
+
+    @model_serializer(mode="wrap")
+    def _headline_first(self, dump: SerializerFunctionWrapHandler) -> dict[str, JsonValue | tuple[JsonObject, ...]]:
+        """The ids, the headline and whether the sheet reopens first, then the findings (tuples in python's dump,
+        lists in JSON's)."""
+        row = dump(self)
+        return {**{key: row[key] for key in ("run", "baseline", "headline", "reopens")}, **row}
 
     def headline(self) -> str:
         if self.refused:
@@ -90,14 +111,6 @@ class BaselineComparison:
         out += [f"UNVERIFIED {f.message}" for f in self.unverified]
         out += [f"DRIFT {f.message}" for f in self.drift]
         return out
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"run": self.run_id, "baseline": self.baseline_id, "headline": self.headline(),
-                "reopens": self.reopens, "refused": self.refused.model_dump(mode="json") if self.refused else None,
-                "reopen": [f.model_dump(mode="json") for f in self.reopen],
-                "unverified": [f.model_dump(mode="json") for f in self.unverified],
-                "drift": [f.model_dump(mode="json") for f in self.drift],
-                "checks": [f.model_dump(mode="json") for f in self.checks]}
 
 
 def _fmt(value: Any) -> str:
@@ -178,7 +191,8 @@ def compare_runs(run: acc.RunEvidence, base: acc.RunEvidence, *,
                                   f"{run_build.value}, the baseline {base.run_id} is {base_build.value}; validate "
                                   f"against an accepted {run_build.value} run",
                           observed=run_build.value, expected=base_build.value)
-        return BaselineComparison(run.run_id, base.run_id, refused, (), (), (), ())
+        return BaselineComparison(run_id=run.run_id, baseline_id=base.run_id, refused=refused, reopen=(),
+                                  unverified=(), drift=(), checks=())
     checks: list[Finding] = []
     if baseline_problems:
         checks.append(Finding(rule="baseline.integrity", status="fail",
@@ -198,7 +212,7 @@ def compare_runs(run: acc.RunEvidence, base: acc.RunEvidence, *,
     drift = compare_drift(run, base, bands)
     checks += identity + drift
     return BaselineComparison(
-        run.run_id, base.run_id, None,
+        run_id=run.run_id, baseline_id=base.run_id, refused=None,
         reopen=tuple(f for f in identity if f.status == "fail"),
         unverified=tuple(f for f in identity if f.status == "not-observable"),
         drift=tuple(f for f in drift if f.status == "warn"),

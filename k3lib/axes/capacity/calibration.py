@@ -71,7 +71,7 @@ async def calibrate(rec: Recorder, measured: Sequence[RequestRow]) -> Calibratio
         return Calibration({"enabled": False, "ran": False, "reports": [], "summary": [],
                             "note": "axes.capacity.calibrate is false: the client's timing error is not known"})
     timing = known_timing(list(measured))
-    server = KnownTimingServer(in_process=plan.calibration_server == "thread")
+    server = KnownTimingServer(in_process=plan.capacity.calibration_server == "thread")
     pool = await rec.worker_pool()
     reports: list[CalibrationReport] = []
     error = None
@@ -90,11 +90,11 @@ async def calibrate(rec: Recorder, measured: Sequence[RequestRow]) -> Calibratio
     finally:
         await asyncio.to_thread(server.stop)
     done = {r.concurrency for r in reports}
-    reports += [failed_report(c, timing, plan.calibration_max_error_ms, error or "no report")
+    reports += [failed_report(c, timing, plan.capacity.calibration_max_error_ms, error or "no report")
                 for c in plan.calibration_concurrencies if c not in done]
-    return Calibration({"enabled": True, "ran": True, "server": plan.calibration_server, "workers": rec.workers,
+    return Calibration({"enabled": True, "ran": True, "server": plan.capacity.calibration_server, "workers": rec.workers,
                         "start_wall": t0, "end_wall": time.time(), **timing,
-                        "max_error_ms": plan.calibration_max_error_ms, "error": error,
+                        "max_error_ms": plan.capacity.calibration_max_error_ms, "error": error,
                         "summary": calibration_summary(reports), "reports": [calibration_dict(r) for r in reports]},
                        tuple(reports))
 
@@ -108,12 +108,12 @@ async def _calibrate_here(plan: CapacityPlan, url: str, timing: KnownTiming) -> 
         # connects): warm both up at the lowest calibrated concurrency, and keep that round out of it
         await calibrate_once(client, concurrency=plan.calibration_concurrencies[0],
                              known_ttft_ms=timing["known_ttft_ms"], known_itl_ms=timing["known_itl_ms"],
-                             chunks=2, max_error_ms=plan.calibration_max_error_ms)
+                             chunks=2, max_error_ms=plan.capacity.calibration_max_error_ms)
         for c in plan.calibration_concurrencies:
             reports.append(await calibrate_once(
                 client, concurrency=c, known_ttft_ms=timing["known_ttft_ms"],
                 known_itl_ms=timing["known_itl_ms"], chunks=timing["chunks"],
-                rounds=calibration_rounds(c, timing), max_error_ms=plan.calibration_max_error_ms))
+                rounds=calibration_rounds(c, timing), max_error_ms=plan.capacity.calibration_max_error_ms))
     finally:
         await client.aclose()
     return reports
@@ -122,7 +122,7 @@ async def _calibrate_here(plan: CapacityPlan, url: str, timing: KnownTiming) -> 
 async def _calibrate_spread(plan: CapacityPlan, pool: WorkerPool, url: str,
                             timing: KnownTiming) -> list[CalibrationReport]:
     """The calibration over the worker processes, as the steps will spread their streams: per worker and whole."""
-    ttft, itl, bound = timing["known_ttft_ms"], timing["known_itl_ms"], plan.calibration_max_error_ms
+    ttft, itl, bound = timing["known_ttft_ms"], timing["known_itl_ms"], plan.capacity.calibration_max_error_ms
     # a warm-up round kept out of it: the workers' fresh connection pools, the fresh server's first answers
     await calibrate_workers(pool, url, concurrency=plan.calibration_concurrencies[0], chunks=2, known_ttft_ms=ttft,
                             known_itl_ms=itl, max_error_ms=bound)

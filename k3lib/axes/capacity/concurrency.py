@@ -40,7 +40,7 @@ async def concurrency_steps(rec: Recorder, load: LoadWindow, calibrate: Callable
     `load`; `publish` gets the steps as they end (a phase cut at its bound keeps them)."""
     plan = rec.plan
     sizing = rec.client(rec.params.target.timeout_s)
-    client = rec.client(plan.request_timeout_s)
+    client = rec.client(rec.cap.request_timeout_s)
     steps: tuple[CapacityStep, ...] = ()
     try:
         prompts = await rec.prompts(sizing, count=4, tokens=plan.prompt_tokens, seed=53)
@@ -66,12 +66,12 @@ async def _step(rec: Recorder, load: LoadWindow, client: ChatClient, prompts: Se
     label = f"c{c}"
     bodies = SaltedBodies(tuple(rec.body(p, plan.output_tokens) for p in prompts), f"{RUN_SALT}-{label}")
     progress.phase(f"step {plan.steps.index(c) + 1} of {len(plan.steps)}: concurrency {c}",
-                   requests=plan.step_max_requests, duration_s=2 * plan.step_duration_s)
+                   requests=cap.step_max_requests, duration_s=2 * cap.step_duration_s)
     bucket: list[RequestRow] = []
     before = await boundary_snapshot(rec.urls)
     t0 = time.time()
     summary, early = await load(client, bodies, phase="concurrency", label=label, concurrency=c,
-                                max_requests=plan.step_max_requests, duration_s=plan.step_duration_s, bucket=bucket)
+                                max_requests=cap.step_max_requests, duration_s=cap.step_duration_s, bucket=bucket)
     t1 = time.time()
     after = await boundary_snapshot(rec.urls)
     alive = await rec.check_alive(client, "concurrency", c)
@@ -93,7 +93,7 @@ async def _step(rec: Recorder, load: LoadWindow, client: ChatClient, prompts: Se
     agreement = window_agreement(measured, bucket, rows, settle_fraction=cap.settle_fraction,
                                  calibration_error_ms=inputs.calibration.error_at(c))
     settled, why = settle_held(held and alive and not step.degraded, why, agreement)
-    settled, why = too_short(bucket, plan.step_duration_s, settled, why)
+    settled, why = too_short(bucket, cap.step_duration_s, settled, why)
     return step.model_copy(update={"agreement": agreement, "held": settled, "why": why})
 
 

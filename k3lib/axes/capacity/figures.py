@@ -194,7 +194,8 @@ def phases_table(result: "CapacityResult") -> Any:
         start, end = _walls(p)
         dur = end - start
         rows.append({"phase": p["phase"], "status": p["status"], "duration_s": round(dur, 2),
-                     "bound_s": (result.plan.get("budget_s") or {}).get(p["phase"]), "note": p.get("note")})
+                     "bound_s": budget.get(p["phase"]) if isinstance(budget := result.plan.get("budget_s"), dict)
+                     else None, "note": p.get("note")})
     return pd.DataFrame(rows)
 
 

@@ -41,7 +41,7 @@ async def long_context(rec: Recorder, publish: Callable[[LongContext], None]) ->
     """The probe, then each length; `publish` gets the result as it grows (a phase cut at its bound keeps it)."""
     plan = rec.plan
     sizing = rec.client(rec.params.target.timeout_s)
-    client = rec.client(plan.request_timeout_s)
+    client = rec.client(rec.cap.request_timeout_s)
     try:
         # The refusal costs the GPUs nothing when the server does its job, so it goes first; if it is not
         # refused and kills the engine, that is the finding.
@@ -68,15 +68,14 @@ async def long_context(rec: Recorder, publish: Callable[[LongContext], None]) ->
 
 async def _one_length(rec: Recorder, client: ChatClient, prompt: BuiltPrompt
                       ) -> tuple[Row, list[RequestRow]]:
-    plan = rec.plan
     bucket: list[RequestRow] = []
     label = f"{prompt.target_tokens}"
-    body = rec.body(prompt, plan.long_context_output_tokens, salt=f"{RUN_SALT}-lc-{label}")
+    body = rec.body(prompt, rec.cap.long_context_output_tokens, salt=f"{RUN_SALT}-lc-{label}")
     before = await boundary_snapshot(rec.urls)
     t0 = time.time()
-    await run_closed_loop(client, [body], concurrency=1, max_requests=plan.long_context_repeats,
-                          max_duration_s=plan.request_timeout_s * plan.long_context_repeats,
-                          request_timeout_s=plan.request_timeout_s,
+    await run_closed_loop(client, [body], concurrency=1, max_requests=rec.cap.long_context_repeats,
+                          max_duration_s=rec.cap.request_timeout_s * rec.cap.long_context_repeats,
+                          request_timeout_s=rec.cap.request_timeout_s,
                           sink=rec.sink("long-context", label, bucket, 1, stop_on_death=False),
                           name=f"long-{label}", allow_remote_load=rec.params.target.allow_remote_load)
     t1 = time.time()
@@ -86,7 +85,7 @@ async def _one_length(rec: Recorder, client: ChatClient, prompt: BuiltPrompt
         ("failed" if stats["server_errors"] or stats["unreachable"] else "incomplete")
     alive = await rec.check_alive(client, "long-context", 1)
     row = {"target_tokens": prompt.target_tokens, "prompt_tokens": prompt.prompt_tokens,
-           "sized_by": prompt.sized_by, "output_tokens": plan.long_context_output_tokens,
+           "sized_by": prompt.sized_by, "output_tokens": rec.cap.long_context_output_tokens,
            "status": status if alive or status != "ok" else "ok",
            "start_wall": t0, "end_wall": t1, "engine_alive_after": alive,
            **stats, **window_numbers(before, after),
@@ -97,11 +96,11 @@ async def _one_length(rec: Recorder, client: ChatClient, prompt: BuiltPrompt
 async def _refusal_probe(rec: Recorder, sizing: ChatClient, client: ChatClient) -> Row:
     plan = rec.plan
     (prompt,) = await rec.prompts(sizing, count=1, tokens=plan.out_of_contract_tokens, seed=97)
-    body = rec.body(prompt, plan.long_context_output_tokens, stream=False, salt=f"{RUN_SALT}-oc")
+    body = rec.body(prompt, rec.cap.long_context_output_tokens, stream=False, salt=f"{RUN_SALT}-oc")
     bucket: list[RequestRow] = []
     sink = rec.sink("long-context", "out-of-contract", bucket, 1, stop_on_death=False)
     t0 = time.time()
-    sink(await client.chat_body(body, strict=False, request_id="out-of-contract", timeout_s=plan.request_timeout_s))
+    sink(await client.chat_body(body, strict=False, request_id="out-of-contract", timeout_s=rec.cap.request_timeout_s))
     t1 = time.time()
     alive = await rec.check_alive(client, "long-context", 1)
     d = bucket[0]

@@ -52,8 +52,8 @@ def rederive_soak(soak: SoakRow, requests: Sequence[RequestRow], result: Capacit
         return soak.copy()
     cap = params.axes.capacity
     t0, t1 = float(soak["start_wall"]), float(soak["end_wall"])
-    plan = result.run.get("plan")
-    duration = float((plan.get("soak_duration_s") if plan else None) or cap.soak_duration_s)
+    ran = (result.run.get("plan") or {}).get("soak_duration_s")  # the soak's duration in the run judged
+    duration = float(ran) if isinstance(ran, (int, float)) and ran else cap.soak_duration_s
     out: SoakRow = {**soak, **record_stats(requests),
            **soak_analysis(result.metrics, result.gpu, t0, min(t1, t0 + duration),
                            concurrency=int(soak.get("concurrency") or params.contract.planned_concurrency),

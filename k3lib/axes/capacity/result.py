@@ -9,12 +9,13 @@ import datetime as dt
 from typing import cast
 
 from ...core.errors import ArtifactError
+from ...core.jsonvalue import JsonObject
 from ...io.readers.vllm_log import VllmLogReport, parse_vllm_log
 from ...core.store import RunStore
 from .analysis import memory_around, saturation_point
 from .classify import REMEDIES, LogVerdict, OomClassification, classify_log, classify_oom
 from .config import OOM_AFTER_S, OOM_BEFORE_S
-from .run_shapes import OomEventRow, PhaseRow, PlanRow, RunJson, SessionTurnRow
+from .run_shapes import OomEventRow, PhaseRow, RunJson, SessionTurnRow
 from .shapes import GpuRow, MetricRow, RequestRow, StepRow
 
 # What the capacity axis writes to the run folder (capacity.run writes, this module reads back).
@@ -38,7 +39,8 @@ class CapacityResult:
     sessions: list[SessionTurnRow] = dataclasses.field(default_factory=list)  # the session phase's turns
 
     @property
-    def plan(self) -> PlanRow:
+    def plan(self) -> JsonObject:
+        """The plan the run followed (`shape.CapacityPlan`, dumped)."""
         return self.run["plan"]
 
     @property

@@ -17,13 +17,12 @@ does not start over: it keeps what the cut one finished, a copy read from the at
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Any
 
 from ...core.evidence import Row
 from ...core.store import RunStore
 from .result import DIR, GPU_JSON, METRICS_JSON, REQUESTS, RUN_JSON, SESSIONS_JSONL
-from .run_shapes import PlanRow
+from .shape import CapacityPlan
 
 #: the run description's fields a resumed run keeps from its cut attempt (the phases before the sessions')
 KEPT_FIELDS = ("steps", "long_context", "refusal", "ready", "health", "failure", "dead", "soak", "notes",
@@ -72,15 +71,15 @@ def _latest_attempt(store: RunStore) -> str | None:
     return next((f"aborted/{n}" for n in seen if store.path(f"aborted/{n}/{DIR}").is_dir()), None)
 
 
-def _cut_in_sessions(run: Any, plan: PlanRow) -> bool:
+def _cut_in_sessions(run: Any, plan: CapacityPlan) -> bool:
     if not isinstance(run, dict) or run.get("dead") or not isinstance(run.get("sessions"), dict):
         return False
     phases = run.get("phases") or []
     cut = [p for p in phases if p.get("phase") == "sessions" and p.get("status") == "running"]
-    return bool(cut) and json.loads(json.dumps(plan)) == run.get("plan")
+    return bool(cut) and plan.model_dump(mode="json") == run.get("plan")
 
 
-def cut_sessions(store: RunStore, plan: PlanRow) -> CutSessions | None:
+def cut_sessions(store: RunStore, plan: CapacityPlan) -> CutSessions | None:
     """The latest cut attempt, when it was cut in its session phase under the same plan and nothing of this attempt
     was written yet; None otherwise (the axis then runs whole)."""
     under = _latest_attempt(store)

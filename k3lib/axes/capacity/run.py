@@ -217,7 +217,7 @@ class CapacityRunner:
         timeline = rec.timeline
         watch = rec.watch()
         return {
-            "plan": self.plan.to_dict(), "target": self.ctx.target.base_url,
+            "plan": self.plan.model_dump(mode="json"), "target": self.ctx.target.base_url,
             "gpu_source": self.params.target.gpu_metrics.source if timeline is None else timeline.gpu_kind,
             "gpu_driver": rec.gpu_driver(),
             "phases": [p.model_dump() for p in self.phases], "steps": [step_row(s) for s in self.steps],
@@ -242,7 +242,7 @@ def run_capacity(ctx: "AxisContext") -> "CapacityResult":
     check_load_target(ctx.target.base_url, ctx.params.target.allow_remote_load)
     runner = CapacityRunner(ctx)
     runner.session_source = SessionSource(ctx.params)  # a session trace that cannot be read stops here, before any load
-    cut = cut_sessions(ctx.store, runner.plan.to_dict())
+    cut = cut_sessions(ctx.store, runner.plan)
     if cut is not None:  # cut in its session phase: what it finished is kept, the sessions go on
         restore(ctx.store, cut)
         runner.resume_from(cut)

@@ -1,12 +1,13 @@
 """The JSON shapes of a capacity run's description (`evidence/capacity/run.json`, rewritten after each phase) and of
-what the judge derives from it, as TypedDicts: the plan, the phases, the watch, the calibration, the cold load, the
-long-context lengths, the session phase, the OOM event, the roofline (the load windows' shapes are in `shapes`)."""
+what the judge derives from it, as TypedDicts: the phases, the watch, the calibration, the cold load, the long-context
+lengths, the session phase, the OOM event, the roofline (the load windows' shapes are in `shapes`; the plan is
+`shape.CapacityPlan`'s own dump)."""
 
 from __future__ import annotations
 
 from typing import TypedDict
 
-from ...core.jsonvalue import JsonValue
+from ...core.jsonvalue import JsonObject, JsonValue
 
 from ...core.evidence import FindingStatus
 from ...io.calibration import CalibrationDict
@@ -22,45 +23,6 @@ class PhaseRow(TypedDict, total=False):
     end_wall: float | None
     status: str
     note: str
-
-
-class PlanRow(TypedDict):
-    """The plan as the run description keeps it (shape.CapacityPlan.to_dict)."""
-
-    planned_concurrency: int
-    context_limit_tokens: int
-    context_lengths_tokens: tuple[int, ...] | list[int]
-    long_context_output_tokens: int
-    long_context_repeats: int
-    out_of_contract_tokens: int
-    steps: tuple[int, ...] | list[int]
-    beyond_contract: int
-    prompt_tokens: int
-    output_tokens: int
-    shared_prefix_tokens: int
-    step_duration_s: float
-    step_max_requests: int
-    soak_duration_s: float
-    soak_max_requests: int
-    ready_timeout_s: float
-    request_timeout_s: float
-    calibration_concurrencies: tuple[int, ...] | list[int]
-    calibration_max_error_ms: float
-    calibration_server: str
-    planned_sessions: int
-    session_levels: tuple[int, ...] | list[int]
-    session_duration_s: float
-    session_think_s: float
-    budget_s: dict[str, float]
-
-
-class SessionPlan(TypedDict):
-    """The session phase's part of the plan (shape.session_plan)."""
-
-    planned_sessions: int
-    session_levels: tuple[int, ...]
-    session_duration_s: float
-    session_think_s: float
 
 
 class HealthRow(TypedDict):
@@ -307,7 +269,7 @@ class RefusalRow(TypedDict, total=False):
 class RunJson(TypedDict, total=False):
     """`evidence/capacity/run.json`: the run description (run.CapacityRunner.describe), rewritten after each phase."""
 
-    plan: PlanRow
+    plan: JsonObject  # shape.CapacityPlan, dumped
     target: str
     gpu_source: str | None
     gpu_driver: str | None

@@ -42,14 +42,13 @@ from ..agent.sample import load_sample
 from .config import SESSION_MAX_TURNS, SESSION_MIN_TURNS
 from .result import SESSIONS_JSONL
 from .resume import CutSessions
-from .shape import session_levels
 from .shapes import RequestRow
 from .state import Recorder
 from .watch import boundary_snapshot
 from .window import record_stats, window_numbers
 
 __all__ = ["SESSIONS_JSONL", "SessionRun", "SessionSource", "cache_counters", "longest_exchange", "play_sessions",
-           "sample_shape", "sampling_of", "session_levels"]
+           "sample_shape", "sampling_of"]
 #: a generated session's recorded tool result, when the sample's tool has no canned one
 _RESULT = {"status": "ok", "source": "recorded result (k3kit session replay)"}
 
@@ -182,7 +181,7 @@ async def play_sessions(rec: Recorder, source: SessionSource, cache_info: Mappin
     `publish` gets the phase as it goes."""
     plan = rec.plan
     run = SessionRun(source.kind, plan.planned_sessions, longest_exchange(rec.params))
-    client = rec.client(plan.request_timeout_s)
+    client = rec.client(rec.cap.request_timeout_s)
     try:
         if cut is None:
             run = dataclasses.replace(run, shared_prefix_tokens=await _shared_prefix(rec, client, source),
@@ -244,7 +243,7 @@ async def _chars_per_token(client: ChatClient) -> float | None:
 
 def _config(rec: Recorder, cache_info: Mapping[str, str], chars_per_token: float | None) -> ReplayConfig:
     block = str(cache_info.get("block_size") or "")
-    return ReplayConfig(model=rec.params.target.model, request_timeout_s=rec.plan.request_timeout_s,
+    return ReplayConfig(model=rec.params.target.model, request_timeout_s=rec.cap.request_timeout_s,
                         sampling=sampling_of(rec.params), block_tokens=int(block) if block.isdigit() else 16,
                         chars_per_token=chars_per_token or 4.0)
 
@@ -255,7 +254,7 @@ async def _session_level(rec: Recorder, client: ChatClient, source: SessionSourc
     """One level: `level` sessions at once for its duration, every turn written as it ends; `cut`: the level a
     stop cut, whose ended sessions (their turns and requests) it starts from, kept once."""
     plan = rec.plan
-    progress.phase(f"sessions: {level} at once", duration_s=plan.session_duration_s)
+    progress.phase(f"sessions: {level} at once", duration_s=rec.cap.session_duration_s)
     label = f"sessions {level}"
     kept = cut.level_turns(level) if cut is not None else []
     done = list(cut.finished) if cut is not None else []
@@ -288,7 +287,7 @@ async def _session_level(rec: Recorder, client: ChatClient, source: SessionSourc
     checkpoint(current)
     before = await boundary_snapshot(rec.urls)
     t0 = time.time()
-    stop_at = time.perf_counter_ns() + int(plan.session_duration_s * 1e9)
+    stop_at = time.perf_counter_ns() + int(rec.cap.session_duration_s * 1e9)
     early = await _hold(worker, level, plan.session_level_bound_s)
     t1 = time.time()
     after = await boundary_snapshot(rec.urls)

@@ -76,7 +76,7 @@ class RequestRow(TypedDict, total=False):
 
 
 class IntervalRow(TypedDict, total=False):
-    """A bootstrap interval of a percentile (k3lib.core.stats.Interval.to_dict)."""
+    """A bootstrap interval of a percentile (k3lib.core.stats.Interval, dumped)."""
 
     estimate: float
     low: float
@@ -136,7 +136,7 @@ class ClientStats(TypedDict, total=False):
     ttft_p50_ms: float | None
     ttft_p95_ms: float | None
     e2e_p95_ms: float | None
-    ttft_p95_interval: dict[str, float] | None  # core.stats.Interval.to_dict
+    ttft_p95_interval: dict[str, float] | None  # core.stats.Interval, dumped
     e2e_p95_interval: dict[str, float] | None
     prompt_tokens_mean: float | None
     completion_tokens_mean: float | None

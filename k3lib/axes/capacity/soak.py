@@ -30,19 +30,19 @@ async def soak(rec: Recorder, load: LoadWindow, calibration: Calibration, admit_
     assert rec.timeline is not None  # the runner starts the samplers before any phase
     plan, cap = rec.plan, rec.cap
     sizing = rec.client(rec.params.target.timeout_s)
-    client = rec.client(plan.request_timeout_s)
+    client = rec.client(cap.request_timeout_s)
     try:
         n = min(4 * plan.planned_concurrency, 32)
         prompts = await rec.prompts(sizing, count=n, tokens=plan.prompt_tokens, seed=71,
                                     shared_prefix_tokens=plan.shared_prefix_tokens)
         bodies = [rec.body(p, plan.output_tokens) for p in prompts]
-        progress.phase(f"soak: concurrency {plan.planned_concurrency}", requests=plan.soak_max_requests,
-                       duration_s=plan.soak_duration_s + plan.soak_drain_s)
+        progress.phase(f"soak: concurrency {plan.planned_concurrency}", requests=cap.soak_max_requests,
+                       duration_s=cap.soak_duration_s + plan.soak_drain_s)
         bucket: list[RequestRow] = []
         before = await boundary_snapshot(rec.urls)
         t0 = time.time()
         summary, early = await load(client, bodies, phase="soak", label="soak", concurrency=plan.planned_concurrency,
-                                    max_requests=plan.soak_max_requests, duration_s=plan.soak_duration_s,
+                                    max_requests=cap.soak_max_requests, duration_s=cap.soak_duration_s,
                                     bucket=bucket, soak=True)
         t1 = time.time()
         after = await boundary_snapshot(rec.urls)
@@ -58,7 +58,7 @@ async def soak(rec: Recorder, load: LoadWindow, calibration: Calibration, admit_
             **calibration.trust(summary, bucket, plan.planned_concurrency, before, after),
             "ranks": rank_window(before, after, rows, t0, t1),
             # judged over the sending window: the drain's tail, load falling off, is not sustained load
-            **soak_analysis(rows, rec.gpu_rows(), t0, min(t1, t0 + plan.soak_duration_s),
+            **soak_analysis(rows, rec.gpu_rows(), t0, min(t1, t0 + cap.soak_duration_s),
                             concurrency=plan.planned_concurrency,
                             memory_growth_min_mib=cap.memory_growth_min_mib, kv_trend_max=cap.kv_trend_max,
                             hit_rate_drop_max=cap.hit_rate_drop_max,

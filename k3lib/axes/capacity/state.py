@@ -19,7 +19,7 @@ from ...io.shapes import ChatBody
 from ...io.workers import WorkerPool, resolve_workers
 from .config import HEALTH_TIMEOUT_S
 from .result import REQUESTS
-from .shape import CapacityPlan, plan_capacity
+from .shape import CapacityPlan
 from .run_shapes import FailureRow, HealthRow, Watch
 from .shapes import GpuRow, MetricRow, RequestRow
 from .window import failure_kind
@@ -41,7 +41,7 @@ class Recorder:
         self.ctx = ctx
         self.params = ctx.params
         self.cap: CapacityParams = ctx.params.axes.capacity
-        self.plan = plan or plan_capacity(ctx.params)
+        self.plan = plan or CapacityPlan(capacity=self.cap, contract=ctx.params.contract)
         self.store = ctx.store
         self.urls = tuple(ctx.target.metrics_urls)
         self.timeline: Timeline | None = None

@@ -40,14 +40,14 @@ async def closed_window(rec: Recorder, client: ChatClient, bodies: Any, *, phase
             # cut there counts as load that did not complete, so it must not be cut merely by the clock
             summary = await run_soak(client, bodies, concurrency=concurrency, duration_s=duration_s,
                                      max_requests=max_requests, window_s=max(duration_s / 6, 1.0),
-                                     request_timeout_s=plan.request_timeout_s, sink=sink, name=label,
+                                     request_timeout_s=rec.cap.request_timeout_s, sink=sink, name=label,
                                      allow_remote_load=allow, drain_s=plan.soak_drain_s, workers=pool)
         else:
             # the requests in flight when the window closes may finish for as long again: a step then keeps
             # its slow requests too, and a busy machine still completes some at concurrency 1
             summary = await run_closed_loop(client, bodies, concurrency=concurrency, max_requests=max_requests,
                                             max_duration_s=duration_s, drain_s=duration_s,
-                                            request_timeout_s=plan.request_timeout_s, sink=sink, name=label,
+                                            request_timeout_s=rec.cap.request_timeout_s, sink=sink, name=label,
                                             allow_remote_load=allow, workers=pool)
     except EngineGone as exc:
         return None, f"stopped early: {exc}"

@@ -65,7 +65,7 @@ def queue_numbers(queue: HistogramWindow | None) -> WindowNumbers:
 
 def _p95_interval(values: Sequence[float]) -> dict[str, float] | None:
     got = percentile_interval(values, 95)
-    return None if got is None else got.to_dict()
+    return None if got is None else got.model_dump()
 
 
 def record_stats(records: Sequence[Mapping[str, Any]], *, intervals: bool = False) -> ClientStats:

@@ -398,7 +398,7 @@ def _reuse_finding(result: PrefixCacheResult, pairs: list[PairReconciliation]) -
                                                                             if p.prefix_target == t])) is None
                                       else round(g, 1) for t in sorted({p.prefix_target for p in identical})}
     expected = {"ttft_gain_pct": f">= {min_gain:g}", "confidence": interval.confidence if interval else None}
-    obs["ttft_gain_interval"] = interval.to_dict() if interval else None
+    obs["ttft_gain_interval"] = interval.model_dump() if interval else None
     shown = (interval.text("%") if interval else f"unmeasured on fewer than {MIN_SAMPLES} pairs") + \
         f" at the longest prefix ({longest} tokens)"
     if side == "below":
