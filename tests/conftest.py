@@ -3,8 +3,12 @@ real servers (llama.cpp, real vLLM), each started at most once per session."""
 
 from __future__ import annotations
 
+import fcntl
 import os
+import shutil
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -102,29 +106,53 @@ def clean_env(monkeypatch):
 HEALTHY_KEY_ENV, HEALTHY_KEY = "K3_TEST_API_KEY", "k3-test-secret-6f1c2a9e4b7d"
 
 
+@contextmanager
+def built_once(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[tuple[Path, bool]]:
+    """A folder that the whole suite builds once: under pytest-xdist each worker is a session of its own, so the
+    first worker to ask builds it in the run's shared temporary folder while the others wait on its lock, then
+    read what it left. Yields (the folder, whether it is already built); the caller builds it when it is not, and
+    the folder counts as built once the caller's block ends without an exception."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    folder, done = shared / name, shared / f"{name}.built"
+    with open(shared / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        built = done.is_file()
+        if not built:
+            shutil.rmtree(folder, ignore_errors=True)  # a worker that failed half-way left it
+            folder.mkdir(parents=True)
+        yield folder, built
+        done.touch()
+
+
 @pytest.fixture(scope="session")
 def healthy_run(tmp_path_factory):
-    """`k3 validate -p parameters/emulator.yaml --set target.api_key_env=K3_TEST_API_KEY` once per session, the key
-    set only while it runs: (exit code, RunStore)."""
+    """`k3 validate -p parameters/emulator.yaml --set target.api_key_env=K3_TEST_API_KEY` once per suite (the
+    workers share it: tests read it, or copy it before changing anything), the key set only while it runs:
+    (exit code, RunStore)."""
     from k3lib.cli.main import main
     from k3lib.core.store import RunStore
 
-    out = tmp_path_factory.mktemp("healthy")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(HEALTHY_KEY_ENV, HEALTHY_KEY)
-        code = main(["validate", "-p", str(ROOT / "parameters" / "emulator.yaml"), "--out", str(out),
-                     "--set", f"target.api_key_env={HEALTHY_KEY_ENV}"])
-    (run,) = [p for p in out.iterdir() if p.is_dir()]
-    return code, RunStore(run)
+    with built_once(tmp_path_factory, "healthy") as (out, built):
+        if not built:
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setenv(HEALTHY_KEY_ENV, HEALTHY_KEY)
+                code = main(["validate", "-p", str(ROOT / "parameters" / "emulator.yaml"), "--out", str(out / "runs"),
+                             "--set", f"target.api_key_env={HEALTHY_KEY_ENV}"])
+            (out / "exit_code").write_text(str(code))
+    (run,) = [p for p in (out / "runs").iterdir() if p.is_dir()]
+    return int((out / "exit_code").read_text()), RunStore(run)
 
 
 @pytest.fixture(scope="session")
 def renewal_run(tmp_path_factory):
-    """`k3 review --demo steady` once per session: its RunStore (the steady demo renews: exit 0)."""
+    """`k3 review --demo steady` once per suite (the workers share it): its RunStore (the steady demo renews:
+    exit 0)."""
     from k3lib.cli.main import main
     from k3lib.core.store import RunStore
 
-    out = tmp_path_factory.mktemp("renewal")
-    assert main(["review", "--demo", "steady", "--out", str(out)]) == 0  # renew; any other decision is a regression
+    with built_once(tmp_path_factory, "renewal") as (out, built):
+        if not built:
+            assert main(["review", "--demo", "steady", "--out", str(out)]) == 0  # renew; anything else regresses
     (run,) = [p for p in out.iterdir() if p.is_dir()]
     return RunStore(run)
