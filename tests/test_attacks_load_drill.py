@@ -430,7 +430,9 @@ def test_a_model_that_echoes_the_tool_error_does_not_pass_c14(tmp_path, drill_em
         ctx = open_axis("agent", str(PARAMS), [f"target.base_url={url}", "axes.agent.repetitions=1",
                                                "axes.agent.concurrency_levels=[1]",
                                                # the proxy plays the echo on whole replies: the clients' only mode
-                                               "contract.client_stream_modes=[non-stream]"], str(tmp_path / "run"))
+                                               "contract.client_stream_modes=[non-stream]",
+                                               # the scenario's planned tool error is the point, not the series
+                                               "axes.agent.tool_turns=4"], str(tmp_path / "run"))
         result = agent.run_agent(ctx)
         record = ctx.record(agent.agent_record(result, ctx))
     assert gateway.echoed > 0

@@ -20,7 +20,10 @@ pytestmark = [pytest.mark.realvllm, pytest.mark.slow]
 # and at 0.5 s one CI run sampled no wait at all beside its preemptions.
 LOAD = ["contract.planned_concurrency=8", "contract.max_output_tokens=128", "axes.capacity.prompt_tokens=512",
         "axes.capacity.output_tokens=128", "axes.capacity.step_duration_s=12", "axes.capacity.soak_duration_s=15",
-        "axes.capacity.sample_interval_s=0.1"]
+        "axes.capacity.sample_interval_s=0.1",
+        # one stream that fits the pool, then eight that overflow it and the step beyond (the default 1, 2, 4, 8, 10
+        # ran two more steps of 24 s each)
+        "axes.capacity.concurrency_steps=[1,8]"]
 
 
 @pytest.fixture(scope="module")

@@ -229,6 +229,7 @@ def test_sigint_during_the_agent_axis_stops_the_load(tmp_path, emulator_process)
 def test_sigterm_during_the_soak_over_worker_processes_stops_the_load(tmp_path, emulator_process):
     params = _params(tmp_path, ROOT / "parameters" / "emulator.yaml", emulator_process,
                      "load:\n  workers: 2\naxes:\n  agent:\n    repetitions: 1\n    concurrency_levels: [1]\n"
+                     "    tool_turns: 4\n"  # the soak is the point: not the contract's 381-turn series
                      "  capacity:\n    soak_duration_s: 120\n    soak_max_requests: 100000\n")
     result = stop_during(params, tmp_path / "out", f"{emulator_process}/metrics", axis="capacity", phase="soak",
                          signum=signal.SIGTERM)
