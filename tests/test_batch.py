@@ -73,7 +73,9 @@ MATRIX = [
 @pytest.mark.slow
 @pytest.mark.parametrize("faults, expected, axis", MATRIX)
 def test_fault_matrix(tmp_path, capsys, faults, expected, axis):
-    argv = ["validate", "-p", EMULATOR_YAML, "--out", str(tmp_path)]
+    # a failing axis decides each case: the contract's 381-turn tool series (about 20 s a batch) would only add
+    # a limited-observation beneath it
+    argv = ["validate", "-p", EMULATOR_YAML, "--out", str(tmp_path), "--set", "axes.agent.tool_turns=4"]
     for fault in faults:
         argv += ["--fault", fault]
     code = main(argv)
