@@ -255,8 +255,8 @@ def test_attack_hours_of_weeks_outside_the_window_do_not_dilute_the_effort(demos
     write_rows(paths["hours"], header, rows + padding)
     d, after = review(paths)
     _decision_is(d, "dual-circuit", "operations effort heavy")
-    assert after["operations"]["per_week_h"] == axes["operations"]["per_week_h"] > 20
-    assert after["operations"]["outside_window"]["outside"] == len(padding) and after["operations"]["weeks"] == 3
+    assert after["operations"].per_week_h == axes["operations"].per_week_h > 20
+    assert after["operations"].outside_window.outside == len(padding) and after["operations"].weeks == 3
 
 
 @pytest.mark.parametrize("week", ["W31", "31", "2026-W54", "2026-31"])

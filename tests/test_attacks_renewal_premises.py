@@ -369,7 +369,7 @@ def test_unclassified_hours_are_counted_and_listed():
     hours = [HoursRecord(week="2026-W31", category="monitoring", hours=16),
              HoursRecord(week="2026-W31", category="unclassified", hours=42.7)]
     ops = analyse_operations(hours, {}, {}, RenewalRules(), window_weeks=3)
-    assert ops["total_h"] == 58.7 and ops["unclassified_h"] == 42.7
+    assert ops.total_h == 58.7 and ops.unclassified_h == 42.7
 
 
 # --- 6. nothing decided on nothing ---------------------------------------------------------------------------------------

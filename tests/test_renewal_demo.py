@@ -46,7 +46,7 @@ def test_scenario_ends_in_its_decision(reviews, scenario):
     pytest.param("spiky", lambda a: a["load"]["peak_to_mean"] >= 8 and "data_control" in a["benefits"]["declared"],
                  id="spiky-peaks-and-control"),
     pytest.param("poor", lambda a: a["production"]["acceptance_rate"] < 0.8 and not a["stability"]["recoverable"]
-                 and not a["operations"]["effort_contained"], id="poor-quality-recovery-effort"),
+                 and not a["operations"].effort_contained, id="poor-quality-recovery-effort"),
 ])
 def test_reasons_are_checkable_against_the_figures(reviews, scenario, figure):
     _, _, _, axes, decision = reviews[scenario]
@@ -55,7 +55,7 @@ def test_reasons_are_checkable_against_the_figures(reviews, scenario, figure):
     load = axes["load"]
     assert f"{load['large_idle_share']:.0%} of the window in idle stretches" in text
     assert f"acceptance {axes['production']['acceptance_rate']:.0%}" in text
-    assert f"{numbers.figure(axes['operations']['per_week_h'])} h/week" in text
+    assert f"{numbers.figure(axes['operations'].per_week_h)} h/week" in text
 
 
 def test_generation_is_deterministic(tmp_path):

@@ -20,6 +20,7 @@ from .costsources import USAGE_SCOPED
 from .drillshapes import RenewalDrillData
 from .inputs import FIVE_QUESTIONS, CostsInput, HoursRecord, IncidentRecord, TaskRecord
 from .load import CATEGORIES, PERIODS, analyse_load, slot_index  # noqa: F401  (re-exported)
+from .results import Clipping, HoursRow, RenewalOperationsResult, WeekRow
 from .rules import DeclaredBenefits, FixedElements, RenewalRules
 from .rules import accepted as is_accepted
 from .series import Grid
@@ -34,7 +35,6 @@ from .shapes import (
     PathFiguresData,
     ProductionData,
     QuestionCountsData,
-    RenewalOperationsData,
     StabilityData,
 )
 
@@ -450,7 +450,7 @@ def analyse_stability(incidents: Sequence[IncidentRecord], rules: RenewalRules,
 
 def analyse_operations(hours: Sequence[HoursRecord], comparison: ComparisonData, production: ProductionData,
                        rules: RenewalRules, *, window_weeks: float | None = None, coverage: float | None = None,
-                       outside_window: ClippingData | None = None) -> RenewalOperationsData:
+                       outside_window: ClippingData | None = None) -> RenewalOperationsResult:
     """Hours by category and week against the delivery gain: time saved on the accepted self-hosted tasks. The
     weekly effort is the hours of the window over its length in weeks (`window_weeks`), never over the number of
     week labels; hours files covering less of the window than the rule leave the effort not shown."""
@@ -470,21 +470,22 @@ def analyse_operations(hours: Sequence[HoursRecord], comparison: ComparisonData,
     if sh_median is not None and api_median is not None:
         gain_h = (api_median - sh_median) * (production.get("accepted") or 0) / 3600
     per_week = None if why else total / weeks
-    return {
-        "total_h": _r(total, 1),
-        "per_week_h": _r(per_week, 1),
-        "weeks": _r(weeks, 2),
-        "by_category": [{"category": c, "hours": _r(v, 1)} for c, v in sorted(by_cat.items(), key=lambda x: -x[1])],
-        "by_week": [{"week": w, "hours": _r(v, 1)} for w, v in sorted(by_week.items())],
-        "delivery_gain_h": _r(gain_h, 1),
-        "gain_basis": "API median delivery − self-hosted median delivery, × accepted self-hosted tasks",
-        "effort_contained": None if per_week is None else per_week <= rules.max_ops_hours_per_week,
-        "effort_exceeds_gain": None if gain_h is None or why else total > gain_h,
-        "hours_coverage": coverage,
-        "outside_window": outside_window or {"inside": len(hours), "outside": 0, "outside_examples": []},
-        "not_shown_because": why,
-        "unclassified_h": _r(by_cat.get("unclassified"), 1),
-    }
+    return RenewalOperationsResult(
+        total_h=_r(total, 1),
+        per_week_h=_r(per_week, 1),
+        weeks=_r(weeks, 2),
+        by_category=tuple(HoursRow(category=c, hours=_r(v, 1)) for c, v in sorted(by_cat.items(), key=lambda x: -x[1])),
+        by_week=tuple(WeekRow(week=w, hours=_r(v, 1)) for w, v in sorted(by_week.items())),
+        delivery_gain_h=_r(gain_h, 1),
+        gain_basis="API median delivery − self-hosted median delivery, × accepted self-hosted tasks",
+        effort_contained=None if per_week is None else per_week <= rules.max_ops_hours_per_week,
+        effort_exceeds_gain=None if gain_h is None or why else total > gain_h,
+        hours_coverage=coverage,
+        outside_window=Clipping.model_validate(
+            outside_window or {"inside": len(hours), "outside": 0, "outside_examples": []}),
+        not_shown_because=tuple(why),
+        unclassified_h=_r(by_cat.get("unclassified"), 1),
+    )
 
 
 def benefits_summary(benefits: DeclaredBenefits) -> BenefitsData:

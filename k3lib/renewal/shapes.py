@@ -1,5 +1,6 @@
 """The JSON shapes the renewal review builds and reads, as `TypedDict`s: each analysis' figures before its typed
-model (`results.py`) validates them, the review's axes and their cache, the decision's checklist and routing, and the
+model (`results.py`) validates them (an analysis that builds its model itself has no shape here: the operations), the
+review's axes and their cache, the decision's checklist and routing, and the
 JSON and YAML values of the files the review reads (the drill's shapes: `drillshapes.py`). They change nothing at run
 time: the dicts stay the dicts that are written (same keys, same order).
 
@@ -14,7 +15,7 @@ from typing import Any, Literal, NotRequired
 from typing_extensions import TypedDict  # pydantic validates a model's TypedDict field only from here before 3.12
 
 from .drillshapes import RenewalDrillData
-from .results import AxisResult, Num
+from .results import AxisResult, Num, RenewalOperationsResult
 
 # a value as a JSON file gives it (an export's row, a reply's body: k3lib.core.jsonvalue), and as a YAML file does
 # (dates too)
@@ -328,33 +329,7 @@ class StabilityData(TypedDict):
     not_recoverable_because: list[str]
 
 
-# --- 6. operations and the declared benefits ------------------------------------------------------------------------
-
-class HoursRowData(TypedDict):
-    category: str
-    hours: Num
-
-
-class WeekRowData(TypedDict):
-    week: str
-    hours: Num
-
-
-class RenewalOperationsData(TypedDict):
-    total_h: Num
-    per_week_h: Num
-    weeks: Num
-    by_category: list[HoursRowData]
-    by_week: list[WeekRowData]
-    delivery_gain_h: Num
-    gain_basis: str
-    effort_contained: bool | None
-    effort_exceeds_gain: bool | None
-    hours_coverage: Num
-    outside_window: ClippingData
-    not_shown_because: list[str]
-    unclassified_h: Num
-
+# --- the declared benefits ------------------------------------------------------------------------------------------
 
 class BenefitsData(TypedDict):
     declared: list[str]
@@ -362,19 +337,20 @@ class BenefitsData(TypedDict):
 
 
 class AxesData(TypedDict, total=False):
-    """The review's axes by id, as `review.analyse` computes them and `review/axes.json` caches them; an axis
-    read back from its record is its typed model's dump (`records.axes_from_records`)."""
+    """The review's axes by id, as `review.analyse` computes them and `review/axes.json` caches them (an axis that
+    its analysis builds as its typed model is held as that model, and validated back when the cache is read); an
+    axis read back from its record is its typed model (`records.axes_from_records`)."""
 
     load: LoadData
     production: ProductionData
     comparison: ComparisonData
     cost: CostData
     stability: StabilityData
-    operations: RenewalOperationsData
+    operations: RenewalOperationsResult
     benefits: BenefitsData
 
 
-AxisData = LoadData | ProductionData | ComparisonData | CostData | StabilityData | RenewalOperationsData  # one axis
+AxisData = LoadData | ProductionData | ComparisonData | CostData | StabilityData | RenewalOperationsResult  # one axis
 
 
 class HourlyLoad(TypedDict):

@@ -12,6 +12,7 @@ import pandas as pd  # the review's opener (k3lib.review) imports this module on
 from ..core.numbers import figure
 from ..renewal.decision import RenewalDecision, money
 from ..renewal.params import RenewalParams, tracked_keys
+from ..renewal.results import RenewalOperationsResult
 from .views import badge
 
 
@@ -44,8 +45,11 @@ def _compact(value: Any) -> str:
     return ", ".join(map(str, value)) if isinstance(value, list) else str(value)
 
 
-def axis_table(axis: str, result: dict[str, Any]) -> Any:
-    """The axis' main table, blanks shown as blanks (None → empty cell, never 0)."""
+def axis_table(axis: str, result: dict[str, Any] | RenewalOperationsResult) -> Any:
+    """The axis' main table, blanks shown as blanks (None → empty cell, never 0); an axis its analysis builds as its
+    typed model (the operations) is read by attribute."""
+    if isinstance(result, RenewalOperationsResult):
+        return pd.DataFrame([row.model_dump() for row in result.by_category])
     if axis == "load":
         return pd.concat([pd.DataFrame(result["by_period"]), pd.DataFrame(result["by_category"])],
                          ignore_index=True).astype(object).where(lambda d: d.notna(), "")
@@ -77,16 +81,18 @@ def axis_table(axis: str, result: dict[str, Any]) -> Any:
         return pd.DataFrame(shown, columns=["item", "self-hosted", "api"])
     if axis == "stability":
         return pd.DataFrame(result["by_category"])
-    if axis == "operations":
-        return pd.DataFrame(result["by_category"])
     raise KeyError(axis)
 
 
-def axis_figure(axis: str, result: dict[str, Any], frame: Any = None) -> Any:
+def axis_figure(axis: str, result: dict[str, Any] | RenewalOperationsResult, frame: Any = None) -> Any:
     import plotly.graph_objects as go
 
     fig = go.Figure()
-    if axis == "load" and frame is not None:
+    if isinstance(result, RenewalOperationsResult):
+        fig.add_bar(x=[r.category for r in result.by_category], y=[r.hours for r in result.by_category])
+        fig.update_layout(title=f"{figure(result.total_h, ' h')} of operations vs a delivery gain of "
+                                f"{figure(result.delivery_gain_h, ' h')}")
+    elif axis == "load" and frame is not None:
         hourly = frame[["gpu_util", "waiting", "running"]].resample("1h").mean()
         fig.add_scatter(x=hourly.index, y=hourly["gpu_util"], name="mean GPU utilisation (0–1)")
         fig.add_scatter(x=hourly.index, y=hourly["waiting"], name="waiting requests", yaxis="y2")
@@ -117,11 +123,6 @@ def axis_figure(axis: str, result: dict[str, Any], frame: Any = None) -> Any:
         fig.add_bar(x=[r["category"] for r in rows], y=[r["max_minutes_to_recover"] for r in rows],
                     name="max minutes to recover")
         fig.update_layout(title="Time to recover by incident class")
-    elif axis == "operations":
-        rows = result["by_category"]
-        fig.add_bar(x=[r["category"] for r in rows], y=[r["hours"] for r in rows])
-        fig.update_layout(title=f"{figure(result['total_h'], ' h')} of operations vs a delivery gain of "
-                                f"{figure(result['delivery_gain_h'], ' h')}")
     return fig
 
 
