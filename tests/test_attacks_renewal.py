@@ -48,7 +48,7 @@ def test_the_idle_baseline_reduces(idle):
     d, axes = review(idle)
     _decision_is(d, "reduce")
     assert axes["load"]["gpus"] == 4 and axes["load"]["deployment"]["left_out"] == []
-    assert axes["cost"]["self_hosted_cheaper_per_task"] is True  # the load alone keeps it from renewing
+    assert axes["cost"].self_hosted_cheaper_per_task is True  # the load alone keeps it from renewing
 
 
 # --- 1. one deployment ---------------------------------------------------------------------------------------------
@@ -396,7 +396,7 @@ def test_attack_api_tasks_renamed_so_none_is_shared(demos, tmp_path):
     d, axes = review(paths)
     _decision_is(d, "dual-circuit", "0 task(s) of the fixed task set ran on both paths, fewer than 30",
                  "not comparable with")
-    assert axes["cost"]["self_hosted_cheaper_per_task"] is None and axes["comparison"]["api_equivalent"] is None
+    assert axes["cost"].self_hosted_cheaper_per_task is None and axes["comparison"]["api_equivalent"] is None
 
 
 def test_attack_a_few_shared_tasks_among_failing_api_ones(demos, tmp_path):

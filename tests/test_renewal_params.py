@@ -164,7 +164,7 @@ def test_every_amount_carries_the_currency(tmp_path, steady):
     text = steady["costs"].read_text().replace("currency: EUR\n", "")
     params = load_review_params([_file(tmp_path, _costs(tmp_path, steady, text), {"currency": "CHF"})])
     axes = analyse(load_review(params))
-    assert axes["cost"]["currency"] == "CHF"
+    assert axes["cost"].currency == "CHF"
     table = figures.axis_table("cost", axes["cost"])
     amounts = [v for col in ("self-hosted", "api") for v in table[col] if v]
     assert amounts and all("CHF" in v for v in amounts), amounts

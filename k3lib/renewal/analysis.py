@@ -20,7 +20,17 @@ from .costsources import USAGE_SCOPED
 from .drillshapes import RenewalDrillData
 from .inputs import FIVE_QUESTIONS, CostsInput, HoursRecord, IncidentRecord, TaskRecord
 from .load import CATEGORIES, PERIODS, analyse_load, slot_index  # noqa: F401  (re-exported)
-from .results import Clipping, HoursRow, RenewalOperationsResult, WeekRow
+from .results import (
+    ApiCost,
+    Clipping,
+    CostItem,
+    CostResult,
+    CreditLine,
+    HoursRow,
+    RenewalOperationsResult,
+    SelfHostedCost,
+    WeekRow,
+)
 from .rules import DeclaredBenefits, FixedElements, RenewalRules
 from .rules import accepted as is_accepted
 from .series import Grid
@@ -28,8 +38,6 @@ from .shapes import (
     BenefitsData,
     ClippingData,
     ComparisonData,
-    CostData,
-    CreditData,
     EquivalenceData,
     IncidentClassData,
     PathFiguresData,
@@ -282,20 +290,20 @@ def _cost_comparable(production: ProductionData, comparison: ComparisonData, rul
     return why
 
 
-def _credits(costs: CostsInput, items: dict[str, float | None]) -> list[CreditData]:
+def _credits(costs: CostsInput, items: dict[str, float | None]) -> list[CreditLine]:
     """The costs file's credits and refunds, each listed; netted into its item only when recurring and accepted."""
-    out: list[CreditData] = []
+    out: list[CreditLine] = []
     for c in costs.credits:
         if c.netted and c.item in items and items[c.item] is not None:
             items[c.item] = items[c.item] + c.amount  # type: ignore[operator]
-        out.append({"amount": c.amount, "item": c.item, "description": c.description,
-                    "charge_category": c.charge_category, "recurring": c.recurring, "accepted_by": c.accepted_by,
-                    "netted": c.netted and c.item in items})
+        out.append(CreditLine(amount=c.amount, item=c.item, description=c.description,
+                              charge_category=c.charge_category, recurring=c.recurring, accepted_by=c.accepted_by,
+                              netted=c.netted and c.item in items))
     return out
 
 
 def full_cost(costs: CostsInput, production: ProductionData, comparison: ComparisonData,
-              rules: RenewalRules = RenewalRules(), other_gpu_hosts: Sequence[str] = ()) -> CostData:
+              rules: RenewalRules = RenewalRules(), other_gpu_hosts: Sequence[str] = ()) -> CostResult:
     """Self-hosted and API cost per accepted task of the fixed task set where every item is known, each with the
     interval its acceptance rate's gives; a blank item leaves the total blank (its known part is shown apart,
     labelled as partial). Cheaper is shown only when the two intervals do not overlap, on the same tasks."""
@@ -335,35 +343,35 @@ def full_cost(costs: CostsInput, production: ProductionData, comparison: Compari
         # upper bound; overlapping intervals show neither
         cheaper = True if sh_high <= api_low else False if (api_high is not None and sh_low is not None
                                                              and sh_low > api_high) else None
-    return {
-        "currency": costs.currency,
-        "self_hosted": {
-            "items": [{"item": k, "amount": items[k]} for k in SELF_COST_ITEMS],
-            "blank_items": blanks,
-            "known_subtotal": _r(known, 2),
-            "total": _r(total, 2),
-            "accepted_tasks": accepted,
-            "per_accepted_task": sh_per,
-            "per_accepted_task_low": _r(sh_low, 2), "per_accepted_task_high": _r(sh_high, 2),
-        },
-        "api": {
-            "bill_same_tasks": costs.api_bill_same_tasks,
-            "tasks": api_n,
-            "accepted_tasks": api_accepted,
-            "per_accepted_task": api_per,
-            "per_accepted_task_low": _r(api_low, 2), "per_accepted_task_high": _r(api_high, 2),
-            "self_hosted_accepted_on_same_set": (comparison.get(SELF) or {}).get("accepted") or 0,
-        },
-        "delivered_tasks_value": costs.delivered_tasks_value,
-        "hourly_rate": costs.hourly_rate,
-        "credits": credits,
-        "routed_to_api_tasks": routed,
-        "not_comparable_because": why,
+    return CostResult(
+        currency=costs.currency,
+        self_hosted=SelfHostedCost(
+            items=tuple(CostItem(item=k, amount=items[k]) for k in SELF_COST_ITEMS),
+            blank_items=tuple(blanks),
+            known_subtotal=_r(known, 2),
+            total=_r(total, 2),
+            accepted_tasks=accepted,
+            per_accepted_task=sh_per,
+            per_accepted_task_low=_r(sh_low, 2), per_accepted_task_high=_r(sh_high, 2),
+        ),
+        api=ApiCost(
+            bill_same_tasks=costs.api_bill_same_tasks,
+            tasks=api_n,
+            accepted_tasks=api_accepted,
+            per_accepted_task=api_per,
+            per_accepted_task_low=_r(api_low, 2), per_accepted_task_high=_r(api_high, 2),
+            self_hosted_accepted_on_same_set=(comparison.get(SELF) or {}).get("accepted") or 0,
+        ),
+        delivered_tasks_value=costs.delivered_tasks_value,
+        hourly_rate=costs.hourly_rate,
+        credits=tuple(credits),
+        routed_to_api_tasks=routed,
+        not_comparable_because=tuple(why),
         # None when a blank leaves either side blank, the tasks are not the same, or the intervals overlap
-        "self_hosted_cheaper_per_task": cheaper,
-        "total_within_delivered_value": None if total is None or costs.delivered_tasks_value is None
+        self_hosted_cheaper_per_task=cheaper,
+        total_within_delivered_value=None if total is None or costs.delivered_tasks_value is None
         else total <= costs.delivered_tasks_value,
-    }
+    )
 
 
 # --- 5. stability -----------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """The JSON shapes the renewal review builds and reads, as `TypedDict`s: each analysis' figures before its typed
-model (`results.py`) validates them (an analysis that builds its model itself has no shape here: the operations), the
+model (`results.py`) validates them (an analysis that builds its model itself has no shape here: the cost, the operations), the
 review's axes and their cache, the decision's checklist and routing, and the
 JSON and YAML values of the files the review reads (the drill's shapes: `drillshapes.py`). They change nothing at run
 time: the dicts stay the dicts that are written (same keys, same order).
@@ -15,7 +15,7 @@ from typing import Any, Literal, NotRequired
 from typing_extensions import TypedDict  # pydantic validates a model's TypedDict field only from here before 3.12
 
 from .drillshapes import RenewalDrillData
-from .results import AxisResult, Num, RenewalOperationsResult
+from .results import AxisResult, CostResult, Num, RenewalOperationsResult
 
 # a value as a JSON file gives it (an export's row, a reply's body: k3lib.core.jsonvalue), and as a YAML file does
 # (dates too)
@@ -248,57 +248,6 @@ ComparisonData = TypedDict("ComparisonData", {
 })
 
 
-# --- 4. full cost ---------------------------------------------------------------------------------------------------
-
-class CostItemData(TypedDict):
-    item: str
-    amount: Num
-
-
-class SelfHostedCostData(TypedDict):
-    items: list[CostItemData]
-    blank_items: list[str]
-    known_subtotal: Num
-    total: Num
-    accepted_tasks: int
-    per_accepted_task: Num
-    per_accepted_task_low: Num
-    per_accepted_task_high: Num
-
-
-class ApiCostData(TypedDict):
-    bill_same_tasks: Num
-    tasks: int | None
-    accepted_tasks: int
-    per_accepted_task: Num
-    per_accepted_task_low: Num
-    per_accepted_task_high: Num
-    self_hosted_accepted_on_same_set: int
-
-
-class CreditData(TypedDict):
-    amount: float
-    item: str
-    description: str
-    charge_category: str | None
-    recurring: bool
-    accepted_by: str | None
-    netted: bool
-
-
-class CostData(TypedDict):
-    currency: str | None
-    self_hosted: SelfHostedCostData
-    api: ApiCostData
-    delivered_tasks_value: Num
-    hourly_rate: Num
-    credits: list[CreditData]
-    routed_to_api_tasks: int
-    not_comparable_because: list[str]
-    self_hosted_cheaper_per_task: bool | None
-    total_within_delivered_value: bool | None
-
-
 # --- 5. stability and the drill -------------------------------------------------------------------------------------
 
 class IncidentClassData(TypedDict):
@@ -344,13 +293,13 @@ class AxesData(TypedDict, total=False):
     load: LoadData
     production: ProductionData
     comparison: ComparisonData
-    cost: CostData
+    cost: CostResult
     stability: StabilityData
     operations: RenewalOperationsResult
     benefits: BenefitsData
 
 
-AxisData = LoadData | ProductionData | ComparisonData | CostData | StabilityData | RenewalOperationsResult  # one axis
+AxisData = LoadData | ProductionData | ComparisonData | CostResult | StabilityData | RenewalOperationsResult  # one axis
 
 
 class HourlyLoad(TypedDict):
