@@ -235,7 +235,7 @@ def test_attack_an_incident_from_another_year_recovers_nothing(demos, tmp_path):
     write_rows(paths["incidents"], header, rows + [old])
     d, axes = review(paths)
     _decision_is(d, "dual-circuit", "fields_preserved", "1 incident(s) outside the window not read")
-    assert axes["stability"]["outside_window"]["outside_examples"] == ["INC-2025 (2025-03-01)"]
+    assert axes["stability"].outside_window.outside_examples == ("INC-2025 (2025-03-01)",)
 
 
 def _heavy_steady(demos, tmp_path):

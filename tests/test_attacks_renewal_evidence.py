@@ -17,7 +17,15 @@ from k3lib import emulator
 from k3lib.core.errors import BadInputError
 from k3lib.renewal import demo
 from k3lib.renewal.analysis import analyse_stability, compare_paths
-from k3lib.renewal.drill import QUESTIONS, DrillObservation, answer_questions, for_deployment, is_deployment, run_drill
+from k3lib.renewal.drill import (
+    QUESTIONS,
+    DrillObservation,
+    answer_questions,
+    for_deployment,
+    is_deployment,
+    not_run,
+    run_drill,
+)
 from k3lib.renewal.params import DrillParams, load_review_params
 from k3lib.renewal.review import analyse, decide_from_axes, load_review
 from k3lib.renewal.rules import RenewalRules
@@ -113,10 +121,10 @@ def test_a_drill_on_the_deployment_itself_answers_for_it(demos, tmp_path, full_d
 
 def test_an_unchecked_drill_counts_for_nothing():
     """run_drill's own result, never checked against the deployment, answers nothing about it."""
-    drill = {"answers": {q: {"question": q, "answer": "yes", "evidence": "x"} for q in QUESTIONS},
+    drill = {**not_run("x"), "answers": {q: {"question": q, "answer": "yes", "evidence": "x"} for q in QUESTIONS},
              "deployment": {"is_deployment": False, "why": "not checked against the reviewed deployment"}}
     stability = analyse_stability([], RenewalRules(), drill)
-    assert stability["recoverable"] is None and set(stability["not_shown"]) == set(QUESTIONS)
+    assert stability.recoverable is None and set(stability.not_shown) == set(QUESTIONS)
 
 
 @pytest.mark.slow

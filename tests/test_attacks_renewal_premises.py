@@ -340,10 +340,10 @@ def _incident(i: int, answer: bool | None) -> IncidentRecord:
 def test_attack_one_incident_answering_yes_answers_for_itself_only():
     """9 incidents, one answering the five questions yes: the other 8 have no evidence — recovery not shown."""
     out = analyse_stability([_incident(0, True)] + [_incident(i, None) for i in range(1, 9)], RenewalRules())
-    assert out["recoverable"] is None and len(out["incidents_without_evidence"]) == 8
+    assert out.recoverable is None and len(out.incidents_without_evidence) == 8
     assert "8 incident(s) without their own answers (one row answers only for itself)" in \
-        " ".join(out["not_recoverable_because"])
-    assert analyse_stability([_incident(i, True) for i in range(9)], RenewalRules())["recoverable"] is True
+        " ".join(out.not_recoverable_because)
+    assert analyse_stability([_incident(i, True) for i in range(9)], RenewalRules()).recoverable is True
 
 
 def test_attack_a_stuck_queue_gauge_or_one_waiting_row_is_no_demand_waiting(demos, tmp_path):

@@ -46,7 +46,7 @@ def test_scenario_ends_in_its_decision(reviews, scenario):
                  and a["load"]["idle_demand_share"] > a["load"]["idle_scheduling_share"], id="idle-heavy-demand-idle"),
     pytest.param("spiky", lambda a: a["load"]["peak_to_mean"] >= 8 and "data_control" in a["benefits"]["declared"],
                  id="spiky-peaks-and-control"),
-    pytest.param("poor", lambda a: a["production"]["acceptance_rate"] < 0.8 and not a["stability"]["recoverable"]
+    pytest.param("poor", lambda a: a["production"]["acceptance_rate"] < 0.8 and not a["stability"].recoverable
                  and not a["operations"].effort_contained, id="poor-quality-recovery-effort"),
 ])
 def test_reasons_are_checkable_against_the_figures(reviews, scenario, figure):

@@ -26,9 +26,14 @@ from .results import (
     CostItem,
     CostResult,
     CreditLine,
+    FiveCounts,
     HoursRow,
+    IncidentClass,
+    QuestionCounts,
+    RenewalDrillResult,
     RenewalOperationsResult,
     SelfHostedCost,
+    StabilityResult,
     WeekRow,
 )
 from .rules import DeclaredBenefits, FixedElements, RenewalRules
@@ -39,11 +44,8 @@ from .shapes import (
     ClippingData,
     ComparisonData,
     EquivalenceData,
-    IncidentClassData,
     PathFiguresData,
     ProductionData,
-    QuestionCountsData,
-    StabilityData,
 )
 
 SELF: Final = "self-hosted"
@@ -398,29 +400,29 @@ def drill_not_shown(drill: RenewalDrillData | None) -> str | None:
 
 def analyse_stability(incidents: Sequence[IncidentRecord], rules: RenewalRules,
                       drill: RenewalDrillData | None = None, *, outside_window: ClippingData | None = None
-                      ) -> StabilityData:
+                      ) -> StabilityResult:
     """Incidents of the window by class, time to recover, the five questions over the log, and the drill's answers
     if it touched the deployment. `outside_window`: the incidents clipping left out (counted, never read)."""
     by_cat: dict[str, list[IncidentRecord]] = defaultdict(list)
     for inc in incidents:
         by_cat[inc.category or UNCLASSIFIED].append(inc)
-    rows: list[IncidentClassData] = []
+    rows: list[IncidentClass] = []
     for cat, items in sorted(by_cat.items()):
         mins = [i.minutes_to_recover for i in items if i.minutes_to_recover is not None]
-        rows.append({"category": cat, "incidents": len(items),
-                     "median_minutes_to_recover": _r(statistics.median(mins) if mins else None, 1),
-                     "max_minutes_to_recover": _r(max(mins) if mins else None, 1),
-                     "not_measured": len(items) - len(mins)})
-    questions: dict[str, QuestionCountsData] = {q: {"yes": sum(1 for i in incidents if getattr(i, q) is True),
-                     "no": sum(1 for i in incidents if getattr(i, q) is False),
-                     "unknown": sum(1 for i in incidents if getattr(i, q) is None)} for q in FIVE_QUESTIONS}
+        rows.append(IncidentClass(category=cat, incidents=len(items),
+                                  median_minutes_to_recover=_r(statistics.median(mins) if mins else None, 1),
+                                  max_minutes_to_recover=_r(max(mins) if mins else None, 1),
+                                  not_measured=len(items) - len(mins)))
+    questions = {q: QuestionCounts(yes=sum(1 for i in incidents if getattr(i, q) is True),
+                                   no=sum(1 for i in incidents if getattr(i, q) is False),
+                                   unknown=sum(1 for i in incidents if getattr(i, q) is None)) for q in FIVE_QUESTIONS}
     slow = [i.id for i in incidents if i.minutes_to_recover is None or i.minutes_to_recover > rules.max_recovery_min]
     answers = drill_answers(drill)
     drill_no = [q for q, a in answers.items() if a == "no"]
-    log_no = [q for q, c in questions.items() if c["no"] > 0]
+    log_no = [q for q, c in questions.items() if c.no > 0]
     # a question is shown when the drill or a logged incident answered it yes; a blank or "not shown" never is
     unshown = [q for q in FIVE_QUESTIONS if q not in drill_no and q not in log_no
-               and answers.get(q) != "yes" and questions[q]["yes"] == 0]
+               and answers.get(q) != "yes" and questions[q].yes == 0]
     # each incident is shown by its own answers: one row answering yes answers for itself, never for the others
     blank = {i.id: [q for q in FIVE_QUESTIONS if getattr(i, q) is None] for i in incidents}
     unanswered = {k: v for k, v in blank.items() if v}
@@ -428,30 +430,31 @@ def analyse_stability(incidents: Sequence[IncidentRecord], rules: RenewalRules,
     unclassified = [i.id for i in incidents if i.category is None]  # a blank class is not shown, never favourable
     # the drill is a premise of its own: a drill that did not touch the reviewed deployment shows nothing
     drill_why = drill_not_shown(drill)
-    return {
-        "incidents": len(incidents),
-        "by_category": rows,
-        "questions": questions,
-        "slow_or_unrecovered": slow,
-        "recovered_within_rule_share": _r((len(incidents) - len(slow)) / len(incidents) if incidents else None),
-        "drill": drill,
-        "outside_window": outside_window or {"inside": len(incidents), "outside": 0, "outside_examples": []},
-        "not_shown": unshown,
+    return StabilityResult(
+        incidents=len(incidents),
+        by_category=tuple(rows),
+        questions=FiveCounts.model_validate(questions),
+        slow_or_unrecovered=tuple(slow),
+        recovered_within_rule_share=_r((len(incidents) - len(slow)) / len(incidents) if incidents else None),
+        drill=None if drill is None else RenewalDrillResult.model_validate(drill),
+        outside_window=Clipping.model_validate(
+            outside_window or {"inside": len(incidents), "outside": 0, "outside_examples": []}),
+        not_shown=tuple(unshown),
         # False: a failure was seen; None: nothing failed but some question was never shown (never counted as yes)
-        "recoverable": False if failed else None if unshown or unclassified or unanswered or drill_why else True,
-        "incidents_without_evidence": [f"{k} ({', '.join(v)})" for k, v in unanswered.items()],
-        "not_recoverable_because": ([f"{len(slow)} incident(s) recovered later than "
-                                     f"{figure(rules.max_recovery_min, ' min')} or never: {', '.join(slow)}"]
-                                    if slow else [])
-        + ([f"the incident log answers no to: {', '.join(log_no)}"] if log_no else [])
-        + ([f"the drill answers no to: {', '.join(drill_no)}"] if drill_no else [])
-        + ([f"neither the drill nor the incident log shows: {', '.join(unshown)}"] if unshown else [])
-        + ([f"{len(unclassified)} incident(s) not classified: {', '.join(unclassified)}"] if unclassified else [])
-        + ([f"{len(unanswered)} incident(s) without their own answers (one row answers only for itself): "
-            + "; ".join(f"{k} ({', '.join(v)})" for k, v in list(unanswered.items())[:EXAMPLES])]
-           if unanswered else [])
-        + ([f"the drill premise is not shown: {drill_why}"] if drill_why else []),
-    }
+        recoverable=False if failed else None if unshown or unclassified or unanswered or drill_why else True,
+        incidents_without_evidence=tuple(f"{k} ({', '.join(v)})" for k, v in unanswered.items()),
+        not_recoverable_because=tuple(
+            ([f"{len(slow)} incident(s) recovered later than "
+              f"{figure(rules.max_recovery_min, ' min')} or never: {', '.join(slow)}"] if slow else [])
+            + ([f"the incident log answers no to: {', '.join(log_no)}"] if log_no else [])
+            + ([f"the drill answers no to: {', '.join(drill_no)}"] if drill_no else [])
+            + ([f"neither the drill nor the incident log shows: {', '.join(unshown)}"] if unshown else [])
+            + ([f"{len(unclassified)} incident(s) not classified: {', '.join(unclassified)}"] if unclassified else [])
+            + ([f"{len(unanswered)} incident(s) without their own answers (one row answers only for itself): "
+                + "; ".join(f"{k} ({', '.join(v)})" for k, v in list(unanswered.items())[:EXAMPLES])]
+               if unanswered else [])
+            + ([f"the drill premise is not shown: {drill_why}"] if drill_why else [])),
+    )
 
 
 # --- 6. operations ----------------------------------------------------------------------------------------------

@@ -52,7 +52,7 @@ from .inputs import (
 from .live import match_live
 from .load import analyse_load
 from .params import DeploymentLabels, InputFiles, RenewalParams, SeriesSource, load_any_review
-from .results import CostResult, RenewalOperationsResult
+from .results import CostResult, RenewalOperationsResult, StabilityResult
 from .selector import selector_data
 from .series import DCGM_GPU_UTIL, Grid, RawSeries, ReviewSeries, load_frame, series_from_file, series_from_prometheus
 from .shapes import Axes, AxesCache, AxesData, DeploymentData, LoadData
@@ -372,6 +372,8 @@ def typed_cache(stored: AxesData) -> AxesData | None:
     try:
         if "cost" in stored:
             axes["cost"] = CostResult.model_validate(stored["cost"])
+        if "stability" in stored:
+            axes["stability"] = StabilityResult.model_validate(stored["stability"])
         if "operations" in stored:
             axes["operations"] = RenewalOperationsResult.model_validate(stored["operations"])
     except ValidationError:

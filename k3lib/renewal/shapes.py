@@ -1,8 +1,8 @@
 """The JSON shapes the renewal review builds and reads, as `TypedDict`s: each analysis' figures before its typed
-model (`results.py`) validates them (an analysis that builds its model itself has no shape here: the cost, the operations), the
-review's axes and their cache, the decision's checklist and routing, and the
-JSON and YAML values of the files the review reads (the drill's shapes: `drillshapes.py`). They change nothing at run
-time: the dicts stay the dicts that are written (same keys, same order).
+model (`results.py`) validates them (an analysis that builds its model itself has no shape here: the cost, the
+stability, the operations), the review's axes and their cache, the decision's checklist and routing, and the JSON and
+YAML values of the files the review reads (the drill's shapes: `drillshapes.py`). They change nothing at run time: the
+dicts stay the dicts that are written (same keys, same order).
 
 A key that is no identifier (`self-hosted`) is declared with the functional syntax.
 """
@@ -14,8 +14,7 @@ from typing import Any, Literal, NotRequired
 
 from typing_extensions import TypedDict  # pydantic validates a model's TypedDict field only from here before 3.12
 
-from .drillshapes import RenewalDrillData
-from .results import AxisResult, CostResult, Num, RenewalOperationsResult
+from .results import AxisResult, CostResult, Num, RenewalOperationsResult, StabilityResult
 
 # a value as a JSON file gives it (an export's row, a reply's body: k3lib.core.jsonvalue), and as a YAML file does
 # (dates too)
@@ -248,36 +247,6 @@ ComparisonData = TypedDict("ComparisonData", {
 })
 
 
-# --- 5. stability and the drill -------------------------------------------------------------------------------------
-
-class IncidentClassData(TypedDict):
-    category: str
-    incidents: int
-    median_minutes_to_recover: Num
-    max_minutes_to_recover: Num
-    not_measured: int
-
-
-class QuestionCountsData(TypedDict):
-    yes: int
-    no: int
-    unknown: int
-
-
-class StabilityData(TypedDict):
-    incidents: int
-    by_category: list[IncidentClassData]
-    questions: dict[str, QuestionCountsData]
-    slow_or_unrecovered: list[str]
-    recovered_within_rule_share: Num
-    drill: RenewalDrillData | None
-    outside_window: ClippingData
-    not_shown: list[str]
-    recoverable: bool | None
-    incidents_without_evidence: list[str]
-    not_recoverable_because: list[str]
-
-
 # --- the declared benefits ------------------------------------------------------------------------------------------
 
 class BenefitsData(TypedDict):
@@ -294,12 +263,12 @@ class AxesData(TypedDict, total=False):
     production: ProductionData
     comparison: ComparisonData
     cost: CostResult
-    stability: StabilityData
+    stability: StabilityResult
     operations: RenewalOperationsResult
     benefits: BenefitsData
 
 
-AxisData = LoadData | ProductionData | ComparisonData | CostResult | StabilityData | RenewalOperationsResult  # one axis
+AxisData = LoadData | ProductionData | ComparisonData | CostResult | StabilityResult | RenewalOperationsResult  # one axis
 
 
 class HourlyLoad(TypedDict):

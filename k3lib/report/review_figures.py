@@ -12,7 +12,7 @@ import pandas as pd  # the review's opener (k3lib.review) imports this module on
 from ..core.numbers import figure
 from ..renewal.decision import RenewalDecision, money
 from ..renewal.params import RenewalParams, tracked_keys
-from ..renewal.results import CostResult, RenewalOperationsResult
+from ..renewal.results import CostResult, RenewalOperationsResult, StabilityResult
 from .views import badge
 
 
@@ -45,12 +45,12 @@ def _compact(value: Any) -> str:
     return ", ".join(map(str, value)) if isinstance(value, list) else str(value)
 
 
-def axis_table(axis: str, result: dict[str, Any] | CostResult | RenewalOperationsResult) -> Any:
+def axis_table(axis: str, result: dict[str, Any] | CostResult | StabilityResult | RenewalOperationsResult) -> Any:
     """The axis' main table, blanks shown as blanks (None → empty cell, never 0); an axis its analysis builds as its
-    typed model (the cost, the operations) is read by attribute."""
+    typed model (the cost, the stability, the operations) is read by attribute."""
     if isinstance(result, CostResult):
         return cost_table(result)
-    if isinstance(result, RenewalOperationsResult):
+    if isinstance(result, (StabilityResult, RenewalOperationsResult)):
         return pd.DataFrame([row.model_dump() for row in result.by_category])
     if axis == "load":
         return pd.concat([pd.DataFrame(result["by_period"]), pd.DataFrame(result["by_category"])],
@@ -60,8 +60,6 @@ def axis_table(axis: str, result: dict[str, Any] | CostResult | RenewalOperation
                              {**{k: v for k, v in result.items() if k != "losses"}, **result["losses"]}.items()])
     if axis == "comparison":
         return pd.DataFrame({p: result[p] for p in ("self-hosted", "api")})
-    if axis == "stability":
-        return pd.DataFrame(result["by_category"])
     raise KeyError(axis)
 
 
@@ -88,7 +86,8 @@ def cost_table(result: CostResult) -> Any:
     return pd.DataFrame(shown, columns=["item", "self-hosted", "api"])
 
 
-def axis_figure(axis: str, result: dict[str, Any] | CostResult | RenewalOperationsResult, frame: Any = None) -> Any:
+def axis_figure(axis: str, result: dict[str, Any] | CostResult | StabilityResult | RenewalOperationsResult,
+                frame: Any = None) -> Any:
     import plotly.graph_objects as go
 
     fig = go.Figure()
@@ -100,6 +99,10 @@ def axis_figure(axis: str, result: dict[str, Any] | CostResult | RenewalOperatio
         blanks = result.self_hosted.blank_items
         fig.update_layout(title=f"Known self-hosted cost items, {cur}"
                                 + (f" (blank: {', '.join(blanks)})" if blanks else ""), yaxis={"title": cur})
+    elif isinstance(result, StabilityResult):
+        fig.add_bar(x=[r.category for r in result.by_category],
+                    y=[r.max_minutes_to_recover for r in result.by_category], name="max minutes to recover")
+        fig.update_layout(title="Time to recover by incident class")
     elif isinstance(result, RenewalOperationsResult):
         fig.add_bar(x=[r.category for r in result.by_category], y=[r.hours for r in result.by_category])
         fig.update_layout(title=f"{figure(result.total_h, ' h')} of operations vs a delivery gain of "
@@ -122,11 +125,6 @@ def axis_figure(axis: str, result: dict[str, Any] | CostResult | RenewalOperatio
         for p in ("self-hosted", "api"):
             fig.add_bar(x=list(keys), y=[result[p][k] for k in keys], name=p)
         fig.update_layout(title=f"The same {result['paired_tasks']} tasks on both paths", barmode="group")
-    elif axis == "stability":
-        rows = result["by_category"]
-        fig.add_bar(x=[r["category"] for r in rows], y=[r["max_minutes_to_recover"] for r in rows],
-                    name="max minutes to recover")
-        fig.update_layout(title="Time to recover by incident class")
     return fig
 
 
