@@ -254,11 +254,11 @@ def test_attack_one_task_with_100000_retries_moves_no_mean(demos, tmp_path):
     d, axes = review(paths)
     prod = axes["production"]
     assert d.decision == "reduce", d.reasons
-    assert prod["over_retry_policy"] == before["over_retry_policy"] + 1
-    assert rows[i]["task_id"] in prod["over_retry_policy_tasks"] and rows[i]["task_id"] in text(d)
-    cap = prod["retry_policy_max_retries"]
-    assert prod["losses"]["retries_per_task"] <= before["losses"]["retries_per_task"] + cap / prod["tasks"] + 1e-3
-    assert prod["accepted"] <= before["accepted"]  # a task the policy would have stopped is no delivery
+    assert prod.over_retry_policy == before.over_retry_policy + 1
+    assert rows[i]["task_id"] in prod.over_retry_policy_tasks and rows[i]["task_id"] in text(d)
+    cap = prod.retry_policy_max_retries
+    assert prod.losses.retries_per_task <= before.losses.retries_per_task + cap / prod.tasks + 1e-3
+    assert prod.accepted <= before.accepted  # a task the policy would have stopped is no delivery
 
 
 def test_attack_failures_marked_off_policy_are_still_no_deliveries(demos, tmp_path):
@@ -269,7 +269,7 @@ def test_attack_failures_marked_off_policy_are_still_no_deliveries(demos, tmp_pa
     header, rows = csv_rows(paths["tasks"])
     write_rows(paths["tasks"], header, [dict(r, retries="99") if r["accepted"] == "false" else r for r in rows])
     d, axes = review(paths)
-    assert d.decision == "exit-to-api" and axes["production"]["acceptance_rate"] <= before["acceptance_rate"]
+    assert d.decision == "exit-to-api" and axes["production"].acceptance_rate <= before.acceptance_rate
 
 
 @pytest.mark.parametrize("change, needle", [
@@ -319,7 +319,7 @@ def test_too_few_tasks_are_no_firm_exit(demos, tmp_path):
         days.setdefault(r["submitted_at"][:10], r)
     write_rows(paths["tasks"], header, list(days.values()))
     d, axes = review(paths)
-    assert axes["production"]["tasks"] == 21 and axes["production"]["shown"] is False
+    assert axes["production"].tasks == 21 and axes["production"].shown is False
     assert d.decision == "dual-circuit" and d.rule == "dual.quality-missed", d.reasons
     assert "useful production is not shown to meet the rule" in text(d) and "fewer than 30" in text(d)
     assert "95 % " in d.finding("production.quality").sentence  # the interval is stated

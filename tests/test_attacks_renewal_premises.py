@@ -135,7 +135,7 @@ def test_attack_tasks_the_api_finished_are_no_self_hosted_acceptance(steady):
                                             for x in ls])
     d, axes = review(steady)
     prod = axes["production"]
-    assert prod["losses"]["routed_to_api"] >= marked and prod["acceptance_rate"] < before["acceptance_rate"] - 0.3
+    assert prod.losses.routed_to_api >= marked and prod.acceptance_rate < before.acceptance_rate - 0.3
     _not_renew(d, "finished by the API", "tasks_transferred_to_api is 0: their API cost is missing")
 
 

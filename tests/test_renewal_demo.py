@@ -40,13 +40,13 @@ def test_scenario_ends_in_its_decision(reviews, scenario):
 
 
 @pytest.mark.parametrize("scenario, figure", [
-    pytest.param("steady", lambda a: a["load"]["large_idle_share"] <= 0.4 and a["production"]["acceptance_rate"] >= 0.8,
+    pytest.param("steady", lambda a: a["load"]["large_idle_share"] <= 0.4 and a["production"].acceptance_rate >= 0.8,
                  id="steady-busy-and-accepted"),
     pytest.param("idle-heavy", lambda a: a["load"]["large_idle_share"] > 0.4
                  and a["load"]["idle_demand_share"] > a["load"]["idle_scheduling_share"], id="idle-heavy-demand-idle"),
     pytest.param("spiky", lambda a: a["load"]["peak_to_mean"] >= 8 and "data_control" in a["benefits"]["declared"],
                  id="spiky-peaks-and-control"),
-    pytest.param("poor", lambda a: a["production"]["acceptance_rate"] < 0.8 and not a["stability"].recoverable
+    pytest.param("poor", lambda a: a["production"].acceptance_rate < 0.8 and not a["stability"].recoverable
                  and not a["operations"].effort_contained, id="poor-quality-recovery-effort"),
 ])
 def test_reasons_are_checkable_against_the_figures(reviews, scenario, figure):
@@ -55,7 +55,7 @@ def test_reasons_are_checkable_against_the_figures(reviews, scenario, figure):
     text = " ".join(decision.reasons)
     load = axes["load"]
     assert f"{load['large_idle_share']:.0%} of the window in idle stretches" in text
-    assert f"acceptance {axes['production']['acceptance_rate']:.0%}" in text
+    assert f"acceptance {axes['production'].acceptance_rate:.0%}" in text
     assert f"{numbers.figure(axes['operations'].per_week_h)} h/week" in text
 
 

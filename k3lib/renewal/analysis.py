@@ -29,6 +29,8 @@ from .results import (
     FiveCounts,
     HoursRow,
     IncidentClass,
+    Losses,
+    ProductionResult,
     QuestionCounts,
     RenewalDrillResult,
     RenewalOperationsResult,
@@ -45,7 +47,6 @@ from .shapes import (
     ComparisonData,
     EquivalenceData,
     PathFiguresData,
-    ProductionData,
 )
 
 SELF: Final = "self-hosted"
@@ -115,7 +116,7 @@ def _production_not_shown(n: int, coverage: float | None, rules: RenewalRules) -
 
 def analyse_production(frame, tasks: Sequence[TaskRecord], rules: RenewalRules, grid: Grid,
                        fixed: FixedElements = FixedElements(), *, coverage: float | None = None,
-                       outside_window: ClippingData | None = None) -> ProductionData:
+                       outside_window: ClippingData | None = None) -> ProductionResult:
     """Accepted tasks of the fixed task set (under the fixed quality rule and retry policy) per operating hour, with
     their 95 % intervals, and what was lost on the way (self-hosted path). `coverage`: the task log's share of the
     window's days; `outside_window`: what clipping the log to the window left out."""
@@ -132,41 +133,42 @@ def analyse_production(frame, tasks: Sequence[TaskRecord], rules: RenewalRules, 
     retries = bounded_retries(sh, fixed)
     acc_ci, tool_ci = interval(accepted, n), interval(tool_tasks, n)
     why = _production_not_shown(n, coverage, rules)
-    return {
-        "tasks": n,
-        "finished": sum(1 for t in sh if t.finished_at is not None),
-        "accepted": accepted,
-        "acceptance_rate": _r(accepted / n if n else None),
-        "acceptance_low": acc_ci[0], "acceptance_high": acc_ci[1],
-        "operating_h": _r(operating_h, 1),
-        "accepted_per_operating_h": _r(accepted / operating_h if operating_h else None),
-        "generation_tokens": int(gen_tokens),
-        "generation_tokens_per_accepted_task": _r(gen_tokens / accepted if accepted else None, 0),
-        "losses": {
-            "retries": retries,
-            "retries_per_task": _r(retries / n if n else None),
-            "tasks_with_malformed_tool_calls": tool_tasks,
-            "tool_error_share": _r(tool_tasks / n if n else None),
-            "timeouts": sum(t.timed_out for t in sh),
-            "manual_corrections": sum(t.manual_correction for t in sh),
-            "routed_to_api": sum(t.routed_to_api for t in sh),
-            "wait_h": _r(sum(t.wait_s for t in sh) / 3600, 1),
-            "saturation_wait_h": _r(sat_wait_s / 3600, 1),
-        },
-        "tool_error_low": tool_ci[0], "tool_error_high": tool_ci[1],
+    return ProductionResult(
+        tasks=n,
+        finished=sum(1 for t in sh if t.finished_at is not None),
+        accepted=accepted,
+        acceptance_rate=_r(accepted / n if n else None),
+        acceptance_low=acc_ci[0], acceptance_high=acc_ci[1],
+        operating_h=_r(operating_h, 1),
+        accepted_per_operating_h=_r(accepted / operating_h if operating_h else None),
+        generation_tokens=int(gen_tokens),
+        generation_tokens_per_accepted_task=_r(gen_tokens / accepted if accepted else None, 0),
+        losses=Losses(
+            retries=retries,
+            retries_per_task=_r(retries / n if n else None),
+            tasks_with_malformed_tool_calls=tool_tasks,
+            tool_error_share=_r(tool_tasks / n if n else None),
+            timeouts=sum(t.timed_out for t in sh),
+            manual_corrections=sum(t.manual_correction for t in sh),
+            routed_to_api=sum(t.routed_to_api for t in sh),
+            wait_h=_r(sum(t.wait_s for t in sh) / 3600, 1),
+            saturation_wait_h=_r(sat_wait_s / 3600, 1),
+        ),
+        tool_error_low=tool_ci[0], tool_error_high=tool_ci[1],
         # the retry policy fixed before the review: a task retried more often was not run under it (named, its
         # retries counted at the policy's bound, not accepted)
-        "over_retry_policy": len(off_policy),
-        "over_retry_policy_tasks": off_policy[:EXAMPLES],
-        "retry_policy_max_retries": fixed.retry_policy.max_retries,
-        "task_set": list(fixed.task_set.categories),
-        "outside_task_set": outside_set,
-        "outside_window": outside_window or {"inside": len(tasks), "outside": 0, "outside_examples": []},
-        "task_log_coverage": coverage,
-        "min_sample_tasks": rules.min_sample_tasks,
-        "shown": not why,
-        "not_shown_because": why,
-    }
+        over_retry_policy=len(off_policy),
+        over_retry_policy_tasks=tuple(off_policy[:EXAMPLES]),
+        retry_policy_max_retries=fixed.retry_policy.max_retries,
+        task_set=tuple(fixed.task_set.categories),
+        outside_task_set=outside_set,
+        outside_window=Clipping.model_validate(
+            outside_window or {"inside": len(tasks), "outside": 0, "outside_examples": []}),
+        task_log_coverage=coverage,
+        min_sample_tasks=rules.min_sample_tasks,
+        shown=not why,
+        not_shown_because=tuple(why),
+    )
 
 
 # --- 3. the same task set on both paths -------------------------------------------------------------------------
@@ -272,7 +274,7 @@ def _per_task(total: float | None, n: int, low: float | None, high: float | None
     return total / (n * high), (total / (n * low) if low > 0 else None)
 
 
-def _cost_comparable(production: ProductionData, comparison: ComparisonData, rules: RenewalRules) -> list[str]:
+def _cost_comparable(production: ProductionResult, comparison: ComparisonData, rules: RenewalRules) -> list[str]:
     """Why the cost per accepted task cannot be compared with the API's on the same tasks ([] when it can)."""
     why = []
     paired, api_tasks = comparison.get("paired_tasks") or 0, comparison.get("api_tasks") or 0
@@ -287,7 +289,7 @@ def _cost_comparable(production: ProductionData, comparison: ComparisonData, rul
         why.append(f"the API bill covers the log's API tasks of the window, {outside} of them outside the task set "
                    f"({', '.join(comparison.get('task_set') or [])}): it is not the bill of the tasks it is divided by "
                    "— re-import it for the task set's tasks (k3 import usage --tasks)")
-    if not production.get("shown", True):
+    if not production.shown:
         why.append("the useful production is not shown")
     return why
 
@@ -304,7 +306,7 @@ def _credits(costs: CostsInput, items: dict[str, float | None]) -> list[CreditLi
     return out
 
 
-def full_cost(costs: CostsInput, production: ProductionData, comparison: ComparisonData,
+def full_cost(costs: CostsInput, production: ProductionResult, comparison: ComparisonData,
               rules: RenewalRules = RenewalRules(), other_gpu_hosts: Sequence[str] = ()) -> CostResult:
     """Self-hosted and API cost per accepted task of the fixed task set where every item is known, each with the
     interval its acceptance rate's gives; a blank item leaves the total blank (its known part is shown apart,
@@ -313,16 +315,16 @@ def full_cost(costs: CostsInput, production: ProductionData, comparison: Compari
                   if costs.install_upgrade_rollback_hours is not None and costs.hourly_rate is not None else None)
     items = {k: getattr(costs, k) for k in SELF_COST_ITEMS if k != "install_upgrade_rollback"}
     items["install_upgrade_rollback"] = hours_cost
-    routed = (production.get("losses") or {}).get("routed_to_api") or 0
+    routed = production.losses.routed_to_api
     if routed and not items["tasks_transferred_to_api"]:
         items["tasks_transferred_to_api"] = None  # tasks the API finished without their API cost: not known
     credits = _credits(costs, items)
     blanks = [k for k in SELF_COST_ITEMS if items[k] is None]
     known = sum(v for v in items.values() if v is not None)
     total = None if blanks else known
-    accepted, n = production.get("accepted") or 0, production.get("tasks") or 0
+    accepted, n = production.accepted, production.tasks
     api_n, api_accepted = comparison.get("api_tasks") or 0, comparison.get("api_accepted") or 0
-    sh_low, sh_high = _per_task(total, n, production.get("acceptance_low"), production.get("acceptance_high"))
+    sh_low, sh_high = _per_task(total, n, production.acceptance_low, production.acceptance_high)
     a_low, a_high = interval(api_accepted, api_n)
     api_low, api_high = _per_task(costs.api_bill_same_tasks, api_n, a_low, a_high)
     sh_per = _r(total / accepted if total is not None and accepted else None, 2)
@@ -459,7 +461,7 @@ def analyse_stability(incidents: Sequence[IncidentRecord], rules: RenewalRules,
 
 # --- 6. operations ----------------------------------------------------------------------------------------------
 
-def analyse_operations(hours: Sequence[HoursRecord], comparison: ComparisonData, production: ProductionData,
+def analyse_operations(hours: Sequence[HoursRecord], comparison: ComparisonData, production: ProductionResult,
                        rules: RenewalRules, *, window_weeks: float | None = None, coverage: float | None = None,
                        outside_window: ClippingData | None = None) -> RenewalOperationsResult:
     """Hours by category and week against the delivery gain: time saved on the accepted self-hosted tasks. The
@@ -479,7 +481,7 @@ def analyse_operations(hours: Sequence[HoursRecord], comparison: ComparisonData,
     gain_h = None
     sh_median, api_median = sh.get("delivery_median_s"), api.get("delivery_median_s")
     if sh_median is not None and api_median is not None:
-        gain_h = (api_median - sh_median) * (production.get("accepted") or 0) / 3600
+        gain_h = (api_median - sh_median) * production.accepted / 3600
     per_week = None if why else total / weeks
     return RenewalOperationsResult(
         total_h=_r(total, 1),

@@ -52,7 +52,7 @@ from .inputs import (
 from .live import match_live
 from .load import analyse_load
 from .params import DeploymentLabels, InputFiles, RenewalParams, SeriesSource, load_any_review
-from .results import CostResult, RenewalOperationsResult, StabilityResult
+from .results import CostResult, ProductionResult, RenewalOperationsResult, StabilityResult
 from .selector import selector_data
 from .series import DCGM_GPU_UTIL, Grid, RawSeries, ReviewSeries, load_frame, series_from_file, series_from_prometheus
 from .shapes import Axes, AxesCache, AxesData, DeploymentData, LoadData
@@ -370,6 +370,8 @@ def typed_cache(stored: AxesData) -> AxesData | None:
     from the JSON (None when one does not fit: the cache is then computed again, never read half-way)."""
     axes = stored.copy()
     try:
+        if "production" in stored:
+            axes["production"] = ProductionResult.model_validate(stored["production"])
         if "cost" in stored:
             axes["cost"] = CostResult.model_validate(stored["cost"])
         if "stability" in stored:

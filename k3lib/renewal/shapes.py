@@ -1,8 +1,8 @@
 """The JSON shapes the renewal review builds and reads, as `TypedDict`s: each analysis' figures before its typed
-model (`results.py`) validates them (an analysis that builds its model itself has no shape here: the cost, the
-stability, the operations), the review's axes and their cache, the decision's checklist and routing, and the JSON and
-YAML values of the files the review reads (the drill's shapes: `drillshapes.py`). They change nothing at run time: the
-dicts stay the dicts that are written (same keys, same order).
+model (`results.py`) validates them (an analysis that builds its model itself has no shape here: the useful
+production, the cost, the stability, the operations), the review's axes and their cache, the decision's checklist
+and routing, and the JSON and YAML values of the files the review reads (the drill's shapes: `drillshapes.py`). They
+change nothing at run time: the dicts stay the dicts that are written (same keys, same order).
 
 A key that is no identifier (`self-hosted`) is declared with the functional syntax.
 """
@@ -14,7 +14,7 @@ from typing import Any, Literal, NotRequired
 
 from typing_extensions import TypedDict  # pydantic validates a model's TypedDict field only from here before 3.12
 
-from .results import AxisResult, CostResult, Num, RenewalOperationsResult, StabilityResult
+from .results import AxisResult, CostResult, Num, ProductionResult, RenewalOperationsResult, StabilityResult
 
 # a value as a JSON file gives it (an export's row, a reply's body: k3lib.core.jsonvalue), and as a YAML file does
 # (dates too)
@@ -160,46 +160,6 @@ class LoadData(LoadFigures):
     window: WindowStep
 
 
-# --- 2. useful production -------------------------------------------------------------------------------------------
-
-class LossesData(TypedDict):
-    retries: int
-    retries_per_task: Num
-    tasks_with_malformed_tool_calls: int
-    tool_error_share: Num
-    timeouts: int
-    manual_corrections: int
-    routed_to_api: int
-    wait_h: Num
-    saturation_wait_h: Num
-
-
-class ProductionData(TypedDict):
-    tasks: int
-    finished: int
-    accepted: int
-    acceptance_rate: Num
-    acceptance_low: Num
-    acceptance_high: Num
-    operating_h: Num
-    accepted_per_operating_h: Num
-    generation_tokens: int
-    generation_tokens_per_accepted_task: Num
-    losses: LossesData
-    tool_error_low: Num
-    tool_error_high: Num
-    over_retry_policy: int
-    over_retry_policy_tasks: list[str]
-    retry_policy_max_retries: int
-    task_set: list[str]
-    outside_task_set: dict[str, int]
-    outside_window: ClippingData
-    task_log_coverage: Num
-    min_sample_tasks: int
-    shown: bool
-    not_shown_because: list[str]
-
-
 # --- 3. self-hosted vs API ------------------------------------------------------------------------------------------
 
 class PathFiguresData(TypedDict):
@@ -260,7 +220,7 @@ class AxesData(TypedDict, total=False):
     axis read back from its record is its typed model (`records.axes_from_records`)."""
 
     load: LoadData
-    production: ProductionData
+    production: ProductionResult
     comparison: ComparisonData
     cost: CostResult
     stability: StabilityResult
@@ -268,7 +228,7 @@ class AxesData(TypedDict, total=False):
     benefits: BenefitsData
 
 
-AxisData = LoadData | ProductionData | ComparisonData | CostResult | StabilityResult | RenewalOperationsResult  # one axis
+AxisData = LoadData | ProductionResult | ComparisonData | CostResult | StabilityResult | RenewalOperationsResult  # one axis
 
 
 class HourlyLoad(TypedDict):

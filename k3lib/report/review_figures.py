@@ -12,7 +12,7 @@ import pandas as pd  # the review's opener (k3lib.review) imports this module on
 from ..core.numbers import figure
 from ..renewal.decision import RenewalDecision, money
 from ..renewal.params import RenewalParams, tracked_keys
-from ..renewal.results import CostResult, RenewalOperationsResult, StabilityResult
+from ..renewal.results import CostResult, ProductionResult, RenewalOperationsResult, StabilityResult
 from .views import badge
 
 
@@ -45,9 +45,13 @@ def _compact(value: Any) -> str:
     return ", ".join(map(str, value)) if isinstance(value, list) else str(value)
 
 
-def axis_table(axis: str, result: dict[str, Any] | CostResult | StabilityResult | RenewalOperationsResult) -> Any:
+def axis_table(axis: str, result: dict[str, Any] | ProductionResult | CostResult | StabilityResult
+                | RenewalOperationsResult) -> Any:
     """The axis' main table, blanks shown as blanks (None → empty cell, never 0); an axis its analysis builds as its
-    typed model (the cost, the stability, the operations) is read by attribute."""
+    typed model (production, cost, stability, operations) is read by attribute."""
+    if isinstance(result, ProductionResult):  # every figure, the losses' among them, as its JSON holds it
+        values = {**result.model_dump(mode="json", exclude={"losses"}), **result.losses.model_dump(mode="json")}
+        return pd.DataFrame([{"figure": k, "value": v} for k, v in values.items()])
     if isinstance(result, CostResult):
         return cost_table(result)
     if isinstance(result, (StabilityResult, RenewalOperationsResult)):
@@ -55,9 +59,6 @@ def axis_table(axis: str, result: dict[str, Any] | CostResult | StabilityResult 
     if axis == "load":
         return pd.concat([pd.DataFrame(result["by_period"]), pd.DataFrame(result["by_category"])],
                          ignore_index=True).astype(object).where(lambda d: d.notna(), "")
-    if axis == "production":
-        return pd.DataFrame([{"figure": k, "value": v} for k, v in
-                             {**{k: v for k, v in result.items() if k != "losses"}, **result["losses"]}.items()])
     if axis == "comparison":
         return pd.DataFrame({p: result[p] for p in ("self-hosted", "api")})
     raise KeyError(axis)
@@ -86,12 +87,19 @@ def cost_table(result: CostResult) -> Any:
     return pd.DataFrame(shown, columns=["item", "self-hosted", "api"])
 
 
-def axis_figure(axis: str, result: dict[str, Any] | CostResult | StabilityResult | RenewalOperationsResult,
+def axis_figure(axis: str, result: dict[str, Any] | ProductionResult | CostResult | StabilityResult
+                | RenewalOperationsResult,
                 frame: Any = None) -> Any:
     import plotly.graph_objects as go
 
     fig = go.Figure()
-    if isinstance(result, CostResult):
+    if isinstance(result, ProductionResult):
+        lost = result.losses
+        fig.add_bar(x=["retries", "tasks_with_malformed_tool_calls", "timeouts", "manual_corrections", "routed_to_api"],
+                    y=[lost.retries, lost.tasks_with_malformed_tool_calls, lost.timeouts, lost.manual_corrections,
+                       lost.routed_to_api])
+        fig.update_layout(title=f"Losses ({result.accepted} accepted of {result.tasks} self-hosted tasks)")
+    elif isinstance(result, CostResult):
         cur = result.currency or "no currency"
         items = [i for i in result.self_hosted.items if i.amount is not None]
         fig.add_bar(x=[i.item for i in items], y=[i.amount for i in items], name=cur,
@@ -115,11 +123,6 @@ def axis_figure(axis: str, result: dict[str, Any] | CostResult | StabilityResult
                           yaxis={"range": [0, 1]}, yaxis2={"overlaying": "y", "side": "right", "title": "waiting"})
     elif axis == "load":
         fig.add_bar(x=[p["period"] for p in result["by_period"]], y=[p["busy_share"] for p in result["by_period"]])
-    elif axis == "production":
-        losses = {k: v for k, v in result["losses"].items() if k in ("retries", "tasks_with_malformed_tool_calls",
-                                                                     "timeouts", "manual_corrections", "routed_to_api")}
-        fig.add_bar(x=list(losses), y=list(losses.values()))
-        fig.update_layout(title=f"Losses ({result['accepted']} accepted of {result['tasks']} self-hosted tasks)")
     elif axis == "comparison":
         keys = ("acceptance_rate", "retries_per_task", "tool_error_share", "manual_correction_share")
         for p in ("self-hosted", "api"):
