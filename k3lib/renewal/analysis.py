@@ -43,7 +43,6 @@ from .rules import accepted as is_accepted
 from .series import Grid
 from .shapes import (
     BenefitsData,
-    ClippingData,
     ComparisonData,
     EquivalenceData,
     PathFiguresData,
@@ -116,7 +115,7 @@ def _production_not_shown(n: int, coverage: float | None, rules: RenewalRules) -
 
 def analyse_production(frame, tasks: Sequence[TaskRecord], rules: RenewalRules, grid: Grid,
                        fixed: FixedElements = FixedElements(), *, coverage: float | None = None,
-                       outside_window: ClippingData | None = None) -> ProductionResult:
+                       outside_window: Clipping | None = None) -> ProductionResult:
     """Accepted tasks of the fixed task set (under the fixed quality rule and retry policy) per operating hour, with
     their 95 % intervals, and what was lost on the way (self-hosted path). `coverage`: the task log's share of the
     window's days; `outside_window`: what clipping the log to the window left out."""
@@ -162,8 +161,7 @@ def analyse_production(frame, tasks: Sequence[TaskRecord], rules: RenewalRules, 
         retry_policy_max_retries=fixed.retry_policy.max_retries,
         task_set=tuple(fixed.task_set.categories),
         outside_task_set=outside_set,
-        outside_window=Clipping.model_validate(
-            outside_window or {"inside": len(tasks), "outside": 0, "outside_examples": []}),
+        outside_window=outside_window or Clipping(inside=len(tasks), outside=0, outside_examples=()),
         task_log_coverage=coverage,
         min_sample_tasks=rules.min_sample_tasks,
         shown=not why,
@@ -401,7 +399,7 @@ def drill_not_shown(drill: RenewalDrillData | None) -> str | None:
 
 
 def analyse_stability(incidents: Sequence[IncidentRecord], rules: RenewalRules,
-                      drill: RenewalDrillData | None = None, *, outside_window: ClippingData | None = None
+                      drill: RenewalDrillData | None = None, *, outside_window: Clipping | None = None
                       ) -> StabilityResult:
     """Incidents of the window by class, time to recover, the five questions over the log, and the drill's answers
     if it touched the deployment. `outside_window`: the incidents clipping left out (counted, never read)."""
@@ -439,8 +437,7 @@ def analyse_stability(incidents: Sequence[IncidentRecord], rules: RenewalRules,
         slow_or_unrecovered=tuple(slow),
         recovered_within_rule_share=_r((len(incidents) - len(slow)) / len(incidents) if incidents else None),
         drill=None if drill is None else RenewalDrillResult.model_validate(drill),
-        outside_window=Clipping.model_validate(
-            outside_window or {"inside": len(incidents), "outside": 0, "outside_examples": []}),
+        outside_window=outside_window or Clipping(inside=len(incidents), outside=0, outside_examples=()),
         not_shown=tuple(unshown),
         # False: a failure was seen; None: nothing failed but some question was never shown (never counted as yes)
         recoverable=False if failed else None if unshown or unclassified or unanswered or drill_why else True,
@@ -463,7 +460,7 @@ def analyse_stability(incidents: Sequence[IncidentRecord], rules: RenewalRules,
 
 def analyse_operations(hours: Sequence[HoursRecord], comparison: ComparisonData, production: ProductionResult,
                        rules: RenewalRules, *, window_weeks: float | None = None, coverage: float | None = None,
-                       outside_window: ClippingData | None = None) -> RenewalOperationsResult:
+                       outside_window: Clipping | None = None) -> RenewalOperationsResult:
     """Hours by category and week against the delivery gain: time saved on the accepted self-hosted tasks. The
     weekly effort is the hours of the window over its length in weeks (`window_weeks`), never over the number of
     week labels; hours files covering less of the window than the rule leave the effort not shown."""
@@ -494,8 +491,7 @@ def analyse_operations(hours: Sequence[HoursRecord], comparison: ComparisonData,
         effort_contained=None if per_week is None else per_week <= rules.max_ops_hours_per_week,
         effort_exceeds_gain=None if gain_h is None or why else total > gain_h,
         hours_coverage=coverage,
-        outside_window=Clipping.model_validate(
-            outside_window or {"inside": len(hours), "outside": 0, "outside_examples": []}),
+        outside_window=outside_window or Clipping(inside=len(hours), outside=0, outside_examples=()),
         not_shown_because=tuple(why),
         unclassified_h=_r(by_cat.get("unclassified"), 1),
     )

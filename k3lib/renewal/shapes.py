@@ -35,14 +35,6 @@ class WindowStep(WindowData):
     step_s: float
 
 
-class ClippingData(TypedDict):
-    """What clipping one input to the window kept and left out (`window.Clipped.describe`)."""
-
-    inside: int
-    outside: int
-    outside_examples: list[str]
-
-
 class SelectorData(TypedDict):
     model_name: str | None
     instances: list[str]
