@@ -41,12 +41,7 @@ from .results import (
 from .rules import DeclaredBenefits, FixedElements, RenewalRules
 from .rules import accepted as is_accepted
 from .series import Grid
-from .shapes import (
-    BenefitsData,
-    ComparisonData,
-    EquivalenceData,
-    PathFiguresData,
-)
+from .shapes import BenefitsData, ComparisonData, EquivalenceData, PathFiguresData
 
 SELF: Final = "self-hosted"
 API: Final = "api"
