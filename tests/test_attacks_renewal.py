@@ -215,7 +215,7 @@ def test_attack_tasks_copied_from_before_the_window_do_not_count(demos, tmp_path
     d, axes = review(paths)
     _decision_is(d, "exit-to-api", f"{len(copies)} task(s)", "outside the window, not read")
     assert axes["production"].accepted == before["production"].accepted
-    assert axes["production"]["outside_window"]["outside"] == len(copies)
+    assert axes["production"].outside_window.outside == len(copies)
 
 
 def _unrecoverable_steady(demos, tmp_path):
