@@ -48,7 +48,7 @@ def test_the_idle_baseline_reduces(idle):
     d, axes = review(idle)
     _decision_is(d, "reduce")
     assert axes["load"]["gpus"] == 4 and axes["load"]["deployment"]["left_out"] == []
-    assert axes["cost"]["self_hosted_cheaper_per_task"] is True  # the load alone keeps it from renewing
+    assert axes["cost"].self_hosted_cheaper_per_task is True  # the load alone keeps it from renewing
 
 
 # --- 1. one deployment ---------------------------------------------------------------------------------------------
@@ -184,8 +184,8 @@ def test_a_short_window_allowed_by_a_loosened_rule_clips_the_tasks_and_says_so(i
             f"review.series.end={iso(START + dt.timedelta(days=20, hours=18))}"]
     d, axes = review(idle, sets)
     prod = axes["production"]
-    assert prod["outside_window"]["outside"] > 900 and prod["tasks"] < 100
-    assert prod["accepted_per_operating_h"] < 10
+    assert prod.outside_window.outside > 900 and prod.tasks < 100
+    assert prod.accepted_per_operating_h < 10
     assert d.decision != "renew", d.reasons
     assert "decided on loosened rules" in text(d) and "rules.min_window_days 0.3 (built-in 21" in text(d)
     assert "the decision holds only under them" in d.condition
@@ -214,8 +214,8 @@ def test_attack_tasks_copied_from_before_the_window_do_not_count(demos, tmp_path
     write_rows(paths["tasks"], header, rows + copies)
     d, axes = review(paths)
     _decision_is(d, "exit-to-api", f"{len(copies)} task(s)", "outside the window, not read")
-    assert axes["production"]["accepted"] == before["production"]["accepted"]
-    assert axes["production"]["outside_window"]["outside"] == len(copies)
+    assert axes["production"].accepted == before["production"].accepted
+    assert axes["production"].outside_window.outside == len(copies)
 
 
 def _unrecoverable_steady(demos, tmp_path):
@@ -235,7 +235,7 @@ def test_attack_an_incident_from_another_year_recovers_nothing(demos, tmp_path):
     write_rows(paths["incidents"], header, rows + [old])
     d, axes = review(paths)
     _decision_is(d, "dual-circuit", "fields_preserved", "1 incident(s) outside the window not read")
-    assert axes["stability"]["outside_window"]["outside_examples"] == ["INC-2025 (2025-03-01)"]
+    assert axes["stability"].outside_window.outside_examples == ("INC-2025 (2025-03-01)",)
 
 
 def _heavy_steady(demos, tmp_path):
@@ -255,8 +255,8 @@ def test_attack_hours_of_weeks_outside_the_window_do_not_dilute_the_effort(demos
     write_rows(paths["hours"], header, rows + padding)
     d, after = review(paths)
     _decision_is(d, "dual-circuit", "operations effort heavy")
-    assert after["operations"]["per_week_h"] == axes["operations"]["per_week_h"] > 20
-    assert after["operations"]["outside_window"]["outside"] == len(padding) and after["operations"]["weeks"] == 3
+    assert after["operations"].per_week_h == axes["operations"].per_week_h > 20
+    assert after["operations"].outside_window.outside == len(padding) and after["operations"].weeks == 3
 
 
 @pytest.mark.parametrize("week", ["W31", "31", "2026-W54", "2026-31"])
@@ -306,7 +306,7 @@ def test_a_task_log_covering_one_week_is_not_shown(demos, tmp_path):
     cut = iso(START + dt.timedelta(days=14))
     write_rows(paths["tasks"], header, [r for r in rows if r["submitted_at"] >= cut])
     d, axes = review(paths)
-    assert d.decision != "renew" and axes["production"]["shown"] is False
+    assert d.decision != "renew" and axes["production"].shown is False
     assert "the task log records tasks on 33% of the window's days" in text(d)
 
 
@@ -373,8 +373,8 @@ def test_attack_thousands_of_accepted_test_tasks_deliver_nothing(demos, tmp_path
     sets = ["review.fixed.task_set.categories=[batch, agent]"]
     d, axes = review(paths, sets)
     _decision_is(d, "exit-to-api", "task(s) outside the task set", "batch, agent")
-    assert axes["production"]["outside_task_set"]["test"] >= 14_000
-    assert axes["production"]["acceptance_rate"] < 0.6
+    assert axes["production"].outside_task_set["test"] >= 14_000
+    assert axes["production"].acceptance_rate < 0.6
 
 
 def _api_cheaper_steady(demos, tmp_path):
@@ -396,7 +396,7 @@ def test_attack_api_tasks_renamed_so_none_is_shared(demos, tmp_path):
     d, axes = review(paths)
     _decision_is(d, "dual-circuit", "0 task(s) of the fixed task set ran on both paths, fewer than 30",
                  "not comparable with")
-    assert axes["cost"]["self_hosted_cheaper_per_task"] is None and axes["comparison"]["api_equivalent"] is None
+    assert axes["cost"].self_hosted_cheaper_per_task is None and axes["comparison"]["api_equivalent"] is None
 
 
 def test_attack_a_few_shared_tasks_among_failing_api_ones(demos, tmp_path):

@@ -17,7 +17,15 @@ from k3lib import emulator
 from k3lib.core.errors import BadInputError
 from k3lib.renewal import demo
 from k3lib.renewal.analysis import analyse_stability, compare_paths
-from k3lib.renewal.drill import QUESTIONS, DrillObservation, answer_questions, for_deployment, is_deployment, run_drill
+from k3lib.renewal.drill import (
+    QUESTIONS,
+    DrillObservation,
+    answer_questions,
+    for_deployment,
+    is_deployment,
+    not_run,
+    run_drill,
+)
 from k3lib.renewal.params import DrillParams, load_review_params
 from k3lib.renewal.review import analyse, decide_from_axes, load_review
 from k3lib.renewal.rules import RenewalRules
@@ -113,10 +121,10 @@ def test_a_drill_on_the_deployment_itself_answers_for_it(demos, tmp_path, full_d
 
 def test_an_unchecked_drill_counts_for_nothing():
     """run_drill's own result, never checked against the deployment, answers nothing about it."""
-    drill = {"answers": {q: {"question": q, "answer": "yes", "evidence": "x"} for q in QUESTIONS},
+    drill = {**not_run("x"), "answers": {q: {"question": q, "answer": "yes", "evidence": "x"} for q in QUESTIONS},
              "deployment": {"is_deployment": False, "why": "not checked against the reviewed deployment"}}
     stability = analyse_stability([], RenewalRules(), drill)
-    assert stability["recoverable"] is None and set(stability["not_shown"]) == set(QUESTIONS)
+    assert stability.recoverable is None and set(stability.not_shown) == set(QUESTIONS)
 
 
 @pytest.mark.slow
@@ -246,11 +254,11 @@ def test_attack_one_task_with_100000_retries_moves_no_mean(demos, tmp_path):
     d, axes = review(paths)
     prod = axes["production"]
     assert d.decision == "reduce", d.reasons
-    assert prod["over_retry_policy"] == before["over_retry_policy"] + 1
-    assert rows[i]["task_id"] in prod["over_retry_policy_tasks"] and rows[i]["task_id"] in text(d)
-    cap = prod["retry_policy_max_retries"]
-    assert prod["losses"]["retries_per_task"] <= before["losses"]["retries_per_task"] + cap / prod["tasks"] + 1e-3
-    assert prod["accepted"] <= before["accepted"]  # a task the policy would have stopped is no delivery
+    assert prod.over_retry_policy == before.over_retry_policy + 1
+    assert rows[i]["task_id"] in prod.over_retry_policy_tasks and rows[i]["task_id"] in text(d)
+    cap = prod.retry_policy_max_retries
+    assert prod.losses.retries_per_task <= before.losses.retries_per_task + cap / prod.tasks + 1e-3
+    assert prod.accepted <= before.accepted  # a task the policy would have stopped is no delivery
 
 
 def test_attack_failures_marked_off_policy_are_still_no_deliveries(demos, tmp_path):
@@ -261,7 +269,7 @@ def test_attack_failures_marked_off_policy_are_still_no_deliveries(demos, tmp_pa
     header, rows = csv_rows(paths["tasks"])
     write_rows(paths["tasks"], header, [dict(r, retries="99") if r["accepted"] == "false" else r for r in rows])
     d, axes = review(paths)
-    assert d.decision == "exit-to-api" and axes["production"]["acceptance_rate"] <= before["acceptance_rate"]
+    assert d.decision == "exit-to-api" and axes["production"].acceptance_rate <= before.acceptance_rate
 
 
 @pytest.mark.parametrize("change, needle", [
@@ -311,7 +319,7 @@ def test_too_few_tasks_are_no_firm_exit(demos, tmp_path):
         days.setdefault(r["submitted_at"][:10], r)
     write_rows(paths["tasks"], header, list(days.values()))
     d, axes = review(paths)
-    assert axes["production"]["tasks"] == 21 and axes["production"]["shown"] is False
+    assert axes["production"].tasks == 21 and axes["production"].shown is False
     assert d.decision == "dual-circuit" and d.rule == "dual.quality-missed", d.reasons
     assert "useful production is not shown to meet the rule" in text(d) and "fewer than 30" in text(d)
     assert "95 % " in d.finding("production.quality").sentence  # the interval is stated

@@ -135,7 +135,7 @@ def test_attack_tasks_the_api_finished_are_no_self_hosted_acceptance(steady):
                                             for x in ls])
     d, axes = review(steady)
     prod = axes["production"]
-    assert prod["losses"]["routed_to_api"] >= marked and prod["acceptance_rate"] < before["acceptance_rate"] - 0.3
+    assert prod.losses.routed_to_api >= marked and prod.acceptance_rate < before.acceptance_rate - 0.3
     _not_renew(d, "finished by the API", "tasks_transferred_to_api is 0: their API cost is missing")
 
 
@@ -143,7 +143,7 @@ def test_attack_a_narrowed_task_set_divides_the_whole_api_bill_by_fewer_tasks(st
     """The task set narrowed to [batch]: the 2,400 EUR bill covers the agent tasks too — not compared; and the
     narrower set is a loosening nobody accepted."""
     d, axes = review(steady, ["review.fixed.task_set.categories=[batch]"])
-    assert axes["comparison"]["api_tasks_outside_task_set"] > 0 and axes["cost"]["self_hosted_cheaper_per_task"] is None
+    assert axes["comparison"]["api_tasks_outside_task_set"] > 0 and axes["cost"].self_hosted_cheaper_per_task is None
     _not_renew(d, "outside the task set (batch): it is not the bill of the tasks it is divided by",
                "fixed.task_set.categories [batch]", "not accepted")
 
@@ -161,7 +161,7 @@ def test_attack_an_api_bill_imported_without_the_task_log_is_not_the_same_tasks_
 
     with_source(usage_selection(UsageParams(task_field="metadata.task_id")))
     d, axes = review(steady)
-    assert axes["cost"]["self_hosted_cheaper_per_task"] is None
+    assert axes["cost"].self_hosted_cheaper_per_task is None
     _not_renew(d, "the API bill was imported from gateway.jsonl without the task log (k3 import usage --tasks)")
     with_source(usage_selection(UsageParams(task_field="metadata.task_id", tasks="tasks.csv")))
     assert review(steady)[0].decision == "renew"
@@ -183,7 +183,7 @@ def test_attack_a_second_gpu_node_in_the_series_with_no_billed_nodes_stated_is_n
     add_to_family(steady["history"], "DCGM_FI_DEV_GPU_UTIL",
                   [f"{h.replace('node-a', 'node-b')} 1 {t}" for h, _, t in util])
     d, axes = review(steady)
-    assert axes["cost"]["self_hosted_cheaper_per_task"] is None
+    assert axes["cost"].self_hosted_cheaper_per_task is None
     _not_renew(d, "GPU node(s) the review leaves out (node-b) and the costs file names no capacity_nodes")
     edit_lines(steady["costs"], lambda ls: [*ls, "capacity_nodes: [node-a]"])
     assert review(steady)[0].decision == "renew"
@@ -192,15 +192,15 @@ def test_attack_a_second_gpu_node_in_the_series_with_no_billed_nodes_stated_is_n
 def test_attack_a_one_off_credit_is_listed_apart_not_netted(steady):
     """A FOCUS credit of −12,000 in the sheet's credits: listed, the capacity untouched; netted only when it recurs
     and someone accepted it."""
-    base = review(steady)[1]["cost"]["self_hosted"]["total"]
+    base = review(steady)[1]["cost"].self_hosted.total
     edit_lines(steady["costs"], lambda ls: [*ls, "credits:", "  - {amount: -12000, item: capacity, "
                                             "charge_category: Credit, description: launch credit}"])
     d, axes = review(steady)
-    assert axes["cost"]["self_hosted"]["total"] == base and axes["cost"]["credits"][0]["netted"] is False
+    assert axes["cost"].self_hosted.total == base and axes["cost"].credits[0].netted is False
     assert "-12,000.00 EUR (Credit, capacity, launch credit)" in text(d) and "not netted" in text(d)
     edit_lines(steady["costs"], lambda ls: [x.replace("launch credit}", "launch credit, recurring: true, "
                                                       "accepted_by: finance}") for x in ls])
-    assert review(steady)[1]["cost"]["self_hosted"]["total"] == base - 12000
+    assert review(steady)[1]["cost"].self_hosted.total == base - 12000
 
 
 @pytest.mark.parametrize("kind", ["Usage", "Tax", "Purchase"])
@@ -340,10 +340,10 @@ def _incident(i: int, answer: bool | None) -> IncidentRecord:
 def test_attack_one_incident_answering_yes_answers_for_itself_only():
     """9 incidents, one answering the five questions yes: the other 8 have no evidence — recovery not shown."""
     out = analyse_stability([_incident(0, True)] + [_incident(i, None) for i in range(1, 9)], RenewalRules())
-    assert out["recoverable"] is None and len(out["incidents_without_evidence"]) == 8
+    assert out.recoverable is None and len(out.incidents_without_evidence) == 8
     assert "8 incident(s) without their own answers (one row answers only for itself)" in \
-        " ".join(out["not_recoverable_because"])
-    assert analyse_stability([_incident(i, True) for i in range(9)], RenewalRules())["recoverable"] is True
+        " ".join(out.not_recoverable_because)
+    assert analyse_stability([_incident(i, True) for i in range(9)], RenewalRules()).recoverable is True
 
 
 def test_attack_a_stuck_queue_gauge_or_one_waiting_row_is_no_demand_waiting(demos, tmp_path):
@@ -369,7 +369,7 @@ def test_unclassified_hours_are_counted_and_listed():
     hours = [HoursRecord(week="2026-W31", category="monitoring", hours=16),
              HoursRecord(week="2026-W31", category="unclassified", hours=42.7)]
     ops = analyse_operations(hours, {}, {}, RenewalRules(), window_weeks=3)
-    assert ops["total_h"] == 58.7 and ops["unclassified_h"] == 42.7
+    assert ops.total_h == 58.7 and ops.unclassified_h == 42.7
 
 
 # --- 6. nothing decided on nothing ---------------------------------------------------------------------------------------

@@ -233,8 +233,8 @@ def test_without_postmortems_classes_and_answers_stay_blank_listed_and_never_fav
     assert out.read_text().count("left blank: to fill:") == 2  # in the header too
     axes, decision = _decide(steady, incidents=out)
     # not classified: never recoverable (and a person opened the second incident: its detection reads no)
-    assert axes["stability"]["recoverable"] is not True
-    assert "2 incident(s) not classified: Q2K3ENG1, Q2K3NET2" in axes["stability"]["not_recoverable_because"]
+    assert axes["stability"].recoverable is not True
+    assert "2 incident(s) not classified: Q2K3ENG1, Q2K3NET2" in axes["stability"].not_recoverable_because
     assert decision.decision != "renew"
 
 
@@ -372,11 +372,11 @@ def test_the_demo_from_its_exports_decides_as_its_sheet(tmp_path, scenario):
     axes = analyse(imported)
     assert decide_from_axes(hand, axes, today=TODAY).decision == demo.EXPECTED[scenario]
     assert axes["cost"] == hand_axes["cost"]
-    by_cat = lambda a: sorted((r["category"], r["hours"]) for r in a["operations"]["by_category"])  # noqa: E731
+    by_cat = lambda a: sorted((r.category, r.hours) for r in a["operations"].by_category)  # noqa: E731
     assert by_cat(axes) == by_cat(hand_axes)
-    assert {k: v for k, v in axes["operations"].items() if k != "by_category"} == \
-        {k: v for k, v in hand_axes["operations"].items() if k != "by_category"}
-    assert axes["stability"]["by_category"] == hand_axes["stability"]["by_category"]
+    assert axes["operations"].model_dump(exclude={"by_category"}) == \
+        hand_axes["operations"].model_dump(exclude={"by_category"})
+    assert axes["stability"].by_category == hand_axes["stability"].by_category
     costs = read_costs(got["costs"])
     assert {s.importer for s in costs.sources} == {"focus", "usage"}
 

@@ -119,7 +119,7 @@ def vary(axes, **changes):
 
 def recost(data, axes, **costs):
     """The cost axis re-run through full_cost on the review's costs with `costs` changed."""
-    c = full_cost(data.costs.model_copy(update=costs), axes["production"].model_dump(by_alias=True),
+    c = full_cost(data.costs.model_copy(update=costs), axes["production"],
                   axes["comparison"].model_dump(by_alias=True))
     return {**axes, "cost": typed("cost", c)}
 

@@ -10,6 +10,7 @@ import pytest
 
 from k3lib.core import numbers
 from k3lib.core.errors import BadInputError
+from k3lib.core.store import to_json_bytes
 from k3lib.renewal import demo
 from k3lib.renewal.params import load_review_params
 from k3lib.renewal.review import analyse, decide_from_axes, load_review
@@ -39,14 +40,14 @@ def test_scenario_ends_in_its_decision(reviews, scenario):
 
 
 @pytest.mark.parametrize("scenario, figure", [
-    pytest.param("steady", lambda a: a["load"]["large_idle_share"] <= 0.4 and a["production"]["acceptance_rate"] >= 0.8,
+    pytest.param("steady", lambda a: a["load"]["large_idle_share"] <= 0.4 and a["production"].acceptance_rate >= 0.8,
                  id="steady-busy-and-accepted"),
     pytest.param("idle-heavy", lambda a: a["load"]["large_idle_share"] > 0.4
                  and a["load"]["idle_demand_share"] > a["load"]["idle_scheduling_share"], id="idle-heavy-demand-idle"),
     pytest.param("spiky", lambda a: a["load"]["peak_to_mean"] >= 8 and "data_control" in a["benefits"]["declared"],
                  id="spiky-peaks-and-control"),
-    pytest.param("poor", lambda a: a["production"]["acceptance_rate"] < 0.8 and not a["stability"]["recoverable"]
-                 and not a["operations"]["effort_contained"], id="poor-quality-recovery-effort"),
+    pytest.param("poor", lambda a: a["production"].acceptance_rate < 0.8 and not a["stability"].recoverable
+                 and not a["operations"].effort_contained, id="poor-quality-recovery-effort"),
 ])
 def test_reasons_are_checkable_against_the_figures(reviews, scenario, figure):
     _, _, _, axes, decision = reviews[scenario]
@@ -54,8 +55,8 @@ def test_reasons_are_checkable_against_the_figures(reviews, scenario, figure):
     text = " ".join(decision.reasons)
     load = axes["load"]
     assert f"{load['large_idle_share']:.0%} of the window in idle stretches" in text
-    assert f"acceptance {axes['production']['acceptance_rate']:.0%}" in text
-    assert f"{numbers.figure(axes['operations']['per_week_h'])} h/week" in text
+    assert f"acceptance {axes['production'].acceptance_rate:.0%}" in text
+    assert f"{numbers.figure(axes['operations'].per_week_h)} h/week" in text
 
 
 def test_generation_is_deterministic(tmp_path):
@@ -98,22 +99,22 @@ STEADY_TOTAL = 26290.0
 def test_blank_costs_stay_blank(reviews, scenario):
     paths, _, data, axes, _ = reviews[scenario]
     cost = axes["cost"]
-    assert cost["delivered_tasks_value"] is None  # blank in every scenario's costs.yaml
-    sh = cost["self_hosted"]
-    amounts = {i["item"]: i["amount"] for i in sh["items"]}
-    assert sorted(sh["blank_items"]) == sorted(BLANK_SELF_HOSTED[scenario])
+    assert cost.delivered_tasks_value is None  # blank in every scenario's costs.yaml
+    sh = cost.self_hosted
+    amounts = {i.item: i.amount for i in sh.items}
+    assert sorted(sh.blank_items) == sorted(BLANK_SELF_HOSTED[scenario])
     assert sorted(k for k, v in amounts.items() if v is None) == sorted(BLANK_SELF_HOSTED[scenario])
     if BLANK_SELF_HOSTED[scenario]:
-        assert sh["total"] is None and sh["per_accepted_task"] is None  # a blank is never priced as zero
+        assert sh.total is None and sh.per_accepted_task is None  # a blank is never priced as zero
     else:
-        assert sh["total"] == pytest.approx(STEADY_TOTAL) and sh["per_accepted_task"] > 0
-    dumped = json.dumps(axes)
+        assert sh.total == pytest.approx(STEADY_TOTAL) and sh.per_accepted_task > 0
+    dumped = to_json_bytes(axes).decode()  # as review/axes.json is written
     assert "NaN" not in dumped and "Infinity" not in dumped
 
 
 def test_blank_cost_is_null_in_decision_json_and_evidence(reviews):
     axes = reviews["poor"][3]
-    assert json.loads(json.dumps(axes["cost"]))["self_hosted"]["total"] is None
+    assert json.loads(to_json_bytes(axes["cost"]))["self_hosted"]["total"] is None
     assert not any(isinstance(v, float) and math.isnan(v) for v in axes["load"].values() if not isinstance(v, list))
 
 

@@ -164,7 +164,7 @@ def test_every_amount_carries_the_currency(tmp_path, steady):
     text = steady["costs"].read_text().replace("currency: EUR\n", "")
     params = load_review_params([_file(tmp_path, _costs(tmp_path, steady, text), {"currency": "CHF"})])
     axes = analyse(load_review(params))
-    assert axes["cost"]["currency"] == "CHF"
+    assert axes["cost"].currency == "CHF"
     table = figures.axis_table("cost", axes["cost"])
     amounts = [v for col in ("self-hosted", "api") for v in table[col] if v]
     assert amounts and all("CHF" in v for v in amounts), amounts
@@ -182,8 +182,8 @@ def test_the_quality_rule_applies_to_both_paths(tmp_path, steady):
         "description": "a corrected task is not a delivery", "manual_correction_is_accepted": False}}},
         name="strict.yaml")])
     a, b = analyse(load_review(base)), analyse(load_review(strict))
-    assert b["production"]["accepted"] < a["production"]["accepted"]
-    assert b["production"]["accepted"] == a["production"]["accepted"] - a["production"]["losses"]["manual_corrections"]
+    assert b["production"].accepted < a["production"].accepted
+    assert b["production"].accepted == a["production"].accepted - a["production"].losses.manual_corrections
     for path in ("self-hosted", "api"):
         assert b["comparison"][path]["acceptance_rate"] <= a["comparison"][path]["acceptance_rate"]
     assert b["comparison"]["api"]["accepted"] < a["comparison"]["api"]["accepted"]
@@ -196,9 +196,9 @@ def test_the_task_set_and_retry_policy_shape_the_comparison(tmp_path, steady):
     a, b = analyse(load_review(every)), analyse(load_review(only_agent))
     assert 0 < b["comparison"]["paired_tasks"] < a["comparison"]["paired_tasks"]
     assert b["comparison"]["task_set"] == ["agent"]
-    assert b["production"]["over_retry_policy"] > a["production"]["over_retry_policy"] >= 0
+    assert b["production"].over_retry_policy > a["production"].over_retry_policy >= 0
     # counted within the task set only: a task outside it is not weighed at all
-    assert b["production"]["over_retry_policy"] == sum(1 for line in steady["tasks"].read_text().splitlines()[1:]
+    assert b["production"].over_retry_policy == sum(1 for line in steady["tasks"].read_text().splitlines()[1:]
                                                       if ",agent,self-hosted," in line and int(line.split(",")[7]) > 0)
 
 

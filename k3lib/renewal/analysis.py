@@ -20,23 +20,28 @@ from .costsources import USAGE_SCOPED
 from .drillshapes import RenewalDrillData
 from .inputs import FIVE_QUESTIONS, CostsInput, HoursRecord, IncidentRecord, TaskRecord
 from .load import CATEGORIES, PERIODS, analyse_load, slot_index  # noqa: F401  (re-exported)
+from .results import (
+    ApiCost,
+    Clipping,
+    CostItem,
+    CostResult,
+    CreditLine,
+    FiveCounts,
+    HoursRow,
+    IncidentClass,
+    Losses,
+    ProductionResult,
+    QuestionCounts,
+    RenewalDrillResult,
+    RenewalOperationsResult,
+    SelfHostedCost,
+    StabilityResult,
+    WeekRow,
+)
 from .rules import DeclaredBenefits, FixedElements, RenewalRules
 from .rules import accepted as is_accepted
 from .series import Grid
-from .shapes import (
-    BenefitsData,
-    ClippingData,
-    ComparisonData,
-    CostData,
-    CreditData,
-    EquivalenceData,
-    IncidentClassData,
-    PathFiguresData,
-    ProductionData,
-    QuestionCountsData,
-    RenewalOperationsData,
-    StabilityData,
-)
+from .shapes import BenefitsData, ComparisonData, EquivalenceData, PathFiguresData
 
 SELF: Final = "self-hosted"
 API: Final = "api"
@@ -105,7 +110,7 @@ def _production_not_shown(n: int, coverage: float | None, rules: RenewalRules) -
 
 def analyse_production(frame, tasks: Sequence[TaskRecord], rules: RenewalRules, grid: Grid,
                        fixed: FixedElements = FixedElements(), *, coverage: float | None = None,
-                       outside_window: ClippingData | None = None) -> ProductionData:
+                       outside_window: Clipping | None = None) -> ProductionResult:
     """Accepted tasks of the fixed task set (under the fixed quality rule and retry policy) per operating hour, with
     their 95 % intervals, and what was lost on the way (self-hosted path). `coverage`: the task log's share of the
     window's days; `outside_window`: what clipping the log to the window left out."""
@@ -122,41 +127,41 @@ def analyse_production(frame, tasks: Sequence[TaskRecord], rules: RenewalRules, 
     retries = bounded_retries(sh, fixed)
     acc_ci, tool_ci = interval(accepted, n), interval(tool_tasks, n)
     why = _production_not_shown(n, coverage, rules)
-    return {
-        "tasks": n,
-        "finished": sum(1 for t in sh if t.finished_at is not None),
-        "accepted": accepted,
-        "acceptance_rate": _r(accepted / n if n else None),
-        "acceptance_low": acc_ci[0], "acceptance_high": acc_ci[1],
-        "operating_h": _r(operating_h, 1),
-        "accepted_per_operating_h": _r(accepted / operating_h if operating_h else None),
-        "generation_tokens": int(gen_tokens),
-        "generation_tokens_per_accepted_task": _r(gen_tokens / accepted if accepted else None, 0),
-        "losses": {
-            "retries": retries,
-            "retries_per_task": _r(retries / n if n else None),
-            "tasks_with_malformed_tool_calls": tool_tasks,
-            "tool_error_share": _r(tool_tasks / n if n else None),
-            "timeouts": sum(t.timed_out for t in sh),
-            "manual_corrections": sum(t.manual_correction for t in sh),
-            "routed_to_api": sum(t.routed_to_api for t in sh),
-            "wait_h": _r(sum(t.wait_s for t in sh) / 3600, 1),
-            "saturation_wait_h": _r(sat_wait_s / 3600, 1),
-        },
-        "tool_error_low": tool_ci[0], "tool_error_high": tool_ci[1],
+    return ProductionResult(
+        tasks=n,
+        finished=sum(1 for t in sh if t.finished_at is not None),
+        accepted=accepted,
+        acceptance_rate=_r(accepted / n if n else None),
+        acceptance_low=acc_ci[0], acceptance_high=acc_ci[1],
+        operating_h=_r(operating_h, 1),
+        accepted_per_operating_h=_r(accepted / operating_h if operating_h else None),
+        generation_tokens=int(gen_tokens),
+        generation_tokens_per_accepted_task=_r(gen_tokens / accepted if accepted else None, 0),
+        losses=Losses(
+            retries=retries,
+            retries_per_task=_r(retries / n if n else None),
+            tasks_with_malformed_tool_calls=tool_tasks,
+            tool_error_share=_r(tool_tasks / n if n else None),
+            timeouts=sum(t.timed_out for t in sh),
+            manual_corrections=sum(t.manual_correction for t in sh),
+            routed_to_api=sum(t.routed_to_api for t in sh),
+            wait_h=_r(sum(t.wait_s for t in sh) / 3600, 1),
+            saturation_wait_h=_r(sat_wait_s / 3600, 1),
+        ),
+        tool_error_low=tool_ci[0], tool_error_high=tool_ci[1],
         # the retry policy fixed before the review: a task retried more often was not run under it (named, its
         # retries counted at the policy's bound, not accepted)
-        "over_retry_policy": len(off_policy),
-        "over_retry_policy_tasks": off_policy[:EXAMPLES],
-        "retry_policy_max_retries": fixed.retry_policy.max_retries,
-        "task_set": list(fixed.task_set.categories),
-        "outside_task_set": outside_set,
-        "outside_window": outside_window or {"inside": len(tasks), "outside": 0, "outside_examples": []},
-        "task_log_coverage": coverage,
-        "min_sample_tasks": rules.min_sample_tasks,
-        "shown": not why,
-        "not_shown_because": why,
-    }
+        over_retry_policy=len(off_policy),
+        over_retry_policy_tasks=tuple(off_policy[:EXAMPLES]),
+        retry_policy_max_retries=fixed.retry_policy.max_retries,
+        task_set=tuple(fixed.task_set.categories),
+        outside_task_set=outside_set,
+        outside_window=outside_window or Clipping(inside=len(tasks), outside=0, outside_examples=()),
+        task_log_coverage=coverage,
+        min_sample_tasks=rules.min_sample_tasks,
+        shown=not why,
+        not_shown_because=tuple(why),
+    )
 
 
 # --- 3. the same task set on both paths -------------------------------------------------------------------------
@@ -262,7 +267,7 @@ def _per_task(total: float | None, n: int, low: float | None, high: float | None
     return total / (n * high), (total / (n * low) if low > 0 else None)
 
 
-def _cost_comparable(production: ProductionData, comparison: ComparisonData, rules: RenewalRules) -> list[str]:
+def _cost_comparable(production: ProductionResult, comparison: ComparisonData, rules: RenewalRules) -> list[str]:
     """Why the cost per accepted task cannot be compared with the API's on the same tasks ([] when it can)."""
     why = []
     paired, api_tasks = comparison.get("paired_tasks") or 0, comparison.get("api_tasks") or 0
@@ -277,25 +282,25 @@ def _cost_comparable(production: ProductionData, comparison: ComparisonData, rul
         why.append(f"the API bill covers the log's API tasks of the window, {outside} of them outside the task set "
                    f"({', '.join(comparison.get('task_set') or [])}): it is not the bill of the tasks it is divided by "
                    "— re-import it for the task set's tasks (k3 import usage --tasks)")
-    if not production.get("shown", True):
+    if not production.shown:
         why.append("the useful production is not shown")
     return why
 
 
-def _credits(costs: CostsInput, items: dict[str, float | None]) -> list[CreditData]:
+def _credits(costs: CostsInput, items: dict[str, float | None]) -> list[CreditLine]:
     """The costs file's credits and refunds, each listed; netted into its item only when recurring and accepted."""
-    out: list[CreditData] = []
+    out: list[CreditLine] = []
     for c in costs.credits:
         if c.netted and c.item in items and items[c.item] is not None:
             items[c.item] = items[c.item] + c.amount  # type: ignore[operator]
-        out.append({"amount": c.amount, "item": c.item, "description": c.description,
-                    "charge_category": c.charge_category, "recurring": c.recurring, "accepted_by": c.accepted_by,
-                    "netted": c.netted and c.item in items})
+        out.append(CreditLine(amount=c.amount, item=c.item, description=c.description,
+                              charge_category=c.charge_category, recurring=c.recurring, accepted_by=c.accepted_by,
+                              netted=c.netted and c.item in items))
     return out
 
 
-def full_cost(costs: CostsInput, production: ProductionData, comparison: ComparisonData,
-              rules: RenewalRules = RenewalRules(), other_gpu_hosts: Sequence[str] = ()) -> CostData:
+def full_cost(costs: CostsInput, production: ProductionResult, comparison: ComparisonData,
+              rules: RenewalRules = RenewalRules(), other_gpu_hosts: Sequence[str] = ()) -> CostResult:
     """Self-hosted and API cost per accepted task of the fixed task set where every item is known, each with the
     interval its acceptance rate's gives; a blank item leaves the total blank (its known part is shown apart,
     labelled as partial). Cheaper is shown only when the two intervals do not overlap, on the same tasks."""
@@ -303,16 +308,16 @@ def full_cost(costs: CostsInput, production: ProductionData, comparison: Compari
                   if costs.install_upgrade_rollback_hours is not None and costs.hourly_rate is not None else None)
     items = {k: getattr(costs, k) for k in SELF_COST_ITEMS if k != "install_upgrade_rollback"}
     items["install_upgrade_rollback"] = hours_cost
-    routed = (production.get("losses") or {}).get("routed_to_api") or 0
+    routed = production.losses.routed_to_api
     if routed and not items["tasks_transferred_to_api"]:
         items["tasks_transferred_to_api"] = None  # tasks the API finished without their API cost: not known
     credits = _credits(costs, items)
     blanks = [k for k in SELF_COST_ITEMS if items[k] is None]
     known = sum(v for v in items.values() if v is not None)
     total = None if blanks else known
-    accepted, n = production.get("accepted") or 0, production.get("tasks") or 0
+    accepted, n = production.accepted, production.tasks
     api_n, api_accepted = comparison.get("api_tasks") or 0, comparison.get("api_accepted") or 0
-    sh_low, sh_high = _per_task(total, n, production.get("acceptance_low"), production.get("acceptance_high"))
+    sh_low, sh_high = _per_task(total, n, production.acceptance_low, production.acceptance_high)
     a_low, a_high = interval(api_accepted, api_n)
     api_low, api_high = _per_task(costs.api_bill_same_tasks, api_n, a_low, a_high)
     sh_per = _r(total / accepted if total is not None and accepted else None, 2)
@@ -335,35 +340,35 @@ def full_cost(costs: CostsInput, production: ProductionData, comparison: Compari
         # upper bound; overlapping intervals show neither
         cheaper = True if sh_high <= api_low else False if (api_high is not None and sh_low is not None
                                                              and sh_low > api_high) else None
-    return {
-        "currency": costs.currency,
-        "self_hosted": {
-            "items": [{"item": k, "amount": items[k]} for k in SELF_COST_ITEMS],
-            "blank_items": blanks,
-            "known_subtotal": _r(known, 2),
-            "total": _r(total, 2),
-            "accepted_tasks": accepted,
-            "per_accepted_task": sh_per,
-            "per_accepted_task_low": _r(sh_low, 2), "per_accepted_task_high": _r(sh_high, 2),
-        },
-        "api": {
-            "bill_same_tasks": costs.api_bill_same_tasks,
-            "tasks": api_n,
-            "accepted_tasks": api_accepted,
-            "per_accepted_task": api_per,
-            "per_accepted_task_low": _r(api_low, 2), "per_accepted_task_high": _r(api_high, 2),
-            "self_hosted_accepted_on_same_set": (comparison.get(SELF) or {}).get("accepted") or 0,
-        },
-        "delivered_tasks_value": costs.delivered_tasks_value,
-        "hourly_rate": costs.hourly_rate,
-        "credits": credits,
-        "routed_to_api_tasks": routed,
-        "not_comparable_because": why,
+    return CostResult(
+        currency=costs.currency,
+        self_hosted=SelfHostedCost(
+            items=tuple(CostItem(item=k, amount=items[k]) for k in SELF_COST_ITEMS),
+            blank_items=tuple(blanks),
+            known_subtotal=_r(known, 2),
+            total=_r(total, 2),
+            accepted_tasks=accepted,
+            per_accepted_task=sh_per,
+            per_accepted_task_low=_r(sh_low, 2), per_accepted_task_high=_r(sh_high, 2),
+        ),
+        api=ApiCost(
+            bill_same_tasks=costs.api_bill_same_tasks,
+            tasks=api_n,
+            accepted_tasks=api_accepted,
+            per_accepted_task=api_per,
+            per_accepted_task_low=_r(api_low, 2), per_accepted_task_high=_r(api_high, 2),
+            self_hosted_accepted_on_same_set=(comparison.get(SELF) or {}).get("accepted") or 0,
+        ),
+        delivered_tasks_value=costs.delivered_tasks_value,
+        hourly_rate=costs.hourly_rate,
+        credits=tuple(credits),
+        routed_to_api_tasks=routed,
+        not_comparable_because=tuple(why),
         # None when a blank leaves either side blank, the tasks are not the same, or the intervals overlap
-        "self_hosted_cheaper_per_task": cheaper,
-        "total_within_delivered_value": None if total is None or costs.delivered_tasks_value is None
+        self_hosted_cheaper_per_task=cheaper,
+        total_within_delivered_value=None if total is None or costs.delivered_tasks_value is None
         else total <= costs.delivered_tasks_value,
-    }
+    )
 
 
 # --- 5. stability -----------------------------------------------------------------------------------------------
@@ -389,30 +394,30 @@ def drill_not_shown(drill: RenewalDrillData | None) -> str | None:
 
 
 def analyse_stability(incidents: Sequence[IncidentRecord], rules: RenewalRules,
-                      drill: RenewalDrillData | None = None, *, outside_window: ClippingData | None = None
-                      ) -> StabilityData:
+                      drill: RenewalDrillData | None = None, *, outside_window: Clipping | None = None
+                      ) -> StabilityResult:
     """Incidents of the window by class, time to recover, the five questions over the log, and the drill's answers
     if it touched the deployment. `outside_window`: the incidents clipping left out (counted, never read)."""
     by_cat: dict[str, list[IncidentRecord]] = defaultdict(list)
     for inc in incidents:
         by_cat[inc.category or UNCLASSIFIED].append(inc)
-    rows: list[IncidentClassData] = []
+    rows: list[IncidentClass] = []
     for cat, items in sorted(by_cat.items()):
         mins = [i.minutes_to_recover for i in items if i.minutes_to_recover is not None]
-        rows.append({"category": cat, "incidents": len(items),
-                     "median_minutes_to_recover": _r(statistics.median(mins) if mins else None, 1),
-                     "max_minutes_to_recover": _r(max(mins) if mins else None, 1),
-                     "not_measured": len(items) - len(mins)})
-    questions: dict[str, QuestionCountsData] = {q: {"yes": sum(1 for i in incidents if getattr(i, q) is True),
-                     "no": sum(1 for i in incidents if getattr(i, q) is False),
-                     "unknown": sum(1 for i in incidents if getattr(i, q) is None)} for q in FIVE_QUESTIONS}
+        rows.append(IncidentClass(category=cat, incidents=len(items),
+                                  median_minutes_to_recover=_r(statistics.median(mins) if mins else None, 1),
+                                  max_minutes_to_recover=_r(max(mins) if mins else None, 1),
+                                  not_measured=len(items) - len(mins)))
+    questions = {q: QuestionCounts(yes=sum(1 for i in incidents if getattr(i, q) is True),
+                                   no=sum(1 for i in incidents if getattr(i, q) is False),
+                                   unknown=sum(1 for i in incidents if getattr(i, q) is None)) for q in FIVE_QUESTIONS}
     slow = [i.id for i in incidents if i.minutes_to_recover is None or i.minutes_to_recover > rules.max_recovery_min]
     answers = drill_answers(drill)
     drill_no = [q for q, a in answers.items() if a == "no"]
-    log_no = [q for q, c in questions.items() if c["no"] > 0]
+    log_no = [q for q, c in questions.items() if c.no > 0]
     # a question is shown when the drill or a logged incident answered it yes; a blank or "not shown" never is
     unshown = [q for q in FIVE_QUESTIONS if q not in drill_no and q not in log_no
-               and answers.get(q) != "yes" and questions[q]["yes"] == 0]
+               and answers.get(q) != "yes" and questions[q].yes == 0]
     # each incident is shown by its own answers: one row answering yes answers for itself, never for the others
     blank = {i.id: [q for q in FIVE_QUESTIONS if getattr(i, q) is None] for i in incidents}
     unanswered = {k: v for k, v in blank.items() if v}
@@ -420,37 +425,37 @@ def analyse_stability(incidents: Sequence[IncidentRecord], rules: RenewalRules,
     unclassified = [i.id for i in incidents if i.category is None]  # a blank class is not shown, never favourable
     # the drill is a premise of its own: a drill that did not touch the reviewed deployment shows nothing
     drill_why = drill_not_shown(drill)
-    return {
-        "incidents": len(incidents),
-        "by_category": rows,
-        "questions": questions,
-        "slow_or_unrecovered": slow,
-        "recovered_within_rule_share": _r((len(incidents) - len(slow)) / len(incidents) if incidents else None),
-        "drill": drill,
-        "outside_window": outside_window or {"inside": len(incidents), "outside": 0, "outside_examples": []},
-        "not_shown": unshown,
+    return StabilityResult(
+        incidents=len(incidents),
+        by_category=tuple(rows),
+        questions=FiveCounts.model_validate(questions),
+        slow_or_unrecovered=tuple(slow),
+        recovered_within_rule_share=_r((len(incidents) - len(slow)) / len(incidents) if incidents else None),
+        drill=None if drill is None else RenewalDrillResult.model_validate(drill),
+        outside_window=outside_window or Clipping(inside=len(incidents), outside=0, outside_examples=()),
+        not_shown=tuple(unshown),
         # False: a failure was seen; None: nothing failed but some question was never shown (never counted as yes)
-        "recoverable": False if failed else None if unshown or unclassified or unanswered or drill_why else True,
-        "incidents_without_evidence": [f"{k} ({', '.join(v)})" for k, v in unanswered.items()],
-        "not_recoverable_because": ([f"{len(slow)} incident(s) recovered later than "
-                                     f"{figure(rules.max_recovery_min, ' min')} or never: {', '.join(slow)}"]
-                                    if slow else [])
-        + ([f"the incident log answers no to: {', '.join(log_no)}"] if log_no else [])
-        + ([f"the drill answers no to: {', '.join(drill_no)}"] if drill_no else [])
-        + ([f"neither the drill nor the incident log shows: {', '.join(unshown)}"] if unshown else [])
-        + ([f"{len(unclassified)} incident(s) not classified: {', '.join(unclassified)}"] if unclassified else [])
-        + ([f"{len(unanswered)} incident(s) without their own answers (one row answers only for itself): "
-            + "; ".join(f"{k} ({', '.join(v)})" for k, v in list(unanswered.items())[:EXAMPLES])]
-           if unanswered else [])
-        + ([f"the drill premise is not shown: {drill_why}"] if drill_why else []),
-    }
+        recoverable=False if failed else None if unshown or unclassified or unanswered or drill_why else True,
+        incidents_without_evidence=tuple(f"{k} ({', '.join(v)})" for k, v in unanswered.items()),
+        not_recoverable_because=tuple(
+            ([f"{len(slow)} incident(s) recovered later than "
+              f"{figure(rules.max_recovery_min, ' min')} or never: {', '.join(slow)}"] if slow else [])
+            + ([f"the incident log answers no to: {', '.join(log_no)}"] if log_no else [])
+            + ([f"the drill answers no to: {', '.join(drill_no)}"] if drill_no else [])
+            + ([f"neither the drill nor the incident log shows: {', '.join(unshown)}"] if unshown else [])
+            + ([f"{len(unclassified)} incident(s) not classified: {', '.join(unclassified)}"] if unclassified else [])
+            + ([f"{len(unanswered)} incident(s) without their own answers (one row answers only for itself): "
+                + "; ".join(f"{k} ({', '.join(v)})" for k, v in list(unanswered.items())[:EXAMPLES])]
+               if unanswered else [])
+            + ([f"the drill premise is not shown: {drill_why}"] if drill_why else [])),
+    )
 
 
 # --- 6. operations ----------------------------------------------------------------------------------------------
 
-def analyse_operations(hours: Sequence[HoursRecord], comparison: ComparisonData, production: ProductionData,
+def analyse_operations(hours: Sequence[HoursRecord], comparison: ComparisonData, production: ProductionResult,
                        rules: RenewalRules, *, window_weeks: float | None = None, coverage: float | None = None,
-                       outside_window: ClippingData | None = None) -> RenewalOperationsData:
+                       outside_window: Clipping | None = None) -> RenewalOperationsResult:
     """Hours by category and week against the delivery gain: time saved on the accepted self-hosted tasks. The
     weekly effort is the hours of the window over its length in weeks (`window_weeks`), never over the number of
     week labels; hours files covering less of the window than the rule leave the effort not shown."""
@@ -468,23 +473,23 @@ def analyse_operations(hours: Sequence[HoursRecord], comparison: ComparisonData,
     gain_h = None
     sh_median, api_median = sh.get("delivery_median_s"), api.get("delivery_median_s")
     if sh_median is not None and api_median is not None:
-        gain_h = (api_median - sh_median) * (production.get("accepted") or 0) / 3600
+        gain_h = (api_median - sh_median) * production.accepted / 3600
     per_week = None if why else total / weeks
-    return {
-        "total_h": _r(total, 1),
-        "per_week_h": _r(per_week, 1),
-        "weeks": _r(weeks, 2),
-        "by_category": [{"category": c, "hours": _r(v, 1)} for c, v in sorted(by_cat.items(), key=lambda x: -x[1])],
-        "by_week": [{"week": w, "hours": _r(v, 1)} for w, v in sorted(by_week.items())],
-        "delivery_gain_h": _r(gain_h, 1),
-        "gain_basis": "API median delivery − self-hosted median delivery, × accepted self-hosted tasks",
-        "effort_contained": None if per_week is None else per_week <= rules.max_ops_hours_per_week,
-        "effort_exceeds_gain": None if gain_h is None or why else total > gain_h,
-        "hours_coverage": coverage,
-        "outside_window": outside_window or {"inside": len(hours), "outside": 0, "outside_examples": []},
-        "not_shown_because": why,
-        "unclassified_h": _r(by_cat.get("unclassified"), 1),
-    }
+    return RenewalOperationsResult(
+        total_h=_r(total, 1),
+        per_week_h=_r(per_week, 1),
+        weeks=_r(weeks, 2),
+        by_category=tuple(HoursRow(category=c, hours=_r(v, 1)) for c, v in sorted(by_cat.items(), key=lambda x: -x[1])),
+        by_week=tuple(WeekRow(week=w, hours=_r(v, 1)) for w, v in sorted(by_week.items())),
+        delivery_gain_h=_r(gain_h, 1),
+        gain_basis="API median delivery − self-hosted median delivery, × accepted self-hosted tasks",
+        effort_contained=None if per_week is None else per_week <= rules.max_ops_hours_per_week,
+        effort_exceeds_gain=None if gain_h is None or why else total > gain_h,
+        hours_coverage=coverage,
+        outside_window=outside_window or Clipping(inside=len(hours), outside=0, outside_examples=()),
+        not_shown_because=tuple(why),
+        unclassified_h=_r(by_cat.get("unclassified"), 1),
+    )
 
 
 def benefits_summary(benefits: DeclaredBenefits) -> BenefitsData:

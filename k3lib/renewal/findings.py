@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from ..core.evidence import FindingStatus
 from ..core.numbers import figure
-from .shapes import CreditData
+from .results import CreditLine
 
 Measured = Mapping[str, Any]
 
@@ -319,15 +319,17 @@ def _cost(o: bool | None, m: Measured) -> str:
                "failures" if m.get("routed_to_api_tasks") else ""))
 
 
-def _credit_lines(credits: list[CreditData], cur: str | None) -> str:
+def _credit_lines(stored: list[Any], cur: str | None) -> str:
+    """The cost's credits (`measured["credits"]`: each a `CreditLine` as JSON, validated back), netted or apart."""
+    credits = [CreditLine.model_validate(c) for c in stored]
     if not credits:
         return ""
-    def one(c: CreditData) -> str:
-        what = c.get("charge_category") or "credit"
-        return (f"{money(c['amount'], cur)} ({what}, {c['item']}"
-                + (f", {c['description']}" if c.get("description") else "") + ")")
-    netted = [one(c) for c in credits if c["netted"]]
-    apart = [one(c) for c in credits if not c["netted"]]
+    def one(c: CreditLine) -> str:
+        what = c.charge_category or "credit"
+        return (f"{money(c.amount, cur)} ({what}, {c.item}"
+                + (f", {c.description}" if c.description else "") + ")")
+    netted = [one(c) for c in credits if c.netted]
+    apart = [one(c) for c in credits if not c.netted]
     return ((f"; credits and refunds listed apart, not netted (netted only when recurring and accepted): "
              f"{', '.join(apart)}" if apart else "")
             + (f"; recurring credits netted as accepted: {', '.join(netted)}" if netted else ""))

@@ -19,6 +19,8 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, cast
 
+from pydantic import ValidationError
+
 from ..axes.paths.record import PathsResult
 from ..core.errors import BadInputError
 from ..core.session import adopt_folder
@@ -50,6 +52,7 @@ from .inputs import (
 from .live import match_live
 from .load import analyse_load
 from .params import DeploymentLabels, InputFiles, RenewalParams, SeriesSource, load_any_review
+from .results import CostResult, ProductionResult, RenewalOperationsResult, StabilityResult
 from .selector import selector_data
 from .series import DCGM_GPU_UTIL, Grid, RawSeries, ReviewSeries, load_frame, series_from_file, series_from_prometheus
 from .shapes import Axes, AxesCache, AxesData, DeploymentData, LoadData
@@ -271,7 +274,7 @@ def deployment_use(deployment: DeploymentLabels, series: ReviewSeries) -> Deploy
 
 
 def analyse(data: ReviewData, drill: RenewalDrillData | None = None) -> AxesData:
-    """The six axes as JSON-ready dicts, keyed by axis id."""
+    """The six axes keyed by axis id: JSON-ready dicts, or the typed model where the analysis builds it."""
     rules, fixed = data.params.review.rules, data.params.review.fixed
     load: LoadData = {**analyse_load(data.frame, data.tasks, rules, data.grid, data.gpus),
                        "deployment": deployment_use(data.deployment, data.series),
@@ -319,7 +322,7 @@ def hourly_load(frame: Any) -> Any:
 
 def write_axes_cache(params: RenewalParams, store: RunStore) -> AxesData:
     """Load the inputs and compute the axes once, written (atomically, hashed in the manifest) to AXES_CACHE with
-    the load figure's hourly means."""
+    the load figure's hourly means (an axis held as its typed model is written as its `model_dump(mode="json")`)."""
     data = load_review(params)
     axes = analyse(data)
     hourly = hourly_load(data.frame)
@@ -359,7 +362,25 @@ def read_axes_cache(params: RenewalParams, store: RunStore) -> AxesData | None:
     """The run's cached axes when the file is the one the manifest hashed and was computed from these very inputs;
     None otherwise (a notebook opened alone, or inputs changed since): the caller computes them."""
     cached = _cached(params, store)
-    return cached.get("axes") if cached is not None else None
+    return None if cached is None else typed_cache(cached["axes"])
+
+
+def typed_cache(stored: AxesData) -> AxesData | None:
+    """The cached axes as `analyse` gives them: each axis its analysis builds as its typed model validated back
+    from the JSON (None when one does not fit: the cache is then computed again, never read half-way)."""
+    axes = stored.copy()
+    try:
+        if "production" in stored:
+            axes["production"] = ProductionResult.model_validate(stored["production"])
+        if "cost" in stored:
+            axes["cost"] = CostResult.model_validate(stored["cost"])
+        if "stability" in stored:
+            axes["stability"] = StabilityResult.model_validate(stored["stability"])
+        if "operations" in stored:
+            axes["operations"] = RenewalOperationsResult.model_validate(stored["operations"])
+    except ValidationError:
+        return None
+    return axes
 
 
 def live_refusal(live: PathsResult | None, model_name: str | None, task_set_sha256: str | None) -> str | None:

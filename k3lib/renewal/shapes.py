@@ -1,7 +1,8 @@
 """The JSON shapes the renewal review builds and reads, as `TypedDict`s: each analysis' figures before its typed
-model (`results.py`) validates them, the review's axes and their cache, the decision's checklist and routing, and the
-JSON and YAML values of the files the review reads (the drill's shapes: `drillshapes.py`). They change nothing at run
-time: the dicts stay the dicts that are written (same keys, same order).
+model (`results.py`) validates them (an analysis that builds its model itself has no shape here: the useful
+production, the cost, the stability, the operations), the review's axes and their cache, the decision's checklist
+and routing, and the JSON and YAML values of the files the review reads (the drill's shapes: `drillshapes.py`). They
+change nothing at run time: the dicts stay the dicts that are written (same keys, same order).
 
 A key that is no identifier (`self-hosted`) is declared with the functional syntax.
 """
@@ -13,8 +14,7 @@ from typing import Any, Literal, NotRequired
 
 from typing_extensions import TypedDict  # pydantic validates a model's TypedDict field only from here before 3.12
 
-from .drillshapes import RenewalDrillData
-from .results import AxisResult, Num
+from .results import AxisResult, CostResult, Num, ProductionResult, RenewalOperationsResult, StabilityResult
 
 # a value as a JSON file gives it (an export's row, a reply's body: k3lib.core.jsonvalue), and as a YAML file does
 # (dates too)
@@ -33,14 +33,6 @@ class WindowData(TypedDict):
 
 class WindowStep(WindowData):
     step_s: float
-
-
-class ClippingData(TypedDict):
-    """What clipping one input to the window kept and left out (`window.Clipped.describe`)."""
-
-    inside: int
-    outside: int
-    outside_examples: list[str]
 
 
 class SelectorData(TypedDict):
@@ -160,46 +152,6 @@ class LoadData(LoadFigures):
     window: WindowStep
 
 
-# --- 2. useful production -------------------------------------------------------------------------------------------
-
-class LossesData(TypedDict):
-    retries: int
-    retries_per_task: Num
-    tasks_with_malformed_tool_calls: int
-    tool_error_share: Num
-    timeouts: int
-    manual_corrections: int
-    routed_to_api: int
-    wait_h: Num
-    saturation_wait_h: Num
-
-
-class ProductionData(TypedDict):
-    tasks: int
-    finished: int
-    accepted: int
-    acceptance_rate: Num
-    acceptance_low: Num
-    acceptance_high: Num
-    operating_h: Num
-    accepted_per_operating_h: Num
-    generation_tokens: int
-    generation_tokens_per_accepted_task: Num
-    losses: LossesData
-    tool_error_low: Num
-    tool_error_high: Num
-    over_retry_policy: int
-    over_retry_policy_tasks: list[str]
-    retry_policy_max_retries: int
-    task_set: list[str]
-    outside_task_set: dict[str, int]
-    outside_window: ClippingData
-    task_log_coverage: Num
-    min_sample_tasks: int
-    shown: bool
-    not_shown_because: list[str]
-
-
 # --- 3. self-hosted vs API ------------------------------------------------------------------------------------------
 
 class PathFiguresData(TypedDict):
@@ -247,114 +199,7 @@ ComparisonData = TypedDict("ComparisonData", {
 })
 
 
-# --- 4. full cost ---------------------------------------------------------------------------------------------------
-
-class CostItemData(TypedDict):
-    item: str
-    amount: Num
-
-
-class SelfHostedCostData(TypedDict):
-    items: list[CostItemData]
-    blank_items: list[str]
-    known_subtotal: Num
-    total: Num
-    accepted_tasks: int
-    per_accepted_task: Num
-    per_accepted_task_low: Num
-    per_accepted_task_high: Num
-
-
-class ApiCostData(TypedDict):
-    bill_same_tasks: Num
-    tasks: int | None
-    accepted_tasks: int
-    per_accepted_task: Num
-    per_accepted_task_low: Num
-    per_accepted_task_high: Num
-    self_hosted_accepted_on_same_set: int
-
-
-class CreditData(TypedDict):
-    amount: float
-    item: str
-    description: str
-    charge_category: str | None
-    recurring: bool
-    accepted_by: str | None
-    netted: bool
-
-
-class CostData(TypedDict):
-    currency: str | None
-    self_hosted: SelfHostedCostData
-    api: ApiCostData
-    delivered_tasks_value: Num
-    hourly_rate: Num
-    credits: list[CreditData]
-    routed_to_api_tasks: int
-    not_comparable_because: list[str]
-    self_hosted_cheaper_per_task: bool | None
-    total_within_delivered_value: bool | None
-
-
-# --- 5. stability and the drill -------------------------------------------------------------------------------------
-
-class IncidentClassData(TypedDict):
-    category: str
-    incidents: int
-    median_minutes_to_recover: Num
-    max_minutes_to_recover: Num
-    not_measured: int
-
-
-class QuestionCountsData(TypedDict):
-    yes: int
-    no: int
-    unknown: int
-
-
-class StabilityData(TypedDict):
-    incidents: int
-    by_category: list[IncidentClassData]
-    questions: dict[str, QuestionCountsData]
-    slow_or_unrecovered: list[str]
-    recovered_within_rule_share: Num
-    drill: RenewalDrillData | None
-    outside_window: ClippingData
-    not_shown: list[str]
-    recoverable: bool | None
-    incidents_without_evidence: list[str]
-    not_recoverable_because: list[str]
-
-
-# --- 6. operations and the declared benefits ------------------------------------------------------------------------
-
-class HoursRowData(TypedDict):
-    category: str
-    hours: Num
-
-
-class WeekRowData(TypedDict):
-    week: str
-    hours: Num
-
-
-class RenewalOperationsData(TypedDict):
-    total_h: Num
-    per_week_h: Num
-    weeks: Num
-    by_category: list[HoursRowData]
-    by_week: list[WeekRowData]
-    delivery_gain_h: Num
-    gain_basis: str
-    effort_contained: bool | None
-    effort_exceeds_gain: bool | None
-    hours_coverage: Num
-    outside_window: ClippingData
-    not_shown_because: list[str]
-    unclassified_h: Num
-
+# --- the declared benefits ------------------------------------------------------------------------------------------
 
 class BenefitsData(TypedDict):
     declared: list[str]
@@ -362,19 +207,20 @@ class BenefitsData(TypedDict):
 
 
 class AxesData(TypedDict, total=False):
-    """The review's axes by id, as `review.analyse` computes them and `review/axes.json` caches them; an axis
-    read back from its record is its typed model's dump (`records.axes_from_records`)."""
+    """The review's axes by id, as `review.analyse` computes them and `review/axes.json` caches them (an axis that
+    its analysis builds as its typed model is held as that model, and validated back when the cache is read); an
+    axis read back from its record is its typed model (`records.axes_from_records`)."""
 
     load: LoadData
-    production: ProductionData
+    production: ProductionResult
     comparison: ComparisonData
-    cost: CostData
-    stability: StabilityData
-    operations: RenewalOperationsData
+    cost: CostResult
+    stability: StabilityResult
+    operations: RenewalOperationsResult
     benefits: BenefitsData
 
 
-AxisData = LoadData | ProductionData | ComparisonData | CostData | StabilityData | RenewalOperationsData  # one axis
+AxisData = LoadData | ProductionResult | ComparisonData | CostResult | StabilityResult | RenewalOperationsResult  # one axis
 
 
 class HourlyLoad(TypedDict):

@@ -16,7 +16,8 @@ from typing import Any, Sequence
 
 from ..core.errors import BadInputError
 from .inputs import HoursRecord, IncidentRecord, TaskRecord, iso_week_start
-from .shapes import ClippingData, WindowData
+from .results import Clipping
+from .shapes import WindowData
 
 DAY = dt.timedelta(days=1)
 
@@ -86,8 +87,8 @@ class Clipped:
     outside: int
     examples: tuple[str, ...]  # up to five ids or labels of the rows left out
 
-    def describe(self) -> ClippingData:
-        return {"inside": len(self.kept), "outside": self.outside, "outside_examples": list(self.examples)}
+    def describe(self) -> Clipping:
+        return Clipping(inside=len(self.kept), outside=self.outside, outside_examples=self.examples)
 
 
 def clip_tasks(tasks: Sequence[TaskRecord], window: ReviewWindow) -> Clipped:

@@ -12,6 +12,7 @@ import pandas as pd  # the review's opener (k3lib.review) imports this module on
 from ..core.numbers import figure
 from ..renewal.decision import RenewalDecision, money
 from ..renewal.params import RenewalParams, tracked_keys
+from ..renewal.results import CostResult, ProductionResult, RenewalOperationsResult, StabilityResult
 from .views import badge
 
 
@@ -44,49 +45,77 @@ def _compact(value: Any) -> str:
     return ", ".join(map(str, value)) if isinstance(value, list) else str(value)
 
 
-def axis_table(axis: str, result: dict[str, Any]) -> Any:
-    """The axis' main table, blanks shown as blanks (None → empty cell, never 0)."""
+def axis_table(axis: str, result: dict[str, Any] | ProductionResult | CostResult | StabilityResult
+                | RenewalOperationsResult) -> Any:
+    """The axis' main table, blanks shown as blanks (None → empty cell, never 0); an axis its analysis builds as its
+    typed model (production, cost, stability, operations) is read by attribute."""
+    if isinstance(result, ProductionResult):  # every figure, the losses' among them, as its JSON holds it
+        values = {**result.model_dump(mode="json", exclude={"losses"}), **result.losses.model_dump(mode="json")}
+        return pd.DataFrame([{"figure": k, "value": v} for k, v in values.items()])
+    if isinstance(result, CostResult):
+        return cost_table(result)
+    if isinstance(result, (StabilityResult, RenewalOperationsResult)):
+        return pd.DataFrame([row.model_dump() for row in result.by_category])
     if axis == "load":
         return pd.concat([pd.DataFrame(result["by_period"]), pd.DataFrame(result["by_category"])],
                          ignore_index=True).astype(object).where(lambda d: d.notna(), "")
-    if axis == "production":
-        return pd.DataFrame([{"figure": k, "value": v} for k, v in
-                             {**{k: v for k, v in result.items() if k != "losses"}, **result["losses"]}.items()])
     if axis == "comparison":
         return pd.DataFrame({p: result[p] for p in ("self-hosted", "api")})
-    if axis == "cost":
-        cur = result.get("currency")
-        sh = result["self_hosted"]
-        rows = [{"item": i["item"], "self-hosted": i["amount"]} for i in sh["items"]]
-        rows += [{"item": "total (blank if any item is blank)", "self-hosted": sh["total"]},
-                 {"item": "known subtotal (partial)", "self-hosted": sh["known_subtotal"]},
-                 {"item": "per accepted task", "self-hosted": sh["per_accepted_task"],
-                  "api": result["api"]["per_accepted_task"]},
-                 {"item": "API bill for the same tasks", "api": result["api"]["bill_same_tasks"]},
-                 {"item": "value of delivered tasks", "self-hosted": result["delivered_tasks_value"]}]
-        # credits and refunds apart: netted into their item only when recurring and accepted (issue 44)
-        rows += [{"item": f"{c.get('charge_category') or 'credit'} on {c['item']}"
-                          + (f" ({c['description']})" if c.get("description") else "")
-                          + (" — netted (recurring, accepted)" if c["netted"] else " — listed apart, not netted"),
-                  "self-hosted": c["amount"]} for c in result.get("credits") or ()]
-        # every amount carries its currency; a blank stays an empty cell, never 0
-        shown = [{"item": r["item"], **{k: money(r.get(k), cur) if r.get(k) is not None else ""
-                                        for k in ("self-hosted", "api")}} for r in rows]
-        shown.append({"item": "hourly rate (prices the install hours)",
-                      "self-hosted": money(result.get("hourly_rate"), cur) + " per hour", "api": ""})
-        return pd.DataFrame(shown, columns=["item", "self-hosted", "api"])
-    if axis == "stability":
-        return pd.DataFrame(result["by_category"])
-    if axis == "operations":
-        return pd.DataFrame(result["by_category"])
     raise KeyError(axis)
 
 
-def axis_figure(axis: str, result: dict[str, Any], frame: Any = None) -> Any:
+def cost_table(result: CostResult) -> Any:
+    """Each self-hosted item, the totals, both costs per accepted task and the credits, every amount with its
+    currency."""
+    cur, sh, api = result.currency, result.self_hosted, result.api
+    rows: list[dict[str, str | float | None]] = [{"item": i.item, "self-hosted": i.amount} for i in sh.items]
+    rows += [{"item": "total (blank if any item is blank)", "self-hosted": sh.total},
+             {"item": "known subtotal (partial)", "self-hosted": sh.known_subtotal},
+             {"item": "per accepted task", "self-hosted": sh.per_accepted_task, "api": api.per_accepted_task},
+             {"item": "API bill for the same tasks", "api": api.bill_same_tasks},
+             {"item": "value of delivered tasks", "self-hosted": result.delivered_tasks_value}]
+    # credits and refunds apart: netted into their item only when recurring and accepted (issue 44)
+    rows += [{"item": f"{c.charge_category or 'credit'} on {c.item}"
+                      + (f" ({c.description})" if c.description else "")
+                      + (" — netted (recurring, accepted)" if c.netted else " — listed apart, not netted"),
+              "self-hosted": c.amount} for c in result.credits]
+    # every amount carries its currency; a blank stays an empty cell, never 0
+    shown = [{"item": r["item"], **{k: money(r.get(k), cur) if r.get(k) is not None else ""
+                                    for k in ("self-hosted", "api")}} for r in rows]
+    shown.append({"item": "hourly rate (prices the install hours)",
+                  "self-hosted": money(result.hourly_rate, cur) + " per hour", "api": ""})
+    return pd.DataFrame(shown, columns=["item", "self-hosted", "api"])
+
+
+def axis_figure(axis: str, result: dict[str, Any] | ProductionResult | CostResult | StabilityResult
+                | RenewalOperationsResult,
+                frame: Any = None) -> Any:
     import plotly.graph_objects as go
 
     fig = go.Figure()
-    if axis == "load" and frame is not None:
+    if isinstance(result, ProductionResult):
+        lost = result.losses
+        fig.add_bar(x=["retries", "tasks_with_malformed_tool_calls", "timeouts", "manual_corrections", "routed_to_api"],
+                    y=[lost.retries, lost.tasks_with_malformed_tool_calls, lost.timeouts, lost.manual_corrections,
+                       lost.routed_to_api])
+        fig.update_layout(title=f"Losses ({result.accepted} accepted of {result.tasks} self-hosted tasks)")
+    elif isinstance(result, CostResult):
+        cur = result.currency or "no currency"
+        items = [i for i in result.self_hosted.items if i.amount is not None]
+        fig.add_bar(x=[i.item for i in items], y=[i.amount for i in items], name=cur,
+                    hovertemplate="%{x}: %{y:,.2f} " + cur + "<extra></extra>")
+        blanks = result.self_hosted.blank_items
+        fig.update_layout(title=f"Known self-hosted cost items, {cur}"
+                                + (f" (blank: {', '.join(blanks)})" if blanks else ""), yaxis={"title": cur})
+    elif isinstance(result, StabilityResult):
+        fig.add_bar(x=[r.category for r in result.by_category],
+                    y=[r.max_minutes_to_recover for r in result.by_category], name="max minutes to recover")
+        fig.update_layout(title="Time to recover by incident class")
+    elif isinstance(result, RenewalOperationsResult):
+        fig.add_bar(x=[r.category for r in result.by_category], y=[r.hours for r in result.by_category])
+        fig.update_layout(title=f"{figure(result.total_h, ' h')} of operations vs a delivery gain of "
+                                f"{figure(result.delivery_gain_h, ' h')}")
+    elif axis == "load" and frame is not None:
         hourly = frame[["gpu_util", "waiting", "running"]].resample("1h").mean()
         fig.add_scatter(x=hourly.index, y=hourly["gpu_util"], name="mean GPU utilisation (0–1)")
         fig.add_scatter(x=hourly.index, y=hourly["waiting"], name="waiting requests", yaxis="y2")
@@ -94,34 +123,11 @@ def axis_figure(axis: str, result: dict[str, Any], frame: Any = None) -> Any:
                           yaxis={"range": [0, 1]}, yaxis2={"overlaying": "y", "side": "right", "title": "waiting"})
     elif axis == "load":
         fig.add_bar(x=[p["period"] for p in result["by_period"]], y=[p["busy_share"] for p in result["by_period"]])
-    elif axis == "production":
-        losses = {k: v for k, v in result["losses"].items() if k in ("retries", "tasks_with_malformed_tool_calls",
-                                                                     "timeouts", "manual_corrections", "routed_to_api")}
-        fig.add_bar(x=list(losses), y=list(losses.values()))
-        fig.update_layout(title=f"Losses ({result['accepted']} accepted of {result['tasks']} self-hosted tasks)")
     elif axis == "comparison":
         keys = ("acceptance_rate", "retries_per_task", "tool_error_share", "manual_correction_share")
         for p in ("self-hosted", "api"):
             fig.add_bar(x=list(keys), y=[result[p][k] for k in keys], name=p)
         fig.update_layout(title=f"The same {result['paired_tasks']} tasks on both paths", barmode="group")
-    elif axis == "cost":
-        cur = result.get("currency") or "no currency"
-        items = [i for i in result["self_hosted"]["items"] if i["amount"] is not None]
-        fig.add_bar(x=[i["item"] for i in items], y=[i["amount"] for i in items], name=cur,
-                    hovertemplate="%{x}: %{y:,.2f} " + cur + "<extra></extra>")
-        blanks = result["self_hosted"]["blank_items"]
-        fig.update_layout(title=f"Known self-hosted cost items, {cur}"
-                                + (f" (blank: {', '.join(blanks)})" if blanks else ""), yaxis={"title": cur})
-    elif axis == "stability":
-        rows = result["by_category"]
-        fig.add_bar(x=[r["category"] for r in rows], y=[r["max_minutes_to_recover"] for r in rows],
-                    name="max minutes to recover")
-        fig.update_layout(title="Time to recover by incident class")
-    elif axis == "operations":
-        rows = result["by_category"]
-        fig.add_bar(x=[r["category"] for r in rows], y=[r["hours"] for r in rows])
-        fig.update_layout(title=f"{figure(result['total_h'], ' h')} of operations vs a delivery gain of "
-                                f"{figure(result['delivery_gain_h'], ' h')}")
     return fig
 
 
