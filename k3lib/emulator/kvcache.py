@@ -134,7 +134,8 @@ class KVCache:
                 del self.free_queue[blk]
             self.ref[blk] += 1
             req.blocks.append(blk)
-        req.num_cached_blocks = max(req.num_cached_blocks, len(req.blocks))
+        if new_hits:  # the hits are registered already; a block allocated here is registered by `commit` once full
+            req.num_cached_blocks = max(req.num_cached_blocks, len(req.blocks))
         while len(req.blocks) < self.blocks_needed(total_tokens):
             blk, _ = self.free_queue.popitem(last=False)
             old = self.hash_of[blk]
