@@ -175,3 +175,32 @@ def test_a_different_salt_isolates_an_identical_prompt():
     seq = ids(64)
     assert _served_hits(seq, seq, 16, ("a", "a")) == 48
     assert _served_hits(seq, seq, 16, ("a", "b")) == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(block=st.sampled_from([4, 16]), n=st.integers(2, 300), chunk=st.integers(1, 64), decoded=st.integers(0, 40))
+def test_a_prefill_in_chunks_and_its_decode_leave_every_full_block_to_hit(block, n, chunk, decoded):
+    """As the emulator's scheduler runs a request: allocated a chunk at a time (a prefill sharing a step's token
+    budget with others, then one decode step per token), committed after each. Every block that became full is
+    registered, as vLLM caches a block once it fills: a later prompt repeating the whole sequence hits all of its full
+    blocks below its last token, wherever the chunks fell (a chunk that left a block partial once stopped the hits
+    there)."""
+    from k3lib.emulator.kvcache import KVCache
+
+    kv = KVCache(num_blocks=512, block_size=block)
+    seq = ids(n + decoded)
+    first = _User(seq[:n])
+    done = 0
+    assert kv.allocate(first, min(chunk, n), kv.find_cached(first))
+    while True:
+        done = min(done + chunk, n) if done < n else done + 1
+        if done > n:
+            first.ids = seq[:done]  # a decode step appends the token it made
+        kv.commit(first, done)
+        if done >= n + decoded:
+            break
+        step = min(chunk, n - done) if done < n else 1
+        assert kv.allocate(first, done + step)
+    kv.free(first)
+    again = _User(seq + [7])
+    assert len(kv.find_cached(again)) * block == (n + decoded) // block * block
