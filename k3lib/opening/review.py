@@ -10,7 +10,7 @@ from ..core.store import RunStore
 from ..renewal.notebook import (ReviewContext, axis_result, decide_review, drill_not_run, open_review_run,
                                 record_axis, review_drill)
 from ..renewal.params import RenewalParams
-from ..renewal.results import CostResult, ProductionResult, RenewalOperationsResult, StabilityResult
+from ..renewal.results import TypedAxis
 from ..report import review_figures as figures
 from ..report import views
 from ..report.review_figures import drill_table, register_views, rules_table
@@ -36,11 +36,9 @@ def open_review_summary(params_file: str, overrides: list[str] | None = None, ru
     return open_review_run(params_file, overrides, run_dir)
 
 
-def axis_table(ctx: ReviewContext, result: dict[str, Any] | ProductionResult | CostResult | StabilityResult
-                | RenewalOperationsResult) -> Any:
+def axis_table(ctx: ReviewContext, result: dict[str, Any] | TypedAxis) -> Any:
     return figures.axis_table(ctx.axis, result)
 
 
-def axis_figure(ctx: ReviewContext, result: dict[str, Any] | ProductionResult | CostResult | StabilityResult
-                | RenewalOperationsResult) -> Any:
+def axis_figure(ctx: ReviewContext, result: dict[str, Any] | TypedAxis) -> Any:
     return figures.axis_figure(ctx.axis, result, ctx.load_frame() if ctx.axis == "load" else None)

@@ -439,3 +439,6 @@ def write_schemas(folder: Path = SCHEMA_DIR) -> list[Path]:
     return paths
 
 
+#: the review axes whose analysis builds its typed model (the load and the comparison are still read as their
+#: cached JSON): what the report's tables and figures take
+TypedAxis = ProductionResult | CostResult | StabilityResult | RenewalOperationsResult

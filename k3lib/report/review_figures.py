@@ -12,7 +12,7 @@ import pandas as pd  # the review's opener (k3lib.review) imports this module on
 from ..core.numbers import figure
 from ..renewal.decision import RenewalDecision, money
 from ..renewal.params import RenewalParams, tracked_keys
-from ..renewal.results import CostResult, ProductionResult, RenewalOperationsResult, StabilityResult
+from ..renewal.results import CostResult, ProductionResult, RenewalOperationsResult, StabilityResult, TypedAxis
 from .views import badge
 
 
@@ -45,8 +45,7 @@ def _compact(value: Any) -> str:
     return ", ".join(map(str, value)) if isinstance(value, list) else str(value)
 
 
-def axis_table(axis: str, result: dict[str, Any] | ProductionResult | CostResult | StabilityResult
-                | RenewalOperationsResult) -> Any:
+def axis_table(axis: str, result: dict[str, Any] | TypedAxis) -> Any:
     """The axis' main table, blanks shown as blanks (None → empty cell, never 0); an axis its analysis builds as its
     typed model (production, cost, stability, operations) is read by attribute."""
     if isinstance(result, ProductionResult):  # every figure, the losses' among them, as its JSON holds it
@@ -87,8 +86,7 @@ def cost_table(result: CostResult) -> Any:
     return pd.DataFrame(shown, columns=["item", "self-hosted", "api"])
 
 
-def axis_figure(axis: str, result: dict[str, Any] | ProductionResult | CostResult | StabilityResult
-                | RenewalOperationsResult,
+def axis_figure(axis: str, result: dict[str, Any] | TypedAxis,
                 frame: Any = None) -> Any:
     import plotly.graph_objects as go
 
