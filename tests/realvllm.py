@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -37,6 +38,10 @@ VLLM_VERSION = "0.32.0"
 READY_TIMEOUT_S = 360.0
 # CI sets this after `make realvllm`: a missing build is then a failure, not a silent skip.
 REQUIRE_ENV = "K3_REQUIRE_REALVLLM"
+# `python -m vllm.collect_env` of the environment, written by the session's first server and copied beside each
+# later one's log: the script writes it only when missing (about 10 s of imports per server otherwise), and it
+# describes the environment, not the server, so one report serves every server this session starts.
+_collect_env: list[Path] = []
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +70,9 @@ def serve(log_path: Path, *, small_kv: bool = False, ready_timeout_s: float = RE
     base_url = f"http://127.0.0.1:{port}"
     env = {**os.environ, "K3_REALVLLM_LOG": str(log_path)}
     script_out = log_path.with_name(log_path.stem + ".script.txt")
+    collect_env = log_path.parent / "collect_env.txt"
+    if _collect_env and _collect_env[0].is_file() and not collect_env.exists():
+        shutil.copyfile(_collect_env[0], collect_env)  # a fresh mtime: newer than the engine's stamp
     started = time.monotonic()
     with open(script_out, "wb") as out:
         command = command or ("serve-small-kv" if small_kv else "serve")
@@ -77,8 +85,10 @@ def serve(log_path: Path, *, small_kv: bool = False, ready_timeout_s: float = RE
         except RuntimeError as exc:
             raise RuntimeError(f"{exc}\n{SCRIPT.name}: {_log_tail(script_out, 5)}") from None
         startup_s = time.monotonic() - started
+        if not _collect_env and collect_env.is_file():
+            _collect_env.append(collect_env)
         print(f"\nreal vLLM ({command}) ready at {base_url} in {startup_s:.0f} s")
-        yield RealVllm(base_url=base_url, log_path=log_path, collect_env_path=log_path.parent / "collect_env.txt",
+        yield RealVllm(base_url=base_url, log_path=log_path, collect_env_path=collect_env,
                        pid=proc.pid, startup_s=startup_s)
     finally:
         stop(proc)

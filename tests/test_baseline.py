@@ -241,6 +241,36 @@ def test_metrics_outside_the_accepted_band_are_drift(tmp_path, baseline, change,
         assert "outside the accepted band" in f.message and f.status == "warn"
 
 
+@pytest.mark.parametrize("missing, item", [
+    pytest.param({"capacity": None}, ["queue time p95", "KV-cache usage at planned load"], id="no-capacity"),
+    pytest.param({"prefix_cache": None}, ["prefix-cache hit rate"], id="no-prefix-cache"),
+    pytest.param({"agent": None}, ["tool-call validity"], id="no-agent"),
+])
+def test_a_metric_the_baseline_banded_and_the_run_did_not_measure_is_never_inside_the_band(tmp_path, baseline,
+                                                                                           missing, item):
+    """A re-validation that measured nothing for a metric (an axis that ran out of time, or did not run) shows no
+    drift for it either: the comparison names it, says drift is not ruled out, and neither `k3 compare` nor the
+    fleet's judge passes it."""
+    import argparse
+
+    from k3lib.batch.fleet import judge
+    from k3lib.cli.baseline import cmd_compare
+
+    run = write_run(tmp_path, "run", changed(**missing))
+    cmp = compare_with_baseline(run.root, baseline.root)
+    assert not cmp.drift and not cmp.reopens
+    assert [f.observed["item"] for f in cmp.unmeasured] == item
+    assert all(f.status == "not-observable" and "not measured in this run" in f.message for f in cmp.unmeasured)
+    assert "DRIFT NOT RULED OUT" in cmp.headline() and "every compared metric" not in cmp.headline()
+    assert [line for line in cmp.lines() if line.startswith("UNMEASURED ")] == [
+        f"UNMEASURED {f.message}" for f in cmp.unmeasured]
+    assert cmd_compare(argparse.Namespace(run=str(run.root), baseline=str(baseline.root))) == 1
+    regressions, notes = judge("production", "production", cmp)
+    assert regressions and all(r.startswith("drift not ruled out: ") for r in regressions) and not notes
+    dumped = cmp.model_dump(mode="json")
+    assert [f["rule"] for f in dumped["unmeasured"]] == [f.rule for f in cmp.unmeasured]
+
+
 def test_official_and_custom_builds_are_never_compared(tmp_path, baseline):
     spec = changed(environment__build="custom", params__recipe__build="custom",
                    environment__driver_version="575.51.03")

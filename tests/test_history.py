@@ -87,6 +87,7 @@ def test_history_page_and_textfile_of_three_nights(runs, tmp_path, capsys):
     assert _value(samples, "k3kit_run_duration_seconds", **tonight) > 0
     assert _value(samples, "k3kit_run_verified", **tonight) == 1
     assert _value(samples, "k3kit_drift_metrics", **tonight, baseline=ACCEPTED) == 0
+    assert _value(samples, "k3kit_drift_unmeasured_metrics", **tonight, baseline=ACCEPTED) == 0
     assert _value(samples, "k3kit_sheet_reopened", **tonight, baseline=ACCEPTED) == 0
     assert prom.stat().st_mode & 0o004, "node_exporter must be able to read it"
 

@@ -172,6 +172,7 @@ def judge(decision: str | None, baseline_decision: str | None,
     if cmp.reopen or cmp.unverified:
         regressions.append(cmp.headline())
     regressions += [f"drift: {f.message}" for f in cmp.drift]
+    regressions += [f"drift not ruled out: {f.message}" for f in cmp.unmeasured]
     return regressions, ([] if regressions else [cmp.headline()])
 
 

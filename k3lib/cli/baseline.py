@@ -61,7 +61,8 @@ def cmd_fleet(ns: argparse.Namespace) -> int:
 
 def cmd_compare(ns: argparse.Namespace) -> int:
     """`k3 compare RUN --baseline RUN`: 0 same deployment (every identity item verified) and no drift; 1 the sheet
-    reopens, a metric drifted, or an identity item (the image digest, the driver…) could not be verified;
+    reopens, a metric drifted or was not measured where the baseline has a band, or an identity item (the image
+    digest, the driver…) could not be verified;
     2 the runs cannot be compared (official vs custom build, or not run folders)."""
 
     cmp = compare_with_baseline(ns.run, ns.baseline)
@@ -69,4 +70,4 @@ def cmd_compare(ns: argparse.Namespace) -> int:
         print(line)
     if cmp.refused:
         raise BadInputError(cmp.refused.message, source=str(ns.baseline))
-    return 1 if cmp.reopens or cmp.drift or cmp.unverified else 0
+    return 1 if cmp.reopens or cmp.drift or cmp.unverified or cmp.unmeasured else 0

@@ -56,6 +56,7 @@ class RunPoint:
     tool_call_validity: float | None = None
     baseline: str | None = None
     drift: tuple[str, ...] = ()
+    unmeasured: tuple[str, ...] = ()  # metrics the baseline banded that this run did not measure
     reopened: tuple[str, ...] = ()
     compare_note: str = ""
 
@@ -150,7 +151,7 @@ def with_drift(points: Sequence[RunPoint], baseline: Path | None = None) -> list
             continue
         out.append(dataclasses.replace(
             p, baseline=base.name, compare_note=cmp.headline(),
-            drift=tuple(f.message for f in cmp.drift),
+            drift=tuple(f.message for f in cmp.drift), unmeasured=tuple(f.message for f in cmp.unmeasured),
             reopened=tuple(f.message for f in cmp.reopen) + ((cmp.refused.message,) if cmp.refused else ())))
     return out
 
@@ -202,7 +203,8 @@ def _cell(value: Any) -> str:
 def trend_html(points: Sequence[RunPoint], folder_name: str) -> str:
     rows = []
     for p in reversed(points):
-        flags = [f"REOPEN {m}" for m in p.reopened] + [f"DRIFT {m}" for m in p.drift]
+        flags = ([f"REOPEN {m}" for m in p.reopened] + [f"DRIFT {m}" for m in p.drift]
+                 + [f"UNMEASURED {m}" for m in p.unmeasured])
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in (
             esc(p.started.strftime("%Y-%m-%d %H:%M")), f"<a href='{esc(p.root.name)}/report/index.html'>"
             f"{esc(p.run_id)}</a>", esc(p.kind), _badge(p.decision or "none"),
@@ -252,6 +254,8 @@ def textfile_registry(points: Sequence[RunPoint]) -> Any:
     signed = Gauge("k3kit_run_signed", "1 when the run carries signature.json.", common, registry=reg)
     drift = Gauge("k3kit_drift_metrics", "Metrics outside the accepted band against the baseline.",
                   [*common, "baseline"], registry=reg)
+    unmeasured = Gauge("k3kit_drift_unmeasured_metrics", "Metrics the baseline has a band for that the run did not "
+                       "measure (drift not ruled out).", [*common, "baseline"], registry=reg)
     reopened = Gauge("k3kit_sheet_reopened", "1 when the deployment changed since the baseline (the sheet reopens).",
                      [*common, "baseline"], registry=reg)
     gauges = {
@@ -283,6 +287,7 @@ def textfile_registry(points: Sequence[RunPoint]) -> Any:
         signed.labels(**labels).set(1 if p.signed else 0)
         if p.baseline:
             drift.labels(**labels, baseline=p.baseline).set(len(p.drift))
+            unmeasured.labels(**labels, baseline=p.baseline).set(len(p.unmeasured))
             reopened.labels(**labels, baseline=p.baseline).set(1 if p.reopened else 0)
         for attr, gauge in gauges.items():
             value = getattr(p, attr)

@@ -66,6 +66,9 @@ class BaselineComparison(Record):
     unverified: tuple[Finding, ...]  # identity items that could not be compared (never "unchanged")
     drift: tuple[Finding, ...]  # metrics outside the accepted band
     checks: tuple[Finding, ...]  # everything compared, including what stayed the same
+    # metrics the baseline has an accepted value for and this run did not measure: no drift is not shown (never
+    # "inside the band")
+    unmeasured: tuple[Finding, ...] = ()
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -101,8 +104,13 @@ class BaselineComparison(Record):
                              for f in self.unverified)
             return (f"SAME DEPLOYMENT NOT PROVEN: {what} could not be compared with {self.baseline_id} (no change "
                     "observed, none ruled out)")
-        return f"same deployment as {self.baseline_id}" + (f"; {len(self.drift)} metric(s) drifted" if self.drift
-                                                             else "; every compared metric is inside its band")
+        said = f"same deployment as {self.baseline_id}" + (f"; {len(self.drift)} metric(s) drifted" if self.drift
+                                                             else "")
+        if self.unmeasured:
+            what = ", ".join(f.observed.get("item", f.rule) if isinstance(f.observed, dict) else f.rule
+                             for f in self.unmeasured)
+            return said + f"; DRIFT NOT RULED OUT: {what} not measured in this run"
+        return said if self.drift else said + "; every compared metric is inside its band"
 
     def lines(self) -> list[str]:
         """The headline on top, then reopening changes, unverified items, drift."""
@@ -110,6 +118,7 @@ class BaselineComparison(Record):
         out += [f"REOPEN {f.message}" for f in self.reopen]
         out += [f"UNVERIFIED {f.message}" for f in self.unverified]
         out += [f"DRIFT {f.message}" for f in self.drift]
+        out += [f"UNMEASURED {f.message}" for f in self.unmeasured]
         return out
 
 
@@ -148,8 +157,10 @@ def compare_identity(run: acc.RunEvidence, base: acc.RunEvidence) -> list[Findin
     return out
 
 
-def compare_drift(run: acc.RunEvidence, base: acc.RunEvidence, bands: dict[str, Band]) -> list[Finding]:
-    out = []
+def compare_drift(run: acc.RunEvidence, base: acc.RunEvidence,
+                  bands: dict[str, Band]) -> tuple[list[Finding], list[Finding]]:
+    """(every drift level compared, those the baseline accepted and this run did not measure)."""
+    out, unmeasured = [], []
     for key, read in DRIFT_LEVELS.items():
         band = bands[key]
         now, then = read(run), read(base)
@@ -163,9 +174,10 @@ def compare_drift(run: acc.RunEvidence, base: acc.RunEvidence, bands: dict[str, 
                                evidence=evidence))
             continue
         if not now.known:
-            out.append(Finding(rule=f"baseline.drift.{key}", status="not-observable",
-                               message=f"{band.label}: not measured in this run ({now.reason})", observed=observed,
-                               evidence=evidence))
+            unmeasured.append(Finding(rule=f"baseline.drift.{key}", status="not-observable",
+                                      message=f"{band.label}: not measured in this run ({now.reason})",
+                                      observed=observed, evidence=evidence))
+            out.append(unmeasured[-1])
             continue
         limit = band.limit(float(then.value))
         beyond = now.value > limit if band.worse == "higher" else now.value < limit
@@ -176,7 +188,7 @@ def compare_drift(run: acc.RunEvidence, base: acc.RunEvidence, bands: dict[str, 
         out.append(Finding(rule=f"baseline.drift.{key}", status="warn" if beyond else "pass",
                            message=("outside the accepted band — " if beyond else "inside the band — ") + text,
                            observed=observed, expected=f"{sign} {limit:.6g}", evidence=evidence))
-    return out
+    return out, unmeasured
 
 
 def compare_runs(run: acc.RunEvidence, base: acc.RunEvidence, *,
@@ -209,14 +221,15 @@ def compare_runs(run: acc.RunEvidence, base: acc.RunEvidence, *,
                               message="build method (official/custom) unknown on one side: "
                                       + "; ".join(lv.reason or "" for lv in (run_build, base_build) if not lv.known)))
     identity = compare_identity(run, base)
-    drift = compare_drift(run, base, bands)
+    drift, unmeasured = compare_drift(run, base, bands)
     checks += identity + drift
     return BaselineComparison(
         run_id=run.run_id, baseline_id=base.run_id, refused=None,
         reopen=tuple(f for f in identity if f.status == "fail"),
         unverified=tuple(f for f in identity if f.status == "not-observable"),
         drift=tuple(f for f in drift if f.status == "warn"),
-        checks=tuple(checks))
+        checks=tuple(checks),
+        unmeasured=tuple(unmeasured))
 
 
 def compare_with_baseline(run_dir: str | Path, baseline_dir: str | Path, *,
