@@ -40,9 +40,14 @@ BATCH_TIMEOUT_S = 1500
 # 288 s (1,020 tokens 16 s, 2,040 39 s, 3,060 63 s, then the phase's deadline; load average 7-14), a 600 s batch.
 # One tool turn: the profile's four took 76 s there (about 9.5 s each), and no count this engine can serve bounds
 # the contract's 1 % (381 turns), so the rate stays not observable either way.
-LEAN = ["axes.capacity.context_lengths_tokens=[1024]", "axes.capacity.step_duration_s=8",
-        "axes.capacity.soak_duration_s=8", "axes.agent.repetitions=1", "axes.agent.tool_turns=1",
-        "axes.prefix_cache.prefix_tokens=[512]"]
+# A 2,048-token contract: the out-of-contract probe beyond it and the agent's long exchange at half of it are
+# prefills of about 1,400 and 700 tokens (the profile's 4,096 made the probe alone a 2,733-token prefill, 34 s idle).
+# Five-second steps and soak sampled every 0.5 s (three settled samples each) and one session level: each request
+# takes 3-6 s here, so the windows were spent waiting for the last ones to finish.
+LEAN = ["contract.max_context_tokens=2048", "contract.planned_sessions=1",
+        "axes.capacity.context_lengths_tokens=[1024]", "axes.capacity.step_duration_s=5",
+        "axes.capacity.soak_duration_s=5", "axes.capacity.sample_interval_s=0.5",
+        "axes.agent.repetitions=1", "axes.agent.tool_turns=1", "axes.prefix_cache.prefix_tokens=[512]"]
 
 
 # ---------------------------------------------------------------------------------------------------------------
