@@ -18,9 +18,12 @@ pytestmark = [pytest.mark.realvllm, pytest.mark.slow]
 # Eight streams of ~512 prompt + 128 output tokens need ~40 blocks: well past the pool's 24.
 # The waiting gauge is sampled every 0.1 s: a preempted request may wait only briefly before it is rescheduled,
 # and at 0.5 s one CI run sampled no wait at all beside its preemptions.
-LOAD = ["contract.planned_concurrency=8", "contract.max_output_tokens=128", "axes.capacity.prompt_tokens=512",
-        "axes.capacity.output_tokens=128", "axes.capacity.step_duration_s=12", "axes.capacity.soak_duration_s=15",
-        "axes.capacity.sample_interval_s=0.1",
+# Eight-second steps: at twelve, the step at 8 counted 17 preemptions and a queue of 4, so either shows in eight. The
+# soak and the session phase are not what this module asserts: a four-second soak and one session level (the planned
+# 8 ran four levels, 25 s, and a 15-second soak 17 s).
+LOAD = ["contract.planned_concurrency=8", "contract.max_output_tokens=128", "contract.planned_sessions=1",
+        "axes.capacity.prompt_tokens=512", "axes.capacity.output_tokens=128", "axes.capacity.step_duration_s=8",
+        "axes.capacity.soak_duration_s=4", "axes.capacity.sample_interval_s=0.1",
         # one stream that fits the pool, then eight that overflow it and the step beyond (the default 1, 2, 4, 8, 10
         # ran two more steps of 24 s each)
         "axes.capacity.concurrency_steps=[1,8]"]
