@@ -29,8 +29,13 @@ TOOL_CHECKS = tuple(agent.CHECKS)
 
 @pytest.fixture(scope="module")
 def validated(real_vllm_k3: RealVllm, tmp_path_factory: pytest.TempPathFactory):
-    """`k3 validate -p parameters/vllm-cpu-k3.example.yaml` against the good server."""
-    return validate_against(real_vllm_k3, K3_PROFILE, tmp_path_factory.mktemp("realvllm-k3-run"))
+    """`k3 validate -p parameters/vllm-cpu-k3.example.yaml` against the good server. The agent axis is this module's
+    point, the profile's as it stands; the capacity axis (real vLLM's capacity is tests/test_realvllm.py's and
+    tests/test_realvllm_capacity.py's) runs each step, the soak and one session level on fewer requests, sampled
+    often enough to judge each step: its 530 requests were 54 s of the batch's 81."""
+    return validate_against(real_vllm_k3, K3_PROFILE, tmp_path_factory.mktemp("realvllm-k3-run"),
+                            "axes.capacity.step_max_requests=30", "axes.capacity.soak_max_requests=40",
+                            "axes.capacity.sample_interval_s=0.25", "contract.planned_sessions=1")
 
 
 def agent_alone(server: RealVllm, out: Path, *sets: str) -> tuple[Any, Any, Any]:
