@@ -48,6 +48,7 @@ TINY = [
     "contract.planned_concurrency=4", "run.notebook_timeout_s=150", "target.restart_timeout_s=5",
     "axes.probe.timeout_s=3", "axes.environment.timeout_s=3",
     "axes.agent.repetitions=1", "axes.agent.concurrency_levels=[2]", "axes.agent.max_requests=30",
+    "axes.agent.tool_turns=4",  # drift, not the contract's 381-turn series (about 8 s of each of the three runs)
     "axes.agent.max_duration_s=20", "axes.agent.request_timeout_s=10",
     "axes.capacity.ready_timeout_s=2", "axes.capacity.request_timeout_s=3",
     "axes.capacity.context_lengths_tokens=[800]", "axes.capacity.long_context_output_tokens=8",

@@ -172,7 +172,8 @@ def test_the_two_node_demo_names_a_faulty_rank_in_the_decision(tmp_path):
     rank 3 started with a starved KV pool; the decision's reasons name that rank, and the healthy ranks pass."""
     root = Path(__file__).resolve().parents[1]
     done = subprocess.run([sys.executable, "-m", "k3lib", "validate", "-p", "parameters/emulator-2node.yaml",
-                           "--fault", "kv-starved@3", "--out", str(tmp_path), "--set", "axes.agent.repetitions=1"],
+                           "--fault", "kv-starved@3", "--out", str(tmp_path), "--set", "axes.agent.repetitions=1",
+                           "--set", "axes.agent.tool_turns=4"],  # the ranks are the point, not the 381-turn series
                           cwd=root, capture_output=True, text=True, timeout=600)
     assert done.returncode == 5, done.stdout + done.stderr[-2000:]
     (run,) = tmp_path.glob("*/decision.json")

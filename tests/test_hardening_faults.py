@@ -36,6 +36,7 @@ TINY = [
     "axes.agent.repetitions=2",
     "axes.agent.concurrency_levels=[2]",
     "axes.agent.max_requests=30",
+    "axes.agent.tool_turns=4",  # the faults are the point, not the contract's 381-turn series (about 8 s a batch)
     f"axes.agent.max_duration_s={AGENT_LEVEL_S}",
     f"axes.agent.request_timeout_s={REQUEST_TIMEOUT_S}",
     "axes.capacity.ready_timeout_s=2",

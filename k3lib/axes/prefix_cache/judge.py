@@ -214,14 +214,16 @@ def iter_findings(result: PrefixCacheResult, pairs: list[PairReconciliation] | N
     out.append(_reconcile_finding(pairs))
     out.append(_cached_tokens_finding(result, clean))
     out.extend(f for f in (_ranks_finding(result),) if f is not None)
-    failed = [p for p in pairs if p.cause == "failed"]
+    failed = [s for s in result.samples if not s.ok]
     if failed:
-        # the verdict rests on the pairs that completed; the target's failures on the others are said, not dropped
+        # the verdict rests on the requests that completed; the target's failures on the others, a third sighting's
+        # included (sent whether or not the verdict reads it), are said, not dropped
         out.append(Finding(rule=rule + "requests", status="warn", observed=len(failed), expected=0,
-                           evidence={"failed": [{"session": p.session, "prefix_target": p.prefix_target,
-                                                 "explanation": p.explanation} for p in failed]},
-                           message=f"{len(failed)} of {len(pairs)} cold/warm pair(s) failed on the target "
-                                   f"({failed[0].explanation}); the reuse verdict rests on the others"))
+                           evidence={"failed": [{"session": s.session, "prefix_target": s.prefix_target,
+                                                 "kind": s.kind, "error": s.error} for s in failed]},
+                           message=f"{len(failed)} of {len(result.samples)} prefix request(s) failed on the target "
+                                   f"(the {failed[0].kind} request: {failed[0].error}); the reuse verdict rests on "
+                                   "the others"))
     if result.stopped or len(pairs) < result.planned_pairs:
         out.append(Finding(rule=rule + "coverage", status="warn", observed=len(pairs), expected=result.planned_pairs,
                            message=f"{len(pairs)} of {result.planned_pairs} planned cold/warm pairs ran"
