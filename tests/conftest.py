@@ -47,20 +47,16 @@ FIXTURE_MARKS = {"real_engine": "realengine", "real_vllm": "realvllm", "real_vll
 
 
 # Under pytest-xdist (`make test`: `-n 2 --dist loadgroup`) a group runs whole on one worker. Every test of a real
-# engine (real vLLM, llama.cpp, Airflow's DAG) is in one group, `engines`, so each server starts once and two engines
-# never share the two cores: one worker runs them one after the other while the other drains the emulator modules,
-# whose time is mostly the emulated clock. (Each engine in its own group ran real vLLM beside llama.cpp and the DAG:
-# the llama.cpp batch took 397 s there, 277 s with the machine to itself.) Any other test is grouped by its module,
-# whose module fixtures (a batch, an emulator) are then built once. The engines are handed out first (the longest),
-# real vLLM's tests first within them, then the modules holding whole batches, then the rest.
+# server is in that server's group, so each server starts once and two CPU servers never share the two cores; any
+# other test is grouped by its module, whose module fixtures (a batch, an emulator) are then built once. The real
+# servers' groups are handed out first (the longest), then the modules holding whole batches, then the rest.
 SERVER_GROUPS = ("realvllm", "realengine", "airflow")
-ENGINES = "engines"
 
 
 def _group(item: pytest.Item) -> tuple[int, str]:
     for rank, mark in enumerate(SERVER_GROUPS):
         if item.get_closest_marker(mark) is not None:
-            return rank, ENGINES
+            return rank, mark
     return len(SERVER_GROUPS), item.nodeid.split("::", 1)[0]
 
 

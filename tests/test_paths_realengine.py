@@ -19,7 +19,7 @@ import jsonschema
 def test_emulator_vs_llama_cpp_same_tasks(real_engine: RealEngine, tmp_path, capsys):
     with start_emulator(EmulatorConfig.from_profile("demo", time_scale=0.02), host="127.0.0.1", port=0) as emu:
         section = {"task_set": "builtin", "currency": "EUR", "max_duration_s": 600,
-                   "request": {"max_tokens": 256, "max_tool_rounds": 3},
+                   "request": {"max_tokens": 64, "max_tool_rounds": 3},  # the engine is not judged here: short answers
                    "retry": {"max_retries": 1, "timeout_s": 120, "backoff_s": 0.1},
                    "endpoints": {"self_hosted": {"base_url": emu.url, "price_input_per_mtok": 0.0,
                                                  "price_output_per_mtok": 0.0, "concurrency": 2},

@@ -186,7 +186,8 @@ def _assert_stopped(result: dict[str, Any], signum: int, axis: str, notebook: st
     run = result["run"]
     last = [line for line in result["stderr"].splitlines() if line.strip()][-1]
     assert last.startswith(f"k3: stopped by {name}") and f"k3 validate --resume {run}" in last
-    assert "Traceback" not in result["stderr"]
+    said = result["stderr"]
+    assert "Traceback" not in said, said[max(said.find("Traceback") - 300, 0):][:4000]
     store = RunStore(run)
     # every finished file as the manifest hashed it; only the stopped axis' own open streams (its request records,
     # appended after their last hash) may have grown since
@@ -241,7 +242,9 @@ def test_sigterm_during_the_soak_over_worker_processes_stops_the_load(tmp_path, 
 def test_sigint_during_the_soak_on_real_vllm_stops_the_load(tmp_path, real_vllm):
     params = _params(tmp_path, PROFILE, real_vllm.base_url,
                      f"  allow_remote_load: false\naxes:\n  environment:\n    server_log: {real_vllm.log_path}\n"
-                     "  agent:\n    repetitions: 1\n  capacity:\n    step_max_requests: 6\n"
+                     # the soak is the point: the agent and the phases before it at their smallest
+                     "  agent:\n    repetitions: 1\n    tool_turns: 2\n  capacity:\n    step_max_requests: 6\n"
+                     "    concurrency_steps: [2]\n    context_lengths_tokens: [512]\n"
                      "    soak_duration_s: 120\n    soak_max_requests: 100000\n")
     result = stop_during(params, tmp_path / "out", f"{real_vllm.base_url}/metrics", axis="capacity", phase="soak",
                          signum=signal.SIGINT)

@@ -19,6 +19,6 @@ def test_each_test_carries_its_module_group_and_xdist_sees_it(request: pytest.Fi
 
 
 @pytest.mark.realvllm
-def test_a_real_server_test_is_in_the_engines_group_whatever_its_module(request: pytest.FixtureRequest) -> None:
+def test_a_real_server_test_is_in_its_servers_group_whatever_its_module(request: pytest.FixtureRequest) -> None:
     marks = [m.args[0] for m in request.node.iter_markers("xdist_group")]
-    assert marks == ["engines"]
+    assert marks == ["realvllm"]

@@ -216,8 +216,7 @@ def iter_findings(result: PrefixCacheResult, pairs: list[PairReconciliation] | N
     out.extend(f for f in (_ranks_finding(result),) if f is not None)
     failed = [s for s in result.samples if not s.ok]
     if failed:
-        # the verdict rests on the requests that completed; the target's failures on the others, a third sighting's
-        # included (sent whether or not the verdict reads it), are said, not dropped
+        # the verdict rests on the requests that completed; the target's failures (a third sighting's too) are said
         out.append(Finding(rule=rule + "requests", status="warn", observed=len(failed), expected=0,
                            evidence={"failed": [{"session": s.session, "prefix_target": s.prefix_target,
                                                  "kind": s.kind, "error": s.error} for s in failed]},
