@@ -75,7 +75,9 @@ MATRIX = [
 def test_fault_matrix(tmp_path, capsys, faults, expected, axis):
     # a failing axis decides each case: the contract's 381-turn tool series (about 20 s a batch) would only add
     # a limited-observation beneath it
-    argv = ["validate", "-p", EMULATOR_YAML, "--out", str(tmp_path), "--set", "axes.agent.tool_turns=4"]
+    # the capacity axis at the planned step (and the one beyond) and one session level: a failing axis still decides
+    argv = ["validate", "-p", EMULATOR_YAML, "--out", str(tmp_path), "--set", "axes.agent.tool_turns=4",
+            "--set", "axes.capacity.concurrency_steps=[4]", "--set", "contract.planned_sessions=1"]
     for fault in faults:
         argv += ["--fault", fault]
     code = main(argv)

@@ -43,10 +43,12 @@ BATCH_TIMEOUT_S = 1500
 # A 2,048-token contract: the out-of-contract probe beyond it and the agent's long exchange at half of it are
 # prefills of about 1,400 and 700 tokens (the profile's 4,096 made the probe alone a 2,733-token prefill, 34 s idle).
 # Five-second steps and soak sampled every 0.5 s (three settled samples each) and one session level: each request
-# takes 3-6 s here, so the windows were spent waiting for the last ones to finish.
+# takes 3-6 s here, so the windows were spent waiting for the last ones to finish. The planned step and the one beyond
+# it, and the scenario streamed only (both modes played it twice, 43 s of the batch alone).
 LEAN = ["contract.max_context_tokens=2048", "contract.planned_sessions=1",
         "axes.capacity.context_lengths_tokens=[1024]", "axes.capacity.step_duration_s=5",
         "axes.capacity.soak_duration_s=5", "axes.capacity.sample_interval_s=0.5",
+        "axes.capacity.concurrency_steps=[2]", "axes.agent.stream=true",
         "axes.agent.repetitions=1", "axes.agent.tool_turns=1", "axes.prefix_cache.prefix_tokens=[512]"]
 
 
