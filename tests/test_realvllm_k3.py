@@ -331,7 +331,12 @@ def test_the_session_phase_on_real_vllm_decides_by_its_rules_of_proof(real_vllm_
     assert reuse.status == "pass" and reuse.observed["counter_hits"] >= reuse.observed["counter_usage_cached_tokens"]
     tools = found["capacity.session_tool_calls"]
     assert tools.observed["answers"] > 0 and tools.observed["answers_stray"] == 0, tools.observed
-    assert tools.status == "pass" and tools.observed["expected"] >= 5, tools.message
+    assert tools.observed["expected"] >= 5, tools.message
+    # at temperature 1.0 the 0.87M-parameter model samples a schema-breaking argument now and then (1 of 19 tool turns
+    # in one whole suite, 8 Dec): the kit then fails the rule, as it must; a call missing, or more misses, is not noise
+    sampled = tools.observed["missing"] == 0 and tools.observed["failed"] <= 1 and all(
+        "break the schema" in p for p in tools.observed["problems"])
+    assert tools.status == "pass" or (tools.status == "fail" and sampled), tools.message
     assert found["capacity.session_stall"].status == "info"  # the K3 CPU profile sets no client idle timeout
     print("\nsession phase on real vLLM:", *(f"{f.rule} {f.status}: {f.message}" for f in found.values()),
           *(f"level {lv['sessions']}: {lv['turns']} turns, {lv['usage_cached_tokens']} cached tokens by usage, "
