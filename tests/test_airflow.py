@@ -41,9 +41,10 @@ LOGICAL_DATE = "2026-12-04T02:00:00+00:00"
 # baseline is the peak of the step's settled /metrics samples, and a step cut after one sample gave 0.016 in one run
 # and 0.066 in the next (one request in flight at that instant, then four): drift on a healthy deployment. Two-second
 # steps sampled every 0.1 s: a level needs three settled samples, a metric not measured is drift not ruled out, and
-# beside real vLLM in the whole suite a one-second step kept 2 (at 0.2 s, 3 or 4 with the machine idle). The agent's and prefix pair's bounds are what a busy machine needs, not
-# what they take (the agent level ends in about 2 s idle): a run that measured no tool call has no validity to
-# compare, and a baseline whose agent axis failed on a timeout has no band.
+# beside real vLLM in the whole suite a one-second step kept 2 (at 0.2 s, 3 or 4 with the machine idle). The agent's
+# and prefix pair's bounds are what a busy machine needs, not what they take (the agent level ends in about 2 s idle):
+# a run that measured no tool call has no validity to compare, and a baseline whose agent axis failed on a timeout
+# has no band.
 TINY = [
     "contract.planned_concurrency=4", "run.notebook_timeout_s=150", "target.restart_timeout_s=5",
     "axes.probe.timeout_s=3", "axes.environment.timeout_s=3",
