@@ -54,6 +54,11 @@ DRIFT_LEVELS: dict[str, Callable[[acc.RunEvidence], acc.Level]] = {
 }
 
 
+def _items(findings: Sequence[Finding]) -> str:
+    """The items a headline names: each finding's `item`, else its rule."""
+    return ", ".join(f.observed.get("item", f.rule) if isinstance(f.observed, dict) else f.rule for f in findings)
+
+
 class BaselineComparison(Record):
     """A run compared with its accepted baseline; `model_dump(mode="json")` is `baseline.json`."""
 
@@ -96,24 +101,18 @@ class BaselineComparison(Record):
         if self.refused:
             return f"NOT COMPARED: {self.refused.message}"
         if self.reopen:
-            what = ", ".join(f.observed.get("item", f.rule) if isinstance(f.observed, dict) else f.rule
-                             for f in self.reopen)
-            return f"THE ACCEPTANCE SHEET REOPENS: {what} changed since {self.baseline_id}"
+            return f"THE ACCEPTANCE SHEET REOPENS: {_items(self.reopen)} changed since {self.baseline_id}"
         if self.unverified:
-            what = ", ".join(f.observed.get("item", f.rule) if isinstance(f.observed, dict) else f.rule
-                             for f in self.unverified)
-            return (f"SAME DEPLOYMENT NOT PROVEN: {what} could not be compared with {self.baseline_id} (no change "
-                    "observed, none ruled out)")
+            return (f"SAME DEPLOYMENT NOT PROVEN: {_items(self.unverified)} could not be compared with "
+                    f"{self.baseline_id} (no change observed, none ruled out)")
         said = f"same deployment as {self.baseline_id}" + (f"; {len(self.drift)} metric(s) drifted" if self.drift
                                                              else "")
         if self.unmeasured:
-            what = ", ".join(f.observed.get("item", f.rule) if isinstance(f.observed, dict) else f.rule
-                             for f in self.unmeasured)
-            return said + f"; DRIFT NOT RULED OUT: {what} not measured in this run"
+            return said + f"; DRIFT NOT RULED OUT: {_items(self.unmeasured)} not measured in this run"
         return said if self.drift else said + "; every compared metric is inside its band"
 
     def lines(self) -> list[str]:
-        """The headline on top, then reopening changes, unverified items, drift."""
+        """The headline on top, then reopening changes, unverified items, drift, metrics not measured."""
         out = [self.headline()]
         out += [f"REOPEN {f.message}" for f in self.reopen]
         out += [f"UNVERIFIED {f.message}" for f in self.unverified]

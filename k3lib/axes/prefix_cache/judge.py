@@ -221,7 +221,7 @@ def iter_findings(result: PrefixCacheResult, pairs: list[PairReconciliation] | N
                            evidence={"failed": [{"session": s.session, "prefix_target": s.prefix_target,
                                                  "kind": s.kind, "error": s.error} for s in failed]},
                            message=f"{len(failed)} of {len(result.samples)} prefix request(s) failed on the target "
-                                   f"(the {failed[0].kind} request: {failed[0].error}); the reuse verdict rests on "
+                                   f"(the {failed[0].kind} request: {failed[0].error or 'no reply'}); the reuse verdict rests on "
                                    "the others"))
     if result.stopped or len(pairs) < result.planned_pairs:
         out.append(Finding(rule=rule + "coverage", status="warn", observed=len(pairs), expected=result.planned_pairs,
